@@ -1,0 +1,124 @@
+# thaw — build, test, run.  `make help` lists the targets.
+#
+# Layout: every .c under common/ store/ restore/ prewarm/ server/ goes into
+# libthaw.a, except files named *_main.c, which are programs.  Each test/test_*.c
+# is a test program, each test/*.sh an end-to-end test script, each
+# test/fuzz/fuzz_*.c a libFuzzer target.  Adding a file needs no edit here.
+
+CC       ?= gcc
+CLANG    ?= clang
+SANITIZE ?=
+comma    := ,
+STATIC   ?=
+O        ?= 2
+
+PKGS     := liburing libzstd jansson libmicrohttpd libcrypto
+CFLAGS   := -std=gnu11 -O$(O) -g -Wall -Wextra -Wno-unused-parameter -Wshadow \
+            -Wformat=2 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -I. -pthread \
+            $(EXTRA_CFLAGS)
+LDLIBS_DYN := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -luring -lzstd -ljansson -lmicrohttpd -lcrypto) -ldl -lm
+CURL_LIBS  := $(shell pkg-config --libs libcurl 2>/dev/null || echo -lcurl)
+
+ifneq ($(SANITIZE),)
+  CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -O1
+  LDFLAGS += -fsanitize=$(SANITIZE)
+  B := build/san-$(subst $(comma),-,$(SANITIZE))
+else ifneq ($(STATIC),)
+  B := build/static
+else
+  B := build
+endif
+ifneq ($(STATIC),)
+  # The GPU machine has none of these libraries: link them in.  libmicrohttpd
+  # brings gnutls and its chain; glibc stays dynamic (the GPU host's is newer).
+  LDLIBS := -Wl,-Bstatic -luring -lzstd -ljansson -lmicrohttpd -lgnutls -lhogweed \
+            -lnettle -ltasn1 -lidn2 -lunistring -lp11-kit -lgmp -lffi -lcrypto \
+            -Wl,-Bdynamic -ldl -lm -lpthread -latomic
+else
+  LDLIBS := $(LDLIBS_DYN)
+endif
+
+LIB_DIRS  := common store restore prewarm server
+LIB_SRCS  := $(filter-out %_main.c,$(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c)))
+LIB_OBJS  := $(LIB_SRCS:%.c=$(B)/obj/%.o)
+LIB       := $(B)/libthaw.a
+
+CLI_SRCS  := $(wildcard cli/*.c)
+PROGS     := $(B)/thaw $(if $(wildcard server/thawd_main.c),$(B)/thawd)
+BENCH_SRCS:= $(wildcard bench/*.c)
+BENCHES   := $(BENCH_SRCS:bench/%.c=$(B)/bench/%)
+TEST_SRCS := $(wildcard test/test_*.c)
+TESTS     := $(TEST_SRCS:test/%.c=$(B)/test/%)
+FUZZ_SRCS := $(wildcard test/fuzz/fuzz_*.c)
+FUZZERS   := $(FUZZ_SRCS:test/fuzz/%.c=build/fuzz/%)
+HDRS      := $(wildcard */*.h)
+
+.PHONY: all deps test run clean lint format fuzz bench gpu-pack help check-tests
+all: $(PROGS) $(TESTS) $(BENCHES)
+
+help:
+	@echo "make            build thaw, thawd, tests and benchmarks into $(B)/"
+	@echo "make deps       install what is missing (apt packages, CRIU 4.2 prefix in .deps/)"
+	@echo "make test       deps + build + run every test (ends with 'N passed, N failed')"
+	@echo "make run        deps + build + start thawd on ./data (or thaw doctor before thawd exists)"
+	@echo "make fuzz       build the libFuzzer targets (clang)"
+	@echo "make lint       clang-tidy and cppcheck;  make format: clang-format -i"
+	@echo "make SANITIZE=address,undefined test | SANITIZE=thread test"
+	@echo "make STATIC=1   static build for the GPU machine (build/static/)"
+
+$(B)/obj/%.o: %.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(LIB): $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(B)/thaw: $(CLI_SRCS:%.c=$(B)/obj/%.o) $(LIB)
+	$(CC) $(LDFLAGS) -pthread -o $@ $^ $(LDLIBS)
+
+$(B)/thawd: $(B)/obj/server/thawd_main.o $(LIB)
+	$(CC) $(LDFLAGS) -pthread -o $@ $^ $(LDLIBS)
+
+$(B)/test/%: $(B)/obj/test/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -pthread -o $@ $^ $(LDLIBS) $(CURL_LIBS)
+
+$(B)/bench/%: $(B)/obj/bench/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -pthread -o $@ $^ $(LDLIBS) $(if $(STATIC),,$(CURL_LIBS))
+
+# libFuzzer targets: the library is rebuilt with clang and the fuzzer's
+# sanitizers, in its own object directory.
+FUZZ_CFLAGS := $(filter-out -Wshadow -Wformat=2,$(CFLAGS)) -O1 -fsanitize=fuzzer-no-link,address,undefined
+build/fuzz/obj/%.o: %.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CLANG) $(FUZZ_CFLAGS) -c -o $@ $<
+build/fuzz/%: build/fuzz/obj/test/fuzz/%.o $(LIB_SRCS:%.c=build/fuzz/obj/%.o)
+	$(CLANG) -fsanitize=fuzzer,address,undefined -pthread -o $@ $^ $(LDLIBS_DYN)
+fuzz: $(FUZZERS)
+
+deps:
+	@scripts/deps.sh
+
+test: deps
+	@$(MAKE) --no-print-directory all fuzz
+	@B=$(B) scripts/run-tests.sh
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	@B=$(B) scripts/run.sh
+
+gpu-pack:
+	@scripts/gpu-pack.sh
+
+lint:
+	clang-tidy $(LIB_SRCS) $(CLI_SRCS) -- $(CFLAGS)
+	cppcheck --quiet --error-exitcode=1 --enable=warning,portability --inline-suppr \
+	  -I. -D_GNU_SOURCE $(LIB_DIRS) cli bench test
+
+format:
+	clang-format -i $(LIB_SRCS) $(CLI_SRCS) $(HDRS) $(TEST_SRCS) $(BENCH_SRCS) $(FUZZ_SRCS)
+
+clean:
+	rm -rf build

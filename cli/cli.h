@@ -1,0 +1,22 @@
+/* cli.h — the thaw command line: one file per command group, this table joins them.
+ *
+ * Each command is int cmd_NAME(int argc, char **argv) with argv[0] the command's
+ * name; it returns the process exit status (0 ok, 1 failure, 2 bad usage) and
+ * prints its errors as "thaw NAME: message" on stderr.
+ */
+#ifndef THAW_CLI_H
+#define THAW_CLI_H
+
+#include <stdio.h>
+
+/* The data directory: --data-dir, else $THAW_DATA_DIR, else /var/lib/thaw. */
+const char *cli_data_dir(void);
+/* The store directory: --store, else $THAW_STORE, else <data dir>/store. */
+const char *cli_store_dir(void);
+void cli_set_data_dir(const char *dir);
+void cli_set_store_dir(const char *dir);
+
+int cmd_store(int argc, char **argv);
+int cmd_doctor(int argc, char **argv);
+
+#endif

@@ -1,0 +1,336 @@
+/* util.c — see util.h. */
+#define LOG_PREFIX "util: "
+#include "common/util.h"
+#include "common/log.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+double ms_since(uint64_t start_ns)
+{
+	return (double)(now_ns() - start_ns) / 1e6;
+}
+
+int mkdir_p(const char *path, mode_t mode)
+{
+	char buf[PATH_MAX];
+	size_t len = strlen(path);
+
+	if (len == 0 || len >= sizeof(buf))
+		return -ENAMETOOLONG;
+	memcpy(buf, path, len + 1);
+	for (char *p = buf + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(buf, mode) < 0 && errno != EEXIST) {
+			int err = -errno;
+			pr_perror("mkdir %s", buf);
+			return err;
+		}
+		*p = '/';
+	}
+	if (mkdir(buf, mode) < 0 && errno != EEXIST) {
+		int err = -errno;
+		pr_perror("mkdir %s", buf);
+		return err;
+	}
+	return 0;
+}
+
+static int rm_rf_at(int dirfd, const char *name, dev_t dev)
+{
+	struct stat st;
+
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (S_ISDIR(st.st_mode)) {
+		if (st.st_dev != dev)
+			return -EXDEV; /* a mount point: never delete into it */
+		int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+			return -errno;
+		DIR *d = fdopendir(fd);
+		if (!d) {
+			close(fd);
+			return -ENOMEM;
+		}
+		struct dirent *de;
+		int ret = 0;
+		while ((de = readdir(d))) {
+			if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+				continue;
+			int r = rm_rf_at(fd, de->d_name, dev);
+			if (r < 0 && ret == 0)
+				ret = r;
+		}
+		closedir(d);
+		if (ret < 0)
+			return ret;
+		return unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT ? -errno : 0;
+	}
+	return unlinkat(dirfd, name, 0) < 0 && errno != ENOENT ? -errno : 0;
+}
+
+int rm_rf(const char *path)
+{
+	struct stat st;
+
+	if (lstat(path, &st) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	int ret = rm_rf_at(AT_FDCWD, path, st.st_dev);
+	if (ret < 0)
+		pr_err("cannot remove %s: %s", path, strerror(-ret));
+	return ret;
+}
+
+int fsync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (fd < 0) {
+		int err = -errno;
+		pr_perror("open %s", dir);
+		return err;
+	}
+	int ret = fsync(fd) < 0 && errno != EINVAL ? -errno : 0;
+	close(fd);
+	return ret;
+}
+
+int write_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int pwrite_all(int fd, const void *buf, size_t len, off_t off)
+{
+	const char *p = buf;
+
+	while (len > 0) {
+		ssize_t n = pwrite(fd, p, len, off);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += n;
+		off += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int write_file_atomic(const char *path, const void *buf, size_t len, mode_t mode)
+{
+	char tmp[PATH_MAX], dir[PATH_MAX];
+	int fd = -1, ret;
+
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, getpid()) >= (int)sizeof(tmp))
+		return -ENAMETOOLONG;
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+	if (fd < 0) {
+		ret = -errno;
+		pr_perror("create %s", tmp);
+		return ret;
+	}
+	ret = write_all(fd, buf, len);
+	if (ret == 0 && fsync(fd) < 0)
+		ret = -errno;
+	if (close(fd) < 0 && ret == 0)
+		ret = -errno;
+	if (ret == 0 && rename(tmp, path) < 0)
+		ret = -errno;
+	if (ret < 0) {
+		pr_err("cannot write %s: %s", path, strerror(-ret));
+		unlink(tmp);
+		return ret;
+	}
+	snprintf(dir, sizeof(dir), "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (slash) {
+		*slash = '\0';
+		return fsync_dir(slash == dir ? "/" : dir);
+	}
+	return fsync_dir(".");
+}
+
+int read_file(const char *path, char **buf, size_t *len, size_t max)
+{
+	int fd = -1, ret = 0;
+	char *data = NULL;
+	struct stat st;
+
+	*buf = NULL;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0) {
+		ret = -errno;
+		goto out;
+	}
+	if ((uint64_t)st.st_size > max) {
+		ret = -EFBIG;
+		goto out;
+	}
+	data = malloc((size_t)st.st_size + 1);
+	if (!data) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	size_t got = 0;
+	while (got < (size_t)st.st_size) {
+		ssize_t n = read(fd, data + got, (size_t)st.st_size - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			ret = -errno;
+			goto out;
+		}
+		if (n == 0)
+			break; /* shrank under us: return what is there */
+		got += (size_t)n;
+	}
+	data[got] = '\0';
+	*buf = data;
+	data = NULL;
+	if (len)
+		*len = got;
+out:
+	free(data);
+	if (fd >= 0)
+		close(fd);
+	return ret;
+}
+
+bool id_valid(const char *id)
+{
+	size_t n = 0;
+
+	if (!id || !((id[0] >= 'a' && id[0] <= 'z') || (id[0] >= '0' && id[0] <= '9')))
+		return false;
+	for (const char *p = id; *p; p++, n++) {
+		char c = *p;
+		if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+		      c == '-'))
+			return false;
+	}
+	return n <= 63;
+}
+
+void hex_encode(const uint8_t *in, size_t n, char *out)
+{
+	static const char digits[] = "0123456789abcdef";
+
+	for (size_t i = 0; i < n; i++) {
+		out[2 * i] = digits[in[i] >> 4];
+		out[2 * i + 1] = digits[in[i] & 15];
+	}
+	out[2 * n] = '\0';
+}
+
+static int hex_value(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+int hex_decode(const char *in, uint8_t *out, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		int hi = hex_value(in[2 * i]);
+		int lo = hi < 0 ? -1 : hex_value(in[2 * i + 1]);
+		if (hi < 0 || lo < 0)
+			return -EINVAL;
+		out[i] = (uint8_t)(hi << 4 | lo);
+	}
+	return in[2 * n] == '\0' ? 0 : -EINVAL;
+}
+
+const char *fmt_bytes(uint64_t bytes, char buf[32])
+{
+	static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+	double v = (double)bytes;
+	size_t u = 0;
+
+	while (v >= 1024 && u + 1 < ARRAY_SIZE(units)) {
+		v /= 1024;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, 32, "%llu B", (unsigned long long)bytes);
+	else
+		snprintf(buf, 32, "%.2f %s", v, units[u]);
+	return buf;
+}
+
+void progress_init(struct progress *p, const char *label, uint64_t total)
+{
+	p->label = label;
+	p->total = total;
+	p->start_ns = now_ns();
+	p->last_draw_ns = 0;
+	p->enabled = isatty(STDERR_FILENO) && !getenv("THAW_NO_PROGRESS");
+}
+
+void progress_update(struct progress *p, uint64_t done)
+{
+	char a[32], b[32];
+	uint64_t now;
+
+	if (!p->enabled)
+		return;
+	now = now_ns();
+	if (now - p->last_draw_ns < 100000000ull)
+		return;
+	p->last_draw_ns = now;
+	double secs = (double)(now - p->start_ns) / 1e9;
+	double rate = secs > 0 ? (double)done / secs / 1e6 : 0;
+	if (p->total)
+		fprintf(stderr, "\r\033[K%s  %s / %s  %3.0f%%  %.0f MB/s", p->label,
+			fmt_bytes(done, a), fmt_bytes(p->total, b), 100.0 * (double)done / (double)p->total,
+			rate);
+	else
+		fprintf(stderr, "\r\033[K%s  %s  %.0f MB/s", p->label, fmt_bytes(done, a), rate);
+	fflush(stderr);
+}
+
+void progress_done(struct progress *p)
+{
+	if (p->enabled && p->last_draw_ns) {
+		fprintf(stderr, "\r\033[K");
+		fflush(stderr);
+	}
+}

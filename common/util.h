@@ -1,0 +1,63 @@
+/* util.h — small helpers every module uses: time, files, paths, hex, progress.
+ * Actions return 0 or -errno and log the failure once (pr_err/pr_perror).
+ */
+#ifndef THAW_UTIL_H
+#define THAW_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define MIN(a, b)     ((a) < (b) ? (a) : (b))
+#define MAX(a, b)     ((a) > (b) ? (a) : (b))
+#define ALIGN_UP(x, a) (((x) + (a)-1) / (a) * (a))
+
+/* Monotonic clock in nanoseconds, and milliseconds elapsed since such a reading. */
+uint64_t now_ns(void);
+double ms_since(uint64_t start_ns);
+
+/* mkdir -p; existing directories are fine. */
+int mkdir_p(const char *path, mode_t mode);
+/* rm -rf; a missing path is fine.  Does not cross into other mounts. */
+int rm_rf(const char *path);
+/* fsync the directory itself, so that a rename/link inside it is durable. */
+int fsync_dir(const char *dir);
+/* Write a whole file crash-safely: temp file beside it, fsync, rename, fsync dir.
+ * A reader sees the old content or the new, never a part. */
+int write_file_atomic(const char *path, const void *buf, size_t len, mode_t mode);
+/* Read a whole file of at most max bytes into a new NUL-terminated buffer
+ * (you own *buf); -EFBIG if it is larger. */
+int read_file(const char *path, char **buf, size_t *len, size_t max);
+/* Write/read all of buf, retrying short transfers and EINTR. */
+int write_all(int fd, const void *buf, size_t len);
+int pwrite_all(int fd, const void *buf, size_t len, off_t off);
+
+/* A function or instance id: [a-z0-9][a-z0-9._-]{0,62}.  Such an id is safe as
+ * one path component (no '/', never "." or ".."). */
+bool id_valid(const char *id);
+
+/* Lowercase hex of n bytes into out (2n+1 bytes with the NUL). */
+void hex_encode(const uint8_t *in, size_t n, char *out);
+/* Exactly 2n hex digits into n bytes; -EINVAL otherwise. */
+int hex_decode(const char *in, uint8_t *out, size_t n);
+
+/* "1.50 GiB" style; returns buf. */
+const char *fmt_bytes(uint64_t bytes, char buf[32]);
+
+/* A progress line on stderr for long work, drawn only when stderr is a
+ * terminal, at most ~10 times a second:  "put  1.2 GiB / 4.0 GiB  850 MB/s". */
+struct progress {
+	const char *label;
+	uint64_t total; /* 0 if unknown */
+	uint64_t start_ns;
+	uint64_t last_draw_ns;
+	bool enabled;
+};
+void progress_init(struct progress *p, const char *label, uint64_t total);
+void progress_update(struct progress *p, uint64_t done);
+/* Clear the line (the caller prints its own summary). */
+void progress_done(struct progress *p);
+
+#endif

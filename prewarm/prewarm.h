@@ -1,0 +1,32 @@
+/* prewarm.h — boot a function as a runc container, warm it, snapshot it.
+ *
+ * Phases (each timed): boot (runc run), ready (readiness probe), warmup,
+ * prepare, cuda_checkpoint (lock + checkpoint of every CUDA process),
+ * criu_dump (runc checkpoint), ingest (into the store).  The manifest's meta
+ * records the spec, versions (kernel, runc, criu, driver), GPUs, CUDA pids and
+ * the timings, which is all that restore needs.
+ */
+#ifndef THAW_PREWARM_H
+#define THAW_PREWARM_H
+
+#include <jansson.h>
+
+#include "common/config.h"
+#include "prewarm/spec.h"
+#include "store/store.h"
+
+struct snapshot_result {
+	char snapshot_id[CHUNK_ID_LEN];
+	json_t *timings_ms;    /* {"boot","ready","warmup","prepare","cuda_checkpoint","criu_dump","ingest","total"} */
+	uint64_t image_bytes;  /* bytes of the CRIU image */
+	uint64_t stored_bytes; /* bytes newly written to the store */
+};
+
+/* Snapshot spec into s.  On failure every process, container, namespace and
+ * temporary directory is gone, and the error (log_last_error()) says which
+ * phase failed, with the end of the function's or CRIU's log. */
+int prewarm_snapshot(const struct thaw_config *c, struct store *s, const struct func_spec *spec,
+		     struct snapshot_result *out);
+void snapshot_result_release(struct snapshot_result *r);
+
+#endif

@@ -1,0 +1,43 @@
+/* spec.h — a function: how to run it, when it is ready, how to warm it.
+ * The JSON of DESIGN.md's PUT /functions/<id> body (plus "id").
+ */
+#ifndef THAW_PREWARM_SPEC_H
+#define THAW_PREWARM_SPEC_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum ready_kind { READY_HTTP, READY_TCP };
+
+struct http_call {
+	char *method; /* "GET", "POST", … */
+	char *path;   /* "/health" */
+	char *body;   /* may be NULL */
+};
+
+struct func_spec {
+	char id[64];          /* [a-z0-9][a-z0-9._-]{0,62} */
+	char **command;       /* argv, NULL-terminated; required unless bundle names one */
+	char **env;           /* "KEY=VALUE", NULL-terminated; may be empty */
+	char *cwd;            /* working directory; bound read-only into the container */
+	char *bundle;         /* optional: a user's OCI bundle or rootfs directory */
+	uint16_t port;        /* the port the function listens on in its namespace */
+	enum ready_kind ready;
+	char *ready_path;     /* for READY_HTTP */
+	double ready_timeout_s;
+	struct http_call *warmup; /* requests made after ready, before the snapshot */
+	size_t nwarmup;
+	struct http_call *prepare; /* optional hook called just before the snapshot */
+	bool gpu;
+};
+
+/* Parse and check a spec; id (may be NULL) overrides/sets "id".  0 and *out
+ * (you own it), or -EINVAL with a message in err that names the bad field. */
+int spec_parse(const json_t *j, const char *id, struct func_spec **out, char *err, size_t errlen);
+/* The spec as JSON (a new reference). */
+json_t *spec_to_json(const struct func_spec *s);
+void spec_free(struct func_spec *s); /* NULL is fine */
+
+#endif

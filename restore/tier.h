@@ -1,0 +1,43 @@
+/* tier.h — the RAM tier: snapshots materialised once, restored many times.
+ *
+ * <dir>/<64 hex>/ holds the image files of one snapshot, complete (it is built
+ * in <dir>/.build-* and renamed into place).  The tier has a byte budget and
+ * evicts least recently used snapshots that nobody leases.  Concurrent
+ * acquires of one snapshot, in one process or several, wait on a single
+ * materialisation (flock on <dir>/.locks/<hex>).
+ */
+#ifndef THAW_RESTORE_TIER_H
+#define THAW_RESTORE_TIER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "store/store.h"
+
+struct engine_opts;
+struct tier;
+struct tier_lease;
+
+/* Open the tier at dir with a budget; opts NULL for the engine's defaults.
+ * Entries left by an earlier run are checked (complete ones kept, partial ones
+ * removed).  NULL on error. */
+struct tier *tier_open(const char *dir, uint64_t budget_bytes, struct store *s,
+		       const struct engine_opts *opts);
+void tier_close(struct tier *t);
+
+/* Lease snapshot id (a manifest id), materialising it first if it is not in
+ * the tier.  While leased it is never evicted. */
+int tier_acquire(struct tier *t, const char *snapshot_id, struct tier_lease **out);
+/* The directory holding the snapshot's image files. */
+const char *tier_lease_path(const struct tier_lease *l);
+/* true if the snapshot was already in the tier ("ram"), false if this acquire
+ * (or one it waited on) materialised it ("disk"). */
+bool tier_lease_hit(const struct tier_lease *l);
+/* Milliseconds this acquire spent materialising or waiting. */
+double tier_lease_materialize_ms(const struct tier_lease *l);
+void tier_release(struct tier_lease *l); /* NULL is fine */
+
+uint64_t tier_used_bytes(struct tier *t);
+uint64_t tier_budget_bytes(struct tier *t);
+
+#endif

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Run every test: each program $B/test/test_*, each script test/*.sh, each
+# fuzzer build/fuzz/fuzz_* for a short fixed time.  A test exits 0 (pass),
+# 77 (skip: e.g. no GPU) or anything else (fail); each runs under a timeout.
+# Ends with the line "N passed, N failed, N skipped".
+# TESTS=pattern runs only the tests whose name matches.
+set -u
+cd "$(dirname "$0")/.."
+B=${B:-build}
+FUZZ_SECONDS=${FUZZ_SECONDS:-20}
+LOGDIR=$B/test-logs
+mkdir -p "$LOGDIR"
+export THAW_BUILD=$PWD/$B THAW_ROOT=$PWD
+pass=0 fail=0 skip=0 failed=""
+
+run_one() { # name timeout cmd...
+	local name=$1 limit=$2; shift 2
+	case "$name" in *${TESTS:-}*) ;; *) return ;; esac
+	local start=$SECONDS rc
+	timeout -k 10 "$limit" "$@" >"$LOGDIR/$name.log" 2>&1
+	rc=$?
+	local t=$((SECONDS - start))
+	if [ $rc = 0 ]; then
+		pass=$((pass + 1)); printf 'PASS %-40s %4ds\n' "$name" "$t"
+	elif [ $rc = 77 ]; then
+		skip=$((skip + 1)); printf 'SKIP %-40s %s\n' "$name" "$(tail -n1 "$LOGDIR/$name.log")"
+	else
+		fail=$((fail + 1)); failed="$failed $name"
+		[ $rc = 124 ] && echo "(timed out after ${limit}s)" >>"$LOGDIR/$name.log"
+		printf 'FAIL %-40s %4ds (exit %d)\n' "$name" "$t" "$rc"
+		tail -n 30 "$LOGDIR/$name.log" | sed 's/^/     | /'
+	fi
+}
+
+for t in "$B"/test/test_*; do
+	[ -x "$t" ] || continue
+	run_one "$(basename "$t")" 600 "$t"
+done
+for t in test/*.sh; do
+	[ -f "$t" ] || continue
+	run_one "$(basename "$t" .sh)" 1200 bash "$t"
+done
+for f in build/fuzz/fuzz_*; do
+	[ -x "$f" ] || continue
+	n=$(basename "$f")
+	corpus=test/fuzz/corpus/${n#fuzz_}
+	work=$(mktemp -d)
+	[ -d "$corpus" ] && cp -r "$corpus"/. "$work"/ 2>/dev/null
+	run_one "$n" $((FUZZ_SECONDS + 60)) "$f" -max_total_time="$FUZZ_SECONDS" \
+		-rss_limit_mb=2048 -timeout=10 "$work"
+	rm -rf "$work"
+done
+
+[ -n "$failed" ] && echo "failed:$failed (logs in $LOGDIR/)"
+echo "$pass passed, $fail failed, $skip skipped"
+[ $fail = 0 ]

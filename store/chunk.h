@@ -1,0 +1,58 @@
+/* chunk.h — one chunk of content: its name, its encoding on disk, its check.
+ *
+ * A chunk is named by the SHA-256 of its uncompressed bytes, written
+ * "sha256:<64 hex>" (the OCI convention).  On disk a chunk object is a 16-byte
+ * header followed by the payload:
+ *
+ *	offset 0  "THCK"          magic
+ *	       4  u8  version     1
+ *	       5  u8  encoding    CHUNK_RAW or CHUNK_ZSTD
+ *	       6  u16 reserved    0
+ *	       8  u32 raw_len     uncompressed bytes (little endian)
+ *	      12  u32 payload_len bytes that follow the header (little endian)
+ *
+ * The encoding is zstd at CHUNK_ZSTD_LEVEL, or raw where compression saves
+ * less than CHUNK_MIN_SAVING_PCT percent (GPU weights barely compress).
+ * Decoding always checks the hash: a chunk read is a verified chunk.
+ */
+#ifndef THAW_STORE_CHUNK_H
+#define THAW_STORE_CHUNK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CHUNK_HASH_LEN       32
+#define CHUNK_ID_LEN         (7 + 2 * CHUNK_HASH_LEN + 1) /* "sha256:" + hex + NUL */
+#define CHUNK_HEADER_SIZE    16
+#define CHUNK_MAX_RAW        (1u << 20) /* no chunk is larger than this uncompressed */
+#define CHUNK_ZSTD_LEVEL     1          /* the one place the level is set */
+#define CHUNK_MIN_SAVING_PCT 5
+
+enum chunk_encoding { CHUNK_RAW = 0, CHUNK_ZSTD = 1 };
+
+struct chunk_codec; /* per-thread zstd contexts; create one per worker thread */
+
+struct chunk_codec *chunk_codec_new(void);
+void chunk_codec_free(struct chunk_codec *c); /* NULL is fine */
+
+/* SHA-256 of len bytes. */
+void chunk_hash(const void *data, size_t len, uint8_t out[CHUNK_HASH_LEN]);
+/* "sha256:<hex>" of a hash. */
+void chunk_id_format(const uint8_t hash[CHUNK_HASH_LEN], char out[CHUNK_ID_LEN]);
+/* Parse "sha256:<64 lowercase hex>"; -EINVAL for anything else. */
+int chunk_id_parse(const char *id, uint8_t hash[CHUNK_HASH_LEN]);
+
+/* Largest object chunk_encode() can produce for raw_len bytes. */
+size_t chunk_encode_bound(size_t raw_len);
+/* Encode raw_len (<= CHUNK_MAX_RAW) bytes into out (chunk_encode_bound() bytes):
+ * header + zstd or raw payload.  Returns the object's length, or -errno. */
+long chunk_encode(struct chunk_codec *c, const void *raw, size_t raw_len, void *out, size_t out_cap);
+/* Decode a chunk object of obj_len bytes into raw (raw_len bytes expected) and
+ * check that it hashes to expect.  Returns 0, or -EBADMSG for anything wrong
+ * (bad header, lengths that disagree, zstd error, hash mismatch), logged with
+ * the chunk's id. */
+int chunk_decode(struct chunk_codec *c, const void *obj, size_t obj_len,
+		 const uint8_t expect[CHUNK_HASH_LEN], void *raw, size_t raw_len);
+
+#endif

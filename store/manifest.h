@@ -1,0 +1,74 @@
+/* manifest.h — what a snapshot is: files, each a list of chunks and holes.
+ *
+ * A manifest is JSON (jansson), stored content-addressed in the store; its id
+ * is "sha256:<hex>" of its serialized bytes.  Shape:
+ *
+ *	{"version":1, "name":"fn-a", "created":"2026-11-23T00:00:00Z",
+ *	 "files":[{"path":"pages-1.img","size":N,"mode":420,
+ *	           "chunks":[{"off":0,"len":65536,"id":"sha256:…","stored":1234},
+ *	                     {"off":65536,"len":8192,"zero":true}, …]}, …],
+ *	 "meta":{…free-form: kernel, criu, driver versions, GPUs, pids, timings…}}
+ *
+ * The parser is strict, since a manifest may come from a damaged or hostile
+ * disk: paths are relative, with no "..", "." or empty component, unique;
+ * chunks are in order, contiguous and add up to the file's size; each chunk
+ * is at most CHUNK_MAX_RAW bytes (holes may be longer); ids are well formed.
+ */
+#ifndef THAW_STORE_MANIFEST_H
+#define THAW_STORE_MANIFEST_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store/chunk.h"
+
+#define MANIFEST_VERSION  1
+#define MANIFEST_MAX_SIZE (512u << 20) /* a manifest file larger than this is refused */
+
+struct manifest_chunk {
+	uint64_t off;    /* offset in the file */
+	uint64_t len;    /* uncompressed bytes */
+	uint32_t stored; /* bytes of the chunk object on disk, header included; 0 for a hole */
+	bool zero;       /* an all-zero run: never stored, left as a hole in the file */
+	uint8_t hash[CHUNK_HASH_LEN];
+};
+
+struct manifest_file {
+	char *path;    /* relative path inside the snapshot */
+	uint64_t size; /* bytes */
+	uint32_t mode; /* permission bits (0777 mask) */
+	size_t nchunks;
+	struct manifest_chunk *chunks;
+};
+
+struct manifest {
+	char *name;
+	char *created; /* RFC 3339, UTC */
+	size_t nfiles;
+	struct manifest_file *files;
+	json_t *meta; /* an object, never NULL; the manifest owns a reference */
+};
+
+/* Totals over a manifest. */
+struct manifest_totals {
+	uint64_t logical_bytes; /* sum of file sizes */
+	uint64_t zero_bytes;    /* bytes in holes */
+	uint64_t stored_bytes;  /* sum of chunk objects (a chunk used twice counts twice) */
+	uint64_t chunks;        /* non-hole chunks */
+};
+
+/* An empty manifest with that name and created = now; NULL on allocation failure. */
+struct manifest *manifest_new(const char *name);
+void manifest_free(struct manifest *m); /* NULL is fine */
+
+/* Parse and check len bytes of JSON.  0 and *out (you own it), or -EINVAL with
+ * the reason logged (pr_err, so log_last_error() tells it). */
+int manifest_parse(const char *json, size_t len, struct manifest **out);
+/* Serialize to compact JSON with sorted keys; you own the returned string. NULL on failure. */
+char *manifest_serialize(const struct manifest *m, size_t *len);
+
+void manifest_totals(const struct manifest *m, struct manifest_totals *t);
+
+#endif

@@ -1,0 +1,97 @@
+/* store.h — the content-addressed chunk store.
+ *
+ * Layout under the store directory:
+ *	chunks/<2 hex>/<62 hex>   chunk objects (chunk.h), named by their hash
+ *	manifests/<64 hex>        manifests (manifest.h), named by the hash of their bytes
+ *	leases/                   one file per restore in progress, flock()ed by its holder
+ *	tmp/                      objects being written; cleared of stale files by gc
+ *	lock                      flock: puts hold it shared, gc exclusive
+ *
+ * Writes are crash-safe: an object is written to tmp/, fsynced and linked to
+ * its name; EEXIST means it is already stored.  A reader never sees a partial
+ * object.  Every function is safe to call from several threads, and several
+ * processes may use one store at once.  Functions return 0 or -errno and log
+ * the reason (log_last_error() tells it), unless they say otherwise.
+ */
+#ifndef THAW_STORE_STORE_H
+#define THAW_STORE_STORE_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store/chunk.h"
+#include "store/manifest.h"
+
+struct store;
+struct store_lease;
+
+struct store_stats {
+	uint64_t logical_bytes; /* sum over manifests of their files' sizes */
+	uint64_t unique_bytes;  /* uncompressed bytes of the distinct chunks */
+	uint64_t stored_bytes;  /* bytes of chunk objects on disk */
+	uint64_t zero_bytes;    /* sum over manifests of their holes */
+	uint64_t chunks;        /* distinct chunk objects */
+	uint64_t manifests;
+};
+
+struct store_put_stats {
+	uint64_t logical_bytes; /* bytes read from the input files */
+	uint64_t zero_bytes;    /* of which in holes */
+	uint64_t new_bytes;     /* uncompressed bytes of chunks that were not stored yet */
+	uint64_t new_stored;    /* bytes written for them */
+	uint64_t dup_bytes;     /* uncompressed bytes of chunks that were already there */
+	uint64_t chunks;
+};
+
+/* Open (creating its layout if needed) the store at dir.  NULL on error, logged. */
+struct store *store_open(const char *dir);
+void store_close(struct store *s); /* NULL is fine */
+const char *store_path(const struct store *s);
+
+/* Path of the chunk object named hash, into buf. */
+int store_chunk_path(const struct store *s, const uint8_t hash[CHUNK_HASH_LEN], char *buf,
+		     size_t len);
+
+/* Ingest files into a new manifest named name (meta: an object or NULL; the
+ * store takes its own reference) and print its id into id.  Each path is a
+ * regular file (stored under its base name) or a directory (its regular files,
+ * recursively, under their paths relative to it).  progress: draw a progress
+ * line on a terminal.  stats may be NULL. */
+int store_put(struct store *s, const char *name, const char *const *paths, size_t npaths,
+	      json_t *meta, bool progress, char id[CHUNK_ID_LEN], struct store_put_stats *stats);
+
+/* Load and check the manifest id ("sha256:<hex>"; a unique hex prefix of at
+ * least 12 digits is accepted too).  -ENOENT if there is none. */
+int store_manifest_load(struct store *s, const char *id, struct manifest **out,
+			char full_id[CHUNK_ID_LEN]);
+
+/* Write the files of manifest id under outdir (created if needed), holes as
+ * holes.  Each file is written aside and renamed into place when complete, so
+ * a failure leaves no half-written file; a bad chunk fails with its id named. */
+int store_get(struct store *s, const char *id, const char *outdir, bool progress);
+
+/* Manifests as a JSON array of {"id","name","created","files","logical_bytes"}. */
+int store_list(struct store *s, json_t **out);
+int store_stat(struct store *s, struct store_stats *st);
+
+/* Read and check every chunk.  Each bad or missing chunk is reported through
+ * bad() (may be NULL) and logged.  Returns the number of bad chunks (>= 0), or -errno. */
+int store_verify(struct store *s, void (*bad)(const char *chunk_id, const char *why, void *arg),
+		 void *arg);
+
+/* Delete chunks no manifest references and no live lease protects, and stale
+ * temp files.  freed_* may be NULL. */
+int store_gc(struct store *s, uint64_t *freed_chunks, uint64_t *freed_bytes);
+
+/* A restore in progress leases its manifest: gc keeps the manifest and its
+ * chunks while the lease lives (also across processes; a lease whose holder
+ * died is stale and ignored).  NULL on error. */
+struct store_lease *store_lease_take(struct store *s, const char *manifest_id);
+void store_lease_release(struct store_lease *l); /* NULL is fine */
+
+/* Delete a manifest (its chunks go at the next gc). */
+int store_manifest_delete(struct store *s, const char *id);
+
+#endif

@@ -1,0 +1,73 @@
+/* test_util.c — common/util: ids, hex, atomic writes, rm_rf. */
+#include "common/util.h"
+#include "test/check.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static void test_ids(void)
+{
+	CHECK(id_valid("a"));
+	CHECK(id_valid("fn-1.2_b"));
+	CHECK(id_valid("0abc"));
+	CHECK(!id_valid(""));
+	CHECK(!id_valid("-a"));
+	CHECK(!id_valid(".."));
+	CHECK(!id_valid("a/b"));
+	CHECK(!id_valid("A"));
+	CHECK(!id_valid("a b"));
+	char long_id[80];
+	memset(long_id, 'a', 63);
+	long_id[63] = '\0';
+	CHECK(id_valid(long_id));
+	long_id[63] = 'a';
+	long_id[64] = '\0';
+	CHECK(!id_valid(long_id));
+}
+
+static void test_hex(void)
+{
+	uint8_t in[4] = { 0x00, 0xab, 0x10, 0xff }, out[4];
+	char s[9];
+
+	hex_encode(in, 4, s);
+	CHECK_STR(s, "00ab10ff");
+	CHECK_EQ(hex_decode(s, out, 4), 0);
+	CHECK(!memcmp(in, out, 4));
+	CHECK_EQ(hex_decode("00ab10f", out, 4), -EINVAL);
+	CHECK_EQ(hex_decode("00ab10fg", out, 4), -EINVAL);
+	CHECK_EQ(hex_decode("00ab10ff0", out, 4), -EINVAL);
+}
+
+static void test_files(void)
+{
+	char dir[] = "/tmp/thaw-test-util-XXXXXX", path[256], sub[256];
+	char *buf = NULL;
+	size_t len = 0;
+
+	CHECK(mkdtemp(dir) != NULL);
+	snprintf(sub, sizeof(sub), "%s/a/b/c", dir);
+	CHECK_EQ(mkdir_p(sub, 0755), 0);
+	CHECK_EQ(mkdir_p(sub, 0755), 0);
+	snprintf(path, sizeof(path), "%s/a/b/c/f", dir);
+	CHECK_EQ(write_file_atomic(path, "hello", 5, 0644), 0);
+	CHECK_EQ(read_file(path, &buf, &len, 100), 0);
+	CHECK_EQ(len, 5);
+	CHECK_STR(buf, "hello");
+	free(buf);
+	CHECK_EQ(read_file(path, &buf, &len, 4), -EFBIG);
+	CHECK_EQ(rm_rf(dir), 0);
+	CHECK(access(dir, F_OK) != 0);
+	CHECK_EQ(rm_rf(dir), 0);
+}
+
+int main(void)
+{
+	test_ids();
+	test_hex();
+	test_files();
+	return check_failures ? 1 : 0;
+}

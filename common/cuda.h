@@ -1,0 +1,54 @@
+/* cuda.h — the CUDA driver API, through dlopen("libcuda.so.1"), for the
+ * checkpoint functions and the device list.  cuInit runs once per process.
+ * Without a driver every call returns -ENODEV and cuda_available() is false:
+ * "no GPU: CPU functions only".  Each CUresult is turned into -errno right
+ * where it happens and logged with the driver's own name for it
+ * (cuGetErrorName), e.g. "cuCheckpointProcessLock(1234): CUDA_ERROR_TIMEOUT".
+ */
+#ifndef THAW_CUDA_H
+#define THAW_CUDA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+enum cuda_proc_state {
+	CUDA_PROC_RUNNING = 0,
+	CUDA_PROC_LOCKED = 1,
+	CUDA_PROC_CHECKPOINTED = 2,
+	CUDA_PROC_FAILED = 3,
+};
+
+struct cuda_device {
+	int ordinal;
+	char uuid[48];    /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" */
+	char name[96];    /* "NVIDIA H100 80GB HBM3" */
+	uint64_t total_bytes;
+	uint64_t free_bytes;
+};
+
+struct cuda_gpu_pair {
+	char old_uuid[48]; /* the GPU at checkpoint */
+	char new_uuid[48]; /* the GPU to restore onto */
+};
+
+/* Load the driver and cuInit(0), once.  0, or -ENODEV with the reason logged at info. */
+int cuda_init(void);
+bool cuda_available(void);
+/* Driver version as the driver reports it (e.g. 13000 for 13.0). */
+int cuda_driver_version(int *version);
+/* The GPUs (you own *out; free()).  Free memory is read without creating a context. */
+int cuda_devices(struct cuda_device **out, size_t *n);
+
+int cuda_process_state(pid_t pid, enum cuda_proc_state *state);
+int cuda_restore_thread_id(pid_t pid, int *tid);
+int cuda_lock(pid_t pid, unsigned timeout_ms);
+int cuda_checkpoint(pid_t pid);
+/* Restore onto the same GPUs (pairs NULL) or onto others (every checkpointed GPU listed). */
+int cuda_restore(pid_t pid, const struct cuda_gpu_pair *pairs, size_t npairs);
+int cuda_unlock(pid_t pid);
+/* Of the given pids, those that hold CUDA state (cuda_process_state succeeds). */
+int cuda_filter_processes(const pid_t *pids, size_t n, pid_t **cuda_pids, size_t *ncuda);
+
+#endif

@@ -1,0 +1,23 @@
+/* netns.h — network namespaces made by thaw, one per instance.
+ *
+ * A namespace is kept alive by bind-mounting /proc/<pid>/ns/net of a process
+ * that unshared it onto a file (as `ip netns` does), so no process needs to
+ * stay in it; loopback is brought up with SIOCSIFFLAGS.  runc joins it by
+ * path, which makes it external to CRIU.
+ */
+#ifndef THAW_NETNS_H
+#define THAW_NETNS_H
+
+#include <stdint.h>
+
+/* Create a namespace bound on path (a new file), loopback up. */
+int netns_create(const char *path);
+/* Unmount and remove it; a missing one is fine. */
+int netns_remove(const char *path);
+/* A TCP socket connected to 127.0.0.1:port inside the namespace at path
+ * (the socket is made on a thread that joined the namespace, so the caller's
+ * namespace is untouched).  Returns the fd, or -errno (-ECONNREFUSED while
+ * nothing listens; -ETIMEDOUT after timeout_ms). */
+int netns_connect(const char *path, uint16_t port, int timeout_ms);
+
+#endif

@@ -53,7 +53,9 @@ FUZZ_SRCS := $(wildcard test/fuzz/fuzz_*.c)
 FUZZERS   := $(FUZZ_SRCS:test/fuzz/%.c=build/fuzz/%)
 HDRS      := $(wildcard */*.h)
 
-.PHONY: all deps test run clean lint format fuzz bench gpu-pack help check-tests
+.PHONY: all deps test run clean lint format fuzz bench gpu-pack help
+# Keep objects make would otherwise treat as intermediate and delete.
+.SECONDARY:
 all: $(PROGS) $(TESTS) $(BENCHES)
 
 help:

@@ -1,0 +1,512 @@
+/* cuda.c — the CUDA driver API through dlopen("libcuda.so.1").
+ *
+ * thaw must build and run where there is no CUDA at all (CI, the development
+ * machines), so nothing here needs cuda.h: the few types the checkpoint API
+ * takes are declared below with the layout of CUDA 12.8+/13.0's cuda.h.
+ * Compiling this file with -DTHAW_CUDA_LAYOUT_CHECK and cuda.h on the include
+ * path checks them against the real header (test_cuda does that where nvcc is).
+ *
+ * cuInit runs once per process: each separate driver attach costs seconds, so
+ * the long-lived daemon holds it.  Free GPU memory is read through NVML, which
+ * needs no CUDA context (a context would cost ~0.2 s and GPU memory).
+ */
+#define LOG_PREFIX "cuda: "
+#include "common/cuda.h"
+#include "common/log.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The driver's types, as cuda.h declares them (names of our own, so that
+ * the layout check can include the real header beside them). */
+typedef int cu_result;
+typedef int cu_device;
+typedef unsigned long long cu_u64;
+
+struct cu_uuid {
+	unsigned char bytes[16];
+};
+
+struct cu_lock_args {
+	unsigned int timeout_ms;
+	unsigned int reserved0;
+	cu_u64 reserved1[7];
+};
+
+struct cu_checkpoint_args {
+	cu_u64 reserved[8];
+};
+
+struct cu_gpu_pair {
+	struct cu_uuid old_uuid;
+	struct cu_uuid new_uuid;
+};
+
+struct cu_restore_args {
+	struct cu_gpu_pair *gpu_pairs;
+	unsigned int gpu_pairs_count;
+	char reserved[52 - sizeof(struct cu_gpu_pair *)];
+	cu_u64 reserved1;
+};
+
+struct cu_unlock_args {
+	cu_u64 reserved[8];
+};
+
+/* The CUresult values this file gives a meaning to. */
+enum {
+	CU_SUCCESS = 0,
+	CU_ERR_INVALID_VALUE = 1,
+	CU_ERR_OUT_OF_MEMORY = 2,
+	CU_ERR_NOT_INITIALIZED = 3,
+	CU_ERR_DEINITIALIZED = 4,
+	CU_ERR_NO_DEVICE = 100,
+	CU_ERR_INVALID_DEVICE = 101,
+	CU_ERR_NOT_FOUND = 500,
+	CU_ERR_NOT_PERMITTED = 800,
+	CU_ERR_NOT_SUPPORTED = 801,
+	CU_ERR_TIMEOUT = 909,
+};
+
+#ifdef THAW_CUDA_LAYOUT_CHECK
+#include <cuda.h>
+#include <stddef.h>
+#define SAME_LAYOUT(ours, theirs) \
+	_Static_assert(sizeof(ours) == sizeof(theirs), #ours " differs from " #theirs)
+SAME_LAYOUT(struct cu_uuid, CUuuid);
+SAME_LAYOUT(struct cu_lock_args, CUcheckpointLockArgs);
+SAME_LAYOUT(struct cu_checkpoint_args, CUcheckpointCheckpointArgs);
+SAME_LAYOUT(struct cu_gpu_pair, CUcheckpointGpuPair);
+SAME_LAYOUT(struct cu_restore_args, CUcheckpointRestoreArgs);
+SAME_LAYOUT(struct cu_unlock_args, CUcheckpointUnlockArgs);
+SAME_LAYOUT(cu_result, CUresult);
+SAME_LAYOUT(cu_device, CUdevice);
+_Static_assert(offsetof(struct cu_lock_args, reserved0) == offsetof(CUcheckpointLockArgs, reserved0), "lock");
+_Static_assert(offsetof(struct cu_lock_args, reserved1) == offsetof(CUcheckpointLockArgs, reserved1), "lock");
+_Static_assert(offsetof(struct cu_gpu_pair, new_uuid) == offsetof(CUcheckpointGpuPair, newUuid), "pair");
+_Static_assert(offsetof(struct cu_restore_args, gpu_pairs_count) ==
+		       offsetof(CUcheckpointRestoreArgs, gpuPairsCount), "restore");
+_Static_assert(offsetof(struct cu_restore_args, reserved1) ==
+		       offsetof(CUcheckpointRestoreArgs, reserved1), "restore");
+#define SAME_VALUE(ours, theirs) _Static_assert((int)(ours) == (int)(theirs), #ours)
+SAME_VALUE(CU_ERR_INVALID_VALUE, CUDA_ERROR_INVALID_VALUE);
+SAME_VALUE(CU_ERR_OUT_OF_MEMORY, CUDA_ERROR_OUT_OF_MEMORY);
+SAME_VALUE(CU_ERR_NOT_INITIALIZED, CUDA_ERROR_NOT_INITIALIZED);
+SAME_VALUE(CU_ERR_DEINITIALIZED, CUDA_ERROR_DEINITIALIZED);
+SAME_VALUE(CU_ERR_NO_DEVICE, CUDA_ERROR_NO_DEVICE);
+SAME_VALUE(CU_ERR_INVALID_DEVICE, CUDA_ERROR_INVALID_DEVICE);
+SAME_VALUE(CU_ERR_NOT_FOUND, CUDA_ERROR_NOT_FOUND);
+SAME_VALUE(CU_ERR_NOT_PERMITTED, CUDA_ERROR_NOT_PERMITTED);
+SAME_VALUE(CU_ERR_NOT_SUPPORTED, CUDA_ERROR_NOT_SUPPORTED);
+SAME_VALUE(CU_ERR_TIMEOUT, CUDA_ERROR_TIMEOUT);
+SAME_VALUE(CUDA_PROC_RUNNING, CU_PROCESS_STATE_RUNNING);
+SAME_VALUE(CUDA_PROC_LOCKED, CU_PROCESS_STATE_LOCKED);
+SAME_VALUE(CUDA_PROC_CHECKPOINTED, CU_PROCESS_STATE_CHECKPOINTED);
+SAME_VALUE(CUDA_PROC_FAILED, CU_PROCESS_STATE_FAILED);
+#endif
+
+/* NVML, for free memory without a context. */
+typedef int nvml_return;
+typedef void *nvml_device;
+struct nvml_memory {
+	unsigned long long total;
+	unsigned long long free;
+	unsigned long long used;
+};
+
+static struct {
+	void *lib;
+	void *nvml;
+	int init_err; /* cuda_init's answer, set once */
+	cu_result (*init)(unsigned int flags);
+	cu_result (*get_error_name)(cu_result err, const char **name);
+	cu_result (*driver_get_version)(int *version);
+	cu_result (*device_get_count)(int *count);
+	cu_result (*device_get)(cu_device *dev, int ordinal);
+	cu_result (*device_get_name)(char *name, int len, cu_device dev);
+	cu_result (*device_get_uuid)(struct cu_uuid *uuid, cu_device dev);
+	cu_result (*device_total_mem)(size_t *bytes, cu_device dev);
+	cu_result (*get_state)(int pid, int *state);
+	cu_result (*get_restore_thread_id)(int pid, int *tid);
+	cu_result (*lock)(int pid, struct cu_lock_args *args);
+	cu_result (*checkpoint)(int pid, struct cu_checkpoint_args *args);
+	cu_result (*restore)(int pid, struct cu_restore_args *args);
+	cu_result (*unlock)(int pid, struct cu_unlock_args *args);
+	nvml_return (*nvml_init)(void);
+	nvml_return (*nvml_by_uuid)(const char *uuid, nvml_device *dev);
+	nvml_return (*nvml_memory)(nvml_device dev, struct nvml_memory *mem);
+} drv = { .init_err = -ENODEV };
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+
+static const char *cu_name(cu_result r)
+{
+	const char *name = NULL;
+
+	if (drv.get_error_name && drv.get_error_name(r, &name) == CU_SUCCESS && name)
+		return name;
+	return "CUDA_ERROR_UNKNOWN";
+}
+
+static int cu_errno(cu_result r)
+{
+	switch (r) {
+	case CU_SUCCESS:
+		return 0;
+	case CU_ERR_NOT_INITIALIZED:
+	case CU_ERR_DEINITIALIZED:
+	case CU_ERR_NO_DEVICE:
+	case CU_ERR_INVALID_DEVICE:
+		return -ENODEV;
+	case CU_ERR_TIMEOUT:
+		return -ETIMEDOUT;
+	case CU_ERR_INVALID_VALUE:
+		return -EINVAL;
+	case CU_ERR_OUT_OF_MEMORY:
+		return -ENOMEM;
+	case CU_ERR_NOT_SUPPORTED:
+		return -EOPNOTSUPP;
+	case CU_ERR_NOT_FOUND: /* no CUDA process with that pid */
+		return -ESRCH;
+	case CU_ERR_NOT_PERMITTED:
+		return -EPERM;
+	default:
+		return -EIO;
+	}
+}
+
+/* Turn a CUresult of call fn on pid into -errno, logging failures once. */
+static int cu_check(cu_result r, const char *fn, pid_t pid)
+{
+	if (r == CU_SUCCESS)
+		return 0;
+	if (pid > 0)
+		pr_err("%s(%d): %s", fn, (int)pid, cu_name(r));
+	else
+		pr_err("%s: %s", fn, cu_name(r));
+	return cu_errno(r);
+}
+
+static void *sym(void *lib, const char *name)
+{
+	void *p = dlsym(lib, name);
+
+	if (!p)
+		pr_debug("no %s in the driver: %s", name, dlerror());
+	return p;
+}
+
+static void load_nvml(void)
+{
+	drv.nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!drv.nvml) {
+		pr_debug("no NVML (%s): free GPU memory unknown", dlerror());
+		return;
+	}
+	drv.nvml_init = (__typeof__(drv.nvml_init))sym(drv.nvml, "nvmlInit_v2");
+	drv.nvml_by_uuid = (__typeof__(drv.nvml_by_uuid))sym(drv.nvml, "nvmlDeviceGetHandleByUUID");
+	drv.nvml_memory = (__typeof__(drv.nvml_memory))sym(drv.nvml, "nvmlDeviceGetMemoryInfo");
+	if (!drv.nvml_init || !drv.nvml_by_uuid || !drv.nvml_memory || drv.nvml_init() != 0) {
+		pr_debug("NVML unusable: free GPU memory unknown");
+		drv.nvml_by_uuid = NULL;
+		drv.nvml_memory = NULL;
+	}
+}
+
+static void do_init(void)
+{
+	const char *no_gpu = getenv("THAW_NO_GPU");
+	cu_result r;
+
+	/* Tests and operators may hide the GPU to exercise the CPU-only path. */
+	if (no_gpu && *no_gpu && strcmp(no_gpu, "0")) {
+		pr_info("no GPU: CPU functions only (THAW_NO_GPU is set)");
+		return;
+	}
+	drv.lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!drv.lib) {
+		pr_info("no GPU: CPU functions only (%s)", dlerror());
+		return;
+	}
+#define LOAD(field, name)                                                            \
+	do {                                                                         \
+		drv.field = (__typeof__(drv.field))sym(drv.lib, name);              \
+	} while (0)
+	LOAD(init, "cuInit");
+	LOAD(get_error_name, "cuGetErrorName");
+	LOAD(driver_get_version, "cuDriverGetVersion");
+	LOAD(device_get_count, "cuDeviceGetCount");
+	LOAD(device_get, "cuDeviceGet");
+	LOAD(device_get_name, "cuDeviceGetName");
+	LOAD(device_get_uuid, "cuDeviceGetUuid_v2");
+	if (!drv.device_get_uuid)
+		LOAD(device_get_uuid, "cuDeviceGetUuid");
+	LOAD(device_total_mem, "cuDeviceTotalMem_v2");
+	LOAD(get_state, "cuCheckpointProcessGetState");
+	LOAD(get_restore_thread_id, "cuCheckpointProcessGetRestoreThreadId");
+	LOAD(lock, "cuCheckpointProcessLock");
+	LOAD(checkpoint, "cuCheckpointProcessCheckpoint");
+	LOAD(restore, "cuCheckpointProcessRestore");
+	LOAD(unlock, "cuCheckpointProcessUnlock");
+#undef LOAD
+	if (!drv.init || !drv.driver_get_version || !drv.device_get_count || !drv.device_get ||
+	    !drv.device_get_name || !drv.device_get_uuid || !drv.device_total_mem) {
+		pr_info("no GPU: CPU functions only (libcuda.so.1 lacks the device API)");
+		goto unload;
+	}
+	r = drv.init(0);
+	if (r != CU_SUCCESS) {
+		pr_info("no GPU: CPU functions only (cuInit: %s)", cu_name(r));
+		goto unload;
+	}
+	if (!drv.get_state || !drv.lock || !drv.checkpoint || !drv.restore || !drv.unlock)
+		pr_warn("this driver has no checkpoint API (driver >= 550 needed): "
+			"GPU functions cannot be snapshotted");
+	load_nvml();
+	drv.init_err = 0;
+	return;
+unload:
+	dlclose(drv.lib);
+	drv.lib = NULL;
+	drv.get_error_name = NULL;
+}
+
+int cuda_init(void)
+{
+	pthread_once(&init_once, do_init);
+	return drv.init_err;
+}
+
+bool cuda_available(void)
+{
+	return cuda_init() == 0;
+}
+
+int cuda_driver_version(int *version)
+{
+	int ret = cuda_init();
+
+	if (ret)
+		return ret;
+	return cu_check(drv.driver_get_version(version), "cuDriverGetVersion", 0);
+}
+
+static void uuid_format(const struct cu_uuid *u, char out[48])
+{
+	const unsigned char *b = u->bytes;
+
+	snprintf(out, 48,
+		 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+		 b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+		 b[14], b[15]);
+}
+
+/* "GPU-xxxxxxxx-xxxx-…" (the prefix optional) into 16 bytes. */
+static int uuid_parse(const char *s, struct cu_uuid *u)
+{
+	size_t n = 0;
+
+	if (!strncmp(s, "GPU-", 4))
+		s += 4;
+	for (; *s && n < 32; s++) {
+		int v;
+
+		if (*s == '-')
+			continue;
+		if (*s >= '0' && *s <= '9')
+			v = *s - '0';
+		else if (*s >= 'a' && *s <= 'f')
+			v = *s - 'a' + 10;
+		else if (*s >= 'A' && *s <= 'F')
+			v = *s - 'A' + 10;
+		else
+			return -EINVAL;
+		if (n % 2 == 0)
+			u->bytes[n / 2] = v << 4;
+		else
+			u->bytes[n / 2] |= v;
+		n++;
+	}
+	return n == 32 && !*s ? 0 : -EINVAL;
+}
+
+int cuda_devices(struct cuda_device **out, size_t *n)
+{
+	struct cuda_device *devs = NULL;
+	int count = 0, ret;
+
+	*out = NULL;
+	*n = 0;
+	ret = cuda_init();
+	if (ret)
+		return ret;
+	ret = cu_check(drv.device_get_count(&count), "cuDeviceGetCount", 0);
+	if (ret)
+		return ret;
+	if (count <= 0)
+		return 0;
+	devs = calloc(count, sizeof(*devs));
+	if (!devs)
+		return -ENOMEM;
+	for (int i = 0; i < count; i++) {
+		struct cuda_device *d = &devs[i];
+		struct cu_uuid uuid;
+		cu_device dev;
+		size_t total = 0;
+
+		ret = cu_check(drv.device_get(&dev, i), "cuDeviceGet", 0);
+		if (!ret)
+			ret = cu_check(drv.device_get_name(d->name, sizeof(d->name), dev),
+				       "cuDeviceGetName", 0);
+		if (!ret)
+			ret = cu_check(drv.device_get_uuid(&uuid, dev), "cuDeviceGetUuid", 0);
+		if (!ret)
+			ret = cu_check(drv.device_total_mem(&total, dev), "cuDeviceTotalMem", 0);
+		if (ret) {
+			free(devs);
+			return ret;
+		}
+		d->ordinal = i;
+		d->name[sizeof(d->name) - 1] = '\0';
+		uuid_format(&uuid, d->uuid);
+		d->total_bytes = total;
+		if (drv.nvml_memory) {
+			nvml_device h;
+			struct nvml_memory mem;
+
+			if (drv.nvml_by_uuid(d->uuid, &h) == 0 && drv.nvml_memory(h, &mem) == 0)
+				d->free_bytes = mem.free;
+		}
+	}
+	*out = devs;
+	*n = count;
+	return 0;
+}
+
+/* The checkpoint calls need the driver and its checkpoint API. */
+static int ckpt_ready(void *fn, const char *name)
+{
+	int ret = cuda_init();
+
+	if (ret)
+		return ret;
+	if (!fn) {
+		pr_err("%s: not in this driver (driver >= 550 needed)", name);
+		return -EOPNOTSUPP;
+	}
+	return 0;
+}
+
+int cuda_process_state(pid_t pid, enum cuda_proc_state *state)
+{
+	int s = 0, ret = ckpt_ready(drv.get_state, "cuCheckpointProcessGetState");
+
+	if (ret)
+		return ret;
+	ret = cu_check(drv.get_state(pid, &s), "cuCheckpointProcessGetState", pid);
+	if (!ret)
+		*state = s;
+	return ret;
+}
+
+int cuda_restore_thread_id(pid_t pid, int *tid)
+{
+	int ret = ckpt_ready(drv.get_restore_thread_id, "cuCheckpointProcessGetRestoreThreadId");
+
+	if (ret)
+		return ret;
+	return cu_check(drv.get_restore_thread_id(pid, tid),
+			"cuCheckpointProcessGetRestoreThreadId", pid);
+}
+
+int cuda_lock(pid_t pid, unsigned timeout_ms)
+{
+	struct cu_lock_args args = { .timeout_ms = timeout_ms };
+	int ret = ckpt_ready(drv.lock, "cuCheckpointProcessLock");
+
+	if (ret)
+		return ret;
+	return cu_check(drv.lock(pid, &args), "cuCheckpointProcessLock", pid);
+}
+
+int cuda_checkpoint(pid_t pid)
+{
+	struct cu_checkpoint_args args = { { 0 } };
+	int ret = ckpt_ready(drv.checkpoint, "cuCheckpointProcessCheckpoint");
+
+	if (ret)
+		return ret;
+	return cu_check(drv.checkpoint(pid, &args), "cuCheckpointProcessCheckpoint", pid);
+}
+
+int cuda_restore(pid_t pid, const struct cuda_gpu_pair *pairs, size_t npairs)
+{
+	struct cu_restore_args args;
+	struct cu_gpu_pair *cp = NULL;
+	int ret = ckpt_ready(drv.restore, "cuCheckpointProcessRestore");
+
+	if (ret)
+		return ret;
+	memset(&args, 0, sizeof(args));
+	if (pairs && npairs) {
+		cp = calloc(npairs, sizeof(*cp));
+		if (!cp)
+			return -ENOMEM;
+		for (size_t i = 0; i < npairs; i++) {
+			if (uuid_parse(pairs[i].old_uuid, &cp[i].old_uuid) ||
+			    uuid_parse(pairs[i].new_uuid, &cp[i].new_uuid)) {
+				pr_err("cuCheckpointProcessRestore(%d): bad GPU UUID pair %s -> %s",
+				       (int)pid, pairs[i].old_uuid, pairs[i].new_uuid);
+				ret = -EINVAL;
+				goto out;
+			}
+		}
+		args.gpu_pairs = cp;
+		args.gpu_pairs_count = npairs;
+	}
+	ret = cu_check(drv.restore(pid, &args), "cuCheckpointProcessRestore", pid);
+out:
+	free(cp);
+	return ret;
+}
+
+int cuda_unlock(pid_t pid)
+{
+	struct cu_unlock_args args = { { 0 } };
+	int ret = ckpt_ready(drv.unlock, "cuCheckpointProcessUnlock");
+
+	if (ret)
+		return ret;
+	return cu_check(drv.unlock(pid, &args), "cuCheckpointProcessUnlock", pid);
+}
+
+int cuda_filter_processes(const pid_t *pids, size_t n, pid_t **cuda_pids, size_t *ncuda)
+{
+	pid_t *out = NULL;
+	size_t k = 0;
+	int ret;
+
+	*cuda_pids = NULL;
+	*ncuda = 0;
+	ret = ckpt_ready(drv.get_state, "cuCheckpointProcessGetState");
+	if (ret)
+		return ret;
+	out = calloc(n ? n : 1, sizeof(*out));
+	if (!out)
+		return -ENOMEM;
+	/* Most of a container's processes hold no CUDA state: their GetState
+	 * failure is the answer, not an error, so it is not logged. */
+	for (size_t i = 0; i < n; i++) {
+		int s;
+
+		if (drv.get_state(pids[i], &s) == CU_SUCCESS)
+			out[k++] = pids[i];
+	}
+	*cuda_pids = out;
+	*ncuda = k;
+	return 0;
+}

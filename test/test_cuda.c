@@ -1,0 +1,297 @@
+/* test_cuda.c — the CUDA driver shim.
+ *
+ * Everywhere: where cuda.h can be found (nvcc's include dir, $CUDA_HOME), the
+ * shim's own declarations of the checkpoint API's types are compiled against
+ * it (common/cuda.c with -DTHAW_CUDA_LAYOUT_CHECK).
+ * Without a driver: every cuda_* call answers -ENODEV, then the test skips.
+ * With a GPU: a PyTorch process holds a tensor of known content; it is locked,
+ * checkpointed, restored (to the same GPU, then again through an explicit
+ * GPU pair) and unlocked, and the checksum it computes on the GPU afterwards
+ * must be the one it computed before (and the known value).
+ */
+#include "common/cuda.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "test/check.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* N float64 values 0..N-1: every partial sum is an integer below 2^53, so
+ * the sum is exact, whatever order the GPU adds them in: N(N-1)/2. */
+#define TENSOR_N (32ULL << 20) /* 256 MiB on the GPU */
+
+#define PY_SCRIPT \
+	"import sys, torch\n" \
+	"x = torch.arange(%llu, dtype=torch.float64, device='cuda')\n" \
+	"torch.cuda.synchronize()\n" \
+	"print('ready', flush=True)\n" \
+	"for line in sys.stdin:\n" \
+	"    s = x.sum().item()\n" \
+	"    torch.cuda.synchronize()\n" \
+	"    print('sum %%d' %% int(s), flush=True)\n"
+
+static pid_t child = -1;
+static int child_in = -1, child_out = -1;
+static pid_t sleeper = -1;
+
+/* Lock and checkpoint a CUDA process before killing it: killing a running or
+ * restored one has hung hosts on some drivers (DESIGN.md). */
+static void cleanup(void)
+{
+	enum cuda_proc_state st;
+
+	if (child > 0) {
+		if (cuda_process_state(child, &st) == 0) {
+			if (st == CUDA_PROC_RUNNING && cuda_lock(child, 10000) == 0)
+				st = CUDA_PROC_LOCKED;
+			if (st == CUDA_PROC_LOCKED)
+				cuda_checkpoint(child);
+		}
+		kill(child, SIGKILL);
+		waitpid(child, NULL, 0);
+		child = -1;
+	}
+	if (sleeper > 0) {
+		kill(sleeper, SIGKILL);
+		waitpid(sleeper, NULL, 0);
+		sleeper = -1;
+	}
+}
+
+static void layout_check(void)
+{
+	const char *root = getenv("THAW_ROOT");
+	const char *cuda_home = getenv("CUDA_HOME");
+	char inc[512], path[1024], cmd[2048];
+	int rc;
+
+	if (!root || !*root)
+		root = ".";
+	snprintf(inc, sizeof(inc), "%s/include",
+		 cuda_home && *cuda_home ? cuda_home : "/usr/local/cuda");
+	snprintf(path, sizeof(path), "%s/cuda.h", inc);
+	if (access(path, R_OK)) {
+		printf("layout check: no %s, not checked\n", path);
+		return;
+	}
+	snprintf(path, sizeof(path), "%s/common/cuda.c", root);
+	if (access(path, R_OK) || system("command -v ${CC:-cc} >/dev/null")) {
+		printf("layout check: no source tree or no compiler, not checked\n");
+		return;
+	}
+	snprintf(cmd, sizeof(cmd),
+		 "cd '%s' && ${CC:-cc} -std=gnu11 -D_GNU_SOURCE -I. -I'%s' -DTHAW_CUDA_LAYOUT_CHECK "
+		 "-fsyntax-only common/cuda.c",
+		 root, inc);
+	rc = system(cmd);
+	printf("layout check against %s/cuda.h: %s\n", inc, rc == 0 ? "same" : "DIFFERENT");
+	CHECK_EQ(rc, 0);
+}
+
+static int read_line(int fd, char *buf, size_t len, int timeout_ms)
+{
+	size_t n = 0;
+	uint64_t start = now_ns();
+
+	while (n + 1 < len) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		int left = timeout_ms - (int)ms_since(start);
+		ssize_t r;
+
+		if (left <= 0 || poll(&p, 1, left) <= 0)
+			return -ETIMEDOUT;
+		r = read(fd, buf + n, 1);
+		if (r <= 0)
+			return -EPIPE;
+		if (buf[n] == '\n') {
+			buf[n] = '\0';
+			return 0;
+		}
+		n++;
+	}
+	return -E2BIG;
+}
+
+/* Ask the child for its checksum; -1 on failure. */
+static long long child_sum(void)
+{
+	char line[256];
+	long long v;
+
+	if (write_all(child_in, "\n", 1))
+		return -1;
+	if (read_line(child_out, line, sizeof(line), 60000)) {
+		fprintf(stderr, "no checksum from the CUDA process\n");
+		return -1;
+	}
+	if (sscanf(line, "sum %lld", &v) != 1) {
+		fprintf(stderr, "unexpected line: %s\n", line);
+		return -1;
+	}
+	return v;
+}
+
+static void start_child(void)
+{
+	int in[2], out[2];
+	char script[1024];
+	char line[256];
+
+	snprintf(script, sizeof(script), PY_SCRIPT, TENSOR_N);
+	REQUIRE(pipe2(in, O_CLOEXEC) == 0 && pipe2(out, O_CLOEXEC) == 0);
+	child = fork();
+	REQUIRE(child >= 0);
+	if (child == 0) {
+		dup2(in[0], 0);
+		dup2(out[1], 1);
+		execlp("python3", "python3", "-c", script, (char *)NULL);
+		_exit(127);
+	}
+	close(in[0]);
+	close(out[1]);
+	child_in = in[1];
+	child_out = out[0];
+	uint64_t t = now_ns();
+	/* import torch on a cold page cache takes ~20 s */
+	if (read_line(child_out, line, sizeof(line), 180000) || strcmp(line, "ready")) {
+		fprintf(stderr, "the PyTorch process did not get ready\n");
+		exit(1);
+	}
+	printf("pytorch process %d ready in %.0f ms\n", (int)child, ms_since(t));
+}
+
+static int state_of(pid_t pid)
+{
+	enum cuda_proc_state st;
+	int ret = cuda_process_state(pid, &st);
+
+	return ret ? ret : (int)st;
+}
+
+/* lock -> checkpoint -> restore (pairs or not) -> unlock, checking the state at each step. */
+static void cycle(const struct cuda_gpu_pair *pairs, size_t npairs)
+{
+	uint64_t t;
+
+	CHECK_EQ(state_of(child), CUDA_PROC_RUNNING);
+	t = now_ns();
+	CHECK_EQ(cuda_lock(child, 10000), 0);
+	printf("  lock        %8.1f ms\n", ms_since(t));
+	CHECK_EQ(state_of(child), CUDA_PROC_LOCKED);
+	t = now_ns();
+	CHECK_EQ(cuda_checkpoint(child), 0);
+	printf("  checkpoint  %8.1f ms\n", ms_since(t));
+	CHECK_EQ(state_of(child), CUDA_PROC_CHECKPOINTED);
+	t = now_ns();
+	CHECK_EQ(cuda_restore(child, pairs, npairs), 0);
+	printf("  restore     %8.1f ms%s\n", ms_since(t), npairs ? " (with GPU pairs)" : "");
+	CHECK_EQ(state_of(child), CUDA_PROC_LOCKED);
+	t = now_ns();
+	CHECK_EQ(cuda_unlock(child), 0);
+	printf("  unlock      %8.1f ms\n", ms_since(t));
+	CHECK_EQ(state_of(child), CUDA_PROC_RUNNING);
+}
+
+int main(void)
+{
+	struct cuda_device *devs = NULL;
+	struct cuda_gpu_pair pair;
+	pid_t *cpids = NULL;
+	size_t n = 0, ncuda = 0;
+	int version = 0, tid = 0, ret;
+	const long long expect = (long long)(TENSOR_N * (TENSOR_N - 1) / 2);
+
+	log_set_level(LOG_INFO);
+	layout_check();
+	atexit(cleanup);
+
+	if (!cuda_available()) {
+		enum cuda_proc_state st;
+
+		CHECK_EQ(cuda_init(), -ENODEV);
+		CHECK_EQ(cuda_driver_version(&version), -ENODEV);
+		CHECK_EQ(cuda_devices(&devs, &n), -ENODEV);
+		CHECK(devs == NULL && n == 0);
+		CHECK_EQ(cuda_process_state(getpid(), &st), -ENODEV);
+		CHECK_EQ(cuda_lock(getpid(), 100), -ENODEV);
+		CHECK_EQ(cuda_checkpoint(getpid()), -ENODEV);
+		CHECK_EQ(cuda_restore(getpid(), NULL, 0), -ENODEV);
+		CHECK_EQ(cuda_unlock(getpid()), -ENODEV);
+		CHECK_EQ(cuda_restore_thread_id(getpid(), &tid), -ENODEV);
+		CHECK_EQ(cuda_filter_processes(&(pid_t){ getpid() }, 1, &cpids, &ncuda), -ENODEV);
+		if (check_failures)
+			return 1;
+		SKIP("no GPU: CPU functions only (every cuda_* call answered -ENODEV)");
+	}
+
+	REQUIRE(cuda_driver_version(&version) == 0);
+	printf("driver API version %d.%d\n", version / 1000, version % 1000 / 10);
+	REQUIRE(cuda_devices(&devs, &n) == 0);
+	REQUIRE(n > 0);
+	for (size_t i = 0; i < n; i++) {
+		char tb[32], fb[32];
+
+		printf("GPU %d: %s %s, %s, %s free\n", devs[i].ordinal, devs[i].name, devs[i].uuid,
+		       fmt_bytes(devs[i].total_bytes, tb), fmt_bytes(devs[i].free_bytes, fb));
+		CHECK(strncmp(devs[i].uuid, "GPU-", 4) == 0 && strlen(devs[i].uuid) == 40);
+		CHECK(devs[i].total_bytes > (1ULL << 30));
+		CHECK(devs[i].free_bytes <= devs[i].total_bytes);
+	}
+
+	/* A process without CUDA state: a clean error, neither a hang nor success. */
+	sleeper = fork();
+	REQUIRE(sleeper >= 0);
+	if (sleeper == 0) {
+		execlp("sleep", "sleep", "60", (char *)NULL);
+		_exit(127);
+	}
+	uint64_t t = now_ns();
+	ret = cuda_lock(sleeper, 2000);
+	printf("lock on non-CUDA pid %d: %d (%s) in %.0f ms\n", (int)sleeper, ret, strerror(-ret),
+	       ms_since(t));
+	CHECK(ret < 0 && ret != -ENODEV);
+	CHECK(state_of(sleeper) < 0);
+
+	start_child();
+	long long before = child_sum();
+	printf("checksum before: %lld (expected %lld)\n", before, expect);
+	CHECK_EQ(before, expect);
+
+	ret = cuda_restore_thread_id(child, &tid);
+	printf("restore thread id of %d: %d (ret %d)\n", (int)child, tid, ret);
+	CHECK_EQ(ret, 0);
+	CHECK(tid > 0);
+
+	pid_t both[2] = { sleeper, child };
+	CHECK_EQ(cuda_filter_processes(both, 2, &cpids, &ncuda), 0);
+	CHECK_EQ(ncuda, 1);
+	if (ncuda == 1)
+		CHECK_EQ(cpids[0], child);
+	free(cpids);
+
+	printf("cycle 1 (restore onto the same GPU):\n");
+	cycle(NULL, 0);
+	long long after = child_sum();
+	printf("checksum after: %lld\n", after);
+	CHECK_EQ(after, before);
+
+	snprintf(pair.old_uuid, sizeof(pair.old_uuid), "%s", devs[0].uuid);
+	snprintf(pair.new_uuid, sizeof(pair.new_uuid), "%s", devs[0].uuid);
+	printf("cycle 2 (restore through gpuPairs %s -> %s):\n", pair.old_uuid, pair.new_uuid);
+	cycle(&pair, 1);
+	after = child_sum();
+	printf("checksum after: %lld\n", after);
+	CHECK_EQ(after, before);
+
+	free(devs);
+	cleanup();
+	return check_failures ? 1 : 0;
+}

@@ -1,0 +1,193 @@
+/* chunk.c — chunk names, encoding and checked decoding; see chunk.h. */
+#define LOG_PREFIX "chunk: "
+#include "store/chunk.h"
+#include "common/log.h"
+#include "common/util.h"
+
+#include <endian.h>
+#include <errno.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zstd.h>
+
+#define CHUNK_MAGIC   "THCK"
+#define CHUNK_VERSION 1
+
+struct chunk_codec {
+	ZSTD_CCtx *cctx;
+	ZSTD_DCtx *dctx;
+};
+
+struct chunk_codec *chunk_codec_new(void)
+{
+	struct chunk_codec *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->cctx = ZSTD_createCCtx();
+	c->dctx = ZSTD_createDCtx();
+	if (!c->cctx || !c->dctx) {
+		pr_err("cannot create zstd contexts");
+		chunk_codec_free(c);
+		return NULL;
+	}
+	ZSTD_CCtx_setParameter(c->cctx, ZSTD_c_compressionLevel, CHUNK_ZSTD_LEVEL);
+	/* No checksum or size in the frame: the chunk header and hash cover both. */
+	ZSTD_CCtx_setParameter(c->cctx, ZSTD_c_checksumFlag, 0);
+	return c;
+}
+
+void chunk_codec_free(struct chunk_codec *c)
+{
+	if (!c)
+		return;
+	ZSTD_freeCCtx(c->cctx);
+	ZSTD_freeDCtx(c->dctx);
+	free(c);
+}
+
+/* Fetch the digest once: an implicit fetch per call costs a lock and a lookup. */
+static EVP_MD *sha256_md;
+static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+
+static void sha256_fetch(void)
+{
+	sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+}
+
+void chunk_hash(const void *data, size_t len, uint8_t out[CHUNK_HASH_LEN])
+{
+	unsigned int n = CHUNK_HASH_LEN;
+
+	pthread_once(&sha256_once, sha256_fetch);
+	if (!EVP_Digest(data, len, out, &n, sha256_md ? sha256_md : EVP_sha256(), NULL)) {
+		/* Cannot happen short of a broken libcrypto; make it never match. */
+		pr_err("SHA-256 failed in libcrypto");
+		memset(out, 0, CHUNK_HASH_LEN);
+	}
+}
+
+void chunk_id_format(const uint8_t hash[CHUNK_HASH_LEN], char out[CHUNK_ID_LEN])
+{
+	memcpy(out, "sha256:", 7);
+	hex_encode(hash, CHUNK_HASH_LEN, out + 7);
+}
+
+int chunk_id_parse(const char *id, uint8_t hash[CHUNK_HASH_LEN])
+{
+	if (!id || strncmp(id, "sha256:", 7))
+		return -EINVAL;
+	id += 7;
+	/* Lowercase only: one id, one spelling, one file name. */
+	for (size_t i = 0; i < 2 * CHUNK_HASH_LEN; i++)
+		if (!((id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'f')))
+			return -EINVAL;
+	return hex_decode(id, hash, CHUNK_HASH_LEN);
+}
+
+size_t chunk_encode_bound(size_t raw_len)
+{
+	size_t z = ZSTD_compressBound(raw_len);
+
+	return CHUNK_HEADER_SIZE + (z > raw_len ? z : raw_len);
+}
+
+static void put_header(uint8_t *out, enum chunk_encoding enc, uint32_t raw_len, uint32_t payload_len)
+{
+	uint32_t v;
+
+	memcpy(out, CHUNK_MAGIC, 4);
+	out[4] = CHUNK_VERSION;
+	out[5] = (uint8_t)enc;
+	out[6] = 0;
+	out[7] = 0;
+	v = htole32(raw_len);
+	memcpy(out + 8, &v, 4);
+	v = htole32(payload_len);
+	memcpy(out + 12, &v, 4);
+}
+
+long chunk_encode(struct chunk_codec *c, const void *raw, size_t raw_len, void *out, size_t out_cap)
+{
+	uint8_t *o = out;
+	size_t z;
+
+	if (raw_len > CHUNK_MAX_RAW || out_cap < CHUNK_HEADER_SIZE + raw_len)
+		return -EINVAL;
+	/* Compressed output larger than this is not worth keeping: store raw. */
+	size_t keep_below = raw_len - raw_len * CHUNK_MIN_SAVING_PCT / 100;
+	size_t cap = MIN(out_cap - CHUNK_HEADER_SIZE, keep_below);
+
+	z = ZSTD_compress2(c->cctx, o + CHUNK_HEADER_SIZE, cap, raw, raw_len);
+	if (!ZSTD_isError(z) && z < keep_below) {
+		put_header(o, CHUNK_ZSTD, (uint32_t)raw_len, (uint32_t)z);
+		return (long)(CHUNK_HEADER_SIZE + z);
+	}
+	/* An error here is mostly "output too small", i.e. does not compress enough. */
+	if (ZSTD_isError(z))
+		pr_debug("zstd: %s; storing raw", ZSTD_getErrorName(z));
+	ZSTD_CCtx_reset(c->cctx, ZSTD_reset_session_only);
+	put_header(o, CHUNK_RAW, (uint32_t)raw_len, (uint32_t)raw_len);
+	memcpy(o + CHUNK_HEADER_SIZE, raw, raw_len);
+	return (long)(CHUNK_HEADER_SIZE + raw_len);
+}
+
+int chunk_decode(struct chunk_codec *c, const void *obj, size_t obj_len,
+		 const uint8_t expect[CHUNK_HASH_LEN], void *raw, size_t raw_len)
+{
+	const uint8_t *o = obj;
+	uint8_t got[CHUNK_HASH_LEN];
+	char id[CHUNK_ID_LEN];
+	uint32_t hraw, hpay;
+
+	chunk_id_format(expect, id);
+	if (obj_len < CHUNK_HEADER_SIZE || memcmp(o, CHUNK_MAGIC, 4) || o[4] != CHUNK_VERSION ||
+	    o[6] || o[7]) {
+		pr_err("chunk %s: bad header", id);
+		return -EBADMSG;
+	}
+	memcpy(&hraw, o + 8, 4);
+	memcpy(&hpay, o + 12, 4);
+	hraw = le32toh(hraw);
+	hpay = le32toh(hpay);
+	if (hraw != raw_len || hraw > CHUNK_MAX_RAW || (uint64_t)hpay != obj_len - CHUNK_HEADER_SIZE) {
+		pr_err("chunk %s: lengths disagree (header raw %u payload %u, object %zu bytes, "
+		       "expected raw %zu)", id, hraw, hpay, obj_len, raw_len);
+		return -EBADMSG;
+	}
+	switch (o[5]) {
+	case CHUNK_RAW:
+		if (hpay != hraw) {
+			pr_err("chunk %s: raw payload of %u bytes for %u", id, hpay, hraw);
+			return -EBADMSG;
+		}
+		memcpy(raw, o + CHUNK_HEADER_SIZE, raw_len);
+		break;
+	case CHUNK_ZSTD: {
+		size_t n = ZSTD_decompressDCtx(c->dctx, raw, raw_len, o + CHUNK_HEADER_SIZE, hpay);
+		if (ZSTD_isError(n)) {
+			pr_err("chunk %s: zstd: %s", id, ZSTD_getErrorName(n));
+			ZSTD_DCtx_reset(c->dctx, ZSTD_reset_session_only);
+			return -EBADMSG;
+		}
+		if (n != raw_len) {
+			pr_err("chunk %s: decompressed to %zu bytes, expected %zu", id, n, raw_len);
+			return -EBADMSG;
+		}
+		break;
+	}
+	default:
+		pr_err("chunk %s: unknown encoding %u", id, o[5]);
+		return -EBADMSG;
+	}
+	chunk_hash(raw, raw_len, got);
+	if (memcmp(got, expect, CHUNK_HASH_LEN)) {
+		char gid[CHUNK_ID_LEN];
+		chunk_id_format(got, gid);
+		pr_err("chunk %s: content hashes to %s", id, gid);
+		return -EBADMSG;
+	}
+	return 0;
+}

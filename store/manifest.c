@@ -1,0 +1,430 @@
+/* manifest.c — strict parsing and canonical serialization of manifests; see manifest.h. */
+#define LOG_PREFIX "manifest: "
+#include "store/manifest.h"
+#include "common/log.h"
+#include "common/util.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MANIFEST_MAX_PATH 4096
+
+struct manifest *manifest_new(const char *name)
+{
+	struct manifest *m = calloc(1, sizeof(*m));
+	char created[32];
+	struct tm tm;
+	time_t t = time(NULL);
+
+	if (!m)
+		return NULL;
+	gmtime_r(&t, &tm);
+	strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	m->name = strdup(name ? name : "");
+	m->created = strdup(created);
+	m->meta = json_object();
+	if (!m->name || !m->created || !m->meta) {
+		manifest_free(m);
+		return NULL;
+	}
+	return m;
+}
+
+void manifest_free(struct manifest *m)
+{
+	if (!m)
+		return;
+	for (size_t i = 0; i < m->nfiles; i++) {
+		free(m->files[i].path);
+		free(m->files[i].chunks);
+	}
+	free(m->files);
+	free(m->name);
+	free(m->created);
+	json_decref(m->meta);
+	free(m);
+}
+
+/* A string member without NUL bytes, or NULL (reason logged). */
+static const char *get_string(json_t *obj, const char *key, const char *where)
+{
+	json_t *v = json_object_get(obj, key);
+
+	if (!json_is_string(v)) {
+		pr_err("%s: \"%s\" is %s, not a string", where, key, v ? "of the wrong type" : "missing");
+		return NULL;
+	}
+	if (strlen(json_string_value(v)) != json_string_length(v)) {
+		pr_err("%s: \"%s\" contains a NUL byte", where, key);
+		return NULL;
+	}
+	return json_string_value(v);
+}
+
+/* A non-negative integer member no larger than max; -EINVAL (logged) otherwise. */
+static int get_uint(json_t *obj, const char *key, uint64_t max, uint64_t *out, const char *where)
+{
+	json_t *v = json_object_get(obj, key);
+
+	if (!json_is_integer(v)) {
+		pr_err("%s: \"%s\" is %s, not an integer", where, key,
+		       v ? "of the wrong type" : "missing");
+		return -EINVAL;
+	}
+	json_int_t i = json_integer_value(v);
+	if (i < 0 || (uint64_t)i > max) {
+		pr_err("%s: \"%s\" = %lld is out of range", where, key, (long long)i);
+		return -EINVAL;
+	}
+	*out = (uint64_t)i;
+	return 0;
+}
+
+/* Refuse members we do not know: a manifest means exactly what it says. */
+static int only_keys(json_t *obj, const char *const *keys, size_t n, const char *where)
+{
+	const char *k;
+	json_t *v;
+
+	json_object_foreach(obj, k, v) {
+		size_t i;
+		for (i = 0; i < n; i++)
+			if (!strcmp(k, keys[i]))
+				break;
+		if (i == n) {
+			pr_err("%s: unknown member \"%s\"", where, k);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+static int path_ok(const char *p)
+{
+	size_t len = strlen(p);
+
+	if (len == 0 || len > MANIFEST_MAX_PATH)
+		return 0;
+	if (p[0] == '/')
+		return 0;
+	for (const char *c = p; *c;) {
+		const char *e = strchrnul(c, '/');
+		size_t n = (size_t)(e - c);
+		if (n == 0 || (n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.'))
+			return 0;
+		c = *e ? e + 1 : e;
+		if (*e && !*c)
+			return 0; /* trailing slash: an empty last component */
+	}
+	return 1;
+}
+
+static int parse_chunk(json_t *jc, struct manifest_chunk *c, const char *where)
+{
+	static const char *const keys[] = { "off", "len", "id", "stored", "zero" };
+	json_t *z = json_object_get(jc, "zero");
+	uint64_t v;
+
+	if (!json_is_object(jc)) {
+		pr_err("%s is not an object", where);
+		return -EINVAL;
+	}
+	if (only_keys(jc, keys, ARRAY_SIZE(keys), where))
+		return -EINVAL;
+	if (get_uint(jc, "off", INT64_MAX, &c->off, where) ||
+	    get_uint(jc, "len", INT64_MAX, &c->len, where))
+		return -EINVAL;
+	if (c->len == 0) {
+		pr_err("%s: len is 0", where);
+		return -EINVAL;
+	}
+	if (z && !json_is_boolean(z)) {
+		pr_err("%s: \"zero\" is not a boolean", where);
+		return -EINVAL;
+	}
+	c->zero = json_is_true(z);
+	if (c->zero) {
+		if (json_object_get(jc, "id") || json_object_get(jc, "stored")) {
+			pr_err("%s: a hole has an id or stored size", where);
+			return -EINVAL;
+		}
+		c->stored = 0;
+		memset(c->hash, 0, sizeof(c->hash));
+		return 0;
+	}
+	if (c->len > CHUNK_MAX_RAW) {
+		pr_err("%s: len %llu is larger than a chunk may be (%u)", where,
+		       (unsigned long long)c->len, CHUNK_MAX_RAW);
+		return -EINVAL;
+	}
+	const char *id = get_string(jc, "id", where);
+	if (!id)
+		return -EINVAL;
+	if (chunk_id_parse(id, c->hash)) {
+		pr_err("%s: bad chunk id \"%.80s\"", where, id);
+		return -EINVAL;
+	}
+	if (get_uint(jc, "stored", chunk_encode_bound(c->len), &v, where))
+		return -EINVAL;
+	if (v < CHUNK_HEADER_SIZE) {
+		pr_err("%s: stored size %llu is smaller than a chunk header", where,
+		       (unsigned long long)v);
+		return -EINVAL;
+	}
+	c->stored = (uint32_t)v;
+	return 0;
+}
+
+static int parse_file(json_t *jf, struct manifest_file *f, size_t idx)
+{
+	static const char *const keys[] = { "path", "size", "mode", "chunks" };
+	char where[128];
+	uint64_t v, pos = 0;
+	json_t *jcs, *jc;
+	size_t i;
+
+	snprintf(where, sizeof(where), "files[%zu]", idx);
+	if (!json_is_object(jf)) {
+		pr_err("%s is not an object", where);
+		return -EINVAL;
+	}
+	if (only_keys(jf, keys, ARRAY_SIZE(keys), where))
+		return -EINVAL;
+	const char *path = get_string(jf, "path", where);
+	if (!path)
+		return -EINVAL;
+	if (!path_ok(path)) {
+		pr_err("%s: path \"%.200s\" is not a clean relative path (empty, absolute, "
+		       "\".\", \"..\" or empty component)", where, path);
+		return -EINVAL;
+	}
+	if (get_uint(jf, "size", INT64_MAX, &f->size, where) ||
+	    get_uint(jf, "mode", 07777, &v, where))
+		return -EINVAL;
+	f->mode = (uint32_t)v & 0777;
+	jcs = json_object_get(jf, "chunks");
+	if (!json_is_array(jcs)) {
+		pr_err("%s: \"chunks\" is %s, not an array", where, jcs ? "of the wrong type" : "missing");
+		return -EINVAL;
+	}
+	f->path = strdup(path);
+	f->chunks = calloc(json_array_size(jcs) ? json_array_size(jcs) : 1, sizeof(*f->chunks));
+	if (!f->path || !f->chunks)
+		return -ENOMEM;
+	json_array_foreach(jcs, i, jc) {
+		char cwhere[256];
+		struct manifest_chunk *c = &f->chunks[i];
+
+		snprintf(cwhere, sizeof(cwhere), "%s (%.60s) chunks[%zu]", where, path, i);
+		if (parse_chunk(jc, c, cwhere))
+			return -EINVAL;
+		f->nchunks = i + 1;
+		if (c->off != pos) {
+			pr_err("%s: offset %llu where %llu was expected (chunks out of order, "
+			       "overlapping or with a gap)", cwhere, (unsigned long long)c->off,
+			       (unsigned long long)pos);
+			return -EINVAL;
+		}
+		if (c->len > f->size - pos) {
+			pr_err("%s: runs past the file's size %llu", cwhere,
+			       (unsigned long long)f->size);
+			return -EINVAL;
+		}
+		pos += c->len;
+	}
+	if (pos != f->size) {
+		pr_err("%s (%.60s): chunks add up to %llu bytes, size is %llu", where, path,
+		       (unsigned long long)pos, (unsigned long long)f->size);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int cmp_path(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int check_unique(const struct manifest *m)
+{
+	char **paths;
+	int ret = 0;
+
+	if (m->nfiles < 2)
+		return 0;
+	paths = malloc(m->nfiles * sizeof(*paths));
+	if (!paths)
+		return -ENOMEM;
+	for (size_t i = 0; i < m->nfiles; i++)
+		paths[i] = m->files[i].path;
+	qsort(paths, m->nfiles, sizeof(*paths), cmp_path);
+	for (size_t i = 1; i < m->nfiles; i++) {
+		if (!strcmp(paths[i - 1], paths[i])) {
+			pr_err("path \"%.200s\" appears twice", paths[i]);
+			ret = -EINVAL;
+			break;
+		}
+		/* "a" and "a/b" cannot both be files. */
+		size_t n = strlen(paths[i - 1]);
+		if (!strncmp(paths[i - 1], paths[i], n) && paths[i][n] == '/') {
+			pr_err("path \"%.200s\" is both a file and a directory", paths[i - 1]);
+			ret = -EINVAL;
+			break;
+		}
+	}
+	free(paths);
+	return ret;
+}
+
+int manifest_parse(const char *json, size_t len, struct manifest **out)
+{
+	static const char *const keys[] = { "version", "name", "created", "files", "meta" };
+	struct manifest *m = NULL;
+	json_error_t jerr;
+	json_t *root = NULL, *jfiles, *jf, *meta;
+	const char *s;
+	uint64_t version;
+	size_t i;
+	int ret = -EINVAL;
+
+	*out = NULL;
+	if (len > MANIFEST_MAX_SIZE) {
+		pr_err("manifest of %zu bytes is larger than %u", len, MANIFEST_MAX_SIZE);
+		return -EINVAL;
+	}
+	root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!root) {
+		pr_err("not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column);
+		return -EINVAL;
+	}
+	if (!json_is_object(root)) {
+		pr_err("not a JSON object");
+		goto out;
+	}
+	if (only_keys(root, keys, ARRAY_SIZE(keys), "top level"))
+		goto out;
+	if (get_uint(root, "version", INT64_MAX, &version, "top level"))
+		goto out;
+	if (version != MANIFEST_VERSION) {
+		pr_err("unknown version %llu (this thaw reads version %d)",
+		       (unsigned long long)version, MANIFEST_VERSION);
+		goto out;
+	}
+	m = calloc(1, sizeof(*m));
+	if (!m) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	if (!(s = get_string(root, "name", "top level")) || !(m->name = strdup(s)))
+		goto out;
+	if (!(s = get_string(root, "created", "top level")) || !(m->created = strdup(s)))
+		goto out;
+	meta = json_object_get(root, "meta");
+	if (meta && !json_is_object(meta)) {
+		pr_err("\"meta\" is not an object");
+		goto out;
+	}
+	m->meta = meta ? json_incref(meta) : json_object();
+	if (!m->meta) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	jfiles = json_object_get(root, "files");
+	if (!json_is_array(jfiles)) {
+		pr_err("\"files\" is %s, not an array", jfiles ? "of the wrong type" : "missing");
+		goto out;
+	}
+	m->files = calloc(json_array_size(jfiles) ? json_array_size(jfiles) : 1, sizeof(*m->files));
+	if (!m->files) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	json_array_foreach(jfiles, i, jf) {
+		m->nfiles = i + 1;
+		ret = parse_file(jf, &m->files[i], i);
+		if (ret)
+			goto out;
+	}
+	ret = check_unique(m);
+	if (ret)
+		goto out;
+	*out = m;
+	m = NULL;
+out:
+	manifest_free(m);
+	json_decref(root);
+	return ret;
+}
+
+static json_t *chunk_json(const struct manifest_chunk *c)
+{
+	char id[CHUNK_ID_LEN];
+
+	if (c->zero)
+		return json_pack("{s:I,s:I,s:b}", "off", (json_int_t)c->off, "len",
+				 (json_int_t)c->len, "zero", 1);
+	chunk_id_format(c->hash, id);
+	return json_pack("{s:I,s:I,s:s,s:I}", "off", (json_int_t)c->off, "len", (json_int_t)c->len,
+			 "id", id, "stored", (json_int_t)c->stored);
+}
+
+char *manifest_serialize(const struct manifest *m, size_t *len)
+{
+	json_t *root = NULL, *files = NULL;
+	char *s = NULL;
+
+	files = json_array();
+	if (!files)
+		goto out;
+	for (size_t i = 0; i < m->nfiles; i++) {
+		const struct manifest_file *f = &m->files[i];
+		json_t *chunks = json_array();
+
+		if (!chunks)
+			goto out;
+		for (size_t j = 0; j < f->nchunks; j++) {
+			if (json_array_append_new(chunks, chunk_json(&f->chunks[j]))) {
+				json_decref(chunks);
+				goto out;
+			}
+		}
+		if (json_array_append_new(files, json_pack("{s:s,s:I,s:i,s:o}", "path", f->path, "size",
+							   (json_int_t)f->size, "mode",
+							   (int)(f->mode & 0777), "chunks", chunks)))
+			goto out;
+	}
+	root = json_pack("{s:i,s:s,s:s,s:O,s:O}", "version", MANIFEST_VERSION, "name",
+			 m->name ? m->name : "", "created", m->created ? m->created : "", "files",
+			 files, "meta", m->meta ? m->meta : json_object());
+	if (!root)
+		goto out;
+	s = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
+	if (s && len)
+		*len = strlen(s);
+out:
+	if (!s)
+		pr_err("cannot serialize manifest (out of memory)");
+	json_decref(files);
+	json_decref(root);
+	return s;
+}
+
+void manifest_totals(const struct manifest *m, struct manifest_totals *t)
+{
+	memset(t, 0, sizeof(*t));
+	for (size_t i = 0; i < m->nfiles; i++) {
+		const struct manifest_file *f = &m->files[i];
+
+		t->logical_bytes += f->size;
+		for (size_t j = 0; j < f->nchunks; j++) {
+			if (f->chunks[j].zero) {
+				t->zero_bytes += f->chunks[j].len;
+			} else {
+				t->stored_bytes += f->chunks[j].stored;
+				t->chunks++;
+			}
+		}
+	}
+}

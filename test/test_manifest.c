@@ -1,0 +1,135 @@
+/* test_manifest.c — canonical round trip, and each hostile manifest refused with its reason. */
+#include "common/log.h"
+#include "store/manifest.h"
+#include "test/check.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ID1 "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+
+static const char *good =
+	"{\"version\":1,\"name\":\"fn-a\",\"created\":\"2026-11-23T00:00:00Z\","
+	"\"files\":[{\"path\":\"pages-1.img\",\"size\":73728,\"mode\":420,\"chunks\":["
+	"{\"off\":0,\"len\":65536,\"id\":\"" ID1 "\",\"stored\":1234},"
+	"{\"off\":65536,\"len\":8192,\"zero\":true}]},"
+	"{\"path\":\"sub/dir/empty.img\",\"size\":0,\"mode\":384,\"chunks\":[]}],"
+	"\"meta\":{\"criu\":\"4.2.1\",\"pids\":[1,2]}}";
+
+/* good with FROM replaced by TO must be refused with a message mentioning WHY. */
+static void bad(const char *from, const char *to, const char *why)
+{
+	char buf[4096];
+	const char *p = strstr(good, from);
+	struct manifest *m = (struct manifest *)1;
+
+	REQUIRE(p);
+	snprintf(buf, sizeof(buf), "%.*s%s%s", (int)(p - good), good, to, p + strlen(from));
+	log_clear_error();
+	int r = manifest_parse(buf, strlen(buf), &m);
+	if (r != -EINVAL || m != NULL) {
+		fprintf(stderr, "accepted: %s\n", buf);
+		check_failures++;
+		return;
+	}
+	if (!strstr(log_last_error(), why)) {
+		fprintf(stderr, "replacing %s by %s: error \"%s\" does not mention \"%s\"\n", from,
+			to, log_last_error(), why);
+		check_failures++;
+	}
+}
+
+int main(void)
+{
+	struct manifest *m = NULL, *m2 = NULL;
+	struct manifest_totals t;
+	char *s1, *s2;
+	size_t l1, l2;
+
+	log_set_level(LOG_ERR + 0);
+	REQUIRE(manifest_parse(good, strlen(good), &m) == 0);
+	CHECK_STR(m->name, "fn-a");
+	CHECK_EQ(m->nfiles, 2);
+	CHECK_STR(m->files[0].path, "pages-1.img");
+	CHECK_EQ(m->files[0].nchunks, 2);
+	CHECK(m->files[0].chunks[1].zero);
+	CHECK_EQ(m->files[0].chunks[0].stored, 1234);
+	CHECK_EQ(m->files[0].mode, 0644);
+	manifest_totals(m, &t);
+	CHECK_EQ(t.logical_bytes, 73728);
+	CHECK_EQ(t.zero_bytes, 8192);
+	CHECK_EQ(t.stored_bytes, 1234);
+	CHECK_EQ(t.chunks, 1);
+
+	/* Canonical: serialize, parse, serialize gives the same bytes. */
+	s1 = manifest_serialize(m, &l1);
+	REQUIRE(s1);
+	REQUIRE(manifest_parse(s1, l1, &m2) == 0);
+	s2 = manifest_serialize(m2, &l2);
+	REQUIRE(s2);
+	CHECK_EQ(l1, l2);
+	CHECK_STR(s1, s2);
+	CHECK(strstr(s1, "\"files\":[{\"chunks\":[{\"id\":") != NULL); /* sorted keys */
+	CHECK(strchr(s1, ' ') == NULL || strstr(s1, "\": ") == NULL);   /* compact */
+	free(s1);
+	free(s2);
+	manifest_free(m2);
+	manifest_free(m);
+	manifest_free(NULL);
+
+	m = manifest_new("x");
+	REQUIRE(m && m->meta && m->created && strlen(m->created) == 20);
+	s1 = manifest_serialize(m, &l1);
+	REQUIRE(s1);
+	CHECK_EQ(manifest_parse(s1, l1, &m2), 0);
+	manifest_free(m2);
+	free(s1);
+	manifest_free(m);
+
+	bad("\"pages-1.img\"", "\"/pages-1.img\"", "path");
+	bad("\"pages-1.img\"", "\"a/../pages-1.img\"", "path");
+	bad("\"pages-1.img\"", "\"..\"", "path");
+	bad("\"pages-1.img\"", "\"./pages-1.img\"", "path");
+	bad("\"pages-1.img\"", "\"a//b\"", "path");
+	bad("\"pages-1.img\"", "\"a/\"", "path");
+	bad("\"pages-1.img\"", "\"\"", "path");
+	bad("\"pages-1.img\"", "\"a\\u0000b\"", "JSON");
+	bad("\"sub/dir/empty.img\"", "\"pages-1.img\"", "twice");
+	bad("\"sub/dir/empty.img\"", "\"pages-1.img/x\"", "directory");
+	bad("\"size\":73728", "\"size\":73729", "add up");
+	bad("\"size\":73728", "\"size\":70000", "past");
+	bad("\"size\":73728", "\"size\":-1", "range");
+	bad("\"size\":73728", "\"size\":\"73728\"", "not an integer");
+	bad("\"off\":65536", "\"off\":65535", "expected");
+	bad("\"off\":65536", "\"off\":65537", "gap");
+	bad("\"off\":0,", "\"off\":1,", "expected");
+	bad("\"len\":8192", "\"len\":0", "len is 0");
+	bad("\"len\":65536,", "\"len\":2000000,", "larger than a chunk");
+	bad(ID1, "sha256:BA7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", "bad chunk id");
+	bad(ID1, "sha256:ba78", "bad chunk id");
+	bad(ID1, "md5:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", "bad chunk id");
+	bad("\"stored\":1234", "\"stored\":\"1234\"", "not an integer");
+	bad("\"stored\":1234", "\"stored\":3", "header");
+	bad(",\"stored\":1234", "", "stored");
+	bad("\"zero\":true", "\"zero\":1", "boolean");
+	bad("\"version\":1", "\"version\":2", "version");
+	bad("\"version\":1", "\"version\":\"1\"", "version");
+	bad("\"name\":\"fn-a\"", "\"name\":7", "name");
+	bad("\"name\":\"fn-a\"", "\"name\":\"fn-a\",\"name\":\"b\"", "JSON");
+	bad("\"name\":\"fn-a\"", "\"name\":\"fn-a\",\"extra\":1", "unknown member");
+	bad("\"mode\":420", "\"mode\":420.0", "mode");
+	bad("\"meta\":{", "\"meta\":[{", "JSON"); /* unbalanced: not JSON at all */
+	bad("\"meta\":{\"criu\":\"4.2.1\",\"pids\":[1,2]}", "\"meta\":[]", "meta");
+	bad("{\"version\"", "[{\"version\"", "JSON");
+	bad("\"chunks\":[]", "\"chunks\":null", "chunks");
+	bad("{\"off\":65536,", "7,{\"off\":65536,", "not an object");
+
+	const char *nofiles = "{\"version\":1,\"name\":\"a\",\"created\":\"x\",\"files\":{}}";
+	CHECK_EQ(manifest_parse(nofiles, strlen(nofiles), &m), -EINVAL);
+	CHECK(strstr(log_last_error(), "\"files\"") != NULL);
+	int r = manifest_parse("{", 1, &m);
+	CHECK_EQ(r, -EINVAL);
+	CHECK(strstr(log_last_error(), "JSON") != NULL);
+	return check_failures ? 1 : 0;
+}

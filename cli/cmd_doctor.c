@@ -1,8 +1,481 @@
-/* cmd_doctor.c — placeholder until the doctor lands: says so and fails. */
+/* cmd_doctor.c — thaw doctor: can this host snapshot and restore?
+ *
+ * One line per check (ok, warn or FAIL, and why), or one JSON object with
+ * --json.  Exit 0 only when everything thaw needs holds; a missing GPU is a
+ * warning (CPU functions still work), not a failure.
+ */
+#define LOG_PREFIX "doctor: "
 #include "cli/cli.h"
+#include "common/cuda.h"
+#include "common/log.h"
+#include "common/util.h"
+
+#include <fcntl.h>
+#include <jansson.h>
+#include <liburing.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/utsname.h>
+#include <sys/vfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef CGROUP2_SUPER_MAGIC
+#define CGROUP2_SUPER_MAGIC 0x63677270
+#endif
+
+enum status { ST_OK, ST_WARN, ST_FAIL };
+static const char *const status_word[] = { "ok", "warn", "FAIL" };
+
+struct doctor {
+	json_t *checks; /* with --json; NULL prints lines */
+	int failures;
+	int warnings;
+};
+
+static void report(struct doctor *d, const char *name, enum status st, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static void report(struct doctor *d, const char *name, enum status st, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (st == ST_FAIL)
+		d->failures++;
+	else if (st == ST_WARN)
+		d->warnings++;
+	if (d->checks) {
+		json_array_append_new(d->checks, json_pack("{s:s, s:s, s:s}", "name", name,
+							   "status", status_word[st],
+							   "detail", msg));
+		return;
+	}
+	printf("%-4s  %-9s %s\n", status_word[st], name, msg);
+}
+
+/* Run argv with stdout and stderr into out (NUL-terminated, truncated to len),
+ * killing it after timeout_ms.  Returns its exit status, 127 if it could not
+ * start, or -ETIMEDOUT. */
+static int run_capture(char *const argv[], char *out, size_t len, int timeout_ms)
+{
+	int p[2] = { -1, -1 }, status = 0, ret;
+	size_t n = 0;
+	uint64_t start = now_ns();
+	pid_t pid;
+
+	out[0] = '\0';
+	if (pipe2(p, O_CLOEXEC))
+		return -errno;
+	pid = fork();
+	if (pid < 0) {
+		ret = -errno;
+		close(p[0]);
+		close(p[1]);
+		return ret;
+	}
+	if (pid == 0) {
+		int null = open("/dev/null", O_RDONLY);
+
+		dup2(null, 0);
+		dup2(p[1], 1);
+		dup2(p[1], 2);
+		execvp(argv[0], argv);
+		_exit(127);
+	}
+	close(p[1]);
+	for (;;) {
+		struct pollfd pf = { .fd = p[0], .events = POLLIN };
+		char sink[4096];
+		int left = timeout_ms - (int)ms_since(start);
+		ssize_t r;
+
+		if (left <= 0 || poll(&pf, 1, left) <= 0) {
+			kill(pid, SIGKILL);
+			waitpid(pid, NULL, 0);
+			close(p[0]);
+			return -ETIMEDOUT;
+		}
+		/* keep the first len-1 bytes, drain the rest so the child never blocks */
+		if (n + 1 < len)
+			r = read(p[0], out + n, len - 1 - n);
+		else
+			r = read(p[0], sink, sizeof(sink));
+		if (r <= 0)
+			break;
+		if (n + 1 < len)
+			n += r;
+	}
+	out[n] = '\0';
+	close(p[0]);
+	if (waitpid(pid, &status, 0) < 0)
+		return -errno;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* The last non-empty line of s, for a complaint on one line. */
+static const char *last_line(char *s)
+{
+	size_t n = strlen(s);
+	char *nl;
+
+	while (n && (s[n - 1] == '\n' || s[n - 1] == ' '))
+		s[--n] = '\0';
+	nl = strrchr(s, '\n');
+	return nl ? nl + 1 : s;
+}
+
+static bool find_on_path(const char *name, char *out, size_t len)
+{
+	const char *path = getenv("PATH");
+	char *dup, *save = NULL;
+	bool found = false;
+
+	if (!path || !(dup = strdup(path)))
+		return false;
+	for (char *dir = strtok_r(dup, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
+		snprintf(out, len, "%s/%s", *dir ? dir : ".", name);
+		if (access(out, X_OK) == 0) {
+			found = true;
+			break;
+		}
+	}
+	free(dup);
+	return found;
+}
+
+/* The .deps criu wrapper beside the build: build/thaw or build/static/thaw
+ * lies one or two levels below the repository root. */
+static bool find_deps_criu(char *out, size_t len)
+{
+	char exe[PATH_MAX / 2]; /* room for the suffix in out */
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+	if (n <= 0)
+		return false;
+	exe[n] = '\0';
+	for (int up = 0; up < 3; up++) {
+		char *slash = strrchr(exe, '/');
+
+		if (!slash || slash == exe)
+			return false;
+		*slash = '\0';
+		snprintf(out, len, "%s/.deps/criu-wrapper", exe);
+		if (access(out, X_OK) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* "4.2.1" >= 4.2? */
+static bool version_at_least(const char *v, int major, int minor)
+{
+	int a = 0, b = 0;
+
+	if (sscanf(v, "%d.%d", &a, &b) < 1)
+		return false;
+	return a > major || (a == major && b >= minor);
+}
+
+static void check_criu(struct doctor *d)
+{
+	const char *env = getenv("THAW_CRIU");
+	char criu[PATH_MAX], out[8192], version[64] = "";
+	const char *from;
+	char *v;
+	int rc;
+
+	if (env && *env) {
+		snprintf(criu, sizeof(criu), "%s", env);
+		from = "$THAW_CRIU";
+		if (access(criu, X_OK)) {
+			report(d, "criu", ST_FAIL, "%s (from $THAW_CRIU): %s", criu, strerror(errno));
+			return;
+		}
+	} else if (find_deps_criu(criu, sizeof(criu))) {
+		from = "the .deps prefix";
+	} else if (find_on_path("criu", criu, sizeof(criu))) {
+		from = "PATH";
+	} else {
+		report(d, "criu", ST_FAIL,
+		       "criu not found: no .deps/criu-wrapper beside the build (make deps) and "
+		       "no criu on PATH");
+		return;
+	}
+	rc = run_capture((char *[]){ criu, "--version", NULL }, out, sizeof(out), 10000);
+	v = strstr(out, "Version:");
+	if (rc != 0 || !v || sscanf(v, "Version: %63s", version) != 1) {
+		report(d, "criu", ST_FAIL, "%s (from %s) does not run: %s", criu, from,
+		       rc == 0 ? "no version in its output" : last_line(out));
+		return;
+	}
+	if (!version_at_least(version, 4, 2)) {
+		report(d, "criu", ST_FAIL,
+		       "%s (from %s) is criu %s; thaw needs >= 4.2 (older ones fail on "
+		       "6.x kernels): make deps",
+		       criu, from, version);
+		return;
+	}
+	report(d, "criu", ST_OK, "criu %s at %s (from %s)", version, criu, from);
+
+	rc = run_capture((char *[]){ criu, "check", NULL }, out, sizeof(out), 60000);
+	if (rc == 0)
+		report(d, "criu-chk", ST_OK, "criu check: %s", last_line(out));
+	else if (rc == -ETIMEDOUT)
+		report(d, "criu-chk", ST_FAIL, "criu check did not finish in 60 s");
+	else
+		report(d, "criu-chk", ST_FAIL, "criu check failed (exit %d): %s", rc,
+		       last_line(out));
+}
+
+static void check_runc(struct doctor *d)
+{
+	const char *env = getenv("THAW_RUNC");
+	char runc[PATH_MAX], out[4096];
+	char *nl;
+	int rc;
+
+	if (env && *env) {
+		snprintf(runc, sizeof(runc), "%s", env);
+		if (access(runc, X_OK)) {
+			report(d, "runc", ST_FAIL, "%s (from $THAW_RUNC): %s", runc, strerror(errno));
+			return;
+		}
+	} else if (!find_on_path("runc", runc, sizeof(runc))) {
+		report(d, "runc", ST_FAIL, "runc not found on PATH (apt-get install runc)");
+		return;
+	}
+	rc = run_capture((char *[]){ runc, "--version", NULL }, out, sizeof(out), 10000);
+	if (rc != 0 || strncmp(out, "runc version", 12)) {
+		report(d, "runc", ST_FAIL, "%s does not run: %s", runc, last_line(out));
+		return;
+	}
+	nl = strchr(out, '\n');
+	if (nl)
+		*nl = '\0';
+	report(d, "runc", ST_OK, "%s at %s", out, runc);
+}
+
+static void check_io_uring(struct doctor *d)
+{
+	struct io_uring ring;
+	struct io_uring_sqe *sqe;
+	struct io_uring_cqe *cqe;
+	char *disabled = NULL;
+	size_t len;
+	int ret;
+
+	ret = io_uring_queue_init(4, &ring, 0);
+	if (ret < 0) {
+		if (read_file("/proc/sys/kernel/io_uring_disabled", &disabled, &len, 64) == 0 &&
+		    atoi(disabled) != 0)
+			report(d, "io_uring", ST_FAIL,
+			       "io_uring_queue_init: %s: disabled by sysctl "
+			       "kernel.io_uring_disabled=%d",
+			       strerror(-ret), atoi(disabled));
+		else
+			report(d, "io_uring", ST_FAIL, "io_uring_queue_init: %s", strerror(-ret));
+		free(disabled);
+		return;
+	}
+	sqe = io_uring_get_sqe(&ring);
+	io_uring_prep_nop(sqe);
+	sqe->user_data = 42;
+	ret = io_uring_submit_and_wait(&ring, 1);
+	if (ret >= 0)
+		ret = io_uring_wait_cqe(&ring, &cqe);
+	if (ret < 0)
+		report(d, "io_uring", ST_FAIL, "NOP round trip: %s", strerror(-ret));
+	else if (cqe->user_data != 42 || cqe->res != 0)
+		report(d, "io_uring", ST_FAIL, "NOP round trip: unexpected completion (res %d)",
+		       cqe->res);
+	else
+		report(d, "io_uring", ST_OK, "io_uring_queue_init and a NOP round trip");
+	io_uring_queue_exit(&ring);
+}
+
+static void check_gpu(struct doctor *d)
+{
+	struct cuda_device *devs = NULL;
+	size_t n = 0;
+	int version = 0, ret;
+
+	if (!cuda_available()) {
+		report(d, "gpu", ST_WARN, "no GPU: CPU functions only (%s)", cuda_unavailable_reason());
+		return;
+	}
+	ret = cuda_driver_version(&version);
+	if (!ret)
+		ret = cuda_devices(&devs, &n);
+	if (ret) {
+		report(d, "gpu", ST_WARN, "no GPU: CPU functions only (%s)", log_last_error());
+		return;
+	}
+	if (!n) {
+		report(d, "gpu", ST_WARN, "no GPU: CPU functions only (driver CUDA %d.%d, 0 devices)",
+		       version / 1000, version % 1000 / 10);
+		return;
+	}
+	report(d, "gpu", ST_OK, "driver supports CUDA %d.%d, %zu GPU%s", version / 1000,
+	       version % 1000 / 10, n, n > 1 ? "s" : "");
+	for (size_t i = 0; i < n; i++) {
+		char tb[32], fb[32], name[16];
+
+		snprintf(name, sizeof(name), "gpu%d", devs[i].ordinal);
+		if (devs[i].free_bytes)
+			report(d, name, ST_OK, "%s %s, %s, %s free", devs[i].name, devs[i].uuid,
+			       fmt_bytes(devs[i].total_bytes, tb), fmt_bytes(devs[i].free_bytes, fb));
+		else
+			report(d, name, ST_OK, "%s %s, %s (free unknown: no NVML)", devs[i].name,
+			       devs[i].uuid, fmt_bytes(devs[i].total_bytes, tb));
+	}
+	free(devs);
+}
+
+/* A directory thaw writes into: created if missing, a file created and removed. */
+static void check_dir(struct doctor *d, const char *name, const char *dir)
+{
+	char probe[PATH_MAX], fb[32];
+	struct statvfs vfs;
+	int fd, ret;
+
+	ret = mkdir_p(dir, 0755);
+	if (ret) {
+		report(d, name, ST_FAIL, "%s: cannot create: %s", dir, strerror(-ret));
+		return;
+	}
+	snprintf(probe, sizeof(probe), "%s/.doctor-%d", dir, (int)getpid());
+	fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0 || write(fd, "x", 1) != 1) {
+		report(d, name, ST_FAIL, "%s: not writable: %s", dir, strerror(errno));
+		if (fd >= 0) {
+			close(fd);
+			unlink(probe);
+		}
+		return;
+	}
+	close(fd);
+	if (unlink(probe)) {
+		report(d, name, ST_FAIL, "%s: cannot delete %s: %s", dir, probe, strerror(errno));
+		return;
+	}
+	if (statvfs(dir, &vfs)) {
+		report(d, name, ST_FAIL, "%s: statvfs: %s", dir, strerror(errno));
+		return;
+	}
+	report(d, name, ST_OK, "%s writable, %s free", dir,
+	       fmt_bytes((uint64_t)vfs.f_bavail * vfs.f_frsize, fb));
+}
+
+static void check_kernel(struct doctor *d)
+{
+	struct utsname u;
+
+	if (uname(&u)) {
+		report(d, "kernel", ST_WARN, "uname: %s", strerror(errno));
+		return;
+	}
+	report(d, "kernel", ST_OK, "Linux %s %s", u.release, u.machine);
+}
+
+static void check_cgroup(struct doctor *d)
+{
+	struct statfs fs;
+
+	if (statfs("/sys/fs/cgroup", &fs) == 0 && fs.f_type == CGROUP2_SUPER_MAGIC) {
+		report(d, "cgroup", ST_OK, "cgroup v2 at /sys/fs/cgroup");
+		return;
+	}
+	/* runc also works on the hybrid and v1 layouts; they are a warning. */
+	if (statfs("/sys/fs/cgroup/unified", &fs) == 0 && fs.f_type == CGROUP2_SUPER_MAGIC) {
+		report(d, "cgroup", ST_WARN,
+		       "hybrid: cgroup v1 controllers, cgroup v2 only at /sys/fs/cgroup/unified");
+		return;
+	}
+	if (access("/sys/fs/cgroup/memory", F_OK) == 0) {
+		report(d, "cgroup", ST_WARN, "cgroup v1 only (no cgroup v2)");
+		return;
+	}
+	report(d, "cgroup", ST_FAIL, "no cgroup hierarchy under /sys/fs/cgroup (runc needs one)");
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: thaw doctor [--json]\n\n"
+		   "Check that this host can snapshot and restore: CRIU >= 4.2 and `criu check`,\n"
+		   "runc, io_uring, the CUDA driver and its GPUs, the data directory and the RAM\n"
+		   "tier (writable, free space), the kernel and cgroups.  Exit 0 when all that\n"
+		   "thaw needs holds; a missing GPU is only a warning (CPU functions work).\n\n"
+		   "  --json   print one JSON object: {\"ok\": bool, \"checks\": [{name, status, detail}]}\n\n"
+		   "environment:\n"
+		   "  THAW_CRIU      criu to check (default: .deps/criu-wrapper beside the build, else PATH)\n"
+		   "  THAW_RUNC      runc to check (default: runc on PATH)\n"
+		   "  THAW_RAM_TIER  RAM tier directory (default /dev/shm/thaw)\n"
+		   "  THAW_DATA_DIR  data directory (or thaw --data-dir; default /var/lib/thaw)\n"
+		   "  THAW_NO_GPU=1  act as if there were no GPU\n");
+}
 
 int cmd_doctor(int argc, char **argv)
 {
-	fprintf(stderr, "thaw doctor: not built yet\n");
-	return 1;
+	struct doctor d = { 0 };
+	const char *tier = getenv("THAW_RAM_TIER");
+	bool json = false;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--json")) {
+			json = true;
+		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+			usage(stdout);
+			return 0;
+		} else {
+			fprintf(stderr, "thaw doctor: unknown argument %s\n", argv[i]);
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (json) {
+		d.checks = json_array();
+		if (!d.checks) {
+			fprintf(stderr, "thaw doctor: out of memory\n");
+			return 1;
+		}
+	}
+	check_criu(&d);
+	check_runc(&d);
+	check_io_uring(&d);
+	check_gpu(&d);
+	check_dir(&d, "data-dir", cli_data_dir());
+	check_dir(&d, "ram-tier", tier && *tier ? tier : "/dev/shm/thaw");
+	check_kernel(&d);
+	check_cgroup(&d);
+
+	if (json) {
+		json_t *o = json_pack("{s:b, s:i, s:i, s:o}", "ok", d.failures == 0, "failures",
+				      d.failures, "warnings", d.warnings, "checks", d.checks);
+		char *s = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
+
+		if (!s) {
+			fprintf(stderr, "thaw doctor: cannot format JSON\n");
+			json_decref(o);
+			return 1;
+		}
+		printf("%s\n", s);
+		free(s);
+		json_decref(o);
+	} else {
+		printf("%s: %d failure%s, %d warning%s\n",
+		       d.failures ? "not ready" : "ready", d.failures, d.failures == 1 ? "" : "s",
+		       d.warnings, d.warnings == 1 ? "" : "s");
+	}
+	return d.failures ? 1 : 0;
 }

@@ -17,6 +17,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,6 +143,20 @@ static struct {
 } drv = { .init_err = -ENODEV };
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static char no_gpu_reason[256] = "not initialised";
+
+/* Say once, at info level, why there is no GPU, and keep the words for
+ * cuda_unavailable_reason(). */
+static void no_gpu(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void no_gpu(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(no_gpu_reason, sizeof(no_gpu_reason), fmt, ap);
+	va_end(ap);
+	pr_info("no GPU: CPU functions only (%s)", no_gpu_reason);
+}
 
 static const char *cu_name(cu_result r)
 {
@@ -219,17 +234,17 @@ static void load_nvml(void)
 
 static void do_init(void)
 {
-	const char *no_gpu = getenv("THAW_NO_GPU");
+	const char *hide = getenv("THAW_NO_GPU");
 	cu_result r;
 
 	/* Tests and operators may hide the GPU to exercise the CPU-only path. */
-	if (no_gpu && *no_gpu && strcmp(no_gpu, "0")) {
-		pr_info("no GPU: CPU functions only (THAW_NO_GPU is set)");
+	if (hide && *hide && strcmp(hide, "0")) {
+		no_gpu("THAW_NO_GPU is set");
 		return;
 	}
 	drv.lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
 	if (!drv.lib) {
-		pr_info("no GPU: CPU functions only (%s)", dlerror());
+		no_gpu("%s", dlerror());
 		return;
 	}
 #define LOAD(field, name)                                                            \
@@ -255,18 +270,19 @@ static void do_init(void)
 #undef LOAD
 	if (!drv.init || !drv.driver_get_version || !drv.device_get_count || !drv.device_get ||
 	    !drv.device_get_name || !drv.device_get_uuid || !drv.device_total_mem) {
-		pr_info("no GPU: CPU functions only (libcuda.so.1 lacks the device API)");
+		no_gpu("libcuda.so.1 lacks the device API");
 		goto unload;
 	}
 	r = drv.init(0);
 	if (r != CU_SUCCESS) {
-		pr_info("no GPU: CPU functions only (cuInit: %s)", cu_name(r));
+		no_gpu("cuInit: %s", cu_name(r));
 		goto unload;
 	}
 	if (!drv.get_state || !drv.lock || !drv.checkpoint || !drv.restore || !drv.unlock)
 		pr_warn("this driver has no checkpoint API (driver >= 550 needed): "
 			"GPU functions cannot be snapshotted");
 	load_nvml();
+	no_gpu_reason[0] = '\0';
 	drv.init_err = 0;
 	return;
 unload:
@@ -284,6 +300,12 @@ int cuda_init(void)
 bool cuda_available(void)
 {
 	return cuda_init() == 0;
+}
+
+const char *cuda_unavailable_reason(void)
+{
+	cuda_init();
+	return no_gpu_reason;
 }
 
 int cuda_driver_version(int *version)

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# thaw doctor: passes on this host (no GPU is a warning, not a failure), and
+# fails, naming what is missing, without criu or without runc.
+set -u
+B=${THAW_BUILD:-build}
+THAW=$B/thaw
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export THAW_DATA_DIR=$tmp/data THAW_RAM_TIER=$tmp/tier
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+
+# 1. this host: exit 0, every check on a line, the data dir and tier created
+out=$("$THAW" doctor 2>&1); rc=$?
+echo "$out"
+[ $rc = 0 ] || bad "doctor exited $rc on this host"
+for name in criu criu-chk runc io_uring gpu data-dir ram-tier kernel cgroup; do
+	echo "$out" | grep -Eq "^(ok|warn|FAIL) +$name " || bad "no line for check $name"
+done
+if ! ls /dev/nvidia0 >/dev/null 2>&1; then
+	echo "$out" | grep -q "^warn  gpu .*no GPU: CPU functions only" || bad "no 'no GPU' warning"
+fi
+[ -d "$tmp/data" ] && [ -d "$tmp/tier" ] || bad "data dir or tier not created"
+[ -z "$(find "$tmp/data" "$tmp/tier" -mindepth 1)" ] || bad "doctor left its probe files behind"
+
+# 2. --json: one object that says the same
+json=$("$THAW" doctor --json); rc=$?
+[ $rc = 0 ] || bad "doctor --json exited $rc"
+echo "$json" | python3 -c '
+import json, sys
+o = json.load(sys.stdin)
+assert o["ok"] is True and o["failures"] == 0, o
+names = [c["name"] for c in o["checks"]]
+for n in ("criu", "runc", "io_uring", "gpu", "data-dir", "ram-tier", "kernel", "cgroup"):
+    assert n in names, n
+assert all(c["status"] in ("ok", "warn", "FAIL") and c["detail"] for c in o["checks"])
+' || bad "doctor --json is not the expected object"
+
+# 3. criu missing: exit 1, the criu line says so
+out=$(THAW_CRIU=$tmp/no-such-criu "$THAW" doctor 2>&1); rc=$?
+echo "$out" | grep '^FAIL'
+[ $rc = 1 ] || bad "missing criu: exit $rc, want 1"
+echo "$out" | grep -q "^FAIL  criu .*no-such-criu.*No such file" || bad "missing criu not named"
+out=$(THAW_CRIU=$tmp/no-such-criu "$THAW" doctor --json); rc=$?
+[ $rc = 1 ] || bad "missing criu, --json: exit $rc, want 1"
+echo "$out" | grep -q '"ok": false' || bad "missing criu, --json: not ok:false"
+
+# 4. an old criu (a fake that says 3.17): exit 1, the version named
+printf '#!/bin/sh\necho "Version: 3.17"\n' >"$tmp/old-criu"
+chmod +x "$tmp/old-criu"
+out=$(THAW_CRIU=$tmp/old-criu "$THAW" doctor 2>&1); rc=$?
+[ $rc = 1 ] || bad "old criu: exit $rc, want 1"
+echo "$out" | grep -q "^FAIL  criu .*3.17.*>= 4.2" || bad "old criu not named"
+
+# 5. a criu whose check fails: CRIU's complaint is shown
+printf '#!/bin/sh\n[ "$1" = --version ] && { echo "Version: 4.2.1"; exit 0; }\necho "Error (criu/kerndat.c:1): no vdso"; exit 1\n' >"$tmp/sick-criu"
+chmod +x "$tmp/sick-criu"
+out=$(THAW_CRIU=$tmp/sick-criu "$THAW" doctor 2>&1); rc=$?
+[ $rc = 1 ] || bad "failing criu check: exit $rc, want 1"
+echo "$out" | grep -q "^FAIL  criu-chk .*no vdso" || bad "criu check complaint not shown"
+
+# 6. runc missing from PATH: exit 1, the runc line says so
+mkdir -p "$tmp/bin"
+for t in sh cat dirname readlink; do ln -s "$(command -v $t)" "$tmp/bin/$t"; done
+out=$(PATH=$tmp/bin "$THAW" doctor 2>&1); rc=$?
+echo "$out" | grep '^FAIL'
+[ $rc = 1 ] || bad "no runc: exit $rc, want 1"
+echo "$out" | grep -q "^FAIL  runc .*runc not found on PATH" || bad "missing runc not named"
+
+# 7. an unwritable RAM tier fails
+touch "$tmp/file"
+out=$(THAW_RAM_TIER=$tmp/file/tier "$THAW" doctor 2>&1); rc=$?
+[ $rc = 1 ] || bad "unwritable tier: exit $rc, want 1"
+echo "$out" | grep -q "^FAIL  ram-tier " || bad "unwritable tier not named"
+
+[ $fail = 0 ] && echo "test_doctor: all passed"
+exit $fail

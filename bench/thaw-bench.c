@@ -1,0 +1,1139 @@
+/* thaw-bench — load test of thawd's start path, with baselines in the same run.
+ *
+ * Each start: POST /functions/<id>/start, then one inference request to the
+ * endpoint of the answer, checked for a correct answer, then DELETE
+ * /instances/<iid>.  Start latency = the start request's arrival time → the
+ * instance's first correct inference answer.  Arrivals are open loop: in
+ * --rate mode the clock starts at the scheduled arrival, so a harness that
+ * falls behind shows up in the latency rather than hiding it.  Everything runs
+ * on one thread through libcurl's multi interface.
+ *
+ * See bench/README.md for how to drive it.
+ */
+#define LOG_PREFIX "thaw-bench: "
+#include "common/log.h"
+#include "common/plot.h"
+#include "common/stats.h"
+#include "common/util.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_BODY (4u << 20) /* an answer larger than this is a bad response */
+#define NPHASES 5
+#define MAX_KINDS_N 64
+
+/* Counts by name: failure kinds ("start_http_503"), tiers ("ram"). */
+struct kinds {
+	char name[MAX_KINDS_N][48];
+	uint64_t count[MAX_KINDS_N];
+	size_t n;
+};
+
+/* A baseline series, measured in the same run. */
+struct baseline {
+	const char *name;
+	bool requested;
+	bool available;
+	char why[512]; /* why it is not available */
+	struct stats lat;
+	struct kinds failures;
+};
+
+struct bench {
+	/* what to run */
+	const char *url;
+	const char *function;
+	char auth_header[600];
+	char infer_method[16];
+	char *infer_path;
+	char *infer_body;
+	char *expect;
+	size_t expect_len;
+	double start_timeout_s, infer_timeout_s, delete_timeout_s;
+	bool keep_instances;
+	long burst, repeat;
+	double rate, duration_s;
+	bool poisson;
+	uint64_t seed;
+	bool cold_tier;
+	const char *cold_cmd;
+	const char *json_path, *svg_path;
+	const char *baseline_cold_spec, *baseline_plain_image;
+	long baseline_runs;
+	/* while running */
+	CURLM *multi;
+	int active;
+	/* results */
+	uint64_t attempts, ok;
+	double max_send_lag_ms, wall_s;
+	struct stats latency, answer, phase[NPHASES];
+	struct kinds failures, delete_failures, tiers;
+	struct baseline cold, plain;
+};
+
+static const char *const phase_names[NPHASES] = { "materialize", "criu_restore", "gpu_restore",
+						  "ready", "total" };
+
+/* ---- failure counters -------------------------------------------------- */
+
+static void kinds_add(struct kinds *k, const char *name)
+{
+	for (size_t i = 0; i < k->n; i++) {
+		if (!strcmp(k->name[i], name)) {
+			k->count[i]++;
+			return;
+		}
+	}
+	if (k->n == MAX_KINDS_N) {
+		name = "other";
+		for (size_t i = 0; i < k->n; i++) {
+			if (!strcmp(k->name[i], name)) {
+				k->count[i]++;
+				return;
+			}
+		}
+		k->n--; /* reuse the last slot for "other" */
+	}
+	snprintf(k->name[k->n], sizeof(k->name[0]), "%s", name);
+	k->count[k->n++] = 1;
+}
+
+/* ---- one start --------------------------------------------------------- */
+
+enum trial_phase { T_IDLE, T_START, T_INFER, T_DELETE, T_DONE };
+
+struct trial {
+	struct bench *b;
+	CURL *h;
+	struct curl_slist *hdrs;
+	enum trial_phase phase;
+	uint64_t t_sched; /* arrival: the clock of its start latency starts here */
+	uint64_t t_sent;
+	double answer_ms; /* arrival → 201 */
+	double latency_ms; /* arrival → first correct inference answer */
+	char *body;
+	size_t len;
+	bool too_big;
+	char iid[128];
+	char endpoint[128];
+	char tier[16];
+	double tm[NPHASES];
+	bool has_tm[NPHASES];
+	bool ok;
+	char fail[48];
+};
+
+static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
+{
+	struct trial *t = arg;
+	size_t n = size * nmemb;
+	char *p;
+
+	if (t->len + n > MAX_BODY) {
+		t->too_big = true;
+		return 0;
+	}
+	p = realloc(t->body, t->len + n + 1);
+	if (!p)
+		return 0;
+	memcpy(p + t->len, data, n);
+	t->body = p;
+	t->len += n;
+	t->body[t->len] = '\0';
+	return n;
+}
+
+static void trial_reset_body(struct trial *t)
+{
+	free(t->body);
+	t->body = NULL;
+	t->len = 0;
+	t->too_big = false;
+	curl_slist_free_all(t->hdrs);
+	t->hdrs = NULL;
+}
+
+/* Point t's easy handle at a new request.  api: a thawd request (token). */
+static int trial_request(struct trial *t, const char *method, const char *url, const char *body,
+			 double timeout_s, bool api)
+{
+	struct bench *b = t->b;
+	CURL *h = t->h;
+	CURLMcode mc;
+
+	trial_reset_body(t);
+	curl_easy_reset(h);
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(h, CURLOPT_PRIVATE, t);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, t);
+	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)(timeout_s * 1000));
+	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)(MIN(timeout_s, 10.0) * 1000));
+	curl_easy_setopt(h, CURLOPT_PROXY, ""); /* never an http_proxy from the environment */
+	/* No "Expect: 100-continue" round trip on larger bodies. */
+	t->hdrs = curl_slist_append(t->hdrs, "Expect:");
+	if (api && b->auth_header[0])
+		t->hdrs = curl_slist_append(t->hdrs, b->auth_header);
+	if (body)
+		t->hdrs = curl_slist_append(t->hdrs, "Content-Type: application/json");
+	curl_easy_setopt(h, CURLOPT_HTTPHEADER, t->hdrs);
+	if (!strcmp(method, "GET")) {
+		curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+	} else {
+		if (!strcmp(method, "POST") || body) {
+			curl_easy_setopt(h, CURLOPT_POSTFIELDS, body ? body : "");
+			curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)(body ? strlen(body) : 0));
+		}
+		if (strcmp(method, "POST"))
+			curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+	}
+	mc = curl_multi_add_handle(b->multi, h);
+	if (mc != CURLM_OK) {
+		pr_err("curl_multi_add_handle: %s", curl_multi_strerror(mc));
+		return -ENOMEM;
+	}
+	b->active++;
+	return 0;
+}
+
+/* The kind of a failed transfer, by what libcurl says went wrong. */
+static const char *curl_kind(CURLcode res)
+{
+	switch (res) {
+	case CURLE_OPERATION_TIMEDOUT:
+		return "timeout";
+	case CURLE_COULDNT_CONNECT:
+	case CURLE_COULDNT_RESOLVE_HOST:
+	case CURLE_SEND_ERROR:
+	case CURLE_RECV_ERROR:
+	case CURLE_GOT_NOTHING:
+	case CURLE_PARTIAL_FILE:
+		return "connect";
+	case CURLE_WRITE_ERROR:
+	case CURLE_WEIRD_SERVER_REPLY:
+		return "bad_response";
+	default:
+		return "error";
+	}
+}
+
+static void trial_fail(struct trial *t, const char *phase, const char *kind)
+{
+	snprintf(t->fail, sizeof(t->fail), "%s_%s", phase, kind);
+}
+
+static void trial_delete(struct trial *t)
+{
+	char url[1024];
+
+	if (!t->iid[0] || t->b->keep_instances) {
+		t->phase = T_DONE;
+		return;
+	}
+	snprintf(url, sizeof(url), "%s/instances/%s", t->b->url, t->iid);
+	t->phase = T_DELETE;
+	if (trial_request(t, "DELETE", url, NULL, t->b->delete_timeout_s, true) < 0) {
+		kinds_add(&t->b->delete_failures, "error");
+		t->phase = T_DONE;
+	}
+}
+
+/* 201 from thawd: take the instance, its endpoint, tier and timings. */
+static int parse_start_answer(struct trial *t)
+{
+	json_error_t jerr;
+	json_t *j, *v, *tm;
+	const char *s;
+	int ret = -EINVAL;
+
+	j = json_loadb(t->body ? t->body : "", t->len, 0, &jerr);
+	if (!j || !json_is_object(j)) {
+		pr_debug("start answer is not a JSON object: %s", j ? "" : jerr.text);
+		goto out;
+	}
+	s = json_string_value(json_object_get(j, "instance"));
+	if (s && strlen(s) < sizeof(t->iid) && id_valid(s))
+		snprintf(t->iid, sizeof(t->iid), "%s", s);
+	s = json_string_value(json_object_get(j, "endpoint"));
+	/* host:port only: it becomes part of a URL. */
+	if (!s || !*s || strlen(s) >= sizeof(t->endpoint) || strpbrk(s, "/ ?#@\\\r\n\t"))
+		goto out;
+	snprintf(t->endpoint, sizeof(t->endpoint), "%s", s);
+	s = json_string_value(json_object_get(j, "tier"));
+	if (s)
+		snprintf(t->tier, sizeof(t->tier), "%s", s);
+	tm = json_object_get(j, "timings_ms");
+	for (int i = 0; i < NPHASES && json_is_object(tm); i++) {
+		v = json_object_get(tm, phase_names[i]);
+		if (json_is_number(v)) {
+			t->tm[i] = json_number_value(v);
+			t->has_tm[i] = true;
+		}
+	}
+	ret = t->iid[0] ? 0 : -EINVAL;
+out:
+	json_decref(j);
+	return ret;
+}
+
+static bool answer_correct(const struct bench *b, const struct trial *t)
+{
+	if (!b->expect)
+		return true;
+	return t->body && memmem(t->body, t->len, b->expect, b->expect_len);
+}
+
+/* A transfer of t finished with res; move t on to its next phase. */
+static void trial_step(struct trial *t, CURLcode res)
+{
+	struct bench *b = t->b;
+	long status = 0;
+	char url[2048], kind[32];
+
+	curl_easy_getinfo(t->h, CURLINFO_RESPONSE_CODE, &status);
+	switch (t->phase) {
+	case T_START:
+		t->answer_ms = ms_since(t->t_sched);
+		if (res != CURLE_OK) {
+			trial_fail(t, "start", curl_kind(res));
+			pr_debug("start %s: %s", t->fail, curl_easy_strerror(res));
+			t->phase = T_DONE;
+			return;
+		}
+		if (status < 200 || status > 299) {
+			snprintf(kind, sizeof(kind), "http_%ld", status);
+			trial_fail(t, "start", kind);
+			t->phase = T_DONE;
+			return;
+		}
+		if (parse_start_answer(t) < 0) {
+			trial_fail(t, "start", "bad_response");
+			trial_delete(t); /* an instance id without an endpoint still runs */
+			return;
+		}
+		snprintf(url, sizeof(url), "http://%s%s", t->endpoint, b->infer_path);
+		t->phase = T_INFER;
+		if (trial_request(t, b->infer_method, url, b->infer_body, b->infer_timeout_s,
+				  false) < 0) {
+			trial_fail(t, "infer", "error");
+			trial_delete(t);
+		}
+		return;
+	case T_INFER:
+		if (res != CURLE_OK) {
+			trial_fail(t, "infer", curl_kind(res));
+		} else if (status < 200 || status > 299) {
+			snprintf(kind, sizeof(kind), "http_%ld", status);
+			trial_fail(t, "infer", kind);
+		} else if (!answer_correct(b, t)) {
+			trial_fail(t, "infer", "wrong_answer");
+			pr_debug("wrong answer from %s: %.200s", t->endpoint, t->body ? t->body : "");
+		} else {
+			t->latency_ms = ms_since(t->t_sched);
+			t->ok = true;
+		}
+		trial_delete(t);
+		return;
+	case T_DELETE:
+		if (res != CURLE_OK) {
+			kinds_add(&b->delete_failures, curl_kind(res));
+		} else if (status < 200 || status > 299) {
+			snprintf(kind, sizeof(kind), "http_%ld", status);
+			kinds_add(&b->delete_failures, kind);
+		}
+		t->phase = T_DONE;
+		return;
+	default:
+		t->phase = T_DONE;
+	}
+}
+
+static void trial_begin(struct trial *t)
+{
+	char url[1024];
+
+	snprintf(url, sizeof(url), "%s/functions/%s/start", t->b->url, t->b->function);
+	t->phase = T_START;
+	t->t_sent = now_ns();
+	if (trial_request(t, "POST", url, NULL, t->b->start_timeout_s, true) < 0) {
+		trial_fail(t, "start", "error");
+		t->phase = T_DONE;
+	}
+}
+
+/* Fold a finished trial into the results. */
+static void trial_account(struct bench *b, struct trial *t)
+{
+	b->attempts++;
+	b->max_send_lag_ms = MAX(b->max_send_lag_ms, (double)(t->t_sent - t->t_sched) / 1e6);
+	if (t->tier[0])
+		kinds_add(&b->tiers, t->tier);
+	if (!t->ok) {
+		kinds_add(&b->failures, t->fail[0] ? t->fail : "unknown");
+		return;
+	}
+	b->ok++;
+	stats_add(&b->latency, t->latency_ms);
+	stats_add(&b->answer, t->answer_ms);
+	for (int i = 0; i < NPHASES; i++) {
+		if (t->has_tm[i])
+			stats_add(&b->phase[i], t->tm[i]);
+	}
+}
+
+/* Run n starts, trial i at start + offs_ns[i] (ascending), all to completion. */
+static int run_trials(struct bench *b, const uint64_t *offs_ns, size_t n)
+{
+	struct trial *tr;
+	size_t next = 0;
+	uint64_t t0;
+	int ret = 0;
+
+	tr = calloc(n ? n : 1, sizeof(*tr));
+	if (!tr)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		tr[i].b = b;
+		tr[i].h = curl_easy_init();
+		if (!tr[i].h) {
+			pr_err("curl_easy_init failed");
+			ret = -ENOMEM;
+			goto out;
+		}
+	}
+	b->active = 0;
+	t0 = now_ns();
+	while (next < n || b->active > 0) {
+		uint64_t now = now_ns();
+		int running, left, wait_ms = 100;
+		CURLMsg *msg;
+
+		while (next < n && t0 + offs_ns[next] <= now) {
+			tr[next].t_sched = t0 + offs_ns[next];
+			trial_begin(&tr[next]);
+			next++;
+		}
+		curl_multi_perform(b->multi, &running);
+		while ((msg = curl_multi_info_read(b->multi, &left))) {
+			struct trial *t = NULL;
+
+			if (msg->msg != CURLMSG_DONE)
+				continue;
+			curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&t);
+			curl_multi_remove_handle(b->multi, msg->easy_handle);
+			b->active--;
+			trial_step(t, msg->data.result);
+		}
+		if (next < n) {
+			now = now_ns();
+			if (t0 + offs_ns[next] <= now)
+				continue;
+			wait_ms = (int)MIN((t0 + offs_ns[next] - now + 999999) / 1000000, 100);
+		}
+		if (b->active > 0 || next < n)
+			curl_multi_poll(b->multi, NULL, 0, wait_ms, NULL);
+	}
+	for (size_t i = 0; i < n; i++)
+		trial_account(b, &tr[i]);
+out:
+	for (size_t i = 0; i < n; i++) {
+		trial_reset_body(&tr[i]);
+		if (tr[i].h)
+			curl_easy_cleanup(tr[i].h);
+	}
+	free(tr);
+	return ret;
+}
+
+/* ---- a few blocking requests (health checks, function spec) ------------- */
+
+struct buf {
+	char *p;
+	size_t len;
+};
+
+static size_t on_buf(char *data, size_t size, size_t nmemb, void *arg)
+{
+	struct buf *b = arg;
+	size_t n = size * nmemb;
+	char *p;
+
+	if (b->len + n > MAX_BODY)
+		return 0;
+	p = realloc(b->p, b->len + n + 1);
+	if (!p)
+		return 0;
+	memcpy(p + b->len, data, n);
+	p[b->len + n] = '\0';
+	b->p = p;
+	b->len += n;
+	return n;
+}
+
+/* GET url; *status the HTTP status (0 if none), *body yours if not NULL. */
+static int bench_get(const struct bench *b, const char *path, long *status, char **body,
+	      double timeout_s)
+{
+	struct curl_slist *hdrs = NULL;
+	struct buf out = { 0 };
+	char url[1024];
+	CURLcode res;
+	CURL *h;
+
+	*status = 0;
+	if (body)
+		*body = NULL;
+	h = curl_easy_init();
+	if (!h)
+		return -ENOMEM;
+	snprintf(url, sizeof(url), "%s%s", b->url, path);
+	if (b->auth_header[0])
+		hdrs = curl_slist_append(hdrs, b->auth_header);
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(h, CURLOPT_PROXY, "");
+	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)(timeout_s * 1000));
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_buf);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, &out);
+	res = curl_easy_perform(h);
+	if (res == CURLE_OK)
+		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
+	curl_easy_cleanup(h);
+	curl_slist_free_all(hdrs);
+	if (res != CURLE_OK) {
+		free(out.p);
+		log_set_error("GET %s: %s", url, curl_easy_strerror(res));
+		return res == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -ECONNREFUSED;
+	}
+	if (body)
+		*body = out.p;
+	else
+		free(out.p);
+	return 0;
+}
+
+/* ---- arrivals ---------------------------------------------------------- */
+
+/* splitmix64: the same seed gives the same arrivals on every libc. */
+static uint64_t rng_next(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* Arrival offsets in [0, duration) at rate per second; *out yours. */
+static int make_arrivals(double rate, double duration_s, bool poisson, uint64_t seed, uint64_t **out,
+		  size_t *n)
+{
+	size_t cap = (size_t)(rate * duration_s * 2 + 16), k = 0;
+	uint64_t *v = malloc(cap * sizeof(*v));
+	double t = 0;
+
+	if (!v)
+		return -ENOMEM;
+	for (;;) {
+		if (poisson) {
+			/* 53 random bits → u in (0, 1]; exponential gap of mean 1/rate. */
+			double u = ((double)(rng_next(&seed) >> 11) + 1) / 9007199254740992.0;
+
+			t += -log(u) / rate;
+		} else {
+			t = (double)k / rate;
+		}
+		if (t >= duration_s)
+			break;
+		if (k == cap) {
+			uint64_t *p = realloc(v, cap * 2 * sizeof(*v));
+
+			if (!p) {
+				free(v);
+				return -ENOMEM;
+			}
+			v = p;
+			cap *= 2;
+		}
+		v[k++] = (uint64_t)(t * 1e9);
+	}
+	*out = v;
+	*n = k;
+	return 0;
+}
+
+/* ---- cold RAM tier ----------------------------------------------------- */
+
+/* Empty the RAM tier the way the user told us (--cold-cmd: e.g. restart thawd
+ * on an empty --ram-tier directory), then wait until thawd answers again. */
+static int make_tier_cold(struct bench *b)
+{
+	uint64_t t0 = now_ns();
+	long status = 0;
+	int rc;
+
+	rc = system(b->cold_cmd);
+	if (rc == -1 || !WIFEXITED(rc) || WEXITSTATUS(rc) != 0) {
+		pr_err("--cold-cmd failed (%s): %s", rc == -1 ? "not run" : "non-zero exit",
+		       b->cold_cmd);
+		return -EIO;
+	}
+	while (ms_since(t0) < 60000) {
+		if (bench_get(b, "/healthz", &status, NULL, 2) == 0 && status == 200)
+			return 0;
+		usleep(100 * 1000);
+	}
+	pr_err("thawd at %s did not answer /healthz within 60 s after --cold-cmd", b->url);
+	return -ETIMEDOUT;
+}
+
+/* ---- the measured run -------------------------------------------------- */
+
+static int run_thaw(struct bench *b)
+{
+	uint64_t *offs = NULL, t0 = now_ns();
+	size_t n = 0;
+	int ret = 0;
+
+	if (b->burst > 0) {
+		n = (size_t)b->burst;
+		offs = calloc(n, sizeof(*offs)); /* all at once */
+		if (!offs)
+			return -ENOMEM;
+		for (long r = 0; r < b->repeat; r++) {
+			if (b->cold_tier) {
+				ret = make_tier_cold(b);
+				if (ret < 0)
+					goto out;
+			}
+			ret = run_trials(b, offs, n);
+			if (ret < 0)
+				goto out;
+		}
+	} else {
+		ret = make_arrivals(b->rate, b->duration_s, b->poisson, b->seed, &offs, &n);
+		if (ret < 0)
+			goto out;
+		if (b->cold_tier) {
+			ret = make_tier_cold(b);
+			if (ret < 0)
+				goto out;
+		}
+		t0 = now_ns();
+		ret = run_trials(b, offs, n);
+	}
+out:
+	b->wall_s = ms_since(t0) / 1000;
+	free(offs);
+	return ret;
+}
+
+/* ---- baselines --------------------------------------------------------- */
+
+static void run_baselines(struct bench *b)
+{
+	if (b->cold.requested)
+		snprintf(b->cold.why, sizeof(b->cold.why),
+			 "not available: the cold-boot baseline is not implemented in this build");
+	if (b->plain.requested)
+		snprintf(b->plain.why, sizeof(b->plain.why),
+			 "not available: the plain-restore baseline is not implemented in this build");
+}
+
+/* ---- reporting --------------------------------------------------------- */
+
+static void print_row(const char *name, struct stats *s)
+{
+	struct stats_summary m;
+
+	if (stats_summarize(s, &m) < 0) {
+		printf("%-28s %6d %9s %9s %9s %9s %9s\n", name, 0, "-", "-", "-", "-", "-");
+		return;
+	}
+	printf("%-28s %6zu %9.1f %9.1f %9.1f %9.1f %9.1f\n", name, m.n, m.mean, m.p50, m.p90,
+	       m.p99, m.max);
+}
+
+static void print_kinds(const char *label, const struct kinds *k)
+{
+	printf("%s", label);
+	if (!k->n)
+		printf(" none");
+	for (size_t i = 0; i < k->n; i++)
+		printf("%s %s %llu", i ? "," : "", k->name[i], (unsigned long long)k->count[i]);
+	printf("\n");
+}
+
+static void print_mode(const struct bench *b, FILE *f)
+{
+	if (b->burst > 0)
+		fprintf(f, "burst %ld x %ld round%s", b->burst, b->repeat, b->repeat > 1 ? "s" : "");
+	else
+		fprintf(f, "rate %g/s for %g s (%s arrivals, seed %llu)", b->rate, b->duration_s,
+			b->poisson ? "poisson" : "fixed", (unsigned long long)b->seed);
+	if (b->cold_tier)
+		fprintf(f, ", cold RAM tier");
+}
+
+static void print_baseline(struct baseline *bl)
+{
+	if (!bl->requested)
+		return;
+	if (bl->available)
+		print_row(bl->name, &bl->lat);
+	else
+		printf("%-28s %s\n", bl->name, bl->why);
+	if (bl->available && bl->failures.n)
+		print_kinds("  failed runs:", &bl->failures);
+}
+
+static void print_table(struct bench *b)
+{
+	printf("thaw-bench: function %s at %s, ", b->function, b->url);
+	print_mode(b, stdout);
+	printf(", infer %s %s\n\n", b->infer_method, b->infer_path);
+	printf("%-28s %6s %9s %9s %9s %9s %9s\n", "latency (ms)", "n", "mean", "p50", "p90",
+	       "p99", "max");
+	print_row("thaw start -> first answer", &b->latency);
+	print_row("  start answered (201)", &b->answer);
+	print_baseline(&b->cold);
+	print_baseline(&b->plain);
+	printf("\nrestore phases, mean of thawd's timings_ms over %llu good starts (ms):",
+	       (unsigned long long)b->ok);
+	for (int i = 0; i < NPHASES; i++) {
+		double m;
+
+		if (stats_mean(&b->phase[i], &m) == 0)
+			printf(" %s %.1f", phase_names[i], m);
+		else
+			printf(" %s -", phase_names[i]);
+	}
+	printf("\n");
+	print_kinds("tier:", &b->tiers);
+	printf("starts: %llu attempted, %llu ok, %llu failed (%.1f s wall, max send lag %.1f ms)\n",
+	       (unsigned long long)b->attempts, (unsigned long long)b->ok,
+	       (unsigned long long)(b->attempts - b->ok), b->wall_s, b->max_send_lag_ms);
+	print_kinds("failures:", &b->failures);
+	print_kinds("instance deletes failed:", &b->delete_failures);
+}
+
+static json_t *summary_json(struct stats *s)
+{
+	struct stats_summary m;
+
+	if (stats_summarize(s, &m) < 0)
+		return json_pack("{s:i}", "n", 0);
+	return json_pack("{s:I,s:f,s:f,s:f,s:f,s:f,s:f}", "n", (json_int_t)m.n, "mean", m.mean,
+			 "min", m.min, "p50", m.p50, "p90", m.p90, "p99", m.p99, "max", m.max);
+}
+
+static json_t *kinds_json(const struct kinds *k)
+{
+	json_t *o = json_object();
+
+	for (size_t i = 0; o && i < k->n; i++)
+		json_object_set_new(o, k->name[i], json_integer((json_int_t)k->count[i]));
+	return o;
+}
+
+static json_t *baseline_json(struct baseline *bl)
+{
+	json_t *o;
+
+	if (!bl->requested)
+		return json_null();
+	o = json_pack("{s:b}", "available", bl->available);
+	if (!o)
+		return NULL;
+	if (bl->available) {
+		json_object_set_new(o, "latency_ms", summary_json(&bl->lat));
+		json_object_set_new(o, "failures", kinds_json(&bl->failures));
+	} else {
+		json_object_set_new(o, "reason", json_string(bl->why));
+	}
+	return o;
+}
+
+static int write_json(struct bench *b)
+{
+	json_t *j, *ph, *mode;
+	char *text = NULL;
+	int ret = -ENOMEM;
+
+	ph = json_object();
+	for (int i = 0; ph && i < NPHASES; i++) {
+		double m;
+
+		json_object_set_new(ph, phase_names[i],
+				    stats_mean(&b->phase[i], &m) == 0 ? json_real(m) : json_null());
+	}
+	if (b->burst > 0)
+		mode = json_pack("{s:s,s:I,s:I,s:b}", "kind", "burst", "burst", (json_int_t)b->burst,
+				 "rounds", (json_int_t)b->repeat, "cold_tier", b->cold_tier);
+	else
+		mode = json_pack("{s:s,s:f,s:f,s:s,s:I,s:b}", "kind", "rate", "rate", b->rate,
+				 "duration_s", b->duration_s, "arrivals",
+				 b->poisson ? "poisson" : "fixed", "seed", (json_int_t)b->seed,
+				 "cold_tier", b->cold_tier);
+	j = json_pack("{s:s,s:s,s:o,s:{s:s,s:s},s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:o,s:o,s:f,s:f,s:{s:o,s:o}}",
+		      "url", b->url, "function", b->function, "mode", mode, "infer", "method",
+		      b->infer_method, "path", b->infer_path, "attempts", (json_int_t)b->attempts,
+		      "ok", (json_int_t)b->ok, "failed", (json_int_t)(b->attempts - b->ok),
+		      "start_latency_ms", summary_json(&b->latency), "start_answer_ms",
+		      summary_json(&b->answer), "phases_mean_ms", ph, "failures",
+		      kinds_json(&b->failures), "delete_failures", kinds_json(&b->delete_failures),
+		      "tier", kinds_json(&b->tiers), "wall_s", b->wall_s, "max_send_lag_ms",
+		      b->max_send_lag_ms, "baselines", "cold_boot", baseline_json(&b->cold),
+		      "plain_restore", baseline_json(&b->plain));
+	if (!j) {
+		pr_err("building the JSON report failed");
+		goto out;
+	}
+	text = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
+	if (!text)
+		goto out;
+	ret = write_file_atomic(b->json_path, text, strlen(text), 0644);
+out:
+	free(text);
+	json_decref(j);
+	return ret;
+}
+
+static int write_svg(struct bench *b)
+{
+	struct stats *sets[] = { &b->latency, &b->cold.lat, &b->plain.lat };
+	const char *names[] = { "thaw start (POST /start to first correct answer)",
+				"cold boot (container start to first answer)",
+				"plain runc restore from tmpfs" };
+	bool shown[] = { true, b->cold.requested, b->plain.requested };
+	struct plot_series ser[3];
+	char title[256];
+	size_t n = 0;
+	int ret;
+
+	for (size_t i = 0; i < ARRAY_SIZE(sets); i++) {
+		if (!shown[i])
+			continue;
+		ser[n].name = names[i];
+		ser[n].samples = stats_count(sets[i]);
+		if (stats_cdf(sets[i], (struct stats_point **)&ser[n].pts, &ser[n].n) < 0) {
+			ser[n].pts = NULL;
+			ser[n].n = 0;
+		}
+		n++;
+	}
+	snprintf(title, sizeof(title), "start latency CDF: %s, %s", b->function,
+		 b->burst > 0 ? "burst" : "open-loop rate");
+	ret = plot_cdf_svg_write(b->svg_path, title, "start latency (ms)", ser, n);
+	for (size_t i = 0; i < n; i++)
+		free((void *)ser[i].pts);
+	return ret;
+}
+
+/* ---- options ----------------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: thaw-bench --url URL --function ID [--token-file F] MODE\n"
+		"                  --infer \"METHOD PATH [BODY]\" [--expect S | --expect-file F]\n"
+		"                  [--json FILE] [--svg FILE]\n"
+		"                  [--baseline-cold SPEC.json] [--baseline-plain IMAGE_DIR]\n"
+		"modes:\n"
+		"  --burst N [--repeat K]         N concurrent starts (K rounds, one after the other)\n"
+		"  --rate R --duration S          open-loop arrivals at R/s for S seconds\n"
+		"      [--arrivals poisson|fixed] [--seed N]   (default poisson, seed 1)\n"
+		"  --cold-tier --cold-cmd CMD     empty the RAM tier before each round (burst)\n"
+		"                                 or before the run (rate): CMD must do it, e.g.\n"
+		"                                 restart thawd on an empty --ram-tier directory\n"
+		"timeouts (seconds): --start-timeout 120 --infer-timeout 30 --delete-timeout 60\n"
+		"  --keep        leave instances running (no DELETE)\n"
+		"  --baseline-runs N   runs of each baseline (default 3)\n"
+		"Start latency: arrival of the start request -> first correct inference answer.\n"
+		"Exit status: 0 the run was made (failed starts are reported, not fatal), 1 error.\n");
+}
+
+/* "GET /infer?x=7" or "POST /generate {json}". */
+static int parse_infer(struct bench *b, const char *spec)
+{
+	const char *sp = strchr(spec, ' '), *path, *end;
+	size_t ml = sp ? (size_t)(sp - spec) : 0;
+
+	if (!sp || ml == 0 || ml >= sizeof(b->infer_method))
+		goto bad;
+	memcpy(b->infer_method, spec, ml);
+	b->infer_method[ml] = '\0';
+	for (size_t i = 0; i < ml; i++) {
+		if (b->infer_method[i] < 'A' || b->infer_method[i] > 'Z')
+			goto bad;
+	}
+	path = sp + 1;
+	if (*path != '/')
+		goto bad;
+	end = strchr(path, ' ');
+	b->infer_path = end ? strndup(path, (size_t)(end - path)) : strdup(path);
+	b->infer_body = end && end[1] ? strdup(end + 1) : NULL;
+	if (!b->infer_path || (end && end[1] && !b->infer_body))
+		return -ENOMEM;
+	return 0;
+bad:
+	pr_err("--infer wants \"METHOD /path [body]\", got \"%s\"", spec);
+	return -EINVAL;
+}
+
+static int read_token(struct bench *b, const char *path)
+{
+	char *tok = NULL;
+	size_t len = 0;
+	int ret;
+
+	ret = read_file(path, &tok, &len, 4096);
+	if (ret < 0) {
+		pr_err("cannot read --token-file %s: %s", path, strerror(-ret));
+		return ret;
+	}
+	while (len && (tok[len - 1] == '\n' || tok[len - 1] == '\r' || tok[len - 1] == ' '))
+		tok[--len] = '\0';
+	if (!len || strpbrk(tok, "\r\n")) {
+		pr_err("--token-file %s holds no single-line token", path);
+		free(tok);
+		return -EINVAL;
+	}
+	snprintf(b->auth_header, sizeof(b->auth_header), "Authorization: Bearer %s", tok);
+	free(tok);
+	return 0;
+}
+
+static int parse_double(const char *s, const char *opt, double *out, double min)
+{
+	char *end;
+	double v = strtod(s, &end);
+
+	if (end == s || *end || !isfinite(v) || v < min) {
+		pr_err("%s: bad value \"%s\"", opt, s);
+		return -EINVAL;
+	}
+	*out = v;
+	return 0;
+}
+
+static int parse_args(struct bench *b, int argc, char **argv)
+{
+	enum { O_URL = 256, O_FN, O_TOKEN, O_BURST, O_REPEAT, O_RATE, O_DUR, O_ARR, O_SEED,
+	       O_COLD, O_COLDCMD, O_INFER, O_EXPECT, O_EXPECTF, O_JSON, O_SVG, O_BCOLD,
+	       O_BPLAIN, O_BRUNS, O_STO, O_ITO, O_DTO, O_KEEP, O_HELP };
+	static const struct option opts[] = {
+		{ "url", 1, NULL, O_URL },	     { "function", 1, NULL, O_FN },
+		{ "token-file", 1, NULL, O_TOKEN },  { "burst", 1, NULL, O_BURST },
+		{ "repeat", 1, NULL, O_REPEAT },     { "rate", 1, NULL, O_RATE },
+		{ "duration", 1, NULL, O_DUR },	     { "arrivals", 1, NULL, O_ARR },
+		{ "seed", 1, NULL, O_SEED },	     { "cold-tier", 0, NULL, O_COLD },
+		{ "cold-cmd", 1, NULL, O_COLDCMD },  { "infer", 1, NULL, O_INFER },
+		{ "expect", 1, NULL, O_EXPECT },     { "expect-file", 1, NULL, O_EXPECTF },
+		{ "json", 1, NULL, O_JSON },	     { "svg", 1, NULL, O_SVG },
+		{ "baseline-cold", 1, NULL, O_BCOLD }, { "baseline-plain", 1, NULL, O_BPLAIN },
+		{ "baseline-runs", 1, NULL, O_BRUNS }, { "start-timeout", 1, NULL, O_STO },
+		{ "infer-timeout", 1, NULL, O_ITO }, { "delete-timeout", 1, NULL, O_DTO },
+		{ "keep", 0, NULL, O_KEEP },	     { "help", 0, NULL, O_HELP },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *infer = NULL;
+	double v;
+	size_t len;
+	int c, ret;
+
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		ret = 0;
+		switch (c) {
+		case O_URL: b->url = optarg; break;
+		case O_FN: b->function = optarg; break;
+		case O_TOKEN: ret = read_token(b, optarg); break;
+		case O_BURST:
+			ret = parse_double(optarg, "--burst", &v, 1);
+			b->burst = (long)v;
+			break;
+		case O_REPEAT:
+			ret = parse_double(optarg, "--repeat", &v, 1);
+			b->repeat = (long)v;
+			break;
+		case O_RATE: ret = parse_double(optarg, "--rate", &b->rate, 1e-6); break;
+		case O_DUR: ret = parse_double(optarg, "--duration", &b->duration_s, 1e-3); break;
+		case O_ARR:
+			if (!strcmp(optarg, "poisson") || !strcmp(optarg, "fixed")) {
+				b->poisson = !strcmp(optarg, "poisson");
+			} else {
+				pr_err("--arrivals is poisson or fixed");
+				ret = -EINVAL;
+			}
+			break;
+		case O_SEED:
+			ret = parse_double(optarg, "--seed", &v, 0);
+			b->seed = (uint64_t)v;
+			break;
+		case O_COLD: b->cold_tier = true; break;
+		case O_COLDCMD: b->cold_cmd = optarg; break;
+		case O_INFER: infer = optarg; break;
+		case O_EXPECT:
+			free(b->expect);
+			b->expect = strdup(optarg);
+			b->expect_len = strlen(optarg);
+			break;
+		case O_EXPECTF:
+			free(b->expect);
+			b->expect = NULL;
+			ret = read_file(optarg, &b->expect, &len, 1 << 20);
+			if (ret < 0) {
+				pr_err("cannot read --expect-file %s: %s", optarg, strerror(-ret));
+				break;
+			}
+			/* A trailing newline of the file is not part of the answer. */
+			while (len && (b->expect[len - 1] == '\n' || b->expect[len - 1] == '\r'))
+				b->expect[--len] = '\0';
+			b->expect_len = len;
+			break;
+		case O_JSON: b->json_path = optarg; break;
+		case O_SVG: b->svg_path = optarg; break;
+		case O_BCOLD: b->baseline_cold_spec = optarg; break;
+		case O_BPLAIN: b->baseline_plain_image = optarg; break;
+		case O_BRUNS:
+			ret = parse_double(optarg, "--baseline-runs", &v, 1);
+			b->baseline_runs = (long)v;
+			break;
+		case O_STO: ret = parse_double(optarg, "--start-timeout", &b->start_timeout_s, 0.001); break;
+		case O_ITO: ret = parse_double(optarg, "--infer-timeout", &b->infer_timeout_s, 0.001); break;
+		case O_DTO: ret = parse_double(optarg, "--delete-timeout", &b->delete_timeout_s, 0.001); break;
+		case O_KEEP: b->keep_instances = true; break;
+		case 'h':
+		case O_HELP: usage(stdout); exit(0);
+		default: usage(stderr); return -EINVAL;
+		}
+		if (ret < 0)
+			return ret;
+	}
+	if (optind < argc) {
+		pr_err("unexpected argument \"%s\"", argv[optind]);
+		return -EINVAL;
+	}
+	if (!b->function || !id_valid(b->function)) {
+		pr_err("--function ID is required ([a-z0-9][a-z0-9._-]{0,62})");
+		return -EINVAL;
+	}
+	if (strncmp(b->url, "http://", 7) && strncmp(b->url, "https://", 8)) {
+		pr_err("--url must start with http:// or https://");
+		return -EINVAL;
+	}
+	if ((b->burst > 0) == (b->rate > 0)) {
+		pr_err("choose one mode: --burst N, or --rate R --duration S");
+		return -EINVAL;
+	}
+	if (b->rate > 0 && !(b->duration_s > 0)) {
+		pr_err("--rate needs --duration S");
+		return -EINVAL;
+	}
+	if (b->cold_tier && !b->cold_cmd) {
+		pr_err("--cold-tier needs --cold-cmd CMD to empty the RAM tier (thawd has no "
+		       "endpoint for it): see bench/README.md");
+		return -EINVAL;
+	}
+	if (!infer) {
+		pr_err("--infer \"METHOD /path [body]\" is required: a start counts once the "
+		       "instance answers it");
+		return -EINVAL;
+	}
+	if (b->expect && !b->expect_len) {
+		pr_err("--expect: an empty answer cannot tell right from wrong");
+		return -EINVAL;
+	}
+	b->cold.requested = b->baseline_cold_spec != NULL;
+	b->plain.requested = b->baseline_plain_image != NULL;
+	return parse_infer(b, infer);
+}
+
+int main(int argc, char **argv)
+{
+	struct bench b = {
+		.url = "http://127.0.0.1:8080",
+		.start_timeout_s = 120,
+		.infer_timeout_s = 30,
+		.delete_timeout_s = 60,
+		.repeat = 1,
+		.poisson = true,
+		.seed = 1,
+		.baseline_runs = 3,
+		.cold = { .name = "baseline: cold boot" },
+		.plain = { .name = "baseline: plain restore" },
+	};
+	size_t ul;
+	int ret, rc = 1;
+
+	stats_init(&b.latency);
+	stats_init(&b.answer);
+	stats_init(&b.cold.lat);
+	stats_init(&b.plain.lat);
+	for (int i = 0; i < NPHASES; i++)
+		stats_init(&b.phase[i]);
+	if (parse_args(&b, argc, argv) < 0)
+		goto out_free;
+	/* "http://host:8080/" and "http://host:8080" mean the same. */
+	ul = strlen(b.url);
+	while (ul > 8 && b.url[ul - 1] == '/')
+		ul--;
+	b.url = strndup(b.url, ul);
+	if (!b.url)
+		goto out_free;
+	if (curl_global_init(CURL_GLOBAL_DEFAULT)) {
+		pr_err("curl_global_init failed");
+		goto out_free;
+	}
+	b.multi = curl_multi_init();
+	if (!b.multi) {
+		pr_err("curl_multi_init failed");
+		goto out_curl;
+	}
+	ret = run_thaw(&b);
+	if (ret < 0) {
+		fprintf(stderr, "thaw-bench: the run stopped: %s\n",
+			log_last_error()[0] ? log_last_error() : strerror(-ret));
+		goto out_multi;
+	}
+	run_baselines(&b);
+	print_table(&b);
+	if (b.json_path && write_json(&b) < 0) {
+		fprintf(stderr, "thaw-bench: cannot write %s\n", b.json_path);
+		goto out_multi;
+	}
+	if (b.svg_path && write_svg(&b) < 0) {
+		fprintf(stderr, "thaw-bench: cannot write %s\n", b.svg_path);
+		goto out_multi;
+	}
+	rc = 0;
+out_multi:
+	curl_multi_cleanup(b.multi);
+out_curl:
+	curl_global_cleanup();
+	free((char *)b.url);
+	b.url = NULL;
+out_free:
+	stats_release(&b.latency);
+	stats_release(&b.answer);
+	stats_release(&b.cold.lat);
+	stats_release(&b.plain.lat);
+	for (int i = 0; i < NPHASES; i++)
+		stats_release(&b.phase[i]);
+	free(b.infer_path);
+	free(b.infer_body);
+	free(b.expect);
+	return rc;
+}

@@ -29,11 +29,17 @@ else
   B := build
 endif
 ifneq ($(STATIC),)
-  # The GPU machine has none of these libraries: link them in.  libmicrohttpd
-  # brings gnutls and its chain; glibc stays dynamic (the GPU host's is newer).
-  LDLIBS := -Wl,-Bstatic -luring -lzstd -ljansson -lmicrohttpd -lgnutls -lhogweed \
-            -lnettle -ltasn1 -lidn2 -lunistring -lp11-kit -lgmp -lffi -lcrypto \
-            -Wl,-Bdynamic -ldl -lm -lpthread -latomic
+  # The GPU machine has none of these libraries: link them in; glibc stays
+  # dynamic (the GPU host's is newer).  libmicrohttpd.a would drag in GnuTLS
+  # and its chain (p11-kit has no .a): thaw serves plain HTTP, so the
+  # stand-ins in common/static_notls.c take GnuTLS's place (-u pulls them in).
+  # libcurl (tests, benches; --as-needed drops it elsewhere) stays shared:
+  # gpu-pack puts it and its libraries in lib/ beside test/ and bench/, found
+  # through this RPATH (DT_RPATH, so that libcurl's own libraries are too).
+  CFLAGS += -DTHAW_STATIC
+  LDFLAGS += -Wl,--disable-new-dtags,-rpath,'$$ORIGIN/../lib'
+  LDLIBS := -Wl,-u,thaw_static_notls -Wl,-Bstatic -luring -lzstd -ljansson -lmicrohttpd \
+            -lcrypto -Wl,-Bdynamic $(CURL_LIBS) -ldl -lm -lpthread -latomic
 else
   LDLIBS := $(LDLIBS_DYN)
 endif

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Assemble .gpu/ (ignored by git): everything the GPU machine needs that it
+# does not have (GPU.md: no criu, runc, liburing, libmicrohttpd, jansson).
+#
+#   .gpu/thaw-gpu.tar.xz   one archive, unpacked there by scripts/gpu-run.sh:
+#     build/               thaw, thawd, test/test_*, bench/* from `make STATIC=1`
+#                          (debug info stripped; glibc is the only shared library)
+#     build/lib/           libcurl and its libraries, for the tests and benches
+#                          that use it (found through an RPATH of $ORIGIN/../lib)
+#     .deps/criu/, .deps/criu-wrapper   the CRIU 4.2 prefix (its own glibc and loader)
+#     runc/runc, runc/libseccomp.so.2   Debian 12's runc 1.1.5
+#     bin/runc             wrapper that runs it with its libseccomp
+#   .gpu/PACKED            what was packed: commit, date, sizes
+#
+# The binaries of one static build share most of their code (libcrypto), so
+# one xz stream with a large window makes them small: the device tool carries
+# at most 64 MiB, the working tree included; this keeps .gpu under 60 MiB.
+#
+# Usage: scripts/gpu-pack.sh  (or make gpu-pack).  GPU_PACK_KEEP_GOING=1 packs
+# what did build when some target (someone's work in progress) does not.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+S=build/static
+LIMIT_MIB=60
+
+[ -x .deps/criu-wrapper ] && [ -x .deps/criu/criu ] || scripts/deps.sh
+if [ ! -x .deps/criu/criu ] || [ -L .deps/criu-wrapper ]; then
+	echo "gpu-pack: .deps holds no portable CRIU prefix (a system criu is linked?)" >&2
+	exit 1
+fi
+
+echo "gpu-pack: make STATIC=1 all"
+if ! make --no-print-directory STATIC=1 -j2 ${GPU_PACK_KEEP_GOING:+-k} all; then
+	[ -n "${GPU_PACK_KEEP_GOING:-}" ] || { echo "gpu-pack: static build failed" >&2; exit 1; }
+	echo "gpu-pack: some targets failed; packing what built (GPU_PACK_KEEP_GOING)" >&2
+fi
+[ -x $S/thaw ] || { echo "gpu-pack: no $S/thaw" >&2; exit 1; }
+
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/build/test" "$stage/build/bench" "$stage/build/lib" "$stage/.deps" \
+	"$stage/runc" "$stage/bin"
+
+# Only binaries at least as new as libthaw.a: a target that failed to
+# rebuild leaves an old one behind, which must not travel as if it were current.
+pack_bin() { # src dst
+	if [ "$1" -ot $S/libthaw.a ]; then
+		echo "gpu-pack: skipping stale $1" >&2
+		return
+	fi
+	strip --strip-debug -o "$2" "$1"
+}
+for p in thaw thawd; do
+	[ -x $S/$p ] && pack_bin $S/$p "$stage/build/$p"
+done
+for t in $S/test/test_*; do
+	[ -x "$t" ] && pack_bin "$t" "$stage/build/test/$(basename "$t")"
+done
+for b in $S/bench/*; do
+	[ -f "$b" ] && [ -x "$b" ] && pack_bin "$b" "$stage/build/bench/$(basename "$b")"
+done
+
+# Shared libraries the binaries still need beyond glibc (libcurl's closure).
+glibc='^(linux-vdso|libc|libm|libdl|libpthread|librt|libresolv|ld-linux-x86-64)\.so'
+for f in "$stage"/build/thaw* "$stage"/build/test/* "$stage"/build/bench/*; do
+	[ -f "$f" ] || continue
+	ldd "$f" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
+done | sort -u | while read -r name path; do
+	[[ $name =~ $glibc ]] && continue
+	cp -L "$path" "$stage/build/lib/$name"
+done
+
+cp -a .deps/criu "$stage/.deps/criu"
+cp .deps/criu-wrapper "$stage/.deps/criu-wrapper"
+
+runc=$(command -v runc)
+cp -L "$runc" "$stage/runc/runc"
+seccomp=$(ldd "$runc" | awk '$1 ~ /^libseccomp/ {print $3}')
+[ -n "$seccomp" ] && cp -L "$seccomp" "$stage/runc/$(basename "$seccomp")"
+cat >"$stage/bin/runc" <<'WRAP'
+#!/bin/sh
+# Debian 12's runc with the libseccomp it was built against.  runc re-executes
+# itself (runc init), which finds the library the same way.
+d=$(dirname "$(readlink -f "$0")")/../runc
+LD_LIBRARY_PATH=$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec "$d/runc" "$@"
+WRAP
+chmod +x "$stage/bin/runc"
+
+rm -rf .gpu && mkdir -p .gpu
+echo "gpu-pack: compressing"
+tar -C "$stage" -cf - . | xz -9 -T1 >.gpu/thaw-gpu.tar.xz
+{
+	echo "commit: $(git rev-parse HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo ' (with local changes)')"
+	echo "packed: $(date -u +%FT%TZ) on $(uname -n)"
+	echo "unpacked: $(du -sh "$stage" | cut -f1)"
+	echo "archive: $(du -sh .gpu/thaw-gpu.tar.xz | cut -f1)"
+	echo "contents:"
+	(cd "$stage" && find . -type f -printf '  %p %s\n' | sort)
+} >.gpu/PACKED
+size=$(du -sm .gpu | cut -f1)
+echo "gpu-pack: .gpu is ${size} MiB ($(grep ^unpacked .gpu/PACKED))"
+if [ "$size" -gt $LIMIT_MIB ]; then
+	echo "gpu-pack: .gpu is over ${LIMIT_MIB} MiB: the device tool cannot carry it" >&2
+	exit 1
+fi
+echo "gpu-pack: done; on the GPU machine run scripts/gpu-run.sh with carry [\".gpu\"]"

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# What runs ON the GPU machine, from the repository root, with .gpu carried
+# (made here by scripts/gpu-pack.sh):
+#
+#   run(command="bash scripts/gpu-run.sh", carry=[".gpu"], kind="nvidia-h100-x1")
+#
+# It unpacks .gpu/thaw-gpu.tar.xz into .gpu/x, puts that runc and CRIU 4.2 in
+# place (PATH, THAW_RUNC, THAW_CRIU, .deps), then runs, each under a timeout,
+# logging into $OUT:
+#   1. thaw doctor (must pass and see the GPU)
+#   2. test_cuda (the driver's checkpoint API on a real PyTorch process)
+#   3. the GPU end-to-end tests and benchmarks: the section marked EXTEND below
+# $OUT receives summary.txt (one line per step, then figures), logs.tar.gz (every
+# log) and whatever a step writes to $OUT/figures/ (packed into figures.tar.gz).
+# The device tool returns at most 8 files from $OUT, hence the archives.
+#
+# Environment: OUT (default ./gpu-out), GPU_STEPS (a pattern: only steps whose
+# name matches), GPU_ALL_TESTS=1 (also run every test, CPU ones too),
+# STEP_TIMEOUT (seconds, default 600).
+set -u
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=${OUT:-$ROOT/gpu-out}
+X=$ROOT/.gpu/x
+mkdir -p "$OUT/logs" "$OUT/figures"
+SUMMARY=$OUT/summary.txt
+: >"$SUMMARY"
+failed=0
+start_all=$SECONDS
+
+say() { echo "$*" | tee -a "$SUMMARY"; }
+
+if [ ! -f .gpu/thaw-gpu.tar.xz ]; then
+	say "FAIL no .gpu/thaw-gpu.tar.xz: run scripts/gpu-pack.sh here first, then carry .gpu"
+	exit 1
+fi
+rm -rf "$X" && mkdir -p "$X"
+if command -v xz >/dev/null; then
+	tar -C "$X" -xJf .gpu/thaw-gpu.tar.xz
+else
+	python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+		.gpu/thaw-gpu.tar.xz "$X"
+fi || { say "FAIL cannot unpack .gpu/thaw-gpu.tar.xz"; exit 1; }
+
+# runc and CRIU in place: the wrappers on PATH and in thaw's environment, and
+# .deps at the repo root for scripts that look for $THAW_ROOT/.deps/criu-wrapper.
+export PATH=$X/bin:$PATH
+export THAW_RUNC=$X/bin/runc THAW_CRIU=$X/.deps/criu-wrapper
+[ -e .deps ] || ln -s "$X/.deps" .deps
+export THAW_BUILD=$X/build THAW_ROOT=$ROOT B=.gpu/x/build
+export THAW_DATA_DIR=${THAW_DATA_DIR:-/tmp/thaw-data}
+export THAW_RAM_TIER=${THAW_RAM_TIER:-/dev/shm/thaw}
+export THAW_FIGURES=$OUT/figures PYTHONUNBUFFERED=1
+# Never let a multi-GPU program use NVLink multicast (KINDS.md).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+say "== thaw GPU run: $(cat .gpu/PACKED | head -2 | tr '\n' ' ')"
+say "host: $(uname -r), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
+command -v nvidia-smi >/dev/null &&
+	say "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -4 | tr '\n' ';')"
+say "runc: $(runc --version | head -1); criu: $("$THAW_CRIU" --version | awk '/^Version/ {print $2}')"
+
+# step NAME CMD...: run one step under a timeout; PASS/SKIP/FAIL into the summary.
+step() {
+	local name=$1 t0=$SECONDS rc
+	shift
+	case "$name" in *${GPU_STEPS:-}*) ;; *) return 0 ;; esac
+	echo "---- $name: $*"
+	timeout -k 10 "${STEP_TIMEOUT:-600}" "$@" >"$OUT/logs/$name.log" 2>&1
+	rc=$?
+	tail -n 40 "$OUT/logs/$name.log"
+	case $rc in
+	0) say "PASS $name ($((SECONDS - t0)) s)" ;;
+	77) say "SKIP $name: $(tail -n1 "$OUT/logs/$name.log")" ;;
+	*) say "FAIL $name (exit $rc, $((SECONDS - t0)) s)"; failed=$((failed + 1)) ;;
+	esac
+}
+
+step doctor "$X/build/thaw" doctor
+step doctor-json "$X/build/thaw" doctor --json
+step test_cuda "$X/build/test/test_cuda"
+
+# ==== EXTEND: GPU end-to-end tests and benchmarks ============================
+# Add one `step NAME COMMAND...` line per GPU test or benchmark.  Each runs from
+# the repo root with THAW_BUILD (binaries), THAW_ROOT, THAW_RUNC, THAW_CRIU,
+# THAW_DATA_DIR and THAW_RAM_TIER set; a benchmark writes its figures (tables,
+# CSV, JSON) into $THAW_FIGURES, which comes back as figures.tar.gz.  A test
+# exits 0 pass, 77 skip, anything else fail.  The GPU example function is
+# bench/functions/gpu_example.json (bench/functions/gpu_llm.py).
+for t in test/*gpu*.sh; do
+	[ -f "$t" ] && step "$(basename "$t" .sh)" bash "$t"
+done
+for t in "$X"/build/test/test_*gpu*; do
+	[ -x "$t" ] && step "$(basename "$t")" "$t"
+done
+# e.g.: step bench-gpu-start "$X/build/bench/thaw-bench" --function gpu-example ...
+# ==== end of EXTEND ===========================================================
+
+if [ -n "${GPU_ALL_TESTS:-}" ]; then
+	step all-tests env B=.gpu/x/build scripts/run-tests.sh
+fi
+
+say "== $failed failed, $((SECONDS - start_all)) s in all"
+# Figures the steps printed ("figure: ..." lines) go into the summary too.
+grep -h "^figure:" "$OUT"/logs/*.log >>"$SUMMARY" 2>/dev/null
+tar -C "$OUT" -czf "$OUT/logs.tar.gz" logs && rm -rf "$OUT/logs"
+if [ -n "$(ls -A "$OUT/figures")" ]; then
+	tar -C "$OUT" -czf "$OUT/figures.tar.gz" figures
+fi
+rm -rf "$OUT/figures"
+[ $failed = 0 ]

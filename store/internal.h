@@ -1,0 +1,60 @@
+/* internal.h — what the store's own files share; not for other modules. */
+#ifndef THAW_STORE_INTERNAL_H
+#define THAW_STORE_INTERNAL_H
+
+#include "store/store.h"
+
+#include <limits.h>
+#include <sys/file.h>
+
+struct store {
+	char *dir;
+	int dirfd; /* the store directory, for syncfs() */
+};
+
+/* Take the store's lock file (LOCK_SH for puts and leases, LOCK_EX for gc);
+ * returns the fd that holds it, or -errno.  Close it to release. */
+int store_lock(struct store *s, int how);
+
+/* Write len bytes as the object at path, crash-safely: a unique O_EXCL file in
+ * tmp/, fsynced if sync (else its writeback is only started), then link()ed to
+ * path (its directory created if missing), or rename()d over it if replace.
+ * Returns 1 if written, 0 if path already existed, or -errno. */
+int store_write_object(struct store *s, const char *path, const void *buf, size_t len, bool sync,
+		       bool replace);
+
+/* Path of manifest hash, into buf. */
+int store_manifest_path(const struct store *s, const uint8_t hash[CHUNK_HASH_LEN], char *buf,
+			size_t len);
+/* Turn a manifest id or unique hex prefix (>= 12 digits) into its hash. */
+int store_manifest_resolve(struct store *s, const char *id, uint8_t hash[CHUNK_HASH_LEN]);
+/* Read and parse the manifest file at path, checking that its bytes hash to
+ * hash when hash is not NULL. */
+int store_manifest_read(const char *path, const uint8_t *hash, struct manifest **out);
+
+/* Call fn for each chunk object: its hash (NULL when the name is not a chunk
+ * name), its path and its name relative to the store.  A non-zero return of
+ * fn stops the walk and is returned. */
+typedef int (*store_chunk_fn)(const uint8_t *hash, const char *path, const char *name, void *arg);
+int store_foreach_chunk(struct store *s, store_chunk_fn fn, void *arg);
+/* The same over manifests/ (hash NULL for a name that is not 64 hex). */
+int store_foreach_manifest(struct store *s, store_chunk_fn fn, void *arg);
+
+/* Read the chunk object at path (at most chunk_encode_bound(CHUNK_MAX_RAW)
+ * bytes) into obj; *obj_len its size.  -ENOENT if missing, -EBADMSG if too big. */
+int store_read_object(const char *path, uint8_t *obj, size_t cap, size_t *obj_len);
+/* raw_len from a chunk object's header, or -EBADMSG. */
+long store_object_raw_len(const uint8_t *obj, size_t obj_len);
+
+/* A set of chunk hashes. */
+struct hash_set {
+	uint8_t (*slots)[CHUNK_HASH_LEN];
+	bool *used;
+	size_t cap, n;
+};
+void hash_set_init(struct hash_set *h);
+void hash_set_release(struct hash_set *h);
+int hash_set_add(struct hash_set *h, const uint8_t hash[CHUNK_HASH_LEN]); /* 1 new, 0 had, -ENOMEM */
+bool hash_set_has(const struct hash_set *h, const uint8_t hash[CHUNK_HASH_LEN]);
+
+#endif

@@ -1,0 +1,353 @@
+/* store.c — opening a store, its paths, its lock, and crash-safe object writes. */
+#define LOG_PREFIX "store: "
+#include "store/internal.h"
+#include "common/log.h"
+#include "common/util.h"
+
+#include <dirent.h>
+#include <endian.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *const store_dirs[] = { "chunks", "manifests", "leases", "tmp" };
+
+struct store *store_open(const char *dir)
+{
+	struct store *s = calloc(1, sizeof(*s));
+	char path[PATH_MAX];
+	int fd;
+
+	if (!s) {
+		pr_err("out of memory");
+		return NULL;
+	}
+	s->dirfd = -1;
+	s->dir = strdup(dir);
+	if (!s->dir)
+		goto err;
+	if (mkdir_p(dir, 0755) < 0)
+		goto err;
+	for (size_t i = 0; i < ARRAY_SIZE(store_dirs); i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, store_dirs[i]);
+		if (mkdir_p(path, 0755) < 0)
+			goto err;
+	}
+	snprintf(path, sizeof(path), "%s/lock", dir);
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		pr_perror("cannot create %s", path);
+		goto err;
+	}
+	close(fd);
+	s->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (s->dirfd < 0) {
+		pr_perror("cannot open %s", dir);
+		goto err;
+	}
+	return s;
+err:
+	store_close(s);
+	return NULL;
+}
+
+void store_close(struct store *s)
+{
+	if (!s)
+		return;
+	if (s->dirfd >= 0)
+		close(s->dirfd);
+	free(s->dir);
+	free(s);
+}
+
+const char *store_path(const struct store *s)
+{
+	return s->dir;
+}
+
+int store_chunk_path(const struct store *s, const uint8_t hash[CHUNK_HASH_LEN], char *buf,
+		     size_t len)
+{
+	char hex[2 * CHUNK_HASH_LEN + 1];
+
+	hex_encode(hash, CHUNK_HASH_LEN, hex);
+	if ((size_t)snprintf(buf, len, "%s/chunks/%.2s/%s", s->dir, hex, hex + 2) >= len)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+int store_manifest_path(const struct store *s, const uint8_t hash[CHUNK_HASH_LEN], char *buf,
+			size_t len)
+{
+	char hex[2 * CHUNK_HASH_LEN + 1];
+
+	hex_encode(hash, CHUNK_HASH_LEN, hex);
+	if ((size_t)snprintf(buf, len, "%s/manifests/%s", s->dir, hex) >= len)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+int store_lock(struct store *s, int how)
+{
+	char path[PATH_MAX];
+	int fd, ret;
+
+	snprintf(path, sizeof(path), "%s/lock", s->dir);
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		ret = -errno;
+		pr_perror("cannot open %s", path);
+		return ret;
+	}
+	while (flock(fd, how) < 0) {
+		if (errno == EINTR)
+			continue;
+		ret = -errno;
+		pr_perror("cannot lock %s", path);
+		close(fd);
+		return ret;
+	}
+	return fd;
+}
+
+int store_write_object(struct store *s, const char *path, const void *buf, size_t len, bool sync,
+		       bool replace)
+{
+	static atomic_ulong counter;
+	char tmp[PATH_MAX];
+	int fd = -1, ret;
+
+	snprintf(tmp, sizeof(tmp), "%s/tmp/%d.%d.%lu", s->dir, getpid(), gettid(),
+		 atomic_fetch_add(&counter, 1));
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
+	if (fd < 0) {
+		ret = -errno;
+		pr_perror("cannot create %s", tmp);
+		return ret;
+	}
+	ret = write_all(fd, buf, len);
+	if (ret == 0 && sync && fsync(fd) < 0)
+		ret = -errno;
+	/* Start writeback now so that the syncfs() before the manifest finds little to do. */
+	if (ret == 0 && !sync)
+		sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+	if (close(fd) < 0 && ret == 0)
+		ret = -errno;
+	if (ret < 0) {
+		pr_err("cannot write %s: %s", tmp, strerror(-ret));
+		goto out;
+	}
+	int r = replace ? rename(tmp, path) : link(tmp, path);
+	if (r < 0 && errno == ENOENT) {
+		/* The chunks/xx/ directory is made on first use. */
+		char dir[PATH_MAX];
+		snprintf(dir, sizeof(dir), "%s", path);
+		*strrchr(dir, '/') = '\0';
+		if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+			ret = -errno;
+			pr_perror("cannot create %s", dir);
+			goto out;
+		}
+		r = replace ? rename(tmp, path) : link(tmp, path);
+	}
+	if (r == 0) {
+		ret = 1;
+	} else if (errno == EEXIST) {
+		ret = 0; /* content addressed: the same bytes are already there */
+	} else {
+		ret = -errno;
+		pr_perror("cannot link %s", path);
+	}
+out:
+	unlink(tmp);
+	return ret;
+}
+
+int store_read_object(const char *path, uint8_t *obj, size_t cap, size_t *obj_len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC), ret = 0;
+	struct stat st;
+	size_t got = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0) {
+		ret = -errno;
+		goto out;
+	}
+	if ((uint64_t)st.st_size > cap) {
+		ret = -EBADMSG;
+		goto out;
+	}
+	while (got < (size_t)st.st_size) {
+		ssize_t n = read(fd, obj + got, (size_t)st.st_size - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			ret = -errno;
+			goto out;
+		}
+		if (n == 0)
+			break;
+		got += (size_t)n;
+	}
+	*obj_len = got;
+out:
+	close(fd);
+	return ret;
+}
+
+long store_object_raw_len(const uint8_t *obj, size_t obj_len)
+{
+	uint32_t v;
+
+	if (obj_len < CHUNK_HEADER_SIZE || memcmp(obj, "THCK", 4))
+		return -EBADMSG;
+	memcpy(&v, obj + 8, 4);
+	v = le32toh(v);
+	return v > CHUNK_MAX_RAW ? -EBADMSG : (long)v;
+}
+
+static int foreach_in(const char *dir, const char *rel, store_chunk_fn fn, void *arg,
+		      const char *prefix)
+{
+	char path[PATH_MAX], name[PATH_MAX], hex[2 * CHUNK_HASH_LEN + 1];
+	uint8_t hash[CHUNK_HASH_LEN];
+	struct dirent *de;
+	DIR *d = opendir(dir);
+	int ret = 0;
+
+	if (!d) {
+		if (errno == ENOENT)
+			return 0;
+		ret = -errno;
+		pr_perror("cannot read %s", dir);
+		return ret;
+	}
+	while ((de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		if (snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) >= (int)sizeof(path) ||
+		    snprintf(name, sizeof(name), "%s/%s", rel, de->d_name) >= (int)sizeof(name))
+			continue;
+		bool ok = snprintf(hex, sizeof(hex), "%s%s", prefix, de->d_name) == 2 * CHUNK_HASH_LEN &&
+			  strspn(hex, "0123456789abcdef") == 2 * CHUNK_HASH_LEN &&
+			  hex_decode(hex, hash, CHUNK_HASH_LEN) == 0;
+		ret = fn(ok ? hash : NULL, path, name, arg);
+		if (ret)
+			break;
+	}
+	closedir(d);
+	return ret;
+}
+
+int store_foreach_chunk(struct store *s, store_chunk_fn fn, void *arg)
+{
+	char dir[PATH_MAX], sub[PATH_MAX], rel[64];
+	struct dirent *de;
+	DIR *d;
+	int ret = 0;
+
+	snprintf(dir, sizeof(dir), "%s/chunks", s->dir);
+	d = opendir(dir);
+	if (!d) {
+		ret = -errno;
+		pr_perror("cannot read %s", dir);
+		return ret;
+	}
+	while ((de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		if (snprintf(sub, sizeof(sub), "%s/%s", dir, de->d_name) >= (int)sizeof(sub))
+			continue;
+		snprintf(rel, sizeof(rel), "chunks/%.8s", de->d_name);
+		if (strlen(de->d_name) != 2 || strspn(de->d_name, "0123456789abcdef") != 2) {
+			ret = fn(NULL, sub, rel, arg);
+		} else {
+			ret = foreach_in(sub, rel, fn, arg, de->d_name);
+		}
+		if (ret)
+			break;
+	}
+	closedir(d);
+	return ret;
+}
+
+int store_foreach_manifest(struct store *s, store_chunk_fn fn, void *arg)
+{
+	char dir[PATH_MAX];
+
+	snprintf(dir, sizeof(dir), "%s/manifests", s->dir);
+	return foreach_in(dir, "manifests", fn, arg, "");
+}
+
+/* hash set: open addressing on the hash's first 8 bytes (already uniform). */
+
+void hash_set_init(struct hash_set *h)
+{
+	memset(h, 0, sizeof(*h));
+}
+
+void hash_set_release(struct hash_set *h)
+{
+	free(h->slots);
+	free(h->used);
+	memset(h, 0, sizeof(*h));
+}
+
+static size_t slot_of(const struct hash_set *h, const uint8_t hash[CHUNK_HASH_LEN])
+{
+	uint64_t k;
+
+	memcpy(&k, hash, 8);
+	size_t i = (size_t)k & (h->cap - 1);
+	while (h->used[i] && memcmp(h->slots[i], hash, CHUNK_HASH_LEN))
+		i = (i + 1) & (h->cap - 1);
+	return i;
+}
+
+static int hash_set_grow(struct hash_set *h)
+{
+	struct hash_set n = { .cap = h->cap ? h->cap * 2 : 1024 };
+
+	n.slots = malloc(n.cap * sizeof(*n.slots));
+	n.used = calloc(n.cap, sizeof(*n.used));
+	if (!n.slots || !n.used) {
+		hash_set_release(&n);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < h->cap; i++) {
+		if (!h->used[i])
+			continue;
+		size_t j = slot_of(&n, h->slots[i]);
+		memcpy(n.slots[j], h->slots[i], CHUNK_HASH_LEN);
+		n.used[j] = true;
+		n.n++;
+	}
+	hash_set_release(h);
+	*h = n;
+	return 0;
+}
+
+int hash_set_add(struct hash_set *h, const uint8_t hash[CHUNK_HASH_LEN])
+{
+	if ((h->n + 1) * 2 > h->cap && hash_set_grow(h) < 0)
+		return -ENOMEM;
+	size_t i = slot_of(h, hash);
+	if (h->used[i])
+		return 0;
+	memcpy(h->slots[i], hash, CHUNK_HASH_LEN);
+	h->used[i] = true;
+	h->n++;
+	return 1;
+}
+
+bool hash_set_has(const struct hash_set *h, const uint8_t hash[CHUNK_HASH_LEN])
+{
+	return h->cap && h->used[slot_of(h, hash)];
+}

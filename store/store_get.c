@@ -1,0 +1,168 @@
+/* store_get.c — write a manifest's files out of the store.
+ *
+ * Every file is written to a temp name beside its final one (truncated to its
+ * size first, so holes stay holes), chunk by chunk, fsynced; only when all of
+ * them are complete are they renamed into place.  On any error every temp file
+ * is removed: a failed get leaves no file behind.
+ */
+#define LOG_PREFIX "store: "
+#include "store/internal.h"
+#include "common/log.h"
+#include "common/util.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct get_out {
+	char final[PATH_MAX];
+	char tmp[PATH_MAX];
+};
+
+static int get_file(struct store *s, struct chunk_codec *codec, const struct manifest_file *f,
+		    struct get_out *o, uint8_t *obj, uint8_t *raw, struct progress *prog,
+		    uint64_t *done)
+{
+	char path[PATH_MAX], id[CHUNK_ID_LEN];
+	int fd = -1, ret = 0;
+
+	fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, f->mode & 0777);
+	if (fd < 0) {
+		ret = -errno;
+		pr_perror("cannot create %s", o->tmp);
+		o->tmp[0] = '\0'; /* not ours to remove */
+		return ret;
+	}
+	if (ftruncate(fd, (off_t)f->size) < 0) {
+		ret = -errno;
+		pr_perror("cannot size %s", o->tmp);
+		goto out;
+	}
+	for (size_t i = 0; i < f->nchunks; i++) {
+		const struct manifest_chunk *c = &f->chunks[i];
+		size_t obj_len = 0;
+
+		*done += c->len;
+		if (c->zero)
+			continue;
+		chunk_id_format(c->hash, id);
+		store_chunk_path(s, c->hash, path, sizeof(path));
+		ret = store_read_object(path, obj, chunk_encode_bound(CHUNK_MAX_RAW), &obj_len);
+		if (ret == -ENOENT) {
+			pr_err("chunk %s of %s at offset %llu is missing", id, f->path,
+			       (unsigned long long)c->off);
+			goto out;
+		}
+		if (ret == 0)
+			ret = chunk_decode(codec, obj, obj_len, c->hash, raw, c->len);
+		if (ret == -EBADMSG) {
+			pr_err("chunk %s of %s at offset %llu is corrupt", id, f->path,
+			       (unsigned long long)c->off);
+			goto out;
+		}
+		if (ret < 0) {
+			pr_err("cannot read chunk %s of %s: %s", id, f->path, strerror(-ret));
+			goto out;
+		}
+		ret = pwrite_all(fd, raw, c->len, (off_t)c->off);
+		if (ret < 0) {
+			pr_err("cannot write %s: %s", o->tmp, strerror(-ret));
+			goto out;
+		}
+		progress_update(prog, *done);
+	}
+	if (fsync(fd) < 0) {
+		ret = -errno;
+		pr_perror("fsync %s", o->tmp);
+	}
+out:
+	if (close(fd) < 0 && ret == 0) {
+		ret = -errno;
+		pr_perror("close %s", o->tmp);
+	}
+	return ret;
+}
+
+int store_get(struct store *s, const char *id, const char *outdir, bool show_progress)
+{
+	struct manifest *m = NULL;
+	struct manifest_totals t;
+	struct chunk_codec *codec = NULL;
+	struct get_out *outs = NULL;
+	struct progress prog;
+	uint8_t *obj = NULL, *raw = NULL;
+	uint64_t done = 0;
+	size_t made = 0;
+	int ret;
+
+	ret = store_manifest_load(s, id, &m, NULL);
+	if (ret < 0)
+		return ret;
+	ret = mkdir_p(outdir, 0755);
+	if (ret < 0)
+		goto out;
+	codec = chunk_codec_new();
+	obj = malloc(chunk_encode_bound(CHUNK_MAX_RAW));
+	raw = malloc(CHUNK_MAX_RAW);
+	outs = calloc(m->nfiles ? m->nfiles : 1, sizeof(*outs));
+	if (!codec || !obj || !raw || !outs) {
+		pr_err("out of memory");
+		ret = -ENOMEM;
+		goto out;
+	}
+	manifest_totals(m, &t);
+	progress_init(&prog, "get", t.logical_bytes);
+	if (!show_progress)
+		prog.enabled = false;
+	for (size_t i = 0; i < m->nfiles; i++) {
+		const struct manifest_file *f = &m->files[i];
+		struct get_out *o = &outs[i];
+		const char *slash = strrchr(f->path, '/');
+
+		if (snprintf(o->final, sizeof(o->final), "%s/%s", outdir, f->path) >=
+		    (int)sizeof(o->final)) {
+			pr_err("path too long: %s/%s", outdir, f->path);
+			ret = -ENAMETOOLONG;
+			goto out;
+		}
+		/* The manifest's paths are clean (manifest_parse), so they stay under outdir. */
+		snprintf(o->tmp, sizeof(o->tmp), "%s/%.*s%s.%s.thaw-get-%d", outdir,
+			 slash ? (int)(slash - f->path + 1) : 0, f->path, "", slash ? slash + 1 : f->path,
+			 getpid());
+		if (slash) {
+			char dir[PATH_MAX];
+			snprintf(dir, sizeof(dir), "%s/%.*s", outdir, (int)(slash - f->path), f->path);
+			ret = mkdir_p(dir, 0755);
+			if (ret < 0)
+				goto out;
+		}
+		ret = get_file(s, codec, f, o, obj, raw, &prog, &done);
+		made = i + 1; /* its temp file exists even if it failed */
+		if (ret < 0)
+			goto out;
+	}
+	progress_done(&prog);
+	for (size_t i = 0; i < m->nfiles; i++) {
+		if (rename(outs[i].tmp, outs[i].final) < 0) {
+			ret = -errno;
+			pr_perror("cannot rename %s to %s", outs[i].tmp, outs[i].final);
+			goto out;
+		}
+		outs[i].tmp[0] = '\0';
+	}
+	ret = fsync_dir(outdir);
+out:
+	if (ret < 0) {
+		for (size_t i = 0; i < made; i++)
+			if (outs[i].tmp[0])
+				unlink(outs[i].tmp);
+	}
+	free(outs);
+	free(raw);
+	free(obj);
+	chunk_codec_free(codec);
+	manifest_free(m);
+	return ret;
+}

@@ -1,0 +1,264 @@
+/* store_manifests.c — finding, loading, listing and deleting manifests; store totals. */
+#define LOG_PREFIX "store: "
+#include "store/internal.h"
+#include "common/log.h"
+#include "common/util.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MANIFEST_MIN_PREFIX 12
+
+struct prefix_match {
+	const char *prefix;
+	size_t len;
+	int found;
+	uint8_t hash[CHUNK_HASH_LEN];
+};
+
+static int match_prefix(const uint8_t *hash, const char *path, const char *name, void *arg)
+{
+	struct prefix_match *pm = arg;
+	const char *base = strrchr(name, '/') + 1;
+
+	if (hash && !strncmp(base, pm->prefix, pm->len)) {
+		pm->found++;
+		memcpy(pm->hash, hash, CHUNK_HASH_LEN);
+	}
+	return 0;
+}
+
+int store_manifest_resolve(struct store *s, const char *id, uint8_t hash[CHUNK_HASH_LEN])
+{
+	struct prefix_match pm = { 0 };
+	const char *hex = id;
+	int ret;
+
+	if (!id || !*id) {
+		pr_err("no manifest id given");
+		return -EINVAL;
+	}
+	if (!strncmp(id, "sha256:", 7))
+		hex = id + 7;
+	size_t n = strlen(hex);
+	if (n == 2 * CHUNK_HASH_LEN && strspn(hex, "0123456789abcdef") == n)
+		return hex_decode(hex, hash, CHUNK_HASH_LEN);
+	if (n < MANIFEST_MIN_PREFIX || n > 2 * CHUNK_HASH_LEN ||
+	    strspn(hex, "0123456789abcdef") != n) {
+		pr_err("'%.80s' is not a manifest id (sha256:<64 hex>, or at least %d hex digits of one)",
+		       id, MANIFEST_MIN_PREFIX);
+		return -EINVAL;
+	}
+	pm.prefix = hex;
+	pm.len = n;
+	ret = store_foreach_manifest(s, match_prefix, &pm);
+	if (ret < 0)
+		return ret;
+	if (pm.found == 0) {
+		pr_err("no manifest %s in %s", id, s->dir);
+		return -ENOENT;
+	}
+	if (pm.found > 1) {
+		pr_err("manifest id %s is ambiguous (%d manifests match)", id, pm.found);
+		return -EINVAL;
+	}
+	memcpy(hash, pm.hash, CHUNK_HASH_LEN);
+	return 0;
+}
+
+int store_manifest_read(const char *path, const uint8_t *hash, struct manifest **out)
+{
+	uint8_t got[CHUNK_HASH_LEN];
+	char *buf = NULL;
+	size_t len;
+	int ret;
+
+	*out = NULL;
+	ret = read_file(path, &buf, &len, MANIFEST_MAX_SIZE);
+	if (ret < 0) {
+		if (ret == -EFBIG)
+			pr_err("manifest %s is larger than %u bytes", path, MANIFEST_MAX_SIZE);
+		else if (ret != -ENOENT)
+			pr_err("cannot read %s: %s", path, strerror(-ret));
+		return ret == -EFBIG ? -EBADMSG : ret;
+	}
+	if (hash) {
+		chunk_hash(buf, len, got);
+		if (memcmp(got, hash, CHUNK_HASH_LEN)) {
+			pr_err("manifest %s is damaged: its bytes do not hash to its name", path);
+			ret = -EBADMSG;
+			goto out;
+		}
+	}
+	ret = manifest_parse(buf, len, out);
+	if (ret < 0) {
+		char why[512];
+		snprintf(why, sizeof(why), "%s", log_last_error());
+		pr_err("manifest %s: %s", path, why);
+	}
+out:
+	free(buf);
+	return ret;
+}
+
+int store_manifest_load(struct store *s, const char *id, struct manifest **out,
+			char full_id[CHUNK_ID_LEN])
+{
+	uint8_t hash[CHUNK_HASH_LEN];
+	char path[PATH_MAX], fid[CHUNK_ID_LEN];
+	int ret;
+
+	*out = NULL;
+	ret = store_manifest_resolve(s, id, hash);
+	if (ret < 0)
+		return ret;
+	chunk_id_format(hash, fid);
+	store_manifest_path(s, hash, path, sizeof(path));
+	ret = store_manifest_read(path, hash, out);
+	if (ret == -ENOENT)
+		pr_err("no manifest %s in %s", fid, s->dir);
+	if (ret == 0 && full_id)
+		memcpy(full_id, fid, CHUNK_ID_LEN);
+	return ret;
+}
+
+int store_manifest_delete(struct store *s, const char *id)
+{
+	uint8_t hash[CHUNK_HASH_LEN];
+	char path[PATH_MAX];
+	int ret;
+
+	ret = store_manifest_resolve(s, id, hash);
+	if (ret < 0)
+		return ret;
+	store_manifest_path(s, hash, path, sizeof(path));
+	if (unlink(path) < 0) {
+		ret = -errno;
+		pr_perror("cannot delete %s", path);
+		return ret;
+	}
+	snprintf(path, sizeof(path), "%s/manifests", s->dir);
+	return fsync_dir(path);
+}
+
+static int list_one(const uint8_t *hash, const char *path, const char *name, void *arg)
+{
+	json_t *arr = arg;
+	struct manifest *m = NULL;
+	struct manifest_totals t;
+	char id[CHUNK_ID_LEN];
+
+	if (!hash)
+		return 0;
+	if (store_manifest_read(path, hash, &m) < 0) {
+		pr_warn("skipping unreadable manifest %s", path);
+		return 0;
+	}
+	chunk_id_format(hash, id);
+	manifest_totals(m, &t);
+	int ret = json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:I,s:I}", "id", id, "name",
+						       m->name, "created", m->created, "files",
+						       (json_int_t)m->nfiles, "logical_bytes",
+						       (json_int_t)t.logical_bytes));
+	manifest_free(m);
+	return ret ? -ENOMEM : 0;
+}
+
+static int by_created(const void *a, const void *b)
+{
+	json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
+	int c = strcmp(json_string_value(json_object_get(x, "created")),
+		       json_string_value(json_object_get(y, "created")));
+
+	return c ? c : strcmp(json_string_value(json_object_get(x, "id")),
+			      json_string_value(json_object_get(y, "id")));
+}
+
+int store_list(struct store *s, json_t **out)
+{
+	json_t *arr = json_array(), *sorted = NULL;
+	json_t **v = NULL;
+	int ret;
+
+	*out = NULL;
+	if (!arr)
+		return -ENOMEM;
+	ret = store_foreach_manifest(s, list_one, arr);
+	if (ret < 0)
+		goto out;
+	/* Oldest first, so that a listing reads as a history. */
+	size_t n = json_array_size(arr);
+	v = malloc((n ? n : 1) * sizeof(*v));
+	sorted = json_array();
+	if (!v || !sorted) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++)
+		v[i] = json_array_get(arr, i);
+	qsort(v, n, sizeof(*v), by_created);
+	for (size_t i = 0; i < n; i++)
+		json_array_append(sorted, v[i]);
+	*out = sorted;
+	sorted = NULL;
+out:
+	free(v);
+	json_decref(sorted);
+	json_decref(arr);
+	return ret;
+}
+
+static int stat_manifest(const uint8_t *hash, const char *path, const char *name, void *arg)
+{
+	struct store_stats *st = arg;
+	struct manifest *m = NULL;
+	struct manifest_totals t;
+
+	if (!hash || store_manifest_read(path, hash, &m) < 0)
+		return 0;
+	manifest_totals(m, &t);
+	st->logical_bytes += t.logical_bytes;
+	st->zero_bytes += t.zero_bytes;
+	st->manifests++;
+	manifest_free(m);
+	return 0;
+}
+
+static int stat_chunk(const uint8_t *hash, const char *path, const char *name, void *arg)
+{
+	struct store_stats *st = arg;
+	uint8_t hdr[CHUNK_HEADER_SIZE];
+	struct stat sb;
+	int fd;
+
+	if (!hash)
+		return 0;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0; /* gone under us (gc): not counted */
+	if (fstat(fd, &sb) == 0) {
+		ssize_t n = pread(fd, hdr, sizeof(hdr), 0);
+		long raw = n == (ssize_t)sizeof(hdr) ? store_object_raw_len(hdr, sizeof(hdr)) : -1;
+		st->chunks++;
+		st->stored_bytes += (uint64_t)sb.st_size;
+		if (raw > 0)
+			st->unique_bytes += (uint64_t)raw;
+	}
+	close(fd);
+	return 0;
+}
+
+int store_stat(struct store *s, struct store_stats *st)
+{
+	int ret;
+
+	memset(st, 0, sizeof(*st));
+	ret = store_foreach_manifest(s, stat_manifest, st);
+	if (ret == 0)
+		ret = store_foreach_chunk(s, stat_chunk, st);
+	return ret;
+}

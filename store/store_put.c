@@ -1,0 +1,580 @@
+/* store_put.c — ingest files into chunks and a manifest.
+ *
+ * One reader (the calling thread) streams each file in 8 MiB buffers and cuts
+ * it into chunks (chunker.h); a pool of workers hashes each chunk, skips it if
+ * the store has it, else encodes and writes it.  Buffers are reference counted
+ * by the chunks still in flight, so reading overlaps hashing, and at most
+ * PUT_NBUF buffers are in memory.  The manifest keeps the file's chunk order
+ * whatever order workers finish in: each job knows its slot.
+ *
+ * Crash safety: chunk objects are linked into place only when complete; one
+ * syncfs() makes them all durable before the manifest, which is fsynced, is
+ * linked.  So a crash at any point leaves complete objects, and never a
+ * manifest that names a missing chunk.  The whole put holds the store lock
+ * shared, so gc cannot delete a chunk between our "it exists" and the manifest.
+ */
+#define LOG_PREFIX "store: "
+#include "store/chunker.h"
+#include "store/internal.h"
+#include "common/log.h"
+#include "common/util.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define PUT_BUF_SIZE    (8u << 20)
+#define PUT_NBUF        4
+#define PUT_MAX_WORKERS 8
+#define PUT_MAX_DEPTH   64
+
+struct put_buf {
+	uint8_t *data;
+	int refs; /* the reader's, plus one per chunk in flight */
+};
+
+struct put_job {
+	struct put_job *next;
+	struct put_buf *buf;
+	const uint8_t *data;
+	uint32_t len;
+	size_t file, idx;
+	uint8_t hash[CHUNK_HASH_LEN];
+	uint32_t stored;
+	bool fresh; /* written by this put */
+};
+
+struct put_input {
+	char *src; /* path to read */
+	char *rel; /* path in the manifest */
+};
+
+struct put {
+	struct store *s;
+	pthread_mutex_t mu;
+	pthread_cond_t work_cv; /* a job was queued, or stop */
+	pthread_cond_t free_cv; /* a buffer was freed */
+	struct put_job *head, *tail;
+	bool stop;
+	int err;
+	struct put_buf bufs[PUT_NBUF];
+
+	struct manifest *m;
+	struct put_job **jobs;
+	size_t njobs, jobs_cap;
+	struct store_put_stats st;
+};
+
+static int put_chunk(struct put *p, struct chunk_codec *codec, uint8_t *obj, struct put_job *j)
+{
+	char path[PATH_MAX];
+	struct stat sb;
+	bool replace = false;
+	int ret;
+
+	chunk_hash(j->data, j->len, j->hash);
+	store_chunk_path(p->s, j->hash, path, sizeof(path));
+	/* Dedup before encoding: a chunk we have costs a hash and a stat. */
+	if (stat(path, &sb) == 0) {
+		if ((uint64_t)sb.st_size >= CHUNK_HEADER_SIZE &&
+		    (uint64_t)sb.st_size <= chunk_encode_bound(j->len)) {
+			j->stored = (uint32_t)sb.st_size;
+			return 0;
+		}
+		/* Impossible length (e.g. cut short by a power loss): write it anew. */
+		pr_warn("chunk object %s has an impossible size %lld; rewriting it", path,
+			(long long)sb.st_size);
+		replace = true;
+	} else if (errno != ENOENT) {
+		ret = -errno;
+		pr_perror("cannot stat %s", path);
+		return ret;
+	}
+	long n = chunk_encode(codec, j->data, j->len, obj, chunk_encode_bound(CHUNK_MAX_RAW));
+	if (n < 0) {
+		pr_err("cannot encode a chunk of %u bytes: %s", j->len, strerror((int)-n));
+		return (int)n;
+	}
+	ret = store_write_object(p->s, path, obj, (size_t)n, false, replace);
+	if (ret < 0)
+		return ret;
+	j->stored = (uint32_t)n;
+	j->fresh = ret == 1;
+	return 0;
+}
+
+static void *put_worker(void *arg)
+{
+	struct put *p = arg;
+	struct chunk_codec *codec = chunk_codec_new();
+	uint8_t *obj = malloc(chunk_encode_bound(CHUNK_MAX_RAW));
+	int err = codec && obj ? 0 : -ENOMEM;
+
+	if (err)
+		pr_err("out of memory for a put worker");
+	pthread_mutex_lock(&p->mu);
+	for (;;) {
+		while (!p->head && !p->stop)
+			pthread_cond_wait(&p->work_cv, &p->mu);
+		struct put_job *j = p->head;
+		if (!j)
+			break;
+		p->head = j->next;
+		if (!p->head)
+			p->tail = NULL;
+		/* After a failure, jobs are only drained, so that their buffers come back. */
+		bool skip = err || p->err;
+		pthread_mutex_unlock(&p->mu);
+		int ret = skip ? 0 : put_chunk(p, codec, obj, j);
+		pthread_mutex_lock(&p->mu);
+		if (ret < 0 && !p->err)
+			p->err = ret;
+		if (err && !p->err)
+			p->err = err;
+		if (--j->buf->refs == 0)
+			pthread_cond_broadcast(&p->free_cv);
+	}
+	pthread_mutex_unlock(&p->mu);
+	chunk_codec_free(codec);
+	free(obj);
+	return NULL;
+}
+
+static struct put_buf *buf_get(struct put *p)
+{
+	struct put_buf *b = NULL;
+
+	pthread_mutex_lock(&p->mu);
+	for (;;) {
+		for (int i = 0; i < PUT_NBUF && !b; i++)
+			if (p->bufs[i].refs == 0)
+				b = &p->bufs[i];
+		if (b)
+			break;
+		pthread_cond_wait(&p->free_cv, &p->mu);
+	}
+	b->refs = 1;
+	pthread_mutex_unlock(&p->mu);
+	return b;
+}
+
+static void buf_put(struct put *p, struct put_buf *b)
+{
+	pthread_mutex_lock(&p->mu);
+	if (--b->refs == 0)
+		pthread_cond_broadcast(&p->free_cv);
+	pthread_mutex_unlock(&p->mu);
+}
+
+static int file_append(struct manifest_file *f, size_t *cap, const struct manifest_chunk *c)
+{
+	if (f->nchunks == *cap) {
+		size_t n = *cap ? *cap * 2 : 64;
+		struct manifest_chunk *v = realloc(f->chunks, n * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		f->chunks = v;
+		*cap = n;
+	}
+	f->chunks[f->nchunks++] = *c;
+	return 0;
+}
+
+static int emit(struct put *p, size_t fi, size_t *cap, struct put_buf *b, const uint8_t *data,
+		uint64_t off, const struct chunker_cut *cut)
+{
+	struct manifest_file *f = &p->m->files[fi];
+	struct manifest_chunk c = { .off = off, .len = cut->len, .zero = cut->zero };
+	struct put_job *j;
+
+	if (cut->zero) {
+		p->st.zero_bytes += cut->len;
+		/* The chunker ends a hole at a buffer's end; the next one continues it. */
+		if (f->nchunks && f->chunks[f->nchunks - 1].zero) {
+			f->chunks[f->nchunks - 1].len += cut->len;
+			return 0;
+		}
+		return file_append(f, cap, &c);
+	}
+	if (p->njobs == p->jobs_cap) {
+		size_t n = p->jobs_cap ? p->jobs_cap * 2 : 1024;
+		struct put_job **v = realloc(p->jobs, n * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		p->jobs = v;
+		p->jobs_cap = n;
+	}
+	j = calloc(1, sizeof(*j));
+	if (!j || file_append(f, cap, &c) < 0) {
+		free(j);
+		return -ENOMEM;
+	}
+	j->buf = b;
+	j->data = data;
+	j->len = (uint32_t)cut->len;
+	j->file = fi;
+	j->idx = f->nchunks - 1;
+	p->jobs[p->njobs++] = j;
+	pthread_mutex_lock(&p->mu);
+	b->refs++;
+	if (p->tail)
+		p->tail->next = j;
+	else
+		p->head = j;
+	p->tail = j;
+	pthread_cond_signal(&p->work_cv);
+	pthread_mutex_unlock(&p->mu);
+	return 0;
+}
+
+static int put_error(struct put *p)
+{
+	pthread_mutex_lock(&p->mu);
+	int err = p->err;
+	pthread_mutex_unlock(&p->mu);
+	return err;
+}
+
+static int put_file(struct put *p, size_t fi, const struct put_input *in, struct progress *prog,
+		    uint64_t *done)
+{
+	struct manifest_file *f = &p->m->files[fi];
+	struct put_buf *b = NULL;
+	struct stat sb;
+	size_t have = 0, cap = 0;
+	uint64_t pos = 0; /* file offset of b->data[0] */
+	bool eof = false;
+	int fd = -1, ret = 0;
+
+	fd = open(in->src, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		ret = -errno;
+		pr_perror("cannot open %s", in->src);
+		return ret;
+	}
+	if (fstat(fd, &sb) < 0) {
+		ret = -errno;
+		pr_perror("cannot stat %s", in->src);
+		goto out;
+	}
+	f->path = strdup(in->rel);
+	if (!f->path) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	f->mode = sb.st_mode & 0777;
+	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+	b = buf_get(p);
+	for (;;) {
+		while (!eof && have < PUT_BUF_SIZE) {
+			ssize_t n = read(fd, b->data + have, PUT_BUF_SIZE - have);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n < 0) {
+				ret = -errno;
+				pr_perror("cannot read %s", in->src);
+				goto out;
+			}
+			if (n == 0)
+				eof = true;
+			have += (size_t)n;
+			*done += (uint64_t)n;
+		}
+		progress_update(prog, *done);
+		size_t off = 0;
+		struct chunker_cut cut;
+		while (off < have && chunker_next(b->data + off, have - off, eof, &cut)) {
+			ret = emit(p, fi, &cap, b, b->data + off, pos + off, &cut);
+			if (ret < 0)
+				goto out;
+			off += cut.len;
+		}
+		ret = put_error(p);
+		if (ret < 0)
+			goto out;
+		if (eof && off == have)
+			break;
+		/* Carry the undecided tail (< CHUNKER_MAX) to the front of a fresh buffer. */
+		struct put_buf *nb = buf_get(p);
+		memcpy(nb->data, b->data + off, have - off);
+		buf_put(p, b);
+		b = nb;
+		have -= off;
+		pos += off;
+	}
+	f->size = pos + have;
+	p->st.logical_bytes += f->size;
+out:
+	if (b)
+		buf_put(p, b);
+	close(fd);
+	return ret;
+}
+
+/* Inputs: a file under its base name, a directory's regular files under their
+ * paths relative to it. */
+static int add_input(struct put_input **v, size_t *n, size_t *cap, const char *src, const char *rel)
+{
+	if (*n == *cap) {
+		size_t c = *cap ? *cap * 2 : 16;
+		struct put_input *nv = realloc(*v, c * sizeof(*nv));
+		if (!nv)
+			return -ENOMEM;
+		*v = nv;
+		*cap = c;
+	}
+	(*v)[*n].src = strdup(src);
+	(*v)[*n].rel = strdup(rel);
+	if (!(*v)[*n].src || !(*v)[*n].rel) {
+		free((*v)[*n].src);
+		free((*v)[*n].rel);
+		return -ENOMEM;
+	}
+	(*n)++;
+	return 0;
+}
+
+static int walk_dir(struct put_input **v, size_t *n, size_t *cap, const char *dir,
+		    const char *rel, int depth, uint64_t *total)
+{
+	char src[PATH_MAX], r[PATH_MAX];
+	struct dirent *de;
+	struct stat sb;
+	DIR *d;
+	int ret = 0;
+
+	if (depth > PUT_MAX_DEPTH) {
+		pr_err("%s: directories nested too deep", dir);
+		return -ELOOP;
+	}
+	d = opendir(dir);
+	if (!d) {
+		ret = -errno;
+		pr_perror("cannot read directory %s", dir);
+		return ret;
+	}
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (snprintf(src, sizeof(src), "%s/%s", dir, de->d_name) >= (int)sizeof(src) ||
+		    snprintf(r, sizeof(r), "%s%s%s", rel, *rel ? "/" : "", de->d_name) >=
+			    (int)sizeof(r)) {
+			pr_err("path too long under %s", dir);
+			ret = -ENAMETOOLONG;
+			break;
+		}
+		if (lstat(src, &sb) < 0) {
+			ret = -errno;
+			pr_perror("cannot stat %s", src);
+			break;
+		}
+		if (S_ISDIR(sb.st_mode))
+			ret = walk_dir(v, n, cap, src, r, depth + 1, total);
+		else if (S_ISREG(sb.st_mode)) {
+			ret = add_input(v, n, cap, src, r);
+			*total += (uint64_t)sb.st_size;
+		} else
+			pr_warn("skipping %s: not a regular file", src);
+		if (ret < 0)
+			break;
+	}
+	closedir(d);
+	return ret;
+}
+
+static int cmp_rel(const void *a, const void *b)
+{
+	return strcmp(((const struct put_input *)a)->rel, ((const struct put_input *)b)->rel);
+}
+
+static int collect_inputs(const char *const *paths, size_t npaths, struct put_input **out,
+			  size_t *nout, uint64_t *total)
+{
+	struct put_input *v = NULL;
+	size_t n = 0, cap = 0;
+	struct stat sb;
+	int ret = 0;
+
+	for (size_t i = 0; i < npaths && ret == 0; i++) {
+		if (stat(paths[i], &sb) < 0) {
+			ret = -errno;
+			pr_perror("cannot read %s", paths[i]);
+		} else if (S_ISDIR(sb.st_mode)) {
+			ret = walk_dir(&v, &n, &cap, paths[i], "", 0, total);
+		} else if (S_ISREG(sb.st_mode)) {
+			const char *base = strrchr(paths[i], '/');
+			base = base ? base + 1 : paths[i];
+			ret = add_input(&v, &n, &cap, paths[i], base);
+			*total += (uint64_t)sb.st_size;
+		} else {
+			pr_err("%s is not a regular file or a directory", paths[i]);
+			ret = -EINVAL;
+		}
+	}
+	if (ret == 0 && n > 1) {
+		/* Sorted, so that the same inputs give the same manifest. */
+		qsort(v, n, sizeof(*v), cmp_rel);
+		for (size_t i = 1; i < n && ret == 0; i++) {
+			if (!strcmp(v[i - 1].rel, v[i].rel)) {
+				pr_err("%s and %s would both be stored as %s", v[i - 1].src,
+				       v[i].src, v[i].rel);
+				ret = -EINVAL;
+			}
+		}
+	}
+	*out = v;
+	*nout = n;
+	return ret;
+}
+
+/* Write the manifest: serialize, check it parses back (what we write must be
+ * readable), link it under its hash. */
+static int write_manifest(struct store *s, const struct manifest *m, char id[CHUNK_ID_LEN])
+{
+	uint8_t hash[CHUNK_HASH_LEN];
+	char path[PATH_MAX], dir[PATH_MAX];
+	struct manifest *check = NULL;
+	size_t len;
+	char *json = manifest_serialize(m, &len);
+	int ret;
+
+	if (!json)
+		return -ENOMEM;
+	ret = manifest_parse(json, len, &check);
+	manifest_free(check);
+	if (ret < 0) {
+		pr_err("refusing to write a manifest that does not parse back");
+		goto out;
+	}
+	chunk_hash(json, len, hash);
+	store_manifest_path(s, hash, path, sizeof(path));
+	ret = store_write_object(s, path, json, len, true, false);
+	if (ret < 0)
+		goto out;
+	snprintf(dir, sizeof(dir), "%s/manifests", s->dir);
+	ret = fsync_dir(dir);
+	chunk_id_format(hash, id);
+out:
+	free(json);
+	return ret;
+}
+
+int store_put(struct store *s, const char *name, const char *const *paths, size_t npaths,
+	      json_t *meta, bool show_progress, char id[CHUNK_ID_LEN], struct store_put_stats *stats)
+{
+	struct put p = { .s = s };
+	struct put_input *inputs = NULL;
+	pthread_t workers[PUT_MAX_WORKERS];
+	struct progress prog;
+	size_t ninputs = 0, nworkers = 0;
+	uint64_t total = 0, done = 0;
+	int lock = -1, ret;
+
+	pthread_mutex_init(&p.mu, NULL);
+	pthread_cond_init(&p.work_cv, NULL);
+	pthread_cond_init(&p.free_cv, NULL);
+	if (meta && !json_is_object(meta)) {
+		pr_err("manifest meta must be a JSON object");
+		ret = -EINVAL;
+		goto out;
+	}
+	ret = collect_inputs(paths, npaths, &inputs, &ninputs, &total);
+	if (ret < 0)
+		goto out;
+	lock = store_lock(s, LOCK_SH);
+	if (lock < 0) {
+		ret = lock;
+		goto out;
+	}
+	p.m = manifest_new(name);
+	if (!p.m || (ninputs && !(p.m->files = calloc(ninputs, sizeof(*p.m->files))))) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	if (meta) {
+		json_decref(p.m->meta);
+		p.m->meta = json_incref(meta);
+	}
+	for (int i = 0; i < PUT_NBUF; i++) {
+		p.bufs[i].data = malloc(PUT_BUF_SIZE);
+		if (!p.bufs[i].data) {
+			pr_err("out of memory for put buffers");
+			ret = -ENOMEM;
+			goto out;
+		}
+	}
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	size_t want = ncpu < 1 ? 1 : (size_t)MIN(ncpu, PUT_MAX_WORKERS);
+	for (; nworkers < want; nworkers++) {
+		ret = -pthread_create(&workers[nworkers], NULL, put_worker, &p);
+		if (ret < 0) {
+			pr_err("cannot start a put worker: %s", strerror(-ret));
+			goto stop;
+		}
+	}
+	progress_init(&prog, "put", show_progress ? total : 0);
+	if (!show_progress)
+		prog.enabled = false;
+	for (size_t i = 0; i < ninputs && ret == 0; i++) {
+		p.m->nfiles = i + 1;
+		ret = put_file(&p, i, &inputs[i], &prog, &done);
+	}
+	progress_done(&prog);
+stop:
+	pthread_mutex_lock(&p.mu);
+	p.stop = true;
+	pthread_cond_broadcast(&p.work_cv);
+	pthread_mutex_unlock(&p.mu);
+	for (size_t i = 0; i < nworkers; i++)
+		pthread_join(workers[i], NULL);
+	if (ret == 0)
+		ret = p.err;
+	if (ret < 0)
+		goto out;
+
+	for (size_t i = 0; i < p.njobs; i++) {
+		struct put_job *j = p.jobs[i];
+		struct manifest_chunk *c = &p.m->files[j->file].chunks[j->idx];
+		memcpy(c->hash, j->hash, CHUNK_HASH_LEN);
+		c->stored = j->stored;
+		p.st.chunks++;
+		if (j->fresh) {
+			p.st.new_bytes += j->len;
+			p.st.new_stored += j->stored;
+		} else {
+			p.st.dup_bytes += j->len;
+		}
+	}
+	/* Every chunk object durable before the manifest that names them. */
+	if (syncfs(s->dirfd) < 0) {
+		ret = -errno;
+		pr_perror("syncfs %s", s->dir);
+		goto out;
+	}
+	ret = write_manifest(s, p.m, id);
+	if (ret == 0 && stats)
+		*stats = p.st;
+out:
+	for (size_t i = 0; i < p.njobs; i++)
+		free(p.jobs[i]);
+	free(p.jobs);
+	for (int i = 0; i < PUT_NBUF; i++)
+		free(p.bufs[i].data);
+	for (size_t i = 0; i < ninputs; i++) {
+		free(inputs[i].src);
+		free(inputs[i].rel);
+	}
+	free(inputs);
+	manifest_free(p.m);
+	if (lock >= 0)
+		close(lock);
+	pthread_cond_destroy(&p.free_cv);
+	pthread_cond_destroy(&p.work_cv);
+	pthread_mutex_destroy(&p.mu);
+	return ret;
+}

@@ -1,0 +1,85 @@
+/* engine.h — materialise a snapshot's image files from the store, fast.
+ *
+ * Chunk objects are read with io_uring (IORING_OP_READ_FIXED, O_DIRECT where
+ * the store's filesystem takes it) into one arena allocated once, locked in
+ * memory and registered as fixed buffers, one slot per chunk in flight.  A pool
+ * of worker threads decodes each completed slot (zstd or raw), checks its
+ * SHA-256 and pwrite()s it into the target files, which were created and
+ * ftruncate()d to their size first, so holes are simply never written.  The
+ * submitter keeps the queue full while workers drain it; a slot is reused once
+ * its chunk is written.  Memory is bounded by the arena, whatever the snapshot
+ * size.  A chunk used several times in the snapshot is read and checked once
+ * and written to every place it appears.
+ */
+#ifndef THAW_RESTORE_ENGINE_H
+#define THAW_RESTORE_ENGINE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "store/manifest.h"
+#include "store/store.h"
+
+#define ENGINE_DEFAULT_ARENA (256ull << 20)
+#define ENGINE_DEFAULT_QD    64
+
+enum engine_direct {
+	ENGINE_DIRECT_AUTO = 0, /* O_DIRECT if the store's filesystem takes it, else buffered */
+	ENGINE_DIRECT_ON,       /* O_DIRECT or fail */
+	ENGINE_DIRECT_OFF,      /* buffered reads (page cache) */
+};
+
+/* Called from the submitting thread, at most ~20 times a second and once at
+ * the end: done of total logical bytes (holes count as done from the start). */
+typedef void (*engine_progress_fn)(uint64_t done, uint64_t total, void *arg);
+
+struct engine_opts {
+	unsigned queue_depth;   /* reads in flight; 0: ENGINE_DEFAULT_QD */
+	uint64_t arena_bytes;   /* bytes of the read arena; 0: ENGINE_DEFAULT_ARENA */
+	unsigned threads;       /* decode/write workers; 0: online CPUs */
+	enum engine_direct direct;
+	atomic_bool *cancel;    /* may be NULL; when it turns true the engine stops with -ECANCELED */
+	engine_progress_fn progress; /* may be NULL */
+	void *progress_arg;
+};
+
+struct engine_stats {
+	uint64_t logical_bytes; /* sum of file sizes */
+	uint64_t hole_bytes;    /* of which holes, never written */
+	uint64_t written_bytes; /* bytes written into the files */
+	uint64_t read_bytes;    /* bytes of chunk objects read from the store */
+	uint64_t chunks;        /* non-hole chunks in the manifest */
+	uint64_t unique_chunks; /* of which distinct: each is read once */
+	uint64_t holes;         /* hole runs */
+	uint64_t files;
+	double seconds;
+	bool direct;            /* O_DIRECT was used for the reads */
+	bool fixed_buffers;     /* the arena was registered with io_uring */
+	unsigned threads, queue_depth, slots;
+	uint64_t slot_bytes;
+};
+
+/* opts with every default filled in (threads = online CPUs...). */
+void engine_opts_default(struct engine_opts *o);
+
+/* Write the files of manifest m under outdir (created if needed; files in it
+ * are replaced).  o may be NULL for the defaults; st may be NULL.  Returns 0,
+ * or -errno with the reason logged on the calling thread (log_last_error()):
+ * a bad or missing chunk names its id and the file, -ECANCELED if *o->cancel
+ * turned true.  On failure outdir holds partial files: the caller removes it. */
+int engine_materialize(struct store *s, const struct manifest *m, const char *outdir,
+		       const struct engine_opts *o, struct engine_stats *st);
+
+/* The baseline the engine is measured against: one thread, chunk after chunk,
+ * pread, decode and check, pwrite.  Same contract as engine_materialize (only
+ * o->cancel and o->progress are used). */
+int engine_materialize_naive(struct store *s, const struct manifest *m, const char *outdir,
+			     const struct engine_opts *o, struct engine_stats *st);
+
+/* Create outdir and every file of m in it, each truncated to its size with its
+ * mode; fds[m->nfiles] receives the open (O_WRONLY) descriptors.  Shared by
+ * both engines.  On failure no descriptor is left open. */
+int engine_create_files(const struct manifest *m, const char *outdir, int *fds);
+
+#endif

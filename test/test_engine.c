@@ -1,0 +1,362 @@
+/* test_engine.c — the io_uring engine writes exactly what was stored: random,
+ * zero, sparse, mixed, duplicated, empty and nested files, modes kept, holes
+ * kept; the same bytes as store_get and as the naive engine; in O_DIRECT and
+ * buffered mode, with a tiny arena and queue as with the defaults; a corrupt
+ * or missing chunk fails naming the chunk and the file; a cancel stops it. */
+#include "common/log.h"
+#include "common/util.h"
+#include "restore/engine.h"
+#include "store/store.h"
+#include "test/check.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char root[256];
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static uint64_t rnd(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return rng;
+}
+
+static void fill_random(uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)(rnd() >> 24);
+}
+
+static void fill_text(uint8_t *p, size_t n)
+{
+	static const char *w[] = { "alpha ", "bravo ", "charlie ", "delta\n", "echo " };
+	size_t i = 0;
+
+	while (i < n) {
+		const char *s = w[rnd() % 5];
+		for (; *s && i < n; s++)
+			p[i++] = (uint8_t)*s;
+	}
+}
+
+static void write_file(const char *dir, const char *name, const uint8_t *buf, size_t len,
+		       mode_t mode)
+{
+	char path[PATH_MAX];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	REQUIRE(fd >= 0);
+	REQUIRE(write_all(fd, buf, len) == 0);
+	REQUIRE(fchmod(fd, mode) == 0);
+	close(fd);
+}
+
+/* A sparse file: islands of data in a sea of never-written bytes. */
+static void write_sparse(const char *dir, const char *name, size_t size, mode_t mode)
+{
+	char path[PATH_MAX];
+	uint8_t buf[65536];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
+	REQUIRE(fd >= 0);
+	REQUIRE(ftruncate(fd, (off_t)size) == 0);
+	for (size_t off = 256 << 10; off + sizeof(buf) < size; off += 1 << 20) {
+		fill_random(buf, sizeof(buf));
+		REQUIRE(pwrite_all(fd, buf, sizeof(buf), (off_t)off) == 0);
+	}
+	REQUIRE(fchmod(fd, mode) == 0);
+	close(fd);
+}
+
+static void make_source(const char *src)
+{
+	size_t n = 5 << 20;
+	uint8_t *buf = malloc(n);
+
+	REQUIRE(buf);
+	REQUIRE(mkdir_p(src, 0755) == 0);
+	fill_random(buf, (3 << 20) + 123);
+	write_file(src, "random.img", buf, (3 << 20) + 123, 0600);
+	memset(buf, 0, 2 << 20);
+	write_file(src, "zero.img", buf, 2 << 20, 0644);
+	write_sparse(src, "sparse.img", 6 << 20, 0640);
+	/* mixed: text, random, zeros, text again, a short tail */
+	fill_text(buf, 1 << 20);
+	fill_random(buf + (1 << 20), 1 << 20);
+	memset(buf + (2 << 20), 0, 1 << 20);
+	fill_text(buf + (3 << 20), (2 << 20) - 777);
+	write_file(src, "mixed.img", buf, n - 777, 0755);
+	/* the same 512 KiB four times: read once, written four times */
+	fill_random(buf, 512 << 10);
+	for (int i = 1; i < 4; i++)
+		memcpy(buf + i * (512 << 10), buf, 512 << 10);
+	write_file(src, "dup.img", buf, 2 << 20, 0444);
+	write_file(src, "empty.img", buf, 0, 0600);
+	char sub[PATH_MAX + 16];
+	snprintf(sub, sizeof(sub), "%s/sub/dir", src);
+	REQUIRE(mkdir_p(sub, 0755) == 0);
+	fill_text(buf, 10000);
+	write_file(sub, "nested.img", buf, 10000, 0600);
+	free(buf);
+}
+
+/* Compare every file of m under a and b: bytes and mode; holes: b's files
+ * hold no more blocks than their data needs. */
+static int same_tree(const struct manifest *m, const char *a, const char *b, bool check_holes)
+{
+	int bad = 0;
+
+	for (size_t i = 0; i < m->nfiles; i++) {
+		char pa[2 * PATH_MAX], pb[2 * PATH_MAX];
+		char *da = NULL, *db = NULL;
+		size_t la = 0, lb = 0;
+		struct stat sa, sb;
+		const struct manifest_file *f = &m->files[i];
+
+		snprintf(pa, sizeof(pa), "%s/%s", a, f->path);
+		snprintf(pb, sizeof(pb), "%s/%s", b, f->path);
+		if (read_file(pa, &da, &la, 64 << 20) || read_file(pb, &db, &lb, 64 << 20) ||
+		    la != lb || memcmp(da, db, la)) {
+			fprintf(stderr, "%s differs from %s\n", pb, pa);
+			bad++;
+		} else if (stat(pa, &sa) || stat(pb, &sb) || (sa.st_mode & 07777) != (sb.st_mode & 07777)) {
+			fprintf(stderr, "%s: mode %o, expected %o\n", pb, sb.st_mode & 07777,
+				sa.st_mode & 07777);
+			bad++;
+		} else if (check_holes) {
+			uint64_t data = 0;
+			for (size_t j = 0; j < f->nchunks; j++)
+				if (!f->chunks[j].zero)
+					data += f->chunks[j].len;
+			/* allocation is in 4 KiB pages: each chunk may round up one page */
+			if ((uint64_t)sb.st_blocks * 512 > data + 4096 * (f->nchunks + 1)) {
+				fprintf(stderr, "%s: %llu bytes allocated for %llu of data: holes filled\n",
+					pb, (unsigned long long)sb.st_blocks * 512,
+					(unsigned long long)data);
+				bad++;
+			}
+		}
+		free(da);
+		free(db);
+	}
+	return bad;
+}
+
+static void test_roundtrip(struct store *s, const char *src, const char *id)
+{
+	struct manifest *m = NULL;
+	struct engine_opts o;
+	struct engine_stats st;
+	char full[CHUNK_ID_LEN], out[PATH_MAX], path[PATH_MAX + 64];
+	struct stat sb;
+
+	REQUIRE(store_manifest_load(s, id, &m, full) == 0);
+
+	/* store_get as the reference */
+	snprintf(out, sizeof(out), "%s/get", root);
+	REQUIRE(store_get(s, id, out, false) == 0);
+	CHECK_EQ(same_tree(m, src, out, false), 0);
+
+	/* defaults: O_DIRECT on this disk */
+	snprintf(out, sizeof(out), "/dev/shm/thaw-test-engine-%d", getpid());
+	rm_rf(out);
+	CHECK_EQ(engine_materialize(s, m, out, NULL, &st), 0);
+	CHECK_EQ(same_tree(m, src, out, true), 0);
+	snprintf(path, sizeof(path), "%s/get", root);
+	CHECK_EQ(same_tree(m, path, out, true), 0);
+	CHECK_EQ(st.files, m->nfiles);
+	CHECK(st.unique_chunks < st.chunks); /* dup.img */
+	CHECK(st.holes > 0);
+	CHECK_EQ(st.written_bytes + st.hole_bytes, st.logical_bytes);
+	CHECK(st.read_bytes > 0);
+	CHECK(st.fixed_buffers);
+	printf("defaults: %llu bytes, %llu chunks (%llu distinct), %llu holes, direct %d, "
+	       "%u threads, %u slots of %llu\n",
+	       (unsigned long long)st.logical_bytes, (unsigned long long)st.chunks,
+	       (unsigned long long)st.unique_chunks, (unsigned long long)st.holes, st.direct,
+	       st.threads, st.slots, (unsigned long long)st.slot_bytes);
+	/* The store is on a disk filesystem here, which takes O_DIRECT. */
+	CHECK(st.direct);
+	snprintf(path, sizeof(path), "%s/zero.img", out);
+	CHECK(stat(path, &sb) == 0 && sb.st_blocks == 0);
+
+	/* a tiny arena and queue, more threads than cores, buffered */
+	engine_opts_default(&o);
+	o.arena_bytes = 1;
+	o.queue_depth = 1;
+	o.threads = 5;
+	o.direct = ENGINE_DIRECT_OFF;
+	CHECK_EQ(engine_materialize(s, m, out, &o, &st), 0); /* over the previous output */
+	CHECK_EQ(same_tree(m, src, out, true), 0);
+	CHECK(!st.direct);
+	CHECK_EQ(st.slots, 2);
+
+	/* O_DIRECT required */
+	o.direct = ENGINE_DIRECT_ON;
+	o.queue_depth = 3;
+	o.arena_bytes = 4 << 20;
+	o.threads = 2;
+	rm_rf(out);
+	CHECK_EQ(engine_materialize(s, m, out, &o, &st), 0);
+	CHECK_EQ(same_tree(m, src, out, true), 0);
+	CHECK(st.direct);
+
+	/* the naive baseline agrees */
+	rm_rf(out);
+	CHECK_EQ(engine_materialize_naive(s, m, out, NULL, &st), 0);
+	CHECK_EQ(same_tree(m, src, out, true), 0);
+	rm_rf(out);
+	manifest_free(m);
+}
+
+/* A store on tmpfs: O_DIRECT may or may not be taken; auto must work either way. */
+static void test_tmpfs_store(const char *src)
+{
+	char dir[PATH_MAX], out[PATH_MAX], id[CHUNK_ID_LEN];
+	const char *paths[] = { src };
+	struct store *s;
+	struct manifest *m = NULL;
+	struct engine_stats st;
+
+	snprintf(dir, sizeof(dir), "/dev/shm/thaw-test-engine-store-%d", getpid());
+	snprintf(out, sizeof(out), "/dev/shm/thaw-test-engine-out-%d", getpid());
+	s = store_open(dir);
+	REQUIRE(s);
+	REQUIRE(store_put(s, "tmpfs", paths, 1, NULL, false, id, NULL) == 0);
+	REQUIRE(store_manifest_load(s, id, &m, NULL) == 0);
+	CHECK_EQ(engine_materialize(s, m, out, NULL, &st), 0);
+	CHECK_EQ(same_tree(m, src, out, true), 0);
+	printf("tmpfs store: direct %d\n", st.direct);
+	manifest_free(m);
+	store_close(s);
+	rm_rf(out);
+	rm_rf(dir);
+}
+
+static void damage(struct store *s, const struct manifest_chunk *c, bool remove)
+{
+	char path[PATH_MAX];
+
+	REQUIRE(store_chunk_path(s, c->hash, path, sizeof(path)) == 0);
+	if (remove) {
+		REQUIRE(unlink(path) == 0);
+		return;
+	}
+	int fd = open(path, O_RDWR);
+	uint8_t b;
+	REQUIRE(fd >= 0);
+	REQUIRE(pread(fd, &b, 1, CHUNK_HEADER_SIZE + 100) == 1);
+	b ^= 0x40;
+	REQUIRE(pwrite(fd, &b, 1, CHUNK_HEADER_SIZE + 100) == 1);
+	close(fd);
+}
+
+/* Snapshot one file of fresh random data, damage its chunk number k, and check
+ * that both engines fail naming it. */
+static void test_bad_chunk(struct store *s, bool remove)
+{
+	char src[PATH_MAX], out[PATH_MAX], id[CHUNK_ID_LEN], cid[CHUNK_ID_LEN];
+	const char *paths[1];
+	struct manifest *m = NULL;
+	size_t n = 3 << 20;
+	uint8_t *buf = malloc(n);
+	int ret;
+
+	REQUIRE(buf);
+	snprintf(src, sizeof(src), "%s/bad-%d", root, remove);
+	REQUIRE(mkdir_p(src, 0755) == 0);
+	fill_random(buf, n);
+	write_file(src, "victim.img", buf, n, 0600);
+	free(buf);
+	paths[0] = src;
+	REQUIRE(store_put(s, "bad", paths, 1, NULL, false, id, NULL) == 0);
+	REQUIRE(store_manifest_load(s, id, &m, NULL) == 0);
+	REQUIRE(m->nfiles == 1 && m->files[0].nchunks > 4);
+	const struct manifest_chunk *c = &m->files[0].chunks[m->files[0].nchunks / 2];
+	chunk_id_format(c->hash, cid);
+	damage(s, c, remove);
+
+	snprintf(out, sizeof(out), "/dev/shm/thaw-test-engine-bad-%d", getpid());
+	for (int naive = 0; naive < 2; naive++) {
+		log_clear_error();
+		ret = naive ? engine_materialize_naive(s, m, out, NULL, NULL)
+			    : engine_materialize(s, m, out, NULL, NULL);
+		CHECK_EQ(ret, remove ? -ENOENT : -EBADMSG);
+		fprintf(stderr, "expected failure (%s): %s\n", naive ? "naive" : "engine",
+			log_last_error());
+		CHECK(strstr(log_last_error(), cid) != NULL);
+		CHECK(strstr(log_last_error(), "victim.img") != NULL);
+		rm_rf(out);
+	}
+	manifest_free(m);
+}
+
+static void test_cancel(struct store *s, const char *id)
+{
+	struct manifest *m = NULL;
+	struct engine_opts o;
+	atomic_bool cancel = true;
+	char out[PATH_MAX];
+
+	REQUIRE(store_manifest_load(s, id, &m, NULL) == 0);
+	engine_opts_default(&o);
+	o.cancel = &cancel;
+	snprintf(out, sizeof(out), "/dev/shm/thaw-test-engine-cancel-%d", getpid());
+	CHECK_EQ(engine_materialize(s, m, out, &o, NULL), -ECANCELED);
+	CHECK_EQ(engine_materialize_naive(s, m, out, &o, NULL), -ECANCELED);
+	rm_rf(out);
+	manifest_free(m);
+}
+
+/* REQUIRE exits: leave nothing behind either way. */
+static void cleanup(void)
+{
+	char p[PATH_MAX];
+	const char *names[] = { "", "-store", "-out", "-bad", "-cancel" };
+
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+		snprintf(p, sizeof(p), "/dev/shm/thaw-test-engine%s-%d", names[i], getpid());
+		rm_rf(p);
+	}
+	if (root[0])
+		rm_rf(root);
+}
+
+int main(void)
+{
+	char src[PATH_MAX], sdir[PATH_MAX], id[CHUNK_ID_LEN];
+	const char *paths[1];
+	struct store *s;
+
+	/* A disk filesystem, not tmpfs, so that O_DIRECT is exercised. */
+	snprintf(root, sizeof(root), "/var/tmp/thaw-test-engine-XXXXXX");
+	REQUIRE(mkdtemp(root));
+	atexit(cleanup);
+	snprintf(src, sizeof(src), "%s/src", root);
+	snprintf(sdir, sizeof(sdir), "%s/store", root);
+	make_source(src);
+	s = store_open(sdir);
+	REQUIRE(s);
+	paths[0] = src;
+	REQUIRE(store_put(s, "engine", paths, 1, NULL, false, id, NULL) == 0);
+
+	test_roundtrip(s, src, id);
+	test_tmpfs_store(src);
+	test_cancel(s, id);
+	test_bad_chunk(s, false);
+	test_bad_chunk(s, true);
+
+	store_close(s);
+	return check_failures ? 1 : 0;
+}

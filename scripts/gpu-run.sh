@@ -16,7 +16,7 @@
 #
 # Environment: OUT (default ./gpu-out), GPU_STEPS (a pattern: only steps whose
 # name matches), GPU_ALL_TESTS=1 (also run every test, CPU ones too),
-# STEP_TIMEOUT (seconds, default 600).
+# GPU_LLM_SKIP=1 (no gpu-llm-selftest), STEP_TIMEOUT (seconds, default 600).
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -85,8 +85,19 @@ step test_cuda "$X/build/test/test_cuda"
 # the repo root with THAW_BUILD (binaries), THAW_ROOT, THAW_RUNC, THAW_CRIU,
 # THAW_DATA_DIR and THAW_RAM_TIER set; a benchmark writes its figures (tables,
 # CSV, JSON) into $THAW_FIGURES, which comes back as figures.tar.gz.  A test
-# exits 0 pass, 77 skip, anything else fail.  The GPU example function is
-# bench/functions/gpu_example.json (bench/functions/gpu_llm.py).
+# exits 0 pass, 77 skip, anything else fail.
+#
+# The GPU example function: $THAW_GPU_EXAMPLE is bench/functions/gpu_example.json
+# with @THAW_ROOT@ resolved; its weights (1.1B parameters, random, seeded) are
+# built and saved by the gpu-llm-selftest step below, which also measures the
+# function's own cold boot on the host (figures: import, CUDA context, load,
+# first generate): keep it before the steps that snapshot the function.
+export GPU_LLM_MODEL_DIR=${GPU_LLM_MODEL_DIR:-/root/.cache/thaw-gpu-model/default}
+export THAW_GPU_EXAMPLE=$X/gpu_example.json
+sed "s|@THAW_ROOT@|$ROOT|g" bench/functions/gpu_example.json >"$THAW_GPU_EXAMPLE"
+[ -n "${GPU_LLM_SKIP:-}" ] ||
+	step gpu-llm-selftest python3 bench/functions/gpu_llm.py --selftest \
+		--model-dir "$GPU_LLM_MODEL_DIR"
 for t in test/*gpu*.sh; do
 	[ -f "$t" ] && step "$(basename "$t" .sh)" bash "$t"
 done

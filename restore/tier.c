@@ -1,48 +1,694 @@
-/* tier.c — PLACEHOLDER so that the tree links while this module is written;
- * its owner replaces this whole file. Every function fails with -ENOSYS. */
+/* tier.c — the RAM tier; see tier.h.
+ *
+ * On disk, under the tier directory:
+ *	<hex>/                 a complete snapshot's image files
+ *	<hex>.meta             {"id","logical_bytes","bytes","files"}: written last,
+ *	                       it is what makes <hex>/ an entry; its mtime is the LRU stamp
+ *	.build-<hex>-<pid>-<n>/  a materialisation in progress
+ *	.resv-<hex>-<pid>-<n>  bytes reserved for it in the budget
+ *	.locks/<hex>           flock LOCK_SH while leased; eviction takes LOCK_EX|LOCK_NB
+ *	.locks/<hex>.build     flock LOCK_EX while materialising: one build per snapshot
+ *	.locks/tier            flock LOCK_EX while reserving and evicting
+ *
+ * Every lock is taken on a descriptor opened for that one use, so the same
+ * flock()s order threads of one process and separate processes alike.  Lock
+ * order: a lease, then the build lock, then the tier lock; holding the tier
+ * lock, only non-blocking locks are tried.  The budget counts the bytes an
+ * entry really holds in RAM: its files' sizes less their holes.
+ */
+#define LOG_PREFIX "tier: "
 #include "restore/tier.h"
-#include <errno.h>
-#include <stddef.h>
+#include "common/log.h"
+#include "common/util.h"
+#include "restore/engine.h"
 
-struct tier *tier_open(const char *dir, uint64_t budget_bytes, struct store *s, const struct engine_opts *opts)
+#include <dirent.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define HEX_LEN (2 * CHUNK_HASH_LEN)
+/* Room left in a PATH_MAX for any name under the tier directory. */
+#define TIER_DIR_MAX (PATH_MAX - 512)
+
+struct tier {
+	char dir[TIER_DIR_MAX];
+	uint64_t budget;
+	struct store *s;
+	struct engine_opts opts;
+	atomic_uint seq;
+	pthread_mutex_t mu; /* st */
+	struct tier_stats st;
+};
+
+struct tier_lease {
+	int fd; /* LOCK_SH on .locks/<hex> */
+	bool hit;
+	double ms;
+	char path[PATH_MAX];
+};
+
+struct tier_entry {
+	char hex[HEX_LEN + 1];
+	uint64_t bytes;
+	struct timespec stamp;
+};
+
+static bool is_hex(const char *s, size_t n)
 {
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return false;
+	return true;
+}
+
+/* Open .locks/<name> and flock it; the fd, or -errno (-EWOULDBLOCK with LOCK_NB). */
+static int lock_take(struct tier *t, const char *name, int how)
+{
+	char path[PATH_MAX];
+	int fd, ret;
+
+	if (snprintf(path, sizeof(path), "%s/.locks/%s", t->dir, name) >= (int)sizeof(path))
+		return -ENAMETOOLONG;
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		ret = -errno;
+		pr_perror("open lock %s", path);
+		return ret;
+	}
+	while (flock(fd, how) < 0) {
+		if (errno == EINTR)
+			continue;
+		ret = -errno;
+		if (ret != -EWOULDBLOCK)
+			pr_perror("flock %s", path);
+		close(fd);
+		return ret;
+	}
+	return fd;
+}
+
+static void lock_drop(int fd)
+{
+	if (fd >= 0)
+		close(fd); /* the flock goes with the last descriptor */
+}
+
+/* Is a build of hex in progress?  Takes and drops its build lock. */
+static bool build_live(struct tier *t, const char *hex)
+{
+	char name[HEX_LEN + 16];
+	int fd;
+
+	snprintf(name, sizeof(name), "%.*s.build", HEX_LEN, hex);
+	fd = lock_take(t, name, LOCK_EX | LOCK_NB);
+	if (fd < 0)
+		return fd == -EWOULDBLOCK;
+	lock_drop(fd);
+	return false;
+}
+
+static void entry_paths(struct tier *t, const char *hex, char *dir, char *meta)
+{
+	if (dir)
+		snprintf(dir, PATH_MAX, "%s/%s", t->dir, hex);
+	if (meta)
+		snprintf(meta, PATH_MAX, "%s/%s.meta", t->dir, hex);
+}
+
+static bool entry_complete(struct tier *t, const char *hex)
+{
+	char dir[PATH_MAX], meta[PATH_MAX];
+	struct stat st;
+
+	entry_paths(t, hex, dir, meta);
+	return stat(meta, &st) == 0 && stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Read <hex>.meta: bytes in RAM, logical bytes, files.  -errno if absent or bad. */
+static int meta_read(struct tier *t, const char *hex, uint64_t *bytes, uint64_t *logical,
+		     uint64_t *files, struct timespec *stamp)
+{
+	char path[PATH_MAX];
+	char *buf = NULL;
+	size_t len;
+	json_t *j = NULL;
+	json_error_t jerr;
+	struct stat st;
+	int ret;
+
+	entry_paths(t, hex, NULL, path);
+	ret = read_file(path, &buf, &len, 1 << 16);
+	if (ret)
+		return ret;
+	j = json_loadb(buf, len, 0, &jerr);
+	ret = -EINVAL;
+	if (!j || !json_is_integer(json_object_get(j, "bytes")) ||
+	    !json_is_integer(json_object_get(j, "logical_bytes")) ||
+	    !json_is_integer(json_object_get(j, "files")))
+		goto out;
+	*bytes = (uint64_t)json_integer_value(json_object_get(j, "bytes"));
+	if (logical)
+		*logical = (uint64_t)json_integer_value(json_object_get(j, "logical_bytes"));
+	if (files)
+		*files = (uint64_t)json_integer_value(json_object_get(j, "files"));
+	if (stamp) {
+		if (stat(path, &st) < 0) {
+			ret = -errno;
+			goto out;
+		}
+		*stamp = st.st_mtim;
+	}
+	ret = 0;
+out:
+	json_decref(j);
+	free(buf);
+	return ret;
+}
+
+static int meta_write(struct tier *t, const char *hex, const char *id, uint64_t bytes,
+		      uint64_t logical, uint64_t files)
+{
+	char path[PATH_MAX];
+	json_t *j;
+	char *s = NULL;
+	int ret = -ENOMEM;
+
+	entry_paths(t, hex, NULL, path);
+	j = json_pack("{s:s, s:I, s:I, s:I}", "id", id, "bytes", (json_int_t)bytes,
+		      "logical_bytes", (json_int_t)logical, "files", (json_int_t)files);
+	if (j)
+		s = json_dumps(j, JSON_COMPACT);
+	if (s)
+		ret = write_file_atomic(path, s, strlen(s), 0644);
+	free(s);
+	json_decref(j);
+	return ret;
+}
+
+/* Regular files under path and their sizes, recursively. */
+static int walk_sizes(int dirfd, uint64_t *files, uint64_t *bytes)
+{
+	DIR *d = fdopendir(dirfd);
+	struct dirent *de;
+	int ret = 0;
+
+	if (!d) {
+		close(dirfd);
+		return -errno;
+	}
+	while ((de = readdir(d)) && !ret) {
+		struct stat st;
+
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			ret = -errno;
+		} else if (S_ISREG(st.st_mode)) {
+			(*files)++;
+			*bytes += (uint64_t)st.st_size;
+		} else if (S_ISDIR(st.st_mode)) {
+			int fd = openat(dirfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			ret = fd < 0 ? -errno : walk_sizes(fd, files, bytes);
+		} else {
+			ret = -EINVAL; /* the engine makes nothing else */
+		}
+	}
+	closedir(d);
+	return ret;
+}
+
+/* An entry left by an earlier run is kept only if its metadata is there and
+ * its files add up to what the metadata says. */
+static bool entry_valid(struct tier *t, const char *hex)
+{
+	char dir[PATH_MAX];
+	uint64_t bytes, logical, files, got_files = 0, got_bytes = 0;
+	int fd;
+
+	if (meta_read(t, hex, &bytes, &logical, &files, NULL))
+		return false;
+	entry_paths(t, hex, dir, NULL);
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	if (walk_sizes(fd, &got_files, &got_bytes))
+		return false;
+	return got_files == files && got_bytes == logical;
+}
+
+static void remove_entry(struct tier *t, const char *hex)
+{
+	char dir[PATH_MAX], meta[PATH_MAX];
+
+	entry_paths(t, hex, dir, meta);
+	/* The metadata first: without it the directory is no entry any more. */
+	if (unlink(meta) < 0 && errno != ENOENT)
+		pr_perror("unlink %s", meta);
+	rm_rf(dir);
+}
+
+/* Clear what an earlier run left: partial builds, reservations of dead builds,
+ * entries that are not complete.  Names that are not ours are left alone (the
+ * tier directory may have been pointed somewhere shared by mistake). */
+static int tier_scan(struct tier *t)
+{
+	DIR *d = opendir(t->dir);
+	struct dirent *de;
+	char path[PATH_MAX];
+	int kept = 0, removed = 0;
+
+	if (!d) {
+		int ret = -errno;
+		pr_perror("open %s", t->dir);
+		return ret;
+	}
+	while ((de = readdir(d))) {
+		const char *n = de->d_name;
+		size_t len = strlen(n);
+
+		if (!strcmp(n, ".") || !strcmp(n, "..") || !strcmp(n, ".locks"))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", t->dir, n);
+		if (!strncmp(n, ".build-", 7) || !strncmp(n, ".resv-", 6)) {
+			const char *hex = n + (n[1] == 'b' ? 7 : 6);
+			if (strlen(hex) < HEX_LEN || !is_hex(hex, HEX_LEN)) {
+				pr_warn("leaving %s alone: not a name the tier makes", path);
+				continue;
+			}
+			if (build_live(t, hex))
+				continue;
+			pr_info("removing %s, left by an interrupted materialisation", path);
+			rm_rf(path);
+			removed++;
+		} else if (len >= HEX_LEN && is_hex(n, HEX_LEN) &&
+			   (len == HEX_LEN || !strcmp(n + HEX_LEN, ".meta") ||
+			    !strncmp(n + HEX_LEN, ".meta.tmp.", 10))) {
+			char hex[HEX_LEN + 1];
+
+			memcpy(hex, n, HEX_LEN);
+			hex[HEX_LEN] = '\0';
+			if (len > HEX_LEN && strcmp(n + HEX_LEN, ".meta")) {
+				if (!build_live(t, hex))
+					unlink(path);
+				continue;
+			}
+			if (len > HEX_LEN && entry_complete(t, hex))
+				continue; /* judged with its directory */
+			if (entry_valid(t, hex)) {
+				kept++;
+				continue;
+			}
+			if (build_live(t, hex))
+				continue; /* being renamed into place right now */
+			pr_info("removing incomplete entry %s", hex);
+			remove_entry(t, hex);
+			removed++;
+		} else {
+			pr_warn("leaving %s alone: not a name the tier makes", path);
+		}
+	}
+	closedir(d);
+	pr_info("%s: %d entries kept, %d leftovers removed", t->dir, kept, removed);
+	return 0;
+}
+
+struct tier *tier_open(const char *dir, uint64_t budget_bytes, struct store *s,
+		       const struct engine_opts *opts)
+{
+	struct tier *t = NULL;
+	char path[PATH_MAX];
+	int lock = -1;
+
+	t = calloc(1, sizeof(*t));
+	if (!t) {
+		pr_err("out of memory");
+		return NULL;
+	}
+	if (snprintf(t->dir, sizeof(t->dir), "%s", dir) >= (int)sizeof(t->dir) ||
+	    snprintf(path, sizeof(path), "%s/.locks", dir) >= (int)sizeof(path)) {
+		pr_err("tier path too long: %s", dir);
+		goto err;
+	}
+	t->budget = budget_bytes;
+	t->s = s;
+	if (opts)
+		t->opts = *opts;
+	else
+		engine_opts_default(&t->opts);
+	pthread_mutex_init(&t->mu, NULL);
+	if (mkdir_p(path, 0700))
+		goto err;
+	lock = lock_take(t, "tier", LOCK_EX);
+	if (lock < 0)
+		goto err;
+	if (tier_scan(t))
+		goto err;
+	lock_drop(lock);
+	return t;
+err:
+	lock_drop(lock);
+	free(t);
 	return NULL;
 }
 
 void tier_close(struct tier *t)
 {
+	if (!t)
+		return;
+	pthread_mutex_destroy(&t->mu);
+	free(t);
 }
 
-int tier_acquire(struct tier *t, const char *snapshot_id, struct tier_lease **out)
+/* Complete entries, and the bytes reserved by builds in progress. */
+static int list_entries(struct tier *t, struct tier_entry **out, size_t *n, uint64_t *reserved)
 {
-	return -ENOSYS;
-}
+	DIR *d = opendir(t->dir);
+	struct dirent *de;
+	struct tier_entry *v = NULL;
+	size_t cap = 0;
+	int ret = 0;
 
-const char *tier_lease_path(const struct tier_lease *l)
-{
-	return NULL;
-}
+	*n = 0;
+	if (reserved)
+		*reserved = 0;
+	if (!d) {
+		ret = -errno;
+		pr_perror("open %s", t->dir);
+		return ret;
+	}
+	while ((de = readdir(d))) {
+		const char *nm = de->d_name;
+		size_t len = strlen(nm);
 
-bool tier_lease_hit(const struct tier_lease *l)
-{
-	return false;
-}
+		if (reserved && !strncmp(nm, ".resv-", 6) && len > 6 + HEX_LEN) {
+			char path[PATH_MAX], *buf = NULL;
+			size_t blen;
 
-double tier_lease_materialize_ms(const struct tier_lease *l)
-{
+			snprintf(path, sizeof(path), "%s/%s", t->dir, nm);
+			if (!build_live(t, nm + 6)) {
+				unlink(path); /* its build died */
+				continue;
+			}
+			if (read_file(path, &buf, &blen, 64) == 0)
+				*reserved += strtoull(buf, NULL, 10);
+			free(buf);
+			continue;
+		}
+		if (len != HEX_LEN + 5 || strcmp(nm + HEX_LEN, ".meta") || !is_hex(nm, HEX_LEN))
+			continue;
+		if (*n == cap) {
+			cap = cap ? 2 * cap : 16;
+			struct tier_entry *nv = realloc(v, cap * sizeof(*v));
+			if (!nv) {
+				ret = -ENOMEM;
+				break;
+			}
+			v = nv;
+		}
+		memcpy(v[*n].hex, nm, HEX_LEN);
+		v[*n].hex[HEX_LEN] = '\0';
+		if (meta_read(t, v[*n].hex, &v[*n].bytes, NULL, NULL, &v[*n].stamp) == 0)
+			(*n)++;
+	}
+	closedir(d);
+	if (ret) {
+		free(v);
+		return ret;
+	}
+	*out = v;
 	return 0;
-}
-
-void tier_release(struct tier_lease *l)
-{
 }
 
 uint64_t tier_used_bytes(struct tier *t)
 {
-	return 0;
+	struct tier_entry *v = NULL;
+	uint64_t used = 0;
+	size_t n = 0;
+
+	if (list_entries(t, &v, &n, NULL))
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		used += v[i].bytes;
+	free(v);
+	return used;
 }
 
 uint64_t tier_budget_bytes(struct tier *t)
 {
+	return t->budget;
+}
+
+void tier_get_stats(struct tier *t, struct tier_stats *st)
+{
+	pthread_mutex_lock(&t->mu);
+	*st = t->st;
+	pthread_mutex_unlock(&t->mu);
+}
+
+static int cmp_stamp(const void *a, const void *b)
+{
+	const struct timespec *x = &((const struct tier_entry *)a)->stamp;
+	const struct timespec *y = &((const struct tier_entry *)b)->stamp;
+
+	if (x->tv_sec != y->tv_sec)
+		return x->tv_sec < y->tv_sec ? -1 : 1;
+	return x->tv_nsec < y->tv_nsec ? -1 : x->tv_nsec > y->tv_nsec;
+}
+
+/* Make room for need bytes and reserve them (resv: the reservation's path).
+ * Least recently used entries nobody leases go first. */
+static int reserve(struct tier *t, const char *hex, uint64_t need, const char *resv)
+{
+	struct tier_entry *v = NULL;
+	uint64_t used = 0, reserved = 0, leased = 0;
+	size_t n = 0, i;
+	char a[32], b[32], c[32], num[32];
+	int lock, ret;
+
+	lock = lock_take(t, "tier", LOCK_EX);
+	if (lock < 0)
+		return lock;
+	ret = list_entries(t, &v, &n, &reserved);
+	if (ret)
+		goto out;
+	for (i = 0; i < n; i++)
+		used += v[i].bytes;
+	used += reserved;
+	qsort(v, n, sizeof(*v), cmp_stamp);
+	for (i = 0; i < n && used + need > t->budget; i++) {
+		int fd = lock_take(t, v[i].hex, LOCK_EX | LOCK_NB);
+
+		if (fd < 0) {
+			leased += v[i].bytes;
+			continue;
+		}
+		pr_info("evicting %s (%s) to make room for %s", v[i].hex, fmt_bytes(v[i].bytes, a), hex);
+		remove_entry(t, v[i].hex);
+		lock_drop(fd);
+		used -= v[i].bytes;
+		pthread_mutex_lock(&t->mu);
+		t->st.evictions++;
+		t->st.evicted_bytes += v[i].bytes;
+		pthread_mutex_unlock(&t->mu);
+	}
+	if (used + need > t->budget) {
+		pr_err("RAM tier %s is full: snapshot sha256:%s needs %s, the budget is %s and %s "
+		       "of it is held by snapshots in use or being materialised",
+		       t->dir, hex, fmt_bytes(need, a), fmt_bytes(t->budget, b),
+		       fmt_bytes(used, c));
+		ret = -ENOSPC;
+		goto out;
+	}
+	(void)leased;
+	snprintf(num, sizeof(num), "%llu\n", (unsigned long long)need);
+	ret = write_file_atomic(resv, num, strlen(num), 0600);
+out:
+	free(v);
+	lock_drop(lock);
+	return ret;
+}
+
+/* Materialise hex under the build lock: reserve, read from the store into a
+ * build directory, rename it into place, write the metadata last. */
+static int build(struct tier *t, const char *hex, const char *id)
+{
+	struct manifest *m = NULL;
+	struct manifest_totals tot;
+	struct store_lease *sl = NULL;
+	struct engine_stats st;
+	char full[CHUNK_ID_LEN], bdir[PATH_MAX], resv[PATH_MAX], dir[PATH_MAX];
+	unsigned n = atomic_fetch_add(&t->seq, 1);
+	bool reserved = false;
+	int ret;
+
+	snprintf(bdir, sizeof(bdir), "%s/.build-%s-%d-%u", t->dir, hex, getpid(), n);
+	snprintf(resv, sizeof(resv), "%s/.resv-%s-%d-%u", t->dir, hex, getpid(), n);
+	entry_paths(t, hex, dir, NULL);
+
+	/* The lease first: gc must not take the chunks between load and read. */
+	sl = store_lease_take(t->s, id);
+	if (!sl) {
+		ret = -ENOENT;
+		goto out;
+	}
+	ret = store_manifest_load(t->s, id, &m, full);
+	if (ret)
+		goto out;
+	manifest_totals(m, &tot);
+	ret = reserve(t, hex, tot.logical_bytes - tot.zero_bytes, resv);
+	if (ret)
+		goto out;
+	reserved = true;
+
+	ret = engine_materialize(t->s, m, bdir, &t->opts, &st);
+	if (ret)
+		goto out;
+	/* A directory without metadata is a leftover of a crash: ours to replace. */
+	rm_rf(dir);
+	if (rename(bdir, dir) < 0) {
+		ret = -errno;
+		pr_perror("rename %s to %s", bdir, dir);
+		goto out;
+	}
+	ret = meta_write(t, hex, full, tot.logical_bytes - tot.zero_bytes, tot.logical_bytes,
+			 m->nfiles);
+	if (ret) {
+		rm_rf(dir);
+		goto out;
+	}
+	pthread_mutex_lock(&t->mu);
+	t->st.materializations++;
+	t->st.read_bytes += st.read_bytes;
+	t->st.written_bytes += st.written_bytes;
+	pthread_mutex_unlock(&t->mu);
+	pr_info("materialised %s: %llu bytes in %.3f s (%.2f GB/s)", full,
+		(unsigned long long)st.logical_bytes, st.seconds,
+		st.seconds > 0 ? (double)st.logical_bytes / st.seconds / 1e9 : 0.0);
+out:
+	if (ret)
+		rm_rf(bdir);
+	if (reserved)
+		unlink(resv);
+	store_lease_release(sl);
+	manifest_free(m);
+	return ret;
+}
+
+/* The hex of a snapshot id: a full "sha256:<hex>" as it is, a prefix through the store. */
+static int resolve(struct tier *t, const char *id, char hex[HEX_LEN + 1], char full[CHUNK_ID_LEN])
+{
+	uint8_t hash[CHUNK_HASH_LEN];
+	struct manifest *m = NULL;
+	int ret;
+
+	if (chunk_id_parse(id, hash) == 0 && strlen(id) == CHUNK_ID_LEN - 1) {
+		snprintf(full, CHUNK_ID_LEN, "%s", id);
+	} else {
+		ret = store_manifest_load(t->s, id, &m, full);
+		manifest_free(m);
+		if (ret)
+			return ret;
+	}
+	memcpy(hex, full + 7, HEX_LEN);
+	hex[HEX_LEN] = '\0';
 	return 0;
+}
+
+static void touch(struct tier *t, const char *hex)
+{
+	char meta[PATH_MAX];
+
+	entry_paths(t, hex, NULL, meta);
+	utimensat(AT_FDCWD, meta, NULL, 0); /* the LRU stamp; a failure only ages it */
+}
+
+int tier_acquire(struct tier *t, const char *snapshot_id, struct tier_lease **out)
+{
+	struct tier_lease *l = NULL;
+	char hex[HEX_LEN + 1], full[CHUNK_ID_LEN], name[HEX_LEN + 16];
+	uint64_t start = now_ns();
+	int bfd = -1, ret;
+
+	*out = NULL;
+	ret = resolve(t, snapshot_id, hex, full);
+	if (ret)
+		return ret;
+	l = calloc(1, sizeof(*l));
+	if (!l) {
+		pr_err("out of memory");
+		return -ENOMEM;
+	}
+	entry_paths(t, hex, l->path, NULL);
+	/* Leased before looking: an eviction cannot take it from under us. */
+	l->fd = lock_take(t, hex, LOCK_SH);
+	if (l->fd < 0) {
+		ret = l->fd;
+		goto out;
+	}
+	if (entry_complete(t, hex)) {
+		l->hit = true;
+		pthread_mutex_lock(&t->mu);
+		t->st.hits++;
+		pthread_mutex_unlock(&t->mu);
+		goto done;
+	}
+	snprintf(name, sizeof(name), "%s.build", hex);
+	bfd = lock_take(t, name, LOCK_EX);
+	if (bfd < 0) {
+		ret = bfd;
+		goto out;
+	}
+	if (entry_complete(t, hex)) { /* someone built it while we waited */
+		pthread_mutex_lock(&t->mu);
+		t->st.waits++;
+		pthread_mutex_unlock(&t->mu);
+		goto done;
+	}
+	ret = build(t, hex, full);
+	if (ret)
+		goto out;
+done:
+	touch(t, hex);
+	l->ms = ms_since(start);
+	*out = l;
+	l = NULL;
+out:
+	lock_drop(bfd);
+	if (l) {
+		lock_drop(l->fd);
+		free(l);
+	}
+	return ret;
+}
+
+const char *tier_lease_path(const struct tier_lease *l)
+{
+	return l->path;
+}
+
+bool tier_lease_hit(const struct tier_lease *l)
+{
+	return l->hit;
+}
+
+double tier_lease_materialize_ms(const struct tier_lease *l)
+{
+	return l->ms;
+}
+
+void tier_release(struct tier_lease *l)
+{
+	if (!l)
+		return;
+	lock_drop(l->fd);
+	free(l);
 }

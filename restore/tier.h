@@ -40,4 +40,15 @@ void tier_release(struct tier_lease *l); /* NULL is fine */
 uint64_t tier_used_bytes(struct tier *t);
 uint64_t tier_budget_bytes(struct tier *t);
 
+/* What this tier object (this process) did since tier_open. */
+struct tier_stats {
+	uint64_t materializations; /* snapshots this process read from the store */
+	uint64_t hits;             /* acquires that found the snapshot complete */
+	uint64_t waits;            /* acquires that waited on another's materialisation */
+	uint64_t evictions, evicted_bytes;
+	uint64_t read_bytes;       /* chunk bytes read from the store */
+	uint64_t written_bytes;    /* image bytes written into the tier */
+};
+void tier_get_stats(struct tier *t, struct tier_stats *st);
+
 #endif

@@ -1,0 +1,160 @@
+/* test_store_gc.c — gc deletes only unreferenced chunks, keeps those of leased
+ * manifests (even deleted ones), and forgets leases whose holder died. */
+#include "common/log.h"
+#include "common/util.h"
+#include "store/store.h"
+#include "test/check.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char root[] = "/tmp/thaw-test-store-gc-XXXXXX";
+
+static void make_file(const char *path, size_t size, uint64_t seed)
+{
+	uint8_t *b = malloc(size);
+	REQUIRE(b);
+	for (size_t i = 0; i < size; i++) {
+		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+		b[i] = (uint8_t)(seed >> 56);
+	}
+	REQUIRE(write_file_atomic(path, b, size, 0644) == 0);
+	free(b);
+}
+
+static int count_dir(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	int n = 0;
+
+	REQUIRE(d);
+	while ((de = readdir(d)))
+		n += de->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+static uint64_t nchunks(struct store *s)
+{
+	struct store_stats st;
+	REQUIRE(store_stat(s, &st) == 0);
+	return st.chunks;
+}
+
+/* Every non-hole chunk of manifest id is present. */
+static int all_present(struct store *s, const struct manifest *m)
+{
+	for (size_t i = 0; i < m->nfiles; i++)
+		for (size_t j = 0; j < m->files[i].nchunks; j++) {
+			char p[PATH_MAX];
+			if (m->files[i].chunks[j].zero)
+				continue;
+			store_chunk_path(s, m->files[i].chunks[j].hash, p, sizeof(p));
+			if (access(p, F_OK))
+				return 0;
+		}
+	return 1;
+}
+
+int main(void)
+{
+	char dir[PATH_MAX], fa[PATH_MAX], fb[PATH_MAX], ida[CHUNK_ID_LEN], idb[CHUNK_ID_LEN];
+	char leases[PATH_MAX + 16];
+	struct manifest *ma = NULL, *mb = NULL;
+	uint64_t freed = 0, bytes = 0;
+
+	REQUIRE(mkdtemp(root));
+	snprintf(dir, sizeof(dir), "%s/store", root);
+	snprintf(leases, sizeof(leases), "%s/leases", dir);
+	struct store *s = store_open(dir);
+	REQUIRE(s);
+	snprintf(fa, sizeof(fa), "%s/a.img", root);
+	snprintf(fb, sizeof(fb), "%s/b.img", root);
+	make_file(fa, 2 << 20, 1);
+	make_file(fb, 2 << 20, 2);
+	const char *pa[] = { fa }, *pb[] = { fb };
+	REQUIRE(store_put(s, "a", pa, 1, NULL, false, ida, NULL) == 0);
+	REQUIRE(store_put(s, "b", pb, 1, NULL, false, idb, NULL) == 0);
+	REQUIRE(store_manifest_load(s, ida, &ma, NULL) == 0);
+	REQUIRE(store_manifest_load(s, idb, &mb, NULL) == 0);
+	uint64_t total = nchunks(s);
+	CHECK(total >= 8);
+
+	/* Nothing unreferenced: gc frees nothing.  A leftover temp file goes. */
+	char junk[PATH_MAX + 32];
+	snprintf(junk, sizeof(junk), "%s/tmp/123.456.7", dir);
+	REQUIRE(write_file_atomic(junk, "x", 1, 0644) == 0);
+	CHECK_EQ(store_gc(s, &freed, &bytes), 0);
+	CHECK_EQ(freed, 0);
+	CHECK_EQ(nchunks(s), total);
+	CHECK(access(junk, F_OK) != 0);
+
+	/* Delete b: its chunks go, a's stay. */
+	CHECK_EQ(store_manifest_delete(s, idb), 0);
+	CHECK_EQ(store_gc(s, &freed, &bytes), 0);
+	CHECK(freed > 0 && bytes >= freed * 16);
+	CHECK(all_present(s, ma));
+	CHECK(!all_present(s, mb));
+	CHECK_EQ(nchunks(s), total - freed);
+	CHECK_EQ(store_verify(s, NULL, NULL), 0);
+
+	/* Lease a, delete it, gc: the chunks stay while the lease lives. */
+	struct store_lease *l = store_lease_take(s, ida);
+	REQUIRE(l);
+	CHECK_EQ(count_dir(leases), 1);
+	CHECK_EQ(store_manifest_delete(s, ida), 0);
+	CHECK_EQ(store_gc(s, &freed, NULL), 0);
+	CHECK_EQ(freed, 0);
+	CHECK(all_present(s, ma));
+	/* Release: the next gc frees them. */
+	store_lease_release(l);
+	CHECK_EQ(count_dir(leases), 0);
+	CHECK_EQ(store_gc(s, &freed, NULL), 0);
+	CHECK(freed > 0);
+	CHECK_EQ(nchunks(s), 0);
+
+	/* A lease in another process: live while it runs, stale once it died. */
+	REQUIRE(store_put(s, "b", pb, 1, NULL, false, idb, NULL) == 0);
+	int pipefd[2];
+	REQUIRE(pipe(pipefd) == 0);
+	pid_t pid = fork();
+	REQUIRE(pid >= 0);
+	if (pid == 0) {
+		struct store *cs = store_open(dir);
+		char c = store_lease_take(cs, idb) ? 'y' : 'n';
+		(void)!write(pipefd[1], &c, 1);
+		(void)!read(pipefd[0], &c, 1); /* wait to be told to die, then die holding it */
+		_exit(0);
+	}
+	char c = 0;
+	REQUIRE(read(pipefd[0], &c, 1) == 1 && c == 'y');
+	CHECK_EQ(store_manifest_delete(s, idb), 0);
+	CHECK_EQ(store_gc(s, &freed, NULL), 0);
+	CHECK_EQ(freed, 0);
+	CHECK(all_present(s, mb));
+	REQUIRE(write(pipefd[1], "x", 1) == 1);
+	waitpid(pid, NULL, 0);
+	CHECK_EQ(count_dir(leases), 1); /* left behind by the dead holder */
+	CHECK_EQ(store_gc(s, &freed, NULL), 0);
+	CHECK(freed > 0);
+	CHECK_EQ(count_dir(leases), 0);
+	CHECK_EQ(nchunks(s), 0);
+
+	/* A lease on a manifest that is not there fails and says so. */
+	CHECK(store_lease_take(s, ida) == NULL);
+	CHECK(strstr(log_last_error(), "no manifest") != NULL);
+	store_lease_release(NULL);
+
+	manifest_free(ma);
+	manifest_free(mb);
+	store_close(s);
+	rm_rf(root);
+	return check_failures ? 1 : 0;
+}

@@ -31,6 +31,7 @@ struct oci_spec {
 	size_t nbinds;
 	bool gpu;                  /* NVIDIA devices and driver directory */
 	const char *hostname;
+	const char *cgroups_path;  /* e.g. "thaw/<id>" so thaw's containers are grouped; NULL: runc's default */
 };
 
 /* Create dir (if needed) and write dir/config.json, dir/rootfs/ and

@@ -1,0 +1,347 @@
+/* oci.c — see oci.h. */
+#define LOG_PREFIX "oci: "
+#include "common/oci.h"
+#include "common/log.h"
+#include "common/util.h"
+
+#include <dirent.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+/* Host directories bound read-only into a container that has no rootfs of
+ * its own; /usr/local/nvidia is added for GPU functions. */
+static const char *const host_dirs[] = { "/usr", "/etc", "/opt", "/root" };
+/* Top-level names that are symlinks into /usr on a merged-/usr host, or real
+ * directories (then bound like the others) on an older one. */
+static const char *const top_links[] = { "bin", "sbin", "lib", "lib32", "lib64", "libx32" };
+
+static const char *const caps[] = {
+	"CAP_CHOWN",   "CAP_DAC_OVERRIDE", "CAP_FSETID",   "CAP_FOWNER",
+	"CAP_MKNOD",   "CAP_NET_RAW",      "CAP_SETGID",   "CAP_SETUID",
+	"CAP_SETFCAP", "CAP_SETPCAP",      "CAP_NET_BIND_SERVICE",
+	"CAP_SYS_CHROOT", "CAP_KILL",      "CAP_AUDIT_WRITE",
+};
+
+/* runc spec's defaults. */
+static const char *const masked_paths[] = {
+	"/proc/acpi",	      "/proc/asound",	  "/proc/kcore",      "/proc/keys",
+	"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
+	"/sys/firmware",      "/proc/scsi",
+};
+static const char *const readonly_paths[] = {
+	"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+};
+
+/* The CRIU options runc cannot be told on its command line for every caller:
+ * the network namespace is joined by path, so it is external to CRIU and
+ * there is nothing of ours to lock; a connection still open at checkpoint
+ * (a client that has not closed yet) is dumped and restored closed instead
+ * of failing the dump. */
+static const char criu_conf[] = "network-lock skip\n"
+				"tcp-close\n";
+
+static json_t *str_array(const char *const *v, size_t n)
+{
+	json_t *a = json_array();
+
+	for (size_t i = 0; a && i < n; i++)
+		json_array_append_new(a, json_string(v[i]));
+	return a;
+}
+
+static json_t *mount_obj(const char *dst, const char *type, const char *src,
+			 const char *const *opts, size_t nopts)
+{
+	json_t *m = json_pack("{s:s, s:s, s:s}", "destination", dst, "type", type, "source", src);
+
+	if (m && nopts)
+		json_object_set_new(m, "options", str_array(opts, nopts));
+	return m;
+}
+
+/* A non-recursive bind: a submount of src (e.g. /usr/local/nvidia under /usr)
+ * is not carried along, so CRIU sees exactly the mounts we declared. */
+static json_t *bind_obj(const char *src, const char *dst, bool writable)
+{
+	static const char *const ro[] = { "bind", "ro", "nosuid" };
+	static const char *const rw[] = { "bind", "nosuid" };
+
+	return writable ? mount_obj(dst, "bind", src, rw, ARRAY_SIZE(rw))
+			: mount_obj(dst, "bind", src, ro, ARRAY_SIZE(ro));
+}
+
+static json_t *build_mounts(const struct oci_spec *spec, bool host_root)
+{
+	static const char *const dev[] = { "nosuid", "strictatime", "mode=755", "size=65536k" };
+	static const char *const pts[] = { "nosuid", "noexec", "newinstance", "ptmxmode=0666",
+					   "mode=0620", "gid=5" };
+	static const char *const shm[] = { "nosuid", "noexec", "nodev", "mode=1777",
+					   "size=65536k" };
+	static const char *const mq[] = { "nosuid", "noexec", "nodev" };
+	static const char *const sys[] = { "nosuid", "noexec", "nodev", "ro" };
+	static const char *const tmp[] = { "nosuid", "nodev", "mode=1777" };
+	json_t *m = json_array();
+	struct stat st;
+
+	if (!m)
+		return NULL;
+	json_array_append_new(m, mount_obj("/proc", "proc", "proc", NULL, 0));
+	json_array_append_new(m, mount_obj("/dev", "tmpfs", "tmpfs", dev, ARRAY_SIZE(dev)));
+	json_array_append_new(m, mount_obj("/dev/pts", "devpts", "devpts", pts, ARRAY_SIZE(pts)));
+	json_array_append_new(m, mount_obj("/dev/shm", "tmpfs", "shm", shm, ARRAY_SIZE(shm)));
+	json_array_append_new(m, mount_obj("/dev/mqueue", "mqueue", "mqueue", mq, ARRAY_SIZE(mq)));
+	json_array_append_new(m, mount_obj("/sys", "sysfs", "sysfs", sys, ARRAY_SIZE(sys)));
+	/* CRIU dumps a tmpfs's contents with the image. */
+	json_array_append_new(m, mount_obj("/tmp", "tmpfs", "tmpfs", tmp, ARRAY_SIZE(tmp)));
+	if (host_root) {
+		for (size_t i = 0; i < ARRAY_SIZE(host_dirs); i++) {
+			if (stat(host_dirs[i], &st) || !S_ISDIR(st.st_mode))
+				continue;
+			json_array_append_new(m, bind_obj(host_dirs[i], host_dirs[i], false));
+			if (!strcmp(host_dirs[i], "/usr") && spec->gpu &&
+			    stat("/usr/local/nvidia", &st) == 0 && S_ISDIR(st.st_mode))
+				json_array_append_new(m, bind_obj("/usr/local/nvidia",
+								  "/usr/local/nvidia", false));
+		}
+		for (size_t i = 0; i < ARRAY_SIZE(top_links); i++) {
+			char p[64];
+
+			snprintf(p, sizeof(p), "/%s", top_links[i]);
+			if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
+				json_array_append_new(m, bind_obj(p, p, false));
+		}
+	} else if (spec->gpu && stat("/usr/local/nvidia", &st) == 0 && S_ISDIR(st.st_mode)) {
+		json_array_append_new(m, bind_obj("/usr/local/nvidia", "/usr/local/nvidia", false));
+	}
+	for (size_t i = 0; i < spec->nbinds; i++)
+		json_array_append_new(m, bind_obj(spec->binds[i].src, spec->binds[i].dst,
+						  spec->binds[i].writable));
+	return m;
+}
+
+static int add_nvidia_dev(json_t *devs, json_t *allow, const char *path)
+{
+	struct stat st;
+
+	if (stat(path, &st) || !S_ISCHR(st.st_mode))
+		return 0;
+	json_array_append_new(devs, json_pack("{s:s, s:s, s:I, s:I, s:i, s:i, s:i}", "path", path,
+					      "type", "c", "major", (json_int_t)major(st.st_rdev),
+					      "minor", (json_int_t)minor(st.st_rdev), "fileMode",
+					      (int)(st.st_mode & 07777), "uid", 0, "gid", 0));
+	json_array_append_new(allow, json_pack("{s:b, s:s, s:I, s:I, s:s}", "allow", 1, "type", "c",
+					       "major", (json_int_t)major(st.st_rdev), "minor",
+					       (json_int_t)minor(st.st_rdev), "access", "rwm"));
+	return 1;
+}
+
+/* Every /dev/nvidia* character device, and those in /dev/nvidia-caps. */
+static int add_nvidia_devs(json_t *devs, json_t *allow)
+{
+	static const char *const dirs[] = { "/dev", "/dev/nvidia-caps" };
+	int n = 0;
+
+	for (size_t i = 0; i < ARRAY_SIZE(dirs); i++) {
+		DIR *d = opendir(dirs[i]);
+		struct dirent *de;
+
+		if (!d)
+			continue;
+		while ((de = readdir(d))) {
+			char p[PATH_MAX + 32];
+
+			if (i == 0 && strncmp(de->d_name, "nvidia", 6))
+				continue;
+			if (de->d_name[0] == '.')
+				continue;
+			snprintf(p, sizeof(p), "%s/%s", dirs[i], de->d_name);
+			n += add_nvidia_dev(devs, allow, p);
+		}
+		closedir(d);
+	}
+	return n;
+}
+
+static json_t *build_linux(const struct oci_spec *spec)
+{
+	json_t *ns, *devs, *allow, *l;
+
+	ns = json_pack("[{s:s}, {s:s}, {s:s}, {s:s}]", "type", "pid", "type", "ipc", "type", "uts",
+		       "type", "mount");
+	devs = json_array();
+	allow = json_pack("[{s:b, s:s}]", "allow", 0, "access", "rwm");
+	l = json_object();
+	if (!ns || !devs || !allow || !l) {
+		json_decref(ns);
+		json_decref(devs);
+		json_decref(allow);
+		json_decref(l);
+		return NULL;
+	}
+	if (spec->netns_path)
+		json_array_append_new(ns, json_pack("{s:s, s:s}", "type", "network", "path",
+						    spec->netns_path));
+	else
+		json_array_append_new(ns, json_pack("{s:s}", "type", "network"));
+	if (spec->gpu && add_nvidia_devs(devs, allow) == 0)
+		pr_warn("GPU function but no /dev/nvidia* device on this host");
+	json_object_set_new(l, "namespaces", ns);
+	json_object_set_new(l, "devices", devs);
+	json_object_set_new(l, "resources", json_pack("{s:o}", "devices", allow));
+	json_object_set_new(l, "maskedPaths", str_array(masked_paths, ARRAY_SIZE(masked_paths)));
+	json_object_set_new(l, "readonlyPaths",
+			    str_array(readonly_paths, ARRAY_SIZE(readonly_paths)));
+	if (spec->cgroups_path)
+		json_object_set_new(l, "cgroupsPath", json_string(spec->cgroups_path));
+	return l;
+}
+
+static json_t *build_process(const struct oci_spec *spec)
+{
+	static const char *const default_env[] = {
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+	};
+	json_t *args = json_array(), *env = json_array(), *capset, *p;
+	bool has_path = false;
+	struct rlimit nofile = { 1024, 1024 };
+
+	if (!args || !env) {
+		json_decref(args);
+		json_decref(env);
+		return NULL;
+	}
+	for (size_t i = 0; spec->argv[i]; i++)
+		json_array_append_new(args, json_string(spec->argv[i]));
+	for (size_t i = 0; spec->env && spec->env[i]; i++) {
+		json_array_append_new(env, json_string(spec->env[i]));
+		has_path |= !strncmp(spec->env[i], "PATH=", 5);
+	}
+	if (!has_path)
+		json_array_append_new(env, json_string(default_env[0]));
+	/* Our own limit: raising it needs CAP_SYS_RESOURCE, which a sandboxed
+	 * host may not give (runc then fails to start the container). */
+	getrlimit(RLIMIT_NOFILE, &nofile);
+	capset = str_array(caps, ARRAY_SIZE(caps));
+	p = json_pack("{s:b, s:{s:i, s:i}, s:o, s:o, s:s, s:{s:O, s:O, s:O, s:O}, s:[{s:s, s:I, s:I}],"
+		      " s:b}",
+		      "terminal", 0, "user", "uid", 0, "gid", 0, "args", args, "env", env, "cwd",
+		      spec->cwd ? spec->cwd : "/", "capabilities", "bounding", capset, "effective",
+		      capset, "permitted", capset, "ambient", capset, "rlimits", "type",
+		      "RLIMIT_NOFILE", "hard", (json_int_t)nofile.rlim_max, "soft",
+		      (json_int_t)nofile.rlim_cur,
+		      "noNewPrivileges", 1);
+	json_decref(capset);
+	return p;
+}
+
+/* Skeleton of a host-rooted rootfs: mount points, and the merged-/usr
+ * symlinks as the host has them. */
+static int make_rootfs(const char *rootfs)
+{
+	static const char *const dirs[] = { "usr", "etc", "root", "opt", "proc", "dev", "sys", "tmp" };
+	char p[PATH_MAX + 32], target[PATH_MAX];
+	struct stat st;
+	int ret;
+
+	for (size_t i = 0; i < ARRAY_SIZE(dirs); i++) {
+		snprintf(p, sizeof(p), "%s/%s", rootfs, dirs[i]);
+		ret = mkdir_p(p, 0755);
+		if (ret)
+			return ret;
+	}
+	for (size_t i = 0; i < ARRAY_SIZE(top_links); i++) {
+		char host[64];
+		ssize_t n;
+
+		snprintf(host, sizeof(host), "/%s", top_links[i]);
+		snprintf(p, sizeof(p), "%s/%s", rootfs, top_links[i]);
+		if (lstat(host, &st))
+			continue;
+		if (S_ISLNK(st.st_mode)) {
+			n = readlink(host, target, sizeof(target) - 1);
+			if (n <= 0)
+				continue;
+			target[n] = '\0';
+			if (symlink(target, p) < 0 && errno != EEXIST) {
+				ret = -errno;
+				pr_perror("symlink %s -> %s", p, target);
+				return ret;
+			}
+		} else if (S_ISDIR(st.st_mode)) {
+			ret = mkdir_p(p, 0755);
+			if (ret)
+				return ret;
+		}
+	}
+	return 0;
+}
+
+int oci_bundle_write(const char *dir, const struct oci_spec *spec)
+{
+	char absdir[PATH_MAX], rootfs[PATH_MAX + 16], conf[PATH_MAX + 16], cfg[PATH_MAX + 16];
+	json_t *root = NULL;
+	char *text = NULL;
+	bool host_root = !spec->rootfs;
+	int ret;
+
+	if (!spec->argv || !spec->argv[0]) {
+		pr_err("bundle %s: no process to run", dir);
+		return -EINVAL;
+	}
+	ret = mkdir_p(dir, 0755);
+	if (ret)
+		return ret;
+	if (!realpath(dir, absdir)) {
+		ret = -errno;
+		pr_perror("realpath %s", dir);
+		return ret;
+	}
+	snprintf(cfg, sizeof(cfg), "%s/config.json", absdir);
+	snprintf(conf, sizeof(conf), "%s/criu.conf", absdir);
+	if (host_root) {
+		snprintf(rootfs, sizeof(rootfs), "%s/rootfs", absdir);
+		ret = make_rootfs(rootfs);
+		if (ret)
+			goto out;
+	} else if (!realpath(spec->rootfs, rootfs)) {
+		ret = -errno;
+		pr_perror("rootfs %s", spec->rootfs);
+		goto out;
+	}
+
+	root = json_pack("{s:s, s:o, s:{s:s, s:b}, s:s, s:o, s:o, s:{s:s}}", "ociVersion", "1.0.2",
+			 "process", build_process(spec), "root", "path", rootfs, "readonly", 0,
+			 "hostname", spec->hostname ? spec->hostname : "thaw", "mounts",
+			 build_mounts(spec, host_root), "linux", build_linux(spec), "annotations",
+			 "org.criu.config", conf);
+	if (!root) {
+		ret = -ENOMEM;
+		pr_err("bundle %s: cannot build config.json", dir);
+		goto out;
+	}
+	ret = write_file_atomic(conf, criu_conf, sizeof(criu_conf) - 1, 0644);
+	if (ret)
+		goto out;
+	text = json_dumps(root, JSON_INDENT(1));
+	if (!text) {
+		ret = -ENOMEM;
+		pr_err("bundle %s: cannot serialise config.json", dir);
+		goto out;
+	}
+	ret = write_file_atomic(cfg, text, strlen(text), 0644);
+out:
+	if (ret) {
+		unlink(cfg);
+		unlink(conf);
+	}
+	free(text);
+	json_decref(root);
+	return ret;
+}

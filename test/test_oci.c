@@ -1,0 +1,188 @@
+/* test_oci: the bundle's config.json has what runc and CRIU need: the process,
+ * a rootfs skeleton with the host's merged-/usr symlinks, non-recursive
+ * read-only binds, /tmp as tmpfs, the network namespace by path, and the
+ * org.criu.config annotation naming a file that skips CRIU's network lock. */
+#include "common/oci.h"
+#include "common/util.h"
+#include "test/check.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static json_t *find_mount(json_t *mounts, const char *dst)
+{
+	size_t i;
+	json_t *m;
+
+	json_array_foreach(mounts, i, m)
+		if (!strcmp(json_string_value(json_object_get(m, "destination")) ?: "", dst))
+			return m;
+	return NULL;
+}
+
+static bool has_opt(json_t *m, const char *opt)
+{
+	size_t i;
+	json_t *o;
+
+	json_array_foreach(json_object_get(m, "options"), i, o)
+		if (!strcmp(json_string_value(o), opt))
+			return true;
+	return false;
+}
+
+static const char *ns_path(json_t *nss, const char *type, bool *found)
+{
+	size_t i;
+	json_t *n;
+
+	*found = false;
+	json_array_foreach(nss, i, n)
+		if (!strcmp(json_string_value(json_object_get(n, "type")), type)) {
+			*found = true;
+			return json_string_value(json_object_get(n, "path"));
+		}
+	return NULL;
+}
+
+int main(void)
+{
+	char dir[] = "/tmp/test_oci.XXXXXX", bundle[PATH_MAX], p[PATH_MAX + 64], link[PATH_MAX];
+	char *argv[] = { "python3", "app.py", NULL };
+	char *env[] = { "A=1", NULL };
+	struct oci_bind binds[] = { { "/srv/fn", "/srv/fn", false }, { "/data", "/data", true } };
+	struct oci_spec spec = {
+		.argv = argv, .env = env, .cwd = "/srv/fn", .netns_path = "/run/thaw/ns1",
+		.binds = binds, .nbinds = 2, .hostname = "fn1", .cgroups_path = "thaw/fn1",
+	};
+	json_error_t jerr;
+	json_t *cfg, *m, *l;
+	bool found;
+
+	REQUIRE(mkdtemp(dir));
+	snprintf(bundle, sizeof(bundle), "%s/b", dir);
+	REQUIRE(oci_bundle_write(bundle, &spec) == 0);
+	snprintf(p, sizeof(p), "%s/config.json", bundle);
+	cfg = json_load_file(p, 0, &jerr);
+	REQUIRE(cfg);
+
+	/* The process. */
+	json_t *proc = json_object_get(cfg, "process");
+	CHECK_STR(json_string_value(json_array_get(json_object_get(proc, "args"), 0)), "python3");
+	CHECK_STR(json_string_value(json_array_get(json_object_get(proc, "args"), 1)), "app.py");
+	CHECK_EQ(json_array_size(json_object_get(proc, "args")), 2);
+	CHECK_STR(json_string_value(json_array_get(json_object_get(proc, "env"), 0)), "A=1");
+	CHECK(!strncmp(json_string_value(json_array_get(json_object_get(proc, "env"), 1)) ?: "",
+		       "PATH=", 5));
+	CHECK(json_is_false(json_object_get(proc, "terminal")));
+	CHECK_STR(json_string_value(json_object_get(proc, "cwd")), "/srv/fn");
+	CHECK_STR(json_string_value(json_object_get(json_array_get(json_object_get(proc, "rlimits"), 0),
+						    "type")),
+		  "RLIMIT_NOFILE");
+	CHECK_STR(json_string_value(json_object_get(cfg, "hostname")), "fn1");
+
+	/* The rootfs skeleton, with the host's top-level symlinks. */
+	snprintf(p, sizeof(p), "%s/rootfs", bundle);
+	CHECK_STR(json_string_value(json_object_get(json_object_get(cfg, "root"), "path")), p);
+	CHECK(json_is_false(json_object_get(json_object_get(cfg, "root"), "readonly")));
+	static const char *const dirs[] = { "usr", "etc", "root", "opt", "proc", "dev", "sys", "tmp" };
+	for (size_t i = 0; i < ARRAY_SIZE(dirs); i++) {
+		struct stat st;
+		snprintf(p, sizeof(p), "%s/rootfs/%s", bundle, dirs[i]);
+		CHECK(stat(p, &st) == 0 && S_ISDIR(st.st_mode));
+	}
+	static const char *const links[] = { "bin", "lib", "lib64", "sbin" };
+	for (size_t i = 0; i < ARRAY_SIZE(links); i++) {
+		char host[32], want[PATH_MAX];
+		ssize_t n, w;
+		snprintf(host, sizeof(host), "/%s", links[i]);
+		w = readlink(host, want, sizeof(want) - 1);
+		if (w <= 0)
+			continue; /* not a symlink on this host */
+		want[w] = '\0';
+		snprintf(p, sizeof(p), "%s/rootfs/%s", bundle, links[i]);
+		n = readlink(p, link, sizeof(link) - 1);
+		CHECK(n > 0);
+		link[n > 0 ? n : 0] = '\0';
+		CHECK_STR(link, want);
+	}
+
+	/* Mounts. */
+	json_t *mounts = json_object_get(cfg, "mounts");
+	CHECK_STR(json_string_value(json_object_get(find_mount(mounts, "/proc"), "type")), "proc");
+	CHECK_STR(json_string_value(json_object_get(find_mount(mounts, "/tmp"), "type")), "tmpfs");
+	CHECK(find_mount(mounts, "/dev/pts") && find_mount(mounts, "/dev/shm") &&
+	      find_mount(mounts, "/sys"));
+	CHECK(has_opt(find_mount(mounts, "/sys"), "ro"));
+	static const char *const ro_binds[] = { "/usr", "/etc", "/root" };
+	for (size_t i = 0; i < ARRAY_SIZE(ro_binds); i++) {
+		m = find_mount(mounts, ro_binds[i]);
+		CHECK(m);
+		CHECK_STR(json_string_value(json_object_get(m, "source")), ro_binds[i]);
+		CHECK(has_opt(m, "bind") && has_opt(m, "ro") && !has_opt(m, "rbind"));
+	}
+	/* A submount like /usr/local/nvidia comes only for GPU functions. */
+	CHECK(!find_mount(mounts, "/usr/local/nvidia"));
+	m = find_mount(mounts, "/srv/fn");
+	CHECK(m && has_opt(m, "ro") && !has_opt(m, "rbind"));
+	m = find_mount(mounts, "/data");
+	CHECK(m && has_opt(m, "bind") && !has_opt(m, "ro"));
+
+	/* Namespaces: network by path, the others new. */
+	l = json_object_get(cfg, "linux");
+	CHECK_STR(ns_path(json_object_get(l, "namespaces"), "network", &found), "/run/thaw/ns1");
+	static const char *const nss[] = { "pid", "ipc", "uts", "mount" };
+	for (size_t i = 0; i < ARRAY_SIZE(nss); i++) {
+		CHECK(!ns_path(json_object_get(l, "namespaces"), nss[i], &found));
+		CHECK(found);
+	}
+	CHECK(!ns_path(json_object_get(l, "namespaces"), "user", &found) && !found);
+	CHECK_STR(json_string_value(json_object_get(l, "cgroupsPath")), "thaw/fn1");
+	CHECK_EQ(json_array_size(json_object_get(l, "devices")), 0);
+	CHECK(json_array_size(json_object_get(l, "maskedPaths")) > 0);
+
+	/* CRIU's configuration. */
+	const char *conf = json_string_value(
+		json_object_get(json_object_get(cfg, "annotations"), "org.criu.config"));
+	snprintf(p, sizeof(p), "%s/criu.conf", bundle);
+	CHECK_STR(conf, p);
+	char *text = NULL;
+	size_t len;
+	CHECK_EQ(read_file(p, &text, &len, 4096), 0);
+	CHECK(text && strstr(text, "network-lock skip"));
+	free(text);
+	json_decref(cfg);
+
+	/* A user's rootfs is used as it is; GPU functions list their devices. */
+	spec.rootfs = dir;
+	spec.gpu = true;
+	spec.netns_path = NULL;
+	snprintf(bundle, sizeof(bundle), "%s/b2", dir);
+	CHECK_EQ(oci_bundle_write(bundle, &spec), 0);
+	snprintf(p, sizeof(p), "%s/config.json", bundle);
+	cfg = json_load_file(p, 0, &jerr);
+	CHECK(cfg);
+	CHECK_STR(json_string_value(json_object_get(json_object_get(cfg, "root"), "path")), dir);
+	CHECK(!find_mount(json_object_get(cfg, "mounts"), "/usr"));
+	l = json_object_get(cfg, "linux");
+	CHECK(!ns_path(json_object_get(l, "namespaces"), "network", &found) && found);
+	size_t ndev = json_array_size(json_object_get(l, "devices"));
+	CHECK_EQ(ndev + 1, json_array_size(json_object_get(json_object_get(l, "resources"), "devices")));
+	if (access("/dev/nvidiactl", F_OK) == 0)
+		CHECK(ndev > 0);
+	json_decref(cfg);
+
+	/* No process: refused, nothing written. */
+	spec.argv = NULL;
+	snprintf(bundle, sizeof(bundle), "%s/b3", dir);
+	CHECK_EQ(oci_bundle_write(bundle, &spec), -EINVAL);
+	snprintf(p, sizeof(p), "%s/config.json", bundle);
+	CHECK(access(p, F_OK) < 0);
+
+	rm_rf(dir);
+	return check_failures ? 1 : 0;
+}

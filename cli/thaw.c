@@ -48,6 +48,7 @@ static const struct command {
 } commands[] = {
 	{ "doctor", cmd_doctor, "check that this host can snapshot and restore" },
 	{ "store", cmd_store, "the chunk store: put, get, ls, stat, verify, gc" },
+	{ "materialize", cmd_materialize, "write a snapshot's image files out of the store (RAM tier)" },
 };
 
 static void usage(FILE *f)

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
+#include <zstd_errors.h>
 
 #define CHUNK_MAGIC   "THCK"
 #define CHUNK_VERSION 1
@@ -125,9 +126,9 @@ long chunk_encode(struct chunk_codec *c, const void *raw, size_t raw_len, void *
 		put_header(o, CHUNK_ZSTD, (uint32_t)raw_len, (uint32_t)z);
 		return (long)(CHUNK_HEADER_SIZE + z);
 	}
-	/* An error here is mostly "output too small", i.e. does not compress enough. */
-	if (ZSTD_isError(z))
-		pr_debug("zstd: %s; storing raw", ZSTD_getErrorName(z));
+	/* "Destination too small" only means it does not compress enough. */
+	if (ZSTD_isError(z) && ZSTD_getErrorCode(z) != ZSTD_error_dstSize_tooSmall)
+		pr_warn("zstd: %s; storing raw", ZSTD_getErrorName(z));
 	ZSTD_CCtx_reset(c->cctx, ZSTD_reset_session_only);
 	put_header(o, CHUNK_RAW, (uint32_t)raw_len, (uint32_t)raw_len);
 	memcpy(o + CHUNK_HEADER_SIZE, raw, raw_len);

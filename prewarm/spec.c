@@ -1,19 +1,385 @@
-/* spec.c — PLACEHOLDER so that the tree links while this module is written;
- * its owner replaces this whole file. Every function fails with -ENOSYS. */
+/* spec.c — see spec.h. */
+#define LOG_PREFIX "spec: "
 #include "prewarm/spec.h"
-#include <errno.h>
-#include <stddef.h>
+#include "common/log.h"
+#include "common/util.h"
 
-int spec_parse(const json_t *j, const char *id, struct func_spec **out, char *err, size_t errlen)
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_READY_TIMEOUT_S 60.0
+#define MAX_ARGS 4096
+
+static const char *const known_keys[] = { "id",	   "command", "env",	 "cwd",	    "bundle",
+					  "port",  "ready",   "warmup",	 "prepare", "gpu" };
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t errlen, const char *fmt, ...)
 {
-	return -ENOSYS;
+	va_list ap;
+
+	if (err && errlen) {
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return -EINVAL;
 }
 
-json_t *spec_to_json(const struct func_spec *s)
+static void free_strv(char **v)
 {
-	return NULL;
+	for (size_t i = 0; v && v[i]; i++)
+		free(v[i]);
+	free(v);
+}
+
+static void call_release(struct http_call *c)
+{
+	free(c->method);
+	free(c->path);
+	free(c->body);
+	memset(c, 0, sizeof(*c));
 }
 
 void spec_free(struct func_spec *s)
 {
+	if (!s)
+		return;
+	free_strv(s->command);
+	free_strv(s->env);
+	free(s->cwd);
+	free(s->bundle);
+	free(s->ready_path);
+	for (size_t i = 0; i < s->nwarmup; i++)
+		call_release(&s->warmup[i]);
+	free(s->warmup);
+	if (s->prepare)
+		call_release(s->prepare);
+	free(s->prepare);
+	free(s);
+}
+
+/* A path in a request line: starts with '/', no spaces or control characters. */
+static bool http_path_ok(const char *p)
+{
+	if (p[0] != '/')
+		return false;
+	for (; *p; p++)
+		if ((unsigned char)*p <= ' ' || *p == 0x7f)
+			return false;
+	return true;
+}
+
+static bool method_ok(const char *m)
+{
+	if (!*m || strlen(m) > 16)
+		return false;
+	for (; *m; m++)
+		if (*m < 'A' || *m > 'Z')
+			return false;
+	return true;
+}
+
+static int parse_call(const json_t *j, const char *field, struct http_call *c, char *err,
+		      size_t errlen)
+{
+	const char *key;
+	json_t *v;
+
+	if (!json_is_object(j))
+		return fail(err, errlen, "%s: must be an object {method, path, body}", field);
+	json_object_foreach((json_t *)j, key, v) {
+		if (strcmp(key, "method") && strcmp(key, "path") && strcmp(key, "body"))
+			return fail(err, errlen, "%s: unknown key \"%s\"", field, key);
+	}
+	v = json_object_get(j, "method");
+	if (v && (!json_is_string(v) || !method_ok(json_string_value(v))))
+		return fail(err, errlen, "%s.method: must be an HTTP method such as \"GET\"", field);
+	c->method = strdup(v ? json_string_value(v) : "GET");
+	v = json_object_get(j, "path");
+	if (!json_is_string(v) || !http_path_ok(json_string_value(v)))
+		return fail(err, errlen, "%s.path: must be a string starting with '/', no spaces",
+			    field);
+	c->path = strdup(json_string_value(v));
+	v = json_object_get(j, "body");
+	if (json_is_string(v))
+		c->body = strdup(json_string_value(v));
+	else if (v && !json_is_null(v))
+		/* A JSON body given as JSON: sent as its text. */
+		c->body = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+	if (!c->method || !c->path || (v && !json_is_null(v) && !c->body))
+		return fail(err, errlen, "%s: out of memory", field);
+	return 0;
+}
+
+static int parse_command(const json_t *v, struct func_spec *s, char *err, size_t errlen)
+{
+	size_t n = json_array_size(v);
+
+	if (!json_is_array(v) || n == 0 || n > MAX_ARGS)
+		return fail(err, errlen, "command: must be a non-empty array of strings");
+	s->command = calloc(n + 1, sizeof(char *));
+	if (!s->command)
+		return fail(err, errlen, "command: out of memory");
+	for (size_t i = 0; i < n; i++) {
+		json_t *a = json_array_get(v, i);
+
+		if (!json_is_string(a))
+			return fail(err, errlen, "command[%zu]: must be a string", i);
+		if (i == 0 && !*json_string_value(a))
+			return fail(err, errlen, "command[0]: must not be empty");
+		s->command[i] = strdup(json_string_value(a));
+		if (!s->command[i])
+			return fail(err, errlen, "command: out of memory");
+	}
+	return 0;
+}
+
+static int parse_env(const json_t *v, struct func_spec *s, char *err, size_t errlen)
+{
+	const char *key;
+	json_t *val;
+	size_t i = 0;
+
+	if (!json_is_object(v))
+		return fail(err, errlen, "env: must be an object of strings");
+	s->env = calloc(json_object_size(v) + 1, sizeof(char *));
+	if (!s->env)
+		return fail(err, errlen, "env: out of memory");
+	json_object_foreach((json_t *)v, key, val) {
+		if (!*key || strchr(key, '='))
+			return fail(err, errlen, "env: bad variable name \"%s\"", key);
+		if (!json_is_string(val))
+			return fail(err, errlen, "env.%s: must be a string", key);
+		if (asprintf(&s->env[i], "%s=%s", key, json_string_value(val)) < 0) {
+			s->env[i] = NULL;
+			return fail(err, errlen, "env: out of memory");
+		}
+		i++;
+	}
+	return 0;
+}
+
+static int parse_ready(const json_t *v, struct func_spec *s, char *err, size_t errlen)
+{
+	json_t *http = json_object_get(v, "http"), *tcp = json_object_get(v, "tcp");
+	json_t *t = json_object_get(v, "timeout_s");
+	const char *key;
+	json_t *val;
+
+	if (!json_is_object(v))
+		return fail(err, errlen, "ready: must be {\"http\":\"/path\"} or {\"tcp\":true}");
+	json_object_foreach((json_t *)v, key, val) {
+		if (strcmp(key, "http") && strcmp(key, "tcp") && strcmp(key, "timeout_s"))
+			return fail(err, errlen, "ready: unknown key \"%s\"", key);
+	}
+	if (http && tcp)
+		return fail(err, errlen, "ready: give either http or tcp, not both");
+	if (http) {
+		if (!json_is_string(http) || !http_path_ok(json_string_value(http)))
+			return fail(err, errlen,
+				    "ready.http: must be a path starting with '/', no spaces");
+		s->ready = READY_HTTP;
+		s->ready_path = strdup(json_string_value(http));
+		if (!s->ready_path)
+			return fail(err, errlen, "ready: out of memory");
+	} else if (tcp) {
+		if (!json_is_true(tcp))
+			return fail(err, errlen, "ready.tcp: must be true");
+		s->ready = READY_TCP;
+	} else {
+		return fail(err, errlen, "ready: give http (a path) or tcp (true)");
+	}
+	if (t) {
+		if (!json_is_number(t) || json_number_value(t) <= 0 ||
+		    json_number_value(t) > 24 * 3600)
+			return fail(err, errlen, "ready.timeout_s: must be a number of seconds > 0");
+		s->ready_timeout_s = json_number_value(t);
+	}
+	return 0;
+}
+
+static int parse_abs_path(const json_t *v, const char *field, char **out, char *err,
+			  size_t errlen)
+{
+	if (!json_is_string(v) || json_string_value(v)[0] != '/')
+		return fail(err, errlen, "%s: must be an absolute path", field);
+	*out = strdup(json_string_value(v));
+	return *out ? 0 : fail(err, errlen, "%s: out of memory", field);
+}
+
+static int parse_fields(const json_t *j, const char *id, struct func_spec *s, char *err,
+			size_t errlen)
+{
+	const char *key;
+	json_t *v;
+	int ret;
+
+	if (!json_is_object(j))
+		return fail(err, errlen, "the function must be a JSON object");
+	json_object_foreach((json_t *)j, key, v) {
+		bool known = false;
+
+		for (size_t i = 0; i < ARRAY_SIZE(known_keys); i++)
+			known |= !strcmp(key, known_keys[i]);
+		if (!known)
+			return fail(err, errlen, "unknown key \"%s\"", key);
+	}
+
+	v = json_object_get(j, "id");
+	if (v && !json_is_string(v))
+		return fail(err, errlen, "id: must be a string");
+	if (!id)
+		id = v ? json_string_value(v) : NULL;
+	if (!id)
+		return fail(err, errlen, "id: missing");
+	if (!id_valid(id))
+		return fail(err, errlen, "id: \"%.64s\" is not [a-z0-9][a-z0-9._-]{0,62}", id);
+	snprintf(s->id, sizeof(s->id), "%s", id);
+
+	if ((v = json_object_get(j, "bundle")) && (ret = parse_abs_path(v, "bundle", &s->bundle,
+									 err, errlen)))
+		return ret;
+	v = json_object_get(j, "command");
+	if (v) {
+		if ((ret = parse_command(v, s, err, errlen)))
+			return ret;
+	} else if (!s->bundle) {
+		return fail(err, errlen, "command: missing (an array of strings, e.g. [\"python3\", \"app.py\"])");
+	}
+	v = json_object_get(j, "env");
+	if (v) {
+		if ((ret = parse_env(v, s, err, errlen)))
+			return ret;
+	} else if (!(s->env = calloc(1, sizeof(char *)))) {
+		return fail(err, errlen, "env: out of memory");
+	}
+	if ((v = json_object_get(j, "cwd")) && (ret = parse_abs_path(v, "cwd", &s->cwd, err,
+								     errlen)))
+		return ret;
+
+	v = json_object_get(j, "port");
+	if (!v)
+		return fail(err, errlen, "port: missing (the port the function listens on)");
+	if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 65535)
+		return fail(err, errlen, "port: must be an integer in 1..65535");
+	s->port = (uint16_t)json_integer_value(v);
+
+	s->ready = READY_TCP;
+	s->ready_timeout_s = DEFAULT_READY_TIMEOUT_S;
+	if ((v = json_object_get(j, "ready")) && (ret = parse_ready(v, s, err, errlen)))
+		return ret;
+
+	v = json_object_get(j, "warmup");
+	if (v) {
+		if (!json_is_array(v) || json_array_size(v) > 1000)
+			return fail(err, errlen, "warmup: must be an array of {method, path, body}");
+		s->warmup = calloc(json_array_size(v) + 1, sizeof(*s->warmup));
+		if (!s->warmup)
+			return fail(err, errlen, "warmup: out of memory");
+		for (size_t i = 0; i < json_array_size(v); i++) {
+			char field[32];
+
+			snprintf(field, sizeof(field), "warmup[%zu]", i);
+			s->nwarmup = i + 1;
+			if ((ret = parse_call(json_array_get(v, i), field, &s->warmup[i], err,
+					      errlen)))
+				return ret;
+		}
+	}
+	v = json_object_get(j, "prepare");
+	if (v && !json_is_null(v)) {
+		s->prepare = calloc(1, sizeof(*s->prepare));
+		if (!s->prepare)
+			return fail(err, errlen, "prepare: out of memory");
+		if ((ret = parse_call(v, "prepare", s->prepare, err, errlen)))
+			return ret;
+	}
+	v = json_object_get(j, "gpu");
+	if (v && !json_is_boolean(v))
+		return fail(err, errlen, "gpu: must be true or false");
+	s->gpu = json_is_true(v);
+	return 0;
+}
+
+int spec_parse(const json_t *j, const char *id, struct func_spec **out, char *err, size_t errlen)
+{
+	struct func_spec *s = calloc(1, sizeof(*s));
+	int ret;
+
+	*out = NULL;
+	if (err && errlen)
+		err[0] = '\0';
+	if (!s)
+		return fail(err, errlen, "out of memory");
+	ret = parse_fields(j, id, s, err, errlen);
+	if (ret) {
+		spec_free(s);
+		return ret;
+	}
+	*out = s;
+	return 0;
+}
+
+static json_t *call_to_json(const struct http_call *c)
+{
+	json_t *o = json_pack("{s:s, s:s}", "method", c->method, "path", c->path);
+
+	if (o && c->body)
+		json_object_set_new(o, "body", json_string(c->body));
+	return o;
+}
+
+json_t *spec_to_json(const struct func_spec *s)
+{
+	json_t *j = json_object(), *cmd = json_array(), *env = json_object(), *ready, *warm;
+
+	if (!j || !cmd || !env)
+		goto fail;
+	for (size_t i = 0; s->command && s->command[i]; i++)
+		json_array_append_new(cmd, json_string(s->command[i]));
+	for (size_t i = 0; s->env && s->env[i]; i++) {
+		const char *eq = strchr(s->env[i], '=');
+		char *k = eq ? strndup(s->env[i], eq - s->env[i]) : NULL;
+
+		if (k)
+			json_object_set_new(env, k, json_string(eq + 1));
+		free(k);
+	}
+	json_object_set_new(j, "id", json_string(s->id));
+	if (s->command) {
+		json_object_set_new(j, "command", cmd);
+		cmd = NULL;
+	}
+	json_object_set_new(j, "env", env);
+	env = NULL;
+	if (s->cwd)
+		json_object_set_new(j, "cwd", json_string(s->cwd));
+	if (s->bundle)
+		json_object_set_new(j, "bundle", json_string(s->bundle));
+	json_object_set_new(j, "port", json_integer(s->port));
+	if (s->ready == READY_HTTP)
+		ready = json_pack("{s:s, s:f}", "http", s->ready_path ? s->ready_path : "/",
+				  "timeout_s", s->ready_timeout_s);
+	else
+		ready = json_pack("{s:b, s:f}", "tcp", 1, "timeout_s", s->ready_timeout_s);
+	json_object_set_new(j, "ready", ready);
+	warm = json_array();
+	for (size_t i = 0; warm && i < s->nwarmup; i++)
+		json_array_append_new(warm, call_to_json(&s->warmup[i]));
+	json_object_set_new(j, "warmup", warm);
+	if (s->prepare)
+		json_object_set_new(j, "prepare", call_to_json(s->prepare));
+	json_object_set_new(j, "gpu", json_boolean(s->gpu));
+	json_decref(cmd);
+	return j;
+fail:
+	json_decref(j);
+	json_decref(cmd);
+	json_decref(env);
+	return NULL;
 }

@@ -1,0 +1,153 @@
+/* test_spec: function specs are parsed, checked (each bad field named in the
+ * message) and written back to the same JSON. */
+#include "prewarm/spec.h"
+#include "test/check.h"
+
+#include <errno.h>
+#include <jansson.h>
+
+static struct func_spec *parse(const char *text, const char *id, char *err, size_t errlen)
+{
+	json_error_t jerr;
+	json_t *j = json_loads(text, 0, &jerr);
+	struct func_spec *s = NULL;
+
+	if (!j) {
+		fprintf(stderr, "bad test JSON: %s: %s\n", text, jerr.text);
+		check_failures++;
+		return NULL;
+	}
+	if (spec_parse(j, id, &s, err, errlen) != 0)
+		s = NULL;
+	json_decref(j);
+	return s;
+}
+
+/* The spec is refused with a message that mentions field. */
+static void bad(const char *text, const char *field)
+{
+	char err[256] = "";
+	struct func_spec *s = parse(text, NULL, err, sizeof(err));
+
+	if (s || !strstr(err, field)) {
+		fprintf(stderr, "spec %s: accepted or message \"%s\" does not name %s\n", text, err,
+			field);
+		check_failures++;
+	}
+	spec_free(s);
+}
+
+int main(void)
+{
+	char err[256];
+	struct func_spec *s, *s2;
+
+	s = parse("{\"id\":\"cpu-example\",\"command\":[\"python3\",\"app.py\"],"
+		  "\"env\":{\"A\":\"1\",\"B\":\"x=y\"},\"cwd\":\"/srv/fn\",\"port\":8000,"
+		  "\"ready\":{\"http\":\"/health\",\"timeout_s\":30},"
+		  "\"warmup\":[{\"method\":\"POST\",\"path\":\"/infer\",\"body\":{\"x\":1}},"
+		  "{\"path\":\"/infer?x=2\"}],"
+		  "\"prepare\":{\"method\":\"POST\",\"path\":\"/prepare\"},\"gpu\":false}",
+		  NULL, err, sizeof(err));
+	REQUIRE(s);
+	CHECK_STR(s->id, "cpu-example");
+	CHECK_STR(s->command[0], "python3");
+	CHECK_STR(s->command[1], "app.py");
+	CHECK(s->command[2] == NULL);
+	CHECK_STR(s->env[0], "A=1");
+	CHECK_STR(s->env[1], "B=x=y");
+	CHECK(s->env[2] == NULL);
+	CHECK_STR(s->cwd, "/srv/fn");
+	CHECK_EQ(s->port, 8000);
+	CHECK_EQ(s->ready, READY_HTTP);
+	CHECK_STR(s->ready_path, "/health");
+	CHECK(s->ready_timeout_s == 30);
+	CHECK_EQ(s->nwarmup, 2);
+	CHECK_STR(s->warmup[0].method, "POST");
+	CHECK_STR(s->warmup[0].body, "{\"x\":1}");
+	CHECK_STR(s->warmup[1].method, "GET");
+	CHECK_STR(s->warmup[1].path, "/infer?x=2");
+	CHECK(s->warmup[1].body == NULL);
+	CHECK(s->prepare && !strcmp(s->prepare->path, "/prepare"));
+	CHECK(!s->gpu);
+
+	/* Round trip: to JSON and back gives the same JSON. */
+	json_t *j1 = spec_to_json(s);
+	REQUIRE(j1);
+	s2 = NULL;
+	CHECK_EQ(spec_parse(j1, NULL, &s2, err, sizeof(err)), 0);
+	if (s2) {
+		json_t *j2 = spec_to_json(s2);
+		CHECK(json_equal(j1, j2));
+		json_decref(j2);
+		CHECK_STR(s2->warmup[0].body, s->warmup[0].body);
+	}
+	spec_free(s2);
+	json_decref(j1);
+	spec_free(s);
+
+	/* Defaults; the id argument sets/overrides the body's. */
+	s = parse("{\"command\":[\"srv\"],\"port\":1}", "fn.1_a", err, sizeof(err));
+	REQUIRE(s);
+	CHECK_STR(s->id, "fn.1_a");
+	CHECK_EQ(s->ready, READY_TCP);
+	CHECK(s->ready_timeout_s == 60);
+	CHECK(s->env && s->env[0] == NULL);
+	CHECK(!s->cwd && !s->prepare && s->nwarmup == 0 && !s->gpu);
+	spec_free(s);
+	s = parse("{\"id\":\"a\",\"command\":[\"srv\"],\"port\":65535,\"gpu\":true,"
+		  "\"ready\":{\"tcp\":true}}", "b", err, sizeof(err));
+	REQUIRE(s);
+	CHECK_STR(s->id, "b");
+	CHECK(s->gpu);
+	CHECK_EQ(s->port, 65535);
+	spec_free(s);
+	/* A bundle may name the command itself. */
+	s = parse("{\"id\":\"a\",\"bundle\":\"/srv/b\",\"port\":80}", NULL, err, sizeof(err));
+	CHECK(s && !s->command && !strcmp(s->bundle, "/srv/b"));
+	spec_free(s);
+
+	/* Bad specs, each with the field named. */
+	bad("[]", "object");
+	bad("{\"command\":[\"x\"],\"port\":80}", "id");
+	bad("{\"id\":\"Bad\",\"command\":[\"x\"],\"port\":80}", "id");
+	bad("{\"id\":\"../x\",\"command\":[\"x\"],\"port\":80}", "id");
+	bad("{\"id\":\"a\",\"port\":80}", "command");
+	bad("{\"id\":\"a\",\"command\":[],\"port\":80}", "command");
+	bad("{\"id\":\"a\",\"command\":\"python3 app.py\",\"port\":80}", "command");
+	bad("{\"id\":\"a\",\"command\":[\"x\",1],\"port\":80}", "command[1]");
+	bad("{\"id\":\"a\",\"command\":[\"\"],\"port\":80}", "command[0]");
+	bad("{\"id\":\"a\",\"command\":[\"x\"]}", "port");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":0}", "port");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":65536}", "port");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":\"80\"}", "port");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"env\":[\"A=1\"]}", "env");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"env\":{\"A\":1}}", "env.A");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"env\":{\"A=B\":\"1\"}}", "env");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"cwd\":\"rel/dir\"}", "cwd");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"bundle\":\"b\"}", "bundle");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"ready\":{}}", "ready");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"ready\":{\"http\":\"health\"}}",
+	    "ready.http");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"ready\":{\"tcp\":false}}", "ready.tcp");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"ready\":{\"tcp\":true,\"http\":\"/\"}}",
+	    "ready");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"ready\":{\"tcp\":true,\"timeout_s\":0}}",
+	    "ready.timeout_s");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"ready\":{\"tcp\":true,\"wait\":1}}",
+	    "wait");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"warmup\":{}}", "warmup");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"warmup\":[{\"method\":\"GET\"}]}",
+	    "warmup[0].path");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"warmup\":[{\"path\":\"/\"},"
+	    "{\"path\":\"/a b\"}]}",
+	    "warmup[1].path");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"warmup\":[{\"path\":\"/\",\"x\":1}]}",
+	    "warmup[0]");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"prepare\":{\"method\":\"get\",\"path\":\"/\"}}",
+	    "prepare.method");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"gpu\":\"yes\"}", "gpu");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"colour\":\"red\"}", "colour");
+
+	return check_failures ? 1 : 0;
+}

@@ -1,0 +1,511 @@
+/* test_store_crash.c — a put killed with SIGKILL at any point leaves a store
+ * that verifies clean, and the same put done again succeeds and round-trips.
+ *
+ * ~97 MiB of mixed input (incompressible, compressible, sparse with zero runs,
+ * a block repeated inside one file, small files of odd sizes in a directory)
+ * is put by a child process into a fresh store, and the child is killed at a
+ * random point of its put.  Time is a poor ruler on a shared 2-core machine
+ * (one put takes 120 ms or 600 ms), so the point is measured in progress: the
+ * parent counts, through inotify, the objects the put begins writing (each is
+ * a new file in tmp/) and kills it once the K-th has begun, plus a random
+ * 0-500 us so that the kill falls anywhere inside that object's write.  K is
+ * drawn from a seeded generator, one in each of N equal slices of the objects
+ * a whole put writes (the median of three puts before), so the kills span the
+ * whole put; one more kill comes the
+ * moment the manifest appears (inotify), the end of the put.  After each kill:
+ *	- store_verify finds 0 bad chunks;
+ *	- every manifest in the store loads and names only chunks that exist;
+ *	- store_gc leaves tmp/ empty (the dead writer's temp files are stale);
+ *	- a put of the same input succeeds, store_get writes it back byte for
+ *	  byte.  Odd iterations put before gc (over the leftovers of the dead
+ *	  put), even ones after.
+ * THAW_CRASH_SEED sets the seed (default 1), THAW_CRASH_ITERS the number of
+ * kills (default 16), TMPDIR the place (default /dev/shm; see main()).
+ */
+#include "common/log.h"
+#include "common/util.h"
+#include "store/store.h"
+#include "test/check.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <poll.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MiB (1u << 20)
+
+static char base[512]; /* short, so that paths built on it always fit */
+static volatile pid_t child = -1;
+
+static uint64_t rng_state;
+
+static uint64_t rng_next(void) /* xorshift64*: deterministic for a seed */
+{
+	rng_state ^= rng_state >> 12;
+	rng_state ^= rng_state << 25;
+	rng_state ^= rng_state >> 27;
+	return rng_state * 2685821657736338717ull;
+}
+
+static void fill_random(uint8_t *buf, size_t len)
+{
+	for (size_t i = 0; i < len; i += 8) {
+		uint64_t v = rng_next();
+		memcpy(buf + i, &v, MIN(8, len - i));
+	}
+}
+
+static void cleanup(void)
+{
+	if (child > 0) {
+		kill(child, SIGKILL);
+		waitpid(child, NULL, 0);
+		child = -1;
+	}
+	if (base[0]) {
+		rm_rf(base);
+		base[0] = '\0';
+	}
+}
+
+static void on_signal(int sig)
+{
+	/* The runner's timeout: leave no child and no temp dir behind. */
+	cleanup();
+	_exit(128 + sig);
+}
+
+static void write_input(const char *path, const uint8_t *buf, size_t len)
+{
+	REQUIRE(write_file_atomic(path, buf, len, 0644) == 0);
+}
+
+/* The input: paths to put, and the files store_get must give back. */
+struct expect {
+	const char *name; /* under the get directory */
+	const char *src;  /* under base */
+};
+
+static const struct expect expected[] = {
+	{ "weights.bin", "in/weights.bin" },     { "heap.bin", "in/heap.bin" },
+	{ "sparse.bin", "in/sparse.bin" },       { "repeat.bin", "in/img/repeat.bin" },
+	{ "sub/empty", "in/img/sub/empty" },     { "sub/one", "in/img/sub/one" },
+	{ "sub/page-1", "in/img/sub/page-1" },   { "sub/page+1", "in/img/sub/page+1" },
+	{ "sub/odd", "in/img/sub/odd" },         { "sub/mib+1", "in/img/sub/mib+1" },
+};
+static const char *const put_rel[] = { "in/weights.bin", "in/heap.bin", "in/sparse.bin",
+				       "in/img" };
+static char put_abs[ARRAY_SIZE(put_rel)][PATH_MAX];
+static const char *put_paths[ARRAY_SIZE(put_rel)];
+
+static uint64_t make_input(void)
+{
+	size_t len = 40 * MiB, o;
+	uint8_t *buf = malloc(len);
+	char p[PATH_MAX];
+	uint64_t total = 0;
+
+	REQUIRE(buf);
+	snprintf(p, sizeof(p), "%s/in/img/sub", base);
+	REQUIRE(mkdir_p(p, 0755) == 0);
+
+	/* Incompressible, like GPU weights. */
+	fill_random(buf, 40 * MiB);
+	snprintf(p, sizeof(p), "%s/in/weights.bin", base);
+	write_input(p, buf, 40 * MiB);
+	total += 40 * MiB;
+
+	/* Runtime heap: text records, compresses well, no two alike. */
+	for (o = 0; o < 24 * MiB;) {
+		char rec[96];
+		int n = snprintf(rec, sizeof(rec), "obj %010zu kind=%u refs=%u name=tensor.%u\n", o,
+				 (unsigned)(rng_next() % 7), (unsigned)(rng_next() % 100),
+				 (unsigned)(rng_next() % 4096));
+		memcpy(buf + o, rec, MIN((size_t)n, 24 * MiB - o));
+		o += (size_t)n;
+	}
+	snprintf(p, sizeof(p), "%s/in/heap.bin", base);
+	write_input(p, buf, 24 * MiB);
+	total += 24 * MiB;
+
+	/* Sparse: 256 KiB pieces, random or zero, runs of each. */
+	for (o = 0; o < 16 * MiB; o += 256 << 10) {
+		if (rng_next() % 3)
+			memset(buf + o, 0, 256 << 10);
+		else
+			fill_random(buf + o, 256 << 10);
+	}
+	snprintf(p, sizeof(p), "%s/in/sparse.bin", base);
+	write_input(p, buf, 16 * MiB);
+	total += 16 * MiB;
+
+	/* One MiB repeated: chunks repeated inside one put. */
+	fill_random(buf, MiB);
+	for (o = MiB; o < 16 * MiB; o += MiB)
+		memcpy(buf + o, buf, MiB);
+	snprintf(p, sizeof(p), "%s/in/img/repeat.bin", base);
+	write_input(p, buf, 16 * MiB);
+	total += 16 * MiB;
+
+	/* Small files of awkward sizes. */
+	static const struct {
+		const char *name;
+		size_t len;
+	} smalls[] = { { "empty", 0 },      { "one", 1 },        { "page-1", 4095 },
+		       { "page+1", 4097 },  { "odd", 100003 },   { "mib+1", MiB + 1 } };
+	for (size_t i = 0; i < ARRAY_SIZE(smalls); i++) {
+		fill_random(buf, smalls[i].len);
+		snprintf(p, sizeof(p), "%s/in/img/sub/%s", base, smalls[i].name);
+		write_input(p, buf, smalls[i].len);
+		total += smalls[i].len;
+	}
+	free(buf);
+
+	for (size_t i = 0; i < ARRAY_SIZE(put_rel); i++) {
+		snprintf(put_abs[i], PATH_MAX, "%s/%s", base, put_rel[i]);
+		put_paths[i] = put_abs[i];
+	}
+	return total;
+}
+
+static int files_equal(const char *a, const char *b)
+{
+	static uint8_t ba[MiB], bb[MiB];
+	int fa = -1, fb = -1, same = 0;
+
+	fa = open(a, O_RDONLY | O_CLOEXEC);
+	fb = open(b, O_RDONLY | O_CLOEXEC);
+	if (fa < 0 || fb < 0) {
+		fprintf(stderr, "cannot open %s or %s: %s\n", a, b, strerror(errno));
+		goto out;
+	}
+	for (;;) {
+		ssize_t na = read(fa, ba, sizeof(ba)), nb = 0;
+
+		/* Read the same amount from b (regular files: full reads but at EOF). */
+		while (na > 0 && nb < na) {
+			ssize_t r = read(fb, bb + nb, (size_t)(na - nb));
+			if (r <= 0)
+				break;
+			nb += r;
+		}
+		if (na < 0 || na != nb || memcmp(ba, bb, (size_t)na)) {
+			fprintf(stderr, "%s and %s differ\n", a, b);
+			goto out;
+		}
+		if (na == 0) {
+			same = read(fb, bb, 1) == 0;
+			if (!same)
+				fprintf(stderr, "%s is longer than %s\n", b, a);
+			goto out;
+		}
+	}
+out:
+	if (fa >= 0)
+		close(fa);
+	if (fb >= 0)
+		close(fb);
+	return same;
+}
+
+/* Count regular files under dir (0 if it does not exist). */
+static long counted;
+static int count_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+	if (type == FTW_F)
+		counted++;
+	return 0;
+}
+
+static long count_files(const char *dir)
+{
+	counted = 0;
+	nftw(dir, count_one, 16, FTW_PHYS);
+	return counted;
+}
+
+/* Put the input in a child process and SIGKILL it once it has begun writing
+ * its kill_at-th object (each object is written to a new file in tmp/, which
+ * inotify tells), plus jitter_us, so that the kill lands anywhere in that
+ * object's write; or, with at_manifest, the moment a manifest is linked into
+ * manifests/; or never (0 and false).  *objects: the objects it began.
+ * Returns 1 if killed, 0 if it finished the put, -1 if it failed. */
+static int child_put(const char *dir, long kill_at, unsigned jitter_us, bool at_manifest,
+		     long *objects)
+{
+	char wdir[PATH_MAX];
+	struct store *s;
+	int status = 0, ifd, wtmp, wman;
+	long seen = 0;
+	bool killed = false, done = false;
+	pid_t pid;
+
+	/* The layout first, so that there are directories to watch. */
+	s = store_open(dir);
+	REQUIRE(s);
+	store_close(s);
+	ifd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+	REQUIRE(ifd >= 0);
+	snprintf(wdir, sizeof(wdir), "%s/tmp", dir);
+	wtmp = inotify_add_watch(ifd, wdir, IN_CREATE);
+	snprintf(wdir, sizeof(wdir), "%s/manifests", dir);
+	wman = inotify_add_watch(ifd, wdir, IN_CREATE | IN_MOVED_TO);
+	REQUIRE(wtmp >= 0 && wman >= 0);
+
+	fflush(NULL);
+	pid = fork();
+	REQUIRE(pid >= 0);
+	if (pid == 0) {
+		char id[CHUNK_ID_LEN];
+		int ret = -EIO;
+
+		s = store_open(dir);
+		if (s)
+			ret = store_put(s, "crash", put_paths, ARRAY_SIZE(put_paths), NULL, false, id,
+					NULL);
+		store_close(s);
+		_exit(ret == 0 ? 0 : 1);
+	}
+	child = pid;
+	while (!done) {
+		struct pollfd pfd = { .fd = ifd, .events = POLLIN };
+		char buf[64 * 1024] __attribute__((aligned(8)));
+		ssize_t n;
+		bool fire = false;
+
+		poll(&pfd, 1, 5);
+		while ((n = read(ifd, buf, sizeof(buf))) > 0) {
+			for (char *e = buf; e < buf + n;) {
+				const struct inotify_event *ev = (const void *)e;
+
+				if (ev->wd == wtmp && (ev->mask & IN_CREATE))
+					fire |= ++seen == kill_at;
+				else if (ev->wd == wman && at_manifest)
+					fire = true;
+				e += sizeof(*ev) + ev->len;
+			}
+		}
+		if (fire && !killed) {
+			if (jitter_us)
+				usleep(jitter_us);
+			kill(pid, SIGKILL);
+			killed = true;
+		}
+		pid_t w = waitpid(pid, &status, WNOHANG);
+		REQUIRE(w >= 0);
+		done = w == pid;
+	}
+	child = -1;
+	close(ifd);
+	if (objects)
+		*objects = seen;
+	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+		return 1;
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+		return 0;
+	fprintf(stderr, "put child: status %#x\n", status);
+	return -1;
+}
+
+static int cmp_long(const void *a, const void *b)
+{
+	long x = *(const long *)a, y = *(const long *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static void on_bad(const char *chunk_id, const char *why, void *arg)
+{
+	fprintf(stderr, "verify: bad chunk %s: %s\n", chunk_id, why);
+	(*(int *)arg)++;
+}
+
+/* Every manifest loads and names only chunks that exist; returns how many there are. */
+static int check_manifests(struct store *s)
+{
+	json_t *list = NULL, *e;
+	size_t i;
+	int n = 0;
+
+	REQUIRE(store_list(s, &list) == 0);
+	json_array_foreach(list, i, e) {
+		const char *id = json_string_value(json_object_get(e, "id"));
+		struct manifest *m = NULL;
+		char full[CHUNK_ID_LEN], p[PATH_MAX];
+		struct stat st;
+
+		n++;
+		CHECK(id != NULL);
+		if (!id || store_manifest_load(s, id, &m, full) < 0) {
+			fprintf(stderr, "manifest %s does not load: %s\n", id ? id : "?",
+				log_last_error());
+			check_failures++;
+			continue;
+		}
+		for (size_t f = 0; f < m->nfiles; f++) {
+			for (size_t c = 0; c < m->files[f].nchunks; c++) {
+				const struct manifest_chunk *ch = &m->files[f].chunks[c];
+
+				if (ch->zero)
+					continue;
+				REQUIRE(store_chunk_path(s, ch->hash, p, sizeof(p)) == 0);
+				if (stat(p, &st) < 0) {
+					fprintf(stderr, "manifest %s names missing chunk %s\n", id, p);
+					check_failures++;
+				}
+			}
+		}
+		manifest_free(m);
+	}
+	json_decref(list);
+	return n;
+}
+
+static void check_get(struct store *s, const char *id, const char *out)
+{
+	char a[PATH_MAX], b[PATH_MAX];
+
+	rm_rf(out);
+	CHECK_EQ(store_get(s, id, out, false), 0);
+	for (size_t i = 0; i < ARRAY_SIZE(expected); i++) {
+		snprintf(a, sizeof(a), "%s/%s", base, expected[i].src);
+		snprintf(b, sizeof(b), "%s/%s", out, expected[i].name);
+		CHECK(files_equal(a, b));
+	}
+	CHECK_EQ(count_files(out), ARRAY_SIZE(expected));
+	rm_rf(out);
+}
+
+int main(void)
+{
+	const char *tmpdir = getenv("TMPDIR"), *e;
+	uint64_t seed = 1, total;
+	long full;
+	int iters = 16, killed = 0, finished = 0, with_tmp = 0, with_chunks = 0, after_manifest = 0;
+	char dir[1024], out[1024], tmp[1024], chunks[1024];
+	struct sigaction sa = { .sa_handler = on_signal };
+
+	if ((e = getenv("THAW_CRASH_SEED")))
+		seed = strtoull(e, NULL, 0);
+	if ((e = getenv("THAW_CRASH_ITERS")))
+		iters = atoi(e);
+	REQUIRE(iters > 0);
+	rng_state = seed * 0x9e3779b97f4a7c15ull + 1;
+
+	/* A SIGKILL leaves the page cache as it was, so a disk adds only time and
+	 * noise to the kill points here (losing power is another matter, which no
+	 * test on a running machine can show): tmpfs unless TMPDIR says otherwise. */
+	if (!tmpdir)
+		tmpdir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+	snprintf(base, sizeof(base), "%s/thaw-crash-XXXXXX", tmpdir);
+	REQUIRE(mkdtemp(base));
+	atexit(cleanup);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	total = make_input();
+	snprintf(dir, sizeof(dir), "%s/store", base);
+	snprintf(out, sizeof(out), "%s/out", base);
+	snprintf(tmp, sizeof(tmp), "%s/store/tmp", base);
+	snprintf(chunks, sizeof(chunks), "%s/store/chunks", base);
+
+	/* How many objects a whole put writes (chunks and the manifest), so that
+	 * the kills span it; the put is multi-threaded, so take the median of three. */
+	long writes[3];
+	for (int i = 0; i < 3; i++) {
+		REQUIRE(child_put(dir, 0, 0, false, &writes[i]) == 0);
+		REQUIRE(rm_rf(dir) == 0);
+	}
+	qsort(writes, 3, sizeof(writes[0]), cmp_long);
+	full = writes[1];
+	REQUIRE(full > iters);
+	printf("seed %llu: input %.1f MiB, a whole put writes %ld objects\n",
+	       (unsigned long long)seed, total / (double)MiB, full);
+
+	for (int i = 0; i <= iters; i++) {
+		/* One kill point in each slice of [1, full], uniform within it, then a
+		 * random 0-500 us more; the last kill comes the moment the manifest
+		 * is linked. */
+		double slice = (double)full / iters;
+		long at = i == iters ? 0 : 1 + (long)(slice * (i + (rng_next() >> 11) * 0x1.0p-53));
+		unsigned jitter = i == iters ? 0 : (unsigned)(rng_next() % 500);
+		long began;
+		struct store *s = NULL;
+		char id[CHUNK_ID_LEN];
+		uint64_t freed_chunks = 0, freed_bytes = 0;
+		int how, r, bad = 0, manifests;
+		long chunks_left, tmp_left;
+
+		REQUIRE(rm_rf(dir) == 0);
+		how = child_put(dir, at, jitter, i == iters, &began);
+		REQUIRE(how >= 0);
+		killed += how == 1;
+		finished += how == 0;
+		chunks_left = count_files(chunks);
+		tmp_left = count_files(tmp);
+		with_tmp += tmp_left > 0;
+		with_chunks += chunks_left > 0;
+
+		s = store_open(dir);
+		REQUIRE(s);
+		r = store_verify(s, on_bad, &bad);
+		CHECK_EQ(r, 0);
+		CHECK_EQ(bad, 0);
+		manifests = check_manifests(s);
+		CHECK(manifests <= 1);
+		after_manifest += how == 1 && manifests == 1;
+		if (r != 0 || bad || check_failures)
+			fprintf(stderr, "iteration %d: the store after a kill at object %ld is damaged\n",
+				i, at);
+
+		if (i % 2 == 0) {
+			CHECK_EQ(store_gc(s, &freed_chunks, &freed_bytes), 0);
+			CHECK_EQ(count_files(tmp), 0);
+			/* Chunks of a put that wrote no manifest belong to nobody. */
+			CHECK_EQ(freed_chunks, manifests ? 0 : chunks_left);
+			CHECK_EQ(store_put(s, "crash", put_paths, ARRAY_SIZE(put_paths), NULL, false,
+					   id, NULL), 0);
+		} else {
+			/* Put over whatever the dead put left, then gc must keep it all. */
+			CHECK_EQ(store_put(s, "crash", put_paths, ARRAY_SIZE(put_paths), NULL, false,
+					   id, NULL), 0);
+			CHECK_EQ(store_gc(s, &freed_chunks, &freed_bytes), 0);
+			CHECK_EQ(count_files(tmp), 0);
+			CHECK_EQ(freed_chunks, 0); /* the new manifest uses every one */
+		}
+		check_get(s, id, out);
+		bad = 0;
+		CHECK_EQ(store_verify(s, on_bad, &bad), 0);
+		/* The same put again is the same manifest but for its creation time. */
+		r = check_manifests(s);
+		CHECK(r >= 1 && r <= manifests + 1);
+		printf("kill %2d at %-8s %4ld +%3u us: %-8s %4ld begun, %4ld chunks, %ld temp files, "
+		       "%d manifest; gc freed %llu chunks (%.1f MiB)\n",
+		       i, at ? "object" : "manifest", at, jitter, how == 1 ? "killed," : "finished,",
+		       began, chunks_left, tmp_left, manifests, (unsigned long long)freed_chunks,
+		       freed_bytes / (double)MiB);
+		store_close(s);
+		if (check_failures)
+			break;
+	}
+	printf("%d killed (%d of them after the manifest was written), %d finished before the "
+	       "kill; %d kills left temp files, %d left chunks\n",
+	       killed, after_manifest, finished, with_tmp, with_chunks);
+	if (!check_failures) {
+		/* The kills must really land inside puts, most of them. */
+		CHECK(killed >= iters / 2);
+		CHECK(after_manifest >= 1); /* the inotify one at least */
+	}
+	return check_failures ? 1 : 0;
+}

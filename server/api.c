@@ -1,0 +1,569 @@
+/* api.c — what each request of DESIGN.md's HTTP API does.
+ *
+ * Called on the connection's own thread with the request routed, its token
+ * checked and its body read (http.c).  Every path answers, and every failure
+ * is an error answer: nothing here may take the server down.
+ */
+#define LOG_PREFIX "thawd: "
+#include "common/log.h"
+#include "common/util.h"
+#include "prewarm/prewarm.h"
+#include "prewarm/spec.h"
+#include "restore/instance.h"
+#include "restore/tier.h"
+#include "server/errors.h"
+#include "server/insts.h"
+#include "server/internal.h"
+#include "server/jobs.h"
+#include "server/metrics.h"
+#include "server/registry.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STAT_MAX_AGE_NS (5ull * 1000 * 1000 * 1000)
+#define START_RETRY_AFTER    "1"
+#define SNAPSHOT_RETRY_AFTER "10"
+
+/* The message of a failure: the words of the place that failed, else errno's. */
+static const char *why(int err)
+{
+	const char *m = log_last_error();
+
+	return m && *m ? m : strerror(-err);
+}
+
+/* ---- /healthz, /metrics ---- */
+
+static int get_healthz(struct req *q)
+{
+	return reply_json(q, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+static void refresh_store_stat(struct server *s)
+{
+	pthread_mutex_lock(&s->stat_lock);
+	if (!s->stat_ns || now_ns() - s->stat_ns > STAT_MAX_AGE_NS) {
+		struct store_stats st;
+
+		s->stat_ok = store_stat(s->store, &st) == 0;
+		if (s->stat_ok)
+			s->stat = st;
+		s->stat_ns = now_ns();
+	}
+	pthread_mutex_unlock(&s->stat_lock);
+}
+
+static int get_metrics(struct req *q)
+{
+	struct server *s = q->srv;
+	struct metrics_gauges g = { 0 };
+	size_t alive = 0, len = 0;
+	char *text = NULL;
+	int ret;
+
+	if (s->tier) {
+		g.have_tier = true;
+		g.ram_tier_bytes = tier_used_bytes(s->tier);
+		g.ram_tier_budget_bytes = tier_budget_bytes(s->tier);
+	}
+	refresh_store_stat(s);
+	pthread_mutex_lock(&s->stat_lock);
+	if (s->stat_ok) {
+		g.have_store = true;
+		g.store_logical = s->stat.logical_bytes;
+		g.store_unique = s->stat.unique_bytes;
+		g.store_stored = s->stat.stored_bytes;
+	}
+	pthread_mutex_unlock(&s->stat_lock);
+	insts_count(s->insts, &alive);
+	g.instances_running = alive;
+	ret = metrics_render(s->metrics, &g, &text, &len);
+	if (ret)
+		return reply_error(q, 500, "internal", "cannot write the metrics: %s",
+				   strerror(-ret));
+	return reply_text(q, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
+}
+
+/* ---- functions ---- */
+
+static int get_functions(struct req *q)
+{
+	json_t *arr;
+	int ret = registry_list_json(q->srv->reg, &arr);
+
+	if (ret)
+		return reply_error(q, 500, "internal", "%s", strerror(-ret));
+	return reply_json(q, 200, json_pack("{s:o}", "functions", arr));
+}
+
+static int get_function(struct req *q)
+{
+	json_t *j;
+	int ret = registry_get_json(q->srv->reg, q->route.id, &j);
+
+	if (ret == -ENOENT)
+		return reply_error(q, 404, "not_found", "no function %s", q->route.id);
+	if (ret)
+		return reply_error(q, 500, "internal", "%s", strerror(-ret));
+	return reply_json(q, 200, j);
+}
+
+static int put_function(struct req *q)
+{
+	struct server *s = q->srv;
+	char err[512] = "", loc[128];
+	json_t *spec = NULL, *j = NULL;
+	bool created = false;
+	int ret;
+
+	if (atomic_load(&s->stopping))
+		return reply_error(q, 503, "shutting_down", "thawd is stopping");
+	log_clear_error();
+	ret = function_body_parse(q->route.id, q->body, q->len, &spec, err, sizeof(err));
+	if (ret == -EINVAL)
+		return reply_error(q, 400, "bad_request", "%s", err);
+	if (ret) {
+		struct api_err e = api_err_from_errno(ret, 0);
+
+		return reply_error(q, e.status, e.code, "cannot check the spec: %s", err);
+	}
+	ret = registry_put(s->reg, q->route.id, spec, &created);
+	json_decref(spec);
+	if (ret == -EBUSY)
+		return reply_error(q, 409, "conflict",
+				   "function %s has a snapshot building; try again when it is done",
+				   q->route.id);
+	if (ret)
+		return reply_error(q, 500, "internal", "cannot record function %s: %s",
+				   q->route.id, why(ret));
+	ret = registry_get_json(s->reg, q->route.id, &j);
+	if (ret)
+		return reply_error(q, 500, "internal", "%s", strerror(-ret));
+	snprintf(loc, sizeof(loc), "/functions/%s", q->route.id);
+	return reply_json_hdr(q, created ? 201 : 200, j, "Location", loc);
+}
+
+/* Stop the instances of function (all of them: this thawd's, and those on
+ * disk that name it).  Returns how many were stopped. */
+static size_t stop_function_instances(struct server *s, const char *function)
+{
+	struct inst_ref *refs = NULL;
+	json_t *list = NULL, *rec;
+	size_t n = 0, stopped = 0, i;
+
+	if (insts_take(s->insts, function, &refs, &n) == 0) {
+		for (i = 0; i < n; i++) {
+			if (instance_stop(&s->cfg, refs[i].id) == 0)
+				stopped++;
+			else
+				pr_warn("stop instance %s of %s: %s", refs[i].id, function,
+					log_last_error());
+		}
+	}
+	free(refs);
+	if (instance_list(&s->cfg, &list) == 0 && json_is_array(list)) {
+		json_array_foreach(list, i, rec)
+		{
+			const char *fn = json_string_value(json_object_get(rec, "function"));
+			const char *id = json_string_value(json_object_get(rec, "instance"));
+
+			if (!id)
+				id = json_string_value(json_object_get(rec, "id"));
+			if (fn && id && !strcmp(fn, function) && id_valid(id) &&
+			    instance_stop(&s->cfg, id) == 0)
+				stopped++;
+		}
+	}
+	json_decref(list);
+	return stopped;
+}
+
+/* Drop a snapshot nobody points at any more: its chunks go at the next gc. */
+static void forget_snapshot(struct server *s, const char *snap)
+{
+	int ret;
+
+	if (!snap[0])
+		return;
+	ret = store_manifest_delete(s->store, snap);
+	if (ret && ret != -ENOENT)
+		pr_warn("cannot delete snapshot %s: %s", snap, why(ret));
+}
+
+static int delete_function(struct req *q)
+{
+	struct server *s = q->srv;
+	char snap[CHUNK_ID_LEN] = "";
+	size_t stopped;
+	int ret;
+
+	if (!registry_exists(s->reg, q->route.id))
+		return reply_error(q, 404, "not_found", "no function %s", q->route.id);
+	if (registry_ready_snapshot(s->reg, q->route.id, snap, NULL))
+		snap[0] = '\0';
+	ret = registry_delete(s->reg, q->route.id);
+	if (ret == -ENOENT)
+		return reply_error(q, 404, "not_found", "no function %s", q->route.id);
+	if (ret)
+		return reply_error(q, 500, "internal", "cannot delete function %s: %s",
+				   q->route.id, why(ret));
+	/* Starts that finish after this see the function gone and stop
+	 * their instance themselves (post_start). */
+	stopped = stop_function_instances(s, q->route.id);
+	forget_snapshot(s, snap);
+	pr_info("function %s deleted, %zu instance(s) stopped", q->route.id, stopped);
+	return reply_empty(q, 204);
+}
+
+/* ---- snapshots ---- */
+
+struct snapshot_task {
+	struct server *srv;
+	char function[64];
+	char job[32];
+	json_t *spec;
+};
+
+static void snapshot_task_free(void *p)
+{
+	struct snapshot_task *t = p;
+
+	json_decref(t->spec);
+	free(t);
+}
+
+static int snapshot_run(void *arg, json_t **result, char *err, size_t errlen)
+{
+	struct snapshot_task *t = arg;
+	struct server *s = t->srv;
+	struct snapshot_result res = { 0 };
+	struct func_spec *spec = NULL;
+	char perr[512] = "";
+	int ret;
+
+	log_clear_error();
+	ret = spec_parse(t->spec, t->function, &spec, perr, sizeof(perr));
+	if (ret) {
+		snprintf(err, errlen, "the recorded spec does not parse: %s",
+			 perr[0] ? perr : strerror(-ret));
+		goto out;
+	}
+	pr_info("snapshot of %s (%s) begins", t->function, t->job);
+	log_clear_error();
+	ret = prewarm_snapshot(&s->cfg, s->store, spec, &res);
+	if (ret) {
+		snprintf(err, errlen, "%s", why(ret));
+		goto out;
+	}
+	*result = json_pack("{s:s, s:I, s:I, s:O}", "snapshot", res.snapshot_id, "image_bytes",
+			    (json_int_t)res.image_bytes, "stored_bytes",
+			    (json_int_t)res.stored_bytes, "timings_ms",
+			    res.timings_ms ? res.timings_ms : json_null());
+	if (registry_snapshot_end(s->reg, t->function, t->job, res.snapshot_id, res.image_bytes,
+				  res.stored_bytes, res.timings_ms, NULL) == -ENOENT) {
+		pr_warn("function %s was deleted or changed during its snapshot: snapshot %s "
+			"is dropped",
+			t->function, res.snapshot_id);
+		forget_snapshot(s, res.snapshot_id);
+	}
+	pr_info("snapshot of %s ready: %s, %llu bytes of image", t->function, res.snapshot_id,
+		(unsigned long long)res.image_bytes);
+out:
+	if (ret) {
+		pr_warn("snapshot of %s failed: %s", t->function, err);
+		registry_snapshot_end(s->reg, t->function, t->job, NULL, 0, 0, NULL, err);
+	}
+	metrics_snapshot(s->metrics, ret ? "failed" : "ok");
+	snapshot_result_release(&res);
+	spec_free(spec);
+	return ret;
+}
+
+static int post_snapshot(struct req *q)
+{
+	struct server *s = q->srv;
+	struct snapshot_task *t = NULL;
+	struct job *job;
+	json_t *spec = NULL, *j = NULL;
+	char loc[64], jid[32];
+	bool wait;
+	int ret, jerr = 0;
+
+	if (query_bool(req_query(q, "wait"), &wait))
+		return reply_error(q, 400, "bad_request", "wait must be 0 or 1");
+	if (!registry_exists(s->reg, q->route.id))
+		return reply_error(q, 404, "not_found", "no function %s", q->route.id);
+	if (atomic_load(&s->stopping))
+		return reply_error_hdr(q, 503, "Retry-After", SNAPSHOT_RETRY_AFTER,
+				       "shutting_down", "thawd is stopping");
+	job = jobs_reserve(s->jobs, "snapshot", q->route.id, &ret);
+	if (!job) {
+		if (ret == -EAGAIN)
+			return reply_error_hdr(q, 503, "Retry-After", SNAPSHOT_RETRY_AFTER,
+					       "no_capacity",
+					       "%u snapshot(s) are running already (--max-snapshots)",
+					       s->opts.max_snapshots);
+		if (ret == -ESHUTDOWN)
+			return reply_error_hdr(q, 503, "Retry-After", SNAPSHOT_RETRY_AFTER,
+					       "shutting_down", "thawd is stopping");
+		return reply_error(q, 500, "internal", "%s", strerror(-ret));
+	}
+	snprintf(jid, sizeof(jid), "%s", job_id(job));
+	ret = registry_snapshot_begin(s->reg, q->route.id, jid, &spec);
+	if (ret) {
+		jobs_unreserve(s->jobs, job);
+		if (ret == -ENOENT)
+			return reply_error(q, 404, "not_found", "no function %s", q->route.id);
+		if (ret == -EBUSY)
+			return reply_error(q, 409, "conflict",
+					   "a snapshot of %s is already building", q->route.id);
+		return reply_error(q, 500, "internal", "%s", why(ret));
+	}
+	t = calloc(1, sizeof(*t));
+	if (!t) {
+		json_decref(spec);
+		jobs_unreserve(s->jobs, job);
+		registry_snapshot_end(s->reg, q->route.id, jid, NULL, 0, 0, NULL, "out of memory");
+		return reply_error(q, 500, "internal", "out of memory");
+	}
+	t->srv = s;
+	snprintf(t->function, sizeof(t->function), "%s", q->route.id);
+	snprintf(t->job, sizeof(t->job), "%s", jid);
+	t->spec = spec;
+	ret = jobs_run(s->jobs, job, snapshot_run, t, snapshot_task_free);
+	if (ret) {
+		registry_snapshot_end(s->reg, q->route.id, jid, NULL, 0, 0, NULL,
+				      "cannot start a thread");
+		return reply_error(q, 500, "internal", "cannot start the snapshot: %s",
+				   strerror(-ret));
+	}
+	snprintf(loc, sizeof(loc), "/jobs/%s", jid);
+	if (!wait) {
+		if (jobs_get_json(s->jobs, jid, &j, NULL))
+			return reply_error(q, 500, "internal", "job %s vanished", jid);
+		return reply_json_hdr(q, 202, json_pack("{s:o}", "job", j), "Location", loc);
+	}
+	jobs_wait(s->jobs, jid);
+	if (jobs_get_json(s->jobs, jid, &j, &jerr))
+		return reply_error(q, 500, "internal", "job %s vanished", jid);
+	if (jerr) {
+		struct api_err e = api_err_from_errno(jerr, 0);
+		const char *msg = json_string_value(
+			json_object_get(json_object_get(j, "error"), "message"));
+		int r = reply_error(q, e.status, e.code, "snapshot of %s failed: %s", q->route.id,
+				    msg ? msg : strerror(-jerr));
+
+		json_decref(j);
+		return r;
+	}
+	return reply_json_hdr(q, 200, json_pack("{s:o}", "job", j), "Location", loc);
+}
+
+/* ---- starts ---- */
+
+static json_t *start_answer(const struct instance *in)
+{
+	json_t *j = instance_to_json(in);
+
+	if (!j)
+		j = json_pack("{s:s, s:s, s:s, s:s, s:i, s:s, s:{s:f, s:f, s:f, s:f, s:f}}",
+			      "instance", in->id, "function", in->function, "snapshot",
+			      in->snapshot, "endpoint", in->endpoint, "pid", (int)in->pid, "tier",
+			      in->tier_hit ? "ram" : "disk", "timings_ms", "materialize",
+			      in->t.materialize, "criu_restore", in->t.criu_restore, "gpu_restore",
+			      in->t.gpu_restore, "ready", in->t.ready, "total", in->t.total);
+	else if (!json_object_get(j, "function"))
+		json_object_set_new(j, "function", json_string(in->function));
+	return j;
+}
+
+static int start_failed(struct req *q, unsigned status, const char *code, const char *hname,
+			const char *hvalue, const char *msg)
+{
+	metrics_start_failed(q->srv->metrics, q->route.id, code);
+	return reply_error_hdr(q, status, hname, hvalue, code, "start of %s: %s", q->route.id,
+			       msg);
+}
+
+static int post_start(struct req *q)
+{
+	struct server *s = q->srv;
+	const char *fn = q->route.id;
+	char snap[CHUNK_ID_LEN], loc[128], msg[256];
+	enum snap_state st = SNAP_NONE;
+	struct instance in;
+	unsigned running;
+	int ret;
+
+	ret = registry_ready_snapshot(s->reg, fn, snap, &st);
+	if (ret == -ENOENT)
+		return reply_error(q, 404, "not_found", "no function %s", fn);
+	metrics_start(s->metrics, fn);
+	if (ret) {
+		snprintf(msg, sizeof(msg), "no ready snapshot (snapshot state: %s)%s",
+			 snap_state_name(st),
+			 st == SNAP_BUILDING ? "" : "; POST /functions/<id>/snapshot first");
+		return start_failed(q, 409, "no_snapshot", NULL, NULL, msg);
+	}
+	if (atomic_load(&s->stopping))
+		return start_failed(q, 503, "shutting_down", "Retry-After", START_RETRY_AFTER,
+				    "thawd is stopping");
+	if (!s->tier)
+		return start_failed(q, 503, "unavailable", "Retry-After", START_RETRY_AFTER,
+				    "the RAM tier is not open (see thawd's log)");
+	running = atomic_fetch_add(&s->starts_running, 1);
+	if (running >= s->opts.max_starts) {
+		atomic_fetch_sub(&s->starts_running, 1);
+		snprintf(msg, sizeof(msg), "%u start(s) are running already (--max-starts %u)",
+			 running, s->opts.max_starts);
+		return start_failed(q, 503, "no_capacity", "Retry-After", START_RETRY_AFTER, msg);
+	}
+	memset(&in, 0, sizeof(in));
+	log_clear_error();
+	ret = instance_start(&s->cfg, s->store, s->tier, snap, &in);
+	atomic_fetch_sub(&s->starts_running, 1);
+	if (ret) {
+		struct api_err e = api_err_from_errno(ret, 1);
+
+		pr_warn("start of %s failed: %s", fn, why(ret));
+		return start_failed(q, e.status, e.code, e.status == 503 ? "Retry-After" : NULL,
+				    START_RETRY_AFTER, why(ret));
+	}
+	snprintf(in.function, sizeof(in.function), "%s", fn);
+	if (insts_add(s->insts, in.id, fn, in.pid))
+		pr_warn("instance %s is not tracked (out of memory)", in.id);
+	if (!registry_exists(s->reg, fn)) {
+		/* Deleted while we restored: the delete may have missed it. */
+		insts_remove(s->insts, in.id);
+		instance_stop(&s->cfg, in.id);
+		return start_failed(q, 404, "not_found", NULL, NULL,
+				    "the function was deleted during the start");
+	}
+	metrics_restore_phases(s->metrics, (double[PHASE_COUNT]){ in.t.materialize,
+								   in.t.criu_restore,
+								   in.t.gpu_restore, in.t.ready,
+								   in.t.total });
+	pr_info("instance %s of %s at %s in %.1f ms (%s)", in.id, fn, in.endpoint, in.t.total,
+		in.tier_hit ? "ram" : "disk");
+	snprintf(loc, sizeof(loc), "/instances/%s", in.id);
+	return reply_json_hdr(q, 201, start_answer(&in), "Location", loc);
+}
+
+/* ---- instances ---- */
+
+static const char *record_id(json_t *rec)
+{
+	const char *id = json_string_value(json_object_get(rec, "instance"));
+
+	return id ? id : json_string_value(json_object_get(rec, "id"));
+}
+
+static int get_instances(struct req *q, const char *one)
+{
+	json_t *list = NULL, *rec, *found = NULL;
+	size_t i;
+	int ret;
+
+	ret = instance_list(&q->srv->cfg, &list);
+	if (ret) {
+		struct api_err e = api_err_from_errno(ret, 0);
+
+		return reply_error(q, e.status, e.code, "cannot list instances: %s", why(ret));
+	}
+	if (!one)
+		return reply_json(q, 200, json_pack("{s:o}", "instances", list));
+	json_array_foreach(list, i, rec)
+	{
+		const char *id = record_id(rec);
+
+		if (id && !strcmp(id, one)) {
+			found = json_incref(rec);
+			break;
+		}
+	}
+	json_decref(list);
+	if (!found)
+		return reply_error(q, 404, "not_found", "no instance %s", one);
+	return reply_json(q, 200, found);
+}
+
+static int delete_instance(struct req *q)
+{
+	int ret;
+
+	log_clear_error();
+	ret = instance_stop(&q->srv->cfg, q->route.id);
+	insts_remove(q->srv->insts, q->route.id);
+	if (ret == -ENOENT)
+		return reply_error(q, 404, "not_found", "no instance %s", q->route.id);
+	if (ret) {
+		struct api_err e = api_err_from_errno(ret, 0);
+
+		return reply_error(q, e.status, e.code, "cannot stop instance %s: %s",
+				   q->route.id, why(ret));
+	}
+	return reply_empty(q, 204);
+}
+
+/* ---- jobs ---- */
+
+static int get_jobs(struct req *q)
+{
+	json_t *arr;
+	int ret = jobs_list_json(q->srv->jobs, &arr);
+
+	if (ret)
+		return reply_error(q, 500, "internal", "%s", strerror(-ret));
+	return reply_json(q, 200, json_pack("{s:o}", "jobs", arr));
+}
+
+static int get_job(struct req *q)
+{
+	json_t *j;
+	int ret = jobs_get_json(q->srv->jobs, q->route.id, &j, NULL);
+
+	if (ret == -ENOENT)
+		return reply_error(q, 404, "not_found", "no job %s", q->route.id);
+	if (ret)
+		return reply_error(q, 500, "internal", "%s", strerror(-ret));
+	return reply_json(q, 200, j);
+}
+
+int api_dispatch(struct req *q)
+{
+	switch (q->route.kind) {
+	case ROUTE_HEALTHZ:
+		return get_healthz(q);
+	case ROUTE_METRICS:
+		return get_metrics(q);
+	case ROUTE_FUNCTIONS:
+		return get_functions(q);
+	case ROUTE_FUNCTION:
+		if (q->method == METHOD_PUT)
+			return put_function(q);
+		if (q->method == METHOD_DELETE)
+			return delete_function(q);
+		return get_function(q);
+	case ROUTE_FUNCTION_SNAPSHOT:
+		return post_snapshot(q);
+	case ROUTE_FUNCTION_START:
+		return post_start(q);
+	case ROUTE_INSTANCES:
+		return get_instances(q, NULL);
+	case ROUTE_INSTANCE:
+		if (q->method == METHOD_DELETE)
+			return delete_instance(q);
+		return get_instances(q, q->route.id);
+	case ROUTE_JOBS:
+		return get_jobs(q);
+	case ROUTE_JOB:
+		return get_job(q);
+	case ROUTE_NONE:
+		break;
+	}
+	return reply_error(q, 404, "not_found", "no such path");
+}

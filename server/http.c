@@ -1,0 +1,486 @@
+/* http.c — thawd's HTTP plumbing over libmicrohttpd: the daemon, the request
+ * life cycle (route, token, body, answer), one log line per request.  What
+ * each request does is api.c's.
+ */
+#define LOG_PREFIX "thawd: "
+#include "common/log.h"
+#include "common/util.h"
+#include "restore/tier.h"
+#include "server/insts.h"
+#include "server/internal.h"
+#include "server/jobs.h"
+#include "server/metrics.h"
+#include "server/registry.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void server_opts_default(struct server_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->listen = SERVER_DEFAULT_LISTEN;
+	o->max_body = SERVER_DEFAULT_MAX_BODY;
+	o->max_starts = SERVER_DEFAULT_MAX_STARTS;
+	o->max_snapshots = SERVER_DEFAULT_MAX_SNAPSHOTS;
+	o->max_conns = SERVER_DEFAULT_MAX_CONNS;
+}
+
+/* ---- answers ---- */
+
+static int queue(struct req *q, unsigned status, struct MHD_Response *r, const char *ctype,
+		 const char *hname, const char *hvalue)
+{
+	enum MHD_Result ok;
+
+	if (!r) {
+		pr_err("cannot make a response: out of memory");
+		return -ENOMEM;
+	}
+	if ((ctype && MHD_add_response_header(r, "Content-Type", ctype) != MHD_YES) ||
+	    (hname && MHD_add_response_header(r, hname, hvalue) != MHD_YES)) {
+		MHD_destroy_response(r);
+		return -ENOMEM;
+	}
+	ok = MHD_queue_response(q->conn, status, r);
+	MHD_destroy_response(r);
+	if (ok != MHD_YES) {
+		pr_warn("%s %s: cannot queue the answer", q->method_str, q->path);
+		return -EIO;
+	}
+	q->answered = true;
+	q->status = status;
+	return 0;
+}
+
+int reply_text(struct req *q, unsigned status, const char *ctype, char *body, size_t len)
+{
+	struct MHD_Response *r =
+		MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+
+	if (!r)
+		free(body);
+	return queue(q, status, r, ctype, NULL, NULL);
+}
+
+int reply_empty(struct req *q, unsigned status)
+{
+	return queue(q, status, MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT),
+		     NULL, NULL, NULL);
+}
+
+/* When even the error could not be written (no memory): a fixed answer. */
+static int reply_oom(struct req *q)
+{
+	static const char body[] =
+		"{\"error\":{\"code\":\"internal\",\"message\":\"out of memory\"}}\n";
+
+	return queue(q, 500,
+		     MHD_create_response_from_buffer(sizeof(body) - 1, (void *)body,
+						     MHD_RESPMEM_PERSISTENT),
+		     "application/json", NULL, NULL);
+}
+
+int reply_json_hdr(struct req *q, unsigned status, json_t *body, const char *hname,
+		   const char *hvalue)
+{
+	char *text = body ? json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+	struct MHD_Response *r;
+	size_t len;
+
+	json_decref(body);
+	if (!text)
+		return reply_oom(q);
+	/* A newline, so that curl output reads well in a terminal. */
+	len = strlen(text);
+	char *t2 = realloc(text, len + 2);
+	if (!t2) {
+		free(text);
+		return reply_oom(q);
+	}
+	t2[len++] = '\n';
+	t2[len] = '\0';
+	r = MHD_create_response_from_buffer(len, t2, MHD_RESPMEM_MUST_FREE);
+	if (!r) {
+		free(t2);
+		return reply_oom(q);
+	}
+	return queue(q, status, r, "application/json", hname, hvalue);
+}
+
+int reply_json(struct req *q, unsigned status, json_t *body)
+{
+	return reply_json_hdr(q, status, body, NULL, NULL);
+}
+
+static int reply_verror(struct req *q, unsigned status, const char *hname, const char *hvalue,
+			const char *code, const char *fmt, va_list ap)
+{
+	char msg[1024];
+
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	return reply_json_hdr(q, status,
+			      json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", msg),
+			      hname, hvalue);
+}
+
+int reply_error(struct req *q, unsigned status, const char *code, const char *fmt, ...)
+{
+	va_list ap;
+	int ret;
+
+	va_start(ap, fmt);
+	ret = reply_verror(q, status, NULL, NULL, code, fmt, ap);
+	va_end(ap);
+	return ret;
+}
+
+int reply_error_hdr(struct req *q, unsigned status, const char *hname, const char *hvalue,
+		    const char *code, const char *fmt, ...)
+{
+	va_list ap;
+	int ret;
+
+	va_start(ap, fmt);
+	ret = reply_verror(q, status, hname, hvalue, code, fmt, ap);
+	va_end(ap);
+	return ret;
+}
+
+const char *req_query(struct req *q, const char *key)
+{
+	return MHD_lookup_connection_value(q->conn, MHD_GET_ARGUMENT_KIND, key);
+}
+
+/* ---- the request life cycle ---- */
+
+/* The path for the log: printable characters only, truncated. */
+static void copy_for_log(char *dst, size_t n, const char *src)
+{
+	size_t i = 0;
+
+	for (; src && *src && i + 1 < n; src++)
+		dst[i++] = (*src > ' ' && *src <= '~') ? *src : '?';
+	dst[i] = '\0';
+}
+
+/* What can be decided from the request line and headers alone.  0 to go on
+ * reading the body, or 1 when an answer was queued. */
+static int early(struct req *q, const char *url)
+{
+	struct server *s = q->srv;
+	char err[256];
+	const char *v;
+	int ret;
+
+	ret = route_parse(url, &q->route, err, sizeof(err));
+	if (q->route.kind != ROUTE_HEALTHZ &&
+	    !auth_check(&s->auth, MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND,
+							       MHD_HTTP_HEADER_AUTHORIZATION))) {
+		reply_error_hdr(q, 401, "WWW-Authenticate", "Bearer realm=\"thaw\"",
+				"unauthorized", "a valid \"Authorization: Bearer <token>\" is needed");
+		return 1;
+	}
+	if (ret == -EINVAL) {
+		reply_error(q, 400, "invalid_id", "%s", err);
+		return 1;
+	}
+	if (ret) {
+		reply_error(q, 404, "not_found", "no such path: %s", q->path);
+		return 1;
+	}
+	if (!(route_methods(q->route.kind) & q->method)) {
+		reply_error_hdr(q, 405, "Allow", route_allow(q->route.kind), "method_not_allowed",
+				"%s is not allowed on %s (allowed: %s)", q->method_str, q->path,
+				route_allow(q->route.kind));
+		return 1;
+	}
+	v = MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+	if (v) {
+		char *end;
+		unsigned long long n;
+
+		errno = 0;
+		n = strtoull(v, &end, 10);
+		if (errno || end == v || *end || n > s->opts.max_body) {
+			reply_error(q, 413, "too_large", "the body is larger than %zu bytes",
+				    s->opts.max_body);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+static int append_body(struct req *q, const char *data, size_t n)
+{
+	size_t max = q->srv->opts.max_body;
+
+	if (q->too_big)
+		return 0;
+	if (q->len + n > max) {
+		/* Chunked bodies have no Content-Length: refused when they
+		 * grow too large; what is left is read and dropped. */
+		q->too_big = true;
+		free(q->body);
+		q->body = NULL;
+		q->len = q->cap = 0;
+		return 0;
+	}
+	if (q->len + n + 1 > q->cap) {
+		size_t cap = q->cap ? q->cap : 4096;
+
+		while (cap < q->len + n + 1)
+			cap *= 2;
+		char *b = realloc(q->body, cap);
+		if (!b)
+			return -ENOMEM;
+		q->body = b;
+		q->cap = cap;
+	}
+	memcpy(q->body + q->len, data, n);
+	q->len += n;
+	q->body[q->len] = '\0';
+	return 0;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+				  const char *method, const char *version,
+				  const char *upload_data, size_t *upload_data_size, void **con_cls)
+{
+	struct server *s = cls;
+	struct req *q = *con_cls;
+
+	if (!q) {
+		q = calloc(1, sizeof(*q));
+		if (!q)
+			return MHD_NO;
+		*con_cls = q;
+		q->srv = s;
+		q->conn = conn;
+		q->start_ns = now_ns();
+		q->method = method_parse(method);
+		copy_for_log(q->method_str, sizeof(q->method_str), method);
+		copy_for_log(q->path, sizeof(q->path), url);
+		if (early(q, url) || q->answered)
+			return MHD_YES;
+		return MHD_YES;
+	}
+	if (q->answered) {
+		/* Answered early: whatever body follows is dropped. */
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
+	if (*upload_data_size) {
+		if (append_body(q, upload_data, *upload_data_size)) {
+			*upload_data_size = 0;
+			return reply_error(q, 500, "internal", "out of memory reading the body")
+				       ? MHD_NO
+				       : MHD_YES;
+		}
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
+	if (q->too_big)
+		return reply_error(q, 413, "too_large", "the body is larger than %zu bytes",
+				   s->opts.max_body)
+			       ? MHD_NO
+			       : MHD_YES;
+	api_dispatch(q);
+	if (!q->answered && reply_error(q, 500, "internal", "no answer was made"))
+		return MHD_NO;
+	return MHD_YES;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+			 enum MHD_RequestTerminationCode toe)
+{
+	struct req *q = *con_cls;
+
+	if (!q)
+		return;
+	if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+		pr_info("%s %s %u %.1f ms", q->method_str, q->path, q->status,
+			ms_since(q->start_ns));
+	else
+		pr_info("%s %s %u %.1f ms (connection ended early: %d)", q->method_str, q->path,
+			q->status, ms_since(q->start_ns), (int)toe);
+	free(q->body);
+	free(q);
+	*con_cls = NULL;
+}
+
+/* Paths are routed as they came: no unescaping, so that "%2e%2e" stays what
+ * it is and is refused, never decoded into something else. */
+static size_t no_unescape(void *cls, struct MHD_Connection *c, char *s)
+{
+	return strlen(s);
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	char msg[512];
+	size_t n;
+
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	n = strlen(msg);
+	while (n && msg[n - 1] == '\n')
+		msg[--n] = '\0';
+	pr_warn("libmicrohttpd: %s", msg);
+}
+
+/* ---- the server ---- */
+
+int server_start(struct server *s)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE }, *ai = NULL;
+	char host[128], port[8];
+	const union MHD_DaemonInfo *info;
+	unsigned flags;
+	int ret;
+
+	if (listen_addr_parse(s->listen, host, sizeof(host), port, sizeof(port))) {
+		pr_err("--listen %s: expected HOST:PORT (e.g. 127.0.0.1:8080 or [::1]:8080)",
+		       s->listen);
+		return -EINVAL;
+	}
+	ret = getaddrinfo(host, port, &hints, &ai);
+	if (ret) {
+		pr_err("--listen %s: %s", s->listen, gai_strerror(ret));
+		return -EINVAL;
+	}
+	flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
+		MHD_USE_ITC | MHD_USE_ERROR_LOG;
+	if (ai->ai_family == AF_INET6)
+		flags |= MHD_USE_IPv6;
+	s->mhd = MHD_start_daemon(
+		flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+		MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+		MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, s,
+		MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->opts.max_conns,
+		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_LISTENING_ADDRESS_REUSE,
+		(unsigned)1, MHD_OPTION_END);
+	freeaddrinfo(ai);
+	if (!s->mhd) {
+		pr_err("cannot listen on %s (in use, or not an address of this host?)",
+		       s->listen);
+		return -EADDRINUSE;
+	}
+	info = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
+	s->port = info ? info->port : (uint16_t)atoi(port);
+	pr_info("listening on %s (port %u), data in %s", s->listen, s->port, s->cfg.data_dir);
+	if (s->port_file[0]) {
+		char buf[16];
+		int n = snprintf(buf, sizeof(buf), "%u\n", s->port);
+
+		ret = write_file_atomic(s->port_file, buf, (size_t)n, 0644);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+uint16_t server_port(const struct server *s)
+{
+	return s->port;
+}
+
+struct server *server_new(const struct thaw_config *c, const struct server_opts *o)
+{
+	struct server *s = calloc(1, sizeof(*s));
+	char dir[PATH_MAX + 16];
+
+	if (!s) {
+		pr_err("out of memory");
+		return NULL;
+	}
+	s->cfg = *c;
+	s->opts = *o;
+	pthread_mutex_init(&s->stat_lock, NULL);
+	snprintf(s->listen, sizeof(s->listen), "%s", o->listen ? o->listen : SERVER_DEFAULT_LISTEN);
+	s->opts.listen = s->listen;
+	if (o->port_file)
+		snprintf(s->port_file, sizeof(s->port_file), "%s", o->port_file);
+	s->opts.port_file = NULL;
+	s->opts.token_file = NULL;
+	if (o->token_file && auth_load(&s->auth, o->token_file))
+		goto err;
+
+	if (mkdir_p(c->data_dir, 0755))
+		goto err;
+	s->metrics = metrics_new();
+	s->insts = insts_new();
+	s->jobs = jobs_new(o->max_snapshots);
+	if (!s->metrics || !s->insts || !s->jobs) {
+		pr_err("out of memory");
+		goto err;
+	}
+	snprintf(dir, sizeof(dir), "%s/functions", c->data_dir);
+	s->reg = registry_open(dir);
+	if (!s->reg)
+		goto err;
+	s->store = store_open(c->store_dir);
+	if (!s->store) {
+		pr_err("cannot open the store %s: %s", c->store_dir, log_last_error());
+		goto err;
+	}
+	if (recover_startup(s))
+		goto err;
+	s->tier = tier_open(c->ram_tier_dir, c->ram_tier_bytes, s->store, NULL);
+	if (!s->tier)
+		pr_err("cannot open the RAM tier %s: starts will answer 503 until thawd is "
+		       "restarted with a working --ram-tier",
+		       c->ram_tier_dir);
+	return s;
+err:
+	server_free(s);
+	return NULL;
+}
+
+void server_shutdown(struct server *s)
+{
+	MHD_socket fd;
+
+	if (!s)
+		return;
+	atomic_store(&s->stopping, true);
+	if (s->mhd) {
+		/* Stop accepting; connections already open are served (new
+		 * work on them answers 503). */
+		fd = MHD_quiesce_daemon(s->mhd);
+		if (fd != MHD_INVALID_SOCKET)
+			close(fd);
+	}
+	if (s->jobs)
+		jobs_drain(s->jobs);
+	if (atomic_load(&s->starts_running))
+		pr_info("waiting for %u start(s) to finish", atomic_load(&s->starts_running));
+	while (atomic_load(&s->starts_running))
+		usleep(20 * 1000);
+	if (s->mhd) {
+		MHD_stop_daemon(s->mhd);
+		s->mhd = NULL;
+	}
+	stop_own_instances(s);
+}
+
+void server_free(struct server *s)
+{
+	if (!s)
+		return;
+	if (s->mhd)
+		MHD_stop_daemon(s->mhd);
+	jobs_free(s->jobs);
+	tier_close(s->tier);
+	store_close(s->store);
+	registry_free(s->reg);
+	insts_free(s->insts);
+	metrics_free(s->metrics);
+	pthread_mutex_destroy(&s->stat_lock);
+	free(s);
+}

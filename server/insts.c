@@ -1,0 +1,139 @@
+/* insts.c — see insts.h. */
+#include "server/insts.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct entry {
+	struct inst_ref ref;
+	pid_t pid;
+};
+
+struct insts {
+	pthread_mutex_t lock;
+	struct entry *e;
+	size_t n, cap;
+};
+
+struct insts *insts_new(void)
+{
+	struct insts *t = calloc(1, sizeof(*t));
+
+	if (t)
+		pthread_mutex_init(&t->lock, NULL);
+	return t;
+}
+
+void insts_free(struct insts *t)
+{
+	if (!t)
+		return;
+	free(t->e);
+	pthread_mutex_destroy(&t->lock);
+	free(t);
+}
+
+int insts_add(struct insts *t, const char *id, const char *function, pid_t pid)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&t->lock);
+	if (t->n == t->cap) {
+		size_t cap = t->cap ? t->cap * 2 : 32;
+		struct entry *e = realloc(t->e, cap * sizeof(*e));
+
+		if (!e) {
+			ret = -ENOMEM;
+			goto out;
+		}
+		t->e = e;
+		t->cap = cap;
+	}
+	struct entry *e = &t->e[t->n++];
+	memset(e, 0, sizeof(*e));
+	snprintf(e->ref.id, sizeof(e->ref.id), "%s", id);
+	snprintf(e->ref.function, sizeof(e->ref.function), "%s", function);
+	e->pid = pid;
+out:
+	pthread_mutex_unlock(&t->lock);
+	return ret;
+}
+
+int insts_remove(struct insts *t, const char *id)
+{
+	int ret = -ENOENT;
+
+	pthread_mutex_lock(&t->lock);
+	for (size_t i = 0; i < t->n; i++) {
+		if (!strcmp(t->e[i].ref.id, id)) {
+			t->e[i] = t->e[--t->n];
+			ret = 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&t->lock);
+	return ret;
+}
+
+int insts_take(struct insts *t, const char *function, struct inst_ref **out, size_t *n)
+{
+	struct inst_ref *refs;
+	size_t k = 0;
+	int ret = 0;
+
+	*out = NULL;
+	*n = 0;
+	pthread_mutex_lock(&t->lock);
+	refs = calloc(t->n ? t->n : 1, sizeof(*refs));
+	if (!refs) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < t->n;) {
+		if (function && strcmp(t->e[i].ref.function, function)) {
+			i++;
+			continue;
+		}
+		refs[k++] = t->e[i].ref;
+		t->e[i] = t->e[--t->n];
+	}
+	*out = refs;
+	*n = k;
+out:
+	pthread_mutex_unlock(&t->lock);
+	return ret;
+}
+
+size_t insts_count(struct insts *t, size_t *alive)
+{
+	size_t n, a = 0;
+
+	pthread_mutex_lock(&t->lock);
+	n = t->n;
+	for (size_t i = 0; i < t->n; i++)
+		a += t->e[i].pid > 0 && kill(t->e[i].pid, 0) == 0;
+	pthread_mutex_unlock(&t->lock);
+	if (alive)
+		*alive = a;
+	return n;
+}
+
+int insts_function(struct insts *t, const char *id, char function[64])
+{
+	int ret = -ENOENT;
+
+	pthread_mutex_lock(&t->lock);
+	for (size_t i = 0; i < t->n; i++) {
+		if (!strcmp(t->e[i].ref.id, id)) {
+			memcpy(function, t->e[i].ref.function, 64);
+			ret = 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&t->lock);
+	return ret;
+}

@@ -1,0 +1,36 @@
+/* insts.h — the instances this thawd started, by function.
+ *
+ * The records on disk (restore/instance.h: instance_list) are what GET
+ * /instances shows; this table is what thawd itself needs: which instances a
+ * function has (DELETE /functions/<id> stops them), how many run (metrics),
+ * which to stop when thawd stops.  Thread-safe.
+ */
+#ifndef THAW_SERVER_INSTS_H
+#define THAW_SERVER_INSTS_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+struct insts;
+
+struct inst_ref {
+	char id[64];
+	char function[64];
+};
+
+struct insts *insts_new(void);
+void insts_free(struct insts *t); /* NULL is fine */
+
+int insts_add(struct insts *t, const char *id, const char *function, pid_t pid);
+/* Remove id; -ENOENT if it is not there. */
+int insts_remove(struct insts *t, const char *id);
+/* Remove and return (in *out, you own it) the instances of function, or all
+ * of them when function is NULL. */
+int insts_take(struct insts *t, const char *function, struct inst_ref **out, size_t *n);
+/* How many there are, and how many of them have a live first process. */
+size_t insts_count(struct insts *t, size_t *alive);
+/* The function of instance id into function (64 bytes); -ENOENT. */
+int insts_function(struct insts *t, const char *id, char function[64]);
+
+#endif

@@ -1,0 +1,91 @@
+/* internal.h — the server's state, shared by its files (http.c: the HTTP
+ * plumbing; api.c: the requests; recover.c: start-up and shutdown).  Not for
+ * use outside server/.
+ */
+#ifndef THAW_SERVER_INTERNAL_H
+#define THAW_SERVER_INTERNAL_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/config.h"
+#include "server/auth.h"
+#include "server/route.h"
+#include "server/server.h"
+#include "store/store.h"
+
+struct MHD_Daemon;
+struct MHD_Connection;
+struct tier;
+struct registry;
+struct jobs;
+struct metrics;
+struct insts;
+
+struct server {
+	struct thaw_config cfg;
+	struct server_opts opts;
+	char listen[128];
+	char port_file[PATH_MAX];
+	struct auth auth;
+	struct store *store;
+	struct tier *tier; /* NULL if the RAM tier could not be opened: starts answer 503 */
+	struct registry *reg;
+	struct jobs *jobs;
+	struct metrics *metrics;
+	struct insts *insts;
+	struct MHD_Daemon *mhd;
+	uint16_t port;
+	atomic_uint starts_running;
+	atomic_bool stopping;
+
+	/* store_stat walks the store: /metrics uses a copy at most a few
+	 * seconds old. */
+	pthread_mutex_t stat_lock;
+	struct store_stats stat;
+	uint64_t stat_ns;
+	bool stat_ok;
+};
+
+/* One request. */
+struct req {
+	struct server *srv;
+	struct MHD_Connection *conn;
+	enum http_method method;
+	char method_str[16];
+	char path[256]; /* for the log, truncated */
+	struct route route;
+	char *body;
+	size_t len, cap;
+	bool too_big;
+	bool answered;
+	unsigned status;
+	uint64_t start_ns;
+};
+
+/* Answers (http.c).  Each returns 0, or -ENOMEM when no answer could be
+ * queued (the connection is then closed). */
+int reply_json(struct req *q, unsigned status, json_t *body); /* steals body */
+int reply_error(struct req *q, unsigned status, const char *code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* reply_error with a header (Retry-After, Allow, …). */
+int reply_error_hdr(struct req *q, unsigned status, const char *hname, const char *hvalue,
+		    const char *code, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+int reply_text(struct req *q, unsigned status, const char *ctype, char *body, size_t len);
+int reply_empty(struct req *q, unsigned status);
+/* Add a header to the next reply_json (Location). */
+int reply_json_hdr(struct req *q, unsigned status, json_t *body, const char *hname,
+		   const char *hvalue);
+const char *req_query(struct req *q, const char *key);
+
+/* The request, routed, authorised and with its body (api.c). */
+int api_dispatch(struct req *q);
+
+/* Start-up recovery and shutdown (recover.c). */
+int recover_startup(struct server *s);
+void stop_own_instances(struct server *s);
+
+#endif

@@ -1,0 +1,173 @@
+/* recover.c — what thawd finds from an earlier run, and what it leaves when
+ * it stops.
+ *
+ * At start-up, an earlier thawd may have died at any point (kill -9 in the
+ * middle of a snapshot included):
+ *   - snapshots it left "building" are marked failed (registry_open does it);
+ *   - instances recorded under <data>/instances are stopped and reported lost
+ *     in the log: thawd does not adopt them (their shims were its children,
+ *     and nobody knows whether they still answer);
+ *   - what a snapshot in progress leaves (its runc container, network
+ *     namespace mount and work directory under <data>/work) is removed;
+ *   - the store is garbage collected: a put that was cut short leaves chunks
+ *     that no manifest names (never a half-written object: the store is
+ *     crash-safe), and gc removes them and stale temp files.
+ */
+#define LOG_PREFIX "thawd: "
+#include "common/log.h"
+#include "common/netns.h"
+#include "common/runner.h"
+#include "common/util.h"
+#include "restore/instance.h"
+#include "server/insts.h"
+#include "server/internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static void stop_recorded_instances(struct server *s)
+{
+	json_t *list = NULL, *rec;
+	size_t i;
+	int ret;
+
+	ret = instance_list(&s->cfg, &list);
+	if (ret) {
+		pr_warn("cannot list the instances of an earlier run: %s",
+			log_last_error()[0] ? log_last_error() : strerror(-ret));
+		return;
+	}
+	json_array_foreach(list, i, rec)
+	{
+		const char *id = json_string_value(json_object_get(rec, "instance"));
+		const char *fn = json_string_value(json_object_get(rec, "function"));
+
+		if (!id)
+			id = json_string_value(json_object_get(rec, "id"));
+		if (!id || !id_valid(id))
+			continue;
+		ret = instance_stop(&s->cfg, id);
+		if (ret && ret != -ENOENT)
+			pr_err("instance %s of %s from an earlier run is lost and could not be "
+			       "stopped: %s",
+			       id, fn ? fn : "?", log_last_error());
+		else
+			pr_warn("instance %s of %s from an earlier run is lost: stopped", id,
+				fn ? fn : "?");
+	}
+	json_decref(list);
+}
+
+/* Unmount whatever is mounted under dir (netns files of snapshots cut short),
+ * deepest first. */
+static void umount_under(const char *dir)
+{
+	char line[4096 + 256], **mnts = NULL;
+	size_t n = 0, dl = strlen(dir);
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		char mp[PATH_MAX];
+
+		/* id parent major:minor root mount-point … */
+		if (sscanf(line, "%*s %*s %*s %*s %4095s", mp) != 1)
+			continue;
+		if (strncmp(mp, dir, dl) || (mp[dl] != '/' && mp[dl] != '\0'))
+			continue;
+		char **m = realloc(mnts, (n + 1) * sizeof(*m));
+		if (!m)
+			break;
+		mnts = m;
+		if (!(mnts[n] = strdup(mp)))
+			break;
+		n++;
+	}
+	fclose(f);
+	while (n-- > 0) {
+		if (umount2(mnts[n], MNT_DETACH) == 0)
+			pr_warn("unmounted %s, left by an earlier run", mnts[n]);
+		free(mnts[n]);
+	}
+	free(mnts);
+}
+
+/* Containers in runc root dir that an earlier run left (a snapshot cut
+ * short): each one is killed and deleted. */
+static void delete_containers(struct server *s, const char *root)
+{
+	struct runner r = { .runc = s->cfg.runc, .criu = s->cfg.criu, .state_dir = root };
+	struct dirent *de;
+	DIR *d = opendir(root);
+
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		if (de->d_name[0] == '.' || de->d_type != DT_DIR)
+			continue;
+		if (runner_delete(&r, de->d_name) == 0)
+			pr_warn("container %s (in %s), left by an earlier run, deleted", de->d_name,
+				root);
+		else
+			pr_err("container %s (in %s), left by an earlier run, could not be "
+			       "deleted: %s",
+			       de->d_name, root, log_last_error());
+	}
+	closedir(d);
+}
+
+static void clean_snapshot_leftovers(struct server *s)
+{
+	char work[PATH_MAX + 16], root[PATH_MAX + 16];
+	struct stat st;
+
+	snprintf(root, sizeof(root), "%s/runc", s->cfg.data_dir);
+	delete_containers(s, root);
+	snprintf(work, sizeof(work), "%s/work", s->cfg.data_dir);
+	if (stat(work, &st) == 0) {
+		umount_under(work);
+		if (rm_rf(work) == 0)
+			pr_info("removed %s, left by an earlier run", work);
+	}
+}
+
+int recover_startup(struct server *s)
+{
+	uint64_t chunks = 0, bytes = 0;
+
+	stop_recorded_instances(s);
+	clean_snapshot_leftovers(s);
+	if (store_gc(s->store, &chunks, &bytes) == 0) {
+		if (chunks)
+			pr_info("store gc: %llu chunk(s), %llu bytes freed",
+				(unsigned long long)chunks, (unsigned long long)bytes);
+	} else {
+		pr_warn("store gc: %s", log_last_error());
+	}
+	return 0;
+}
+
+void stop_own_instances(struct server *s)
+{
+	struct inst_ref *refs = NULL;
+	size_t n = 0;
+
+	if (insts_take(s->insts, NULL, &refs, &n))
+		return;
+	if (n)
+		pr_info("stopping %zu instance(s)", n);
+	for (size_t i = 0; i < n; i++) {
+		if (instance_stop(&s->cfg, refs[i].id) && log_last_error()[0])
+			pr_warn("stop instance %s of %s: %s", refs[i].id, refs[i].function,
+				log_last_error());
+	}
+	free(refs);
+}

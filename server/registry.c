@@ -1,0 +1,553 @@
+/* registry.c — see registry.h. */
+#define LOG_PREFIX "registry: "
+#include "server/registry.h"
+#include "common/log.h"
+#include "common/util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define REGISTRY_VERSION  1
+#define REGISTRY_FILE_MAX (4u << 20) /* a function file larger than this is damaged */
+
+struct entry {
+	char id[64];
+	json_t *spec;
+	enum snap_state state;
+	char snap_id[CHUNK_ID_LEN]; /* "" unless ready */
+	char *error;
+	char job[64];
+	uint64_t image_bytes, stored_bytes;
+	json_t *timings; /* NULL if none */
+};
+
+struct registry {
+	pthread_mutex_t lock;
+	char dir[PATH_MAX];
+	struct entry **e;
+	size_t n, cap;
+};
+
+static const char *const state_names[] = { "none", "building", "ready", "failed" };
+
+const char *snap_state_name(enum snap_state s)
+{
+	return (unsigned)s < ARRAY_SIZE(state_names) ? state_names[s] : "none";
+}
+
+static int state_parse(const char *s, enum snap_state *out)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(state_names); i++) {
+		if (s && !strcmp(s, state_names[i])) {
+			*out = (enum snap_state)i;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+static void entry_free(struct entry *e)
+{
+	if (!e)
+		return;
+	json_decref(e->spec);
+	json_decref(e->timings);
+	free(e->error);
+	free(e);
+}
+
+/* Forget the snapshot state of e (back to "none"). */
+static void entry_clear_snapshot(struct entry *e)
+{
+	e->state = SNAP_NONE;
+	e->snap_id[0] = '\0';
+	free(e->error);
+	e->error = NULL;
+	e->job[0] = '\0';
+	e->image_bytes = e->stored_bytes = 0;
+	json_decref(e->timings);
+	e->timings = NULL;
+}
+
+static json_t *str_or_null(const char *s)
+{
+	return s && *s ? json_string(s) : json_null();
+}
+
+static json_t *snapshot_json(const struct entry *e)
+{
+	json_t *timings = e->timings ? json_deep_copy(e->timings) : json_null();
+
+	/* json_pack's "o" steals the references it is given, also on failure. */
+	return json_pack("{s:s, s:o, s:o, s:o, s:I, s:I, s:o}", "state", snap_state_name(e->state),
+			 "id", str_or_null(e->snap_id), "error", str_or_null(e->error), "job",
+			 str_or_null(e->job), "image_bytes", (json_int_t)e->image_bytes,
+			 "stored_bytes", (json_int_t)e->stored_bytes, "timings_ms", timings);
+}
+
+/* What GET /functions/<id> answers: the spec's fields plus "snapshot". */
+static json_t *entry_api_json(const struct entry *e)
+{
+	json_t *j = json_deep_copy(e->spec), *snap = snapshot_json(e);
+
+	if (!j || !snap || json_object_set_new(j, "id", json_string(e->id)) ||
+	    json_object_set_new(j, "snapshot", snap)) {
+		json_decref(j);
+		return NULL;
+	}
+	return j;
+}
+
+/* Write e's file.  Called with the lock held, so that two writers of one
+ * file (whose temp name is per process) never meet. */
+static int entry_persist(struct registry *r, const struct entry *e)
+{
+	char path[PATH_MAX];
+	json_t *spec = json_deep_copy(e->spec), *snap = snapshot_json(e);
+	json_t *j = NULL;
+	char *text = NULL;
+	int ret = -ENOMEM;
+
+	if (!spec || !snap) {
+		json_decref(spec);
+		json_decref(snap);
+		goto out;
+	}
+	j = json_pack("{s:i, s:o, s:o}", "version", REGISTRY_VERSION, "spec", spec, "snapshot",
+		      snap);
+	if (!j)
+		goto out;
+	text = json_dumps(j, JSON_INDENT(1) | JSON_SORT_KEYS);
+	if (!text)
+		goto out;
+	if (snprintf(path, sizeof(path), "%s/%s.json", r->dir, e->id) >= (int)sizeof(path)) {
+		ret = -ENAMETOOLONG;
+		goto out;
+	}
+	ret = write_file_atomic(path, text, strlen(text), 0644);
+out:
+	if (ret == -ENOMEM)
+		pr_err("out of memory writing function %s", e->id);
+	free(text);
+	json_decref(j);
+	return ret;
+}
+
+static struct entry *find(struct registry *r, const char *id, size_t *idx)
+{
+	for (size_t i = 0; i < r->n; i++) {
+		if (!strcmp(r->e[i]->id, id)) {
+			if (idx)
+				*idx = i;
+			return r->e[i];
+		}
+	}
+	return NULL;
+}
+
+static int add(struct registry *r, struct entry *e)
+{
+	if (r->n == r->cap) {
+		size_t cap = r->cap ? r->cap * 2 : 16;
+		struct entry **n = realloc(r->e, cap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		r->e = n;
+		r->cap = cap;
+	}
+	r->e[r->n++] = e;
+	return 0;
+}
+
+static bool snap_id_valid(const char *s)
+{
+	uint8_t h[CHUNK_HASH_LEN];
+
+	return s && strlen(s) == CHUNK_ID_LEN - 1 && !strncmp(s, "sha256:", 7) &&
+	       hex_decode(s + 7, h, CHUNK_HASH_LEN) == 0;
+}
+
+/* Parse one function file; NULL (logged) if it is damaged. */
+static struct entry *entry_load(const char *path, const char *id)
+{
+	struct entry *e = NULL;
+	json_t *j = NULL, *spec, *snap, *v;
+	json_error_t jerr;
+	char *buf = NULL;
+	size_t len;
+	int ret;
+
+	ret = read_file(path, &buf, &len, REGISTRY_FILE_MAX);
+	if (ret) {
+		pr_warn("%s: %s; function %s skipped", path, strerror(-ret), id);
+		return NULL;
+	}
+	j = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!j) {
+		pr_warn("%s: line %d: %s; function %s skipped", path, jerr.line, jerr.text, id);
+		goto bad;
+	}
+	spec = json_object_get(j, "spec");
+	snap = json_object_get(j, "snapshot");
+	if (!json_is_object(spec) || !json_is_object(snap) ||
+	    json_integer_value(json_object_get(j, "version")) != REGISTRY_VERSION) {
+		pr_warn("%s: not a version %d function file; function %s skipped", path,
+			REGISTRY_VERSION, id);
+		goto bad;
+	}
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		goto bad;
+	snprintf(e->id, sizeof(e->id), "%s", id);
+	e->spec = json_deep_copy(spec);
+	if (!e->spec)
+		goto bad;
+	if (state_parse(json_string_value(json_object_get(snap, "state")), &e->state)) {
+		pr_warn("%s: unknown snapshot state; function %s skipped", path, id);
+		goto bad;
+	}
+	v = json_object_get(snap, "id");
+	if (e->state == SNAP_READY) {
+		if (!snap_id_valid(json_string_value(v))) {
+			pr_warn("%s: bad snapshot id; function %s skipped", path, id);
+			goto bad;
+		}
+		snprintf(e->snap_id, sizeof(e->snap_id), "%s", json_string_value(v));
+	}
+	v = json_object_get(snap, "error");
+	if (json_is_string(v) && !(e->error = strdup(json_string_value(v))))
+		goto bad;
+	v = json_object_get(snap, "job");
+	if (json_is_string(v))
+		snprintf(e->job, sizeof(e->job), "%s", json_string_value(v));
+	v = json_object_get(snap, "image_bytes");
+	e->image_bytes = json_is_integer(v) && json_integer_value(v) > 0 ? json_integer_value(v) : 0;
+	v = json_object_get(snap, "stored_bytes");
+	e->stored_bytes =
+		json_is_integer(v) && json_integer_value(v) > 0 ? json_integer_value(v) : 0;
+	v = json_object_get(snap, "timings_ms");
+	if (json_is_object(v) && !(e->timings = json_deep_copy(v)))
+		goto bad;
+	json_decref(j);
+	free(buf);
+	return e;
+bad:
+	entry_free(e);
+	json_decref(j);
+	free(buf);
+	return NULL;
+}
+
+static int load_all(struct registry *r)
+{
+	DIR *d = opendir(r->dir);
+	struct dirent *de;
+	int ret = 0;
+
+	if (!d) {
+		ret = -errno;
+		pr_perror("open %s", r->dir);
+		return ret;
+	}
+	while ((de = readdir(d))) {
+		char id[64], path[PATH_MAX];
+		size_t l = strlen(de->d_name);
+		struct entry *e;
+
+		if (snprintf(path, sizeof(path), "%s/%s", r->dir, de->d_name) >= (int)sizeof(path))
+			continue;
+		if (strstr(de->d_name, ".json.tmp.")) {
+			/* A write_file_atomic that a crash interrupted. */
+			unlink(path);
+			continue;
+		}
+		if (l <= 5 || strcmp(de->d_name + l - 5, ".json") || l - 5 >= sizeof(id))
+			continue;
+		memcpy(id, de->d_name, l - 5);
+		id[l - 5] = '\0';
+		if (!id_valid(id))
+			continue;
+		e = entry_load(path, id);
+		if (!e)
+			continue;
+		if (e->state == SNAP_BUILDING) {
+			pr_warn("function %s: its snapshot (job %s) was building when thawd stopped: "
+				"marked failed",
+				id, e->job[0] ? e->job : "?");
+			e->state = SNAP_FAILED;
+			free(e->error);
+			e->error = strdup(REGISTRY_RESTART_REASON);
+			entry_persist(r, e);
+		}
+		ret = add(r, e);
+		if (ret) {
+			entry_free(e);
+			break;
+		}
+	}
+	closedir(d);
+	return ret;
+}
+
+struct registry *registry_open(const char *dir)
+{
+	struct registry *r = calloc(1, sizeof(*r));
+
+	if (!r) {
+		pr_err("out of memory");
+		return NULL;
+	}
+	pthread_mutex_init(&r->lock, NULL);
+	if (snprintf(r->dir, sizeof(r->dir), "%s", dir) >= (int)sizeof(r->dir)) {
+		pr_err("path too long: %s", dir);
+		goto err;
+	}
+	if (mkdir_p(dir, 0755))
+		goto err;
+	if (load_all(r))
+		goto err;
+	pr_info("%zu functions in %s", r->n, dir);
+	return r;
+err:
+	registry_free(r);
+	return NULL;
+}
+
+void registry_free(struct registry *r)
+{
+	if (!r)
+		return;
+	for (size_t i = 0; i < r->n; i++)
+		entry_free(r->e[i]);
+	free(r->e);
+	pthread_mutex_destroy(&r->lock);
+	free(r);
+}
+
+int registry_put(struct registry *r, const char *id, const json_t *spec, bool *created)
+{
+	struct entry *e, *fresh = NULL;
+	json_t *copy = json_deep_copy(spec);
+	int ret = 0;
+
+	if (!copy)
+		return -ENOMEM;
+	pthread_mutex_lock(&r->lock);
+	e = find(r, id, NULL);
+	if (e) {
+		*created = false;
+		if (e->state == SNAP_BUILDING) {
+			ret = -EBUSY;
+			goto out;
+		}
+		if (!json_equal(e->spec, copy)) {
+			json_decref(e->spec);
+			e->spec = copy;
+			copy = NULL;
+			entry_clear_snapshot(e);
+		}
+		ret = entry_persist(r, e);
+		goto out;
+	}
+	*created = true;
+	fresh = calloc(1, sizeof(*fresh));
+	if (!fresh) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	snprintf(fresh->id, sizeof(fresh->id), "%s", id);
+	fresh->spec = copy;
+	copy = NULL;
+	ret = entry_persist(r, fresh);
+	if (ret)
+		goto out;
+	ret = add(r, fresh);
+	if (ret)
+		goto out;
+	fresh = NULL;
+out:
+	pthread_mutex_unlock(&r->lock);
+	entry_free(fresh);
+	json_decref(copy);
+	return ret;
+}
+
+int registry_get_json(struct registry *r, const char *id, json_t **out)
+{
+	struct entry *e;
+	int ret = 0;
+
+	*out = NULL;
+	pthread_mutex_lock(&r->lock);
+	e = find(r, id, NULL);
+	if (!e)
+		ret = -ENOENT;
+	else if (!(*out = entry_api_json(e)))
+		ret = -ENOMEM;
+	pthread_mutex_unlock(&r->lock);
+	return ret;
+}
+
+static int cmp_entry(const void *a, const void *b)
+{
+	return strcmp((*(struct entry *const *)a)->id, (*(struct entry *const *)b)->id);
+}
+
+int registry_list_json(struct registry *r, json_t **out)
+{
+	json_t *arr = json_array();
+	int ret = 0;
+
+	*out = NULL;
+	if (!arr)
+		return -ENOMEM;
+	pthread_mutex_lock(&r->lock);
+	qsort(r->e, r->n, sizeof(*r->e), cmp_entry);
+	for (size_t i = 0; i < r->n && !ret; i++) {
+		if (json_array_append_new(arr, entry_api_json(r->e[i])))
+			ret = -ENOMEM;
+	}
+	pthread_mutex_unlock(&r->lock);
+	if (ret) {
+		json_decref(arr);
+		return ret;
+	}
+	*out = arr;
+	return 0;
+}
+
+int registry_delete(struct registry *r, const char *id)
+{
+	char path[PATH_MAX];
+	struct entry *e;
+	size_t idx;
+	int ret = 0;
+
+	pthread_mutex_lock(&r->lock);
+	e = find(r, id, &idx);
+	if (!e) {
+		ret = -ENOENT;
+		goto out;
+	}
+	snprintf(path, sizeof(path), "%s/%s.json", r->dir, id);
+	if (unlink(path) < 0 && errno != ENOENT) {
+		ret = -errno;
+		pr_perror("remove %s", path);
+		goto out;
+	}
+	fsync_dir(r->dir);
+	r->e[idx] = r->e[--r->n];
+	entry_free(e);
+out:
+	pthread_mutex_unlock(&r->lock);
+	return ret;
+}
+
+bool registry_exists(struct registry *r, const char *id)
+{
+	bool yes;
+
+	pthread_mutex_lock(&r->lock);
+	yes = find(r, id, NULL) != NULL;
+	pthread_mutex_unlock(&r->lock);
+	return yes;
+}
+
+int registry_snapshot_begin(struct registry *r, const char *id, const char *job_id,
+			    json_t **spec)
+{
+	struct entry *e;
+	int ret = 0;
+
+	*spec = NULL;
+	pthread_mutex_lock(&r->lock);
+	e = find(r, id, NULL);
+	if (!e) {
+		ret = -ENOENT;
+		goto out;
+	}
+	if (e->state == SNAP_BUILDING) {
+		ret = -EBUSY;
+		goto out;
+	}
+	*spec = json_deep_copy(e->spec);
+	if (!*spec) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	/* The previous snapshot (if any) is replaced by this one: it stays in
+	 * the store until gc, but starts wait for the new one. */
+	entry_clear_snapshot(e);
+	e->state = SNAP_BUILDING;
+	snprintf(e->job, sizeof(e->job), "%s", job_id);
+	ret = entry_persist(r, e);
+	if (ret) {
+		e->state = SNAP_NONE;
+		json_decref(*spec);
+		*spec = NULL;
+	}
+out:
+	pthread_mutex_unlock(&r->lock);
+	return ret;
+}
+
+int registry_snapshot_end(struct registry *r, const char *id, const char *job_id,
+			  const char *snapshot_id, uint64_t image_bytes, uint64_t stored_bytes,
+			  const json_t *timings_ms, const char *error)
+{
+	struct entry *e;
+	int ret = 0;
+
+	pthread_mutex_lock(&r->lock);
+	e = find(r, id, NULL);
+	if (!e || e->state != SNAP_BUILDING || strcmp(e->job, job_id)) {
+		ret = -ENOENT;
+		goto out;
+	}
+	json_decref(e->timings);
+	e->timings = timings_ms ? json_deep_copy(timings_ms) : NULL;
+	free(e->error);
+	e->error = NULL;
+	if (snapshot_id) {
+		e->state = SNAP_READY;
+		snprintf(e->snap_id, sizeof(e->snap_id), "%s", snapshot_id);
+		e->image_bytes = image_bytes;
+		e->stored_bytes = stored_bytes;
+	} else {
+		e->state = SNAP_FAILED;
+		e->error = strdup(error && *error ? error : "snapshot failed");
+	}
+	ret = entry_persist(r, e);
+out:
+	pthread_mutex_unlock(&r->lock);
+	return ret;
+}
+
+int registry_ready_snapshot(struct registry *r, const char *id, char out[CHUNK_ID_LEN],
+			    enum snap_state *state)
+{
+	struct entry *e;
+	int ret = 0;
+
+	pthread_mutex_lock(&r->lock);
+	e = find(r, id, NULL);
+	if (!e) {
+		ret = -ENOENT;
+	} else {
+		if (state)
+			*state = e->state;
+		if (e->state == SNAP_READY)
+			memcpy(out, e->snap_id, CHUNK_ID_LEN);
+		else
+			ret = -ENODATA;
+	}
+	pthread_mutex_unlock(&r->lock);
+	return ret;
+}

@@ -1,0 +1,70 @@
+/* registry.h — the functions thawd knows and the state of their snapshots.
+ *
+ * Each function is one file, <dir>/<id>.json (written with
+ * write_file_atomic, so a crash leaves the old or the new), holding
+ *
+ *	{"version":1, "spec":{…spec_to_json…},
+ *	 "snapshot":{"state":"none|building|ready|failed", "id":"sha256:…"|null,
+ *	             "error":"…"|null, "job":"…"|null, "image_bytes":N,
+ *	             "stored_bytes":N, "timings_ms":{…}|null}}
+ *
+ * and GET /functions/<id> answers the spec's fields plus "snapshot".  On open,
+ * a snapshot left "building" by an earlier thawd becomes "failed" with the
+ * reason "thawd restarted during the snapshot".
+ *
+ * Thread-safe; the lock is held only for the in-memory change and the file
+ * write, never across a snapshot or a start.
+ */
+#ifndef THAW_SERVER_REGISTRY_H
+#define THAW_SERVER_REGISTRY_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store/chunk.h"
+
+#define REGISTRY_RESTART_REASON "thawd restarted during the snapshot"
+
+enum snap_state { SNAP_NONE, SNAP_BUILDING, SNAP_READY, SNAP_FAILED };
+
+struct registry;
+
+/* Open the registry kept in dir (created if needed), loading every function
+ * found there.  NULL on error, logged. */
+struct registry *registry_open(const char *dir);
+void registry_free(struct registry *r); /* NULL is fine */
+
+/* Create or replace function id with spec (the registry takes its own copy).
+ * *created tells which.  Replacing a spec with a different one forgets the
+ * snapshot (it was taken of the old spec); the same spec keeps it.  -EBUSY
+ * while a snapshot of it is building. */
+int registry_put(struct registry *r, const char *id, const json_t *spec, bool *created);
+/* GET /functions/<id>: a new object; -ENOENT. */
+int registry_get_json(struct registry *r, const char *id, json_t **out);
+/* GET /functions: a new array, sorted by id. */
+int registry_list_json(struct registry *r, json_t **out);
+/* Forget function id and remove its file; -ENOENT. */
+int registry_delete(struct registry *r, const char *id);
+bool registry_exists(struct registry *r, const char *id);
+
+/* A snapshot of id begins, as job job_id: state "building".  *spec: a copy of
+ * its spec (you own it).  -ENOENT unknown, -EBUSY already building. */
+int registry_snapshot_begin(struct registry *r, const char *id, const char *job_id,
+			    json_t **spec);
+/* The snapshot of job job_id ended: ready with snapshot_id, sizes and
+ * timings_ms (may be NULL; copied), or failed with error (snapshot_id NULL).
+ * -ENOENT (nothing recorded) if the function was deleted or replaced
+ * meanwhile: the caller then knows that the snapshot belongs to nobody. */
+int registry_snapshot_end(struct registry *r, const char *id, const char *job_id,
+			  const char *snapshot_id, uint64_t image_bytes, uint64_t stored_bytes,
+			  const json_t *timings_ms, const char *error);
+/* The ready snapshot of id into out; -ENOENT unknown function, -ENODATA none
+ * ready (*state says which state it is in). */
+int registry_ready_snapshot(struct registry *r, const char *id, char out[CHUNK_ID_LEN],
+			    enum snap_state *state);
+
+const char *snap_state_name(enum snap_state s);
+
+#endif

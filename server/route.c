@@ -1,0 +1,278 @@
+/* route.c — see route.h. */
+#define LOG_PREFIX "route: "
+#include "server/route.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "prewarm/spec.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Segments of a path: at most 3 are meaningful, a 4th means "too many". */
+#define MAX_SEGS 4
+
+static int split(const char *path, const char *seg[MAX_SEGS], size_t len[MAX_SEGS])
+{
+	const char *p = path + 1;
+	int n = 0;
+
+	for (;;) {
+		size_t l = strcspn(p, "/");
+
+		if (l == 0)
+			return -ENOENT; /* "//", a trailing "/" or "/" alone */
+		if (n == MAX_SEGS)
+			return -ENOENT;
+		seg[n] = p;
+		len[n] = l;
+		n++;
+		p += l;
+		if (!*p)
+			return n;
+		p++;
+	}
+}
+
+static bool seg_is(const char *seg, size_t len, const char *word)
+{
+	return len == strlen(word) && !memcmp(seg, word, len);
+}
+
+/* Copy segment into r->id if it is a valid id. */
+static int take_id(const char *seg, size_t len, struct route *r, char *err, size_t errlen)
+{
+	if (memchr(seg, '%', len)) {
+		snprintf(err, errlen, "percent-encoded characters are not allowed in ids");
+		return -EINVAL;
+	}
+	if (len >= sizeof(r->id)) {
+		snprintf(err, errlen, "id is longer than 63 characters");
+		return -EINVAL;
+	}
+	memcpy(r->id, seg, len);
+	r->id[len] = '\0';
+	if (!id_valid(r->id)) {
+		snprintf(err, errlen, "invalid id \"%s\": ids are [a-z0-9][a-z0-9._-]{0,62}",
+			 r->id);
+		r->id[0] = '\0';
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int route_parse(const char *path, struct route *r, char *err, size_t errlen)
+{
+	const char *seg[MAX_SEGS];
+	size_t len[MAX_SEGS];
+	int n;
+
+	memset(r, 0, sizeof(*r));
+	if (errlen)
+		err[0] = '\0';
+	if (!path || path[0] != '/' || strnlen(path, ROUTE_PATH_MAX + 1) > ROUTE_PATH_MAX)
+		return -ENOENT;
+	n = split(path, seg, len);
+	if (n < 0)
+		return n;
+
+	if (n == 1) {
+		if (seg_is(seg[0], len[0], "healthz"))
+			r->kind = ROUTE_HEALTHZ;
+		else if (seg_is(seg[0], len[0], "metrics"))
+			r->kind = ROUTE_METRICS;
+		else if (seg_is(seg[0], len[0], "functions"))
+			r->kind = ROUTE_FUNCTIONS;
+		else if (seg_is(seg[0], len[0], "instances"))
+			r->kind = ROUTE_INSTANCES;
+		else if (seg_is(seg[0], len[0], "jobs"))
+			r->kind = ROUTE_JOBS;
+		else
+			return -ENOENT;
+		return 0;
+	}
+
+	/* Decide the route from the fixed words first: an unknown path is a
+	 * 404 whatever its id looks like. */
+	enum route_kind kind = ROUTE_NONE;
+
+	if (seg_is(seg[0], len[0], "functions")) {
+		if (n == 2)
+			kind = ROUTE_FUNCTION;
+		else if (n == 3 && seg_is(seg[2], len[2], "snapshot"))
+			kind = ROUTE_FUNCTION_SNAPSHOT;
+		else if (n == 3 && seg_is(seg[2], len[2], "start"))
+			kind = ROUTE_FUNCTION_START;
+	} else if (seg_is(seg[0], len[0], "instances") && n == 2) {
+		kind = ROUTE_INSTANCE;
+	} else if (seg_is(seg[0], len[0], "jobs") && n == 2) {
+		kind = ROUTE_JOB;
+	}
+	if (kind == ROUTE_NONE)
+		return -ENOENT;
+
+	int ret = take_id(seg[1], len[1], r, err, errlen);
+	if (ret)
+		return ret;
+	r->kind = kind;
+	return 0;
+}
+
+enum http_method method_parse(const char *method)
+{
+	if (!method)
+		return METHOD_OTHER;
+	if (!strcmp(method, "GET"))
+		return METHOD_GET;
+	if (!strcmp(method, "PUT"))
+		return METHOD_PUT;
+	if (!strcmp(method, "POST"))
+		return METHOD_POST;
+	if (!strcmp(method, "DELETE"))
+		return METHOD_DELETE;
+	return METHOD_OTHER;
+}
+
+static const struct {
+	unsigned methods;
+	const char *allow;
+	const char *name;
+} routes[] = {
+	[ROUTE_NONE] = { 0, "", "none" },
+	[ROUTE_HEALTHZ] = { METHOD_GET, "GET", "healthz" },
+	[ROUTE_METRICS] = { METHOD_GET, "GET", "metrics" },
+	[ROUTE_FUNCTIONS] = { METHOD_GET, "GET", "functions" },
+	[ROUTE_FUNCTION] = { METHOD_GET | METHOD_PUT | METHOD_DELETE, "GET, PUT, DELETE",
+			     "function" },
+	[ROUTE_FUNCTION_SNAPSHOT] = { METHOD_POST, "POST", "snapshot" },
+	[ROUTE_FUNCTION_START] = { METHOD_POST, "POST", "start" },
+	[ROUTE_INSTANCES] = { METHOD_GET, "GET", "instances" },
+	[ROUTE_INSTANCE] = { METHOD_GET | METHOD_DELETE, "GET, DELETE", "instance" },
+	[ROUTE_JOBS] = { METHOD_GET, "GET", "jobs" },
+	[ROUTE_JOB] = { METHOD_GET, "GET", "job" },
+};
+
+unsigned route_methods(enum route_kind kind)
+{
+	return (unsigned)kind < ARRAY_SIZE(routes) ? routes[kind].methods : 0;
+}
+
+const char *route_allow(enum route_kind kind)
+{
+	return (unsigned)kind < ARRAY_SIZE(routes) ? routes[kind].allow : "";
+}
+
+const char *route_name(enum route_kind kind)
+{
+	return (unsigned)kind < ARRAY_SIZE(routes) ? routes[kind].name : "none";
+}
+
+int query_bool(const char *value, bool *out)
+{
+	if (!value || !strcmp(value, "0") || !strcmp(value, "false")) {
+		*out = false;
+		return 0;
+	}
+	/* "?wait" alone arrives as an empty value. */
+	if (!*value || !strcmp(value, "1") || !strcmp(value, "true")) {
+		*out = true;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+int body_parse_object(const char *buf, size_t len, json_t **out, char *err, size_t errlen)
+{
+	json_error_t jerr;
+	json_t *j;
+
+	*out = NULL;
+	if (!buf || len == 0) {
+		snprintf(err, errlen, "the request needs a JSON object body");
+		return -EINVAL;
+	}
+	j = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!j) {
+		snprintf(err, errlen, "malformed JSON at line %d, column %d (byte %d): %s",
+			 jerr.line, jerr.column, jerr.position, jerr.text);
+		return -EINVAL;
+	}
+	if (!json_is_object(j)) {
+		snprintf(err, errlen, "the body must be a JSON object");
+		json_decref(j);
+		return -EINVAL;
+	}
+	*out = j;
+	return 0;
+}
+
+int function_body_parse(const char *id, const char *buf, size_t len, json_t **spec_json, char *err,
+			size_t errlen)
+{
+	struct func_spec *spec = NULL;
+	json_t *body = NULL, *idj;
+	int ret;
+
+	*spec_json = NULL;
+	ret = body_parse_object(buf, len, &body, err, errlen);
+	if (ret)
+		return ret;
+	idj = json_object_get(body, "id");
+	if (idj && (!json_is_string(idj) || strcmp(json_string_value(idj), id))) {
+		snprintf(err, errlen, "\"id\" in the body differs from the id in the path");
+		ret = -EINVAL;
+		goto out;
+	}
+	err[0] = '\0';
+	ret = spec_parse(body, id, &spec, err, errlen);
+	if (ret) {
+		if (!err[0])
+			snprintf(err, errlen, "spec_parse: %s", strerror(-ret));
+		goto out;
+	}
+	*spec_json = spec_to_json(spec);
+	if (!*spec_json) {
+		snprintf(err, errlen, "out of memory writing the spec");
+		ret = -ENOMEM;
+	}
+out:
+	spec_free(spec);
+	json_decref(body);
+	return ret;
+}
+
+int listen_addr_parse(const char *s, char *host, size_t hostlen, char *port, size_t portlen)
+{
+	const char *colon, *h = s;
+	size_t hl;
+
+	if (!s || !*s)
+		return -EINVAL;
+	if (s[0] == '[') {
+		const char *close = strchr(s, ']');
+
+		if (!close || close[1] != ':')
+			return -EINVAL;
+		h = s + 1;
+		hl = (size_t)(close - h);
+		colon = close + 1;
+	} else {
+		colon = strrchr(s, ':');
+		if (!colon || strchr(s, ':') != colon)
+			return -EINVAL;
+		hl = (size_t)(colon - s);
+	}
+	if (hl == 0 || hl >= hostlen || strlen(colon + 1) == 0 || strlen(colon + 1) >= portlen)
+		return -EINVAL;
+	for (const char *p = colon + 1; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return -EINVAL;
+	}
+	if (atol(colon + 1) > 65535)
+		return -EINVAL;
+	memcpy(host, h, hl);
+	host[hl] = '\0';
+	snprintf(port, portlen, "%s", colon + 1);
+	return 0;
+}

@@ -1,0 +1,80 @@
+/* route.h — what a request asks for: the path parsed into a route and an id,
+ * the method checked against the route, the body parsed as JSON.
+ *
+ * Pure functions (no I/O, no global state) so that they can be fuzzed and
+ * unit-tested apart from the HTTP server.  Paths are parsed strictly: the path
+ * as it came on the wire (thawd does not let libmicrohttpd unescape it), no
+ * empty segment, no trailing slash, no percent-encoding, every id checked
+ * with id_valid(), so nothing a client sends can name a file outside the data
+ * directory.
+ */
+#ifndef THAW_SERVER_ROUTE_H
+#define THAW_SERVER_ROUTE_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#define ROUTE_PATH_MAX 1024 /* longer paths are answered 404 */
+
+enum route_kind {
+	ROUTE_NONE = 0,
+	ROUTE_HEALTHZ,           /* /healthz */
+	ROUTE_METRICS,           /* /metrics */
+	ROUTE_FUNCTIONS,         /* /functions */
+	ROUTE_FUNCTION,          /* /functions/<id> */
+	ROUTE_FUNCTION_SNAPSHOT, /* /functions/<id>/snapshot */
+	ROUTE_FUNCTION_START,    /* /functions/<id>/start */
+	ROUTE_INSTANCES,         /* /instances */
+	ROUTE_INSTANCE,          /* /instances/<iid> */
+	ROUTE_JOBS,              /* /jobs (thaw's addition: snapshot jobs) */
+	ROUTE_JOB,               /* /jobs/<jid> */
+};
+
+enum http_method {
+	METHOD_OTHER = 0,
+	METHOD_GET = 1 << 0,
+	METHOD_PUT = 1 << 1,
+	METHOD_POST = 1 << 2,
+	METHOD_DELETE = 1 << 3,
+};
+
+struct route {
+	enum route_kind kind;
+	char id[64]; /* the function, instance or job id; "" for collections */
+};
+
+/* Parse path (without the query string).  0 and *r; -ENOENT for a path that
+ * names nothing (404); -EINVAL for a malformed id (400), with the reason in
+ * err. */
+int route_parse(const char *path, struct route *r, char *err, size_t errlen);
+
+enum http_method method_parse(const char *method);
+/* The methods route kind allows (a mask of enum http_method), and the same as
+ * an Allow header value ("GET, PUT, DELETE"). */
+unsigned route_methods(enum route_kind kind);
+const char *route_allow(enum route_kind kind);
+/* A name for logs and metrics: "function", "start", … */
+const char *route_name(enum route_kind kind);
+
+/* A boolean query parameter (?wait=1): NULL, "0", "false" → false; "", "1",
+ * "true" → true; 0 and *out, -EINVAL for anything else. */
+int query_bool(const char *value, bool *out);
+
+/* Parse a request body as one JSON object.  0 and *out (a new reference), or
+ * -EINVAL with jansson's message and position in err. */
+int body_parse_object(const char *buf, size_t len, json_t **out, char *err, size_t errlen);
+
+/* The body of PUT /functions/<id>: a JSON object checked by spec_parse(), with
+ * an "id" (if any) equal to id.  0 and *spec_json (the spec as spec_to_json()
+ * writes it: a new reference), -EINVAL with the reason in err (400), or
+ * another -errno from spec_parse (the spec module is not available, no
+ * memory). */
+int function_body_parse(const char *id, const char *buf, size_t len, json_t **spec_json, char *err,
+			size_t errlen);
+
+/* Split a listen address "HOST:PORT" or "[V6]:PORT" into host and port
+ * (digits, at most 65535).  0 or -EINVAL. */
+int listen_addr_parse(const char *s, char *host, size_t hostlen, char *port, size_t portlen);
+
+#endif

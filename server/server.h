@@ -1,0 +1,55 @@
+/* server.h — thawd: the HTTP API of DESIGN.md over libmicrohttpd.
+ *
+ * One thread per connection (libmicrohttpd's), so a start or a snapshot with
+ * ?wait=1 occupies only its own connection's thread and /healthz and /metrics
+ * answer while they run; asynchronous snapshots run on job threads.  No lock
+ * is held across a start or a snapshot.
+ *
+ *	struct server *s = server_new(&cfg, &opts);   recovery of an earlier run
+ *	server_start(s);                               listening
+ *	… SIGTERM …
+ *	server_shutdown(s);   stop accepting, finish running work, stop instances
+ *	server_free(s);
+ */
+#ifndef THAW_SERVER_SERVER_H
+#define THAW_SERVER_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/config.h"
+
+#define SERVER_DEFAULT_LISTEN        "127.0.0.1:8080"
+#define SERVER_DEFAULT_MAX_BODY      (1u << 20)
+#define SERVER_DEFAULT_MAX_STARTS    32
+#define SERVER_DEFAULT_MAX_SNAPSHOTS 2
+#define SERVER_DEFAULT_MAX_CONNS     512
+
+struct server_opts {
+	const char *listen;     /* "HOST:PORT" ("[::1]:PORT" for IPv6); port 0: any free one */
+	const char *token_file; /* NULL: no token asked */
+	const char *port_file;  /* NULL, or a file to write the bound port into once listening */
+	size_t max_body;        /* request bodies above this get 413 */
+	unsigned max_starts;    /* concurrent starts; more get 503 + Retry-After */
+	unsigned max_snapshots; /* concurrent snapshots; likewise */
+	unsigned max_conns;     /* concurrent connections */
+};
+
+void server_opts_default(struct server_opts *o);
+
+struct server;
+
+/* Open the data directory's registry, store and RAM tier, and recover from an
+ * earlier run (stop recorded instances, mark building snapshots failed, clean
+ * snapshot leftovers).  NULL on error, logged. */
+struct server *server_new(const struct thaw_config *c, const struct server_opts *o);
+/* Listen and serve on libmicrohttpd's threads.  0 or -errno. */
+int server_start(struct server *s);
+/* The port it listens on (after server_start). */
+uint16_t server_port(const struct server *s);
+/* Stop accepting, answer 503 to new work, wait for running starts and
+ * snapshots, then stop the instances this thawd started. */
+void server_shutdown(struct server *s);
+void server_free(struct server *s); /* NULL is fine */
+
+#endif

@@ -1,0 +1,275 @@
+/* thawd_main.c — the thawd program: options, signals, the server. */
+#define LOG_PREFIX "thawd: "
+#include "common/config.h"
+#include "common/log.h"
+#include "server/server.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: thawd [OPTIONS]\n"
+		"\n"
+		"thawd serves thaw's HTTP API (see DESIGN.md): register functions, snapshot\n"
+		"them, start instances restored from their snapshots.\n"
+		"\n"
+		"options (each also read from the environment variable shown):\n"
+		"  --listen HOST:PORT     address to listen on (THAW_LISTEN; default %s;\n"
+		"                         port 0 picks a free one, see --port-file)\n"
+		"  --data-dir DIR         functions/, store/, instances/ live here\n"
+		"                         (THAW_DATA_DIR; default /var/lib/thaw)\n"
+		"  --ram-tier DIR         RAM tier of materialised snapshots\n"
+		"                         (THAW_RAM_TIER; default /dev/shm/thaw)\n"
+		"  --ram-tier-bytes N     its byte budget; K, M, G, T suffixes are binary\n"
+		"                         (THAW_RAM_TIER_BYTES; default half of /dev/shm)\n"
+		"  --token-file FILE      ask every request but GET /healthz for\n"
+		"                         \"Authorization: Bearer <the file's first line>\"\n"
+		"                         (THAW_TOKEN_FILE; default: no token)\n"
+		"  --runc PATH            runc binary (THAW_RUNC; default runc on PATH)\n"
+		"  --criu PATH            criu >= 4.2 for runc --criu (THAW_CRIU; default the\n"
+		"                         .deps/criu-wrapper of the tree, else criu on PATH)\n"
+		"  --max-starts N         concurrent starts; more answer 503 with Retry-After\n"
+		"                         (THAW_MAX_STARTS; default %u; 0 refuses every start)\n"
+		"  --max-snapshots N      concurrent snapshots, likewise (THAW_MAX_SNAPSHOTS;\n"
+		"                         default %u)\n"
+		"  --max-body BYTES       larger request bodies answer 413 (THAW_MAX_BODY;\n"
+		"                         default %u)\n"
+		"  --max-connections N    concurrent connections (THAW_MAX_CONNECTIONS;\n"
+		"                         default %u)\n"
+		"  --port-file FILE       write the port listened on into FILE once listening\n"
+		"  -v, --verbose          debug logging (THAW_LOG=debug|info|warn|err)\n"
+		"  -q, --quiet            warnings and errors only (no line per request)\n"
+		"  -h, --help             this help\n"
+		"\n"
+		"thawd logs one line per request at info level, on stderr.\n"
+		"\n"
+		"Stopping: on SIGTERM or SIGINT thawd stops accepting connections, answers\n"
+		"503 to new work on open ones, waits for the starts and snapshots that are\n"
+		"running to finish, then stops every instance it started and exits 0.  A\n"
+		"second signal ends it at once; so does kill -9.  Either way, the next thawd\n"
+		"on the same data directory reports the instances it finds recorded as lost\n"
+		"and stops them, marks snapshots that were building as failed (\"thawd\n"
+		"restarted during the snapshot\"), removes what they left (container,\n"
+		"namespace, work directory) and garbage-collects the store.\n",
+		SERVER_DEFAULT_LISTEN, SERVER_DEFAULT_MAX_STARTS, SERVER_DEFAULT_MAX_SNAPSHOTS,
+		SERVER_DEFAULT_MAX_BODY, SERVER_DEFAULT_MAX_CONNS);
+}
+
+/* A count or a byte size: digits with an optional binary suffix (bytes only). */
+static int parse_num(const char *what, const char *v, bool suffix, unsigned long long max,
+		     unsigned long long *out)
+{
+	unsigned long long n, mul = 1;
+	char *end;
+
+	errno = 0;
+	n = strtoull(v, &end, 10);
+	if (errno || end == v || v[0] == '-')
+		goto bad;
+	if (suffix && *end) {
+		switch (*end) {
+		case 'K': case 'k': mul = 1ull << 10; break;
+		case 'M': case 'm': mul = 1ull << 20; break;
+		case 'G': case 'g': mul = 1ull << 30; break;
+		case 'T': case 't': mul = 1ull << 40; break;
+		default: goto bad;
+		}
+		end++;
+		if (*end == 'i' || *end == 'B')
+			end += *end == 'i' ? (end[1] == 'B' ? 2 : 1) : 1;
+	}
+	if (*end || n > max / mul)
+		goto bad;
+	*out = n * mul;
+	return 0;
+bad:
+	fprintf(stderr, "thawd: %s: \"%s\" is not a valid number\n", what, v);
+	return -EINVAL;
+}
+
+static int set_path(char *dst, const char *v, const char *what)
+{
+	if (snprintf(dst, PATH_MAX, "%s", v) >= PATH_MAX) {
+		fprintf(stderr, "thawd: %s: path too long\n", what);
+		return -ENAMETOOLONG;
+	}
+	return 0;
+}
+
+static const char *env(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v && *v ? v : NULL;
+}
+
+enum {
+	OPT_LISTEN = 256,
+	OPT_DATA_DIR,
+	OPT_RAM_TIER,
+	OPT_RAM_TIER_BYTES,
+	OPT_TOKEN_FILE,
+	OPT_RUNC,
+	OPT_CRIU,
+	OPT_MAX_STARTS,
+	OPT_MAX_SNAPSHOTS,
+	OPT_MAX_BODY,
+	OPT_MAX_CONNS,
+	OPT_PORT_FILE,
+};
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "listen", required_argument, NULL, OPT_LISTEN },
+		{ "data-dir", required_argument, NULL, OPT_DATA_DIR },
+		{ "ram-tier", required_argument, NULL, OPT_RAM_TIER },
+		{ "ram-tier-bytes", required_argument, NULL, OPT_RAM_TIER_BYTES },
+		{ "token-file", required_argument, NULL, OPT_TOKEN_FILE },
+		{ "runc", required_argument, NULL, OPT_RUNC },
+		{ "criu", required_argument, NULL, OPT_CRIU },
+		{ "max-starts", required_argument, NULL, OPT_MAX_STARTS },
+		{ "max-snapshots", required_argument, NULL, OPT_MAX_SNAPSHOTS },
+		{ "max-body", required_argument, NULL, OPT_MAX_BODY },
+		{ "max-connections", required_argument, NULL, OPT_MAX_CONNS },
+		{ "port-file", required_argument, NULL, OPT_PORT_FILE },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *data_dir = NULL, *ram_tier = NULL, *ram_bytes = NULL, *runc = NULL;
+	const char *criu = NULL, *max_starts = NULL, *max_snaps = NULL, *max_body = NULL;
+	const char *max_conns = NULL;
+	struct server_opts o;
+	struct thaw_config c;
+	struct server *s = NULL;
+	unsigned long long n;
+	sigset_t sigs;
+	int opt, sig, level = -1;
+
+	server_opts_default(&o);
+	while ((opt = getopt_long(argc, argv, "vqh", longopts, NULL)) != -1) {
+		switch (opt) {
+		case OPT_LISTEN: o.listen = optarg; break;
+		case OPT_DATA_DIR: data_dir = optarg; break;
+		case OPT_RAM_TIER: ram_tier = optarg; break;
+		case OPT_RAM_TIER_BYTES: ram_bytes = optarg; break;
+		case OPT_TOKEN_FILE: o.token_file = optarg; break;
+		case OPT_RUNC: runc = optarg; break;
+		case OPT_CRIU: criu = optarg; break;
+		case OPT_MAX_STARTS: max_starts = optarg; break;
+		case OPT_MAX_SNAPSHOTS: max_snaps = optarg; break;
+		case OPT_MAX_BODY: max_body = optarg; break;
+		case OPT_MAX_CONNS: max_conns = optarg; break;
+		case OPT_PORT_FILE: o.port_file = optarg; break;
+		case 'v': level = LOG_DEBUG; break;
+		case 'q': level = LOG_WARN; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "thawd: unexpected argument %s\n", argv[optind]);
+		usage(stderr);
+		return 2;
+	}
+	/* A daemon that logs one line per request: info unless told otherwise. */
+	if (level >= 0)
+		log_set_level((enum log_level)level);
+	else if (!env("THAW_LOG"))
+		log_set_level(LOG_INFO);
+
+	if (!o.listen || !strcmp(o.listen, SERVER_DEFAULT_LISTEN))
+		o.listen = env("THAW_LISTEN") ? env("THAW_LISTEN") : SERVER_DEFAULT_LISTEN;
+	if (!o.token_file)
+		o.token_file = env("THAW_TOKEN_FILE");
+	if (!max_starts)
+		max_starts = env("THAW_MAX_STARTS");
+	if (!max_snaps)
+		max_snaps = env("THAW_MAX_SNAPSHOTS");
+	if (!max_body)
+		max_body = env("THAW_MAX_BODY");
+	if (!max_conns)
+		max_conns = env("THAW_MAX_CONNECTIONS");
+
+	if (config_init(&c, data_dir)) {
+		fprintf(stderr, "thawd: %s\n", log_last_error());
+		return 1;
+	}
+	if (ram_tier && set_path(c.ram_tier_dir, ram_tier, "--ram-tier"))
+		return 2;
+	if (runc && set_path(c.runc, runc, "--runc"))
+		return 2;
+	if (criu && set_path(c.criu, criu, "--criu"))
+		return 2;
+	if (ram_bytes) {
+		if (parse_num("--ram-tier-bytes", ram_bytes, true, UINT64_MAX, &n) || !n)
+			return 2;
+		c.ram_tier_bytes = n;
+	}
+	if (max_starts) {
+		if (parse_num("--max-starts", max_starts, false, 100000, &n))
+			return 2;
+		o.max_starts = (unsigned)n;
+	}
+	if (max_snaps) {
+		if (parse_num("--max-snapshots", max_snaps, false, 1000, &n))
+			return 2;
+		o.max_snapshots = (unsigned)n;
+	}
+	if (max_body) {
+		if (parse_num("--max-body", max_body, true, 1ull << 30, &n) || !n)
+			return 2;
+		o.max_body = (size_t)n;
+	}
+	if (max_conns) {
+		if (parse_num("--max-connections", max_conns, false, 65536, &n) || !n)
+			return 2;
+		o.max_conns = (unsigned)n;
+	}
+
+	/* Signals are taken by sigwait() below: blocked here, before any
+	 * thread exists, so that every thread inherits the mask. */
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	s = server_new(&c, &o);
+	if (!s) {
+		fprintf(stderr, "thawd: cannot start: %s\n", log_last_error());
+		return 1;
+	}
+	if (server_start(s)) {
+		fprintf(stderr, "thawd: cannot start: %s\n", log_last_error());
+		server_free(s);
+		return 1;
+	}
+	pr_info("ready: runc %s, criu %s, RAM tier %s (%llu bytes), max %u starts, %u snapshots",
+		c.runc, c.criu, c.ram_tier_dir, (unsigned long long)c.ram_tier_bytes, o.max_starts,
+		o.max_snapshots);
+
+	if (sigwait(&sigs, &sig) == 0)
+		pr_info("%s: stopping", strsignal(sig));
+	/* A second signal ends thawd at once. */
+	signal(SIGTERM, SIG_DFL);
+	signal(SIGINT, SIG_DFL);
+	pthread_sigmask(SIG_UNBLOCK, &sigs, NULL);
+
+	server_shutdown(s);
+	server_free(s);
+	pr_info("stopped");
+	return 0;
+}

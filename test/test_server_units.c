@@ -1,0 +1,523 @@
+/* test_server_units.c — thawd's parts that need no socket: routes and ids,
+ * query and body parsing, listen addresses, metrics text, the bearer token,
+ * the registry's persistence and recovery, jobs and their limit, error codes.
+ */
+#include "common/log.h"
+#include "common/util.h"
+#include "server/auth.h"
+#include "server/errors.h"
+#include "server/jobs.h"
+#include "server/metrics.h"
+#include "server/registry.h"
+#include "server/route.h"
+#include "test/check.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char tmpdir[] = "/tmp/test_server_units.XXXXXX";
+
+static int route_of(const char *path, struct route *r)
+{
+	char err[256];
+
+	return route_parse(path, r, err, sizeof(err));
+}
+
+static void test_routes(void)
+{
+	struct route r;
+	char err[256], long_id[80];
+
+	CHECK_EQ(route_of("/healthz", &r), 0);
+	CHECK_EQ(r.kind, ROUTE_HEALTHZ);
+	CHECK_EQ(route_of("/metrics", &r), 0);
+	CHECK_EQ(r.kind, ROUTE_METRICS);
+	CHECK_EQ(route_of("/functions", &r), 0);
+	CHECK_EQ(r.kind, ROUTE_FUNCTIONS);
+	CHECK_EQ(route_of("/functions/fn-a.1_b", &r), 0);
+	CHECK_EQ(r.kind, ROUTE_FUNCTION);
+	CHECK_STR(r.id, "fn-a.1_b");
+	CHECK_EQ(route_of("/functions/x/snapshot", &r), 0);
+	CHECK_EQ(r.kind, ROUTE_FUNCTION_SNAPSHOT);
+	CHECK_EQ(route_of("/functions/x/start", &r), 0);
+	CHECK_EQ(r.kind, ROUTE_FUNCTION_START);
+	CHECK_EQ(route_of("/instances", &r), 0);
+	CHECK_EQ(r.kind, ROUTE_INSTANCES);
+	CHECK_EQ(route_of("/instances/i-1", &r), 0);
+	CHECK_EQ(r.kind, ROUTE_INSTANCE);
+	CHECK_EQ(route_of("/jobs/job-3", &r), 0);
+	CHECK_EQ(r.kind, ROUTE_JOB);
+
+	/* Names nothing: 404. */
+	const char *missing[] = { "",
+				  "/",
+				  "healthz",
+				  "//healthz",
+				  "/healthz/",
+				  "/healthz/x",
+				  "/functions/",
+				  "/functions//start",
+				  "/functions/a/",
+				  "/functions/a/stop",
+				  "/functions/a/start/",
+				  "/functions/a/start/x",
+				  "/instances/a/start",
+				  "/Functions/a",
+				  "/functions/a/b/c/d/e",
+				  "/jobs/../x" };
+	for (size_t i = 0; i < ARRAY_SIZE(missing); i++) {
+		int ret = route_of(missing[i], &r);
+
+		if (ret != -ENOENT)
+			fprintf(stderr, "path \"%s\": %d\n", missing[i], ret);
+		CHECK_EQ(ret, -ENOENT);
+	}
+	CHECK_EQ(route_parse(NULL, &r, err, sizeof(err)), -ENOENT);
+
+	/* Bad ids: 400, never a path outside the data directory. */
+	const char *bad[] = { "/functions/..",       "/functions/.",     "/functions/%2e%2e",
+			      "/functions/a%2Fb",    "/functions/A",     "/functions/-a",
+			      "/functions/a b",      "/instances/..",    "/functions/%2e%2e/start",
+			      "/functions/a\\b",     "/jobs/..",         "/functions/.hidden" };
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+		int ret = route_parse(bad[i], &r, err, sizeof(err));
+
+		if (ret != -EINVAL)
+			fprintf(stderr, "path \"%s\": %d\n", bad[i], ret);
+		CHECK_EQ(ret, -EINVAL);
+		CHECK(err[0] != '\0');
+		CHECK_STR(r.id, "");
+	}
+	route_parse("/functions/%2e%2e", &r, err, sizeof(err));
+	CHECK(strstr(err, "percent") != NULL);
+	memset(long_id, 'a', 64);
+	strcpy(long_id + 64, "");
+	char p[128];
+	snprintf(p, sizeof(p), "/functions/%s", long_id);
+	CHECK_EQ(route_of(p, &r), -EINVAL);
+	long_id[63] = '\0';
+	snprintf(p, sizeof(p), "/functions/%s", long_id);
+	CHECK_EQ(route_of(p, &r), 0);
+
+	/* Methods. */
+	CHECK_EQ(method_parse("GET"), METHOD_GET);
+	CHECK_EQ(method_parse("get"), METHOD_OTHER);
+	CHECK_EQ(method_parse("PATCH"), METHOD_OTHER);
+	CHECK(route_methods(ROUTE_FUNCTION) & METHOD_PUT);
+	CHECK(!(route_methods(ROUTE_FUNCTION) & METHOD_POST));
+	CHECK(route_methods(ROUTE_FUNCTION_START) == METHOD_POST);
+	CHECK_STR(route_allow(ROUTE_FUNCTION), "GET, PUT, DELETE");
+	CHECK_STR(route_allow(ROUTE_INSTANCE), "GET, DELETE");
+}
+
+static void test_query_body(void)
+{
+	bool b = true;
+	json_t *j = NULL;
+	char err[256];
+
+	CHECK_EQ(query_bool(NULL, &b), 0);
+	CHECK(!b);
+	CHECK_EQ(query_bool("1", &b), 0);
+	CHECK(b);
+	CHECK_EQ(query_bool("0", &b), 0);
+	CHECK(!b);
+	CHECK_EQ(query_bool("", &b), 0);
+	CHECK(b);
+	CHECK_EQ(query_bool("yes please", &b), -EINVAL);
+
+	CHECK_EQ(body_parse_object("{\"a\":1}", 7, &j, err, sizeof(err)), 0);
+	CHECK(json_is_object(j));
+	json_decref(j);
+	CHECK_EQ(body_parse_object("{\"a\":1,\n \"b\":}", 14, &j, err, sizeof(err)), -EINVAL);
+	CHECK(j == NULL);
+	CHECK(strstr(err, "line 2") != NULL);
+	CHECK(strstr(err, "column") != NULL);
+	CHECK_EQ(body_parse_object("[1]", 3, &j, err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "object") != NULL);
+	CHECK_EQ(body_parse_object("", 0, &j, err, sizeof(err)), -EINVAL);
+	CHECK_EQ(body_parse_object("{\"a\":1,\"a\":2}", 13, &j, err, sizeof(err)), -EINVAL);
+	/* Not NUL-terminated: only len bytes are read. */
+	CHECK_EQ(body_parse_object("{}garbage", 2, &j, err, sizeof(err)), 0);
+	json_decref(j);
+
+	char h[64], port[8];
+	CHECK_EQ(listen_addr_parse("127.0.0.1:8080", h, sizeof(h), port, sizeof(port)), 0);
+	CHECK_STR(h, "127.0.0.1");
+	CHECK_STR(port, "8080");
+	CHECK_EQ(listen_addr_parse("[::1]:0", h, sizeof(h), port, sizeof(port)), 0);
+	CHECK_STR(h, "::1");
+	CHECK_STR(port, "0");
+	CHECK_EQ(listen_addr_parse("localhost:80", h, sizeof(h), port, sizeof(port)), 0);
+	CHECK_EQ(listen_addr_parse("8080", h, sizeof(h), port, sizeof(port)), -EINVAL);
+	CHECK_EQ(listen_addr_parse(":8080", h, sizeof(h), port, sizeof(port)), -EINVAL);
+	CHECK_EQ(listen_addr_parse("a:", h, sizeof(h), port, sizeof(port)), -EINVAL);
+	CHECK_EQ(listen_addr_parse("a:99999", h, sizeof(h), port, sizeof(port)), -EINVAL);
+	CHECK_EQ(listen_addr_parse("a:8x", h, sizeof(h), port, sizeof(port)), -EINVAL);
+	CHECK_EQ(listen_addr_parse("::1:80", h, sizeof(h), port, sizeof(port)), -EINVAL);
+}
+
+/* The value of the first line of text that starts with prefix, or -1. */
+static double metric(const char *text, const char *prefix)
+{
+	size_t l = strlen(prefix);
+
+	for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+		if (!strncmp(p, prefix, l) && p[l] == ' ')
+			return atof(p + l + 1);
+	}
+	return -1;
+}
+
+static size_t occurrences(const char *text, const char *needle)
+{
+	size_t n = 0;
+
+	for (const char *p = text; (p = strstr(p, needle)); p++)
+		n++;
+	return n;
+}
+
+static void test_metrics(void)
+{
+	struct metrics *m = metrics_new();
+	struct metrics_gauges g = { .have_tier = true,
+				    .ram_tier_bytes = 100,
+				    .ram_tier_budget_bytes = 1000,
+				    .have_store = true,
+				    .store_logical = 7,
+				    .store_unique = 6,
+				    .store_stored = 5,
+				    .instances_running = 3 };
+	char *text = NULL, esc[32];
+	size_t len;
+
+	REQUIRE(m);
+	CHECK_EQ(metrics_start(m, "fn-a"), 0);
+	CHECK_EQ(metrics_start(m, "fn-a"), 0);
+	CHECK_EQ(metrics_start(m, "fn-b"), 0);
+	CHECK_EQ(metrics_start_failed(m, "fn-a", "timeout"), 0);
+	CHECK_EQ(metrics_snapshot(m, "ok"), 0);
+	CHECK_EQ(metrics_snapshot(m, "failed"), 0);
+	CHECK_EQ(metrics_snapshot(m, "failed"), 0);
+	/* 3 ms, 0.5 s, 45 s and 100 s (beyond the last bound) of "total". */
+	metrics_restore_phases(m, (double[PHASE_COUNT]){ 1, 2, 0, 3, 3 });
+	metrics_restore_phases(m, (double[PHASE_COUNT]){ 1, 2, 0, 3, 500 });
+	metrics_restore_phases(m, (double[PHASE_COUNT]){ 1, 2, 0, 3, 45000 });
+	metrics_restore_phases(m, (double[PHASE_COUNT]){ 1, 2, 0, 3, 100000 });
+	CHECK_EQ(metrics_render(m, &g, &text, &len), 0);
+	REQUIRE(text);
+	CHECK_EQ(strlen(text), len);
+	CHECK_EQ(metric(text, "thaw_starts_total{function=\"fn-a\"}"), 2);
+	CHECK_EQ(metric(text, "thaw_starts_total{function=\"fn-b\"}"), 1);
+	CHECK_EQ(metric(text, "thaw_start_failures_total{function=\"fn-a\",code=\"timeout\"}"), 1);
+	CHECK_EQ(metric(text, "thaw_snapshots_total{result=\"failed\"}"), 2);
+	CHECK_EQ(metric(text, "thaw_snapshots_total{result=\"ok\"}"), 1);
+	CHECK_EQ(metric(text, "thaw_restore_phase_seconds_bucket{phase=\"total\",le=\"0.0025\"}"), 0);
+	CHECK_EQ(metric(text, "thaw_restore_phase_seconds_bucket{phase=\"total\",le=\"0.005\"}"), 1);
+	CHECK_EQ(metric(text, "thaw_restore_phase_seconds_bucket{phase=\"total\",le=\"0.5\"}"), 2);
+	CHECK_EQ(metric(text, "thaw_restore_phase_seconds_bucket{phase=\"total\",le=\"30\"}"), 2);
+	CHECK_EQ(metric(text, "thaw_restore_phase_seconds_bucket{phase=\"total\",le=\"60\"}"), 3);
+	CHECK_EQ(metric(text, "thaw_restore_phase_seconds_bucket{phase=\"total\",le=\"+Inf\"}"), 4);
+	CHECK_EQ(metric(text, "thaw_restore_phase_seconds_count{phase=\"gpu_restore\"}"), 4);
+	CHECK(metric(text, "thaw_restore_phase_seconds_sum{phase=\"total\"}") > 145.5);
+	CHECK(metric(text, "thaw_restore_phase_seconds_sum{phase=\"total\"}") < 145.51);
+	CHECK_EQ(metric(text, "thaw_restore_phase_seconds_bucket{phase=\"materialize\",le=\"0.001\"}"),
+		 4);
+	CHECK_EQ(metric(text, "thaw_ram_tier_bytes"), 100);
+	CHECK_EQ(metric(text, "thaw_ram_tier_budget_bytes"), 1000);
+	CHECK_EQ(metric(text, "thaw_store_bytes{kind=\"logical\"}"), 7);
+	CHECK_EQ(metric(text, "thaw_store_bytes{kind=\"unique\"}"), 6);
+	CHECK_EQ(metric(text, "thaw_store_bytes{kind=\"stored\"}"), 5);
+	CHECK_EQ(metric(text, "thaw_instances_running"), 3);
+	/* Prometheus refuses a second TYPE line for one metric. */
+	CHECK_EQ(occurrences(text, "# TYPE thaw_restore_phase_seconds "), 1);
+	CHECK_EQ(occurrences(text, "# TYPE thaw_starts_total "), 1);
+	/* Every sample line is NAME[{labels}] VALUE. */
+	for (char *line = text; *line;) {
+		char *nl = strchr(line, '\n');
+
+		REQUIRE(nl);
+		*nl = '\0';
+		if (line[0] != '#') {
+			char *sp = strrchr(line, ' ');
+
+			CHECK(sp && sp[1]);
+			CHECK(line[0] == 't');
+		}
+		line = nl + 1;
+	}
+	free(text);
+
+	CHECK(metrics_escape_label("a\"b\\c\nd", esc, sizeof(esc)));
+	CHECK_STR(esc, "a\\\"b\\\\c\\nd");
+	CHECK(!metrics_escape_label("0123456789", esc, 5));
+	metrics_free(m);
+	metrics_free(NULL);
+}
+
+static void test_auth(void)
+{
+	struct auth a;
+	char path[256];
+
+	memset(&a, 0, sizeof(a));
+	CHECK(auth_check(&a, NULL)); /* no token configured */
+	snprintf(path, sizeof(path), "%s/token", tmpdir);
+	REQUIRE(write_file_atomic(path, "s3cret-T0ken\n", 13, 0600) == 0);
+	CHECK_EQ(auth_load(&a, path), 0);
+	CHECK(auth_check(&a, "Bearer s3cret-T0ken"));
+	CHECK(!auth_check(&a, "Bearer s3cret-T0ke"));
+	CHECK(!auth_check(&a, "Bearer s3cret-T0ken2"));
+	CHECK(!auth_check(&a, "Bearer s3cret-T0ken\n"));
+	CHECK(!auth_check(&a, "bearer s3cret-T0ken"));
+	CHECK(!auth_check(&a, "Basic s3cret-T0ken"));
+	CHECK(!auth_check(&a, "s3cret-T0ken"));
+	CHECK(!auth_check(&a, ""));
+	CHECK(!auth_check(&a, NULL));
+	REQUIRE(write_file_atomic(path, "\n", 1, 0600) == 0);
+	CHECK_EQ(auth_load(&a, path), -EINVAL);
+	REQUIRE(write_file_atomic(path, "a b\n", 4, 0600) == 0);
+	CHECK_EQ(auth_load(&a, path), -EINVAL);
+	snprintf(path, sizeof(path), "%s/no-such-token", tmpdir);
+	CHECK_EQ(auth_load(&a, path), -ENOENT);
+}
+
+static const char SNAP1[] = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+static void test_registry(void)
+{
+	char dir[256], path[512];
+	struct registry *r;
+	json_t *spec = json_pack("{s:[s,s], s:i}", "command", "python3", "x.py", "port", 8000);
+	json_t *spec2 = json_pack("{s:[s], s:i}", "command", "other", "port", 8001);
+	json_t *j, *sp = NULL;
+	char snap[CHUNK_ID_LEN];
+	enum snap_state st;
+	bool created;
+
+	snprintf(dir, sizeof(dir), "%s/functions", tmpdir);
+	r = registry_open(dir);
+	REQUIRE(r);
+	CHECK_EQ(registry_put(r, "fn-a", spec, &created), 0);
+	CHECK(created);
+	CHECK_EQ(registry_put(r, "fn-a", spec, &created), 0);
+	CHECK(!created);
+	CHECK_EQ(registry_put(r, "fn-b", spec2, &created), 0);
+	CHECK_EQ(registry_get_json(r, "nope", &j), -ENOENT);
+	CHECK_EQ(registry_get_json(r, "fn-a", &j), 0);
+	CHECK_STR(json_string_value(json_object_get(j, "id")), "fn-a");
+	CHECK_EQ(json_integer_value(json_object_get(j, "port")), 8000);
+	CHECK_STR(json_string_value(json_object_get(json_object_get(j, "snapshot"), "state")),
+		  "none");
+	json_decref(j);
+	CHECK_EQ(registry_ready_snapshot(r, "fn-a", snap, &st), -ENODATA);
+	CHECK_EQ(st, SNAP_NONE);
+	CHECK_EQ(registry_ready_snapshot(r, "nope", snap, &st), -ENOENT);
+
+	/* A snapshot: building, then ready. */
+	CHECK_EQ(registry_snapshot_begin(r, "fn-a", "job-1", &sp), 0);
+	CHECK(json_equal(sp, spec));
+	json_decref(sp);
+	CHECK_EQ(registry_snapshot_begin(r, "fn-a", "job-2", &sp), -EBUSY);
+	CHECK_EQ(registry_put(r, "fn-a", spec2, &created), -EBUSY);
+	CHECK_EQ(registry_snapshot_begin(r, "nope", "job-2", &sp), -ENOENT);
+	CHECK_EQ(registry_snapshot_end(r, "fn-a", "job-9", SNAP1, 1, 2, NULL, NULL), -ENOENT);
+	json_t *tm = json_pack("{s:f}", "total", 12.5);
+	CHECK_EQ(registry_snapshot_end(r, "fn-a", "job-1", SNAP1, 1000, 200, tm, NULL), 0);
+	json_decref(tm);
+	CHECK_EQ(registry_ready_snapshot(r, "fn-a", snap, &st), 0);
+	CHECK_STR(snap, SNAP1);
+	/* The same spec again keeps the snapshot. */
+	CHECK_EQ(registry_put(r, "fn-a", spec, &created), 0);
+	CHECK_EQ(registry_ready_snapshot(r, "fn-a", snap, &st), 0);
+
+	/* fn-b's snapshot fails. */
+	CHECK_EQ(registry_snapshot_begin(r, "fn-b", "job-3", &sp), 0);
+	json_decref(sp);
+	CHECK_EQ(registry_snapshot_end(r, "fn-b", "job-3", NULL, 0, 0, NULL, "it broke"), 0);
+	CHECK_EQ(registry_ready_snapshot(r, "fn-b", snap, &st), -ENODATA);
+	CHECK_EQ(st, SNAP_FAILED);
+
+	/* fn-c is left building, as by a thawd killed during its snapshot. */
+	CHECK_EQ(registry_put(r, "fn-c", spec, &created), 0);
+	CHECK_EQ(registry_snapshot_begin(r, "fn-c", "job-4", &sp), 0);
+	json_decref(sp);
+	CHECK_EQ(registry_list_json(r, &j), 0);
+	CHECK_EQ(json_array_size(j), 3);
+	CHECK_STR(json_string_value(json_object_get(json_array_get(j, 0), "id")), "fn-a");
+	json_decref(j);
+	registry_free(r);
+
+	/* Debris: a damaged file and an interrupted write. */
+	snprintf(path, sizeof(path), "%s/fn-d.json", dir);
+	REQUIRE(write_file_atomic(path, "{not json", 9, 0644) == 0);
+	snprintf(path, sizeof(path), "%s/fn-a.json.tmp.999", dir);
+	REQUIRE(write_file_atomic(path, "x", 1, 0644) == 0);
+
+	r = registry_open(dir);
+	REQUIRE(r);
+	CHECK(access(path, F_OK) != 0);
+	CHECK(!registry_exists(r, "fn-d"));
+	CHECK_EQ(registry_ready_snapshot(r, "fn-a", snap, &st), 0);
+	CHECK_STR(snap, SNAP1);
+	CHECK_EQ(registry_get_json(r, "fn-a", &j), 0);
+	json_t *s = json_object_get(j, "snapshot");
+	CHECK_EQ(json_integer_value(json_object_get(s, "image_bytes")), 1000);
+	CHECK_EQ(json_integer_value(json_object_get(s, "stored_bytes")), 200);
+	CHECK(json_real_value(json_object_get(json_object_get(s, "timings_ms"), "total")) == 12.5);
+	json_decref(j);
+	CHECK_EQ(registry_get_json(r, "fn-b", &j), 0);
+	s = json_object_get(j, "snapshot");
+	CHECK_STR(json_string_value(json_object_get(s, "state")), "failed");
+	CHECK_STR(json_string_value(json_object_get(s, "error")), "it broke");
+	json_decref(j);
+	CHECK_EQ(registry_get_json(r, "fn-c", &j), 0);
+	s = json_object_get(j, "snapshot");
+	CHECK_STR(json_string_value(json_object_get(s, "state")), "failed");
+	CHECK_STR(json_string_value(json_object_get(s, "error")), REGISTRY_RESTART_REASON);
+	json_decref(j);
+
+	/* A different spec forgets the snapshot. */
+	CHECK_EQ(registry_put(r, "fn-a", spec2, &created), 0);
+	CHECK_EQ(registry_ready_snapshot(r, "fn-a", snap, &st), -ENODATA);
+	CHECK_EQ(st, SNAP_NONE);
+
+	/* Delete: the file goes, and a snapshot ending after it is dropped. */
+	CHECK_EQ(registry_snapshot_begin(r, "fn-b", "job-5", &sp), 0);
+	json_decref(sp);
+	CHECK_EQ(registry_delete(r, "fn-b"), 0);
+	CHECK_EQ(registry_delete(r, "fn-b"), -ENOENT);
+	snprintf(path, sizeof(path), "%s/fn-b.json", dir);
+	CHECK(access(path, F_OK) != 0);
+	CHECK_EQ(registry_snapshot_end(r, "fn-b", "job-5", SNAP1, 1, 1, NULL, NULL), -ENOENT);
+	CHECK(!registry_exists(r, "fn-b"));
+	registry_free(r);
+
+	json_decref(spec);
+	json_decref(spec2);
+}
+
+static atomic_bool release_job;
+
+static int slow_job(void *arg, json_t **result, char *err, size_t errlen)
+{
+	while (!atomic_load(&release_job))
+		usleep(1000);
+	*result = json_pack("{s:s}", "arg", (const char *)arg);
+	return 0;
+}
+
+static int failing_job(void *arg, json_t **result, char *err, size_t errlen)
+{
+	snprintf(err, errlen, "phase ready: the function exited");
+	return -ETIMEDOUT;
+}
+
+static int freed;
+static void count_free(void *arg)
+{
+	freed++;
+}
+
+static void test_jobs(void)
+{
+	struct jobs *js = jobs_new(1);
+	struct job *j1, *j2;
+	json_t *j;
+	int err = 0;
+	char id1[32];
+
+	REQUIRE(js);
+	j1 = jobs_reserve(js, "snapshot", "fn-a", &err);
+	REQUIRE(j1);
+	snprintf(id1, sizeof(id1), "%s", job_id(j1));
+	CHECK(id_valid(id1));
+	j2 = jobs_reserve(js, "snapshot", "fn-b", &err);
+	CHECK(j2 == NULL);
+	CHECK_EQ(err, -EAGAIN);
+	CHECK_EQ(jobs_run(js, j1, slow_job, "hello", count_free), 0);
+	CHECK_EQ(jobs_active(js), 1);
+	CHECK_EQ(jobs_get_json(js, id1, &j, &err), 0);
+	CHECK_STR(json_string_value(json_object_get(j, "state")), "running");
+	CHECK_STR(json_string_value(json_object_get(j, "function")), "fn-a");
+	json_decref(j);
+	atomic_store(&release_job, true);
+	CHECK_EQ(jobs_wait(js, id1), 0);
+	CHECK_EQ(jobs_active(js), 0);
+	CHECK_EQ(freed, 1);
+	CHECK_EQ(jobs_get_json(js, id1, &j, &err), 0);
+	CHECK_EQ(err, 0);
+	CHECK_STR(json_string_value(json_object_get(j, "state")), "done");
+	CHECK_STR(json_string_value(json_object_get(json_object_get(j, "result"), "arg")), "hello");
+	json_decref(j);
+
+	/* A reservation given back frees the place. */
+	j2 = jobs_reserve(js, "snapshot", "fn-b", &err);
+	REQUIRE(j2);
+	jobs_unreserve(js, j2);
+	j2 = jobs_reserve(js, "snapshot", "fn-b", &err);
+	REQUIRE(j2);
+	char id2[32];
+	snprintf(id2, sizeof(id2), "%s", job_id(j2));
+	CHECK(strcmp(id1, id2) != 0);
+	CHECK_EQ(jobs_run(js, j2, failing_job, NULL, NULL), 0);
+	CHECK_EQ(jobs_wait(js, id2), 0);
+	CHECK_EQ(jobs_get_json(js, id2, &j, &err), 0);
+	CHECK_EQ(err, -ETIMEDOUT);
+	CHECK_STR(json_string_value(json_object_get(j, "state")), "failed");
+	json_t *e = json_object_get(j, "error");
+	CHECK_STR(json_string_value(json_object_get(e, "code")), "timeout");
+	CHECK_STR(json_string_value(json_object_get(e, "message")),
+		  "phase ready: the function exited");
+	json_decref(j);
+	CHECK_EQ(jobs_wait(js, "job-999"), -ENOENT);
+	CHECK_EQ(jobs_get_json(js, "job-999", &j, NULL), -ENOENT);
+	CHECK_EQ(jobs_list_json(js, &j), 0);
+	CHECK_EQ(json_array_size(j), 2);
+	json_decref(j);
+
+	jobs_drain(js);
+	CHECK(jobs_reserve(js, "snapshot", "fn-c", &err) == NULL);
+	CHECK_EQ(err, -ESHUTDOWN);
+	jobs_free(js);
+
+	/* max 0: nothing may run. */
+	js = jobs_new(0);
+	REQUIRE(js);
+	CHECK(jobs_reserve(js, "snapshot", "fn-c", &err) == NULL);
+	CHECK_EQ(err, -EAGAIN);
+	jobs_free(js);
+}
+
+static void test_errors(void)
+{
+	CHECK_EQ(api_err_from_errno(-ETIMEDOUT, 1).status, 504);
+	CHECK_EQ(api_err_from_errno(-ENOSPC, 1).status, 503);
+	CHECK_EQ(api_err_from_errno(-ENOSYS, 1).status, 503);
+	CHECK_EQ(api_err_from_errno(-ENOENT, 1).status, 409);
+	CHECK_EQ(api_err_from_errno(-ENOENT, 0).status, 500);
+	CHECK_EQ(api_err_from_errno(-EIO, 0).status, 500);
+	CHECK_STR(api_err_from_errno(-EIO, 0).code, "internal");
+}
+
+int main(void)
+{
+	log_set_level(LOG_ERR);
+	REQUIRE(mkdtemp(tmpdir));
+	test_routes();
+	test_query_body();
+	test_metrics();
+	test_auth();
+	test_registry();
+	test_jobs();
+	test_errors();
+	rm_rf(tmpdir);
+	return check_failures ? 1 : 0;
+}

@@ -1,0 +1,48 @@
+/* shim.h — the per-instance shim: the instance's endpoint and its log drain.
+ *
+ * One small process per instance, forked from the starter and detached into
+ * its own session, so that it outlives a `thaw start` that made it (started by
+ * thawd it stays thawd's child: shim_stop reaps it).  It
+ *  - listens on 127.0.0.1:<ephemeral port> in the host's network namespace
+ *    (the instance's endpoint) and relays every connection, both ways and with
+ *    half-close, to 127.0.0.1:<port> inside the instance's namespace;
+ *  - appends the container's stdout and stderr to a log file.
+ * It exits on SIGTERM, or once the container's pipes have closed (the
+ * container is gone) and no connection remains.  Its comm is "thaw-shim".
+ */
+#ifndef THAW_RESTORE_SHIM_H
+#define THAW_RESTORE_SHIM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define SHIM_COMM "thaw-shim"
+
+struct shim_opts {
+	const char *netns_path; /* the instance's network namespace (nsfs bind mount) */
+	uint16_t port;          /* the function's port inside it */
+	int out_fd;             /* read end of the container's stdout, or -1 */
+	int err_fd;             /* read end of its stderr, or -1 */
+	const char *log_path;   /* where stdout/stderr (and the shim's own errors) go */
+};
+
+/* Fork the shim.  On success *pid is its pid and *port the host port it
+ * listens on (it is accepting when this returns).  The caller keeps its own
+ * copies of out_fd/err_fd and should close them. */
+int shim_start(const struct shim_opts *o, pid_t *pid, uint16_t *port);
+
+/* The start time of process pid (field 22 of /proc/<pid>/stat, clock ticks
+ * since boot): with the pid, it names one process for good, so that a
+ * recorded pid that was reused is never signalled.  0 or -errno (-ESRCH if
+ * there is no such process). */
+int proc_start_time(pid_t pid, unsigned long long *start);
+/* Is pid alive and still the process that had start time start (0: any)? */
+bool proc_alive(pid_t pid, unsigned long long start);
+
+/* SIGTERM the shim pid (if it is still the process with that start time, 0:
+ * don't check), wait up to timeout_ms for it to go (reaping it if it is our
+ * child), then SIGKILL.  A shim already gone is fine. */
+int shim_stop(pid_t pid, unsigned long long start, int timeout_ms);
+
+#endif

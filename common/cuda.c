@@ -199,10 +199,17 @@ static int cu_check(cu_result r, const char *fn, pid_t pid)
 {
 	if (r == CU_SUCCESS)
 		return 0;
-	if (pid > 0)
-		pr_err("%s(%d): %s", fn, (int)pid, cu_name(r));
-	else
+	if (pid <= 0) {
 		pr_err("%s: %s", fn, cu_name(r));
+		return cu_errno(r);
+	}
+	/* Our own driver is initialised by then: on a checkpoint call, driver
+	 * 580 answers NOT_INITIALIZED for a process that never used CUDA. */
+	if (r == CU_ERR_NOT_INITIALIZED) {
+		pr_err("%s(%d): %s (the process holds no CUDA state)", fn, (int)pid, cu_name(r));
+		return -ESRCH;
+	}
+	pr_err("%s(%d): %s", fn, (int)pid, cu_name(r));
 	return cu_errno(r);
 }
 

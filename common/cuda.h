@@ -44,6 +44,7 @@ int cuda_driver_version(int *version);
 /* The GPUs (you own *out; free()).  Free memory is read without creating a context. */
 int cuda_devices(struct cuda_device **out, size_t *n);
 
+/* The calls on a pid answer -ESRCH when that process holds no CUDA state. */
 int cuda_process_state(pid_t pid, enum cuda_proc_state *state);
 int cuda_restore_thread_id(pid_t pid, int *tid);
 int cuda_lock(pid_t pid, unsigned timeout_ms);

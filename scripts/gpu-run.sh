@@ -8,7 +8,9 @@
 # place (PATH, THAW_RUNC, THAW_CRIU, .deps), then runs, each under a timeout,
 # logging into $OUT:
 #   1. thaw doctor (must pass and see the GPU)
-#   2. test_cuda (the driver's checkpoint API on a real PyTorch process)
+#   2. test_cuda (the driver's checkpoint API on a real PyTorch process), and
+#      runc-criu-smoke (a container run, checkpointed and restored by this runc
+#      and CRIU: its counter goes on)
 #   3. the GPU end-to-end tests and benchmarks: the section marked EXTEND below
 # $OUT receives summary.txt (one line per step, then figures), logs.tar.gz (every
 # log) and whatever a step writes to $OUT/figures/ (packed into figures.tar.gz).
@@ -20,6 +22,59 @@
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+
+# runc_smoke: a container run by this runc, checkpointed and restored through
+# this CRIU: the counter it keeps in its /tmp (a tmpfs CRIU dumps) goes on.
+runc_smoke() {
+	local d id=thaw-smoke-$$ c0 c1 c2 ok=1
+	d=$(mktemp -d /tmp/thaw-runc-smoke.XXXXXX)
+	mkdir -p "$d"/bundle/rootfs/{usr,etc,proc,dev,sys,tmp} "$d/img"
+	for l in bin lib lib64 sbin; do ln -s usr/$l "$d/bundle/rootfs/$l"; done
+	(cd "$d/bundle" && runc spec) || return 1
+	printf 'network-lock skip\n' >"$d/criu.conf"
+	python3 - "$d" <<'PY' || return 1
+import json, sys
+d = sys.argv[1]; p = d + "/bundle/config.json"; c = json.load(open(p))
+c["process"]["terminal"] = False
+c["process"]["args"] = ["/bin/sh", "-c",
+    "i=0; while :; do i=$((i+1)); echo $i >/tmp/count; sleep 0.05; done"]
+c["root"] = {"path": "rootfs", "readonly": True}
+c["mounts"] += [{"destination": x, "type": "bind", "source": x, "options": ["bind", "ro"]}
+                for x in ("/usr", "/etc")]
+c["mounts"].append({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
+                    "options": ["nosuid", "nodev"]})
+c["annotations"] = {"org.criu.config": d + "/criu.conf"}
+json.dump(c, open(p, "w"))
+PY
+	local R="runc --root $d/state"
+	local t0=$(date +%s.%N)
+	$R run -d -b "$d/bundle" --pid-file "$d/pid" $id </dev/null > >(cat >"$d/run.log") 2>&1 || { cat "$d/run.log"; ok=0; }
+	sleep 1
+	c0=$(cat /proc/$(cat "$d/pid")/root/tmp/count 2>/dev/null)
+	local t1=$(date +%s.%N)
+	$R --criu "$THAW_CRIU" checkpoint --image-path "$d/img" --work-path "$d/w1" $id >"$d/ckpt.log" 2>&1 ||
+		{ echo "runc checkpoint failed:"; cat "$d/ckpt.log"; tail -5 "$d"/w1/*.log; ok=0; }
+	local t2=$(date +%s.%N)
+	$R --criu "$THAW_CRIU" restore -d -b "$d/bundle" --image-path "$d/img" --work-path "$d/w2" \
+		--pid-file "$d/pid2" $id </dev/null > >(cat >"$d/rest.log") 2>&1 ||
+		{ echo "runc restore failed:"; cat "$d/rest.log"; tail -5 "$d"/w2/*.log; ok=0; }
+	local t3=$(date +%s.%N)
+	c1=$(cat /proc/$(cat "$d/pid2" 2>/dev/null)/root/tmp/count 2>/dev/null)
+	sleep 0.5
+	c2=$(cat /proc/$(cat "$d/pid2" 2>/dev/null)/root/tmp/count 2>/dev/null)
+	$R delete -f $id >/dev/null 2>&1
+	echo "counter: $c0 before the checkpoint, $c1 just after the restore, $c2 0.5 s later"
+	python3 -c "import sys; a=[float(x) for x in sys.argv[1:]]; print('figure: runc_smoke checkpoint_ms %.0f' % ((a[1]-a[0])*1e3)); print('figure: runc_smoke restore_ms %.0f' % ((a[2]-a[1])*1e3))" $t1 $t2 $t3
+	[ -n "$c0" ] && [ -n "$c1" ] && [ -n "$c2" ] && [ "$c1" -ge "$c0" ] && [ "$c2" -gt "$c1" ] || ok=0
+	[ $ok = 1 ] && rm -rf "$d" || echo "left for inspection: $d"
+	[ $ok = 1 ]
+}
+
+if [ "${1:-}" = --runc-smoke ]; then # a step of this script, run under its timeout
+	runc_smoke
+	exit
+fi
+
 OUT=${OUT:-$ROOT/gpu-out}
 X=$ROOT/.gpu/x
 mkdir -p "$OUT/logs" "$OUT/figures"
@@ -79,6 +134,7 @@ step() {
 step doctor "$X/build/thaw" doctor
 step doctor-json "$X/build/thaw" doctor --json
 step test_cuda "$X/build/test/test_cuda"
+step runc-criu-smoke bash scripts/gpu-run.sh --runc-smoke
 
 # ==== EXTEND: GPU end-to-end tests and benchmarks ============================
 # Add one `step NAME COMMAND...` line per GPU test or benchmark.  Each runs from

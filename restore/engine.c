@@ -28,6 +28,9 @@
 #define ENGINE_ALIGN     4096u
 #define ENGINE_MAX_SLOTS 4096u
 #define ENGINE_TICK_NS   50000000ull /* progress and cancel are looked at this often */
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14; glibc 2.36 headers may lack it */
+#endif
 
 struct occ { /* one non-hole chunk of the manifest */
 	uint32_t file, chunk;
@@ -56,6 +59,8 @@ struct eng {
 	struct unit *units;
 	size_t nocc, nunits;
 	int *fds;
+	uint8_t **maps; /* each file mapped shared, or NULL: write with pwrite */
+	bool populate;  /* MADV_POPULATE_WRITE works here */
 
 	uint8_t *arena;
 	size_t arena_len;
@@ -218,7 +223,9 @@ static int setup_arena(struct eng *e, const struct engine_opts *o)
 	int ret;
 
 	e->nslots = (unsigned)MIN(o->arena_bytes / e->slot_bytes, (uint64_t)ENGINE_MAX_SLOTS);
-	/* No more slots than there is work: a small snapshot maps a small arena. */
+	/* Slots past the reads in flight and a small backlog per worker only cost
+	 * time to fault in, lock and pin; and a small snapshot needs few. */
+	e->nslots = MIN(e->nslots, 2 * o->queue_depth + 4 * o->threads);
 	e->nslots = (unsigned)MIN((size_t)e->nslots, e->nunits);
 	e->nslots = MAX(e->nslots, 2u);
 	e->arena_len = (size_t)e->nslots * e->slot_bytes;
@@ -229,7 +236,6 @@ static int setup_arena(struct eng *e, const struct engine_opts *o)
 		pr_perror("cannot map an arena of %zu bytes", e->arena_len);
 		return ret;
 	}
-	madvise(e->arena, e->arena_len, MADV_HUGEPAGE);
 	/* Pinned memory: no page faults in the reads, no swapping mid-restore. */
 	if (mlock(e->arena, e->arena_len) < 0) {
 		if (errno != EPERM && errno != ENOMEM && errno != EAGAIN) {
@@ -379,12 +385,36 @@ static int finish_short(struct eng *e, struct slot *sl, const struct manifest_ch
 	return ret;
 }
 
+/* Prefault the pages a chunk lands on in one call, not one fault per page. */
+static void populate(struct eng *e, uint8_t *p, size_t len)
+{
+	uintptr_t a = (uintptr_t)p & ~(uintptr_t)(ENGINE_ALIGN - 1);
+	uintptr_t b = ALIGN_UP((uintptr_t)p + len, ENGINE_ALIGN);
+
+	if (e->populate && madvise((void *)a, b - a, MADV_POPULATE_WRITE) < 0 && errno == EINVAL)
+		e->populate = false; /* an older kernel: plain faults then */
+}
+
+/* Where the chunk's bytes go: straight into the file's mapping (decoded in
+ * place, no copy, no inode lock), else the worker's buffer and pwrite. */
+static uint8_t *dest_of(struct eng *e, uint32_t o, uint8_t *raw)
+{
+	const struct manifest_chunk *c = occ_chunk(e, o);
+	uint8_t *map = e->maps[e->occ[o].file];
+
+	if (!map)
+		return raw;
+	populate(e, map + c->off, c->len);
+	return map + c->off;
+}
+
 static void process_slot(struct eng *e, struct chunk_codec *codec, uint8_t *raw, unsigned s)
 {
 	struct slot *sl = &e->slots[s];
 	const struct unit *u = &e->units[sl->unit];
 	uint32_t o0 = e->order[u->first];
 	const struct manifest_chunk *c = occ_chunk(e, o0);
+	uint8_t *first;
 	int ret;
 
 	if (sl->res == -EINVAL && e->direct_mode == ENGINE_DIRECT_AUTO)
@@ -401,7 +431,10 @@ static void process_slot(struct eng *e, struct chunk_codec *codec, uint8_t *raw,
 		}
 	}
 	atomic_fetch_add(&e->read, (uint64_t)sl->res);
-	ret = chunk_decode(codec, sl->buf, (size_t)sl->res, c->hash, raw, c->len);
+	first = dest_of(e, o0, raw);
+	/* A chunk that fails its check may have left bytes in the mapping: the
+	 * whole output is thrown away then. */
+	ret = chunk_decode(codec, sl->buf, (size_t)sl->res, c->hash, first, c->len);
 	if (ret) {
 		chunk_failed(e, c, o0, ret, log_last_error());
 		return;
@@ -409,11 +442,16 @@ static void process_slot(struct eng *e, struct chunk_codec *codec, uint8_t *raw,
 	for (uint32_t k = 0; k < u->count && !atomic_load(&e->stop); k++) {
 		uint32_t o = e->order[u->first + k];
 		const struct manifest_chunk *d = occ_chunk(e, o);
+		uint8_t *map = e->maps[e->occ[o].file];
 
-		ret = pwrite_all(e->fds[e->occ[o].file], raw, d->len, (off_t)d->off);
-		if (ret) {
-			chunk_failed(e, d, o, ret, "cannot write it");
-			return;
+		if (map && k) {
+			memcpy(dest_of(e, o, raw), first, d->len);
+		} else if (!map) {
+			ret = pwrite_all(e->fds[e->occ[o].file], first, d->len, (off_t)d->off);
+			if (ret) {
+				chunk_failed(e, d, o, ret, "cannot write it");
+				return;
+			}
 		}
 		atomic_fetch_add(&e->written, d->len);
 	}
@@ -585,8 +623,42 @@ static int submit_loop(struct eng *e, const struct engine_opts *o, const struct 
 	return 0;
 }
 
+static int map_files(struct eng *e)
+{
+	e->maps = calloc(MAX(e->m->nfiles, (size_t)1), sizeof(*e->maps));
+	if (!e->maps)
+		return -ENOMEM;
+	e->populate = true;
+	for (size_t i = 0; i < e->m->nfiles; i++) {
+		void *p;
+
+		if (!e->m->files[i].size)
+			continue;
+		p = mmap(NULL, e->m->files[i].size, PROT_READ | PROT_WRITE, MAP_SHARED, e->fds[i], 0);
+		if (p == MAP_FAILED) {
+			pr_debug("cannot map %s/%s (%s): writing it with pwrite", e->outdir,
+				 e->m->files[i].path, strerror(errno));
+			continue;
+		}
+		e->maps[i] = p;
+	}
+	return 0;
+}
+
+static void unmap_files(struct eng *e)
+{
+	if (!e->maps)
+		return;
+	for (size_t i = 0; i < e->m->nfiles; i++)
+		if (e->maps[i])
+			munmap(e->maps[i], e->m->files[i].size);
+	free(e->maps);
+	e->maps = NULL;
+}
+
 static void eng_release(struct eng *e)
 {
+	unmap_files(e);
 	if (e->ring_ok)
 		io_uring_queue_exit(&e->ring); /* also unregisters the buffers */
 	if (e->slots)
@@ -667,6 +739,9 @@ int engine_materialize(struct store *s, const struct manifest *m, const char *ou
 	}
 	if (!e.nunits)
 		goto done;
+	ret = map_files(&e);
+	if (ret)
+		goto out;
 	ret = setup_arena(&e, &o);
 	if (ret)
 		goto out;
@@ -710,6 +785,7 @@ int engine_materialize(struct store *s, const struct manifest *m, const char *ou
 		goto out;
 	}
 done:
+	unmap_files(&e);
 	for (size_t f = 0; f < m->nfiles; f++) {
 		if (close(e.fds[f]) < 0 && !ret) {
 			ret = -errno;

@@ -3,9 +3,12 @@
  * Chunk objects are read with io_uring (IORING_OP_READ_FIXED, O_DIRECT where
  * the store's filesystem takes it) into one arena allocated once, locked in
  * memory and registered as fixed buffers, one slot per chunk in flight.  A pool
- * of worker threads decodes each completed slot (zstd or raw), checks its
- * SHA-256 and pwrite()s it into the target files, which were created and
- * ftruncate()d to their size first, so holes are simply never written.  The
+ * of worker threads decodes each completed slot (zstd or raw) straight into the
+ * target file's shared mapping (pages prefaulted with MADV_POPULATE_WRITE; no
+ * inode lock, so workers writing one large file do not queue behind each other;
+ * pwrite where a file cannot be mapped) and checks its SHA-256 there.  The
+ * files were created and ftruncate()d to their size first, so holes are simply
+ * never written.  The
  * submitter keeps the queue full while workers drain it; a slot is reused once
  * its chunk is written.  Memory is bounded by the arena, whatever the snapshot
  * size.  A chunk used several times in the snapshot is read and checked once
@@ -36,7 +39,8 @@ typedef void (*engine_progress_fn)(uint64_t done, uint64_t total, void *arg);
 
 struct engine_opts {
 	unsigned queue_depth;   /* reads in flight; 0: ENGINE_DEFAULT_QD */
-	uint64_t arena_bytes;   /* bytes of the read arena; 0: ENGINE_DEFAULT_ARENA */
+	uint64_t arena_bytes;   /* most bytes of the read arena; 0: ENGINE_DEFAULT_ARENA.  Only
+				 * 2 x queue_depth + 4 x threads slots are used (no more help). */
 	unsigned threads;       /* decode/write workers; 0: online CPUs */
 	enum engine_direct direct;
 	atomic_bool *cancel;    /* may be NULL; when it turns true the engine stops with -ECANCELED */
@@ -78,7 +82,7 @@ int engine_materialize_naive(struct store *s, const struct manifest *m, const ch
 			     const struct engine_opts *o, struct engine_stats *st);
 
 /* Create outdir and every file of m in it, each truncated to its size with its
- * mode; fds[m->nfiles] receives the open (O_WRONLY) descriptors.  Shared by
+ * mode; fds[m->nfiles] receives the open (O_RDWR: they may be mapped) descriptors.  Shared by
  * both engines.  On failure no descriptor is left open. */
 int engine_create_files(const struct manifest *m, const char *outdir, int *fds);
 

@@ -30,7 +30,7 @@ static int create_one(const char *outdir, const struct manifest_file *f, int *fd
 			return ret;
 	}
 	/* O_NOFOLLOW: never write through a link planted in the output. */
-	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		ret = -errno;
 		pr_perror("open %s", path);

@@ -1,0 +1,478 @@
+/* engine.c — the restore engine against its baselines, in one run.
+ *
+ *	bench/engine [--dir DIR] [--mib N] [--criu-mib N] [--threads N] [--qd N]
+ *	             [--arena MiB] [--out DIR] [--fresh] [--clean]
+ *
+ * Builds (or reuses, in DIR) a snapshot of N MiB (default 2048) in a store on
+ * a disk filesystem: a real CRIU image of a python process (made by
+ * bench/make_criu_image.sh; a synthetic image of the same mix where CRIU is
+ * missing) plus random data, like GPU weights.  Then materialises it into
+ * tmpfs with a warm page cache and a cold one, with
+ *	- the io_uring engine (O_DIRECT where the store's filesystem takes it, and buffered),
+ *	- the naive engine (one thread: pread, decode, check, pwrite, chunk after chunk),
+ *	- the copy floor: a sequential copy of the uncompressed image files into
+ *	  tmpfs with 8 MiB buffers,
+ * and prints GB/s of image (logical) bytes and the ratios as a table.
+ * The snapshot stays in DIR for the next run (--fresh rebuilds it, --clean
+ * removes it at the end); outputs go to /dev/shm (--out) and are removed.
+ */
+#define LOG_PREFIX "bench: "
+#include "common/log.h"
+#include "common/util.h"
+#include "restore/engine.h"
+#include "store/store.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char dir[PATH_MAX - 64] = "build/bench-engine";
+static char outbase[PATH_MAX - 64];
+static unsigned mib = 2048, criu_mib = 512, runs = 3;
+static bool fresh, clean;
+static bool drop_ok = true;
+
+static uint64_t rng = 0x853c49e6748fea9bull;
+
+static void fill_random(uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i += 8) {
+		rng ^= rng << 13;
+		rng ^= rng >> 7;
+		rng ^= rng << 17;
+		memcpy(p + i, &rng, MIN((size_t)8, n - i));
+	}
+}
+
+static int write_random(const char *path, uint64_t bytes)
+{
+	size_t bs = 8 << 20;
+	uint8_t *buf = malloc(bs);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600), ret = 0;
+
+	if (!buf || fd < 0) {
+		free(buf);
+		if (fd >= 0)
+			close(fd);
+		return -ENOMEM;
+	}
+	for (uint64_t done = 0; done < bytes && !ret; done += bs) {
+		size_t n = (size_t)MIN((uint64_t)bs, bytes - done);
+		fill_random(buf, n);
+		ret = write_all(fd, buf, n);
+	}
+	close(fd);
+	free(buf);
+	return ret;
+}
+
+/* Where CRIU cannot run: the same mix make_criu_image.sh builds in a process
+ * (60% random, 25% text records, 15% zero pages). */
+static int write_heap_like(const char *path, uint64_t bytes)
+{
+	size_t bs = 4 << 20;
+	uint8_t *buf = malloc(bs);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600), ret = 0;
+	static const char *w[] = { "alpha", "bravo", "charlie", "delta", "echo", "foxtrot" };
+
+	if (!buf || fd < 0) {
+		free(buf);
+		if (fd >= 0)
+			close(fd);
+		return -ENOMEM;
+	}
+	for (uint64_t done = 0, i = 0; done < bytes && !ret; done += bs, i++) {
+		size_t n = (size_t)MIN((uint64_t)bs, bytes - done);
+		unsigned kind = (unsigned)(i % 20);
+		if (kind < 12) {
+			fill_random(buf, n);
+		} else if (kind < 17) {
+			size_t k = 0;
+			for (unsigned r = 0; k < n; r++) {
+				int m = snprintf((char *)buf + k, n - k, "rec %08u %s=%u %s\n", r,
+						 w[rng % 6], (unsigned)(rng >> 20) % 1000, w[(rng >> 8) % 6]);
+				rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+				k += (size_t)MIN((size_t)m, n - k);
+			}
+		} else {
+			memset(buf, 0, n);
+		}
+		ret = write_all(fd, buf, n);
+	}
+	close(fd);
+	free(buf);
+	return ret;
+}
+
+static int make_image(const char *src)
+{
+	char cmd[3 * PATH_MAX], path[PATH_MAX + 64];
+	const char *root = getenv("THAW_ROOT");
+	uint64_t rest;
+	struct stat st;
+	int ret;
+
+	if (mkdir_p(src, 0755))
+		return -EIO;
+	snprintf(cmd, sizeof(cmd), "%s/bench/make_criu_image.sh '%s/criu' %u >'%s/criu.log' 2>&1",
+		 root ? root : ".", dir, criu_mib, dir);
+	printf("making a CRIU image of %u MiB (bench/make_criu_image.sh)...\n", criu_mib);
+	fflush(stdout);
+	snprintf(path, sizeof(path), "%s/criu/dump1", dir);
+	if (system(cmd) == 0 && stat(path, &st) == 0) {
+		snprintf(cmd, sizeof(cmd), "cp -r '%s/criu/dump1' '%s/criu-dump'", dir, src);
+		if (system(cmd) != 0)
+			return -EIO;
+		snprintf(cmd, sizeof(cmd), "du -sb --apparent-size '%s/criu-dump' | cut -f1 >'%s/criu.bytes'", src, dir);
+		if (system(cmd) != 0)
+			return -EIO;
+	} else {
+		printf("no CRIU image (see %s/criu.log): a synthetic heap-like image instead\n", dir);
+		snprintf(path, sizeof(path), "%s/heap.img", src);
+		ret = write_heap_like(path, (uint64_t)criu_mib << 20);
+		if (ret)
+			return ret;
+	}
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s/criu'", dir);
+	if (system(cmd) != 0)
+		pr_warn("cannot remove %s/criu", dir);
+	/* The rest in random files of 256 MiB, like GPU weights. */
+	snprintf(cmd, sizeof(cmd), "du -sb --apparent-size '%s' | cut -f1", src);
+	FILE *p = popen(cmd, "r");
+	unsigned long long have = 0;
+	if (!p || fscanf(p, "%llu", &have) != 1)
+		have = 0;
+	if (p)
+		pclose(p);
+	rest = ((uint64_t)mib << 20) > have ? ((uint64_t)mib << 20) - have : 0;
+	for (int i = 0; rest > 0; i++) {
+		uint64_t n = MIN(rest, 256ull << 20);
+		snprintf(path, sizeof(path), "%s/pages-weights-%d.img", src, i);
+		ret = write_random(path, n);
+		if (ret)
+			return ret;
+		rest -= n;
+	}
+	return 0;
+}
+
+/* Drop the page cache: all of it as root, else the files we read. */
+static void fadvise_tree(const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *de;
+
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		char p[PATH_MAX];
+		struct stat st;
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(p, sizeof(p), "%.2000s/%.255s", path, de->d_name);
+		if (lstat(p, &st))
+			continue;
+		if (S_ISDIR(st.st_mode)) {
+			fadvise_tree(p);
+		} else if (S_ISREG(st.st_mode)) {
+			int fd = open(p, O_RDONLY | O_CLOEXEC);
+			if (fd >= 0) {
+				fdatasync(fd);
+				posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+				close(fd);
+			}
+		}
+	}
+	closedir(d);
+}
+
+static void drop_caches(void)
+{
+	sync();
+	int fd = open("/proc/sys/vm/drop_caches", O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || write(fd, "3\n", 2) != 2) {
+		if (drop_ok)
+			printf("cannot write /proc/sys/vm/drop_caches: using posix_fadvise(DONTNEED) on every file\n");
+		drop_ok = false;
+		char p[PATH_MAX];
+		snprintf(p, sizeof(p), "%s/store", dir);
+		fadvise_tree(p);
+		snprintf(p, sizeof(p), "%s/src", dir);
+		fadvise_tree(p);
+	}
+	if (fd >= 0)
+		close(fd);
+}
+
+/* Read every file under path (warms the page cache); returns bytes. */
+static uint64_t read_tree(const char *path, uint8_t *buf, size_t bs)
+{
+	DIR *d = opendir(path);
+	struct dirent *de;
+	uint64_t total = 0;
+
+	if (!d)
+		return 0;
+	while ((de = readdir(d))) {
+		char p[PATH_MAX];
+		struct stat st;
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(p, sizeof(p), "%.2000s/%.255s", path, de->d_name);
+		if (lstat(p, &st))
+			continue;
+		if (S_ISDIR(st.st_mode)) {
+			total += read_tree(p, buf, bs);
+		} else if (S_ISREG(st.st_mode)) {
+			int fd = open(p, O_RDONLY | O_CLOEXEC);
+			ssize_t n;
+			while (fd >= 0 && (n = read(fd, buf, bs)) > 0)
+				total += (uint64_t)n;
+			if (fd >= 0)
+				close(fd);
+		}
+	}
+	closedir(d);
+	return total;
+}
+
+/* The copy floor: each image file read sequentially and written into tmpfs. */
+static int copy_tree(const char *from, const char *to, uint8_t *buf, size_t bs, uint64_t *bytes)
+{
+	DIR *d = opendir(from);
+	struct dirent *de;
+	int ret = 0;
+
+	if (!d || mkdir_p(to, 0755)) {
+		if (d)
+			closedir(d);
+		return -EIO;
+	}
+	while (!ret && (de = readdir(d))) {
+		char p[PATH_MAX], q[PATH_MAX];
+		struct stat st;
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(p, sizeof(p), "%.2000s/%.255s", from, de->d_name);
+		snprintf(q, sizeof(q), "%.2000s/%.255s", to, de->d_name);
+		if (lstat(p, &st))
+			continue;
+		if (S_ISDIR(st.st_mode)) {
+			ret = copy_tree(p, q, buf, bs, bytes);
+			continue;
+		}
+		int in = open(p, O_RDONLY | O_CLOEXEC);
+		int out = open(q, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		ssize_t n;
+		if (in < 0 || out < 0)
+			ret = -EIO;
+		while (!ret && (n = read(in, buf, bs)) > 0) {
+			ret = write_all(out, buf, (size_t)n);
+			*bytes += (uint64_t)n;
+		}
+		if (in >= 0)
+			close(in);
+		if (out >= 0)
+			close(out);
+	}
+	closedir(d);
+	return ret;
+}
+
+struct row {
+	const char *cache, *method;
+	double secs;
+	bool ok;
+};
+
+int main(int argc, char **argv)
+{
+	struct engine_opts o;
+	unsigned long ncpu = (unsigned long)sysconf(_SC_NPROCESSORS_ONLN);
+	char src[PATH_MAX], sdir[PATH_MAX], idpath[PATH_MAX], out[PATH_MAX];
+	char id[CHUNK_ID_LEN] = "", *idbuf = NULL, a[32], b[32], c[32];
+	struct store *s = NULL;
+	struct manifest *m = NULL;
+	struct manifest_totals tot;
+	struct row rows[16];
+	int nrows = 0;
+	size_t len;
+
+	engine_opts_default(&o);
+	snprintf(outbase, sizeof(outbase), "/dev/shm/thaw-bench-engine-%d", getpid());
+	for (int i = 1; i < argc; i++) {
+		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(argv[i], "--dir") && v)
+			snprintf(dir, sizeof(dir), "%s", argv[++i]);
+		else if (!strcmp(argv[i], "--out") && v)
+			snprintf(outbase, sizeof(outbase), "%s/thaw-bench-engine-%d", argv[++i], getpid());
+		else if (!strcmp(argv[i], "--mib") && v)
+			mib = (unsigned)atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--criu-mib") && v)
+			criu_mib = (unsigned)atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--threads") && v)
+			o.threads = (unsigned)atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--qd") && v)
+			o.queue_depth = (unsigned)atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--arena") && v)
+			o.arena_bytes = (uint64_t)atoi(argv[++i]) << 20;
+		else if (!strcmp(argv[i], "--runs") && v)
+			runs = (unsigned)atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--fresh"))
+			fresh = true;
+		else if (!strcmp(argv[i], "--clean"))
+			clean = true;
+		else {
+			fprintf(stderr, "usage: %s [--dir DIR] [--mib N] [--criu-mib N] [--threads N] "
+					"[--qd N] [--arena MiB] [--runs N] [--out TMPFS_DIR] [--fresh] [--clean]\n",
+				argv[0]);
+			return 2;
+		}
+	}
+	if (!mib || !runs || criu_mib > mib || !o.threads || !o.queue_depth || !o.arena_bytes) {
+		fprintf(stderr, "bad sizes\n");
+		return 2;
+	}
+	snprintf(src, sizeof(src), "%s/src", dir);
+	snprintf(sdir, sizeof(sdir), "%s/store", dir);
+	snprintf(idpath, sizeof(idpath), "%s/id", dir);
+	if (fresh)
+		rm_rf(dir);
+	if (read_file(idpath, &idbuf, &len, 200) == 0 && len >= CHUNK_ID_LEN - 1) {
+		snprintf(id, sizeof(id), "%.*s", CHUNK_ID_LEN - 1, idbuf);
+		printf("reusing the snapshot in %s (--fresh to rebuild)\n", dir);
+	} else {
+		struct store_put_stats ps;
+		const char *paths[1] = { src };
+		uint64_t t0;
+
+		rm_rf(dir);
+		if (make_image(src)) {
+			fprintf(stderr, "cannot build the image under %s\n", src);
+			return 1;
+		}
+		s = store_open(sdir);
+		if (!s)
+			return 1;
+		t0 = now_ns();
+		if (store_put(s, "bench-engine", paths, 1, NULL, false, id, &ps))
+			return 1;
+		printf("store put: %s in %.1f s\n", fmt_bytes(ps.logical_bytes, a), ms_since(t0) / 1e3);
+		write_file_atomic(idpath, id, strlen(id), 0644);
+	}
+	free(idbuf);
+	if (!s)
+		s = store_open(sdir);
+	if (!s || store_manifest_load(s, id, &m, NULL)) {
+		fprintf(stderr, "cannot load %s: %s\n", id, log_last_error());
+		return 1;
+	}
+	manifest_totals(m, &tot);
+	char cb[64] = "";
+	{
+		char p[PATH_MAX + 16], *t = NULL;
+		snprintf(p, sizeof(p), "%s/criu.bytes", dir);
+		if (read_file(p, &t, &len, 64) == 0)
+			snprintf(cb, sizeof(cb), "%s", fmt_bytes(strtoull(t, NULL, 10), c));
+		free(t);
+	}
+	printf("snapshot %s: %s of image in %zu files (%s in holes), %llu chunks, %s stored; "
+	       "CRIU part %s\n",
+	       id, fmt_bytes(tot.logical_bytes, a), m->nfiles, fmt_bytes(tot.zero_bytes, b),
+	       (unsigned long long)tot.chunks, fmt_bytes(tot.stored_bytes, c),
+	       cb[0] ? cb : "none (synthetic heap)");
+	printf("machine: %lu CPUs online; engine: %u threads, queue depth %u, arena %s\n", ncpu,
+	       o.threads, o.queue_depth, fmt_bytes(o.arena_bytes, a));
+
+	size_t bs = 8 << 20;
+	uint8_t *buf = malloc(bs);
+	if (!buf)
+		return 1;
+	snprintf(out, sizeof(out), "%s", outbase);
+	bool direct_used = false;
+	/* Rounds interleave the methods, so that the machine's noise falls on all
+	 * of them alike; each method's best round is reported. */
+	for (int i = 0; i < 8; i++)
+		rows[i] = (struct row){ i < 4 ? "warm" : "cold", NULL, 1e30, true };
+	for (unsigned round = 0; round < runs; round++) {
+		for (int i = 0; i < 8; i++) {
+			int cold = i / 4, k = i % 4;
+			struct engine_stats st;
+			struct engine_opts oo = o;
+			const char *method = NULL;
+			uint64_t t0, bytes = 0;
+			int ret;
+
+			rm_rf(out);
+			if (cold) {
+				drop_caches();
+			} else {
+				read_tree(sdir, buf, bs);
+				read_tree(src, buf, bs);
+			}
+			t0 = now_ns();
+			switch (k) {
+			case 0:
+				oo.direct = ENGINE_DIRECT_AUTO;
+				ret = engine_materialize(s, m, out, &oo, &st);
+				method = st.direct ? "engine: io_uring, O_DIRECT"
+						   : "engine: io_uring, buffered (O_DIRECT refused)";
+				direct_used = st.direct;
+				break;
+			case 1:
+				oo.direct = ENGINE_DIRECT_OFF;
+				ret = engine_materialize(s, m, out, &oo, &st);
+				method = "engine: io_uring, buffered";
+				break;
+			case 2:
+				ret = engine_materialize_naive(s, m, out, NULL, &st);
+				method = "naive: 1 thread, pread/decode/pwrite";
+				break;
+			default:
+				ret = copy_tree(src, out, buf, bs, &bytes);
+				method = "copy floor: sequential copy of the raw image";
+				break;
+			}
+			double secs = (double)(now_ns() - t0) / 1e9;
+			rows[i].method = method;
+			rows[i].secs = MIN(rows[i].secs, secs);
+			rows[i].ok = rows[i].ok && ret == 0;
+			printf("  round %u %s %-46s %6.3f s %s\n", round + 1, rows[i].cache, method,
+			       secs, ret ? log_last_error() : "");
+			fflush(stdout);
+		}
+	}
+	nrows = 8;
+	rm_rf(out);
+
+	printf("\nbest of %u rounds:\n", runs);
+	printf("\n| cache | method | s | GB/s (image bytes) | x naive | x copy floor |\n");
+	printf("|---|---|---|---|---|---|\n");
+	for (int i = 0; i < nrows; i++) {
+		const struct row *r = &rows[i];
+		int base = i / 4 * 4;
+		double gbs = (double)tot.logical_bytes / r->secs / 1e9;
+		printf("| %s | %s | %.3f | %.2f | %.2f | %.2f |\n", r->cache, r->method, r->secs,
+		       r->ok ? gbs : 0.0, rows[base + 2].secs / r->secs, rows[base + 3].secs / r->secs);
+	}
+	printf("\nio_uring reads: %s; cold cache by %s; %lu CPUs, %u engine threads\n",
+	       direct_used ? "O_DIRECT" : "buffered",
+	       drop_ok ? "echo 3 > /proc/sys/vm/drop_caches" : "posix_fadvise(DONTNEED) on every file",
+	       ncpu, o.threads);
+	free(buf);
+	manifest_free(m);
+	store_close(s);
+	if (clean)
+		rm_rf(dir);
+	else
+		printf("(snapshot kept in %s for the next run; --clean removes it)\n", dir);
+	return 0;
+}

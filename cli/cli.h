@@ -18,6 +18,7 @@ void cli_set_store_dir(const char *dir);
 
 int cmd_store(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
+int cmd_snapshot(int argc, char **argv);
 int cmd_materialize(int argc, char **argv);
 
 #endif

@@ -47,6 +47,7 @@ static const struct command {
 	const char *help;
 } commands[] = {
 	{ "doctor", cmd_doctor, "check that this host can snapshot and restore" },
+	{ "snapshot", cmd_snapshot, "boot, warm and snapshot a function from its spec file" },
 	{ "store", cmd_store, "the chunk store: put, get, ls, stat, verify, gc" },
 	{ "materialize", cmd_materialize, "write a snapshot's image files out of the store (RAM tier)" },
 };

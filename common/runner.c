@@ -95,7 +95,7 @@ static void tail_text(const char *text, char *buf, size_t len)
 	}
 }
 
-static void tail_file(const char *path, char *buf, size_t len)
+void runner_log_tail(const char *path, char *buf, size_t len)
 {
 	char *text = NULL;
 	size_t n;
@@ -283,9 +283,9 @@ static void report_failure(const char *what, const char *id, const struct runc_c
 
 	describe_exit(call, how, sizeof(how));
 	if (crit_log)
-		tail_file(crit_log, tail, sizeof(tail));
+		runner_log_tail(crit_log, tail, sizeof(tail));
 	if (!tail[0] && call->log_path)
-		tail_file(call->log_path, tail, sizeof(tail));
+		runner_log_tail(call->log_path, tail, sizeof(tail));
 	if (!tail[0] && call->err)
 		tail_text(call->err, tail, sizeof(tail));
 	if (!tail[0] && call->out)

@@ -8,6 +8,7 @@
 #define THAW_RUNNER_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <sys/types.h>
 
 struct runner {
@@ -36,5 +37,9 @@ int runner_restore(const struct runner *r, const char *bundle, const char *id,
 int runner_delete(const struct runner *r, const char *id);
 /* The pids of every process in container id (runc ps), host pids. */
 int runner_pids(const struct runner *r, const char *id, pid_t **pids, size_t *n);
+
+/* The last lines of a log file (CRIU's "Error" lines where it has any),
+ * joined with " | " into buf for an error message; "" if there is none. */
+void runner_log_tail(const char *path, char *buf, size_t len);
 
 #endif

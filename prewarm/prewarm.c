@@ -1,14 +1,711 @@
-/* prewarm.c — PLACEHOLDER so that the tree links while this module is written;
- * its owner replaces this whole file. Every function fails with -ENOSYS. */
+/* prewarm.c — see prewarm.h.
+ *
+ * One snapshot works in <data>/work/<id>-<pid>-<n>/: netns (the function's
+ * network namespace), bundle/ (its OCI bundle), function.log (its stdout and
+ * stderr, drained by a thread: runc hands the container pipes, never files),
+ * image/ (the CRIU image) and criu/ (CRIU's work dir and logs).  Everything
+ * there, the container and the namespace are removed at the end, on success
+ * and on failure alike.
+ */
+#define LOG_PREFIX "prewarm: "
 #include "prewarm/prewarm.h"
-#include <errno.h>
-#include <stddef.h>
+#include "common/cuda.h"
+#include "common/log.h"
+#include "common/netns.h"
+#include "common/oci.h"
+#include "common/runner.h"
+#include "common/util.h"
+#include "prewarm/ready.h"
 
-int prewarm_snapshot(const struct thaw_config *c, struct store *s, const struct func_spec *spec, struct snapshot_result *out)
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CUDA_LOCK_TIMEOUT_MS 10000
+#define CALL_TIMEOUT_MS	     300000 /* a warm-up call may run a first inference */
+#define LOG_TAIL_LINES	     12
+#define LOG_TAIL_BYTES	     600
+
+struct job {
+	const struct thaw_config *c;
+	const struct func_spec *spec;
+	struct runner r;
+	char state_dir[PATH_MAX + 16];
+	char work[PATH_MAX + 256];
+	char netns[PATH_MAX + 300];
+	char bundle[PATH_MAX + 300];
+	char image[PATH_MAX + 300];
+	char criu_work[PATH_MAX + 300];
+	char log[PATH_MAX + 300];
+	char runc_log[PATH_MAX + 300];
+	char cid[128];
+	bool netns_made, container_made;
+	pid_t pid;
+	/* The drain thread: container stdout/stderr into function.log. */
+	struct runner_stdio stdio;
+	int log_fd, stop_fd;
+	pthread_t drain;
+	bool drain_started;
+	json_t *cuda_pids, *cuda_ns_pids;
+};
+
+/* ---- the function's log ---------------------------------------------- */
+
+static void *drain_thread(void *p)
 {
-	return -ENOSYS;
+	struct job *j = p;
+	struct pollfd fds[3] = {
+		{ .fd = j->stdio.out_r, .events = POLLIN },
+		{ .fd = j->stdio.err_r, .events = POLLIN },
+		{ .fd = j->stop_fd, .events = POLLIN },
+	};
+	char buf[16384];
+	bool stopping = false;
+
+	for (;;) {
+		int open = 0, r;
+
+		for (int i = 0; i < 2; i++)
+			open += fds[i].fd >= 0;
+		if (!open)
+			break;
+		/* Once told to stop, take what is already in the pipes and go. */
+		r = poll(fds, 3, stopping ? 0 : -1);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		if (fds[2].revents) {
+			stopping = true;
+			fds[2].fd = -1;
+		}
+		for (int i = 0; i < 2; i++) {
+			ssize_t n;
+
+			if (fds[i].fd < 0 || !fds[i].revents)
+				continue;
+			n = read(fds[i].fd, buf, sizeof(buf));
+			if (n > 0)
+				write_all(j->log_fd, buf, n);
+			else if (n == 0 || (errno != EINTR && errno != EAGAIN))
+				fds[i].fd = -1;
+		}
+	}
+	return NULL;
+}
+
+static void drain_stop(struct job *j)
+{
+	uint64_t one = 1;
+
+	if (!j->drain_started)
+		return;
+	if (write(j->stop_fd, &one, sizeof(one)) < 0)
+		pr_perror("eventfd");
+	pthread_join(j->drain, NULL);
+	j->drain_started = false;
+}
+
+/* The end of function.log on one line, for an error message. */
+static void log_tail(const char *path, char *buf, size_t len)
+{
+	char *text = NULL, *p;
+	size_t n = 0, cap = MIN(len, (size_t)LOG_TAIL_BYTES);
+	int lines = 0;
+
+	buf[0] = '\0';
+	if (read_file(path, &text, &n, 64 << 20) || !n) {
+		free(text);
+		return;
+	}
+	while (n && (text[n - 1] == '\n' || text[n - 1] == '\r'))
+		text[--n] = '\0';
+	/* Walk back over the last lines that fit. */
+	p = text + n;
+	while (p > text && lines < LOG_TAIL_LINES && (size_t)(text + n - p) < cap) {
+		p--;
+		if (*p == '\n')
+			lines++;
+	}
+	if (*p == '\n')
+		p++;
+	if ((size_t)(text + n - p) >= cap)
+		p = text + n - (cap - 1);
+	size_t o = 0;
+	for (; *p && o + 4 < len; p++) {
+		if (*p == '\n') {
+			memcpy(buf + o, " | ", 3);
+			o += 3;
+		} else if (*p != '\r') {
+			buf[o++] = *p;
+		}
+	}
+	buf[o] = '\0';
+	free(text);
+}
+
+/* ---- facts for the manifest -------------------------------------------- */
+
+/* The first line of a program's output (its --version), into buf; "" if it fails. */
+static void first_line_of(const char *prog, const char *arg, char *buf, size_t len)
+{
+	int fds[2] = { -1, -1 }, status;
+	pid_t pid;
+	ssize_t n = 0, r;
+
+	buf[0] = '\0';
+	if (pipe2(fds, O_CLOEXEC) < 0)
+		return;
+	pid = fork();
+	if (pid == 0) {
+		int devnull = open("/dev/null", O_RDWR);
+
+		dup2(fds[1], 1);
+		dup2(devnull, 0);
+		dup2(devnull, 2);
+		execlp(prog, prog, arg, (char *)NULL);
+		_exit(127);
+	}
+	close(fds[1]);
+	while (pid > 0 && (size_t)n < len - 1 &&
+	       ((r = read(fds[0], buf + n, len - 1 - n)) > 0 || (r < 0 && errno == EINTR)))
+		n += r > 0 ? r : 0;
+	buf[n] = '\0';
+	close(fds[0]);
+	if (pid > 0)
+		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+			;
+	buf[strcspn(buf, "\n")] = '\0';
+}
+
+static json_t *versions(const struct thaw_config *c)
+{
+	struct utsname u;
+	char runc[256], criu[256];
+	const char *v;
+	json_t *o = json_object();
+
+	if (!o)
+		return NULL;
+	if (uname(&u) == 0)
+		json_object_set_new(o, "kernel", json_string(u.release));
+	first_line_of(c->runc, "--version", runc, sizeof(runc));
+	/* "runc version 1.1.5+ds1" */
+	v = strncmp(runc, "runc version ", 13) ? runc : runc + 13;
+	json_object_set_new(o, "runc", json_string(v));
+	first_line_of(c->criu, "--version", criu, sizeof(criu));
+	/* "Version: 4.2.1" */
+	v = strncmp(criu, "Version: ", 9) ? criu : criu + 9;
+	json_object_set_new(o, "criu", json_string(v));
+	if (cuda_available()) {
+		int dv;
+
+		if (cuda_driver_version(&dv) == 0)
+			json_object_set_new(o, "driver", json_integer(dv));
+	}
+	return o;
+}
+
+static json_t *gpus(void)
+{
+	struct cuda_device *d = NULL;
+	size_t n = 0;
+	json_t *a = json_array();
+
+	if (!a || !cuda_available() || cuda_devices(&d, &n))
+		return a;
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(a, json_pack("{s:s, s:s, s:I}", "uuid", d[i].uuid, "name",
+						   d[i].name, "total_bytes",
+						   (json_int_t)d[i].total_bytes));
+	free(d);
+	return a;
+}
+
+/* The pid of a host process as its own PID namespace sees it (restore maps
+ * CUDA processes by it); 0 if unknown. */
+static pid_t ns_pid(pid_t pid)
+{
+	char path[64], buf[4096], *l;
+	long v = 0;
+	ssize_t n;
+	int fd;
+
+	/* read_file() trusts st_size, which is 0 for /proc files. */
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	l = strstr(buf, "\nNSpid:");
+	if (l) {
+		char *end = strchr(l + 1, '\n'), *last = NULL;
+
+		if (end)
+			*end = '\0';
+		for (char *t = strtok(l + 7, " \t"); t; t = strtok(NULL, " \t"))
+			last = t;
+		if (last)
+			v = strtol(last, NULL, 10);
+	}
+	return (pid_t)v;
+}
+
+static int dir_bytes(const char *dir, uint64_t *bytes)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	int ret = 0;
+
+	if (!d) {
+		ret = -errno;
+		pr_perror("opendir %s", dir);
+		return ret;
+	}
+	while ((de = readdir(d))) {
+		char p[PATH_MAX + 256];
+		struct stat st;
+
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
+		if (lstat(p, &st))
+			continue;
+		if (S_ISDIR(st.st_mode))
+			ret = dir_bytes(p, bytes);
+		else if (S_ISREG(st.st_mode))
+			*bytes += st.st_size;
+		if (ret)
+			break;
+	}
+	closedir(d);
+	return ret;
+}
+
+/* ---- the phases ------------------------------------------------------- */
+
+/* Record "phase: message" as the error, keeping the message of the place
+ * where it went wrong (already logged there). */
+static int phase_failed(const char *phase, int ret)
+{
+	char msg[1024];
+
+	snprintf(msg, sizeof(msg), "%s", log_last_error());
+	if (!msg[0])
+		snprintf(msg, sizeof(msg), "%s", strerror(-ret));
+	log_set_error("%s: %s", phase, msg);
+	return ret;
+}
+
+/* The argv of a user bundle's config.json, when the spec gives none. */
+static char **bundle_args(const char *bundle)
+{
+	char p[PATH_MAX + 16];
+	json_error_t jerr;
+	json_t *cfg, *args;
+	char **argv = NULL;
+	size_t n;
+
+	snprintf(p, sizeof(p), "%s/config.json", bundle);
+	cfg = json_load_file(p, 0, &jerr);
+	args = json_object_get(json_object_get(cfg, "process"), "args");
+	n = json_array_size(args);
+	if (n && (argv = calloc(n + 1, sizeof(char *))))
+		for (size_t i = 0; i < n; i++)
+			argv[i] = strdup(json_string_value(json_array_get(args, i)) ?: "");
+	json_decref(cfg);
+	return argv;
+}
+
+static void free_argv(char **v)
+{
+	for (size_t i = 0; v && v[i]; i++)
+		free(v[i]);
+	free(v);
+}
+
+static int write_bundle(struct job *j)
+{
+	const struct func_spec *spec = j->spec;
+	char rootfs[PATH_MAX + 16], cgroup[192], port_env[32];
+	char **argv = spec->command, **own_argv = NULL, **env = NULL;
+	struct oci_bind bind = { spec->cwd, spec->cwd, false };
+	struct oci_spec o = { 0 };
+	struct stat st;
+	size_t nenv = 0;
+	bool has_port = false;
+	int ret;
+
+	if (spec->bundle) {
+		snprintf(rootfs, sizeof(rootfs), "%s/rootfs", spec->bundle);
+		o.rootfs = stat(rootfs, &st) == 0 && S_ISDIR(st.st_mode) ? rootfs : spec->bundle;
+		if (!argv)
+			argv = own_argv = bundle_args(spec->bundle);
+	}
+	if (!argv || !argv[0]) {
+		pr_err("no command to run (the spec has none, nor has %s/config.json)",
+		       spec->bundle ? spec->bundle : "a bundle");
+		return -EINVAL;
+	}
+	/* The function learns its port from $PORT unless the spec sets it. */
+	for (; spec->env && spec->env[nenv]; nenv++)
+		has_port |= !strncmp(spec->env[nenv], "PORT=", 5);
+	env = calloc(nenv + 2, sizeof(char *));
+	if (!env) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	memcpy(env, spec->env, nenv * sizeof(char *));
+	snprintf(port_env, sizeof(port_env), "PORT=%u", spec->port);
+	if (!has_port)
+		env[nenv] = port_env;
+
+	snprintf(cgroup, sizeof(cgroup), "thaw/%s", j->cid);
+	o.argv = argv;
+	o.env = env;
+	o.cwd = spec->cwd;
+	o.netns_path = j->netns;
+	/* The function's own directory, read-only at the same path. */
+	if (!o.rootfs && spec->cwd && strcmp(spec->cwd, "/")) {
+		o.binds = &bind;
+		o.nbinds = 1;
+	}
+	o.gpu = spec->gpu;
+	o.hostname = spec->id;
+	o.cgroups_path = cgroup;
+	ret = oci_bundle_write(j->bundle, &o);
+out:
+	free(env);
+	free_argv(own_argv);
+	return ret;
+}
+
+static int boot(struct job *j)
+{
+	int ret;
+
+	j->log_fd = open(j->log, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+	if (j->log_fd < 0) {
+		ret = -errno;
+		pr_perror("open %s", j->log);
+		return ret;
+	}
+	ret = runner_run(&j->r, j->bundle, j->cid, j->runc_log, &j->stdio, &j->pid);
+	if (ret)
+		return ret;
+	j->container_made = true;
+	ret = pthread_create(&j->drain, NULL, drain_thread, j);
+	if (ret) {
+		errno = ret;
+		pr_perror("pthread_create");
+		return -ret;
+	}
+	j->drain_started = true;
+	return 0;
+}
+
+static int wait_ready(struct job *j)
+{
+	const struct func_spec *spec = j->spec;
+	char why[256], tail[LOG_TAIL_BYTES + 64];
+	int ret;
+
+	ret = ready_wait(j->netns, spec->port, spec->ready, spec->ready_path,
+			 spec->ready_timeout_s, j->pid, why, sizeof(why));
+	if (!ret)
+		return 0;
+	/* Let the last words of a dying function reach the log. */
+	usleep(100000);
+	log_tail(j->log, tail, sizeof(tail));
+	if (ret == -ESRCH)
+		pr_err("the function exited before it was ready; its log ends: %s",
+		       tail[0] ? tail : "(empty)");
+	else
+		pr_err("not ready after %g s (%s); its log ends: %s", spec->ready_timeout_s, why,
+		       tail[0] ? tail : "(empty)");
+	return ret;
+}
+
+static int call(struct job *j, const struct http_call *hc, const char *what)
+{
+	struct http_answer a;
+	char tail[LOG_TAIL_BYTES + 64];
+	int ret;
+
+	ret = ready_http(j->netns, j->spec->port, hc->method, hc->path, hc->body, CALL_TIMEOUT_MS,
+			 &a);
+	if (ret) {
+		log_tail(j->log, tail, sizeof(tail));
+		pr_err("%s %s %s: %s; the function's log ends: %s", what, hc->method, hc->path,
+		       strerror(-ret), tail[0] ? tail : "(empty)");
+		return ret;
+	}
+	if (a.status < 200 || a.status > 299) {
+		pr_err("%s %s %s answered %d: %.200s", what, hc->method, hc->path, a.status,
+		       a.body ? a.body : "");
+		ret = -EIO;
+	}
+	http_answer_release(&a);
+	return ret;
+}
+
+static int cuda_checkpoint_all(struct job *j)
+{
+	pid_t *pids = NULL, *cuda = NULL;
+	size_t n = 0, ncuda = 0;
+	int ret;
+
+	ret = runner_pids(&j->r, j->cid, &pids, &n);
+	if (ret)
+		goto out;
+	ret = cuda_filter_processes(pids, n, &cuda, &ncuda);
+	if (ret)
+		goto out;
+	if (ncuda == 0)
+		pr_warn("%s: a GPU function with no CUDA process", j->spec->id);
+	for (size_t i = 0; i < ncuda; i++) {
+		json_array_append_new(j->cuda_pids, json_integer(cuda[i]));
+		json_array_append_new(j->cuda_ns_pids, json_integer(ns_pid(cuda[i])));
+		ret = cuda_lock(cuda[i], CUDA_LOCK_TIMEOUT_MS);
+		if (!ret)
+			ret = cuda_checkpoint(cuda[i]);
+		if (ret)
+			goto out;
+	}
+out:
+	free(pids);
+	free(cuda);
+	return ret;
+}
+
+static json_t *snapshot_meta(struct job *j, json_t *timings, uint64_t image_bytes)
+{
+	char created[32];
+	time_t now = time(NULL);
+	struct tm tm;
+
+	gmtime_r(&now, &tm);
+	strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	return json_pack("{s:s, s:o, s:o, s:o, s:O, s:O, s:O, s:I, s:s}", "function", j->spec->id,
+			 "spec", spec_to_json(j->spec), "versions", versions(j->c), "gpus", gpus(),
+			 "cuda_pids", j->cuda_pids, "cuda_ns_pids", j->cuda_ns_pids, "timings_ms",
+			 timings, "image_bytes", (json_int_t)image_bytes, "created", created);
+}
+
+/* Undo whatever was made, in reverse order; says what is left if a step fails. */
+static void cleanup(struct job *j)
+{
+	char msg[1024];
+
+	/* Keep the error of the failure, not of the cleanup. */
+	snprintf(msg, sizeof(msg), "%s", log_last_error());
+	if (j->container_made && runner_delete(&j->r, j->cid))
+		pr_warn("container %s may be left behind (runc --root %s)", j->cid, j->state_dir);
+	drain_stop(j);
+	if (j->stdio.out_r >= 0)
+		close(j->stdio.out_r);
+	if (j->stdio.err_r >= 0)
+		close(j->stdio.err_r);
+	if (j->log_fd >= 0)
+		close(j->log_fd);
+	if (j->stop_fd >= 0)
+		close(j->stop_fd);
+	if (j->netns_made && netns_remove(j->netns))
+		pr_warn("network namespace %s is left behind", j->netns);
+	if (j->work[0] && rm_rf(j->work))
+		pr_warn("work directory %s is left behind", j->work);
+	json_decref(j->cuda_pids);
+	json_decref(j->cuda_ns_pids);
+	if (msg[0])
+		log_set_error("%s", msg);
+	else
+		log_clear_error();
+}
+
+int prewarm_snapshot(const struct thaw_config *c, struct store *s, const struct func_spec *spec,
+		     struct snapshot_result *out)
+{
+	static atomic_uint seq;
+	struct job j = { .c = c, .spec = spec, .log_fd = -1, .stop_fd = -1,
+			 .stdio = { -1, -1 } };
+	struct store_put_stats st = { 0 };
+	uint64_t t0 = now_ns(), t, image_bytes = 0;
+	json_t *timings = json_object(), *meta = NULL;
+	const char *paths[1];
+	unsigned n = atomic_fetch_add(&seq, 1);
+	int ret;
+
+	memset(out, 0, sizeof(*out));
+	j.cuda_pids = json_array();
+	j.cuda_ns_pids = json_array();
+	if (!timings || !j.cuda_pids || !j.cuda_ns_pids) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	if (spec->gpu) {
+		ret = cuda_init();
+		if (ret) {
+			pr_err("%s: GPU function needs a CUDA driver (%s)", spec->id,
+			       ret == -ENODEV ? "none on this host" : strerror(-ret));
+			goto out;
+		}
+	}
+
+	snprintf(j.state_dir, sizeof(j.state_dir), "%s/runc", c->data_dir);
+	j.r.runc = c->runc;
+	j.r.criu = c->criu;
+	j.r.state_dir = j.state_dir;
+	snprintf(j.cid, sizeof(j.cid), "snap-%s-%d-%u", spec->id, (int)getpid(), n);
+	snprintf(j.netns, sizeof(j.netns), "%s/work", c->data_dir);
+	ret = mkdir_p(j.netns, 0700);
+	if (ret)
+		goto out;
+	snprintf(j.work, sizeof(j.work), "%s/work/%s-%d-%u", c->data_dir, spec->id, (int)getpid(),
+		 n);
+	if (mkdir(j.work, 0700) < 0) {
+		ret = -errno;
+		pr_perror("mkdir %s", j.work);
+		j.work[0] = '\0'; /* not ours to remove */
+		goto out;
+	}
+	snprintf(j.netns, sizeof(j.netns), "%s/netns", j.work);
+	snprintf(j.bundle, sizeof(j.bundle), "%s/bundle", j.work);
+	snprintf(j.image, sizeof(j.image), "%s/image", j.work);
+	snprintf(j.criu_work, sizeof(j.criu_work), "%s/criu", j.work);
+	snprintf(j.log, sizeof(j.log), "%s/function.log", j.work);
+	snprintf(j.runc_log, sizeof(j.runc_log), "%s/runc-run.log", j.work);
+	j.stop_fd = eventfd(0, EFD_CLOEXEC);
+	if (j.stop_fd < 0) {
+		ret = -errno;
+		pr_perror("eventfd");
+		goto out;
+	}
+
+	t = now_ns();
+	ret = netns_create(j.netns);
+	if (ret) {
+		phase_failed("network namespace", ret);
+		goto out;
+	}
+	j.netns_made = true;
+	ret = write_bundle(&j);
+	if (ret) {
+		phase_failed("bundle", ret);
+		goto out;
+	}
+	ret = boot(&j);
+	if (ret) {
+		phase_failed("boot", ret);
+		goto out;
+	}
+	json_object_set_new(timings, "boot", json_real(ms_since(t)));
+
+	t = now_ns();
+	ret = wait_ready(&j);
+	if (ret) {
+		phase_failed("ready", ret);
+		goto out;
+	}
+	json_object_set_new(timings, "ready", json_real(ms_since(t)));
+
+	t = now_ns();
+	for (size_t i = 0; i < spec->nwarmup; i++) {
+		char what[32];
+
+		snprintf(what, sizeof(what), "warmup[%zu]", i);
+		ret = call(&j, &spec->warmup[i], what);
+		if (ret) {
+			phase_failed("warmup", ret);
+			goto out;
+		}
+	}
+	json_object_set_new(timings, "warmup", json_real(ms_since(t)));
+
+	t = now_ns();
+	if (spec->prepare) {
+		ret = call(&j, spec->prepare, "prepare");
+		if (ret) {
+			phase_failed("prepare", ret);
+			goto out;
+		}
+	}
+	json_object_set_new(timings, "prepare", json_real(ms_since(t)));
+
+	t = now_ns();
+	if (spec->gpu) {
+		ret = cuda_checkpoint_all(&j);
+		if (ret) {
+			phase_failed("cuda checkpoint", ret);
+			goto out;
+		}
+	}
+	json_object_set_new(timings, "cuda_checkpoint", json_real(ms_since(t)));
+
+	t = now_ns();
+	ret = runner_checkpoint(&j.r, j.cid, j.image, j.criu_work);
+	if (ret) {
+		phase_failed("criu dump", ret);
+		goto out;
+	}
+	json_object_set_new(timings, "criu_dump", json_real(ms_since(t)));
+	ret = dir_bytes(j.image, &image_bytes);
+	if (ret)
+		goto out;
+
+	t = now_ns();
+	meta = snapshot_meta(&j, timings, image_bytes);
+	if (!meta) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	paths[0] = j.image;
+	ret = store_put(s, spec->id, paths, 1, meta, false, out->snapshot_id, &st);
+	if (ret) {
+		phase_failed("ingest", ret);
+		goto out;
+	}
+	json_object_set_new(timings, "ingest", json_real(ms_since(t)));
+	json_object_set_new(timings, "total", json_real(ms_since(t0)));
+	out->timings_ms = json_incref(timings);
+	out->image_bytes = image_bytes;
+	out->stored_bytes = st.new_stored;
+	pr_info("%s: snapshot %s, %llu bytes of image, %llu newly stored, %.0f ms", spec->id,
+		out->snapshot_id, (unsigned long long)image_bytes,
+		(unsigned long long)st.new_stored, ms_since(t0));
+out:
+	cleanup(&j);
+	json_decref(meta);
+	json_decref(timings);
+	if (ret) {
+		char msg[1024];
+
+		snprintf(msg, sizeof(msg), "%s", log_last_error());
+		log_set_error("snapshot of %s failed: %s", spec->id, msg);
+		memset(out, 0, sizeof(*out));
+	}
+	return ret;
 }
 
 void snapshot_result_release(struct snapshot_result *r)
 {
+	if (!r)
+		return;
+	json_decref(r->timings_ms);
+	r->timings_ms = NULL;
 }

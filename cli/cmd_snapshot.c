@@ -1,0 +1,161 @@
+/* cmd_snapshot.c — thaw snapshot: boot a function from its spec file, warm it,
+ * snapshot it into the store, and print what was made. */
+#include "cli/cli.h"
+#include "common/config.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "prewarm/prewarm.h"
+#include "prewarm/spec.h"
+#include "store/store.h"
+
+#include <jansson.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: thaw [--data-dir DIR] snapshot [--data-dir DIR] [--id ID] SPEC.json\n\n"
+		"Boot the function described by SPEC.json as a runc container, wait until it\n"
+		"is ready, warm it up, call its prepare hook, checkpoint it (CUDA, then CRIU)\n"
+		"and store the image in the chunk store.  Prints JSON:\n"
+		"  {\"snapshot\": ID, \"timings_ms\": {...}, \"image_bytes\": N, \"stored_bytes\": N}\n\n"
+		"SPEC.json is the body of PUT /functions/<id> (command, env, cwd, port, ready,\n"
+		"warmup, prepare, gpu).  A relative \"cwd\" is taken relative to the spec\n"
+		"file's directory (and defaults to it), so a spec beside its code works from\n"
+		"anywhere.  The function id is --id, else the spec's \"id\", else the file's\n"
+		"name without .json ('_' becoming '-').\n\n"
+		"options:\n"
+		"  --data-dir DIR  data directory (default $THAW_DATA_DIR or /var/lib/thaw)\n"
+		"  --id ID         the function's id\n"
+		"environment: THAW_CRIU (criu for runc --criu), THAW_RUNC, THAW_LOG=debug\n");
+}
+
+/* The id from the file name: "cpu_example.json" -> "cpu-example". */
+static void id_from_path(const char *path, char *id, size_t len)
+{
+	char buf[PATH_MAX], *base, *dot;
+
+	snprintf(buf, sizeof(buf), "%s", path);
+	base = basename(buf);
+	dot = strrchr(base, '.');
+	if (dot && dot != base)
+		*dot = '\0';
+	snprintf(id, len, "%s", base);
+	for (char *p = id; *p; p++) {
+		if (*p == '_')
+			*p = '-';
+		else if (*p >= 'A' && *p <= 'Z')
+			*p = *p - 'A' + 'a';
+	}
+}
+
+/* A relative (or missing) cwd becomes absolute, against the spec's directory. */
+static int resolve_cwd(json_t *j, const char *spec_path)
+{
+	char buf[PATH_MAX], dir[PATH_MAX], joined[2 * PATH_MAX + 2], real[PATH_MAX];
+	json_t *cwd = json_object_get(j, "cwd");
+	const char *rel;
+
+	if (cwd && (!json_is_string(cwd) || json_string_value(cwd)[0] == '/'))
+		return 0; /* spec_parse judges it */
+	if (!cwd && json_object_get(j, "bundle"))
+		return 0; /* a user's rootfs: its own working directory */
+	rel = cwd ? json_string_value(cwd) : ".";
+	snprintf(buf, sizeof(buf), "%s", spec_path);
+	if (!realpath(dirname(buf), dir)) {
+		fprintf(stderr, "thaw snapshot: %s: %s\n", spec_path, strerror(errno));
+		return -errno;
+	}
+	snprintf(joined, sizeof(joined), "%s/%s", dir, rel);
+	if (!realpath(joined, real)) {
+		fprintf(stderr, "thaw snapshot: cwd %s: %s\n", joined, strerror(errno));
+		return -errno;
+	}
+	json_object_set_new(j, "cwd", json_string(real));
+	return 0;
+}
+
+int cmd_snapshot(int argc, char **argv)
+{
+	const char *spec_path = NULL, *id = NULL, *data_dir = NULL;
+	char err[512], fid[64];
+	struct thaw_config c;
+	struct func_spec *spec = NULL;
+	struct snapshot_result res = { 0 };
+	struct store *s = NULL;
+	json_error_t jerr;
+	json_t *j = NULL, *outj = NULL;
+	int rc = 1;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+			usage(stdout);
+			return 0;
+		} else if (!strcmp(argv[i], "--data-dir") && i + 1 < argc) {
+			data_dir = argv[++i];
+		} else if (!strcmp(argv[i], "--id") && i + 1 < argc) {
+			id = argv[++i];
+		} else if (argv[i][0] == '-' || spec_path) {
+			fprintf(stderr, "thaw snapshot: unexpected argument %s\n", argv[i]);
+			usage(stderr);
+			return 2;
+		} else {
+			spec_path = argv[i];
+		}
+	}
+	if (!spec_path) {
+		usage(stderr);
+		return 2;
+	}
+	if (data_dir)
+		cli_set_data_dir(data_dir);
+
+	j = json_load_file(spec_path, 0, &jerr);
+	if (!j) {
+		fprintf(stderr, "thaw snapshot: %s:%d: %s\n", spec_path, jerr.line, jerr.text);
+		goto out;
+	}
+	if (json_is_object(j) && resolve_cwd(j, spec_path))
+		goto out;
+	if (!id && !json_object_get(j, "id")) {
+		id_from_path(spec_path, fid, sizeof(fid));
+		id = fid;
+	}
+	if (spec_parse(j, id, &spec, err, sizeof(err))) {
+		fprintf(stderr, "thaw snapshot: %s: %s\n", spec_path, err);
+		rc = 2;
+		goto out;
+	}
+	if (config_init(&c, cli_data_dir())) {
+		fprintf(stderr, "thaw snapshot: %s\n", log_last_error());
+		goto out;
+	}
+	s = store_open(cli_store_dir());
+	if (!s) {
+		fprintf(stderr, "thaw snapshot: store %s: %s\n", cli_store_dir(), log_last_error());
+		goto out;
+	}
+	if (prewarm_snapshot(&c, s, spec, &res)) {
+		fprintf(stderr, "thaw snapshot: %s\n", log_last_error());
+		goto out;
+	}
+	outj = json_pack("{s:s, s:s, s:O, s:I, s:I}", "function", spec->id, "snapshot",
+			 res.snapshot_id, "timings_ms", res.timings_ms, "image_bytes",
+			 (json_int_t)res.image_bytes, "stored_bytes", (json_int_t)res.stored_bytes);
+	if (!outj || json_dumpf(outj, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(6)) < 0) {
+		fprintf(stderr, "thaw snapshot: cannot print the result\n");
+		goto out;
+	}
+	printf("\n");
+	rc = 0;
+out:
+	json_decref(outj);
+	snapshot_result_release(&res);
+	store_close(s);
+	spec_free(spec);
+	json_decref(j);
+	return rc;
+}

@@ -421,6 +421,7 @@ static int bench_image(const char *work, const char *image, uint64_t image_mib)
 		snprintf(made, sizeof(made), "%s/criu-image", work);
 		snprintf(cmd, sizeof(cmd), "bash %s/bench/make_criu_image.sh %s %llu >&2",
 			 root ? root : ".", made, (unsigned long long)image_mib);
+		fflush(stdout);
 		fprintf(stderr, "making the CRIU image: %s\n", cmd);
 		if (system(cmd) != 0) {
 			pr_err("make_criu_image.sh failed");
@@ -514,6 +515,28 @@ out:
 	return ret;
 }
 
+/* "model name" of /proc/cpuinfo. */
+static const char *cpu_model(char *buf, size_t len)
+{
+	FILE *f = fopen("/proc/cpuinfo", "r");
+	char line[256];
+
+	snprintf(buf, len, "unknown CPU");
+	while (f && fgets(line, sizeof(line), f)) {
+		char *v = strchr(line, ':');
+
+		if (strncmp(line, "model name", 10) || !v)
+			continue;
+		v += 1 + strspn(v + 1, " \t");
+		v[strcspn(v, "\n")] = '\0';
+		snprintf(buf, len, "%s", v);
+		break;
+	}
+	if (f)
+		fclose(f);
+	return buf;
+}
+
 static void usage(void)
 {
 	fprintf(stderr, "usage: store [--random-mib N] [--image DIR | --image-mib N] [--repeat N] "
@@ -534,6 +557,7 @@ int main(int argc, char **argv)
 	uint64_t random_mib = 1024, image_mib = 300;
 	const char *image = NULL, *work_parent = "/dev/shm";
 	char work[1024]; /* short, so that paths built on it always fit */
+	char model[128];
 	size_t mark;
 	int c, ret;
 
@@ -561,8 +585,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 
-	printf("store benchmark: %ld CPUs online, best of %d runs per row, work in %s\n\n",
-	       sysconf(_SC_NPROCESSORS_ONLN), repeat, work_parent);
+	printf("store benchmark: %ld CPUs online (%s), best of %d runs per row, work in %s\n\n",
+	       sysconf(_SC_NPROCESSORS_ONLN), cpu_model(model, sizeof(model)), repeat, work_parent);
 	mark = nrows;
 	ret = random_mib ? bench_random(work, random_mib) : 0;
 	if (random_mib)

@@ -60,7 +60,7 @@ struct eng {
 	size_t nocc, nunits;
 	int *fds;
 	uint8_t **maps; /* each file mapped shared, or NULL: write with pwrite */
-	bool populate;  /* MADV_POPULATE_WRITE works here */
+	atomic_bool populate; /* MADV_POPULATE_WRITE works here */
 
 	uint8_t *arena;
 	size_t arena_len;
@@ -385,27 +385,25 @@ static int finish_short(struct eng *e, struct slot *sl, const struct manifest_ch
 	return ret;
 }
 
-/* Prefault the pages a chunk lands on in one call, not one fault per page. */
-static void populate(struct eng *e, uint8_t *p, size_t len)
-{
-	uintptr_t a = (uintptr_t)p & ~(uintptr_t)(ENGINE_ALIGN - 1);
-	uintptr_t b = ALIGN_UP((uintptr_t)p + len, ENGINE_ALIGN);
-
-	if (e->populate && madvise((void *)a, b - a, MADV_POPULATE_WRITE) < 0 && errno == EINVAL)
-		e->populate = false; /* an older kernel: plain faults then */
-}
-
-/* Where the chunk's bytes go: straight into the file's mapping (decoded in
- * place, no copy, no inode lock), else the worker's buffer and pwrite. */
-static uint8_t *dest_of(struct eng *e, uint32_t o, uint8_t *raw)
+/* Where occurrence o goes in its file's mapping, its pages prefaulted in one
+ * call rather than one fault each; NULL: write it with pwrite.  A page is
+ * only touched once populating it worked, so a full tmpfs means ENOSPC from
+ * pwrite, never a SIGBUS. */
+static uint8_t *map_dest(struct eng *e, uint32_t o)
 {
 	const struct manifest_chunk *c = occ_chunk(e, o);
 	uint8_t *map = e->maps[e->occ[o].file];
+	uintptr_t a, b;
 
-	if (!map)
-		return raw;
-	populate(e, map + c->off, c->len);
-	return map + c->off;
+	if (!map || !atomic_load(&e->populate))
+		return NULL;
+	a = (uintptr_t)(map + c->off) & ~(uintptr_t)(ENGINE_ALIGN - 1);
+	b = ALIGN_UP((uintptr_t)(map + c->off + c->len), ENGINE_ALIGN);
+	if (madvise((void *)a, b - a, MADV_POPULATE_WRITE) == 0)
+		return map + c->off;
+	if (errno == EINVAL)
+		atomic_store(&e->populate, false); /* before Linux 5.14: pwrite only */
+	return NULL;
 }
 
 static void process_slot(struct eng *e, struct chunk_codec *codec, uint8_t *raw, unsigned s)
@@ -431,25 +429,27 @@ static void process_slot(struct eng *e, struct chunk_codec *codec, uint8_t *raw,
 		}
 	}
 	atomic_fetch_add(&e->read, (uint64_t)sl->res);
-	first = dest_of(e, o0, raw);
-	/* A chunk that fails its check may have left bytes in the mapping: the
-	 * whole output is thrown away then. */
-	ret = chunk_decode(codec, sl->buf, (size_t)sl->res, c->hash, first, c->len);
+	/* Decoded in place, in the file: one copy.  A chunk that fails its check
+	 * may leave bytes there; the whole output is thrown away then. */
+	first = map_dest(e, o0);
+	ret = chunk_decode(codec, sl->buf, (size_t)sl->res, c->hash, first ? first : raw, c->len);
 	if (ret) {
 		chunk_failed(e, c, o0, ret, log_last_error());
 		return;
 	}
+	if (!first)
+		first = raw;
 	for (uint32_t k = 0; k < u->count && !atomic_load(&e->stop); k++) {
 		uint32_t o = e->order[u->first + k];
 		const struct manifest_chunk *d = occ_chunk(e, o);
-		uint8_t *map = e->maps[e->occ[o].file];
+		uint8_t *p = k == 0 ? (first == raw ? NULL : first) : map_dest(e, o);
 
-		if (map && k) {
-			memcpy(dest_of(e, o, raw), first, d->len);
-		} else if (!map) {
+		if (p && p != first) {
+			memcpy(p, first, d->len);
+		} else if (!p) {
 			ret = pwrite_all(e->fds[e->occ[o].file], first, d->len, (off_t)d->off);
 			if (ret) {
-				chunk_failed(e, d, o, ret, "cannot write it");
+				chunk_failed(e, d, o, ret, strerror(-ret));
 				return;
 			}
 		}
@@ -628,7 +628,7 @@ static int map_files(struct eng *e)
 	e->maps = calloc(MAX(e->m->nfiles, (size_t)1), sizeof(*e->maps));
 	if (!e->maps)
 		return -ENOMEM;
-	e->populate = true;
+	atomic_store(&e->populate, true);
 	for (size_t i = 0; i < e->m->nfiles; i++) {
 		void *p;
 

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -319,9 +320,41 @@ static void test_cancel(struct store *s, const char *id)
 	manifest_free(m);
 }
 
+static char small_fs[PATH_MAX];
+
+/* A full tmpfs must fail the materialisation with ENOSPC, not kill the
+ * process with SIGBUS through the mapping. */
+static void test_full_tmpfs(struct store *s, const char *id)
+{
+	struct manifest *m = NULL;
+	char out[PATH_MAX + 8];
+
+	snprintf(small_fs, sizeof(small_fs), "/dev/shm/thaw-test-engine-small-%d", getpid());
+	REQUIRE(mkdir_p(small_fs, 0755) == 0);
+	if (mount("thaw-test", small_fs, "tmpfs", 0, "size=4m") < 0) {
+		printf("cannot mount a small tmpfs (%s): full-tmpfs case not run\n", strerror(errno));
+		rmdir(small_fs);
+		small_fs[0] = '\0';
+		return;
+	}
+	REQUIRE(store_manifest_load(s, id, &m, NULL) == 0);
+	snprintf(out, sizeof(out), "%s/out", small_fs);
+	log_clear_error();
+	CHECK_EQ(engine_materialize(s, m, out, NULL, NULL), -ENOSPC);
+	fprintf(stderr, "expected failure: %s\n", log_last_error());
+	manifest_free(m);
+	umount2(small_fs, MNT_DETACH);
+	rmdir(small_fs);
+	small_fs[0] = '\0';
+}
+
 /* REQUIRE exits: leave nothing behind either way. */
 static void cleanup(void)
 {
+	if (small_fs[0]) {
+		umount2(small_fs, MNT_DETACH);
+		rmdir(small_fs);
+	}
 	char p[PATH_MAX];
 	const char *names[] = { "", "-store", "-out", "-bad", "-cancel" };
 
@@ -354,6 +387,7 @@ int main(void)
 	test_roundtrip(s, src, id);
 	test_tmpfs_store(src);
 	test_cancel(s, id);
+	test_full_tmpfs(s, id);
 	test_bad_chunk(s, false);
 	test_bad_chunk(s, true);
 

@@ -20,5 +20,8 @@ int cmd_store(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_snapshot(int argc, char **argv);
 int cmd_materialize(int argc, char **argv);
+int cmd_start(int argc, char **argv);
+int cmd_stop(int argc, char **argv);
+int cmd_ps(int argc, char **argv);
 
 #endif

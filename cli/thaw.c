@@ -50,6 +50,9 @@ static const struct command {
 	{ "snapshot", cmd_snapshot, "boot, warm and snapshot a function from its spec file" },
 	{ "store", cmd_store, "the chunk store: put, get, ls, stat, verify, gc" },
 	{ "materialize", cmd_materialize, "write a snapshot's image files out of the store (RAM tier)" },
+	{ "start", cmd_start, "restore a running instance of a snapshot; prints its endpoint" },
+	{ "stop", cmd_stop, "stop instances and remove everything they used" },
+	{ "ps", cmd_ps, "list instances and their state" },
 };
 
 static void usage(FILE *f)

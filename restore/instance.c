@@ -1,25 +1,589 @@
-/* instance.c — PLACEHOLDER so that the tree links while this module is written;
- * its owner replaces this whole file. Every function fails with -ENOSYS. */
+/* instance.c — see instance.h.
+ *
+ * An instance lives in <data>/instances/<id>/ (its bundle, its network
+ * namespace file, CRIU's work directory, function.log) and is described by
+ * <data>/instances/<id>.json, written as soon as the work directory exists
+ * ("state":"starting") and again once it runs, so that whatever a start
+ * killed half-way left behind can still be found and removed by stop.
+ * Containers live in thaw's own runc root, <data>/runc.
+ */
+#define LOG_PREFIX "instance: "
 #include "restore/instance.h"
-#include <errno.h>
-#include <stddef.h>
+#include "common/log.h"
+#include "common/netns.h"
+#include "common/oci.h"
+#include "common/runner.h"
+#include "common/util.h"
+#include "prewarm/ready.h"
+#include "prewarm/spec.h"
+#include "restore/gpu_restore.h"
+#include "restore/shim.h"
 
-int instance_start(const struct thaw_config *c, struct store *s, struct tier *t, const char *snapshot_id, struct instance *out)
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SHIM_STOP_MS 3000
+#define RECORD_MAX   (1 << 20)
+
+/* Everything a start builds, so that one function can undo any prefix of it. */
+struct start_ctx {
+	const struct thaw_config *c;
+	struct runner r;
+	char runc_root[PATH_MAX];
+	char dir[PATH_MAX];    /* <data>/instances/<id> */
+	char record[PATH_MAX + 16]; /* <data>/instances/<id>.json */
+	char netns[PATH_MAX + 16];
+	char bundle[PATH_MAX + 16];
+	char work[PATH_MAX + 16];
+	char log[PATH_MAX + 16];
+	bool have_dir, have_netns, have_container;
+	pid_t shim_pid;
+	unsigned long long shim_start, pid_start;
+	uint16_t port;
+	struct runner_stdio stdio;
+	pid_t *cuda_pids;
+	size_t ncuda;
+	bool gpu;
+};
+
+/* A path into buf; -ENAMETOOLONG (logged) if it does not fit. */
+static int __attribute__((format(printf, 3, 4))) pathf(char *buf, size_t len, const char *fmt, ...)
 {
-	return -ENOSYS;
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(buf, len, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= len) {
+		pr_err("path too long: %s…", buf);
+		return -ENAMETOOLONG;
+	}
+	return 0;
 }
 
-int instance_stop(const struct thaw_config *c, const char *id)
+static int instances_dir(const struct thaw_config *c, char *buf, size_t len)
 {
-	return -ENOSYS;
+	return pathf(buf, len, "%s/instances", c->data_dir);
 }
 
-int instance_list(const struct thaw_config *c, json_t **out)
+static int record_path(const struct thaw_config *c, const char *id, char *buf, size_t len)
 {
-	return -ENOSYS;
+	return pathf(buf, len, "%s/instances/%s.json", c->data_dir, id);
+}
+
+static int runc_root(const struct thaw_config *c, char *buf, size_t len)
+{
+	return pathf(buf, len, "%s/runc", c->data_dir);
+}
+
+/* An id for a new instance: the function's id and 6 random hex digits. */
+static void make_id(const char *function, char out[64])
+{
+	uint8_t rnd[3];
+	char hex[7];
+
+	if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd)) {
+		uint64_t t = now_ns();
+
+		memcpy(rnd, &t, sizeof(rnd));
+	}
+	hex_encode(rnd, sizeof(rnd), hex);
+	snprintf(out, 64, "%.56s-%s", id_valid(function) ? function : "fn", hex);
+}
+
+/* Milliseconds to the microsecond: more digits would only be noise. */
+static double ms3(double ms)
+{
+	return round(ms * 1000.0) / 1000.0;
+}
+
+static json_t *timings_json(const struct instance_timings *t)
+{
+	return json_pack("{s:f,s:f,s:f,s:f,s:f}", "materialize", ms3(t->materialize),
+			 "criu_restore", ms3(t->criu_restore), "gpu_restore", ms3(t->gpu_restore),
+			 "ready", ms3(t->ready), "total", ms3(t->total));
 }
 
 json_t *instance_to_json(const struct instance *in)
 {
-	return NULL;
+	return json_pack("{s:s,s:s,s:s,s:s,s:I,s:s,s:o*}", "instance", in->id, "function",
+			 in->function, "snapshot", in->snapshot, "endpoint", in->endpoint, "pid",
+			 (json_int_t)in->pid, "tier", in->tier_hit ? "ram" : "disk", "timings_ms",
+			 timings_json(&in->t));
+}
+
+/* The record: what instance_to_json says, and what stop needs. */
+static int write_record(struct start_ctx *x, const struct instance *in, const char *state)
+{
+	json_t *j = instance_to_json(in), *cuda = json_array();
+	char *text = NULL;
+	int ret = -ENOMEM;
+
+	if (!j || !cuda)
+		goto out;
+	for (size_t i = 0; i < x->ncuda; i++)
+		json_array_append_new(cuda, json_integer(x->cuda_pids[i]));
+	if (json_object_set_new(j, "state", json_string(state)) ||
+	    json_object_set_new(j, "container", json_string(in->id)) ||
+	    json_object_set_new(j, "runc_root", json_string(x->runc_root)) ||
+	    json_object_set_new(j, "dir", json_string(x->dir)) ||
+	    json_object_set_new(j, "netns", json_string(x->netns)) ||
+	    json_object_set_new(j, "log", json_string(x->log)) ||
+	    json_object_set_new(j, "pid_start", json_integer((json_int_t)x->pid_start)) ||
+	    json_object_set_new(j, "shim_pid", json_integer(x->shim_pid)) ||
+	    json_object_set_new(j, "shim_start", json_integer((json_int_t)x->shim_start)) ||
+	    json_object_set_new(j, "gpu", json_boolean(x->gpu)) ||
+	    json_object_set(j, "cuda_pids", cuda) ||
+	    json_object_set_new(j, "created", json_integer((json_int_t)time(NULL))))
+		goto out;
+	text = json_dumps(j, JSON_INDENT(1) | JSON_SORT_KEYS | JSON_REAL_PRECISION(10));
+	if (!text)
+		goto out;
+	ret = write_file_atomic(x->record, text, strlen(text), 0644);
+out:
+	if (ret == -ENOMEM)
+		pr_err("out of memory writing %s", x->record);
+	free(text);
+	json_decref(cuda);
+	json_decref(j);
+	return ret;
+}
+
+static int load_record(const char *path, json_t **out)
+{
+	json_error_t jerr;
+	char *text = NULL;
+	size_t len;
+	int ret = read_file(path, &text, &len, RECORD_MAX);
+
+	if (ret)
+		return ret;
+	*out = json_loadb(text, len, 0, &jerr);
+	free(text);
+	if (!json_is_object(*out)) {
+		pr_err("%s: not an instance record: %s", path, jerr.text);
+		json_decref(*out);
+		*out = NULL;
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* netns_create makes the directory that holds the namespace file a private
+ * mount where mounts propagate; unmount that too, or rm_rf stops at it. */
+static void umount_dir(const char *dir)
+{
+	if (umount2(dir, MNT_DETACH) < 0 && errno != EINVAL && errno != ENOENT)
+		pr_warn("umount %s: %s", dir, strerror(errno));
+}
+
+/* Undo whatever x holds, newest first.  0, or the first error (logged)
+ * with what is left named. */
+static int teardown(struct start_ctx *x, const char *id)
+{
+	int ret = 0, r;
+
+	for (int i = 0; i < 2; i++) {
+		int *fd = i ? &x->stdio.err_r : &x->stdio.out_r;
+
+		if (*fd >= 0)
+			close(*fd);
+		*fd = -1;
+	}
+	if (x->have_container) {
+		if (x->gpu)
+			gpu_quiesce(x->cuda_pids, x->ncuda);
+		r = runner_delete(&x->r, id);
+		if (r) {
+			/* The container may still be in the namespace: keep the
+			 * namespace, the directory and the record for a later stop. */
+			pr_err("container %s could not be deleted (left in runc root %s, with "
+			       "%s): %s", id, x->runc_root, x->dir, log_last_error());
+			return r;
+		}
+		x->have_container = false;
+	}
+	/* The endpoint after the container: a client sees its connection
+	 * close rather than refused while the function still runs. */
+	if (x->shim_pid > 0) {
+		r = shim_stop(x->shim_pid, x->shim_start, SHIM_STOP_MS);
+		if (r && !ret)
+			ret = r;
+		x->shim_pid = 0;
+	}
+	if (x->have_netns) {
+		r = netns_remove(x->netns);
+		if (r && !ret)
+			ret = r;
+		x->have_netns = false;
+	}
+	if (x->have_dir) {
+		umount_dir(x->dir);
+		r = rm_rf(x->dir);
+		if (r) {
+			pr_err("could not remove %s: %s", x->dir, strerror(-r));
+			if (!ret)
+				ret = r;
+		}
+		x->have_dir = false;
+	}
+	if (!ret && unlink(x->record) < 0 && errno != ENOENT) {
+		ret = -errno;
+		pr_perror("unlink %s", x->record);
+	}
+	return ret;
+}
+
+/* Fail phase with the error that caused it (CRIU's lines included, where the
+ * runner put them there): one message that says where the start broke. */
+static void phase_failed(const char *snapshot, const char *phase, int err)
+{
+	char why[1024];
+
+	snprintf(why, sizeof(why), "%s", log_last_error()[0] ? log_last_error() : strerror(-err));
+	pr_err("start of %.24s failed at %s: %s", snapshot, phase, why);
+}
+
+/* The bundle of the snapshot's own container, rebuilt from its spec as
+ * prewarm wrote it: the same mounts, or CRIU cannot put the processes back.
+ * The process's argv and env are not used by a restore (CRIU brings the
+ * process back as it was) but the bundle must name some. */
+static int write_bundle(struct start_ctx *x, const struct func_spec *spec, const char *id)
+{
+	static char *const no_argv[] = { "/bin/true", NULL };
+	struct oci_bind bind = { spec->cwd, spec->cwd, false };
+	struct oci_spec o = { 0 };
+	char rootfs[PATH_MAX + 16], cgroup[192];
+	struct stat st;
+
+	if (spec->bundle) {
+		snprintf(rootfs, sizeof(rootfs), "%s/rootfs", spec->bundle);
+		o.rootfs = stat(rootfs, &st) == 0 && S_ISDIR(st.st_mode) ? rootfs : spec->bundle;
+	}
+	snprintf(cgroup, sizeof(cgroup), "thaw/%s", id);
+	o.argv = spec->command && spec->command[0] ? spec->command : no_argv;
+	o.env = spec->env && spec->env[0] ? spec->env : NULL;
+	o.cwd = spec->cwd;
+	o.netns_path = x->netns;
+	/* The function's own directory, read-only at the same path. */
+	if (!o.rootfs && spec->cwd && strcmp(spec->cwd, "/")) {
+		o.binds = &bind;
+		o.nbinds = 1;
+	}
+	o.gpu = spec->gpu;
+	o.hostname = spec->id;
+	o.cgroups_path = cgroup;
+	return oci_bundle_write(x->bundle, &o);
+}
+
+static int parse_spec(const struct manifest *m, const char *snapshot, struct func_spec **spec)
+{
+	char err[256];
+	json_t *j = json_object_get(m->meta, "spec");
+	int ret;
+
+	if (!json_is_object(j)) {
+		pr_err("snapshot %s has no function spec in its meta: not a thaw snapshot?",
+		       snapshot);
+		return -EINVAL;
+	}
+	ret = spec_parse(j, NULL, spec, err, sizeof(err));
+	if (ret)
+		pr_err("snapshot %s: its function spec is unusable: %s", snapshot, err);
+	return ret;
+}
+
+int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
+		   const char *snapshot_id, struct instance *out)
+{
+	struct start_ctx x = { .c = c, .stdio = { -1, -1 } };
+	struct manifest *m = NULL;
+	struct func_spec *spec = NULL;
+	struct tier_lease *lease = NULL;
+	struct instance in = { 0 };
+	struct shim_opts so;
+	char dir[PATH_MAX], why[512];
+	uint64_t t0 = now_ns(), tp;
+	const char *phase = "load";
+	int ret;
+
+	ret = store_manifest_load(s, snapshot_id, &m, in.snapshot);
+	if (ret) {
+		if (ret == -ENOENT)
+			pr_err("no snapshot %s in the store %s", snapshot_id, store_path(s));
+		goto fail;
+	}
+	ret = parse_spec(m, in.snapshot, &spec);
+	if (ret)
+		goto fail;
+	snprintf(in.function, sizeof(in.function), "%s", spec->id[0] ? spec->id : m->name);
+	x.gpu = spec->gpu;
+
+	phase = "materialize";
+	tp = now_ns();
+	ret = tier_acquire(t, in.snapshot, &lease);
+	if (ret)
+		goto fail;
+	in.t.materialize = ms_since(tp);
+	in.tier_hit = tier_lease_hit(lease);
+
+	phase = "setup";
+	ret = instances_dir(c, dir, sizeof(dir));
+	if (!ret)
+		ret = runc_root(c, x.runc_root, sizeof(x.runc_root));
+	if (!ret)
+		ret = mkdir_p(dir, 0755);
+	if (ret)
+		goto fail;
+	for (int tries = 0;; tries++) {
+		make_id(in.function, in.id);
+		ret = pathf(x.dir, sizeof(x.dir), "%s/%s", dir, in.id);
+		if (ret)
+			goto fail;
+		if (mkdir(x.dir, 0700) == 0)
+			break;
+		if (errno != EEXIST || tries == 8) {
+			ret = -errno;
+			pr_perror("mkdir %s", x.dir);
+			goto fail;
+		}
+	}
+	x.have_dir = true;
+	record_path(c, in.id, x.record, sizeof(x.record)); /* shorter than x.dir + ".json" */
+	x.r = (struct runner){ .runc = c->runc, .criu = c->criu, .state_dir = x.runc_root };
+	snprintf(x.netns, sizeof(x.netns), "%s/netns", x.dir);
+	snprintf(x.bundle, sizeof(x.bundle), "%s/bundle", x.dir);
+	snprintf(x.work, sizeof(x.work), "%s/criu", x.dir);
+	snprintf(x.log, sizeof(x.log), "%s/function.log", x.dir);
+	/* From here on a killed start leaves a record that stop can act on. */
+	ret = write_record(&x, &in, "starting");
+	if (ret)
+		goto fail;
+	ret = netns_create(x.netns);
+	if (ret)
+		goto fail;
+	x.have_netns = true;
+	ret = write_bundle(&x, spec, in.id);
+	if (ret)
+		goto fail;
+
+	phase = "criu_restore";
+	tp = now_ns();
+	x.have_container = true; /* runner_restore deletes it when it fails; harmless twice */
+	ret = runner_restore(&x.r, x.bundle, in.id, tier_lease_path(lease), x.work, &x.stdio,
+			     &in.pid);
+	in.t.criu_restore = ms_since(tp);
+	if (ret)
+		goto fail;
+	proc_start_time(in.pid, &x.pid_start);
+
+	/* The shim first: it drains the function's output while we wait. */
+	phase = "endpoint";
+	so = (struct shim_opts){ .netns_path = x.netns, .port = spec->port,
+				 .out_fd = x.stdio.out_r, .err_fd = x.stdio.err_r,
+				 .log_path = x.log };
+	ret = shim_start(&so, &x.shim_pid, &x.port);
+	if (ret)
+		goto fail;
+	proc_start_time(x.shim_pid, &x.shim_start);
+	close(x.stdio.out_r);
+	close(x.stdio.err_r);
+	x.stdio.out_r = x.stdio.err_r = -1;
+	snprintf(in.endpoint, sizeof(in.endpoint), "127.0.0.1:%u", x.port);
+
+	if (spec->gpu) {
+		phase = "gpu_restore";
+		tp = now_ns();
+		ret = gpu_restore_container(&x.r, in.id, m->meta, &x.cuda_pids, &x.ncuda);
+		in.t.gpu_restore = ms_since(tp);
+		if (ret)
+			goto fail;
+	}
+
+	phase = "ready";
+	tp = now_ns();
+	why[0] = '\0';
+	ret = ready_wait(x.netns, spec->port, spec->ready, spec->ready_path,
+			 spec->ready_timeout_s > 0 ? spec->ready_timeout_s : 60, in.pid, why,
+			 sizeof(why));
+	in.t.ready = ms_since(tp);
+	if (ret) {
+		char tail[512];
+
+		runner_log_tail(x.log, tail, sizeof(tail));
+		log_set_error("%s after %.0f ms (%s)%s%s",
+			      ret == -ESRCH ? "the restored function exited" : "not ready",
+			      in.t.ready, why[0] ? why : strerror(-ret), tail[0] ? "; its log: " : "",
+			      tail);
+		goto fail;
+	}
+
+	tier_release(lease);
+	lease = NULL;
+	in.t.total = ms_since(t0);
+	phase = "record";
+	ret = write_record(&x, &in, "running");
+	if (ret)
+		goto fail;
+	pr_info("instance %s of %s: %s, pid %d, %.1f ms (materialize %.1f, criu_restore %.1f, "
+		"gpu_restore %.1f, ready %.1f)", in.id, in.function, in.endpoint, (int)in.pid,
+		in.t.total, in.t.materialize, in.t.criu_restore, in.t.gpu_restore, in.t.ready);
+	*out = in;
+	goto out;
+fail:
+	phase_failed(in.snapshot[0] ? in.snapshot : snapshot_id, phase, ret);
+	{
+		char msg[1024];
+
+		/* teardown may log on its own; the start's error is the one to tell. */
+		snprintf(msg, sizeof(msg), "%s", log_last_error());
+		teardown(&x, in.id);
+		log_set_error("%s", msg);
+	}
+	tier_release(lease);
+out:
+	free(x.cuda_pids);
+	spec_free(spec);
+	manifest_free(m);
+	return ret;
+}
+
+static bool num_field(const json_t *rec, const char *key, long long *v)
+{
+	json_t *j = json_object_get(rec, key);
+
+	if (!json_is_integer(j))
+		return false;
+	*v = json_integer_value(j);
+	return true;
+}
+
+int instance_stop(const struct thaw_config *c, const char *id)
+{
+	struct start_ctx x = { .c = c, .stdio = { -1, -1 } };
+	json_t *rec = NULL, *cuda;
+	const char *s;
+	long long v;
+	size_t i;
+	int ret;
+
+	if (!id_valid(id)) {
+		pr_err("'%s' is not an instance id", id);
+		return -EINVAL;
+	}
+	ret = record_path(c, id, x.record, sizeof(x.record));
+	if (ret)
+		return ret;
+	ret = load_record(x.record, &rec);
+	if (ret == -ENOENT) {
+		pr_err("no instance %s (no record in %s/instances)", id, c->data_dir);
+		return ret;
+	}
+	if (ret)
+		return ret;
+	/* The paths are ours whatever the record says: a damaged record
+	 * must not point the rm_rf elsewhere. */
+	ret = pathf(x.dir, sizeof(x.dir), "%s/instances/%s", c->data_dir, id);
+	if (ret)
+		goto out;
+	snprintf(x.netns, sizeof(x.netns), "%s/netns", x.dir);
+	s = json_string_value(json_object_get(rec, "runc_root"));
+	if (s)
+		ret = pathf(x.runc_root, sizeof(x.runc_root), "%s", s);
+	else
+		ret = runc_root(c, x.runc_root, sizeof(x.runc_root));
+	if (ret)
+		goto out;
+	x.r = (struct runner){ .runc = c->runc, .criu = c->criu, .state_dir = x.runc_root };
+	if (num_field(rec, "shim_pid", &v) && v > 0) {
+		x.shim_pid = (pid_t)v;
+		x.shim_start = num_field(rec, "shim_start", &v) ? (unsigned long long)v : 0;
+		/* Without a start time to tell it from a reused pid, leave it be. */
+		if (!x.shim_start)
+			x.shim_pid = 0;
+	}
+	x.gpu = json_is_true(json_object_get(rec, "gpu"));
+	cuda = json_object_get(rec, "cuda_pids");
+	if (x.gpu && json_array_size(cuda)) {
+		x.cuda_pids = calloc(json_array_size(cuda), sizeof(pid_t));
+		if (x.cuda_pids)
+			for (i = 0; i < json_array_size(cuda); i++)
+				if (json_is_integer(json_array_get(cuda, i)))
+					x.cuda_pids[x.ncuda++] =
+						(pid_t)json_integer_value(json_array_get(cuda, i));
+	}
+	x.have_container = x.have_netns = x.have_dir = true;
+	ret = teardown(&x, id);
+out:
+	free(x.cuda_pids);
+	json_decref(rec);
+	return ret;
+}
+
+/* Is the recorded instance running: its container's first process alive? */
+static const char *record_state(const json_t *rec)
+{
+	const char *st = json_string_value(json_object_get(rec, "state"));
+	long long pid = 0, start = 0;
+
+	if (st && !strcmp(st, "starting"))
+		return "starting";
+	num_field(rec, "pid", &pid);
+	num_field(rec, "pid_start", &start);
+	return pid > 0 && proc_alive((pid_t)pid, (unsigned long long)start) ? "running" : "exited";
+}
+
+int instance_list(const struct thaw_config *c, json_t **out)
+{
+	char dir[PATH_MAX], path[PATH_MAX + 300];
+	struct dirent *de;
+	json_t *arr = json_array();
+	DIR *d;
+
+	*out = NULL;
+	if (!arr)
+		return -ENOMEM;
+	if (instances_dir(c, dir, sizeof(dir))) {
+		json_decref(arr);
+		return -ENAMETOOLONG;
+	}
+	d = opendir(dir);
+	if (!d) {
+		if (errno == ENOENT) {
+			*out = arr;
+			return 0;
+		}
+		int err = -errno;
+		pr_perror("open %s", dir);
+		json_decref(arr);
+		return err;
+	}
+	while ((de = readdir(d))) {
+		size_t len = strlen(de->d_name);
+		json_t *rec = NULL;
+
+		if (len < 6 || strcmp(de->d_name + len - 5, ".json") || de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		if (load_record(path, &rec))
+			continue; /* vanished (stopped meanwhile) or damaged: logged */
+		json_object_set_new(rec, "state", json_string(record_state(rec)));
+		json_array_append_new(arr, rec);
+	}
+	closedir(d);
+	*out = arr;
+	return 0;
 }

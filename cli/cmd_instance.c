@@ -1,0 +1,286 @@
+/* cmd_instance.c — thaw start, thaw stop, thaw ps: instances restored from
+ * snapshots, run from the command line (thawd does the same over HTTP). */
+#include "cli/cli.h"
+#include "common/config.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "restore/instance.h"
+#include "restore/tier.h"
+#include "store/store.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void start_usage(FILE *f)
+{
+	fprintf(f, "usage: thaw start [--data-dir DIR] [--store DIR] SNAPSHOT\n\n"
+		   "Restore a new instance of SNAPSHOT (a snapshot id, a unique prefix of at\n"
+		   "least 12 hex digits, or a function id: its newest snapshot) and print it\n"
+		   "as JSON once it is ready:\n"
+		   "  {\"instance\",\"function\",\"snapshot\",\"endpoint\":\"127.0.0.1:PORT\",\"pid\",\n"
+		   "   \"tier\":\"ram\"|\"disk\",\"timings_ms\":{materialize,criu_restore,gpu_restore,\n"
+		   "   ready,total}}\n"
+		   "The instance keeps running after thaw exits; 'thaw stop INSTANCE' ends it.\n"
+		   "Exit status: 0 started, 1 failed (nothing is left behind), 2 bad usage.\n");
+}
+
+static void stop_usage(FILE *f)
+{
+	fprintf(f, "usage: thaw stop [--data-dir DIR] INSTANCE...\n\n"
+		   "Stop instances: their CUDA processes locked and checkpointed first, then the\n"
+		   "container, endpoint, network namespace, work directory and record removed.\n"
+		   "Exit status: 0 all stopped, 1 any failed or unknown, 2 bad usage.\n");
+}
+
+static void ps_usage(FILE *f)
+{
+	fprintf(f, "usage: thaw ps [--data-dir DIR] [--json]\n\n"
+		   "List the instances recorded in the data directory, with their state\n"
+		   "(running, exited, starting).\n");
+}
+
+/* Common options of the three: --data-dir, --store, -h.  Returns the index
+ * of the first other argument, -1 after help (exit 0), -2 on bad usage. */
+static int parse_common(int argc, char **argv, int *i, void (*usage)(FILE *))
+{
+	const char *a = argv[*i];
+
+	if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+		usage(stdout);
+		return -1;
+	}
+	if ((!strcmp(a, "--data-dir") || !strcmp(a, "--store")) && *i + 1 < argc) {
+		if (!strcmp(a, "--data-dir"))
+			cli_set_data_dir(argv[++*i]);
+		else
+			cli_set_store_dir(argv[++*i]);
+		return 1;
+	}
+	return 0;
+}
+
+static bool looks_like_manifest_id(const char *arg)
+{
+	size_t n;
+
+	if (!strncmp(arg, "sha256:", 7))
+		return true;
+	n = strspn(arg, "0123456789abcdef");
+	return n >= 12 && !arg[n];
+}
+
+/* A snapshot id as given, or a function id naming its newest snapshot. */
+static int resolve_snapshot(struct store *s, const char *arg, char *id, size_t len)
+{
+	struct manifest *m = NULL;
+	char full[CHUNK_ID_LEN];
+	json_t *list = NULL, *e;
+	const char *best_created = "";
+	size_t i;
+	int ret = -ENOENT;
+
+	if (looks_like_manifest_id(arg)) {
+		ret = store_manifest_load(s, arg, &m, full);
+		if (ret == 0) {
+			manifest_free(m);
+			snprintf(id, len, "%s", full);
+		}
+		return ret;
+	}
+	if (!id_valid(arg) || store_list(s, &list))
+		return ret;
+	json_array_foreach(list, i, e) {
+		const char *name = json_string_value(json_object_get(e, "name"));
+		const char *created = json_string_value(json_object_get(e, "created"));
+		const char *mid = json_string_value(json_object_get(e, "id"));
+
+		if (!created)
+			created = "";
+		if (name && mid && !strcmp(name, arg) && strcmp(created, best_created) >= 0) {
+			snprintf(id, len, "%s", mid);
+			best_created = created;
+			ret = 0;
+		}
+	}
+	json_decref(list);
+	return ret;
+}
+
+int cmd_start(int argc, char **argv)
+{
+	struct thaw_config c;
+	struct store *s = NULL;
+	struct tier *t = NULL;
+	struct instance in;
+	const char *arg = NULL;
+	char id[CHUNK_ID_LEN];
+	json_t *j = NULL;
+	int ret, rc = 1;
+
+	for (int i = 1; i < argc; i++) {
+		int r = parse_common(argc, argv, &i, start_usage);
+
+		if (r == -1)
+			return 0;
+		if (r)
+			continue;
+		if (argv[i][0] != '-' && !arg) {
+			arg = argv[i];
+			continue;
+		}
+		fprintf(stderr, "thaw start: bad argument %s\n", argv[i]);
+		start_usage(stderr);
+		return 2;
+	}
+	if (!arg) {
+		start_usage(stderr);
+		return 2;
+	}
+	ret = config_init(&c, cli_data_dir());
+	if (ret) {
+		fprintf(stderr, "thaw start: %s\n", log_last_error());
+		return 1;
+	}
+	s = store_open(cli_store_dir());
+	if (!s) {
+		fprintf(stderr, "thaw start: %s\n", log_last_error());
+		return 1;
+	}
+	ret = resolve_snapshot(s, arg, id, sizeof(id));
+	if (ret) {
+		if (ret == -ENOENT)
+			fprintf(stderr, "thaw start: no snapshot %s in the store %s (neither a "
+					"snapshot id nor a function with a snapshot)\n",
+				arg, store_path(s));
+		else
+			fprintf(stderr, "thaw start: %s\n", log_last_error());
+		goto out;
+	}
+	t = tier_open(c.ram_tier_dir, c.ram_tier_bytes, s, NULL);
+	if (!t) {
+		fprintf(stderr, "thaw start: RAM tier %s: %s\n", c.ram_tier_dir, log_last_error());
+		goto out;
+	}
+	log_clear_error();
+	ret = instance_start(&c, s, t, id, &in);
+	if (ret) {
+		fprintf(stderr, "thaw start: %s\n",
+			log_last_error()[0] ? log_last_error() : strerror(-ret));
+		goto out;
+	}
+	j = instance_to_json(&in);
+	if (!j) {
+		fprintf(stderr, "thaw start: out of memory (instance %s is running)\n", in.id);
+		goto out;
+	}
+	json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
+	printf("\n");
+	fflush(stdout);
+	rc = 0;
+out:
+	json_decref(j);
+	tier_close(t);
+	store_close(s);
+	return rc;
+}
+
+int cmd_stop(int argc, char **argv)
+{
+	struct thaw_config c;
+	int n = 0, rc = 0, ret;
+
+	for (int i = 1; i < argc; i++) {
+		int r = parse_common(argc, argv, &i, stop_usage);
+
+		if (r == -1)
+			return 0;
+		if (r)
+			continue;
+		if (argv[i][0] == '-') {
+			fprintf(stderr, "thaw stop: bad argument %s\n", argv[i]);
+			stop_usage(stderr);
+			return 2;
+		}
+		n++;
+	}
+	if (!n) {
+		stop_usage(stderr);
+		return 2;
+	}
+	ret = config_init(&c, cli_data_dir());
+	if (ret) {
+		fprintf(stderr, "thaw stop: %s\n", log_last_error());
+		return 1;
+	}
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--data-dir") || !strcmp(argv[i], "--store")) {
+			i++;
+			continue;
+		}
+		log_clear_error();
+		ret = instance_stop(&c, argv[i]);
+		if (ret) {
+			fprintf(stderr, "thaw stop: %s\n",
+				log_last_error()[0] ? log_last_error() : strerror(-ret));
+			rc = 1;
+		} else {
+			printf("%s\n", argv[i]);
+		}
+	}
+	return rc;
+}
+
+int cmd_ps(int argc, char **argv)
+{
+	struct thaw_config c;
+	bool as_json = false;
+	json_t *list = NULL, *e;
+	size_t i;
+	int ret;
+
+	for (int k = 1; k < argc; k++) {
+		int r = parse_common(argc, argv, &k, ps_usage);
+
+		if (r == -1)
+			return 0;
+		if (r)
+			continue;
+		if (!strcmp(argv[k], "--json")) {
+			as_json = true;
+			continue;
+		}
+		fprintf(stderr, "thaw ps: bad argument %s\n", argv[k]);
+		ps_usage(stderr);
+		return 2;
+	}
+	ret = config_init(&c, cli_data_dir());
+	if (!ret)
+		ret = instance_list(&c, &list);
+	if (ret) {
+		fprintf(stderr, "thaw ps: %s\n", log_last_error()[0] ? log_last_error() : strerror(-ret));
+		return 1;
+	}
+	if (as_json) {
+		json_dumpf(list, stdout, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(10));
+		printf("\n");
+	} else {
+		printf("%-32s %-20s %-8s %-21s %8s %-5s %9s\n", "INSTANCE", "FUNCTION", "STATE",
+		       "ENDPOINT", "PID", "TIER", "START_MS");
+		json_array_foreach(list, i, e) {
+			const char *v[5] = { "instance", "function", "state", "endpoint", "tier" };
+			json_t *tm = json_object_get(json_object_get(e, "timings_ms"), "total");
+
+			for (int k = 0; k < 5; k++) {
+				v[k] = json_string_value(json_object_get(e, v[k]));
+				if (!v[k])
+					v[k] = "-";
+			}
+			printf("%-32s %-20s %-8s %-21s %8lld %-5s %9.1f\n", v[0], v[1], v[2], v[3],
+			       (long long)json_integer_value(json_object_get(e, "pid")), v[4],
+			       json_number_value(tm));
+		}
+	}
+	json_decref(list);
+	return 0;
+}

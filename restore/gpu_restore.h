@@ -1,0 +1,32 @@
+/* gpu_restore.h — the CUDA half of restoring and stopping an instance.
+ *
+ * After runc restore the container's CUDA processes are back but their GPU
+ * state is still in their host memory (checkpointed).  For each: check that
+ * the GPU has room (a restore that runs out of GPU memory can leave the
+ * process stuck for good), cuCheckpointProcessRestore (with GPU pairs when
+ * this host's GPUs are not the ones of the snapshot), then Unlock.
+ */
+#ifndef THAW_RESTORE_GPU_RESTORE_H
+#define THAW_RESTORE_GPU_RESTORE_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "common/runner.h"
+
+#define GPU_LOCK_TIMEOUT_MS 10000
+
+/* Restore and unlock every CUDA process of container id.  meta is the
+ * snapshot manifest's meta ("gpus", "cuda_pids", memory figures if recorded).
+ * *pids (you own it) are the host pids restored.  -ENODEV without a driver. */
+int gpu_restore_container(const struct runner *r, const char *id, const json_t *meta,
+			  pid_t **pids, size_t *n);
+
+/* Before a kill: lock (with a timeout) and checkpoint each CUDA process, so
+ * that the kill does not find the driver mid-work (some drivers hung the host
+ * otherwise).  Processes that are gone or hold no CUDA state are skipped;
+ * failures are logged as warnings: the kill goes ahead anyway. */
+void gpu_quiesce(const pid_t *pids, size_t n);
+
+#endif

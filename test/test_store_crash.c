@@ -20,7 +20,8 @@
  *	  byte.  Odd iterations put before gc (over the leftovers of the dead
  *	  put), even ones after.
  * THAW_CRASH_SEED sets the seed (default 1), THAW_CRASH_ITERS the number of
- * kills (default 16), TMPDIR the place (default /dev/shm; see main()).
+ * kills (default 16), THAW_CRASH_BY_TIME=1 kills by time, TMPDIR the place
+ * (default /dev/shm; see main()).
  */
 #include "common/log.h"
 #include "common/util.h"
@@ -236,22 +237,34 @@ static long count_files(const char *dir)
 	return counted;
 }
 
-/* Put the input in a child process and SIGKILL it once it has begun writing
- * its kill_at-th object (each object is written to a new file in tmp/, which
- * inotify tells), plus jitter_us, so that the kill lands anywhere in that
- * object's write; or, with at_manifest, the moment a manifest is linked into
- * manifests/; or never (0 and false).  *objects: the objects it began.
+/* When to kill a put. */
+struct kill_plan {
+	long at_object;     /* once it has begun writing its at_object-th object (each
+			     * object is written to a new file in tmp/, which inotify
+			     * tells); 0: not by count */
+	uint64_t at_ns;     /* or after this long; 0: not by time */
+	unsigned jitter_us; /* then wait this long more, so that the kill lands anywhere
+			     * in that object's write */
+	bool at_manifest;   /* or the moment a manifest is linked into manifests/ */
+};
+
+/* Put the input in a child process and SIGKILL it as plan says (NULL: never).
+ * *objects: the objects it began; *took_ns: from fork to its end.
  * Returns 1 if killed, 0 if it finished the put, -1 if it failed. */
-static int child_put(const char *dir, long kill_at, unsigned jitter_us, bool at_manifest,
-		     long *objects)
+static int child_put(const char *dir, const struct kill_plan *plan, long *objects,
+		     uint64_t *took_ns)
 {
+	static const struct kill_plan never;
 	char wdir[PATH_MAX];
 	struct store *s;
 	int status = 0, ifd, wtmp, wman;
 	long seen = 0;
 	bool killed = false, done = false;
+	uint64_t t0;
 	pid_t pid;
 
+	if (!plan)
+		plan = &never;
 	/* The layout first, so that there are directories to watch. */
 	s = store_open(dir);
 	REQUIRE(s);
@@ -265,6 +278,7 @@ static int child_put(const char *dir, long kill_at, unsigned jitter_us, bool at_
 	REQUIRE(wtmp >= 0 && wman >= 0);
 
 	fflush(NULL);
+	t0 = now_ns();
 	pid = fork();
 	REQUIRE(pid >= 0);
 	if (pid == 0) {
@@ -282,24 +296,30 @@ static int child_put(const char *dir, long kill_at, unsigned jitter_us, bool at_
 	while (!done) {
 		struct pollfd pfd = { .fd = ifd, .events = POLLIN };
 		char buf[64 * 1024] __attribute__((aligned(8)));
-		ssize_t n;
+		uint64_t now = now_ns();
+		int wait_ms = 5;
 		bool fire = false;
+		ssize_t n;
 
-		poll(&pfd, 1, 5);
+		if (plan->at_ns && !killed)
+			wait_ms = now - t0 >= plan->at_ns ? 0 : MIN(5, (int)((t0 + plan->at_ns - now) / 1000000));
+		poll(&pfd, 1, wait_ms);
 		while ((n = read(ifd, buf, sizeof(buf))) > 0) {
 			for (char *e = buf; e < buf + n;) {
 				const struct inotify_event *ev = (const void *)e;
 
 				if (ev->wd == wtmp && (ev->mask & IN_CREATE))
-					fire |= ++seen == kill_at;
-				else if (ev->wd == wman && at_manifest)
+					fire |= ++seen == plan->at_object;
+				else if (ev->wd == wman && plan->at_manifest)
 					fire = true;
 				e += sizeof(*ev) + ev->len;
 			}
 		}
+		if (plan->at_ns && now_ns() - t0 >= plan->at_ns)
+			fire = true;
 		if (fire && !killed) {
-			if (jitter_us)
-				usleep(jitter_us);
+			if (plan->jitter_us)
+				usleep(plan->jitter_us);
 			kill(pid, SIGKILL);
 			killed = true;
 		}
@@ -307,6 +327,8 @@ static int child_put(const char *dir, long kill_at, unsigned jitter_us, bool at_
 		REQUIRE(w >= 0);
 		done = w == pid;
 	}
+	if (took_ns)
+		*took_ns = now_ns() - t0;
 	child = -1;
 	close(ifd);
 	if (objects)
@@ -317,6 +339,13 @@ static int child_put(const char *dir, long kill_at, unsigned jitter_us, bool at_
 		return 0;
 	fprintf(stderr, "put child: status %#x\n", status);
 	return -1;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
 }
 
 static int cmp_long(const void *a, const void *b)
@@ -393,6 +422,7 @@ int main(void)
 	const char *tmpdir = getenv("TMPDIR"), *e;
 	uint64_t seed = 1, total;
 	long full;
+	bool by_time;
 	int iters = 16, killed = 0, finished = 0, with_tmp = 0, with_chunks = 0, after_manifest = 0;
 	char dir[1024], out[1024], tmp[1024], chunks[1024];
 	struct sigaction sa = { .sa_handler = on_signal };
@@ -421,26 +451,38 @@ int main(void)
 	snprintf(chunks, sizeof(chunks), "%s/store/chunks", base);
 
 	/* How many objects a whole put writes (chunks and the manifest), so that
-	 * the kills span it; the put is multi-threaded, so take the median of three. */
+	 * the kills span it; the put is multi-threaded, so take the median of
+	 * three.  Should the store ever write objects without a name in tmp/,
+	 * fall back on time (the median put's duration). */
 	long writes[3];
+	uint64_t took[3];
 	for (int i = 0; i < 3; i++) {
-		REQUIRE(child_put(dir, 0, 0, false, &writes[i]) == 0);
+		REQUIRE(child_put(dir, NULL, &writes[i], &took[i]) == 0);
 		REQUIRE(rm_rf(dir) == 0);
 	}
 	qsort(writes, 3, sizeof(writes[0]), cmp_long);
+	qsort(took, 3, sizeof(took[0]), cmp_u64);
 	full = writes[1];
-	REQUIRE(full > iters);
-	printf("seed %llu: input %.1f MiB, a whole put writes %ld objects\n",
-	       (unsigned long long)seed, total / (double)MiB, full);
+	by_time = full <= iters || getenv("THAW_CRASH_BY_TIME");
+	if (by_time)
+		printf("kills by time%s\n", full <= iters ? " (the store writes no temp files)" : "");
+	printf("seed %llu: input %.1f MiB, a whole put writes %ld objects in %.0f ms\n",
+	       (unsigned long long)seed, total / (double)MiB, full, took[1] / 1e6);
 
 	for (int i = 0; i <= iters; i++) {
-		/* One kill point in each slice of [1, full], uniform within it, then a
-		 * random 0-500 us more; the last kill comes the moment the manifest
-		 * is linked. */
-		double slice = (double)full / iters;
-		long at = i == iters ? 0 : 1 + (long)(slice * (i + (rng_next() >> 11) * 0x1.0p-53));
-		unsigned jitter = i == iters ? 0 : (unsigned)(rng_next() % 500);
+		/* One kill point in each slice of [1, full objects] (or of [0, 1.2 x
+		 * the put's duration]), uniform within it, then a random 0-500 us
+		 * more; the last kill comes the moment the manifest is linked. */
+		double u = i + (rng_next() >> 11) * 0x1.0p-53;
+		struct kill_plan plan = { .jitter_us = (unsigned)(rng_next() % 500) };
 		long began;
+
+		if (i == iters)
+			plan = (struct kill_plan){ .at_manifest = true };
+		else if (by_time)
+			plan.at_ns = (uint64_t)(u * 1.2 * (double)took[1] / iters) + 1;
+		else
+			plan.at_object = 1 + (long)(u * (double)full / iters);
 		struct store *s = NULL;
 		char id[CHUNK_ID_LEN];
 		uint64_t freed_chunks = 0, freed_bytes = 0;
@@ -448,7 +490,7 @@ int main(void)
 		long chunks_left, tmp_left;
 
 		REQUIRE(rm_rf(dir) == 0);
-		how = child_put(dir, at, jitter, i == iters, &began);
+		how = child_put(dir, &plan, &began, NULL);
 		REQUIRE(how >= 0);
 		killed += how == 1;
 		finished += how == 0;
@@ -466,8 +508,8 @@ int main(void)
 		CHECK(manifests <= 1);
 		after_manifest += how == 1 && manifests == 1;
 		if (r != 0 || bad || check_failures)
-			fprintf(stderr, "iteration %d: the store after a kill at object %ld is damaged\n",
-				i, at);
+			fprintf(stderr, "iteration %d: the store after a kill at object %ld, %.1f ms is "
+				"damaged\n", i, plan.at_object, plan.at_ns / 1e6);
 
 		if (i % 2 == 0) {
 			CHECK_EQ(store_gc(s, &freed_chunks, &freed_bytes), 0);
@@ -492,7 +534,9 @@ int main(void)
 		CHECK(r >= 1 && r <= manifests + 1);
 		printf("kill %2d at %-8s %4ld +%3u us: %-8s %4ld begun, %4ld chunks, %ld temp files, "
 		       "%d manifest; gc freed %llu chunks (%.1f MiB)\n",
-		       i, at ? "object" : "manifest", at, jitter, how == 1 ? "killed," : "finished,",
+		       i, plan.at_manifest ? "manifest" : by_time ? "ms" : "object",
+		       by_time ? (long)(plan.at_ns / 1000000) : plan.at_object, plan.jitter_us,
+		       how == 1 ? "killed," : "finished,",
 		       began, chunks_left, tmp_left, manifests, (unsigned long long)freed_chunks,
 		       freed_bytes / (double)MiB);
 		store_close(s);

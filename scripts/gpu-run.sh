@@ -165,6 +165,7 @@ done
 
 if [ -n "${GPU_ALL_TESTS:-}" ]; then
 	step all-tests env B=.gpu/x/build scripts/run-tests.sh
+	cp -r "$X/build/test-logs" "$OUT/logs/" 2>/dev/null
 fi
 
 say "== $failed failed, $((SECONDS - start_all)) s in all"

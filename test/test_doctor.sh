@@ -62,7 +62,7 @@ echo "$out" | grep -q "^FAIL  criu-chk .*no vdso" || bad "criu check complaint n
 # 6. runc missing from PATH: exit 1, the runc line says so
 mkdir -p "$tmp/bin"
 for t in sh cat dirname readlink; do ln -s "$(command -v $t)" "$tmp/bin/$t"; done
-out=$(PATH=$tmp/bin "$THAW" doctor 2>&1); rc=$?
+out=$(env -u THAW_RUNC PATH=$tmp/bin "$THAW" doctor 2>&1); rc=$?
 echo "$out" | grep '^FAIL'
 [ $rc = 1 ] || bad "no runc: exit $rc, want 1"
 echo "$out" | grep -q "^FAIL  runc .*runc not found on PATH" || bad "missing runc not named"

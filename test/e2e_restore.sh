@@ -1,0 +1,209 @@
+#!/usr/bin/env bash
+# e2e_restore.sh — real runc + CRIU: snapshot the CPU example function once,
+# start 4 instances of it at once, check that each answers exactly as the
+# function computes, that they are isolated (state, PID and network
+# namespaces), stop them and check that nothing is left; then a broken image
+# and a missing criu: clear errors, nothing left.
+set -u
+cd "${THAW_ROOT:-$(dirname "$0")/..}"
+ROOT=$PWD
+B=${THAW_BUILD:-$ROOT/build}
+THAW=$B/thaw
+FN_DIR=$ROOT/bench/functions
+
+skip() { echo "skipped: $*"; exit 77; }
+[ "$(id -u)" = 0 ] || skip "needs root (runc, CRIU, namespaces)"
+command -v runc >/dev/null || skip "no runc"
+command -v curl >/dev/null || skip "no curl"
+[ -x "$ROOT/.deps/criu-wrapper" ] || [ -n "${THAW_CRIU:-}" ] || skip "no CRIU 4.2 (make deps)"
+[ -x "$THAW" ] || { echo "no $THAW (make all)"; exit 1; }
+
+W=$(mktemp -d /tmp/e2e_restore.XXXXXX)
+TIER=$(mktemp -d /dev/shm/e2e_restore.XXXXXX)
+D=$W/data
+FN=e2e-r$$
+export THAW_RAM_TIER=$TIER THAW_RAM_TIER_BYTES=$((1 << 30))
+unset THAW_DATA_DIR THAW_STORE
+fails=0
+
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+ok() { echo "ok: $*"; }
+
+# Processes of this test's containers: runc puts each in cgroup thaw/<id>,
+# and every instance id starts with the function id.
+# A zombie is gone but for its parent's wait (the restored containers' parent,
+# runc, has exited, so whoever adopted them reaps them in its own time).
+alive() { local p; for p; do grep -qs '^State:[[:space:]]*[ZX]' /proc/$p/status || [ ! -d /proc/$p ] || echo $p; done; }
+container_procs() { alive $(grep -l "/thaw/$FN" /proc/[0-9]*/cgroup 2>/dev/null | cut -d/ -f3); }
+# Shims are forks of `thaw --data-dir $D start`: their cmdline says so.
+shim_procs() { alive $(pgrep -f -- "--data-dir $D start"); }
+our_mounts() { awk -v w="$W" 'index($5, w) == 1 {print $5}' /proc/self/mountinfo; }
+
+cleanup() {
+	local r
+	for r in "$D"/instances/*.json; do
+		[ -f "$r" ] && "$THAW" --data-dir "$D" stop "$(basename "$r" .json)" >/dev/null 2>&1
+	done
+	runc --root "$D/runc" list -q 2>/dev/null | xargs -r -n1 runc --root "$D/runc" delete -f 2>/dev/null
+	for p in $(shim_procs) $(container_procs); do kill -9 "$p" 2>/dev/null; done
+	our_mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null
+	rm -rf "$W" "$TIER"
+}
+trap cleanup EXIT
+
+# Nothing of this test may be left: containers, processes, mounts, instance
+# directories and records.
+check_nothing_left() { # what
+	local what=$1 c p m i
+	c=$(runc --root "$D/runc" list -q 2>/dev/null)
+	p="$(shim_procs) $(container_procs)"
+	m=$(our_mounts)
+	i=$(ls -A "$D/instances" 2>/dev/null)
+	[ -z "$c" ] || fail "$what: containers left: $c"
+	[ -z "${p// /}" ] || fail "$what: processes left: $p ($(ps -o pid,comm,args -p ${p// /,} 2>/dev/null | tail -n +2))"
+	[ -z "$m" ] || fail "$what: mounts left: $m"
+	[ -z "$i" ] || fail "$what: left in instances/: $i"
+	[ -z "$c$m$i${p// /}" ] && ok "$what: nothing left"
+}
+
+jget() { # file key...: a value from a JSON file
+	python3 -c 'import json,sys
+v = json.load(open(sys.argv[1]))
+for k in sys.argv[2:]: v = v[k]
+print(v)' "$@"
+}
+
+# The function's answers, computed from its own code outside any container
+# (same seed, same state size): what every restored instance must answer.
+XS="0 1 7 42 1000 123456"
+MIB=64
+EXPECT=$(cd "$FN_DIR" && THAW_EXAMPLE_MIB=$MIB python3 -c 'import sys
+import cpu_example as m
+print(" ".join(str(m.infer(int(x))) for x in sys.argv[1:]))' $XS) || { echo "cannot compute the expected answers"; exit 1; }
+echo "expected y for x in [$XS]: $EXPECT"
+
+# --- snapshot once ---------------------------------------------------------
+cat >"$W/spec.json" <<EOF
+{"command": ["python3", "cpu_example.py"], "cwd": "$FN_DIR",
+ "env": {"THAW_EXAMPLE_MIB": "$MIB"}, "port": 8000,
+ "ready": {"http": "/health", "timeout_s": 60},
+ "warmup": [{"method": "GET", "path": "/infer?x=1"}], "gpu": false}
+EOF
+if ! "$THAW" --data-dir "$D" snapshot --id "$FN" "$W/spec.json" >"$W/snap.json" 2>"$W/snap.err"; then
+	cat "$W/snap.err"
+	echo "FAIL: thaw snapshot"
+	exit 1
+fi
+SNAP=$(jget "$W/snap.json" snapshot)
+echo "snapshot $SNAP: $(jget "$W/snap.json" image_bytes) bytes of image"
+
+# --- usage errors ----------------------------------------------------------
+"$THAW" --data-dir "$D" start >/dev/null 2>&1; [ $? = 2 ] || fail "thaw start without a snapshot should exit 2"
+"$THAW" --data-dir "$D" start --help | grep -q "usage: thaw start" || fail "thaw start --help"
+"$THAW" --data-dir "$D" stop "$FN-nosuch" >/dev/null 2>"$W/err"; rc=$?
+[ $rc = 1 ] && grep -q "no instance $FN-nosuch" "$W/err" || fail "stop of an unknown instance: rc $rc, $(cat "$W/err")"
+"$THAW" --data-dir "$D" start "$FN-nosuch" >/dev/null 2>"$W/err"; rc=$?
+[ $rc = 1 ] && grep -q "no snapshot" "$W/err" || fail "start of an unknown snapshot: rc $rc, $(cat "$W/err")"
+
+# --- 4 instances at once ---------------------------------------------------
+N=4
+t0=$(date +%s%N)
+for i in $(seq 1 $N); do
+	"$THAW" --data-dir "$D" start "$SNAP" >"$W/start$i.json" 2>"$W/start$i.err" &
+	pids[$i]=$!
+done
+for i in $(seq 1 $N); do
+	wait "${pids[$i]}" || { fail "start $i: $(cat "$W/start$i.err")"; }
+done
+echo "$N concurrent starts took $((($(date +%s%N) - t0) / 1000000)) ms"
+for i in $(seq 1 $N); do
+	[ -s "$W/start$i.json" ] || { echo "FAIL: no instance $i"; exit 1; }
+	ID[$i]=$(jget "$W/start$i.json" instance)
+	EP[$i]=$(jget "$W/start$i.json" endpoint)
+	HPID[$i]=$(jget "$W/start$i.json" pid)
+	SHIM[$i]=$(jget "$D/instances/${ID[$i]}.json" shim_pid)
+	echo "instance ${ID[$i]} at ${EP[$i]}, host pid ${HPID[$i]}, tier $(jget "$W/start$i.json" tier)," \
+		"timings $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["timings_ms"])' "$W/start$i.json")"
+	[ "$(jget "$W/start$i.json" snapshot)" = "$SNAP" ] || fail "instance $i: wrong snapshot"
+	[ "$(jget "$W/start$i.json" function)" = "$FN" ] || fail "instance $i: wrong function"
+done
+[ "$("$THAW" --data-dir "$D" ps --json | python3 -c 'import json,sys; print(sum(1 for r in json.load(sys.stdin) if r["state"] == "running"))')" = $N ] ||
+	fail "thaw ps does not show $N running instances"
+
+# Each answers exactly as the function computes.
+for i in $(seq 1 $N); do
+	got=""
+	for x in $XS; do
+		y=$(curl -sf --max-time 10 "http://${EP[$i]}/infer?x=$x" | python3 -c 'import json,sys; print(json.load(sys.stdin)["y"])')
+		got="$got${got:+ }$y"
+	done
+	[ "$got" = "$EXPECT" ] && ok "instance $i answers /infer as the original" ||
+		fail "instance $i answers [$got], expected [$EXPECT]"
+done
+
+# Isolation: state set on one is not seen by the others.
+curl -sf --max-time 10 -X POST "http://${EP[1]}/state?v=only-in-1" >/dev/null || fail "POST /state"
+for i in $(seq 1 $N); do
+	v=$(curl -sf --max-time 10 "http://${EP[$i]}/state" | python3 -c 'import json,sys; print(json.load(sys.stdin)["v"])')
+	want=None; [ $i = 1 ] && want=only-in-1
+	[ "$v" = "$want" ] || fail "instance $i: /state is $v, expected $want"
+done
+# Own PID and network namespaces: the same pid inside (CRIU restores it),
+# different host pids and namespace inodes.
+host_ns=$(readlink /proc/self/ns/net)
+declare -A seen_ns seen_hpid
+for i in $(seq 1 $N); do
+	p=$(curl -sf --max-time 10 "http://${EP[$i]}/pid" | python3 -c 'import json,sys; print(json.load(sys.stdin)["pid"])')
+	ns=$(curl -sf --max-time 10 "http://${EP[$i]}/netns" | python3 -c 'import json,sys; print(json.load(sys.stdin)["netns"])')
+	[ "$i" = 1 ] && pid1=$p
+	[ "$p" = "$pid1" ] || fail "instance $i has pid $p inside, instance 1 has $pid1"
+	[ "$p" != "${HPID[$i]}" ] || fail "instance $i: pid inside equals its host pid: no PID namespace?"
+	[ "$ns" != "$host_ns" ] || fail "instance $i is in the host's network namespace"
+	[ -z "${seen_ns[$ns]:-}" ] || fail "instances $i and ${seen_ns[$ns]} share network namespace $ns"
+	[ -z "${seen_hpid[${HPID[$i]}]:-}" ] || fail "instances $i and ${seen_hpid[${HPID[$i]}]} share host pid"
+	seen_ns[$ns]=$i
+	seen_hpid[${HPID[$i]}]=$i
+	[ "$(readlink /proc/${HPID[$i]}/ns/net)" = "$ns" ] || fail "instance $i: host pid ${HPID[$i]} is not in $ns"
+done
+ok "isolation: one pid inside ($pid1), $N host pids, $N network namespaces"
+
+# A later start finds the snapshot in the RAM tier.
+"$THAW" --data-dir "$D" start "$FN" >"$W/start5.json" 2>"$W/start5.err" || fail "start by function id: $(cat "$W/start5.err")"
+if [ -s "$W/start5.json" ]; then
+	[ "$(jget "$W/start5.json" tier)" = ram ] || fail "5th start: tier $(jget "$W/start5.json" tier), expected ram"
+	echo "5th start (tier ram): $(jget "$W/start5.json" timings_ms total) ms"
+	ID[5]=$(jget "$W/start5.json" instance)
+	HPID[5]=$(jget "$W/start5.json" pid)
+	SHIM[5]=$(jget "$D/instances/${ID[5]}.json" shim_pid)
+fi
+
+# --- stop them all ---------------------------------------------------------
+"$THAW" --data-dir "$D" stop "${ID[@]}" >/dev/null 2>"$W/stop.err" || fail "thaw stop: $(cat "$W/stop.err")"
+for i in "${!ID[@]}"; do
+	[ -n "$(alive "${HPID[$i]}")" ] && fail "instance $i: process ${HPID[$i]} still there"
+	[ -n "$(alive "${SHIM[$i]}")" ] && [ "$(cat /proc/${SHIM[$i]}/comm 2>/dev/null)" = thaw-shim ] &&
+		fail "instance $i: shim ${SHIM[$i]} still running"
+done
+check_nothing_left "after stop"
+"$THAW" --data-dir "$D" stop "${ID[1]}" >/dev/null 2>&1 && fail "a second stop should say there is no such instance"
+
+# --- a missing criu --------------------------------------------------------
+THAW_CRIU=/nonexistent/criu "$THAW" --data-dir "$D" start "$SNAP" >/dev/null 2>"$W/err"; rc=$?
+echo "missing criu: rc $rc: $(cat "$W/err")"
+[ $rc = 1 ] && grep -q "criu_restore" "$W/err" || fail "a missing criu: rc $rc, error: $(cat "$W/err")"
+check_nothing_left "missing criu"
+
+# --- a broken image --------------------------------------------------------
+# The tier checks its entries' files and sizes (a missing file is written
+# again), so break one in place: CRIU's image magic of inventory.img.
+entry=$TIER/${SNAP#sha256:}
+[ -f "$entry/inventory.img" ] || fail "no inventory.img in the tier entry $entry"
+printf '\xde\xad\xbe\xef' | dd of="$entry/inventory.img" conv=notrunc status=none
+"$THAW" --data-dir "$D" start "$SNAP" >/dev/null 2>"$W/err"; rc=$?
+echo "broken image: rc $rc: $(cat "$W/err")"
+[ $rc = 1 ] && grep -q "criu_restore" "$W/err" && grep -qi "error" "$W/err" ||
+	fail "a broken image: rc $rc, error: $(cat "$W/err")"
+check_nothing_left "broken image"
+
+[ $fails = 0 ] && echo "e2e_restore: all good" || echo "e2e_restore: $fails failure(s)"
+[ $fails = 0 ]

@@ -40,7 +40,7 @@ mkdir -p "$OUT/dump1" "$OUT/dump2"
 pid=""
 cleanup() {
 	if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-		kill -9 "$pid" 2>/dev/null || true
+		{ kill -9 "$pid" && wait "$pid"; } 2>/dev/null || true
 	fi
 	rm -f "$OUT/.ready" "$OUT/.changed" "$OUT/.holder.py"
 }
@@ -130,15 +130,17 @@ setsid python3 "$OUT/.holder.py" "$OUT" "$MIB" "$SEED" </dev/null >/dev/null 2>&
 pid=$!
 wait_for "$OUT/.ready" $((60 + MIB / 5))
 t0=$(date +%s.%N)
-"$CRIU" dump -t "$pid" -D "$OUT/dump1" -o dump.log -v4 --leave-running
+"$CRIU" dump -t "$pid" -D "$OUT/dump1" -o dump.log -v4 --leave-running ||
+	{ echo "make_criu_image: criu dump failed; see $OUT/dump1/dump.log" >&2; exit 1; }
 t1=$(date +%s.%N)
 kill -USR1 "$pid"
 wait_for "$OUT/.changed" 60
 t2=$(date +%s.%N)
-"$CRIU" dump -t "$pid" -D "$OUT/dump2" -o dump.log -v4 --leave-running
+"$CRIU" dump -t "$pid" -D "$OUT/dump2" -o dump.log -v4 --leave-running ||
+	{ echo "make_criu_image: criu dump failed; see $OUT/dump2/dump.log" >&2; exit 1; }
 t3=$(date +%s.%N)
-kill -9 "$pid" 2>/dev/null || true
-wait "$pid" 2>/dev/null || true
+# (the group's stderr: bash reports the killed job there)
+{ kill -9 "$pid" && wait "$pid"; } 2>/dev/null || true
 pid=""
 
 for d in dump1 dump2; do

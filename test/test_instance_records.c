@@ -1,0 +1,212 @@
+/* test_instance_records.c — restore/instance without runc restore: the
+ * start answer's exact shape, instance records as list and stop read them
+ * (running/exited, a reused shim pid left alone, everything removed, a
+ * second stop -ENOENT), and a start from a snapshot that is not a thaw
+ * snapshot failing with nothing left behind.  Real store, tier, processes
+ * and (as root) a real network namespace. */
+#include "common/config.h"
+#include "common/log.h"
+#include "common/netns.h"
+#include "common/util.h"
+#include "restore/instance.h"
+#include "restore/shim.h"
+#include "restore/tier.h"
+#include "store/store.h"
+#include "test/check.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Paths here are a short temp dir plus short names. */
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+
+static char dir[] = "/tmp/test_instance.XXXXXX";
+
+static void test_json_shape(void)
+{
+	struct instance in = { .id = "fn-abc123", .function = "fn", .snapshot = "sha256:00",
+			       .endpoint = "127.0.0.1:4242", .pid = 77, .tier_hit = true,
+			       .t = { 1.5, 2.25, 0, 3, 6.75 } };
+	const char *keys[] = { "instance", "function", "snapshot", "endpoint", "pid", "tier",
+			       "timings_ms" };
+	const char *tkeys[] = { "materialize", "criu_restore", "gpu_restore", "ready", "total" };
+	json_t *j = instance_to_json(&in), *t;
+
+	REQUIRE(j);
+	CHECK_EQ(json_object_size(j), ARRAY_SIZE(keys));
+	for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
+		CHECK(json_object_get(j, keys[i]) != NULL);
+	CHECK_STR(json_string_value(json_object_get(j, "tier")), "ram");
+	CHECK_STR(json_string_value(json_object_get(j, "endpoint")), "127.0.0.1:4242");
+	CHECK_EQ(json_integer_value(json_object_get(j, "pid")), 77);
+	t = json_object_get(j, "timings_ms");
+	CHECK_EQ(json_object_size(t), ARRAY_SIZE(tkeys));
+	for (size_t i = 0; i < ARRAY_SIZE(tkeys); i++)
+		CHECK(json_is_number(json_object_get(t, tkeys[i])));
+	CHECK(json_number_value(json_object_get(t, "criu_restore")) == 2.25);
+	json_decref(j);
+	in.tier_hit = false;
+	j = instance_to_json(&in);
+	CHECK_STR(json_string_value(json_object_get(j, "tier")), "disk");
+	json_decref(j);
+}
+
+static pid_t sleeper(void)
+{
+	pid_t p = fork();
+
+	if (p == 0) {
+		signal(SIGTERM, SIG_DFL);
+		for (;;)
+			pause();
+	}
+	return p;
+}
+
+static const char *state_of(const struct thaw_config *c, const char *id)
+{
+	static char st[32];
+	json_t *list = NULL, *e;
+	size_t i;
+
+	st[0] = '\0';
+	if (instance_list(c, &list))
+		return "error";
+	json_array_foreach(list, i, e)
+		if (!strcmp(json_string_value(json_object_get(e, "instance")), id))
+			snprintf(st, sizeof(st), "%s", json_string_value(json_object_get(e, "state")));
+	json_decref(list);
+	return st;
+}
+
+static void test_records(struct thaw_config *c)
+{
+	char idir[PATH_MAX], wdir[PATH_MAX], rec[PATH_MAX], ns[PATH_MAX], file[PATH_MAX];
+	unsigned long long fn_start = 0, shim_start = 0, other_start = 0;
+	pid_t fn = sleeper(), shim = sleeper(), other = sleeper();
+	bool have_ns = geteuid() == 0;
+	json_t *list = NULL;
+	struct stat st;
+	int status;
+
+	REQUIRE(fn > 0 && shim > 0 && other > 0);
+	CHECK_EQ(instance_list(c, &list), 0); /* no instances/ yet: an empty list */
+	CHECK(json_is_array(list) && json_array_size(list) == 0);
+	json_decref(list);
+
+	snprintf(idir, sizeof(idir), "%s/instances", c->data_dir);
+	snprintf(wdir, sizeof(wdir), "%s/fn-abc123", idir);
+	snprintf(rec, sizeof(rec), "%s/fn-abc123.json", idir);
+	snprintf(ns, sizeof(ns), "%s/netns", wdir);
+	snprintf(file, sizeof(file), "%s/function.log", wdir);
+	REQUIRE(mkdir_p(wdir, 0700) == 0);
+	REQUIRE(write_file_atomic(file, "log\n", 4, 0644) == 0);
+	if (have_ns)
+		CHECK_EQ(netns_create(ns), 0);
+	usleep(20000);
+	CHECK_EQ(proc_start_time(fn, &fn_start), 0);
+	CHECK_EQ(proc_start_time(shim, &shim_start), 0);
+	CHECK_EQ(proc_start_time(other, &other_start), 0);
+
+	json_t *r = json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:s,s:s,s:b,s:[]}", "instance",
+			      "fn-abc123", "function", "fn", "snapshot", "sha256:00", "endpoint",
+			      "127.0.0.1:1", "pid", (json_int_t)fn, "pid_start", (json_int_t)fn_start,
+			      "shim_pid", (json_int_t)shim, "shim_start", (json_int_t)shim_start,
+			      "container", "fn-abc123", "state", "running", "gpu", 0, "cuda_pids");
+	char *text = json_dumps(r, 0);
+	REQUIRE(text && write_file_atomic(rec, text, strlen(text), 0644) == 0);
+	free(text);
+	json_decref(r);
+	/* A second record whose shim pid is alive but is another process (its
+	 * start time differs: a reused pid): stop must leave it alone. */
+	snprintf(rec, sizeof(rec), "%s/fn-reused.json", idir);
+	r = json_pack("{s:s,s:s,s:I,s:I,s:I,s:s}", "instance", "fn-reused", "function", "fn", "pid",
+		      (json_int_t)999999, "shim_pid", (json_int_t)other, "shim_start",
+		      (json_int_t)(other_start + 12345), "state", "running");
+	text = json_dumps(r, 0);
+	REQUIRE(text && write_file_atomic(rec, text, strlen(text), 0644) == 0);
+	free(text);
+	json_decref(r);
+
+	CHECK_STR(state_of(c, "fn-abc123"), "running");
+	CHECK_STR(state_of(c, "fn-reused"), "exited");
+	kill(fn, SIGKILL);
+	waitpid(fn, &status, 0);
+	CHECK_STR(state_of(c, "fn-abc123"), "exited");
+
+	log_clear_error();
+	CHECK_EQ(instance_stop(c, "fn-abc123"), 0);
+	CHECK(!proc_alive(shim, 0));
+	CHECK_EQ(waitpid(shim, NULL, WNOHANG), -1); /* reaped by the stop */
+	CHECK(stat(wdir, &st) < 0 && errno == ENOENT);
+	snprintf(rec, sizeof(rec), "%s/fn-abc123.json", idir);
+	CHECK(stat(rec, &st) < 0 && errno == ENOENT);
+	CHECK_EQ(instance_stop(c, "fn-abc123"), -ENOENT);
+	CHECK(strstr(log_last_error(), "no instance fn-abc123") != NULL);
+
+	CHECK_EQ(instance_stop(c, "fn-reused"), 0);
+	CHECK(proc_alive(other, other_start)); /* not ours: untouched */
+	CHECK_STR(state_of(c, "fn-reused"), "");
+
+	CHECK_EQ(instance_stop(c, "../etc"), -EINVAL);
+	kill(other, SIGKILL);
+	waitpid(other, NULL, 0);
+	if (proc_alive(shim, 0)) {
+		kill(shim, SIGKILL);
+		waitpid(shim, NULL, 0);
+	}
+}
+
+/* A snapshot that is not a thaw snapshot (no spec in its meta): a clear
+ * error, its tier lease released, nothing under instances/. */
+static void test_start_without_spec(struct thaw_config *c)
+{
+	char file[PATH_MAX], tdir[PATH_MAX], id[CHUNK_ID_LEN], idir[PATH_MAX];
+	const char *paths[1] = { file };
+	struct store *s;
+	struct tier *t;
+	struct instance in;
+	DIR *d;
+	struct dirent *de;
+	int n = 0;
+
+	snprintf(file, sizeof(file), "%s/pages-1.img", c->data_dir);
+	snprintf(tdir, sizeof(tdir), "%s/tier", c->data_dir);
+	REQUIRE(write_file_atomic(file, "not an image", 12, 0644) == 0);
+	s = store_open(c->store_dir);
+	REQUIRE(s);
+	REQUIRE(store_put(s, "plain", paths, 1, NULL, false, id, NULL) == 0);
+	t = tier_open(tdir, 1 << 26, s, NULL);
+	REQUIRE(t);
+	log_clear_error();
+	CHECK(instance_start(c, s, t, id, &in) < 0);
+	CHECK(strstr(log_last_error(), "no function spec") != NULL);
+	CHECK(instance_start(c, s, t, "sha256:0123456789abcdef0123", &in) == -ENOENT);
+	snprintf(idir, sizeof(idir), "%s/instances", c->data_dir);
+	d = opendir(idir);
+	while (d && (de = readdir(d)))
+		n += de->d_name[0] != '.';
+	if (d)
+		closedir(d);
+	CHECK_EQ(n, 0);
+	tier_close(t);
+	store_close(s);
+}
+
+int main(void)
+{
+	struct thaw_config c;
+
+	REQUIRE(mkdtemp(dir));
+	REQUIRE(config_init(&c, dir) == 0);
+	snprintf(c.store_dir, sizeof(c.store_dir), "%s/store", dir);
+	test_json_shape();
+	test_records(&c);
+	test_start_without_spec(&c);
+	rm_rf(dir);
+	return check_failures ? 1 : 0;
+}

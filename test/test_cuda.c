@@ -3,6 +3,8 @@
  * Everywhere: where cuda.h can be found (nvcc's include dir, $CUDA_HOME), the
  * shim's own declarations of the checkpoint API's types are compiled against
  * it (common/cuda.c with -DTHAW_CUDA_LAYOUT_CHECK).
+ * Everywhere: the shim against a fake libcuda.so.1 (test/cuda_mock.c, built
+ * here with cc): devices, UUIDs, the state machine, GPU pairs, errors.
  * Without a driver: every cuda_* call answers -ENODEV, then the test skips.
  * With a GPU: a PyTorch process holds a tensor of known content; it is locked,
  * checkpointed, restored (to the same GPU, then again through an explicit
@@ -201,7 +203,132 @@ static void cycle(const struct cuda_gpu_pair *pairs, size_t npairs)
 	CHECK_EQ(state_of(child), CUDA_PROC_RUNNING);
 }
 
-int main(void)
+/* ---- against the fake driver (test/cuda_mock.c), in a child of our own ---- */
+
+#define MOCK_PID  999990 /* listed in MOCK_CUDA_PIDS: holds "CUDA state" */
+#define MOCK_PID2 999991
+
+static int mock_checks(void)
+{
+	struct cuda_device *devs = NULL;
+	struct cuda_gpu_pair pair;
+	pid_t *cpids = NULL;
+	size_t n = 0, ncuda = 0;
+	int version = 0, tid = 0;
+
+	setenv("MOCK_CUDA_PIDS", "999990,999991", 1);
+	REQUIRE(cuda_available());
+	CHECK_STR(cuda_unavailable_reason(), "");
+	CHECK_EQ(cuda_driver_version(&version), 0);
+	CHECK_EQ(version, 13000);
+	REQUIRE(cuda_devices(&devs, &n) == 0);
+	REQUIRE(n == 2);
+	CHECK_STR(devs[0].name, "Mock GPU 0");
+	CHECK_STR(devs[0].uuid, "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f");
+	CHECK_STR(devs[1].uuid, "GPU-10111213-1415-1617-1819-1a1b1c1d1e1f");
+	CHECK_EQ(devs[1].ordinal, 1);
+	CHECK_EQ(devs[1].total_bytes, 80ULL << 30);
+
+	/* a process without CUDA state */
+	CHECK_EQ(state_of(getpid()), -ESRCH);
+	CHECK_EQ(cuda_lock(getpid(), 1000), -ESRCH);
+
+	/* the whole cycle, with a pair from GPU 0 to GPU 1 */
+	CHECK_EQ(state_of(MOCK_PID), CUDA_PROC_RUNNING);
+	CHECK_EQ(cuda_restore_thread_id(MOCK_PID, &tid), 0);
+	CHECK_EQ(tid, MOCK_PID + 1);
+	CHECK_EQ(cuda_lock(MOCK_PID, 1), -ETIMEDOUT);
+	CHECK_EQ(cuda_checkpoint(MOCK_PID), -EIO); /* not locked: ILLEGAL_STATE */
+	CHECK_EQ(cuda_lock(MOCK_PID, 5000), 0);
+	CHECK_EQ(state_of(MOCK_PID), CUDA_PROC_LOCKED);
+	CHECK_EQ(cuda_checkpoint(MOCK_PID), 0);
+	CHECK_EQ(state_of(MOCK_PID), CUDA_PROC_CHECKPOINTED);
+	snprintf(pair.old_uuid, sizeof(pair.old_uuid), "%s", devs[0].uuid);
+	snprintf(pair.new_uuid, sizeof(pair.new_uuid), "zz-not-a-uuid");
+	CHECK_EQ(cuda_restore(MOCK_PID, &pair, 1), -EINVAL); /* refused before the driver */
+	snprintf(pair.new_uuid, sizeof(pair.new_uuid), "GPU-ffffffff-0405-0607-0809-0a0b0c0d0e0f");
+	CHECK_EQ(cuda_restore(MOCK_PID, &pair, 1), -EINVAL); /* a GPU the driver does not know */
+	CHECK_EQ(state_of(MOCK_PID), CUDA_PROC_CHECKPOINTED);
+	setenv("MOCK_CUDA_RESTORE_OOM", "1", 1);
+	CHECK_EQ(cuda_restore(MOCK_PID, NULL, 0), -ENOMEM);
+	unsetenv("MOCK_CUDA_RESTORE_OOM");
+	/* without the prefix, upper case: the same GPU */
+	snprintf(pair.new_uuid, sizeof(pair.new_uuid), "10111213-1415-1617-1819-1A1B1C1D1E1F");
+	CHECK_EQ(cuda_restore(MOCK_PID, &pair, 1), 0);
+	CHECK_EQ(state_of(MOCK_PID), CUDA_PROC_LOCKED);
+	CHECK_EQ(cuda_unlock(MOCK_PID), 0);
+	CHECK_EQ(state_of(MOCK_PID), CUDA_PROC_RUNNING);
+	CHECK_EQ(cuda_unlock(MOCK_PID), -EIO);
+
+	/* which of a container's processes hold CUDA state */
+	pid_t pids[3] = { getpid(), MOCK_PID2, 1 };
+	CHECK_EQ(cuda_filter_processes(pids, 3, &cpids, &ncuda), 0);
+	CHECK_EQ(ncuda, 1);
+	if (ncuda == 1)
+		CHECK_EQ(cpids[0], MOCK_PID2);
+	free(cpids);
+	free(devs);
+	return check_failures ? 1 : 0;
+}
+
+/* The fake driver with cuInit failing: no GPU, said once, calls -ENODEV. */
+static int mock_nodev_checks(void)
+{
+	enum cuda_proc_state st;
+
+	CHECK(!cuda_available());
+	CHECK(strstr(cuda_unavailable_reason(), "cuInit: CUDA_ERROR_NO_DEVICE") != NULL);
+	CHECK_EQ(cuda_lock(MOCK_PID, 100), -ENODEV);
+	CHECK_EQ(cuda_process_state(MOCK_PID, &st), -ENODEV);
+	return check_failures ? 1 : 0;
+}
+
+/* Build the fake libcuda.so.1 and run this program against it twice. */
+static void mock_run(void)
+{
+	const char *root = getenv("THAW_ROOT");
+	char src[1024], dir[] = "/tmp/thaw-cuda-mock.XXXXXX", cmd[4096], ldpath[2048];
+	const char *old_ld = getenv("LD_LIBRARY_PATH");
+	const char *modes[] = { "--mock", "--mock-nodev" };
+
+	snprintf(src, sizeof(src), "%s/test/cuda_mock.c", root && *root ? root : ".");
+	if (access(src, R_OK) || system("command -v ${CC:-cc} >/dev/null")) {
+		printf("mock driver: no %s or no compiler, not run\n", src);
+		return;
+	}
+	REQUIRE(mkdtemp(dir));
+	snprintf(cmd, sizeof(cmd), "${CC:-cc} -shared -fPIC -O1 -Wall -o %s/libcuda.so.1 %s", dir,
+		 src);
+	if (system(cmd) != 0) {
+		fprintf(stderr, "mock driver: cannot build %s\n", src);
+		check_failures++;
+		goto out;
+	}
+	snprintf(ldpath, sizeof(ldpath), "%s%s%s", dir, old_ld && *old_ld ? ":" : "",
+		 old_ld ? old_ld : "");
+	for (size_t i = 0; i < ARRAY_SIZE(modes); i++) {
+		int status = 0;
+		pid_t pid = fork();
+
+		REQUIRE(pid >= 0);
+		if (pid == 0) {
+			setenv("LD_LIBRARY_PATH", ldpath, 1);
+			unsetenv("THAW_NO_GPU");
+			if (i == 1)
+				setenv("MOCK_CUDA_NO_DEVICE", "1", 1);
+			execl("/proc/self/exe", "test_cuda", modes[i], (char *)NULL);
+			_exit(127);
+		}
+		REQUIRE(waitpid(pid, &status, 0) == pid);
+		printf("mock driver %s: %s\n", modes[i],
+		       WIFEXITED(status) && WEXITSTATUS(status) == 0 ? "passed" : "FAILED");
+		CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
+out:
+	rm_rf(dir);
+}
+
+int main(int argc, char **argv)
 {
 	struct cuda_device *devs = NULL;
 	struct cuda_gpu_pair pair;
@@ -211,7 +338,12 @@ int main(void)
 	const long long expect = (long long)(TENSOR_N * (TENSOR_N - 1) / 2);
 
 	log_set_level(LOG_INFO);
+	if (argc > 1 && !strcmp(argv[1], "--mock"))
+		return mock_checks();
+	if (argc > 1 && !strcmp(argv[1], "--mock-nodev"))
+		return mock_nodev_checks();
 	layout_check();
+	mock_run();
 	atexit(cleanup);
 
 	if (!cuda_available()) {

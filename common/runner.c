@@ -63,7 +63,10 @@ static void tail_text(const char *text, char *buf, size_t len)
 			if (n == TAIL_LINES)
 				memmove(lines, lines + 1, sizeof(lines[0]) * --n);
 			lines[n++] = p;
-			if (strstr(p, "Error") && (size_t)(strstr(p, "Error") - p) < l) {
+			/* CRIU cannot raise its own RLIMIT_NOFILE without
+			 * CAP_SYS_RESOURCE, says so as an Error and goes on fine. */
+			if (strstr(p, "Error") && (size_t)(strstr(p, "Error") - p) < l &&
+			    !(strstr(p, "RLIMIT_NOFILE") && (size_t)(strstr(p, "RLIMIT_NOFILE") - p) < l)) {
 				if (nerr == TAIL_LINES)
 					memmove(errs, errs + 1, sizeof(errs[0]) * --nerr);
 				errs[nerr++] = p;

@@ -300,6 +300,29 @@ static int dir_bytes(const char *dir, uint64_t *bytes)
 
 /* ---- the phases ------------------------------------------------------- */
 
+/* Is prog (a path, or a name on $PATH) an executable?  Checked before the
+ * function boots, so that a missing runc or criu costs no cold start. */
+static bool executable(const char *prog)
+{
+	const char *path = getenv("PATH");
+	char cand[PATH_MAX];
+
+	if (strchr(prog, '/'))
+		return access(prog, X_OK) == 0;
+	for (const char *p = path ? path : "/usr/sbin:/usr/bin:/sbin:/bin"; *p;) {
+		size_t len = strcspn(p, ":");
+
+		if (len && snprintf(cand, sizeof(cand), "%.*s/%s", (int)len, p, prog) <
+				   (int)sizeof(cand) &&
+		    access(cand, X_OK) == 0)
+			return true;
+		p += len;
+		if (*p)
+			p++;
+	}
+	return false;
+}
+
 /* Record "phase: message" as the error, keeping the message of the place
  * where it went wrong (already logged there). */
 static int phase_failed(const char *phase, int ret)
@@ -457,8 +480,12 @@ static int call(struct job *j, const struct http_call *hc, const char *what)
 		return ret;
 	}
 	if (a.status < 200 || a.status > 299) {
-		pr_err("%s %s %s answered %d: %.200s", what, hc->method, hc->path, a.status,
-		       a.body ? a.body : "");
+		size_t blen = a.body ? strlen(a.body) : 0;
+
+		while (blen && (a.body[blen - 1] == '\n' || a.body[blen - 1] == '\r'))
+			blen--;
+		pr_err("%s %s %s answered %d: %.*s", what, hc->method, hc->path, a.status,
+		       (int)MIN(blen, (size_t)200), a.body ? a.body : "");
 		ret = -EIO;
 	}
 	http_answer_release(&a);
@@ -556,6 +583,17 @@ int prewarm_snapshot(const struct thaw_config *c, struct store *s, const struct 
 	j.cuda_ns_pids = json_array();
 	if (!timings || !j.cuda_pids || !j.cuda_ns_pids) {
 		ret = -ENOMEM;
+		goto out;
+	}
+	if (!executable(c->runc)) {
+		ret = -ENOENT;
+		pr_err("runc not found: %s (install runc, or set THAW_RUNC)", c->runc);
+		goto out;
+	}
+	if (!executable(c->criu)) {
+		ret = -ENOENT;
+		pr_err("criu not found: %s (run 'make deps' for the CRIU 4.2 wrapper, or set THAW_CRIU)",
+		       c->criu);
 		goto out;
 	}
 	if (spec->gpu) {

@@ -2,7 +2,12 @@
  * a rootfs skeleton with the host's merged-/usr symlinks, non-recursive
  * read-only binds, /tmp as tmpfs, the network namespace by path, and the
  * org.criu.config annotation naming a file that skips CRIU's network lock. */
+#include "common/config.h"
+#include "common/netns.h"
 #include "common/oci.h"
+#include "common/runner.h"
+#include "prewarm/ready.h"
+#include "common/log.h"
 #include "common/util.h"
 #include "test/check.h"
 
@@ -10,6 +15,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <stdbool.h>
+#include <sys/stat.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -47,6 +53,147 @@ static const char *ns_path(json_t *nss, const char *type, bool *found)
 			return json_string_value(json_object_get(n, "path"));
 		}
 	return NULL;
+}
+
+
+/* GET/POST path in the namespace; the answer's body into out (or "" on failure). */
+static int http(const char *ns, const char *method, const char *path, char *out, size_t len)
+{
+	struct http_answer a;
+	int ret = ready_http(ns, 8000, method, path, NULL, 5000, &a);
+
+	out[0] = '\0';
+	if (ret)
+		return ret;
+	snprintf(out, len, "%s", a.body ? a.body : "");
+	ret = a.status;
+	http_answer_release(&a);
+	return ret;
+}
+
+static void close_stdio(struct runner_stdio *io)
+{
+	if (io->out_r >= 0)
+		close(io->out_r);
+	if (io->err_r >= 0)
+		close(io->err_r);
+	io->out_r = io->err_r = -1;
+}
+
+static bool any_mount_under(const char *dir)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	char line[4096];
+	bool found = false;
+
+	while (f && !found && fgets(line, sizeof(line), f))
+		found = strstr(line, dir) != NULL;
+	if (f)
+		fclose(f);
+	return found;
+}
+
+/* The bundle really runs: runc run, checkpoint, and two instances restored
+ * from the one image side by side, each in its own network namespace, with
+ * the state the original had and apart from each other from then on. */
+static void run_checkpoint_restore(const char *dir)
+{
+	struct thaw_config c;
+	char fn[PATH_MAX], state[PATH_MAX + 16], ns[3][PATH_MAX + 16], b[3][PATH_MAX + 16];
+	char img[PATH_MAX + 16], work[3][PATH_MAX + 16], logp[PATH_MAX + 16], buf[PATH_MAX + 64];
+	char infer[512];
+	char *argv[] = { "python3", "cpu_example.py", NULL };
+	char *env[] = { "THAW_EXAMPLE_MIB=1", "PORT=8000", NULL };
+	const char *ids[3] = { "oci-t0", "oci-t1", "oci-t2" };
+	struct runner_stdio io[3] = { { -1, -1 }, { -1, -1 }, { -1, -1 } };
+	struct runner r;
+	pid_t pid[3] = { 0 }, *pids = NULL;
+	size_t n = 0;
+	const char *root = getenv("THAW_ROOT");
+	struct stat st;
+	int i, ret;
+
+	if (config_init(&c, dir) || access(c.criu, X_OK) || system("runc --version >/dev/null 2>&1")) {
+		printf("runc or criu missing: run/checkpoint/restore not tested\n");
+		return;
+	}
+	snprintf(buf, sizeof(buf), "%s/bench/functions", root ? root : ".");
+	REQUIRE(realpath(buf, fn));
+	snprintf(state, sizeof(state), "%s/runc", dir);
+	r = (struct runner){ c.runc, c.criu, state };
+	snprintf(img, sizeof(img), "%s/image", dir);
+	snprintf(logp, sizeof(logp), "%s/run.log", dir);
+	for (i = 0; i < 3; i++) {
+		struct oci_bind bind = { fn, fn, false };
+		struct oci_spec spec = { .argv = argv, .env = env, .cwd = fn, .binds = &bind,
+					 .nbinds = 1, .hostname = ids[i] };
+
+		snprintf(ns[i], sizeof(ns[i]), "%s/ns%d", dir, i);
+		snprintf(b[i], sizeof(b[i]), "%s/b%d", dir, i);
+		snprintf(work[i], sizeof(work[i]), "%s/work%d", dir, i);
+		spec.netns_path = ns[i];
+		REQUIRE(netns_create(ns[i]) == 0);
+		REQUIRE(oci_bundle_write(b[i], &spec) == 0);
+	}
+
+	CHECK_EQ(runner_run(&r, b[0], ids[0], logp, &io[0], &pid[0]), 0);
+	CHECK(pid[0] > 0);
+	CHECK_EQ(ready_wait(ns[0], 8000, READY_HTTP, "/health", 20, pid[0], buf, sizeof(buf)), 0);
+	CHECK_EQ(http(ns[0], "POST", "/state?v=before", buf, sizeof(buf)), 200);
+	CHECK_EQ(http(ns[0], "GET", "/infer?x=5", infer, sizeof(infer)), 200);
+	CHECK(strstr(infer, "\"y\""));
+	CHECK_EQ(runner_pids(&r, ids[0], &pids, &n), 0);
+	CHECK(n >= 1 && pids && pids[0] == pid[0]);
+	free(pids);
+	CHECK_EQ(runner_checkpoint(&r, ids[0], img, work[0]), 0);
+	snprintf(buf, sizeof(buf), "%s/inventory.img", img);
+	CHECK(stat(buf, &st) == 0);
+	CHECK(!ready_pid_alive(pid[0]) || usleep(200000) || !ready_pid_alive(pid[0]));
+	close_stdio(&io[0]);
+	CHECK_EQ(runner_delete(&r, ids[0]), 0); /* already gone: fine */
+
+	for (i = 1; i < 3; i++) {
+		ret = runner_restore(&r, b[i], ids[i], img, work[i], &io[i], &pid[i]);
+		CHECK_EQ(ret, 0);
+		if (ret)
+			fprintf(stderr, "restore: %s\n", log_last_error());
+	}
+	CHECK(pid[1] > 0 && pid[2] > 0 && pid[1] != pid[2]);
+	for (i = 1; i < 3; i++) {
+		char nsbuf[128], want[64];
+
+		CHECK_EQ(http(ns[i], "GET", "/state", buf, sizeof(buf)), 200);
+		CHECK(strstr(buf, "\"before\""));
+		CHECK_EQ(http(ns[i], "GET", "/infer?x=5", buf, sizeof(buf)), 200);
+		CHECK_STR(buf, infer);
+		/* Each answers from the namespace it was given. */
+		CHECK(stat(ns[i], &st) == 0);
+		snprintf(want, sizeof(want), "net:[%llu]", (unsigned long long)st.st_ino);
+		CHECK_EQ(http(ns[i], "GET", "/netns", nsbuf, sizeof(nsbuf)), 200);
+		CHECK(strstr(nsbuf, want));
+	}
+	CHECK_EQ(http(ns[1], "POST", "/state?v=one", buf, sizeof(buf)), 200);
+	CHECK_EQ(http(ns[2], "GET", "/state", buf, sizeof(buf)), 200);
+	CHECK(strstr(buf, "\"before\""));
+
+	/* A restore from a broken image fails with CRIU's words and leaves nothing. */
+	snprintf(buf, sizeof(buf), "%s/inventory.img", img);
+	unlink(buf);
+	struct runner_stdio bad_io;
+	pid_t bad_pid;
+	CHECK(runner_restore(&r, b[0], "oci-bad", img, work[0], &bad_io, &bad_pid) < 0);
+	CHECK(strstr(log_last_error(), "runc restore oci-bad failed"));
+
+	for (i = 1; i < 3; i++) {
+		CHECK_EQ(runner_delete(&r, ids[i]), 0);
+		close_stdio(&io[i]);
+	}
+	CHECK(!ready_pid_alive(pid[1]) || usleep(200000) || !ready_pid_alive(pid[1]));
+	for (i = 0; i < 3; i++)
+		CHECK_EQ(netns_remove(ns[i]), 0);
+	CHECK(!any_mount_under(dir));
+	snprintf(buf, sizeof(buf), "runc --root %s list -q | grep -q .", state);
+	CHECK(system(buf) != 0); /* no container left */
 }
 
 int main(void)
@@ -183,6 +330,8 @@ int main(void)
 	snprintf(p, sizeof(p), "%s/config.json", bundle);
 	CHECK(access(p, F_OK) < 0);
 
+	if (geteuid() == 0)
+		run_checkpoint_restore(dir);
 	rm_rf(dir);
 	return check_failures ? 1 : 0;
 }

@@ -299,8 +299,15 @@ static void check_io_uring(struct doctor *d)
 	else if (cqe->user_data != 42 || cqe->res != 0)
 		report(d, "io_uring", ST_FAIL, "NOP round trip: unexpected completion (res %d)",
 		       cqe->res);
+	else if (read_file("/proc/sys/kernel/io_uring_disabled", &disabled, &len, 64) == 0 &&
+		 atoi(disabled) != 0)
+		report(d, "io_uring", ST_OK,
+		       "io_uring_queue_init and a NOP round trip (kernel.io_uring_disabled=%d: "
+		       "only privileged users)",
+		       atoi(disabled));
 	else
 		report(d, "io_uring", ST_OK, "io_uring_queue_init and a NOP round trip");
+	free(disabled);
 	io_uring_queue_exit(&ring);
 }
 
@@ -326,8 +333,14 @@ static void check_gpu(struct doctor *d)
 		       version / 1000, version % 1000 / 10);
 		return;
 	}
-	report(d, "gpu", ST_OK, "driver supports CUDA %d.%d, %zu GPU%s", version / 1000,
-	       version % 1000 / 10, n, n > 1 ? "s" : "");
+	if (cuda_checkpoint_supported())
+		report(d, "gpu", ST_OK, "driver supports CUDA %d.%d with the checkpoint API, %zu GPU%s",
+		       version / 1000, version % 1000 / 10, n, n > 1 ? "s" : "");
+	else
+		report(d, "gpu", ST_WARN,
+		       "driver supports CUDA %d.%d but has no checkpoint API (driver >= 550 "
+		       "needed): GPU functions cannot be snapshotted; %zu GPU%s",
+		       version / 1000, version % 1000 / 10, n, n > 1 ? "s" : "");
 	for (size_t i = 0; i < n; i++) {
 		char tb[32], fb[32], name[16];
 

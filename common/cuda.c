@@ -309,6 +309,12 @@ bool cuda_available(void)
 	return cuda_init() == 0;
 }
 
+bool cuda_checkpoint_supported(void)
+{
+	return cuda_init() == 0 && drv.get_state && drv.lock && drv.checkpoint && drv.restore &&
+	       drv.unlock;
+}
+
 const char *cuda_unavailable_reason(void)
 {
 	cuda_init();

@@ -39,6 +39,8 @@ bool cuda_available(void);
 /* Why cuda_init failed, in words ("libcuda.so.1: cannot open shared object
  * file…", "cuInit: CUDA_ERROR_NO_DEVICE"); "" when the driver is usable. */
 const char *cuda_unavailable_reason(void);
+/* The driver has the checkpoint API (cuCheckpointProcess*, driver >= 550). */
+bool cuda_checkpoint_supported(void);
 /* Driver version as the driver reports it (e.g. 13000 for 13.0). */
 int cuda_driver_version(int *version);
 /* The GPUs (you own *out; free()).  Free memory is read without creating a context. */

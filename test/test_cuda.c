@@ -218,6 +218,7 @@ static int mock_checks(void)
 
 	setenv("MOCK_CUDA_PIDS", "999990,999991", 1);
 	REQUIRE(cuda_available());
+	CHECK(cuda_checkpoint_supported());
 	CHECK_STR(cuda_unavailable_reason(), "");
 	CHECK_EQ(cuda_driver_version(&version), 0);
 	CHECK_EQ(version, 13000);
@@ -277,6 +278,7 @@ static int mock_nodev_checks(void)
 	enum cuda_proc_state st;
 
 	CHECK(!cuda_available());
+	CHECK(!cuda_checkpoint_supported());
 	CHECK(strstr(cuda_unavailable_reason(), "cuInit: CUDA_ERROR_NO_DEVICE") != NULL);
 	CHECK_EQ(cuda_lock(MOCK_PID, 100), -ENODEV);
 	CHECK_EQ(cuda_process_state(MOCK_PID, &st), -ENODEV);

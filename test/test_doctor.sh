@@ -73,5 +73,17 @@ out=$(THAW_RAM_TIER=$tmp/file/tier "$THAW" doctor 2>&1); rc=$?
 [ $rc = 1 ] || bad "unwritable tier: exit $rc, want 1"
 echo "$out" | grep -q "^FAIL  ram-tier " || bad "unwritable tier not named"
 
+# 8. with a driver (the fake libcuda.so.1 of test_cuda): the GPUs are listed
+if command -v "${CC:-cc}" >/dev/null; then
+	"${CC:-cc}" -shared -fPIC -O1 -o "$tmp/libcuda.so.1" "${THAW_ROOT:-.}/test/cuda_mock.c" ||
+		bad "cannot build the fake driver"
+	out=$(LD_LIBRARY_PATH=$tmp THAW_NO_GPU= "$THAW" doctor 2>&1); rc=$?
+	echo "$out" | grep gpu
+	[ $rc = 0 ] || bad "with a driver: exit $rc"
+	echo "$out" | grep -q "^ok    gpu .*CUDA 13.0 with the checkpoint API, 2 GPUs" || bad "no driver line"
+	echo "$out" | grep -q "^ok    gpu1 .*Mock GPU 1 GPU-10111213-1415-1617-1819-1a1b1c1d1e1f, 80.00 GiB" ||
+		bad "GPU 1 not listed"
+fi
+
 [ $fail = 0 ] && echo "test_doctor: all passed"
 exit $fail

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -555,6 +556,11 @@ static void cleanup(struct job *j)
 		close(j->stop_fd);
 	if (j->netns_made && netns_remove(j->netns))
 		pr_warn("network namespace %s is left behind", j->netns);
+	/* Where mounts propagate, netns_create made the work dir a private
+	 * mount of itself: unmount it, or rm_rf stops there. */
+	if (j->netns_made && umount2(j->work, MNT_DETACH) < 0 && errno != EINVAL &&
+	    errno != ENOENT)
+		pr_warn("umount %s: %s", j->work, strerror(errno));
 	if (j->work[0] && rm_rf(j->work))
 		pr_warn("work directory %s is left behind", j->work);
 	json_decref(j->cuda_pids);

@@ -33,6 +33,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <openssl/evp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -537,6 +538,16 @@ static const char *cpu_model(char *buf, size_t len)
 	return buf;
 }
 
+static char work[1024]; /* short, so that paths built on it always fit */
+
+static void on_signal(int sig)
+{
+	/* Interrupted (or its reader gone): leave no gigabytes behind in /dev/shm. */
+	if (work[0])
+		rm_rf(work);
+	_exit(128 + sig);
+}
+
 static void usage(void)
 {
 	fprintf(stderr, "usage: store [--random-mib N] [--image DIR | --image-mib N] [--repeat N] "
@@ -556,7 +567,7 @@ int main(int argc, char **argv)
 	};
 	uint64_t random_mib = 1024, image_mib = 300;
 	const char *image = NULL, *work_parent = "/dev/shm";
-	char work[1024]; /* short, so that paths built on it always fit */
+	struct sigaction sa = { .sa_handler = on_signal };
 	char model[128];
 	size_t mark;
 	int c, ret;
@@ -582,8 +593,12 @@ int main(int argc, char **argv)
 	}
 	if (!mkdtemp(work)) {
 		perror("mkdtemp");
+		work[0] = '\0';
 		return 1;
 	}
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGPIPE, &sa, NULL);
 
 	printf("store benchmark: %ld CPUs online (%s), best of %d runs per row, work in %s\n\n",
 	       sysconf(_SC_NPROCESSORS_ONLN), cpu_model(model, sizeof(model)), repeat, work_parent);

@@ -19,6 +19,9 @@
  *	- a put of the same input succeeds, store_get writes it back byte for
  *	  byte.  Odd iterations put before gc (over the leftovers of the dead
  *	  put), even ones after.
+ * Then store_get is killed at 6 points spanning it (by time): under their
+ * final names it must leave only complete files, whatever else it leaves being
+ * its temp files.
  * THAW_CRASH_SEED sets the seed (default 1), THAW_CRASH_ITERS the number of
  * kills (default 16), THAW_CRASH_BY_TIME=1 kills by time, TMPDIR the place
  * (default /dev/shm; see main()).
@@ -417,12 +420,114 @@ static void check_get(struct store *s, const char *id, const char *out)
 	rm_rf(out);
 }
 
+/* Get kills: a get killed at any point leaves, under the final names, only
+ * complete files; what else it leaves are its temp files (*.thaw-get-*). */
+static const char *walk_out;
+static int walk_final, walk_temp;
+
+static int check_out_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+	const char *rel = path + strlen(walk_out) + 1;
+	char src[PATH_MAX];
+	size_t i;
+
+	if (type != FTW_F)
+		return 0;
+	if (strstr(rel, ".thaw-get-")) {
+		walk_temp++;
+		return 0;
+	}
+	for (i = 0; i < ARRAY_SIZE(expected) && strcmp(expected[i].name, rel); i++)
+		;
+	if (i == ARRAY_SIZE(expected)) {
+		fprintf(stderr, "killed get left %s, which is no file of the manifest\n", path);
+		check_failures++;
+		return 0;
+	}
+	snprintf(src, sizeof(src), "%s/%s", base, expected[i].src);
+	if (!files_equal(src, path)) {
+		fprintf(stderr, "killed get left %s incomplete under its final name\n", path);
+		check_failures++;
+	}
+	walk_final++;
+	return 0;
+}
+
+/* store_get in a child, SIGKILLed after delay_ns (0: never); 1 killed, 0 done, -1 failed. */
+static int child_get(const char *dir, const char *id, const char *out, uint64_t delay_ns,
+		     uint64_t *took_ns)
+{
+	uint64_t t0;
+	int status;
+	pid_t pid;
+
+	fflush(NULL);
+	t0 = now_ns();
+	pid = fork();
+	REQUIRE(pid >= 0);
+	if (pid == 0) {
+		struct store *s = store_open(dir);
+		int ret = s ? store_get(s, id, out, false) : -EIO;
+
+		store_close(s);
+		_exit(ret == 0 ? 0 : 1);
+	}
+	child = pid;
+	if (delay_ns) {
+		struct timespec ts = { .tv_sec = (time_t)(delay_ns / 1000000000u),
+				       .tv_nsec = (long)(delay_ns % 1000000000u) };
+		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+			;
+		kill(pid, SIGKILL);
+	}
+	REQUIRE(waitpid(pid, &status, 0) == pid);
+	child = -1;
+	if (took_ns)
+		*took_ns = now_ns() - t0;
+	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+		return 1;
+	return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
+static void get_kills(const char *dir, const char *id, const char *out, int n)
+{
+	uint64_t took[3];
+	int killed = 0;
+
+	/* A get writes no temp file into the store to count, so these go by time. */
+	for (int i = 0; i < 3; i++) {
+		REQUIRE(rm_rf(out) == 0);
+		REQUIRE(child_get(dir, id, out, 0, &took[i]) == 0);
+	}
+	qsort(took, 3, sizeof(took[0]), cmp_u64);
+	for (int i = 0; i < n; i++) {
+		double u = i + (rng_next() >> 11) * 0x1.0p-53;
+		uint64_t delay = (uint64_t)(u * 1.2 * (double)took[1] / n) + 1;
+		int how;
+
+		REQUIRE(rm_rf(out) == 0);
+		how = child_get(dir, id, out, delay, NULL);
+		REQUIRE(how >= 0);
+		killed += how;
+		walk_out = out;
+		walk_final = walk_temp = 0;
+		nftw(out, check_out_one, 16, FTW_PHYS);
+		printf("get kill %d at %5.1f ms: %-9s %2d files in place, %d temp files\n", i,
+		       delay / 1e6, how ? "killed," : "finished,", walk_final, walk_temp);
+		if (how == 0)
+			CHECK_EQ(walk_final, ARRAY_SIZE(expected));
+	}
+	REQUIRE(rm_rf(out) == 0);
+	printf("%d of %d gets killed (a whole get takes %.0f ms)\n", killed, n, took[1] / 1e6);
+}
+
 int main(void)
 {
 	const char *tmpdir = getenv("TMPDIR"), *e;
 	uint64_t seed = 1, total;
 	long full;
 	bool by_time;
+	char last_id[CHUNK_ID_LEN] = "";
 	int iters = 16, killed = 0, finished = 0, with_tmp = 0, with_chunks = 0, after_manifest = 0;
 	char dir[1024], out[1024], tmp[1024], chunks[1024];
 	struct sigaction sa = { .sa_handler = on_signal };
@@ -527,6 +632,7 @@ int main(void)
 			CHECK_EQ(freed_chunks, 0); /* the new manifest uses every one */
 		}
 		check_get(s, id, out);
+		memcpy(last_id, id, sizeof(last_id));
 		bad = 0;
 		CHECK_EQ(store_verify(s, on_bad, &bad), 0);
 		/* The same put again is the same manifest but for its creation time. */
@@ -551,5 +657,7 @@ int main(void)
 		CHECK(killed >= iters / 2);
 		CHECK(after_manifest >= 1); /* the inotify one at least */
 	}
+	if (!check_failures)
+		get_kills(dir, last_id, out, 6);
 	return check_failures ? 1 : 0;
 }

@@ -1,7 +1,7 @@
 /* engine.c — the restore engine against its baselines, in one run.
  *
  *	bench/engine [--dir DIR] [--mib N] [--criu-mib N] [--threads N] [--qd N]
- *	             [--arena MiB] [--out DIR] [--fresh] [--clean]
+ *	             [--arena MiB] [--write auto|pwrite|mmap] [--runs N] [--out DIR] [--fresh] [--clean]
  *
  * Builds (or reuses, in DIR) a snapshot of N MiB (default 2048) in a store on
  * a disk filesystem: a real CRIU image of a python process (made by
@@ -324,7 +324,12 @@ int main(int argc, char **argv)
 			o.queue_depth = (unsigned)atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--arena") && v)
 			o.arena_bytes = (uint64_t)atoi(argv[++i]) << 20;
-		else if (!strcmp(argv[i], "--runs") && v)
+		else if (!strcmp(argv[i], "--write") && v) {
+			i++;
+			o.write = !strcmp(argv[i], "mmap")     ? ENGINE_WRITE_MMAP
+				  : !strcmp(argv[i], "pwrite") ? ENGINE_WRITE_PWRITE
+							       : ENGINE_WRITE_AUTO;
+		} else if (!strcmp(argv[i], "--runs") && v)
 			runs = (unsigned)atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--fresh"))
 			fresh = true;
@@ -332,7 +337,7 @@ int main(int argc, char **argv)
 			clean = true;
 		else {
 			fprintf(stderr, "usage: %s [--dir DIR] [--mib N] [--criu-mib N] [--threads N] "
-					"[--qd N] [--arena MiB] [--runs N] [--out TMPFS_DIR] [--fresh] [--clean]\n",
+					"[--qd N] [--arena MiB] [--write auto|pwrite|mmap] [--runs N] [--out TMPFS_DIR] [--fresh] [--clean]\n",
 				argv[0]);
 			return 2;
 		}
@@ -397,7 +402,7 @@ int main(int argc, char **argv)
 	if (!buf)
 		return 1;
 	snprintf(out, sizeof(out), "%s", outbase);
-	bool direct_used = false;
+	bool direct_used = false, mapped_used = false;
 	/* Rounds interleave the methods, so that the machine's noise falls on all
 	 * of them alike; each method's best round is reported. */
 	for (int i = 0; i < 8; i++)
@@ -426,6 +431,7 @@ int main(int argc, char **argv)
 				method = st.direct ? "engine: io_uring, O_DIRECT"
 						   : "engine: io_uring, buffered (O_DIRECT refused)";
 				direct_used = st.direct;
+				mapped_used = st.mapped;
 				break;
 			case 1:
 				oo.direct = ENGINE_DIRECT_OFF;
@@ -463,8 +469,8 @@ int main(int argc, char **argv)
 		printf("| %s | %s | %.3f | %.2f | %.2f | %.2f |\n", r->cache, r->method, r->secs,
 		       r->ok ? gbs : 0.0, rows[base + 2].secs / r->secs, rows[base + 3].secs / r->secs);
 	}
-	printf("\nio_uring reads: %s; cold cache by %s; %lu CPUs, %u engine threads\n",
-	       direct_used ? "O_DIRECT" : "buffered",
+	printf("\nio_uring reads: %s; engine writes: %s; cold cache by %s; %lu CPUs, %u engine threads\n",
+	       direct_used ? "O_DIRECT" : "buffered", mapped_used ? "mmap" : "pwrite",
 	       drop_ok ? "echo 3 > /proc/sys/vm/drop_caches" : "posix_fadvise(DONTNEED) on every file",
 	       ncpu, o.threads);
 	free(buf);

@@ -61,6 +61,7 @@ struct eng {
 	int *fds;
 	uint8_t **maps; /* each file mapped shared, or NULL: write with pwrite */
 	atomic_bool populate; /* MADV_POPULATE_WRITE works here */
+	bool mapped;          /* files are written through mappings */
 
 	uint8_t *arena;
 	size_t arena_len;
@@ -623,12 +624,16 @@ static int submit_loop(struct eng *e, const struct engine_opts *o, const struct 
 	return 0;
 }
 
-static int map_files(struct eng *e)
+static int map_files(struct eng *e, const struct engine_opts *o)
 {
 	e->maps = calloc(MAX(e->m->nfiles, (size_t)1), sizeof(*e->maps));
 	if (!e->maps)
 		return -ENOMEM;
 	atomic_store(&e->populate, true);
+	if (o->write == ENGINE_WRITE_PWRITE ||
+	    (o->write == ENGINE_WRITE_AUTO && o->threads <= ENGINE_PWRITE_MAX_THREADS))
+		return 0;
+	e->mapped = true;
 	for (size_t i = 0; i < e->m->nfiles; i++) {
 		void *p;
 
@@ -700,6 +705,7 @@ int engine_materialize(struct store *s, const struct manifest *m, const char *ou
 		o.progress = opts->progress;
 		o.progress_arg = opts->progress_arg;
 		o.direct = opts->direct;
+		o.write = opts->write;
 		if (opts->queue_depth)
 			o.queue_depth = opts->queue_depth;
 		if (opts->arena_bytes)
@@ -739,14 +745,14 @@ int engine_materialize(struct store *s, const struct manifest *m, const char *ou
 	}
 	if (!e.nunits)
 		goto done;
-	ret = map_files(&e);
+	o.threads = (unsigned)MIN((size_t)o.threads, e.nunits);
+	ret = map_files(&e, &o);
 	if (ret)
 		goto out;
 	ret = setup_arena(&e, &o);
 	if (ret)
 		goto out;
 	o.queue_depth = MIN(o.queue_depth, e.nslots);
-	o.threads = (unsigned)MIN((size_t)o.threads, e.nunits);
 
 	tids = calloc(o.threads, sizeof(*tids));
 	if (!tids) {
@@ -800,6 +806,7 @@ out:
 	st.written_bytes = atomic_load(&e.written);
 	st.direct = e.direct && e.nunits;
 	st.fixed_buffers = e.fixed;
+	st.mapped = e.mapped;
 	st.threads = nthreads;
 	st.queue_depth = o.queue_depth;
 	st.slots = e.nslots;

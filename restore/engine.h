@@ -3,12 +3,13 @@
  * Chunk objects are read with io_uring (IORING_OP_READ_FIXED, O_DIRECT where
  * the store's filesystem takes it) into one arena allocated once, locked in
  * memory and registered as fixed buffers, one slot per chunk in flight.  A pool
- * of worker threads decodes each completed slot (zstd or raw) straight into the
- * target file's shared mapping (pages prefaulted with MADV_POPULATE_WRITE; no
- * inode lock, so workers writing one large file do not queue behind each other;
- * pwrite where a file cannot be mapped) and checks its SHA-256 there.  The
- * files were created and ftruncate()d to their size first, so holes are simply
- * never written.  The
+ * of worker threads decodes each completed slot (zstd or raw), checks its
+ * SHA-256 and writes it into the target files, which were created and
+ * ftruncate()d to their size first, so holes are simply never written.  Writes
+ * are pwrite()s, or with many workers decodes straight into the file's shared
+ * mapping (pages prefaulted with MADV_POPULATE_WRITE): tmpfs takes the inode
+ * lock for each write, so many workers writing one large file would queue
+ * behind each other, while faulting pages in costs more CPU per byte.  The
  * submitter keeps the queue full while workers drain it; a slot is reused once
  * its chunk is written.  Memory is bounded by the arena, whatever the snapshot
  * size.  A chunk used several times in the snapshot is read and checked once
@@ -33,6 +34,13 @@ enum engine_direct {
 	ENGINE_DIRECT_OFF,      /* buffered reads (page cache) */
 };
 
+enum engine_write {
+	ENGINE_WRITE_AUTO = 0, /* pwrite up to ENGINE_PWRITE_MAX_THREADS workers, mmap above */
+	ENGINE_WRITE_PWRITE,
+	ENGINE_WRITE_MMAP,     /* where a file cannot be mapped or populated: pwrite */
+};
+#define ENGINE_PWRITE_MAX_THREADS 4
+
 /* Called from the submitting thread, at most ~20 times a second and once at
  * the end: done of total logical bytes (holes count as done from the start). */
 typedef void (*engine_progress_fn)(uint64_t done, uint64_t total, void *arg);
@@ -43,6 +51,7 @@ struct engine_opts {
 				 * 2 x queue_depth + 4 x threads slots are used (no more help). */
 	unsigned threads;       /* decode/write workers; 0: online CPUs */
 	enum engine_direct direct;
+	enum engine_write write;
 	atomic_bool *cancel;    /* may be NULL; when it turns true the engine stops with -ECANCELED */
 	engine_progress_fn progress; /* may be NULL */
 	void *progress_arg;
@@ -60,6 +69,7 @@ struct engine_stats {
 	double seconds;
 	bool direct;            /* O_DIRECT was used for the reads */
 	bool fixed_buffers;     /* the arena was registered with io_uring */
+	bool mapped;            /* written through shared mappings, not pwrite */
 	unsigned threads, queue_depth, slots;
 	uint64_t slot_bytes;
 };

@@ -203,6 +203,19 @@ static void test_roundtrip(struct store *s, const char *src, const char *id)
 	CHECK(!st.direct);
 	CHECK_EQ(st.slots, 2);
 
+	/* written through mappings */
+	engine_opts_default(&o);
+	o.write = ENGINE_WRITE_MMAP;
+	rm_rf(out);
+	CHECK_EQ(engine_materialize(s, m, out, &o, &st), 0);
+	CHECK_EQ(same_tree(m, src, out, true), 0);
+	CHECK(st.mapped);
+	o.write = ENGINE_WRITE_PWRITE;
+	rm_rf(out);
+	CHECK_EQ(engine_materialize(s, m, out, &o, &st), 0);
+	CHECK_EQ(same_tree(m, src, out, true), 0);
+	CHECK(!st.mapped);
+
 	/* O_DIRECT required */
 	o.direct = ENGINE_DIRECT_ON;
 	o.queue_depth = 3;
@@ -339,9 +352,16 @@ static void test_full_tmpfs(struct store *s, const char *id)
 	}
 	REQUIRE(store_manifest_load(s, id, &m, NULL) == 0);
 	snprintf(out, sizeof(out), "%s/out", small_fs);
-	log_clear_error();
-	CHECK_EQ(engine_materialize(s, m, out, NULL, NULL), -ENOSPC);
-	fprintf(stderr, "expected failure: %s\n", log_last_error());
+	for (int w = ENGINE_WRITE_PWRITE; w <= ENGINE_WRITE_MMAP; w++) {
+		struct engine_opts o;
+
+		engine_opts_default(&o);
+		o.write = (enum engine_write)w;
+		log_clear_error();
+		CHECK_EQ(engine_materialize(s, m, out, &o, NULL), -ENOSPC);
+		fprintf(stderr, "expected failure: %s\n", log_last_error());
+		rm_rf(out);
+	}
 	manifest_free(m);
 	umount2(small_fs, MNT_DETACH);
 	rmdir(small_fs);

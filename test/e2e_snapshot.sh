@@ -11,8 +11,10 @@ R=${THAW_ROOT:-.}
 THAW=$B/thaw
 [ "$(id -u)" = 0 ] || { echo "skipped: needs root (runc, namespaces)"; exit 77; }
 command -v runc >/dev/null || { echo "skipped: no runc"; exit 77; }
-[ -x "$R/.deps/criu-wrapper" ] || { echo "skipped: no CRIU 4.2 (make deps)"; exit 77; }
-export THAW_CRIU=$R/.deps/criu-wrapper
+[ -x "${THAW_CRIU:-$R/.deps/criu-wrapper}" ] || { echo "skipped: no CRIU 4.2 (make deps)"; exit 77; }
+export THAW_CRIU=${THAW_CRIU:-$R/.deps/criu-wrapper}
+GPU=0
+[ "${1:-}" = --gpu ] && GPU=1
 
 D=$(mktemp -d /tmp/e2e_snapshot.XXXXXX)
 DATA=$D/data
@@ -44,6 +46,47 @@ nothing_left() { # $1: what just ran
 	pgrep -f "e2e-snapshot-marker" >/dev/null && fail "$1: processes left: $(pgrep -af e2e-snapshot-marker)"
 	return 0
 }
+
+# --gpu (the GPU machine): snapshot the GPU example (a Llama served by PyTorch,
+# weights prepared by gpu_llm.py --prepare): its CUDA processes are found,
+# locked and checkpointed, the manifest names the GPUs, driver and CUDA pids.
+if [ $GPU = 1 ]; then
+	command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || { echo "skipped: no GPU"; exit 77; }
+	MODEL=${GPU_LLM_MODEL_DIR:-/root/.cache/thaw-gpu-model/default}
+	[ -d "$MODEL" ] || { echo "skipped: no model in $MODEL (gpu_llm.py --prepare)"; exit 77; }
+	sed "s|@THAW_ROOT@|$(cd "$R" && pwd)|g; s|/root/.cache/thaw-gpu-model/default|$MODEL|" \
+		"$R/bench/functions/gpu_example.json" >"$D/gpu_example.json"
+	echo "== snapshot of the GPU example"
+	if ! "$THAW" --data-dir "$DATA" snapshot "$D/gpu_example.json" >"$D/out.json" 2>"$D/err"; then
+		fail "thaw snapshot (GPU): $(cat "$D/err")"
+	else
+		cat "$D/out.json"
+		python3 - "$D/out.json" "$DATA/store" <<'PY' || fail "GPU manifest not as expected"
+import json, os, sys
+out = json.load(open(sys.argv[1]))
+m = json.load(open(os.path.join(sys.argv[2], "manifests", out["snapshot"][7:])))
+meta, ok = m["meta"], True
+def check(cond, what):
+    global ok
+    if not cond:
+        print("check failed:", what); ok = False
+check(len(meta["cuda_pids"]) >= 1, "a CUDA process was checkpointed: %s" % meta["cuda_pids"])
+check(all(p > 0 for p in meta["cuda_ns_pids"]), "namespace pids: %s" % meta["cuda_ns_pids"])
+check(len(meta["gpus"]) >= 1 and meta["gpus"][0]["uuid"].startswith("GPU-"), "GPUs: %s" % meta["gpus"])
+check(meta["versions"].get("driver", 0) > 0, "driver version")
+check(out["timings_ms"]["cuda_checkpoint"] > 10, "CUDA checkpoint took time")
+check(out["image_bytes"] > 1 << 30, "the image holds the GPU state: %d" % out["image_bytes"])
+print("figure: gpu snapshot", " ".join("%s=%.0fms" % kv for kv in out["timings_ms"].items()),
+      "image=%.2fGiB stored=%.2fGiB" % (out["image_bytes"] / 2**30, out["stored_bytes"] / 2**30))
+sys.exit(0 if ok else 1)
+PY
+	fi
+	nothing_left "GPU snapshot"
+	pgrep -f gpu_llm.py >/dev/null && fail "GPU function left running"
+	[ $fails = 0 ] && { echo "e2e_snapshot --gpu: all good"; exit 0; }
+	echo "e2e_snapshot --gpu: $fails failure(s)"
+	exit 1
+fi
 
 # The function lives in its own directory; the spec's cwd is relative to it.
 mkdir -p "$D/fn"
@@ -170,6 +213,17 @@ fi
 cat "$D/err"
 expect_error badcriu "criu dump" "runc checkpoint"
 nothing_left "failing criu"
+
+if [ ! -e /dev/nvidiactl ]; then
+	echo "== a GPU function on a host without a driver"
+	sed 's/"prepare"/"gpu": true, "prepare"/' "$D/fn/small.json" >"$D/fn/gpu.json"
+	if "$THAW" --data-dir "$DATA" snapshot "$D/fn/gpu.json" >/dev/null 2>"$D/err"; then
+		fail "GPU function snapshotted without a driver"
+	fi
+	cat "$D/err"
+	expect_error nogpu "GPU function needs a CUDA driver"
+	nothing_left "no driver"
+fi
 
 echo "== a bad spec"
 echo '{"command": ["x"], "port": 99999}' >"$D/fn/bad.json"

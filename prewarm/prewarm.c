@@ -122,15 +122,26 @@ static void drain_stop(struct job *j)
 /* The end of function.log on one line, for an error message. */
 static void log_tail(const char *path, char *buf, size_t len)
 {
-	char *text = NULL, *p;
+	char text[LOG_TAIL_BYTES * 4 + 1], *p;
 	size_t n = 0, cap = MIN(len, (size_t)LOG_TAIL_BYTES);
-	int lines = 0;
+	int lines = 0, fd;
+	struct stat st;
+	ssize_t r;
 
 	buf[0] = '\0';
-	if (read_file(path, &text, &n, 64 << 20) || !n) {
-		free(text);
+	/* Only the end of the log: a chatty function may have written a lot. */
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
 		return;
-	}
+	if (fstat(fd, &st) == 0 && st.st_size > (off_t)sizeof(text) - 1)
+		r = pread(fd, text, sizeof(text) - 1, st.st_size - (off_t)(sizeof(text) - 1));
+	else
+		r = pread(fd, text, sizeof(text) - 1, 0);
+	close(fd);
+	if (r <= 0)
+		return;
+	n = (size_t)r;
+	text[n] = '\0';
 	while (n && (text[n - 1] == '\n' || text[n - 1] == '\r'))
 		text[--n] = '\0';
 	/* Walk back over the last lines that fit. */
@@ -154,7 +165,6 @@ static void log_tail(const char *path, char *buf, size_t len)
 		}
 	}
 	buf[o] = '\0';
-	free(text);
 }
 
 /* ---- facts for the manifest -------------------------------------------- */

@@ -290,13 +290,13 @@ static void print_table(size_t from, size_t to)
 		const struct row *r = &rows[i];
 
 		if (r->rc < 0 || r->wall_s <= 0) {
-			printf("    %-30s %12llu   failed: %s\n", r->what, (unsigned long long)r->bytes,
-			       strerror(-r->rc));
+			printf("    %-30s %12llu   failed: %s\n", r->what,
+			       (unsigned long long)r->bytes, strerror(-r->rc));
 			continue;
 		}
 		printf("    %-30s %12llu %8.3f %7.2f %7.2f %9.2f", r->what,
-		       (unsigned long long)r->bytes, r->wall_s, r->bytes / r->wall_s / 1e9, r->cpu_s,
-		       r->cpu_s > 0 ? r->bytes / r->cpu_s / 1e9 : 0.0);
+		       (unsigned long long)r->bytes, r->wall_s, r->bytes / r->wall_s / 1e9,
+		       r->cpu_s, r->cpu_s > 0 ? r->bytes / r->cpu_s / 1e9 : 0.0);
 		if (r->has_stored)
 			printf(" %10llu", (unsigned long long)r->stored);
 		printf("\n");
@@ -487,11 +487,13 @@ static int bench_image(const char *work, const char *image, uint64_t image_mib)
 	if (ret == 0) {
 		uint64_t nz2 = st2.logical_bytes - st2.zero_bytes;
 
-		printf("\n    dump1: %llu bytes, %llu zero (holes), %llu new, %llu stored; %llu chunks\n",
+		printf("\n    dump1: %llu bytes, %llu zero (holes), %llu new, %llu stored; "
+		       "%llu chunks\n",
 		       (unsigned long long)st1.logical_bytes, (unsigned long long)st1.zero_bytes,
 		       (unsigned long long)st1.new_bytes, (unsigned long long)st1.new_stored,
 		       (unsigned long long)st1.chunks);
-		printf("    dump2: %llu bytes, %llu zero (holes), %llu new, %llu already stored; %llu chunks\n",
+		printf("    dump2: %llu bytes, %llu zero (holes), %llu new, %llu already stored; "
+		       "%llu chunks\n",
 		       (unsigned long long)st2.logical_bytes, (unsigned long long)st2.zero_bytes,
 		       (unsigned long long)st2.new_bytes, (unsigned long long)st2.dup_bytes,
 		       (unsigned long long)st2.chunks);
@@ -501,7 +503,8 @@ static int bench_image(const char *work, const char *image, uint64_t image_mib)
 		printf("    page ceiling: %.2f%% of dump2's non-zero 4 KiB pages occur in dump1\n",
 		       page_share(b1, l1, f1.n, b2, l2, f2.n));
 		printf("    compression: dump1's non-zero bytes stored in %.1f%% of their size\n",
-		       st1.new_bytes ? 100.0 * (double)st1.new_stored / (double)st1.new_bytes : 0.0);
+		       st1.new_bytes ? 100.0 * (double)st1.new_stored / (double)st1.new_bytes
+				     : 0.0);
 	}
 out:
 	for (size_t i = 0; i < f1.n; i++)

@@ -290,8 +290,8 @@ static int child_put(const char *dir, const struct kill_plan *plan, long *object
 
 		s = store_open(dir);
 		if (s)
-			ret = store_put(s, "crash", put_paths, ARRAY_SIZE(put_paths), NULL, false, id,
-					NULL);
+			ret = store_put(s, "crash", put_paths, ARRAY_SIZE(put_paths), NULL,
+					false, id, NULL);
 		store_close(s);
 		_exit(ret == 0 ? 0 : 1);
 	}
@@ -305,7 +305,9 @@ static int child_put(const char *dir, const struct kill_plan *plan, long *object
 		ssize_t n;
 
 		if (plan->at_ns && !killed)
-			wait_ms = now - t0 >= plan->at_ns ? 0 : MIN(5, (int)((t0 + plan->at_ns - now) / 1000000));
+			wait_ms = now - t0 >= plan->at_ns
+					  ? 0
+					  : MIN(5, (int)((t0 + plan->at_ns - now) / 1000000));
 		poll(&pfd, 1, wait_ms);
 		while ((n = read(ifd, buf, sizeof(buf))) > 0) {
 			for (char *e = buf; e < buf + n;) {
@@ -358,6 +360,11 @@ static int cmp_long(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+static int put_again(struct store *s, char id[CHUNK_ID_LEN])
+{
+	return store_put(s, "crash", put_paths, ARRAY_SIZE(put_paths), NULL, false, id, NULL);
+}
+
 static void on_bad(const char *chunk_id, const char *why, void *arg)
 {
 	fprintf(stderr, "verify: bad chunk %s: %s\n", chunk_id, why);
@@ -394,7 +401,8 @@ static int check_manifests(struct store *s)
 					continue;
 				REQUIRE(store_chunk_path(s, ch->hash, p, sizeof(p)) == 0);
 				if (stat(p, &st) < 0) {
-					fprintf(stderr, "manifest %s names missing chunk %s\n", id, p);
+					fprintf(stderr, "manifest %s names missing chunk %s\n", id,
+						p);
 					check_failures++;
 				}
 			}
@@ -570,7 +578,8 @@ int main(void)
 	full = writes[1];
 	by_time = full <= iters || getenv("THAW_CRASH_BY_TIME");
 	if (by_time)
-		printf("kills by time%s\n", full <= iters ? " (the store writes no temp files)" : "");
+		printf("kills by time%s\n",
+		       full <= iters ? " (the store writes no temp files)" : "");
 	printf("seed %llu: input %.1f MiB, a whole put writes %ld objects in %.0f ms\n",
 	       (unsigned long long)seed, total / (double)MiB, full, took[1] / 1e6);
 
@@ -613,20 +622,20 @@ int main(void)
 		CHECK(manifests <= 1);
 		after_manifest += how == 1 && manifests == 1;
 		if (r != 0 || bad || check_failures)
-			fprintf(stderr, "iteration %d: the store after a kill at object %ld, %.1f ms is "
-				"damaged\n", i, plan.at_object, plan.at_ns / 1e6);
+			fprintf(stderr,
+				"iteration %d: the store after a kill at object %ld, %.1f ms is "
+				"damaged\n",
+				i, plan.at_object, plan.at_ns / 1e6);
 
 		if (i % 2 == 0) {
 			CHECK_EQ(store_gc(s, &freed_chunks, &freed_bytes), 0);
 			CHECK_EQ(count_files(tmp), 0);
 			/* Chunks of a put that wrote no manifest belong to nobody. */
 			CHECK_EQ(freed_chunks, manifests ? 0 : chunks_left);
-			CHECK_EQ(store_put(s, "crash", put_paths, ARRAY_SIZE(put_paths), NULL, false,
-					   id, NULL), 0);
+			CHECK_EQ(put_again(s, id), 0);
 		} else {
 			/* Put over whatever the dead put left, then gc must keep it all. */
-			CHECK_EQ(store_put(s, "crash", put_paths, ARRAY_SIZE(put_paths), NULL, false,
-					   id, NULL), 0);
+			CHECK_EQ(put_again(s, id), 0);
 			CHECK_EQ(store_gc(s, &freed_chunks, &freed_bytes), 0);
 			CHECK_EQ(count_files(tmp), 0);
 			CHECK_EQ(freed_chunks, 0); /* the new manifest uses every one */
@@ -638,12 +647,12 @@ int main(void)
 		/* The same put again is the same manifest but for its creation time. */
 		r = check_manifests(s);
 		CHECK(r >= 1 && r <= manifests + 1);
-		printf("kill %2d at %-8s %4ld +%3u us: %-8s %4ld begun, %4ld chunks, %ld temp files, "
-		       "%d manifest; gc freed %llu chunks (%.1f MiB)\n",
-		       i, plan.at_manifest ? "manifest" : by_time ? "ms" : "object",
-		       by_time ? (long)(plan.at_ns / 1000000) : plan.at_object, plan.jitter_us,
-		       how == 1 ? "killed," : "finished,",
-		       began, chunks_left, tmp_left, manifests, (unsigned long long)freed_chunks,
+		const char *unit = plan.at_manifest ? "manifest" : by_time ? "ms" : "object";
+		printf("kill %2d at %-8s %4ld +%3u us: %-8s %4ld begun, %4ld chunks, %ld temp "
+		       "files, %d manifest; gc freed %llu chunks (%.1f MiB)\n",
+		       i, unit, by_time ? (long)(plan.at_ns / 1000000) : plan.at_object,
+		       plan.jitter_us, how == 1 ? "killed," : "finished,", began, chunks_left,
+		       tmp_left, manifests, (unsigned long long)freed_chunks,
 		       freed_bytes / (double)MiB);
 		store_close(s);
 		if (check_failures)

@@ -144,7 +144,9 @@ static void fuzz_round_trip(const uint8_t *data, size_t size)
 	FUZZ_ASSERT(chunk_decode(codec, obj, (size_t)len - 1, hash, raw, n) == -EBADMSG);
 	/* A flipped payload byte may still decode (zstd has slack bits), but never
 	 * into other bytes: the hash is checked. */
-	obj[len - 1 - (long)(data[0] % (len - CHUNK_HEADER_SIZE))] ^= (uint8_t)(1u << (data[n - 1] % 8));
+	long at = len - 1 - (long)(data[0] % (len - CHUNK_HEADER_SIZE));
+
+	obj[at] ^= (uint8_t)(1u << (data[n - 1] % 8));
 	memset(raw, 0xa5, n);
 	ret = chunk_decode(codec, obj, (size_t)len, hash, raw, n);
 	FUZZ_ASSERT(ret == -EBADMSG || (ret == 0 && !memcmp(raw, data, n)));

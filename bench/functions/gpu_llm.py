@@ -17,6 +17,10 @@ GPU_LLM_HIDDEN, ...).  The default, about 1.1B parameters in bf16 (2.2 GB of
 safetensors), is TinyLlama's shape: hidden 2048, 22 layers, 32 heads, 4 KV
 heads, intermediate 5632, vocab 32000.
 
+bench/functions/gpu_example.json is its function spec, a template: replace
+@THAW_ROOT@ with the repository's path and @PYTHON3@ with the interpreter that
+has torch (the container's PATH is not the shell's); scripts/gpu-run.sh does.
+
 Inside a thaw container /tmp is a tmpfs that CRIU dumps with the process, so
 the weights must live elsewhere: the default model directory is
 /root/.cache/thaw-gpu-model/<shape> (bound read-only into the container).
@@ -37,6 +41,10 @@ import time
 
 T0 = time.monotonic()
 TIMINGS = {}
+# Nothing is ever downloaded (the GPU machine has no network), and the
+# container's home is read-only: keep the hub libraries from trying.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
 def log(msg):

@@ -151,7 +151,7 @@ step runc-criu-smoke bash scripts/gpu-run.sh --runc-smoke
 export GPU_LLM_MODEL_DIR=${GPU_LLM_MODEL_DIR:-/root/.cache/thaw-gpu-model/default}
 export THAW_GPU_EXAMPLE=$X/gpu_example.json
 # The container's PATH is not this shell's: name the interpreter that has torch.
-sed -e "s|@THAW_ROOT@|$ROOT|g" -e "s|@PYTHON3@|$(command -v python3)|g" \
+sed -e "s|@THAW_ROOT@|$ROOT|g" -e "s|@PYTHON3@|$(python3 -c "import sys; print(sys.executable)")|g" \
 	bench/functions/gpu_example.json >"$THAW_GPU_EXAMPLE"
 [ -n "${GPU_LLM_SKIP:-}" ] ||
 	step gpu-llm-selftest python3 bench/functions/gpu_llm.py --selftest \

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #define W 800
-#define H 480
+#define H 480 /* without the legend, which goes below the x axis */
 #define ML 80 /* margins: room for tick labels and axis titles */
 #define MR 30
 #define MT 44
@@ -122,21 +122,22 @@ static void draw_series(FILE *f, const struct xaxis *ax, const struct plot_serie
 	fputs("\"/>\n", f);
 }
 
+static int legend_height(size_t nseries)
+{
+	return nseries ? 12 + 18 * (int)nseries : 0;
+}
+
 static void draw_legend(FILE *f, const struct plot_series *series, size_t nseries)
 {
-	/* Bottom right: a CDF that has reached 1 leaves that corner empty. */
-	int lw = 120, lh = 10 + 18 * (int)nseries, x0, y0 = MT + PH - lh - 8;
+	/* Below the plot, so that it never hides a line. */
+	int x0 = ML, y0 = H - 4;
 
-	/* Wide enough for the longest name at ~6.6 px a character of 12 px sans. */
-	for (size_t i = 0; i < nseries; i++)
-		lw = MAX(lw, 56 + (int)((strlen(series[i].name ? series[i].name : "") + 12) * 6.6));
-	lw = MIN(lw, PW - 16);
-	x0 = ML + PW - lw - 8;
-
+	if (!nseries)
+		return;
 	fprintf(f,
-		"<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#fff\" "
-		"fill-opacity=\"0.9\" stroke=\"#999\"/>\n",
-		x0, y0, lw, lh);
+		"<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" "
+		"stroke=\"#999\"/>\n",
+		x0, y0, PW, legend_height(nseries) - 4);
 	for (size_t i = 0; i < nseries; i++) {
 		int y = y0 + 17 + 18 * (int)i;
 
@@ -187,6 +188,7 @@ static void choose_x(struct xaxis *ax, const struct plot_series *series, size_t 
 char *plot_cdf_svg(const char *title, const char *xlabel, const struct plot_series *series,
 		   size_t nseries)
 {
+	int height = H + legend_height(nseries);
 	struct xaxis ax;
 	char *buf = NULL;
 	size_t len = 0;
@@ -202,7 +204,7 @@ char *plot_cdf_svg(const char *title, const char *xlabel, const struct plot_seri
 		"height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" "
 		"font-size=\"12\">\n"
 		"<rect width=\"%d\" height=\"%d\" fill=\"#fff\"/>\n",
-		W, H, W, H, W, H);
+		W, height, W, height, W, height);
 	fprintf(f, "<text x=\"%d\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">",
 		ML + PW / 2);
 	put_escaped(f, title);

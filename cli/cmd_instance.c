@@ -37,7 +37,8 @@ static void ps_usage(FILE *f)
 {
 	fprintf(f, "usage: thaw ps [--data-dir DIR] [--json]\n\n"
 		   "List the instances recorded in the data directory, with their state\n"
-		   "(running, exited, starting).\n");
+		   "(running; exited: its process is gone; starting; abandoned: a start that\n"
+		   "was killed half-way, which 'thaw stop' cleans up).\n");
 }
 
 /* Common options of the three: --data-dir, --store, -h.  Returns the index

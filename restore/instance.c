@@ -149,6 +149,15 @@ static int write_record(struct start_ctx *x, const struct instance *in, const ch
 	    json_object_set(j, "cuda_pids", cuda) ||
 	    json_object_set_new(j, "created", json_integer((json_int_t)time(NULL))))
 		goto out;
+	if (!strcmp(state, "starting")) {
+		/* Who is starting it: list tells a start that died half-way. */
+		unsigned long long me = 0;
+
+		proc_start_time(getpid(), &me);
+		if (json_object_set_new(j, "starter_pid", json_integer(getpid())) ||
+		    json_object_set_new(j, "starter_start", json_integer((json_int_t)me)))
+			goto out;
+	}
 	text = json_dumps(j, JSON_INDENT(1) | JSON_SORT_KEYS | JSON_REAL_PRECISION(10));
 	if (!text)
 		goto out;
@@ -539,8 +548,14 @@ static const char *record_state(const json_t *rec)
 	const char *st = json_string_value(json_object_get(rec, "state"));
 	long long pid = 0, start = 0;
 
-	if (st && !strcmp(st, "starting"))
-		return "starting";
+	if (st && !strcmp(st, "starting")) {
+		/* A start still going on, or one killed half-way ('thaw stop'
+		 * removes what it left). */
+		num_field(rec, "starter_pid", &pid);
+		num_field(rec, "starter_start", &start);
+		return pid > 0 && proc_alive((pid_t)pid, (unsigned long long)start) ? "starting"
+										  : "abandoned";
+	}
 	num_field(rec, "pid", &pid);
 	num_field(rec, "pid_start", &start);
 	return pid > 0 && proc_alive((pid_t)pid, (unsigned long long)start) ? "running" : "exited";

@@ -4,6 +4,12 @@
 # function computes, that they are isolated (state, PID and network
 # namespaces), stop them and check that nothing is left; then a broken image
 # and a missing criu: clear errors, nothing left.
+#
+# With --gpu (on the GPU machine; skipped without a GPU): the same with the
+# GPU example function (bench/functions/gpu_example.json, weights prepared by
+# gpu_llm.py --prepare): 2 instances at once, each generating the same tokens
+# (and $E2E_GPU_TOKENS, the tokens a cold process generated, when given),
+# CUDA restored into each, then stopped (CUDA locked and checkpointed first).
 set -u
 cd "${THAW_ROOT:-$(dirname "$0")/..}"
 ROOT=$PWD
@@ -17,6 +23,13 @@ command -v runc >/dev/null || skip "no runc"
 command -v curl >/dev/null || skip "no curl"
 [ -x "$ROOT/.deps/criu-wrapper" ] || [ -n "${THAW_CRIU:-}" ] || skip "no CRIU 4.2 (make deps)"
 [ -x "$THAW" ] || { echo "no $THAW (make all)"; exit 1; }
+GPU=0
+[ "${1:-}" = --gpu ] && GPU=1
+if [ $GPU = 1 ]; then
+	command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || skip "no GPU"
+	GPU_MODEL=${GPU_LLM_MODEL_DIR:-/root/.cache/thaw-gpu-model/default}
+	[ -d "$GPU_MODEL" ] || skip "no model in $GPU_MODEL (python3 bench/functions/gpu_llm.py --prepare)"
+fi
 
 W=$(mktemp -d /tmp/e2e_restore.XXXXXX)
 TIER=$(mktemp -d /dev/shm/e2e_restore.XXXXXX)
@@ -72,6 +85,61 @@ v = json.load(open(sys.argv[1]))
 for k in sys.argv[2:]: v = v[k]
 print(v)' "$@"
 }
+
+# --- GPU: the example LLM, 2 instances ---------------------------------------
+gpu_main() {
+	local spec=${THAW_GPU_EXAMPLE:-} n=2 i body toks ref=""
+	if [ -z "$spec" ]; then
+		spec=$W/gpu_example.json
+		sed "s|@THAW_ROOT@|$ROOT|g" "$ROOT/bench/functions/gpu_example.json" >"$spec"
+	fi
+	"$THAW" --data-dir "$D" snapshot --id "$FN" "$spec" >"$W/snap.json" 2>"$W/snap.err" ||
+		{ cat "$W/snap.err"; echo "FAIL: thaw snapshot of the GPU example"; exit 1; }
+	echo "snapshot: $(cat "$W/snap.json" | tr -d '\n ')"
+	SNAP=$(jget "$W/snap.json" snapshot)
+	for i in $(seq 1 $n); do
+		"$THAW" --data-dir "$D" start "$SNAP" >"$W/start$i.json" 2>"$W/start$i.err" &
+		pids[$i]=$!
+	done
+	for i in $(seq 1 $n); do
+		wait "${pids[$i]}" || fail "start $i: $(cat "$W/start$i.err")"
+	done
+	nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader | sed 's/^/gpu memory: /'
+	body='{"prompt_ids": [1, 450, 4996, 17354, 1701, 29916], "max_new_tokens": 32}'
+	for i in $(seq 1 $n); do
+		[ -s "$W/start$i.json" ] || { echo "FAIL: no instance $i"; exit 1; }
+		ID[$i]=$(jget "$W/start$i.json" instance)
+		HPID[$i]=$(jget "$W/start$i.json" pid)
+		echo "start $i: $(cat "$W/start$i.json" | tr -d '\n ')"
+		echo "figure: e2e_restore_gpu start${i}_gpu_restore_ms $(jget "$W/start$i.json" timings_ms gpu_restore)"
+		echo "figure: e2e_restore_gpu start${i}_criu_restore_ms $(jget "$W/start$i.json" timings_ms criu_restore)"
+		echo "figure: e2e_restore_gpu start${i}_total_ms $(jget "$W/start$i.json" timings_ms total)"
+		python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) > 0 else 1)' \
+			"$(jget "$W/start$i.json" timings_ms gpu_restore)" || fail "instance $i: no CUDA restore timed"
+		[ "$(jget "$D/instances/${ID[$i]}.json" cuda_pids | tr -d '[] ')" != "" ] ||
+			fail "instance $i: no CUDA process recorded"
+		toks=$(curl -sf --max-time 120 -X POST -d "$body" "http://$(jget "$W/start$i.json" endpoint)/generate" |
+			python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])')
+		echo "instance $i tokens: $toks"
+		[ -n "$toks" ] || fail "instance $i: no tokens"
+		[ -z "$ref" ] && ref=$toks
+		[ "$toks" = "$ref" ] || fail "instance $i generated other tokens than instance 1"
+		[ -z "${E2E_GPU_TOKENS:-}" ] || [ "$toks" = "$E2E_GPU_TOKENS" ] ||
+			fail "instance $i: tokens differ from the cold process's $E2E_GPU_TOKENS"
+	done
+	[ "${HPID[1]}" != "${HPID[2]}" ] || fail "two instances share host pid ${HPID[1]}"
+	t0=$(date +%s%N)
+	"$THAW" --data-dir "$D" stop "${ID[@]}" >/dev/null 2>"$W/stop.err" || fail "thaw stop: $(cat "$W/stop.err")"
+	echo "figure: e2e_restore_gpu stop_ms_for_$n $((($(date +%s%N) - t0) / 1000000))"
+	for i in "${!ID[@]}"; do
+		[ -n "$(alive "${HPID[$i]}")" ] && fail "instance $i: process ${HPID[$i]} still there"
+	done
+	check_nothing_left "after stop"
+	[ $fails = 0 ] && echo "e2e_restore --gpu: all good" || echo "e2e_restore --gpu: $fails failure(s)"
+	[ $fails = 0 ]
+	exit
+}
+[ $GPU = 1 ] && gpu_main
 
 # The function's answers, computed from its own code outside any container
 # (same seed, same state size): what every restored instance must answer.

@@ -152,6 +152,29 @@ static void test_records(struct thaw_config *c)
 	CHECK(proc_alive(other, other_start)); /* not ours: untouched */
 	CHECK_STR(state_of(c, "fn-reused"), "");
 
+	/* A start in progress (its starter alive), and one killed half-way. */
+	unsigned long long me = 0;
+	proc_start_time(getpid(), &me);
+	snprintf(rec, sizeof(rec), "%s/fn-start1.json", idir);
+	r = json_pack("{s:s,s:s,s:I,s:I}", "instance", "fn-start1", "state", "starting",
+		      "starter_pid", (json_int_t)getpid(), "starter_start", (json_int_t)me);
+	text = json_dumps(r, 0);
+	REQUIRE(text && write_file_atomic(rec, text, strlen(text), 0644) == 0);
+	free(text);
+	json_decref(r);
+	snprintf(rec, sizeof(rec), "%s/fn-start2.json", idir);
+	r = json_pack("{s:s,s:s,s:I,s:I}", "instance", "fn-start2", "state", "starting",
+		      "starter_pid", (json_int_t)fn, "starter_start", (json_int_t)fn_start);
+	text = json_dumps(r, 0);
+	REQUIRE(text && write_file_atomic(rec, text, strlen(text), 0644) == 0);
+	free(text);
+	json_decref(r);
+	CHECK_STR(state_of(c, "fn-start1"), "starting");
+	CHECK_STR(state_of(c, "fn-start2"), "abandoned");
+	CHECK_EQ(instance_stop(c, "fn-start1"), 0);
+	CHECK_EQ(instance_stop(c, "fn-start2"), 0);
+	CHECK_STR(state_of(c, "fn-start2"), "");
+
 	CHECK_EQ(instance_stop(c, "../etc"), -EINVAL);
 	kill(other, SIGKILL);
 	waitpid(other, NULL, 0);

@@ -144,14 +144,16 @@ step runc-criu-smoke bash scripts/gpu-run.sh --runc-smoke
 # exits 0 pass, 77 skip, anything else fail.
 #
 # The GPU example function: $THAW_GPU_EXAMPLE is bench/functions/gpu_example.json
-# with @THAW_ROOT@ and @PYTHON3@ resolved; its weights (1.1B parameters, random, seeded) are
+# with @THAW_ROOT@ and its python3 resolved; its weights (1.1B parameters, random, seeded) are
 # built and saved by the gpu-llm-selftest step below, which also measures the
 # function's own cold boot on the host (figures: import, CUDA context, load,
 # first generate): keep it before the steps that snapshot the function.
 export GPU_LLM_MODEL_DIR=${GPU_LLM_MODEL_DIR:-/root/.cache/thaw-gpu-model/default}
 export THAW_GPU_EXAMPLE=$X/gpu_example.json
-# The container's PATH is not this shell's: name the interpreter that has torch.
-sed -e "s|@THAW_ROOT@|$ROOT|g" -e "s|@PYTHON3@|$(python3 -c "import sys; print(sys.executable)")|g" \
+# The container's PATH is not this shell's: the spec's PATH starts with the
+# GPU machine's torch venv (/opt/torch/.venv/bin); put this python3's there.
+PYBIN=$(dirname "$(python3 -c 'import sys; print(sys.executable)')")
+sed -e "s|@THAW_ROOT@|$ROOT|g" -e "s|/opt/torch/.venv/bin|$PYBIN|" \
 	bench/functions/gpu_example.json >"$THAW_GPU_EXAMPLE"
 [ -n "${GPU_LLM_SKIP:-}" ] ||
 	step gpu-llm-selftest python3 bench/functions/gpu_llm.py --selftest \

@@ -18,8 +18,10 @@ safetensors), is TinyLlama's shape: hidden 2048, 22 layers, 32 heads, 4 KV
 heads, intermediate 5632, vocab 32000.
 
 bench/functions/gpu_example.json is its function spec, a template: replace
-@THAW_ROOT@ with the repository's path and @PYTHON3@ with the interpreter that
-has torch (the container's PATH is not the shell's); scripts/gpu-run.sh does.
+@THAW_ROOT@ with the repository's path.  Its PATH starts with the GPU
+machine's torch venv (/opt/torch/.venv/bin): the container's PATH is not the
+shell's, and /usr/bin/python3 there has no torch (scripts/gpu-run.sh puts the
+directory of its own python3 there).
 
 Inside a thaw container /tmp is a tmpfs that CRIU dumps with the process, so
 the weights must live elsewhere: the default model directory is

@@ -144,10 +144,10 @@ step runc-criu-smoke bash scripts/gpu-run.sh --runc-smoke
 # exits 0 pass, 77 skip, anything else fail.
 #
 # The GPU example function: $THAW_GPU_EXAMPLE is bench/functions/gpu_example.json
-# with @THAW_ROOT@ and its python3 resolved; its weights (1.1B parameters, random, seeded) are
-# built and saved by the gpu-llm-selftest step below, which also measures the
-# function's own cold boot on the host (figures: import, CUDA context, load,
-# first generate): keep it before the steps that snapshot the function.
+# with @THAW_ROOT@ and its python3 resolved.  Its weights (1.1B parameters,
+# random, seeded) are built and saved by the gpu-llm-selftest step below, which
+# also measures the function's own cold boot on the host (figures: import, CUDA
+# context, load, first generate): keep it before the steps that snapshot it.
 export GPU_LLM_MODEL_DIR=${GPU_LLM_MODEL_DIR:-/root/.cache/thaw-gpu-model/default}
 export THAW_GPU_EXAMPLE=$X/gpu_example.json
 # The container's PATH is not this shell's: the spec's PATH starts with the
@@ -158,6 +158,11 @@ sed -e "s|@THAW_ROOT@|$ROOT|g" -e "s|/opt/torch/.venv/bin|$PYBIN|" \
 [ -n "${GPU_LLM_SKIP:-}" ] ||
 	step gpu-llm-selftest python3 bench/functions/gpu_llm.py --selftest \
 		--model-dir "$GPU_LLM_MODEL_DIR"
+# The tokens the cold process generated: a restored instance must generate the same.
+E2E_GPU_TOKENS=$(sed -n 's/^tokens: //p' "$OUT/logs/gpu-llm-selftest.log" 2>/dev/null | head -n1)
+export E2E_GPU_TOKENS
+[ -f test/e2e_snapshot.sh ] && step e2e-snapshot-gpu bash test/e2e_snapshot.sh --gpu
+[ -f test/e2e_restore.sh ] && step e2e-restore-gpu bash test/e2e_restore.sh --gpu
 for t in test/*gpu*.sh; do
 	[ -f "$t" ] && step "$(basename "$t" .sh)" bash "$t"
 done

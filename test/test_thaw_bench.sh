@@ -20,7 +20,12 @@ stop_fake() {
 		FAKE_PID=""
 	fi
 }
-cleanup() { stop_fake; rm -rf "$T"; }
+IMG=""
+cleanup() {
+	stop_fake
+	[ -n "$IMG" ] && rm -rf "$IMG"
+	rm -rf "$T"
+}
 trap cleanup EXIT
 
 fails=0
@@ -149,6 +154,44 @@ expect_eq "connect" "$(jget "$T/h.json" 'j["failures"]')" "{'start_connect': 2}"
 "$BENCH" --function fn-a --burst 1 --infer "GET infer" >/dev/null 2>&1; expect_eq "bad infer" $? 1
 "$BENCH" --function fn-a --burst 1 --cold-tier "${INFER[@]}" >/dev/null 2>&1
 expect_eq "cold without cmd" $? 1
+
+# 8. Baselines with real runc and CRIU (root only): cold boot of the CPU
+# example, and plain runc restore of its image, made by thaw snapshot and
+# written out of the store uncompressed by thaw materialize.
+if [ "$(id -u)" = 0 ] && command -v runc >/dev/null && [ -x "$R/.deps/criu-wrapper" ]; then
+	cat >"$T/fn.json" <<EOF
+{"command": ["python3", "cpu_example.py"], "cwd": "$(cd "$R/bench/functions" && pwd)",
+ "env": {"THAW_EXAMPLE_MIB": "8"}, "port": 8000,
+ "ready": {"http": "/health", "timeout_s": 60}}
+EOF
+	snap=$("$B/thaw" --data-dir "$T/data" snapshot --id fn-a "$T/fn.json" |
+		python3 -c 'import json,sys; print(json.load(sys.stdin)["snapshot"])')
+	IMG=$(mktemp -u /dev/shm/thaw-test-bench-img-XXXXXX)
+	if [ -n "$snap" ] && "$B/thaw" --data-dir "$T/data" materialize --out "$IMG" "$snap" >/dev/null; then
+		start_fake --plan ok --delay-ms 1
+		"$BENCH" --url "$URL" --function fn-a --burst 1 --infer "GET /infer?x=7" \
+			--expect '"x": 7, "y": ' --baseline-cold "$T/fn.json" --baseline-plain "$IMG" \
+			--baseline-runs 2 --json "$T/i.json" --svg "$T/i.svg" >"$T/i.out" 2>&1
+		cat "$T/i.out"
+		expect_eq "cold boot" "$(jget "$T/i.json" '(j["baselines"]["cold_boot"]["available"], j["baselines"]["cold_boot"]["latency_ms"]["n"])')" "(True, 2)"
+		expect_eq "plain restore" "$(jget "$T/i.json" '(j["baselines"]["plain_restore"]["available"], j["baselines"]["plain_restore"]["latency_ms"]["n"])')" "(True, 2)"
+		expect_eq "baseline lines" "$(python3 -c 'import sys,xml.etree.ElementTree as E; print(len(E.parse(sys.argv[1]).getroot().findall("{http://www.w3.org/2000/svg}polyline")))' "$T/i.svg")" 3
+		# a missing image is reported as not available, never as a number
+		"$BENCH" --url "$URL" --function fn-a --burst 1 --infer "GET /infer?x=7" \
+			--baseline-plain "$T/no-such-image" --baseline-cold "$T/fn.json" \
+			--baseline-runs 1 --json "$T/j.json" >/dev/null 2>&1
+		expect_eq "no image" "$(jget "$T/j.json" 'j["baselines"]["plain_restore"]["available"]')" False
+		grep -q "not available: cannot copy the image" "$T/j.json" ||
+			fail "no reason for the missing baseline"
+	else
+		fail "thaw snapshot/materialize of the CPU example failed"
+	fi
+	runc --root /run/thaw-bench list 2>/dev/null | grep -q thaw-bench- && fail "containers left"
+	grep -q /tmp/thaw-bench- /proc/mounts && fail "namespaces left mounted"
+	ls -d /tmp/thaw-bench-* /dev/shm/thaw-bench-plain-* 2>/dev/null && fail "temp dirs left"
+else
+	echo "baselines not tested: needs root, runc and .deps/criu-wrapper"
+fi
 
 [ $fails = 0 ] || { echo "$fails check(s) failed"; exit 1; }
 echo "all thaw-bench checks passed"

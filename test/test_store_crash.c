@@ -12,9 +12,9 @@
  * drawn from a seeded generator, one in each of N equal slices of the objects
  * a whole put writes (the median of three puts before), so the kills span the
  * whole put; one more kill comes the moment the manifest is linked (the end of
- * the put: it may come too late, the put having already returned).  The
- * kills and the checks also run the other way, when the store's objects make
- * no names in tmp/: by time (THAW_CRASH_BY_TIME=1 forces it).  After each kill:
+ * the put: it may come too late, the put having already returned).  Should the
+ * store's objects ever make no names in tmp/, the kills go by time instead
+ * (THAW_CRASH_BY_TIME=1 forces that).  After each kill:
  *	- store_verify finds 0 bad chunks;
  *	- every manifest in the store loads and names only chunks that exist;
  *	- store_gc leaves tmp/ empty (the dead writer's temp files are stale);

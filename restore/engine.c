@@ -43,10 +43,15 @@ struct unit { /* one distinct chunk: read once, written to every occurrence */
 
 struct slot {
 	uint32_t unit;
-	int fd;
-	int res;
+	int fd;       /* without ring-opened files: the chunk's fd */
+	int res;      /* the read's result */
+	int open_res; /* the ring's openat result */
+	unsigned pending; /* completions still to come: openat and read, or read */
 	uint8_t *buf;
+	char *path;   /* the chunk's path, alive until the openat is submitted */
 };
+
+#define OP_OPEN (1ull << 32) /* user_data of an openat; a read's is its slot */
 
 struct eng {
 	struct store *s;
@@ -70,6 +75,9 @@ struct eng {
 	size_t slot_bytes;
 	struct io_uring ring;
 	bool ring_ok, fixed, direct;
+	bool ring_files; /* chunks are opened by the ring into fixed file slots */
+	bool async_reads; /* buffered reads go to io-wq, not inline in the submitter */
+	char *paths;
 	enum engine_direct direct_mode;
 
 	pthread_mutex_t mu;
@@ -267,10 +275,11 @@ static int setup_arena(struct eng *e, const struct engine_opts *o)
 	memset(&p, 0, sizeof(p));
 	/* Completions are reaped by this thread only: no IPIs to run them early. */
 	p.flags = IORING_SETUP_COOP_TASKRUN;
-	ret = io_uring_queue_init_params(o->queue_depth, &e->ring, &p);
+	/* Two entries per read: the openat and the read linked to it. */
+	ret = io_uring_queue_init_params(2 * o->queue_depth, &e->ring, &p);
 	if (ret == -EINVAL) {
 		memset(&p, 0, sizeof(p));
-		ret = io_uring_queue_init_params(o->queue_depth, &e->ring, &p);
+		ret = io_uring_queue_init_params(2 * o->queue_depth, &e->ring, &p);
 	}
 	if (ret < 0) {
 		pr_err("io_uring_queue_init(%u): %s", o->queue_depth, strerror(-ret));
@@ -286,6 +295,18 @@ static int setup_arena(struct eng *e, const struct engine_opts *o)
 	} else {
 		e->fixed = true;
 	}
+	/* The ring opens each chunk into the slot's own fixed file: with page-cache
+	 * hits a submitter that opened and read would do that work alone, in
+	 * series, while the workers wait on it. */
+	e->paths = malloc((size_t)e->nslots * PATH_MAX);
+	if (e->paths && io_uring_register_files_sparse(&e->ring, e->nslots) == 0) {
+		e->ring_files = true;
+		for (i = 0; i < e->nslots; i++)
+			e->slots[i].path = e->paths + (size_t)i * PATH_MAX;
+	} else {
+		pr_debug("no sparse file table in io_uring: chunks opened by the submitter");
+	}
+	e->async_reads = o->threads > 2;
 out:
 	free(iov);
 	return ret;
@@ -329,17 +350,63 @@ static void chunk_failed(struct eng *e, const struct manifest_chunk *c, uint32_t
 		  (unsigned long long)c->off, why);
 }
 
-static void queue_read(struct eng *e, struct io_uring_sqe *sqe, unsigned s)
+static void queue_read(struct eng *e, struct io_uring_sqe *sqe, unsigned s, int fd, bool fixed_file)
 {
 	struct slot *sl = &e->slots[s];
 	const struct manifest_chunk *c = unit_chunk(e, &e->units[sl->unit]);
 	unsigned len = (unsigned)ALIGN_UP((size_t)c->stored, ENGINE_ALIGN);
 
 	if (e->fixed)
-		io_uring_prep_read_fixed(sqe, sl->fd, sl->buf, len, 0, (int)s);
+		io_uring_prep_read_fixed(sqe, fd, sl->buf, len, 0, (int)s);
 	else
-		io_uring_prep_read(sqe, sl->fd, sl->buf, len, 0);
+		io_uring_prep_read(sqe, fd, sl->buf, len, 0);
+	if (fixed_file)
+		sqe->flags |= IOSQE_FIXED_FILE;
+	/* O_DIRECT reads are asynchronous anyway; buffered ones that hit the page
+	 * cache would be copied inline, by the one submitting thread. */
+	if (e->async_reads && !e->direct)
+		sqe->flags |= IOSQE_ASYNC;
 	io_uring_sqe_set_data64(sqe, s);
+}
+
+/* Queue slot s's chunk: openat into fixed file s linked to its read, or an
+ * open here and the read.  Returns 0 or -errno (nothing queued). */
+static int queue_chunk(struct eng *e, unsigned s)
+{
+	struct slot *sl = &e->slots[s];
+	const struct manifest_chunk *c = unit_chunk(e, &e->units[sl->unit]);
+	struct io_uring_sqe *sqe, *rsqe;
+	int ret;
+
+	if (!e->ring_files) {
+		ret = open_chunk(e, c, &sl->fd);
+		if (ret)
+			return ret;
+		sqe = io_uring_get_sqe(&e->ring);
+		if (!sqe) /* cannot happen: the ring has 2 x queue_depth entries */
+			return -EBUSY;
+		sl->pending = 1;
+		sl->open_res = 0;
+		queue_read(e, sqe, s, sl->fd, false);
+		return 0;
+	}
+	ret = store_chunk_path(e->s, c->hash, sl->path, PATH_MAX);
+	if (ret)
+		return ret;
+	if (io_uring_sq_space_left(&e->ring) < 2)
+		return -EBUSY;
+	sqe = io_uring_get_sqe(&e->ring);
+	rsqe = io_uring_get_sqe(&e->ring);
+	/* No O_CLOEXEC: the kernel refuses it for direct descriptors, which no
+	 * exec can inherit anyway. */
+	io_uring_prep_openat_direct(sqe, AT_FDCWD, sl->path, O_RDONLY | (e->direct ? O_DIRECT : 0),
+				    0, s);
+	sqe->flags |= IOSQE_IO_LINK;
+	io_uring_sqe_set_data64(sqe, OP_OPEN | s);
+	sl->pending = 2;
+	sl->open_res = 0;
+	queue_read(e, rsqe, s, (int)s, true);
+	return 0;
 }
 
 static void slot_release(struct eng *e, unsigned s)
@@ -419,7 +486,8 @@ static void process_slot(struct eng *e, struct chunk_codec *codec, uint8_t *raw,
 	if (sl->res == -EINVAL && e->direct_mode == ENGINE_DIRECT_AUTO)
 		sl->res = 0; /* O_DIRECT refused at read: read it all below, buffered */
 	if (sl->res < 0) {
-		chunk_failed(e, c, o0, sl->res, strerror(-sl->res));
+		chunk_failed(e, c, o0, sl->res,
+			     sl->res == -ENOENT ? "missing from the store" : strerror(-sl->res));
 		return;
 	}
 	if ((uint32_t)sl->res < c->stored) {
@@ -508,20 +576,28 @@ static bool cancelled(struct eng *e)
 	return atomic_load(&e->stop);
 }
 
-/* Hand a completed read to the workers. */
+/* Count a completion; once a slot has all of its, hand it to the workers. */
 static void reap_one(struct eng *e, struct io_uring_cqe *cqe)
 {
-	unsigned s = (unsigned)io_uring_cqe_get_data64(cqe);
+	uint64_t d = io_uring_cqe_get_data64(cqe);
+	struct slot *sl = &e->slots[(uint32_t)d];
 
-	e->slots[s].res = cqe->res;
-	/* Some filesystems accept O_DIRECT at open and refuse it at read: the
-	 * worker reads this one through the page cache, and so do later opens. */
-	if (cqe->res == -EINVAL && e->direct && e->direct_mode == ENGINE_DIRECT_AUTO) {
-		pr_info("O_DIRECT reads fail with EINVAL here; reading through the page cache");
+	if (d & OP_OPEN)
+		sl->open_res = cqe->res;
+	else
+		sl->res = cqe->res;
+	if (--sl->pending)
+		return;
+	if (sl->open_res < 0)
+		sl->res = sl->open_res; /* the linked read was cancelled */
+	/* Some filesystems refuse O_DIRECT at open, some at read: the worker
+	 * reads this one through the page cache, and so do later opens. */
+	if (sl->res == -EINVAL && e->direct && e->direct_mode == ENGINE_DIRECT_AUTO) {
+		pr_info("O_DIRECT fails with EINVAL here; reading through the page cache");
 		e->direct = false;
 	}
 	e->inflight--;
-	push_ready(e, s);
+	push_ready(e, (uint32_t)d);
 }
 
 static void report(struct eng *e, const struct engine_opts *o, uint64_t hole_bytes,
@@ -546,7 +622,6 @@ static int submit_loop(struct eng *e, const struct engine_opts *o, const struct 
 		bool stopping = cancelled(e);
 
 		while (!stopping && next < e->nunits && e->inflight + queued < o->queue_depth) {
-			struct io_uring_sqe *sqe;
 			const struct manifest_chunk *c;
 			unsigned s;
 			int ret;
@@ -561,7 +636,7 @@ static int submit_loop(struct eng *e, const struct engine_opts *o, const struct 
 
 			e->slots[s].unit = (uint32_t)next;
 			c = unit_chunk(e, &e->units[next]);
-			ret = open_chunk(e, c, &e->slots[s].fd);
+			ret = queue_chunk(e, s);
 			if (ret) {
 				chunk_failed(e, c, e->order[e->units[next].first], ret,
 					     ret == -ENOENT ? "missing from the store" : strerror(-ret));
@@ -569,12 +644,6 @@ static int submit_loop(struct eng *e, const struct engine_opts *o, const struct 
 				stopping = true;
 				break;
 			}
-			sqe = io_uring_get_sqe(&e->ring);
-			if (!sqe) { /* cannot happen: the ring has queue_depth entries */
-				slot_release(e, s);
-				break;
-			}
-			queue_read(e, sqe, s);
 			queued++;
 			next++;
 		}
@@ -678,6 +747,7 @@ static void eng_release(struct eng *e)
 				close(e->fds[i]);
 	free(e->fds);
 	free(e->slots);
+	free(e->paths);
 	free(e->ready);
 	free(e->freel);
 	free(e->occ);
@@ -807,6 +877,7 @@ out:
 	st.direct = e.direct && e.nunits;
 	st.fixed_buffers = e.fixed;
 	st.mapped = e.mapped;
+	st.ring_opens = e.ring_files;
 	st.threads = nthreads;
 	st.queue_depth = o.queue_depth;
 	st.slots = e.nslots;

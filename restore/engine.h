@@ -70,6 +70,7 @@ struct engine_stats {
 	bool direct;            /* O_DIRECT was used for the reads */
 	bool fixed_buffers;     /* the arena was registered with io_uring */
 	bool mapped;            /* written through shared mappings, not pwrite */
+	bool ring_opens;        /* chunks were opened by io_uring (openat into fixed files) */
 	unsigned threads, queue_depth, slots;
 	uint64_t slot_bytes;
 };

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static int read_chunk(struct store *s, const struct manifest_chunk *c, uint8_t *buf, size_t cap,
@@ -97,8 +98,12 @@ int engine_materialize_naive(struct store *s, const struct manifest *m, const ch
 			st.read_bytes += len;
 			ret = chunk_decode(codec, obj, len, c->hash, raw, c->len);
 			if (ret) {
+				const char *why = log_last_error();
+				/* chunk_decode's words start with the id: say it once. */
+				if (!strncmp(why, "chunk ", 6) && !strncmp(why + 6, id, CHUNK_ID_LEN - 1))
+					why += 6 + CHUNK_ID_LEN - 1 + 2;
 				pr_err("chunk %s (%s at offset %llu): %s", id, f->path,
-				       (unsigned long long)c->off, log_last_error());
+				       (unsigned long long)c->off, why);
 				goto out;
 			}
 			ret = pwrite_all(fds[i], raw, c->len, (off_t)c->off);

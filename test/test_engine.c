@@ -182,6 +182,7 @@ static void test_roundtrip(struct store *s, const char *src, const char *id)
 	CHECK_EQ(st.written_bytes + st.hole_bytes, st.logical_bytes);
 	CHECK(st.read_bytes > 0);
 	CHECK(st.fixed_buffers);
+	CHECK(st.ring_opens);
 	printf("defaults: %llu bytes, %llu chunks (%llu distinct), %llu holes, direct %d, "
 	       "%u threads, %u slots of %llu\n",
 	       (unsigned long long)st.logical_bytes, (unsigned long long)st.chunks,

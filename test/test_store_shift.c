@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static char root[] = "/tmp/thaw-test-store-shift-XXXXXX";
+static char root[64];
 
 int main(void)
 {
@@ -26,8 +26,8 @@ int main(void)
 
 	REQUIRE(buf);
 	/* /dev/shm when there is room: this measures the store, not the disk. */
-	if (access("/dev/shm", W_OK) == 0)
-		memcpy(root, "/dev/shm", 8), memmove(root + 8, root + 4, strlen(root + 4) + 1);
+	snprintf(root, sizeof(root), "%s/thaw-test-store-shift-XXXXXX",
+		 access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
 	REQUIRE(mkdtemp(root));
 	for (size_t i = 0; i < size + ins; i += 8) {
 		x ^= x << 13;

@@ -198,8 +198,14 @@ int netns_create(const char *path)
 	}
 	ret = 0;
 out:
-	if (go[1] >= 0)
-		close(go[1]); /* lets the child exit */
+	if (go[1] >= 0) {
+		/* A byte, not only EOF, lets the child exit: a helper forked at the
+		 * same time by another thread holds a copy of this write end, so
+		 * EOF alone never comes and both helpers wait for good. */
+		if (write(go[1], "x", 1) < 0)
+			pr_perror("wake the namespace helper");
+		close(go[1]);
+	}
 	if (pid > 0)
 		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
 			;

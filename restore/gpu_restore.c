@@ -5,9 +5,11 @@
 #include "common/log.h"
 #include "common/util.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* The snapshot's GPU i: its UUID, model and the GPU memory its processes
  * held, where prewarm recorded them ("gpus": [{"uuid","name","used_bytes"}]
@@ -133,6 +135,68 @@ static int check_free(const json_t *meta, const json_t *gpus, struct cuda_device
 	return 0;
 }
 
+int pidns_members(pid_t init, pid_t **pids, size_t *n)
+{
+	char path[64], want[64], got[64];
+	struct dirent *de;
+	size_t cap = 16;
+	ssize_t len;
+	DIR *d = NULL;
+	int ret = 0;
+
+	*n = 0;
+	snprintf(path, sizeof(path), "/proc/%d/ns/pid", (int)init);
+	len = readlink(path, want, sizeof(want) - 1);
+	if (len < 0) {
+		ret = -errno;
+		pr_perror("readlink %s", path);
+		return ret;
+	}
+	want[len] = '\0';
+	*pids = malloc(cap * sizeof(**pids));
+	d = opendir("/proc");
+	if (!*pids || !d) {
+		ret = *pids ? -errno : -ENOMEM;
+		pr_err("cannot list /proc");
+		goto out;
+	}
+	(*pids)[(*n)++] = init;
+	while ((de = readdir(d))) {
+		char *end;
+		long v = strtol(de->d_name, &end, 10);
+
+		if (*end || v <= 0 || v == init)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%ld/ns/pid", v);
+		len = readlink(path, got, sizeof(got) - 1);
+		if (len < 0)
+			continue; /* gone meanwhile */
+		got[len] = '\0';
+		if (strcmp(got, want))
+			continue;
+		if (*n == cap) {
+			pid_t *np = realloc(*pids, 2 * cap * sizeof(**pids));
+
+			if (!np) {
+				ret = -ENOMEM;
+				goto out;
+			}
+			*pids = np;
+			cap *= 2;
+		}
+		(*pids)[(*n)++] = (pid_t)v;
+	}
+out:
+	if (d)
+		closedir(d);
+	if (ret) {
+		free(*pids);
+		*pids = NULL;
+		*n = 0;
+	}
+	return ret;
+}
+
 static int restore_one(pid_t pid, const struct cuda_gpu_pair *pairs, size_t npairs)
 {
 	enum cuda_proc_state st;
@@ -155,8 +219,8 @@ static int restore_one(pid_t pid, const struct cuda_gpu_pair *pairs, size_t npai
 	return ret;
 }
 
-int gpu_restore_container(const struct runner *r, const char *id, const json_t *meta,
-			  pid_t **pids, size_t *n)
+int gpu_restore_container(const struct runner *r, const char *id, pid_t init,
+			  const json_t *meta, pid_t **pids, size_t *n)
 {
 	const json_t *gpus = json_object_get(meta, "gpus");
 	size_t nall = 0, ndevs = 0, npairs = 0, nrec = json_array_size(json_object_get(meta, "cuda_pids"));
@@ -183,8 +247,14 @@ int gpu_restore_container(const struct runner *r, const char *id, const json_t *
 	if (ret)
 		goto out;
 	/* CRIU gave the processes their old pids inside the container's PID
-	 * namespace; the host pids are new: ask runc, then the driver. */
-	ret = runner_pids(r, id, &all, &nall);
+	 * namespace; the host pids are new.  The members of that namespace,
+	 * not runc ps: on a cgroup v2 host the restored processes were seen
+	 * outside the cgroup runc ps reads (it answered null). */
+	ret = pidns_members(init, &all, &nall);
+	if (ret) {
+		pr_warn("falling back to runc ps for the processes of %s", id);
+		ret = runner_pids(r, id, &all, &nall);
+	}
 	if (ret)
 		goto out;
 	ret = cuda_filter_processes(all, nall, pids, n);

@@ -17,11 +17,16 @@
 
 #define GPU_LOCK_TIMEOUT_MS 10000
 
-/* Restore and unlock every CUDA process of container id.  meta is the
- * snapshot manifest's meta ("gpus", "cuda_pids", memory figures if recorded).
- * *pids (you own it) are the host pids restored.  -ENODEV without a driver. */
-int gpu_restore_container(const struct runner *r, const char *id, const json_t *meta,
-			  pid_t **pids, size_t *n);
+/* Restore and unlock every CUDA process of container id, whose first
+ * process has host pid init.  meta is the snapshot manifest's meta ("gpus",
+ * "cuda_pids", memory figures if recorded).  *pids (you own it) are the host
+ * pids restored.  -ENODEV without a driver. */
+int gpu_restore_container(const struct runner *r, const char *id, pid_t init,
+			  const json_t *meta, pid_t **pids, size_t *n);
+
+/* The host pids of every process in the PID namespace of init (the
+ * container's processes), init first.  You own *pids. */
+int pidns_members(pid_t init, pid_t **pids, size_t *n);
 
 /* Before a kill: lock (with a timeout) and checkpoint each CUDA process, so
  * that the kill does not find the driver mid-work (some drivers hung the host

@@ -416,7 +416,8 @@ int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 	if (spec->gpu) {
 		phase = "gpu_restore";
 		tp = now_ns();
-		ret = gpu_restore_container(&x.r, in.id, m->meta, &x.cuda_pids, &x.ncuda);
+		ret = gpu_restore_container(&x.r, in.id, in.pid, m->meta, &x.cuda_pids,
+					    &x.ncuda);
 		in.t.gpu_restore = ms_since(tp);
 		if (ret)
 			goto fail;

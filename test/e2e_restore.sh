@@ -36,6 +36,8 @@ TIER=$(mktemp -d /dev/shm/e2e_restore.XXXXXX)
 D=$W/data
 FN=e2e-r$$
 export THAW_RAM_TIER=$TIER THAW_RAM_TIER_BYTES=$((1 << 30))
+# The GPU example's image is 4 GB, 3 GB of it not zero.
+[ $GPU = 1 ] && export THAW_RAM_TIER_BYTES=$((16 << 30))
 unset THAW_DATA_DIR THAW_STORE
 fails=0
 

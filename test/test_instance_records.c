@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "common/netns.h"
 #include "common/util.h"
+#include "restore/gpu_restore.h"
 #include "restore/instance.h"
 #include "restore/shim.h"
 #include "restore/tier.h"
@@ -15,6 +16,7 @@
 #include "test/check.h"
 
 #include <dirent.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -220,6 +222,61 @@ static void test_start_without_spec(struct thaw_config *c)
 	store_close(s);
 }
 
+/* The processes of a PID namespace, found from its first one: a child that
+ * unshares a PID namespace and forks its init, which forks one more. */
+static void test_pidns_members(void)
+{
+	int p[2], v = 0;
+	pid_t outer, *pids = NULL;
+	size_t n = 0;
+	char c, path[64];
+	FILE *f;
+
+	if (geteuid() != 0)
+		return;
+	REQUIRE(pipe(p) == 0);
+	outer = fork();
+	if (outer == 0) {
+		if (unshare(CLONE_NEWPID) < 0)
+			_exit(1);
+		if (fork() == 0) {	   /* pid 1 of the new namespace */
+			if (fork() == 0) { /* pid 2 */
+				close(p[1]);
+				if (read(p[0], &c, 1) < 0)
+					_exit(1);
+				_exit(0);
+			}
+			close(p[1]);
+			if (read(p[0], &c, 1) < 0)
+				_exit(1);
+			wait(NULL);
+			_exit(0);
+		}
+		close(p[1]);
+		wait(NULL);
+		_exit(0);
+	}
+	close(p[0]);
+	usleep(200000);
+	/* The namespace's init is outer's only child. */
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)outer, (int)outer);
+	f = fopen(path, "r");
+	if (f && fscanf(f, "%d", &v) == 1 && v > 0) {
+		CHECK_EQ(pidns_members(v, &pids, &n), 0);
+		CHECK_EQ(n, 2);
+		if (n)
+			CHECK_EQ(pids[0], v);
+		free(pids);
+	} else {
+		fprintf(stderr, "no %s: pidns_members not tested\n", path);
+	}
+	if (f)
+		fclose(f);
+	CHECK_EQ(pidns_members(999999999, &pids, &n) < 0, 1);
+	close(p[1]); /* lets them all exit */
+	waitpid(outer, NULL, 0);
+}
+
 int main(void)
 {
 	struct thaw_config c;
@@ -230,6 +287,7 @@ int main(void)
 	test_json_shape();
 	test_records(&c);
 	test_start_without_spec(&c);
+	test_pidns_members();
 	rm_rf(dir);
 	return check_failures ? 1 : 0;
 }

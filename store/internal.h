@@ -17,8 +17,9 @@ struct store {
 int store_lock(struct store *s, int how);
 
 /* Write len bytes as the object at path, crash-safely: a unique O_EXCL file in
- * tmp/, fsynced if sync (else its writeback is only started), then link()ed to
- * path (its directory created if missing), or rename()d over it if replace.
+ * tmp/, fsynced if sync (else its writeback is only started), then renamed to
+ * path without replacing it (RENAME_NOREPLACE, or link() where that is not
+ * supported; its directory created if missing), or rename()d over it if replace.
  * Returns 1 if written, 0 if path already existed, or -errno. */
 int store_write_object(struct store *s, const char *path, const void *buf, size_t len, bool sync,
 		       bool replace);

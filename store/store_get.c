@@ -3,7 +3,8 @@
  * Every file is written to a temp name beside its final one (truncated to its
  * size first, so holes stay holes), chunk by chunk, fsynced; only when all of
  * them are complete are they renamed into place.  On any error every temp file
- * is removed: a failed get leaves no file behind.
+ * is removed: a failed get leaves no file behind.  The get holds a lease on
+ * its manifest, so a concurrent gc keeps its chunks.
  */
 #define LOG_PREFIX "store: "
 #include "store/internal.h"
@@ -88,6 +89,8 @@ out:
 int store_get(struct store *s, const char *id, const char *outdir, bool show_progress)
 {
 	struct manifest *m = NULL;
+	struct store_lease *lease = NULL;
+	char full[CHUNK_ID_LEN];
 	struct manifest_totals t;
 	struct chunk_codec *codec = NULL;
 	struct get_out *outs = NULL;
@@ -97,9 +100,15 @@ int store_get(struct store *s, const char *id, const char *outdir, bool show_pro
 	size_t made = 0;
 	int ret;
 
-	ret = store_manifest_load(s, id, &m, NULL);
+	ret = store_manifest_load(s, id, &m, full);
 	if (ret < 0)
 		return ret;
+	/* A gc meanwhile must not take the chunks from under us. */
+	lease = store_lease_take(s, full);
+	if (!lease) {
+		ret = -EIO;
+		goto out;
+	}
 	ret = mkdir_p(outdir, 0755);
 	if (ret < 0)
 		goto out;
@@ -163,6 +172,7 @@ out:
 	free(raw);
 	free(obj);
 	chunk_codec_free(codec);
+	store_lease_release(lease);
 	manifest_free(m);
 	return ret;
 }

@@ -30,6 +30,7 @@
 #include <limits.h>
 #include <math.h>
 #include <poll.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,6 +82,7 @@ struct bench {
 	const char *json_path, *svg_path;
 	const char *baseline_cold_spec, *baseline_plain_image;
 	long baseline_runs;
+	const char *runc_root;
 	/* while running */
 	CURLM *multi;
 	int active;
@@ -94,6 +96,15 @@ struct bench {
 
 static const char *const phase_names[NPHASES] = { "materialize", "criu_restore", "gpu_restore",
 						  "ready", "total" };
+
+/* SIGINT/SIGTERM: no new starts or baseline runs; what is running finishes
+ * (every request has a timeout) and everything made is cleaned up. */
+static volatile sig_atomic_t stop_requested;
+
+static void on_stop_signal(int sig)
+{
+	stop_requested = sig;
+}
 
 /* ---- failure counters -------------------------------------------------- */
 
@@ -407,7 +418,7 @@ static void trial_account(struct bench *b, struct trial *t)
 static int run_trials(struct bench *b, const uint64_t *offs_ns, size_t n)
 {
 	struct trial *tr;
-	size_t next = 0;
+	size_t next = 0, total = n;
 	uint64_t t0;
 	int ret = 0;
 
@@ -430,6 +441,11 @@ static int run_trials(struct bench *b, const uint64_t *offs_ns, size_t n)
 		int running, left, wait_ms = 100;
 		CURLMsg *msg;
 
+		if (stop_requested && next < n) {
+			pr_warn("stopping: %zu arrival(s) not sent", n - next);
+			n = next;
+			continue;
+		}
 		while (next < n && t0 + offs_ns[next] <= now) {
 			tr[next].t_sched = t0 + offs_ns[next];
 			trial_begin(&tr[next]);
@@ -458,7 +474,7 @@ static int run_trials(struct bench *b, const uint64_t *offs_ns, size_t n)
 	for (size_t i = 0; i < n; i++)
 		trial_account(b, &tr[i]);
 out:
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < total; i++) {
 		trial_reset_body(&tr[i]);
 		if (tr[i].h)
 			curl_easy_cleanup(tr[i].h);
@@ -925,7 +941,7 @@ static int wait_correct(const struct bench *b, const char *ns, uint16_t port, do
 	uint64_t t0 = now_ns();
 
 	*kind = "timeout";
-	while (ms_since(t0) < limit_s * 1000) {
+	while (ms_since(t0) < limit_s * 1000 && !stop_requested) {
 		int left = (int)(limit_s * 1000 - ms_since(t0)) + 1;
 		int fd = netns_connect(ns, port, MIN(left, 1000));
 		char *resp = NULL;
@@ -1024,7 +1040,7 @@ static void cuda_quiesce_container(const struct runner *r, const char *id)
 static int baseline_once(struct bench *b, struct baseline *bl, const struct func_spec *f,
 			 const struct runner *r, const char *image, int run, double *ms)
 {
-	char dir[] = "/tmp/thaw-bench-XXXXXX", ns[PATH_MAX], bundle[PATH_MAX], work[PATH_MAX];
+	char dir[3100], ns[PATH_MAX], bundle[PATH_MAX], work[PATH_MAX];
 	char log_path[PATH_MAX], cid[64];
 	struct runner_stdio sio = { -1, -1 };
 	struct drain d = { .fd = { -1, -1 } };
@@ -1033,8 +1049,10 @@ static int baseline_once(struct bench *b, struct baseline *bl, const struct func
 	uint64_t t0;
 	int ret;
 
+	snprintf(dir, sizeof(dir), "%.3000s/thaw-bench-XXXXXX",
+		 getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
 	if (!mkdtemp(dir)) {
-		pr_perror("mkdtemp");
+		pr_perror("mkdtemp %s", dir);
 		ret = -errno;
 		goto out;
 	}
@@ -1077,7 +1095,8 @@ static int baseline_once(struct bench *b, struct baseline *bl, const struct func
 out:
 	if (ret < 0) {
 		kinds_add(&bl->failures, kind);
-		snprintf(bl->why, sizeof(bl->why), "not available: %s failed: %s", kind,
+		snprintf(bl->why, sizeof(bl->why), "not available: %s%s: %s", kind,
+			 stop_requested ? " (interrupted)" : "",
 			 log_last_error()[0] ? log_last_error() : strerror(-ret));
 	}
 	if (have_ctr) {
@@ -1100,7 +1119,7 @@ out:
 static void run_baseline(struct bench *b, struct baseline *bl, const struct func_spec *f,
 			 const struct runner *r, const char *image)
 {
-	for (long i = 0; i < b->baseline_runs; i++) {
+	for (long i = 0; i < b->baseline_runs && !stop_requested; i++) {
 		double ms = 0;
 
 		fprintf(stderr, "thaw-bench: %s, run %ld of %ld\n", bl->name, i + 1,
@@ -1134,7 +1153,7 @@ static void run_baselines(struct bench *b)
 	}
 	r.runc = c.runc;
 	r.criu = c.criu;
-	r.state_dir = "/run/thaw-bench";
+	r.state_dir = b->runc_root;
 	if (b->cold.requested)
 		run_baseline(b, &b->cold, f, &r, NULL);
 	if (b->plain.requested) {
@@ -1367,8 +1386,11 @@ static void usage(FILE *f)
 		"timeouts (seconds): --start-timeout 120 --infer-timeout 30 --delete-timeout 60\n"
 		"  --keep        leave instances running (no DELETE)\n"
 		"  --baseline-runs N   runs of each baseline (default 3)\n"
+		"  --runc-root DIR     runc state of the baselines' containers (/run/thaw-bench);\n"
+		"                      their bundles go under $TMPDIR (default /tmp)\n"
 		"Start latency: arrival of the start request -> first correct inference answer.\n"
-		"Exit status: 0 the run was made (failed starts are reported, not fatal), 1 error.\n");
+		"Exit status: 0 the run was made (failed starts are reported, not fatal), 1 error\n"
+		"or interrupted (SIGINT/SIGTERM: what ran is reported and cleaned up).\n");
 }
 
 /* "GET /infer?x=7" or "POST /generate {json}". */
@@ -1439,7 +1461,7 @@ static int parse_args(struct bench *b, int argc, char **argv)
 {
 	enum { O_URL = 256, O_FN, O_TOKEN, O_BURST, O_REPEAT, O_RATE, O_DUR, O_ARR, O_SEED,
 	       O_COLD, O_COLDCMD, O_INFER, O_EXPECT, O_EXPECTF, O_JSON, O_SVG, O_BCOLD,
-	       O_BPLAIN, O_BRUNS, O_STO, O_ITO, O_DTO, O_KEEP, O_HELP };
+	       O_BPLAIN, O_BRUNS, O_STO, O_ITO, O_DTO, O_KEEP, O_RROOT, O_HELP };
 	static const struct option opts[] = {
 		{ "url", 1, NULL, O_URL },	     { "function", 1, NULL, O_FN },
 		{ "token-file", 1, NULL, O_TOKEN },  { "burst", 1, NULL, O_BURST },
@@ -1453,6 +1475,7 @@ static int parse_args(struct bench *b, int argc, char **argv)
 		{ "baseline-runs", 1, NULL, O_BRUNS }, { "start-timeout", 1, NULL, O_STO },
 		{ "infer-timeout", 1, NULL, O_ITO }, { "delete-timeout", 1, NULL, O_DTO },
 		{ "keep", 0, NULL, O_KEEP },	     { "help", 0, NULL, O_HELP },
+		{ "runc-root", 1, NULL, O_RROOT },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *infer = NULL;
@@ -1521,6 +1544,7 @@ static int parse_args(struct bench *b, int argc, char **argv)
 		case O_ITO: ret = parse_double(optarg, "--infer-timeout", &b->infer_timeout_s, 0.001); break;
 		case O_DTO: ret = parse_double(optarg, "--delete-timeout", &b->delete_timeout_s, 0.001); break;
 		case O_KEEP: b->keep_instances = true; break;
+		case O_RROOT: b->runc_root = optarg; break;
 		case 'h':
 		case O_HELP: usage(stdout); exit(0);
 		default: usage(stderr); return -EINVAL;
@@ -1578,6 +1602,7 @@ int main(int argc, char **argv)
 		.poisson = true,
 		.seed = 1,
 		.baseline_runs = 3,
+		.runc_root = "/run/thaw-bench",
 		.cold = { .name = "baseline: cold boot" },
 		.plain = { .name = "baseline: plain restore" },
 	};
@@ -1603,6 +1628,8 @@ int main(int argc, char **argv)
 		pr_err("curl_global_init failed");
 		goto out_free;
 	}
+	signal(SIGINT, on_stop_signal);
+	signal(SIGTERM, on_stop_signal);
 	b.multi = curl_multi_init();
 	if (!b.multi) {
 		pr_err("curl_multi_init failed");
@@ -1622,6 +1649,11 @@ int main(int argc, char **argv)
 	}
 	if (b.svg_path && write_svg(&b) < 0) {
 		fprintf(stderr, "thaw-bench: cannot write %s\n", b.svg_path);
+		goto out_multi;
+	}
+	if (stop_requested) {
+		fprintf(stderr, "thaw-bench: interrupted by signal %d; the report covers what ran\n",
+			(int)stop_requested);
 		goto out_multi;
 	}
 	rc = 0;

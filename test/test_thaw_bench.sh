@@ -169,15 +169,18 @@ EOF
 	IMG=$(mktemp -u /dev/shm/thaw-test-bench-img-XXXXXX)
 	if [ -n "$snap" ] && "$B/thaw" --data-dir "$T/data" materialize --out "$IMG" "$snap" >/dev/null; then
 		start_fake --plan ok --delay-ms 1
-		"$BENCH" --url "$URL" --function fn-a --burst 1 --infer "GET /infer?x=7" \
-			--expect '"x": 7, "y": ' --baseline-cold "$T/fn.json" --baseline-plain "$IMG" \
+		mkdir -p "$T/tmp"
+		TMPDIR=$T/tmp "$BENCH" --url "$URL" --function fn-a --burst 1 \
+			--infer "GET /infer?x=7" --expect '"x": 7, "y": ' --runc-root "$T/runc" \
+			--baseline-cold "$T/fn.json" --baseline-plain "$IMG" \
 			--baseline-runs 2 --json "$T/i.json" --svg "$T/i.svg" >"$T/i.out" 2>&1
 		cat "$T/i.out"
 		expect_eq "cold boot" "$(jget "$T/i.json" '(j["baselines"]["cold_boot"]["available"], j["baselines"]["cold_boot"]["latency_ms"]["n"])')" "(True, 2)"
 		expect_eq "plain restore" "$(jget "$T/i.json" '(j["baselines"]["plain_restore"]["available"], j["baselines"]["plain_restore"]["latency_ms"]["n"])')" "(True, 2)"
 		expect_eq "baseline lines" "$(python3 -c 'import sys,xml.etree.ElementTree as E; print(len(E.parse(sys.argv[1]).getroot().findall("{http://www.w3.org/2000/svg}polyline")))' "$T/i.svg")" 3
 		# a missing image is reported as not available, never as a number
-		"$BENCH" --url "$URL" --function fn-a --burst 1 --infer "GET /infer?x=7" \
+		TMPDIR=$T/tmp "$BENCH" --url "$URL" --function fn-a --burst 1 \
+			--infer "GET /infer?x=7" --runc-root "$T/runc" \
 			--baseline-plain "$T/no-such-image" --baseline-cold "$T/fn.json" \
 			--baseline-runs 1 --json "$T/j.json" >/dev/null 2>&1
 		expect_eq "no image" "$(jget "$T/j.json" 'j["baselines"]["plain_restore"]["available"]')" False
@@ -186,9 +189,9 @@ EOF
 	else
 		fail "thaw snapshot/materialize of the CPU example failed"
 	fi
-	runc --root /run/thaw-bench list 2>/dev/null | grep -q thaw-bench- && fail "containers left"
-	grep -q /tmp/thaw-bench- /proc/mounts && fail "namespaces left mounted"
-	ls -d /tmp/thaw-bench-* /dev/shm/thaw-bench-plain-* 2>/dev/null && fail "temp dirs left"
+	[ -z "$(runc --root "$T/runc" list -q 2>/dev/null)" ] || fail "containers left"
+	grep -q "$T/tmp" /proc/mounts && fail "namespaces left mounted"
+	[ -z "$(ls -A "$T/tmp" 2>/dev/null)" ] || fail "temp dirs left: $(ls "$T/tmp")"
 else
 	echo "baselines not tested: needs root, runc and .deps/criu-wrapper"
 fi

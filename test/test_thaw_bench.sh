@@ -159,6 +159,8 @@ expect_eq "cold without cmd" $? 1
 # example, and plain runc restore of its image, made by thaw snapshot and
 # written out of the store uncompressed by thaw materialize.
 if [ "$(id -u)" = 0 ] && command -v runc >/dev/null && [ -x "$R/.deps/criu-wrapper" ]; then
+	# never the system's criu 3.17, wherever the binary under test lives
+	export THAW_CRIU=${THAW_CRIU:-$R/.deps/criu-wrapper}
 	cat >"$T/fn.json" <<EOF
 {"command": ["python3", "cpu_example.py"], "cwd": "$(cd "$R/bench/functions" && pwd)",
  "env": {"THAW_EXAMPLE_MIB": "8"}, "port": 8000,

@@ -471,7 +471,7 @@ static int reserve(struct tier *t, const char *hex, uint64_t need, const char *r
 	struct tier_entry *v = NULL;
 	uint64_t used = 0, reserved = 0, leased = 0;
 	size_t n = 0, i;
-	char a[32], b[32], c[32], num[32];
+	char a[32], b[32], c[32], d[32], e[32], num[32];
 	int lock, ret;
 
 	lock = lock_take(t, "tier", LOCK_EX);
@@ -501,14 +501,13 @@ static int reserve(struct tier *t, const char *hex, uint64_t need, const char *r
 		pthread_mutex_unlock(&t->mu);
 	}
 	if (used + need > t->budget) {
-		pr_err("RAM tier %s is full: snapshot sha256:%s needs %s, the budget is %s and %s "
-		       "of it is held by snapshots in use or being materialised",
+		pr_err("RAM tier %s is full: snapshot sha256:%s needs %s, the budget is %s, and %s "
+		       "of it is held by snapshots in use (%s) or being materialised (%s)",
 		       t->dir, hex, fmt_bytes(need, a), fmt_bytes(t->budget, b),
-		       fmt_bytes(used, c));
+		       fmt_bytes(used, c), fmt_bytes(leased, d), fmt_bytes(reserved, e));
 		ret = -ENOSPC;
 		goto out;
 	}
-	(void)leased;
 	snprintf(num, sizeof(num), "%llu\n", (unsigned long long)need);
 	ret = write_file_atomic(resv, num, strlen(num), 0600);
 out:

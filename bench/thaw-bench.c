@@ -1046,14 +1046,15 @@ static int baseline_once(struct bench *b, struct baseline *bl, const struct func
 	struct drain d = { .fd = { -1, -1 } };
 	const char *kind = "setup";
 	bool have_ns = false, have_ctr = false;
+	const char *tmp;
 	uint64_t t0;
 	int ret;
 
-	snprintf(dir, sizeof(dir), "%.3000s/thaw-bench-XXXXXX",
-		 getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	tmp = getenv("TMPDIR");
+	snprintf(dir, sizeof(dir), "%.3000s/thaw-bench-XXXXXX", tmp && *tmp ? tmp : "/tmp");
 	if (!mkdtemp(dir)) {
-		pr_perror("mkdtemp %s", dir);
 		ret = -errno;
+		pr_perror("mkdtemp %s", dir);
 		goto out;
 	}
 	snprintf(ns, sizeof(ns), "%s/netns", dir);
@@ -1457,6 +1458,21 @@ static int parse_double(const char *s, const char *opt, double *out, double min)
 	return 0;
 }
 
+static int parse_long(const char *s, const char *opt, long *out, long min)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (end == s || *end || errno || v < min) {
+		pr_err("%s: bad value \"%s\" (a whole number >= %ld)", opt, s, min);
+		return -EINVAL;
+	}
+	*out = v;
+	return 0;
+}
+
 static int parse_args(struct bench *b, int argc, char **argv)
 {
 	enum { O_URL = 256, O_FN, O_TOKEN, O_BURST, O_REPEAT, O_RATE, O_DUR, O_ARR, O_SEED,
@@ -1479,7 +1495,7 @@ static int parse_args(struct bench *b, int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *infer = NULL;
-	double v;
+	long seed = 0;
 	size_t len;
 	int c, ret;
 
@@ -1489,14 +1505,8 @@ static int parse_args(struct bench *b, int argc, char **argv)
 		case O_URL: b->url = optarg; break;
 		case O_FN: b->function = optarg; break;
 		case O_TOKEN: ret = read_token(b, optarg); break;
-		case O_BURST:
-			ret = parse_double(optarg, "--burst", &v, 1);
-			b->burst = (long)v;
-			break;
-		case O_REPEAT:
-			ret = parse_double(optarg, "--repeat", &v, 1);
-			b->repeat = (long)v;
-			break;
+		case O_BURST: ret = parse_long(optarg, "--burst", &b->burst, 1); break;
+		case O_REPEAT: ret = parse_long(optarg, "--repeat", &b->repeat, 1); break;
 		case O_RATE: ret = parse_double(optarg, "--rate", &b->rate, 1e-6); break;
 		case O_DUR: ret = parse_double(optarg, "--duration", &b->duration_s, 1e-3); break;
 		case O_ARR:
@@ -1508,8 +1518,8 @@ static int parse_args(struct bench *b, int argc, char **argv)
 			}
 			break;
 		case O_SEED:
-			ret = parse_double(optarg, "--seed", &v, 0);
-			b->seed = (uint64_t)v;
+			ret = parse_long(optarg, "--seed", &seed, 0);
+			b->seed = (uint64_t)seed;
 			break;
 		case O_COLD: b->cold_tier = true; break;
 		case O_COLDCMD: b->cold_cmd = optarg; break;
@@ -1536,10 +1546,7 @@ static int parse_args(struct bench *b, int argc, char **argv)
 		case O_SVG: b->svg_path = optarg; break;
 		case O_BCOLD: b->baseline_cold_spec = optarg; break;
 		case O_BPLAIN: b->baseline_plain_image = optarg; break;
-		case O_BRUNS:
-			ret = parse_double(optarg, "--baseline-runs", &v, 1);
-			b->baseline_runs = (long)v;
-			break;
+		case O_BRUNS: ret = parse_long(optarg, "--baseline-runs", &b->baseline_runs, 1); break;
 		case O_STO: ret = parse_double(optarg, "--start-timeout", &b->start_timeout_s, 0.001); break;
 		case O_ITO: ret = parse_double(optarg, "--infer-timeout", &b->infer_timeout_s, 0.001); break;
 		case O_DTO: ret = parse_double(optarg, "--delete-timeout", &b->delete_timeout_s, 0.001); break;

@@ -98,8 +98,9 @@ static void draw_x_ticks(FILE *f, const struct xaxis *ax)
 	} else {
 		double step = nice_step((ax->hi - ax->lo) / 8);
 
-		for (double x = 0; x <= ax->hi + step * 1e-6; x += step)
-			grid_x(f, ax, x);
+		/* An integer count: adding step up in a double drifts. */
+		for (int i = 0; i * step <= ax->hi + step * 1e-6; i++)
+			grid_x(f, ax, i * step);
 	}
 }
 

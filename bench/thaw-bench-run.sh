@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# thaw-bench-run.sh — the thaw-bench scenarios of one function against a private
+# thawd, start to finish, with the baselines; used on the GPU machine
+# (scripts/gpu-run.sh) and runnable anywhere as root:
+#
+#   bench/thaw-bench-run.sh SPEC.json ID "INFER" EXPECT OUTDIR [BURST]
+#
+# Starts thawd (from $THAW_BUILD, default ./build) on a free port with its own
+# data directory and RAM tier, registers SPEC.json as function ID (a relative
+# "cwd" taken against the spec's directory), snapshots it, then runs:
+#   1. seq:   starts one at a time (--burst 1 --repeat 3), warm RAM tier, with
+#             the cold-boot and plain-restore baselines (2 runs each);
+#   2. burst: BURST (default 2) starts at once, warm tier;
+#   3. cold:  one at a time on a cold tier (thawd restarted on an emptied tier
+#             before each start, --cold-cmd), 2 starts.
+# Each writes OUTDIR/<name>.txt (the table), .json and .svg; OUTDIR/snapshot.json
+# holds the snapshot job.  thawd, its instances and directories are removed at
+# the end, also on failure.  Exit 0 when every scenario ran and every start was
+# correct, 1 otherwise.
+set -u
+if [ $# -lt 5 ]; then
+	sed -n '2,20p' "$0" >&2
+	exit 2
+fi
+SPEC=$1 ID=$2 INFER=$3 EXPECT=$4 OUTDIR=$5 BURST=${6:-2}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+B=${THAW_BUILD:-$ROOT/build}
+BENCH=$B/bench/thaw-bench
+mkdir -p "$OUTDIR"
+W=$(mktemp -d /tmp/thaw-bench-run-XXXXXX)
+TIER=$W/tier # tmpfs or not, thawd's tier works; /dev/shm is used when it is roomy
+if [ "$(df --output=avail -B1 /dev/shm 2>/dev/null | tail -1)" -gt $((16 << 30)) ] 2>/dev/null; then
+	TIER=$(mktemp -d /dev/shm/thaw-bench-run-tier-XXXXXX)
+fi
+PIDFILE=$W/thawd.pid
+bad=0
+
+stop_thawd() {
+	local pid
+	pid=$(cat "$PIDFILE" 2>/dev/null) || return 0
+	kill "$pid" 2>/dev/null
+	for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+	rm -f "$PIDFILE"
+}
+cleanup() {
+	stop_thawd
+	rm -rf "$W" "$TIER"
+}
+trap cleanup EXIT
+
+# start_thawd [PORT]: on PORT (0: a free one), the port into $W/port.
+start_thawd() {
+	rm -f "$W/port"
+	"$B/thawd" --listen "127.0.0.1:${1:-0}" --port-file "$W/port" --data-dir "$W/data" \
+		--ram-tier "$TIER" >>"$OUTDIR/thawd.log" 2>&1 </dev/null &
+	echo $! >"$PIDFILE"
+	for _ in $(seq 300); do [ -s "$W/port" ] && break; sleep 0.1; done
+	[ -s "$W/port" ] || { echo "thawd did not start (see thawd.log)"; return 1; }
+}
+start_thawd 0 || exit 1
+PORT=$(cat "$W/port")
+URL=http://127.0.0.1:$PORT
+
+# The cold-tier step: stop thawd, empty its tier, start it again on the same port.
+cat >"$W/cold.sh" <<EOF
+#!/bin/sh
+pid=\$(cat "$PIDFILE" 2>/dev/null) && kill "\$pid" 2>/dev/null
+while [ -n "\$pid" ] && kill -0 "\$pid" 2>/dev/null; do sleep 0.05; done
+rm -rf "$TIER"/* "$TIER"/.[!.]* 2>/dev/null
+"$B/thawd" --listen 127.0.0.1:$PORT --port-file "$W/port" --data-dir "$W/data" \\
+	--ram-tier "$TIER" >>"$OUTDIR/thawd.log" 2>&1 </dev/null &
+echo \$! >"$PIDFILE"
+EOF
+chmod +x "$W/cold.sh"
+
+# The spec with an absolute cwd, as thawd's PUT wants it.
+python3 - "$SPEC" "$W/spec.json" <<'PY' || exit 1
+import json, os, sys
+src, dst = sys.argv[1], sys.argv[2]
+j = json.load(open(src))
+if "bundle" not in j or "cwd" in j:
+    j["cwd"] = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(src)),
+                                             j.get("cwd", ".")))
+json.dump(j, open(dst, "w"))
+PY
+code=$(curl -s -o "$W/put.json" -w '%{http_code}' -X PUT "$URL/functions/$ID" -d @"$W/spec.json")
+[ "$code" = 201 ] || [ "$code" = 200 ] || { echo "PUT: $code $(cat "$W/put.json")"; exit 1; }
+echo "snapshot of $ID..."
+curl -s -m 1200 -X POST "$URL/functions/$ID/snapshot?wait=1" >"$OUTDIR/snapshot.json"
+SNAP=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["job"]["result"]["snapshot"])' \
+	"$OUTDIR/snapshot.json" 2>/dev/null)
+[ -n "$SNAP" ] || { echo "snapshot failed: $(cat "$OUTDIR/snapshot.json")"; exit 1; }
+echo "snapshot $SNAP"
+
+run() { # name args...: one scenario; its starts must all be correct
+	local name=$1
+	shift
+	echo "---- $name: thaw-bench $*"
+	"$BENCH" --url "$URL" --function "$ID" --infer "$INFER" --expect "$EXPECT" \
+		--json "$OUTDIR/$name.json" --svg "$OUTDIR/$name.svg" "$@" 2>&1 | tee "$OUTDIR/$name.txt"
+	python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); sys.exit(0 if j["ok"] == j["attempts"] > 0 else 1)' \
+		"$OUTDIR/$name.json" 2>/dev/null || { echo "$name: not every start was correct"; bad=1; }
+}
+# One start first, so that the tier is warm for seq and burst (it is cold for "cold").
+run prime --burst 1
+run seq --burst 1 --repeat 3 --baseline-cold "$W/spec.json" --baseline-plain "$TIER/${SNAP#sha256:}" \
+	--baseline-runs 2 --runc-root "$W/runc"
+run burst --burst "$BURST"
+run cold --burst 1 --repeat 2 --cold-tier --cold-cmd "$W/cold.sh"
+exit $bad

@@ -483,7 +483,8 @@ static int reserve(struct tier *t, const char *hex, uint64_t need, const char *r
 	for (i = 0; i < n; i++)
 		used += v[i].bytes;
 	used += reserved;
-	qsort(v, n, sizeof(*v), cmp_stamp);
+	if (n)
+		qsort(v, n, sizeof(*v), cmp_stamp);
 	for (i = 0; i < n && used + need > t->budget; i++) {
 		int fd = lock_take(t, v[i].hex, LOCK_EX | LOCK_NB);
 

@@ -50,7 +50,7 @@ static void fill_text(uint8_t *p, size_t n)
 static void write_file(const char *dir, const char *name, const uint8_t *buf, size_t len,
 		       mode_t mode)
 {
-	char path[PATH_MAX];
+	char path[PATH_MAX + 64];
 	int fd;
 
 	snprintf(path, sizeof(path), "%s/%s", dir, name);
@@ -64,7 +64,7 @@ static void write_file(const char *dir, const char *name, const uint8_t *buf, si
 /* A sparse file: islands of data in a sea of never-written bytes. */
 static void write_sparse(const char *dir, const char *name, size_t size, mode_t mode)
 {
-	char path[PATH_MAX];
+	char path[PATH_MAX + 64];
 	uint8_t buf[65536];
 	int fd;
 

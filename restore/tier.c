@@ -2,7 +2,7 @@
  *
  * On disk, under the tier directory:
  *	<hex>/                 a complete snapshot's image files
- *	<hex>.meta             {"id","logical_bytes","bytes","files"}: written last,
+ *	<hex>.meta             {"id","logical_bytes","bytes","files","paths":[[path,size]…]}: written last,
  *	                       it is what makes <hex>/ an entry; its mtime is the LRU stamp
  *	.build-<hex>-<pid>-<n>/  a materialisation in progress
  *	.resv-<hex>-<pid>-<n>  bytes reserved for it in the budget
@@ -174,17 +174,32 @@ out:
 	return ret;
 }
 
+/* The metadata names every file with its size: a restart checks those, and
+ * ignores what else is in the directory (CRIU writes its stats-restore into
+ * the image directory it restores from). */
 static int meta_write(struct tier *t, const char *hex, const char *id, uint64_t bytes,
-		      uint64_t logical, uint64_t files)
+		      const struct manifest *m)
 {
 	char path[PATH_MAX];
-	json_t *j;
+	json_t *j, *files = json_array();
+	uint64_t logical = 0;
 	char *s = NULL;
 	int ret = -ENOMEM;
 
 	entry_paths(t, hex, NULL, path);
-	j = json_pack("{s:s, s:I, s:I, s:I}", "id", id, "bytes", (json_int_t)bytes,
-		      "logical_bytes", (json_int_t)logical, "files", (json_int_t)files);
+	for (size_t i = 0; files && i < m->nfiles; i++) {
+		logical += m->files[i].size;
+		if (json_array_append_new(files, json_pack("[s, I]", m->files[i].path,
+							   (json_int_t)m->files[i].size))) {
+			json_decref(files);
+			files = NULL;
+		}
+	}
+	if (!files)
+		return -ENOMEM;
+	j = json_pack("{s:s, s:I, s:I, s:I, s:o}", "id", id, "bytes", (json_int_t)bytes,
+		      "logical_bytes", (json_int_t)logical, "files", (json_int_t)m->nfiles,
+		      "paths", files);
 	if (j)
 		s = json_dumps(j, JSON_COMPACT);
 	if (s)
@@ -194,55 +209,41 @@ static int meta_write(struct tier *t, const char *hex, const char *id, uint64_t 
 	return ret;
 }
 
-/* Regular files under path and their sizes, recursively. */
-static int walk_sizes(int dirfd, uint64_t *files, uint64_t *bytes)
-{
-	DIR *d = fdopendir(dirfd);
-	struct dirent *de;
-	int ret = 0;
-
-	if (!d) {
-		close(dirfd);
-		return -errno;
-	}
-	while ((de = readdir(d)) && !ret) {
-		struct stat st;
-
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
-		if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-			ret = -errno;
-		} else if (S_ISREG(st.st_mode)) {
-			(*files)++;
-			*bytes += (uint64_t)st.st_size;
-		} else if (S_ISDIR(st.st_mode)) {
-			int fd = openat(dirfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			ret = fd < 0 ? -errno : walk_sizes(fd, files, bytes);
-		} else {
-			ret = -EINVAL; /* the engine makes nothing else */
-		}
-	}
-	closedir(d);
-	return ret;
-}
-
 /* An entry left by an earlier run is kept only if its metadata is there and
- * its files add up to what the metadata says. */
+ * names files that are all there with their sizes. */
 static bool entry_valid(struct tier *t, const char *hex)
 {
-	char dir[PATH_MAX];
-	uint64_t bytes, logical, files, got_files = 0, got_bytes = 0;
-	int fd;
+	char path[PATH_MAX], *buf = NULL;
+	size_t len, i;
+	json_t *j, *paths, *f;
+	uint64_t sum = 0;
+	bool ok = false;
 
-	if (meta_read(t, hex, &bytes, &logical, &files, NULL))
+	entry_paths(t, hex, NULL, path);
+	if (read_file(path, &buf, &len, 64 << 20))
 		return false;
-	entry_paths(t, hex, dir, NULL);
-	fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-		return false;
-	if (walk_sizes(fd, &got_files, &got_bytes))
-		return false;
-	return got_files == files && got_bytes == logical;
+	j = json_loadb(buf, len, 0, NULL);
+	free(buf);
+	paths = json_object_get(j, "paths");
+	if (!json_is_array(paths) || json_array_size(paths) !=
+	    (size_t)json_integer_value(json_object_get(j, "files")))
+		goto out;
+	json_array_foreach(paths, i, f) {
+		const char *name = json_string_value(json_array_get(f, 0));
+		json_int_t size = json_integer_value(json_array_get(f, 1));
+		struct stat st;
+
+		/* The names come from disk: no way out of the entry. */
+		if (!name || !*name || name[0] == '/' || strstr(name, "..") ||
+		    snprintf(path, sizeof(path), "%s/%s/%s", t->dir, hex, name) >= (int)sizeof(path) ||
+		    lstat(path, &st) || !S_ISREG(st.st_mode) || st.st_size != size)
+			goto out;
+		sum += (uint64_t)size;
+	}
+	ok = sum == (uint64_t)json_integer_value(json_object_get(j, "logical_bytes"));
+out:
+	json_decref(j);
+	return ok;
 }
 
 static void remove_entry(struct tier *t, const char *hex)
@@ -559,8 +560,7 @@ static int build(struct tier *t, const char *hex, const char *id)
 		pr_perror("rename %s to %s", bdir, dir);
 		goto out;
 	}
-	ret = meta_write(t, hex, full, tot.logical_bytes - tot.zero_bytes, tot.logical_bytes,
-			 m->nfiles);
+	ret = meta_write(t, hex, full, tot.logical_bytes - tot.zero_bytes, m);
 	if (ret) {
 		rm_rf(dir);
 		goto out;

@@ -352,6 +352,13 @@ static void *cancel_midway(void *arg)
 	return NULL;
 }
 
+/* Slows the engine down (it calls this from its submitting thread), so that
+ * the canceller sees a build directory with data in it whatever the machine. */
+static void slow_progress(uint64_t done, uint64_t total, void *arg)
+{
+	usleep(100 * 1000);
+}
+
 static void test_cancel(struct store *s, const char *id)
 {
 	atomic_bool flag = false;
@@ -367,6 +374,7 @@ static void test_cancel(struct store *s, const char *id)
 	o.queue_depth = 1;
 	o.direct = ENGINE_DIRECT_ON;
 	o.cancel = &flag;
+	o.progress = slow_progress;
 	t = tier_open(tdir, 1ull << 30, s, &o);
 	REQUIRE(t);
 	REQUIRE(pthread_create(&th, NULL, cancel_midway, &c) == 0);

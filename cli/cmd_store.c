@@ -96,11 +96,13 @@ static int do_put(struct store *s, int argc, char **argv)
 		return fail("put failed");
 	double ms = ms_since(t0);
 	printf("%s\n", id);
-	fprintf(stderr, "put %s: %s in %llu chunks, %s in holes; %s new (%s on disk), %s already "
-			"stored; %.0f ms, %.0f MB/s\n",
+	fprintf(stderr,
+		"put %s: %s in %llu chunks, %s in holes; %s new (%s on disk), %s already "
+		"stored; %.0f ms, %.0f MB/s\n",
 		name, fmt_bytes(st.logical_bytes, a), (unsigned long long)st.chunks,
-		fmt_bytes(st.zero_bytes, b), fmt_bytes(st.new_bytes, c), fmt_bytes(st.new_stored, d),
-		fmt_bytes(st.dup_bytes, e), ms, ms > 0 ? (double)st.logical_bytes / ms / 1e3 : 0);
+		fmt_bytes(st.zero_bytes, b), fmt_bytes(st.new_bytes, c),
+		fmt_bytes(st.new_stored, d), fmt_bytes(st.dup_bytes, e), ms,
+		ms > 0 ? (double)st.logical_bytes / ms / 1e3 : 0);
 	return 0;
 }
 
@@ -135,15 +137,18 @@ static int do_ls(struct store *s, int argc, char **argv)
 		printf("%s\n", out ? out : "[]");
 		free(out);
 	} else {
-		printf("%-19s  %-20s  %-24s  %5s  %10s\n", "ID", "CREATED", "NAME", "FILES", "SIZE");
-		json_array_foreach(list, k, e) {
+		printf("%-19s  %-20s  %-24s  %5s  %10s\n", "ID", "CREATED", "NAME", "FILES",
+		       "SIZE");
+		json_array_foreach(list, k, e)
+		{
 			char b[32];
 			printf("%.19s  %-20s  %-24s  %5lld  %10s\n",
 			       json_string_value(json_object_get(e, "id")) + 7,
 			       json_string_value(json_object_get(e, "created")),
 			       json_string_value(json_object_get(e, "name")),
 			       (long long)json_integer_value(json_object_get(e, "files")),
-			       fmt_bytes((uint64_t)json_integer_value(json_object_get(e, "logical_bytes")),
+			       fmt_bytes((uint64_t)json_integer_value(
+					     json_object_get(e, "logical_bytes")),
 					 b));
 		}
 	}
@@ -175,9 +180,11 @@ static int do_stat(struct store *s, int argc, char **argv)
 	printf("store          %s\n", store_path(s));
 	printf("manifests      %llu\n", (unsigned long long)st.manifests);
 	printf("chunks         %llu\n", (unsigned long long)st.chunks);
-	printf("logical bytes  %-12s (the files of every manifest)\n", fmt_bytes(st.logical_bytes, a));
+	printf("logical bytes  %-12s (the files of every manifest)\n",
+	       fmt_bytes(st.logical_bytes, a));
 	printf("zero bytes     %-12s (holes, never stored)\n", fmt_bytes(st.zero_bytes, a));
-	printf("unique bytes   %-12s (distinct chunks, uncompressed)\n", fmt_bytes(st.unique_bytes, a));
+	printf("unique bytes   %-12s (distinct chunks, uncompressed)\n",
+	       fmt_bytes(st.unique_bytes, a));
 	printf("stored bytes   %-12s (chunk objects on disk)\n", fmt_bytes(st.stored_bytes, a));
 	if (st.stored_bytes)
 		printf("saving         %.2fx (logical / stored)\n",
@@ -242,25 +249,30 @@ static int do_rm(struct store *s, int argc, char **argv)
 }
 
 static const struct sub subs[] = {
-	{ "put", do_put, "--name NAME [--meta JSON] FILE|DIR...",
-	  "store files (a directory: its regular files, recursively) as a new manifest;\n"
-	  "prints the manifest id.  --meta adds a JSON object to the manifest.", true },
-	{ "get", do_get, "ID OUTDIR",
-	  "write the files of manifest ID (or a unique prefix of >= 12 hex digits) into\n"
-	  "OUTDIR, holes as holes; a file appears only once it is complete, and a bad\n"
-	  "chunk fails the whole get, naming the chunk, leaving no file behind.", false },
-	{ "ls", do_ls, "[--json]", "list the manifests, oldest first.", false },
-	{ "stat", do_stat, "[--json]",
-	  "totals: logical, zero (holes), unique (distinct chunks) and stored bytes, chunks.\n"
-	  "--json prints {\"logical_bytes\",\"unique_bytes\",\"stored_bytes\",\"zero_bytes\",\"chunks\"}.",
-	  false },
-	{ "verify", do_verify, "",
-	  "read and check every chunk and manifest; prints each bad one's id and why on\n"
-	  "stdout and exits 1 if there is any.", false },
-	{ "gc", do_gc, "",
-	  "delete chunks that no manifest and no live lease uses, stale leases and temp\n"
-	  "files.", false },
-	{ "rm", do_rm, "ID...", "delete manifests (their chunks go at the next gc).", false },
+    {"put", do_put, "--name NAME [--meta JSON] FILE|DIR...",
+     "store files (a directory: its regular files, recursively) as a new manifest;\n"
+     "prints the manifest id.  --meta adds a JSON object to the manifest.",
+     true},
+    {"get", do_get, "ID OUTDIR",
+     "write the files of manifest ID (or a unique prefix of >= 12 hex digits) into\n"
+     "OUTDIR, holes as holes; a file appears only once it is complete, and a bad\n"
+     "chunk fails the whole get, naming the chunk, leaving no file behind.",
+     false},
+    {"ls", do_ls, "[--json]", "list the manifests, oldest first.", false},
+    {"stat", do_stat, "[--json]",
+     "totals: logical, zero (holes), unique (distinct chunks) and stored bytes, chunks.\n"
+     "--json prints "
+     "{\"logical_bytes\",\"unique_bytes\",\"stored_bytes\",\"zero_bytes\",\"chunks\"}.",
+     false},
+    {"verify", do_verify, "",
+     "read and check every chunk and manifest; prints each bad one's id and why on\n"
+     "stdout and exits 1 if there is any.",
+     false},
+    {"gc", do_gc, "",
+     "delete chunks that no manifest and no live lease uses, stale leases and temp\n"
+     "files.",
+     false},
+    {"rm", do_rm, "ID...", "delete manifests (their chunks go at the next gc).", false},
 };
 
 static void usage(FILE *f)
@@ -271,9 +283,10 @@ static void usage(FILE *f)
 		   "commands:\n");
 	for (size_t i = 0; i < ARRAY_SIZE(subs); i++)
 		fprintf(f, "  %-7s %s\n", subs[i].name, subs[i].usage);
-	fprintf(f, "\noptions:\n"
-		   "  --store DIR  the store (default $THAW_STORE, else <data dir>/store: %s)\n"
-		   "  -h, --help   this help; 'thaw store COMMAND --help' for a command's\n",
+	fprintf(f,
+		"\noptions:\n"
+		"  --store DIR  the store (default $THAW_STORE, else <data dir>/store: %s)\n"
+		"  -h, --help   this help; 'thaw store COMMAND --help' for a command's\n",
 		cli_store_dir());
 }
 
@@ -290,7 +303,8 @@ int cmd_store(int argc, char **argv)
 		} else if (!strcmp(argv[i], "--store") && i + 1 < argc) {
 			cli_set_store_dir(argv[++i]);
 		} else {
-			fprintf(stderr, "thaw store: unknown option or missing value: %s\n", argv[i]);
+			fprintf(stderr, "thaw store: unknown option or missing value: %s\n",
+				argv[i]);
 			usage(stderr);
 			return 2;
 		}

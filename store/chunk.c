@@ -95,7 +95,8 @@ size_t chunk_encode_bound(size_t raw_len)
 	return CHUNK_HEADER_SIZE + (z > raw_len ? z : raw_len);
 }
 
-static void put_header(uint8_t *out, enum chunk_encoding enc, uint32_t raw_len, uint32_t payload_len)
+static void put_header(uint8_t *out, enum chunk_encoding enc, uint32_t raw_len,
+		       uint32_t payload_len)
 {
 	uint32_t v;
 
@@ -153,9 +154,11 @@ int chunk_decode(struct chunk_codec *c, const void *obj, size_t obj_len,
 	memcpy(&hpay, o + 12, 4);
 	hraw = le32toh(hraw);
 	hpay = le32toh(hpay);
-	if (hraw != raw_len || hraw > CHUNK_MAX_RAW || (uint64_t)hpay != obj_len - CHUNK_HEADER_SIZE) {
+	if (hraw != raw_len || hraw > CHUNK_MAX_RAW ||
+	    (uint64_t)hpay != obj_len - CHUNK_HEADER_SIZE) {
 		pr_err("chunk %s: lengths disagree (header raw %u payload %u, object %zu bytes, "
-		       "expected raw %zu)", id, hraw, hpay, obj_len, raw_len);
+		       "expected raw %zu)",
+		       id, hraw, hpay, obj_len, raw_len);
 		return -EBADMSG;
 	}
 	switch (o[5]) {

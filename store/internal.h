@@ -55,7 +55,8 @@ struct hash_set {
 };
 void hash_set_init(struct hash_set *h);
 void hash_set_release(struct hash_set *h);
-int hash_set_add(struct hash_set *h, const uint8_t hash[CHUNK_HASH_LEN]); /* 1 new, 0 had, -ENOMEM */
+int hash_set_add(struct hash_set *h,
+		 const uint8_t hash[CHUNK_HASH_LEN]); /* 1 new, 0 had, -ENOMEM */
 bool hash_set_has(const struct hash_set *h, const uint8_t hash[CHUNK_HASH_LEN]);
 
 #endif

@@ -53,7 +53,8 @@ static const char *get_string(json_t *obj, const char *key, const char *where)
 	json_t *v = json_object_get(obj, key);
 
 	if (!json_is_string(v)) {
-		pr_err("%s: \"%s\" is %s, not a string", where, key, v ? "of the wrong type" : "missing");
+		pr_err("%s: \"%s\" is %s, not a string", where, key,
+		       v ? "of the wrong type" : "missing");
 		return NULL;
 	}
 	if (strlen(json_string_value(v)) != json_string_length(v)) {
@@ -88,7 +89,8 @@ static int only_keys(json_t *obj, const char *const *keys, size_t n, const char 
 	const char *k;
 	json_t *v;
 
-	json_object_foreach(obj, k, v) {
+	json_object_foreach(obj, k, v)
+	{
 		size_t i;
 		for (i = 0; i < n; i++)
 			if (!strcmp(k, keys[i]))
@@ -123,7 +125,7 @@ static int path_ok(const char *p)
 
 static int parse_chunk(json_t *jc, struct manifest_chunk *c, const char *where)
 {
-	static const char *const keys[] = { "off", "len", "id", "stored", "zero" };
+	static const char *const keys[] = {"off", "len", "id", "stored", "zero"};
 	json_t *z = json_object_get(jc, "zero");
 	uint64_t v;
 
@@ -179,7 +181,7 @@ static int parse_chunk(json_t *jc, struct manifest_chunk *c, const char *where)
 
 static int parse_file(json_t *jf, struct manifest_file *f, size_t idx)
 {
-	static const char *const keys[] = { "path", "size", "mode", "chunks" };
+	static const char *const keys[] = {"path", "size", "mode", "chunks"};
 	char where[128];
 	uint64_t v, pos = 0;
 	json_t *jcs, *jc;
@@ -197,7 +199,8 @@ static int parse_file(json_t *jf, struct manifest_file *f, size_t idx)
 		return -EINVAL;
 	if (!path_ok(path)) {
 		pr_err("%s: path \"%.200s\" is not a clean relative path (empty, absolute, "
-		       "\".\", \"..\" or empty component)", where, path);
+		       "\".\", \"..\" or empty component)",
+		       where, path);
 		return -EINVAL;
 	}
 	if (get_uint(jf, "size", INT64_MAX, &f->size, where) ||
@@ -206,14 +209,16 @@ static int parse_file(json_t *jf, struct manifest_file *f, size_t idx)
 	f->mode = (uint32_t)v & 0777;
 	jcs = json_object_get(jf, "chunks");
 	if (!json_is_array(jcs)) {
-		pr_err("%s: \"chunks\" is %s, not an array", where, jcs ? "of the wrong type" : "missing");
+		pr_err("%s: \"chunks\" is %s, not an array", where,
+		       jcs ? "of the wrong type" : "missing");
 		return -EINVAL;
 	}
 	f->path = strdup(path);
 	f->chunks = calloc(json_array_size(jcs) ? json_array_size(jcs) : 1, sizeof(*f->chunks));
 	if (!f->path || !f->chunks)
 		return -ENOMEM;
-	json_array_foreach(jcs, i, jc) {
+	json_array_foreach(jcs, i, jc)
+	{
 		char cwhere[256];
 		struct manifest_chunk *c = &f->chunks[i];
 
@@ -223,8 +228,8 @@ static int parse_file(json_t *jf, struct manifest_file *f, size_t idx)
 		f->nchunks = i + 1;
 		if (c->off != pos) {
 			pr_err("%s: offset %llu where %llu was expected (chunks out of order, "
-			       "overlapping or with a gap)", cwhere, (unsigned long long)c->off,
-			       (unsigned long long)pos);
+			       "overlapping or with a gap)",
+			       cwhere, (unsigned long long)c->off, (unsigned long long)pos);
 			return -EINVAL;
 		}
 		if (c->len > f->size - pos) {
@@ -280,7 +285,7 @@ static int check_unique(const struct manifest *m)
 
 int manifest_parse(const char *json, size_t len, struct manifest **out)
 {
-	static const char *const keys[] = { "version", "name", "created", "files", "meta" };
+	static const char *const keys[] = {"version", "name", "created", "files", "meta"};
 	struct manifest *m = NULL;
 	json_error_t jerr;
 	json_t *root = NULL, *jfiles, *jf, *meta;
@@ -296,7 +301,8 @@ int manifest_parse(const char *json, size_t len, struct manifest **out)
 	}
 	root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root) {
-		pr_err("not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column);
+		pr_err("not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line,
+		       jerr.column);
 		return -EINVAL;
 	}
 	if (!json_is_object(root)) {
@@ -341,7 +347,8 @@ int manifest_parse(const char *json, size_t len, struct manifest **out)
 		ret = -ENOMEM;
 		goto out;
 	}
-	json_array_foreach(jfiles, i, jf) {
+	json_array_foreach(jfiles, i, jf)
+	{
 		m->nfiles = i + 1;
 		ret = parse_file(jf, &m->files[i], i);
 		if (ret)
@@ -390,9 +397,10 @@ char *manifest_serialize(const struct manifest *m, size_t *len)
 				goto out;
 			}
 		}
-		if (json_array_append_new(files, json_pack("{s:s,s:I,s:i,s:o}", "path", f->path, "size",
-							   (json_int_t)f->size, "mode",
-							   (int)(f->mode & 0777), "chunks", chunks)))
+		if (json_array_append_new(files,
+					  json_pack("{s:s,s:I,s:i,s:o}", "path", f->path, "size",
+						    (json_int_t)f->size, "mode",
+						    (int)(f->mode & 0777), "chunks", chunks)))
 			goto out;
 	}
 	root = json_pack("{s:i,s:s,s:s,s:O,s:O}", "version", MANIFEST_VERSION, "name",

@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const char *const store_dirs[] = { "chunks", "manifests", "leases", "tmp" };
+static const char *const store_dirs[] = {"chunks", "manifests", "leases", "tmp"};
 
 struct store *store_open(const char *dir)
 {
@@ -256,9 +256,10 @@ static int foreach_in(const char *dir, const char *rel, store_chunk_fn fn, void 
 		if (snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) >= (int)sizeof(path) ||
 		    snprintf(name, sizeof(name), "%s/%s", rel, de->d_name) >= (int)sizeof(name))
 			continue;
-		bool ok = snprintf(hex, sizeof(hex), "%s%s", prefix, de->d_name) == 2 * CHUNK_HASH_LEN &&
-			  strspn(hex, "0123456789abcdef") == 2 * CHUNK_HASH_LEN &&
-			  hex_decode(hex, hash, CHUNK_HASH_LEN) == 0;
+		bool ok =
+		    snprintf(hex, sizeof(hex), "%s%s", prefix, de->d_name) == 2 * CHUNK_HASH_LEN &&
+		    strspn(hex, "0123456789abcdef") == 2 * CHUNK_HASH_LEN &&
+		    hex_decode(hex, hash, CHUNK_HASH_LEN) == 0;
 		ret = fn(ok ? hash : NULL, path, name, arg);
 		if (ret)
 			break;
@@ -334,7 +335,7 @@ static size_t slot_of(const struct hash_set *h, const uint8_t hash[CHUNK_HASH_LE
 
 static int hash_set_grow(struct hash_set *h)
 {
-	struct hash_set n = { .cap = h->cap ? h->cap * 2 : 1024 };
+	struct hash_set n = {.cap = h->cap ? h->cap * 2 : 1024};
 
 	n.slots = malloc(n.cap * sizeof(*n.slots));
 	n.used = calloc(n.cap, sizeof(*n.used));

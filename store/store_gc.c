@@ -50,7 +50,8 @@ static int gc_manifest(const uint8_t *hash, const char *path, const char *name, 
 		return 0;
 	if (ret < 0) {
 		pr_err("gc: cannot read manifest %s, so cannot tell which chunks it needs; "
-		       "nothing deleted (delete it or restore it first)", path);
+		       "nothing deleted (delete it or restore it first)",
+		       path);
 		return ret;
 	}
 	ret = mark_manifest(arg, m);
@@ -119,7 +120,7 @@ static int gc_chunk(const uint8_t *hash, const char *path, const char *name, voi
 
 int store_gc(struct store *s, uint64_t *freed_chunks, uint64_t *freed_bytes)
 {
-	struct gc g = { .s = s };
+	struct gc g = {.s = s};
 	char tmp[PATH_MAX];
 	int lock, ret;
 
@@ -195,8 +196,9 @@ static int verify_chunk(const uint8_t *hash, const char *path, const char *name,
 	if (ret == 0) {
 		long raw_len = store_object_raw_len(v->obj, obj_len);
 		if (raw_len < 0) {
-			report(v, id, obj_len < CHUNK_HEADER_SIZE ? "corrupt (truncated header)"
-								  : "corrupt (bad header)");
+			report(v, id,
+			       obj_len < CHUNK_HEADER_SIZE ? "corrupt (truncated header)"
+							   : "corrupt (bad header)");
 			return 0;
 		}
 		ret = chunk_decode(v->codec, v->obj, obj_len, hash, v->raw, (size_t)raw_len);
@@ -253,7 +255,7 @@ static int verify_manifest(const uint8_t *hash, const char *path, const char *na
 int store_verify(struct store *s, void (*bad)(const char *chunk_id, const char *why, void *arg),
 		 void *arg)
 {
-	struct verify v = { .s = s, .bad = bad, .arg = arg };
+	struct verify v = {.s = s, .bad = bad, .arg = arg};
 	int ret;
 
 	hash_set_init(&v.present);

@@ -138,11 +138,12 @@ int store_get(struct store *s, const char *id, const char *outdir, bool show_pro
 		}
 		/* The manifest's paths are clean (manifest_parse), so they stay under outdir. */
 		snprintf(o->tmp, sizeof(o->tmp), "%s/%.*s%s.%s.thaw-get-%d", outdir,
-			 slash ? (int)(slash - f->path + 1) : 0, f->path, "", slash ? slash + 1 : f->path,
-			 getpid());
+			 slash ? (int)(slash - f->path + 1) : 0, f->path, "",
+			 slash ? slash + 1 : f->path, getpid());
 		if (slash) {
 			char dir[PATH_MAX];
-			snprintf(dir, sizeof(dir), "%s/%.*s", outdir, (int)(slash - f->path), f->path);
+			snprintf(dir, sizeof(dir), "%s/%.*s", outdir, (int)(slash - f->path),
+				 f->path);
 			ret = mkdir_p(dir, 0755);
 			if (ret < 0)
 				goto out;

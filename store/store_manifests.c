@@ -34,7 +34,7 @@ static int match_prefix(const uint8_t *hash, const char *path, const char *name,
 
 int store_manifest_resolve(struct store *s, const char *id, uint8_t hash[CHUNK_HASH_LEN])
 {
-	struct prefix_match pm = { 0 };
+	struct prefix_match pm = {0};
 	const char *hex = id;
 	int ret;
 
@@ -49,7 +49,8 @@ int store_manifest_resolve(struct store *s, const char *id, uint8_t hash[CHUNK_H
 		return hex_decode(hex, hash, CHUNK_HASH_LEN);
 	if (n < MANIFEST_MIN_PREFIX || n > 2 * CHUNK_HASH_LEN ||
 	    strspn(hex, "0123456789abcdef") != n) {
-		pr_err("'%.80s' is not a manifest id (sha256:<64 hex>, or at least %d hex digits of one)",
+		pr_err("'%.80s' is not a manifest id (sha256:<64 hex>, or at least %d hex digits "
+		       "of one)",
 		       id, MANIFEST_MIN_PREFIX);
 		return -EINVAL;
 	}
@@ -174,8 +175,9 @@ static int by_created(const void *a, const void *b)
 	int c = strcmp(json_string_value(json_object_get(x, "created")),
 		       json_string_value(json_object_get(y, "created")));
 
-	return c ? c : strcmp(json_string_value(json_object_get(x, "id")),
-			      json_string_value(json_object_get(y, "id")));
+	return c ? c
+		 : strcmp(json_string_value(json_object_get(x, "id")),
+			  json_string_value(json_object_get(y, "id")));
 }
 
 int store_list(struct store *s, json_t **out)

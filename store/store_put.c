@@ -28,10 +28,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define PUT_BUF_SIZE    (8u << 20)
-#define PUT_NBUF        4
+#define PUT_BUF_SIZE	(8u << 20)
+#define PUT_NBUF	4
 #define PUT_MAX_WORKERS 8
-#define PUT_MAX_DEPTH   64
+#define PUT_MAX_DEPTH	64
 
 struct put_buf {
 	uint8_t *data;
@@ -189,7 +189,7 @@ static int emit(struct put *p, size_t fi, size_t *cap, struct put_buf *b, const 
 		uint64_t off, const struct chunker_cut *cut)
 {
 	struct manifest_file *f = &p->m->files[fi];
-	struct manifest_chunk c = { .off = off, .len = cut->len, .zero = cut->zero };
+	struct manifest_chunk c = {.off = off, .len = cut->len, .zero = cut->zero};
 	struct put_job *j;
 
 	if (cut->zero) {
@@ -339,8 +339,8 @@ static int add_input(struct put_input **v, size_t *n, size_t *cap, const char *s
 	return 0;
 }
 
-static int walk_dir(struct put_input **v, size_t *n, size_t *cap, const char *dir,
-		    const char *rel, int depth, uint64_t *total)
+static int walk_dir(struct put_input **v, size_t *n, size_t *cap, const char *dir, const char *rel,
+		    int depth, uint64_t *total)
 {
 	char src[PATH_MAX], r[PATH_MAX];
 	struct dirent *de;
@@ -363,7 +363,7 @@ static int walk_dir(struct put_input **v, size_t *n, size_t *cap, const char *di
 			continue;
 		if (snprintf(src, sizeof(src), "%s/%s", dir, de->d_name) >= (int)sizeof(src) ||
 		    snprintf(r, sizeof(r), "%s%s%s", rel, *rel ? "/" : "", de->d_name) >=
-			    (int)sizeof(r)) {
+			(int)sizeof(r)) {
 			pr_err("path too long under %s", dir);
 			ret = -ENAMETOOLONG;
 			break;
@@ -465,9 +465,10 @@ out:
 }
 
 int store_put(struct store *s, const char *name, const char *const *paths, size_t npaths,
-	      json_t *meta, bool show_progress, char id[CHUNK_ID_LEN], struct store_put_stats *stats)
+	      json_t *meta, bool show_progress, char id[CHUNK_ID_LEN],
+	      struct store_put_stats *stats)
 {
-	struct put p = { .s = s };
+	struct put p = {.s = s};
 	struct put_input *inputs = NULL;
 	pthread_t workers[PUT_MAX_WORKERS];
 	struct progress prog;

@@ -71,20 +71,27 @@ int main(void)
 	CHECK_STR(id, "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 	CHECK_EQ(chunk_id_parse(id, h2), 0);
 	CHECK(!memcmp(h, h2, sizeof(h)));
-	CHECK_EQ(chunk_id_parse("sha256:BA7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", h2), -EINVAL);
+	CHECK_EQ(chunk_id_parse(
+		     "sha256:BA7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", h2),
+		 -EINVAL);
 	CHECK_EQ(chunk_id_parse("sha256:ba78", h2), -EINVAL);
-	CHECK_EQ(chunk_id_parse("sha512:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", h2), -EINVAL);
-	CHECK_EQ(chunk_id_parse("sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad0", h2), -EINVAL);
+	CHECK_EQ(chunk_id_parse(
+		     "sha512:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", h2),
+		 -EINVAL);
+	CHECK_EQ(
+	    chunk_id_parse(
+		"sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad0", h2),
+	    -EINVAL);
 	CHECK_EQ(chunk_id_parse(NULL, h2), -EINVAL);
 
 	fill_random(buf, big, 1);
-	roundtrip(c, buf, big, CHUNK_RAW);      /* incompressible: raw */
+	roundtrip(c, buf, big, CHUNK_RAW); /* incompressible: raw */
 	roundtrip(c, buf, 4097, CHUNK_RAW);
 	roundtrip(c, buf, 1, CHUNK_RAW);
 	roundtrip(c, buf, 0, CHUNK_RAW);
 	for (size_t i = 0; i < big; i++)
 		buf[i] = (uint8_t)(i % 251 < 200 ? 7 : i);
-	roundtrip(c, buf, big, CHUNK_ZSTD);     /* compresses well: zstd */
+	roundtrip(c, buf, big, CHUNK_ZSTD); /* compresses well: zstd */
 	roundtrip(c, buf, 65536, CHUNK_ZSTD);
 	CHECK_EQ(chunk_encode(c, buf, CHUNK_MAX_RAW + 1, buf, 10), -EINVAL);
 

@@ -99,7 +99,8 @@ int main(void)
 		if (!a.zero[i])
 			continue;
 		found++;
-		CHECK(a.off[i] == (1u << 20) || a.off[i] == (9u << 20) || a.off[i] == ((len - 20000) & ~4095ul) + 4096);
+		CHECK(a.off[i] == (1u << 20) || a.off[i] == (9u << 20) ||
+		      a.off[i] == ((len - 20000) & ~4095ul) + 4096);
 	}
 	CHECK_EQ(found, 3);
 

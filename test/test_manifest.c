@@ -10,12 +10,12 @@
 #define ID1 "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
 
 static const char *good =
-	"{\"version\":1,\"name\":\"fn-a\",\"created\":\"2026-11-23T00:00:00Z\","
-	"\"files\":[{\"path\":\"pages-1.img\",\"size\":73728,\"mode\":420,\"chunks\":["
-	"{\"off\":0,\"len\":65536,\"id\":\"" ID1 "\",\"stored\":1234},"
-	"{\"off\":65536,\"len\":8192,\"zero\":true}]},"
-	"{\"path\":\"sub/dir/empty.img\",\"size\":0,\"mode\":384,\"chunks\":[]}],"
-	"\"meta\":{\"criu\":\"4.2.1\",\"pids\":[1,2]}}";
+    "{\"version\":1,\"name\":\"fn-a\",\"created\":\"2026-11-23T00:00:00Z\","
+    "\"files\":[{\"path\":\"pages-1.img\",\"size\":73728,\"mode\":420,\"chunks\":["
+    "{\"off\":0,\"len\":65536,\"id\":\"" ID1 "\",\"stored\":1234},"
+    "{\"off\":65536,\"len\":8192,\"zero\":true}]},"
+    "{\"path\":\"sub/dir/empty.img\",\"size\":0,\"mode\":384,\"chunks\":[]}],"
+    "\"meta\":{\"criu\":\"4.2.1\",\"pids\":[1,2]}}";
 
 /* good with FROM replaced by TO must be refused with a message mentioning WHY. */
 static void bad(const char *from, const char *to, const char *why)
@@ -71,7 +71,7 @@ int main(void)
 	CHECK_EQ(l1, l2);
 	CHECK_STR(s1, s2);
 	CHECK(strstr(s1, "\"files\":[{\"chunks\":[{\"id\":") != NULL); /* sorted keys */
-	CHECK(strchr(s1, ' ') == NULL || strstr(s1, "\": ") == NULL);   /* compact */
+	CHECK(strchr(s1, ' ') == NULL || strstr(s1, "\": ") == NULL);  /* compact */
 	free(s1);
 	free(s2);
 	manifest_free(m2);
@@ -106,9 +106,11 @@ int main(void)
 	bad("\"off\":0,", "\"off\":1,", "expected");
 	bad("\"len\":8192", "\"len\":0", "len is 0");
 	bad("\"len\":65536,", "\"len\":2000000,", "larger than a chunk");
-	bad(ID1, "sha256:BA7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", "bad chunk id");
+	bad(ID1, "sha256:BA7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+	    "bad chunk id");
 	bad(ID1, "sha256:ba78", "bad chunk id");
-	bad(ID1, "md5:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", "bad chunk id");
+	bad(ID1, "md5:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+	    "bad chunk id");
 	bad("\"stored\":1234", "\"stored\":\"1234\"", "not an integer");
 	bad("\"stored\":1234", "\"stored\":3", "header");
 	bad(",\"stored\":1234", "", "stored");

@@ -54,7 +54,7 @@ int main(void)
 		if (pids[k] == 0) {
 			struct store *s = store_open(dir);
 			char id[CHUNK_ID_LEN];
-			const char *p[] = { f[k] };
+			const char *p[] = {f[k]};
 			if (!s || store_put(s, k ? "one" : "zero", p, 1, NULL, false, id, NULL))
 				_exit(1);
 			_exit(write_file_atomic(idf[k], id, strlen(id), 0644) ? 1 : 0);

@@ -51,7 +51,7 @@ static void damage(struct store *s, const char *mid, const struct manifest_chunk
 	char path[PATH_MAX], out[PATH_MAX], id[CHUNK_ID_LEN], want[256];
 	char *orig = NULL;
 	size_t len = 0;
-	struct seen seen = { 0 };
+	struct seen seen = {0};
 
 	chunk_id_format(c->hash, id);
 	store_chunk_path(s, c->hash, path, sizeof(path));
@@ -121,7 +121,7 @@ int main(void)
 		buf[i] = (uint8_t)((i * 7) / 4096 + (i % 13 == 0 ? buf[i] : 0));
 	snprintf(b, sizeof(b), "%s/pages-2.img", root);
 	REQUIRE(write_file_atomic(b, buf, size, 0644) == 0);
-	const char *paths[] = { a, b };
+	const char *paths[] = {a, b};
 	REQUIRE(store_put(s, "bad", paths, 2, NULL, false, mid, NULL) == 0);
 	REQUIRE(store_manifest_load(s, mid, &m, NULL) == 0);
 	REQUIRE(m->nfiles == 2 && m->files[0].nchunks > 3 && m->files[1].nchunks > 3);
@@ -130,14 +130,15 @@ int main(void)
 	/* First, a middle and the last chunk of each file, each damage in turn. */
 	for (size_t f = 0; f < 2; f++) {
 		size_t n = m->files[f].nchunks;
-		size_t picks[] = { 0, n / 2, n - 1 };
+		size_t picks[] = {0, n / 2, n - 1};
 		for (size_t p = 0; p < 3; p++)
 			for (int how = 0; how < 3; how++)
-				damage(s, mid, &m->files[f].chunks[picks[p]], m->files[f].path, how);
+				damage(s, mid, &m->files[f].chunks[picks[p]], m->files[f].path,
+				       how);
 	}
 	/* A damaged manifest is reported by its id. */
 	char mpath[PATH_MAX];
-	struct seen seen = { 0 };
+	struct seen seen = {0};
 	uint8_t mh[CHUNK_HASH_LEN];
 	REQUIRE(chunk_id_parse(mid, mh) == 0);
 	store_manifest_path(s, mh, mpath, sizeof(mpath));

@@ -79,7 +79,7 @@ int main(void)
 	snprintf(fb, sizeof(fb), "%s/b.img", root);
 	make_file(fa, 2 << 20, 1);
 	make_file(fb, 2 << 20, 2);
-	const char *pa[] = { fa }, *pb[] = { fb };
+	const char *pa[] = {fa}, *pb[] = {fb};
 	REQUIRE(store_put(s, "a", pa, 1, NULL, false, ida, NULL) == 0);
 	REQUIRE(store_put(s, "b", pb, 1, NULL, false, idb, NULL) == 0);
 	REQUIRE(store_manifest_load(s, ida, &ma, NULL) == 0);
@@ -122,24 +122,24 @@ int main(void)
 
 	/* A lease in another process: live while it runs, stale once it died. */
 	REQUIRE(store_put(s, "b", pb, 1, NULL, false, idb, NULL) == 0);
-	int pipefd[2];
-	REQUIRE(pipe(pipefd) == 0);
+	int up[2], down[2]; /* child to parent, parent to child */
+	REQUIRE(pipe(up) == 0 && pipe(down) == 0);
 	pid_t pid = fork();
 	REQUIRE(pid >= 0);
 	if (pid == 0) {
 		struct store *cs = store_open(dir);
 		char c = store_lease_take(cs, idb) ? 'y' : 'n';
-		(void)!write(pipefd[1], &c, 1);
-		(void)!read(pipefd[0], &c, 1); /* wait to be told to die, then die holding it */
+		(void)!write(up[1], &c, 1);
+		(void)!read(down[0], &c, 1); /* wait to be told to die, then die holding it */
 		_exit(0);
 	}
 	char c = 0;
-	REQUIRE(read(pipefd[0], &c, 1) == 1 && c == 'y');
+	REQUIRE(read(up[0], &c, 1) == 1 && c == 'y');
 	CHECK_EQ(store_manifest_delete(s, idb), 0);
 	CHECK_EQ(store_gc(s, &freed, NULL), 0);
 	CHECK_EQ(freed, 0);
 	CHECK(all_present(s, mb));
-	REQUIRE(write(pipefd[1], "x", 1) == 1);
+	REQUIRE(write(down[1], "x", 1) == 1);
 	waitpid(pid, NULL, 0);
 	CHECK_EQ(count_dir(leases), 1); /* left behind by the dead holder */
 	CHECK_EQ(store_gc(s, &freed, NULL), 0);

@@ -52,8 +52,8 @@ static int same_file(const char *a, const char *b)
 /* Put one file, get it back, compare; returns the put stats. */
 static struct store_put_stats roundtrip(struct store *s, const char *name, const char *path)
 {
-	const char *paths[] = { path };
-	struct store_put_stats st = { 0 };
+	const char *paths[] = {path};
+	struct store_put_stats st = {0};
 	char id[CHUNK_ID_LEN], out[PATH_MAX], back[2 * PATH_MAX];
 	struct stat a, b;
 
@@ -149,8 +149,8 @@ int main(void)
 	CHECK(st.new_bytes <= (2u << 20));
 
 	/* Empty and awkward sizes. */
-	static const size_t sizes[] = { 0, 1, 4095, 4096, 4097, 16383, 16385, 65537, 262143,
-					262145, 1048577 };
+	static const size_t sizes[] = {0,     1,     4095,   4096,   4097,   16383,
+				       16385, 65537, 262143, 262145, 1048577};
 	for (size_t i = 0; i < ARRAY_SIZE(sizes); i++) {
 		char name[32];
 		snprintf(name, sizeof(name), "size-%zu", sizes[i]);
@@ -180,11 +180,11 @@ int main(void)
 	write_file(path, buf, 0);
 	snprintf(path, sizeof(path), "%s/tree", root);
 	snprintf(p2, sizeof(p2), "%s/random.img", root);
-	const char *paths[] = { path, p2 };
+	const char *paths[] = {path, p2};
 	CHECK_EQ(store_put(s, "tree", paths, 2, NULL, false, id, NULL), 0);
 	snprintf(dir, sizeof(dir), "%s/out-tree", root);
 	CHECK_EQ(store_get(s, id, dir, false), 0);
-	const char *rels[] = { "a/b/deep.img", "top.img", "a/empty", "random.img" };
+	const char *rels[] = {"a/b/deep.img", "top.img", "a/empty", "random.img"};
 	for (size_t i = 0; i < ARRAY_SIZE(rels); i++) {
 		char x[2 * PATH_MAX], y[2 * PATH_MAX];
 		snprintf(x, sizeof(x), "%s/%s/%s", root, i == 3 ? "" : "tree", rels[i]);
@@ -200,14 +200,17 @@ int main(void)
 	CHECK(m && m->nfiles == 4);
 	manifest_free(m);
 	CHECK_EQ(store_manifest_load(s, "sha256:0123", &m, NULL), -EINVAL);
-	CHECK_EQ(store_manifest_load(s, "sha256:0000000000000000000000000000000000000000000000000000000000000000", &m, NULL), -ENOENT);
+	CHECK_EQ(store_manifest_load(
+		     s, "sha256:0000000000000000000000000000000000000000000000000000000000000000",
+		     &m, NULL),
+		 -ENOENT);
 
 	/* Two inputs that would share a name are refused. */
-	const char *dup[] = { p2, p2 };
+	const char *dup[] = {p2, p2};
 	log_clear_error();
 	CHECK_EQ(store_put(s, "dup", dup, 2, NULL, false, id, NULL), -EINVAL);
 	CHECK(strstr(log_last_error(), "both") != NULL);
-	const char *missing[] = { "/nonexistent/file" };
+	const char *missing[] = {"/nonexistent/file"};
 	CHECK(store_put(s, "missing", missing, 1, NULL, false, id, NULL) == -ENOENT);
 
 	/* The list knows them all; stat adds up. */

@@ -45,7 +45,7 @@ int main(void)
 	snprintf(dir, sizeof(dir), "%s/store", root);
 	struct store *s = store_open(dir);
 	REQUIRE(s);
-	const char *p1[] = { a }, *p2[] = { b };
+	const char *p1[] = {a}, *p2[] = {b};
 	uint64_t t0 = now_ns();
 	REQUIRE(store_put(s, "a", p1, 1, NULL, false, ida, &pa) == 0);
 	double ms = ms_since(t0);
@@ -54,8 +54,9 @@ int main(void)
 	double ms2 = ms_since(t0);
 	REQUIRE(store_stat(s, &st) == 0);
 	printf("put of %zu MiB random: %.0f ms, %.0f MB/s (%llu chunks); shifted copy: %.0f ms, "
-	       "%llu new bytes\n", size >> 20, ms, size / ms / 1e3, (unsigned long long)pa.chunks,
-	       ms2, (unsigned long long)pb.new_bytes);
+	       "%llu new bytes\n",
+	       size >> 20, ms, size / ms / 1e3, (unsigned long long)pa.chunks, ms2,
+	       (unsigned long long)pb.new_bytes);
 	printf("unique %llu of logical %llu bytes: the two share %.2f%%\n",
 	       (unsigned long long)st.unique_bytes, (unsigned long long)st.logical_bytes,
 	       100.0 * (double)(2 * size + ins - st.unique_bytes) / (double)(size + ins));

@@ -21,6 +21,7 @@
 #include "common/stats.h"
 #include "common/util.h"
 #include "prewarm/spec.h"
+#include "restore/gpu_restore.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -996,14 +997,16 @@ static int copy_image(const char *src, const char *dst)
 	return 0;
 }
 
-/* CUDA restore + unlock of every CUDA process of container id. */
-static int cuda_thaw_container(const struct runner *r, const char *id)
+/* CUDA restore + unlock of every CUDA process of the container whose first
+ * process is init: the members of its PID namespace (runc ps answers null on
+ * a cgroup v2 host), as restore/gpu_restore.c finds them. */
+static int cuda_thaw_container(pid_t init)
 {
 	pid_t *pids = NULL, *cpids = NULL;
 	size_t n = 0, nc = 0;
 	int ret;
 
-	ret = runner_pids(r, id, &pids, &n);
+	ret = pidns_members(init, &pids, &n);
 	if (!ret)
 		ret = cuda_filter_processes(pids, n, &cpids, &nc);
 	for (size_t i = 0; !ret && i < nc; i++) {
@@ -1018,20 +1021,14 @@ static int cuda_thaw_container(const struct runner *r, const char *id)
 
 /* Lock + checkpoint CUDA processes before the kill: killing a restored CUDA
  * process has hung hosts on some drivers. */
-static void cuda_quiesce_container(const struct runner *r, const char *id)
+static void cuda_quiesce_container(pid_t init)
 {
-	pid_t *pids = NULL, *cpids = NULL;
-	size_t n = 0, nc = 0;
+	pid_t *pids = NULL;
+	size_t n = 0;
 
-	if (runner_pids(r, id, &pids, &n) == 0 &&
-	    cuda_filter_processes(pids, n, &cpids, &nc) == 0) {
-		for (size_t i = 0; i < nc; i++) {
-			if (cuda_lock(cpids[i], 10000) == 0)
-				cuda_checkpoint(cpids[i]);
-		}
-	}
+	if (init > 0 && pidns_members(init, &pids, &n) == 0)
+		gpu_quiesce(pids, n);
 	free(pids);
-	free(cpids);
 }
 
 /* One baseline run: a container booted (image == NULL) or restored from
@@ -1047,6 +1044,7 @@ static int baseline_once(struct bench *b, struct baseline *bl, const struct func
 	const char *kind = "setup";
 	bool have_ns = false, have_ctr = false;
 	const char *tmp;
+	pid_t init = 0;
 	uint64_t t0;
 	int ret;
 
@@ -1075,10 +1073,10 @@ static int baseline_once(struct bench *b, struct baseline *bl, const struct func
 	t0 = now_ns();
 	if (image) {
 		kind = "restore";
-		ret = runner_restore(r, bundle, cid, image, work, &sio, &(pid_t){ 0 });
+		ret = runner_restore(r, bundle, cid, image, work, &sio, &init);
 	} else {
 		kind = "run";
-		ret = runner_run(r, bundle, cid, log_path, &sio, &(pid_t){ 0 });
+		ret = runner_run(r, bundle, cid, log_path, &sio, &init);
 	}
 	if (ret < 0)
 		goto out;
@@ -1086,7 +1084,7 @@ static int baseline_once(struct bench *b, struct baseline *bl, const struct func
 	drain_start(&d, &sio);
 	if (image && f->gpu) {
 		kind = "cuda_restore";
-		ret = cuda_thaw_container(r, cid);
+		ret = cuda_thaw_container(init);
 		if (ret < 0)
 			goto out;
 	}
@@ -1102,7 +1100,7 @@ out:
 	}
 	if (have_ctr) {
 		if (f->gpu)
-			cuda_quiesce_container(r, cid);
+			cuda_quiesce_container(init);
 		runner_delete(r, cid);
 	}
 	drain_stop(&d);

@@ -1,9 +1,11 @@
 /* engine.c — the io_uring restore engine; see engine.h.
  *
- * One submitting thread (the caller) opens chunk objects and queues
- * READ_FIXED reads into free arena slots; it reaps completions and hands the
- * filled slots to the workers through a ready queue.  Workers decode, check and
- * pwrite each chunk to every place it occurs, close its fd and give the slot
+ * One submitting thread (the caller) queues, for each distinct chunk, an
+ * openat into the slot's fixed file linked to a READ_FIXED into the slot's part
+ * of the arena (or, where the kernel has no sparse file table, opens the chunk
+ * itself); it reaps completions and hands the filled slots to the workers
+ * through a ready queue.  Workers decode and check each chunk, write it to every
+ * place it occurs (pwrite, or in place in the file's mapping) and give the slot
  * back.  On any error or a cancel the submitter stops queueing, drains what is
  * in flight (the kernel writes into the arena until then) and the workers skip
  * what is left, so the arena is only unmapped when nothing uses it.

@@ -354,8 +354,7 @@ static int post_snapshot(struct req *q)
 		struct api_err e = api_err_from_errno(jerr, 0);
 		const char *msg = json_string_value(
 			json_object_get(json_object_get(j, "error"), "message"));
-		int r = reply_error(q, e.status, e.code, "snapshot of %s failed: %s", q->route.id,
-				    msg ? msg : strerror(-jerr));
+		int r = reply_error(q, e.status, e.code, "%s", msg ? msg : strerror(-jerr));
 
 		json_decref(j);
 		return r;

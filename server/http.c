@@ -90,7 +90,9 @@ static int reply_oom(struct req *q)
 int reply_json_hdr(struct req *q, unsigned status, json_t *body, const char *hname,
 		   const char *hvalue)
 {
-	char *text = body ? json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+	/* Ten significant digits: timings in ms read 1234.567891, not 1234.5678910000001. */
+	char *text = body ? json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(10))
+			  : NULL;
 	struct MHD_Response *r;
 	size_t len;
 

@@ -1,0 +1,337 @@
+#!/usr/bin/env bash
+# thawd end to end, with real runc and CRIU, over real sockets:
+#   1. register the CPU example (bench/functions/cpu_example.py, small state),
+#      snapshot it (?wait=1), and start 16 instances of it AT ONCE: each
+#      answers 201 with DESIGN.md's fields, and GET /infer through each
+#      endpoint answers exactly what the function computes; the metrics count
+#      them; then DELETE each (204) and nothing is left;
+#   2. GET /healthz answers within 50 ms while 4 starts run (measured);
+#   3. 504: a function that is ready only while a file exists in its cwd,
+#      removed after its snapshot, is not ready in time on restore;
+#   4. kill -9 of thawd during a snapshot (and with an instance running), then
+#      a restart: the snapshot is marked failed, the instance reported lost
+#      and stopped, nothing is left running (no runc containers, no processes
+#      rooted in the data directory, no netns mounts), `thaw store verify` is
+#      clean; the function snapshots fine afterwards;
+#   5. DELETE /functions/<id> stops that function's instances only;
+#   6. SIGTERM: thawd stops its instances and exits 0.
+set -u
+B=${THAW_BUILD:-$PWD/build}
+R=${THAW_ROOT:-$PWD}
+THAWD=$B/thawd
+THAW=$B/thaw
+[ -x "$THAWD" ] || { echo "no $THAWD"; exit 1; }
+[ "$(id -u)" = 0 ] || { echo "skipped: needs root (runc, CRIU, namespaces)"; exit 77; }
+for c in runc python3 curl; do
+	command -v $c >/dev/null || { echo "skipped: no $c"; exit 77; }
+done
+
+T=$(mktemp -d /tmp/thaw-e2e-server-XXXXXX)
+SHM=$(mktemp -d /dev/shm/thaw-e2e-server-XXXXXX)
+DATA=$T/data
+TOKEN=e2e-$RANDOM-$RANDOM
+echo "$TOKEN" >"$T/token"
+THAWD_PID=""
+MIB=16
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+ok() { echo "ok: $*"; }
+
+# Processes that belong to this test's data: rooted in it (containers) or
+# naming it on their command line (thawd and the shims it forks).
+own_procs() {
+	local p r cmd
+	for p in /proc/[0-9]*; do
+		[ "${p#/proc/}" = "$$" ] && continue
+		r=$(readlink "$p/root" 2>/dev/null) || continue
+		cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null)
+		case "$r" in "$T"/*) echo "${p#/proc/} $cmd"; continue ;; esac
+		case "$cmd" in *"$T"*) echo "${p#/proc/} $cmd" ;; esac
+	done
+}
+own_mounts() { awk -v t="$T" 'index($5, t) == 1 { print $5 }' /proc/self/mountinfo; }
+own_containers() { [ -d "$DATA/runc" ] && runc --root "$DATA/runc" list -q 2>/dev/null; }
+
+cleanup() {
+	[ -n "$THAWD_PID" ] && kill -9 "$THAWD_PID" 2>/dev/null
+	for c in $(own_containers); do runc --root "$DATA/runc" delete -f "$c" >/dev/null 2>&1; done
+	own_procs | awk '{print $1}' | xargs -r kill -9 2>/dev/null
+	for m in $(own_mounts | sort -r); do umount -l "$m" 2>/dev/null; done
+	[ $fails != 0 ] && [ -f "$T/thawd.log" ] && { echo "--- thawd.log (tail)"; tail -n 40 "$T/thawd.log"; }
+	rm -rf "$T" "$SHM"
+}
+trap cleanup EXIT
+
+start_thawd() {
+	rm -f "$T/port"
+	"$THAWD" --listen 127.0.0.1:0 --port-file "$T/port" --data-dir "$DATA" \
+		--ram-tier "$SHM" --ram-tier-bytes 2G --token-file "$T/token" "$@" \
+		>>"$T/thawd.log" 2>&1 &
+	THAWD_PID=$!
+	for _ in $(seq 200); do [ -s "$T/port" ] && break; sleep 0.05; done
+	[ -s "$T/port" ] || { echo "thawd did not start"; tail "$T/thawd.log"; exit 1; }
+	URL=http://127.0.0.1:$(cat "$T/port")
+}
+
+stop_thawd() { # SIGTERM; true if it exited 0 within 60 s
+	local rc
+	kill -TERM "$THAWD_PID"
+	for _ in $(seq 600); do kill -0 "$THAWD_PID" 2>/dev/null || break; sleep 0.1; done
+	wait "$THAWD_PID"
+	rc=$?
+	THAWD_PID=""
+	return $rc
+}
+
+# api METHOD PATH [curl args…]: the status on stdout, the body in $T/body.
+api() {
+	local m=$1 p=$2
+	shift 2
+	curl -s -o "$T/body" -w '%{http_code}' -H "Authorization: Bearer $TOKEN" -X "$m" "$URL$p" "$@"
+}
+# jget FILE EXPR: a Python expression over the JSON j of FILE.
+jget() { python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1" 2>/dev/null; }
+
+nothing_left() { # what: fails for each leftover
+	local what=$1 c p m
+	c=$(own_containers)
+	[ -z "$c" ] || fail "$what: containers left: $c"
+	p=$(own_procs)
+	[ -z "$p" ] || fail "$what: processes left: $p"
+	m=$(own_mounts)
+	[ -z "$m" ] || fail "$what: mounts left: $m"
+}
+
+spec_for() { # MIB → the CPU example's spec with an absolute cwd
+	python3 - "$R/bench/functions" "$1" <<'EOF'
+import json, sys
+d, mib = sys.argv[1], sys.argv[2]
+s = json.load(open(d + "/cpu_example.json"))
+s["cwd"] = d
+s["env"]["THAW_EXAMPLE_MIB"] = mib
+print(json.dumps(s))
+EOF
+}
+
+start_thawd
+
+# ---- 1. snapshot, 16 concurrent starts ----
+spec_for $MIB >"$T/cpu.json"
+st=$(api PUT /functions/cpu -d @"$T/cpu.json")
+[ "$st" = 201 ] || fail "PUT /functions/cpu: $st $(cat "$T/body")"
+st=$(api POST '/functions/cpu/snapshot?wait=1')
+if [ "$st" != 200 ]; then
+	fail "snapshot: $st $(cat "$T/body")"
+	exit 1
+fi
+ok "snapshot in $(jget "$T/body" "round(j['job']['duration_ms'])") ms"
+api GET /functions/cpu >/dev/null
+[ "$(jget "$T/body" "j['snapshot']['state']")" = ready ] || fail "snapshot state: $(cat "$T/body")"
+[ "$(jget "$T/body" "j['snapshot']['image_bytes'] > 0")" = True ] || fail "image_bytes"
+
+# What the function answers, computed by the function's own code.
+expect=$(cd "$R/bench/functions" && THAW_EXAMPLE_MIB=$MIB python3 -c \
+	'import cpu_example as c; print(" ".join(str(c.infer(x)) for x in (3, 7, 1000)))')
+[ -n "$expect" ] || fail "cannot compute the expected answers"
+
+t0=$(date +%s%N)
+pids=""
+for i in $(seq 16); do
+	curl -s -o "$T/start.$i" -w '%{http_code}' -H "Authorization: Bearer $TOKEN" \
+		-X POST "$URL/functions/cpu/start" >"$T/code.$i" &
+	pids="$pids $!"
+done
+wait $pids # not a bare wait: thawd is a child too
+t1=$(date +%s%N)
+ok "16 concurrent starts answered in $(((t1 - t0) / 1000000)) ms"
+iids=""
+good=0
+for i in $(seq 16); do
+	code=$(cat "$T/code.$i")
+	if [ "$code" != 201 ]; then
+		fail "start $i: $code $(cat "$T/start.$i")"
+		continue
+	fi
+	f=$T/start.$i
+	fields=$(jget "$f" "all(k in j for k in ('instance','function','snapshot','endpoint','pid','tier','timings_ms')) and all(k in j['timings_ms'] for k in ('materialize','criu_restore','gpu_restore','ready','total')) and j['function']=='cpu' and j['tier'] in ('ram','disk')")
+	[ "$fields" = True ] || fail "start $i answer lacks fields: $(cat "$f")"
+	ep=$(jget "$f" "j['endpoint']")
+	iid=$(jget "$f" "j['instance']")
+	iids="$iids $iid"
+	got=""
+	for x in 3 7 1000; do
+		y=$(curl -s --max-time 20 "http://$ep/infer?x=$x" |
+			python3 -c 'import json,sys; print(json.load(sys.stdin)["y"])' 2>/dev/null)
+		got="$got $y"
+	done
+	if [ "${got# }" = "$expect" ]; then
+		good=$((good + 1))
+	else
+		fail "instance $iid at $ep answers '${got# }', expected '$expect'"
+	fi
+done
+[ $good = 16 ] && ok "16 instances answer /infer correctly"
+n=$(echo $iids | tr ' ' '\n' | sort -u | wc -l)
+[ "$n" = 16 ] || fail "instance ids are not distinct: $iids"
+python3 - "$T" <<'EOF' || fail "restore phases (ms) could not be summarised"
+import glob, json, sys
+ts = [json.load(open(f))["timings_ms"] for f in glob.glob(sys.argv[1] + "/start.*")]
+ts = [t for t in ts if t]
+for k in ("materialize", "criu_restore", "ready", "total"):
+    v = sorted(t[k] for t in ts)
+    print("figure: %-12s mean %7.1f ms  max %7.1f ms  (16 concurrent starts)" % (k, sum(v) / len(v), v[-1]))
+EOF
+
+api GET /metrics >/dev/null
+grep -q '^thaw_starts_total{function="cpu"} 16$' "$T/body" || fail "metrics: starts_total: $(grep thaw_starts_total "$T/body")"
+grep -q '^thaw_instances_running 16$' "$T/body" || fail "metrics: $(grep thaw_instances_running "$T/body")"
+grep -q '^thaw_restore_phase_seconds_count{phase="total"} 16$' "$T/body" || fail "metrics: phase count"
+grep -q '^thaw_snapshots_total{result="ok"} 1$' "$T/body" || fail "metrics: snapshots_total"
+st=$(api GET /instances)
+[ "$st" = 200 ] && [ "$(jget "$T/body" "len(j['instances'])")" = 16 ] ||
+	fail "GET /instances: $st $(head -c 300 "$T/body")"
+first=$(echo $iids | awk '{print $1}')
+st=$(api GET "/instances/$first")
+[ "$st" = 200 ] || fail "GET /instances/$first: $st"
+
+for iid in $iids; do
+	st=$(api DELETE "/instances/$iid")
+	[ "$st" = 204 ] || fail "DELETE /instances/$iid: $st $(cat "$T/body")"
+done
+st=$(api DELETE "/instances/$first")
+[ "$st" = 404 ] || fail "DELETE of a deleted instance: $st"
+api GET /instances >/dev/null
+[ "$(jget "$T/body" "len(j['instances'])")" = 0 ] || fail "instances left: $(cat "$T/body")"
+c=$(own_containers)
+[ -z "$c" ] || fail "containers left after DELETE: $c"
+p=$(own_procs | grep -v "^$THAWD_PID ")
+[ -z "$p" ] || fail "processes left after DELETE: $p"
+[ -z "$(own_mounts)" ] || fail "mounts left after DELETE: $(own_mounts)"
+
+# ---- 2. /healthz while 4 starts run ----
+# A second function, so that the 4 starts also materialise its snapshot
+# into the RAM tier (a warm start here takes ~0.2 s: too short to watch).
+spec_for 64 >"$T/cpu4.json"
+api PUT /functions/cpu4 -d @"$T/cpu4.json" >/dev/null
+st=$(api POST '/functions/cpu4/snapshot?wait=1')
+[ "$st" = 200 ] || fail "snapshot of cpu4: $st $(cat "$T/body")"
+pids=""
+for i in 1 2 3 4; do
+	curl -s -o "$T/hz.$i" -w '%{http_code}' -H "Authorization: Bearer $TOKEN" \
+		-X POST "$URL/functions/cpu4/start" >"$T/hzcode.$i" &
+	pids="$pids $!"
+done
+sleep 0.05
+still() { for p in $pids; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
+: >"$T/hz"
+while still; do
+	curl -s -o /dev/null -w '%{http_code} %{time_total}\n' "$URL/healthz" >>"$T/hz"
+	sleep 0.02
+done
+wait $pids
+for i in 1 2 3 4; do
+	[ "$(cat "$T/hzcode.$i")" = 201 ] || fail "start $i of cpu4: $(cat "$T/hzcode.$i") $(cat "$T/hz.$i")"
+done
+read -r samples worst bad <<<"$(awk '{ n++; ms = $2 * 1000; if (ms > w) w = ms; if ($1 != 200) b++ }
+	END { printf "%d %.1f %d\n", n, w, b }' "$T/hz")"
+echo "figure: /healthz answered $samples times while 4 starts ran; worst $worst ms"
+[ "$samples" -ge 5 ] || fail "only $samples /healthz samples were taken while the starts ran"
+[ "$bad" = 0 ] || fail "$bad /healthz answers were not 200"
+awk -v w="$worst" 'BEGIN { exit !(w < 50) }' || fail "/healthz took $worst ms while 4 starts ran"
+# Those 4 instances are stopped by thawd at the end (SIGTERM).
+
+# ---- 3. 504: not ready in time after the restore ----
+mkdir -p "$T/fn504"
+cat >"$T/fn504/app.py" <<'EOF'
+import http.server, os
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if os.path.exists("ready-flag") else 503)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("0.0.0.0", 8000), H).serve_forever()
+EOF
+touch "$T/fn504/ready-flag"
+st=$(api PUT /functions/slow -d "{\"command\":[\"python3\",\"app.py\"],\"cwd\":\"$T/fn504\",\"port\":8000,\"ready\":{\"http\":\"/health\",\"timeout_s\":2}}")
+[ "$st" = 201 ] || fail "PUT /functions/slow: $st $(cat "$T/body")"
+st=$(api POST '/functions/slow/snapshot?wait=1')
+[ "$st" = 200 ] || fail "snapshot of slow: $st $(cat "$T/body")"
+rm -f "$T/fn504/ready-flag"
+st=$(api POST /functions/slow/start)
+if [ "$st" = 504 ] && [ "$(jget "$T/body" "j['error']['code']")" = timeout ]; then
+	ok "504 when not ready in time: $(jget "$T/body" "j['error']['message']")"
+else
+	fail "start of a function never ready: $st $(cat "$T/body")"
+fi
+api GET /metrics >/dev/null
+grep -q '^thaw_start_failures_total{function="slow",code="timeout"} 1$' "$T/body" ||
+	fail "metrics: the timeout is not counted: $(grep failures "$T/body")"
+
+# ---- 4. kill -9 during a snapshot ----
+# An instance running, and a bigger snapshot in progress, when thawd dies.
+st=$(api POST /functions/cpu/start)
+[ "$st" = 201 ] || fail "start before the kill: $st $(cat "$T/body")"
+lost=$(jget "$T/body" "j['instance']")
+spec_for 192 >"$T/big.json"
+api PUT /functions/big -d @"$T/big.json" >/dev/null
+st=$(api POST /functions/big/snapshot)
+[ "$st" = 202 ] || fail "snapshot of big: $st $(cat "$T/body")"
+sleep 1.5
+kill -9 "$THAWD_PID"
+wait "$THAWD_PID" 2>/dev/null
+THAWD_PID=""
+start_thawd
+grep -q "instance $lost of cpu from an earlier run is lost" "$T/thawd.log" ||
+	fail "the lost instance $lost is not reported"
+api GET /functions/big >/dev/null
+state=$(jget "$T/body" "j['snapshot']['state']")
+why=$(jget "$T/body" "j['snapshot']['error']")
+[ "$state" = failed ] && [ "$why" = "thawd restarted during the snapshot" ] ||
+	fail "after kill -9: snapshot state $state ($why)"
+# A runc checkpoint cut short may take a moment to end.
+for _ in $(seq 50); do
+	[ -z "$(own_procs | grep -v "^$THAWD_PID " | grep -v "thawd ")" ] && [ -z "$(own_containers)" ] && break
+	sleep 0.2
+done
+c=$(own_containers)
+[ -z "$c" ] || fail "after restart: containers left: $c"
+p=$(own_procs | grep -v "^$THAWD_PID ")
+[ -z "$p" ] || fail "after restart: processes left: $p"
+[ -z "$(own_mounts)" ] || fail "after restart: mounts left: $(own_mounts)"
+[ ! -d "$DATA/work" ] || [ -z "$(ls -A "$DATA/work")" ] || fail "work dirs left: $(ls "$DATA/work")"
+api GET /instances >/dev/null
+[ "$(jget "$T/body" "len(j['instances'])")" = 0 ] || fail "instances after restart: $(cat "$T/body")"
+if "$THAW" store --store "$DATA/store" verify >"$T/verify" 2>&1; then
+	ok "store verify clean after kill -9"
+else
+	fail "store verify: $(cat "$T/verify")"
+fi
+# The old snapshot of cpu still starts; big snapshots again.
+st=$(api POST /functions/cpu/start)
+[ "$st" = 201 ] || fail "start after restart: $st $(cat "$T/body")"
+cpu_iid=$(jget "$T/body" "j['instance']")
+st=$(api POST '/functions/big/snapshot?wait=1')
+[ "$st" = 200 ] || fail "snapshot of big after restart: $st $(cat "$T/body")"
+
+st=$(api POST /functions/big/start)
+[ "$st" = 201 ] || fail "start of big: $st $(cat "$T/body")"
+big_iid=$(jget "$T/body" "j['instance']")
+
+# ---- 5. DELETE a function: its instances stop, the others' do not ----
+st=$(api DELETE /functions/cpu)
+[ "$st" = 204 ] || fail "DELETE /functions/cpu: $st $(cat "$T/body")"
+st=$(api GET "/instances/$cpu_iid")
+[ "$st" = 404 ] || fail "instance $cpu_iid of the deleted function: $st"
+st=$(api GET "/instances/$big_iid")
+[ "$st" = 200 ] || fail "instance $big_iid of big after deleting cpu: $st"
+st=$(api POST /functions/cpu/start)
+[ "$st" = 404 ] || fail "start of a deleted function: $st"
+
+# ---- 6. SIGTERM stops thawd's instances ----
+if stop_thawd; then ok "SIGTERM: exit 0"; else fail "SIGTERM: thawd did not exit 0"; fi
+nothing_left "after SIGTERM"
+
+echo "$fails failure(s)"
+[ $fails = 0 ]

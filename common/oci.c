@@ -223,8 +223,35 @@ static json_t *build_process(const struct oci_spec *spec)
 		json_array_append_new(env, json_string(spec->env[i]));
 		has_path |= !strncmp(spec->env[i], "PATH=", 5);
 	}
-	if (!has_path)
-		json_array_append_new(env, json_string(default_env[0]));
+	if (!has_path) {
+		/* A host-rooted function runs what the host would run: the
+		 * host's own PATH means something there (e.g. a venv in /opt
+		 * holding torch), and so does its LD_LIBRARY_PATH. */
+		const char *host_path = getenv("PATH");
+		char *e = NULL;
+
+		if (!spec->rootfs && host_path && *host_path &&
+		    asprintf(&e, "PATH=%s", host_path) > 0) {
+			json_array_append_new(env, json_string(e));
+			free(e);
+		} else {
+			json_array_append_new(env, json_string(default_env[0]));
+		}
+	}
+	if (!spec->rootfs && getenv("LD_LIBRARY_PATH") && *getenv("LD_LIBRARY_PATH")) {
+		bool has_ld = false;
+
+		for (size_t i = 0; spec->env && spec->env[i]; i++)
+			has_ld |= !strncmp(spec->env[i], "LD_LIBRARY_PATH=", 16);
+		if (!has_ld) {
+			char *e = NULL;
+
+			if (asprintf(&e, "LD_LIBRARY_PATH=%s", getenv("LD_LIBRARY_PATH")) > 0) {
+				json_array_append_new(env, json_string(e));
+				free(e);
+			}
+		}
+	}
 	/* Our own limit: raising it needs CAP_SYS_RESOURCE, which a sandboxed
 	 * host may not give (runc then fails to start the container). */
 	getrlimit(RLIMIT_NOFILE, &nofile);

@@ -24,7 +24,8 @@ struct oci_bind {
 struct oci_spec {
 	const char *rootfs;        /* NULL: host directories bound read-only */
 	char *const *argv;         /* the process */
-	char *const *env;          /* "K=V", NULL-terminated; NULL for a default PATH */
+	char *const *env;          /* "K=V", NULL-terminated; without PATH (and LD_LIBRARY_PATH)
+				    * a host-rooted container gets thaw's own, else a default PATH */
 	const char *cwd;           /* default "/" */
 	const char *netns_path;    /* network namespace to join (nsfs bind mount) */
 	const struct oci_bind *binds; /* extra binds (e.g. the function's directory) */

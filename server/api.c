@@ -112,10 +112,22 @@ static int get_function(struct req *q)
 	return reply_json(q, 200, j);
 }
 
+/* Drop a snapshot nobody points at any more: its chunks go at the next gc. */
+static void forget_snapshot(struct server *s, const char *snap)
+{
+	int ret;
+
+	if (!snap[0])
+		return;
+	ret = store_manifest_delete(s->store, snap);
+	if (ret && ret != -ENOENT)
+		pr_warn("cannot delete snapshot %s: %s", snap, why(ret));
+}
+
 static int put_function(struct req *q)
 {
 	struct server *s = q->srv;
-	char err[512] = "", loc[128];
+	char err[512] = "", loc[128], forgot[CHUNK_ID_LEN] = "";
 	json_t *spec = NULL, *j = NULL;
 	bool created = false;
 	int ret;
@@ -131,8 +143,9 @@ static int put_function(struct req *q)
 
 		return reply_error(q, e.status, e.code, "cannot check the spec: %s", err);
 	}
-	ret = registry_put(s->reg, q->route.id, spec, &created);
+	ret = registry_put(s->reg, q->route.id, spec, &created, forgot);
 	json_decref(spec);
+	forget_snapshot(s, forgot);
 	if (ret == -EBUSY)
 		return reply_error(q, 409, "conflict",
 				   "function %s has a snapshot building; try again when it is done",
@@ -180,18 +193,6 @@ static size_t stop_function_instances(struct server *s, const char *function)
 	}
 	json_decref(list);
 	return stopped;
-}
-
-/* Drop a snapshot nobody points at any more: its chunks go at the next gc. */
-static void forget_snapshot(struct server *s, const char *snap)
-{
-	int ret;
-
-	if (!snap[0])
-		return;
-	ret = store_manifest_delete(s->store, snap);
-	if (ret && ret != -ENOENT)
-		pr_warn("cannot delete snapshot %s: %s", snap, why(ret));
 }
 
 static int delete_function(struct req *q)
@@ -289,7 +290,7 @@ static int post_snapshot(struct req *q)
 	struct snapshot_task *t = NULL;
 	struct job *job;
 	json_t *spec = NULL, *j = NULL;
-	char loc[64], jid[32];
+	char loc[64], jid[32], forgot[CHUNK_ID_LEN] = "";
 	bool wait;
 	int ret, jerr = 0;
 
@@ -313,7 +314,7 @@ static int post_snapshot(struct req *q)
 		return reply_error(q, 500, "internal", "%s", strerror(-ret));
 	}
 	snprintf(jid, sizeof(jid), "%s", job_id(job));
-	ret = registry_snapshot_begin(s->reg, q->route.id, jid, &spec);
+	ret = registry_snapshot_begin(s->reg, q->route.id, jid, &spec, forgot);
 	if (ret) {
 		jobs_unreserve(s->jobs, job);
 		if (ret == -ENOENT)
@@ -323,6 +324,9 @@ static int post_snapshot(struct req *q)
 					   "a snapshot of %s is already building", q->route.id);
 		return reply_error(q, 500, "internal", "%s", why(ret));
 	}
+	/* The snapshot it replaces goes: nothing can start from it any more
+	 * (a start in flight holds a lease on it). */
+	forget_snapshot(s, forgot);
 	t = calloc(1, sizeof(*t));
 	if (!t) {
 		json_decref(spec);

@@ -108,7 +108,7 @@ static json_t *entry_api_json(const struct entry *e)
  * file (whose temp name is per process) never meet. */
 static int entry_persist(struct registry *r, const struct entry *e)
 {
-	char path[PATH_MAX];
+	char path[PATH_MAX + 80];
 	json_t *spec = json_deep_copy(e->spec), *snap = snapshot_json(e);
 	json_t *j = NULL;
 	char *text = NULL;
@@ -331,12 +331,15 @@ void registry_free(struct registry *r)
 	free(r);
 }
 
-int registry_put(struct registry *r, const char *id, const json_t *spec, bool *created)
+int registry_put(struct registry *r, const char *id, const json_t *spec, bool *created,
+		 char *forgot)
 {
 	struct entry *e, *fresh = NULL;
 	json_t *copy = json_deep_copy(spec);
 	int ret = 0;
 
+	if (forgot)
+		forgot[0] = '\0';
 	if (!copy)
 		return -ENOMEM;
 	pthread_mutex_lock(&r->lock);
@@ -348,6 +351,8 @@ int registry_put(struct registry *r, const char *id, const json_t *spec, bool *c
 			goto out;
 		}
 		if (!json_equal(e->spec, copy)) {
+			if (forgot && e->state == SNAP_READY)
+				memcpy(forgot, e->snap_id, CHUNK_ID_LEN);
 			json_decref(e->spec);
 			e->spec = copy;
 			copy = NULL;
@@ -425,7 +430,7 @@ int registry_list_json(struct registry *r, json_t **out)
 
 int registry_delete(struct registry *r, const char *id)
 {
-	char path[PATH_MAX];
+	char path[PATH_MAX + 80];
 	struct entry *e;
 	size_t idx;
 	int ret = 0;
@@ -461,12 +466,15 @@ bool registry_exists(struct registry *r, const char *id)
 }
 
 int registry_snapshot_begin(struct registry *r, const char *id, const char *job_id,
-			    json_t **spec)
+			    json_t **spec, char *forgot)
 {
+	char old[CHUNK_ID_LEN] = "";
 	struct entry *e;
 	int ret = 0;
 
 	*spec = NULL;
+	if (forgot)
+		forgot[0] = '\0';
 	pthread_mutex_lock(&r->lock);
 	e = find(r, id, NULL);
 	if (!e) {
@@ -482,8 +490,10 @@ int registry_snapshot_begin(struct registry *r, const char *id, const char *job_
 		ret = -ENOMEM;
 		goto out;
 	}
-	/* The previous snapshot (if any) is replaced by this one: it stays in
-	 * the store until gc, but starts wait for the new one. */
+	/* The previous snapshot (if any) is replaced by this one: starts wait
+	 * for the new one. */
+	if (e->state == SNAP_READY)
+		memcpy(old, e->snap_id, CHUNK_ID_LEN);
 	entry_clear_snapshot(e);
 	e->state = SNAP_BUILDING;
 	snprintf(e->job, sizeof(e->job), "%s", job_id);
@@ -492,6 +502,8 @@ int registry_snapshot_begin(struct registry *r, const char *id, const char *job_
 		e->state = SNAP_NONE;
 		json_decref(*spec);
 		*spec = NULL;
+	} else if (forgot) {
+		memcpy(forgot, old, CHUNK_ID_LEN);
 	}
 out:
 	pthread_mutex_unlock(&r->lock);

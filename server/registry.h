@@ -38,9 +38,11 @@ void registry_free(struct registry *r); /* NULL is fine */
 
 /* Create or replace function id with spec (the registry takes its own copy).
  * *created tells which.  Replacing a spec with a different one forgets the
- * snapshot (it was taken of the old spec); the same spec keeps it.  -EBUSY
+ * snapshot (it was taken of the old spec); the same spec keeps it.  forgot
+ * (may be NULL): the id of a ready snapshot forgotten so, else "".  -EBUSY
  * while a snapshot of it is building. */
-int registry_put(struct registry *r, const char *id, const json_t *spec, bool *created);
+int registry_put(struct registry *r, const char *id, const json_t *spec, bool *created,
+		 char *forgot);
 /* GET /functions/<id>: a new object; -ENOENT. */
 int registry_get_json(struct registry *r, const char *id, json_t **out);
 /* GET /functions: a new array, sorted by id. */
@@ -50,9 +52,10 @@ int registry_delete(struct registry *r, const char *id);
 bool registry_exists(struct registry *r, const char *id);
 
 /* A snapshot of id begins, as job job_id: state "building".  *spec: a copy of
- * its spec (you own it).  -ENOENT unknown, -EBUSY already building. */
+ * its spec (you own it).  forgot (may be NULL): the id of the ready snapshot
+ * it replaces, else "".  -ENOENT unknown, -EBUSY already building. */
 int registry_snapshot_begin(struct registry *r, const char *id, const char *job_id,
-			    json_t **spec);
+			    json_t **spec, char *forgot);
 /* The snapshot of job job_id ended: ready with snapshot_id, sizes and
  * timings_ms (may be NULL; copied), or failed with error (snapshot_id NULL).
  * -ENOENT (nothing recorded) if the function was deleted or replaced

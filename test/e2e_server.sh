@@ -320,8 +320,12 @@ st=$(api POST /functions/big/start)
 big_iid=$(jget "$T/body" "j['instance']")
 
 # ---- 5. DELETE a function: its instances stop, the others' do not ----
+manifests() { "$THAW" store --store "$DATA/store" ls --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))'; }
+before=$(manifests)
 st=$(api DELETE /functions/cpu)
 [ "$st" = 204 ] || fail "DELETE /functions/cpu: $st $(cat "$T/body")"
+after=$(manifests)
+[ "$after" = $((before - 1)) ] || fail "DELETE /functions/cpu: $before manifests before, $after after"
 st=$(api GET "/instances/$cpu_iid")
 [ "$st" = 404 ] || fail "instance $cpu_iid of the deleted function: $st"
 st=$(api GET "/instances/$big_iid")

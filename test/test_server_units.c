@@ -305,11 +305,11 @@ static void test_registry(void)
 	snprintf(dir, sizeof(dir), "%s/functions", tmpdir);
 	r = registry_open(dir);
 	REQUIRE(r);
-	CHECK_EQ(registry_put(r, "fn-a", spec, &created), 0);
+	CHECK_EQ(registry_put(r, "fn-a", spec, &created, NULL), 0);
 	CHECK(created);
-	CHECK_EQ(registry_put(r, "fn-a", spec, &created), 0);
+	CHECK_EQ(registry_put(r, "fn-a", spec, &created, NULL), 0);
 	CHECK(!created);
-	CHECK_EQ(registry_put(r, "fn-b", spec2, &created), 0);
+	CHECK_EQ(registry_put(r, "fn-b", spec2, &created, NULL), 0);
 	CHECK_EQ(registry_get_json(r, "nope", &j), -ENOENT);
 	CHECK_EQ(registry_get_json(r, "fn-a", &j), 0);
 	CHECK_STR(json_string_value(json_object_get(j, "id")), "fn-a");
@@ -322,12 +322,12 @@ static void test_registry(void)
 	CHECK_EQ(registry_ready_snapshot(r, "nope", snap, &st), -ENOENT);
 
 	/* A snapshot: building, then ready. */
-	CHECK_EQ(registry_snapshot_begin(r, "fn-a", "job-1", &sp), 0);
+	CHECK_EQ(registry_snapshot_begin(r, "fn-a", "job-1", &sp, NULL), 0);
 	CHECK(json_equal(sp, spec));
 	json_decref(sp);
-	CHECK_EQ(registry_snapshot_begin(r, "fn-a", "job-2", &sp), -EBUSY);
-	CHECK_EQ(registry_put(r, "fn-a", spec2, &created), -EBUSY);
-	CHECK_EQ(registry_snapshot_begin(r, "nope", "job-2", &sp), -ENOENT);
+	CHECK_EQ(registry_snapshot_begin(r, "fn-a", "job-2", &sp, NULL), -EBUSY);
+	CHECK_EQ(registry_put(r, "fn-a", spec2, &created, NULL), -EBUSY);
+	CHECK_EQ(registry_snapshot_begin(r, "nope", "job-2", &sp, NULL), -ENOENT);
 	CHECK_EQ(registry_snapshot_end(r, "fn-a", "job-9", SNAP1, 1, 2, NULL, NULL), -ENOENT);
 	json_t *tm = json_pack("{s:f}", "total", 12.5);
 	CHECK_EQ(registry_snapshot_end(r, "fn-a", "job-1", SNAP1, 1000, 200, tm, NULL), 0);
@@ -335,19 +335,19 @@ static void test_registry(void)
 	CHECK_EQ(registry_ready_snapshot(r, "fn-a", snap, &st), 0);
 	CHECK_STR(snap, SNAP1);
 	/* The same spec again keeps the snapshot. */
-	CHECK_EQ(registry_put(r, "fn-a", spec, &created), 0);
+	CHECK_EQ(registry_put(r, "fn-a", spec, &created, NULL), 0);
 	CHECK_EQ(registry_ready_snapshot(r, "fn-a", snap, &st), 0);
 
 	/* fn-b's snapshot fails. */
-	CHECK_EQ(registry_snapshot_begin(r, "fn-b", "job-3", &sp), 0);
+	CHECK_EQ(registry_snapshot_begin(r, "fn-b", "job-3", &sp, NULL), 0);
 	json_decref(sp);
 	CHECK_EQ(registry_snapshot_end(r, "fn-b", "job-3", NULL, 0, 0, NULL, "it broke"), 0);
 	CHECK_EQ(registry_ready_snapshot(r, "fn-b", snap, &st), -ENODATA);
 	CHECK_EQ(st, SNAP_FAILED);
 
 	/* fn-c is left building, as by a thawd killed during its snapshot. */
-	CHECK_EQ(registry_put(r, "fn-c", spec, &created), 0);
-	CHECK_EQ(registry_snapshot_begin(r, "fn-c", "job-4", &sp), 0);
+	CHECK_EQ(registry_put(r, "fn-c", spec, &created, NULL), 0);
+	CHECK_EQ(registry_snapshot_begin(r, "fn-c", "job-4", &sp, NULL), 0);
 	json_decref(sp);
 	CHECK_EQ(registry_list_json(r, &j), 0);
 	CHECK_EQ(json_array_size(j), 3);
@@ -384,13 +384,28 @@ static void test_registry(void)
 	CHECK_STR(json_string_value(json_object_get(s, "error")), REGISTRY_RESTART_REASON);
 	json_decref(j);
 
-	/* A different spec forgets the snapshot. */
-	CHECK_EQ(registry_put(r, "fn-a", spec2, &created), 0);
+	/* A different spec forgets the snapshot, and says which. */
+	char forgot[CHUNK_ID_LEN] = "x";
+	CHECK_EQ(registry_put(r, "fn-a", spec, &created, forgot), 0);
+	CHECK_STR(forgot, "");
+	CHECK_EQ(registry_put(r, "fn-a", spec2, &created, forgot), 0);
+	CHECK_STR(forgot, SNAP1);
 	CHECK_EQ(registry_ready_snapshot(r, "fn-a", snap, &st), -ENODATA);
 	CHECK_EQ(st, SNAP_NONE);
 
+	/* A new snapshot replaces the ready one, and says which. */
+	CHECK_EQ(registry_snapshot_begin(r, "fn-a", "job-6", &sp, forgot), 0);
+	json_decref(sp);
+	CHECK_STR(forgot, "");
+	CHECK_EQ(registry_snapshot_end(r, "fn-a", "job-6", SNAP1, 1, 1, NULL, NULL), 0);
+	CHECK_EQ(registry_snapshot_begin(r, "fn-a", "job-7", &sp, forgot), 0);
+	json_decref(sp);
+	CHECK_STR(forgot, SNAP1);
+	CHECK_EQ(registry_ready_snapshot(r, "fn-a", snap, &st), -ENODATA);
+	CHECK_EQ(st, SNAP_BUILDING);
+
 	/* Delete: the file goes, and a snapshot ending after it is dropped. */
-	CHECK_EQ(registry_snapshot_begin(r, "fn-b", "job-5", &sp), 0);
+	CHECK_EQ(registry_snapshot_begin(r, "fn-b", "job-5", &sp, NULL), 0);
 	json_decref(sp);
 	CHECK_EQ(registry_delete(r, "fn-b"), 0);
 	CHECK_EQ(registry_delete(r, "fn-b"), -ENOENT);

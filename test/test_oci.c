@@ -196,6 +196,52 @@ static void run_checkpoint_restore(const char *dir)
 	CHECK(system(buf) != 0); /* no container left */
 }
 
+/* config_init: defaults and the environment's overrides. */
+static void check_config(void)
+{
+	struct thaw_config c;
+	char *saved[6];
+	const char *names[] = { "THAW_DATA_DIR", "THAW_CRIU", "THAW_RAM_TIER_BYTES", "THAW_RUNC",
+				"THAW_RAM_TIER", "THAW_STORE" };
+
+	for (int i = 0; i < 6; i++) {
+		saved[i] = getenv(names[i]) ? strdup(getenv(names[i])) : NULL;
+		unsetenv(names[i]);
+	}
+	CHECK_EQ(config_init(&c, NULL), 0);
+	CHECK_STR(c.data_dir, "/var/lib/thaw");
+	CHECK_STR(c.store_dir, "/var/lib/thaw/store");
+	CHECK_STR(c.ram_tier_dir, "/dev/shm/thaw");
+	CHECK_STR(c.runc, "runc");
+	CHECK(c.ram_tier_bytes > 0);
+	/* Found beside the build (build/test/test_oci -> <repo>/.deps), or on PATH. */
+	CHECK(strstr(c.criu, ".deps/criu-wrapper") || access(c.criu, X_OK) == 0 ||
+	      !strcmp(c.criu, "criu"));
+	setenv("THAW_DATA_DIR", "/srv/thaw", 1);
+	setenv("THAW_CRIU", "/opt/criu", 1);
+	setenv("THAW_RUNC", "/opt/runc", 1);
+	setenv("THAW_RAM_TIER", "/dev/shm/x", 1);
+	setenv("THAW_RAM_TIER_BYTES", "12345", 1);
+	CHECK_EQ(config_init(&c, NULL), 0);
+	CHECK_STR(c.data_dir, "/srv/thaw");
+	CHECK_STR(c.store_dir, "/srv/thaw/store");
+	CHECK_STR(c.criu, "/opt/criu");
+	CHECK_STR(c.runc, "/opt/runc");
+	CHECK_STR(c.ram_tier_dir, "/dev/shm/x");
+	CHECK_EQ(c.ram_tier_bytes, 12345);
+	CHECK_EQ(config_init(&c, "/d"), 0); /* the argument wins over the environment */
+	CHECK_STR(c.data_dir, "/d");
+	setenv("THAW_RAM_TIER_BYTES", "12k", 1);
+	CHECK_EQ(config_init(&c, NULL), -EINVAL);
+	for (int i = 0; i < 6; i++) {
+		if (saved[i])
+			setenv(names[i], saved[i], 1);
+		else
+			unsetenv(names[i]);
+		free(saved[i]);
+	}
+}
+
 int main(void)
 {
 	char dir[] = "/tmp/test_oci.XXXXXX", bundle[PATH_MAX], p[PATH_MAX + 64], link[PATH_MAX];
@@ -210,6 +256,7 @@ int main(void)
 	json_t *cfg, *m, *l;
 	bool found;
 
+	check_config();
 	REQUIRE(mkdtemp(dir));
 	snprintf(bundle, sizeof(bundle), "%s/b", dir);
 	REQUIRE(oci_bundle_write(bundle, &spec) == 0);

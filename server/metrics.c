@@ -85,6 +85,8 @@ bool metrics_escape_label(const char *in, char *out, size_t outlen)
 {
 	size_t o = 0;
 
+	if (!in)
+		in = "";
 	for (; *in; in++) {
 		const char *rep = NULL;
 		char one[2] = { *in, '\0' };

@@ -21,9 +21,9 @@
 
 #define SERVER_DEFAULT_LISTEN        "127.0.0.1:8080"
 #define SERVER_DEFAULT_MAX_BODY      (1u << 20)
-#define SERVER_DEFAULT_MAX_STARTS    32
-#define SERVER_DEFAULT_MAX_SNAPSHOTS 2
-#define SERVER_DEFAULT_MAX_CONNS     512
+#define SERVER_DEFAULT_MAX_STARTS    32u
+#define SERVER_DEFAULT_MAX_SNAPSHOTS 2u
+#define SERVER_DEFAULT_MAX_CONNS     512u
 
 struct server_opts {
 	const char *listen;     /* "HOST:PORT" ("[::1]:PORT" for IPv6); port 0: any free one */

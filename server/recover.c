@@ -7,6 +7,8 @@
  *   - instances recorded under <data>/instances are stopped and reported lost
  *     in the log: thawd does not adopt them (their shims were its children,
  *     and nobody knows whether they still answer);
+ *   - runc processes it started that outlived it (a checkpoint or restore
+ *     in progress) are killed with their CRIU;
  *   - what a snapshot in progress leaves (its runc container, network
  *     namespace mount and work directory under <data>/work) is removed;
  *   - the store is garbage collected: a put that was cut short leaves chunks
@@ -24,13 +26,77 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* runc processes of an earlier thawd that outlived it (a `runc checkpoint`
+ * or `runc restore` in progress when it was killed: runc runs in a process
+ * group of its own, with CRIU in it).  They are recognised by the runc root
+ * they were given, <data>/runc, and killed with their group before anything
+ * else is cleaned, so that none of them writes into what is being removed. */
+static void kill_orphan_runc(struct server *s)
+{
+	char root[PATH_MAX + 16], path[64], buf[8192];
+	struct dirent *de;
+	pid_t killed[64];
+	size_t nkilled = 0;
+	DIR *d;
+
+	snprintf(root, sizeof(root), "%s/runc", s->cfg.data_dir);
+	d = opendir("/proc");
+	if (!d)
+		return;
+	while ((de = readdir(d)) && nkilled < ARRAY_SIZE(killed)) {
+		pid_t pid = (pid_t)atoi(de->d_name);
+		ssize_t n;
+		int fd;
+
+		if (pid <= 0 || pid == getpid())
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		n = read(fd, buf, sizeof(buf) - 1);
+		close(fd);
+		if (n <= 0)
+			continue;
+		buf[n] = '\0';
+		/* argv: "…", "--root", "<data>/runc", … */
+		for (char *a = buf; a < buf + n; a += strlen(a) + 1) {
+			char *next = a + strlen(a) + 1;
+
+			if (strcmp(a, "--root") || next >= buf + n || strcmp(next, root))
+				continue;
+			pid_t pgid = getpgid(pid);
+			pr_warn("runc process %d (%s), left by an earlier run, killed", (int)pid,
+				buf);
+			if (pgid == pid)
+				kill(-pgid, SIGKILL);
+			kill(pid, SIGKILL);
+			killed[nkilled++] = pid;
+			break;
+		}
+	}
+	closedir(d);
+	/* They are not our children: wait until they are gone. */
+	for (int i = 0; i < 100; i++) {
+		size_t alive = 0;
+
+		for (size_t k = 0; k < nkilled; k++)
+			alive += kill(killed[k], 0) == 0;
+		if (!alive)
+			break;
+		usleep(20 * 1000);
+	}
+}
 
 static void stop_recorded_instances(struct server *s)
 {
@@ -143,6 +209,7 @@ int recover_startup(struct server *s)
 {
 	uint64_t chunks = 0, bytes = 0;
 
+	kill_orphan_runc(s);
 	stop_recorded_instances(s);
 	clean_snapshot_leftovers(s);
 	if (store_gc(s->store, &chunks, &bytes) == 0) {

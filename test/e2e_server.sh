@@ -270,7 +270,47 @@ grep -q '^thaw_start_failures_total{function="slow",code="timeout"} 1$' "$T/body
 	fail "metrics: the timeout is not counted: $(grep failures "$T/body")"
 
 # ---- 4. kill -9 during a snapshot ----
-# An instance running, and a bigger snapshot in progress, when thawd dies.
+# after_kill WHAT: restart thawd and check what it made of the debris.
+after_kill() {
+	local what=$1 state why c p lines
+	lines=$(wc -l <"$T/thawd.log")
+	start_thawd
+	# What the recovery did, for the log of this test.
+	tail -n +"$((lines + 1))" "$T/thawd.log" | grep -E "earlier run|marked failed" | sed 's/^/    /'
+	api GET /functions/big >/dev/null
+	state=$(jget "$T/body" "j['snapshot']['state']")
+	why=$(jget "$T/body" "j['snapshot']['error']")
+	[ "$state" = failed ] && [ "$why" = "thawd restarted during the snapshot" ] ||
+		fail "kill -9 $what: snapshot state $state ($why)"
+	# Killed processes are reaped by init: a moment at most.
+	for _ in $(seq 10); do
+		[ -z "$(own_procs | grep -v "^$THAWD_PID ")" ] && break
+		sleep 0.1
+	done
+	c=$(own_containers)
+	[ -z "$c" ] || fail "kill -9 $what, restart: containers left: $c"
+	p=$(own_procs | grep -v "^$THAWD_PID ")
+	[ -z "$p" ] || fail "kill -9 $what, restart: processes left: $p"
+	[ -z "$(own_mounts)" ] || fail "kill -9 $what, restart: mounts left: $(own_mounts)"
+	[ ! -d "$DATA/work" ] || [ -z "$(ls -A "$DATA/work")" ] ||
+		fail "kill -9 $what, restart: work dirs left: $(ls "$DATA/work")"
+	api GET /instances >/dev/null
+	[ "$(jget "$T/body" "len(j['instances'])")" = 0 ] ||
+		fail "kill -9 $what, restart: instances: $(cat "$T/body")"
+	if "$THAW" store --store "$DATA/store" verify >"$T/verify" 2>&1; then
+		ok "kill -9 $what: restart clean, store verify clean"
+	else
+		fail "kill -9 $what: store verify: $(cat "$T/verify")"
+	fi
+}
+kill_thawd() {
+	kill -9 "$THAWD_PID"
+	wait "$THAWD_PID" 2>/dev/null
+	THAWD_PID=""
+}
+
+# (a) Early in the snapshot (the function loading its state), with
+# instances running: they are reported lost and stopped.
 st=$(api POST /functions/cpu/start)
 [ "$st" = 201 ] || fail "start before the kill: $st $(cat "$T/body")"
 lost=$(jget "$T/body" "j['instance']")
@@ -278,36 +318,25 @@ spec_for 192 >"$T/big.json"
 api PUT /functions/big -d @"$T/big.json" >/dev/null
 st=$(api POST /functions/big/snapshot)
 [ "$st" = 202 ] || fail "snapshot of big: $st $(cat "$T/body")"
-sleep 1.5
-kill -9 "$THAWD_PID"
-wait "$THAWD_PID" 2>/dev/null
-THAWD_PID=""
-start_thawd
+sleep 1
+kill_thawd
+after_kill "while the function loads"
 grep -q "instance $lost of cpu from an earlier run is lost" "$T/thawd.log" ||
 	fail "the lost instance $lost is not reported"
-api GET /functions/big >/dev/null
-state=$(jget "$T/body" "j['snapshot']['state']")
-why=$(jget "$T/body" "j['snapshot']['error']")
-[ "$state" = failed ] && [ "$why" = "thawd restarted during the snapshot" ] ||
-	fail "after kill -9: snapshot state $state ($why)"
-# A runc checkpoint cut short may take a moment to end.
-for _ in $(seq 50); do
-	[ -z "$(own_procs | grep -v "^$THAWD_PID " | grep -v "thawd ")" ] && [ -z "$(own_containers)" ] && break
-	sleep 0.2
+
+# (b) During the CRIU dump, restarting at once: the orphaned
+# `runc checkpoint` and its CRIU must not outlive the recovery.
+st=$(api POST /functions/big/snapshot)
+[ "$st" = 202 ] || fail "snapshot of big: $st $(cat "$T/body")"
+dumping=no
+for _ in $(seq 400); do
+	pgrep -f -- "--root $DATA/runc.* checkpoint" >/dev/null && { dumping=yes; break; }
+	sleep 0.05
 done
-c=$(own_containers)
-[ -z "$c" ] || fail "after restart: containers left: $c"
-p=$(own_procs | grep -v "^$THAWD_PID ")
-[ -z "$p" ] || fail "after restart: processes left: $p"
-[ -z "$(own_mounts)" ] || fail "after restart: mounts left: $(own_mounts)"
-[ ! -d "$DATA/work" ] || [ -z "$(ls -A "$DATA/work")" ] || fail "work dirs left: $(ls "$DATA/work")"
-api GET /instances >/dev/null
-[ "$(jget "$T/body" "len(j['instances'])")" = 0 ] || fail "instances after restart: $(cat "$T/body")"
-if "$THAW" store --store "$DATA/store" verify >"$T/verify" 2>&1; then
-	ok "store verify clean after kill -9"
-else
-	fail "store verify: $(cat "$T/verify")"
-fi
+[ $dumping = yes ] || fail "the snapshot never reached its dump"
+kill_thawd
+after_kill "during the dump"
+
 # The old snapshot of cpu still starts; big snapshots again.
 st=$(api POST /functions/cpu/start)
 [ "$st" = 201 ] || fail "start after restart: $st $(cat "$T/body")"

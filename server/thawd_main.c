@@ -150,7 +150,7 @@ int main(int argc, char **argv)
 	};
 	const char *data_dir = NULL, *ram_tier = NULL, *ram_bytes = NULL, *runc = NULL;
 	const char *criu = NULL, *max_starts = NULL, *max_snaps = NULL, *max_body = NULL;
-	const char *max_conns = NULL;
+	const char *max_conns = NULL, *listen_addr = NULL;
 	struct server_opts o;
 	struct thaw_config c;
 	struct server *s = NULL;
@@ -161,7 +161,7 @@ int main(int argc, char **argv)
 	server_opts_default(&o);
 	while ((opt = getopt_long(argc, argv, "vqh", longopts, NULL)) != -1) {
 		switch (opt) {
-		case OPT_LISTEN: o.listen = optarg; break;
+		case OPT_LISTEN: listen_addr = optarg; break;
 		case OPT_DATA_DIR: data_dir = optarg; break;
 		case OPT_RAM_TIER: ram_tier = optarg; break;
 		case OPT_RAM_TIER_BYTES: ram_bytes = optarg; break;
@@ -190,8 +190,10 @@ int main(int argc, char **argv)
 	else if (!env("THAW_LOG"))
 		log_set_level(LOG_INFO);
 
-	if (!o.listen || !strcmp(o.listen, SERVER_DEFAULT_LISTEN))
-		o.listen = env("THAW_LISTEN") ? env("THAW_LISTEN") : SERVER_DEFAULT_LISTEN;
+	/* Flags win over the environment, which wins over the defaults. */
+	if (!listen_addr)
+		listen_addr = env("THAW_LISTEN") ? env("THAW_LISTEN") : SERVER_DEFAULT_LISTEN;
+	o.listen = listen_addr;
 	if (!o.token_file)
 		o.token_file = env("THAW_TOKEN_FILE");
 	if (!max_starts)

@@ -202,11 +202,7 @@ static int delete_function(struct req *q)
 	size_t stopped;
 	int ret;
 
-	if (!registry_exists(s->reg, q->route.id))
-		return reply_error(q, 404, "not_found", "no function %s", q->route.id);
-	if (registry_ready_snapshot(s->reg, q->route.id, snap, NULL))
-		snap[0] = '\0';
-	ret = registry_delete(s->reg, q->route.id);
+	ret = registry_delete(s->reg, q->route.id, snap);
 	if (ret == -ENOENT)
 		return reply_error(q, 404, "not_found", "no function %s", q->route.id);
 	if (ret)

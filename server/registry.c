@@ -428,13 +428,15 @@ int registry_list_json(struct registry *r, json_t **out)
 	return 0;
 }
 
-int registry_delete(struct registry *r, const char *id)
+int registry_delete(struct registry *r, const char *id, char *forgot)
 {
 	char path[PATH_MAX + 80];
 	struct entry *e;
 	size_t idx;
 	int ret = 0;
 
+	if (forgot)
+		forgot[0] = '\0';
 	pthread_mutex_lock(&r->lock);
 	e = find(r, id, &idx);
 	if (!e) {
@@ -448,6 +450,8 @@ int registry_delete(struct registry *r, const char *id)
 		goto out;
 	}
 	fsync_dir(r->dir);
+	if (forgot && e->state == SNAP_READY)
+		memcpy(forgot, e->snap_id, CHUNK_ID_LEN);
 	r->e[idx] = r->e[--r->n];
 	entry_free(e);
 out:

@@ -47,8 +47,9 @@ int registry_put(struct registry *r, const char *id, const json_t *spec, bool *c
 int registry_get_json(struct registry *r, const char *id, json_t **out);
 /* GET /functions: a new array, sorted by id. */
 int registry_list_json(struct registry *r, json_t **out);
-/* Forget function id and remove its file; -ENOENT. */
-int registry_delete(struct registry *r, const char *id);
+/* Forget function id and remove its file; -ENOENT.  forgot (may be NULL):
+ * the id of its ready snapshot, else "". */
+int registry_delete(struct registry *r, const char *id, char *forgot);
 bool registry_exists(struct registry *r, const char *id);
 
 /* A snapshot of id begins, as job job_id: state "building".  *spec: a copy of

@@ -407,12 +407,16 @@ static void test_registry(void)
 	/* Delete: the file goes, and a snapshot ending after it is dropped. */
 	CHECK_EQ(registry_snapshot_begin(r, "fn-b", "job-5", &sp, NULL), 0);
 	json_decref(sp);
-	CHECK_EQ(registry_delete(r, "fn-b"), 0);
-	CHECK_EQ(registry_delete(r, "fn-b"), -ENOENT);
+	CHECK_EQ(registry_delete(r, "fn-b", forgot), 0);
+	CHECK_STR(forgot, ""); /* it was building */
+	CHECK_EQ(registry_delete(r, "fn-b", NULL), -ENOENT);
 	snprintf(path, sizeof(path), "%s/fn-b.json", dir);
 	CHECK(access(path, F_OK) != 0);
 	CHECK_EQ(registry_snapshot_end(r, "fn-b", "job-5", SNAP1, 1, 1, NULL, NULL), -ENOENT);
 	CHECK(!registry_exists(r, "fn-b"));
+	CHECK_EQ(registry_snapshot_end(r, "fn-a", "job-7", SNAP1, 1, 1, NULL, NULL), 0);
+	CHECK_EQ(registry_delete(r, "fn-a", forgot), 0);
+	CHECK_STR(forgot, SNAP1); /* ready: the caller drops it from the store */
 	registry_free(r);
 
 	json_decref(spec);

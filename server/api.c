@@ -442,6 +442,17 @@ static int post_start(struct req *q)
 		return start_failed(q, 404, "not_found", NULL, NULL,
 				    "the function was deleted during the start");
 	}
+	if (req_client_gone(q)) {
+		/* The gateway gave up (its timeout): nobody will ever use or
+		 * delete this instance, so it must not outlive the request. */
+		insts_remove(s->insts, in.id);
+		instance_stop(&s->cfg, in.id);
+		pr_warn("start of %s: the client closed the connection before the answer; "
+			"instance %s stopped",
+			fn, in.id);
+		return start_failed(q, 499, "client_gone", NULL, NULL,
+				    "the client closed the connection");
+	}
 	metrics_restore_phases(s->metrics, (double[PHASE_COUNT]){ in.t.materialize,
 								   in.t.criu_restore,
 								   in.t.gpu_restore, in.t.ready,

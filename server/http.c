@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,6 +159,20 @@ int reply_error_hdr(struct req *q, unsigned status, const char *hname, const cha
 const char *req_query(struct req *q, const char *key)
 {
 	return MHD_lookup_connection_value(q->conn, MHD_GET_ARGUMENT_KIND, key);
+}
+
+bool req_client_gone(struct req *q)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(q->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	struct pollfd p;
+
+	if (!ci)
+		return false;
+	p = (struct pollfd){ .fd = ci->connect_fd, .events = POLLRDHUP };
+	/* An HTTP client does not shut down its sending side while it waits
+	 * for the answer: RDHUP or HUP means it closed the connection. */
+	return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
 /* ---- the request life cycle ---- */

@@ -80,6 +80,9 @@ int reply_empty(struct req *q, unsigned status);
 int reply_json_hdr(struct req *q, unsigned status, json_t *body, const char *hname,
 		   const char *hvalue);
 const char *req_query(struct req *q, const char *key);
+/* true if the client has closed its end of the connection (it gave up
+ * waiting): an answer would reach nobody. */
+bool req_client_gone(struct req *q);
 
 /* The request, routed, authorised and with its body (api.c). */
 int api_dispatch(struct req *q);

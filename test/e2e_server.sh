@@ -344,6 +344,21 @@ cpu_iid=$(jget "$T/body" "j['instance']")
 st=$(api POST '/functions/big/snapshot?wait=1')
 [ "$st" = 200 ] || fail "snapshot of big after restart: $st $(cat "$T/body")"
 
+# A client that gives up before the answer (a gateway's timeout) leaves no
+# instance behind: big's first start materialises its snapshot, ~0.5 s.
+curl -s -o /dev/null --max-time 0.2 -H "Authorization: Bearer $TOKEN" -X POST "$URL/functions/big/start"
+for _ in $(seq 100); do
+	grep -q "client closed the connection before the answer" "$T/thawd.log" && break
+	sleep 0.1
+done
+if grep -q "client closed the connection before the answer" "$T/thawd.log"; then
+	api GET /instances >/dev/null
+	[ "$(jget "$T/body" "[i['function'] for i in j['instances']]")" = "['cpu']" ] &&
+		ok "a start whose client went away is stopped" ||
+		fail "instances after a client went away: $(cat "$T/body")"
+else
+	fail "the start whose client went away was not noticed"
+fi
 st=$(api POST /functions/big/start)
 [ "$st" = 201 ] || fail "start of big: $st $(cat "$T/body")"
 big_iid=$(jget "$T/body" "j['instance']")

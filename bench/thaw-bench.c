@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1108,10 +1109,16 @@ out:
 		close(sio.out_r);
 	if (sio.err_r >= 0 && !d.started)
 		close(sio.err_r);
-	if (have_ns)
+	if (have_ns) {
 		netns_remove(ns);
-	if (dir[strlen(dir) - 1] != 'X')
-		rm_rf(dir);
+		/* Where mounts propagate, netns_create bound the directory that
+		 * holds the namespace file onto itself, private: rm_rf does not
+		 * cross mounts, so undo that first. */
+		if (umount2(dir, MNT_DETACH) < 0 && errno != EINVAL && errno != ENOENT)
+			pr_warn("umount %s: %s", dir, strerror(errno));
+	}
+	if (dir[strlen(dir) - 1] != 'X' && rm_rf(dir) < 0)
+		pr_warn("%s is left behind", dir);
 	return ret;
 }
 

@@ -5,8 +5,10 @@
  * /instances/<iid>.  Start latency = the start request's arrival time → the
  * instance's first correct inference answer.  Arrivals are open loop: in
  * --rate mode the clock starts at the scheduled arrival, so a harness that
- * falls behind shows up in the latency rather than hiding it.  Everything runs
- * on one thread through libcurl's multi interface.
+ * falls behind shows up in the latency rather than hiding it.  The starts run
+ * on one thread through libcurl's multi interface; the baselines (runc run /
+ * runc restore of the same function, without thawd) run after them, one at a
+ * time.
  *
  * See bench/README.md for how to drive it.
  */

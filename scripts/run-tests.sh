@@ -46,8 +46,10 @@ for f in build/fuzz/fuzz_*; do
 	corpus=test/fuzz/corpus/${n#fuzz_}
 	work=$(mktemp -d)
 	[ -d "$corpus" ] && cp -r "$corpus"/. "$work"/ 2>/dev/null
+	# A crash's input goes to the logs, not into the tree (libFuzzer writes
+	# crash-* into its working directory otherwise).
 	run_one "$n" $((FUZZ_SECONDS + 60)) "$f" -max_total_time="$FUZZ_SECONDS" \
-		-rss_limit_mb=2048 -timeout=10 "$work"
+		-rss_limit_mb=2048 -timeout=10 -artifact_prefix="$LOGDIR/$n-" "$work"
 	rm -rf "$work"
 done
 

@@ -171,11 +171,11 @@ for t in "$X"/build/test/test_*gpu*; do
 done
 # e.g.: step bench-gpu-start "$X/build/bench/thaw-bench" --function gpu-example ...
 # thaw-bench on the GPU example: one at a time with the cold-boot and plain-restore
-# baselines, 2 at once, cold tier; a start counts once it generates the cold tokens.
+# baselines, GPU_BURST (default 8) at once, cold tier; a start counts once it generates the cold tokens.
 [ -n "${E2E_GPU_TOKENS:-}" ] &&
 	step gpu-llm-thaw-bench bash bench/thaw-bench-run.sh "$THAW_GPU_EXAMPLE" gpu-example \
 		'POST /generate {"prompt_ids": [1, 450, 4996, 17354, 1701, 29916], "max_new_tokens": 32}' \
-		"\"tokens\": $E2E_GPU_TOKENS" "$THAW_FIGURES/thaw-bench" 2
+		"\"tokens\": $E2E_GPU_TOKENS" "$THAW_FIGURES/thaw-bench" "${GPU_BURST:-8}"
 # ==== end of EXTEND ===========================================================
 
 if [ -n "${GPU_ALL_TESTS:-}" ]; then

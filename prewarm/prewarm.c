@@ -16,6 +16,7 @@
 #include "common/runner.h"
 #include "common/util.h"
 #include "prewarm/ready.h"
+#include "store/criu_elide.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -532,7 +533,9 @@ out:
 	return ret;
 }
 
-static json_t *snapshot_meta(struct job *j, json_t *timings, uint64_t image_bytes)
+/* image_bytes is the image as stored (after elision); before, the dump's. */
+static json_t *snapshot_meta(struct job *j, json_t *timings, uint64_t image_bytes,
+			     uint64_t bytes_before, uint64_t pages_elided)
 {
 	char created[32];
 	time_t now = time(NULL);
@@ -540,10 +543,12 @@ static json_t *snapshot_meta(struct job *j, json_t *timings, uint64_t image_byte
 
 	gmtime_r(&now, &tm);
 	strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	return json_pack("{s:s, s:o, s:o, s:o, s:O, s:O, s:O, s:I, s:s}", "function", j->spec->id,
-			 "spec", spec_to_json(j->spec), "versions", versions(j->c), "gpus", gpus(),
-			 "cuda_pids", j->cuda_pids, "cuda_ns_pids", j->cuda_ns_pids, "timings_ms",
-			 timings, "image_bytes", (json_int_t)image_bytes, "created", created);
+	return json_pack("{s:s, s:o, s:o, s:o, s:O, s:O, s:O, s:I, s:I, s:I, s:s}", "function",
+			 j->spec->id, "spec", spec_to_json(j->spec), "versions", versions(j->c),
+			 "gpus", gpus(), "cuda_pids", j->cuda_pids, "cuda_ns_pids", j->cuda_ns_pids,
+			 "timings_ms", timings, "image_bytes", (json_int_t)image_bytes,
+			 "image_bytes_before_elision", (json_int_t)bytes_before,
+			 "zero_pages_elided", (json_int_t)pages_elided, "created", created);
 }
 
 /* Undo whatever was made, in reverse order; says what is left if a step fails. */
@@ -588,7 +593,8 @@ int prewarm_snapshot(const struct thaw_config *c, struct store *s, const struct 
 	struct job j = { .c = c, .spec = spec, .log_fd = -1, .stop_fd = -1,
 			 .stdio = { -1, -1 } };
 	struct store_put_stats st = { 0 };
-	uint64_t t0 = now_ns(), t, image_bytes = 0;
+	uint64_t t0 = now_ns(), t, image_bytes = 0, bytes_before = 0;
+	struct criu_elide_stats est = { 0 };
 	json_t *timings = json_object(), *meta = NULL;
 	const char *paths[1];
 	unsigned n = atomic_fetch_add(&seq, 1);
@@ -718,12 +724,30 @@ int prewarm_snapshot(const struct thaw_config *c, struct store *s, const struct 
 		goto out;
 	}
 	json_object_set_new(timings, "criu_dump", json_real(ms_since(t)));
-	ret = dir_bytes(j.image, &image_bytes);
+	ret = dir_bytes(j.image, &bytes_before);
 	if (ret)
 		goto out;
 
+	/* Zero pages of private anonymous memory read back as zero without being
+	 * stored; dropping them here saves the store, the tiers and every restore. */
 	t = now_ns();
-	meta = snapshot_meta(&j, timings, image_bytes);
+	if (spec->elide_zero) {
+		ret = criu_elide_zero_pages(j.image, &est);
+		if (ret) {
+			phase_failed("zero elision", ret);
+			goto out;
+		}
+	}
+	json_object_set_new(timings, "elide", json_real(ms_since(t)));
+	ret = dir_bytes(j.image, &image_bytes);
+	if (ret)
+		goto out;
+	pr_info("%s: %llu zero pages elided, image %llu -> %llu bytes", spec->id,
+		(unsigned long long)est.pages_elided, (unsigned long long)bytes_before,
+		(unsigned long long)image_bytes);
+
+	t = now_ns();
+	meta = snapshot_meta(&j, timings, image_bytes, bytes_before, est.pages_elided);
 	if (!meta) {
 		ret = -ENOMEM;
 		goto out;

@@ -14,7 +14,8 @@
 #define MAX_ARGS 4096
 
 static const char *const known_keys[] = { "id",	   "command", "env",	 "cwd",	    "bundle",
-					  "port",  "ready",   "warmup",	 "prepare", "gpu" };
+					  "port",  "ready",   "warmup",	 "prepare", "gpu",
+					  "elide_zero" };
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -303,6 +304,10 @@ static int parse_fields(const json_t *j, const char *id, struct func_spec *s, ch
 	if (v && !json_is_boolean(v))
 		return fail(err, errlen, "gpu: must be true or false");
 	s->gpu = json_is_true(v);
+	v = json_object_get(j, "elide_zero");
+	if (v && !json_is_boolean(v))
+		return fail(err, errlen, "elide_zero: must be true or false");
+	s->elide_zero = !v || json_is_true(v);
 	return 0;
 }
 
@@ -375,6 +380,7 @@ json_t *spec_to_json(const struct func_spec *s)
 	if (s->prepare)
 		json_object_set_new(j, "prepare", call_to_json(s->prepare));
 	json_object_set_new(j, "gpu", json_boolean(s->gpu));
+	json_object_set_new(j, "elide_zero", json_boolean(s->elide_zero));
 	json_decref(cmd);
 	return j;
 fail:

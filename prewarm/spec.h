@@ -31,6 +31,9 @@ struct func_spec {
 	size_t nwarmup;
 	struct http_call *prepare; /* optional hook called just before the snapshot */
 	bool gpu;
+	/* Drop the image's all-zero private anonymous pages before storing it
+	 * (store/criu_elide.h); "elide_zero", default true. */
+	bool elide_zero;
 };
 
 /* Parse and check a spec; id (may be NULL) overrides/sets "id".  0 and *out

@@ -140,7 +140,7 @@ check(out["function"] == "cpu-test", "id from the file name: %s" % out["function
 check(out["image_bytes"] > 64 << 20, "image holds the 64 MiB state: %d" % out["image_bytes"])
 check(0 < out["stored_bytes"] <= out["image_bytes"] * 1.01, "stored bytes %d" % out["stored_bytes"])
 t = out["timings_ms"]
-for k in ("boot", "ready", "warmup", "prepare", "cuda_checkpoint", "criu_dump", "ingest", "total"):
+for k in ("boot", "ready", "warmup", "prepare", "cuda_checkpoint", "criu_dump", "elide", "ingest", "total"):
     check(k in t and t[k] >= 0, "timing " + k)
 check(t["total"] >= t["boot"] + t["ready"] + t["criu_dump"], "total covers the phases")
 m = json.load(open(os.path.join(store, "manifests", sid[7:])))
@@ -153,6 +153,12 @@ check(meta["versions"]["kernel"] == os.uname().release, "kernel version")
 check(meta["versions"]["runc"] != "", "runc version")
 check(meta["cuda_pids"] == [] and meta["gpus"] == [] or os.path.exists("/dev/nvidiactl"), "no CUDA here")
 check(meta["image_bytes"] == out["image_bytes"], "image bytes in meta")
+check(meta["image_bytes"] <= meta["image_bytes_before_elision"], "image bytes after elision <= before")
+# The pages files shrink by the pages elided; the pagemaps change by a few bytes.
+check(abs(meta["zero_pages_elided"] * 4096 - (meta["image_bytes_before_elision"] - meta["image_bytes"])) < 65536,
+      "zero_pages_elided matches the bytes saved")
+print("figure: e2e_snapshot cpu image_bytes_before_elision %d image_bytes %d zero_pages_elided %d" %
+      (meta["image_bytes_before_elision"], meta["image_bytes"], meta["zero_pages_elided"]))
 files = {f["path"] for f in m["files"]}
 for f in ("inventory.img", "descriptors.json"):
     check(f in files, "image file " + f)

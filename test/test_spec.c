@@ -70,6 +70,7 @@ int main(void)
 	CHECK(s->warmup[1].body == NULL);
 	CHECK(s->prepare && !strcmp(s->prepare->path, "/prepare"));
 	CHECK(!s->gpu);
+	CHECK(s->elide_zero); /* the default */
 
 	/* Round trip: to JSON and back gives the same JSON. */
 	json_t *j1 = spec_to_json(s);
@@ -101,6 +102,23 @@ int main(void)
 	CHECK_STR(s->id, "b");
 	CHECK(s->gpu);
 	CHECK_EQ(s->port, 65535);
+	spec_free(s);
+	/* elide_zero: off when asked, and written back so. */
+	s = parse("{\"id\":\"a\",\"command\":[\"srv\"],\"port\":1,\"elide_zero\":false}", NULL, err,
+		  sizeof(err));
+	REQUIRE(s);
+	CHECK(!s->elide_zero);
+	j1 = spec_to_json(s);
+	CHECK(j1 && json_is_false(json_object_get(j1, "elide_zero")));
+	spec_free(s);
+	s = NULL;
+	CHECK_EQ(spec_parse(j1, NULL, &s, err, sizeof(err)), 0);
+	CHECK(s && !s->elide_zero);
+	json_decref(j1);
+	spec_free(s);
+	s = parse("{\"id\":\"a\",\"command\":[\"srv\"],\"port\":1,\"elide_zero\":true}", NULL, err,
+		  sizeof(err));
+	CHECK(s && s->elide_zero);
 	spec_free(s);
 	/* A bundle may name the command itself. */
 	s = parse("{\"id\":\"a\",\"bundle\":\"/srv/b\",\"port\":80}", NULL, err, sizeof(err));
@@ -147,6 +165,7 @@ int main(void)
 	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"prepare\":{\"method\":\"get\",\"path\":\"/\"}}",
 	    "prepare.method");
 	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"gpu\":\"yes\"}", "gpu");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"elide_zero\":1}", "elide_zero");
 	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"colour\":\"red\"}", "colour");
 
 	return check_failures ? 1 : 0;

@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# e2e_sparse.sh — real runc + CRIU: zero-page elision at snapshot time.
+#
+# The function test/fixtures/sparse_fn.py holds written zeros (private
+# anonymous), seeded random data, a private file mapping whose dirtied pages
+# are zero over non-zero file data, shared anonymous memory, and a forked child
+# that zeroed copy-on-write memory its parent still holds non-zero.  Run
+# outside any container first, it gives the checksum every instance must
+# answer.  Then: snapshot through thaw, check the manifest says zero pages
+# were elided (image smaller after than before), start instances, check each
+# answers exactly that checksum, that one can still write to and read back the
+# elided region, stop them and check nothing is left.  Last, a snapshot with
+# "elide_zero": false elides nothing.
+#
+# RESTORE_ARGS: extra arguments to 'thaw start' (e.g. a lazy-restore mode).
+# SPARSE_ZERO_MIB / SPARSE_RANDOM_MIB: the fixture's sizes (256 / 16 here).
+set -u
+cd "${THAW_ROOT:-$(dirname "$0")/..}"
+ROOT=$PWD
+B=${THAW_BUILD:-$ROOT/build}
+THAW=$B/thaw
+RESTORE_ARGS=${RESTORE_ARGS:-}
+ZERO_MIB=${SPARSE_ZERO_MIB:-256}
+RANDOM_MIB=${SPARSE_RANDOM_MIB:-16}
+
+skip() { echo "skipped: $*"; exit 77; }
+[ "$(id -u)" = 0 ] || skip "needs root (runc, CRIU, namespaces)"
+command -v runc >/dev/null || skip "no runc"
+command -v curl >/dev/null || skip "no curl"
+[ -x "$ROOT/.deps/criu-wrapper" ] || [ -n "${THAW_CRIU:-}" ] || skip "no CRIU 4.2 (make deps)"
+[ -x "$THAW" ] || { echo "no $THAW (make all)"; exit 1; }
+
+W=$(mktemp -d /tmp/e2e_sparse.XXXXXX)
+TIER=$(mktemp -d /dev/shm/e2e_sparse.XXXXXX)
+D=$W/data
+FN=e2e-s$$
+export THAW_RAM_TIER=$TIER THAW_RAM_TIER_BYTES=$((2 << 30))
+unset THAW_DATA_DIR THAW_STORE
+fails=0
+REF_PID=
+
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+ok() { echo "ok: $*"; }
+
+alive() { local p; for p; do grep -qs '^State:[[:space:]]*[ZX]' /proc/$p/status || [ ! -d /proc/$p ] || echo $p; done; }
+container_procs() { alive $(grep -l "/thaw/$FN" /proc/[0-9]*/cgroup 2>/dev/null | cut -d/ -f3); }
+shim_procs() { alive $(pgrep -f -- "--data-dir $D start"); }
+our_mounts() { awk -v w="$W" 'index($5, w) == 1 {print $5}' /proc/self/mountinfo; }
+
+cleanup() {
+	local r
+	[ -n "$REF_PID" ] && kill -9 -- "-$REF_PID" 2>/dev/null
+	for r in "$D"/instances/*.json; do
+		[ -f "$r" ] && "$THAW" --data-dir "$D" stop "$(basename "$r" .json)" >/dev/null 2>&1
+	done
+	runc --root "$D/runc" list -q 2>/dev/null | xargs -r -n1 runc --root "$D/runc" delete -f 2>/dev/null
+	for p in $(shim_procs) $(container_procs); do kill -9 "$p" 2>/dev/null; done
+	our_mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null
+	rm -rf "$W" "$TIER"
+}
+trap cleanup EXIT
+
+check_nothing_left() { # what
+	local what=$1 c p m i
+	c=$(runc --root "$D/runc" list -q 2>/dev/null)
+	p="$(shim_procs) $(container_procs)"
+	m=$(our_mounts)
+	i=$(ls -A "$D/instances" 2>/dev/null)
+	[ -z "$c" ] || fail "$what: containers left: $c"
+	[ -z "${p// /}" ] || fail "$what: processes left: $p"
+	[ -z "$m" ] || fail "$what: mounts left: $m"
+	[ -z "$i" ] || fail "$what: left in instances/: $i"
+	[ -z "$c$m$i${p// /}" ] && ok "$what: nothing left"
+}
+
+jget() { # file key...: a value from a JSON file
+	python3 -c 'import json,sys
+v = json.load(open(sys.argv[1]))
+for k in sys.argv[2:]: v = v[k]
+print(v)' "$@"
+}
+
+# The checksum's digest, after checking that all its self-checks hold.
+digest() { # < checksum JSON
+	python3 -c 'import json,sys
+c = json.load(sys.stdin)
+bad = [k for k, v in c["checks"].items() if v is not True]
+print(c["sha256"] if not bad else "checks-failed:" + ",".join(bad))'
+}
+
+FN_DIR=$W/fn
+mkdir -p "$FN_DIR"
+cp "$ROOT/test/fixtures/sparse_fn.py" "$FN_DIR/"
+export SPARSE_ZERO_MIB=$ZERO_MIB SPARSE_RANDOM_MIB=$RANDOM_MIB
+
+# --- the original, outside any container: the answer to expect ---------------
+# (it also writes the data file, sparse_data.bin, that the function maps)
+PORT=$((20000 + $$ % 20000))
+(cd "$FN_DIR" && PORT=$PORT exec setsid python3 sparse_fn.py) &
+REF_PID=$!
+for _ in $(seq 1 200); do curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break; sleep 0.1; done
+EXPECT=$(curl -sf --max-time 60 "http://127.0.0.1:$PORT/checksum" | digest)
+kill -9 -- "-$REF_PID" 2>/dev/null
+wait "$REF_PID" 2>/dev/null
+REF_PID=
+case "$EXPECT" in
+"" | checks-failed*) echo "FAIL: the original's checksum: '$EXPECT'"; exit 1 ;;
+esac
+echo "the original answers $EXPECT (zeros $ZERO_MIB MiB, random $RANDOM_MIB MiB)"
+
+spec() { # elide_zero value -> spec on stdout
+	cat <<EOF
+{"command": ["python3", "sparse_fn.py"], "cwd": "$FN_DIR",
+ "env": {"SPARSE_ZERO_MIB": "$ZERO_MIB", "SPARSE_RANDOM_MIB": "$RANDOM_MIB"}, "port": 8000,
+ "ready": {"http": "/health", "timeout_s": 120},
+ "warmup": [{"method": "GET", "path": "/checksum"}], "gpu": false, "elide_zero": $1}
+EOF
+}
+
+# --- snapshot, with elision ---------------------------------------------------
+spec true >"$W/spec.json"
+if ! "$THAW" --data-dir "$D" snapshot --id "$FN" "$W/spec.json" >"$W/snap.json" 2>"$W/snap.err"; then
+	cat "$W/snap.err"
+	echo "FAIL: thaw snapshot"
+	exit 1
+fi
+SNAP=$(jget "$W/snap.json" snapshot)
+MANIFEST=$D/store/manifests/${SNAP#sha256:}
+[ -f "$MANIFEST" ] || { echo "FAIL: no manifest $MANIFEST"; exit 1; }
+read -r BEFORE AFTER ELIDED ELIDE_MS <<<"$(python3 -c 'import json,sys
+m = json.load(open(sys.argv[1]))["meta"]
+print(m["image_bytes_before_elision"], m["image_bytes"], m["zero_pages_elided"], m["timings_ms"]["elide"])' "$MANIFEST")"
+echo "figure: e2e_sparse image_bytes_before_elision $BEFORE"
+echo "figure: e2e_sparse image_bytes $AFTER"
+echo "figure: e2e_sparse zero_pages_elided $ELIDED"
+echo "figure: e2e_sparse elide_ms $ELIDE_MS"
+[ "$AFTER" -lt "$BEFORE" ] && ok "elision: image $BEFORE -> $AFTER bytes, $ELIDED zero pages" ||
+	fail "no elision: image $BEFORE -> $AFTER bytes"
+# At least the zeros region went (the file mapping's zero pages must not).
+[ "$ELIDED" -ge $((ZERO_MIB * 256)) ] || fail "only $ELIDED pages elided, the zeros alone are $((ZERO_MIB * 256))"
+[ "$(jget "$W/snap.json" image_bytes)" = "$AFTER" ] || fail "thaw snapshot's image_bytes is not the manifest's"
+
+# --- instances: each answers exactly as the original -----------------------
+N=2
+for i in $(seq 1 $N); do
+	# shellcheck disable=SC2086 # RESTORE_ARGS is a list of arguments
+	"$THAW" --data-dir "$D" start $RESTORE_ARGS "$SNAP" >"$W/start$i.json" 2>"$W/start$i.err" &
+	pids[$i]=$!
+done
+for i in $(seq 1 $N); do
+	wait "${pids[$i]}" || fail "start $i: $(cat "$W/start$i.err")"
+done
+for i in $(seq 1 $N); do
+	[ -s "$W/start$i.json" ] || { echo "FAIL: no instance $i"; exit 1; }
+	ID[$i]=$(jget "$W/start$i.json" instance)
+	EP[$i]=$(jget "$W/start$i.json" endpoint)
+	HPID[$i]=$(jget "$W/start$i.json" pid)
+	echo "instance $i: ${ID[$i]} at ${EP[$i]}, timings $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["timings_ms"])' "$W/start$i.json")"
+	got=$(curl -sf --max-time 60 "http://${EP[$i]}/checksum" | digest)
+	[ "$got" = "$EXPECT" ] && ok "instance $i answers the original's checksum" ||
+		fail "instance $i answers '$got', expected $EXPECT"
+done
+
+# The elided region is ordinary memory: written and read back.
+w=$(curl -sf --max-time 60 "http://${EP[1]}/write" | python3 -c 'import json,sys; print(json.load(sys.stdin)["ok"])')
+[ "$w" = True ] && ok "instance 1 writes and reads back the elided region" || fail "write to the elided region: $w"
+got=$(curl -sf --max-time 60 "http://${EP[1]}/checksum" | python3 -c 'import json,sys; print(json.load(sys.stdin)["checks"]["zeros_zero"])')
+[ "$got" = False ] || fail "instance 1: the zeros region still reads zero after the write"
+got=$(curl -sf --max-time 60 "http://${EP[2]}/checksum" | digest)
+[ "$got" = "$EXPECT" ] && ok "instance 2 is unchanged by instance 1's write" || fail "instance 2 answers '$got' after instance 1's write"
+
+"$THAW" --data-dir "$D" stop "${ID[@]}" >/dev/null 2>"$W/stop.err" || fail "thaw stop: $(cat "$W/stop.err")"
+for i in "${!ID[@]}"; do
+	[ -n "$(alive "${HPID[$i]}")" ] && fail "instance $i: process ${HPID[$i]} still there"
+done
+check_nothing_left "after stop"
+
+# --- elide_zero false: nothing elided --------------------------------------
+spec false >"$W/spec-noelide.json"
+if "$THAW" --data-dir "$D" snapshot --id "$FN-n" "$W/spec-noelide.json" >"$W/snap2.json" 2>"$W/snap2.err"; then
+	M2=$D/store/manifests/$(jget "$W/snap2.json" snapshot | sed 's/^sha256://')
+	read -r B2 A2 E2 <<<"$(python3 -c 'import json,sys
+m = json.load(open(sys.argv[1]))["meta"]
+print(m["image_bytes_before_elision"], m["image_bytes"], m["zero_pages_elided"])' "$M2")"
+	echo "figure: e2e_sparse image_bytes_without_elision $A2"
+	[ "$E2" = 0 ] && [ "$A2" = "$B2" ] && ok "elide_zero false: nothing elided ($A2 bytes)" ||
+		fail "elide_zero false: $E2 pages elided, $B2 -> $A2 bytes"
+	[ "$A2" -gt "$AFTER" ] || fail "the image without elision ($A2) is not larger than with ($AFTER)"
+else
+	fail "thaw snapshot with elide_zero false: $(cat "$W/snap2.err")"
+fi
+check_nothing_left "after the second snapshot"
+
+[ $fails = 0 ] && echo "e2e_sparse: all good" || echo "e2e_sparse: $fails failure(s)"
+[ $fails = 0 ]

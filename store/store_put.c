@@ -15,6 +15,7 @@
  */
 #define LOG_PREFIX "store: "
 #include "store/chunker.h"
+#include "store/criu_cuts.h"
 #include "store/internal.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -240,12 +241,39 @@ static int put_error(struct put *p)
 	return err;
 }
 
+/* A CRIU pages file is cut at its pagemap entries' boundaries (criu_cuts.h),
+ * and within entries by content; any other file, or a pages file whose
+ * pagemap cannot be read, by content alone.  No address-aligned steps within
+ * entries: between two boots of one function ASLR moves mappings by whole
+ * pages, and such steps then cut the same bytes differently (measured with
+ * e2e_dedup's two snapshots of the CPU example: 6.7% shared with 64 KiB
+ * steps, 85.8% without, 2026-11-23). */
+static void pages_cuts(const struct put_input *in, uint64_t size, uint64_t **cuts, size_t *n)
+{
+	const char *slash = strrchr(in->src, '/');
+	const char *base = slash ? slash + 1 : in->src;
+	char dir[PATH_MAX];
+
+	if (strncmp(base, "pages-", 6))
+		return;
+	if (!slash)
+		snprintf(dir, sizeof(dir), ".");
+	else if (snprintf(dir, sizeof(dir), "%.*s", (int)(slash - in->src), in->src) >=
+		 (int)sizeof(dir))
+		return;
+	int ret = criu_pages_cuts(dir, base, size, 0, cuts, n);
+	if (ret < 0 && ret != -ENOENT)
+		pr_warn("%s: cut by content alone (its pagemap: %s)", in->src, strerror(-ret));
+}
+
 static int put_file(struct put *p, size_t fi, const struct put_input *in, struct progress *prog,
 		    uint64_t *done)
 {
 	struct manifest_file *f = &p->m->files[fi];
 	struct put_buf *b = NULL;
 	struct stat sb;
+	uint64_t *cuts = NULL;
+	size_t ncuts = 0, ci = 0;
 	size_t have = 0, cap = 0;
 	uint64_t pos = 0; /* file offset of b->data[0] */
 	bool eof = false;
@@ -268,6 +296,7 @@ static int put_file(struct put *p, size_t fi, const struct put_input *in, struct
 		goto out;
 	}
 	f->mode = sb.st_mode & 0777;
+	pages_cuts(in, (uint64_t)sb.st_size, &cuts, &ncuts);
 	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 	b = buf_get(p);
 	for (;;) {
@@ -288,7 +317,19 @@ static int put_file(struct put *p, size_t fi, const struct put_input *in, struct
 		progress_update(prog, *done);
 		size_t off = 0;
 		struct chunker_cut cut;
-		while (off < have && chunker_next(b->data + off, have - off, eof, &cut)) {
+		while (off < have) {
+			/* A forced cut ends the data the chunker sees, as the end of
+			 * the file would. */
+			size_t len = have - off;
+			bool end = eof;
+			while (ci < ncuts && cuts[ci] <= pos + off)
+				ci++;
+			if (ci < ncuts && cuts[ci] - (pos + off) <= len) {
+				len = (size_t)(cuts[ci] - (pos + off));
+				end = true;
+			}
+			if (!chunker_next(b->data + off, len, end, &cut))
+				break;
 			ret = emit(p, fi, &cap, b, b->data + off, pos + off, &cut);
 			if (ret < 0)
 				goto out;
@@ -312,6 +353,7 @@ static int put_file(struct put *p, size_t fi, const struct put_input *in, struct
 out:
 	if (b)
 		buf_put(p, b);
+	free(cuts);
 	close(fd);
 	return ret;
 }

@@ -51,6 +51,12 @@
 
 #define SCAN_PAGES 256 /* pages read at a time while scanning */
 
+/* A process is rewritten only if at least this many pages go.  Rewriting
+ * copies (and fsyncs) all its kept pages: hundreds of MiB to save a few
+ * pages costs the snapshot more than restore gains, and the store already
+ * keeps all-zero runs as holes. */
+#define MIN_ELIDE_PAGES 256
+
 enum keep_why { ELIDABLE, KEEP_FILE_PRIVATE, KEEP_SHARED, KEEP_SPECIAL, KEEP_INHERITED, KEEP_NO_VMA };
 
 struct proc {
@@ -157,9 +163,29 @@ static int ancestor_ranges(const struct proc *procs, size_t nprocs, size_t self,
 	return 0;
 }
 
-/* Copy len bytes at off of in to the end of out. */
+/* Copy len bytes at off of in to the end of out: in the kernel where it can
+ * (copy_file_range), through buf where it cannot (another file system). */
 static int copy_range(int in, uint64_t off, int out, uint64_t len, uint8_t *buf, size_t bufsz)
 {
+	bool kernel = true;
+
+	while (len && kernel) {
+		loff_t o = (loff_t)off;
+		size_t n = len < (1u << 30) ? (size_t)len : 1u << 30;
+		ssize_t r = copy_file_range(in, &o, out, NULL, n, 0);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL ||
+			      errno == EOPNOTSUPP)) {
+			kernel = false;
+			break;
+		}
+		if (r <= 0)
+			return r < 0 ? -errno : -EIO;
+		off += (uint64_t)r;
+		len -= (uint64_t)r;
+	}
 	while (len) {
 		size_t n = len < bufsz ? (size_t)len : bufsz;
 		ssize_t r = pread(in, buf, n, (off_t)off);
@@ -356,7 +382,8 @@ static int elide_proc(const char *dir, struct proc *procs, size_t nprocs, size_t
 	ret = scan(old_pages, fd, &pm, &procs[self].mm, anc, nanc, &p, st);
 	if (ret)
 		goto out;
-	if (!p.elided) {
+	if (p.elided < MIN_ELIDE_PAGES) {
+		st->kept_too_few += p.elided;
 		st->bytes_after += want;
 		goto out;
 	}

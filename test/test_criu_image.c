@@ -341,11 +341,12 @@ int main(void)
 	/* Elision on the copy. */
 	REQUIRE(criu_elide_zero_pages(el, &st) == 0);
 	printf("elision: %llu -> %llu bytes, %llu pages elided, kept zero pages: file-private %llu, "
-	       "shared %llu, special %llu, inherited %llu, no vma %llu\n",
+	       "shared %llu, special %llu, inherited %llu, no vma %llu, too few %llu\n",
 	       (unsigned long long)st.bytes_before, (unsigned long long)st.bytes_after,
 	       (unsigned long long)st.pages_elided, (unsigned long long)st.kept_file_private,
 	       (unsigned long long)st.kept_shared, (unsigned long long)st.kept_special,
-	       (unsigned long long)st.kept_inherited, (unsigned long long)st.kept_no_vma);
+	       (unsigned long long)st.kept_inherited, (unsigned long long)st.kept_no_vma,
+	       (unsigned long long)st.kept_too_few);
 	CHECK(st.pages_elided >= (ZERO_MIB << 20) / CRIU_PAGE_SIZE);
 	CHECK_EQ(st.bytes_before - st.bytes_after, st.pages_elided * CRIU_PAGE_SIZE);
 	CHECK_EQ(st.processes, 2);

@@ -406,6 +406,19 @@ int main(void)
 	CHECK_EQ(st.pages_elided, 0);
 	CHECK_EQ(st.processes_rewritten, 0);
 
+	/* A failure after the new pages file is written (the pagemap's temp file
+	 * cannot be made: a directory is in its way) leaves the original image as
+	 * it was, with no new file left behind. */
+	snprintf(cmd, sizeof(cmd),
+		 "rm -rf %s/roll && cp -a %s %s/roll && mkdir %s/roll/pagemap-%u.img.tmp.%d", dir,
+		 img, dir, dir, procs[0].pid, (int)getpid());
+	REQUIRE(system(cmd) == 0);
+	snprintf(path, sizeof(path), "%s/roll", dir);
+	CHECK(criu_elide_zero_pages(path, &st) != 0);
+	snprintf(cmd, sizeof(cmd), "rmdir %s/roll/pagemap-%u.img.tmp.%d && diff -r %s %s/roll", dir,
+		 procs[0].pid, (int)getpid(), img, dir);
+	CHECK_EQ(system(cmd), 0);
+
 	/* A pages file shorter than its pagemap says: refused, image untouched. */
 	snprintf(cmd, sizeof(cmd), "truncate -s -4096 %s/pages-%u.img", img, procs[0].pm.pages_id);
 	REQUIRE(system(cmd) == 0);

@@ -51,7 +51,20 @@
 
 #define SCAN_PAGES 256 /* pages read at a time while scanning */
 
-enum keep_why { ELIDABLE, KEEP_FILE_PRIVATE, KEEP_SHARED, KEEP_SPECIAL, KEEP_INHERITED, KEEP_NO_VMA };
+/* A process is rewritten only if at least this many pages go.  Rewriting
+ * copies (and fsyncs) all its kept pages: hundreds of MiB to save a few
+ * pages costs the snapshot more than restore gains, and the store already
+ * keeps all-zero runs as holes. */
+#define MIN_ELIDE_PAGES 256
+
+enum keep_why {
+	ELIDABLE,
+	KEEP_FILE_PRIVATE,
+	KEEP_SHARED,
+	KEEP_SPECIAL,
+	KEEP_INHERITED,
+	KEEP_NO_VMA
+};
 
 struct proc {
 	uint32_t pid, ppid;
@@ -148,7 +161,7 @@ static int ancestor_ranges(const struct proc *procs, size_t nprocs, size_t self,
 				r = nr;
 				cap = ncap;
 			}
-			r[n++] = (struct range){ v->start, v->end };
+			r[n++] = (struct range){v->start, v->end};
 		}
 		ppid = procs[a].ppid;
 	}
@@ -157,9 +170,29 @@ static int ancestor_ranges(const struct proc *procs, size_t nprocs, size_t self,
 	return 0;
 }
 
-/* Copy len bytes at off of in to the end of out. */
+/* Copy len bytes at off of in to the end of out: in the kernel where it can
+ * (copy_file_range), through buf where it cannot (another file system). */
 static int copy_range(int in, uint64_t off, int out, uint64_t len, uint8_t *buf, size_t bufsz)
 {
+	bool kernel = true;
+
+	while (len && kernel) {
+		loff_t o = (loff_t)off;
+		size_t n = len < (1u << 30) ? (size_t)len : 1u << 30;
+		ssize_t r = copy_file_range(in, &o, out, NULL, n, 0);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 &&
+		    (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP)) {
+			kernel = false;
+			break;
+		}
+		if (r <= 0)
+			return r < 0 ? -errno : -EIO;
+		off += (uint64_t)r;
+		len -= (uint64_t)r;
+	}
 	while (len) {
 		size_t n = len < bufsz ? (size_t)len : bufsz;
 		ssize_t r = pread(in, buf, n, (off_t)off);
@@ -178,8 +211,8 @@ static int copy_range(int in, uint64_t off, int out, uint64_t len, uint8_t *buf,
 }
 
 struct plan {
-	struct criu_img_pagemap pm;	/* the new pagemap */
-	uint64_t *src;			/* per new entry in the pages file: its offset in the old one */
+	struct criu_img_pagemap pm; /* the new pagemap */
+	uint64_t *src;		    /* per new entry in the pages file: its offset in the old one */
 	size_t cap;
 	uint64_t elided;
 };
@@ -250,8 +283,9 @@ static int scan(const char *pages_path, int fd, const struct criu_img_pagemap *p
 				continue;
 			if (r != (ssize_t)(n * CRIU_PAGE_SIZE)) {
 				ret = r < 0 ? -errno : -EINVAL;
-				pr_err("%s: cannot read %zu pages at offset %llu: %s", pages_path, n,
-				       (unsigned long long)off, r < 0 ? strerror(errno) : "short file");
+				pr_err("%s: cannot read %zu pages at offset %llu: %s", pages_path,
+				       n, (unsigned long long)off,
+				       r < 0 ? strerror(errno) : "short file");
 				goto out;
 			}
 			for (size_t k = 0; k < n; k++) {
@@ -260,7 +294,8 @@ static int scan(const char *pages_path, int fd, const struct criu_img_pagemap *p
 				enum keep_why why = v ? vma_kind(v) : KEEP_NO_VMA;
 				bool zero = page_is_zero(buf + k * CRIU_PAGE_SIZE);
 
-				if (why == ELIDABLE && nanc && overlaps(anc, nanc, va, va + CRIU_PAGE_SIZE))
+				if (why == ELIDABLE && nanc &&
+				    overlaps(anc, nanc, va, va + CRIU_PAGE_SIZE))
 					why = KEEP_INHERITED;
 				if (zero && why == ELIDABLE) {
 					p->elided++;
@@ -306,8 +341,8 @@ static int elide_proc(const char *dir, struct proc *procs, size_t nprocs, size_t
 		      uint32_t *next_id, struct criu_elide_stats *st)
 {
 	char pm_path[PATH_MAX], old_pages[PATH_MAX], new_pages[PATH_MAX];
-	struct criu_img_pagemap pm = { 0 };
-	struct plan p = { 0 };
+	struct criu_img_pagemap pm = {0};
+	struct plan p = {0};
 	struct range *anc = NULL;
 	size_t nanc = 0, len = 0;
 	uint8_t *raw = NULL, *enc = NULL, *cbuf = NULL;
@@ -356,7 +391,8 @@ static int elide_proc(const char *dir, struct proc *procs, size_t nprocs, size_t
 	ret = scan(old_pages, fd, &pm, &procs[self].mm, anc, nanc, &p, st);
 	if (ret)
 		goto out;
-	if (!p.elided) {
+	if (p.elided < MIN_ELIDE_PAGES) {
+		st->kept_too_few += p.elided;
 		st->bytes_after += want;
 		goto out;
 	}
@@ -414,9 +450,10 @@ static int elide_proc(const char *dir, struct proc *procs, size_t nprocs, size_t
 	st->bytes_after += after;
 	st->pages_elided += p.elided;
 	st->processes_rewritten++;
-	pr_info("process %u: %llu zero pages elided, pages-%u.img -> pages-%u.img (%llu -> %llu bytes)",
-		procs[self].pid, (unsigned long long)p.elided, pm.pages_id, p.pm.pages_id,
-		(unsigned long long)want, (unsigned long long)after);
+	pr_info(
+	    "process %u: %llu zero pages elided, pages-%u.img -> pages-%u.img (%llu -> %llu bytes)",
+	    procs[self].pid, (unsigned long long)p.elided, pm.pages_id, p.pm.pages_id,
+	    (unsigned long long)want, (unsigned long long)after);
 out:
 	if (made_new && unlink(new_pages))
 		pr_warn("cannot remove %s after a failure: %s (the original image is intact)",
@@ -465,8 +502,8 @@ static int max_pages_id(const char *dir, uint32_t *max)
 
 int criu_elide_zero_pages(const char *image_dir, struct criu_elide_stats *stp)
 {
-	struct criu_elide_stats st = { 0 };
-	struct criu_img_pstree tree = { 0 };
+	struct criu_elide_stats st = {0};
+	struct criu_img_pstree tree = {0};
 	struct proc *procs = NULL;
 	char path[PATH_MAX];
 	uint8_t *raw = NULL;

@@ -26,8 +26,8 @@ struct rd {
 	const char *name;
 };
 
-#define rd_err(r, fmt, ...)                                                                  \
-	pr_err("%s: offset %zu: " fmt, (r)->name ? (r)->name : "image", (r)->base + (r)->off, \
+#define rd_err(r, fmt, ...)                                                                        \
+	pr_err("%s: offset %zu: " fmt, (r)->name ? (r)->name : "image", (r)->base + (r)->off,      \
 	       ##__VA_ARGS__)
 
 static int rd_u32le(struct rd *r, uint32_t *v, const char *what)
@@ -70,9 +70,9 @@ static int rd_varint(struct rd *r, uint64_t *v)
 struct field {
 	uint32_t num;
 	unsigned wt;
-	uint64_t v;		/* varint, 64- or 32-bit value */
-	struct rd sub;		/* length-delimited payload */
-	size_t at;		/* file offset of the key, for errors */
+	uint64_t v;    /* varint, 64- or 32-bit value */
+	struct rd sub; /* length-delimited payload */
+	size_t at;     /* file offset of the key, for errors */
 };
 
 /* The next field of a message: 1 and *f, 0 at the end of the message, or -EINVAL. */
@@ -116,7 +116,7 @@ static int rd_field(struct rd *r, struct field *f)
 			       f->num, (unsigned long long)l, r->len - r->off);
 			return -EINVAL;
 		}
-		f->sub = (struct rd){ r->p + r->off, (size_t)l, 0, r->base + r->off, r->name };
+		f->sub = (struct rd){r->p + r->off, (size_t)l, 0, r->base + r->off, r->name};
 		r->off += l;
 		return 1;
 	default:
@@ -139,8 +139,8 @@ static int want_u32(const struct field *f, const char *name, const char *field, 
 	if (want_wt(f, WT_VARINT, name, field))
 		return -EINVAL;
 	if (f->v > UINT32_MAX) {
-		pr_err("%s: offset %zu: %s = %llu does not fit 32 bits", name ? name : "image", f->at,
-		       field, (unsigned long long)f->v);
+		pr_err("%s: offset %zu: %s = %llu does not fit 32 bits", name ? name : "image",
+		       f->at, field, (unsigned long long)f->v);
 		return -EINVAL;
 	}
 	*out = (uint32_t)f->v;
@@ -160,8 +160,8 @@ static int want_bool(const struct field *f, const char *name, const char *field,
 	if (want_wt(f, WT_VARINT, name, field))
 		return -EINVAL;
 	if (f->v > 1) {
-		pr_err("%s: offset %zu: %s = %llu is not a bool", name ? name : "image", f->at, field,
-		       (unsigned long long)f->v);
+		pr_err("%s: offset %zu: %s = %llu is not a bool", name ? name : "image", f->at,
+		       field, (unsigned long long)f->v);
 		return -EINVAL;
 	}
 	*out = f->v;
@@ -210,7 +210,7 @@ static int rd_message(struct rd *r, struct rd *msg)
 		       r->len - r->off - 4);
 		return -EINVAL;
 	}
-	*msg = (struct rd){ r->p + r->off, l, 0, r->base + r->off, r->name };
+	*msg = (struct rd){r->p + r->off, l, 0, r->base + r->off, r->name};
 	r->off += l;
 	return 1;
 }
@@ -257,8 +257,8 @@ int criu_img_read_file(const char *path, size_t max, uint8_t **buf, size_t *len)
 	}
 	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > max) {
 		pr_err("%s: %s (%lld bytes, at most %zu taken)", path,
-		       S_ISREG(st.st_mode) ? "too large" : "not a regular file", (long long)st.st_size,
-		       max);
+		       S_ISREG(st.st_mode) ? "too large" : "not a regular file",
+		       (long long)st.st_size, max);
 		ret = -EFBIG;
 		goto out;
 	}
@@ -295,7 +295,7 @@ out:
 int criu_img_decode_inventory(const uint8_t *buf, size_t len, const char *name,
 			      struct criu_img_inventory *out)
 {
-	struct rd r = { buf, len, 0, 0, name }, m;
+	struct rd r = {buf, len, 0, 0, name}, m;
 	struct field f;
 	bool has_version = false;
 	int ret;
@@ -430,7 +430,7 @@ static int decode_pstree_entry(struct rd *m, struct criu_img_pstree_entry *e)
 int criu_img_decode_pstree(const uint8_t *buf, size_t len, const char *name,
 			   struct criu_img_pstree *out)
 {
-	struct rd r = { buf, len, 0, 0, name }, m;
+	struct rd r = {buf, len, 0, 0, name}, m;
 	size_t cap = 0;
 	int ret;
 
@@ -512,7 +512,8 @@ static int decode_vma(struct rd *m, struct criu_img_vma *v)
 	if (ret < 0)
 		return ret;
 	if (seen != 0x1fe)
-		return missing(m, "vma_entry", "start, end, pgoff, shmid, prot, flags, status and fd");
+		return missing(m, "vma_entry",
+			       "start, end, pgoff, shmid, prot, flags, status and fd");
 	if (v->start >= v->end || (v->start | v->end) % CRIU_PAGE_SIZE) {
 		pr_err("%s: offset %zu: vma %llx-%llx is empty or not page-aligned",
 		       m->name ? m->name : "image", m->base, (unsigned long long)v->start,
@@ -524,7 +525,7 @@ static int decode_vma(struct rd *m, struct criu_img_vma *v)
 
 int criu_img_decode_mm(const uint8_t *buf, size_t len, const char *name, struct criu_img_mm *out)
 {
-	struct rd r = { buf, len, 0, 0, name }, m;
+	struct rd r = {buf, len, 0, 0, name}, m;
 	struct field f;
 	size_t cap = 0;
 	int ret;
@@ -662,7 +663,7 @@ static int decode_pme(struct rd *m, struct criu_img_pagemap_entry *e)
 int criu_img_decode_pagemap(const uint8_t *buf, size_t len, const char *name,
 			    struct criu_img_pagemap *out)
 {
-	struct rd r = { buf, len, 0, 0, name }, m;
+	struct rd r = {buf, len, 0, 0, name}, m;
 	struct field f;
 	bool has_id = false;
 	size_t cap = 0;
@@ -761,14 +762,14 @@ static size_t field_put(uint8_t *b, uint32_t num, uint64_t v)
 
 static void wr_u32le(struct wr *w, uint32_t v)
 {
-	uint8_t b[4] = { (uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24) };
+	uint8_t b[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
 
 	wr_bytes(w, b, 4);
 }
 
 int criu_img_encode_pagemap(const struct criu_img_pagemap *pm, uint8_t **buf, size_t *len)
 {
-	struct wr w = { 0 };
+	struct wr w = {0};
 	uint8_t msg[5 * 20];
 	size_t n;
 
@@ -796,7 +797,8 @@ int criu_img_encode_pagemap(const struct criu_img_pagemap *pm, uint8_t **buf, si
 			free(w.p);
 			return -EINVAL;
 		}
-		/* Fields in number order, optional ones only when present: what protobuf-c writes. */
+		/* Fields in number order, optional ones only when present: what protobuf-c writes.
+		 */
 		n = field_put(msg, 1, e->vaddr);
 		n += field_put(msg + n, 2, e->compat_nr_pages);
 		if (e->has_in_parent)

@@ -33,26 +33,26 @@
 #define CRIU_PE_PRESENT 4u
 
 /* VmaEntry.status bits (criu/include/image.h) */
-#define CRIU_VMA_AREA_REGULAR	       (1u << 0)
-#define CRIU_VMA_AREA_STACK	       (1u << 1)
-#define CRIU_VMA_AREA_VSYSCALL	       (1u << 2)
-#define CRIU_VMA_AREA_VDSO	       (1u << 3)
-#define CRIU_VMA_AREA_HEAP	       (1u << 5)
-#define CRIU_VMA_FILE_PRIVATE	       (1u << 6)
-#define CRIU_VMA_FILE_SHARED	       (1u << 7)
-#define CRIU_VMA_ANON_SHARED	       (1u << 8)
-#define CRIU_VMA_ANON_PRIVATE	       (1u << 9)
-#define CRIU_VMA_AREA_SYSVIPC	       (1u << 10)
-#define CRIU_VMA_AREA_SOCKET	       (1u << 11)
-#define CRIU_VMA_AREA_VVAR	       (1u << 12)
-#define CRIU_VMA_AREA_AIORING	       (1u << 13)
-#define CRIU_VMA_AREA_MEMFD	       (1u << 14)
-#define CRIU_VMA_AREA_SHSTK	       (1u << 15)
-#define CRIU_VMA_AREA_GUARD	       (1u << 16)
-#define CRIU_VMA_AREA_UPROBES	       (1u << 17)
-#define CRIU_VMA_AREA_NOT_ACCOUNTABLE  (1u << 18)
-#define CRIU_VMA_EXT_PLUGIN	       (1u << 27)
-#define CRIU_VMA_UNSUPP		       (1u << 31)
+#define CRIU_VMA_AREA_REGULAR	      (1u << 0)
+#define CRIU_VMA_AREA_STACK	      (1u << 1)
+#define CRIU_VMA_AREA_VSYSCALL	      (1u << 2)
+#define CRIU_VMA_AREA_VDSO	      (1u << 3)
+#define CRIU_VMA_AREA_HEAP	      (1u << 5)
+#define CRIU_VMA_FILE_PRIVATE	      (1u << 6)
+#define CRIU_VMA_FILE_SHARED	      (1u << 7)
+#define CRIU_VMA_ANON_SHARED	      (1u << 8)
+#define CRIU_VMA_ANON_PRIVATE	      (1u << 9)
+#define CRIU_VMA_AREA_SYSVIPC	      (1u << 10)
+#define CRIU_VMA_AREA_SOCKET	      (1u << 11)
+#define CRIU_VMA_AREA_VVAR	      (1u << 12)
+#define CRIU_VMA_AREA_AIORING	      (1u << 13)
+#define CRIU_VMA_AREA_MEMFD	      (1u << 14)
+#define CRIU_VMA_AREA_SHSTK	      (1u << 15)
+#define CRIU_VMA_AREA_GUARD	      (1u << 16)
+#define CRIU_VMA_AREA_UPROBES	      (1u << 17)
+#define CRIU_VMA_AREA_NOT_ACCOUNTABLE (1u << 18)
+#define CRIU_VMA_EXT_PLUGIN	      (1u << 27)
+#define CRIU_VMA_UNSUPP		      (1u << 31)
 
 #define CRIU_PAGE_SIZE 4096u
 
@@ -99,7 +99,7 @@ struct criu_img_pagemap_entry {
 	uint32_t flags;
 	bool has_nr_pages;
 	uint64_t nr_pages; /* field 5 */
-	bool has_unknown; /* fields this codec does not know: not encodable */
+	bool has_unknown;  /* fields this codec does not know: not encodable */
 };
 
 struct criu_img_pagemap {

@@ -29,22 +29,21 @@
 
 static char criu[PATH_MAX];
 
-static const char proc_py[] =
-	"import os, sys, time\n"
-	"z = bytearray(ZERO_MIB << 20)\n"
-	"for i in range(0, len(z), 4096): z[i] = 1\n"
-	"for i in range(0, len(z), 4096): z[i] = 0\n"
-	"r = os.urandom(4 << 20)\n"
-	"d = bytearray(os.urandom(1 << 20))\n"
-	"rd, wr = os.pipe()\n"
-	"if os.fork() == 0:\n"
-	"    d[:] = bytes(len(d))\n"
-	"    os.write(wr, b'c')\n"
-	"    time.sleep(600); os._exit(0)\n"
-	"os.read(rd, 1)\n"
-	"open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid()))\n"
-	"os.rename(sys.argv[1] + '.tmp', sys.argv[1])\n"
-	"time.sleep(600)\n";
+static const char proc_py[] = "import os, sys, time\n"
+			      "z = bytearray(ZERO_MIB << 20)\n"
+			      "for i in range(0, len(z), 4096): z[i] = 1\n"
+			      "for i in range(0, len(z), 4096): z[i] = 0\n"
+			      "r = os.urandom(4 << 20)\n"
+			      "d = bytearray(os.urandom(1 << 20))\n"
+			      "rd, wr = os.pipe()\n"
+			      "if os.fork() == 0:\n"
+			      "    d[:] = bytes(len(d))\n"
+			      "    os.write(wr, b'c')\n"
+			      "    time.sleep(600); os._exit(0)\n"
+			      "os.read(rd, 1)\n"
+			      "open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid()))\n"
+			      "os.rename(sys.argv[1] + '.tmp', sys.argv[1])\n"
+			      "time.sleep(600)\n";
 
 static uint8_t *slurp(const char *path, size_t *len)
 {
@@ -234,8 +233,8 @@ static void load_proc(const char *dir, struct img_proc *p)
 				in = a + k * CRIU_PAGE_SIZE >= p->mm.vmas[v].start &&
 				     a + k * CRIU_PAGE_SIZE < p->mm.vmas[v].end;
 			if (!in) {
-				fprintf(stderr, "%s/pagemap-%u.img: page %llx in no vma\n", dir, p->pid,
-					(unsigned long long)(a + k * CRIU_PAGE_SIZE));
+				fprintf(stderr, "%s/pagemap-%u.img: page %llx in no vma\n", dir,
+					p->pid, (unsigned long long)(a + k * CRIU_PAGE_SIZE));
 				check_failures++;
 				break;
 			}
@@ -261,13 +260,12 @@ static const struct criu_img_vma *vma_of(const struct criu_img_mm *mm, uint64_t 
 
 int main(void)
 {
-	char tmpl[] = "/tmp/test_criu_image.XXXXXX", img[256], el[256], cmd[8192],
-	     path[PATH_MAX];
+	char tmpl[] = "/tmp/test_criu_image.XXXXXX", img[256], el[256], cmd[8192], path[PATH_MAX];
 	const char *root = getenv("THAW_ROOT");
 	struct criu_img_inventory inv;
 	struct criu_img_pstree tree;
 	struct criu_elide_stats st;
-	struct img_proc procs[2] = { 0 }, elided[2] = { 0 };
+	struct img_proc procs[2] = {0}, elided[2] = {0};
 	uint8_t *raw, *enc;
 	size_t len, elen;
 	pid_t py = -1;
@@ -340,12 +338,14 @@ int main(void)
 
 	/* Elision on the copy. */
 	REQUIRE(criu_elide_zero_pages(el, &st) == 0);
-	printf("elision: %llu -> %llu bytes, %llu pages elided, kept zero pages: file-private %llu, "
-	       "shared %llu, special %llu, inherited %llu, no vma %llu\n",
-	       (unsigned long long)st.bytes_before, (unsigned long long)st.bytes_after,
-	       (unsigned long long)st.pages_elided, (unsigned long long)st.kept_file_private,
-	       (unsigned long long)st.kept_shared, (unsigned long long)st.kept_special,
-	       (unsigned long long)st.kept_inherited, (unsigned long long)st.kept_no_vma);
+	printf(
+	    "elision: %llu -> %llu bytes, %llu pages elided, kept zero pages: file-private %llu, "
+	    "shared %llu, special %llu, inherited %llu, no vma %llu, too few %llu\n",
+	    (unsigned long long)st.bytes_before, (unsigned long long)st.bytes_after,
+	    (unsigned long long)st.pages_elided, (unsigned long long)st.kept_file_private,
+	    (unsigned long long)st.kept_shared, (unsigned long long)st.kept_special,
+	    (unsigned long long)st.kept_inherited, (unsigned long long)st.kept_no_vma,
+	    (unsigned long long)st.kept_too_few);
 	CHECK(st.pages_elided >= (ZERO_MIB << 20) / CRIU_PAGE_SIZE);
 	CHECK_EQ(st.bytes_before - st.bytes_after, st.pages_elided * CRIU_PAGE_SIZE);
 	CHECK_EQ(st.processes, 2);
@@ -373,16 +373,17 @@ int main(void)
 				REQUIRE(a);
 				if (b) {
 					if (memcmp(a, b, CRIU_PAGE_SIZE)) {
-						fprintf(stderr, "pid %u page %llx changed\n", procs[i].pid,
-							(unsigned long long)va);
+						fprintf(stderr, "pid %u page %llx changed\n",
+							procs[i].pid, (unsigned long long)va);
 						check_failures++;
 					}
 					continue;
 				}
 				gone++;
 				CHECK(!memcmp(a, zero, CRIU_PAGE_SIZE));
-				CHECK(v && (v->status & CRIU_VMA_ANON_PRIVATE) &&
-				      !(v->status & (CRIU_VMA_FILE_PRIVATE | CRIU_VMA_ANON_SHARED)));
+				CHECK(
+				    v && (v->status & CRIU_VMA_ANON_PRIVATE) &&
+				    !(v->status & (CRIU_VMA_FILE_PRIVATE | CRIU_VMA_ANON_SHARED)));
 				if (i == 1)
 					CHECK(!vma_of(&procs[0].mm, va));
 			}
@@ -395,14 +396,28 @@ int main(void)
 	/* The old pages files are gone, nothing else changed. */
 	snprintf(cmd, sizeof(cmd), "test ! -e %s/pages-%u.img", el, procs[0].pm.pages_id);
 	CHECK_EQ(system(cmd), 0);
-	snprintf(cmd, sizeof(cmd), "cmp -s %s/mm-%u.img %s/mm-%u.img && cmp -s %s/core-%u.img %s/core-%u.img",
-		 img, procs[0].pid, el, procs[0].pid, img, procs[0].pid, el, procs[0].pid);
+	snprintf(cmd, sizeof(cmd),
+		 "cmp -s %s/mm-%u.img %s/mm-%u.img && cmp -s %s/core-%u.img %s/core-%u.img", img,
+		 procs[0].pid, el, procs[0].pid, img, procs[0].pid, el, procs[0].pid);
 	CHECK_EQ(system(cmd), 0);
 
 	/* A second run has nothing left to elide and changes nothing. */
 	REQUIRE(criu_elide_zero_pages(el, &st) == 0);
 	CHECK_EQ(st.pages_elided, 0);
 	CHECK_EQ(st.processes_rewritten, 0);
+
+	/* A failure after the new pages file is written (the pagemap's temp file
+	 * cannot be made: a directory is in its way) leaves the original image as
+	 * it was, with no new file left behind. */
+	snprintf(cmd, sizeof(cmd),
+		 "rm -rf %s/roll && cp -a %s %s/roll && mkdir %s/roll/pagemap-%u.img.tmp.%d", dir,
+		 img, dir, dir, procs[0].pid, (int)getpid());
+	REQUIRE(system(cmd) == 0);
+	snprintf(path, sizeof(path), "%s/roll", dir);
+	CHECK(criu_elide_zero_pages(path, &st) != 0);
+	snprintf(cmd, sizeof(cmd), "rmdir %s/roll/pagemap-%u.img.tmp.%d && diff -r %s %s/roll", dir,
+		 procs[0].pid, (int)getpid(), img, dir);
+	CHECK_EQ(system(cmd), 0);
 
 	/* A pages file shorter than its pagemap says: refused, image untouched. */
 	snprintf(cmd, sizeof(cmd), "truncate -s -4096 %s/pages-%u.img", img, procs[0].pm.pages_id);

@@ -19,14 +19,14 @@
 
 #define FUZZ_MAX_INPUT (1u << 20)
 
-#define FUZZ_ASSERT(cond)                                                         \
-	do {                                                                      \
-		if (!(cond)) {                                                    \
-			fprintf(stdout, "fuzz_criu_image: %s:%d: %s\n", __FILE__,  \
-				__LINE__, #cond);                                 \
-			fflush(stdout);                                           \
-			abort();                                                  \
-		}                                                                 \
+#define FUZZ_ASSERT(cond)                                                                          \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			fprintf(stdout, "fuzz_criu_image: %s:%d: %s\n", __FILE__, __LINE__,        \
+				#cond);                                                            \
+			fflush(stdout);                                                            \
+			abort();                                                                   \
+		}                                                                                  \
 	} while (0)
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)

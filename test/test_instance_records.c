@@ -208,9 +208,10 @@ static void test_start_without_spec(struct thaw_config *c)
 	t = tier_open(tdir, 1 << 26, s, NULL);
 	REQUIRE(t);
 	log_clear_error();
-	CHECK(instance_start(c, s, t, id, &in) < 0);
+	CHECK(instance_start(c, s, t, id, INSTANCE_MODE_AUTO, &in) < 0);
 	CHECK(strstr(log_last_error(), "no function spec") != NULL);
-	CHECK(instance_start(c, s, t, "sha256:0123456789abcdef0123", &in) == -ENOENT);
+	CHECK(instance_start(c, s, t, "sha256:0123456789abcdef0123", INSTANCE_MODE_AUTO, &in) ==
+	      -ENOENT);
 	snprintf(idir, sizeof(idir), "%s/instances", c->data_dir);
 	d = opendir(idir);
 	while (d && (de = readdir(d)))

@@ -747,7 +747,23 @@ int runner_lazy_start(const struct runner *r, const char *id, const char *image_
 		if (out->daemon > 0)
 			kill(out->daemon, SIGKILL);
 	}
-	runner_log_tail(log_path, tail, sizeof(tail));
+	/* How it ended, in the watcher's words (it writes them as soon as
+	 * it has reaped the daemon), else the end of the daemon's log. */
+	tail[0] = '\0';
+	for (int i = 0; ret != 0 && i < 100 && !tail[0]; i++) {
+		char *text = NULL;
+		size_t len;
+
+		if (read_file(status_path, &text, &len, sizeof(tail) - 1) == 0) {
+			snprintf(tail, sizeof(tail), "%s", strncmp(text, "failed ", 7) ? text : text + 7);
+			tail[strcspn(tail, "\n")] = '\0';
+			free(text);
+		} else {
+			usleep(5000);
+		}
+	}
+	if (!tail[0])
+		runner_log_tail(log_path, tail, sizeof(tail));
 	pr_err("criu lazy-pages for %s did not get ready%s: %s", id,
 	       ret == 0 ? " in time (killed)" : "", tail[0] ? tail : "no log");
 	*out = (struct runner_lazy){ 0 };

@@ -9,7 +9,8 @@
 # then killed: the instance must be killed and listed as failed with the
 # reason, and stop must leave nothing (process, container, mount, netns,
 # daemon); a daemon killed during the start: the start fails or the instance
-# is listed failed, and nothing is left.
+# is listed failed, and nothing is left; thawd --lazy: its default, and
+# GET /instances tells the lost page source.
 set -u
 cd "${THAW_ROOT:-$(dirname "$0")/..}"
 ROOT=$PWD
@@ -268,6 +269,50 @@ else
 	[ $rc = 1 ] && ok "daemon killed during the start: the start failed" || fail "start rc $rc"
 fi
 check_nothing_left "daemon killed during the start"
+
+# --- thawd --lazy: the default for a spec without "lazy"; GET /instances ------
+# tells a lost page source; SIGTERM stops everything.
+D2=$W/sdata
+python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); j.pop("lazy"); print(json.dumps(j))' \
+	"$W/spec.json" >"$W/spec-nolazy.json"
+rm -f "$W/port"
+"$B/thawd" --listen 127.0.0.1:0 --port-file "$W/port" --data-dir "$D2" --lazy \
+	--criu "$W/criu-slow" >>"$W/thawd.log" 2>&1 </dev/null &
+THAWD=$!
+for t in $(seq 1 100); do [ -s "$W/port" ] && break; sleep 0.1; done
+URL=http://127.0.0.1:$(cat "$W/port" 2>/dev/null)
+code=$(curl -s -o "$W/put.json" -w '%{http_code}' -X PUT "$URL/functions/$FN" -d @"$W/spec-nolazy.json")
+[ "$code" = 201 ] || fail "PUT /functions/$FN: $code $(cat "$W/put.json")"
+curl -s -m 300 -X POST "$URL/functions/$FN/snapshot?wait=1" >"$W/ssnap.json"
+code=$(curl -s -o "$W/sstart.json" -w '%{http_code}' -m 120 -X POST "$URL/functions/$FN/start")
+if [ "$code" = 201 ]; then
+	SID=$(jget "$W/sstart.json" instance)
+	SPID=$(jget "$W/sstart.json" pid)
+	[ "$(jget "$W/sstart.json" lazy)" = True ] || fail "thawd --lazy started an instance eagerly"
+	DPID=$(jget "$D2/instances/$SID.json" lazy_daemon_pid)
+	[ -s "$D2/instances/$SID/lazy.status" ] && echo "(the daemon finished first: $(cat "$D2/instances/$SID/lazy.status"))"
+	got=$(curl -sf --max-time 20 "$URL/instances/$SID" | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
+	[ "$got" = running ] || fail "GET /instances/$SID: state $got"
+	if [ ! -s "$D2/instances/$SID/lazy.status" ]; then
+		kill -9 "$DPID"
+		for t in $(seq 1 100); do
+			st=$(curl -sf --max-time 20 "$URL/instances/$SID" | python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["state"], "|", j.get("error"))')
+			case "$st" in failed*) break ;; esac
+			sleep 0.1
+		done
+		echo "GET /instances/$SID after its daemon was killed: $st"
+		case "$st" in "failed | page source lost"*) ok "thawd lists the instance failed with the reason" ;;
+			*) fail "thawd lists the instance as: $st" ;; esac
+		[ -z "$(alive "$SPID")" ] || fail "thawd's instance $SPID still runs without its page source"
+	fi
+else
+	fail "POST /functions/$FN/start on thawd --lazy: $code $(cat "$W/sstart.json")"
+fi
+kill -TERM $THAWD
+wait $THAWD || fail "thawd did not exit 0 on SIGTERM: $(tail -5 "$W/thawd.log")"
+D=$D2 check_nothing_left "after thawd stopped"
+p=$(alive $(pgrep -f -- "--data-dir $D2"))
+[ -z "$p" ] || fail "processes of thawd left: $p"
 
 [ $fails = 0 ] && echo "e2e_lazy: all good" || echo "e2e_lazy: $fails failure(s)"
 [ $fails = 0 ]

@@ -705,6 +705,12 @@ int runner_lazy_start(const struct runner *r, const char *id, const char *image_
 		setsid();
 		if (fork() != 0)
 			_exit(0);
+		/* thawd blocks the signals it sigwait()s for: none of that here,
+		 * and SIGCHLD at its default, or waitpid would not see the daemon. */
+		sigset_t none;
+
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
 		signal(SIGPIPE, SIG_DFL);
 		signal(SIGCHLD, SIG_DFL);
 		signal(SIGHUP, SIG_IGN);

@@ -436,11 +436,9 @@ int runner_restore(const struct runner *r, const char *bundle, const char *id,
 	struct runner_stdio own = { -1, -1 }, *sio = stdio ? stdio : &own;
 	struct runc_call call = { .log_path = log_path, .fd = { -1, -1, -1 },
 				  .timeout_s = RESTORE_TIMEOUT_S };
-	const char *args[] = { "restore", "-d", "-b", bundle, "--image-path", image_dir,
-			       "--work-path", work_dir, "--pid-file", pidfile,
-			       r->lazy_pages ? "--lazy-pages" : id, r->lazy_pages ? id : NULL,
-			       NULL };
-	int ret;
+	const char *args[16] = { "restore", "-d", "-b", bundle, "--image-path", image_dir,
+				 "--work-path", work_dir, "--pid-file", pidfile };
+	int ret, n = 10;
 
 	sio->out_r = sio->err_r = -1;
 	ret = mkdir_p(work_dir, 0700);
@@ -450,6 +448,11 @@ int runner_restore(const struct runner *r, const char *bundle, const char *id,
 	snprintf(crit, sizeof(crit), "%s/restore.log", work_dir);
 	snprintf(pidfile, sizeof(pidfile), "%s/%s.pid", work_dir, id);
 	unlink(pidfile);
+	/* CRIU then hands the memory to the daemon listening in work_dir. */
+	if (r->lazy_pages)
+		args[n++] = "--lazy-pages";
+	args[n++] = id;
+	args[n] = NULL;
 	ret = make_stdio(call.fd, sio);
 	if (ret)
 		return ret;

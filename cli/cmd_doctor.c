@@ -236,6 +236,16 @@ static void check_criu(struct doctor *d)
 	else
 		report(d, "criu-chk", ST_FAIL, "criu check failed (exit %d): %s", rc,
 		       last_line(out));
+
+	/* Lazy restore (--lazy) needs userfaultfd with non-cooperative events. */
+	rc = run_capture((char *[]){ criu, "check", "--feature", "uffd-noncoop", NULL }, out,
+			 sizeof(out), 60000);
+	if (rc == 0)
+		report(d, "criu-lazy", ST_OK, "lazy restore: userfaultfd (uffd-noncoop) works");
+	else
+		report(d, "criu-lazy", ST_WARN,
+		       "lazy restore (--lazy) unavailable: criu check --feature uffd-noncoop: %s",
+		       rc == -ETIMEDOUT ? "no answer in 60 s" : last_line(out));
 }
 
 static void check_runc(struct doctor *d)

@@ -14,13 +14,18 @@
 
 static void start_usage(FILE *f)
 {
-	fprintf(f, "usage: thaw start [--data-dir DIR] [--store DIR] SNAPSHOT\n\n"
+	fprintf(f, "usage: thaw start [--data-dir DIR] [--store DIR] [--lazy|--eager] SNAPSHOT\n\n"
 		   "Restore a new instance of SNAPSHOT (a snapshot id, a unique prefix of at\n"
 		   "least 12 hex digits, or a function id: its newest snapshot) and print it\n"
 		   "as JSON once it is ready:\n"
 		   "  {\"instance\",\"function\",\"snapshot\",\"endpoint\":\"127.0.0.1:PORT\",\"pid\",\n"
 		   "   \"tier\":\"ram\"|\"disk\",\"timings_ms\":{materialize,criu_restore,gpu_restore,\n"
-		   "   ready,total}}\n"
+		   "   ready,total[,lazy_done]},\"lazy\"}\n"
+		   "--lazy: restore pages on demand (a CRIU lazy-pages daemon serves them from\n"
+		   "the RAM tier while the instance runs); --eager: every page before it runs.\n"
+		   "Without either, the function's spec \"lazy\" decides, else THAW_LAZY (default\n"
+		   "eager).  A lazy instance whose daemon dies before it has served every page\n"
+		   "is killed and listed by 'thaw ps' as failed.\n"
 		   "The instance keeps running after thaw exits; 'thaw stop INSTANCE' ends it.\n"
 		   "Exit status: 0 started, 1 failed (nothing is left behind), 2 bad usage.\n");
 }
@@ -115,6 +120,7 @@ int cmd_start(int argc, char **argv)
 	struct tier *t = NULL;
 	struct instance in;
 	const char *arg = NULL;
+	enum instance_mode mode = INSTANCE_MODE_AUTO;
 	char id[CHUNK_ID_LEN];
 	json_t *j = NULL;
 	int ret, rc = 1;
@@ -126,6 +132,10 @@ int cmd_start(int argc, char **argv)
 			return 0;
 		if (r)
 			continue;
+		if (!strcmp(argv[i], "--lazy") || !strcmp(argv[i], "--eager")) {
+			mode = argv[i][2] == 'l' ? INSTANCE_LAZY : INSTANCE_EAGER;
+			continue;
+		}
 		if (argv[i][0] != '-' && !arg) {
 			arg = argv[i];
 			continue;
@@ -164,7 +174,7 @@ int cmd_start(int argc, char **argv)
 		goto out;
 	}
 	log_clear_error();
-	ret = instance_start(&c, s, t, id, &in);
+	ret = instance_start(&c, s, t, id, mode, &in);
 	if (ret) {
 		fprintf(stderr, "thaw start: %s\n",
 			log_last_error()[0] ? log_last_error() : strerror(-ret));
@@ -280,6 +290,9 @@ int cmd_ps(int argc, char **argv)
 			printf("%-32s %-20s %-8s %-21s %8lld %-5s %9.1f\n", v[0], v[1], v[2], v[3],
 			       (long long)json_integer_value(json_object_get(e, "pid")), v[4],
 			       json_number_value(tm));
+			if (json_is_string(json_object_get(e, "error")))
+				printf("  error: %s\n",
+				       json_string_value(json_object_get(e, "error")));
 		}
 	}
 	json_decref(list);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -112,6 +113,17 @@ int config_init(struct thaw_config *c, const char *data_dir)
 			c->ram_tier_bytes = (uint64_t)sv.f_blocks * sv.f_frsize / 2;
 		else
 			c->ram_tier_bytes = 1ull << 30; /* no /dev/shm: a modest budget */
+	}
+
+	v = getenv("THAW_LAZY");
+	c->lazy = false;
+	if (v && *v) {
+		if (!strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes")) {
+			c->lazy = true;
+		} else if (strcmp(v, "0") && strcasecmp(v, "false") && strcasecmp(v, "no")) {
+			pr_err("THAW_LAZY=%s is neither 1/true/yes nor 0/false/no", v);
+			return -EINVAL;
+		}
 	}
 
 	ret = copy_path(c->runc, env_or("THAW_RUNC", "runc"), "runc");

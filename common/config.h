@@ -6,6 +6,7 @@
 #define THAW_CONFIG_H
 
 #include <limits.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 struct thaw_config {
@@ -16,10 +17,13 @@ struct thaw_config {
 	char runc[PATH_MAX];         /* runc binary; default "runc" on PATH */
 	char criu[PATH_MAX];         /* criu to hand to runc --criu: default the .deps wrapper
 				      * beside the build, else a system criu >= 4.2 */
+	bool lazy;                   /* restore lazily (CRIU lazy-pages) unless the start or
+				      * the function's spec says otherwise; default false */
 };
 
 /* Fill c with defaults for data_dir (NULL: $THAW_DATA_DIR or /var/lib/thaw),
- * honouring THAW_RAM_TIER, THAW_RAM_TIER_BYTES, THAW_RUNC and THAW_CRIU. */
+ * honouring THAW_RAM_TIER, THAW_RAM_TIER_BYTES, THAW_RUNC, THAW_CRIU and
+ * THAW_LAZY (1/true/yes or 0/false/no). */
 int config_init(struct thaw_config *c, const char *data_dir);
 
 #endif

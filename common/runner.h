@@ -9,12 +9,15 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 struct runner {
 	const char *runc;      /* runc binary */
 	const char *criu;      /* passed as runc --criu */
 	const char *state_dir; /* runc --root: thaw's containers live apart from others */
+	bool lazy_pages;       /* restore with --lazy-pages: a daemon of runner_lazy_start
+				* must be serving work_dir */
 };
 
 /* The container's stdio: pipes the caller drains (the write ends go to runc). */
@@ -33,6 +36,30 @@ int runner_checkpoint(const struct runner *r, const char *id, const char *image_
 int runner_restore(const struct runner *r, const char *bundle, const char *id,
 		   const char *image_dir, const char *work_dir, struct runner_stdio *stdio,
 		   pid_t *pid);
+/* A CRIU lazy-pages daemon that serves one lazy restore its pages, under a
+ * watcher.  The watcher is detached (its own session, not our child: it
+ * outlives a `thaw start`), is the daemon's parent and so learns how the
+ * daemon ended, and holds keep_fd (a tier lease) until then: the image
+ * directory must stay until the last page is served, not only until runc
+ * restore returns. */
+struct runner_lazy {
+	pid_t watcher; /* host pids, 0 if none */
+	pid_t daemon;
+};
+
+/* Start `criu lazy-pages --images-dir image_dir --work-dir work_dir` (its
+ * log in log_path) for container id and wait until its socket
+ * (work_dir/lazy-pages.socket, where the restore looks for it) is
+ * listening.  When the daemon ends the watcher writes status_path:
+ * "done <ms>\n" if it exited 0, having served every page (<ms>: since
+ * t0_ns, CLOCK_MONOTONIC), or "failed <why>\n" otherwise, and then runs
+ * `runc kill id KILL`: once its page source is gone the restored process
+ * would read zeros where its data was, so it must not run on.
+ * 0 and *out, or -errno (logged; nothing left running). */
+int runner_lazy_start(const struct runner *r, const char *id, const char *image_dir,
+		      const char *work_dir, const char *log_path, const char *status_path,
+		      int keep_fd, uint64_t t0_ns, struct runner_lazy *out);
+
 /* runc kill id KILL; runc delete -f id.  A missing container is fine. */
 int runner_delete(const struct runner *r, const char *id);
 /* The pids of every process in container id (runc ps), host pids. */

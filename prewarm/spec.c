@@ -15,7 +15,7 @@
 
 static const char *const known_keys[] = { "id",	   "command", "env",	 "cwd",	    "bundle",
 					  "port",  "ready",   "warmup",	 "prepare", "gpu",
-					  "elide_zero" };
+					  "elide_zero", "lazy" };
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -308,6 +308,10 @@ static int parse_fields(const json_t *j, const char *id, struct func_spec *s, ch
 	if (v && !json_is_boolean(v))
 		return fail(err, errlen, "elide_zero: must be true or false");
 	s->elide_zero = !v || json_is_true(v);
+	v = json_object_get(j, "lazy");
+	if (v && !json_is_null(v) && !json_is_boolean(v))
+		return fail(err, errlen, "lazy: must be true or false");
+	s->lazy = !v || json_is_null(v) ? SPEC_LAZY_UNSET : json_is_true(v) ? SPEC_LAZY : SPEC_EAGER;
 	return 0;
 }
 
@@ -381,6 +385,8 @@ json_t *spec_to_json(const struct func_spec *s)
 		json_object_set_new(j, "prepare", call_to_json(s->prepare));
 	json_object_set_new(j, "gpu", json_boolean(s->gpu));
 	json_object_set_new(j, "elide_zero", json_boolean(s->elide_zero));
+	if (s->lazy != SPEC_LAZY_UNSET)
+		json_object_set_new(j, "lazy", json_boolean(s->lazy == SPEC_LAZY));
 	json_decref(cmd);
 	return j;
 fail:

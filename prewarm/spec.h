@@ -10,6 +10,8 @@
 #include <stdint.h>
 
 enum ready_kind { READY_HTTP, READY_TCP };
+/* "lazy": absent (thawd's or the start's choice), false, true. */
+enum spec_lazy { SPEC_LAZY_UNSET, SPEC_EAGER, SPEC_LAZY };
 
 struct http_call {
 	char *method; /* "GET", "POST", … */
@@ -34,6 +36,7 @@ struct func_spec {
 	/* Drop the image's all-zero private anonymous pages before storing it
 	 * (store/criu_elide.h); "elide_zero", default true. */
 	bool elide_zero;
+	enum spec_lazy lazy;  /* restore with CRIU lazy-pages (pages on demand) */
 };
 
 /* Parse and check a spec; id (may be NULL) overrides/sets "id".  0 and *out

@@ -1,7 +1,9 @@
 /* instance.c — see instance.h.
  *
  * An instance lives in <data>/instances/<id>/ (its bundle, its network
- * namespace file, CRIU's work directory, function.log) and is described by
+ * namespace file, CRIU's work directory, function.log; a lazy one also
+ * lazy-pages.log and lazy.status, the watcher's word on how its lazy-pages
+ * daemon ended) and is described by
  * <data>/instances/<id>.json, written as soon as the work directory exists
  * ("state":"starting") and again once it runs, so that whatever a start
  * killed half-way left behind can still be found and removed by stop.
@@ -31,10 +33,12 @@
 #include <sys/mount.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #define SHIM_STOP_MS 3000
+#define LAZY_STOP_MS 3000
 #define RECORD_MAX   (1 << 20)
 
 /* Everything a start builds, so that one function can undo any prefix of it. */
@@ -56,6 +60,13 @@ struct start_ctx {
 	pid_t *cuda_pids;
 	size_t ncuda;
 	bool gpu;
+	/* Lazy restore: the daemon (in x.work, where runc restore --lazy-pages
+	 * looks for lazy-pages.socket) and its watcher. */
+	bool lazy;
+	struct runner_lazy lz;
+	unsigned long long lz_watcher_start, lz_daemon_start;
+	char lazy_log[PATH_MAX + 16];
+	char lazy_status[PATH_MAX + 16];
 };
 
 /* A path into buf; -ENAMETOOLONG (logged) if it does not fit. */
@@ -110,19 +121,29 @@ static double ms3(double ms)
 	return round(ms * 1000.0) / 1000.0;
 }
 
-static json_t *timings_json(const struct instance_timings *t)
+static json_t *timings_json(const struct instance *in)
 {
-	return json_pack("{s:f,s:f,s:f,s:f,s:f}", "materialize", ms3(t->materialize),
-			 "criu_restore", ms3(t->criu_restore), "gpu_restore", ms3(t->gpu_restore),
-			 "ready", ms3(t->ready), "total", ms3(t->total));
+	const struct instance_timings *t = &in->t;
+	json_t *j = json_pack("{s:f,s:f,s:f,s:f,s:f}", "materialize", ms3(t->materialize),
+			      "criu_restore", ms3(t->criu_restore), "gpu_restore",
+			      ms3(t->gpu_restore), "ready", ms3(t->ready), "total", ms3(t->total));
+
+	/* lazy_done: null until the daemon has served every page. */
+	if (j && in->lazy &&
+	    json_object_set_new(j, "lazy_done",
+				t->lazy_done > 0 ? json_real(ms3(t->lazy_done)) : json_null())) {
+		json_decref(j);
+		return NULL;
+	}
+	return j;
 }
 
 json_t *instance_to_json(const struct instance *in)
 {
-	return json_pack("{s:s,s:s,s:s,s:s,s:I,s:s,s:o*}", "instance", in->id, "function",
+	return json_pack("{s:s,s:s,s:s,s:s,s:I,s:s,s:b,s:o*}", "instance", in->id, "function",
 			 in->function, "snapshot", in->snapshot, "endpoint", in->endpoint, "pid",
-			 (json_int_t)in->pid, "tier", in->tier_hit ? "ram" : "disk", "timings_ms",
-			 timings_json(&in->t));
+			 (json_int_t)in->pid, "tier", in->tier_hit ? "ram" : "disk", "lazy",
+			 in->lazy, "timings_ms", timings_json(in));
 }
 
 /* The record: what instance_to_json says, and what stop needs. */
@@ -146,6 +167,12 @@ static int write_record(struct start_ctx *x, const struct instance *in, const ch
 	    json_object_set_new(j, "shim_pid", json_integer(x->shim_pid)) ||
 	    json_object_set_new(j, "shim_start", json_integer((json_int_t)x->shim_start)) ||
 	    json_object_set_new(j, "gpu", json_boolean(x->gpu)) ||
+	    json_object_set_new(j, "lazy_watcher_pid", json_integer(x->lz.watcher)) ||
+	    json_object_set_new(j, "lazy_watcher_start",
+				json_integer((json_int_t)x->lz_watcher_start)) ||
+	    json_object_set_new(j, "lazy_daemon_pid", json_integer(x->lz.daemon)) ||
+	    json_object_set_new(j, "lazy_daemon_start",
+				json_integer((json_int_t)x->lz_daemon_start)) ||
 	    json_object_set(j, "cuda_pids", cuda) ||
 	    json_object_set_new(j, "created", json_integer((json_int_t)time(NULL))))
 		goto out;
@@ -199,6 +226,52 @@ static void umount_dir(const char *dir)
 		pr_warn("umount %s: %s", dir, strerror(errno));
 }
 
+/* SIGKILL a helper of ours (pid with its start time, so that a reused pid is
+ * left alone) and wait until it is gone.  0, or -EBUSY (logged). */
+static int kill_helper(const char *what, pid_t pid, unsigned long long start)
+{
+	uint64_t t0 = now_ns();
+
+	if (pid <= 0 || !start || !proc_alive(pid, start))
+		return 0;
+	kill(pid, SIGKILL);
+	while (proc_alive(pid, start)) {
+		waitpid(pid, NULL, WNOHANG); /* not ours (detached), but harmless */
+		if (ms_since(t0) > LAZY_STOP_MS) {
+			pr_err("%s %d is still alive after SIGKILL", what, (int)pid);
+			return -EBUSY;
+		}
+		usleep(2000);
+	}
+	return 0;
+}
+
+/* What the watcher wrote in path: 1 the daemon served every page (*done_ms
+ * after the start), -1 it failed (why), 0 no word yet (still serving). */
+static int lazy_status_read(const char *path, double *done_ms, char *why, size_t len)
+{
+	char *text = NULL;
+	size_t n;
+	int ret = 0;
+
+	if (why && len)
+		why[0] = '\0';
+	if (read_file(path, &text, &n, 4096))
+		return 0;
+	text[strcspn(text, "\n")] = '\0';
+	if (!strncmp(text, "done ", 5)) {
+		if (done_ms)
+			*done_ms = strtod(text + 5, NULL);
+		ret = 1;
+	} else {
+		if (why && len)
+			snprintf(why, len, "%s", !strncmp(text, "failed ", 7) ? text + 7 : text);
+		ret = -1;
+	}
+	free(text);
+	return ret;
+}
+
 /* Undo whatever x holds, newest first.  0, or the first error (logged)
  * with what is left named. */
 static int teardown(struct start_ctx *x, const char *id)
@@ -212,6 +285,13 @@ static int teardown(struct start_ctx *x, const char *id)
 			close(*fd);
 		*fd = -1;
 	}
+	/* The watcher before the container: killing the container may end
+	 * the daemon, and a watcher still there would take that for a lost
+	 * page source and write into a directory that is being removed. */
+	r = kill_helper("lazy-pages watcher", x->lz.watcher, x->lz_watcher_start);
+	if (r)
+		return r;
+	x->lz.watcher = 0;
 	if (x->have_container) {
 		if (x->gpu)
 			gpu_quiesce(x->cuda_pids, x->ncuda);
@@ -225,6 +305,11 @@ static int teardown(struct start_ctx *x, const char *id)
 		}
 		x->have_container = false;
 	}
+	/* The daemon after the container: its pages are no longer wanted. */
+	r = kill_helper("criu lazy-pages", x->lz.daemon, x->lz_daemon_start);
+	if (r)
+		return r;
+	x->lz.daemon = 0;
 	/* The endpoint after the container: a client sees its connection
 	 * close rather than refused while the function still runs. */
 	if (x->shim_pid > 0) {
@@ -315,8 +400,39 @@ static int parse_spec(const struct manifest *m, const char *snapshot, struct fun
 	return ret;
 }
 
+/* Start the lazy-pages daemon for x (its pages from image_dir), record it so
+ * that a stop finds it, and have the restore look for it. */
+static int lazy_start(struct start_ctx *x, struct instance *in, const char *image_dir,
+		      int lease_fd, uint64_t t0)
+{
+	int ret;
+
+	ret = runner_lazy_start(&x->r, in->id, image_dir, x->work, x->lazy_log, x->lazy_status,
+				lease_fd, t0, &x->lz);
+	if (ret)
+		return ret;
+	proc_start_time(x->lz.watcher, &x->lz_watcher_start);
+	proc_start_time(x->lz.daemon, &x->lz_daemon_start);
+	x->r.lazy_pages = true;
+	return write_record(x, in, "starting");
+}
+
+/* After runc restore and after readiness: has the daemon failed meanwhile?
+ * 0 (and in->t.lazy_done if it has finished), or -EIO with the reason set. */
+static int lazy_check(struct start_ctx *x, struct instance *in)
+{
+	char why[512];
+
+	if (!x->lazy)
+		return 0;
+	if (lazy_status_read(x->lazy_status, &in->t.lazy_done, why, sizeof(why)) >= 0)
+		return 0;
+	log_set_error("page source lost: %s", why);
+	return -EIO;
+}
+
 int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
-		   const char *snapshot_id, struct instance *out)
+		   const char *snapshot_id, enum instance_mode mode, struct instance *out)
 {
 	struct start_ctx x = { .c = c, .stdio = { -1, -1 } };
 	struct manifest *m = NULL;
@@ -340,6 +456,13 @@ int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 		goto fail;
 	snprintf(in.function, sizeof(in.function), "%s", spec->id[0] ? spec->id : m->name);
 	x.gpu = spec->gpu;
+	/* The start's word, else the function's, else thawd's default. */
+	if (mode == INSTANCE_MODE_AUTO)
+		mode = spec->lazy == SPEC_LAZY	   ? INSTANCE_LAZY
+		       : spec->lazy == SPEC_EAGER ? INSTANCE_EAGER
+		       : c->lazy		   ? INSTANCE_LAZY
+						   : INSTANCE_EAGER;
+	x.lazy = in.lazy = mode == INSTANCE_LAZY;
 
 	phase = "materialize";
 	tp = now_ns();
@@ -377,6 +500,8 @@ int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 	snprintf(x.bundle, sizeof(x.bundle), "%s/bundle", x.dir);
 	snprintf(x.work, sizeof(x.work), "%s/criu", x.dir);
 	snprintf(x.log, sizeof(x.log), "%s/function.log", x.dir);
+	snprintf(x.lazy_log, sizeof(x.lazy_log), "%s/lazy-pages.log", x.dir);
+	snprintf(x.lazy_status, sizeof(x.lazy_status), "%s/lazy.status", x.dir);
 	/* From here on a killed start leaves a record that stop can act on. */
 	ret = write_record(&x, &in, "starting");
 	if (ret)
@@ -391,10 +516,19 @@ int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 
 	phase = "criu_restore";
 	tp = now_ns();
+	if (x.lazy) {
+		/* The daemon holds a duplicate of the lease: the image stays in
+		 * the tier until it has served the last page. */
+		ret = lazy_start(&x, &in, tier_lease_path(lease), tier_lease_fd(lease), t0);
+		if (ret)
+			goto fail;
+	}
 	x.have_container = true; /* runner_restore deletes it when it fails; harmless twice */
 	ret = runner_restore(&x.r, x.bundle, in.id, tier_lease_path(lease), x.work, &x.stdio,
 			     &in.pid);
 	in.t.criu_restore = ms_since(tp);
+	if (!ret)
+		ret = lazy_check(&x, &in);
 	if (ret)
 		goto fail;
 	proc_start_time(in.pid, &x.pid_start);
@@ -440,6 +574,9 @@ int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 			      tail);
 		goto fail;
 	}
+	ret = lazy_check(&x, &in);
+	if (ret)
+		goto fail;
 
 	tier_release(lease);
 	lease = NULL;
@@ -448,9 +585,10 @@ int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 	ret = write_record(&x, &in, "running");
 	if (ret)
 		goto fail;
-	pr_info("instance %s of %s: %s, pid %d, %.1f ms (materialize %.1f, criu_restore %.1f, "
+	pr_info("instance %s of %s: %s, pid %d, %s, %.1f ms (materialize %.1f, criu_restore %.1f, "
 		"gpu_restore %.1f, ready %.1f)", in.id, in.function, in.endpoint, (int)in.pid,
-		in.t.total, in.t.materialize, in.t.criu_restore, in.t.gpu_restore, in.t.ready);
+		in.lazy ? "lazy" : "eager", in.t.total, in.t.materialize, in.t.criu_restore,
+		in.t.gpu_restore, in.t.ready);
 	*out = in;
 	goto out;
 fail:
@@ -525,6 +663,14 @@ int instance_stop(const struct thaw_config *c, const char *id)
 		if (!x.shim_start)
 			x.shim_pid = 0;
 	}
+	if (num_field(rec, "lazy_watcher_pid", &v) && v > 0) {
+		x.lz.watcher = (pid_t)v;
+		x.lz_watcher_start = num_field(rec, "lazy_watcher_start", &v) ? (unsigned long long)v : 0;
+	}
+	if (num_field(rec, "lazy_daemon_pid", &v) && v > 0) {
+		x.lz.daemon = (pid_t)v;
+		x.lz_daemon_start = num_field(rec, "lazy_daemon_start", &v) ? (unsigned long long)v : 0;
+	}
 	x.gpu = json_is_true(json_object_get(rec, "gpu"));
 	cuda = json_object_get(rec, "cuda_pids");
 	if (x.gpu && json_array_size(cuda)) {
@@ -541,6 +687,37 @@ out:
 	free(x.cuda_pids);
 	json_decref(rec);
 	return ret;
+}
+
+/* A lazy instance whose daemon has finished or failed: lazy_done into its
+ * timings, or "failed" with the reason (the watcher has killed it). */
+static bool lazy_word(const struct thaw_config *c, json_t *rec)
+{
+	char path[PATH_MAX + 300], why[512];
+	const char *id = json_string_value(json_object_get(rec, "instance"));
+	double done = 0;
+	int st;
+
+	if (!json_is_true(json_object_get(rec, "lazy")) || !id || !id_valid(id) ||
+	    pathf(path, sizeof(path), "%s/instances/%s/lazy.status", c->data_dir, id))
+		return false;
+	st = lazy_status_read(path, &done, why, sizeof(why));
+	if (st > 0) {
+		json_t *tm = json_object_get(rec, "timings_ms");
+
+		if (json_is_object(tm))
+			json_object_set_new(tm, "lazy_done", json_real(ms3(done)));
+		return false;
+	}
+	if (st < 0) {
+		char msg[640];
+
+		snprintf(msg, sizeof(msg), "page source lost: %s; the instance was killed", why);
+		json_object_set_new(rec, "state", json_string("failed"));
+		json_object_set_new(rec, "error", json_string(msg));
+		return true;
+	}
+	return false;
 }
 
 /* Is the recorded instance running: its container's first process alive? */
@@ -597,6 +774,7 @@ int instance_list(const struct thaw_config *c, json_t **out)
 		if (load_record(path, &rec))
 			continue; /* vanished (stopped meanwhile) or damaged: logged */
 		json_object_set_new(rec, "state", json_string(record_state(rec)));
+		lazy_word(c, rec);
 		json_array_append_new(arr, rec);
 	}
 	closedir(d);

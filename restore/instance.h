@@ -19,6 +19,20 @@
 
 struct instance_timings {
 	double materialize, criu_restore, gpu_restore, ready, total; /* ms */
+	double lazy_done; /* lazy: ms from the start until the daemon had served every
+			   * page; 0 while it has not (yet) */
+};
+
+/* How the pages come back.  Eager: runc restore puts every page in before
+ * the process runs.  Lazy: runc restore --lazy-pages; the process runs at
+ * once and a CRIU lazy-pages daemon of its own serves its anonymous memory
+ * from the image in the RAM tier through userfaultfd, on demand and in the
+ * background.  If that daemon ends before it has served every page, the
+ * instance is killed and listed as "failed" with the reason. */
+enum instance_mode {
+	INSTANCE_MODE_AUTO, /* the snapshot's spec "lazy" if set, else the config's lazy */
+	INSTANCE_EAGER,
+	INSTANCE_LAZY,
 };
 
 struct instance {
@@ -28,16 +42,19 @@ struct instance {
 	char endpoint[64]; /* "127.0.0.1:PORT" */
 	pid_t pid;         /* host pid of the container's first process */
 	bool tier_hit;     /* "ram" if true, else "disk" */
+	bool lazy;         /* restored lazily */
 	struct instance_timings t;
 };
 
 /* Start an instance of snapshot_id.  On failure nothing is left behind. */
 int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
-		   const char *snapshot_id, struct instance *out);
+		   const char *snapshot_id, enum instance_mode mode, struct instance *out);
 /* Stop instance id (locking and checkpointing its CUDA processes first) and
  * remove its container, namespace, work directory and record. */
 int instance_stop(const struct thaw_config *c, const char *id);
-/* Instances recorded under the data directory, as a JSON array. */
+/* Instances recorded under the data directory, as a JSON array; "state" is
+ * starting, running, exited, abandoned, or failed (with "error": why, e.g.
+ * its lazy-pages daemon died before it had served every page). */
 int instance_list(const struct thaw_config *c, json_t **out);
 /* The answer of POST /functions/<id>/start for in. */
 json_t *instance_to_json(const struct instance *in);

@@ -680,6 +680,11 @@ bool tier_lease_hit(const struct tier_lease *l)
 	return l->hit;
 }
 
+int tier_lease_fd(const struct tier_lease *l)
+{
+	return l->fd;
+}
+
 double tier_lease_materialize_ms(const struct tier_lease *l)
 {
 	return l->ms;

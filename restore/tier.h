@@ -33,6 +33,10 @@ const char *tier_lease_path(const struct tier_lease *l);
 /* true if the snapshot was already in the tier ("ram"), false if this acquire
  * (or one it waited on) materialised it ("disk"). */
 bool tier_lease_hit(const struct tier_lease *l);
+/* The descriptor that holds the lease (a flock, which lasts while any
+ * process holds a duplicate of it): a helper that inherits it keeps the
+ * snapshot in the tier until it exits.  Still the lease's: do not close it. */
+int tier_lease_fd(const struct tier_lease *l);
 /* Milliseconds this acquire spent materialising or waiting. */
 double tier_lease_materialize_ms(const struct tier_lease *l);
 void tier_release(struct tier_lease *l); /* NULL is fine */

@@ -158,11 +158,14 @@ sed -e "s|@THAW_ROOT@|$ROOT|g" -e "s|/opt/torch/.venv/bin|$PYBIN|" \
 [ -n "${GPU_LLM_SKIP:-}" ] ||
 	step gpu-llm-selftest python3 bench/functions/gpu_llm.py --selftest \
 		--model-dir "$GPU_LLM_MODEL_DIR"
-# The tokens the cold process generated: a restored instance must generate the same.
-E2E_GPU_TOKENS=$(sed -n 's/^tokens: //p' "$OUT/logs/gpu-llm-selftest.log" 2>/dev/null | head -n1)
+# The tokens the cold process generated: a restored instance must generate the same
+# (given in the environment when the selftest ran in an earlier call).
+E2E_GPU_TOKENS=${E2E_GPU_TOKENS:-$(sed -n 's/^tokens: //p' "$OUT/logs/gpu-llm-selftest.log" 2>/dev/null | head -n1)}
 export E2E_GPU_TOKENS
 [ -f test/e2e_snapshot.sh ] && step e2e-snapshot-gpu bash test/e2e_snapshot.sh --gpu
 [ -f test/e2e_restore.sh ] && step e2e-restore-gpu bash test/e2e_restore.sh --gpu
+# The same restored lazily (CRIU lazy-pages serving the image while CUDA restores).
+[ -f test/e2e_restore.sh ] && step e2e-restore-gpu-lazy env THAW_LAZY=1 bash test/e2e_restore.sh --gpu
 for t in test/*gpu*.sh; do
 	[ -f "$t" ] && step "$(basename "$t" .sh)" bash "$t"
 done
@@ -176,6 +179,11 @@ done
 	step gpu-llm-thaw-bench bash bench/thaw-bench-run.sh "$THAW_GPU_EXAMPLE" gpu-example \
 		'POST /generate {"prompt_ids": [1, 450, 4996, 17354, 1701, 29916], "max_new_tokens": 32}' \
 		"\"tokens\": $E2E_GPU_TOKENS" "$THAW_FIGURES/thaw-bench" "${GPU_BURST:-8}"
+# Eager against lazy starts, one at a time from a warm tier (thaw-bench), and lazy_done.
+[ -n "${E2E_GPU_TOKENS:-}" ] && [ -f bench/lazy-eager-run.sh ] &&
+	step gpu-llm-lazy-eager bash bench/lazy-eager-run.sh "$THAW_GPU_EXAMPLE" gpu-example \
+		'POST /generate {"prompt_ids": [1, 450, 4996, 17354, 1701, 29916], "max_new_tokens": 32}' \
+		"\"tokens\": $E2E_GPU_TOKENS" "$THAW_FIGURES/lazy-eager" 3
 # ==== end of EXTEND ===========================================================
 
 if [ -n "${GPU_ALL_TESTS:-}" ]; then

@@ -423,7 +423,7 @@ static int post_start(struct req *q)
 	}
 	memset(&in, 0, sizeof(in));
 	log_clear_error();
-	ret = instance_start(&s->cfg, s->store, s->tier, snap, &in);
+	ret = instance_start(&s->cfg, s->store, s->tier, snap, INSTANCE_MODE_AUTO, &in);
 	atomic_fetch_sub(&s->starts_running, 1);
 	if (ret) {
 		struct api_err e = api_err_from_errno(ret, 1);

@@ -38,6 +38,10 @@ static void usage(FILE *f)
 		"  --runc PATH            runc binary (THAW_RUNC; default runc on PATH)\n"
 		"  --criu PATH            criu >= 4.2 for runc --criu (THAW_CRIU; default the\n"
 		"                         .deps/criu-wrapper of the tree, else criu on PATH)\n"
+		"  --lazy, --no-lazy      restore pages on demand (CRIU lazy-pages, served from\n"
+		"                         the RAM tier) or all before the start answers, for\n"
+		"                         functions whose spec has no \"lazy\" (THAW_LAZY=1|0;\n"
+		"                         default --no-lazy)\n"
 		"  --max-starts N         concurrent starts; more answer 503 with Retry-After\n"
 		"                         (THAW_MAX_STARTS; default %u; 0 refuses every start)\n"
 		"  --max-snapshots N      concurrent snapshots, likewise (THAW_MAX_SNAPSHOTS;\n"
@@ -126,6 +130,8 @@ enum {
 	OPT_MAX_BODY,
 	OPT_MAX_CONNS,
 	OPT_PORT_FILE,
+	OPT_LAZY,
+	OPT_NO_LAZY,
 };
 
 int main(int argc, char **argv)
@@ -143,6 +149,8 @@ int main(int argc, char **argv)
 		{ "max-body", required_argument, NULL, OPT_MAX_BODY },
 		{ "max-connections", required_argument, NULL, OPT_MAX_CONNS },
 		{ "port-file", required_argument, NULL, OPT_PORT_FILE },
+		{ "lazy", no_argument, NULL, OPT_LAZY },
+		{ "no-lazy", no_argument, NULL, OPT_NO_LAZY },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "help", no_argument, NULL, 'h' },
@@ -156,7 +164,7 @@ int main(int argc, char **argv)
 	struct server *s = NULL;
 	unsigned long long n;
 	sigset_t sigs;
-	int opt, sig, level = -1;
+	int opt, sig, level = -1, lazy = -1;
 
 	server_opts_default(&o);
 	while ((opt = getopt_long(argc, argv, "vqh", longopts, NULL)) != -1) {
@@ -173,6 +181,8 @@ int main(int argc, char **argv)
 		case OPT_MAX_BODY: max_body = optarg; break;
 		case OPT_MAX_CONNS: max_conns = optarg; break;
 		case OPT_PORT_FILE: o.port_file = optarg; break;
+		case OPT_LAZY: lazy = 1; break;
+		case OPT_NO_LAZY: lazy = 0; break;
 		case 'v': level = LOG_DEBUG; break;
 		case 'q': level = LOG_WARN; break;
 		case 'h': usage(stdout); return 0;
@@ -215,6 +225,8 @@ int main(int argc, char **argv)
 		return 2;
 	if (criu && set_path(c.criu, criu, "--criu"))
 		return 2;
+	if (lazy >= 0)
+		c.lazy = lazy;
 	if (ram_bytes) {
 		if (parse_num("--ram-tier-bytes", ram_bytes, true, UINT64_MAX, &n) || !n)
 			return 2;
@@ -259,9 +271,10 @@ int main(int argc, char **argv)
 		server_free(s);
 		return 1;
 	}
-	pr_info("ready: runc %s, criu %s, RAM tier %s (%llu bytes), max %u starts, %u snapshots",
-		c.runc, c.criu, c.ram_tier_dir, (unsigned long long)c.ram_tier_bytes, o.max_starts,
-		o.max_snapshots);
+	pr_info("ready: runc %s, criu %s, RAM tier %s (%llu bytes), max %u starts, %u snapshots, "
+		"%s restores by default", c.runc, c.criu, c.ram_tier_dir,
+		(unsigned long long)c.ram_tier_bytes, o.max_starts, o.max_snapshots,
+		c.lazy ? "lazy" : "eager");
 
 	if (sigwait(&sigs, &sig) == 0)
 		pr_info("%s: stopping", strsignal(sig));

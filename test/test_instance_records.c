@@ -34,7 +34,7 @@ static void test_json_shape(void)
 			       .endpoint = "127.0.0.1:4242", .pid = 77, .tier_hit = true,
 			       .t = { 1.5, 2.25, 0, 3, 6.75 } };
 	const char *keys[] = { "instance", "function", "snapshot", "endpoint", "pid", "tier",
-			       "timings_ms" };
+			       "lazy", "timings_ms" };
 	const char *tkeys[] = { "materialize", "criu_restore", "gpu_restore", "ready", "total" };
 	json_t *j = instance_to_json(&in), *t;
 
@@ -54,6 +54,18 @@ static void test_json_shape(void)
 	in.tier_hit = false;
 	j = instance_to_json(&in);
 	CHECK_STR(json_string_value(json_object_get(j, "tier")), "disk");
+	CHECK(json_is_false(json_object_get(j, "lazy")));
+	json_decref(j);
+	/* Lazy: lazy_done is null until the daemon has served every page. */
+	in.lazy = true;
+	j = instance_to_json(&in);
+	CHECK(json_is_true(json_object_get(j, "lazy")));
+	CHECK(json_is_null(json_object_get(json_object_get(j, "timings_ms"), "lazy_done")));
+	json_decref(j);
+	in.t.lazy_done = 9.5;
+	j = instance_to_json(&in);
+	CHECK(json_number_value(json_object_get(json_object_get(j, "timings_ms"), "lazy_done")) ==
+	      9.5);
 	json_decref(j);
 }
 
@@ -83,6 +95,65 @@ static const char *state_of(const struct thaw_config *c, const char *id)
 			snprintf(st, sizeof(st), "%s", json_string_value(json_object_get(e, "state")));
 	json_decref(list);
 	return st;
+}
+
+/* A lazy instance: what its watcher wrote shows in the list, and stop ends
+ * the watcher and the daemon (sleepers here) with the rest. */
+static void test_lazy_record(struct thaw_config *c)
+{
+	char wdir[PATH_MAX], rec[PATH_MAX], status[PATH_MAX];
+	pid_t fn = sleeper(), w = sleeper(), d = sleeper();
+	unsigned long long fs = 0, ws = 0, ds = 0;
+	json_t *r, *list = NULL, *e;
+	char *text;
+	size_t i;
+
+	REQUIRE(fn > 0 && w > 0 && d > 0);
+	usleep(20000);
+	proc_start_time(fn, &fs);
+	proc_start_time(w, &ws);
+	proc_start_time(d, &ds);
+	snprintf(wdir, sizeof(wdir), "%s/instances/fn-lazy01", c->data_dir);
+	snprintf(rec, sizeof(rec), "%s/instances/fn-lazy01.json", c->data_dir);
+	snprintf(status, sizeof(status), "%s/lazy.status", wdir);
+	REQUIRE(mkdir_p(wdir, 0700) == 0);
+	r = json_pack("{s:s,s:s,s:I,s:I,s:s,s:b,s:{s:f},s:I,s:I,s:I,s:I}", "instance", "fn-lazy01",
+		      "function", "fn", "pid", (json_int_t)fn, "pid_start", (json_int_t)fs,
+		      "state", "running", "lazy", 1, "timings_ms", "total", 5.0,
+		      "lazy_watcher_pid", (json_int_t)w, "lazy_watcher_start", (json_int_t)ws,
+		      "lazy_daemon_pid", (json_int_t)d, "lazy_daemon_start", (json_int_t)ds);
+	text = json_dumps(r, 0);
+	REQUIRE(text && write_file_atomic(rec, text, strlen(text), 0644) == 0);
+	free(text);
+	json_decref(r);
+
+	CHECK_STR(state_of(c, "fn-lazy01"), "running"); /* no word yet: still serving */
+	REQUIRE(write_file_atomic(status, "done 12.5\n", 10, 0644) == 0);
+	CHECK_STR(state_of(c, "fn-lazy01"), "running");
+	CHECK_EQ(instance_list(c, &list), 0);
+	json_array_foreach(list, i, e)
+		if (!strcmp(json_string_value(json_object_get(e, "instance")), "fn-lazy01"))
+			CHECK(json_number_value(json_object_get(json_object_get(e, "timings_ms"),
+								"lazy_done")) == 12.5);
+	json_decref(list);
+	text = "failed the lazy-pages daemon (pid 1) was killed by signal 9\n";
+	REQUIRE(write_file_atomic(status, text, strlen(text), 0644) == 0);
+	CHECK_STR(state_of(c, "fn-lazy01"), "failed");
+	CHECK_EQ(instance_list(c, &list), 0);
+	json_array_foreach(list, i, e)
+		if (!strcmp(json_string_value(json_object_get(e, "instance")), "fn-lazy01"))
+			CHECK(strstr(json_string_value(json_object_get(e, "error")) ?: "",
+				     "page source lost: the lazy-pages daemon") != NULL);
+	json_decref(list);
+
+	CHECK_EQ(instance_stop(c, "fn-lazy01"), 0);
+	CHECK(!proc_alive(w, ws));
+	CHECK(!proc_alive(d, ds));
+	CHECK_STR(state_of(c, "fn-lazy01"), "");
+	kill(fn, SIGKILL);
+	waitpid(fn, NULL, 0);
+	waitpid(w, NULL, WNOHANG);
+	waitpid(d, NULL, WNOHANG);
 }
 
 static void test_records(struct thaw_config *c)
@@ -208,9 +279,10 @@ static void test_start_without_spec(struct thaw_config *c)
 	t = tier_open(tdir, 1 << 26, s, NULL);
 	REQUIRE(t);
 	log_clear_error();
-	CHECK(instance_start(c, s, t, id, &in) < 0);
+	CHECK(instance_start(c, s, t, id, INSTANCE_MODE_AUTO, &in) < 0);
 	CHECK(strstr(log_last_error(), "no function spec") != NULL);
-	CHECK(instance_start(c, s, t, "sha256:0123456789abcdef0123", &in) == -ENOENT);
+	CHECK(instance_start(c, s, t, "sha256:0123456789abcdef0123", INSTANCE_MODE_AUTO, &in) ==
+	      -ENOENT);
 	snprintf(idir, sizeof(idir), "%s/instances", c->data_dir);
 	d = opendir(idir);
 	while (d && (de = readdir(d)))
@@ -286,6 +358,7 @@ int main(void)
 	snprintf(c.store_dir, sizeof(c.store_dir), "%s/store", dir);
 	test_json_shape();
 	test_records(&c);
+	test_lazy_record(&c);
 	test_start_without_spec(&c);
 	test_pidns_members();
 	rm_rf(dir);

@@ -120,7 +120,7 @@ static void run_checkpoint_restore(const char *dir)
 	snprintf(buf, sizeof(buf), "%s/bench/functions", root ? root : ".");
 	REQUIRE(realpath(buf, fn));
 	snprintf(state, sizeof(state), "%s/runc", dir);
-	r = (struct runner){ c.runc, c.criu, state };
+	r = (struct runner){ .runc = c.runc, .criu = c.criu, .state_dir = state };
 	snprintf(img, sizeof(img), "%s/image", dir);
 	snprintf(logp, sizeof(logp), "%s/run.log", dir);
 	for (i = 0; i < 3; i++) {

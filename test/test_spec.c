@@ -95,7 +95,31 @@ int main(void)
 	CHECK(s->ready_timeout_s == 60);
 	CHECK(s->env && s->env[0] == NULL);
 	CHECK(!s->cwd && !s->prepare && s->nwarmup == 0 && !s->gpu);
+	CHECK_EQ(s->lazy, SPEC_LAZY_UNSET);
+	/* No "lazy" written back: the start or thawd's default decides. */
+	j1 = spec_to_json(s);
+	CHECK(j1 && !json_object_get(j1, "lazy"));
+	json_decref(j1);
 	spec_free(s);
+	/* "lazy" both ways survives the round trip. */
+	for (int lz = 0; lz < 2; lz++) {
+		char text[128];
+
+		snprintf(text, sizeof(text), "{\"id\":\"a\",\"command\":[\"srv\"],\"port\":1,"
+			 "\"lazy\":%s}", lz ? "true" : "false");
+		s = parse(text, NULL, err, sizeof(err));
+		REQUIRE(s);
+		CHECK_EQ(s->lazy, lz ? SPEC_LAZY : SPEC_EAGER);
+		j1 = spec_to_json(s);
+		CHECK(j1 && json_is_boolean(json_object_get(j1, "lazy")) &&
+		      json_is_true(json_object_get(j1, "lazy")) == lz);
+		s2 = NULL;
+		CHECK_EQ(spec_parse(j1, NULL, &s2, err, sizeof(err)), 0);
+		CHECK(s2 && s2->lazy == s->lazy);
+		spec_free(s2);
+		json_decref(j1);
+		spec_free(s);
+	}
 	s = parse("{\"id\":\"a\",\"command\":[\"srv\"],\"port\":65535,\"gpu\":true,"
 		  "\"ready\":{\"tcp\":true}}", "b", err, sizeof(err));
 	REQUIRE(s);
@@ -166,6 +190,7 @@ int main(void)
 	    "prepare.method");
 	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"gpu\":\"yes\"}", "gpu");
 	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"elide_zero\":1}", "elide_zero");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"lazy\":1}", "lazy");
 	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"colour\":\"red\"}", "colour");
 
 	return check_failures ? 1 : 0;

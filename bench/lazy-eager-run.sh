@@ -13,6 +13,13 @@
 # `thaw start --lazy` on that data, the time until each daemon had served
 # every page (timings_ms.lazy_done), REPEAT times.  Writes OUTDIR/{eager,lazy}
 # .txt/.json and OUTDIR/lazy_done.txt.  Exit 0 when every start was correct.
+#
+# The baseline (issue 7): the same function snapshotted again as ID-full with
+# "elide_zero": false, its image written out by `thaw materialize` into a
+# plain directory, and `runc restore` (+ CUDA restore and unlock) of that
+# unelided image timed by thaw-bench's --baseline-plain in the eager run, in
+# the same invocation (PLAIN_RUNS, default 2; 0: none).  OUTDIR/elision.txt
+# holds the image bytes before and after elision.
 set -u
 if [ $# -lt 5 ]; then
 	sed -n '2,17p' "$0" >&2
@@ -85,8 +92,37 @@ run() { # name args...
 	python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); sys.exit(0 if j["ok"] == j["attempts"] > 0 else 1)' \
 		"$OUTDIR/$name.json" 2>/dev/null || { echo "$name: not every start was correct"; bad=1; }
 }
+PLAIN_RUNS=${PLAIN_RUNS:-2}
+BASELINE=()
+if [ "$PLAIN_RUNS" -gt 0 ]; then
+	python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); j["elide_zero"]=False; json.dump(j, open(sys.argv[2], "w"))' \
+		"$W/spec.json" "$W/spec-full.json"
+	code=$(curl -s -o "$W/put.json" -w '%{http_code}' -X PUT "$URL/functions/$ID-full" -d @"$W/spec-full.json")
+	[ "$code" = 201 ] || [ "$code" = 200 ] || { echo "PUT $ID-full: $code $(cat "$W/put.json")"; exit 1; }
+	echo "snapshot of $ID-full (no elision), for the plain-restore baseline..."
+	curl -s -m 1200 -X POST "$URL/functions/$ID-full/snapshot?wait=1" >"$OUTDIR/snapshot-full.json"
+	FULL=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["job"]["result"]["snapshot"])' \
+		"$OUTDIR/snapshot-full.json" 2>/dev/null)
+	[ -n "$FULL" ] || { echo "snapshot $ID-full failed: $(cat "$OUTDIR/snapshot-full.json")"; exit 1; }
+	"$B/thaw" --data-dir "$W/data" materialize "$FULL" --out "$TIER/plain-full" >/dev/null ||
+		{ echo "thaw materialize $FULL failed"; exit 1; }
+	BASELINE=(--baseline-plain "$TIER/plain-full" --baseline-runs "$PLAIN_RUNS" --runc-root "$W/runc")
+fi
+python3 - "$W/data/store/manifests" "$SNAP" "${FULL:-}" <<'PY' | tee "$OUTDIR/elision.txt"
+import json, os, sys
+d, snap, full = sys.argv[1:4]
+m = json.load(open(os.path.join(d, snap[7:])))["meta"]
+before = m.get("image_bytes_before_elision", m.get("image_bytes"))
+print("image bytes before elision: %d" % before)
+print("image bytes after elision:  %d (%.1f%% of before), %d zero pages elided, elide %.0f ms"
+      % (m["image_bytes"], 100.0 * m["image_bytes"] / before, m.get("zero_pages_elided", 0),
+         m.get("timings_ms", {}).get("elide", 0)))
+if full:
+    f = json.load(open(os.path.join(d, full[7:])))["meta"]
+    print("unelided snapshot (baseline): %d bytes of image" % f["image_bytes"])
+PY
 run prime --burst 1
-run eager --burst 1 --repeat "$REPEAT"
+run eager --burst 1 --repeat "$REPEAT" "${BASELINE[@]}"
 stop_thawd
 start_thawd "$PORT" --lazy || exit 1
 run lazy --burst 1 --repeat "$REPEAT"

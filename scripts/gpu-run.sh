@@ -16,8 +16,8 @@
 # log) and whatever a step writes to $OUT/figures/ (packed into figures.tar.gz).
 # The device tool returns at most 8 files from $OUT, hence the archives.
 #
-# Environment: OUT (default ./gpu-out), GPU_STEPS (a pattern: only steps whose
-# name matches), GPU_ALL_TESTS=1 (also run every test, CPU ones too),
+# Environment: OUT (default ./gpu-out), GPU_STEPS (patterns, space-separated: only
+# steps whose name matches one), GPU_ALL_TESTS=1 (also run every test, CPU ones too),
 # GPU_LLM_SKIP=1 (no gpu-llm-selftest), STEP_TIMEOUT (seconds, default 600).
 set -u
 cd "$(dirname "$0")/.."
@@ -119,7 +119,11 @@ say "runc: $(runc --version | head -1); criu: $("$THAW_CRIU" --version | awk '/^
 step() {
 	local name=$1 t0=$SECONDS rc
 	shift
-	case "$name" in *${GPU_STEPS:-}*) ;; *) return 0 ;; esac
+	local pat hit=""
+	for pat in ${GPU_STEPS:-""}; do
+		case "$name" in *$pat*) hit=1 ;; esac
+	done
+	[ -n "$hit" ] || [ -z "${GPU_STEPS:-}" ] || return 0
 	echo "---- $name: $*"
 	timeout -k 10 "${STEP_TIMEOUT:-600}" "$@" >"$OUT/logs/$name.log" 2>&1
 	rc=$?

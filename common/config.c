@@ -116,12 +116,14 @@ int config_init(struct thaw_config *c, const char *data_dir)
 	}
 
 	v = getenv("THAW_LAZY");
-	c->lazy = false;
+	c->lazy = CONFIG_LAZY_AUTO;
 	if (v && *v) {
 		if (!strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes")) {
-			c->lazy = true;
-		} else if (strcmp(v, "0") && strcasecmp(v, "false") && strcasecmp(v, "no")) {
-			pr_err("THAW_LAZY=%s is neither 1/true/yes nor 0/false/no", v);
+			c->lazy = CONFIG_LAZY_ON;
+		} else if (!strcmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "no")) {
+			c->lazy = CONFIG_LAZY_OFF;
+		} else if (strcasecmp(v, "auto")) {
+			pr_err("THAW_LAZY=%s is none of 1/true/yes, 0/false/no, auto", v);
 			return -EINVAL;
 		}
 	}

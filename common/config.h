@@ -9,6 +9,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* Restore pages on demand (CRIU lazy-pages) or all before the start answers.
+ * AUTO: lazily for CPU functions, eagerly for GPU ones.  Measured (bench/RESULTS.md,
+ * "Sparse and lazy images"): lazily, a CPU function answers sooner (CPU example
+ * 250 vs 720 ms); a GPU function answers later (H100 example 3.9 vs 3.7 s), since
+ * the driver's restore then faults its GPU state in through userfaultfd page by
+ * page. */
+enum config_lazy { CONFIG_LAZY_AUTO, CONFIG_LAZY_ON, CONFIG_LAZY_OFF };
+
 struct thaw_config {
 	char data_dir[PATH_MAX];     /* store/ snapshots/ functions/ instances/ live here */
 	char store_dir[PATH_MAX];    /* default <data_dir>/store */
@@ -17,8 +25,8 @@ struct thaw_config {
 	char runc[PATH_MAX];         /* runc binary; default "runc" on PATH */
 	char criu[PATH_MAX];         /* criu to hand to runc --criu: default the .deps wrapper
 				      * beside the build, else a system criu >= 4.2 */
-	bool lazy;                   /* restore lazily (CRIU lazy-pages) unless the start or
-				      * the function's spec says otherwise; default false */
+	enum config_lazy lazy;       /* how to restore when neither the start nor the
+				      * function's spec says; default CONFIG_LAZY_AUTO */
 };
 
 /* Fill c with defaults for data_dir (NULL: $THAW_DATA_DIR or /var/lib/thaw),

@@ -456,12 +456,16 @@ int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 		goto fail;
 	snprintf(in.function, sizeof(in.function), "%s", spec->id[0] ? spec->id : m->name);
 	x.gpu = spec->gpu;
-	/* The start's word, else the function's, else thawd's default. */
-	if (mode == INSTANCE_MODE_AUTO)
+	/* The start's word, else the function's, else thawd's setting, whose
+	 * default restores CPU functions lazily and GPU functions eagerly
+	 * (config.h says why). */
+	if (mode == INSTANCE_MODE_AUTO) {
+		bool lazy = c->lazy == CONFIG_LAZY_ON || (c->lazy == CONFIG_LAZY_AUTO && !spec->gpu);
 		mode = spec->lazy == SPEC_LAZY	   ? INSTANCE_LAZY
 		       : spec->lazy == SPEC_EAGER ? INSTANCE_EAGER
-		       : c->lazy		   ? INSTANCE_LAZY
+		       : lazy			   ? INSTANCE_LAZY
 						   : INSTANCE_EAGER;
+	}
 	x.lazy = in.lazy = mode == INSTANCE_LAZY;
 
 	phase = "materialize";

@@ -40,8 +40,9 @@ static void usage(FILE *f)
 		"                         .deps/criu-wrapper of the tree, else criu on PATH)\n"
 		"  --lazy, --no-lazy      restore pages on demand (CRIU lazy-pages, served from\n"
 		"                         the RAM tier) or all before the start answers, for\n"
-		"                         functions whose spec has no \"lazy\" (THAW_LAZY=1|0;\n"
-		"                         default --no-lazy)\n"
+		"                         functions whose spec has no \"lazy\" (THAW_LAZY=1|0|auto;\n"
+		"                         default auto: lazily for CPU functions, eagerly for\n"
+		"                         GPU functions, whose CUDA restore is slower lazily)\n"
 		"  --max-starts N         concurrent starts; more answer 503 with Retry-After\n"
 		"                         (THAW_MAX_STARTS; default %u; 0 refuses every start)\n"
 		"  --max-snapshots N      concurrent snapshots, likewise (THAW_MAX_SNAPSHOTS;\n"
@@ -226,7 +227,7 @@ int main(int argc, char **argv)
 	if (criu && set_path(c.criu, criu, "--criu"))
 		return 2;
 	if (lazy >= 0)
-		c.lazy = lazy;
+		c.lazy = lazy ? CONFIG_LAZY_ON : CONFIG_LAZY_OFF;
 	if (ram_bytes) {
 		if (parse_num("--ram-tier-bytes", ram_bytes, true, UINT64_MAX, &n) || !n)
 			return 2;
@@ -274,7 +275,9 @@ int main(int argc, char **argv)
 	pr_info("ready: runc %s, criu %s, RAM tier %s (%llu bytes), max %u starts, %u snapshots, "
 		"%s restores by default", c.runc, c.criu, c.ram_tier_dir,
 		(unsigned long long)c.ram_tier_bytes, o.max_starts, o.max_snapshots,
-		c.lazy ? "lazy" : "eager");
+		c.lazy == CONFIG_LAZY_ON    ? "lazy"
+		: c.lazy == CONFIG_LAZY_OFF ? "eager"
+					    : "lazy (CPU) and eager (GPU)");
 
 	if (sigwait(&sigs, &sig) == 0)
 		pr_info("%s: stopping", strsignal(sig));

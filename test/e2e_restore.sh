@@ -196,6 +196,9 @@ for i in $(seq 1 $N); do
 		"timings $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["timings_ms"])' "$W/start$i.json")"
 	[ "$(jget "$W/start$i.json" snapshot)" = "$SNAP" ] || fail "instance $i: wrong snapshot"
 	[ "$(jget "$W/start$i.json" function)" = "$FN" ] || fail "instance $i: wrong function"
+	# Neither the start, the spec nor THAW_LAZY says: a CPU function restores lazily.
+	[ -n "${THAW_LAZY:-}" ] || [ "$(jget "$W/start$i.json" lazy)" = True ] ||
+		fail "instance $i: a CPU function restored eagerly by default"
 done
 [ "$("$THAW" --data-dir "$D" ps --json | python3 -c 'import json,sys; print(sum(1 for r in json.load(sys.stdin) if r["state"] == "running"))')" = $N ] ||
 	fail "thaw ps does not show $N running instances"

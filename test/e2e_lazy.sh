@@ -34,51 +34,15 @@ D=$W/data
 FN=e2e-l$$
 export THAW_RAM_TIER=$TIER THAW_RAM_TIER_BYTES=$((1 << 30))
 unset THAW_DATA_DIR THAW_STORE THAW_LAZY
-fails=0
 
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-ok() { echo "ok: $*"; }
-
-alive() { local p; for p; do grep -qs '^State:[[:space:]]*[ZX]' /proc/$p/status || [ ! -d /proc/$p ] || echo $p; done; }
-container_procs() { alive $(grep -l "/thaw/$FN" /proc/[0-9]*/cgroup 2>/dev/null | cut -d/ -f3); }
-# Shims and lazy-pages watchers are forks of `thaw --data-dir $D start`.
-shim_procs() { alive $(pgrep -f -- "--data-dir $D start"); }
-# The daemons serve from this test's tier.
-daemon_procs() { alive $(pgrep -f -- "lazy-pages --images-dir $TIER"); }
-our_mounts() { awk -v w="$W" 'index($5, w) == 1 {print $5}' /proc/self/mountinfo; }
+. "$ROOT/test/lib/instances.sh"
 
 cleanup() {
-	local r
-	for r in "$D"/instances/*.json; do
-		[ -f "$r" ] && "$THAW" --data-dir "$D" stop "$(basename "$r" .json)" >/dev/null 2>&1
-	done
-	runc --root "$D/runc" list -q 2>/dev/null | xargs -r -n1 runc --root "$D/runc" delete -f 2>/dev/null
-	for p in $(shim_procs) $(daemon_procs) $(container_procs); do kill -9 "$p" 2>/dev/null; done
-	our_mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null
+	cleanup_instances
 	[ -n "${CG:-}" ] && rmdir "$CG" 2>/dev/null
 	rm -rf "$W" "$TIER"
 }
 trap cleanup EXIT
-
-check_nothing_left() { # what
-	local what=$1 c p m i
-	c=$(runc --root "$D/runc" list -q 2>/dev/null)
-	p="$(shim_procs) $(daemon_procs) $(container_procs)"
-	m=$(our_mounts)
-	i=$(ls -A "$D/instances" 2>/dev/null)
-	[ -z "$c" ] || fail "$what: containers left: $c"
-	[ -z "${p// /}" ] || fail "$what: processes left: $p ($(ps -o pid,comm,args -p ${p// /,} 2>/dev/null | tail -n +2))"
-	[ -z "$m" ] || fail "$what: mounts left: $m"
-	[ -z "$i" ] || fail "$what: left in instances/: $i"
-	[ -z "$c$m$i${p// /}" ] && ok "$what: nothing left"
-}
-
-jget() { # file key...: a value from a JSON file
-	python3 -c 'import json,sys
-v = json.load(open(sys.argv[1]))
-for k in sys.argv[2:]: v = v[k]
-print(v)' "$@"
-}
 # A field of instance id in `thaw ps --json`.
 ps_field() { # id key...
 	"$THAW" --data-dir "$D" ps --json | python3 -c 'import json,sys

@@ -39,54 +39,14 @@ export THAW_RAM_TIER=$TIER THAW_RAM_TIER_BYTES=$((1 << 30))
 # The GPU example's image is 4 GB, 3 GB of it not zero.
 [ $GPU = 1 ] && export THAW_RAM_TIER_BYTES=$((16 << 30))
 unset THAW_DATA_DIR THAW_STORE
-fails=0
 
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-ok() { echo "ok: $*"; }
-
-# Processes of this test's containers: runc puts each in cgroup thaw/<id>,
-# and every instance id starts with the function id.
-# A zombie is gone but for its parent's wait (the restored containers' parent,
-# runc, has exited, so whoever adopted them reaps them in its own time).
-alive() { local p; for p; do grep -qs '^State:[[:space:]]*[ZX]' /proc/$p/status || [ ! -d /proc/$p ] || echo $p; done; }
-container_procs() { alive $(grep -l "/thaw/$FN" /proc/[0-9]*/cgroup 2>/dev/null | cut -d/ -f3); }
-# Shims are forks of `thaw --data-dir $D start`: their cmdline says so.
-shim_procs() { alive $(pgrep -f -- "--data-dir $D start"); }
-our_mounts() { awk -v w="$W" 'index($5, w) == 1 {print $5}' /proc/self/mountinfo; }
+. "$ROOT/test/lib/instances.sh"
 
 cleanup() {
-	local r
-	for r in "$D"/instances/*.json; do
-		[ -f "$r" ] && "$THAW" --data-dir "$D" stop "$(basename "$r" .json)" >/dev/null 2>&1
-	done
-	runc --root "$D/runc" list -q 2>/dev/null | xargs -r -n1 runc --root "$D/runc" delete -f 2>/dev/null
-	for p in $(shim_procs) $(container_procs); do kill -9 "$p" 2>/dev/null; done
-	our_mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null
+	cleanup_instances
 	rm -rf "$W" "$TIER"
 }
 trap cleanup EXIT
-
-# Nothing of this test may be left: containers, processes, mounts, instance
-# directories and records.
-check_nothing_left() { # what
-	local what=$1 c p m i
-	c=$(runc --root "$D/runc" list -q 2>/dev/null)
-	p="$(shim_procs) $(container_procs)"
-	m=$(our_mounts)
-	i=$(ls -A "$D/instances" 2>/dev/null)
-	[ -z "$c" ] || fail "$what: containers left: $c"
-	[ -z "${p// /}" ] || fail "$what: processes left: $p ($(ps -o pid,comm,args -p ${p// /,} 2>/dev/null | tail -n +2))"
-	[ -z "$m" ] || fail "$what: mounts left: $m"
-	[ -z "$i" ] || fail "$what: left in instances/: $i"
-	[ -z "$c$m$i${p// /}" ] && ok "$what: nothing left"
-}
-
-jget() { # file key...: a value from a JSON file
-	python3 -c 'import json,sys
-v = json.load(open(sys.argv[1]))
-for k in sys.argv[2:]: v = v[k]
-print(v)' "$@"
-}
 
 # --- GPU: the example LLM, 2 instances ---------------------------------------
 gpu_main() {

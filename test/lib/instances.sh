@@ -1,0 +1,56 @@
+# test/lib/instances.sh — what the end-to-end tests of instances share.
+# Sourced (not run: run-tests.sh runs test/*.sh only) once the test has set
+#   W     its temporary directory (its mounts are those under it)
+#   TIER  its RAM tier (the lazy-pages daemons it caused serve from there)
+#   D     its data directory;  FN  the prefix of its function ids;  THAW  the thaw binary
+# It gives ok/fail (counting failures in $fails), jget, the processes the test
+# made, cleanup_instances (for the EXIT trap) and check_nothing_left.
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+ok() { echo "ok: $*"; }
+
+jget() { # file key...: a value from a JSON file
+	python3 -c 'import json,sys
+v = json.load(open(sys.argv[1]))
+for k in sys.argv[2:]: v = v[k]
+print(v)' "$@"
+}
+
+# A zombie is gone but for its parent's wait (the restored containers' parent,
+# runc, has exited, so whoever adopted them reaps them in its own time).
+alive() { local p; for p; do grep -qs '^State:[[:space:]]*[ZX]' /proc/$p/status || [ ! -d /proc/$p ] || echo $p; done; }
+# Processes of the test's containers: runc puts each in cgroup thaw/<id>, and
+# every instance id starts with the function id.
+container_procs() { alive $(grep -l "/thaw/$FN" /proc/[0-9]*/cgroup 2>/dev/null | cut -d/ -f3); }
+# Shims and lazy-pages watchers are forks of `thaw --data-dir $D start`.
+shim_procs() { alive $(pgrep -f -- "--data-dir $D start"); }
+# Lazy-pages daemons serving from the test's tier.
+daemon_procs() { alive $(pgrep -f -- "lazy-pages --images-dir $TIER"); }
+test_procs() { echo $(shim_procs) $(daemon_procs) $(container_procs); }
+our_mounts() { awk -v w="$W" 'index($5, w) == 1 {print $5}' /proc/self/mountinfo; }
+
+# Stop every instance the test recorded, then force away whatever is left.
+cleanup_instances() {
+	local r p
+	for r in "$D"/instances/*.json; do
+		[ -f "$r" ] && "$THAW" --data-dir "$D" stop "$(basename "$r" .json)" >/dev/null 2>&1
+	done
+	runc --root "$D/runc" list -q 2>/dev/null | xargs -r -n1 runc --root "$D/runc" delete -f 2>/dev/null
+	for p in $(test_procs); do kill -9 "$p" 2>/dev/null; done
+	our_mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null
+}
+
+# Nothing of the test may be left: containers, processes (lazy-pages daemons
+# included), mounts, instance directories and records.
+check_nothing_left() { # what
+	local what=$1 c p m i
+	c=$(runc --root "$D/runc" list -q 2>/dev/null)
+	p=$(test_procs)
+	m=$(our_mounts)
+	i=$(ls -A "$D/instances" 2>/dev/null)
+	[ -z "$c" ] || fail "$what: containers left: $c"
+	[ -z "${p// /}" ] || fail "$what: processes left: $p ($(ps -o pid,comm,args -p ${p// /,} 2>/dev/null | tail -n +2))"
+	[ -z "$m" ] || fail "$what: mounts left: $m"
+	[ -z "$i" ] || fail "$what: left in instances/: $i"
+	[ -z "$c$m$i${p// /}" ] && ok "$what: nothing left"
+}

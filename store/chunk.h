@@ -48,6 +48,11 @@ size_t chunk_encode_bound(size_t raw_len);
 /* Encode raw_len (<= CHUNK_MAX_RAW) bytes into out (chunk_encode_bound() bytes):
  * header + zstd or raw payload.  Returns the object's length, or -errno. */
 long chunk_encode(struct chunk_codec *c, const void *raw, size_t raw_len, void *out, size_t out_cap);
+/* As chunk_encode(), but a raw payload is not copied: out gets the header
+ * (and a zstd payload after it), and *payload points at the payload: in out
+ * after the header (zstd) or at raw itself (raw).  Returns the object's length. */
+long chunk_encode_parts(struct chunk_codec *c, const void *raw, size_t raw_len, void *out,
+			size_t out_cap, const void **payload);
 /* Decode a chunk object of obj_len bytes into raw (raw_len bytes expected) and
  * check that it hashes to expect.  Returns 0, or -EBADMSG for anything wrong
  * (bad header, lengths that disagree, zstd error, hash mismatch), logged with

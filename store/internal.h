@@ -9,7 +9,7 @@
 
 struct store {
 	char *dir;
-	int dirfd; /* the store directory, for syncfs() */
+	int dirfd; /* the store directory, for syncfs() and short name lookups */
 };
 
 /* Take the store's lock file (LOCK_SH for puts and leases, LOCK_EX for gc);
@@ -23,6 +23,15 @@ int store_lock(struct store *s, int how);
  * Returns 1 if written, 0 if path already existed, or -errno. */
 int store_write_object(struct store *s, const char *path, const void *buf, size_t len, bool sync,
 		       bool replace);
+
+/* A chunk's name relative to the store directory: "chunks/<2 hex>/<62 hex>". */
+#define STORE_CHUNK_NAME_LEN (7 + 2 * CHUNK_HASH_LEN + 2)
+int store_chunk_name(const uint8_t hash[CHUNK_HASH_LEN], char name[STORE_CHUNK_NAME_LEN]);
+/* store_write_object() of a chunk object given as head (its header, or header
+ * and payload) followed by payload_len bytes at payload (may be 0), written
+ * with one writev, to name (store_chunk_name()), not fsynced. */
+int store_write_chunk(struct store *s, const char *name, const void *head, size_t head_len,
+		      const void *payload, size_t payload_len, bool replace);
 
 /* Path of manifest hash, into buf. */
 int store_manifest_path(const struct store *s, const uint8_t hash[CHUNK_HASH_LEN], char *buf,

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 static const char *const store_dirs[] = {"chunks", "manifests", "leases", "tmp"};
@@ -115,43 +116,71 @@ int store_lock(struct store *s, int how)
 	return fd;
 }
 
-/* Move tmp to path: rename() over it if replace, else a rename that refuses
- * to replace (EEXIST), falling back to link() where the filesystem has no
- * RENAME_NOREPLACE.  A rename costs a fifth less than link + unlink. */
-static int place(const char *tmp, const char *path, bool replace)
+/* Move tmp (relative to the store directory) to name under dfd: rename() over
+ * it if replace, else a rename that refuses to replace (EEXIST), falling back
+ * to link() where the filesystem has no RENAME_NOREPLACE.  A rename costs a
+ * fifth less than link + unlink. */
+static int place(struct store *s, const char *tmp, int dfd, const char *name, bool replace)
 {
 	static atomic_bool no_noreplace;
 
 	if (replace)
-		return rename(tmp, path);
+		return renameat(s->dirfd, tmp, dfd, name);
 	if (!atomic_load(&no_noreplace)) {
-		int r = renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_NOREPLACE);
+		int r = renameat2(s->dirfd, tmp, dfd, name, RENAME_NOREPLACE);
 		if (r == 0 || errno != EINVAL)
 			return r;
 		atomic_store(&no_noreplace, true);
 	}
-	if (link(tmp, path) < 0)
+	if (linkat(s->dirfd, tmp, dfd, name, 0) < 0)
 		return -1;
-	unlink(tmp);
+	unlinkat(s->dirfd, tmp, 0);
 	return 0;
 }
 
-int store_write_object(struct store *s, const char *path, const void *buf, size_t len, bool sync,
-		       bool replace)
+static int writev_all(int fd, struct iovec *iov, int n)
+{
+	while (n > 0) {
+		ssize_t w = writev(fd, iov, n);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		while (n > 0 && (size_t)w >= iov->iov_len) {
+			w -= (ssize_t)iov->iov_len;
+			iov++;
+			n--;
+		}
+		if (n > 0) {
+			iov->iov_base = (char *)iov->iov_base + w;
+			iov->iov_len -= (size_t)w;
+		}
+	}
+	return 0;
+}
+
+/* store_write_object() of the bytes of iov, to name under dfd.  Chunk and temp
+ * names are resolved from the store's directory fd, not from its path: a walk
+ * of two or three components instead of the whole path, three times per chunk.
+ * (Not from fds of tmp/ and chunks/: gc replaces tmp/, also from another
+ * process, and a held fd would then name a deleted directory.) */
+static int write_at(struct store *s, int dfd, const char *name, struct iovec *iov, int iovcnt,
+		    bool sync, bool replace)
 {
 	static atomic_ulong counter;
-	char tmp[PATH_MAX];
+	char tmp[64];
 	int fd = -1, ret;
 
-	snprintf(tmp, sizeof(tmp), "%s/tmp/%d.%d.%lu", s->dir, getpid(), gettid(),
+	snprintf(tmp, sizeof(tmp), "tmp/%d.%d.%lu", getpid(), gettid(),
 		 atomic_fetch_add(&counter, 1));
-	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
+	fd = openat(s->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
 	if (fd < 0) {
 		ret = -errno;
-		pr_perror("cannot create %s", tmp);
+		pr_perror("cannot create %s/%s", s->dir, tmp);
 		return ret;
 	}
-	ret = write_all(fd, buf, len);
+	ret = writev_all(fd, iov, iovcnt);
 	if (ret == 0 && sync && fsync(fd) < 0)
 		ret = -errno;
 	/* Start writeback now so that the syncfs() before the manifest finds little to do. */
@@ -160,21 +189,22 @@ int store_write_object(struct store *s, const char *path, const void *buf, size_
 	if (close(fd) < 0 && ret == 0)
 		ret = -errno;
 	if (ret < 0) {
-		pr_err("cannot write %s: %s", tmp, strerror(-ret));
+		pr_err("cannot write %s/%s: %s", s->dir, tmp, strerror(-ret));
 		goto out;
 	}
-	int r = place(tmp, path, replace);
-	if (r < 0 && errno == ENOENT) {
+	int r = place(s, tmp, dfd, name, replace);
+	if (r < 0 && errno == ENOENT && strchr(name, '/')) {
 		/* The chunks/xx/ directory is made on first use. */
 		char dir[PATH_MAX];
-		snprintf(dir, sizeof(dir), "%s", path);
+		snprintf(dir, sizeof(dir), "%s", name);
 		*strrchr(dir, '/') = '\0';
-		if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+		if (mkdirat(dfd, dir, 0755) < 0 && errno != EEXIST) {
 			ret = -errno;
-			pr_perror("cannot create %s", dir);
+			pr_perror("cannot create %s%s%s", dfd == AT_FDCWD ? "" : s->dir,
+				  dfd == AT_FDCWD ? "" : "/", dir);
 			goto out;
 		}
-		r = place(tmp, path, replace);
+		r = place(s, tmp, dfd, name, replace);
 	}
 	if (r == 0)
 		return 1; /* the temp name is gone with the rename */
@@ -182,11 +212,40 @@ int store_write_object(struct store *s, const char *path, const void *buf, size_
 		ret = 0; /* content addressed: the same bytes are already there */
 	} else {
 		ret = -errno;
-		pr_perror("cannot put %s in place", path);
+		pr_perror("cannot put %s%s%s in place", dfd == AT_FDCWD ? "" : s->dir,
+			  dfd == AT_FDCWD ? "" : "/", name);
 	}
 out:
-	unlink(tmp);
+	unlinkat(s->dirfd, tmp, 0);
 	return ret;
+}
+
+int store_write_object(struct store *s, const char *path, const void *buf, size_t len, bool sync,
+		       bool replace)
+{
+	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+
+	return write_at(s, AT_FDCWD, path, &iov, 1, sync, replace);
+}
+
+int store_chunk_name(const uint8_t hash[CHUNK_HASH_LEN], char name[STORE_CHUNK_NAME_LEN])
+{
+	char hex[2 * CHUNK_HASH_LEN + 1];
+
+	hex_encode(hash, CHUNK_HASH_LEN, hex);
+	snprintf(name, STORE_CHUNK_NAME_LEN, "chunks/%.2s/%s", hex, hex + 2);
+	return 0;
+}
+
+int store_write_chunk(struct store *s, const char *name, const void *head, size_t head_len,
+		      const void *payload, size_t payload_len, bool replace)
+{
+	struct iovec iov[2] = {
+	    {.iov_base = (void *)head, .iov_len = head_len},
+	    {.iov_base = (void *)payload, .iov_len = payload_len},
+	};
+
+	return write_at(s, s->dirfd, name, iov, payload_len ? 2 : 1, false, replace);
 }
 
 int store_read_object(const char *path, uint8_t *obj, size_t cap, size_t *obj_len)

@@ -73,35 +73,43 @@ struct put {
 
 static int put_chunk(struct put *p, struct chunk_codec *codec, uint8_t *obj, struct put_job *j)
 {
-	char path[PATH_MAX];
+	char name[STORE_CHUNK_NAME_LEN];
+	const void *payload;
 	struct stat sb;
 	bool replace = false;
 	int ret;
 
 	chunk_hash(j->data, j->len, j->hash);
-	store_chunk_path(p->s, j->hash, path, sizeof(path));
+	store_chunk_name(j->hash, name);
 	/* Dedup before encoding: a chunk we have costs a hash and a stat. */
-	if (stat(path, &sb) == 0) {
+	if (fstatat(p->s->dirfd, name, &sb, 0) == 0) {
 		if ((uint64_t)sb.st_size >= CHUNK_HEADER_SIZE &&
 		    (uint64_t)sb.st_size <= chunk_encode_bound(j->len)) {
 			j->stored = (uint32_t)sb.st_size;
 			return 0;
 		}
 		/* Impossible length (e.g. cut short by a power loss): write it anew. */
-		pr_warn("chunk object %s has an impossible size %lld; rewriting it", path,
-			(long long)sb.st_size);
+		pr_warn("chunk object %s/%s has an impossible size %lld; rewriting it", p->s->dir,
+			name, (long long)sb.st_size);
 		replace = true;
 	} else if (errno != ENOENT) {
 		ret = -errno;
-		pr_perror("cannot stat %s", path);
+		pr_perror("cannot stat %s/%s", p->s->dir, name);
 		return ret;
 	}
-	long n = chunk_encode(codec, j->data, j->len, obj, chunk_encode_bound(CHUNK_MAX_RAW));
+	long n = chunk_encode_parts(codec, j->data, j->len, obj, chunk_encode_bound(CHUNK_MAX_RAW),
+				    &payload);
 	if (n < 0) {
 		pr_err("cannot encode a chunk of %u bytes: %s", j->len, strerror((int)-n));
 		return (int)n;
 	}
-	ret = store_write_object(p->s, path, obj, (size_t)n, false, replace);
+	/* A raw chunk goes from the input buffer straight into the file, not
+	 * through obj: header and payload in one writev. */
+	if (payload == j->data)
+		ret =
+		    store_write_chunk(p->s, name, obj, CHUNK_HEADER_SIZE, payload, j->len, replace);
+	else
+		ret = store_write_chunk(p->s, name, obj, (size_t)n, NULL, 0, replace);
 	if (ret < 0)
 		return ret;
 	j->stored = (uint32_t)n;

@@ -28,87 +28,30 @@ fi
 SPEC=$1 ID=$2 INFER=$3 EXPECT=$4 OUTDIR=$5 REPEAT=${6:-5}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 B=${THAW_BUILD:-$ROOT/build}
-BENCH=$B/bench/thaw-bench
 mkdir -p "$OUTDIR"
 W=$(mktemp -d /tmp/lazy-eager-run-XXXXXX)
 TIER=$(mktemp -d /dev/shm/lazy-eager-run-tier-XXXXXX)
-PIDFILE=$W/thawd.pid
-bad=0
+. "$ROOT/bench/lib/thawd.sh"
 
-stop_thawd() {
-	local pid
-	pid=$(cat "$PIDFILE" 2>/dev/null) || return 0
-	kill "$pid" 2>/dev/null
-	for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-	rm -f "$PIDFILE"
-}
-cleanup() {
-	local r
-	stop_thawd
-	for r in "$W"/data/instances/*.json; do
-		[ -f "$r" ] && "$B/thaw" --data-dir "$W/data" stop "$(basename "$r" .json)" >/dev/null 2>&1
-	done
-	rm -rf "$W" "$TIER"
-}
-trap cleanup EXIT
-
-start_thawd() { # PORT MODE-FLAG
-	rm -f "$W/port"
-	"$B/thawd" --listen "127.0.0.1:$1" --port-file "$W/port" --data-dir "$W/data" \
-		--ram-tier "$TIER" "$2" >>"$OUTDIR/thawd.log" 2>&1 </dev/null &
-	echo $! >"$PIDFILE"
-	for _ in $(seq 300); do [ -s "$W/port" ] && break; sleep 0.1; done
-	[ -s "$W/port" ] || { echo "thawd did not start (see thawd.log)"; return 1; }
-}
 start_thawd 0 --no-lazy || exit 1
-PORT=$(cat "$W/port")
-URL=http://127.0.0.1:$PORT
+# Any "lazy" of the spec removed: thawd's --lazy/--no-lazy decides.
+put_function "$ID" "$SPEC" "$W/spec.json" lazy=null || exit 1
+snapshot_function "$ID" "$OUTDIR/snapshot.json" || exit 1
+SNAP_ELIDED=$SNAP
 
-python3 - "$SPEC" "$W/spec.json" <<'PY' || exit 1
-import json, os, sys
-src, dst = sys.argv[1], sys.argv[2]
-j = json.load(open(src))
-j.pop("lazy", None)
-if "bundle" not in j or "cwd" in j:
-    j["cwd"] = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(src)),
-                                             j.get("cwd", ".")))
-json.dump(j, open(dst, "w"))
-PY
-code=$(curl -s -o "$W/put.json" -w '%{http_code}' -X PUT "$URL/functions/$ID" -d @"$W/spec.json")
-[ "$code" = 201 ] || [ "$code" = 200 ] || { echo "PUT: $code $(cat "$W/put.json")"; exit 1; }
-echo "snapshot of $ID..."
-curl -s -m 1200 -X POST "$URL/functions/$ID/snapshot?wait=1" >"$OUTDIR/snapshot.json"
-SNAP=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["job"]["result"]["snapshot"])' \
-	"$OUTDIR/snapshot.json" 2>/dev/null)
-[ -n "$SNAP" ] || { echo "snapshot failed: $(cat "$OUTDIR/snapshot.json")"; exit 1; }
-echo "snapshot $SNAP"
-
-run() { # name args...
-	local name=$1
-	shift
-	echo "---- $name: thaw-bench $*"
-	"$BENCH" --url "$URL" --function "$ID" --infer "$INFER" --expect "$EXPECT" \
-		--json "$OUTDIR/$name.json" "$@" 2>&1 | tee "$OUTDIR/$name.txt"
-	python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); sys.exit(0 if j["ok"] == j["attempts"] > 0 else 1)' \
-		"$OUTDIR/$name.json" 2>/dev/null || { echo "$name: not every start was correct"; bad=1; }
-}
 PLAIN_RUNS=${PLAIN_RUNS:-2}
 BASELINE=()
+FULL=
 if [ "$PLAIN_RUNS" -gt 0 ]; then
-	python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); j["elide_zero"]=False; json.dump(j, open(sys.argv[2], "w"))' \
-		"$W/spec.json" "$W/spec-full.json"
-	code=$(curl -s -o "$W/put.json" -w '%{http_code}' -X PUT "$URL/functions/$ID-full" -d @"$W/spec-full.json")
-	[ "$code" = 201 ] || [ "$code" = 200 ] || { echo "PUT $ID-full: $code $(cat "$W/put.json")"; exit 1; }
-	echo "snapshot of $ID-full (no elision), for the plain-restore baseline..."
-	curl -s -m 1200 -X POST "$URL/functions/$ID-full/snapshot?wait=1" >"$OUTDIR/snapshot-full.json"
-	FULL=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["job"]["result"]["snapshot"])' \
-		"$OUTDIR/snapshot-full.json" 2>/dev/null)
-	[ -n "$FULL" ] || { echo "snapshot $ID-full failed: $(cat "$OUTDIR/snapshot-full.json")"; exit 1; }
+	put_function "$ID-full" "$SPEC" "$W/spec-full.json" lazy=null elide_zero=false || exit 1
+	snapshot_function "$ID-full" "$OUTDIR/snapshot-full.json" || exit 1
+	FULL=$SNAP
 	"$B/thaw" --data-dir "$W/data" materialize "$FULL" --out "$TIER/plain-full" >/dev/null ||
 		{ echo "thaw materialize $FULL failed"; exit 1; }
 	BASELINE=(--baseline-plain "$TIER/plain-full" --baseline-runs "$PLAIN_RUNS" --runc-root "$W/runc")
 fi
-python3 - "$W/data/store/manifests" "$SNAP" "${FULL:-}" <<'PY' | tee "$OUTDIR/elision.txt"
+SNAP=$SNAP_ELIDED
+python3 - "$W/data/store/manifests" "$SNAP" "$FULL" <<'PY' | tee "$OUTDIR/elision.txt"
 import json, os, sys
 d, snap, full = sys.argv[1:4]
 m = json.load(open(os.path.join(d, snap[7:])))["meta"]

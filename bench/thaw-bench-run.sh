@@ -25,41 +25,15 @@ fi
 SPEC=$1 ID=$2 INFER=$3 EXPECT=$4 OUTDIR=$5 BURST=${6:-2}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 B=${THAW_BUILD:-$ROOT/build}
-BENCH=$B/bench/thaw-bench
 mkdir -p "$OUTDIR"
 W=$(mktemp -d /tmp/thaw-bench-run-XXXXXX)
 TIER=$W/tier # tmpfs or not, thawd's tier works; /dev/shm is used when it is roomy
 if [ "$(df --output=avail -B1 /dev/shm 2>/dev/null | tail -1)" -gt $((16 << 30)) ] 2>/dev/null; then
 	TIER=$(mktemp -d /dev/shm/thaw-bench-run-tier-XXXXXX)
 fi
-PIDFILE=$W/thawd.pid
-bad=0
+. "$ROOT/bench/lib/thawd.sh"
 
-stop_thawd() {
-	local pid
-	pid=$(cat "$PIDFILE" 2>/dev/null) || return 0
-	kill "$pid" 2>/dev/null
-	for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-	rm -f "$PIDFILE"
-}
-cleanup() {
-	stop_thawd
-	rm -rf "$W" "$TIER"
-}
-trap cleanup EXIT
-
-# start_thawd [PORT]: on PORT (0: a free one), the port into $W/port.
-start_thawd() {
-	rm -f "$W/port"
-	"$B/thawd" --listen "127.0.0.1:${1:-0}" --port-file "$W/port" --data-dir "$W/data" \
-		--ram-tier "$TIER" >>"$OUTDIR/thawd.log" 2>&1 </dev/null &
-	echo $! >"$PIDFILE"
-	for _ in $(seq 300); do [ -s "$W/port" ] && break; sleep 0.1; done
-	[ -s "$W/port" ] || { echo "thawd did not start (see thawd.log)"; return 1; }
-}
 start_thawd 0 || exit 1
-PORT=$(cat "$W/port")
-URL=http://127.0.0.1:$PORT
 
 # The cold-tier step: stop thawd, empty its tier, start it again on the same port.
 cat >"$W/cold.sh" <<EOF
@@ -73,34 +47,9 @@ echo \$! >"$PIDFILE"
 EOF
 chmod +x "$W/cold.sh"
 
-# The spec with an absolute cwd, as thawd's PUT wants it.
-python3 - "$SPEC" "$W/spec.json" <<'PY' || exit 1
-import json, os, sys
-src, dst = sys.argv[1], sys.argv[2]
-j = json.load(open(src))
-if "bundle" not in j or "cwd" in j:
-    j["cwd"] = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(src)),
-                                             j.get("cwd", ".")))
-json.dump(j, open(dst, "w"))
-PY
-code=$(curl -s -o "$W/put.json" -w '%{http_code}' -X PUT "$URL/functions/$ID" -d @"$W/spec.json")
-[ "$code" = 201 ] || [ "$code" = 200 ] || { echo "PUT: $code $(cat "$W/put.json")"; exit 1; }
-echo "snapshot of $ID..."
-curl -s -m 1200 -X POST "$URL/functions/$ID/snapshot?wait=1" >"$OUTDIR/snapshot.json"
-SNAP=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["job"]["result"]["snapshot"])' \
-	"$OUTDIR/snapshot.json" 2>/dev/null)
-[ -n "$SNAP" ] || { echo "snapshot failed: $(cat "$OUTDIR/snapshot.json")"; exit 1; }
-echo "snapshot $SNAP"
+put_function "$ID" "$SPEC" "$W/spec.json" || exit 1
+snapshot_function "$ID" "$OUTDIR/snapshot.json" || exit 1
 
-run() { # name args...: one scenario; its starts must all be correct
-	local name=$1
-	shift
-	echo "---- $name: thaw-bench $*"
-	"$BENCH" --url "$URL" --function "$ID" --infer "$INFER" --expect "$EXPECT" \
-		--json "$OUTDIR/$name.json" --svg "$OUTDIR/$name.svg" "$@" 2>&1 | tee "$OUTDIR/$name.txt"
-	python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); sys.exit(0 if j["ok"] == j["attempts"] > 0 else 1)' \
-		"$OUTDIR/$name.json" 2>/dev/null || { echo "$name: not every start was correct"; bad=1; }
-}
 # One start first, so that the tier is warm for seq and burst (it is cold for "cold").
 run prime --burst 1
 run seq --burst 1 --repeat 3 --baseline-cold "$W/spec.json" --baseline-plain "$TIER/${SNAP#sha256:}" \

@@ -11,7 +11,7 @@
  * 3. The input as a chunk id string: chunk_id_parse() accepts exactly what
  *    chunk_id_format() writes.
  *
- * stderr is closed for the target (-close_fd_mask=2; see fuzz_manifest.c)
+ * stderr is closed for the target (-close_fd_mask=2; see fuzz_common.h)
  * unless THAW_LOG is set: every refused object is logged.
  */
 #include "store/chunk.h"
@@ -24,15 +24,8 @@
 
 #define FIXED_LEN 8192
 
-#define FUZZ_ASSERT(cond)                                                         \
-	do {                                                                      \
-		if (!(cond)) {                                                    \
-			fprintf(stdout, "fuzz_chunk: %s:%d: %s\n", __FILE__,       \
-				__LINE__, #cond);                                 \
-			fflush(stdout);                                           \
-			abort();                                                  \
-		}                                                                 \
-	} while (0)
+#define FUZZ_NAME "fuzz_chunk"
+#include "test/fuzz/fuzz_common.h"
 
 static struct chunk_codec *codec;
 static uint8_t fixed_hash[CHUNK_HASH_LEN];
@@ -48,27 +41,13 @@ static void fixed_content(uint8_t *buf, size_t len)
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	static char flag[] = "-close_fd_mask=2";
 	static uint8_t fixed[FIXED_LEN];
-	char **nargv;
 
 	fixed_content(fixed, sizeof(fixed));
 	chunk_hash(fixed, sizeof(fixed), fixed_hash);
 	codec = chunk_codec_new();
 	FUZZ_ASSERT(codec);
-
-	if (getenv("THAW_LOG"))
-		return 0;
-	nargv = calloc((size_t)*argc + 2, sizeof(*nargv));
-	if (!nargv)
-		return 0;
-	nargv[0] = (*argv)[0];
-	nargv[1] = flag;
-	for (int i = 1; i < *argc; i++)
-		nargv[i + 1] = (*argv)[i];
-	*argc += 1;
-	*argv = nargv; /* lives for the whole run */
-	return 0;
+	return fuzz_quiet_stderr(argc, argv);
 }
 
 static uint32_t le32(const uint8_t *p)

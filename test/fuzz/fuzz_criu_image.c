@@ -7,7 +7,7 @@
  * decoder promises (page-aligned, not empty, not wrapping).
  *
  * The decoders log every refusal with pr_err; stderr is closed for the target
- * (libFuzzer's -close_fd_mask=2) unless THAW_LOG is set, as fuzz_manifest does.
+ * (libFuzzer's -close_fd_mask=2) unless THAW_LOG is set (fuzz_common.h).
  */
 #include "store/criu_image.h"
 
@@ -19,33 +19,12 @@
 
 #define FUZZ_MAX_INPUT (1u << 20)
 
-#define FUZZ_ASSERT(cond)                                                                          \
-	do {                                                                                       \
-		if (!(cond)) {                                                                     \
-			fprintf(stdout, "fuzz_criu_image: %s:%d: %s\n", __FILE__, __LINE__,        \
-				#cond);                                                            \
-			fflush(stdout);                                                            \
-			abort();                                                                   \
-		}                                                                                  \
-	} while (0)
+#define FUZZ_NAME "fuzz_criu_image"
+#include "test/fuzz/fuzz_common.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	static char flag[] = "-close_fd_mask=2";
-	char **nargv;
-
-	if (getenv("THAW_LOG"))
-		return 0;
-	nargv = calloc((size_t)*argc + 2, sizeof(*nargv));
-	if (!nargv)
-		return 0;
-	nargv[0] = (*argv)[0];
-	nargv[1] = flag;
-	for (int i = 1; i < *argc; i++)
-		nargv[i + 1] = (*argv)[i];
-	*argc += 1;
-	*argv = nargv; /* lives for the whole run */
-	return 0;
+	return fuzz_quiet_stderr(argc, argv);
 }
 
 static void check_pagemap(const struct criu_img_pagemap *pm)

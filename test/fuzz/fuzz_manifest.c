@@ -20,35 +20,12 @@
 
 #define FUZZ_MAX_INPUT (1u << 20)
 
-#define FUZZ_ASSERT(cond)                                                         \
-	do {                                                                      \
-		if (!(cond)) {                                                    \
-			fprintf(stdout, "fuzz_manifest: %s:%d: %s\n", __FILE__,    \
-				__LINE__, #cond);                                 \
-			fflush(stdout);                                           \
-			abort();                                                  \
-		}                                                                 \
-	} while (0)
+#define FUZZ_NAME "fuzz_manifest"
+#include "test/fuzz/fuzz_common.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	static char flag[] = "-close_fd_mask=2";
-	char **nargv;
-
-	if (getenv("THAW_LOG"))
-		return 0;
-	nargv = calloc((size_t)*argc + 2, sizeof(*nargv));
-	if (!nargv)
-		return 0;
-	/* Flags go before the corpus directories; libFuzzer takes them anywhere
-	 * but argv[0] must stay first. */
-	nargv[0] = (*argv)[0];
-	nargv[1] = flag;
-	for (int i = 1; i < *argc; i++)
-		nargv[i + 1] = (*argv)[i];
-	*argc += 1;
-	*argv = nargv; /* lives for the whole run */
-	return 0;
+	return fuzz_quiet_stderr(argc, argv);
 }
 
 static void check_same(const struct manifest *a, const struct manifest *b)

@@ -25,32 +25,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FUZZ_ASSERT(cond)                                                                   \
-	do {                                                                                \
-		if (!(cond)) {                                                              \
-			fprintf(stdout, "fuzz_request: %s:%d: %s\n", __FILE__, __LINE__, #cond); \
-			fflush(stdout);                                                     \
-			abort();                                                            \
-		}                                                                           \
-	} while (0)
+#define FUZZ_NAME "fuzz_request"
+#include "test/fuzz/fuzz_common.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	static char flag[] = "-close_fd_mask=2";
-	char **nargv;
-
-	if (getenv("THAW_LOG"))
-		return 0;
-	nargv = calloc((size_t)*argc + 2, sizeof(*nargv));
-	if (!nargv)
-		return 0;
-	nargv[0] = (*argv)[0];
-	nargv[1] = flag;
-	for (int i = 1; i < *argc; i++)
-		nargv[i + 1] = (*argv)[i];
-	*argc += 1;
-	*argv = nargv;
-	return 0;
+	return fuzz_quiet_stderr(argc, argv);
 }
 
 /* The next newline-terminated part of [*p, end) as a new NUL-terminated string. */

@@ -24,7 +24,8 @@ static void start_usage(FILE *f)
 		   "--lazy: restore pages on demand (a CRIU lazy-pages daemon serves them from\n"
 		   "the RAM tier while the instance runs); --eager: every page before it runs.\n"
 		   "Without either, the function's spec \"lazy\" decides, else THAW_LAZY (1, 0,\n"
-		   "or auto, the default: lazily for CPU functions, eagerly for GPU functions).  A lazy instance whose daemon dies before it has served every page\n"
+		   "or auto, the default: lazily for CPU functions, eagerly for GPU functions).\n"
+		   "A lazy instance whose daemon dies before it has served every page\n"
 		   "is killed and listed by 'thaw ps' as failed.\n"
 		   "The instance keeps running after thaw exits; 'thaw stop INSTANCE' ends it.\n"
 		   "Exit status: 0 started, 1 failed (nothing is left behind), 2 bad usage.\n");

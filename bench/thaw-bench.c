@@ -45,7 +45,7 @@
 #include <unistd.h>
 
 #define MAX_BODY (4u << 20) /* an answer larger than this is a bad response */
-#define NPHASES 5
+#define NPHASES 8
 #define MAX_KINDS_N 64
 
 /* Counts by name: failure kinds ("start_http_503"), tiers ("ram"). */
@@ -98,8 +98,9 @@ struct bench {
 	struct baseline cold, plain;
 };
 
-static const char *const phase_names[NPHASES] = { "materialize", "criu_restore", "gpu_restore",
-						  "ready", "total" };
+static const char *const phase_names[NPHASES] = { "load",	       "materialize", "setup",
+						  "criu_restore", "endpoint",	 "gpu_restore",
+						  "ready",	  "total" };
 
 /* SIGINT/SIGTERM: no new starts or baseline runs; what is running finishes
  * (every request has a timeout) and everything made is cleaned up. */

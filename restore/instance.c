@@ -124,9 +124,11 @@ static double ms3(double ms)
 static json_t *timings_json(const struct instance *in)
 {
 	const struct instance_timings *t = &in->t;
-	json_t *j = json_pack("{s:f,s:f,s:f,s:f,s:f}", "materialize", ms3(t->materialize),
-			      "criu_restore", ms3(t->criu_restore), "gpu_restore",
-			      ms3(t->gpu_restore), "ready", ms3(t->ready), "total", ms3(t->total));
+	json_t *j = json_pack("{s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f}", "load", ms3(t->load),
+			      "materialize", ms3(t->materialize), "setup", ms3(t->setup),
+			      "criu_restore", ms3(t->criu_restore), "endpoint", ms3(t->endpoint),
+			      "gpu_restore", ms3(t->gpu_restore), "ready", ms3(t->ready), "total",
+			      ms3(t->total));
 
 	/* lazy_done: null until the daemon has served every page. */
 	if (j && in->lazy &&
@@ -468,6 +470,8 @@ int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 	}
 	x.lazy = in.lazy = mode == INSTANCE_LAZY;
 
+	in.t.load = ms_since(t0);
+
 	phase = "materialize";
 	tp = now_ns();
 	ret = tier_acquire(t, in.snapshot, &lease);
@@ -477,6 +481,7 @@ int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 	in.tier_hit = tier_lease_hit(lease);
 
 	phase = "setup";
+	tp = now_ns();
 	ret = instances_dir(c, dir, sizeof(dir));
 	if (!ret)
 		ret = runc_root(c, x.runc_root, sizeof(x.runc_root));
@@ -517,6 +522,7 @@ int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 	ret = write_bundle(&x, spec, in.id);
 	if (ret)
 		goto fail;
+	in.t.setup = ms_since(tp);
 
 	phase = "criu_restore";
 	tp = now_ns();
@@ -539,6 +545,7 @@ int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 
 	/* The shim first: it drains the function's output while we wait. */
 	phase = "endpoint";
+	tp = now_ns();
 	so = (struct shim_opts){ .netns_path = x.netns, .port = spec->port,
 				 .out_fd = x.stdio.out_r, .err_fd = x.stdio.err_r,
 				 .log_path = x.log };
@@ -550,6 +557,7 @@ int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 	close(x.stdio.err_r);
 	x.stdio.out_r = x.stdio.err_r = -1;
 	snprintf(in.endpoint, sizeof(in.endpoint), "127.0.0.1:%u", x.port);
+	in.t.endpoint = ms_since(tp);
 
 	if (spec->gpu) {
 		phase = "gpu_restore";

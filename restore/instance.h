@@ -19,6 +19,9 @@
 
 struct instance_timings {
 	double materialize, criu_restore, gpu_restore, ready, total; /* ms */
+	double load;     /* reading and checking the snapshot's manifest and spec */
+	double setup;    /* directory, record, network namespace, bundle */
+	double endpoint; /* the shim that gives the instance its host address */
 	double lazy_done; /* lazy: ms from the start until the daemon had served every
 			   * page; 0 while it has not (yet) */
 };

@@ -35,7 +35,8 @@ static void test_json_shape(void)
 			       .t = { 1.5, 2.25, 0, 3, 6.75 } };
 	const char *keys[] = { "instance", "function", "snapshot", "endpoint", "pid", "tier",
 			       "lazy", "timings_ms" };
-	const char *tkeys[] = { "materialize", "criu_restore", "gpu_restore", "ready", "total" };
+	const char *tkeys[] = { "load",	   "materialize", "setup", "criu_restore",
+				"endpoint", "gpu_restore", "ready", "total" };
 	json_t *j = instance_to_json(&in), *t;
 
 	REQUIRE(j);

@@ -5,11 +5,30 @@
 #include "store/store.h"
 
 #include <limits.h>
+#include <pthread.h>
 #include <sys/file.h>
+#include <sys/stat.h>
+
+/* Manifests are content-addressed: one parsed and checked is good for as long
+ * as its file is the same file, unchanged (inode, size, mtime and ctime; a
+ * file damaged by a write is read and checked again).  A few are kept, as
+ * reading and checking the manifest of a multi-GB image costs ~0.3 s, on every
+ * start (bench/RESULTS.md). */
+#define STORE_MANIFEST_CACHE 8
+
+struct store_cached_manifest {
+	uint8_t hash[CHUNK_HASH_LEN];
+	struct manifest *m; /* NULL: a free slot */
+	struct stat st;	    /* of its file when it was read */
+	uint64_t used;	    /* for least recently used */
+};
 
 struct store {
 	char *dir;
 	int dirfd; /* the store directory, for syncfs() and short name lookups */
+	pthread_mutex_t cache_mu;
+	uint64_t cache_clock;
+	struct store_cached_manifest cache[STORE_MANIFEST_CACHE];
 };
 
 /* Take the store's lock file (LOCK_SH for puts and leases, LOCK_EX for gc);

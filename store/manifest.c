@@ -47,6 +47,37 @@ void manifest_free(struct manifest *m)
 	free(m);
 }
 
+struct manifest *manifest_copy(const struct manifest *m)
+{
+	struct manifest *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->name = strdup(m->name);
+	c->created = strdup(m->created);
+	c->meta = json_deep_copy(m->meta);
+	c->files = calloc(m->nfiles ? m->nfiles : 1, sizeof(*c->files));
+	if (!c->name || !c->created || !c->meta || !c->files)
+		goto fail;
+	for (size_t i = 0; i < m->nfiles; i++, c->nfiles++) {
+		const struct manifest_file *f = &m->files[i];
+		struct manifest_file *g = &c->files[i];
+
+		*g = *f;
+		g->path = strdup(f->path);
+		g->chunks = malloc((f->nchunks ? f->nchunks : 1) * sizeof(*g->chunks));
+		if (!g->path || !g->chunks) {
+			c->nfiles++; /* so that manifest_free frees this one too */
+			goto fail;
+		}
+		memcpy(g->chunks, f->chunks, f->nchunks * sizeof(*g->chunks));
+	}
+	return c;
+fail:
+	manifest_free(c);
+	return NULL;
+}
+
 /* A string member without NUL bytes, or NULL (reason logged). */
 static const char *get_string(json_t *obj, const char *key, const char *where)
 {

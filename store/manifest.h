@@ -62,6 +62,8 @@ struct manifest_totals {
 /* An empty manifest with that name and created = now; NULL on allocation failure. */
 struct manifest *manifest_new(const char *name);
 void manifest_free(struct manifest *m); /* NULL is fine */
+/* A deep copy of m (you own it), or NULL when out of memory. */
+struct manifest *manifest_copy(const struct manifest *m);
 
 /* Parse and check len bytes of JSON.  0 and *out (you own it), or -EINVAL with
  * the reason logged (pr_err, so log_last_error() tells it). */

@@ -28,6 +28,7 @@ struct store *store_open(const char *dir)
 		return NULL;
 	}
 	s->dirfd = -1;
+	pthread_mutex_init(&s->cache_mu, NULL);
 	s->dir = strdup(dir);
 	if (!s->dir)
 		goto err;
@@ -62,6 +63,9 @@ void store_close(struct store *s)
 		return;
 	if (s->dirfd >= 0)
 		close(s->dirfd);
+	for (size_t i = 0; i < STORE_MANIFEST_CACHE; i++)
+		manifest_free(s->cache[i].m);
+	pthread_mutex_destroy(&s->cache_mu);
 	free(s->dir);
 	free(s);
 }

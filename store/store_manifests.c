@@ -106,6 +106,80 @@ out:
 	return ret;
 }
 
+static bool same_file(const struct stat *a, const struct stat *b)
+{
+	return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+	       a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
+	       a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
+}
+
+/* A copy of the manifest named hash cached from the file st describes, or NULL. */
+static struct manifest *cache_get(struct store *s, const uint8_t hash[CHUNK_HASH_LEN],
+				  const struct stat *st)
+{
+	struct manifest *m = NULL;
+
+	pthread_mutex_lock(&s->cache_mu);
+	for (size_t i = 0; i < STORE_MANIFEST_CACHE; i++) {
+		struct store_cached_manifest *e = &s->cache[i];
+		if (e->m && !memcmp(e->hash, hash, CHUNK_HASH_LEN) && same_file(&e->st, st)) {
+			e->used = ++s->cache_clock;
+			m = manifest_copy(e->m);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&s->cache_mu);
+	return m;
+}
+
+/* Keep a copy of m, read from the file st describes, under hash (in its old
+ * slot, a free one, else the least recently used); out of memory, it is
+ * simply not kept. */
+static void cache_put(struct store *s, const uint8_t hash[CHUNK_HASH_LEN], const struct stat *st,
+		      const struct manifest *m)
+{
+	struct store_cached_manifest *slot = NULL;
+
+	pthread_mutex_lock(&s->cache_mu);
+	for (size_t i = 0; i < STORE_MANIFEST_CACHE; i++) {
+		struct store_cached_manifest *e = &s->cache[i];
+		if (e->m && !memcmp(e->hash, hash, CHUNK_HASH_LEN)) {
+			if (same_file(&e->st, st)) {
+				e->used = ++s->cache_clock; /* already there */
+				goto out;
+			}
+			slot = e; /* read again from a changed file: replace it */
+			break;
+		}
+		if (!slot || (slot->m && (!e->m || e->used < slot->used)))
+			slot = e;
+	}
+	struct manifest *c = manifest_copy(m);
+	if (c) {
+		manifest_free(slot->m);
+		slot->m = c;
+		slot->st = *st;
+		memcpy(slot->hash, hash, CHUNK_HASH_LEN);
+		slot->used = ++s->cache_clock;
+	}
+out:
+	pthread_mutex_unlock(&s->cache_mu);
+}
+
+/* The cached copy of hash, if any, goes (its manifest was deleted). */
+static void cache_drop(struct store *s, const uint8_t hash[CHUNK_HASH_LEN])
+{
+	pthread_mutex_lock(&s->cache_mu);
+	for (size_t i = 0; i < STORE_MANIFEST_CACHE; i++) {
+		struct store_cached_manifest *e = &s->cache[i];
+		if (e->m && !memcmp(e->hash, hash, CHUNK_HASH_LEN)) {
+			manifest_free(e->m);
+			e->m = NULL;
+		}
+	}
+	pthread_mutex_unlock(&s->cache_mu);
+}
+
 int store_manifest_load(struct store *s, const char *id, struct manifest **out,
 			char full_id[CHUNK_ID_LEN])
 {
@@ -119,9 +193,16 @@ int store_manifest_load(struct store *s, const char *id, struct manifest **out,
 		return ret;
 	chunk_id_format(hash, fid);
 	store_manifest_path(s, hash, path, sizeof(path));
-	ret = store_manifest_read(path, hash, out);
+	/* Only the very file that was read and checked (internal.h). */
+	struct stat st;
+	bool have_st = stat(path, &st) == 0;
+	if (have_st)
+		*out = cache_get(s, hash, &st);
+	ret = *out ? 0 : store_manifest_read(path, hash, out);
 	if (ret == -ENOENT)
 		pr_err("no manifest %s in %s", fid, s->dir);
+	if (ret == 0 && have_st)
+		cache_put(s, hash, &st, *out);
 	if (ret == 0 && full_id)
 		memcpy(full_id, fid, CHUNK_ID_LEN);
 	return ret;
@@ -137,6 +218,7 @@ int store_manifest_delete(struct store *s, const char *id)
 	if (ret < 0)
 		return ret;
 	store_manifest_path(s, hash, path, sizeof(path));
+	cache_drop(s, hash);
 	if (unlink(path) < 0) {
 		ret = -errno;
 		pr_perror("cannot delete %s", path);

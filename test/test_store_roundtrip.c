@@ -223,6 +223,28 @@ int main(void)
 	json_decref(list);
 	CHECK_EQ(store_verify(s, NULL, NULL), 0);
 
+	/* A manifest loaded again comes from the store's cache: an equal copy the
+	 * caller owns; once deleted, it is gone from the cache too. */
+	struct manifest *m1 = NULL, *m2 = NULL;
+	REQUIRE(store_manifest_load(s, id2, &m1, NULL) == 0);
+	REQUIRE(store_manifest_load(s, id2, &m2, NULL) == 0);
+	CHECK(m1 != m2 && m1->nfiles == m2->nfiles && m1->files != m2->files);
+	for (size_t i = 0; i < m1->nfiles && i < m2->nfiles; i++) {
+		CHECK_STR(m1->files[i].path, m2->files[i].path);
+		CHECK_EQ(m1->files[i].nchunks, m2->files[i].nchunks);
+		CHECK(!memcmp(m1->files[i].chunks, m2->files[i].chunks,
+			      m1->files[i].nchunks * sizeof(*m1->files[i].chunks)));
+	}
+	CHECK(json_equal(m1->meta, m2->meta) && m1->meta != m2->meta);
+	json_object_set_new(m1->meta, "changed", json_true()); /* a copy: the cache's is unchanged */
+	manifest_free(m1);
+	REQUIRE(store_manifest_load(s, id2, &m1, NULL) == 0);
+	CHECK(json_object_get(m1->meta, "changed") == NULL);
+	manifest_free(m1);
+	manifest_free(m2);
+	CHECK_EQ(store_manifest_delete(s, id2), 0);
+	CHECK_EQ(store_manifest_load(s, id2, &m1, NULL), -ENOENT);
+
 	store_close(s);
 	rm_rf(root);
 	free(buf);

@@ -90,19 +90,8 @@ echo "snapshot $SNAP: $(jget "$W/snap.json" image_bytes) bytes of image"
 
 # --- 3 lazy instances at once (the spec says lazy) ---------------------------
 N=3
+start_instances $N "$SNAP"
 for i in $(seq 1 $N); do
-	"$THAW" --data-dir "$D" start "$SNAP" >"$W/start$i.json" 2>"$W/start$i.err" &
-	pids[$i]=$!
-done
-for i in $(seq 1 $N); do
-	wait "${pids[$i]}" || fail "start $i: $(cat "$W/start$i.err")"
-done
-for i in $(seq 1 $N); do
-	[ -s "$W/start$i.json" ] || { echo "FAIL: no instance $i"; exit 1; }
-	ID[$i]=$(jget "$W/start$i.json" instance)
-	EP[$i]=$(jget "$W/start$i.json" endpoint)
-	HPID[$i]=$(jget "$W/start$i.json" pid)
-	echo "instance ${ID[$i]} at ${EP[$i]}, timings $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["timings_ms"])' "$W/start$i.json")"
 	[ "$(jget "$W/start$i.json" lazy)" = True ] || fail "instance $i: not lazy, though its spec says so"
 	[ -S "$D/instances/${ID[$i]}/criu/lazy-pages.socket" ] || [ -s "$D/instances/${ID[$i]}/lazy.status" ] ||
 		fail "instance $i: no lazy-pages.socket in its work dir and no word from its daemon"

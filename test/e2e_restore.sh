@@ -137,23 +137,9 @@ echo "snapshot $SNAP: $(jget "$W/snap.json" image_bytes) bytes of image"
 
 # --- 4 instances at once ---------------------------------------------------
 N=4
-t0=$(date +%s%N)
+start_instances $N "$SNAP"
 for i in $(seq 1 $N); do
-	"$THAW" --data-dir "$D" start "$SNAP" >"$W/start$i.json" 2>"$W/start$i.err" &
-	pids[$i]=$!
-done
-for i in $(seq 1 $N); do
-	wait "${pids[$i]}" || { fail "start $i: $(cat "$W/start$i.err")"; }
-done
-echo "$N concurrent starts took $((($(date +%s%N) - t0) / 1000000)) ms"
-for i in $(seq 1 $N); do
-	[ -s "$W/start$i.json" ] || { echo "FAIL: no instance $i"; exit 1; }
-	ID[$i]=$(jget "$W/start$i.json" instance)
-	EP[$i]=$(jget "$W/start$i.json" endpoint)
-	HPID[$i]=$(jget "$W/start$i.json" pid)
 	SHIM[$i]=$(jget "$D/instances/${ID[$i]}.json" shim_pid)
-	echo "instance ${ID[$i]} at ${EP[$i]}, host pid ${HPID[$i]}, tier $(jget "$W/start$i.json" tier)," \
-		"timings $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["timings_ms"])' "$W/start$i.json")"
 	[ "$(jget "$W/start$i.json" snapshot)" = "$SNAP" ] || fail "instance $i: wrong snapshot"
 	[ "$(jget "$W/start$i.json" function)" = "$FN" ] || fail "instance $i: wrong function"
 	# Neither the start, the spec nor THAW_LAZY says: a CPU function restores lazily.

@@ -110,20 +110,9 @@ echo "figure: e2e_sparse elide_ms $ELIDE_MS"
 
 # --- instances: each answers exactly as the original -----------------------
 N=2
+# shellcheck disable=SC2086 # RESTORE_ARGS is a list of arguments
+start_instances $N "$SNAP" $RESTORE_ARGS
 for i in $(seq 1 $N); do
-	# shellcheck disable=SC2086 # RESTORE_ARGS is a list of arguments
-	"$THAW" --data-dir "$D" start $RESTORE_ARGS "$SNAP" >"$W/start$i.json" 2>"$W/start$i.err" &
-	pids[$i]=$!
-done
-for i in $(seq 1 $N); do
-	wait "${pids[$i]}" || fail "start $i: $(cat "$W/start$i.err")"
-done
-for i in $(seq 1 $N); do
-	[ -s "$W/start$i.json" ] || { echo "FAIL: no instance $i"; exit 1; }
-	ID[$i]=$(jget "$W/start$i.json" instance)
-	EP[$i]=$(jget "$W/start$i.json" endpoint)
-	HPID[$i]=$(jget "$W/start$i.json" pid)
-	echo "instance $i: ${ID[$i]} at ${EP[$i]}, timings $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["timings_ms"])' "$W/start$i.json")"
 	got=$(curl -sf --max-time 60 "http://${EP[$i]}/checksum" | digest)
 	[ "$got" = "$EXPECT" ] && ok "instance $i answers the original's checksum" ||
 		fail "instance $i answers '$got', expected $EXPECT"

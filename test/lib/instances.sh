@@ -54,3 +54,30 @@ check_nothing_left() { # what
 	[ -z "$i" ] || fail "$what: left in instances/: $i"
 	[ -z "$c$m$i${p// /}" ] && ok "$what: nothing left"
 }
+
+# start_instances N SNAP [thaw start options...]: N starts of SNAP at once.
+# Each answer goes to $W/start<i>.json; ID[i], EP[i] (endpoint) and HPID[i]
+# (host pid) are set; a start that fails is a failure, one with no answer ends
+# the test.
+start_instances() {
+	local n=$1 snap=$2 i t0
+	local -a pids
+	shift 2
+	t0=$(date +%s%N)
+	for i in $(seq 1 "$n"); do
+		"$THAW" --data-dir "$D" start "$@" "$snap" >"$W/start$i.json" 2>"$W/start$i.err" &
+		pids[$i]=$!
+	done
+	for i in $(seq 1 "$n"); do
+		wait "${pids[$i]}" || fail "start $i: $(cat "$W/start$i.err")"
+	done
+	echo "$n concurrent starts took $((($(date +%s%N) - t0) / 1000000)) ms"
+	for i in $(seq 1 "$n"); do
+		[ -s "$W/start$i.json" ] || { echo "FAIL: no instance $i"; exit 1; }
+		ID[$i]=$(jget "$W/start$i.json" instance)
+		EP[$i]=$(jget "$W/start$i.json" endpoint)
+		HPID[$i]=$(jget "$W/start$i.json" pid)
+		echo "instance $i: ${ID[$i]} at ${EP[$i]}, host pid ${HPID[$i]}," \
+			"tier $(jget "$W/start$i.json" tier), timings $(jget "$W/start$i.json" timings_ms)"
+	done
+}

@@ -647,6 +647,30 @@ static void lazy_watcher(const struct lazy_plan *p)
 	_exit(0);
 }
 
+int runner_lazy_status(const char *status_path, double *done_ms, char *why, size_t len)
+{
+	char *text = NULL;
+	size_t n;
+	int ret = 0;
+
+	if (why && len)
+		why[0] = '\0';
+	if (read_file(status_path, &text, &n, 4096))
+		return 0;
+	text[strcspn(text, "\n")] = '\0';
+	if (!strncmp(text, "done ", 5)) {
+		if (done_ms)
+			*done_ms = strtod(text + 5, NULL);
+		ret = 1;
+	} else {
+		if (why && len)
+			snprintf(why, len, "%s", !strncmp(text, "failed ", 7) ? text + 7 : text);
+		ret = -1;
+	}
+	free(text);
+	return ret;
+}
+
 int runner_lazy_start(const struct runner *r, const char *id, const char *image_dir,
 		      const char *work_dir, const char *log_path, const char *status_path,
 		      int keep_fd, uint64_t t0_ns, struct runner_lazy *out)
@@ -759,17 +783,10 @@ int runner_lazy_start(const struct runner *r, const char *id, const char *image_
 	/* How it ended, in the watcher's words (it writes them as soon as
 	 * it has reaped the daemon), else the end of the daemon's log. */
 	tail[0] = '\0';
-	for (int i = 0; ret != 0 && i < 100 && !tail[0]; i++) {
-		char *text = NULL;
-		size_t len;
-
-		if (read_file(status_path, &text, &len, sizeof(tail) - 1) == 0) {
-			snprintf(tail, sizeof(tail), "%s", strncmp(text, "failed ", 7) ? text : text + 7);
-			tail[strcspn(tail, "\n")] = '\0';
-			free(text);
-		} else {
-			usleep(5000);
-		}
+	for (int i = 0; ret != 0 && i < 100; i++) {
+		if (runner_lazy_status(status_path, NULL, tail, sizeof(tail)) != 0)
+			break;
+		usleep(5000);
 	}
 	if (!tail[0])
 		runner_log_tail(log_path, tail, sizeof(tail));

@@ -59,6 +59,10 @@ struct runner_lazy {
 int runner_lazy_start(const struct runner *r, const char *id, const char *image_dir,
 		      const char *work_dir, const char *log_path, const char *status_path,
 		      int keep_fd, uint64_t t0_ns, struct runner_lazy *out);
+/* What the watcher wrote in status_path: 1 the daemon served every page
+ * (*done_ms, may be NULL), -1 it failed (why, without "failed "), 0 no word
+ * yet (still serving, or no such file). */
+int runner_lazy_status(const char *status_path, double *done_ms, char *why, size_t len);
 
 /* runc kill id KILL; runc delete -f id.  A missing container is fine. */
 int runner_delete(const struct runner *r, const char *id);

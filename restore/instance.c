@@ -248,32 +248,6 @@ static int kill_helper(const char *what, pid_t pid, unsigned long long start)
 	return 0;
 }
 
-/* What the watcher wrote in path: 1 the daemon served every page (*done_ms
- * after the start), -1 it failed (why), 0 no word yet (still serving). */
-static int lazy_status_read(const char *path, double *done_ms, char *why, size_t len)
-{
-	char *text = NULL;
-	size_t n;
-	int ret = 0;
-
-	if (why && len)
-		why[0] = '\0';
-	if (read_file(path, &text, &n, 4096))
-		return 0;
-	text[strcspn(text, "\n")] = '\0';
-	if (!strncmp(text, "done ", 5)) {
-		if (done_ms)
-			*done_ms = strtod(text + 5, NULL);
-		ret = 1;
-	} else {
-		if (why && len)
-			snprintf(why, len, "%s", !strncmp(text, "failed ", 7) ? text + 7 : text);
-		ret = -1;
-	}
-	free(text);
-	return ret;
-}
-
 /* Undo whatever x holds, newest first.  0, or the first error (logged)
  * with what is left named. */
 static int teardown(struct start_ctx *x, const char *id)
@@ -427,7 +401,7 @@ static int lazy_check(struct start_ctx *x, struct instance *in)
 
 	if (!x->lazy)
 		return 0;
-	if (lazy_status_read(x->lazy_status, &in->t.lazy_done, why, sizeof(why)) >= 0)
+	if (runner_lazy_status(x->lazy_status, &in->t.lazy_done, why, sizeof(why)) >= 0)
 		return 0;
 	log_set_error("page source lost: %s", why);
 	return -EIO;
@@ -713,7 +687,7 @@ static bool lazy_word(const struct thaw_config *c, json_t *rec)
 	if (!json_is_true(json_object_get(rec, "lazy")) || !id || !id_valid(id) ||
 	    pathf(path, sizeof(path), "%s/instances/%s/lazy.status", c->data_dir, id))
 		return false;
-	st = lazy_status_read(path, &done, why, sizeof(why));
+	st = runner_lazy_status(path, &done, why, sizeof(why));
 	if (st > 0) {
 		json_t *tm = json_object_get(rec, "timings_ms");
 

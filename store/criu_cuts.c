@@ -27,7 +27,7 @@ static int push(uint64_t **v, size_t *n, size_t *cap, uint64_t x)
 
 /* The cuts of one pagemap's entries, whose data fill file_size bytes. */
 static int entry_cuts(const struct criu_img_pagemap *pm, const char *name, uint64_t file_size,
-		      uint64_t step, uint64_t **cuts, size_t *n)
+		      uint64_t **cuts, size_t *n)
 {
 	size_t cap = 0;
 	uint64_t off = 0;
@@ -39,14 +39,6 @@ static int entry_cuts(const struct criu_img_pagemap *pm, const char *name, uint6
 		uint64_t bytes = criu_img_pme_pages(e) * CRIU_PAGE_SIZE;
 		if (off && push(cuts, n, &cap, off) < 0)
 			return -ENOMEM;
-		/* Address-aligned steps inside a large entry: the same address
-		 * gets the same cut in the next snapshot, wherever the entry starts. */
-		if (step) {
-			uint64_t a = (e->vaddr / step + 1) * step;
-			for (; a < e->vaddr + bytes; a += step)
-				if (push(cuts, n, &cap, off + (a - e->vaddr)) < 0)
-					return -ENOMEM;
-		}
 		off += bytes;
 	}
 	if (off != file_size) {
@@ -57,8 +49,8 @@ static int entry_cuts(const struct criu_img_pagemap *pm, const char *name, uint6
 	return 0;
 }
 
-int criu_pages_cuts(const char *dir, const char *pages_name, uint64_t file_size, uint64_t step,
-		    uint64_t **cuts, size_t *n)
+int criu_pages_cuts(const char *dir, const char *pages_name, uint64_t file_size, uint64_t **cuts,
+		    size_t *n)
 {
 	unsigned id;
 	int used = 0, ret = -ENOENT;
@@ -88,7 +80,7 @@ int criu_pages_cuts(const char *dir, const char *pages_name, uint64_t file_size,
 		free(buf);
 		if (ret < 0)
 			break;
-		ret = pm.pages_id == id ? entry_cuts(&pm, de->d_name, file_size, step, cuts, n)
+		ret = pm.pages_id == id ? entry_cuts(&pm, de->d_name, file_size, cuts, n)
 					: -ENOENT;
 		criu_img_pagemap_release(&pm);
 	}

@@ -14,12 +14,12 @@
 
 /* The offsets in dir/pages_name (a "pages-<id>.img") at which a pagemap entry
  * of a pagemap-*.img of dir with that pages_id begins, ascending, without 0:
- * 0 and *cuts (you own it; free()), *n of them.  Within an entry of more than
- * step bytes (0: none), a cut also falls on every step-aligned address.
- * -ENOENT when the name is not a pages file or no pagemap names it, -EINVAL
+ * 0 and *cuts (you own it; free()), *n of them.  No cuts within an entry:
+ * address-aligned ones lose everything when ASLR shifts a mapping between two
+ * boots (store_put.c tells the measurement).  -ENOENT when the name is not a pages file or no pagemap names it, -EINVAL
  * for a pagemap that does not decode or does not add up to the file's size,
  * else -errno. */
-int criu_pages_cuts(const char *dir, const char *pages_name, uint64_t file_size, uint64_t step,
-		    uint64_t **cuts, size_t *n);
+int criu_pages_cuts(const char *dir, const char *pages_name, uint64_t file_size, uint64_t **cuts,
+		    size_t *n);
 
 #endif

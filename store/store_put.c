@@ -269,7 +269,7 @@ static void pages_cuts(const struct put_input *in, uint64_t size, uint64_t **cut
 	else if (snprintf(dir, sizeof(dir), "%.*s", (int)(slash - in->src), in->src) >=
 		 (int)sizeof(dir))
 		return;
-	int ret = criu_pages_cuts(dir, base, size, 0, cuts, n);
+	int ret = criu_pages_cuts(dir, base, size, cuts, n);
 	if (ret < 0 && ret != -ENOENT)
 		pr_warn("%s: cut by content alone (its pagemap: %s)", in->src, strerror(-ret));
 }

@@ -113,20 +113,27 @@ static bool same_file(const struct stat *a, const struct stat *b)
 	       a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
 }
 
+/* The cache's entry for hash, or NULL; s->cache_mu held. */
+static struct store_cached_manifest *cache_find(struct store *s, const uint8_t hash[CHUNK_HASH_LEN])
+{
+	for (size_t i = 0; i < STORE_MANIFEST_CACHE; i++)
+		if (s->cache[i].m && !memcmp(s->cache[i].hash, hash, CHUNK_HASH_LEN))
+			return &s->cache[i];
+	return NULL;
+}
+
 /* A copy of the manifest named hash cached from the file st describes, or NULL. */
 static struct manifest *cache_get(struct store *s, const uint8_t hash[CHUNK_HASH_LEN],
 				  const struct stat *st)
 {
+	struct store_cached_manifest *e;
 	struct manifest *m = NULL;
 
 	pthread_mutex_lock(&s->cache_mu);
-	for (size_t i = 0; i < STORE_MANIFEST_CACHE; i++) {
-		struct store_cached_manifest *e = &s->cache[i];
-		if (e->m && !memcmp(e->hash, hash, CHUNK_HASH_LEN) && same_file(&e->st, st)) {
-			e->used = ++s->cache_clock;
-			m = manifest_copy(e->m);
-			break;
-		}
+	e = cache_find(s, hash);
+	if (e && same_file(&e->st, st)) {
+		e->used = ++s->cache_clock;
+		m = manifest_copy(e->m);
 	}
 	pthread_mutex_unlock(&s->cache_mu);
 	return m;
@@ -138,23 +145,24 @@ static struct manifest *cache_get(struct store *s, const uint8_t hash[CHUNK_HASH
 static void cache_put(struct store *s, const uint8_t hash[CHUNK_HASH_LEN], const struct stat *st,
 		      const struct manifest *m)
 {
-	struct store_cached_manifest *slot = NULL;
+	struct store_cached_manifest *slot;
+	struct manifest *c;
 
 	pthread_mutex_lock(&s->cache_mu);
-	for (size_t i = 0; i < STORE_MANIFEST_CACHE; i++) {
-		struct store_cached_manifest *e = &s->cache[i];
-		if (e->m && !memcmp(e->hash, hash, CHUNK_HASH_LEN)) {
-			if (same_file(&e->st, st)) {
-				e->used = ++s->cache_clock; /* already there */
-				goto out;
+	slot = cache_find(s, hash); /* read again from a changed file: replace it */
+	if (!slot) {
+		slot = &s->cache[0];
+		for (size_t i = 0; i < STORE_MANIFEST_CACHE; i++) {
+			struct store_cached_manifest *e = &s->cache[i];
+			if (!e->m) {
+				slot = e;
+				break;
 			}
-			slot = e; /* read again from a changed file: replace it */
-			break;
+			if (e->used < slot->used)
+				slot = e;
 		}
-		if (!slot || (slot->m && (!e->m || e->used < slot->used)))
-			slot = e;
 	}
-	struct manifest *c = manifest_copy(m);
+	c = manifest_copy(m);
 	if (c) {
 		manifest_free(slot->m);
 		slot->m = c;
@@ -162,20 +170,19 @@ static void cache_put(struct store *s, const uint8_t hash[CHUNK_HASH_LEN], const
 		memcpy(slot->hash, hash, CHUNK_HASH_LEN);
 		slot->used = ++s->cache_clock;
 	}
-out:
 	pthread_mutex_unlock(&s->cache_mu);
 }
 
 /* The cached copy of hash, if any, goes (its manifest was deleted). */
 static void cache_drop(struct store *s, const uint8_t hash[CHUNK_HASH_LEN])
 {
+	struct store_cached_manifest *e;
+
 	pthread_mutex_lock(&s->cache_mu);
-	for (size_t i = 0; i < STORE_MANIFEST_CACHE; i++) {
-		struct store_cached_manifest *e = &s->cache[i];
-		if (e->m && !memcmp(e->hash, hash, CHUNK_HASH_LEN)) {
-			manifest_free(e->m);
-			e->m = NULL;
-		}
+	e = cache_find(s, hash);
+	if (e) {
+		manifest_free(e->m);
+		e->m = NULL;
 	}
 	pthread_mutex_unlock(&s->cache_mu);
 }
@@ -198,11 +205,15 @@ int store_manifest_load(struct store *s, const char *id, struct manifest **out,
 	bool have_st = stat(path, &st) == 0;
 	if (have_st)
 		*out = cache_get(s, hash, &st);
-	ret = *out ? 0 : store_manifest_read(path, hash, out);
-	if (ret == -ENOENT)
-		pr_err("no manifest %s in %s", fid, s->dir);
-	if (ret == 0 && have_st)
-		cache_put(s, hash, &st, *out);
+	if (*out) {
+		ret = 0;
+	} else {
+		ret = store_manifest_read(path, hash, out);
+		if (ret == -ENOENT)
+			pr_err("no manifest %s in %s", fid, s->dir);
+		if (ret == 0 && have_st)
+			cache_put(s, hash, &st, *out);
+	}
 	if (ret == 0 && full_id)
 		memcpy(full_id, fid, CHUNK_ID_LEN);
 	return ret;

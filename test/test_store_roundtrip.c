@@ -7,6 +7,9 @@
 #include "store/store.h"
 #include "test/check.h"
 
+/* store/internal.h keeps 8 manifests parsed: list more than that. */
+#define STORE_MANIFEST_CACHE_TEST_MIN 8
+
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
@@ -242,6 +245,23 @@ int main(void)
 	CHECK(json_object_get(m1->meta, "changed") == NULL);
 	manifest_free(m1);
 	manifest_free(m2);
+	/* More manifests than the cache holds, twice over: each load is still
+	 * the manifest asked for, whatever was evicted meanwhile. */
+	REQUIRE(store_list(s, &list) == 0);
+	REQUIRE(json_array_size(list) > STORE_MANIFEST_CACHE_TEST_MIN);
+	for (int round = 0; round < 2; round++) {
+		for (size_t i = 0; i < json_array_size(list); i++) {
+			const char *mid = json_string_value(
+			    json_object_get(json_array_get(list, i), "id"));
+			char got[CHUNK_ID_LEN];
+			REQUIRE(mid && store_manifest_load(s, mid, &m1, got) == 0);
+			CHECK_STR(got, mid);
+			CHECK_EQ(m1->nfiles, json_integer_value(json_object_get(
+						 json_array_get(list, i), "files")));
+			manifest_free(m1);
+		}
+	}
+	json_decref(list);
 	CHECK_EQ(store_manifest_delete(s, id2), 0);
 	CHECK_EQ(store_manifest_load(s, id2, &m1, NULL), -ENOENT);
 

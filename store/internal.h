@@ -28,6 +28,7 @@ struct store {
 	int dirfd; /* the store directory, for syncfs() and short name lookups */
 	pthread_mutex_t cache_mu;
 	uint64_t cache_clock;
+	uint64_t manifest_reads; /* under cache_mu: see store_manifest_reads() */
 	struct store_cached_manifest cache[STORE_MANIFEST_CACHE];
 };
 
@@ -51,6 +52,11 @@ int store_chunk_name(const uint8_t hash[CHUNK_HASH_LEN], char name[STORE_CHUNK_N
  * with one writev, to name (store_chunk_name()), not fsynced. */
 int store_write_chunk(struct store *s, const char *name, const void *head, size_t head_len,
 		      const void *payload, size_t payload_len, bool replace);
+
+/* Keep a copy of m, the manifest hash parsed and checked from the file st
+ * describes, in the cache of parsed manifests (out of memory: not kept). */
+void store_manifest_cache_put(struct store *s, const uint8_t hash[CHUNK_HASH_LEN],
+			      const struct stat *st, const struct manifest *m);
 
 /* Path of manifest hash, into buf. */
 int store_manifest_path(const struct store *s, const uint8_t hash[CHUNK_HASH_LEN], char *buf,

@@ -142,8 +142,8 @@ static struct manifest *cache_get(struct store *s, const uint8_t hash[CHUNK_HASH
 /* Keep a copy of m, read from the file st describes, under hash (in its old
  * slot, a free one, else the least recently used); out of memory, it is
  * simply not kept. */
-static void cache_put(struct store *s, const uint8_t hash[CHUNK_HASH_LEN], const struct stat *st,
-		      const struct manifest *m)
+void store_manifest_cache_put(struct store *s, const uint8_t hash[CHUNK_HASH_LEN],
+			      const struct stat *st, const struct manifest *m)
 {
 	struct store_cached_manifest *slot;
 	struct manifest *c;
@@ -171,6 +171,16 @@ static void cache_put(struct store *s, const uint8_t hash[CHUNK_HASH_LEN], const
 		slot->used = ++s->cache_clock;
 	}
 	pthread_mutex_unlock(&s->cache_mu);
+}
+
+uint64_t store_manifest_reads(struct store *s)
+{
+	uint64_t n;
+
+	pthread_mutex_lock(&s->cache_mu);
+	n = s->manifest_reads;
+	pthread_mutex_unlock(&s->cache_mu);
+	return n;
 }
 
 /* The cached copy of hash, if any, goes (its manifest was deleted). */
@@ -211,8 +221,13 @@ int store_manifest_load(struct store *s, const char *id, struct manifest **out,
 		ret = store_manifest_read(path, hash, out);
 		if (ret == -ENOENT)
 			pr_err("no manifest %s in %s", fid, s->dir);
+		if (ret == 0) {
+			pthread_mutex_lock(&s->cache_mu);
+			s->manifest_reads++;
+			pthread_mutex_unlock(&s->cache_mu);
+		}
 		if (ret == 0 && have_st)
-			cache_put(s, hash, &st, *out);
+			store_manifest_cache_put(s, hash, &st, *out);
 	}
 	if (ret == 0 && full_id)
 		memcpy(full_id, fid, CHUNK_ID_LEN);

@@ -227,8 +227,16 @@ int main(void)
 	CHECK_EQ(store_verify(s, NULL, NULL), 0);
 
 	/* A manifest loaded again comes from the store's cache: an equal copy the
-	 * caller owns; once deleted, it is gone from the cache too. */
+	 * caller owns; once deleted, it is gone from the cache too.  The put
+	 * left it there, so not even the first load reads the file. */
 	struct manifest *m1 = NULL, *m2 = NULL;
+	const char *fresh[] = {path};
+	char id3[CHUNK_ID_LEN];
+	REQUIRE(store_put(s, "fresh", fresh, 1, NULL, false, id3, NULL) == 0);
+	uint64_t reads = store_manifest_reads(s);
+	REQUIRE(store_manifest_load(s, id3, &m1, NULL) == 0);
+	CHECK_EQ(store_manifest_reads(s), reads);
+	manifest_free(m1);
 	REQUIRE(store_manifest_load(s, id2, &m1, NULL) == 0);
 	REQUIRE(store_manifest_load(s, id2, &m2, NULL) == 0);
 	CHECK(m1 != m2 && m1->nfiles == m2->nfiles && m1->files != m2->files);
@@ -262,6 +270,18 @@ int main(void)
 		}
 	}
 	json_decref(list);
+	/* Another store object on the same directory (a restarted thawd) has
+	 * nothing cached: its first load reads the file, its second does not. */
+	struct store *s2 = store_open(store_path(s));
+	REQUIRE(s2 != NULL);
+	REQUIRE(store_manifest_load(s2, id2, &m1, NULL) == 0);
+	manifest_free(m1);
+	CHECK_EQ(store_manifest_reads(s2), 1);
+	REQUIRE(store_manifest_load(s2, id2, &m1, NULL) == 0);
+	manifest_free(m1);
+	CHECK_EQ(store_manifest_reads(s2), 1);
+	store_close(s2);
+
 	CHECK_EQ(store_manifest_delete(s, id2), 0);
 	CHECK_EQ(store_manifest_load(s, id2, &m1, NULL), -ENOENT);
 

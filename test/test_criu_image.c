@@ -160,8 +160,8 @@ static pid_t start_tree(const char *dir, pid_t *py)
 	if (pid == 0) {
 		/* Its own session, no terminal: CRIU dumps it without --shell-job. */
 		setsid();
-		freopen("/dev/null", "r", stdin);
-		freopen("/dev/null", "w", stdout);
+		if (!freopen("/dev/null", "r", stdin) || !freopen("/dev/null", "w", stdout))
+			_exit(127);
 		execlp("python3", "python3", script, ready, (char *)NULL);
 		_exit(127);
 	}

@@ -188,6 +188,10 @@ done
 	step gpu-llm-lazy-eager bash bench/lazy-eager-run.sh "$THAW_GPU_EXAMPLE" gpu-example \
 		'POST /generate {"prompt_ids": [1, 450, 4996, 17354, 1701, 29916], "max_new_tokens": 32}' \
 		"\"tokens\": $E2E_GPU_TOKENS" "$THAW_FIGURES/lazy-eager" 3
+# The store's ingest (issue 2) on this machine's cores: new random data, the
+# same again, and a real CRIU image pair, with SHA-256 and zstd -1 as baselines.
+step bench-store bash -c 'set -o pipefail; "$0" --random-mib 1024 --repeat 3 --work /dev/shm | tee "$1"' \
+	"$X/build/bench/store" "$THAW_FIGURES/store.txt"
 # ==== end of EXTEND ===========================================================
 
 if [ -n "${GPU_ALL_TESTS:-}" ]; then

@@ -13,12 +13,15 @@
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: thaw lazy-pages --images-dir DIR --work-dir DIR [--status-fd FD]\n"
-		   "                       [--log-file FILE] [--threads N] [--block-kib N] [-vN]\n\n"
+		   "                       [--log-file FILE] [--threads N] [--block-kib N]\n"
+		   "                       [--prefetch-delay-ms N] [-vN]\n\n"
 		   "Serve the pages of one `criu restore --lazy-pages` (CRIU 4.2) in place of\n"
 		   "`criu lazy-pages`: listen on lazy-pages.socket in the work directory, write\n"
 		   "one '\\0' byte to FD once listening, serve faults first and fill the rest\n"
 		   "from DIR's pages files with N copy threads (default $THAW_LAZY_THREADS or\n"
 		   "min(8, CPUs)) in blocks of N KiB (default $THAW_LAZY_BLOCK_KIB or 2048).\n"
+		   "--prefetch-delay-ms (default $THAW_LAZY_PREFETCH_DELAY_MS or 0) holds the\n"
+		   "copy threads back after the restore finished (for tests).\n"
 		   "Exits 0 once every page is in place, 1 on any error (in the log).\n");
 }
 
@@ -57,6 +60,9 @@ int cmd_lazy_pages(int argc, char **argv)
 	env = getenv("THAW_LAZY_BLOCK_KIB");
 	if (env && *env && !parse_num(env, 1ul << 20, &v))
 		o.block_bytes = (uint64_t)v << 10;
+	env = getenv("THAW_LAZY_PREFETCH_DELAY_MS");
+	if (env && *env && !parse_num(env, 3600000, &v))
+		o.prefetch_delay_ms = (unsigned)v;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
 
@@ -82,6 +88,10 @@ int cmd_lazy_pages(int argc, char **argv)
 			if (parse_num(argv[++i], LAZY_PAGES_MAX_THREADS, &v))
 				goto bad;
 			o.threads = (unsigned)v;
+		} else if (!strcmp(a, "--prefetch-delay-ms")) {
+			if (parse_num(argv[++i], 3600000, &v))
+				goto bad;
+			o.prefetch_delay_ms = (unsigned)v;
 		} else if (!strcmp(a, "--block-kib")) {
 			if (parse_num(argv[++i], 1ul << 20, &v) || (v & (v - 1)) || v < 4)
 				goto bad;

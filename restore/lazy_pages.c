@@ -84,6 +84,9 @@ struct lp_daemon {
 	atomic_bool stop;
 	atomic_int error; /* the first fatal -errno */
 	atomic_uint_fast64_t fault_bytes, prefetch_bytes, zero_bytes, nfaults, lost_pages;
+	uint64_t finished_ns;
+	/* event thread only: mm events seen, pending bytes they dropped */
+	uint64_t nremap, nremove, nunmap, nfork, dropped_bytes;
 };
 
 static uint64_t now_ns(void)
@@ -118,7 +121,8 @@ static void wake_event_thread(struct lp_daemon *d)
 /* UFFDIO_COPY (src) or UFFDIO_ZEROPAGE (src NULL) of [dst, dst+len), waking
  * whoever waits there.  Pages already there (-EEXIST) are skipped; a page
  * in no registered VMA (-ENOENT: unmapped, or a VMA split under us) is
- * retried page by page and counted lost if it is gone.  *filled gets the
+ * retried page by page and, for a copy, counted lost if it is gone; a run
+ * of zeros stops there.  *filled gets the
  * bytes filled.  0, -EAGAIN (an mm change is in flight: retry once its event
  * is read), -ESRCH (the process is gone) or -errno (logged). */
 static int fill(struct lp_daemon *d, struct lp_proc *p, uint64_t dst, const uint8_t *src,
@@ -302,6 +306,9 @@ static void *copy_thread(void *arg)
 		gen = d->gen;
 		n = d->nprocs;
 		pthread_mutex_unlock(&d->mu);
+		while (!atomic_load(&d->stop) &&
+		       now_ns() < d->finished_ns + d->o->prefetch_delay_ms * 1000000ull)
+			usleep(10000);
 		if (atomic_load(&d->stop))
 			break;
 		for (size_t i = 0; i < n && !atomic_load(&d->stop); i++) {
@@ -652,6 +659,7 @@ static int handle_socket(struct lp_daemon *d)
 	}
 	pr_info("the restore finished: filling the rest with %u threads", d->nthreads);
 	pthread_mutex_lock(&d->mu);
+	d->finished_ns = now_ns();
 	atomic_store(&d->finished, true);
 	d->gen++;
 	pthread_cond_broadcast(&d->cv);
@@ -723,21 +731,43 @@ static int handle_remove(struct lp_daemon *d, struct lp_proc *p, const struct uf
 
 static int handle_msg(struct lp_daemon *d, struct lp_proc *p, const struct uffd_msg *m)
 {
+	uint64_t before = lazy_map_pending_bytes(&p->map), after;
+	int ret;
+
 	switch (m->event) {
 	case UFFD_EVENT_PAGEFAULT:
 		atomic_fetch_add(&d->nfaults, 1);
 		return queue_fault(p, m->arg.pagefault.address & ~(uint64_t)(PAGE - 1), -1);
 	case UFFD_EVENT_FORK:
+		d->nfork++;
 		return handle_fork(d, p, (int)m->arg.fork.ufd);
 	case UFFD_EVENT_REMAP:
-		return lazy_map_remap(&p->map, m->arg.remap.from, m->arg.remap.to, m->arg.remap.len);
+		d->nremap++;
+		pr_debug("%d: REMAP 0x%llx -> 0x%llx (%llu bytes)", p->pid,
+			 (unsigned long long)m->arg.remap.from, (unsigned long long)m->arg.remap.to,
+			 (unsigned long long)m->arg.remap.len);
+		ret = lazy_map_remap(&p->map, m->arg.remap.from, m->arg.remap.to, m->arg.remap.len);
+		break;
 	case UFFD_EVENT_REMOVE:
 	case UFFD_EVENT_UNMAP:
-		return handle_remove(d, p, m);
+		if (m->event == UFFD_EVENT_REMOVE)
+			d->nremove++;
+		else
+			d->nunmap++;
+		pr_debug("%d: %s 0x%llx-0x%llx", p->pid,
+			 m->event == UFFD_EVENT_REMOVE ? "REMOVE" : "UNMAP",
+			 (unsigned long long)m->arg.remove.start,
+			 (unsigned long long)m->arg.remove.end);
+		ret = handle_remove(d, p, m);
+		break;
 	default:
 		pr_err("%d: unexpected userfaultfd event %u", p->pid, m->event);
 		return -EPROTO;
 	}
+	after = lazy_map_pending_bytes(&p->map);
+	if (after < before)
+		d->dropped_bytes += before - after;
+	return ret;
 }
 
 /* Read and apply every message p has now, p's lock held exclusive.
@@ -915,13 +945,16 @@ static void summary(struct lp_daemon *d, uint64_t t0, int ret)
 	log_msg(ret ? LOG_ERR : LOG_INFO, LOG_PREFIX,
 		"%s: %zu processes, %llu faults; copied %llu pages by faults, %llu by prefetch "
 		"(%.1f MiB, %.0f MiB/s), %llu zero pages, %llu lost; %.1f ms, %u copy threads, "
-		"%llu KiB blocks",
+		"%llu KiB blocks; events: %llu remap, %llu remove, %llu unmap, %llu fork, "
+		"%llu pending bytes dropped by them",
 		ret ? "failed" : "done", d->nprocs, (unsigned long long)atomic_load(&d->nfaults),
 		(unsigned long long)(fb / PAGE), (unsigned long long)(pb / PAGE),
 		(fb + pb) / 1048576.0, ms > 0 ? (fb + pb) / 1048576.0 / (ms / 1000) : 0,
 		(unsigned long long)(atomic_load(&d->zero_bytes) / PAGE),
 		(unsigned long long)atomic_load(&d->lost_pages), ms, d->nthreads,
-		(unsigned long long)(d->block >> 10));
+		(unsigned long long)(d->block >> 10), (unsigned long long)d->nremap,
+		(unsigned long long)d->nremove, (unsigned long long)d->nunmap,
+		(unsigned long long)d->nfork, (unsigned long long)d->dropped_bytes);
 }
 
 static int setup(struct lp_daemon *d)

@@ -29,6 +29,9 @@ struct lazy_pages_opts {
 	int status_fd;		/* gets one '\0' once the socket listens, then is closed; -1 */
 	unsigned threads;	/* copy threads; 0: min(8, CPUs) */
 	uint64_t block_bytes;	/* copy unit; 0: LAZY_PAGES_DEFAULT_BLOCK (a power of two) */
+	unsigned prefetch_delay_ms; /* hold the copy threads back this long after the restore
+				     * finished (tests: a process's mm changes then meet
+				     * pages not copied yet; the daemon outlives a start) */
 };
 
 /* Serve one lazy restore until every page of every process is copied (or

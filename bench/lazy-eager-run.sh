@@ -13,6 +13,10 @@
 # `thaw start --lazy` on that data, the time until each daemon had served
 # every page (timings_ms.lazy_done), REPEAT times.  Writes OUTDIR/{eager,lazy}
 # .txt/.json and OUTDIR/lazy_done.txt.  Exit 0 when every start was correct.
+# Lazy is served by thaw's lazy-pages daemon (the default); with LAZY_CRIU=1
+# (the default; 0: not) the lazy series and lazy_done run again with CRIU's
+# (THAW_LAZY_DAEMON=criu) as lazy-criu.txt/.json and lazy_done-criu.txt, and
+# lazy_done*.txt carry the daemon's summary line (thaw's: bytes, MiB/s).
 #
 # The baseline (issue 7): the same function snapshotted again as ID-full with
 # "elide_zero": false, its image written out by `thaw materialize` into a
@@ -67,12 +71,21 @@ PY
 run prime --burst 1
 run eager --burst 1 --repeat "$REPEAT" "${BASELINE[@]}"
 stop_thawd
+export THAW_LAZY_DAEMON=thaw
 start_thawd "$PORT" --lazy || exit 1
 run lazy --burst 1 --repeat "$REPEAT"
 stop_thawd
+if [ "${LAZY_CRIU:-1}" = 1 ]; then
+	export THAW_LAZY_DAEMON=criu
+	start_thawd "$PORT" --lazy || exit 1
+	run lazy-criu --burst 1 --repeat "$REPEAT"
+	stop_thawd
+fi
 
 # lazy_done: thaw start --lazy, then wait for the daemon's word.
-: >"$OUTDIR/lazy_done.txt"
+lazy_done() { # daemon out
+THAW_LAZY_DAEMON=$1
+: >"$2"
 for i in $(seq 1 "$REPEAT"); do
 	THAW_RAM_TIER=$TIER "$B/thaw" --data-dir "$W/data" start --lazy "$SNAP" >"$W/s.json" 2>"$W/s.err" ||
 		{ echo "thaw start --lazy: $(cat "$W/s.err")"; bad=1; continue; }
@@ -84,7 +97,11 @@ for r in json.load(sys.stdin):
         print(r["state"], r["timings_ms"].get("lazy_done"), r["timings_ms"]["total"])' "$iid")
 		case "$d" in "running None"*) sleep 0.05 ;; *) break ;; esac
 	done
-	echo "start $i: state, lazy_done ms, start total ms: $d" | tee -a "$OUTDIR/lazy_done.txt"
+	echo "start $i: state, lazy_done ms, start total ms: $d" | tee -a "$2"
+	grep -E "lazy-pages: (done|failed)" "$W/data/instances/$iid/lazy-pages.log" 2>/dev/null | tail -n 1 | tee -a "$2"
 	"$B/thaw" --data-dir "$W/data" stop "$iid" >/dev/null
 done
+}
+lazy_done thaw "$OUTDIR/lazy_done.txt"
+[ "${LAZY_CRIU:-1}" = 1 ] && lazy_done criu "$OUTDIR/lazy_done-criu.txt"
 exit $bad

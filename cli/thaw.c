@@ -53,6 +53,8 @@ static const struct command {
 	{ "start", cmd_start, "restore a running instance of a snapshot; prints its endpoint" },
 	{ "stop", cmd_stop, "stop instances and remove everything they used" },
 	{ "ps", cmd_ps, "list instances and their state" },
+	{ "lazy-pages", cmd_lazy_pages,
+	  "serve one lazy restore its pages (drop-in for criu lazy-pages; thaw start runs it)" },
 };
 
 static void usage(FILE *f)

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -52,6 +53,48 @@ static int find_deps_criu(char *out)
 		if (slash == dir)
 			return -ENOENT;
 	}
+}
+
+/* The thaw binary of this build: beside our own binary (build/thaw beside
+ * build/thawd) or one or two directories up (build/test/x, build/bench/x). */
+static int find_thaw_bin(char *out)
+{
+	char dir[PATH_MAX], cand[PATH_MAX + 8];
+	ssize_t n = readlink("/proc/self/exe", dir, sizeof(dir) - 1);
+	struct stat st;
+
+	if (n <= 0)
+		return -ENOENT;
+	dir[n] = '\0';
+	for (int up = 0; up < 3; up++) {
+		char *slash = strrchr(dir, '/');
+
+		if (!slash || slash == dir)
+			return -ENOENT;
+		*slash = '\0';
+		snprintf(cand, sizeof(cand), "%s/thaw", dir);
+		if (stat(cand, &st) == 0 && S_ISREG(st.st_mode) && access(cand, X_OK) == 0)
+			return copy_path(out, cand, "thaw");
+	}
+	return -ENOENT;
+}
+
+static int lazy_daemon_init(struct thaw_config *c)
+{
+	const char *v = env_or("THAW_LAZY_DAEMON", "thaw");
+
+	if (!strcmp(v, "criu"))
+		return 0;
+	if (strcmp(v, "thaw")) {
+		pr_err("THAW_LAZY_DAEMON=%s is neither thaw nor criu", v);
+		return -EINVAL;
+	}
+	if (find_thaw_bin(c->lazy_daemon) == 0)
+		return 0;
+	/* A thawd installed without thaw beside it: CRIU's daemon still works. */
+	pr_warn("no thaw binary beside this one: lazy restores use criu lazy-pages");
+	c->lazy_daemon[0] = '\0';
+	return 0;
 }
 
 /* A program by name on $PATH, as an absolute path. */
@@ -128,6 +171,9 @@ int config_init(struct thaw_config *c, const char *data_dir)
 		}
 	}
 
+	ret = lazy_daemon_init(c);
+	if (ret)
+		return ret;
 	ret = copy_path(c->runc, env_or("THAW_RUNC", "runc"), "runc");
 	if (ret)
 		return ret;

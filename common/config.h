@@ -27,11 +27,15 @@ struct thaw_config {
 				      * beside the build, else a system criu >= 4.2 */
 	enum config_lazy lazy;       /* how to restore when neither the start nor the
 				      * function's spec says; default CONFIG_LAZY_AUTO */
+	char lazy_daemon[PATH_MAX];  /* the thaw binary whose `lazy-pages` serves lazy
+				      * restores (thaw's own daemon, the default), or ""
+				      * for `criu lazy-pages` (THAW_LAZY_DAEMON=criu) */
 };
 
 /* Fill c with defaults for data_dir (NULL: $THAW_DATA_DIR or /var/lib/thaw),
  * honouring THAW_RAM_TIER, THAW_RAM_TIER_BYTES, THAW_RUNC, THAW_CRIU and
- * THAW_LAZY (1/true/yes or 0/false/no). */
+ * THAW_LAZY (1/true/yes or 0/false/no) and THAW_LAZY_DAEMON (thaw, the default:
+ * the `thaw` binary beside ours or one directory up, as in build/; criu). */
 int config_init(struct thaw_config *c, const char *data_dir);
 
 #endif

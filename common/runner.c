@@ -690,7 +690,10 @@ int runner_lazy_start(const struct runner *r, const char *id, const char *image_
 	if (ret)
 		return ret;
 	unlink(status_path);
-	p.criu_argv[n++] = r->criu && *r->criu ? r->criu : "criu";
+	if (r->lazy_daemon && *r->lazy_daemon)
+		p.criu_argv[n++] = r->lazy_daemon; /* `thaw lazy-pages`: the same arguments */
+	else
+		p.criu_argv[n++] = r->criu && *r->criu ? r->criu : "criu";
 	p.criu_argv[n++] = "lazy-pages";
 	p.criu_argv[n++] = "--images-dir";
 	p.criu_argv[n++] = image_dir;
@@ -790,7 +793,8 @@ int runner_lazy_start(const struct runner *r, const char *id, const char *image_
 	}
 	if (!tail[0])
 		runner_log_tail(log_path, tail, sizeof(tail));
-	pr_err("criu lazy-pages for %s did not get ready%s: %s", id,
+	pr_err("%s lazy-pages for %s did not get ready%s: %s",
+	       r->lazy_daemon && *r->lazy_daemon ? "thaw" : "criu", id,
 	       ret == 0 ? " in time (killed)" : "", tail[0] ? tail : "no log");
 	*out = (struct runner_lazy){ 0 };
 	ret = -EIO;

@@ -18,6 +18,8 @@ struct runner {
 	const char *state_dir; /* runc --root: thaw's containers live apart from others */
 	bool lazy_pages;       /* restore with --lazy-pages: a daemon of runner_lazy_start
 				* must be serving work_dir */
+	const char *lazy_daemon; /* runner_lazy_start runs `lazy_daemon lazy-pages ...` (the
+				  * thaw binary: thaw's own daemon); NULL or "": criu's */
 };
 
 /* The container's stdio: pipes the caller drains (the write ends go to runc). */
@@ -48,7 +50,8 @@ struct runner_lazy {
 };
 
 /* Start `criu lazy-pages --images-dir image_dir --work-dir work_dir` (its
- * log in log_path) for container id and wait until its socket
+ * log in log_path), or the same arguments to `thaw lazy-pages` where
+ * r->lazy_daemon names the thaw binary, for container id and wait until its socket
  * (work_dir/lazy-pages.socket, where the restore looks for it) is
  * listening.  When the daemon ends the watcher writes status_path:
  * "done <ms>\n" if it exited 0, having served every page (<ms>: since

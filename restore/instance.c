@@ -282,7 +282,7 @@ static int teardown(struct start_ctx *x, const char *id)
 		x->have_container = false;
 	}
 	/* The daemon after the container: its pages are no longer wanted. */
-	r = kill_helper("criu lazy-pages", x->lz.daemon, x->lz_daemon_start);
+	r = kill_helper("lazy-pages daemon", x->lz.daemon, x->lz_daemon_start);
 	if (r)
 		return r;
 	x->lz.daemon = 0;
@@ -478,7 +478,8 @@ int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 	}
 	x.have_dir = true;
 	record_path(c, in.id, x.record, sizeof(x.record)); /* shorter than x.dir + ".json" */
-	x.r = (struct runner){ .runc = c->runc, .criu = c->criu, .state_dir = x.runc_root };
+	x.r = (struct runner){ .runc = c->runc, .criu = c->criu, .state_dir = x.runc_root,
+			       .lazy_daemon = c->lazy_daemon };
 	snprintf(x.netns, sizeof(x.netns), "%s/netns", x.dir);
 	snprintf(x.bundle, sizeof(x.bundle), "%s/bundle", x.dir);
 	snprintf(x.work, sizeof(x.work), "%s/criu", x.dir);
@@ -641,7 +642,8 @@ int instance_stop(const struct thaw_config *c, const char *id)
 		ret = runc_root(c, x.runc_root, sizeof(x.runc_root));
 	if (ret)
 		goto out;
-	x.r = (struct runner){ .runc = c->runc, .criu = c->criu, .state_dir = x.runc_root };
+	x.r = (struct runner){ .runc = c->runc, .criu = c->criu, .state_dir = x.runc_root,
+			       .lazy_daemon = c->lazy_daemon };
 	if (num_field(rec, "shim_pid", &v) && v > 0) {
 		x.shim_pid = (pid_t)v;
 		x.shim_start = num_field(rec, "shim_start", &v) ? (unsigned long long)v : 0;

@@ -1,0 +1,113 @@
+/* cmd_lazy_pages.c — thaw lazy-pages: thaw's own lazy-pages daemon, a drop-in
+ * for `criu lazy-pages` (the same arguments; see restore/lazy_pages.h). */
+#include "cli/cli.h"
+#include "common/log.h"
+#include "restore/lazy_pages.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: thaw lazy-pages --images-dir DIR --work-dir DIR [--status-fd FD]\n"
+		   "                       [--log-file FILE] [--threads N] [--block-kib N]\n"
+		   "                       [--prefetch-delay-ms N] [-vN]\n\n"
+		   "Serve the pages of one `criu restore --lazy-pages` (CRIU 4.2) in place of\n"
+		   "`criu lazy-pages`: listen on lazy-pages.socket in the work directory, write\n"
+		   "one '\\0' byte to FD once listening, serve faults first and fill the rest\n"
+		   "from DIR's pages files with N copy threads (default $THAW_LAZY_THREADS or\n"
+		   "min(8, CPUs)) in blocks of N KiB (default $THAW_LAZY_BLOCK_KIB or 2048).\n"
+		   "--prefetch-delay-ms (default $THAW_LAZY_PREFETCH_DELAY_MS or 0) holds the\n"
+		   "copy threads back after the restore finished (for tests).\n"
+		   "Exits 0 once every page is in place, 1 on any error (in the log).\n");
+}
+
+static int parse_num(const char *s, unsigned long max, unsigned long *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtoul(s, &end, 10);
+	return errno || end == s || *end || *out == 0 || *out > max ? -EINVAL : 0;
+}
+
+static int open_log(const char *path)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+
+	if (fd < 0 || dup2(fd, STDERR_FILENO) < 0) {
+		fprintf(stderr, "thaw lazy-pages: %s: %s\n", path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	close(fd);
+	return 0;
+}
+
+int cmd_lazy_pages(int argc, char **argv)
+{
+	struct lazy_pages_opts o = { .status_fd = -1 };
+	const char *log_file = NULL, *env;
+	unsigned long v;
+
+	env = getenv("THAW_LAZY_THREADS");
+	if (env && *env && !parse_num(env, LAZY_PAGES_MAX_THREADS, &v))
+		o.threads = (unsigned)v;
+	env = getenv("THAW_LAZY_BLOCK_KIB");
+	if (env && *env && !parse_num(env, 1ul << 20, &v))
+		o.block_bytes = (uint64_t)v << 10;
+	env = getenv("THAW_LAZY_PREFETCH_DELAY_MS");
+	if (env && *env && !parse_num(env, 3600000, &v))
+		o.prefetch_delay_ms = (unsigned)v;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
+
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			usage(stdout);
+			return 0;
+		} else if (!strncmp(a, "-v", 2)) {
+			/* criu's -vN: thaw logs info (the summary) at least, debug at -v4 */
+			log_set_level(a[2] == '4' ? LOG_DEBUG : LOG_INFO);
+		} else if (!next) {
+			break;
+		} else if (!strcmp(a, "--images-dir")) {
+			o.images_dir = argv[++i];
+		} else if (!strcmp(a, "--work-dir")) {
+			o.work_dir = argv[++i];
+		} else if (!strcmp(a, "--log-file")) {
+			log_file = argv[++i];
+		} else if (!strcmp(a, "--status-fd")) {
+			if (parse_num(argv[++i], 1 << 20, &v) && strcmp(argv[i], "0"))
+				goto bad;
+			o.status_fd = (int)v;
+		} else if (!strcmp(a, "--threads")) {
+			if (parse_num(argv[++i], LAZY_PAGES_MAX_THREADS, &v))
+				goto bad;
+			o.threads = (unsigned)v;
+		} else if (!strcmp(a, "--prefetch-delay-ms")) {
+			if (parse_num(argv[++i], 3600000, &v))
+				goto bad;
+			o.prefetch_delay_ms = (unsigned)v;
+		} else if (!strcmp(a, "--block-kib")) {
+			if (parse_num(argv[++i], 1ul << 20, &v) || (v & (v - 1)) || v < 4)
+				goto bad;
+			o.block_bytes = (uint64_t)v << 10;
+		} else {
+			goto bad;
+		}
+	}
+	if (!o.images_dir || !o.work_dir)
+		goto bad;
+	if (log_get_level() < LOG_INFO)
+		log_set_level(LOG_INFO);
+	if (log_file && open_log(log_file))
+		return 1;
+	return lazy_pages_run(&o) ? 1 : 0;
+bad:
+	usage(stderr);
+	return 2;
+}

@@ -79,6 +79,13 @@ static int find_thaw_bin(char *out)
 	return -ENOENT;
 }
 
+bool config_restores_lazily(const struct thaw_config *c, bool gpu)
+{
+	if (c->lazy != CONFIG_LAZY_AUTO)
+		return c->lazy == CONFIG_LAZY_ON;
+	return !gpu || c->lazy_daemon[0];
+}
+
 static int lazy_daemon_init(struct thaw_config *c)
 {
 	const char *v = env_or("THAW_LAZY_DAEMON", "thaw");

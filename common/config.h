@@ -9,12 +9,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Restore pages on demand (CRIU lazy-pages) or all before the start answers.
- * AUTO: lazily for CPU functions, eagerly for GPU ones.  Measured (bench/RESULTS.md,
- * "Sparse and lazy images"): lazily, a CPU function answers sooner (CPU example
- * 250 vs 720 ms); a GPU function answers later (H100 example 3.9 vs 3.7 s), since
- * the driver's restore then faults its GPU state in through userfaultfd page by
- * page. */
+/* Restore pages on demand (lazy-pages) or all before the start answers.
+ * AUTO: lazily, unless the daemon is CRIU's and the function uses the GPU.
+ * Measured (bench/RESULTS.md, "Sparse and lazy images"): lazily, a CPU function
+ * answers sooner (CPU example 230 vs 337 ms); so does the H100 example with thaw's
+ * daemon (1.97 vs 3.61 s eager: 8 threads fill its 3 GB in ~0.5 s while the CUDA
+ * restore runs), but not with CRIU's (3.60 s: the driver's restore faults the
+ * GPU state in through userfaultfd page by page). */
 enum config_lazy { CONFIG_LAZY_AUTO, CONFIG_LAZY_ON, CONFIG_LAZY_OFF };
 
 struct thaw_config {
@@ -31,6 +32,10 @@ struct thaw_config {
 				      * restores (thaw's own daemon, the default), or ""
 				      * for `criu lazy-pages` (THAW_LAZY_DAEMON=criu) */
 };
+
+/* Whether a start that neither the start nor the function's spec decides
+ * restores lazily under c (see enum config_lazy). */
+bool config_restores_lazily(const struct thaw_config *c, bool gpu);
 
 /* Fill c with defaults for data_dir (NULL: $THAW_DATA_DIR or /var/lib/thaw),
  * honouring THAW_RAM_TIER, THAW_RAM_TIER_BYTES, THAW_RUNC, THAW_CRIU and

@@ -432,11 +432,11 @@ int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 		goto fail;
 	snprintf(in.function, sizeof(in.function), "%s", spec->id[0] ? spec->id : m->name);
 	x.gpu = spec->gpu;
-	/* The start's word, else the function's, else thawd's setting, whose
-	 * default restores CPU functions lazily and GPU functions eagerly
-	 * (config.h says why). */
+	/* The start's word, else the function's, else thawd's setting (whose
+	 * default, config.h says why, is lazy but for GPU functions under
+	 * CRIU's daemon). */
 	if (mode == INSTANCE_MODE_AUTO) {
-		bool lazy = c->lazy == CONFIG_LAZY_ON || (c->lazy == CONFIG_LAZY_AUTO && !spec->gpu);
+		bool lazy = config_restores_lazily(c, spec->gpu);
 		mode = spec->lazy == SPEC_LAZY	   ? INSTANCE_LAZY
 		       : spec->lazy == SPEC_EAGER ? INSTANCE_EAGER
 		       : lazy			   ? INSTANCE_LAZY

@@ -38,11 +38,12 @@ static void usage(FILE *f)
 		"  --runc PATH            runc binary (THAW_RUNC; default runc on PATH)\n"
 		"  --criu PATH            criu >= 4.2 for runc --criu (THAW_CRIU; default the\n"
 		"                         .deps/criu-wrapper of the tree, else criu on PATH)\n"
-		"  --lazy, --no-lazy      restore pages on demand (CRIU lazy-pages, served from\n"
-		"                         the RAM tier) or all before the start answers, for\n"
-		"                         functions whose spec has no \"lazy\" (THAW_LAZY=1|0|auto;\n"
-		"                         default auto: lazily for CPU functions, eagerly for\n"
-		"                         GPU functions, whose CUDA restore is slower lazily)\n"
+		"  --lazy, --no-lazy      restore pages on demand (a lazy-pages daemon serves\n"
+		"                         them from the RAM tier) or all before the start\n"
+		"                         answers, for functions whose spec has no \"lazy\"\n"
+		"                         (THAW_LAZY=1|0|auto; default auto: lazily, except GPU\n"
+		"                         functions when THAW_LAZY_DAEMON=criu, whose single-\n"
+		"                         threaded daemon makes their CUDA restore slower)\n"
 		"  --max-starts N         concurrent starts; more answer 503 with Retry-After\n"
 		"                         (THAW_MAX_STARTS; default %u; 0 refuses every start)\n"
 		"  --max-snapshots N      concurrent snapshots, likewise (THAW_MAX_SNAPSHOTS;\n"
@@ -275,9 +276,9 @@ int main(int argc, char **argv)
 	pr_info("ready: runc %s, criu %s, RAM tier %s (%llu bytes), max %u starts, %u snapshots, "
 		"%s restores by default", c.runc, c.criu, c.ram_tier_dir,
 		(unsigned long long)c.ram_tier_bytes, o.max_starts, o.max_snapshots,
-		c.lazy == CONFIG_LAZY_ON    ? "lazy"
-		: c.lazy == CONFIG_LAZY_OFF ? "eager"
-					    : "lazy (CPU) and eager (GPU)");
+		config_restores_lazily(&c, true)
+			? "lazy"
+			: config_restores_lazily(&c, false) ? "lazy (CPU) and eager (GPU)" : "eager");
 
 	if (sigwait(&sigs, &sig) == 0)
 		pr_info("%s: stopping", strsignal(sig));

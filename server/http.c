@@ -448,6 +448,7 @@ struct server *server_new(const struct thaw_config *c, const struct server_opts 
 	}
 	if (recover_startup(s))
 		goto err;
+	recover_preload_manifests(s);
 	s->tier = tier_open(c->ram_tier_dir, c->ram_tier_bytes, s->store, NULL);
 	if (!s->tier)
 		pr_err("cannot open the RAM tier %s: starts will answer 503 until thawd is "
@@ -490,6 +491,10 @@ void server_free(struct server *s)
 {
 	if (!s)
 		return;
+	if (s->preload_started) {
+		atomic_store(&s->stopping, true);
+		pthread_join(s->preload, NULL);
+	}
 	if (s->mhd)
 		MHD_stop_daemon(s->mhd);
 	jobs_free(s->jobs);

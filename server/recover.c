@@ -23,6 +23,8 @@
 #include "restore/instance.h"
 #include "server/insts.h"
 #include "server/internal.h"
+#include "server/registry.h"
+#include "store/manifest.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -237,4 +239,44 @@ void stop_own_instances(struct server *s)
 				log_last_error());
 	}
 	free(refs);
+}
+
+static void *preload_manifests(void *arg)
+{
+	struct server *s = arg;
+	json_t *list = NULL, *f;
+	unsigned loaded = 0;
+	uint64_t t0 = now_ns();
+	size_t i;
+
+	if (registry_list_json(s->reg, &list))
+		return NULL;
+	json_array_foreach(list, i, f) {
+		const char *id = json_string_value(json_object_get(f, "id"));
+		char snap[CHUNK_ID_LEN];
+		struct manifest *m = NULL;
+		enum snap_state st;
+
+		if (atomic_load(&s->stopping) || loaded >= STORE_MANIFEST_CACHE)
+			break;
+		if (!id || registry_ready_snapshot(s->reg, id, snap, &st))
+			continue;
+		if (store_manifest_load(s->store, snap, &m, NULL) == 0)
+			loaded++;
+		manifest_free(m);
+	}
+	json_decref(list);
+	if (loaded)
+		pr_info("%u snapshot manifest(s) read ahead of their first start in %.1f ms",
+			loaded, (now_ns() - t0) / 1e6);
+	return NULL;
+}
+
+void recover_preload_manifests(struct server *s)
+{
+	int ret = pthread_create(&s->preload, NULL, preload_manifests, s);
+
+	if (ret)
+		pr_warn("cannot read snapshot manifests ahead: %s", strerror(ret));
+	s->preload_started = ret == 0;
 }

@@ -14,7 +14,6 @@
  * file damaged by a write is read and checked again).  A few are kept, as
  * reading and checking the manifest of a multi-GB image costs ~0.3 s, on every
  * start (bench/RESULTS.md). */
-#define STORE_MANIFEST_CACHE 8
 
 struct store_cached_manifest {
 	uint8_t hash[CHUNK_HASH_LEN];

@@ -66,6 +66,9 @@ int store_put(struct store *s, const char *name, const char *const *paths, size_
  * least 12 digits is accepted too).  -ENOENT if there is none. */
 int store_manifest_load(struct store *s, const char *id, struct manifest **out,
 			char full_id[CHUNK_ID_LEN]);
+/* How many parsed manifests a store object keeps (the last used). */
+#define STORE_MANIFEST_CACHE 8
+
 /* How many manifest files this store object has read and checked: the loads
  * its cache of parsed manifests could not answer (a put leaves the manifest it
  * wrote in that cache, so the first start after a snapshot does not read it). */

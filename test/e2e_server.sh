@@ -337,9 +337,16 @@ done
 kill_thawd
 after_kill "during the dump"
 
-# The old snapshot of cpu still starts; big snapshots again.
+# The old snapshot of cpu still starts; big snapshots again.  The restarted
+# thawd read the ready snapshots' manifests ahead, so this first start does
+# not read its own.
+grep -q "[0-9] snapshot manifest(s) read ahead" "$T/thawd.log" ||
+	fail "the restarted thawd did not read cpu's manifest ahead"
 st=$(api POST /functions/cpu/start)
 [ "$st" = 201 ] || fail "start after restart: $st $(cat "$T/body")"
+load_ms=$(jget "$T/body" "j['timings_ms']['load']")
+python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < 50 else 1)" "$load_ms" ||
+	fail "first start after a restart spent $load_ms ms loading its snapshot"
 cpu_iid=$(jget "$T/body" "j['instance']")
 st=$(api POST '/functions/big/snapshot?wait=1')
 [ "$st" = 200 ] || fail "snapshot of big after restart: $st $(cat "$T/body")"

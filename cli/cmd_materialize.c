@@ -43,16 +43,18 @@ static void on_progress(uint64_t done, uint64_t total, void *arg)
 
 static void summary(const char *what, const struct engine_stats *st)
 {
-	char a[32], b[32], c[32];
+	char a[32], b[32], c[32], cached[48] = "";
 
+	if (st->cached_percent >= 0)
+		snprintf(cached, sizeof(cached), " (%d%% of a sample cached)", st->cached_percent);
 	fprintf(stderr,
 		"%s %s in %.3f s, %.2f GB/s; %llu chunks (%llu read, %s from the store), "
-		"%llu holes (%s); %s reads, %u threads, queue depth %u\n",
+		"%llu holes (%s); %s reads%s, %u threads, queue depth %u\n",
 		what, fmt_bytes(st->logical_bytes, a), st->seconds,
 		st->seconds > 0 ? (double)st->logical_bytes / st->seconds / 1e9 : 0.0,
 		(unsigned long long)st->chunks, (unsigned long long)st->unique_chunks,
 		fmt_bytes(st->read_bytes, b), (unsigned long long)st->holes,
-		fmt_bytes(st->hole_bytes, c), st->direct ? "O_DIRECT" : "buffered", st->threads,
+		fmt_bytes(st->hole_bytes, c), st->direct ? "O_DIRECT" : "buffered", cached, st->threads,
 		st->queue_depth);
 }
 

@@ -102,7 +102,8 @@ static int to_tier(struct store *s, const char *id, struct engine_opts *o)
 		fprintf(stderr, "thaw materialize: %s\n", log_last_error());
 		return 1;
 	}
-	t = tier_open(c.ram_tier_dir, c.ram_tier_bytes, s, o);
+	if (tier_root_prepare(c.ram_tier_dir, c.ram_tier_bytes, c.tier_huge, NULL) == 0)
+		t = tier_open(c.ram_tier_dir, c.ram_tier_bytes, s, o);
 	if (!t) {
 		fprintf(stderr, "thaw materialize: %s\n", log_last_error());
 		return 1;

@@ -17,6 +17,15 @@
  * page. */
 enum config_lazy { CONFIG_LAZY_AUTO, CONFIG_LAZY_ON, CONFIG_LAZY_OFF };
 
+/* The RAM tier on its own tmpfs with transparent huge pages (restore/tier.h,
+ * tier_root_prepare).  AUTO: where it can, and only for the default root
+ * (CONFIG_RAM_TIER_DEFAULT): a test or a user pointing the tier at a scratch
+ * directory expects to rm -rf it, and a mount left there by a crash would
+ * hold RAM and refuse that; ON (THAW_TIER_HUGE=1): for any root, and an error
+ * where it cannot; OFF: a plain directory. */
+enum config_huge { CONFIG_HUGE_AUTO, CONFIG_HUGE_ON, CONFIG_HUGE_OFF };
+#define CONFIG_RAM_TIER_DEFAULT "/dev/shm/thaw"
+
 struct thaw_config {
 	char data_dir[PATH_MAX];     /* store/ snapshots/ functions/ instances/ live here */
 	char store_dir[PATH_MAX];    /* default <data_dir>/store */
@@ -27,11 +36,12 @@ struct thaw_config {
 				      * beside the build, else a system criu >= 4.2 */
 	enum config_lazy lazy;       /* how to restore when neither the start nor the
 				      * function's spec says; default CONFIG_LAZY_AUTO */
+	enum config_huge tier_huge;  /* $THAW_TIER_HUGE auto|1|0; default CONFIG_HUGE_AUTO */
 };
 
 /* Fill c with defaults for data_dir (NULL: $THAW_DATA_DIR or /var/lib/thaw),
- * honouring THAW_RAM_TIER, THAW_RAM_TIER_BYTES, THAW_RUNC, THAW_CRIU and
- * THAW_LAZY (1/true/yes or 0/false/no). */
+ * honouring THAW_RAM_TIER, THAW_RAM_TIER_BYTES, THAW_RUNC, THAW_CRIU,
+ * THAW_LAZY and THAW_TIER_HUGE (1/true/yes, 0/false/no or auto). */
 int config_init(struct thaw_config *c, const char *data_dir);
 
 #endif

@@ -45,6 +45,9 @@ int tier_root_prepare(const char *dir, uint64_t budget, enum config_huge mode,
 int tier_root_probe(const char *dir, enum config_huge mode, enum tier_root_kind *kind, char *why,
 		    size_t len);
 const char *tier_root_kind_name(enum tier_root_kind k);
+/* Does this VM give free memory back to its host in huge-page blocks
+ * (virtio_balloon free page reporting)?  auto mounts no huge tmpfs then. */
+bool tier_root_page_reporting(void);
 /* Unmount the tier tmpfs thaw mounted at dir (tests, the benchmark):
  * -ENOENT where dir is no such mount, which is then left alone. */
 int tier_root_unmount(const char *dir);

@@ -163,7 +163,7 @@ const char *tier_root_kind_name(enum tier_root_kind k)
  * after the same memory was freed, 2.6-4.9 s after 4 s idle, against
  * 1.1-1.6 s either way into /dev/shm (4 KiB pages come from fragments too
  * small to be reported). */
-static bool free_page_reporting(void)
+bool tier_root_page_reporting(void)
 {
 	const char *drv = "/sys/bus/virtio/drivers/virtio_balloon";
 	char buf[256], path[PATH_MAX];
@@ -214,7 +214,7 @@ static enum tier_root_kind judge(const char *given, const char *dir, enum config
 				   " (THAW_TIER_HUGE=1 mounts one here too)");
 		return TIER_ROOT_PLAIN;
 	}
-	if (mode == CONFIG_HUGE_AUTO && free_page_reporting()) {
+	if (mode == CONFIG_HUGE_AUTO && tier_root_page_reporting()) {
 		snprintf(why, len, "this VM gives free memory back to its host in huge-page blocks "
 				   "(virtio_balloon free page reporting): huge pages would be slower "
 				   "(THAW_TIER_HUGE=1 mounts one anyway)");

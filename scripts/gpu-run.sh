@@ -188,6 +188,12 @@ done
 	step gpu-llm-lazy-eager bash bench/lazy-eager-run.sh "$THAW_GPU_EXAMPLE" gpu-example \
 		'POST /generate {"prompt_ids": [1, 450, 4996, 17354, 1701, 29916], "max_new_tokens": 32}' \
 		"\"tokens\": $E2E_GPU_TOKENS" "$THAW_FIGURES/lazy-eager" 3
+# The restore engine against the naive engine and the copy floor, into /dev/shm
+# and into a huge-page tmpfs (bench/engine.c), with 16 threads; last, since it
+# drops the page cache.  2 runs: about 2-3 minutes; its table into engine.txt.
+step bench-engine timeout -k 10 300 bash -c 'set -o pipefail
+	"$0" --dir /var/tmp/be --threads 16 --runs 2 --clean | tee "$THAW_FIGURES/engine.txt"' \
+	"$X/build/bench/engine"
 # ==== end of EXTEND ===========================================================
 
 if [ -n "${GPU_ALL_TESTS:-}" ]; then

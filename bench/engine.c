@@ -546,7 +546,8 @@ int main(int argc, char **argv)
 					read_tree(src, buf, bs);
 				}
 				if (mt->again) {
-					ret = run_one(mt, s, m, &o, src, out, buf, bs, r, &st);
+					if (run_one(mt, s, m, &o, src, out, buf, bs, r, &st))
+						r->ok = false;
 					rm_rf(out);
 					if (cold)
 						drop_caches();

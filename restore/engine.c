@@ -247,7 +247,7 @@ static int plan(struct eng *e, struct engine_stats *st)
 static int cached_pages(int fd, uint64_t len, uint64_t page, uint64_t *pages)
 {
 	struct cachestat_range_ r = { 0, len };
-	struct cachestat_ cs;
+	struct cachestat_ cs = { 0 };
 	uint8_t buf[ENGINE_ALIGN];
 	struct iovec iov = { buf, sizeof(buf) };
 
@@ -283,7 +283,7 @@ static int cached_percent(struct eng *e)
 
 	for (size_t i = 0; i < n; i++) {
 		const struct manifest_chunk *c = unit_chunk(e, &e->units[i * e->nunits / n]);
-		uint64_t pages;
+		uint64_t pages = 0;
 		int fd;
 
 		if (store_chunk_path(e->s, c->hash, path, sizeof(path)))

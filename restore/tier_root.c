@@ -166,7 +166,7 @@ const char *tier_root_kind_name(enum tier_root_kind k)
 bool tier_root_page_reporting(void)
 {
 	const char *drv = "/sys/bus/virtio/drivers/virtio_balloon";
-	char buf[256], path[PATH_MAX];
+	char buf[256] = "", path[PATH_MAX];
 	DIR *d;
 	struct dirent *de;
 	bool on = false;

@@ -6,9 +6,11 @@
  */
 #define LOG_PREFIX "doctor: "
 #include "cli/cli.h"
+#include "common/config.h"
 #include "common/cuda.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "restore/tier.h"
 
 #include <fcntl.h>
 #include <jansson.h>
@@ -400,6 +402,30 @@ static void check_dir(struct doctor *d, const char *name, const char *dir)
 	       fmt_bytes((uint64_t)vfs.f_bavail * vfs.f_frsize, fb));
 }
 
+/* The RAM tier's huge-page tmpfs (tier_root_prepare): what thawd finds or
+ * would mount there; mounting nothing.  A plain directory is only a warning:
+ * it works, with 4 KiB pages. */
+static void check_tier_huge(struct doctor *d, const char *tier)
+{
+	struct thaw_config c;
+	enum tier_root_kind kind;
+	char why[1024];
+
+	if (config_init(&c, cli_data_dir())) {
+		report(d, "ram-tier-huge", ST_FAIL, "%s", log_last_error());
+		return;
+	}
+	tier_root_probe(tier, c.tier_huge, &kind, why, sizeof(why));
+	if (kind == TIER_ROOT_PLAIN && c.tier_huge == CONFIG_HUGE_ON)
+		report(d, "ram-tier-huge", ST_FAIL, "%s: THAW_TIER_HUGE=1 but %s", tier, why);
+	else if (kind == TIER_ROOT_PLAIN)
+		report(d, "ram-tier-huge", ST_WARN, "%s: %s: %s", tier, tier_root_kind_name(kind), why);
+	else if (kind == TIER_ROOT_USER)
+		report(d, "ram-tier-huge", ST_OK, "%s: %s: %s", tier, tier_root_kind_name(kind), why);
+	else
+		report(d, "ram-tier-huge", ST_OK, "%s: %s", tier, tier_root_kind_name(kind));
+}
+
 static void check_kernel(struct doctor *d)
 {
 	struct utsname u;
@@ -444,6 +470,7 @@ static void usage(FILE *f)
 		   "  THAW_CRIU      criu to check (default: .deps/criu-wrapper beside the build, else PATH)\n"
 		   "  THAW_RUNC      runc to check (default: runc on PATH)\n"
 		   "  THAW_RAM_TIER  RAM tier directory (default /dev/shm/thaw)\n"
+		   "  THAW_TIER_HUGE auto|1|0: the tier on its own huge-page tmpfs (auto: the default root)\n"
 		   "  THAW_DATA_DIR  data directory (or thaw --data-dir; default /var/lib/thaw)\n"
 		   "  THAW_NO_GPU=1  act as if there were no GPU\n");
 }
@@ -478,7 +505,8 @@ int cmd_doctor(int argc, char **argv)
 	check_io_uring(&d);
 	check_gpu(&d);
 	check_dir(&d, "data-dir", cli_data_dir());
-	check_dir(&d, "ram-tier", tier && *tier ? tier : "/dev/shm/thaw");
+	check_dir(&d, "ram-tier", tier && *tier ? tier : CONFIG_RAM_TIER_DEFAULT);
+	check_tier_huge(&d, tier && *tier ? tier : CONFIG_RAM_TIER_DEFAULT);
 	check_kernel(&d);
 	check_cgroup(&d);
 

@@ -169,7 +169,8 @@ int cmd_start(int argc, char **argv)
 			fprintf(stderr, "thaw start: %s\n", log_last_error());
 		goto out;
 	}
-	t = tier_open(c.ram_tier_dir, c.ram_tier_bytes, s, NULL);
+	if (tier_root_prepare(c.ram_tier_dir, c.ram_tier_bytes, c.tier_huge, NULL) == 0)
+		t = tier_open(c.ram_tier_dir, c.ram_tier_bytes, s, NULL);
 	if (!t) {
 		fprintf(stderr, "thaw start: RAM tier %s: %s\n", c.ram_tier_dir, log_last_error());
 		goto out;

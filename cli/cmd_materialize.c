@@ -17,7 +17,8 @@
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: thaw materialize [--store DIR] [--out DIR] [--threads N] [--qd N]\n"
-		   "                        [--arena MiB] [--direct auto|on|off] ID\n\n"
+		   "                        [--arena MiB] [--direct auto|on|off]\n"
+		   "                        [--write auto|pwrite|mmap] ID\n\n"
 		   "Write the image files of snapshot ID (a manifest id or a unique prefix of\n"
 		   "12+ hex digits) out of the store.  With --out, into DIR (which must not\n"
 		   "exist yet); without, into the RAM tier ($THAW_RAM_TIER or /dev/shm/thaw,\n"
@@ -43,16 +44,19 @@ static void on_progress(uint64_t done, uint64_t total, void *arg)
 
 static void summary(const char *what, const struct engine_stats *st)
 {
-	char a[32], b[32], c[32];
+	char a[32], b[32], c[32], cached[48] = "";
 
+	if (st->cached_percent >= 0)
+		snprintf(cached, sizeof(cached), " (%d%% of a sample cached)", st->cached_percent);
 	fprintf(stderr,
 		"%s %s in %.3f s, %.2f GB/s; %llu chunks (%llu read, %s from the store), "
-		"%llu holes (%s); %s reads, %u threads, queue depth %u\n",
+		"%llu holes (%s); %s reads%s, %s writes, %u threads, queue depth %u\n",
 		what, fmt_bytes(st->logical_bytes, a), st->seconds,
 		st->seconds > 0 ? (double)st->logical_bytes / st->seconds / 1e9 : 0.0,
 		(unsigned long long)st->chunks, (unsigned long long)st->unique_chunks,
 		fmt_bytes(st->read_bytes, b), (unsigned long long)st->holes,
-		fmt_bytes(st->hole_bytes, c), st->direct ? "O_DIRECT" : "buffered", st->threads,
+		fmt_bytes(st->hole_bytes, c), st->direct ? "O_DIRECT" : "buffered", cached,
+		st->mapped ? "mmap" : "pwrite", st->threads,
 		st->queue_depth);
 }
 
@@ -100,7 +104,8 @@ static int to_tier(struct store *s, const char *id, struct engine_opts *o)
 		fprintf(stderr, "thaw materialize: %s\n", log_last_error());
 		return 1;
 	}
-	t = tier_open(c.ram_tier_dir, c.ram_tier_bytes, s, o);
+	if (tier_root_prepare(c.ram_tier_dir, c.ram_tier_bytes, c.tier_huge, NULL) == 0)
+		t = tier_open(c.ram_tier_dir, c.ram_tier_bytes, s, o);
 	if (!t) {
 		fprintf(stderr, "thaw materialize: %s\n", log_last_error());
 		return 1;
@@ -160,6 +165,11 @@ int cmd_materialize(int argc, char **argv)
 			o.direct = !strcmp(val, "on")    ? ENGINE_DIRECT_ON
 				   : !strcmp(val, "off") ? ENGINE_DIRECT_OFF
 							 : ENGINE_DIRECT_AUTO;
+		} else if (!strcmp(a, "--write") && val &&
+			   (!strcmp(val, "auto") || !strcmp(val, "pwrite") || !strcmp(val, "mmap"))) {
+			o.write = !strcmp(val, "pwrite") ? ENGINE_WRITE_PWRITE
+				  : !strcmp(val, "mmap") ? ENGINE_WRITE_MMAP
+							 : ENGINE_WRITE_AUTO;
 		} else if (a[0] != '-' && !id) {
 			id = a;
 			continue;

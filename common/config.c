@@ -124,11 +124,30 @@ static int find_on_path(const char *name, char *out)
 	return -ENOENT;
 }
 
+/* A setting that is on, off or auto: *out 1, -1 or 0 (also when unset). */
+static int env_tristate(const char *name, int *out)
+{
+	const char *v = getenv(name);
+
+	*out = 0;
+	if (!v || !*v || !strcasecmp(v, "auto"))
+		return 0;
+	if (!strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes")) {
+		*out = 1;
+	} else if (!strcmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "no")) {
+		*out = -1;
+	} else {
+		pr_err("%s=%s is none of 1/true/yes, 0/false/no, auto", name, v);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int config_init(struct thaw_config *c, const char *data_dir)
 {
 	const char *v;
 	char buf[PATH_MAX + 16];
-	int ret;
+	int tri, ret;
 
 	memset(c, 0, sizeof(*c));
 	if (!data_dir || !*data_dir)
@@ -140,7 +159,7 @@ int config_init(struct thaw_config *c, const char *data_dir)
 	ret = copy_path(c->store_dir, env_or("THAW_STORE", buf), "store");
 	if (ret)
 		return ret;
-	ret = copy_path(c->ram_tier_dir, env_or("THAW_RAM_TIER", "/dev/shm/thaw"), "RAM tier");
+	ret = copy_path(c->ram_tier_dir, env_or("THAW_RAM_TIER", CONFIG_RAM_TIER_DEFAULT), "RAM tier");
 	if (ret)
 		return ret;
 
@@ -165,18 +184,14 @@ int config_init(struct thaw_config *c, const char *data_dir)
 			c->ram_tier_bytes = 1ull << 30; /* no /dev/shm: a modest budget */
 	}
 
-	v = getenv("THAW_LAZY");
-	c->lazy = CONFIG_LAZY_AUTO;
-	if (v && *v) {
-		if (!strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes")) {
-			c->lazy = CONFIG_LAZY_ON;
-		} else if (!strcmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "no")) {
-			c->lazy = CONFIG_LAZY_OFF;
-		} else if (strcasecmp(v, "auto")) {
-			pr_err("THAW_LAZY=%s is none of 1/true/yes, 0/false/no, auto", v);
-			return -EINVAL;
-		}
-	}
+	ret = env_tristate("THAW_LAZY", &tri);
+	if (ret)
+		return ret;
+	c->lazy = tri > 0 ? CONFIG_LAZY_ON : tri < 0 ? CONFIG_LAZY_OFF : CONFIG_LAZY_AUTO;
+	ret = env_tristate("THAW_TIER_HUGE", &tri);
+	if (ret)
+		return ret;
+	c->tier_huge = tri > 0 ? CONFIG_HUGE_ON : tri < 0 ? CONFIG_HUGE_OFF : CONFIG_HUGE_AUTO;
 
 	ret = lazy_daemon_init(c);
 	if (ret)

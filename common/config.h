@@ -18,6 +18,15 @@
  * GPU state in through userfaultfd page by page). */
 enum config_lazy { CONFIG_LAZY_AUTO, CONFIG_LAZY_ON, CONFIG_LAZY_OFF };
 
+/* The RAM tier on its own tmpfs with transparent huge pages (restore/tier.h,
+ * tier_root_prepare).  AUTO: where it can, and only for the default root
+ * (CONFIG_RAM_TIER_DEFAULT): a test or a user pointing the tier at a scratch
+ * directory expects to rm -rf it, and a mount left there by a crash would
+ * hold RAM and refuse that; ON (THAW_TIER_HUGE=1): for any root, and an error
+ * where it cannot; OFF: a plain directory. */
+enum config_huge { CONFIG_HUGE_AUTO, CONFIG_HUGE_ON, CONFIG_HUGE_OFF };
+#define CONFIG_RAM_TIER_DEFAULT "/dev/shm/thaw"
+
 struct thaw_config {
 	char data_dir[PATH_MAX];     /* store/ snapshots/ functions/ instances/ live here */
 	char store_dir[PATH_MAX];    /* default <data_dir>/store */
@@ -31,6 +40,7 @@ struct thaw_config {
 	char lazy_daemon[PATH_MAX];  /* the thaw binary whose `lazy-pages` serves lazy
 				      * restores (thaw's own daemon, the default), or ""
 				      * for `criu lazy-pages` (THAW_LAZY_DAEMON=criu) */
+	enum config_huge tier_huge;  /* $THAW_TIER_HUGE auto|1|0; default CONFIG_HUGE_AUTO */
 };
 
 /* Whether a start that neither the start nor the function's spec decides
@@ -38,9 +48,10 @@ struct thaw_config {
 bool config_restores_lazily(const struct thaw_config *c, bool gpu);
 
 /* Fill c with defaults for data_dir (NULL: $THAW_DATA_DIR or /var/lib/thaw),
- * honouring THAW_RAM_TIER, THAW_RAM_TIER_BYTES, THAW_RUNC, THAW_CRIU and
- * THAW_LAZY (1/true/yes or 0/false/no) and THAW_LAZY_DAEMON (thaw, the default:
- * the `thaw` binary beside ours or one directory up, as in build/; criu). */
+ * honouring THAW_RAM_TIER, THAW_RAM_TIER_BYTES, THAW_RUNC, THAW_CRIU,
+ * THAW_LAZY and THAW_TIER_HUGE (1/true/yes, 0/false/no or auto) and
+ * THAW_LAZY_DAEMON (thaw, the default: the `thaw` binary beside ours or one
+ * directory up, as in build/; criu). */
 int config_init(struct thaw_config *c, const char *data_dir);
 
 #endif

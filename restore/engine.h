@@ -29,7 +29,9 @@
 #define ENGINE_DEFAULT_QD    64
 
 enum engine_direct {
-	ENGINE_DIRECT_AUTO = 0, /* O_DIRECT if the store's filesystem takes it, else buffered */
+	ENGINE_DIRECT_AUTO = 0, /* buffered when a sample of the chunks is mostly in the page
+				 * cache (cachestat), else O_DIRECT if the store's filesystem
+				 * takes it, else buffered */
 	ENGINE_DIRECT_ON,       /* O_DIRECT or fail */
 	ENGINE_DIRECT_OFF,      /* buffered reads (page cache) */
 };
@@ -68,6 +70,8 @@ struct engine_stats {
 	uint64_t files;
 	double seconds;
 	bool direct;            /* O_DIRECT was used for the reads */
+	int cached_percent;     /* ENGINE_DIRECT_AUTO: share of the sampled chunk pages found in
+				 * the page cache; -1 where not looked at */
 	bool fixed_buffers;     /* the arena was registered with io_uring */
 	bool mapped;            /* written through shared mappings, not pwrite */
 	bool ring_opens;        /* chunks were opened by io_uring (openat into fixed files) */

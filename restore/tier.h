@@ -10,13 +10,47 @@
 #define THAW_RESTORE_TIER_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "store/store.h"
 
+#include "common/config.h"
+
 struct engine_opts;
 struct tier;
 struct tier_lease;
+
+/* The tier's root, before tier_open (tier_root.c).  Where thaw can (root, a
+ * kernel with huge pages for tmpfs, mode not OFF, dir not a mount already and
+ * empty), dir becomes a tmpfs of its own mounted with huge=within_size and a
+ * size a little above budget; a tmpfs that thaw mounted there earlier is
+ * reused (and resized to the budget); a mount someone else made, or a root
+ * where a mount is not possible, is used as the plain directory it is.  One
+ * log line says which.  Nothing is ever unmounted here: the mount outlives
+ * thawd, as the files of a plain tier do. */
+enum tier_root_kind {
+	TIER_ROOT_PLAIN,       /* a directory on whatever filesystem holds it */
+	TIER_ROOT_MOUNTED,     /* a huge-page tmpfs this call mounted */
+	TIER_ROOT_REUSED,      /* a huge-page tmpfs thaw had mounted before */
+	TIER_ROOT_USER,        /* a mount of someone else's */
+	TIER_ROOT_WOULD_MOUNT, /* tier_root_probe only: prepare would mount one */
+};
+/* Returns 0 (kind may be NULL), or -errno: dir cannot be created, or mode is
+ * CONFIG_HUGE_ON and no huge-page tmpfs could be had (-EOPNOTSUPP). */
+int tier_root_prepare(const char *dir, uint64_t budget, enum config_huge mode,
+		      enum tier_root_kind *kind);
+/* What tier_root_prepare would do, changing nothing (thaw doctor); why: the
+ * reason in words for PLAIN and USER.  Returns 0. */
+int tier_root_probe(const char *dir, enum config_huge mode, enum tier_root_kind *kind, char *why,
+		    size_t len);
+const char *tier_root_kind_name(enum tier_root_kind k);
+/* Does this VM give free memory back to its host in huge-page blocks
+ * (virtio_balloon free page reporting)?  auto mounts no huge tmpfs then. */
+bool tier_root_page_reporting(void);
+/* Unmount the tier tmpfs thaw mounted at dir (tests, the benchmark):
+ * -ENOENT where dir is no such mount, which is then left alone. */
+int tier_root_unmount(const char *dir);
 
 /* Open the tier at dir with a budget; opts NULL for the engine's defaults.
  * Entries left by an earlier run are checked (complete ones kept, partial ones

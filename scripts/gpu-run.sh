@@ -192,6 +192,12 @@ done
 # same again, and a real CRIU image pair, with SHA-256 and zstd -1 as baselines.
 step bench-store bash -c 'set -o pipefail; "$0" --random-mib 1024 --repeat 3 --work /dev/shm | tee "$1"' \
 	"$X/build/bench/store" "$THAW_FIGURES/store.txt"
+# The restore engine against the naive engine and the copy floor, into /dev/shm
+# and into a huge-page tmpfs (bench/engine.c), with 16 threads; last, since it
+# drops the page cache.  2 runs: about 2-3 minutes; its table into engine.txt.
+step bench-engine timeout -k 10 300 bash -c 'set -o pipefail
+	"$0" --dir /var/tmp/be --threads 16 --runs 2 --clean | tee "$THAW_FIGURES/engine.txt"' \
+	"$X/build/bench/engine"
 # ==== end of EXTEND ===========================================================
 
 if [ -n "${GPU_ALL_TESTS:-}" ]; then

@@ -154,6 +154,32 @@ static int same_tree(const struct manifest *m, const char *a, const char *b, boo
 	return bad;
 }
 
+/* Put every chunk of m in the page cache (read it) or take it out (fadvise). */
+static void set_cached(struct store *s, const struct manifest *m, bool cached)
+{
+	uint8_t buf[1 << 16];
+	char path[PATH_MAX];
+
+	for (size_t i = 0; i < m->nfiles; i++)
+		for (size_t j = 0; j < m->files[i].nchunks; j++) {
+			const struct manifest_chunk *c = &m->files[i].chunks[j];
+			int fd;
+
+			if (c->zero || store_chunk_path(s, c->hash, path, sizeof(path)))
+				continue;
+			fd = open(path, O_RDONLY | O_CLOEXEC);
+			REQUIRE(fd >= 0);
+			if (cached) {
+				while (read(fd, buf, sizeof(buf)) > 0)
+					;
+			} else {
+				fdatasync(fd);
+				posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+			}
+			close(fd);
+		}
+}
+
 static void test_roundtrip(struct store *s, const char *src, const char *id)
 {
 	struct manifest *m = NULL;
@@ -169,9 +195,10 @@ static void test_roundtrip(struct store *s, const char *src, const char *id)
 	REQUIRE(store_get(s, id, out, false) == 0);
 	CHECK_EQ(same_tree(m, src, out, false), 0);
 
-	/* defaults: O_DIRECT on this disk */
+	/* defaults: O_DIRECT on this disk, with the chunks out of the page cache */
 	snprintf(out, sizeof(out), "/dev/shm/thaw-test-engine-%d", getpid());
 	rm_rf(out);
+	set_cached(s, m, false);
 	CHECK_EQ(engine_materialize(s, m, out, NULL, &st), 0);
 	CHECK_EQ(same_tree(m, src, out, true), 0);
 	snprintf(path, sizeof(path), "%s/get", root);
@@ -190,6 +217,7 @@ static void test_roundtrip(struct store *s, const char *src, const char *id)
 	       st.threads, st.slots, (unsigned long long)st.slot_bytes);
 	/* The store is on a disk filesystem here, which takes O_DIRECT. */
 	CHECK(st.direct);
+	CHECK(st.cached_percent >= 0 && st.cached_percent < 50);
 	snprintf(path, sizeof(path), "%s/zero.img", out);
 	CHECK(stat(path, &sb) == 0 && sb.st_blocks == 0);
 
@@ -231,6 +259,44 @@ static void test_roundtrip(struct store *s, const char *src, const char *id)
 	rm_rf(out);
 	CHECK_EQ(engine_materialize_naive(s, m, out, NULL, &st), 0);
 	CHECK_EQ(same_tree(m, src, out, true), 0);
+	rm_rf(out);
+	manifest_free(m);
+}
+
+/* auto reads through the page cache when the chunks are in it (O_DIRECT would
+ * read them from the disk again), with O_DIRECT when they are not; a setting
+ * other than auto is followed whatever the cache holds. */
+static void test_cache_choice(struct store *s, const char *id)
+{
+	struct manifest *m = NULL;
+	struct engine_opts o;
+	struct engine_stats st;
+	char out[PATH_MAX];
+
+	REQUIRE(store_manifest_load(s, id, &m, NULL) == 0);
+	snprintf(out, sizeof(out), "/dev/shm/thaw-test-engine-cache-%d", getpid());
+	engine_opts_default(&o);
+
+	set_cached(s, m, true);
+	rm_rf(out);
+	CHECK_EQ(engine_materialize(s, m, out, &o, &st), 0);
+	printf("cached: %d%%, direct %d\n", st.cached_percent, st.direct);
+	CHECK(st.cached_percent >= 90);
+	CHECK(!st.direct);
+
+	o.direct = ENGINE_DIRECT_ON;
+	rm_rf(out);
+	CHECK_EQ(engine_materialize(s, m, out, &o, &st), 0);
+	CHECK(st.direct);
+	CHECK_EQ(st.cached_percent, -1);
+
+	o.direct = ENGINE_DIRECT_AUTO;
+	set_cached(s, m, false);
+	rm_rf(out);
+	CHECK_EQ(engine_materialize(s, m, out, &o, &st), 0);
+	printf("dropped: %d%%, direct %d\n", st.cached_percent, st.direct);
+	CHECK(st.cached_percent >= 0 && st.cached_percent < 10);
+	CHECK(st.direct);
 	rm_rf(out);
 	manifest_free(m);
 }
@@ -406,6 +472,7 @@ int main(void)
 	REQUIRE(store_put(s, "engine", paths, 1, NULL, false, id, NULL) == 0);
 
 	test_roundtrip(s, src, id);
+	test_cache_choice(s, id);
 	test_tmpfs_store(src);
 	test_cancel(s, id);
 	test_full_tmpfs(s, id);

@@ -14,12 +14,15 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: thaw lazy-pages --images-dir DIR --work-dir DIR [--status-fd FD]\n"
 		   "                       [--log-file FILE] [--threads N] [--block-kib N]\n"
-		   "                       [--prefetch-delay-ms N] [-vN]\n\n"
+		   "                       [--copy-slots N] [--prefetch-delay-ms N] [-vN]\n\n"
 		   "Serve the pages of one `criu restore --lazy-pages` (CRIU 4.2) in place of\n"
 		   "`criu lazy-pages`: listen on lazy-pages.socket in the work directory, write\n"
 		   "one '\\0' byte to FD once listening, serve faults first and fill the rest\n"
 		   "from DIR's pages files with N copy threads (default $THAW_LAZY_THREADS or\n"
 		   "min(8, CPUs)) in blocks of N KiB (default $THAW_LAZY_BLOCK_KIB or 2048).\n"
+		   "At most --copy-slots copy threads of all such daemons on this machine copy\n"
+		   "at once (default $THAW_LAZY_COPY_SLOTS or CPUs/2; -1: no limit), so that a\n"
+		   "burst of lazy starts leaves cores to the restores themselves.\n"
 		   "--prefetch-delay-ms (default $THAW_LAZY_PREFETCH_DELAY_MS or 0) holds the\n"
 		   "copy threads back after the restore finished (for tests).\n"
 		   "Exits 0 once every page is in place, 1 on any error (in the log).\n");
@@ -48,6 +51,21 @@ static int open_log(const char *path)
 	return 0;
 }
 
+/* A slot count: -1 (no limit) or 1..4096. */
+static int parse_slots(const char *s, int *out)
+{
+	unsigned long v;
+
+	if (!strcmp(s, "-1")) {
+		*out = -1;
+		return 0;
+	}
+	if (parse_num(s, 4096, &v) || v == 0)
+		return -1;
+	*out = (int)v;
+	return 0;
+}
+
 int cmd_lazy_pages(int argc, char **argv)
 {
 	struct lazy_pages_opts o = { .status_fd = -1 };
@@ -60,6 +78,11 @@ int cmd_lazy_pages(int argc, char **argv)
 	env = getenv("THAW_LAZY_BLOCK_KIB");
 	if (env && *env && !parse_num(env, 1ul << 20, &v))
 		o.block_bytes = (uint64_t)v << 10;
+	env = getenv("THAW_LAZY_COPY_SLOTS");
+	if (env && *env && parse_slots(env, &o.copy_slots)) {
+		usage(stderr);
+		return 2;
+	}
 	env = getenv("THAW_LAZY_PREFETCH_DELAY_MS");
 	if (env && *env && !parse_num(env, 3600000, &v))
 		o.prefetch_delay_ms = (unsigned)v;
@@ -88,6 +111,9 @@ int cmd_lazy_pages(int argc, char **argv)
 			if (parse_num(argv[++i], LAZY_PAGES_MAX_THREADS, &v))
 				goto bad;
 			o.threads = (unsigned)v;
+		} else if (!strcmp(a, "--copy-slots")) {
+			if (parse_slots(argv[++i], &o.copy_slots))
+				goto bad;
 		} else if (!strcmp(a, "--prefetch-delay-ms")) {
 			if (parse_num(argv[++i], 3600000, &v))
 				goto bad;

@@ -31,6 +31,7 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/sem.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -72,6 +73,7 @@ struct lp_daemon {
 	const struct lazy_pages_opts *o;
 	uint64_t block;
 	unsigned nthreads;
+	int copy_sem; /* the machine's copy slots (SysV semaphore id), or -1 */
 	int images_fd, listen_fd, client, epfd, wake_fd;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
@@ -260,6 +262,65 @@ static void block_done(struct lp_daemon *d, struct lp_proc *p, uint32_t b)
 		wake_event_thread(d);
 }
 
+/* ---- copy slots ----
+ *
+ * One SysV semaphore per slot count, machine-wide, whose value is the
+ * number of copy threads (of all daemons) that may copy at once.  SysV
+ * because SEM_UNDO gives a slot back when its holder dies, even by SIGKILL:
+ * a lost page source must not shrink the next starts' slots.  A daemon that
+ * cannot get a slot in SLOT_WAIT_MS copies anyway (a semaphore left at 0 by
+ * a creator killed before it set the value must not stall every restore).
+ * Faults never wait for a slot: the event thread copies without one. */
+
+#define COPY_SEM_KEY_BASE 0x74680000 /* "th" + slots */
+#define SLOT_WAIT_MS	  200
+
+static int copy_slots_open(int slots)
+{
+	key_t key = (key_t)(COPY_SEM_KEY_BASE + (slots & 0xffff));
+	int id = semget(key, 1, IPC_CREAT | IPC_EXCL | 0600);
+
+	if (id >= 0) {
+		if (semctl(id, 0, SETVAL, slots) < 0) {
+			pr_perror("copy slots: semctl SETVAL");
+			semctl(id, 0, IPC_RMID);
+			return -1;
+		}
+		return id;
+	}
+	if (errno == EEXIST)
+		id = semget(key, 1, 0600);
+	if (id < 0)
+		pr_perror("copy slots: semget (copying without a machine-wide limit)");
+	return id;
+}
+
+/* Take a slot: true if taken (give it back with slot_give), false to copy
+ * without one (no semaphore, stopping, or waited SLOT_WAIT_MS). */
+static bool slot_take(struct lp_daemon *d)
+{
+	struct sembuf op = { .sem_num = 0, .sem_op = -1, .sem_flg = SEM_UNDO };
+	struct timespec ts = { .tv_sec = 0, .tv_nsec = SLOT_WAIT_MS * 1000000L };
+
+	if (d->copy_sem < 0)
+		return false;
+	while (semtimedop(d->copy_sem, &op, 1, &ts) < 0) {
+		if (errno != EINTR)
+			return false;
+		if (atomic_load(&d->stop))
+			return false;
+	}
+	return true;
+}
+
+static void slot_give(struct lp_daemon *d, bool taken)
+{
+	struct sembuf op = { .sem_num = 0, .sem_op = 1, .sem_flg = SEM_UNDO };
+
+	if (taken && semop(d->copy_sem, &op, 1) < 0)
+		pr_perror("copy slots: semop");
+}
+
 /* ---- copy threads ---- */
 
 /* Claim and copy the next block of p: 1 did one, 0 none left. */
@@ -269,10 +330,19 @@ static int prefetch_one(struct lp_daemon *d, struct lp_proc *p)
 	uint64_t bytes = 0;
 	int ret;
 
+	bool slot;
+
 	if (i >= p->map.nblocks)
 		return 0;
-	if (atomic_load(&p->gone) || !lazy_map_claim(&p->map, (uint32_t)i))
+	if (atomic_load(&p->gone))
 		return 1;
+	/* The slot before the claim: a block claimed while waiting would make
+	 * a fault on it wait too. */
+	slot = slot_take(d);
+	if (!lazy_map_claim(&p->map, (uint32_t)i)) {
+		slot_give(d, slot);
+		return 1;
+	}
 	for (;;) {
 		pthread_rwlock_rdlock(&p->lock);
 		ret = copy_block(d, p, (uint32_t)i, 0, &bytes);
@@ -284,6 +354,7 @@ static int prefetch_one(struct lp_daemon *d, struct lp_proc *p)
 			break;
 		sched_yield(); /* the event thread reads the event, then we go on */
 	}
+	slot_give(d, slot);
 	if (ret == -ESRCH)
 		proc_gone(d, p);
 	else if (ret && ret != -EAGAIN)
@@ -994,8 +1065,8 @@ static int setup(struct lp_daemon *d)
 
 int lazy_pages_run(const struct lazy_pages_opts *o)
 {
-	struct lp_daemon d = { .o = o, .images_fd = -1, .listen_fd = -1, .client = -1,
-			       .epfd = -1, .wake_fd = -1 };
+	struct lp_daemon d = { .o = o, .copy_sem = -1, .images_fd = -1, .listen_fd = -1,
+			       .client = -1, .epfd = -1, .wake_fd = -1 };
 	pthread_t th[LAZY_PAGES_MAX_THREADS];
 	unsigned started = 0;
 	uint64_t t0 = now_ns();
@@ -1008,6 +1079,12 @@ int lazy_pages_run(const struct lazy_pages_opts *o)
 		pr_err("bad settings: %u threads (1..%d), %llu-byte blocks (a power of two >= 4 KiB)",
 		       d.nthreads, LAZY_PAGES_MAX_THREADS, (unsigned long long)d.block);
 		return -EINVAL;
+	}
+	{
+		int slots = o->copy_slots ? o->copy_slots : (cpus > 1 ? (int)cpus / 2 : 1);
+
+		d.copy_sem = slots > 0 ? copy_slots_open(slots) : -1;
+		pr_info("%u copy threads, %d copy slots on this machine", d.nthreads, slots);
 	}
 	pthread_mutex_init(&d.mu, NULL);
 	pthread_cond_init(&d.cv, NULL);

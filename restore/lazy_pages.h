@@ -11,7 +11,10 @@
  * One event thread reads every uffd (faults first: it copies the block
  * around a faulting address itself; REMAP/REMOVE/UNMAP/FORK events change
  * what is pending, see lazy_map.h) and N copy threads fill the rest in
- * large UFFDIO_COPYs straight from pages-N.img, mapped read-only.
+ * large UFFDIO_COPYs straight from pages-N.img, mapped read-only.  The
+ * copy threads of every daemon on the machine share copy_slots: a burst of
+ * lazy starts does not put 8 copy threads per instance on the cores that
+ * the instances' own restores (and their faults) need.
  */
 #ifndef THAW_RESTORE_LAZY_PAGES_H
 #define THAW_RESTORE_LAZY_PAGES_H
@@ -28,6 +31,9 @@ struct lazy_pages_opts {
 	const char *work_dir;	/* where lazy-pages.socket is made (we chdir there) */
 	int status_fd;		/* gets one '\0' once the socket listens, then is closed; -1 */
 	unsigned threads;	/* copy threads; 0: min(8, CPUs) */
+	int copy_slots;		/* copy threads of all the daemons on this machine that may
+				 * copy at once (a SysV semaphore, see lazy_pages.c);
+				 * 0: CPUs / 2; -1: no limit */
 	uint64_t block_bytes;	/* copy unit; 0: LAZY_PAGES_DEFAULT_BLOCK (a power of two) */
 	unsigned prefetch_delay_ms; /* hold the copy threads back this long after the restore
 				     * finished (tests: a process's mm changes then meet

@@ -269,5 +269,19 @@ D=$D2 check_nothing_left "after thawd stopped"
 p=$(alive $(pgrep -f -- "--data-dir $D2"))
 [ -z "$p" ] || fail "processes of thawd left: $p"
 
+# The machine's copy slots (thaw's daemon, lazy_pages.c): every daemon above
+# is gone, the killed ones too, so every slot is free again (SEM_UNDO).
+slots=$(($(nproc) / 2))
+[ $slots -ge 1 ] || slots=1
+key=$(printf '0x%08x' $((0x74680000 + slots)))
+semid=$(ipcs -s | awk -v k="$key" '$1 == k {print $2}')
+if [ -z "$semid" ]; then
+	fail "no copy-slots semaphore $key: thaw's daemon did not limit its copies"
+else
+	val=$(ipcs -s -i "$semid" | awk '$1 == "0" {print $2}')
+	[ "$val" = "$slots" ] && ok "all $slots copy slots free after the daemons ended" ||
+		fail "copy slots: $val of $slots free after every daemon ended"
+fi
+
 [ $fails = 0 ] && echo "e2e_lazy: all good" || echo "e2e_lazy: $fails failure(s)"
 [ $fails = 0 ]

@@ -20,6 +20,9 @@ enum cuda_proc_state {
 	CUDA_PROC_FAILED = 3,
 };
 
+/* Device ordinals thaw keeps per-device figures for (a snapshot's GPU memory). */
+#define CUDA_MAX_DEVICES 16
+
 struct cuda_device {
 	int ordinal;
 	char uuid[48];    /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" */

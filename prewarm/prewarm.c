@@ -61,6 +61,9 @@ struct job {
 	pthread_t drain;
 	bool drain_started;
 	json_t *cuda_pids, *cuda_ns_pids;
+	/* GPU memory the checkpoint gave back, per device ordinal (what the
+	 * function holds, and so what a restore needs free); 0 unknown. */
+	uint64_t gpu_used[CUDA_MAX_DEVICES];
 };
 
 /* ---- the function's log ---------------------------------------------- */
@@ -230,7 +233,7 @@ static json_t *versions(const struct thaw_config *c)
 	return o;
 }
 
-static json_t *gpus(void)
+static json_t *gpus(const struct job *j)
 {
 	struct cuda_device *d = NULL;
 	size_t n = 0;
@@ -238,12 +241,32 @@ static json_t *gpus(void)
 
 	if (!a || !cuda_available() || cuda_devices(&d, &n))
 		return a;
-	for (size_t i = 0; i < n; i++)
-		json_array_append_new(a, json_pack("{s:s, s:s, s:I}", "uuid", d[i].uuid, "name",
-						   d[i].name, "total_bytes",
-						   (json_int_t)d[i].total_bytes));
+	for (size_t i = 0; i < n; i++) {
+		json_t *g = json_pack("{s:s, s:s, s:I}", "uuid", d[i].uuid, "name", d[i].name,
+				      "total_bytes", (json_int_t)d[i].total_bytes);
+		int o = d[i].ordinal;
+
+		if (g && o >= 0 && o < CUDA_MAX_DEVICES && j->gpu_used[o])
+			json_object_set_new(g, "used_bytes", json_integer((json_int_t)j->gpu_used[o]));
+		json_array_append_new(a, g);
+	}
 	free(d);
 	return a;
+}
+
+/* Free memory of each device by ordinal into free_by (0 where unknown). */
+static void gpu_free_bytes(uint64_t free_by[CUDA_MAX_DEVICES])
+{
+	struct cuda_device *d = NULL;
+	size_t n = 0;
+
+	memset(free_by, 0, CUDA_MAX_DEVICES * sizeof(*free_by));
+	if (!cuda_available() || cuda_devices(&d, &n))
+		return;
+	for (size_t i = 0; i < n; i++)
+		if (d[i].ordinal >= 0 && d[i].ordinal < CUDA_MAX_DEVICES)
+			free_by[d[i].ordinal] = d[i].free_bytes;
+	free(d);
 }
 
 /* The pid of a host process as its own PID namespace sees it (restore maps
@@ -507,8 +530,13 @@ static int call(struct job *j, const struct http_call *hc, const char *what)
 static int cuda_checkpoint_all(struct job *j)
 {
 	pid_t *pids = NULL, *cuda = NULL;
+	uint64_t before[CUDA_MAX_DEVICES], after[CUDA_MAX_DEVICES];
 	size_t n = 0, ncuda = 0;
 	int ret;
+
+	/* What the checkpoint frees on each GPU is what the function holds:
+	 * the figure a restore checks free memory against (gpu_restore.c). */
+	gpu_free_bytes(before);
 
 	ret = runner_pids(&j->r, j->cid, &pids, &n);
 	if (ret)
@@ -527,6 +555,9 @@ static int cuda_checkpoint_all(struct job *j)
 		if (ret)
 			goto out;
 	}
+	gpu_free_bytes(after);
+	for (int g = 0; g < CUDA_MAX_DEVICES; g++)
+		j->gpu_used[g] = before[g] && after[g] > before[g] ? after[g] - before[g] : 0;
 out:
 	free(pids);
 	free(cuda);
@@ -545,7 +576,7 @@ static json_t *snapshot_meta(struct job *j, json_t *timings, uint64_t image_byte
 	strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%SZ", &tm);
 	return json_pack("{s:s, s:o, s:o, s:o, s:O, s:O, s:O, s:I, s:I, s:I, s:s}", "function",
 			 j->spec->id, "spec", spec_to_json(j->spec), "versions", versions(j->c),
-			 "gpus", gpus(), "cuda_pids", j->cuda_pids, "cuda_ns_pids", j->cuda_ns_pids,
+			 "gpus", gpus(j), "cuda_pids", j->cuda_pids, "cuda_ns_pids", j->cuda_ns_pids,
 			 "timings_ms", timings, "image_bytes", (json_int_t)image_bytes,
 			 "image_bytes_before_elision", (json_int_t)bytes_before,
 			 "zero_pages_elided", (json_int_t)pages_elided, "created", created);

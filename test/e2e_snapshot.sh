@@ -91,6 +91,11 @@ def check(cond, what):
 check(len(meta["cuda_pids"]) >= 1, "a CUDA process was checkpointed: %s" % meta["cuda_pids"])
 check(all(p > 0 for p in meta["cuda_ns_pids"]), "namespace pids: %s" % meta["cuda_ns_pids"])
 check(len(meta["gpus"]) >= 1 and meta["gpus"][0]["uuid"].startswith("GPU-"), "GPUs: %s" % meta["gpus"])
+# What the checkpoint freed on the GPU: the 256 MiB tensor at least (plus the
+# context), below the device's size; a restore checks free memory against it.
+used = [g.get("used_bytes", 0) for g in meta["gpus"]]
+check(any(u >= 256 << 20 and u < g["total_bytes"] for u, g in zip(used, meta["gpus"])),
+      "GPU memory the function held not recorded: %s" % meta["gpus"])
 check(meta["versions"].get("driver", 0) > 0, "driver version")
 check(out["timings_ms"]["cuda_checkpoint"] > 10, "CUDA checkpoint took time")
 check(out["image_bytes"] > 256 << 20, "the image holds the GPU state: %d" % out["image_bytes"])

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 
 /* Manifests are content-addressed: one parsed and checked is good for as long
- * as its file is the same file, unchanged (inode, size, mtime and ctime; a
+ * as its file is the same file, unchanged (inode, size and mtime, not ctime; a
  * file damaged by a write is read and checked again).  A few are kept, as
  * reading and checking the manifest of a multi-GB image costs ~0.3 s, on every
  * start (bench/RESULTS.md). */

@@ -237,6 +237,14 @@ int main(void)
 	REQUIRE(store_manifest_load(s, id3, &m1, NULL) == 0);
 	CHECK_EQ(store_manifest_reads(s), reads);
 	manifest_free(m1);
+	/* A lease (a hard link of the manifest: its ctime changes) taken and
+	 * released, as every materialisation does, keeps the parsed copy. */
+	struct store_lease *lease = store_lease_take(s, id3);
+	REQUIRE(lease != NULL);
+	store_lease_release(lease);
+	REQUIRE(store_manifest_load(s, id3, &m1, NULL) == 0);
+	CHECK_EQ(store_manifest_reads(s), reads);
+	manifest_free(m1);
 	REQUIRE(store_manifest_load(s, id2, &m1, NULL) == 0);
 	REQUIRE(store_manifest_load(s, id2, &m2, NULL) == 0);
 	CHECK(m1 != m2 && m1->nfiles == m2->nfiles && m1->files != m2->files);

@@ -18,15 +18,9 @@ B=${THAW_BUILD:-$ROOT/build}
 THAW=$B/thaw
 FN_DIR=$ROOT/bench/functions
 
-skip() { echo "skipped: $*"; exit 77; }
-[ "$(id -u)" = 0 ] || skip "needs root (runc, CRIU, namespaces)"
-command -v runc >/dev/null || skip "no runc"
-command -v curl >/dev/null || skip "no curl"
+. "$ROOT/test/lib/require.sh"
+require_restore_tools uffd
 command -v flock >/dev/null || skip "no flock"
-[ -x "$ROOT/.deps/criu-wrapper" ] || [ -n "${THAW_CRIU:-}" ] || skip "no CRIU 4.2 (make deps)"
-[ -x "$THAW" ] || { echo "no $THAW (make all)"; exit 1; }
-CRIU=${THAW_CRIU:-$ROOT/.deps/criu-wrapper}
-"$CRIU" check --feature uffd-noncoop >/dev/null 2>&1 || skip "no userfaultfd for CRIU (criu check --feature uffd-noncoop)"
 
 W=$(mktemp -d /tmp/e2e_lazy.XXXXXX)
 TIER=$(mktemp -d /dev/shm/e2e_lazy.XXXXXX)

@@ -24,12 +24,8 @@ RESTORE_ARGS=${RESTORE_ARGS:-}
 ZERO_MIB=${SPARSE_ZERO_MIB:-256}
 RANDOM_MIB=${SPARSE_RANDOM_MIB:-16}
 
-skip() { echo "skipped: $*"; exit 77; }
-[ "$(id -u)" = 0 ] || skip "needs root (runc, CRIU, namespaces)"
-command -v runc >/dev/null || skip "no runc"
-command -v curl >/dev/null || skip "no curl"
-[ -x "$ROOT/.deps/criu-wrapper" ] || [ -n "${THAW_CRIU:-}" ] || skip "no CRIU 4.2 (make deps)"
-[ -x "$THAW" ] || { echo "no $THAW (make all)"; exit 1; }
+. "$ROOT/test/lib/require.sh"
+case " $RESTORE_ARGS " in *" --lazy "*) require_restore_tools uffd ;; *) require_restore_tools ;; esac
 
 W=$(mktemp -d /tmp/e2e_sparse.XXXXXX)
 TIER=$(mktemp -d /dev/shm/e2e_sparse.XXXXXX)

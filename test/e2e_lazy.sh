@@ -74,13 +74,7 @@ spec["env"]["THAW_EXAMPLE_MIB"] = sys.argv[3]
 spec["lazy"] = True
 print(json.dumps(spec))
 EOF
-if ! "$THAW" --data-dir "$D" snapshot --id "$FN" "$W/spec.json" >"$W/snap.json" 2>"$W/snap.err"; then
-	cat "$W/snap.err"
-	echo "FAIL: thaw snapshot"
-	exit 1
-fi
-SNAP=$(jget "$W/snap.json" snapshot)
-echo "snapshot $SNAP: $(jget "$W/snap.json" image_bytes) bytes of image"
+snapshot_fn "$W/spec.json"
 
 # --- 3 lazy instances at once (the spec says lazy) ---------------------------
 N=3

@@ -42,13 +42,7 @@ cat >"$W/spec.json" <<JSON
  "port": 8000, "ready": {"http": "/health", "timeout_s": 120},
  "warmup": [{"method": "GET", "path": "/arm"}], "gpu": false, "lazy": true}
 JSON
-if ! "$THAW" --data-dir "$D" snapshot --id "$FN" "$W/spec.json" >"$W/snap.json" 2>"$W/snap.err"; then
-	cat "$W/snap.err"
-	echo "FAIL: thaw snapshot"
-	exit 1
-fi
-SNAP=$(jget "$W/snap.json" snapshot)
-echo "snapshot $SNAP: $(jget "$W/snap.json" image_bytes) bytes of image"
+snapshot_fn "$W/spec.json"
 
 # The fixture's answer once its churn is done: "ok <ms>" or what failed.
 result() { # endpoint

@@ -119,13 +119,7 @@ cat >"$W/spec.json" <<EOF
  "ready": {"http": "/health", "timeout_s": 60},
  "warmup": [{"method": "GET", "path": "/infer?x=1"}], "gpu": false}
 EOF
-if ! "$THAW" --data-dir "$D" snapshot --id "$FN" "$W/spec.json" >"$W/snap.json" 2>"$W/snap.err"; then
-	cat "$W/snap.err"
-	echo "FAIL: thaw snapshot"
-	exit 1
-fi
-SNAP=$(jget "$W/snap.json" snapshot)
-echo "snapshot $SNAP: $(jget "$W/snap.json" image_bytes) bytes of image"
+snapshot_fn "$W/spec.json"
 
 # --- usage errors ----------------------------------------------------------
 "$THAW" --data-dir "$D" start >/dev/null 2>&1; [ $? = 2 ] || fail "thaw start without a snapshot should exit 2"

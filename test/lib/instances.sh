@@ -16,6 +16,18 @@ for k in sys.argv[2:]: v = v[k]
 print(v)' "$@"
 }
 
+# snapshot_fn SPEC: `thaw snapshot --id $FN SPEC` into $W/snap.json, SNAP its
+# id; the test ends (exit 1) if the snapshot fails, as nothing after it can run.
+snapshot_fn() {
+	if ! "$THAW" --data-dir "$D" snapshot --id "$FN" "$1" >"$W/snap.json" 2>"$W/snap.err"; then
+		cat "$W/snap.err"
+		echo "FAIL: thaw snapshot"
+		exit 1
+	fi
+	SNAP=$(jget "$W/snap.json" snapshot)
+	echo "snapshot $SNAP: $(jget "$W/snap.json" image_bytes) bytes of image"
+}
+
 # A zombie is gone but for its parent's wait (the restored containers' parent,
 # runc, has exited, so whoever adopted them reaps them in its own time).
 alive() { local p; for p; do grep -qs '^State:[[:space:]]*[ZX]' /proc/$p/status || [ ! -d /proc/$p ] || echo $p; done; }

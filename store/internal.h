@@ -6,6 +6,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 
@@ -27,7 +28,7 @@ struct store {
 	int dirfd; /* the store directory, for syncfs() and short name lookups */
 	pthread_mutex_t cache_mu;
 	uint64_t cache_clock;
-	uint64_t manifest_reads; /* under cache_mu: see store_manifest_reads() */
+	atomic_uint_fast64_t manifest_reads; /* see store_manifest_reads() */
 	struct store_cached_manifest cache[STORE_MANIFEST_CACHE];
 };
 

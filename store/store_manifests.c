@@ -178,12 +178,7 @@ void store_manifest_cache_put(struct store *s, const uint8_t hash[CHUNK_HASH_LEN
 
 uint64_t store_manifest_reads(struct store *s)
 {
-	uint64_t n;
-
-	pthread_mutex_lock(&s->cache_mu);
-	n = s->manifest_reads;
-	pthread_mutex_unlock(&s->cache_mu);
-	return n;
+	return atomic_load(&s->manifest_reads);
 }
 
 /* The cached copy of hash, if any, goes (its manifest was deleted). */
@@ -224,11 +219,8 @@ int store_manifest_load(struct store *s, const char *id, struct manifest **out,
 		ret = store_manifest_read(path, hash, out);
 		if (ret == -ENOENT)
 			pr_err("no manifest %s in %s", fid, s->dir);
-		if (ret == 0) {
-			pthread_mutex_lock(&s->cache_mu);
-			s->manifest_reads++;
-			pthread_mutex_unlock(&s->cache_mu);
-		}
+		if (ret == 0)
+			atomic_fetch_add(&s->manifest_reads, 1);
 		if (ret == 0 && have_st)
 			store_manifest_cache_put(s, hash, &st, *out);
 	}

@@ -118,10 +118,7 @@ if [ -s "$W/eager.json" ]; then
 	[ "$got" = "$EXPECT" ] && ok "eager instance answers /infer as the original" || fail "eager instance answers [$got]"
 fi
 
-"$THAW" --data-dir "$D" stop "${ID[@]}" >/dev/null 2>"$W/stop.err" || fail "thaw stop: $(cat "$W/stop.err")"
-for i in "${!ID[@]}"; do
-	[ -n "$(alive "${HPID[$i]}")" ] && fail "instance $i: process ${HPID[$i]} still there"
-done
+stop_instances
 check_nothing_left "after stop"
 unset ID HPID
 

@@ -91,11 +91,8 @@ gpu_main() {
 	done
 	[ "${HPID[1]}" != "${HPID[2]}" ] || fail "two instances share host pid ${HPID[1]}"
 	t0=$(date +%s%N)
-	"$THAW" --data-dir "$D" stop "${ID[@]}" >/dev/null 2>"$W/stop.err" || fail "thaw stop: $(cat "$W/stop.err")"
+	stop_instances
 	echo "figure: e2e_restore_gpu stop_ms_for_$n $((($(date +%s%N) - t0) / 1000000))"
-	for i in "${!ID[@]}"; do
-		[ -n "$(alive "${HPID[$i]}")" ] && fail "instance $i: process ${HPID[$i]} still there"
-	done
 	check_nothing_left "after stop"
 	[ $fails = 0 ] && echo "e2e_restore --gpu: all good" || echo "e2e_restore --gpu: $fails failure(s)"
 	[ $fails = 0 ]
@@ -191,9 +188,8 @@ if [ -s "$W/start5.json" ]; then
 fi
 
 # --- stop them all ---------------------------------------------------------
-"$THAW" --data-dir "$D" stop "${ID[@]}" >/dev/null 2>"$W/stop.err" || fail "thaw stop: $(cat "$W/stop.err")"
+stop_instances
 for i in "${!ID[@]}"; do
-	[ -n "$(alive "${HPID[$i]}")" ] && fail "instance $i: process ${HPID[$i]} still there"
 	[ -n "$(alive "${SHIM[$i]}")" ] && [ "$(cat /proc/${SHIM[$i]}/comm 2>/dev/null)" = thaw-shim ] &&
 		fail "instance $i: shim ${SHIM[$i]} still running"
 done

@@ -122,10 +122,7 @@ got=$(curl -sf --max-time 60 "http://${EP[1]}/checksum" | python3 -c 'import jso
 got=$(curl -sf --max-time 60 "http://${EP[2]}/checksum" | digest)
 [ "$got" = "$EXPECT" ] && ok "instance 2 is unchanged by instance 1's write" || fail "instance 2 answers '$got' after instance 1's write"
 
-"$THAW" --data-dir "$D" stop "${ID[@]}" >/dev/null 2>"$W/stop.err" || fail "thaw stop: $(cat "$W/stop.err")"
-for i in "${!ID[@]}"; do
-	[ -n "$(alive "${HPID[$i]}")" ] && fail "instance $i: process ${HPID[$i]} still there"
-done
+stop_instances
 check_nothing_left "after stop"
 
 # --- elide_zero false: nothing elided --------------------------------------

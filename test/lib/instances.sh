@@ -28,6 +28,16 @@ snapshot_fn() {
 	echo "snapshot $SNAP: $(jget "$W/snap.json" image_bytes) bytes of image"
 }
 
+# stop_instances: `thaw stop` of every ${ID[@]}; each of their processes
+# (${HPID[@]}) must be gone after it.
+stop_instances() {
+	local i
+	"$THAW" --data-dir "$D" stop "${ID[@]}" >/dev/null 2>"$W/stop.err" || fail "thaw stop: $(cat "$W/stop.err")"
+	for i in "${!ID[@]}"; do
+		[ -n "$(alive "${HPID[$i]}")" ] && fail "instance $i: process ${HPID[$i]} still there"
+	done
+}
+
 # A zombie is gone but for its parent's wait (the restored containers' parent,
 # runc, has exited, so whoever adopted them reaps them in its own time).
 alive() { local p; for p; do grep -qs '^State:[[:space:]]*[ZX]' /proc/$p/status || [ ! -d /proc/$p ] || echo $p; done; }

@@ -1,19 +1,19 @@
 /* engine.h — materialise a snapshot's image files from the store, fast.
  *
  * Chunk objects are read with io_uring (IORING_OP_READ_FIXED, O_DIRECT where
- * the store's filesystem takes it) into one arena allocated once, locked in
- * memory and registered as fixed buffers, one slot per chunk in flight.  A pool
- * of worker threads decodes each completed slot (zstd or raw), checks its
- * SHA-256 and writes it into the target files, which were created and
- * ftruncate()d to their size first, so holes are simply never written.  Writes
- * are pwrite()s, or with many workers decodes straight into the file's shared
- * mapping (pages prefaulted with MADV_POPULATE_WRITE): tmpfs takes the inode
- * lock for each write, so many workers writing one large file would queue
- * behind each other, while faulting pages in costs more CPU per byte.  The
- * submitter keeps the queue full while workers drain it; a slot is reused once
- * its chunk is written.  Memory is bounded by the arena, whatever the snapshot
- * size.  A chunk used several times in the snapshot is read and checked once
- * and written to every place it appears.
+ * the store's filesystem takes it and the chunks are not in the page cache)
+ * into one arena allocated once, locked in memory and registered as fixed
+ * buffers, one slot per chunk in flight.  Each of a pool of worker threads has
+ * its own ring and its own slots: it takes the next distinct chunk, reads it,
+ * decodes it (zstd or raw), checks its SHA-256 and writes it into the target
+ * files, which were created and ftruncate()d to their size first, so holes are
+ * simply never written.  Writes are pwrite()s, or decodes straight into the
+ * file's shared mapping (pages prefaulted with MADV_POPULATE_WRITE): tmpfs
+ * takes the inode lock for each write, so many workers writing one large file
+ * would queue behind each other; and a raw chunk read through the page cache
+ * has its payload read straight into the mapping.  Memory is bounded by the
+ * arena, whatever the snapshot size.  A chunk used several times in the
+ * snapshot is read and checked once and written to every place it appears.
  */
 #ifndef THAW_RESTORE_ENGINE_H
 #define THAW_RESTORE_ENGINE_H
@@ -37,20 +37,23 @@ enum engine_direct {
 };
 
 enum engine_write {
-	ENGINE_WRITE_AUTO = 0, /* pwrite up to ENGINE_PWRITE_MAX_THREADS workers, mmap above */
+	ENGINE_WRITE_AUTO = 0, /* mmap above ENGINE_PWRITE_MAX_THREADS workers, or into
+				* huge pages with reads through the page cache; else pwrite */
 	ENGINE_WRITE_PWRITE,
 	ENGINE_WRITE_MMAP,     /* where a file cannot be mapped or populated: pwrite */
 };
 #define ENGINE_PWRITE_MAX_THREADS 4
 
-/* Called from the submitting thread, at most ~20 times a second and once at
+/* Called from the calling thread, at most ~20 times a second and once at
  * the end: done of total logical bytes (holes count as done from the start). */
 typedef void (*engine_progress_fn)(uint64_t done, uint64_t total, void *arg);
 
 struct engine_opts {
-	unsigned queue_depth;   /* reads in flight; 0: ENGINE_DEFAULT_QD */
-	uint64_t arena_bytes;   /* most bytes of the read arena; 0: ENGINE_DEFAULT_ARENA.  Only
-				 * 2 x queue_depth + 4 x threads slots are used (no more help). */
+	unsigned queue_depth;   /* reads in flight, shared out among the workers (at most 4 each
+				 * through the page cache); 0: ENGINE_DEFAULT_QD */
+	uint64_t arena_bytes;   /* most bytes of the read arena; 0: ENGINE_DEFAULT_ARENA.  One slot
+				 * per read in flight is used (no more help); where the arena
+				 * holds fewer, fewer reads are in flight, or fewer workers run. */
 	unsigned threads;       /* decode/write workers; 0: online CPUs */
 	enum engine_direct direct;
 	enum engine_write write;
@@ -64,6 +67,8 @@ struct engine_stats {
 	uint64_t hole_bytes;    /* of which holes, never written */
 	uint64_t written_bytes; /* bytes written into the files */
 	uint64_t read_bytes;    /* bytes of chunk objects read from the store */
+	uint64_t read_into_files; /* of the written bytes, raw chunks read straight into the
+				   * files' mappings (page-cache reads only) */
 	uint64_t chunks;        /* non-hole chunks in the manifest */
 	uint64_t unique_chunks; /* of which distinct: each is read once */
 	uint64_t holes;         /* hole runs */

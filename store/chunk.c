@@ -151,15 +151,13 @@ long chunk_encode(struct chunk_codec *c, const void *raw, size_t raw_len, void *
 	return n;
 }
 
-int chunk_decode(struct chunk_codec *c, const void *obj, size_t obj_len,
-		 const uint8_t expect[CHUNK_HASH_LEN], void *raw, size_t raw_len)
+/* The header's checks, shared by both decoders: 0 with *enc, *hpay set, or
+ * -EBADMSG logged. */
+static int check_header(const uint8_t *o, size_t obj_len, const char *id, size_t raw_len,
+			uint8_t *enc, uint32_t *payload_len)
 {
-	const uint8_t *o = obj;
-	uint8_t got[CHUNK_HASH_LEN];
-	char id[CHUNK_ID_LEN];
 	uint32_t hraw, hpay;
 
-	chunk_id_format(expect, id);
 	if (obj_len < CHUNK_HEADER_SIZE || memcmp(o, CHUNK_MAGIC, 4) || o[4] != CHUNK_VERSION ||
 	    o[6] || o[7]) {
 		pr_err("chunk %s: bad header", id);
@@ -176,15 +174,50 @@ int chunk_decode(struct chunk_codec *c, const void *obj, size_t obj_len,
 		       id, hraw, hpay, obj_len, raw_len);
 		return -EBADMSG;
 	}
-	switch (o[5]) {
-	case CHUNK_RAW:
-		if (hpay != hraw) {
-			pr_err("chunk %s: raw payload of %u bytes for %u", id, hpay, hraw);
-			return -EBADMSG;
-		}
+	if (o[5] == CHUNK_RAW && hpay != hraw) {
+		pr_err("chunk %s: raw payload of %u bytes for %u", id, hpay, hraw);
+		return -EBADMSG;
+	}
+	if (o[5] != CHUNK_RAW && o[5] != CHUNK_ZSTD) {
+		pr_err("chunk %s: unknown encoding %u", id, o[5]);
+		return -EBADMSG;
+	}
+	*enc = o[5];
+	*payload_len = hpay;
+	return 0;
+}
+
+static int check_hash(const char *id, const void *raw, size_t raw_len,
+		      const uint8_t expect[CHUNK_HASH_LEN])
+{
+	uint8_t got[CHUNK_HASH_LEN];
+
+	chunk_hash(raw, raw_len, got);
+	if (memcmp(got, expect, CHUNK_HASH_LEN)) {
+		char gid[CHUNK_ID_LEN];
+		chunk_id_format(got, gid);
+		pr_err("chunk %s: content hashes to %s", id, gid);
+		return -EBADMSG;
+	}
+	return 0;
+}
+
+int chunk_decode(struct chunk_codec *c, const void *obj, size_t obj_len,
+		 const uint8_t expect[CHUNK_HASH_LEN], void *raw, size_t raw_len)
+{
+	const uint8_t *o = obj;
+	char id[CHUNK_ID_LEN];
+	uint32_t hpay;
+	uint8_t enc;
+	int ret;
+
+	chunk_id_format(expect, id);
+	ret = check_header(o, obj_len, id, raw_len, &enc, &hpay);
+	if (ret)
+		return ret;
+	if (enc == CHUNK_RAW) {
 		memcpy(raw, o + CHUNK_HEADER_SIZE, raw_len);
-		break;
-	case CHUNK_ZSTD: {
+	} else {
 		size_t n = ZSTD_decompressDCtx(c->dctx, raw, raw_len, o + CHUNK_HEADER_SIZE, hpay);
 		if (ZSTD_isError(n)) {
 			pr_err("chunk %s: zstd: %s", id, ZSTD_getErrorName(n));
@@ -195,18 +228,25 @@ int chunk_decode(struct chunk_codec *c, const void *obj, size_t obj_len,
 			pr_err("chunk %s: decompressed to %zu bytes, expected %zu", id, n, raw_len);
 			return -EBADMSG;
 		}
-		break;
 	}
-	default:
-		pr_err("chunk %s: unknown encoding %u", id, o[5]);
+	return check_hash(id, raw, raw_len, expect);
+}
+
+int chunk_check_raw(const void *header, size_t obj_len, const uint8_t expect[CHUNK_HASH_LEN],
+		    const void *raw, size_t raw_len)
+{
+	char id[CHUNK_ID_LEN];
+	uint32_t hpay;
+	uint8_t enc;
+	int ret;
+
+	chunk_id_format(expect, id);
+	ret = check_header(header, obj_len, id, raw_len, &enc, &hpay);
+	if (ret)
+		return ret;
+	if (enc != CHUNK_RAW) {
+		pr_err("chunk %s: compressed, where the manifest's sizes say raw", id);
 		return -EBADMSG;
 	}
-	chunk_hash(raw, raw_len, got);
-	if (memcmp(got, expect, CHUNK_HASH_LEN)) {
-		char gid[CHUNK_ID_LEN];
-		chunk_id_format(got, gid);
-		pr_err("chunk %s: content hashes to %s", id, gid);
-		return -EBADMSG;
-	}
-	return 0;
+	return check_hash(id, raw, raw_len, expect);
 }

@@ -59,5 +59,10 @@ long chunk_encode_parts(struct chunk_codec *c, const void *raw, size_t raw_len, 
  * the chunk's id. */
 int chunk_decode(struct chunk_codec *c, const void *obj, size_t obj_len,
 		 const uint8_t expect[CHUNK_HASH_LEN], void *raw, size_t raw_len);
+/* The check of a raw chunk object of obj_len bytes whose payload was read
+ * elsewhere (straight into its destination, no copy): its 16-byte header at
+ * header, its raw_len bytes at raw.  Same returns as chunk_decode(). */
+int chunk_check_raw(const void *header, size_t obj_len, const uint8_t expect[CHUNK_HASH_LEN],
+		    const void *raw, size_t raw_len);
 
 #endif

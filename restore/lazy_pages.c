@@ -43,6 +43,7 @@
 #define EV_WAKE		1
 #define EV_PROC0	2
 #define MSGS_PER_READ	16
+#define NO_STREAM	SIZE_MAX
 
 /* A fault the event thread could not serve yet (an mm change in flight). */
 struct lp_fault {
@@ -58,6 +59,7 @@ struct lp_proc {
 	const uint8_t *src; /* pages-N.img, mapped (owned by d->srcs) */
 	pthread_rwlock_t lock;
 	atomic_size_t cursor;	 /* the next block a copy thread tries */
+	atomic_size_t stream;	 /* the next block after the last fault's, or NO_STREAM */
 	atomic_size_t remaining; /* blocks not done */
 	atomic_bool gone;	 /* exited: nothing more to copy */
 	struct lp_fault *faults; /* event thread only */
@@ -86,6 +88,7 @@ struct lp_daemon {
 	atomic_bool stop;
 	atomic_int error; /* the first fatal -errno */
 	atomic_uint_fast64_t fault_bytes, prefetch_bytes, zero_bytes, nfaults, lost_pages;
+	atomic_uint_fast64_t streamed_blocks; /* prefetched because a fault came before them */
 	uint64_t finished_ns;
 	/* event thread only: mm events seen, pending bytes they dropped */
 	uint64_t nremap, nremove, nunmap, nfork, dropped_bytes;
@@ -324,16 +327,46 @@ static void slot_give(struct lp_daemon *d, bool taken)
 /* ---- copy threads ---- */
 
 /* Claim and copy the next block of p: 1 did one, 0 none left. */
+/* The next block of the stream that the last fault started, or NO_STREAM.
+ * A process that faults is reading its memory somewhere the copy threads
+ * have not reached (the CUDA restore reads the GPU's saved state this way,
+ * front to back); the blocks after the fault are what it reads next, so the
+ * copy threads take those first, ahead of it, and go back to their cursor
+ * when the stream meets blocks already copied. */
+static size_t stream_take(struct lp_proc *p)
+{
+	size_t s = atomic_load(&p->stream);
+
+	while (s != NO_STREAM && !atomic_compare_exchange_weak(&p->stream, &s, s + 1))
+		;
+	return s;
+}
+
+/* The stream that handed out block i has met the end or copied blocks. */
+static void stream_end(struct lp_proc *p, size_t i)
+{
+	size_t s = i + 1;
+
+	atomic_compare_exchange_strong(&p->stream, &s, NO_STREAM);
+}
+
 static int prefetch_one(struct lp_daemon *d, struct lp_proc *p)
 {
-	size_t i = atomic_fetch_add(&p->cursor, 1);
+	size_t i = stream_take(p);
+	bool streamed = i != NO_STREAM;
 	uint64_t bytes = 0;
 	int ret;
 
 	bool slot;
 
-	if (i >= p->map.nblocks)
-		return 0;
+	if (!streamed)
+		i = atomic_fetch_add(&p->cursor, 1);
+	if (i >= p->map.nblocks) {
+		if (!streamed)
+			return 0;
+		stream_end(p, i);
+		return 1;
+	}
 	if (atomic_load(&p->gone))
 		return 1;
 	/* The slot before the claim: a block claimed while waiting would make
@@ -341,8 +374,12 @@ static int prefetch_one(struct lp_daemon *d, struct lp_proc *p)
 	slot = slot_take(d);
 	if (!lazy_map_claim(&p->map, (uint32_t)i)) {
 		slot_give(d, slot);
+		if (streamed)
+			stream_end(p, i);
 		return 1;
 	}
+	if (streamed)
+		atomic_fetch_add(&d->streamed_blocks, 1);
 	for (;;) {
 		pthread_rwlock_rdlock(&p->lock);
 		ret = copy_block(d, p, (uint32_t)i, 0, &bytes);
@@ -444,6 +481,7 @@ static struct lp_proc *proc_new(int pid, int uffd)
 		return NULL;
 	p->pid = pid;
 	p->uffd = uffd;
+	atomic_store(&p->stream, NO_STREAM);
 	pthread_rwlock_init(&p->lock, NULL);
 	return p;
 }
@@ -921,8 +959,10 @@ static int serve_fault(struct lp_daemon *d, struct lp_proc *p, struct lp_fault *
 	}
 	ret = copy_block(d, p, (uint32_t)f->block, f->addr, &bytes);
 	atomic_fetch_add(&d->fault_bytes, bytes);
-	if (!ret)
+	if (!ret) {
 		block_done(d, p, (uint32_t)f->block);
+		atomic_store(&p->stream, (size_t)f->block + 1);
+	}
 	return ret;
 }
 
@@ -1015,12 +1055,14 @@ static void summary(struct lp_daemon *d, uint64_t t0, int ret)
 
 	log_msg(ret ? LOG_ERR : LOG_INFO, LOG_PREFIX,
 		"%s: %zu processes, %llu faults; copied %llu pages by faults, %llu by prefetch "
-		"(%.1f MiB, %.0f MiB/s), %llu zero pages, %llu lost; %.1f ms, %u copy threads, "
+		"(%.1f MiB, %.0f MiB/s; %llu blocks of it right after a fault's), %llu zero pages, "
+		"%llu lost; %.1f ms, %u copy threads, "
 		"%llu KiB blocks; events: %llu remap, %llu remove, %llu unmap, %llu fork, "
 		"%llu pending bytes dropped by them",
 		ret ? "failed" : "done", d->nprocs, (unsigned long long)atomic_load(&d->nfaults),
 		(unsigned long long)(fb / PAGE), (unsigned long long)(pb / PAGE),
 		(fb + pb) / 1048576.0, ms > 0 ? (fb + pb) / 1048576.0 / (ms / 1000) : 0,
+		(unsigned long long)atomic_load(&d->streamed_blocks),
 		(unsigned long long)(atomic_load(&d->zero_bytes) / PAGE),
 		(unsigned long long)atomic_load(&d->lost_pages), ms, d->nthreads,
 		(unsigned long long)(d->block >> 10), (unsigned long long)d->nremap,

@@ -48,7 +48,8 @@
 #define NPHASES 8
 #define MAX_KINDS_N 64
 
-/* Counts by name: failure kinds ("start_http_503"), tiers ("ram"). */
+/* Counts by name: failure kinds ("start_http_503"), tiers ("ram"), restore
+ * modes ("lazy"). */
 struct kinds {
 	char name[MAX_KINDS_N][48];
 	uint64_t count[MAX_KINDS_N];
@@ -94,7 +95,7 @@ struct bench {
 	uint64_t attempts, ok;
 	double max_send_lag_ms, wall_s;
 	struct stats latency, answer, phase[NPHASES];
-	struct kinds failures, delete_failures, tiers;
+	struct kinds failures, delete_failures, tiers, modes;
 	struct baseline cold, plain;
 };
 
@@ -154,6 +155,7 @@ struct trial {
 	char iid[128];
 	char endpoint[128];
 	char tier[16];
+	const char *mode; /* "lazy" or "eager" as the start answered; NULL: not said */
 	double tm[NPHASES];
 	bool has_tm[NPHASES];
 	bool ok;
@@ -300,6 +302,9 @@ static int parse_start_answer(struct trial *t)
 	s = json_string_value(json_object_get(j, "tier"));
 	if (s)
 		snprintf(t->tier, sizeof(t->tier), "%s", s);
+	v = json_object_get(j, "lazy");
+	if (json_is_boolean(v))
+		t->mode = json_is_true(v) ? "lazy" : "eager";
 	tm = json_object_get(j, "timings_ms");
 	for (int i = 0; i < NPHASES && json_is_object(tm); i++) {
 		v = json_object_get(tm, phase_names[i]);
@@ -406,6 +411,8 @@ static void trial_account(struct bench *b, struct trial *t)
 	b->max_send_lag_ms = MAX(b->max_send_lag_ms, (double)(t->t_sent - t->t_sched) / 1e6);
 	if (t->tier[0])
 		kinds_add(&b->tiers, t->tier);
+	if (t->mode)
+		kinds_add(&b->modes, t->mode);
 	if (!t->ok) {
 		kinds_add(&b->failures, t->fail[0] ? t->fail : "unknown");
 		return;
@@ -1256,6 +1263,7 @@ static void print_table(struct bench *b)
 	}
 	printf("\n");
 	print_kinds("tier:", &b->tiers);
+	print_kinds("restored:", &b->modes);
 	printf("starts: %llu attempted, %llu ok, %llu failed (%.1f s wall, max send lag %.1f ms)\n",
 	       (unsigned long long)b->attempts, (unsigned long long)b->ok,
 	       (unsigned long long)(b->attempts - b->ok), b->wall_s, b->max_send_lag_ms);
@@ -1321,14 +1329,15 @@ static int write_json(struct bench *b)
 				 "duration_s", b->duration_s, "arrivals",
 				 b->poisson ? "poisson" : "fixed", "seed", (json_int_t)b->seed,
 				 "cold_tier", b->cold_tier);
-	j = json_pack("{s:s,s:s,s:o,s:{s:s,s:s},s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:o,s:o,s:f,s:f,s:{s:o,s:o}}",
+	j = json_pack("{s:s,s:s,s:o,s:{s:s,s:s},s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:f,s:f,s:{s:o,s:o}}",
 		      "url", b->url, "function", b->function, "mode", mode, "infer", "method",
 		      b->infer_method, "path", b->infer_path, "attempts", (json_int_t)b->attempts,
 		      "ok", (json_int_t)b->ok, "failed", (json_int_t)(b->attempts - b->ok),
 		      "start_latency_ms", summary_json(&b->latency), "start_answer_ms",
 		      summary_json(&b->answer), "phases_mean_ms", ph, "failures",
 		      kinds_json(&b->failures), "delete_failures", kinds_json(&b->delete_failures),
-		      "tier", kinds_json(&b->tiers), "wall_s", b->wall_s, "max_send_lag_ms",
+		      "tier", kinds_json(&b->tiers), "restore_mode", kinds_json(&b->modes),
+		      "wall_s", b->wall_s, "max_send_lag_ms",
 		      b->max_send_lag_ms, "baselines", "cold_boot", baseline_json(&b->cold),
 		      "plain_restore", baseline_json(&b->plain));
 	if (!j) {

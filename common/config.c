@@ -79,11 +79,58 @@ static int find_thaw_bin(char *out)
 	return -ENOENT;
 }
 
-bool config_restores_lazily(const struct thaw_config *c, bool gpu)
+bool config_restores_lazily(const struct thaw_config *c, bool gpu, unsigned gpu_starts, char *why,
+			    size_t why_len)
 {
-	if (c->lazy != CONFIG_LAZY_AUTO)
-		return c->lazy == CONFIG_LAZY_ON;
-	return !gpu || c->lazy_daemon[0];
+	char buf[128];
+	bool lazy;
+
+	if (c->lazy != CONFIG_LAZY_AUTO) {
+		lazy = c->lazy == CONFIG_LAZY_ON;
+		snprintf(buf, sizeof(buf), "THAW_LAZY=%d", lazy);
+	} else if (!gpu) {
+		lazy = true;
+		snprintf(buf, sizeof(buf), "THAW_LAZY=auto, a CPU function");
+	} else if (!c->lazy_daemon[0]) {
+		/* CRIU's daemon: the CUDA restore faults its state in page by page. */
+		lazy = false;
+		snprintf(buf, sizeof(buf),
+			 "THAW_LAZY=auto, a GPU function under THAW_LAZY_DAEMON=criu");
+	} else if (c->lazy_max_gpu_starts < 0) {
+		lazy = true;
+		snprintf(buf, sizeof(buf),
+			 "%u GPU start%s in flight, THAW_LAZY_MAX_GPU_STARTS=-1 (no limit)",
+			 gpu_starts, gpu_starts == 1 ? "" : "s");
+	} else {
+		/* Several GPU starts at once: nothing left to overlap the copy with. */
+		lazy = gpu_starts <= (unsigned)c->lazy_max_gpu_starts;
+		snprintf(buf, sizeof(buf),
+			 "%u GPU start%s in flight %s THAW_LAZY_MAX_GPU_STARTS=%d", gpu_starts,
+			 gpu_starts == 1 ? "" : "s", lazy ? "<=" : ">", c->lazy_max_gpu_starts);
+	}
+	if (why && why_len)
+		snprintf(why, why_len, "%s", buf);
+	return lazy;
+}
+
+/* A whole number >= min from the environment, or dflt when unset. */
+static int env_int(const char *name, int min, int dflt, const char *what, int *out)
+{
+	const char *v = getenv(name);
+	char *end;
+	long n;
+
+	*out = dflt;
+	if (!v || !*v)
+		return 0;
+	errno = 0;
+	n = strtol(v, &end, 10);
+	if (errno || end == v || *end || n < min || n > INT_MAX) {
+		pr_err("%s=%s is not %s", name, v, what);
+		return -EINVAL;
+	}
+	*out = (int)n;
+	return 0;
 }
 
 static int lazy_daemon_init(struct thaw_config *c)
@@ -194,6 +241,10 @@ int config_init(struct thaw_config *c, const char *data_dir)
 	c->tier_huge = tri > 0 ? CONFIG_HUGE_ON : tri < 0 ? CONFIG_HUGE_OFF : CONFIG_HUGE_AUTO;
 
 	ret = lazy_daemon_init(c);
+	if (ret)
+		return ret;
+	ret = env_int("THAW_LAZY_MAX_GPU_STARTS", -1, CONFIG_LAZY_MAX_GPU_STARTS_DEFAULT,
+		      "a number of GPU starts (0 or more; -1: no limit)", &c->lazy_max_gpu_starts);
 	if (ret)
 		return ret;
 	ret = copy_path(c->runc, env_or("THAW_RUNC", "runc"), "runc");

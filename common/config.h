@@ -7,16 +7,22 @@
 
 #include <limits.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* Restore pages on demand (lazy-pages) or all before the start answers.
- * AUTO: lazily, unless the daemon is CRIU's and the function uses the GPU.
+ * AUTO: lazily, but a GPU function eagerly when the daemon is CRIU's, or when
+ * more than lazy_max_gpu_starts GPU starts (this one included) are in flight.
  * Measured (bench/RESULTS.md, "Sparse and lazy images"): lazily, a CPU function
  * answers sooner (CPU example 230 vs 337 ms); so does the H100 example with thaw's
  * daemon (1.97 vs 3.61 s eager: 8 threads fill its 3 GB in ~0.5 s while the CUDA
  * restore runs), but not with CRIU's (3.60 s: the driver's restore faults the
- * GPU state in through userfaultfd page by page). */
+ * GPU state in through userfaultfd page by page), and not in a burst: 8 GPU
+ * starts at once answered in p50 5.0-7.4 s lazily against 4.6 s eagerly (the
+ * copying is the same, and a saturated machine has nothing to overlap it with). */
 enum config_lazy { CONFIG_LAZY_AUTO, CONFIG_LAZY_ON, CONFIG_LAZY_OFF };
+/* AUTO's limit: lazy while at most this many GPU starts are in flight. */
+#define CONFIG_LAZY_MAX_GPU_STARTS_DEFAULT 2
 
 /* The RAM tier on its own tmpfs with transparent huge pages (restore/tier.h,
  * tier_root_prepare).  AUTO: where it can, and only for the default root
@@ -40,18 +46,29 @@ struct thaw_config {
 	char lazy_daemon[PATH_MAX];  /* the thaw binary whose `lazy-pages` serves lazy
 				      * restores (thaw's own daemon, the default), or ""
 				      * for `criu lazy-pages` (THAW_LAZY_DAEMON=criu) */
+	int lazy_max_gpu_starts;     /* AUTO restores a GPU function lazily while at most
+				      * this many GPU starts of this process, this one
+				      * included, are in flight ($THAW_LAZY_MAX_GPU_STARTS;
+				      * default 2; 0: GPU functions always eagerly; -1: no
+				      * limit) */
 	enum config_huge tier_huge;  /* $THAW_TIER_HUGE auto|1|0; default CONFIG_HUGE_AUTO */
 };
 
 /* Whether a start that neither the start nor the function's spec decides
- * restores lazily under c (see enum config_lazy). */
-bool config_restores_lazily(const struct thaw_config *c, bool gpu);
+ * restores lazily under c (see enum config_lazy).  gpu_starts: for a GPU
+ * start, the GPU starts in flight in this process, this one included (a CPU
+ * start's is not looked at).  A pure function of its arguments.  why (NULL,
+ * or why_len bytes): the reason in words, for the log ("3 GPU starts in
+ * flight > THAW_LAZY_MAX_GPU_STARTS=2"). */
+bool config_restores_lazily(const struct thaw_config *c, bool gpu, unsigned gpu_starts, char *why,
+			    size_t why_len);
 
 /* Fill c with defaults for data_dir (NULL: $THAW_DATA_DIR or /var/lib/thaw),
  * honouring THAW_RAM_TIER, THAW_RAM_TIER_BYTES, THAW_RUNC, THAW_CRIU,
- * THAW_LAZY and THAW_TIER_HUGE (1/true/yes, 0/false/no or auto) and
+ * THAW_LAZY and THAW_TIER_HUGE (1/true/yes, 0/false/no or auto),
  * THAW_LAZY_DAEMON (thaw, the default: the `thaw` binary beside ours or one
- * directory up, as in build/; criu). */
+ * directory up, as in build/; criu) and THAW_LAZY_MAX_GPU_STARTS (a whole
+ * number >= -1).  A bad value is -EINVAL, logged with the variable named. */
 int config_init(struct thaw_config *c, const char *data_dir);
 
 #endif

@@ -27,6 +27,7 @@
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,11 @@
 #define SHIM_STOP_MS 3000
 #define LAZY_STOP_MS 3000
 #define RECORD_MAX   (1 << 20)
+
+/* GPU starts of this process between deciding how they restore and
+ * returning (thawd runs many at once): what THAW_LAZY=auto weighs, since a
+ * burst of lazy GPU starts is slower than the same burst eager. */
+static atomic_uint gpu_starts_in_flight;
 
 /* Everything a start builds, so that one function can undo any prefix of it. */
 struct start_ctx {
@@ -416,9 +422,11 @@ int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 	struct tier_lease *lease = NULL;
 	struct instance in = { 0 };
 	struct shim_opts so;
-	char dir[PATH_MAX], why[512];
+	char dir[PATH_MAX], why[512], why_mode[160];
 	uint64_t t0 = now_ns(), tp;
 	const char *phase = "load";
+	unsigned gpu_starts = 0;
+	bool counted = false;
 	int ret;
 
 	ret = store_manifest_load(s, snapshot_id, &m, in.snapshot);
@@ -432,17 +440,28 @@ int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 		goto fail;
 	snprintf(in.function, sizeof(in.function), "%s", spec->id[0] ? spec->id : m->name);
 	x.gpu = spec->gpu;
+	/* Every GPU start counts, whatever decides its mode: each one loads the
+	 * machine.  Counted once here, uncounted once at out:. */
+	if (spec->gpu) {
+		gpu_starts = atomic_fetch_add(&gpu_starts_in_flight, 1) + 1;
+		counted = true;
+	}
 	/* The start's word, else the function's, else thawd's setting (whose
 	 * default, config.h says why, is lazy but for GPU functions under
-	 * CRIU's daemon). */
-	if (mode == INSTANCE_MODE_AUTO) {
-		bool lazy = config_restores_lazily(c, spec->gpu);
-		mode = spec->lazy == SPEC_LAZY	   ? INSTANCE_LAZY
-		       : spec->lazy == SPEC_EAGER ? INSTANCE_EAGER
-		       : lazy			   ? INSTANCE_LAZY
-						   : INSTANCE_EAGER;
+	 * CRIU's daemon or in a burst of GPU starts). */
+	if (mode != INSTANCE_MODE_AUTO) {
+		snprintf(why_mode, sizeof(why_mode), "the start asked");
+	} else if (spec->lazy == SPEC_LAZY || spec->lazy == SPEC_EAGER) {
+		mode = spec->lazy == SPEC_LAZY ? INSTANCE_LAZY : INSTANCE_EAGER;
+		snprintf(why_mode, sizeof(why_mode), "the function's spec");
+	} else {
+		bool lazy =
+		    config_restores_lazily(c, spec->gpu, gpu_starts, why_mode, sizeof(why_mode));
+
+		mode = lazy ? INSTANCE_LAZY : INSTANCE_EAGER;
 	}
 	x.lazy = in.lazy = mode == INSTANCE_LAZY;
+	pr_debug("%s: %s (%s)", in.function, in.lazy ? "lazy" : "eager", why_mode);
 
 	in.t.load = ms_since(t0);
 
@@ -572,10 +591,10 @@ int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 	ret = write_record(&x, &in, "running");
 	if (ret)
 		goto fail;
-	pr_info("instance %s of %s: %s, pid %d, %s, %.1f ms (materialize %.1f, criu_restore %.1f, "
-		"gpu_restore %.1f, ready %.1f)", in.id, in.function, in.endpoint, (int)in.pid,
-		in.lazy ? "lazy" : "eager", in.t.total, in.t.materialize, in.t.criu_restore,
-		in.t.gpu_restore, in.t.ready);
+	pr_info("instance %s of %s: %s, pid %d, %s (%s), %.1f ms (materialize %.1f, "
+		"criu_restore %.1f, gpu_restore %.1f, ready %.1f)", in.id, in.function, in.endpoint,
+		(int)in.pid, in.lazy ? "lazy" : "eager", why_mode, in.t.total, in.t.materialize,
+		in.t.criu_restore, in.t.gpu_restore, in.t.ready);
 	*out = in;
 	goto out;
 fail:
@@ -590,6 +609,8 @@ fail:
 	}
 	tier_release(lease);
 out:
+	if (counted)
+		atomic_fetch_sub(&gpu_starts_in_flight, 1);
 	free(x.cuda_pids);
 	spec_free(spec);
 	manifest_free(m);

@@ -369,12 +369,13 @@ static json_t *start_answer(const struct instance *in)
 	json_t *j = instance_to_json(in);
 
 	if (!j)
-		j = json_pack("{s:s, s:s, s:s, s:s, s:i, s:s, s:{s:f, s:f, s:f, s:f, s:f}}",
+		j = json_pack("{s:s, s:s, s:s, s:s, s:i, s:s, s:b, s:{s:f, s:f, s:f, s:f, s:f}}",
 			      "instance", in->id, "function", in->function, "snapshot",
 			      in->snapshot, "endpoint", in->endpoint, "pid", (int)in->pid, "tier",
-			      in->tier_hit ? "ram" : "disk", "timings_ms", "materialize",
-			      in->t.materialize, "criu_restore", in->t.criu_restore, "gpu_restore",
-			      in->t.gpu_restore, "ready", in->t.ready, "total", in->t.total);
+			      in->tier_hit ? "ram" : "disk", "lazy", in->lazy, "timings_ms",
+			      "materialize", in->t.materialize, "criu_restore", in->t.criu_restore,
+			      "gpu_restore", in->t.gpu_restore, "ready", in->t.ready, "total",
+			      in->t.total);
 	else if (!json_object_get(j, "function"))
 		json_object_set_new(j, "function", json_string(in->function));
 	return j;
@@ -457,8 +458,8 @@ static int post_start(struct req *q)
 								   in.t.criu_restore,
 								   in.t.gpu_restore, in.t.ready,
 								   in.t.total });
-	pr_info("instance %s of %s at %s in %.1f ms (%s)", in.id, fn, in.endpoint, in.t.total,
-		in.tier_hit ? "ram" : "disk");
+	pr_info("instance %s of %s at %s in %.1f ms (%s, %s)", in.id, fn, in.endpoint, in.t.total,
+		in.tier_hit ? "ram" : "disk", in.lazy ? "lazy" : "eager");
 	snprintf(loc, sizeof(loc), "/instances/%s", in.id);
 	return reply_json_hdr(q, 201, start_answer(&in), "Location", loc);
 }

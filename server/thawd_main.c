@@ -42,9 +42,12 @@ static void usage(FILE *f)
 		"  --lazy, --no-lazy      restore pages on demand (a lazy-pages daemon serves\n"
 		"                         them from the RAM tier) or all before the start\n"
 		"                         answers, for functions whose spec has no \"lazy\"\n"
-		"                         (THAW_LAZY=1|0|auto; default auto: lazily, except GPU\n"
-		"                         functions when THAW_LAZY_DAEMON=criu, whose single-\n"
-		"                         threaded daemon makes their CUDA restore slower)\n"
+		"                         (THAW_LAZY=1|0|auto; default auto: lazily, but a GPU\n"
+		"                         function eagerly when THAW_LAZY_DAEMON=criu, whose\n"
+		"                         single-threaded daemon makes the CUDA restore slower,\n"
+		"                         or in a burst, when more than THAW_LAZY_MAX_GPU_STARTS\n"
+		"                         GPU starts, this one included, are in flight (default\n"
+		"                         2; 0: GPU functions always eagerly; -1: no limit))\n"
 		"  --max-starts N         concurrent starts; more answer 503 with Retry-After\n"
 		"                         (THAW_MAX_STARTS; default %u; 0 refuses every start)\n"
 		"  --max-snapshots N      concurrent snapshots, likewise (THAW_MAX_SNAPSHOTS;\n"
@@ -137,6 +140,24 @@ enum {
 	OPT_NO_LAZY,
 };
 
+/* How thawd restores by default under c, in words for its ready line. */
+static const char *default_modes(const struct thaw_config *c, char *buf, size_t len)
+{
+	bool cpu = config_restores_lazily(c, false, 0, NULL, 0);
+	bool gpu_alone = config_restores_lazily(c, true, 1, NULL, 0);
+	bool gpu_burst = config_restores_lazily(c, true, UINT_MAX, NULL, 0);
+
+	if (!cpu)
+		return "eager";
+	if (gpu_burst)
+		return "lazy";
+	if (!gpu_alone)
+		return "lazy (CPU) and eager (GPU)";
+	snprintf(buf, len, "lazy (CPU; GPU while at most %d GPU start%s in flight, eager beyond)",
+		 c->lazy_max_gpu_starts, c->lazy_max_gpu_starts == 1 ? " is" : "s are");
+	return buf;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -166,6 +187,7 @@ int main(int argc, char **argv)
 	struct thaw_config c;
 	struct server *s = NULL;
 	unsigned long long n;
+	char modes[128];
 	sigset_t sigs;
 	int opt, sig, level = -1, lazy = -1;
 
@@ -277,9 +299,7 @@ int main(int argc, char **argv)
 	pr_info("ready: runc %s, criu %s, RAM tier %s (%llu bytes), max %u starts, %u snapshots, "
 		"%s restores by default", c.runc, c.criu, c.ram_tier_dir,
 		(unsigned long long)c.ram_tier_bytes, o.max_starts, o.max_snapshots,
-		config_restores_lazily(&c, true)
-			? "lazy"
-			: config_restores_lazily(&c, false) ? "lazy (CPU) and eager (GPU)" : "eager");
+		default_modes(&c, modes, sizeof(modes)));
 
 	if (sigwait(&sigs, &sig) == 0)
 		pr_info("%s: stopping", strsignal(sig));

@@ -1,56 +1,136 @@
-/* test_config.c — common/config: THAW_LAZY and THAW_LAZY_DAEMON, and which
- * starts restore lazily by default. */
+/* test_config.c — common/config: THAW_LAZY, THAW_LAZY_DAEMON and
+ * THAW_LAZY_MAX_GPU_STARTS, and which starts restore lazily by default. */
 #include "common/config.h"
+#include "common/log.h"
 #include "test/check.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int init_with(struct thaw_config *c, const char *lazy, const char *daemon)
+static void set_or_unset(const char *name, const char *v)
 {
-	if (lazy)
-		setenv("THAW_LAZY", lazy, 1);
+	if (v)
+		setenv(name, v, 1);
 	else
-		unsetenv("THAW_LAZY");
-	if (daemon)
-		setenv("THAW_LAZY_DAEMON", daemon, 1);
-	else
-		unsetenv("THAW_LAZY_DAEMON");
+		unsetenv(name);
+}
+
+static int init_with(struct thaw_config *c, const char *lazy, const char *daemon,
+		     const char *max_gpu)
+{
+	set_or_unset("THAW_LAZY", lazy);
+	set_or_unset("THAW_LAZY_DAEMON", daemon);
+	set_or_unset("THAW_LAZY_MAX_GPU_STARTS", max_gpu);
 	return config_init(c, "/tmp/thaw-test-config-data");
+}
+
+/* config_restores_lazily with its reason, which must never be empty. */
+static bool lazily(const struct thaw_config *c, bool gpu, unsigned gpu_starts, char *why)
+{
+	bool lazy;
+
+	why[0] = '\0';
+	lazy = config_restores_lazily(c, gpu, gpu_starts, why, 160);
+	CHECK(why[0] != '\0');
+	return lazy;
+}
+
+/* thaw's daemon, set by hand: whether build/thaw exists beside this test
+ * depends on what was built. */
+static void thaw_daemon(struct thaw_config *c)
+{
+	snprintf(c->lazy_daemon, sizeof(c->lazy_daemon), "/usr/local/bin/thaw");
 }
 
 int main(void)
 {
 	struct thaw_config c;
+	char why[160];
 
-	/* CRIU's daemon: auto restores CPU functions lazily, GPU ones eagerly. */
-	REQUIRE(init_with(&c, NULL, "criu") == 0);
+	/* CRIU's daemon: auto restores CPU functions lazily, GPU ones eagerly,
+	 * even alone. */
+	REQUIRE(init_with(&c, NULL, "criu", NULL) == 0);
 	CHECK_EQ(c.lazy, CONFIG_LAZY_AUTO);
 	CHECK_STR(c.lazy_daemon, "");
-	CHECK(config_restores_lazily(&c, false));
-	CHECK(!config_restores_lazily(&c, true));
+	CHECK_EQ(c.lazy_max_gpu_starts, CONFIG_LAZY_MAX_GPU_STARTS_DEFAULT);
+	CHECK(lazily(&c, false, 0, why));
+	CHECK(!lazily(&c, true, 1, why));
+	CHECK(strstr(why, "THAW_LAZY_DAEMON=criu") != NULL);
 
-	/* thaw's daemon (the default where a thaw binary is found): auto is
-	 * lazy for both.  Set by hand: whether build/thaw exists beside this
-	 * test depends on what was built. */
-	snprintf(c.lazy_daemon, sizeof(c.lazy_daemon), "/usr/local/bin/thaw");
-	CHECK(config_restores_lazily(&c, false));
-	CHECK(config_restores_lazily(&c, true));
+	/* thaw's daemon (the default where a thaw binary is found), auto, the
+	 * default limit of 2: a GPU function lazily while at most 2 GPU starts,
+	 * this one included, are in flight; eagerly beyond. */
+	thaw_daemon(&c);
+	CHECK_EQ(CONFIG_LAZY_MAX_GPU_STARTS_DEFAULT, 2);
+	CHECK(lazily(&c, true, 1, why)); /* alone: below the limit */
+	CHECK_STR(why, "1 GPU start in flight <= THAW_LAZY_MAX_GPU_STARTS=2");
+	CHECK(lazily(&c, true, 2, why));  /* at it */
+	CHECK(!lazily(&c, true, 3, why)); /* above it */
+	CHECK_STR(why, "3 GPU starts in flight > THAW_LAZY_MAX_GPU_STARTS=2");
+	CHECK(!lazily(&c, true, 8, why));
+	CHECK(!lazily(&c, true, UINT_MAX, why));
+	/* CPU functions are not counted and not limited: lazily whatever the count. */
+	CHECK(lazily(&c, false, 0, why));
+	CHECK(lazily(&c, false, 8, why));
+	CHECK(lazily(&c, false, UINT_MAX, why));
+	/* No why wanted: the same answer. */
+	CHECK(config_restores_lazily(&c, true, 2, NULL, 0));
+	CHECK(!config_restores_lazily(&c, true, 3, NULL, 0));
+	CHECK(config_restores_lazily(&c, true, 1, why, 1) && why[0] == '\0');
 
-	/* THAW_LAZY decides whatever the daemon. */
-	REQUIRE(init_with(&c, "0", NULL) == 0);
+	/* The limit set: 1 (lazy only alone), 0 (GPU always eagerly), -1 (none). */
+	REQUIRE(init_with(&c, NULL, NULL, "1") == 0);
+	CHECK_EQ(c.lazy_max_gpu_starts, 1);
+	thaw_daemon(&c);
+	CHECK(lazily(&c, true, 1, why));
+	CHECK(!lazily(&c, true, 2, why));
+	CHECK(lazily(&c, false, 2, why));
+	REQUIRE(init_with(&c, NULL, NULL, "0") == 0);
+	CHECK_EQ(c.lazy_max_gpu_starts, 0);
+	thaw_daemon(&c);
+	CHECK(!lazily(&c, true, 1, why));
+	CHECK(lazily(&c, false, 1, why));
+	REQUIRE(init_with(&c, NULL, NULL, "-1") == 0);
+	CHECK_EQ(c.lazy_max_gpu_starts, -1);
+	thaw_daemon(&c);
+	CHECK(lazily(&c, true, 1, why));
+	CHECK(lazily(&c, true, 64, why));
+	CHECK(lazily(&c, true, UINT_MAX, why));
+	/* ...but CRIU's daemon keeps GPU functions eager whatever the limit. */
+	c.lazy_daemon[0] = '\0';
+	CHECK(!lazily(&c, true, 1, why));
+	REQUIRE(init_with(&c, NULL, NULL, "") == 0); /* empty: the default */
+	CHECK_EQ(c.lazy_max_gpu_starts, CONFIG_LAZY_MAX_GPU_STARTS_DEFAULT);
+
+	/* THAW_LAZY decides whatever the daemon and the count. */
+	REQUIRE(init_with(&c, "0", NULL, NULL) == 0);
 	CHECK_EQ(c.lazy, CONFIG_LAZY_OFF);
-	CHECK(!config_restores_lazily(&c, false));
-	CHECK(!config_restores_lazily(&c, true));
-	REQUIRE(init_with(&c, "yes", "criu") == 0);
+	thaw_daemon(&c);
+	CHECK(!lazily(&c, false, 0, why));
+	CHECK_STR(why, "THAW_LAZY=0");
+	CHECK(!lazily(&c, true, 1, why));
+	CHECK(!lazily(&c, true, 8, why));
+	REQUIRE(init_with(&c, "yes", "criu", NULL) == 0);
 	CHECK_EQ(c.lazy, CONFIG_LAZY_ON);
-	CHECK(config_restores_lazily(&c, true));
-	REQUIRE(init_with(&c, "auto", "thaw") == 0);
+	CHECK(lazily(&c, true, 1, why));
+	CHECK_STR(why, "THAW_LAZY=1");
+	CHECK(lazily(&c, true, 8, why));
+	CHECK(lazily(&c, false, 8, why));
+	REQUIRE(init_with(&c, "1", NULL, "1") == 0);
+	thaw_daemon(&c);
+	CHECK(lazily(&c, true, UINT_MAX, why));
+	REQUIRE(init_with(&c, "auto", "thaw", NULL) == 0);
 	CHECK_EQ(c.lazy, CONFIG_LAZY_AUTO);
 
 	/* Nonsense is refused, with the variable named. */
-	CHECK_EQ(init_with(&c, "sometimes", NULL), -EINVAL);
-	CHECK_EQ(init_with(&c, NULL, "userfaultd"), -EINVAL);
+	CHECK_EQ(init_with(&c, "sometimes", NULL, NULL), -EINVAL);
+	CHECK_EQ(init_with(&c, NULL, "userfaultd", NULL), -EINVAL);
+	CHECK_EQ(init_with(&c, NULL, NULL, "two"), -EINVAL);
+	CHECK(strstr(log_last_error(), "THAW_LAZY_MAX_GPU_STARTS=two") != NULL);
+	CHECK_EQ(init_with(&c, NULL, NULL, "3x"), -EINVAL);
+	CHECK_EQ(init_with(&c, NULL, NULL, "-2"), -EINVAL);
+	CHECK_EQ(init_with(&c, NULL, NULL, "99999999999"), -EINVAL);
 	return check_failures ? 1 : 0;
 }

@@ -70,6 +70,8 @@ expect_eq "latency range" "$(jget "$T/a.json" '50 <= j["start_latency_ms"]["min"
 expect_eq "phase means" "$(jget "$T/a.json" '[j["phases_mean_ms"][k] for k in ("materialize","criu_restore","gpu_restore","ready","total")]')" \
 	"[11.0, 22.0, 0.0, 33.0, 66.0]"
 expect_eq "tiers" "$(jget "$T/a.json" 'sorted(j["tier"].items())')" "[('disk', 1), ('ram', 5)]"
+expect_eq "restore modes" "$(jget "$T/a.json" 'sorted(j["restore_mode"].items())')" "[('eager', 1), ('lazy', 5)]"
+grep -Eq "^restored: (eager 1, lazy 5|lazy 5, eager 1)$" "$T/a.out" || fail "table does not list the restore modes"
 grep -q "start_http_503 1" "$T/a.out" || fail "table does not list start_http_503 1"
 grep -q "start_timeout 1" "$T/a.out" || fail "table does not list start_timeout 1"
 grep -q "infer_wrong_answer 1" "$T/a.out" || fail "table does not list infer_wrong_answer 1"

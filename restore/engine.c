@@ -1054,6 +1054,7 @@ int engine_materialize(struct store *s, const struct manifest *m, const char *ou
 	ret = map_files(&e, &o);
 	if (ret)
 		goto out;
+	st.setup_seconds = (double)(now_ns() - start) / 1e9;
 	nthreads = run_workers(&e, &o, &st);
 	ret = e.err;
 	if (ret) {

@@ -74,6 +74,8 @@ struct engine_stats {
 	uint64_t holes;         /* hole runs */
 	uint64_t files;
 	double seconds;
+	double setup_seconds;   /* of which before the workers started: the plan, the files,
+				 * the cache sample, the arena */
 	bool direct;            /* O_DIRECT was used for the reads */
 	int cached_percent;     /* ENGINE_DIRECT_AUTO: share of the sampled chunk pages found in
 				 * the page cache; -1 where not looked at */

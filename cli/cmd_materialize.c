@@ -18,11 +18,15 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: thaw materialize [--store DIR] [--out DIR] [--threads N] [--qd N]\n"
 		   "                        [--arena MiB] [--direct auto|on|off]\n"
-		   "                        [--write auto|pwrite|mmap] ID\n\n"
+		   "                        [--write auto|pwrite|mmap] [--take N] ID\n\n"
 		   "Write the image files of snapshot ID (a manifest id or a unique prefix of\n"
 		   "12+ hex digits) out of the store.  With --out, into DIR (which must not\n"
 		   "exist yet); without, into the RAM tier ($THAW_RAM_TIER or /dev/shm/thaw,\n"
-		   "budget $THAW_RAM_TIER_BYTES or half of /dev/shm), and print its path.\n");
+		   "budget $THAW_RAM_TIER_BYTES or half of /dev/shm), and print its path.\n"
+		   "--threads (default: the CPUs), --qd (reads in flight, default %u) and --arena\n"
+		   "(MiB, default %llu) set the engine's size; --take N makes each worker take\n"
+		   "runs of N chunks (default: up to %u, ~2 MiB).\n",
+		ENGINE_DEFAULT_QD, ENGINE_DEFAULT_ARENA >> 20, ENGINE_UNITS_PER_TAKE);
 }
 
 static int parse_uint(const char *s, unsigned long long max, unsigned long long *out)
@@ -158,6 +162,8 @@ int cmd_materialize(int argc, char **argv)
 			o.threads = (unsigned)v;
 		} else if (!strcmp(a, "--qd") && val && !parse_uint(val, 4096, &v)) {
 			o.queue_depth = (unsigned)v;
+		} else if (!strcmp(a, "--take") && val && !parse_uint(val, 1 << 20, &v)) {
+			o.units_per_take = (unsigned)v;
 		} else if (!strcmp(a, "--arena") && val && !parse_uint(val, 1 << 20, &v)) {
 			o.arena_bytes = v << 20;
 		} else if (!strcmp(a, "--direct") && val &&

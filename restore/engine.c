@@ -93,6 +93,7 @@ struct worker { /* one of the pool, with everything it touches per chunk */
 	unsigned nfree;
 	uint32_t *done;  /* slots whose completions are all in */
 	unsigned ndone;
+	size_t take, take_end; /* the distinct chunks it took, not yet queued */
 	unsigned inflight;    /* slots with completions still to come */
 	unsigned unsubmitted; /* of which queued but not yet submitted */
 	char *paths;
@@ -120,6 +121,7 @@ struct eng {
 	size_t arena_len;
 	size_t slot_bytes;
 	unsigned slots_per_worker;
+	size_t units_per_take; /* distinct chunks a worker takes at once */
 	struct worker *workers;
 	unsigned nworkers;
 	atomic_bool direct; /* reads are O_DIRECT; turned off for good where refused */
@@ -397,6 +399,11 @@ static int setup_arena(struct eng *e, struct engine_opts *o)
 	o->threads = (unsigned)MIN((size_t)o->threads, fit);
 	per = (unsigned)MIN((size_t)per, fit / o->threads);
 	e->slots_per_worker = MAX(per, 1u);
+	/* Runs of ~2 MiB (32 chunks of 64 KiB on average), shorter where a few
+	 * long runs would leave workers idle at the end. */
+	e->units_per_take = o->units_per_take ? o->units_per_take
+			    : MAX((size_t)1, MIN((size_t)ENGINE_UNITS_PER_TAKE,
+						 e->nunits / ((size_t)o->threads * 8)));
 	e->arena_len = (size_t)o->threads * e->slots_per_worker * e->slot_bytes;
 	e->arena = mmap(NULL, e->arena_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (e->arena == MAP_FAILED) {
@@ -725,18 +732,29 @@ static bool cancelled(struct eng *e)
 	return atomic_load(&e->stop);
 }
 
-/* Take distinct chunks and queue their reads while there are free slots. */
+/* Take distinct chunks and queue their reads while there are free slots.
+ * Chunks are taken a run at a time: the next one's bytes usually follow the
+ * last one's in the same file, and workers that wrote neighbouring chunks
+ * would share each 2 MiB page (its folio lock and page-table lock) while it
+ * is allocated and mapped. */
 static void fill(struct worker *w)
 {
 	struct eng *e = w->e;
 
 	while (w->nfree && !cancelled(e)) {
-		size_t next = atomic_fetch_add(&e->next_unit, 1);
+		size_t next;
 		unsigned s;
 		int ret;
 
-		if (next >= e->nunits)
-			return;
+		if (w->take == w->take_end) {
+			w->take = atomic_fetch_add(&e->next_unit, e->units_per_take);
+			w->take_end = MIN(w->take + e->units_per_take, e->nunits);
+			if (w->take >= e->nunits) {
+				w->take = w->take_end;
+				return;
+			}
+		}
+		next = w->take++;
 		s = w->freel[--w->nfree];
 		w->slots[s].unit = (uint32_t)next;
 		ret = queue_chunk(w, s);
@@ -1004,6 +1022,7 @@ int engine_materialize(struct store *s, const struct manifest *m, const char *ou
 			o.arena_bytes = opts->arena_bytes;
 		if (opts->threads)
 			o.threads = opts->threads;
+		o.units_per_take = opts->units_per_take;
 	}
 	o.queue_depth = MIN(o.queue_depth, 4096u);
 	memset(&st, 0, sizeof(st));

@@ -27,6 +27,7 @@
 
 #define ENGINE_DEFAULT_ARENA (256ull << 20)
 #define ENGINE_DEFAULT_QD    64
+#define ENGINE_UNITS_PER_TAKE 32 /* ~2 MiB of 64 KiB chunks: see fill() in engine.c */
 
 enum engine_direct {
 	ENGINE_DIRECT_AUTO = 0, /* buffered when a sample of the chunks is mostly in the page
@@ -55,6 +56,8 @@ struct engine_opts {
 				 * per read in flight is used (no more help); where the arena
 				 * holds fewer, fewer reads are in flight, or fewer workers run. */
 	unsigned threads;       /* decode/write workers; 0: online CPUs */
+	unsigned units_per_take; /* distinct chunks a worker takes at once; 0: up to
+				  * ENGINE_UNITS_PER_TAKE, fewer for small snapshots */
 	enum engine_direct direct;
 	enum engine_write write;
 	atomic_bool *cancel;    /* may be NULL; when it turns true the engine stops with -ECANCELED */

@@ -203,8 +203,13 @@ step bench-store bash -c 'set -o pipefail; "$0" --random-mib 1024 --repeat 3 --w
 # and into a huge-page tmpfs (bench/engine.c), with 16 threads; last, since it
 # drops the page cache.  2 runs: about 2-3 minutes; its table into engine.txt.
 step bench-engine timeout -k 10 300 bash -c 'set -o pipefail
-	"$0" --dir /var/tmp/be --threads 16 --runs 2 --clean | tee "$THAW_FIGURES/engine.txt"' \
+	"$0" --dir /var/tmp/be --threads 16 --runs 2 | tee "$THAW_FIGURES/engine.txt"' \
 	"$X/build/bench/engine"
+# How the workers share out the chunks (runs of 1 against runs of 32), on the
+# snapshot bench-engine left, into a huge-page tmpfs, warm.
+step bench-engine-take bash -c 'set -o pipefail; bash bench/engine-take-run.sh /var/tmp/be 3 |
+	tee "$THAW_FIGURES/engine-take.txt"'
+rm -rf /var/tmp/be
 # ==== end of EXTEND ===========================================================
 
 if [ -n "${GPU_ALL_TESTS:-}" ]; then

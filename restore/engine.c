@@ -646,33 +646,44 @@ static void process_slot(struct worker *w, unsigned s)
 		return;
 	}
 	atomic_fetch_add(&e->read, (uint64_t)sl->res);
+	/* Where the checked bytes end up (src), and whether that is already
+	 * occurrence 0's place in its file. */
+	const uint8_t *src;
+	bool in_file;
+
 	if (sl->dest) {
 		ret = chunk_check_raw(sl->buf, (size_t)sl->res, c->hash, first, c->len);
 		if (!ret)
 			atomic_fetch_add(&e->read_into_files, c->len);
+		src = first;
+		in_file = true;
+	} else if (!(first = map_dest(e, o0)) && c->stored == CHUNK_HEADER_SIZE + c->len) {
+		/* Raw, written with pwrite: checked where it was read, no copy. */
+		ret = chunk_check_raw(sl->buf, (size_t)sl->res, c->hash, sl->buf + CHUNK_HEADER_SIZE,
+				      c->len);
+		src = sl->buf + CHUNK_HEADER_SIZE;
+		in_file = false;
 	} else {
 		/* Decoded in place, in the file: one copy.  A chunk that fails its
 		 * check may leave bytes there; the whole output is thrown away then. */
-		if (!first)
-			first = map_dest(e, o0);
 		ret = chunk_decode(w->codec, sl->buf, (size_t)sl->res, c->hash, first ? first : w->raw,
 				   c->len);
+		src = first ? first : w->raw;
+		in_file = first != NULL;
 	}
 	if (ret) {
 		chunk_failed(e, c, o0, ret, log_last_error());
 		return;
 	}
-	if (!first)
-		first = w->raw;
 	for (uint32_t k = 0; k < u->count && !atomic_load(&e->stop); k++) {
 		uint32_t o = e->order[u->first + k];
 		const struct manifest_chunk *d = occ_chunk(e, o);
-		uint8_t *p = k == 0 ? (first == w->raw ? NULL : first) : map_dest(e, o);
+		uint8_t *p = k == 0 ? (in_file ? (uint8_t *)src : NULL) : map_dest(e, o);
 
-		if (p && p != first) {
-			memcpy(p, first, d->len);
+		if (p && p != src) {
+			memcpy(p, src, d->len);
 		} else if (!p) {
-			ret = pwrite_all(e->fds[e->occ[o].file], first, d->len, (off_t)d->off);
+			ret = pwrite_all(e->fds[e->occ[o].file], src, d->len, (off_t)d->off);
 			if (ret) {
 				chunk_failed(e, d, o, ret, strerror(-ret));
 				return;

@@ -13,7 +13,7 @@
 # port, one start to read the manifest again, then thaw-bench --burst BURST
 # (default 8) --repeat ROUNDS (default 3; the rounds one after the other).
 # THAW_LAZY_MAX_GPU_STARTS and THAW_LAZY_DAEMON are thawd's as given (unset:
-# 2 and thaw).  Writes OUTDIR/{auto,lazy,eager}.txt/.json/.svg (lazy:
+# 1 and thaw).  Writes OUTDIR/{auto,lazy,eager}.txt/.json/.svg (lazy:
 # THAW_LAZY=1, eager: 0), OUTDIR/thawd.log (its line per start says lazy or
 # eager and why) and OUTDIR/summary.txt: p50 and p99 of start -> first correct
 # answer per series, and how many starts restored lazily; "figure:" lines too.
@@ -53,7 +53,7 @@ series lazy 1 || exit 1
 series eager 0 || exit 1
 stop_thawd
 
-python3 - "$OUTDIR" "$BURST" "$ROUNDS" "${THAW_LAZY_MAX_GPU_STARTS:-2 (default)}" <<'PY' |
+python3 - "$OUTDIR" "$BURST" "$ROUNDS" "${THAW_LAZY_MAX_GPU_STARTS:-1 (default)}" <<'PY' |
 import json, os, sys
 out, burst, rounds, limit = sys.argv[1:5]
 print("burst of %s starts x %s rounds, warm RAM tier, start -> first correct answer (ms); "

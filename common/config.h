@@ -22,7 +22,12 @@
  * copying is the same, and a saturated machine has nothing to overlap it with). */
 enum config_lazy { CONFIG_LAZY_AUTO, CONFIG_LAZY_ON, CONFIG_LAZY_OFF };
 /* AUTO's limit: lazy while at most this many GPU starts are in flight. */
-#define CONFIG_LAZY_MAX_GPU_STARTS_DEFAULT 2
+/* 1: only a GPU start with no other in flight.  H100, bursts of 8 (RESULTS.md,
+ * "Bursts: lazy, eager, and auto"): all eager p50 4321 ms, all lazy 5113; with 1
+ * the first start of a burst goes lazily (answered in 1.2-1.7 s instead of
+ * ~3.5) and the burst's p50 stays at eager's (4335); with 2 the p50 was 5697
+ * against eager's 5632 in that run, the two lazy ones' copying slowing the rest. */
+#define CONFIG_LAZY_MAX_GPU_STARTS_DEFAULT 1
 
 /* The RAM tier on its own tmpfs with transparent huge pages (restore/tier.h,
  * tier_root_prepare).  AUTO: where it can, and only for the default root
@@ -49,7 +54,7 @@ struct thaw_config {
 	int lazy_max_gpu_starts;     /* AUTO restores a GPU function lazily while at most
 				      * this many GPU starts of this process, this one
 				      * included, are in flight ($THAW_LAZY_MAX_GPU_STARTS;
-				      * default 2; 0: GPU functions always eagerly; -1: no
+				      * default 1; 0: GPU functions always eagerly; -1: no
 				      * limit) */
 	enum config_huge tier_huge;  /* $THAW_TIER_HUGE auto|1|0; default CONFIG_HUGE_AUTO */
 };
@@ -59,7 +64,7 @@ struct thaw_config {
  * start, the GPU starts in flight in this process, this one included (a CPU
  * start's is not looked at).  A pure function of its arguments.  why (NULL,
  * or why_len bytes): the reason in words, for the log ("3 GPU starts in
- * flight > THAW_LAZY_MAX_GPU_STARTS=2"). */
+ * flight > THAW_LAZY_MAX_GPU_STARTS=1"). */
 bool config_restores_lazily(const struct thaw_config *c, bool gpu, unsigned gpu_starts, char *why,
 			    size_t why_len);
 

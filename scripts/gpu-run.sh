@@ -189,7 +189,7 @@ done
 		'POST /generate {"prompt_ids": [1, 450, 4996, 17354, 1701, 29916], "max_new_tokens": 32}' \
 		"\"tokens\": $E2E_GPU_TOKENS" "$THAW_FIGURES/lazy-eager" 3
 # A burst of GPU_BURST (default 8) starts at once, 3 rounds, warm tier, three ways:
-# THAW_LAZY=auto (lazy while at most THAW_LAZY_MAX_GPU_STARTS, default 2, GPU starts
+# THAW_LAZY=auto (lazy while at most THAW_LAZY_MAX_GPU_STARTS, default 1, GPU starts
 # are in flight, eager beyond), 1 and 0; p50/p99 of each in lazy-burst/summary.txt.
 [ -n "${E2E_GPU_TOKENS:-}" ] && [ -f bench/lazy-burst-run.sh ] &&
 	step gpu-llm-lazy-burst bash bench/lazy-burst-run.sh "$THAW_GPU_EXAMPLE" gpu-example \

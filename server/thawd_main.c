@@ -47,7 +47,7 @@ static void usage(FILE *f)
 		"                         single-threaded daemon makes the CUDA restore slower,\n"
 		"                         or in a burst, when more than THAW_LAZY_MAX_GPU_STARTS\n"
 		"                         GPU starts, this one included, are in flight (default\n"
-		"                         2; 0: GPU functions always eagerly; -1: no limit))\n"
+		"                         1; 0: GPU functions always eagerly; -1: no limit))\n"
 		"  --max-starts N         concurrent starts; more answer 503 with Retry-After\n"
 		"                         (THAW_MAX_STARTS; default %u; 0 refuses every start)\n"
 		"  --max-snapshots N      concurrent snapshots, likewise (THAW_MAX_SNAPSHOTS;\n"

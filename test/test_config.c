@@ -60,15 +60,15 @@ int main(void)
 	CHECK(strstr(why, "THAW_LAZY_DAEMON=criu") != NULL);
 
 	/* thaw's daemon (the default where a thaw binary is found), auto, the
-	 * default limit of 2: a GPU function lazily while at most 2 GPU starts,
-	 * this one included, are in flight; eagerly beyond. */
+	 * default limit of 1: a GPU function lazily only while no other GPU start
+	 * is in flight; eagerly beyond. */
 	thaw_daemon(&c);
-	CHECK_EQ(CONFIG_LAZY_MAX_GPU_STARTS_DEFAULT, 2);
-	CHECK(lazily(&c, true, 1, why)); /* alone: below the limit */
-	CHECK_STR(why, "1 GPU start in flight <= THAW_LAZY_MAX_GPU_STARTS=2");
-	CHECK(lazily(&c, true, 2, why));  /* at it */
-	CHECK(!lazily(&c, true, 3, why)); /* above it */
-	CHECK_STR(why, "3 GPU starts in flight > THAW_LAZY_MAX_GPU_STARTS=2");
+	CHECK_EQ(CONFIG_LAZY_MAX_GPU_STARTS_DEFAULT, 1);
+	CHECK(lazily(&c, true, 1, why)); /* alone: at the limit */
+	CHECK_STR(why, "1 GPU start in flight <= THAW_LAZY_MAX_GPU_STARTS=1");
+	CHECK(!lazily(&c, true, 2, why)); /* above it */
+	CHECK_STR(why, "2 GPU starts in flight > THAW_LAZY_MAX_GPU_STARTS=1");
+	CHECK(!lazily(&c, true, 3, why));
 	CHECK(!lazily(&c, true, 8, why));
 	CHECK(!lazily(&c, true, UINT_MAX, why));
 	/* CPU functions are not counted and not limited: lazily whatever the count. */

@@ -352,7 +352,7 @@ static void *cancel_midway(void *arg)
 	return NULL;
 }
 
-/* Slows the engine down (it calls this from its submitting thread), so that
+/* Slows the engine down (it calls this from the calling thread), so that
  * the canceller sees a build directory with data in it whatever the machine. */
 static void slow_progress(uint64_t done, uint64_t total, void *arg)
 {

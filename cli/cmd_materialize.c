@@ -26,7 +26,7 @@ static void usage(FILE *f)
 		   "--threads (default: the CPUs), --qd (reads in flight, default %u) and --arena\n"
 		   "(MiB, default %llu) set the engine's size; --take N makes each worker take\n"
 		   "runs of N chunks (default: up to %u, ~2 MiB).\n",
-		ENGINE_DEFAULT_QD, ENGINE_DEFAULT_ARENA >> 20, ENGINE_UNITS_PER_TAKE);
+		(unsigned)ENGINE_DEFAULT_QD, ENGINE_DEFAULT_ARENA >> 20, (unsigned)ENGINE_UNITS_PER_TAKE);
 }
 
 static int parse_uint(const char *s, unsigned long long max, unsigned long long *out)

@@ -76,17 +76,18 @@ int main(void)
 	CHECK(lazily(&c, false, 8, why));
 	CHECK(lazily(&c, false, UINT_MAX, why));
 	/* No why wanted: the same answer. */
-	CHECK(config_restores_lazily(&c, true, 2, NULL, 0));
-	CHECK(!config_restores_lazily(&c, true, 3, NULL, 0));
+	CHECK(config_restores_lazily(&c, true, 1, NULL, 0));
+	CHECK(!config_restores_lazily(&c, true, 2, NULL, 0));
 	CHECK(config_restores_lazily(&c, true, 1, why, 1) && why[0] == '\0');
 
-	/* The limit set: 1 (lazy only alone), 0 (GPU always eagerly), -1 (none). */
-	REQUIRE(init_with(&c, NULL, NULL, "1") == 0);
-	CHECK_EQ(c.lazy_max_gpu_starts, 1);
+	/* The limit set: 2 (lazy with one other), 0 (GPU always eagerly), -1 (none). */
+	REQUIRE(init_with(&c, NULL, NULL, "2") == 0);
+	CHECK_EQ(c.lazy_max_gpu_starts, 2);
 	thaw_daemon(&c);
-	CHECK(lazily(&c, true, 1, why));
-	CHECK(!lazily(&c, true, 2, why));
-	CHECK(lazily(&c, false, 2, why));
+	CHECK(lazily(&c, true, 2, why));
+	CHECK_STR(why, "2 GPU starts in flight <= THAW_LAZY_MAX_GPU_STARTS=2");
+	CHECK(!lazily(&c, true, 3, why));
+	CHECK(lazily(&c, false, 3, why));
 	REQUIRE(init_with(&c, NULL, NULL, "0") == 0);
 	CHECK_EQ(c.lazy_max_gpu_starts, 0);
 	thaw_daemon(&c);

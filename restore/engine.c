@@ -79,6 +79,14 @@ struct slot {
 
 #define OP_OPEN (1ull << 32) /* user_data of an openat; a read's is its slot */
 
+/* A worker's share of the work list: a contiguous part of it, which the
+ * others take from too once theirs is done.  One cache line each: every take
+ * is an atomic add on it. */
+struct share {
+	_Alignas(64) _Atomic size_t next;
+	size_t end;
+};
+
 struct eng;
 
 struct worker { /* one of the pool, with everything it touches per chunk */
@@ -111,7 +119,7 @@ struct eng {
 	uint32_t *order;
 	struct unit *units;
 	size_t nocc, nunits;
-	_Atomic size_t next_unit; /* the next distinct chunk a worker takes */
+	struct share *shares; /* the work list cut in one share per worker */
 	int *fds;
 	uint8_t **maps; /* each file mapped shared, or NULL: write with pwrite */
 	atomic_bool populate; /* MADV_POPULATE_WRITE works here */
@@ -743,11 +751,37 @@ static bool cancelled(struct eng *e)
 	return atomic_load(&e->stop);
 }
 
-/* Take distinct chunks and queue their reads while there are free slots.
- * Chunks are taken a run at a time: the next one's bytes usually follow the
- * last one's in the same file, and workers that wrote neighbouring chunks
- * would share each 2 MiB page (its folio lock and page-table lock) while it
- * is allocated and mapped. */
+/* Take the next run of distinct chunks: from the worker's own share, else
+ * from the first other share with chunks left.  Returns false when none are.
+ * Runs: the next chunk's bytes usually follow the last one's in the same file,
+ * and workers that wrote neighbouring chunks would share each 2 MiB page (its
+ * folio lock and page-table lock) while it is allocated and mapped (on the
+ * H100, 16 workers: 0.22 s with runs of 32 chunks, 0.45 s one at a time).
+ * Shares: each worker starts in its own part of the snapshot, mostly its own
+ * file, so that pwrite()s do not queue on one file's inode lock, which tmpfs
+ * holds for the copy and the page allocation of every write. */
+static bool take_run(struct worker *w)
+{
+	struct eng *e = w->e;
+	size_t self = (size_t)(w - e->workers);
+
+	for (size_t k = 0; k < e->nworkers; k++) {
+		struct share *sh = &e->shares[(self + k) % e->nworkers];
+		size_t t;
+
+		if (atomic_load_explicit(&sh->next, memory_order_relaxed) >= sh->end)
+			continue;
+		t = atomic_fetch_add(&sh->next, e->units_per_take);
+		if (t < sh->end) {
+			w->take = t;
+			w->take_end = MIN(t + e->units_per_take, sh->end);
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Queue reads of the chunks it takes while the worker has free slots. */
 static void fill(struct worker *w)
 {
 	struct eng *e = w->e;
@@ -757,14 +791,8 @@ static void fill(struct worker *w)
 		unsigned s;
 		int ret;
 
-		if (w->take == w->take_end) {
-			w->take = atomic_fetch_add(&e->next_unit, e->units_per_take);
-			w->take_end = MIN(w->take + e->units_per_take, e->nunits);
-			if (w->take >= e->nunits) {
-				w->take = w->take_end;
-				return;
-			}
-		}
+		if (w->take == w->take_end && !take_run(w))
+			return;
 		next = w->take++;
 		s = w->freel[--w->nfree];
 		w->slots[s].unit = (uint32_t)next;
@@ -960,6 +988,7 @@ static void eng_release(struct eng *e)
 		for (unsigned i = 0; i < e->nworkers; i++)
 			worker_free(&e->workers[i]);
 	free(e->workers);
+	free(e->shares);
 	if (e->arena)
 		munmap(e->arena, e->arena_len);
 	if (e->fds)
@@ -985,6 +1014,15 @@ static unsigned run_workers(struct eng *e, const struct engine_opts *o, const st
 		return 0;
 	}
 	e->nworkers = o->threads;
+	e->shares = aligned_alloc(64, ALIGN_UP(o->threads * sizeof(*e->shares), 64));
+	if (!e->shares) {
+		set_error(e, -ENOMEM, "cannot allocate %u workers", o->threads);
+		return 0;
+	}
+	for (unsigned i = 0; i < o->threads; i++) {
+		atomic_init(&e->shares[i].next, e->nunits * i / o->threads);
+		e->shares[i].end = e->nunits * (i + 1) / o->threads;
+	}
 	for (unsigned i = 0; i < o->threads; i++) {
 		struct worker *w = &e->workers[i];
 		int ret;

@@ -252,8 +252,11 @@ static uint64_t read_tree(const char *path, uint8_t *buf, size_t bs)
 	return total;
 }
 
-/* The copy floor: each image file read sequentially and written into tmpfs. */
-static int copy_tree(const char *from, const char *to, uint8_t *buf, size_t bs, uint64_t *bytes)
+/* Call fn for every regular file under from (recursively) with its twin's
+ * path under to, whose directories are made; stops at fn's first error. */
+typedef int (*file_fn)(const char *from, const char *to, const struct stat *st, void *arg);
+
+static int walk_files(const char *from, const char *to, file_fn fn, void *arg)
 {
 	DIR *d = opendir(from);
 	struct dirent *de;
@@ -274,26 +277,48 @@ static int copy_tree(const char *from, const char *to, uint8_t *buf, size_t bs, 
 		snprintf(q, sizeof(q), "%.2000s/%.255s", to, de->d_name);
 		if (lstat(p, &st))
 			continue;
-		if (S_ISDIR(st.st_mode)) {
-			ret = copy_tree(p, q, buf, bs, bytes);
-			continue;
-		}
-		int in = open(p, O_RDONLY | O_CLOEXEC);
-		int out = open(q, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-		ssize_t n;
-		if (in < 0 || out < 0)
-			ret = -EIO;
-		while (!ret && (n = read(in, buf, bs)) > 0) {
-			ret = write_all(out, buf, (size_t)n);
-			*bytes += (uint64_t)n;
-		}
-		if (in >= 0)
-			close(in);
-		if (out >= 0)
-			close(out);
+		if (S_ISDIR(st.st_mode))
+			ret = walk_files(p, q, fn, arg);
+		else if (S_ISREG(st.st_mode))
+			ret = fn(p, q, &st, arg);
 	}
 	closedir(d);
 	return ret;
+}
+
+struct copy_job {
+	uint8_t *buf;
+	size_t bs;
+	uint64_t *bytes;
+};
+
+static int copy_one(const char *p, const char *q, const struct stat *st, void *arg)
+{
+	struct copy_job *j = arg;
+	int in = open(p, O_RDONLY | O_CLOEXEC);
+	int out = open(q, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	ssize_t n;
+	int ret = 0;
+
+	if (in < 0 || out < 0)
+		ret = -EIO;
+	while (!ret && (n = read(in, j->buf, j->bs)) > 0) {
+		ret = write_all(out, j->buf, (size_t)n);
+		*j->bytes += (uint64_t)n;
+	}
+	if (in >= 0)
+		close(in);
+	if (out >= 0)
+		close(out);
+	return ret;
+}
+
+/* The copy floor: each image file read sequentially and written into tmpfs. */
+static int copy_tree(const char *from, const char *to, uint8_t *buf, size_t bs, uint64_t *bytes)
+{
+	struct copy_job j = { buf, bs, bytes };
+
+	return walk_files(from, to, copy_one, &j);
 }
 
 #ifndef MADV_POPULATE_WRITE
@@ -311,6 +336,7 @@ struct pcopy {
 	uint64_t first_piece[PCOPY_MAX_FILES + 1]; /* prefix sums of pieces */
 	_Atomic uint64_t next;
 	atomic_int err;
+	uint64_t bytes;
 };
 
 static void *pcopy_worker(void *arg)
@@ -341,63 +367,37 @@ static void *pcopy_worker(void *arg)
 	}
 }
 
-/* Open every regular file under from (recursively), its twin under to
- * created, sized and mapped. */
-static int pcopy_add(struct pcopy *pc, const char *from, const char *to, uint64_t *bytes)
+/* Open one regular file of the image, its twin created, sized and mapped. */
+static int pcopy_add(const char *p, const char *q, const struct stat *st, void *arg)
 {
-	DIR *d = opendir(from);
-	struct dirent *de;
-	int ret = 0;
+	struct pcopy *pc = arg;
+	size_t i = pc->nfiles;
+	int out, ret = 0;
 
-	if (!d || mkdir_p(to, 0755)) {
-		if (d)
-			closedir(d);
-		return -EIO;
-	}
-	while (!ret && (de = readdir(d))) {
-		char p[PATH_MAX], q[PATH_MAX];
-		struct stat st;
-		size_t i = pc->nfiles;
-
-		snprintf(p, sizeof(p), "%.2000s/%.255s", from, de->d_name);
-		snprintf(q, sizeof(q), "%.2000s/%.255s", to, de->d_name);
-		if (de->d_name[0] == '.' || lstat(p, &st))
-			continue;
-		if (S_ISDIR(st.st_mode)) {
-			ret = pcopy_add(pc, p, q, bytes);
-			continue;
-		}
-		if (!S_ISREG(st.st_mode))
-			continue;
-		if (!st.st_size) { /* nothing to copy: only the file */
-			int out = open(q, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-			if (out >= 0)
-				close(out);
-			continue;
-		}
-		if (i == PCOPY_MAX_FILES) {
-			ret = -E2BIG;
-			break;
-		}
-		int out = open(q, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-		pc->in[i] = open(p, O_RDONLY | O_CLOEXEC);
-		pc->size[i] = (uint64_t)st.st_size;
-		pc->map[i] = NULL;
-		if (out >= 0 && pc->in[i] >= 0 && ftruncate(out, st.st_size) == 0) {
-			void *m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, out, 0);
-			if (m != MAP_FAILED)
-				pc->map[i] = m;
-		}
-		if (!pc->map[i])
-			ret = -EIO;
+	if (!st->st_size) { /* nothing to copy: only the file */
+		out = open(q, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 		if (out >= 0)
 			close(out);
-		pc->nfiles++;
-		pc->first_piece[pc->nfiles] =
-		    pc->first_piece[i] + (pc->size[i] + PCOPY_PIECE - 1) / PCOPY_PIECE;
-		*bytes += pc->size[i];
+		return out < 0 ? -EIO : 0;
 	}
-	closedir(d);
+	if (i == PCOPY_MAX_FILES)
+		return -E2BIG;
+	out = open(q, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	pc->in[i] = open(p, O_RDONLY | O_CLOEXEC);
+	pc->size[i] = (uint64_t)st->st_size;
+	pc->map[i] = NULL;
+	if (out >= 0 && pc->in[i] >= 0 && ftruncate(out, st->st_size) == 0) {
+		void *m = mmap(NULL, (size_t)st->st_size, PROT_READ | PROT_WRITE, MAP_SHARED, out, 0);
+		if (m != MAP_FAILED)
+			pc->map[i] = m;
+	}
+	if (!pc->map[i])
+		ret = -EIO;
+	if (out >= 0)
+		close(out);
+	pc->nfiles++;
+	pc->first_piece[pc->nfiles] = pc->first_piece[i] + (pc->size[i] + PCOPY_PIECE - 1) / PCOPY_PIECE;
+	pc->bytes += pc->size[i];
 	return ret;
 }
 
@@ -410,7 +410,8 @@ static int pcopy_tree(const char *from, const char *to, unsigned threads, uint64
 
 	if (!pc)
 		return -ENOMEM;
-	ret = pcopy_add(pc, from, to, bytes);
+	ret = walk_files(from, to, pcopy_add, pc);
+	*bytes += pc->bytes;
 	for (n = 0; !ret && n < MIN(threads, 256u); n++)
 		if (pthread_create(&tids[n], NULL, pcopy_worker, pc))
 			break;

@@ -151,13 +151,14 @@ long chunk_encode(struct chunk_codec *c, const void *raw, size_t raw_len, void *
 	return n;
 }
 
-/* The header's checks, shared by both decoders: 0 with *enc, *hpay set, or
- * -EBADMSG logged. */
-static int check_header(const uint8_t *o, size_t obj_len, const char *id, size_t raw_len,
-			uint8_t *enc, uint32_t *payload_len)
+/* The header's checks, shared by both decoders: id gets the chunk's name
+ * (for their messages); 0 with *enc, *hpay set, or -EBADMSG logged. */
+static int check_header(const uint8_t *o, size_t obj_len, const uint8_t expect[CHUNK_HASH_LEN],
+			char id[CHUNK_ID_LEN], size_t raw_len, uint8_t *enc, uint32_t *payload_len)
 {
 	uint32_t hraw, hpay;
 
+	chunk_id_format(expect, id);
 	if (obj_len < CHUNK_HEADER_SIZE || memcmp(o, CHUNK_MAGIC, 4) || o[4] != CHUNK_VERSION ||
 	    o[6] || o[7]) {
 		pr_err("chunk %s: bad header", id);
@@ -209,10 +210,8 @@ int chunk_decode(struct chunk_codec *c, const void *obj, size_t obj_len,
 	char id[CHUNK_ID_LEN];
 	uint32_t hpay;
 	uint8_t enc;
-	int ret;
+	int ret = check_header(o, obj_len, expect, id, raw_len, &enc, &hpay);
 
-	chunk_id_format(expect, id);
-	ret = check_header(o, obj_len, id, raw_len, &enc, &hpay);
 	if (ret)
 		return ret;
 	if (enc == CHUNK_RAW) {
@@ -238,10 +237,8 @@ int chunk_check_raw(const void *header, size_t obj_len, const uint8_t expect[CHU
 	char id[CHUNK_ID_LEN];
 	uint32_t hpay;
 	uint8_t enc;
-	int ret;
+	int ret = check_header(header, obj_len, expect, id, raw_len, &enc, &hpay);
 
-	chunk_id_format(expect, id);
-	ret = check_header(header, obj_len, id, raw_len, &enc, &hpay);
 	if (ret)
 		return ret;
 	if (enc != CHUNK_RAW) {

@@ -93,7 +93,7 @@ struct worker { /* one of the pool, with everything it touches per chunk */
 	struct eng *e;
 	pthread_t tid;
 	struct io_uring ring;
-	bool ring_ok, fixed;
+	bool ring_ok, fixed; /* ring_ok: made (and exited by the worker's thread) */
 	bool ring_files; /* chunks are opened by the ring into fixed file slots */
 	struct slot *slots;
 	unsigned nslots;
@@ -407,11 +407,6 @@ static int setup_arena(struct eng *e, struct engine_opts *o)
 	o->threads = (unsigned)MIN((size_t)o->threads, fit);
 	per = (unsigned)MIN((size_t)per, fit / o->threads);
 	e->slots_per_worker = MAX(per, 1u);
-	/* Runs of ~2 MiB (32 chunks of 64 KiB on average), shorter where a few
-	 * long runs would leave workers idle at the end. */
-	e->units_per_take = o->units_per_take ? o->units_per_take
-			    : MAX((size_t)1, MIN((size_t)ENGINE_UNITS_PER_TAKE,
-						 e->nunits / ((size_t)o->threads * 8)));
 	e->arena_len = (size_t)o->threads * e->slots_per_worker * e->slot_bytes;
 	e->arena = mmap(NULL, e->arena_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (e->arena == MAP_FAILED) {
@@ -635,7 +630,11 @@ static void process_slot(struct worker *w, unsigned s)
 	const struct unit *u = &e->units[sl->unit];
 	uint32_t o0 = e->order[u->first];
 	const struct manifest_chunk *c = occ_chunk(e, o0);
-	uint8_t *first = sl->dest;
+	/* Where the checked bytes end up (src), and whether that is already
+	 * occurrence 0's place in its file. */
+	const uint8_t *src;
+	bool in_file;
+	uint8_t *map0;
 	int ret = 0;
 
 	if (sl->res == -EINVAL && e->direct_mode == ENGINE_DIRECT_AUTO)
@@ -645,27 +644,22 @@ static void process_slot(struct worker *w, unsigned s)
 			     sl->res == -ENOENT ? "missing from the store" : strerror(-sl->res));
 		return;
 	}
-	if (first && (uint32_t)sl->res != c->stored)
+	if (sl->dest && (uint32_t)sl->res != c->stored)
 		ret = reread_into_slot(e, sl, c); /* shorter (or longer) than the manifest says */
-	else if (!first && (uint32_t)sl->res < c->stored)
+	else if (!sl->dest && (uint32_t)sl->res < c->stored)
 		ret = finish_short(e, sl, c);
 	if (ret) {
 		chunk_failed(e, c, o0, ret, strerror(-ret));
 		return;
 	}
 	atomic_fetch_add(&e->read, (uint64_t)sl->res);
-	/* Where the checked bytes end up (src), and whether that is already
-	 * occurrence 0's place in its file. */
-	const uint8_t *src;
-	bool in_file;
-
 	if (sl->dest) {
-		ret = chunk_check_raw(sl->buf, (size_t)sl->res, c->hash, first, c->len);
+		ret = chunk_check_raw(sl->buf, (size_t)sl->res, c->hash, sl->dest, c->len);
 		if (!ret)
 			atomic_fetch_add(&e->read_into_files, c->len);
-		src = first;
+		src = sl->dest;
 		in_file = true;
-	} else if (!(first = map_dest(e, o0)) && c->stored == CHUNK_HEADER_SIZE + c->len) {
+	} else if (!(map0 = map_dest(e, o0)) && c->stored == CHUNK_HEADER_SIZE + c->len) {
 		/* Raw, written with pwrite: checked where it was read, no copy. */
 		ret = chunk_check_raw(sl->buf, (size_t)sl->res, c->hash, sl->buf + CHUNK_HEADER_SIZE,
 				      c->len);
@@ -674,10 +668,10 @@ static void process_slot(struct worker *w, unsigned s)
 	} else {
 		/* Decoded in place, in the file: one copy.  A chunk that fails its
 		 * check may leave bytes there; the whole output is thrown away then. */
-		ret = chunk_decode(w->codec, sl->buf, (size_t)sl->res, c->hash, first ? first : w->raw,
+		ret = chunk_decode(w->codec, sl->buf, (size_t)sl->res, c->hash, map0 ? map0 : w->raw,
 				   c->len);
-		src = first ? first : w->raw;
-		in_file = first != NULL;
+		src = map0 ? map0 : w->raw;
+		in_file = map0 != NULL;
 	}
 	if (ret) {
 		chunk_failed(e, c, o0, ret, log_last_error());
@@ -852,11 +846,9 @@ static void worker_run(struct worker *w)
 	}
 }
 
+/* What a worker leaves once its thread has ended (its ring went with it). */
 static void worker_free(struct worker *w)
 {
-	if (w->ring_ok)
-		io_uring_queue_exit(&w->ring); /* also unregisters its buffers and files */
-	w->ring_ok = false;
 	if (w->slots)
 		for (unsigned i = 0; i < w->nslots; i++)
 			if (w->slots[i].fd >= 0)
@@ -867,11 +859,6 @@ static void worker_free(struct worker *w)
 	free(w->paths);
 	chunk_codec_free(w->codec);
 	free(w->raw);
-	w->slots = NULL;
-	w->freel = w->done = NULL;
-	w->paths = NULL;
-	w->codec = NULL;
-	w->raw = NULL;
 }
 
 static void *worker_main(void *arg)
@@ -881,11 +868,11 @@ static void *worker_main(void *arg)
 
 	if (worker_setup(w, (unsigned)(w - e->workers)) == 0)
 		worker_run(w);
-	/* The ring goes here, on its own thread, once its reads are done; the
-	 * flags that say how it went stay for the stats. */
+	/* The ring goes here, on its own thread, once its reads are done (it
+	 * unregisters its buffers and files); the flags that say how it went
+	 * stay for the stats. */
 	if (w->ring_ok)
 		io_uring_queue_exit(&w->ring);
-	w->ring_ok = false;
 	pthread_mutex_lock(&e->mu);
 	e->running--;
 	pthread_cond_broadcast(&e->done_cv);
@@ -1023,6 +1010,11 @@ static unsigned run_workers(struct eng *e, const struct engine_opts *o, const st
 		atomic_init(&e->shares[i].next, e->nunits * i / o->threads);
 		e->shares[i].end = e->nunits * (i + 1) / o->threads;
 	}
+	/* Runs of ~2 MiB (32 chunks of 64 KiB on average), shorter where a few
+	 * long runs would leave workers idle at the end. */
+	e->units_per_take = o->units_per_take ? o->units_per_take
+			    : MAX((size_t)1, MIN((size_t)ENGINE_UNITS_PER_TAKE,
+						 e->nunits / ((size_t)o->threads * 8)));
 	for (unsigned i = 0; i < o->threads; i++) {
 		struct worker *w = &e->workers[i];
 		int ret;

@@ -15,6 +15,9 @@ const char *cli_data_dir(void);
 const char *cli_store_dir(void);
 void cli_set_data_dir(const char *dir);
 void cli_set_store_dir(const char *dir);
+/* A count from an option or the environment: decimal digits only, 1 to max.
+ * 0 or -EINVAL; *out holds what the digits read as either way. */
+int cli_parse_count(const char *s, unsigned long long max, unsigned long long *out);
 
 int cmd_store(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);

@@ -28,15 +28,6 @@ static void usage(FILE *f)
 		   "Exits 0 once every page is in place, 1 on any error (in the log).\n");
 }
 
-static int parse_num(const char *s, unsigned long max, unsigned long *out)
-{
-	char *end;
-
-	errno = 0;
-	*out = strtoul(s, &end, 10);
-	return errno || end == s || *end || *out == 0 || *out > max ? -EINVAL : 0;
-}
-
 static int open_log(const char *path)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -54,13 +45,13 @@ static int open_log(const char *path)
 /* A slot count: -1 (no limit) or 1..4096. */
 static int parse_slots(const char *s, int *out)
 {
-	unsigned long v;
+	unsigned long long v;
 
 	if (!strcmp(s, "-1")) {
 		*out = -1;
 		return 0;
 	}
-	if (parse_num(s, 4096, &v) || v == 0)
+	if (cli_parse_count(s, 4096, &v) || v == 0)
 		return -1;
 	*out = (int)v;
 	return 0;
@@ -70,13 +61,13 @@ int cmd_lazy_pages(int argc, char **argv)
 {
 	struct lazy_pages_opts o = { .status_fd = -1 };
 	const char *log_file = NULL, *env;
-	unsigned long v;
+	unsigned long long v;
 
 	env = getenv("THAW_LAZY_THREADS");
-	if (env && *env && !parse_num(env, LAZY_PAGES_MAX_THREADS, &v))
+	if (env && *env && !cli_parse_count(env, LAZY_PAGES_MAX_THREADS, &v))
 		o.threads = (unsigned)v;
 	env = getenv("THAW_LAZY_BLOCK_KIB");
-	if (env && *env && !parse_num(env, 1ul << 20, &v))
+	if (env && *env && !cli_parse_count(env, 1ull << 20, &v))
 		o.block_bytes = (uint64_t)v << 10;
 	env = getenv("THAW_LAZY_COPY_SLOTS");
 	if (env && *env && parse_slots(env, &o.copy_slots)) {
@@ -84,7 +75,7 @@ int cmd_lazy_pages(int argc, char **argv)
 		return 2;
 	}
 	env = getenv("THAW_LAZY_PREFETCH_DELAY_MS");
-	if (env && *env && !parse_num(env, 3600000, &v))
+	if (env && *env && !cli_parse_count(env, 3600000, &v))
 		o.prefetch_delay_ms = (unsigned)v;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
@@ -104,22 +95,22 @@ int cmd_lazy_pages(int argc, char **argv)
 		} else if (!strcmp(a, "--log-file")) {
 			log_file = argv[++i];
 		} else if (!strcmp(a, "--status-fd")) {
-			if (parse_num(argv[++i], 1 << 20, &v) && strcmp(argv[i], "0"))
+			if (cli_parse_count(argv[++i], 1 << 20, &v) && strcmp(argv[i], "0"))
 				goto bad;
 			o.status_fd = (int)v;
 		} else if (!strcmp(a, "--threads")) {
-			if (parse_num(argv[++i], LAZY_PAGES_MAX_THREADS, &v))
+			if (cli_parse_count(argv[++i], LAZY_PAGES_MAX_THREADS, &v))
 				goto bad;
 			o.threads = (unsigned)v;
 		} else if (!strcmp(a, "--copy-slots")) {
 			if (parse_slots(argv[++i], &o.copy_slots))
 				goto bad;
 		} else if (!strcmp(a, "--prefetch-delay-ms")) {
-			if (parse_num(argv[++i], 3600000, &v))
+			if (cli_parse_count(argv[++i], 3600000, &v))
 				goto bad;
 			o.prefetch_delay_ms = (unsigned)v;
 		} else if (!strcmp(a, "--block-kib")) {
-			if (parse_num(argv[++i], 1ul << 20, &v) || (v & (v - 1)) || v < 4)
+			if (cli_parse_count(argv[++i], 1ull << 20, &v) || (v & (v - 1)) || v < 4)
 				goto bad;
 			o.block_bytes = (uint64_t)v << 10;
 		} else {

@@ -29,15 +29,6 @@ static void usage(FILE *f)
 		(unsigned)ENGINE_DEFAULT_QD, ENGINE_DEFAULT_ARENA >> 20, (unsigned)ENGINE_UNITS_PER_TAKE);
 }
 
-static int parse_uint(const char *s, unsigned long long max, unsigned long long *out)
-{
-	char *end;
-
-	errno = 0;
-	*out = strtoull(s, &end, 10);
-	return errno || end == s || *end || *out == 0 || *out > max ? -EINVAL : 0;
-}
-
 static void on_progress(uint64_t done, uint64_t total, void *arg)
 {
 	struct progress *p = arg;
@@ -158,13 +149,13 @@ int cmd_materialize(int argc, char **argv)
 			cli_set_store_dir(val);
 		} else if (!strcmp(a, "--out") && val) {
 			out = val;
-		} else if (!strcmp(a, "--threads") && val && !parse_uint(val, 1024, &v)) {
+		} else if (!strcmp(a, "--threads") && val && !cli_parse_count(val, 1024, &v)) {
 			o.threads = (unsigned)v;
-		} else if (!strcmp(a, "--qd") && val && !parse_uint(val, 4096, &v)) {
+		} else if (!strcmp(a, "--qd") && val && !cli_parse_count(val, 4096, &v)) {
 			o.queue_depth = (unsigned)v;
-		} else if (!strcmp(a, "--take") && val && !parse_uint(val, 1 << 20, &v)) {
+		} else if (!strcmp(a, "--take") && val && !cli_parse_count(val, 1 << 20, &v)) {
 			o.units_per_take = (unsigned)v;
-		} else if (!strcmp(a, "--arena") && val && !parse_uint(val, 1 << 20, &v)) {
+		} else if (!strcmp(a, "--arena") && val && !cli_parse_count(val, 1 << 20, &v)) {
 			o.arena_bytes = v << 20;
 		} else if (!strcmp(a, "--direct") && val &&
 			   (!strcmp(val, "auto") || !strcmp(val, "on") || !strcmp(val, "off"))) {

@@ -2,6 +2,7 @@
 #include "cli/cli.h"
 #include "common/log.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,15 @@ void cli_set_data_dir(const char *dir)
 void cli_set_store_dir(const char *dir)
 {
 	store_dir_opt = dir;
+}
+
+int cli_parse_count(const char *s, unsigned long long max, unsigned long long *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtoull(s, &end, 10);
+	return errno || end == s || *end || *out == 0 || *out > max ? -EINVAL : 0;
 }
 
 static const struct command {

@@ -419,7 +419,32 @@ static void test_cancel(struct store *s, const char *id)
 	manifest_free(m);
 }
 
-static char small_fs[PATH_MAX];
+/* Scratch tmpfs mounts of the cases below (at most one at a time), for
+ * cleanup() to remove should a REQUIRE exit mid-case. */
+static char scratch_fs[PATH_MAX];
+
+/* Mount a tmpfs with opts at /dev/shm/thaw-test-engine-NAME-PID; false (and
+ * a line saying the case is not run) where this machine will not. */
+static bool scratch_mount(const char *name, const char *opts)
+{
+	snprintf(scratch_fs, sizeof(scratch_fs), "/dev/shm/thaw-test-engine-%s-%d", name, getpid());
+	REQUIRE(mkdir_p(scratch_fs, 0755) == 0);
+	if (mount("thaw-test", scratch_fs, "tmpfs", 0, opts) == 0)
+		return true;
+	printf("cannot mount a tmpfs with %s (%s): %s case not run\n", opts, strerror(errno), name);
+	rmdir(scratch_fs);
+	scratch_fs[0] = '\0';
+	return false;
+}
+
+static void scratch_unmount(void)
+{
+	if (!scratch_fs[0])
+		return;
+	umount2(scratch_fs, MNT_DETACH);
+	rmdir(scratch_fs);
+	scratch_fs[0] = '\0';
+}
 
 /* A full tmpfs must fail the materialisation with ENOSPC, not kill the
  * process with SIGBUS through the mapping. */
@@ -428,16 +453,10 @@ static void test_full_tmpfs(struct store *s, const char *id)
 	struct manifest *m = NULL;
 	char out[PATH_MAX + 8];
 
-	snprintf(small_fs, sizeof(small_fs), "/dev/shm/thaw-test-engine-small-%d", getpid());
-	REQUIRE(mkdir_p(small_fs, 0755) == 0);
-	if (mount("thaw-test", small_fs, "tmpfs", 0, "size=4m") < 0) {
-		printf("cannot mount a small tmpfs (%s): full-tmpfs case not run\n", strerror(errno));
-		rmdir(small_fs);
-		small_fs[0] = '\0';
+	if (!scratch_mount("small", "size=4m"))
 		return;
-	}
 	REQUIRE(store_manifest_load(s, id, &m, NULL) == 0);
-	snprintf(out, sizeof(out), "%s/out", small_fs);
+	snprintf(out, sizeof(out), "%s/out", scratch_fs);
 	for (int w = ENGINE_WRITE_PWRITE; w <= ENGINE_WRITE_MMAP; w++) {
 		struct engine_opts o;
 
@@ -449,12 +468,8 @@ static void test_full_tmpfs(struct store *s, const char *id)
 		rm_rf(out);
 	}
 	manifest_free(m);
-	umount2(small_fs, MNT_DETACH);
-	rmdir(small_fs);
-	small_fs[0] = '\0';
+	scratch_unmount();
 }
-
-static char huge_fs[PATH_MAX];
 
 /* auto writes through mappings into huge pages (tmpfs huge=within_size), and
  * reads raw chunks straight into them when the store is in the page cache. */
@@ -465,16 +480,10 @@ static void test_huge_target(struct store *s, const char *src, const char *id)
 	struct engine_stats st;
 	char out[PATH_MAX + 8];
 
-	snprintf(huge_fs, sizeof(huge_fs), "/dev/shm/thaw-test-engine-huge-%d", getpid());
-	REQUIRE(mkdir_p(huge_fs, 0755) == 0);
-	if (mount("thaw-test", huge_fs, "tmpfs", 0, "size=256m,huge=within_size") < 0) {
-		printf("cannot mount a huge-page tmpfs (%s): case not run\n", strerror(errno));
-		rmdir(huge_fs);
-		huge_fs[0] = '\0';
+	if (!scratch_mount("huge", "size=256m,huge=within_size"))
 		return;
-	}
 	REQUIRE(store_manifest_load(s, id, &m, NULL) == 0);
-	snprintf(out, sizeof(out), "%s/out", huge_fs);
+	snprintf(out, sizeof(out), "%s/out", scratch_fs);
 	engine_opts_default(&o);
 	o.threads = 2;
 	o.direct = ENGINE_DIRECT_OFF;
@@ -486,22 +495,13 @@ static void test_huge_target(struct store *s, const char *src, const char *id)
 	CHECK(st.mapped);
 	CHECK(st.read_into_files > 0);
 	manifest_free(m);
-	umount2(huge_fs, MNT_DETACH);
-	rmdir(huge_fs);
-	huge_fs[0] = '\0';
+	scratch_unmount();
 }
 
 /* REQUIRE exits: leave nothing behind either way. */
 static void cleanup(void)
 {
-	if (small_fs[0]) {
-		umount2(small_fs, MNT_DETACH);
-		rmdir(small_fs);
-	}
-	if (huge_fs[0]) {
-		umount2(huge_fs, MNT_DETACH);
-		rmdir(huge_fs);
-	}
+	scratch_unmount();
 	char p[PATH_MAX];
 	const char *names[] = { "", "-store", "-out", "-bad", "-cancel" };
 

@@ -1053,7 +1053,7 @@ static int baseline_once(struct bench *b, struct baseline *bl, const struct func
 	struct runner_stdio sio = { -1, -1 };
 	struct drain d = { .fd = { -1, -1 } };
 	const char *kind = "setup";
-	bool have_ns = false, have_ctr = false;
+	bool have_dir = false, have_ns = false, have_ctr = false;
 	const char *tmp;
 	pid_t init = 0;
 	uint64_t t0;
@@ -1066,6 +1066,7 @@ static int baseline_once(struct bench *b, struct baseline *bl, const struct func
 		pr_perror("mkdtemp %s", dir);
 		goto out;
 	}
+	have_dir = true;
 	snprintf(ns, sizeof(ns), "%s/netns", dir);
 	snprintf(bundle, sizeof(bundle), "%s/bundle", dir);
 	snprintf(work, sizeof(work), "%s/work", dir);
@@ -1127,7 +1128,8 @@ out:
 		if (umount2(dir, MNT_DETACH) < 0 && errno != EINVAL && errno != ENOENT)
 			pr_warn("umount %s: %s", dir, strerror(errno));
 	}
-	if (dir[strlen(dir) - 1] != 'X' && rm_rf(dir) < 0)
+	/* Not "the name no longer ends in X": mkdtemp's own letters may. */
+	if (have_dir && rm_rf(dir) < 0)
 		pr_warn("%s is left behind", dir);
 	return ret;
 }
@@ -1153,7 +1155,7 @@ static void run_baselines(struct bench *b)
 	struct thaw_config c;
 	struct runner r;
 	struct func_spec *f = NULL;
-	bool have_img = false;
+	bool made_img = false; /* the directory, whatever copy_image got into it */
 
 	if (!b->cold.requested && !b->plain.requested)
 		return;
@@ -1179,16 +1181,16 @@ static void run_baselines(struct bench *b)
 				 b->baseline_plain_image + 7);
 		else
 			snprintf(src, sizeof(src), "%.4000s", b->baseline_plain_image);
-		if (!mkdtemp(img) || copy_image(src, img) < 0) {
+		made_img = mkdtemp(img) != NULL;
+		if (!made_img || copy_image(src, img) < 0) {
 			snprintf(b->plain.why, sizeof(b->plain.why),
 				 "not available: cannot copy the image %.400s into tmpfs", src);
 			goto out;
 		}
-		have_img = true;
 		run_baseline(b, &b->plain, f, &r, img);
 	}
 out:
-	if (have_img || img[strlen(img) - 1] != 'X')
+	if (made_img)
 		rm_rf(img);
 	spec_free(f);
 }

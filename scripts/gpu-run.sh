@@ -113,6 +113,7 @@ say "== thaw GPU run: $(cat .gpu/PACKED | head -2 | tr '\n' ' ')"
 say "host: $(uname -r), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
 command -v nvidia-smi >/dev/null &&
 	say "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -4 | tr '\n' ';')"
+say "thp: enabled $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null), defrag $(cat /sys/kernel/mm/transparent_hugepage/defrag 2>/dev/null)"
 say "runc: $(runc --version | head -1); criu: $("$THAW_CRIU" --version | awk '/^Version/ {print $2}')"
 
 # step NAME CMD...: run one step under a timeout; PASS/SKIP/FAIL into the summary.

@@ -461,7 +461,7 @@ static const struct method {
 enum { M_NAIVE_SHM = 5, M_NAIVE_TIER, M_COPY_SHM, M_COPY_TIER };
 
 struct row {
-	char how[64]; /* the engine's reads, as it chose them */
+	char how[96]; /* the engine's reads, as it chose them */
 	double secs, cpu; /* of the best round: wall, and CPU (user + system, all threads) */
 	bool ok;
 };
@@ -512,14 +512,16 @@ static int run_one(const struct method *mt, struct store *s, const struct manife
 	case K_ENGINE:
 		oo.direct = mt->direct;
 		ret = engine_materialize(s, m, out, &oo, est);
-		if (est->cached_percent >= 0)
-			snprintf(r->how, sizeof(r->how), "%s, %d%% cached, %s, setup %.0f ms",
-				 est->direct ? "O_DIRECT" : "buffered", est->cached_percent,
-				 est->mapped ? "mmap" : "pwrite", est->setup_seconds * 1e3);
-		else
-			snprintf(r->how, sizeof(r->how), "%s, %s, setup %.0f ms",
-				 est->direct ? "O_DIRECT" : "buffered", est->mapped ? "mmap" : "pwrite",
+		{
+			char cached[24] = "";
+
+			if (est->cached_percent >= 0)
+				snprintf(cached, sizeof(cached), ", %d%% cached", est->cached_percent);
+			snprintf(r->how, sizeof(r->how), "%s%s, %s, %s, setup %.0f ms",
+				 est->direct ? "O_DIRECT" : "buffered", cached,
+				 est->mapped ? "mmap" : "pwrite", est->shares ? "shares" : "one stream",
 				 est->setup_seconds * 1e3);
+		}
 		return ret;
 	case K_NAIVE:
 		return engine_materialize_naive(s, m, out, NULL, est);

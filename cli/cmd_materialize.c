@@ -18,14 +18,17 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: thaw materialize [--store DIR] [--out DIR] [--threads N] [--qd N]\n"
 		   "                        [--arena MiB] [--direct auto|on|off]\n"
-		   "                        [--write auto|pwrite|mmap] [--take N] ID\n\n"
+		   "                        [--write auto|pwrite|mmap] [--take N]\n"
+		   "                        [--order auto|shares|stream] ID\n\n"
 		   "Write the image files of snapshot ID (a manifest id or a unique prefix of\n"
 		   "12+ hex digits) out of the store.  With --out, into DIR (which must not\n"
 		   "exist yet); without, into the RAM tier ($THAW_RAM_TIER or /dev/shm/thaw,\n"
 		   "budget $THAW_RAM_TIER_BYTES or half of /dev/shm), and print its path.\n"
 		   "--threads (default: the CPUs), --qd (reads in flight, default %u) and --arena\n"
 		   "(MiB, default %llu) set the engine's size; --take N makes each worker take\n"
-		   "runs of N chunks (default: up to %u, ~2 MiB).\n",
+		   "runs of N chunks (default: up to %u, ~2 MiB); --order shares starts each\n"
+		   "worker in its own part of the snapshot, --order stream has all of them take\n"
+		   "from one cursor in store order (auto: shares where it writes with pwrite).\n",
 		(unsigned)ENGINE_DEFAULT_QD, ENGINE_DEFAULT_ARENA >> 20, (unsigned)ENGINE_UNITS_PER_TAKE);
 }
 
@@ -45,13 +48,13 @@ static void summary(const char *what, const struct engine_stats *st)
 		snprintf(cached, sizeof(cached), " (%d%% of a sample cached)", st->cached_percent);
 	fprintf(stderr,
 		"%s %s in %.3f s, %.2f GB/s; %llu chunks (%llu read, %s from the store), "
-		"%llu holes (%s); %s reads%s, %s writes, %u threads, queue depth %u\n",
+		"%llu holes (%s); %s reads%s, %s writes, %s, %u threads, queue depth %u\n",
 		what, fmt_bytes(st->logical_bytes, a), st->seconds,
 		st->seconds > 0 ? (double)st->logical_bytes / st->seconds / 1e9 : 0.0,
 		(unsigned long long)st->chunks, (unsigned long long)st->unique_chunks,
 		fmt_bytes(st->read_bytes, b), (unsigned long long)st->holes,
 		fmt_bytes(st->hole_bytes, c), st->direct ? "O_DIRECT" : "buffered", cached,
-		st->mapped ? "mmap" : "pwrite", st->threads,
+		st->mapped ? "mmap" : "pwrite", st->shares ? "shares" : "one stream", st->threads,
 		st->queue_depth);
 }
 
@@ -167,6 +170,11 @@ int cmd_materialize(int argc, char **argv)
 			o.write = !strcmp(val, "pwrite") ? ENGINE_WRITE_PWRITE
 				  : !strcmp(val, "mmap") ? ENGINE_WRITE_MMAP
 							 : ENGINE_WRITE_AUTO;
+		} else if (!strcmp(a, "--order") && val &&
+			   (!strcmp(val, "auto") || !strcmp(val, "shares") || !strcmp(val, "stream"))) {
+			o.order = !strcmp(val, "shares")   ? ENGINE_ORDER_SHARES
+				  : !strcmp(val, "stream") ? ENGINE_ORDER_STREAM
+							   : ENGINE_ORDER_AUTO;
 		} else if (a[0] != '-' && !id) {
 			id = a;
 			continue;

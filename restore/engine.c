@@ -119,7 +119,8 @@ struct eng {
 	uint32_t *order;
 	struct unit *units;
 	size_t nocc, nunits;
-	struct share *shares; /* the work list cut in one share per worker */
+	struct share *shares; /* the work list cut in one share per worker, or one */
+	size_t nshares;
 	int *fds;
 	uint8_t **maps; /* each file mapped shared, or NULL: write with pwrite */
 	atomic_bool populate; /* MADV_POPULATE_WRITE works here */
@@ -753,14 +754,17 @@ static bool cancelled(struct eng *e)
  * H100, 16 workers: 0.22 s with runs of 32 chunks, 0.45 s one at a time).
  * Shares: each worker starts in its own part of the snapshot, mostly its own
  * file, so that pwrite()s do not queue on one file's inode lock, which tmpfs
- * holds for the copy and the page allocation of every write. */
+ * holds for the copy and the page allocation of every write.  Mapped files
+ * have no such lock, and there one share (a stream in store order) keeps a
+ * disk's reads nearly sequential: the H100's cold materialisation ran at
+ * 0.85 GB/s in 16 shares, against 1.4 GB/s for one sequential copy. */
 static bool take_run(struct worker *w)
 {
 	struct eng *e = w->e;
 	size_t self = (size_t)(w - e->workers);
 
-	for (size_t k = 0; k < e->nworkers; k++) {
-		struct share *sh = &e->shares[(self + k) % e->nworkers];
+	for (size_t k = 0; k < e->nshares; k++) {
+		struct share *sh = &e->shares[(self + k) % e->nshares];
 		size_t t;
 
 		if (atomic_load_explicit(&sh->next, memory_order_relaxed) >= sh->end)
@@ -1006,9 +1010,13 @@ static unsigned run_workers(struct eng *e, const struct engine_opts *o, const st
 		set_error(e, -ENOMEM, "cannot allocate %u workers", o->threads);
 		return 0;
 	}
-	for (unsigned i = 0; i < o->threads; i++) {
-		atomic_init(&e->shares[i].next, e->nunits * i / o->threads);
-		e->shares[i].end = e->nunits * (i + 1) / o->threads;
+	e->nshares = o->order == ENGINE_ORDER_SHARES ? o->threads
+		     : o->order == ENGINE_ORDER_STREAM ? 1
+		     : e->mapped		       ? 1
+						       : o->threads;
+	for (size_t i = 0; i < e->nshares; i++) {
+		atomic_init(&e->shares[i].next, e->nunits * i / e->nshares);
+		e->shares[i].end = e->nunits * (i + 1) / e->nshares;
 	}
 	/* Runs of ~2 MiB (32 chunks of 64 KiB on average), shorter where a few
 	 * long runs would leave workers idle at the end. */
@@ -1057,6 +1065,7 @@ int engine_materialize(struct store *s, const struct manifest *m, const char *ou
 		o.progress_arg = opts->progress_arg;
 		o.direct = opts->direct;
 		o.write = opts->write;
+		o.order = opts->order;
 		if (opts->queue_depth)
 			o.queue_depth = opts->queue_depth;
 		if (opts->arena_bytes)
@@ -1144,6 +1153,7 @@ out:
 		st.ring_opens &= e.workers[i].ring_files;
 	}
 	st.mapped = e.mapped;
+	st.shares = e.nshares > 1;
 	st.threads = nthreads;
 	st.queue_depth = nthreads * e.slots_per_worker;
 	st.slots = st.queue_depth;

@@ -45,6 +45,15 @@ enum engine_write {
 };
 #define ENGINE_PWRITE_MAX_THREADS 4
 
+enum engine_order {
+	ENGINE_ORDER_AUTO = 0, /* shares where the files are written with pwrite (the
+				* inode lock), one stream where they are mapped */
+	ENGINE_ORDER_SHARES,   /* each worker starts in its own part of the work list (its
+				* own file, mostly) and steals from the others when done */
+	ENGINE_ORDER_STREAM,   /* all workers take runs from one cursor in store order: the
+				* disk sees one nearly sequential stream */
+};
+
 /* Called from the calling thread, at most ~20 times a second and once at
  * the end: done of total logical bytes (holes count as done from the start). */
 typedef void (*engine_progress_fn)(uint64_t done, uint64_t total, void *arg);
@@ -60,6 +69,7 @@ struct engine_opts {
 				  * ENGINE_UNITS_PER_TAKE, fewer for small snapshots */
 	enum engine_direct direct;
 	enum engine_write write;
+	enum engine_order order;
 	atomic_bool *cancel;    /* may be NULL; when it turns true the engine stops with -ECANCELED */
 	engine_progress_fn progress; /* may be NULL */
 	void *progress_arg;
@@ -84,6 +94,7 @@ struct engine_stats {
 				 * the page cache; -1 where not looked at */
 	bool fixed_buffers;     /* the arena was registered with io_uring */
 	bool mapped;            /* written through shared mappings, not pwrite */
+	bool shares;            /* workers started in shares of the work list, not one stream */
 	bool ring_opens;        /* chunks were opened by io_uring (openat into fixed files) */
 	unsigned threads, queue_depth, slots;
 	uint64_t slot_bytes;

@@ -206,10 +206,15 @@ step bench-store bash -c 'set -o pipefail; "$0" --random-mib 1024 --repeat 3 --w
 step bench-engine timeout -k 10 300 bash -c 'set -o pipefail
 	"$0" --dir /var/tmp/be --threads 16 --runs 2 | tee "$THAW_FIGURES/engine.txt"' \
 	"$X/build/bench/engine"
-# How the workers share out the chunks (runs of 1 against runs of 32), on the
-# snapshot bench-engine left, into a huge-page tmpfs, warm.
-step bench-engine-take bash -c 'set -o pipefail; bash bench/engine-take-run.sh /var/tmp/be 3 |
-	tee "$THAW_FIGURES/engine-take.txt"'
+# How the workers share out the chunks, on the snapshot bench-engine left, into
+# a huge-page tmpfs: runs of 1 against runs of 32 (warm); each worker in its own
+# share against one stream in store order, warm and cold (O_DIRECT).
+step bench-engine-take bash -c 'set -o pipefail; bash bench/engine-ab-run.sh /var/tmp/be 3 warm \
+	"1=--take 1" "32=--take 32" | tee "$THAW_FIGURES/engine-take.txt"'
+step bench-engine-order bash -c 'set -o pipefail; {
+	bash bench/engine-ab-run.sh /var/tmp/be 3 cold "shares=--order shares" "stream=--order stream" &&
+	bash bench/engine-ab-run.sh /var/tmp/be 3 warm "shares=--order shares" "stream=--order stream"
+	} | tee "$THAW_FIGURES/engine-order.txt"'
 rm -rf /var/tmp/be
 # ==== end of EXTEND ===========================================================
 

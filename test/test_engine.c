@@ -218,6 +218,7 @@ static void test_roundtrip(struct store *s, const char *src, const char *id)
 	/* The store is on a disk filesystem here, which takes O_DIRECT. */
 	CHECK(st.direct);
 	CHECK(st.cached_percent >= 0 && st.cached_percent < 50);
+	CHECK_EQ(st.shares, !st.mapped && st.threads > 1); /* auto: shares with pwrite */
 	snprintf(path, sizeof(path), "%s/zero.img", out);
 	CHECK(stat(path, &sb) == 0 && sb.st_blocks == 0);
 
@@ -244,6 +245,14 @@ static void test_roundtrip(struct store *s, const char *src, const char *id)
 	CHECK_EQ(same_tree(m, src, out, true), 0);
 	CHECK(st.mapped);
 	CHECK(st.read_into_files > 0 && st.read_into_files <= st.written_bytes);
+	CHECK(!st.shares); /* auto: mapped files, one stream */
+	/* the other order each way */
+	o.order = ENGINE_ORDER_SHARES;
+	rm_rf(out);
+	CHECK_EQ(engine_materialize(s, m, out, &o, &st), 0);
+	CHECK_EQ(same_tree(m, src, out, true), 0);
+	CHECK_EQ(st.shares, st.threads > 1);
+	o.order = ENGINE_ORDER_AUTO;
 	o.write = ENGINE_WRITE_PWRITE;
 	rm_rf(out);
 	CHECK_EQ(engine_materialize(s, m, out, &o, &st), 0);
@@ -260,6 +269,12 @@ static void test_roundtrip(struct store *s, const char *src, const char *id)
 	CHECK_EQ(engine_materialize(s, m, out, &o, &st), 0);
 	CHECK_EQ(same_tree(m, src, out, true), 0);
 	CHECK(st.direct);
+	CHECK_EQ(st.shares, st.threads > 1); /* auto, writing with pwrite */
+	o.order = ENGINE_ORDER_STREAM;
+	rm_rf(out);
+	CHECK_EQ(engine_materialize(s, m, out, &o, &st), 0);
+	CHECK_EQ(same_tree(m, src, out, true), 0);
+	CHECK(st.direct && !st.shares);
 
 	/* the naive baseline agrees */
 	rm_rf(out);

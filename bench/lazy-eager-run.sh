@@ -18,6 +18,7 @@
 # (the default; 0: not) the lazy series and lazy_done run again with CRIU's
 # (THAW_LAZY_DAEMON=criu) as lazy-criu.txt/.json and lazy_done-criu.txt, and
 # lazy_done*.txt carry the daemon's summary line (thaw's: bytes, MiB/s).
+# LAZY_THREADS="8 14": lazy_done with each count of thaw's copy threads in turn.
 #
 # The baseline (issue 7): the same function snapshotted again as ID-full with
 # "elide_zero": false, its image written out by `thaw materialize` into a
@@ -27,7 +28,7 @@
 # holds the image bytes before and after elision.
 set -u
 if [ $# -lt 5 ]; then
-	sed -n '2,17p' "$0" >&2
+	sed -n '2,28p' "$0" >&2
 	exit 2
 fi
 SPEC=$1 ID=$2 INFER=$3 EXPECT=$4 OUTDIR=$5 REPEAT=${6:-5}
@@ -87,24 +88,35 @@ if [ "${LAZY_CRIU:-1}" = 1 ]; then
 	stop_thawd
 fi
 
-# lazy_done: thaw start --lazy, then wait for the daemon's word.
+# lazy_done: thaw start --lazy, then wait for the daemon's word.  With
+# LAZY_THREADS="N M..." (thaw's daemon) each repetition runs once per count of
+# copy threads (THAW_LAZY_THREADS, and as many copy slots), interleaved.
 lazy_done() { # daemon out
 THAW_LAZY_DAEMON=$1
 : >"$2"
+local threads=default
+[ "$1" = thaw ] && [ -n "${LAZY_THREADS:-}" ] && threads=$LAZY_THREADS
 for i in $(seq 1 "$REPEAT"); do
-	THAW_RAM_TIER=$TIER "$B/thaw" --data-dir "$W/data" start --lazy "$SNAP" >"$W/s.json" 2>"$W/s.err" ||
-		{ echo "thaw start --lazy: $(cat "$W/s.err")"; bad=1; continue; }
+for t in $threads; do
+	if [ "$t" = default ]; then
+		THAW_RAM_TIER=$TIER "$B/thaw" --data-dir "$W/data" start --lazy "$SNAP" >"$W/s.json" 2>"$W/s.err"
+	else
+		THAW_LAZY_THREADS=$t THAW_LAZY_COPY_SLOTS=$t THAW_RAM_TIER=$TIER \
+			"$B/thaw" --data-dir "$W/data" start --lazy "$SNAP" >"$W/s.json" 2>"$W/s.err"
+	fi || { echo "thaw start --lazy: $(cat "$W/s.err")"; bad=1; continue; }
 	iid=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["instance"])' "$W/s.json")
 	for _ in $(seq 600); do
 		d=$("$B/thaw" --data-dir "$W/data" ps --json | python3 -c 'import json,sys
 for r in json.load(sys.stdin):
     if r["instance"] == sys.argv[1]:
-        print(r["state"], r["timings_ms"].get("lazy_done"), r["timings_ms"]["total"])' "$iid")
+        t = r["timings_ms"]
+        print(r["state"], t.get("lazy_done"), t["total"], t.get("criu_restore"), t.get("gpu_restore"))' "$iid")
 		case "$d" in "running None"*) sleep 0.05 ;; *) break ;; esac
 	done
-	echo "start $i: state, lazy_done ms, start total ms: $d" | tee -a "$2"
+	echo "start $i (copy threads $t): state, lazy_done ms, start total ms, criu_restore, gpu_restore: $d" | tee -a "$2"
 	grep -E "lazy-pages: (done|failed)" "$W/data/instances/$iid/lazy-pages.log" 2>/dev/null | tail -n 1 | tee -a "$2"
 	"$B/thaw" --data-dir "$W/data" stop "$iid" >/dev/null
+done
 done
 }
 lazy_done thaw "$OUTDIR/lazy_done.txt"

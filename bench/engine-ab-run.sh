@@ -8,12 +8,15 @@
 #   bench/engine-ab-run.sh DIR ROUNDS warm|cold NAME=FLAGS NAME=FLAGS...
 #
 # e.g. bench/engine-ab-run.sh /var/tmp/be 3 warm '1=--take 1' '32=--take 32'
-# DIR: bench/engine --dir, kept.  FLAGS go to thaw materialize (warm adds
-# --direct off).  Prints each run's summary line and a table of the best and
-# median seconds per setting.  Needs root (it mounts a tmpfs; cold drops caches).
+# DIR: bench/engine --dir, kept (bench/engine --dir DIR --runs 0 makes it).
+# FLAGS go to thaw materialize (warm adds --direct off); where their first
+# word is a path to a program (another build of thaw, to compare commits),
+# that program runs them instead of $THAW_BUILD/thaw.  Prints each run's
+# summary line and a table of the best and median seconds per setting.
+# Needs root (it mounts a tmpfs; cold drops caches).
 set -u
 if [ $# -lt 4 ]; then
-	sed -n '2,14p' "$0" >&2
+	sed -n '2,16p' "$0" >&2
 	exit 2
 fi
 DIR=$1 ROUNDS=$2 CACHE=$3
@@ -28,7 +31,12 @@ trap 'umount "$MNT"; rmdir "$MNT"; rm -f "$TIMES"' EXIT
 [ "$CACHE" = warm ] && find "$DIR/store" -type f -exec cat {} + >/dev/null
 for r in $(seq "$ROUNDS"); do
 	for setting in "$@"; do
-		name=${setting%%=*} flags=${setting#*=}
+		name=${setting%%=*} flags=${setting#*=} thaw=$B/thaw
+		case $flags in /* | ./*)
+			thaw=${flags%% *}
+			flags=${flags#"$thaw"}
+			;;
+		esac
 		rm -rf "$MNT/out"
 		if [ "$CACHE" = cold ]; then
 			sync && echo 3 >/proc/sys/vm/drop_caches || exit 1
@@ -36,7 +44,7 @@ for r in $(seq "$ROUNDS"); do
 			flags="--direct off $flags"
 		fi
 		# shellcheck disable=SC2086 # FLAGS are words for thaw materialize
-		line=$("$B/thaw" materialize --store "$DIR/store" --out "$MNT/out" $flags "$ID" 2>&1 |
+		line=$("$thaw" materialize --store "$DIR/store" --out "$MNT/out" $flags "$ID" 2>&1 |
 			grep '^materialized') || { echo "$name ($flags) failed"; exit 1; }
 		echo "$name round $r ($CACHE): $line"
 		echo "$name $(echo "$line" | sed -n 's/.* in \([0-9.]*\) s,.*/\1/p')" >>"$TIMES"

@@ -18,7 +18,8 @@
  *	  the tier the engine's way, the ceiling its scaling is judged against,
  * and prints GB/s of image (logical) bytes and the ratios as a table.
  * The snapshot stays in DIR for the next run (--fresh rebuilds it, --clean
- * removes it at the end); outputs go to /dev/shm (--out) and are removed.
+ * removes it at the end; --runs 0 only makes it); outputs go to /dev/shm (--out)
+ * and are removed.
  */
 #define LOG_PREFIX "bench: "
 #include "common/log.h"
@@ -602,7 +603,7 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (!mib || !runs || criu_mib > mib || !o.threads || !o.queue_depth || !o.arena_bytes) {
+	if (!mib || criu_mib > mib || !o.threads || !o.queue_depth || !o.arena_bytes) {
 		fprintf(stderr, "bad sizes\n");
 		return 2;
 	}
@@ -656,6 +657,11 @@ int main(int argc, char **argv)
 	       cb[0] ? cb : "none (synthetic heap)");
 	printf("machine: %lu CPUs online; engine: %u threads, queue depth %u, arena %s\n", ncpu,
 	       o.threads, o.queue_depth, fmt_bytes(o.arena_bytes, a));
+	if (!runs) { /* --runs 0: the snapshot is made (or kept), for bench/engine-ab-run.sh */
+		manifest_free(m);
+		store_close(s);
+		return 0;
+	}
 
 	size_t bs = 8 << 20;
 	uint8_t *buf = malloc(bs);

@@ -65,6 +65,10 @@ pack_bin() { # src dst
 for p in thaw thawd; do
 	[ -x $S/$p ] && pack_bin $S/$p "$stage/build/$p"
 done
+# GPU_PACK_OLD=BINARY: a static thaw built at another commit travels as
+# build/thaw-old, for A/B steps such as bench-engine-qd (made by hand:
+# git worktree add DIR COMMIT && make -C DIR STATIC=1 build/static/thaw).
+[ -n "${GPU_PACK_OLD:-}" ] && strip --strip-debug -o "$stage/build/thaw-old" "$GPU_PACK_OLD"
 for t in $S/test/test_*; do
 	[ -x "$t" ] && pack_bin "$t" "$stage/build/test/$(basename "$t")"
 done

@@ -47,6 +47,17 @@ static const char *const readonly_paths[] = {
 static const char criu_conf[] = "network-lock skip\n"
 				"tcp-close\n";
 
+/* And for a restore: the cgroups are runc's.  runc restore creates the
+ * container's cgroups and puts CRIU in them before it asks for the restore,
+ * so the processes CRIU forks start there.  CRIU's default ("soft") would
+ * also mount every controller in a yard of its own and move each task into
+ * the cgroups it is already in, restoring no property (runc made them):
+ * 2-12 ms of every restore on the development machine for nothing.  The
+ * container has no cgroup namespace and no cgroupfs, so it has no cgroups of
+ * its own to restore.  (The option takes its value after '=': a separate
+ * word is not read as one.) */
+static const char criu_restore_conf[] = "manage-cgroups=ignore\n";
+
 static json_t *str_array(const char *const *v, size_t n)
 {
 	json_t *a = json_array();
@@ -310,6 +321,14 @@ static int make_rootfs(const char *rootfs)
 	return 0;
 }
 
+static int write_criu_conf(const char *path, bool restore)
+{
+	char text[sizeof(criu_conf) + sizeof(criu_restore_conf)];
+
+	snprintf(text, sizeof(text), "%s%s", criu_conf, restore ? criu_restore_conf : "");
+	return write_file_atomic(path, text, strlen(text), 0644);
+}
+
 int oci_bundle_write(const char *dir, const struct oci_spec *spec)
 {
 	char absdir[PATH_MAX], rootfs[PATH_MAX + 16], conf[PATH_MAX + 16], cfg[PATH_MAX + 16];
@@ -353,7 +372,7 @@ int oci_bundle_write(const char *dir, const struct oci_spec *spec)
 		pr_err("bundle %s: cannot build config.json", dir);
 		goto out;
 	}
-	ret = write_file_atomic(conf, criu_conf, sizeof(criu_conf) - 1, 0644);
+	ret = write_criu_conf(conf, spec->restore);
 	if (ret)
 		goto out;
 	text = json_dumps(root, JSON_INDENT(1));

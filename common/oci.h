@@ -7,7 +7,8 @@
  * Namespaces: pid, ipc, uts, mount, and network joined by path.  GPU functions
  * get every /dev/nvidia* character device.  The org.criu.config annotation
  * names a CRIU config file (written beside config.json) holding
- * "network-lock skip", since the network namespace is external to CRIU.
+ * "network-lock skip", since the network namespace is external to CRIU, and
+ * for a restore bundle "manage-cgroups=ignore": runc has made the cgroups.
  */
 #ifndef THAW_OCI_H
 #define THAW_OCI_H
@@ -33,6 +34,7 @@ struct oci_spec {
 	bool gpu;                  /* NVIDIA devices and driver directory */
 	const char *hostname;
 	const char *cgroups_path;  /* e.g. "thaw/<id>" so thaw's containers are grouped; NULL: runc's default */
+	bool restore;              /* for runc restore: CRIU leaves the cgroups to runc */
 };
 
 /* Create dir (if needed) and write dir/config.json, dir/rootfs/ and

@@ -362,6 +362,7 @@ static int write_bundle(struct start_ctx *x, const struct func_spec *spec, const
 	o.gpu = spec->gpu;
 	o.hostname = spec->id;
 	o.cgroups_path = cgroup;
+	o.restore = true;
 	return oci_bundle_write(x->bundle, &o);
 }
 

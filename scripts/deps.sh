@@ -64,14 +64,9 @@ if [ ! -x "$PFX/criu" ] || ! criu_ok "$DEPS/criu-wrapper"; then
 	rm -rf "$PFX" && mv "$PFX.new" "$PFX"
 fi
 
-# runc is pointed at this wrapper (runc --criu WRAPPER); it runs the prefix's
-# criu under the prefix's own dynamic loader, so it works on any glibc host.
-# The path is computed at run time so that the folder can travel (GPU machine).
-cat >"$DEPS/criu-wrapper.new" <<'WRAP'
-#!/bin/sh
-d=$(dirname "$(readlink -f "$0")")/criu
-exec "$d/lib/ld-linux-x86-64.so.2" --library-path "$d/lib" "$d/criu" "$@"
-WRAP
+# runc is pointed at the wrapper (runc --criu WRAPPER); scripts/criu-wrapper
+# says what it does.  Installed every time, so that `make deps` updates it.
+cp scripts/criu-wrapper "$DEPS/criu-wrapper.new"
 chmod +x "$DEPS/criu-wrapper.new"
 mv "$DEPS/criu-wrapper.new" "$DEPS/criu-wrapper"
 echo "deps: criu $("$DEPS/criu-wrapper" --version | awk '/^Version:/ {print $2}') at $DEPS/criu-wrapper"

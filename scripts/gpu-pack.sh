@@ -87,7 +87,8 @@ done | sort -u | while read -r name path; do
 done
 
 cp -a .deps/criu "$stage/.deps/criu"
-cp .deps/criu-wrapper "$stage/.deps/criu-wrapper"
+# The wrapper from scripts/, not .deps: a .deps made before it changed holds an old one.
+cp scripts/criu-wrapper "$stage/.deps/criu-wrapper"
 
 runc=$(command -v runc)
 cp -L "$runc" "$stage/runc/runc"
@@ -96,8 +97,12 @@ seccomp=$(ldd "$runc" | awk '$1 ~ /^libseccomp/ {print $3}')
 cat >"$stage/bin/runc" <<'WRAP'
 #!/bin/sh
 # Debian 12's runc with the libseccomp it was built against.  runc re-executes
-# itself (runc init), which finds the library the same way.
-d=$(dirname "$(readlink -f "$0")")/../runc
+# itself (runc init), which finds the library the same way.  Shell built-ins
+# only (as scripts/criu-wrapper): thaw runs runc several times per start.
+p=$0
+[ -L "$p" ] && p=$(readlink -f "$p")
+case $p in */*) ;; *) p=./$p ;; esac
+d=${p%/*}/../runc
 LD_LIBRARY_PATH=$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec "$d/runc" "$@"
 WRAP
 chmod +x "$stage/bin/runc"

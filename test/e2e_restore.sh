@@ -174,8 +174,13 @@ for i in $(seq 1 $N); do
 	seen_ns[$ns]=$i
 	seen_hpid[${HPID[$i]}]=$i
 	[ "$(readlink /proc/${HPID[$i]}/ns/net)" = "$ns" ] || fail "instance $i: host pid ${HPID[$i]} is not in $ns"
+	# In its container's cgroup, thaw/<instance>, in every hierarchy: runc
+	# makes it, CRIU leaves the cgroups to runc (manage-cgroups=ignore).
+	awk -F: -v want="/thaw/${ID[$i]}" 'substr($3, length($3) - length(want) + 1) != want {
+		print; bad = 1 } END { exit bad }' "/proc/${HPID[$i]}/cgroup" ||
+		fail "instance $i: host pid ${HPID[$i]} is not in cgroup thaw/${ID[$i]} everywhere"
 done
-ok "isolation: one pid inside ($pid1), $N host pids, $N network namespaces"
+ok "isolation: one pid inside ($pid1), $N host pids, $N network namespaces, $N cgroups"
 
 # A later start finds the snapshot in the RAM tier.
 "$THAW" --data-dir "$D" start "$FN" >"$W/start5.json" 2>"$W/start5.err" || fail "start by function id: $(cat "$W/start5.err")"

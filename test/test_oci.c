@@ -350,8 +350,19 @@ int main(void)
 	size_t len;
 	CHECK_EQ(read_file(p, &text, &len, 4096), 0);
 	CHECK(text && strstr(text, "network-lock skip"));
+	/* The cgroups are CRIU's to dump, runc's on a restore. */
+	CHECK(text && !strstr(text, "manage-cgroups"));
 	free(text);
+	text = NULL;
 	json_decref(cfg);
+	spec.restore = true;
+	snprintf(bundle, sizeof(bundle), "%s/b-restore", dir);
+	CHECK_EQ(oci_bundle_write(bundle, &spec), 0);
+	snprintf(p, sizeof(p), "%s/criu.conf", bundle);
+	CHECK_EQ(read_file(p, &text, &len, 4096), 0);
+	CHECK(text && strstr(text, "network-lock skip") && strstr(text, "manage-cgroups=ignore\n"));
+	free(text);
+	spec.restore = false;
 
 	/* A user's rootfs is used as it is; GPU functions list their devices. */
 	spec.rootfs = dir;

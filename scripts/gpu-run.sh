@@ -17,7 +17,7 @@
 # The device tool returns at most 8 files from $OUT, hence the archives.
 #
 # Environment: OUT (default ./gpu-out), GPU_STEPS (patterns, space-separated: only
-# steps whose name matches one), GPU_ALL_TESTS=1 (also run every test, CPU ones too),
+# steps whose name contains one; =NAME: that step alone), GPU_ALL_TESTS=1 (also run every test, CPU ones too),
 # GPU_LLM_SKIP=1 (no gpu-llm-selftest), STEP_TIMEOUT (seconds, default 600).
 set -u
 cd "$(dirname "$0")/.."
@@ -122,7 +122,10 @@ step() {
 	shift
 	local pat hit=""
 	for pat in ${GPU_STEPS:-""}; do
-		case "$name" in *$pat*) hit=1 ;; esac
+		case "$pat" in
+		=*) [ "$name" = "${pat#=}" ] && hit=1 ;;
+		*) case "$name" in *$pat*) hit=1 ;; esac ;;
+		esac
 	done
 	[ -n "$hit" ] || [ -z "${GPU_STEPS:-}" ] || return 0
 	echo "---- $name: $*"

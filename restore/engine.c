@@ -421,9 +421,10 @@ static int setup_arena(struct eng *e, struct engine_opts *o)
 	 * fork() rather than sharing them.  thawd forks (netns_create, the
 	 * lazy-pages daemon, runc, the shim) for other starts while one
 	 * materialises, and each such fork copied the arena with thawd's mm
-	 * held: 7 ms with 16 MiB registered (64 slots of 256 KiB chunks, the
-	 * default here), 107 ms at the 256 MiB cap, 0.1 ms without it.  No child
-	 * of ours touches the arena. */
+	 * held: 7 ms with 16 MiB registered (64 slots of 256 KiB), 28.5 ms with
+	 * 64 MiB (256 slots: the default queue depth for O_DIRECT reads), 107 ms
+	 * at the 256 MiB cap, 0.1 ms without it.  No child of ours touches the
+	 * arena. */
 	if (madvise(e->arena, e->arena_len, MADV_DONTFORK) < 0)
 		pr_debug("madvise(MADV_DONTFORK) of the arena: %s", strerror(errno));
 	/* Pinned memory: no page faults in the reads, no swapping mid-restore. */
@@ -765,9 +766,9 @@ static bool cancelled(struct eng *e)
  * Shares: each worker starts in its own part of the snapshot, mostly its own
  * file, so that pwrite()s do not queue on one file's inode lock, which tmpfs
  * holds for the copy and the page allocation of every write.  Mapped files
- * have no such lock, and there one share (a stream in store order) keeps a
- * disk's reads nearly sequential: the H100's cold materialisation ran at
- * 0.85 GB/s in 16 shares, against 1.4 GB/s for one sequential copy. */
+ * have no such lock; there all workers take from one share, a stream in
+ * store order (on the H100, 16 workers, shares and one stream ran alike,
+ * cold and warm: engine-order in bench/RESULTS.md). */
 static bool take_run(struct worker *w)
 {
 	struct eng *e = w->e;

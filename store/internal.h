@@ -12,15 +12,16 @@
 
 /* Manifests are content-addressed: one parsed and checked is good for as long
  * as its file is the same file, unchanged (inode, size and mtime, not ctime; a
- * file damaged by a write is read and checked again).  A few are kept, as
- * reading and checking the manifest of a multi-GB image costs ~0.3 s, on every
- * start (bench/RESULTS.md). */
+ * file damaged by a write is read and checked again).  The last used are
+ * kept, within a count and a byte budget, as reading and checking the
+ * manifest of a multi-GB image costs ~0.3 s, on every start (bench/RESULTS.md). */
 
 struct store_cached_manifest {
 	uint8_t hash[CHUNK_HASH_LEN];
 	struct manifest *m; /* NULL: a free slot */
 	struct stat st;	    /* of its file when it was read */
 	uint64_t used;	    /* for least recently used */
+	size_t bytes;	    /* manifest_mem_bytes(m) */
 };
 
 struct store {
@@ -28,6 +29,7 @@ struct store {
 	int dirfd; /* the store directory, for syncfs() and short name lookups */
 	pthread_mutex_t cache_mu;
 	uint64_t cache_clock;
+	uint64_t cache_bytes, cache_budget; /* held by the cache, and the most it may */
 	atomic_uint_fast64_t manifest_reads; /* see store_manifest_reads() */
 	struct store_cached_manifest cache[STORE_MANIFEST_CACHE];
 };

@@ -78,6 +78,19 @@ fail:
 	return NULL;
 }
 
+size_t manifest_mem_bytes(const struct manifest *m)
+{
+	size_t n = sizeof(*m) + strlen(m->name) + strlen(m->created) + 2 +
+		   m->nfiles * sizeof(*m->files);
+	char *meta = json_dumps(m->meta, JSON_COMPACT);
+
+	n += meta ? strlen(meta) : 0;
+	free(meta);
+	for (size_t i = 0; i < m->nfiles; i++)
+		n += strlen(m->files[i].path) + 1 + m->files[i].nchunks * sizeof(*m->files[i].chunks);
+	return n;
+}
+
 /* A string member without NUL bytes, or NULL (reason logged). */
 static const char *get_string(json_t *obj, const char *key, const char *where)
 {

@@ -64,6 +64,9 @@ struct manifest *manifest_new(const char *name);
 void manifest_free(struct manifest *m); /* NULL is fine */
 /* A deep copy of m (you own it), or NULL when out of memory. */
 struct manifest *manifest_copy(const struct manifest *m);
+/* About how much memory m holds (its files, chunk lists and strings; the
+ * metadata counted as its serialised size). */
+size_t manifest_mem_bytes(const struct manifest *m);
 
 /* Parse and check len bytes of JSON.  0 and *out (you own it), or -EINVAL with
  * the reason logged (pr_err, so log_last_error() tells it). */

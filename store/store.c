@@ -29,6 +29,7 @@ struct store *store_open(const char *dir)
 	}
 	s->dirfd = -1;
 	pthread_mutex_init(&s->cache_mu, NULL);
+	s->cache_budget = STORE_MANIFEST_CACHE_BYTES;
 	s->dir = strdup(dir);
 	if (!s->dir)
 		goto err;

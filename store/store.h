@@ -66,8 +66,14 @@ int store_put(struct store *s, const char *name, const char *const *paths, size_
  * least 12 digits is accepted too).  -ENOENT if there is none. */
 int store_manifest_load(struct store *s, const char *id, struct manifest **out,
 			char full_id[CHUNK_ID_LEN]);
-/* How many parsed manifests a store object keeps (the last used). */
-#define STORE_MANIFEST_CACHE 8
+/* A store object keeps the last used parsed manifests: at most this many,
+ * holding at most STORE_MANIFEST_CACHE_BYTES (store_set_manifest_cache_bytes
+ * changes it).  A 3.2 GB GPU image's manifest holds ~3 MB parsed and costs
+ * ~0.1-0.5 s to read and check, so that every function of a busy thawd keeps
+ * its manifest parsed. */
+#define STORE_MANIFEST_CACHE	   64
+#define STORE_MANIFEST_CACHE_BYTES (256ull << 20)
+void store_set_manifest_cache_bytes(struct store *s, uint64_t bytes);
 
 /* How many manifest files this store object has read and checked: the loads
  * its cache of parsed manifests could not answer (a put leaves the manifest it

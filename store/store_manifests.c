@@ -142,37 +142,75 @@ static struct manifest *cache_get(struct store *s, const uint8_t hash[CHUNK_HASH
 	return m;
 }
 
+/* Forget entry e; s->cache_mu held. */
+static void cache_evict(struct store *s, struct store_cached_manifest *e)
+{
+	manifest_free(e->m);
+	e->m = NULL;
+	s->cache_bytes -= e->bytes;
+	e->bytes = 0;
+}
+
+/* The least recently used entry other than keep, or NULL; s->cache_mu held. */
+static struct store_cached_manifest *cache_lru(struct store *s, const struct store_cached_manifest *keep)
+{
+	struct store_cached_manifest *lru = NULL;
+
+	for (size_t i = 0; i < STORE_MANIFEST_CACHE; i++) {
+		struct store_cached_manifest *e = &s->cache[i];
+
+		if (e->m && e != keep && (!lru || e->used < lru->used))
+			lru = e;
+	}
+	return lru;
+}
+
 /* Keep a copy of m, read from the file st describes, under hash (in its old
- * slot, a free one, else the least recently used); out of memory, it is
- * simply not kept. */
+ * slot, a free one, else the least recently used's), evicting the least
+ * recently used others until the cache is within its byte budget; a manifest
+ * larger than the budget, or out of memory, is simply not kept. */
 void store_manifest_cache_put(struct store *s, const uint8_t hash[CHUNK_HASH_LEN],
 			      const struct stat *st, const struct manifest *m)
 {
-	struct store_cached_manifest *slot;
-	struct manifest *c;
+	struct store_cached_manifest *slot, *lru;
+	size_t bytes = manifest_mem_bytes(m);
+	struct manifest *c = bytes <= s->cache_budget ? manifest_copy(m) : NULL;
 
 	pthread_mutex_lock(&s->cache_mu);
 	slot = cache_find(s, hash); /* read again from a changed file: replace it */
+	if (slot)
+		cache_evict(s, slot);
+	if (!c)
+		goto out;
 	if (!slot) {
-		slot = &s->cache[0];
-		for (size_t i = 0; i < STORE_MANIFEST_CACHE; i++) {
-			struct store_cached_manifest *e = &s->cache[i];
-			if (!e->m) {
-				slot = e;
-				break;
-			}
-			if (e->used < slot->used)
-				slot = e;
+		for (size_t i = 0; i < STORE_MANIFEST_CACHE && !slot; i++)
+			if (!s->cache[i].m)
+				slot = &s->cache[i];
+		if (!slot) {
+			slot = cache_lru(s, NULL);
+			cache_evict(s, slot);
 		}
 	}
-	c = manifest_copy(m);
-	if (c) {
-		manifest_free(slot->m);
-		slot->m = c;
-		slot->st = *st;
-		memcpy(slot->hash, hash, CHUNK_HASH_LEN);
-		slot->used = ++s->cache_clock;
-	}
+	while (s->cache_bytes + bytes > s->cache_budget && (lru = cache_lru(s, slot)))
+		cache_evict(s, lru);
+	slot->m = c;
+	slot->st = *st;
+	slot->bytes = bytes;
+	memcpy(slot->hash, hash, CHUNK_HASH_LEN);
+	slot->used = ++s->cache_clock;
+	s->cache_bytes += bytes;
+out:
+	pthread_mutex_unlock(&s->cache_mu);
+}
+
+void store_set_manifest_cache_bytes(struct store *s, uint64_t bytes)
+{
+	struct store_cached_manifest *lru;
+
+	pthread_mutex_lock(&s->cache_mu);
+	s->cache_budget = bytes;
+	while (s->cache_bytes > bytes && (lru = cache_lru(s, NULL)))
+		cache_evict(s, lru);
 	pthread_mutex_unlock(&s->cache_mu);
 }
 
@@ -188,10 +226,8 @@ static void cache_drop(struct store *s, const uint8_t hash[CHUNK_HASH_LEN])
 
 	pthread_mutex_lock(&s->cache_mu);
 	e = cache_find(s, hash);
-	if (e) {
-		manifest_free(e->m);
-		e->m = NULL;
-	}
+	if (e)
+		cache_evict(s, e);
 	pthread_mutex_unlock(&s->cache_mu);
 }
 

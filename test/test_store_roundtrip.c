@@ -261,22 +261,61 @@ int main(void)
 	CHECK(json_object_get(m1->meta, "changed") == NULL);
 	manifest_free(m1);
 	manifest_free(m2);
-	/* More manifests than the cache holds, twice over: each load is still
-	 * the manifest asked for, whatever was evicted meanwhile. */
+	/* Every manifest loaded, twice, under three byte budgets: each load is
+	 * still the manifest asked for, whatever was evicted meanwhile.  The
+	 * default budget keeps them all (more than the 8 an earlier cache held):
+	 * the second round reads no file.  A budget of one byte keeps none: every
+	 * load reads.  A budget of about two keeps the last used. */
 	REQUIRE(store_list(s, &list) == 0);
-	REQUIRE(json_array_size(list) > STORE_MANIFEST_CACHE_TEST_MIN);
-	for (int round = 0; round < 2; round++) {
-		for (size_t i = 0; i < json_array_size(list); i++) {
-			const char *mid = json_string_value(
-			    json_object_get(json_array_get(list, i), "id"));
-			char got[CHUNK_ID_LEN];
-			REQUIRE(mid && store_manifest_load(s, mid, &m1, got) == 0);
-			CHECK_STR(got, mid);
-			CHECK_EQ(m1->nfiles, json_integer_value(json_object_get(
-						 json_array_get(list, i), "files")));
+	size_t nman = json_array_size(list);
+	REQUIRE(nman > STORE_MANIFEST_CACHE_TEST_MIN);
+	const uint64_t budgets[] = {STORE_MANIFEST_CACHE_BYTES, 1, 0};
+	for (size_t b = 0; b < ARRAY_SIZE(budgets); b++) {
+		uint64_t budget = budgets[b];
+		uint64_t before_round2 = 0;
+
+		if (!budget) { /* room for the largest two and a half */
+			for (size_t i = 0; i < nman; i++) {
+				REQUIRE(store_manifest_load(s, json_string_value(json_object_get(
+						json_array_get(list, i), "id")), &m1, NULL) == 0);
+				budget = MAX(budget, (uint64_t)manifest_mem_bytes(m1) * 5 / 2);
+				manifest_free(m1);
+			}
+		}
+		store_set_manifest_cache_bytes(s, budget);
+		for (int round = 0; round < 2; round++) {
+			if (round == 1)
+				before_round2 = store_manifest_reads(s);
+			for (size_t i = 0; i < nman; i++) {
+				const char *mid = json_string_value(
+				    json_object_get(json_array_get(list, i), "id"));
+				char got[CHUNK_ID_LEN];
+				REQUIRE(mid && store_manifest_load(s, mid, &m1, got) == 0);
+				CHECK_STR(got, mid);
+				CHECK_EQ(m1->nfiles, json_integer_value(json_object_get(
+							 json_array_get(list, i), "files")));
+				manifest_free(m1);
+			}
+		}
+		uint64_t round2 = store_manifest_reads(s) - before_round2;
+		printf("manifest cache, budget %llu bytes: %llu of %zu loads read the file\n",
+		       (unsigned long long)budget, (unsigned long long)round2, nman);
+		if (b == 0)
+			CHECK_EQ(round2, 0);
+		else if (b == 1)
+			CHECK_EQ(round2, nman);
+		else {
+			/* In order, each evicts the oldest: loads read again... */
+			CHECK(round2 > 0);
+			/* ...but the last one loaded is kept. */
+			uint64_t r = store_manifest_reads(s);
+			REQUIRE(store_manifest_load(s, json_string_value(json_object_get(
+					json_array_get(list, nman - 1), "id")), &m1, NULL) == 0);
 			manifest_free(m1);
+			CHECK_EQ(store_manifest_reads(s), r);
 		}
 	}
+	store_set_manifest_cache_bytes(s, STORE_MANIFEST_CACHE_BYTES);
 	json_decref(list);
 	/* Another store object on the same directory (a restarted thawd) has
 	 * nothing cached: its first load reads the file, its second does not. */

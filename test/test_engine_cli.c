@@ -106,6 +106,20 @@ int main(void)
 	free(o);
 	CHECK_EQ(run(&o, "%s materialize --store %s --bogus %s", thaw, sdir, id), 2);
 	free(o);
+	/* the work order: each name is taken and said in the summary, a bad one refused */
+	for (int k = 0; k < 2; k++) {
+		static const char *const order[] = {"shares", "stream"};
+		static const char *const said[] = {", shares,", ", one stream,"};
+
+		rm_rf(out);
+		CHECK_EQ(run(&o, "THAW_NO_PROGRESS=1 %s materialize --store %s --out %s --threads 2 "
+			     "--write pwrite --order %s %s", thaw, sdir, out, order[k], id), 0);
+		CHECK(strstr(o, said[k]) != NULL);
+		free(o);
+		CHECK(same_file(a, b));
+	}
+	CHECK_EQ(run(&o, "%s materialize --store %s --order sideways %s", thaw, sdir, id), 2);
+	free(o);
 
 	/* into the RAM tier, by a 16-digit prefix: a miss, then a hit */
 	CHECK_EQ(run(&o, "THAW_RAM_TIER=%s THAW_RAM_TIER_BYTES=%u %s materialize --store %s %.23s",

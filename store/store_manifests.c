@@ -151,15 +151,18 @@ static void cache_evict(struct store *s, struct store_cached_manifest *e)
 	e->bytes = 0;
 }
 
-/* The least recently used entry other than keep, or NULL; s->cache_mu held. */
-static struct store_cached_manifest *cache_lru(struct store *s, const struct store_cached_manifest *keep)
+#define NO_SLOT STORE_MANIFEST_CACHE
+
+/* The least recently used entry but the one in slot keep (NO_SLOT: none
+ * kept), or NULL; s->cache_mu held. */
+static struct store_cached_manifest *cache_lru(struct store *s, size_t keep)
 {
 	struct store_cached_manifest *lru = NULL;
 
 	for (size_t i = 0; i < STORE_MANIFEST_CACHE; i++) {
 		struct store_cached_manifest *e = &s->cache[i];
 
-		if (e->m && e != keep && (!lru || e->used < lru->used))
+		if (i != keep && e->m && (!lru || e->used < lru->used))
 			lru = e;
 	}
 	return lru;
@@ -187,11 +190,12 @@ void store_manifest_cache_put(struct store *s, const uint8_t hash[CHUNK_HASH_LEN
 			if (!s->cache[i].m)
 				slot = &s->cache[i];
 		if (!slot) {
-			slot = cache_lru(s, NULL);
+			slot = cache_lru(s, NO_SLOT);
 			cache_evict(s, slot);
 		}
 	}
-	while (s->cache_bytes + bytes > s->cache_budget && (lru = cache_lru(s, slot)))
+	while (s->cache_bytes + bytes > s->cache_budget &&
+	       (lru = cache_lru(s, (size_t)(slot - s->cache))))
 		cache_evict(s, lru);
 	slot->m = c;
 	slot->st = *st;
@@ -209,7 +213,7 @@ void store_set_manifest_cache_bytes(struct store *s, uint64_t bytes)
 
 	pthread_mutex_lock(&s->cache_mu);
 	s->cache_budget = bytes;
-	while (s->cache_bytes > bytes && (lru = cache_lru(s, NULL)))
+	while (s->cache_bytes > bytes && (lru = cache_lru(s, NO_SLOT)))
 		cache_evict(s, lru);
 	pthread_mutex_unlock(&s->cache_mu);
 }

@@ -165,18 +165,81 @@ static int writev_all(int fd, struct iovec *iov, int n)
 	return 0;
 }
 
-/* store_write_object() of the bytes of iov, to name under dfd.  Chunk and temp
- * names are resolved from the store's directory fd, not from its path: a walk
- * of two or three components instead of the whole path, three times per chunk.
- * (Not from fds of tmp/ and chunks/: gc replaces tmp/, also from another
- * process, and a held fd would then name a deleted directory.) */
+/* name's directory (under dfd) into dir: the part before its last '/'. */
+static void dir_of(const char *name, char dir[PATH_MAX])
+{
+	const char *slash = strrchr(name, '/');
+
+	snprintf(dir, PATH_MAX, "%.*s", slash ? (int)(slash - name) : 1, slash ? name : ".");
+}
+
+/* Write iov into a file with no name yet, in name's directory (made if
+ * missing), and link it there as name: the name appears only with its whole
+ * content, and a crash before the link leaves nothing (the kernel frees an
+ * unlinked inode).  Each chunk directory is locked only for its own link,
+ * where temp names in tmp/ made every create and every rename of all the
+ * writers take tmp/'s lock (ext4, 2 writers: a quarter of a put's CPU time
+ * spinning on it).  1 written, 0 already there, -errno; -EOPNOTSUPP where
+ * the filesystem has no O_TMPFILE (the caller then uses a named temp). */
+static int write_unnamed(struct store *s, int dfd, const char *name, struct iovec *iov, int iovcnt,
+			 bool sync)
+{
+	char dir[PATH_MAX], proc[64];
+	int fd, ret, r;
+
+	dir_of(name, dir);
+	fd = openat(dfd, dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0444);
+	if (fd < 0 && errno == ENOENT) { /* the chunks/xx/ directory is made on first use */
+		if (mkdirat(dfd, dir, 0755) < 0 && errno != EEXIST)
+			return -errno;
+		fd = openat(dfd, dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0444);
+	}
+	if (fd < 0)
+		return errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL ? -EOPNOTSUPP : -errno;
+	ret = writev_all(fd, iov, iovcnt);
+	if (ret == 0 && sync && fsync(fd) < 0)
+		ret = -errno;
+	/* Start writeback now so that the syncfs() before the manifest finds little to do. */
+	if (ret == 0 && !sync)
+		sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+	if (ret == 0) {
+		/* AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; /proc/self/fd does not. */
+		r = linkat(fd, "", dfd, name, AT_EMPTY_PATH);
+		if (r < 0 && (errno == EPERM || errno == ENOENT)) {
+			snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+			r = linkat(AT_FDCWD, proc, dfd, name, AT_SYMLINK_FOLLOW);
+		}
+		ret = r == 0 ? 1 : errno == EEXIST ? 0 : -errno; /* content addressed: the same bytes */
+	}
+	if (close(fd) < 0 && ret > 0)
+		ret = -errno;
+	if (ret < 0)
+		pr_err("cannot put %s%s%s in place: %s", dfd == AT_FDCWD ? "" : s->dir,
+		       dfd == AT_FDCWD ? "" : "/", name, strerror(-ret));
+	return ret;
+}
+
+/* store_write_object() of the bytes of iov, to name under dfd: unnamed and
+ * linked (write_unnamed) unless it replaces an object, else through a named
+ * temp in tmp/ and a rename.  Chunk and temp names are resolved from the
+ * store's directory fd, not from its path: a walk of two or three components
+ * instead of the whole path.  (Not from fds of tmp/ and chunks/: gc replaces
+ * tmp/, also from another process, and a held fd would then name a deleted
+ * directory.) */
 static int write_at(struct store *s, int dfd, const char *name, struct iovec *iov, int iovcnt,
 		    bool sync, bool replace)
 {
 	static atomic_ulong counter;
+	static atomic_bool no_tmpfile;
 	char tmp[64];
 	int fd = -1, ret;
 
+	if (!replace && !atomic_load(&no_tmpfile)) {
+		ret = write_unnamed(s, dfd, name, iov, iovcnt, sync);
+		if (ret != -EOPNOTSUPP)
+			return ret;
+		atomic_store(&no_tmpfile, true);
+	}
 	snprintf(tmp, sizeof(tmp), "tmp/%d.%d.%lu", getpid(), gettid(),
 		 atomic_fetch_add(&counter, 1));
 	fd = openat(s->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
@@ -188,7 +251,6 @@ static int write_at(struct store *s, int dfd, const char *name, struct iovec *io
 	ret = writev_all(fd, iov, iovcnt);
 	if (ret == 0 && sync && fsync(fd) < 0)
 		ret = -errno;
-	/* Start writeback now so that the syncfs() before the manifest finds little to do. */
 	if (ret == 0 && !sync)
 		sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
 	if (close(fd) < 0 && ret == 0)
@@ -201,8 +263,7 @@ static int write_at(struct store *s, int dfd, const char *name, struct iovec *io
 	if (r < 0 && errno == ENOENT && strchr(name, '/')) {
 		/* The chunks/xx/ directory is made on first use. */
 		char dir[PATH_MAX];
-		snprintf(dir, sizeof(dir), "%s", name);
-		*strrchr(dir, '/') = '\0';
+		dir_of(name, dir);
 		if (mkdirat(dfd, dir, 0755) < 0 && errno != EEXIST) {
 			ret = -errno;
 			pr_perror("cannot create %s%s%s", dfd == AT_FDCWD ? "" : s->dir,

@@ -136,6 +136,21 @@ int main(void)
 				damage(s, mid, &m->files[f].chunks[picks[p]], m->files[f].path,
 				       how);
 	}
+	/* A chunk object cut into its header (an impossible size, as a power
+	 * loss can leave): a put of the same bytes writes it anew over it,
+	 * through a named temp in tmp/ and a rename, and leaves no temp. */
+	{
+		const struct manifest_chunk *c = &m->files[0].chunks[1];
+		char cpath[PATH_MAX], tmpdir[PATH_MAX + 8], again[CHUNK_ID_LEN];
+
+		store_chunk_path(s, c->hash, cpath, sizeof(cpath));
+		REQUIRE(chmod(cpath, 0644) == 0 && truncate(cpath, 7) == 0);
+		CHECK_EQ(store_verify(s, NULL, NULL), 1);
+		REQUIRE(store_put(s, "again", paths, 2, NULL, false, again, NULL) == 0);
+		CHECK_EQ(store_verify(s, NULL, NULL), 0);
+		snprintf(tmpdir, sizeof(tmpdir), "%s/tmp", dir);
+		CHECK_EQ(count_entries(tmpdir), 0);
+	}
 	/* A damaged manifest is reported by its id. */
 	char mpath[PATH_MAX];
 	struct seen seen = {0};

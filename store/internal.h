@@ -38,10 +38,12 @@ struct store {
  * returns the fd that holds it, or -errno.  Close it to release. */
 int store_lock(struct store *s, int how);
 
-/* Write len bytes as the object at path, crash-safely: a unique O_EXCL file in
- * tmp/, fsynced if sync (else its writeback is only started), then renamed to
- * path without replacing it (RENAME_NOREPLACE, or link() where that is not
- * supported; its directory created if missing), or rename()d over it if replace.
+/* Write len bytes as the object at path, crash-safely: an unnamed file
+ * (O_TMPFILE) in path's directory, fsynced if sync (else its writeback is only
+ * started), then linked to path, which it never replaces (its directory
+ * created if missing).  If replace, or where the filesystem has no O_TMPFILE:
+ * a unique O_EXCL file in tmp/, then renamed to path (over it if replace;
+ * else RENAME_NOREPLACE, or link() where that is not supported).
  * Returns 1 if written, 0 if path already existed, or -errno. */
 int store_write_object(struct store *s, const char *path, const void *buf, size_t len, bool sync,
 		       bool replace);

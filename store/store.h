@@ -4,12 +4,14 @@
  *	chunks/<2 hex>/<62 hex>   chunk objects (chunk.h), named by their hash
  *	manifests/<64 hex>        manifests (manifest.h), named by the hash of their bytes
  *	leases/                   one file per restore in progress, flock()ed by its holder
- *	tmp/                      objects being written; cleared of stale files by gc
+ *	tmp/                      objects being replaced, or written where the filesystem has
+ *	                          no O_TMPFILE; cleared of stale files by gc
  *	lock                      flock: puts hold it shared, gc exclusive
  *
- * Writes are crash-safe: an object is written to tmp/, fsynced and linked to
- * its name; EEXIST means it is already stored.  A reader never sees a partial
- * object.  Every function is safe to call from several threads, and several
+ * Writes are crash-safe: an object is written into an unnamed file in its
+ * directory (O_TMPFILE; else a named one in tmp/), fsynced where it must be,
+ * and linked to its name; EEXIST means it is already stored.  A reader never
+ * sees a partial object, and a crash before the link leaves nothing.  Every function is safe to call from several threads, and several
  * processes may use one store at once.  Functions return 0 or -errno and log
  * the reason (log_last_error() tells it), unless they say otherwise.
  */

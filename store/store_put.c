@@ -7,9 +7,9 @@
  * PUT_NBUF buffers are in memory.  The manifest keeps the file's chunk order
  * whatever order workers finish in: each job knows its slot.
  *
- * Crash safety: chunk objects are renamed into place only when complete; one
+ * Crash safety: chunk objects are linked into place only when complete; one
  * syncfs() makes them all durable before the manifest, which is fsynced, is
- * renamed into place.  So a crash at any point leaves complete objects, and never a
+ * linked into place.  So a crash at any point leaves complete objects, and never a
  * manifest that names a missing chunk.  The whole put holds the store lock
  * shared, so gc cannot delete a chunk between our "it exists" and the manifest.
  */

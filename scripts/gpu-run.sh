@@ -219,11 +219,12 @@ step bench-engine-order bash -c 'set -o pipefail; {
 	bash bench/engine-ab-run.sh /var/tmp/be 3 warm "shares=--order shares" "stream=--order stream"
 	} | tee "$THAW_FIGURES/engine-order.txt"'
 # Cold reads (O_DIRECT), A/B: the engine's queue depth, and build/thaw-old
-# where gpu-pack was given GPU_PACK_OLD (thaw built at an older commit, its
-# defaults).  Makes the snapshot if bench-engine did not.
+# at both depths where gpu-pack was given GPU_PACK_OLD (thaw built at an older
+# commit).  Makes the snapshot if bench-engine did not.
 step bench-engine-qd bash -c 'set -o pipefail; {
 	"$0" --dir /var/tmp/be --runs 0 &&
-	old=() && { [ ! -x "$THAW_BUILD/thaw-old" ] || old=("old=$THAW_BUILD/thaw-old"); } &&
+	old=() && { [ ! -x "$THAW_BUILD/thaw-old" ] ||
+		old=("old64=$THAW_BUILD/thaw-old --qd 64" "old256=$THAW_BUILD/thaw-old --qd 256"); } &&
 	bash bench/engine-ab-run.sh /var/tmp/be 4 cold "qd64=--qd 64" "qd256=--qd 256" "${old[@]}"
 	} | tee "$THAW_FIGURES/engine-qd.txt"' "$X/build/bench/engine"
 rm -rf /var/tmp/be

@@ -2,8 +2,9 @@
 # engine-ab-run.sh — settings of the restore engine A/B in one run:
 # `thaw materialize` of the snapshot bench/engine left in DIR, into a
 # huge-page tmpfs (as thaw's tier on a machine without free page reporting),
-# the settings interleaved round after round, from a warm page cache (every
-# chunk read once first) or a cold one (caches dropped before each run).
+# the settings interleaved round after round (every other round in reverse
+# order), from a warm page cache (every chunk read once first) or a cold one
+# (caches dropped before each run).
 #
 #   bench/engine-ab-run.sh DIR ROUNDS warm|cold NAME=FLAGS NAME=FLAGS...
 #
@@ -29,8 +30,13 @@ TIMES=$(mktemp /tmp/engine-ab-times-XXXXXX)
 mount -t tmpfs -o huge=within_size,size=8g thaw-ab "$MNT" || { rmdir "$MNT"; exit 1; }
 trap 'umount "$MNT"; rmdir "$MNT"; rm -f "$TIMES"' EXIT
 [ "$CACHE" = warm ] && find "$DIR/store" -type f -exec cat {} + >/dev/null
+# Every other round runs the settings in reverse order, so that a machine
+# that speeds up or slows down within a round (a disk's cache) favours none.
+FORWARD=("$@") BACKWARD=()
+for ((i = $# - 1; i >= 0; i--)); do BACKWARD+=("${FORWARD[$i]}"); done
 for r in $(seq "$ROUNDS"); do
-	for setting in "$@"; do
+	if [ $((r % 2)) = 1 ]; then order=("${FORWARD[@]}"); else order=("${BACKWARD[@]}"); fi
+	for setting in "${order[@]}"; do
 		name=${setting%%=*} flags=${setting#*=} thaw=$B/thaw
 		case $flags in /* | ./*)
 			thaw=${flags%% *}

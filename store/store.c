@@ -173,6 +173,29 @@ static void dir_of(const char *name, char dir[PATH_MAX])
 	snprintf(dir, PATH_MAX, "%.*s", slash ? (int)(slash - name) : 1, slash ? name : ".");
 }
 
+/* Make name's directory (under dfd), where a chunk's chunks/xx/ is made on
+ * first use: 0, or -errno. */
+static int make_dir_of(int dfd, const char *name)
+{
+	char dir[PATH_MAX];
+
+	dir_of(name, dir);
+	return mkdirat(dfd, dir, 0755) < 0 && errno != EEXIST ? -errno : 0;
+}
+
+/* An object's bytes into fd: fsynced if sync, else its writeback started now,
+ * so that the syncfs() before the manifest finds little to do.  0 or -errno. */
+static int write_content(int fd, struct iovec *iov, int iovcnt, bool sync)
+{
+	int ret = writev_all(fd, iov, iovcnt);
+
+	if (ret == 0 && sync && fsync(fd) < 0)
+		ret = -errno;
+	if (ret == 0 && !sync)
+		sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+	return ret;
+}
+
 /* Write iov into a file with no name yet, in name's directory (made if
  * missing), and link it there as name: the name appears only with its whole
  * content, and a crash before the link leaves nothing (the kernel frees an
@@ -189,19 +212,15 @@ static int write_unnamed(struct store *s, int dfd, const char *name, struct iove
 
 	dir_of(name, dir);
 	fd = openat(dfd, dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0444);
-	if (fd < 0 && errno == ENOENT) { /* the chunks/xx/ directory is made on first use */
-		if (mkdirat(dfd, dir, 0755) < 0 && errno != EEXIST)
-			return -errno;
+	if (fd < 0 && errno == ENOENT) {
+		ret = make_dir_of(dfd, name);
+		if (ret)
+			return ret;
 		fd = openat(dfd, dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0444);
 	}
 	if (fd < 0)
 		return errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL ? -EOPNOTSUPP : -errno;
-	ret = writev_all(fd, iov, iovcnt);
-	if (ret == 0 && sync && fsync(fd) < 0)
-		ret = -errno;
-	/* Start writeback now so that the syncfs() before the manifest finds little to do. */
-	if (ret == 0 && !sync)
-		sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+	ret = write_content(fd, iov, iovcnt, sync);
 	if (ret == 0) {
 		/* AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; /proc/self/fd does not. */
 		r = linkat(fd, "", dfd, name, AT_EMPTY_PATH);
@@ -248,11 +267,7 @@ static int write_at(struct store *s, int dfd, const char *name, struct iovec *io
 		pr_perror("cannot create %s/%s", s->dir, tmp);
 		return ret;
 	}
-	ret = writev_all(fd, iov, iovcnt);
-	if (ret == 0 && sync && fsync(fd) < 0)
-		ret = -errno;
-	if (ret == 0 && !sync)
-		sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+	ret = write_content(fd, iov, iovcnt, sync);
 	if (close(fd) < 0 && ret == 0)
 		ret = -errno;
 	if (ret < 0) {
@@ -261,13 +276,11 @@ static int write_at(struct store *s, int dfd, const char *name, struct iovec *io
 	}
 	int r = place(s, tmp, dfd, name, replace);
 	if (r < 0 && errno == ENOENT && strchr(name, '/')) {
-		/* The chunks/xx/ directory is made on first use. */
-		char dir[PATH_MAX];
-		dir_of(name, dir);
-		if (mkdirat(dfd, dir, 0755) < 0 && errno != EEXIST) {
-			ret = -errno;
-			pr_perror("cannot create %s%s%s", dfd == AT_FDCWD ? "" : s->dir,
-				  dfd == AT_FDCWD ? "" : "/", dir);
+		ret = make_dir_of(dfd, name);
+		if (ret) {
+			pr_err("cannot create the directory of %s%s%s: %s",
+			       dfd == AT_FDCWD ? "" : s->dir, dfd == AT_FDCWD ? "" : "/", name,
+			       strerror(-ret));
 			goto out;
 		}
 		r = place(s, tmp, dfd, name, replace);

@@ -21,8 +21,8 @@
  * starts at once answered in p50 5.0-7.4 s lazily against 4.6 s eagerly (the
  * copying is the same, and a saturated machine has nothing to overlap it with). */
 enum config_lazy { CONFIG_LAZY_AUTO, CONFIG_LAZY_ON, CONFIG_LAZY_OFF };
-/* AUTO's limit: lazy while at most this many GPU starts are in flight. */
-/* 1: only a GPU start with no other in flight.  H100, bursts of 8 (RESULTS.md,
+/* AUTO's limit: lazy while at most this many GPU starts are in flight.
+ * 1: only a GPU start with no other in flight.  H100, bursts of 8 (RESULTS.md,
  * "Bursts: lazy, eager, and auto"): all eager p50 4321 ms, all lazy 5113; with 1
  * the first start of a burst goes lazily (answered in 1.2-1.7 s instead of
  * ~3.5) and the burst's p50 stays at eager's (4335); with 2 the p50 was 5697

@@ -326,7 +326,6 @@ static void slot_give(struct lp_daemon *d, bool taken)
 
 /* ---- copy threads ---- */
 
-/* Claim and copy the next block of p: 1 did one, 0 none left. */
 /* The next block of the stream that the last fault started, or NO_STREAM.
  * A process that faults is reading its memory somewhere the copy threads
  * have not reached (the CUDA restore reads the GPU's saved state this way,
@@ -350,6 +349,8 @@ static void stream_end(struct lp_proc *p, size_t i)
 	atomic_compare_exchange_strong(&p->stream, &s, NO_STREAM);
 }
 
+/* Claim and copy the next block of p (the fault's stream first, else the
+ * cursor's): 1 did one, 0 none left. */
 static int prefetch_one(struct lp_daemon *d, struct lp_proc *p)
 {
 	size_t i = stream_take(p);

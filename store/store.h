@@ -11,9 +11,10 @@
  * Writes are crash-safe: an object is written into an unnamed file in its
  * directory (O_TMPFILE; else a named one in tmp/), fsynced where it must be,
  * and linked to its name; EEXIST means it is already stored.  A reader never
- * sees a partial object, and a crash before the link leaves nothing.  Every function is safe to call from several threads, and several
- * processes may use one store at once.  Functions return 0 or -errno and log
- * the reason (log_last_error() tells it), unless they say otherwise.
+ * sees a partial object, and a crash before the link leaves nothing.  Every
+ * function is safe to call from several threads, and several processes may
+ * use one store at once.  Functions return 0 or -errno and log the reason
+ * (log_last_error() tells it), unless they say otherwise.
  */
 #ifndef THAW_STORE_STORE_H
 #define THAW_STORE_STORE_H

@@ -18,7 +18,12 @@
 # (the default; 0: not) the lazy series and lazy_done run again with CRIU's
 # (THAW_LAZY_DAEMON=criu) as lazy-criu.txt/.json and lazy_done-criu.txt, and
 # lazy_done*.txt carry the daemon's summary line (thaw's: bytes, MiB/s).
-# LAZY_THREADS="8 14": lazy_done with each count of thaw's copy threads in turn.
+# LAZY_AB="A B...": lazy_done once per word in turn, each word a comma-separated
+# list of VAR=VALUE set for that start (e.g. "THAW_LAZY_THREADS=8
+# THAW_LAZY_THREADS=14,THAW_LAZY_COPY_SLOTS=14"; "-": nothing set).
+# LAZY_FILL=1: after the lazy series, two more with thaw's daemon, as
+# lazy-fill (thawd under THAW_LAZY_GPU_AFTER_FILL=1: the CUDA restore waits for
+# every page) and lazy-again (as lazy), so that drift favours neither.
 #
 # The baseline (issue 7): the same function snapshotted again as ID-full with
 # "elide_zero": false, its image written out by `thaw materialize` into a
@@ -28,7 +33,7 @@
 # holds the image bytes before and after elision.
 set -u
 if [ $# -lt 5 ]; then
-	sed -n '2,28p' "$0" >&2
+	sed -n '2,33p' "$0" >&2
 	exit 2
 fi
 SPEC=$1 ID=$2 INFER=$3 EXPECT=$4 OUTDIR=$5 REPEAT=${6:-5}
@@ -80,6 +85,16 @@ start_thawd "$PORT" --lazy || exit 1
 run prime-lazy --burst 1
 run lazy --burst 1 --repeat "$REPEAT"
 stop_thawd
+if [ "${LAZY_FILL:-0}" = 1 ]; then
+	THAW_LAZY_GPU_AFTER_FILL=1 start_thawd "$PORT" --lazy || exit 1
+	run prime-lazy-fill --burst 1
+	run lazy-fill --burst 1 --repeat "$REPEAT"
+	stop_thawd
+	start_thawd "$PORT" --lazy || exit 1
+	run prime-lazy-again --burst 1
+	run lazy-again --burst 1 --repeat "$REPEAT"
+	stop_thawd
+fi
 if [ "${LAZY_CRIU:-1}" = 1 ]; then
 	export THAW_LAZY_DAEMON=criu
 	start_thawd "$PORT" --lazy || exit 1
@@ -89,31 +104,30 @@ if [ "${LAZY_CRIU:-1}" = 1 ]; then
 fi
 
 # lazy_done: thaw start --lazy, then wait for the daemon's word.  With
-# LAZY_THREADS="N M..." (thaw's daemon) each repetition runs once per count of
-# copy threads (THAW_LAZY_THREADS, and as many copy slots), interleaved.
+# LAZY_AB (thaw's daemon) each repetition runs once per word, interleaved.
 lazy_done() { # daemon out
 THAW_LAZY_DAEMON=$1
 : >"$2"
-local threads=default
-[ "$1" = thaw ] && [ -n "${LAZY_THREADS:-}" ] && threads=$LAZY_THREADS
+local variants=-
+[ "$1" = thaw ] && [ -n "${LAZY_AB:-}" ] && variants=$LAZY_AB
 for i in $(seq 1 "$REPEAT"); do
-for t in $threads; do
-	if [ "$t" = default ]; then
-		THAW_RAM_TIER=$TIER "$B/thaw" --data-dir "$W/data" start --lazy "$SNAP" >"$W/s.json" 2>"$W/s.err"
-	else
-		THAW_LAZY_THREADS=$t THAW_LAZY_COPY_SLOTS=$t THAW_RAM_TIER=$TIER \
-			"$B/thaw" --data-dir "$W/data" start --lazy "$SNAP" >"$W/s.json" 2>"$W/s.err"
-	fi || { echo "thaw start --lazy: $(cat "$W/s.err")"; bad=1; continue; }
+for v in $variants; do
+	local envs=()
+	[ "$v" != - ] && IFS=, read -r -a envs <<<"$v"
+	env "${envs[@]}" THAW_RAM_TIER="$TIER" "$B/thaw" --data-dir "$W/data" start --lazy "$SNAP" \
+		>"$W/s.json" 2>"$W/s.err" ||
+		{ echo "thaw start --lazy ($v): $(cat "$W/s.err")"; bad=1; continue; }
 	iid=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["instance"])' "$W/s.json")
 	for _ in $(seq 600); do
 		d=$("$B/thaw" --data-dir "$W/data" ps --json | python3 -c 'import json,sys
 for r in json.load(sys.stdin):
     if r["instance"] == sys.argv[1]:
         t = r["timings_ms"]
-        print(r["state"], t.get("lazy_done"), t["total"], t.get("criu_restore"), t.get("gpu_restore"))' "$iid")
+        print(r["state"], t.get("lazy_done"), t["total"], t.get("criu_restore"),
+              t.get("gpu_restore"), t.get("lazy_wait"))' "$iid")
 		case "$d" in "running None"*) sleep 0.05 ;; *) break ;; esac
 	done
-	echo "start $i (copy threads $t): state, lazy_done ms, start total ms, criu_restore, gpu_restore: $d" | tee -a "$2"
+	echo "start $i ($v): state, lazy_done ms, start total ms, criu_restore, gpu_restore, lazy_wait: $d" | tee -a "$2"
 	grep -E "lazy-pages: (done|failed)" "$W/data/instances/$iid/lazy-pages.log" 2>/dev/null | tail -n 1 | tee -a "$2"
 	"$B/thaw" --data-dir "$W/data" stop "$iid" >/dev/null
 done

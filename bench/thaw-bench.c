@@ -45,7 +45,7 @@
 #include <unistd.h>
 
 #define MAX_BODY (4u << 20) /* an answer larger than this is a bad response */
-#define NPHASES 8
+#define NPHASES 9
 #define MAX_KINDS_N 64
 
 /* Counts by name: failure kinds ("start_http_503"), tiers ("ram"), restore
@@ -99,9 +99,9 @@ struct bench {
 	struct baseline cold, plain;
 };
 
-static const char *const phase_names[NPHASES] = { "load",	       "materialize", "setup",
-						  "criu_restore", "endpoint",	 "gpu_restore",
-						  "ready",	  "total" };
+static const char *const phase_names[NPHASES] = { "load",	    "materialize", "setup",
+						  "criu_restore", "endpoint",	   "lazy_wait",
+						  "gpu_restore",  "ready",	   "total" };
 
 /* SIGINT/SIGTERM: no new starts or baseline runs; what is running finishes
  * (every request has a timeout) and everything made is cleaned up. */

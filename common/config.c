@@ -239,6 +239,10 @@ int config_init(struct thaw_config *c, const char *data_dir)
 	if (ret)
 		return ret;
 	c->tier_huge = tri > 0 ? CONFIG_HUGE_ON : tri < 0 ? CONFIG_HUGE_OFF : CONFIG_HUGE_AUTO;
+	ret = env_tristate("THAW_LAZY_GPU_AFTER_FILL", &tri);
+	if (ret)
+		return ret;
+	c->lazy_gpu_after_fill = tri > 0;
 
 	ret = lazy_daemon_init(c);
 	if (ret)

@@ -57,6 +57,11 @@ struct thaw_config {
 				      * default 1; 0: GPU functions always eagerly; -1: no
 				      * limit) */
 	enum config_huge tier_huge;  /* $THAW_TIER_HUGE auto|1|0; default CONFIG_HUGE_AUTO */
+	bool lazy_gpu_after_fill;    /* a lazy GPU start waits for the daemon to have
+				      * served every page before the CUDA restore
+				      * ($THAW_LAZY_GPU_AFTER_FILL 1|0; default 0): the
+				      * driver's restore then reads filled memory and
+				      * does not share the memory bus with the copy */
 };
 
 /* Whether a start that neither the start nor the function's spec decides
@@ -72,8 +77,8 @@ bool config_restores_lazily(const struct thaw_config *c, bool gpu, unsigned gpu_
  * honouring THAW_RAM_TIER, THAW_RAM_TIER_BYTES, THAW_RUNC, THAW_CRIU,
  * THAW_LAZY and THAW_TIER_HUGE (1/true/yes, 0/false/no or auto),
  * THAW_LAZY_DAEMON (thaw, the default: the `thaw` binary beside ours or one
- * directory up, as in build/; criu) and THAW_LAZY_MAX_GPU_STARTS (a whole
- * number >= -1).  A bad value is -EINVAL, logged with the variable named. */
+ * directory up, as in build/; criu), THAW_LAZY_MAX_GPU_STARTS (a whole
+ * number >= -1) and THAW_LAZY_GPU_AFTER_FILL (1/0).  A bad value is -EINVAL, logged with the variable named. */
 int config_init(struct thaw_config *c, const char *data_dir);
 
 #endif

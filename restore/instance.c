@@ -138,8 +138,9 @@ static json_t *timings_json(const struct instance *in)
 
 	/* lazy_done: null until the daemon has served every page. */
 	if (j && in->lazy &&
-	    json_object_set_new(j, "lazy_done",
-				t->lazy_done > 0 ? json_real(ms3(t->lazy_done)) : json_null())) {
+	    (json_object_set_new(j, "lazy_done",
+				 t->lazy_done > 0 ? json_real(ms3(t->lazy_done)) : json_null()) ||
+	     (t->lazy_wait > 0 && json_object_set_new(j, "lazy_wait", json_real(ms3(t->lazy_wait)))))) {
 		json_decref(j);
 		return NULL;
 	}
@@ -414,6 +415,26 @@ static int lazy_check(struct start_ctx *x, struct instance *in)
 	return -EIO;
 }
 
+/* Lazy: wait until the daemon has served every page (0), or failed, or
+ * timeout_ms passed (-EIO, the reason set). */
+static int lazy_wait_fill(struct start_ctx *x, struct instance *in, int timeout_ms)
+{
+	uint64_t t0 = now_ns();
+
+	for (;;) {
+		int ret = lazy_check(x, in);
+
+		if (ret || in->t.lazy_done > 0)
+			return ret;
+		if (ms_since(t0) > timeout_ms) {
+			log_set_error("the lazy-pages daemon had not served every page after %d ms",
+				      timeout_ms);
+			return -EIO;
+		}
+		usleep(1000);
+	}
+}
+
 int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 		   const char *snapshot_id, enum instance_mode mode, struct instance *out)
 {
@@ -554,6 +575,14 @@ int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 	snprintf(in.endpoint, sizeof(in.endpoint), "127.0.0.1:%u", x.port);
 	in.t.endpoint = ms_since(tp);
 
+	if (spec->gpu && x.lazy && c->lazy_gpu_after_fill) {
+		phase = "lazy_wait";
+		tp = now_ns();
+		ret = lazy_wait_fill(&x, &in, 60000);
+		in.t.lazy_wait = ms_since(tp);
+		if (ret)
+			goto fail;
+	}
 	if (spec->gpu) {
 		phase = "gpu_restore";
 		tp = now_ns();

@@ -24,6 +24,8 @@ struct instance_timings {
 	double endpoint; /* the shim that gives the instance its host address */
 	double lazy_done; /* lazy: ms from the start until the daemon had served every
 			   * page; 0 while it has not (yet) */
+	double lazy_wait; /* lazy GPU start under lazy_gpu_after_fill: ms waited
+			   * for that before the CUDA restore */
 };
 
 /* How the pages come back.  Eager: runc restore puts every page in before

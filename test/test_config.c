@@ -133,5 +133,19 @@ int main(void)
 	CHECK_EQ(init_with(&c, NULL, NULL, "3x"), -EINVAL);
 	CHECK_EQ(init_with(&c, NULL, NULL, "-2"), -EINVAL);
 	CHECK_EQ(init_with(&c, NULL, NULL, "99999999999"), -EINVAL);
+
+	/* THAW_LAZY_GPU_AFTER_FILL: off unless asked for. */
+	REQUIRE(init_with(&c, NULL, NULL, NULL) == 0);
+	CHECK(!c.lazy_gpu_after_fill);
+	setenv("THAW_LAZY_GPU_AFTER_FILL", "1", 1);
+	REQUIRE(init_with(&c, NULL, NULL, NULL) == 0);
+	CHECK(c.lazy_gpu_after_fill);
+	setenv("THAW_LAZY_GPU_AFTER_FILL", "no", 1);
+	REQUIRE(init_with(&c, NULL, NULL, NULL) == 0);
+	CHECK(!c.lazy_gpu_after_fill);
+	setenv("THAW_LAZY_GPU_AFTER_FILL", "later", 1);
+	CHECK_EQ(init_with(&c, NULL, NULL, NULL), -EINVAL);
+	CHECK(strstr(log_last_error(), "THAW_LAZY_GPU_AFTER_FILL=later") != NULL);
+	unsetenv("THAW_LAZY_GPU_AFTER_FILL");
 	return check_failures ? 1 : 0;
 }

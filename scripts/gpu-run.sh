@@ -203,6 +203,11 @@ done
 # same again, and a real CRIU image pair, with SHA-256 and zstd -1 as baselines.
 step bench-store bash -c 'set -o pipefail; "$0" --random-mib 1024 --repeat 3 --work /dev/shm | tee "$1"' \
 	"$X/build/bench/store" "$THAW_FIGURES/store.txt"
+# The same into a store on this machine's disk (the default data directory is
+# on disk, and there every chunk object is a file the filesystem allocates).
+step bench-store-disk bash -c 'set -o pipefail; mkdir -p /var/tmp/bs &&
+	"$0" --random-mib 1024 --repeat 3 --work /var/tmp/bs | tee "$1"; r=$?; rm -rf /var/tmp/bs; exit $r' \
+	"$X/build/bench/store" "$THAW_FIGURES/store-disk.txt"
 # The restore engine against the naive engine and the copy floor, into /dev/shm
 # and into a huge-page tmpfs (bench/engine.c), with 16 threads; last, since it
 # drops the page cache.  2 runs: about 2-3 minutes; its table into engine.txt.

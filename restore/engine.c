@@ -63,7 +63,12 @@ struct occ { /* one non-hole chunk of the manifest */
 struct unit { /* one distinct chunk: read once, written to every occurrence */
 	uint32_t first; /* index into order[] */
 	uint32_t count; /* occurrences, contiguous in order[] */
+	uint32_t pack;	/* its pack, an index into eng.pack_fds; NO_PACK: a loose file */
+	uint32_t stored; /* its object's bytes where it lies */
+	uint64_t off;	/* where the object starts in its pack */
 };
+
+#define NO_PACK UINT32_MAX
 
 struct slot {
 	uint32_t unit;
@@ -119,6 +124,10 @@ struct eng {
 	uint32_t *order;
 	struct unit *units;
 	size_t nocc, nunits;
+	int *pack_fds;	   /* the packs the chunks lie in, opened once */
+	uint32_t *pack_nos; /* their store numbers */
+	size_t npacks;
+	bool packs_direct; /* pack_fds are O_DIRECT */
 	struct share *shares; /* the work list cut in one share per worker, or one */
 	size_t nshares;
 	int *fds;
@@ -274,11 +283,131 @@ static int plan(struct eng *e, struct engine_stats *st)
 	return 0;
 }
 
-/* Pages of fd's first len bytes that are in the page cache: cachestat(2), or
- * before Linux 6.5 whether a read that may not wait finds its first page. */
-static int cached_pages(int fd, uint64_t len, uint64_t page, uint64_t *pages)
+static void close_packs(struct eng *e)
 {
-	struct cachestat_range_ r = { 0, len };
+	for (size_t i = 0; e->pack_fds && i < e->npacks; i++)
+		if (e->pack_fds[i] >= 0)
+			close(e->pack_fds[i]);
+	free(e->pack_fds);
+	e->pack_fds = NULL;
+}
+
+/* The file unit u's object lies in: its pack, or its own file. */
+static int unit_path(const struct eng *e, const struct unit *u, char *buf, size_t len)
+{
+	if (u->pack == NO_PACK)
+		return store_chunk_path(e->s, unit_chunk(e, u)->hash, buf, len);
+	return store_pack_path(e->s, e->pack_nos[u->pack], buf, len);
+}
+
+/* Where each distinct chunk lies: in which pack (each pack the snapshot
+ * uses numbered here, for one fd each) at which offset, or in a file of its
+ * own.  A chunk found nowhere is left to its read, which names it missing.
+ * The slot size follows the objects' sizes where they lie. */
+static int locate_units(struct eng *e)
+{
+	uint32_t *local = NULL; /* store pack number -> index into pack_nos, +1 */
+	size_t nlocal = 0, max_stored = 1;
+	int ret = 0;
+
+	store_packs_refresh(e->s);
+	free(e->pack_nos);
+	e->pack_nos = NULL;
+	e->npacks = 0;
+	for (size_t i = 0; i < e->nunits && ret == 0; i++) {
+		struct unit *u = &e->units[i];
+		const struct manifest_chunk *c = unit_chunk(e, u);
+		struct store_chunk_loc loc;
+
+		u->pack = NO_PACK;
+		u->stored = c->stored;
+		u->off = 0;
+		if (store_chunk_locate(e->s, c->hash, &loc) == 0 && loc.pack != STORE_LOOSE) {
+			if (loc.pack >= nlocal) {
+				size_t n = MAX((size_t)loc.pack + 1, nlocal * 2);
+				uint32_t *v = realloc(local, n * sizeof(*v));
+				if (!v) {
+					ret = -ENOMEM;
+					break;
+				}
+				memset(v + nlocal, 0, (n - nlocal) * sizeof(*v));
+				local = v;
+				nlocal = n;
+			}
+			if (!local[loc.pack]) {
+				uint32_t *v = realloc(e->pack_nos, (e->npacks + 1) * sizeof(*v));
+				if (!v) {
+					ret = -ENOMEM;
+					break;
+				}
+				e->pack_nos = v;
+				e->pack_nos[e->npacks++] = loc.pack;
+				local[loc.pack] = (uint32_t)e->npacks;
+			}
+			u->pack = local[loc.pack] - 1;
+			u->stored = loc.stored;
+			u->off = loc.off;
+		}
+		max_stored = MAX(max_stored, (size_t)u->stored);
+	}
+	free(local);
+	e->slot_bytes = ALIGN_UP(max_stored, ENGINE_ALIGN);
+	return ret;
+}
+
+/* Open each pack the chunks lie in, O_DIRECT when the reads are.  A pack
+ * that is gone was rewritten by a gc before this restore's lease: look again,
+ * once.  Where O_DIRECT is refused in auto mode, reads go buffered. */
+static int open_packs(struct eng *e)
+{
+	char path[PATH_MAX];
+	int ret = 0;
+
+	for (int again = 0; again < 2; again++) {
+		bool direct = atomic_load(&e->direct);
+		size_t i;
+
+		free(e->pack_fds);
+		e->pack_fds = malloc(MAX(e->npacks, (size_t)1) * sizeof(*e->pack_fds));
+		if (!e->pack_fds)
+			return -ENOMEM;
+		for (i = 0; i < e->npacks; i++)
+			e->pack_fds[i] = -1;
+		for (i = 0; i < e->npacks; i++) {
+			ret = store_pack_path(e->s, e->pack_nos[i], path, sizeof(path));
+			if (ret)
+				break;
+			e->pack_fds[i] = open(path, O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0));
+			if (e->pack_fds[i] >= 0)
+				continue;
+			ret = -errno;
+			if (ret == -EINVAL && direct && e->direct_mode == ENGINE_DIRECT_AUTO) {
+				pr_info("the store's filesystem refuses O_DIRECT; reading through the page cache");
+				atomic_store(&e->direct, false);
+				direct = false;
+				ret = 0;
+				i--;
+				continue;
+			}
+			break;
+		}
+		e->packs_direct = direct;
+		if (ret != -ENOENT)
+			break;
+		close_packs(e);
+		if (again == 0 && (ret = locate_units(e)))
+			break;
+	}
+	if (ret)
+		pr_err("cannot open pack %s: %s", path, strerror(-ret));
+	return ret;
+}
+
+/* Pages of fd's len bytes at off that are in the page cache: cachestat(2), or
+ * before Linux 6.5 whether a read that may not wait finds its first page. */
+static int cached_pages(int fd, uint64_t off, uint64_t len, uint64_t page, uint64_t *pages)
+{
+	struct cachestat_range_ r = { off, len };
 	struct cachestat_ cs = { 0 };
 	uint8_t buf[ENGINE_ALIGN];
 	struct iovec iov = { buf, sizeof(buf) };
@@ -289,7 +418,7 @@ static int cached_pages(int fd, uint64_t len, uint64_t page, uint64_t *pages)
 	}
 	if (errno != ENOSYS)
 		return -errno;
-	if (preadv2(fd, &iov, 1, 0, RWF_NOWAIT) >= 0) {
+	if (preadv2(fd, &iov, 1, (off_t)off, RWF_NOWAIT) >= 0) {
 		*pages = (len + page - 1) / page;
 		return 0;
 	}
@@ -314,17 +443,17 @@ static int cached_percent(struct eng *e)
 	char path[PATH_MAX];
 
 	for (size_t i = 0; i < n; i++) {
-		const struct manifest_chunk *c = unit_chunk(e, &e->units[i * e->nunits / n]);
+		const struct unit *u = &e->units[i * e->nunits / n];
 		uint64_t pages = 0;
 		int fd;
 
-		if (store_chunk_path(e->s, c->hash, path, sizeof(path)))
+		if (unit_path(e, u, path, sizeof(path)))
 			continue;
 		fd = open(path, O_RDONLY | O_CLOEXEC);
 		if (fd < 0)
 			continue; /* a missing chunk is reported by the read */
-		if (cached_pages(fd, c->stored, page, &pages) == 0) {
-			total += (c->stored + page - 1) / page;
+		if (cached_pages(fd, u->off, u->stored, page, &pages) == 0) {
+			total += (u->stored + page - 1) / page;
 			cached += pages;
 		}
 		close(fd);
@@ -507,13 +636,20 @@ static int worker_setup(struct worker *w, unsigned index)
 		w->fixed = true;
 	else /* plain reads into the same arena still work, a little slower */
 		pr_debug("cannot register the arena with io_uring (%s): plain reads", strerror(-ret));
+	/* The file table: one entry per slot for loose chunks opened by the
+	 * ring, then the packs, registered once. */
 	w->paths = malloc((size_t)w->nslots * PATH_MAX);
-	if (w->paths && io_uring_register_files_sparse(&w->ring, w->nslots) == 0) {
+	if (w->paths && io_uring_register_files_sparse(&w->ring, w->nslots + (unsigned)e->npacks) == 0 &&
+	    (!e->npacks ||
+	     io_uring_register_files_update(&w->ring, w->nslots, e->pack_fds, (unsigned)e->npacks) ==
+		 (int)e->npacks)) {
 		w->ring_files = true;
 		for (unsigned i = 0; i < w->nslots; i++)
 			w->slots[i].path = w->paths + (size_t)i * PATH_MAX;
 	} else {
 		pr_debug("no sparse file table in io_uring: chunks opened by the workers");
+		if (w->paths)
+			io_uring_unregister_files(&w->ring);
 	}
 	return 0;
 }
@@ -524,20 +660,23 @@ static void prep_read(struct worker *w, struct io_uring_sqe *sqe, unsigned s, in
 {
 	struct eng *e = w->e;
 	struct slot *sl = &w->slots[s];
-	const struct manifest_chunk *c = unit_chunk(e, &e->units[sl->unit]);
+	const struct unit *u = &e->units[sl->unit];
+	const struct manifest_chunk *c = unit_chunk(e, u);
 
 	if (sl->dest) {
 		sl->iov[0] = (struct iovec){ sl->buf, CHUNK_HEADER_SIZE };
 		sl->iov[1] = (struct iovec){ sl->dest, c->len };
-		io_uring_prep_readv(sqe, fd, sl->iov, 2, 0);
+		io_uring_prep_readv(sqe, fd, sl->iov, 2, u->off);
 	} else {
-		/* Whole pages: an O_DIRECT read must be; it comes back short. */
-		unsigned len = (unsigned)ALIGN_UP((size_t)c->stored, ENGINE_ALIGN);
+		/* Whole pages: an O_DIRECT read must be.  It comes back short at
+		 * the end of a loose object; in a pack it reads the padding after
+		 * the object (each object starts on a page). */
+		unsigned len = (unsigned)ALIGN_UP((size_t)u->stored, ENGINE_ALIGN);
 
 		if (w->fixed)
-			io_uring_prep_read_fixed(sqe, fd, sl->buf, len, 0, (int)s);
+			io_uring_prep_read_fixed(sqe, fd, sl->buf, len, u->off, (int)s);
 		else
-			io_uring_prep_read(sqe, fd, sl->buf, len, 0);
+			io_uring_prep_read(sqe, fd, sl->buf, len, u->off);
 	}
 	if (fixed_file)
 		sqe->flags |= IOSQE_FIXED_FILE;
@@ -559,9 +698,19 @@ static int queue_chunk(struct worker *w, unsigned s)
 	/* A raw chunk read through the page cache needs no slot for its bytes
 	 * (O_DIRECT could not start the payload 16 bytes into the file). */
 	sl->dest = NULL;
-	if (!direct && c->stored == CHUNK_HEADER_SIZE + c->len)
+	if (!direct && !(u->pack != NO_PACK && e->packs_direct) &&
+	    u->stored == CHUNK_HEADER_SIZE + c->len)
 		sl->dest = map_dest(e, e->order[u->first]);
 	sl->open_res = 0;
+	if (u->pack != NO_PACK) {
+		/* Its pack is open already: the read alone. */
+		sl->pending = 1;
+		if (w->ring_files)
+			prep_read(w, io_uring_get_sqe(&w->ring), s, (int)(w->nslots + u->pack), true);
+		else
+			prep_read(w, io_uring_get_sqe(&w->ring), s, e->pack_fds[u->pack], false);
+		return 0;
+	}
 	if (!w->ring_files) {
 		ret = open_chunk(e, c, &sl->fd);
 		if (ret)
@@ -596,21 +745,22 @@ static void slot_release(struct worker *w, unsigned s)
 }
 
 /* A read may come back short only at the end of the file; read what is left
- * through the page cache (an O_DIRECT fd could not take the unaligned rest). */
-static int finish_short(struct eng *e, struct slot *sl, const struct manifest_chunk *c)
+ * through the page cache (an O_DIRECT fd could not take the unaligned rest):
+ * to the end of a loose object's file, or of the object in its pack. */
+static int finish_short(struct eng *e, struct slot *sl, const struct unit *u)
 {
 	char path[PATH_MAX];
 	int fd, ret;
-	size_t got = (size_t)sl->res;
+	size_t got = (size_t)sl->res, want = u->pack == NO_PACK ? e->slot_bytes : u->stored;
 
-	ret = store_chunk_path(e->s, c->hash, path, sizeof(path));
+	ret = unit_path(e, u, path, sizeof(path));
 	if (ret)
 		return ret;
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	while (got < e->slot_bytes) {
-		ssize_t n = pread(fd, sl->buf + got, e->slot_bytes - got, (off_t)got);
+	while (got < want) {
+		ssize_t n = pread(fd, sl->buf + got, want - got, (off_t)(u->off + got));
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
@@ -628,11 +778,11 @@ static int finish_short(struct eng *e, struct slot *sl, const struct manifest_ch
 
 /* Read what a read straight into the file left out, the whole object into
  * the slot this time, so that it is decoded like any other. */
-static int reread_into_slot(struct eng *e, struct slot *sl, const struct manifest_chunk *c)
+static int reread_into_slot(struct eng *e, struct slot *sl, const struct unit *u)
 {
 	sl->res = 0;
 	sl->dest = NULL;
-	return finish_short(e, sl, c);
+	return finish_short(e, sl, u);
 }
 
 static void process_slot(struct worker *w, unsigned s)
@@ -656,10 +806,13 @@ static void process_slot(struct worker *w, unsigned s)
 			     sl->res == -ENOENT ? "missing from the store" : strerror(-sl->res));
 		return;
 	}
-	if (sl->dest && (uint32_t)sl->res != c->stored)
-		ret = reread_into_slot(e, sl, c); /* shorter (or longer) than the manifest says */
-	else if (!sl->dest && (uint32_t)sl->res < c->stored)
-		ret = finish_short(e, sl, c);
+	/* In a pack, what follows the object is padding or the next one. */
+	if (u->pack != NO_PACK && !sl->dest && (uint32_t)sl->res > u->stored)
+		sl->res = (int)u->stored;
+	if (sl->dest && (uint32_t)sl->res != u->stored)
+		ret = reread_into_slot(e, sl, u); /* shorter (or longer) than the manifest says */
+	else if (!sl->dest && (uint32_t)sl->res < u->stored)
+		ret = finish_short(e, sl, u);
 	if (ret) {
 		chunk_failed(e, c, o0, ret, strerror(-ret));
 		return;
@@ -671,7 +824,7 @@ static void process_slot(struct worker *w, unsigned s)
 			atomic_fetch_add(&e->read_into_files, c->len);
 		src = sl->dest;
 		in_file = true;
-	} else if (!(map0 = map_dest(e, o0)) && c->stored == CHUNK_HEADER_SIZE + c->len) {
+	} else if (!(map0 = map_dest(e, o0)) && u->stored == CHUNK_HEADER_SIZE + c->len) {
 		/* Raw, written with pwrite: checked where it was read, no copy. */
 		ret = chunk_check_raw(sl->buf, (size_t)sl->res, c->hash, sl->buf + CHUNK_HEADER_SIZE,
 				      c->len);
@@ -998,6 +1151,8 @@ static void eng_release(struct eng *e)
 			if (e->fds[i] >= 0)
 				close(e->fds[i]);
 	free(e->fds);
+	close_packs(e);
+	free(e->pack_nos);
 	free(e->occ);
 	free(e->order);
 	free(e->units);
@@ -1120,6 +1275,9 @@ int engine_materialize(struct store *s, const struct manifest *m, const char *ou
 	}
 	if (!e.nunits)
 		goto done;
+	ret = locate_units(&e);
+	if (ret)
+		goto out;
 	if (o.direct == ENGINE_DIRECT_AUTO) {
 		st.cached_percent = cached_percent(&e);
 		if (st.cached_percent >= ENGINE_CACHED_PERCENT)
@@ -1127,6 +1285,9 @@ int engine_materialize(struct store *s, const struct manifest *m, const char *ou
 		pr_debug("%d%% of the sampled chunk pages are cached: %s reads", st.cached_percent,
 			 atomic_load(&e.direct) ? "O_DIRECT" : "buffered");
 	}
+	ret = open_packs(&e);
+	if (ret)
+		goto out;
 	o.threads = (unsigned)MIN((size_t)o.threads, e.nunits);
 	ret = setup_arena(&e, &o);
 	if (ret)

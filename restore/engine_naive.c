@@ -15,31 +15,7 @@
 static int read_chunk(struct store *s, const struct manifest_chunk *c, uint8_t *buf, size_t cap,
 		      size_t *len)
 {
-	char path[PATH_MAX];
-	size_t got = 0;
-	int fd = -1, ret;
-
-	ret = store_chunk_path(s, c->hash, path, sizeof(path));
-	if (ret)
-		return ret;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	while (got < cap) {
-		ssize_t n = pread(fd, buf + got, cap - got, (off_t)got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			ret = -errno;
-			break;
-		}
-		if (n == 0)
-			break;
-		got += (size_t)n;
-	}
-	close(fd);
-	*len = got;
-	return ret;
+	return store_read_chunk(s, c->hash, buf, cap, len);
 }
 
 int engine_materialize_naive(struct store *s, const struct manifest *m, const char *outdir,

@@ -3,6 +3,7 @@
 #define THAW_STORE_INTERNAL_H
 
 #include "store/store.h"
+#include "store/pack.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -24,6 +25,22 @@ struct store_cached_manifest {
 	size_t bytes;	    /* manifest_mem_bytes(m) */
 };
 
+/* A pack this store object knows of (pack.h).  Numbers index store.packs and
+ * are never reused while the store is open, so a location stays meaningful. */
+struct store_pack {
+	char name[PACK_NAME_LEN + 1];
+	uint64_t size;
+	bool gone; /* its index is no longer there (gc removed it) */
+};
+
+/* One chunk in the index of packs: open addressing on the hash's first bytes. */
+struct store_index_slot {
+	uint8_t hash[CHUNK_HASH_LEN];
+	uint64_t off;
+	uint32_t pack;
+	uint32_t stored; /* 0: a free slot */
+};
+
 struct store {
 	char *dir;
 	int dirfd; /* the store directory, for syncfs() and short name lookups */
@@ -32,7 +49,44 @@ struct store {
 	uint64_t cache_bytes, cache_budget; /* held by the cache, and the most it may */
 	atomic_uint_fast64_t manifest_reads; /* see store_manifest_reads() */
 	struct store_cached_manifest cache[STORE_MANIFEST_CACHE];
+
+	enum store_layout layout; /* how a put writes new chunks */
+	int direct;		  /* packs written with O_DIRECT: 1, 0, or -1 auto */
+	pthread_rwlock_t idx_lock; /* the packs and the index below */
+	struct store_pack *packs;
+	size_t npacks, packs_cap;
+	struct store_index_slot *slots;
+	size_t nslots, slots_cap; /* used and allocated (a power of two) */
+	struct timespec packs_mtime; /* of packs/ when last read */
+	uint64_t packs_read_ns;	     /* CLOCK_REALTIME of that read */
 };
+
+/* The index of packs (store_packs.c).  store_index_add_pack() makes a pack
+ * known (its entries into the index; a hash already there keeps its first
+ * place); 0 or -ENOMEM. */
+int store_index_add_pack(struct store *s, const char *name, uint64_t size,
+			 const struct pack_entry *e, size_t n);
+/* Whether hash is in a known pack; *loc its place (may be NULL). */
+bool store_index_find(struct store *s, const uint8_t hash[CHUNK_HASH_LEN],
+		      struct store_chunk_loc *loc);
+/* Read packs/ again if it changed since (force: in any case): new indexes
+ * are loaded, and if a known pack is gone the index is rebuilt from those
+ * left.  0 or -errno. */
+int store_packs_read(struct store *s, bool force);
+/* Whether new packs are written with O_DIRECT (THAW_STORE_DIRECT). */
+bool store_packs_direct(struct store *s);
+void store_index_release(struct store *s);
+
+/* Call fn for each pack under packs/ that has an index: its name, its entries
+ * and its size as its index says, or e NULL and err (-EBADMSG, -EIO...) when
+ * the index cannot be used.  A non-zero return of fn stops the walk and is
+ * returned. */
+typedef int (*store_pack_fn)(const char *name, const struct pack_entry *e, size_t n,
+			     uint64_t size, int err, void *arg);
+int store_foreach_pack(struct store *s, store_pack_fn fn, void *arg);
+/* packs/<name>.<ext> (ext "pack" or "idx"), into buf. */
+int store_pack_file_path(struct store *s, const char *name, const char *ext, char *buf,
+			 size_t len);
 
 /* Take the store's lock file (LOCK_SH for puts and leases, LOCK_EX for gc);
  * returns the fd that holds it, or -errno.  Close it to release. */

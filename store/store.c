@@ -15,7 +15,31 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-static const char *const store_dirs[] = {"chunks", "manifests", "leases", "tmp"};
+static const char *const store_dirs[] = {"chunks", "packs", "manifests", "leases", "tmp"};
+
+/* THAW_STORE_LAYOUT (pack, loose) and THAW_STORE_DIRECT (1, 0, auto). */
+static int settings_from_env(struct store *s)
+{
+	const char *l = getenv("THAW_STORE_LAYOUT"), *d = getenv("THAW_STORE_DIRECT");
+
+	s->layout = STORE_LAYOUT_PACK;
+	if (l && *l && strcmp(l, "pack")) {
+		if (strcmp(l, "loose")) {
+			pr_err("THAW_STORE_LAYOUT=%s: expected pack or loose", l);
+			return -EINVAL;
+		}
+		s->layout = STORE_LAYOUT_LOOSE;
+	}
+	s->direct = -1;
+	if (d && *d && strcmp(d, "auto")) {
+		if (strcmp(d, "0") && strcmp(d, "1")) {
+			pr_err("THAW_STORE_DIRECT=%s: expected 1, 0 or auto", d);
+			return -EINVAL;
+		}
+		s->direct = *d == '1';
+	}
+	return 0;
+}
 
 struct store *store_open(const char *dir)
 {
@@ -29,9 +53,10 @@ struct store *store_open(const char *dir)
 	}
 	s->dirfd = -1;
 	pthread_mutex_init(&s->cache_mu, NULL);
+	pthread_rwlock_init(&s->idx_lock, NULL);
 	s->cache_budget = STORE_MANIFEST_CACHE_BYTES;
 	s->dir = strdup(dir);
-	if (!s->dir)
+	if (!s->dir || settings_from_env(s) < 0)
 		goto err;
 	if (mkdir_p(dir, 0755) < 0)
 		goto err;
@@ -52,6 +77,8 @@ struct store *store_open(const char *dir)
 		pr_perror("cannot open %s", dir);
 		goto err;
 	}
+	if (store_packs_read(s, true) < 0)
+		goto err;
 	return s;
 err:
 	store_close(s);
@@ -66,6 +93,8 @@ void store_close(struct store *s)
 		close(s->dirfd);
 	for (size_t i = 0; i < STORE_MANIFEST_CACHE; i++)
 		manifest_free(s->cache[i].m);
+	store_index_release(s);
+	pthread_rwlock_destroy(&s->idx_lock);
 	pthread_mutex_destroy(&s->cache_mu);
 	free(s->dir);
 	free(s);

@@ -1,7 +1,11 @@
 /* store.h — the content-addressed chunk store.
  *
  * Layout under the store directory:
- *	chunks/<2 hex>/<62 hex>   chunk objects (chunk.h), named by their hash
+ *	packs/<16 hex>.pack, .idx chunk objects many to a file, and their index
+ *	                          (pack.h): where a put writes new chunks
+ *	chunks/<2 hex>/<62 hex>   loose chunk objects (chunk.h), one file each,
+ *	                          named by their hash (the layout before packs,
+ *	                          still read; THAW_STORE_LAYOUT=loose writes it)
  *	manifests/<64 hex>        manifests (manifest.h), named by the hash of their bytes
  *	leases/                   one file per restore in progress, flock()ed by its holder
  *	tmp/                      objects being replaced, or written where the filesystem has
@@ -53,9 +57,36 @@ struct store *store_open(const char *dir);
 void store_close(struct store *s); /* NULL is fine */
 const char *store_path(const struct store *s);
 
-/* Path of the chunk object named hash, into buf. */
+/* Path of the loose chunk object named hash, into buf (whether it exists or not). */
 int store_chunk_path(const struct store *s, const uint8_t hash[CHUNK_HASH_LEN], char *buf,
 		     size_t len);
+
+/* Where a put writes new chunks: into packs (the default), or a file each
+ * (THAW_STORE_LAYOUT=loose in the environment of store_open()). */
+enum store_layout { STORE_LAYOUT_PACK, STORE_LAYOUT_LOOSE };
+void store_set_layout(struct store *s, enum store_layout layout);
+
+/* Where a chunk object lies. */
+#define STORE_LOOSE UINT32_MAX
+struct store_chunk_loc {
+	uint32_t pack;	 /* a pack's number (store_pack_path()), or STORE_LOOSE */
+	uint32_t stored; /* the object's size (0 for a loose object: its file's size) */
+	uint64_t off;	 /* where the object starts in its pack, a multiple of 4096 */
+};
+/* Find the chunk named hash: in a pack (looking for packs written since,
+ * when it is in none known) or loose.  0, or -ENOENT. */
+int store_chunk_locate(struct store *s, const uint8_t hash[CHUNK_HASH_LEN],
+		       struct store_chunk_loc *loc);
+/* Path of pack number pack, into buf; -ENOENT for no such number. */
+int store_pack_path(struct store *s, uint32_t pack, char *buf, size_t len);
+/* Look at packs/ again now (a reader about to locate many chunks after
+ * taking its lease: gc may have rewritten packs since the last look). */
+int store_packs_refresh(struct store *s);
+/* Read the chunk object named hash, wherever it lies, into obj (cap bytes);
+ * *obj_len its size.  -ENOENT if it is nowhere, -EBADMSG if larger than cap
+ * or cut short in its pack. */
+int store_read_chunk(struct store *s, const uint8_t hash[CHUNK_HASH_LEN], uint8_t *obj,
+		     size_t cap, size_t *obj_len);
 
 /* Ingest files into a new manifest named name (meta: an object or NULL; the
  * store takes its own reference) and print its id into id.  Each path is a

@@ -26,7 +26,7 @@ static int get_file(struct store *s, struct chunk_codec *codec, const struct man
 		    struct get_out *o, uint8_t *obj, uint8_t *raw, struct progress *prog,
 		    uint64_t *done)
 {
-	char path[PATH_MAX], id[CHUNK_ID_LEN];
+	char id[CHUNK_ID_LEN];
 	int fd = -1, ret = 0;
 
 	fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, f->mode & 0777);
@@ -49,8 +49,7 @@ static int get_file(struct store *s, struct chunk_codec *codec, const struct man
 		if (c->zero)
 			continue;
 		chunk_id_format(c->hash, id);
-		store_chunk_path(s, c->hash, path, sizeof(path));
-		ret = store_read_object(path, obj, chunk_encode_bound(CHUNK_MAX_RAW), &obj_len);
+		ret = store_read_chunk(s, c->hash, obj, chunk_encode_bound(CHUNK_MAX_RAW), &obj_len);
 		if (ret == -ENOENT) {
 			pr_err("chunk %s of %s at offset %llu is missing", id, f->path,
 			       (unsigned long long)c->off);

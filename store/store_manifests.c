@@ -397,13 +397,43 @@ static int stat_chunk(const uint8_t *hash, const char *path, const char *name, v
 	return 0;
 }
 
+struct stat_packs {
+	struct store_stats *st;
+	struct hash_set seen; /* a chunk in two packs (two puts at once) counts once */
+};
+
+static int stat_pack(const char *name, const struct pack_entry *e, size_t n, uint64_t size,
+		     int err, void *arg)
+{
+	struct stat_packs *sp = arg;
+
+	if (!e)
+		return 0;
+	sp->st->stored_bytes += size; /* what the pack takes, its padding included */
+	for (size_t i = 0; i < n; i++) {
+		int r = hash_set_add(&sp->seen, e[i].hash);
+		if (r < 0)
+			return r;
+		if (r == 1) {
+			sp->st->chunks++;
+			sp->st->unique_bytes += e[i].raw_len;
+		}
+	}
+	return 0;
+}
+
 int store_stat(struct store *s, struct store_stats *st)
 {
+	struct stat_packs sp = {.st = st};
 	int ret;
 
 	memset(st, 0, sizeof(*st));
+	hash_set_init(&sp.seen);
 	ret = store_foreach_manifest(s, stat_manifest, st);
 	if (ret == 0)
+		ret = store_foreach_pack(s, stat_pack, &sp);
+	if (ret == 0)
 		ret = store_foreach_chunk(s, stat_chunk, st);
+	hash_set_release(&sp.seen);
 	return ret;
 }

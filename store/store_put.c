@@ -7,9 +7,13 @@
  * PUT_NBUF buffers are in memory.  The manifest keeps the file's chunk order
  * whatever order workers finish in: each job knows its slot.
  *
- * Crash safety: chunk objects are linked into place only when complete; one
- * syncfs() makes them all durable before the manifest, which is fsynced, is
- * linked into place.  So a crash at any point leaves complete objects, and never a
+ * New chunks go into a pack of each worker's own (pack.h), or, in the loose
+ * layout, a file each.
+ *
+ * Crash safety: packs and chunk objects are linked into place only when
+ * complete; each pack is synced before its index is written (loose objects:
+ * one syncfs()), all before the manifest, which is fsynced, is linked into
+ * place.  So a crash at any point leaves complete objects, and never a
  * manifest that names a missing chunk.  The whole put holds the store lock
  * shared, so gc cannot delete a chunk between our "it exists" and the manifest.
  */
@@ -48,6 +52,7 @@ struct put_job {
 	uint8_t hash[CHUNK_HASH_LEN];
 	uint32_t stored;
 	bool fresh; /* written by this put */
+	bool twin;  /* a chunk another job of this put writes: stored found at the end */
 };
 
 struct put_input {
@@ -65,13 +70,18 @@ struct put {
 	int err;
 	struct put_buf bufs[PUT_NBUF];
 
+	bool loose_present; /* the store holds loose chunks too: look there as well */
+	struct hash_set claimed; /* chunks this put is writing to packs (under mu) */
+
 	struct manifest *m;
 	struct put_job **jobs;
 	size_t njobs, jobs_cap;
 	struct store_put_stats st;
 };
 
-static int put_chunk(struct put *p, struct chunk_codec *codec, uint8_t *obj, struct put_job *j)
+/* A chunk into one file of its own (THAW_STORE_LAYOUT=loose). */
+static int put_chunk_loose(struct put *p, struct chunk_codec *codec, uint8_t *obj,
+			   struct put_job *j)
 {
 	char name[STORE_CHUNK_NAME_LEN];
 	const void *payload;
@@ -79,7 +89,6 @@ static int put_chunk(struct put *p, struct chunk_codec *codec, uint8_t *obj, str
 	bool replace = false;
 	int ret;
 
-	chunk_hash(j->data, j->len, j->hash);
 	store_chunk_name(j->hash, name);
 	/* Dedup before encoding: a chunk we have costs a hash and a stat. */
 	if (fstatat(p->s->dirfd, name, &sb, 0) == 0) {
@@ -117,13 +126,61 @@ static int put_chunk(struct put *p, struct chunk_codec *codec, uint8_t *obj, str
 	return 0;
 }
 
+/* A chunk into this worker's pack, unless a pack or a loose object has it,
+ * or another job of this put is writing it. */
+static int put_chunk_pack(struct put *p, struct chunk_codec *codec, struct pack_writer *w,
+			  struct put_job *j)
+{
+	struct store_chunk_loc loc;
+	char name[STORE_CHUNK_NAME_LEN];
+	struct stat sb;
+	int ret;
+
+	if (store_index_find(p->s, j->hash, &loc)) {
+		j->stored = loc.stored;
+		return 0;
+	}
+	if (p->loose_present) {
+		store_chunk_name(j->hash, name);
+		if (fstatat(p->s->dirfd, name, &sb, 0) == 0 && sb.st_size >= CHUNK_HEADER_SIZE &&
+		    (uint64_t)sb.st_size <= chunk_encode_bound(j->len)) {
+			j->stored = (uint32_t)sb.st_size;
+			return 0;
+		}
+	}
+	pthread_mutex_lock(&p->mu);
+	ret = hash_set_add(&p->claimed, j->hash);
+	pthread_mutex_unlock(&p->mu);
+	if (ret < 0)
+		return ret;
+	if (ret == 0) {
+		j->twin = true;
+		return 0;
+	}
+	ret = pack_writer_add(w, codec, j->hash, j->data, j->len, &j->stored);
+	j->fresh = ret == 0;
+	return ret;
+}
+
+static int put_chunk(struct put *p, struct chunk_codec *codec, uint8_t *obj,
+		     struct pack_writer *w, struct put_job *j)
+{
+	chunk_hash(j->data, j->len, j->hash);
+	return w ? put_chunk_pack(p, codec, w, j) : put_chunk_loose(p, codec, obj, j);
+}
+
+static int put_error(struct put *p);
+
 static void *put_worker(void *arg)
 {
 	struct put *p = arg;
 	struct chunk_codec *codec = chunk_codec_new();
 	uint8_t *obj = malloc(chunk_encode_bound(CHUNK_MAX_RAW));
+	struct pack_writer *w = NULL;
 	int err = codec && obj ? 0 : -ENOMEM;
 
+	if (!err && p->s->layout == STORE_LAYOUT_PACK && !(w = pack_writer_new(p->s)))
+		err = -ENOMEM;
 	if (err)
 		pr_err("out of memory for a put worker");
 	pthread_mutex_lock(&p->mu);
@@ -139,7 +196,7 @@ static void *put_worker(void *arg)
 		/* After a failure, jobs are only drained, so that their buffers come back. */
 		bool skip = err || p->err;
 		pthread_mutex_unlock(&p->mu);
-		int ret = skip ? 0 : put_chunk(p, codec, obj, j);
+		int ret = skip ? 0 : put_chunk(p, codec, obj, w, j);
 		pthread_mutex_lock(&p->mu);
 		if (ret < 0 && !p->err)
 			p->err = ret;
@@ -149,6 +206,15 @@ static void *put_worker(void *arg)
 			pthread_cond_broadcast(&p->free_cv);
 	}
 	pthread_mutex_unlock(&p->mu);
+	/* This worker's last pack made durable and indexed, unless the put failed. */
+	if (w && !err && put_error(p) == 0) {
+		int ret = pack_writer_finish(w);
+		pthread_mutex_lock(&p->mu);
+		if (ret < 0 && !p->err)
+			p->err = ret;
+		pthread_mutex_unlock(&p->mu);
+	}
+	pack_writer_free(w);
 	chunk_codec_free(codec);
 	free(obj);
 	return NULL;
@@ -525,6 +591,25 @@ out:
 	return ret;
 }
 
+/* Whether chunks/ holds any loose chunk directory (a store written before
+ * packs, or with THAW_STORE_LAYOUT=loose). */
+static bool has_loose_chunks(struct store *s)
+{
+	char dir[PATH_MAX];
+	struct dirent *de;
+	bool any = false;
+	DIR *d;
+
+	snprintf(dir, sizeof(dir), "%s/chunks", s->dir);
+	d = opendir(dir);
+	if (!d)
+		return true; /* cannot tell: look */
+	while (!any && (de = readdir(d)))
+		any = de->d_name[0] != '.';
+	closedir(d);
+	return any;
+}
+
 int store_put(struct store *s, const char *name, const char *const *paths, size_t npaths,
 	      json_t *meta, bool show_progress, char id[CHUNK_ID_LEN],
 	      struct store_put_stats *stats)
@@ -537,6 +622,7 @@ int store_put(struct store *s, const char *name, const char *const *paths, size_
 	uint64_t total = 0, done = 0;
 	int lock = -1, ret;
 
+	hash_set_init(&p.claimed);
 	pthread_mutex_init(&p.mu, NULL);
 	pthread_cond_init(&p.work_cv, NULL);
 	pthread_cond_init(&p.free_cv, NULL);
@@ -553,6 +639,11 @@ int store_put(struct store *s, const char *name, const char *const *paths, size_
 		ret = lock;
 		goto out;
 	}
+	/* Under the lock no gc runs: the packs read now stay until the put ends. */
+	ret = store_packs_read(s, false);
+	if (ret < 0)
+		goto out;
+	p.loose_present = has_loose_chunks(s);
 	p.m = manifest_new(name);
 	if (!p.m || (ninputs && !(p.m->files = calloc(ninputs, sizeof(*p.m->files))))) {
 		ret = -ENOMEM;
@@ -602,6 +693,17 @@ stop:
 	for (size_t i = 0; i < p.njobs; i++) {
 		struct put_job *j = p.jobs[i];
 		struct manifest_chunk *c = &p.m->files[j->file].chunks[j->idx];
+		struct store_chunk_loc loc;
+
+		if (j->twin) {
+			/* Its twin's pack is indexed now. */
+			if (!store_index_find(s, j->hash, &loc)) {
+				pr_err("a chunk this put wrote is not in its packs' index");
+				ret = -EIO;
+				goto out;
+			}
+			j->stored = loc.stored;
+		}
 		memcpy(c->hash, j->hash, CHUNK_HASH_LEN);
 		c->stored = j->stored;
 		p.st.chunks++;
@@ -612,8 +714,9 @@ stop:
 			p.st.dup_bytes += j->len;
 		}
 	}
-	/* Every chunk object durable before the manifest that names them. */
-	if (syncfs(s->dirfd) < 0) {
+	/* Every chunk object durable before the manifest that names them
+	 * (packs are synced as they are finished). */
+	if (s->layout == STORE_LAYOUT_LOOSE && syncfs(s->dirfd) < 0) {
 		ret = -errno;
 		pr_perror("syncfs %s", s->dir);
 		goto out;
@@ -638,5 +741,6 @@ out:
 	pthread_cond_destroy(&p.free_cv);
 	pthread_cond_destroy(&p.work_cv);
 	pthread_mutex_destroy(&p.mu);
+	hash_set_release(&p.claimed);
 	return ret;
 }

@@ -8,6 +8,7 @@
 #include "restore/engine.h"
 #include "store/store.h"
 #include "test/check.h"
+#include "test/store_damage.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -165,16 +166,25 @@ static void set_cached(struct store *s, const struct manifest *m, bool cached)
 			const struct manifest_chunk *c = &m->files[i].chunks[j];
 			int fd;
 
-			if (c->zero || store_chunk_path(s, c->hash, path, sizeof(path)))
+			off_t off;
+			size_t len;
+
+			if (c->zero)
 				continue;
+			chunk_where(s, c->hash, path, &off, &len);
 			fd = open(path, O_RDONLY | O_CLOEXEC);
 			REQUIRE(fd >= 0);
 			if (cached) {
-				while (read(fd, buf, sizeof(buf)) > 0)
-					;
+				for (size_t got = 0; got < len;) {
+					ssize_t r = pread(fd, buf, MIN(sizeof(buf), len - got),
+							  off + (off_t)got);
+					if (r <= 0)
+						break;
+					got += (size_t)r;
+				}
 			} else {
 				fdatasync(fd);
-				posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+				posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED); /* the whole pack */
 			}
 			close(fd);
 		}
@@ -350,30 +360,19 @@ enum harm { FLIP_BYTE, REMOVE, TRUNCATE };
 
 static void damage(struct store *s, const struct manifest_chunk *c, enum harm how)
 {
-	char path[PATH_MAX];
-
-	REQUIRE(store_chunk_path(s, c->hash, path, sizeof(path)) == 0);
-	if (how == REMOVE) {
-		REQUIRE(unlink(path) == 0);
-		return;
-	}
-	if (how == TRUNCATE) {
-		REQUIRE(truncate(path, c->stored - 100) == 0);
-		return;
-	}
-	int fd = open(path, O_RDWR);
-	uint8_t b;
-	REQUIRE(fd >= 0);
-	REQUIRE(pread(fd, &b, 1, CHUNK_HEADER_SIZE + 100) == 1);
-	b ^= 0x40;
-	REQUIRE(pwrite(fd, &b, 1, CHUNK_HEADER_SIZE + 100) == 1);
-	close(fd);
+	if (how == REMOVE)
+		chunk_remove(s, c->hash);
+	else if (how == TRUNCATE)
+		chunk_cut(s, c->hash, c->stored - 100);
+	else
+		chunk_flip(s, c->hash, CHUNK_HEADER_SIZE + 100);
 }
 
-/* Snapshot one file of fresh random data (raw chunks), damage its middle
- * chunk, and check that the naive engine and the engine, whichever way it
- * reads and writes, fail naming it. */
-static void test_bad_chunk(struct store *s, enum harm how)
+/* Snapshot one file of fresh random data (raw chunks) in the layout given,
+ * damage a chunk (its middle one; in a pack cut short, the pack's last), and
+ * check that the naive engine and the engine, whichever way it reads and
+ * writes, fail naming it. */
+static void test_bad_chunk(struct store *s, enum harm how, enum store_layout layout)
 {
 	static const char *ways[] = { "naive", "engine, defaults", "engine, pwrite",
 				      "engine, O_DIRECT", "engine, buffered into mappings" };
@@ -385,16 +384,20 @@ static void test_bad_chunk(struct store *s, enum harm how)
 	int ret;
 
 	REQUIRE(buf);
-	snprintf(src, sizeof(src), "%s/bad-%d", root, (int)how);
+	snprintf(src, sizeof(src), "%s/bad-%d-%d", root, (int)how, (int)layout);
 	REQUIRE(mkdir_p(src, 0755) == 0);
 	fill_random(buf, n);
 	write_file(src, "victim.img", buf, n, 0600);
 	free(buf);
 	paths[0] = src;
+	store_set_layout(s, layout);
 	REQUIRE(store_put(s, "bad", paths, 1, NULL, false, id, NULL) == 0);
+	store_set_layout(s, STORE_LAYOUT_PACK);
 	REQUIRE(store_manifest_load(s, id, &m, NULL) == 0);
 	REQUIRE(m->nfiles == 1 && m->files[0].nchunks > 4);
 	const struct manifest_chunk *c = &m->files[0].chunks[m->files[0].nchunks / 2];
+	if (how == TRUNCATE)
+		c = chunk_last_in_pack(s, &m->files[0]);
 	chunk_id_format(c->hash, cid);
 	damage(s, c, how);
 
@@ -552,9 +555,11 @@ int main(void)
 	test_cancel(s, id);
 	test_full_tmpfs(s, id);
 	test_huge_target(s, src, id);
-	test_bad_chunk(s, FLIP_BYTE);
-	test_bad_chunk(s, REMOVE);
-	test_bad_chunk(s, TRUNCATE);
+	for (int layout = STORE_LAYOUT_PACK; layout <= STORE_LAYOUT_LOOSE; layout++) {
+		test_bad_chunk(s, FLIP_BYTE, layout);
+		test_bad_chunk(s, REMOVE, layout);
+		test_bad_chunk(s, TRUNCATE, layout);
+	}
 
 	store_close(s);
 	return check_failures ? 1 : 0;

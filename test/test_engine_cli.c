@@ -4,6 +4,7 @@
 #include "common/util.h"
 #include "store/store.h"
 #include "test/check.h"
+#include "test/store_damage.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -138,10 +139,7 @@ int main(void)
 	const struct manifest_chunk *c = &m->files[0].chunks[0];
 	REQUIRE(!c->zero);
 	chunk_id_format(c->hash, cid);
-	REQUIRE(store_chunk_path(s, c->hash, a, sizeof(a)) == 0);
-	int fd = open(a, O_RDWR);
-	REQUIRE(fd >= 0 && pwrite(fd, "garbage!", 8, CHUNK_HEADER_SIZE + 64) == 8);
-	close(fd);
+	chunk_flip(s, c->hash, CHUNK_HEADER_SIZE + 64);
 	snprintf(out, sizeof(out), "%s/out2", root);
 	CHECK_EQ(run(&o, "%s materialize --store %s --out %s %s", thaw, sdir, out, id), 1);
 	CHECK(strstr(o, cid) != NULL);

@@ -4,6 +4,7 @@
 #include "common/util.h"
 #include "store/internal.h"
 #include "test/check.h"
+#include "test/store_damage.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -98,6 +99,87 @@ static void damage(struct store *s, const char *mid, const struct manifest_chunk
 	CHECK_EQ(store_verify(s, NULL, NULL), 0);
 }
 
+/* verify names the one bad chunk id, and get fails naming it with want. */
+static void expect_bad(struct store *s, const char *mid, const char *id, int get_err,
+		       const char *want)
+{
+	char out[PATH_MAX];
+	struct seen seen = {0};
+
+	CHECK_EQ(store_verify(s, on_bad, &seen), 1);
+	CHECK_EQ(seen.n, 1);
+	CHECK_STR(seen.id, id);
+	snprintf(out, sizeof(out), "%s/out", root);
+	rm_rf(out);
+	log_clear_error();
+	CHECK_EQ(store_get(s, mid, out, false), get_err);
+	if (!strstr(log_last_error(), id) || !strstr(log_last_error(), want)) {
+		fprintf(stderr, "error \"%s\" does not name %s as %s\n", log_last_error(), id,
+			want);
+		check_failures++;
+	}
+	CHECK_EQ(count_entries(out), 0);
+}
+
+/* The same damage to chunks in packs: a flipped byte in any of them, one
+ * cut short with its pack, one missing from its pack's index, and a pack
+ * index that is itself corrupt. */
+static void test_packs(const char *const *paths)
+{
+	char dir[PATH_MAX], id[CHUNK_ID_LEN], mid[CHUNK_ID_LEN], path[PATH_MAX];
+	struct manifest *m = NULL;
+	off_t off;
+	size_t len;
+
+	snprintf(dir, sizeof(dir), "%s/packs-store", root);
+	struct store *s = store_open(dir);
+	REQUIRE(s);
+	REQUIRE(store_put(s, "bad", paths, 2, NULL, false, mid, NULL) == 0);
+	REQUIRE(store_manifest_load(s, mid, &m, NULL) == 0);
+	CHECK_EQ(store_verify(s, NULL, NULL), 0);
+	for (size_t f = 0; f < 2; f++) {
+		size_t n = m->files[f].nchunks;
+		size_t picks[] = {0, n / 2, n - 1};
+		for (size_t p = 0; p < 3; p++) {
+			const struct manifest_chunk *c = &m->files[f].chunks[picks[p]];
+			REQUIRE(chunk_where(s, c->hash, path, &off, &len));
+			chunk_id_format(c->hash, id);
+			chunk_flip(s, c->hash, len / 2);
+			expect_bad(s, mid, id, -EBADMSG, "is corrupt");
+			chunk_flip(s, c->hash, len / 2);
+			CHECK_EQ(store_verify(s, NULL, NULL), 0);
+		}
+	}
+	/* Cut short: the pack ends inside the last object of one of them. */
+	const struct manifest_chunk *c = chunk_last_in_pack(s, &m->files[1]);
+	chunk_id_format(c->hash, id);
+	chunk_where(s, c->hash, path, &off, &len);
+	chunk_cut(s, c->hash, len / 2);
+	expect_bad(s, mid, id, -EBADMSG, "is corrupt");
+	/* Missing from the index (the cut one back first: the same bytes put again). */
+	const char *again[] = {paths[1]};
+	REQUIRE(store_gc(s, NULL, NULL) == 0);
+	chunk_remove(s, c->hash);
+	chunk_id_format(c->hash, id);
+	expect_bad(s, mid, id, -ENOENT, "missing");
+	REQUIRE(store_put(s, "again", again, 1, NULL, false, id, NULL) == 0);
+	CHECK_EQ(store_verify(s, NULL, NULL), 0);
+	/* A corrupt index: reported by its path; its chunks are then missing. */
+	c = &m->files[0].chunks[0];
+	chunk_where(s, c->hash, path, &off, &len);
+	snprintf(path + strlen(path) - 5, 5, ".idx");
+	REQUIRE(chmod(path, 0644) == 0);
+	int fd = open(path, O_WRONLY);
+	REQUIRE(fd >= 0 && pwrite(fd, "X", 1, 30) == 1);
+	close(fd);
+	REQUIRE(store_packs_refresh(s) == 0);
+	struct seen seen = {0};
+	CHECK(store_verify(s, on_bad, &seen) > 1);
+	CHECK(strstr(log_last_error(), "missing") != NULL);
+	manifest_free(m);
+	store_close(s);
+}
+
 int main(void)
 {
 	char dir[PATH_MAX], a[PATH_MAX], b[PATH_MAX], mid[CHUNK_ID_LEN];
@@ -110,6 +192,9 @@ int main(void)
 	snprintf(dir, sizeof(dir), "%s/store", root);
 	struct store *s = store_open(dir);
 	REQUIRE(s);
+	/* Loose objects first (a file each, the layout before packs); then
+	 * packs, in test_packs(). */
+	store_set_layout(s, STORE_LAYOUT_LOOSE);
 	/* Two files: one random (raw chunks), one compressible (zstd chunks). */
 	for (size_t i = 0; i < size; i++) {
 		x = x * 6364136223846793005ull + 1;
@@ -165,6 +250,7 @@ int main(void)
 
 	manifest_free(m);
 	store_close(s);
+	test_packs(paths);
 	rm_rf(root);
 	free(buf);
 	return check_failures ? 1 : 0;

@@ -388,7 +388,6 @@ static int check_manifests(struct store *s)
 		const char *id = json_string_value(json_object_get(e, "id"));
 		struct manifest *m = NULL;
 		char full[CHUNK_ID_LEN], p[PATH_MAX];
-		struct stat st;
 
 		n++;
 		CHECK(id != NULL);
@@ -404,8 +403,9 @@ static int check_manifests(struct store *s)
 
 				if (ch->zero)
 					continue;
-				REQUIRE(store_chunk_path(s, ch->hash, p, sizeof(p)) == 0);
-				if (stat(p, &st) < 0) {
+				struct store_chunk_loc loc;
+				if (store_chunk_locate(s, ch->hash, &loc) < 0) {
+					chunk_id_format(ch->hash, p);
 					fprintf(stderr, "manifest %s names missing chunk %s\n", id,
 						p);
 					check_failures++;

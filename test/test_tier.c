@@ -10,6 +10,7 @@
 #include "restore/tier.h"
 #include "store/store.h"
 #include "test/check.h"
+#include "test/store_damage.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -289,22 +290,17 @@ static void test_bad(struct store *s, const char *id, bool remove)
 	struct tier *t = tier_open(tdir, 1ull << 30, s, NULL);
 	struct manifest *m = NULL;
 	struct tier_lease *l = NULL;
-	char path[PATH_MAX], cid[CHUNK_ID_LEN];
+	char cid[CHUNK_ID_LEN];
 
 	REQUIRE(t);
 	REQUIRE(store_manifest_load(s, id, &m, NULL) == 0);
 	const struct manifest_chunk *c = &m->files[0].chunks[m->files[0].nchunks - 1];
 	REQUIRE(!c->zero);
 	chunk_id_format(c->hash, cid);
-	REQUIRE(store_chunk_path(s, c->hash, path, sizeof(path)) == 0);
-	if (remove) {
-		REQUIRE(unlink(path) == 0);
-	} else {
-		int fd = open(path, O_RDWR);
-		REQUIRE(fd >= 0);
-		REQUIRE(pwrite(fd, "XXXX", 4, CHUNK_HEADER_SIZE + 8) == 4);
-		close(fd);
-	}
+	if (remove)
+		chunk_remove(s, c->hash);
+	else
+		chunk_flip(s, c->hash, CHUNK_HEADER_SIZE + 8);
 	log_clear_error();
 	CHECK_EQ(tier_acquire(t, id, &l), remove ? -ENOENT : -EBADMSG);
 	fprintf(stderr, "expected failure: %s\n", log_last_error());

@@ -1,0 +1,380 @@
+/* pack.c — pack files and their index files (pack.h), and the writer that
+ * appends a put's new chunk objects to packs. */
+#define LOG_PREFIX "store: "
+#include "store/pack.h"
+#include "store/internal.h"
+#include "common/log.h"
+#include "common/util.h"
+
+#include <endian.h>
+#include <stdatomic.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+	v = htole32(v);
+	memcpy(p, &v, 4);
+}
+
+static void put_le64(uint8_t *p, uint64_t v)
+{
+	v = htole64(v);
+	memcpy(p, &v, 8);
+}
+
+static uint32_t get_le32(const uint8_t *p)
+{
+	uint32_t v;
+
+	memcpy(&v, p, 4);
+	return le32toh(v);
+}
+
+static uint64_t get_le64(const uint8_t *p)
+{
+	uint64_t v;
+
+	memcpy(&v, p, 8);
+	return le64toh(v);
+}
+
+uint8_t *pack_index_encode(const struct pack_entry *e, size_t n, uint64_t pack_size, size_t *len)
+{
+	size_t body = PACK_INDEX_HEADER + n * PACK_INDEX_ENTRY;
+	uint8_t *buf = malloc(body + CHUNK_HASH_LEN), *p;
+
+	if (!buf)
+		return NULL;
+	memcpy(buf, "THPI", 4);
+	put_le32(buf + 4, 1);
+	put_le64(buf + 8, n);
+	put_le64(buf + 16, pack_size);
+	p = buf + PACK_INDEX_HEADER;
+	for (size_t i = 0; i < n; i++, p += PACK_INDEX_ENTRY) {
+		memcpy(p, e[i].hash, CHUNK_HASH_LEN);
+		put_le64(p + 32, e[i].off);
+		put_le32(p + 40, e[i].stored);
+		put_le32(p + 44, e[i].raw_len);
+	}
+	chunk_hash(buf, body, buf + body);
+	*len = body + CHUNK_HASH_LEN;
+	return buf;
+}
+
+int pack_index_parse(const uint8_t *buf, size_t len, struct pack_entry **out, size_t *n,
+		     uint64_t *pack_size)
+{
+	uint8_t sum[CHUNK_HASH_LEN];
+	struct pack_entry *v = NULL;
+	uint64_t count, size;
+
+	*out = NULL;
+	*n = 0;
+	if (len < PACK_INDEX_HEADER + CHUNK_HASH_LEN || memcmp(buf, "THPI", 4)) {
+		pr_err("pack index: not an index (bad magic or too short)");
+		return -EBADMSG;
+	}
+	if (get_le32(buf + 4) != 1) {
+		pr_err("pack index: unknown version %u", get_le32(buf + 4));
+		return -EBADMSG;
+	}
+	count = get_le64(buf + 8);
+	size = get_le64(buf + 16);
+	if (count > (len - PACK_INDEX_HEADER - CHUNK_HASH_LEN) / PACK_INDEX_ENTRY ||
+	    PACK_INDEX_HEADER + count * PACK_INDEX_ENTRY + CHUNK_HASH_LEN != len) {
+		pr_err("pack index: %llu entries do not fill its %zu bytes",
+		       (unsigned long long)count, len);
+		return -EBADMSG;
+	}
+	chunk_hash(buf, len - CHUNK_HASH_LEN, sum);
+	if (memcmp(sum, buf + len - CHUNK_HASH_LEN, CHUNK_HASH_LEN)) {
+		pr_err("pack index: checksum mismatch");
+		return -EBADMSG;
+	}
+	if (count && !(v = malloc(count * sizeof(*v))))
+		return -ENOMEM;
+	for (uint64_t i = 0; i < count; i++) {
+		const uint8_t *p = buf + PACK_INDEX_HEADER + i * PACK_INDEX_ENTRY;
+		struct pack_entry *e = &v[i];
+
+		memcpy(e->hash, p, CHUNK_HASH_LEN);
+		e->off = get_le64(p + 32);
+		e->stored = get_le32(p + 40);
+		e->raw_len = get_le32(p + 44);
+		if (e->off % PACK_ALIGN || e->raw_len == 0 || e->raw_len > CHUNK_MAX_RAW ||
+		    e->stored < CHUNK_HEADER_SIZE || e->stored > chunk_encode_bound(e->raw_len) ||
+		    e->off > size || size - e->off < e->stored) {
+			pr_err("pack index: entry %llu (offset %llu, %u bytes of %u) is impossible "
+			       "in a pack of %llu bytes",
+			       (unsigned long long)i, (unsigned long long)e->off, e->stored,
+			       e->raw_len, (unsigned long long)size);
+			free(v);
+			return -EBADMSG;
+		}
+	}
+	*out = v;
+	*n = count;
+	*pack_size = size;
+	return 0;
+}
+
+/* the writer */
+
+struct pack_writer {
+	struct store *s;
+	int fd;		/* the pack being written (unnamed until finished), or -1 */
+	char tmp[64];	/* where the filesystem has no O_TMPFILE: its name in tmp/ */
+	bool direct;	/* fd is O_DIRECT */
+	uint8_t *buf;	/* PACK_WRITE_BYTES, aligned: objects not yet written */
+	size_t fill;	/* bytes in buf, a multiple of PACK_ALIGN */
+	uint64_t flushed; /* bytes of the pack written before buf */
+	struct pack_entry *e;
+	size_t n, cap;
+};
+
+struct pack_writer *pack_writer_new(struct store *s)
+{
+	struct pack_writer *w = calloc(1, sizeof(*w));
+
+	if (!w || posix_memalign((void **)&w->buf, PACK_ALIGN, PACK_WRITE_BYTES)) {
+		pr_err("out of memory for a pack writer");
+		free(w);
+		return NULL;
+	}
+	w->s = s;
+	w->fd = -1;
+	return w;
+}
+
+/* Open fd as a new unnamed file in dir (or named tmp where the filesystem
+ * has no O_TMPFILE), O_DIRECT if direct and the filesystem takes it. */
+static int open_new(struct pack_writer *w, const char *dir, int flags)
+{
+	static atomic_ulong counter;
+
+	w->tmp[0] = '\0';
+	w->fd = open(dir, O_TMPFILE | flags, 0444);
+	if (w->fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL))
+		return w->fd;
+	snprintf(w->tmp, sizeof(w->tmp), "tmp/pack.%d.%d.%lu", getpid(), gettid(),
+		 atomic_fetch_add(&counter, 1));
+	w->fd = openat(w->s->dirfd, w->tmp, O_CREAT | O_EXCL | flags, 0444);
+	if (w->fd < 0)
+		w->tmp[0] = '\0';
+	return w->fd;
+}
+
+static int open_pack(struct pack_writer *w)
+{
+	char dir[PATH_MAX];
+	int flags = O_WRONLY | O_CLOEXEC;
+
+	snprintf(dir, sizeof(dir), "%s/packs", w->s->dir);
+	w->direct = store_packs_direct(w->s);
+	if (open_new(w, dir, flags | (w->direct ? O_DIRECT : 0)) < 0 && w->direct &&
+	    errno == EINVAL) {
+		w->direct = false;
+		open_new(w, dir, flags);
+	}
+	if (w->fd < 0) {
+		int ret = -errno;
+		pr_perror("cannot create a pack in %s", dir);
+		return ret;
+	}
+	w->flushed = 0;
+	w->fill = 0;
+	w->n = 0;
+	return 0;
+}
+
+static int flush(struct pack_writer *w)
+{
+	size_t done = 0;
+
+	while (done < w->fill) {
+		ssize_t r = pwrite(w->fd, w->buf + done, w->fill - done, (off_t)(w->flushed + done));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && errno == EINVAL && w->direct) {
+			/* A filesystem that opened O_DIRECT but wants another
+			 * alignment: go on through the page cache. */
+			int fl = fcntl(w->fd, F_GETFL);
+			if (fl >= 0 && fcntl(w->fd, F_SETFL, fl & ~O_DIRECT) == 0) {
+				w->direct = false;
+				continue;
+			}
+		}
+		if (r <= 0) {
+			int ret = r < 0 ? -errno : -EIO;
+			pr_err("cannot write a pack in %s/packs: %s", w->s->dir, strerror(-ret));
+			return ret;
+		}
+		done += (size_t)r;
+	}
+	w->flushed += w->fill;
+	w->fill = 0;
+	return 0;
+}
+
+static int random_name(char name[PACK_NAME_LEN + 1])
+{
+	uint8_t r[PACK_NAME_LEN / 2];
+
+	if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r))
+		return -errno ? -errno : -EIO;
+	hex_encode(r, sizeof(r), name);
+	return 0;
+}
+
+/* Link the complete, synced pack as packs/<name>.pack, then its index. */
+static int publish(struct pack_writer *w)
+{
+	char name[PACK_NAME_LEN + 1], proc[64], path[PATH_MAX], dir[PATH_MAX];
+	uint8_t *idx = NULL;
+	size_t idx_len;
+	int ret, r;
+
+	if (fdatasync(w->fd) < 0) {
+		ret = -errno;
+		pr_perror("cannot sync a pack in %s/packs", w->s->dir);
+		return ret;
+	}
+	for (int tries = 0;; tries++) {
+		ret = random_name(name);
+		if (ret)
+			return ret;
+		snprintf(path, sizeof(path), "%s/packs/%s.pack", w->s->dir, name);
+		if (w->tmp[0]) {
+			r = renameat2(w->s->dirfd, w->tmp, AT_FDCWD, path, RENAME_NOREPLACE);
+			if (r == 0)
+				w->tmp[0] = '\0';
+		} else {
+			/* AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; /proc/self/fd does not. */
+			r = linkat(w->fd, "", AT_FDCWD, path, AT_EMPTY_PATH);
+			if (r < 0 && (errno == EPERM || errno == ENOENT)) {
+				snprintf(proc, sizeof(proc), "/proc/self/fd/%d", w->fd);
+				r = linkat(AT_FDCWD, proc, AT_FDCWD, path, AT_SYMLINK_FOLLOW);
+			}
+		}
+		if (r == 0)
+			break;
+		if (errno != EEXIST || tries > 8) {
+			ret = -errno;
+			pr_perror("cannot put pack %s in place", path);
+			return ret;
+		}
+	}
+	idx = pack_index_encode(w->e, w->n, w->flushed, &idx_len);
+	if (!idx)
+		return -ENOMEM;
+	snprintf(path, sizeof(path), "%s/packs/%s.idx", w->s->dir, name);
+	ret = store_write_object(w->s, path, idx, idx_len, true, false);
+	free(idx);
+	if (ret == 0) {
+		pr_err("pack index %s already exists", path);
+		ret = -EEXIST;
+	}
+	if (ret < 0)
+		return ret;
+	snprintf(dir, sizeof(dir), "%s/packs", w->s->dir);
+	ret = fsync_dir(dir);
+	if (ret < 0)
+		return ret;
+	return store_index_add_pack(w->s, name, w->flushed, w->e, w->n);
+}
+
+/* Close the pack being written; a named temp not yet published is removed. */
+static void drop(struct pack_writer *w)
+{
+	if (w->fd >= 0)
+		close(w->fd);
+	if (w->tmp[0])
+		unlinkat(w->s->dirfd, w->tmp, 0);
+	w->fd = -1;
+	w->tmp[0] = '\0';
+	w->n = 0;
+}
+
+/* Finish the pack being written, if any. */
+static int finish_pack(struct pack_writer *w)
+{
+	int ret = 0;
+
+	if (w->fd < 0)
+		return 0;
+	if (w->n)
+		ret = flush(w);
+	if (ret == 0 && w->n)
+		ret = publish(w);
+	drop(w);
+	return ret;
+}
+
+int pack_writer_add(struct pack_writer *w, struct chunk_codec *codec,
+		    const uint8_t hash[CHUNK_HASH_LEN], const void *raw, size_t raw_len,
+		    uint32_t *stored)
+{
+	size_t bound = chunk_encode_bound(raw_len);
+	const void *payload;
+	uint8_t *o;
+	long n;
+	int ret;
+
+	if (w->fd >= 0 && w->flushed + w->fill + bound > PACK_MAX_BYTES) {
+		ret = finish_pack(w);
+		if (ret)
+			return ret;
+	}
+	if (w->fd < 0 && (ret = open_pack(w)))
+		return ret;
+	if (PACK_WRITE_BYTES - w->fill < ALIGN_UP(bound, PACK_ALIGN) && (ret = flush(w)))
+		return ret;
+	if (w->n == w->cap) {
+		size_t c = w->cap ? w->cap * 2 : 1024;
+		struct pack_entry *v = realloc(w->e, c * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		w->e = v;
+		w->cap = c;
+	}
+	/* Encoded straight into the write buffer: a zstd payload is written
+	 * there by zstd, a raw one copied once. */
+	o = w->buf + w->fill;
+	n = chunk_encode_parts(codec, raw, raw_len, o, bound, &payload);
+	if (n < 0) {
+		pr_err("cannot encode a chunk of %zu bytes: %s", raw_len, strerror((int)-n));
+		return (int)n;
+	}
+	if (payload == raw)
+		memcpy(o + CHUNK_HEADER_SIZE, raw, raw_len);
+	size_t padded = ALIGN_UP((size_t)n, PACK_ALIGN);
+	memset(o + n, 0, padded - (size_t)n);
+	struct pack_entry *e = &w->e[w->n++];
+	memcpy(e->hash, hash, CHUNK_HASH_LEN);
+	e->off = w->flushed + w->fill;
+	e->stored = (uint32_t)n;
+	e->raw_len = (uint32_t)raw_len;
+	w->fill += padded;
+	*stored = (uint32_t)n;
+	return 0;
+}
+
+int pack_writer_finish(struct pack_writer *w)
+{
+	return w ? finish_pack(w) : 0;
+}
+
+void pack_writer_free(struct pack_writer *w)
+{
+	if (!w)
+		return;
+	drop(w);
+	free(w->buf);
+	free(w->e);
+	free(w);
+}

@@ -42,10 +42,18 @@ check "verify clean" ts verify
 check "gc keeps what is used" bash -c "'$THAW' store --store '$st' gc | grep -q 'freed 0 chunks'"
 
 # Damage one chunk: verify exits 1 and prints its id; get fails, leaves nothing.
-obj=$(find "$st/chunks" -type f | head -n1)
-bad="sha256:$(basename "$(dirname "$obj")")$(basename "$obj")"
+# The first chunk of a pack, from its index (store/pack.h: 24 bytes of
+# header, then entries of hash[32], u64 offset, u32 stored, u32 raw_len).
+read -r obj seek bad < <(python3 - "$st/packs" <<'PY'
+import glob, struct, sys
+idx = sorted(glob.glob(sys.argv[1] + "/*.idx"))[0]
+b = open(idx, "rb").read()
+h, off = b[24:56], struct.unpack("<Q", b[56:64])[0]
+print(idx[:-4] + ".pack", off + 20, "sha256:" + h.hex())
+PY
+)
 chmod u+w "$obj"
-printf 'X' | dd of="$obj" bs=1 seek=20 conv=notrunc status=none
+printf 'X' | dd of="$obj" bs=1 seek="$seek" conv=notrunc status=none
 out=$(ts verify 2>/dev/null); r=$?
 check "verify exits 1 on a bad chunk" [ $r = 1 ]
 check "verify prints the bad chunk id" [ "$(echo "$out" | cut -f1)" = "$bad" ]

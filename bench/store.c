@@ -6,7 +6,10 @@
  * (a) N MiB (default 1024) of pseudo-random, incompressible bytes, written to a
  *     file in the work directory (default /dev/shm, so that neither the input
  *     nor the store waits on a disk): store_put into a fresh store, then the
- *     same put again (every chunk already stored: hashing and lookups only).
+ *     same put again (every chunk already stored: hashing and lookups only),
+ *     then into fresh stores with packs written through the page cache
+ *     instead of O_DIRECT, and in the loose layout (a file per chunk, the
+ *     layout before packs) as the baseline.
  * (b) A real CRIU image: DIR/dump1 and DIR/dump2 as bench/make_criu_image.sh
  *     makes them (without --image that script is run into the work directory,
  *     --image-mib MiB, default 300): dump1 into a fresh store, then dump2 into
@@ -185,9 +188,11 @@ static void bench_sha256(const char *what, uint8_t *const *bufs, const size_t *l
 	}
 }
 
-/* One store_put of f into the store at dir; fresh: remove the store first. */
-static int put_once(const char *dir, bool fresh, const char *name, const struct files *f,
-		    struct row *r, struct store_put_stats *st)
+/* One store_put of f into the store at dir, new chunks written in the
+ * layout given; fresh: remove the store first. */
+static int put_layout(const char *dir, bool fresh, const char *name, const struct files *f,
+		      struct row *r, struct store_put_stats *st, enum store_layout layout,
+		      bool direct)
 {
 	struct store *s;
 	char id[CHUNK_ID_LEN];
@@ -200,6 +205,8 @@ static int put_once(const char *dir, bool fresh, const char *name, const struct 
 	s = store_open(dir);
 	if (!s)
 		return -EIO;
+	store_set_layout(s, layout);
+	store_set_pack_direct(s, direct);
 	c0 = self_cpu();
 	t0 = now_ns();
 	ret = store_put(s, name, (const char *const *)f->path, f->n, NULL, false, id, st);
@@ -209,6 +216,12 @@ static int put_once(const char *dir, bool fresh, const char *name, const struct 
 		pr_err("store_put %s: %s", name, log_last_error());
 	store_close(s);
 	return ret;
+}
+
+static int put_once(const char *dir, bool fresh, const char *name, const struct files *f,
+		    struct row *r, struct store_put_stats *st)
+{
+	return put_layout(dir, fresh, name, f, r, st, STORE_LAYOUT_PACK, true);
 }
 
 static void set_stored(struct row *r, const struct store_put_stats *st)
@@ -338,6 +351,20 @@ static int bench_random(const char *work, uint64_t mib)
 	r = row_new("store_put again (all stored)", len);
 	for (int i = 0; i < repeat && ret == 0; i++)
 		ret = put_once(dir, false, "random", &f, r, &st);
+	r->rc = ret;
+	if (ret == 0)
+		set_stored(r, &st);
+	/* Packs through the page cache (warm for the first restore), and the
+	 * layout before packs, a file per chunk, as the baseline. */
+	r = row_new("store_put, new store, buffered packs", len);
+	for (int i = 0; i < repeat && ret == 0; i++)
+		ret = put_layout(dir, true, "random", &f, r, &st, STORE_LAYOUT_PACK, false);
+	r->rc = ret;
+	if (ret == 0)
+		set_stored(r, &st);
+	r = row_new("store_put, new store, loose", len);
+	for (int i = 0; i < repeat && ret == 0; i++)
+		ret = put_layout(dir, true, "random", &f, r, &st, STORE_LAYOUT_LOOSE, false);
 	r->rc = ret;
 	if (ret == 0)
 		set_stored(r, &st);

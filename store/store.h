@@ -65,6 +65,11 @@ int store_chunk_path(const struct store *s, const uint8_t hash[CHUNK_HASH_LEN], 
  * (THAW_STORE_LAYOUT=loose in the environment of store_open()). */
 enum store_layout { STORE_LAYOUT_PACK, STORE_LAYOUT_LOOSE };
 void store_set_layout(struct store *s, enum store_layout layout);
+/* Whether packs are written with O_DIRECT (where the filesystem takes it;
+ * the default, THAW_STORE_DIRECT=1|0 in the environment of store_open()) or
+ * through the page cache.  O_DIRECT costs no CPU for the copy and leaves no
+ * dirty pages behind, but a snapshot's first restore then reads the disk. */
+void store_set_pack_direct(struct store *s, bool direct);
 
 /* Where a chunk object lies. */
 #define STORE_LOOSE UINT32_MAX

@@ -356,6 +356,11 @@ bool store_packs_direct(struct store *s)
 	return s->direct != 0;
 }
 
+void store_set_pack_direct(struct store *s, bool direct)
+{
+	s->direct = direct;
+}
+
 void store_set_layout(struct store *s, enum store_layout layout)
 {
 	s->layout = layout;

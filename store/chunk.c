@@ -111,6 +111,49 @@ static void put_header(uint8_t *out, enum chunk_encoding enc, uint32_t raw_len,
 	memcpy(out + 12, &v, 4);
 }
 
+/* Whether n bytes at p look like uniformly random bytes: the chi-squared
+ * statistic of their byte counts against a uniform distribution.  For n
+ * random bytes it has 255 degrees of freedom (mean 255, deviation ~23);
+ * bytes that an order-0 coder could shrink by even a few percent score in
+ * the thousands. */
+static bool looks_random(const uint8_t *p, size_t n)
+{
+	uint32_t cnt[4][256] = {{0}};
+	uint64_t sum = 0;
+	size_t i = 0;
+
+	/* Four tables, so that neighbouring bytes do not wait on one counter. */
+	for (; i + 4 <= n; i += 4) {
+		cnt[0][p[i]]++;
+		cnt[1][p[i + 1]]++;
+		cnt[2][p[i + 2]]++;
+		cnt[3][p[i + 3]]++;
+	}
+	for (; i < n; i++)
+		cnt[0][p[i]]++;
+	for (int b = 0; b < 256; b++) {
+		uint64_t c = (uint64_t)cnt[0][b] + cnt[1][b] + cnt[2][b] + cnt[3][b];
+		sum += c * c;
+	}
+	/* chi2 = 256 * sum / n - n */
+	return sum * 256 < (CHUNK_RANDOM_CHI2 + n) * n;
+}
+
+/* A chunk whose first, middle and last CHUNK_SAMPLE bytes all look random is
+ * stored raw without trying zstd: on such bytes zstd -1 runs at ~5 GB/s and
+ * gives up, ~0.2 CPU-s per GB of a put of GPU weights or other incompressible
+ * data; counting the samples' bytes costs a fifth of that.  (Sampling with zstd
+ * itself did not pay: each extra call's setup costs about what compressing
+ * a whole 64 KiB chunk does; measured 2026-11-23.)  Random-looking bytes
+ * that repeat within a chunk could have compressed and are stored raw: a
+ * few percent of space, never a wrong byte. */
+static bool skip_compression(const uint8_t *raw, size_t raw_len)
+{
+	return raw_len >= 4 * CHUNK_SAMPLE && looks_random(raw, CHUNK_SAMPLE) &&
+	       looks_random(raw + (raw_len - CHUNK_SAMPLE) / 2, CHUNK_SAMPLE) &&
+	       looks_random(raw + raw_len - CHUNK_SAMPLE, CHUNK_SAMPLE);
+}
+
 long chunk_encode_parts(struct chunk_codec *c, const void *raw, size_t raw_len, void *out,
 			size_t out_cap, const void **payload)
 {
@@ -119,23 +162,22 @@ long chunk_encode_parts(struct chunk_codec *c, const void *raw, size_t raw_len, 
 
 	if (raw_len > CHUNK_MAX_RAW || out_cap < CHUNK_HEADER_SIZE + raw_len)
 		return -EINVAL;
-	/* Compressed output larger than this is not worth keeping: store raw.
-	 * (Guessing from a sample first does not pay: zstd -1 gives up on
-	 * incompressible bytes at ~5 GB/s, and each extra call's setup costs
-	 * about what compressing a whole 64 KiB chunk does; measured 2026-11-23.) */
-	size_t keep_below = raw_len - raw_len * CHUNK_MIN_SAVING_PCT / 100;
-	size_t cap = MIN(out_cap - CHUNK_HEADER_SIZE, keep_below);
+	if (!skip_compression(raw, raw_len)) {
+		/* Compressed output larger than this is not worth keeping: store raw. */
+		size_t keep_below = raw_len - raw_len * CHUNK_MIN_SAVING_PCT / 100;
+		size_t cap = MIN(out_cap - CHUNK_HEADER_SIZE, keep_below);
 
-	z = ZSTD_compress2(c->cctx, o + CHUNK_HEADER_SIZE, cap, raw, raw_len);
-	if (!ZSTD_isError(z) && z < keep_below) {
-		put_header(o, CHUNK_ZSTD, (uint32_t)raw_len, (uint32_t)z);
-		*payload = o + CHUNK_HEADER_SIZE;
-		return (long)(CHUNK_HEADER_SIZE + z);
+		z = ZSTD_compress2(c->cctx, o + CHUNK_HEADER_SIZE, cap, raw, raw_len);
+		if (!ZSTD_isError(z) && z < keep_below) {
+			put_header(o, CHUNK_ZSTD, (uint32_t)raw_len, (uint32_t)z);
+			*payload = o + CHUNK_HEADER_SIZE;
+			return (long)(CHUNK_HEADER_SIZE + z);
+		}
+		/* "Destination too small" only means it does not compress enough. */
+		if (ZSTD_isError(z) && ZSTD_getErrorCode(z) != ZSTD_error_dstSize_tooSmall)
+			pr_warn("zstd: %s; storing raw", ZSTD_getErrorName(z));
+		ZSTD_CCtx_reset(c->cctx, ZSTD_reset_session_only);
 	}
-	/* "Destination too small" only means it does not compress enough. */
-	if (ZSTD_isError(z) && ZSTD_getErrorCode(z) != ZSTD_error_dstSize_tooSmall)
-		pr_warn("zstd: %s; storing raw", ZSTD_getErrorName(z));
-	ZSTD_CCtx_reset(c->cctx, ZSTD_reset_session_only);
 	put_header(o, CHUNK_RAW, (uint32_t)raw_len, (uint32_t)raw_len);
 	*payload = raw;
 	return (long)(CHUNK_HEADER_SIZE + raw_len);

@@ -12,7 +12,8 @@
  *	      12  u32 payload_len bytes that follow the header (little endian)
  *
  * The encoding is zstd at CHUNK_ZSTD_LEVEL, or raw where compression saves
- * less than CHUNK_MIN_SAVING_PCT percent (GPU weights barely compress).
+ * less than CHUNK_MIN_SAVING_PCT percent (GPU weights barely compress), or
+ * where the bytes at both ends of the chunk look random (not tried).
  * Decoding always checks the hash: a chunk read is a verified chunk.
  */
 #ifndef THAW_STORE_CHUNK_H
@@ -28,6 +29,8 @@
 #define CHUNK_MAX_RAW        (1u << 20) /* no chunk is larger than this uncompressed */
 #define CHUNK_ZSTD_LEVEL     1          /* the one place the level is set */
 #define CHUNK_MIN_SAVING_PCT 5
+#define CHUNK_SAMPLE         4096 /* bytes looked at, at each end, before trying zstd */
+#define CHUNK_RANDOM_CHI2    400  /* below this, a sample's bytes look random */
 
 enum chunk_encoding { CHUNK_RAW = 0, CHUNK_ZSTD = 1 };
 

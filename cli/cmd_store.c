@@ -279,14 +279,18 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: thaw store [--store DIR] COMMAND [ARGS]\n\n"
 		   "The content-addressed chunk store: chunks named by SHA-256, zstd or raw,\n"
-		   "all-zero runs kept as holes, snapshots as manifests.\n\n"
+		   "many to a pack file, all-zero runs kept as holes, snapshots as manifests.\n\n"
 		   "commands:\n");
 	for (size_t i = 0; i < ARRAY_SIZE(subs); i++)
 		fprintf(f, "  %-7s %s\n", subs[i].name, subs[i].usage);
 	fprintf(f,
 		"\noptions:\n"
 		"  --store DIR  the store (default $THAW_STORE, else <data dir>/store: %s)\n"
-		"  -h, --help   this help; 'thaw store COMMAND --help' for a command's\n",
+		"  -h, --help   this help; 'thaw store COMMAND --help' for a command's\n"
+		"\nenvironment:\n"
+		"  THAW_STORE_LAYOUT pack|loose  new chunks into pack files (default) or a\n"
+		"                               file each (the layout before packs)\n"
+		"  THAW_STORE_DIRECT 1|0         packs written with O_DIRECT (default 1)\n",
 		cli_store_dir());
 }
 

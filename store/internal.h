@@ -51,7 +51,7 @@ struct store {
 	struct store_cached_manifest cache[STORE_MANIFEST_CACHE];
 
 	enum store_layout layout; /* how a put writes new chunks */
-	int direct;		  /* packs written with O_DIRECT: 1, 0, or -1 auto */
+	bool direct;		  /* packs written with O_DIRECT (where the filesystem takes it) */
 	pthread_rwlock_t idx_lock; /* the packs and the index below */
 	struct store_pack *packs;
 	size_t npacks, packs_cap;

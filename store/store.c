@@ -17,7 +17,7 @@
 
 static const char *const store_dirs[] = {"chunks", "packs", "manifests", "leases", "tmp"};
 
-/* THAW_STORE_LAYOUT (pack, loose) and THAW_STORE_DIRECT (1, 0, auto). */
+/* THAW_STORE_LAYOUT (pack, loose) and THAW_STORE_DIRECT (1, 0). */
 static int settings_from_env(struct store *s)
 {
 	const char *l = getenv("THAW_STORE_LAYOUT"), *d = getenv("THAW_STORE_DIRECT");
@@ -30,10 +30,10 @@ static int settings_from_env(struct store *s)
 		}
 		s->layout = STORE_LAYOUT_LOOSE;
 	}
-	s->direct = -1;
-	if (d && *d && strcmp(d, "auto")) {
+	s->direct = true;
+	if (d && *d) {
 		if (strcmp(d, "0") && strcmp(d, "1")) {
-			pr_err("THAW_STORE_DIRECT=%s: expected 1, 0 or auto", d);
+			pr_err("THAW_STORE_DIRECT=%s: expected 1 or 0", d);
 			return -EINVAL;
 		}
 		s->direct = *d == '1';

@@ -353,7 +353,7 @@ int store_read_chunk(struct store *s, const uint8_t hash[CHUNK_HASH_LEN], uint8_
 
 bool store_packs_direct(struct store *s)
 {
-	return s->direct != 0;
+	return s->direct;
 }
 
 void store_set_pack_direct(struct store *s, bool direct)

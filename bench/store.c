@@ -224,6 +224,24 @@ static int put_once(const char *dir, bool fresh, const char *name, const struct 
 	return put_layout(dir, fresh, name, f, r, st, STORE_LAYOUT_PACK, true);
 }
 
+static void set_stored(struct row *r, const struct store_put_stats *st);
+
+/* A row of --repeat puts of f (len bytes) into the store at dir. */
+static int put_row(const char *what, uint64_t len, const char *dir, bool fresh,
+		   const struct files *f, enum store_layout layout, bool direct)
+{
+	struct store_put_stats st;
+	struct row *r = row_new(what, len);
+	int ret = 0;
+
+	for (int i = 0; i < repeat && ret == 0; i++)
+		ret = put_layout(dir, fresh, "random", f, r, &st, layout, direct);
+	r->rc = ret;
+	if (ret == 0)
+		set_stored(r, &st);
+	return ret;
+}
+
 static void set_stored(struct row *r, const struct store_put_stats *st)
 {
 	r->stored = st->new_stored;
@@ -323,10 +341,8 @@ static int bench_random(const char *work, uint64_t mib)
 {
 	char file[PATH_MAX], dir[PATH_MAX];
 	struct files f = { 0 };
-	struct store_put_stats st;
 	size_t len = mib * MiB;
 	uint8_t *buf = malloc(len);
-	struct row *r;
 	int ret = 0;
 
 	if (!buf)
@@ -342,32 +358,18 @@ static int bench_random(const char *work, uint64_t mib)
 	f.bytes = len;
 
 	printf("(a) %llu MiB of random bytes\n", (unsigned long long)mib);
-	r = row_new("store_put, new store", len);
-	for (int i = 0; i < repeat && ret == 0; i++)
-		ret = put_once(dir, true, "random", &f, r, &st);
-	r->rc = ret;
+	ret = put_row("store_put, new store", len, dir, true, &f, STORE_LAYOUT_PACK, true);
 	if (ret == 0)
-		set_stored(r, &st);
-	r = row_new("store_put again (all stored)", len);
-	for (int i = 0; i < repeat && ret == 0; i++)
-		ret = put_once(dir, false, "random", &f, r, &st);
-	r->rc = ret;
-	if (ret == 0)
-		set_stored(r, &st);
+		ret = put_row("store_put again (all stored)", len, dir, false, &f,
+			      STORE_LAYOUT_PACK, true);
 	/* Packs through the page cache (warm for the first restore), and the
 	 * layout before packs, a file per chunk, as the baseline. */
-	r = row_new("store_put, new store, buffered packs", len);
-	for (int i = 0; i < repeat && ret == 0; i++)
-		ret = put_layout(dir, true, "random", &f, r, &st, STORE_LAYOUT_PACK, false);
-	r->rc = ret;
 	if (ret == 0)
-		set_stored(r, &st);
-	r = row_new("store_put, new store, loose", len);
-	for (int i = 0; i < repeat && ret == 0; i++)
-		ret = put_layout(dir, true, "random", &f, r, &st, STORE_LAYOUT_LOOSE, false);
-	r->rc = ret;
+		ret = put_row("store_put, new store, buffered packs", len, dir, true, &f,
+			      STORE_LAYOUT_PACK, false);
 	if (ret == 0)
-		set_stored(r, &st);
+		ret = put_row("store_put, new store, loose", len, dir, true, &f,
+			      STORE_LAYOUT_LOOSE, false);
 	bench_sha256("SHA-256 in-process, 1 thread", &buf, &len, 1);
 	bench_cli("sha256sum", sha_argv, &f);
 	bench_cli("zstd -1 -T1", zstd_argv, &f);

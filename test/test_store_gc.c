@@ -4,6 +4,7 @@
 #include "common/util.h"
 #include "store/store.h"
 #include "test/check.h"
+#include "test/store_damage.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -103,21 +104,44 @@ static void test_repack(void)
 	struct store *other = store_open(dir); /* as another process would see it */
 	REQUIRE(other);
 
-	/* ab deleted while a is leased: the packs holding a's chunks stay whole. */
+	/* ab deleted while a is leased: every pack holding a chunk of a stays as
+	 * it is, each chunk where it was (a pack holding only b's goes). */
+	const struct manifest_file *af = &ma->files[0];
+	char (*where)[PATH_MAX] = calloc(af->nchunks, PATH_MAX);
+	off_t *at = calloc(af->nchunks, sizeof(*at));
+	REQUIRE(where && at);
+	for (size_t i = 0; i < af->nchunks; i++) {
+		size_t len;
+		if (!af->chunks[i].zero)
+			chunk_where(s, af->chunks[i].hash, where[i], &at[i], &len);
+	}
 	struct store_lease *l = store_lease_take(s, ida);
 	REQUIRE(l);
 	CHECK_EQ(store_manifest_delete(s, idab), 0);
 	CHECK_EQ(store_gc(s, &freed, &bytes), 0);
-	CHECK_EQ(freed, 0);
+	uint64_t freed_leased = freed, bytes_leased = bytes;
 	CHECK(all_present(s, ma));
-	CHECK(all_present(s, mab)); /* b's chunks: still in the packs a uses */
+	for (size_t i = 0; i < af->nchunks; i++) {
+		char path[PATH_MAX];
+		off_t off;
+		size_t len;
+		if (af->chunks[i].zero)
+			continue;
+		chunk_where(s, af->chunks[i].hash, path, &off, &len);
+		CHECK_STR(path, where[i]);
+		CHECK_EQ(off, at[i]);
+	}
 	store_lease_release(l);
+	free(where);
+	free(at);
 
-	/* Without the lease: b's chunks go, a's are rewritten into a new pack. */
+	/* Without the lease: the rest of b's chunks go, a's are rewritten into
+	 * a new pack. */
 	CHECK_EQ(store_gc(s, &freed, &bytes), 0);
-	printf("repack: freed %llu chunks, %llu bytes\n", (unsigned long long)freed,
-	       (unsigned long long)bytes);
-	CHECK(freed > 0 && bytes >= (4u << 20));
+	printf("repack: freed %llu + %llu chunks, %llu + %llu bytes\n",
+	       (unsigned long long)freed_leased, (unsigned long long)freed,
+	       (unsigned long long)bytes_leased, (unsigned long long)bytes);
+	CHECK(freed_leased + freed > 0 && bytes_leased + bytes >= (4u << 20));
 	CHECK(all_present(s, ma));
 	CHECK(!all_present(s, mab));
 	CHECK_EQ(count_dir(packs) % 2, 0); /* each pack with its index */

@@ -37,6 +37,7 @@
 #define PUT_NBUF	4
 #define PUT_MAX_WORKERS 8
 #define PUT_MAX_DEPTH	64
+#define PUT_BATCH	16 /* chunks the reader hands to the workers at once */
 
 struct put_buf {
 	uint8_t *data;
@@ -66,6 +67,13 @@ struct put {
 	pthread_cond_t work_cv; /* a job was queued, or stop */
 	pthread_cond_t free_cv; /* a buffer was freed */
 	struct put_job *head, *tail;
+	/* The reader's jobs not yet queued, and their buffer references: queued
+	 * PUT_BATCH at a time, with one wake-up, rather than one each (on the
+	 * H100 VM a put that stores nothing cost 0.6 CPU-s per GB beside hashing,
+	 * against 0.2 on the dev VM: waking an idle worker on another vCPU for
+	 * every ~64 KiB chunk). */
+	struct put_job *pend_head, *pend_tail;
+	unsigned npend;
 	bool stop;
 	int err;
 	struct put_buf bufs[PUT_NBUF];
@@ -220,10 +228,34 @@ static void *put_worker(void *arg)
 	return NULL;
 }
 
+/* Queue the reader's pending jobs for the workers, each holding its buffer.
+ * Called before the reader waits for anything the workers free. */
+static void hand_out(struct put *p)
+{
+	if (!p->npend)
+		return;
+	pthread_mutex_lock(&p->mu);
+	for (struct put_job *j = p->pend_head; j; j = j->next)
+		j->buf->refs++;
+	if (p->tail)
+		p->tail->next = p->pend_head;
+	else
+		p->head = p->pend_head;
+	p->tail = p->pend_tail;
+	if (p->npend > 1)
+		pthread_cond_broadcast(&p->work_cv);
+	else
+		pthread_cond_signal(&p->work_cv);
+	pthread_mutex_unlock(&p->mu);
+	p->pend_head = p->pend_tail = NULL;
+	p->npend = 0;
+}
+
 static struct put_buf *buf_get(struct put *p)
 {
 	struct put_buf *b = NULL;
 
+	hand_out(p); /* the buffers we wait for are freed by these jobs */
 	pthread_mutex_lock(&p->mu);
 	for (;;) {
 		for (int i = 0; i < PUT_NBUF && !b; i++)
@@ -240,6 +272,7 @@ static struct put_buf *buf_get(struct put *p)
 
 static void buf_put(struct put *p, struct put_buf *b)
 {
+	hand_out(p); /* before the reader's reference goes: they hold theirs */
 	pthread_mutex_lock(&p->mu);
 	if (--b->refs == 0)
 		pthread_cond_broadcast(&p->free_cv);
@@ -295,15 +328,13 @@ static int emit(struct put *p, size_t fi, size_t *cap, struct put_buf *b, const 
 	j->file = fi;
 	j->idx = f->nchunks - 1;
 	p->jobs[p->njobs++] = j;
-	pthread_mutex_lock(&p->mu);
-	b->refs++;
-	if (p->tail)
-		p->tail->next = j;
+	if (p->pend_tail)
+		p->pend_tail->next = j;
 	else
-		p->head = j;
-	p->tail = j;
-	pthread_cond_signal(&p->work_cv);
-	pthread_mutex_unlock(&p->mu);
+		p->pend_head = j;
+	p->pend_tail = j;
+	if (++p->npend >= PUT_BATCH)
+		hand_out(p);
 	return 0;
 }
 
@@ -679,6 +710,7 @@ int store_put(struct store *s, const char *name, const char *const *paths, size_
 	}
 	progress_done(&prog);
 stop:
+	hand_out(&p);
 	pthread_mutex_lock(&p.mu);
 	p.stop = true;
 	pthread_cond_broadcast(&p.work_cv);

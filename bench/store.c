@@ -230,7 +230,7 @@ static void set_stored(struct row *r, const struct store_put_stats *st);
 static int put_row(const char *what, uint64_t len, const char *dir, bool fresh,
 		   const struct files *f, enum store_layout layout, bool direct)
 {
-	struct store_put_stats st;
+	struct store_put_stats st = { 0 };
 	struct row *r = row_new(what, len);
 	int ret = 0;
 

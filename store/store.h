@@ -50,6 +50,8 @@ struct store_put_stats {
 	uint64_t new_stored;    /* bytes written for them */
 	uint64_t dup_bytes;     /* uncompressed bytes of chunks that were already there */
 	uint64_t chunks;
+	double reader_cpu_s;	/* CPU time of the thread that read and cut the input */
+	double workers_cpu_s;	/* of the workers: hashing, lookups, encoding, writing */
 };
 
 /* Open (creating its layout if needed) the store at dir.  NULL on error, logged. */

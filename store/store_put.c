@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -179,6 +180,17 @@ static int put_chunk(struct put *p, struct chunk_codec *codec, uint8_t *obj,
 
 static int put_error(struct put *p);
 
+/* CPU seconds the calling thread has used. */
+static double thread_cpu_s(void)
+{
+	struct rusage ru;
+
+	if (getrusage(RUSAGE_THREAD, &ru) < 0)
+		return 0;
+	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+	       (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
 static void *put_worker(void *arg)
 {
 	struct put *p = arg;
@@ -225,6 +237,10 @@ static void *put_worker(void *arg)
 	pack_writer_free(w);
 	chunk_codec_free(codec);
 	free(obj);
+	double cpu = thread_cpu_s();
+	pthread_mutex_lock(&p->mu);
+	p->st.workers_cpu_s += cpu;
+	pthread_mutex_unlock(&p->mu);
 	return NULL;
 }
 
@@ -704,10 +720,12 @@ int store_put(struct store *s, const char *name, const char *const *paths, size_
 	progress_init(&prog, "put", show_progress ? total : 0);
 	if (!show_progress)
 		prog.enabled = false;
+	double reader0 = thread_cpu_s();
 	for (size_t i = 0; i < ninputs && ret == 0; i++) {
 		p.m->nfiles = i + 1;
 		ret = put_file(&p, i, &inputs[i], &prog, &done);
 	}
+	p.st.reader_cpu_s = thread_cpu_s() - reader0;
 	progress_done(&prog);
 stop:
 	hand_out(&p);

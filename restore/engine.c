@@ -218,7 +218,6 @@ static int plan(struct eng *e, struct engine_stats *st)
 {
 	const struct manifest *m = e->m;
 	size_t n = 0, i, j;
-	uint32_t max_stored = 0;
 
 	for (i = 0; i < m->nfiles; i++) {
 		const struct manifest_file *f = &m->files[i];
@@ -242,7 +241,6 @@ static int plan(struct eng *e, struct engine_stats *st)
 				       f->path, c->stored, (unsigned long long)c->len);
 				return -EINVAL;
 			}
-			max_stored = MAX(max_stored, c->stored);
 			n++;
 		}
 	}
@@ -251,7 +249,6 @@ static int plan(struct eng *e, struct engine_stats *st)
 	st->files = m->nfiles;
 	st->chunks = n;
 	e->nocc = n;
-	e->slot_bytes = ALIGN_UP((size_t)MAX(max_stored, 1u), ENGINE_ALIGN);
 	if (!n)
 		return 0;
 	e->occ = malloc(n * sizeof(*e->occ));

@@ -23,13 +23,54 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* What gc and verify read and check chunk objects with: a codec, and room
+ * for the largest object and the largest chunk. */
+struct check_buf {
+	struct chunk_codec *codec;
+	uint8_t *obj, *raw;
+};
+
+static int check_buf_init(struct check_buf *b)
+{
+	b->codec = chunk_codec_new();
+	b->obj = malloc(chunk_encode_bound(CHUNK_MAX_RAW));
+	b->raw = malloc(CHUNK_MAX_RAW);
+	if (b->codec && b->obj && b->raw)
+		return 0;
+	pr_err("out of memory");
+	return -ENOMEM;
+}
+
+static void check_buf_release(struct check_buf *b)
+{
+	chunk_codec_free(b->codec);
+	free(b->obj);
+	free(b->raw);
+}
+
+/* Read entry e's object from the pack fd into b->obj and check it (its
+ * bytes into b->raw): 0; -errno if it cannot be read; -ENODATA if the pack
+ * ends inside it; -EBADMSG if it is corrupt (logged with the reason). */
+static int read_pack_object(struct check_buf *b, int fd, const struct pack_entry *e)
+{
+	ssize_t got;
+
+	do
+		got = pread(fd, b->obj, e->stored, (off_t)e->off);
+	while (got < 0 && errno == EINTR);
+	if (got < 0)
+		return -errno;
+	if ((size_t)got < e->stored)
+		return -ENODATA;
+	return chunk_decode(b->codec, b->obj, e->stored, e->hash, b->raw, e->raw_len);
+}
+
 struct gc {
 	struct store *s;
 	struct hash_set live;	/* chunks of a manifest or a live lease */
 	struct hash_set leased; /* chunks of a live lease: their packs stay as they are */
 	struct hash_set kept;	/* chunks in a pack kept so far: a copy elsewhere is garbage */
-	struct chunk_codec *codec;
-	uint8_t *obj, *raw;
+	struct check_buf cb;
 	uint64_t freed_chunks, freed_bytes;
 };
 
@@ -161,9 +202,7 @@ static int repack(struct gc *g, const char *name, int fd, const struct pack_entr
 	for (size_t i = 0; i < n && ret == 0; i++) {
 		if (!keep[i])
 			continue;
-		ssize_t got = pread(fd, g->obj, e[i].stored, (off_t)e[i].off);
-		if (got != (ssize_t)e[i].stored ||
-		    chunk_decode(g->codec, g->obj, e[i].stored, e[i].hash, g->raw, e[i].raw_len)) {
+		if (read_pack_object(&g->cb, fd, &e[i])) {
 			char id[CHUNK_ID_LEN];
 			chunk_id_format(e[i].hash, id);
 			pr_err("gc: chunk %s in pack %s is unreadable or corrupt; the pack is kept "
@@ -172,7 +211,7 @@ static int repack(struct gc *g, const char *name, int fd, const struct pack_entr
 			ret = -EBADMSG;
 			break;
 		}
-		ret = pack_writer_add(w, g->codec, e[i].hash, g->raw, e[i].raw_len, &stored);
+		ret = pack_writer_add(w, g->cb.codec, e[i].hash, g->cb.raw, e[i].raw_len, &stored);
 	}
 	if (ret == 0)
 		ret = pack_writer_finish(w);
@@ -272,14 +311,9 @@ int store_gc(struct store *s, uint64_t *freed_chunks, uint64_t *freed_bytes)
 	hash_set_init(&g.live);
 	hash_set_init(&g.leased);
 	hash_set_init(&g.kept);
-	g.codec = chunk_codec_new();
-	g.obj = malloc(chunk_encode_bound(CHUNK_MAX_RAW));
-	g.raw = malloc(CHUNK_MAX_RAW);
-	if (!g.codec || !g.obj || !g.raw) {
-		pr_err("out of memory");
-		ret = -ENOMEM;
+	ret = check_buf_init(&g.cb);
+	if (ret)
 		goto out;
-	}
 	lock = store_lock(s, LOCK_EX);
 	if (lock < 0) {
 		ret = lock;
@@ -316,9 +350,7 @@ out:
 	hash_set_release(&g.live);
 	hash_set_release(&g.leased);
 	hash_set_release(&g.kept);
-	chunk_codec_free(g.codec);
-	free(g.obj);
-	free(g.raw);
+	check_buf_release(&g.cb);
 	return ret;
 }
 
@@ -326,8 +358,7 @@ out:
 
 struct verify {
 	struct store *s;
-	struct chunk_codec *codec;
-	uint8_t *obj, *raw;
+	struct check_buf cb;
 	struct hash_set present, missing;
 	char (*bad_packs)[PACK_NAME_LEN + 1]; /* packs whose index is unusable */
 	size_t nbad_packs;
@@ -358,7 +389,7 @@ static int verify_chunk(const uint8_t *hash, const char *path, const char *name,
 	chunk_id_format(hash, id);
 	if (hash_set_add(&v->present, hash) < 0)
 		return -ENOMEM;
-	ret = store_read_object(path, v->obj, chunk_encode_bound(CHUNK_MAX_RAW), &obj_len);
+	ret = store_read_object(path, v->cb.obj, chunk_encode_bound(CHUNK_MAX_RAW), &obj_len);
 	if (ret == -ENOENT)
 		return 0; /* deleted by a gc meanwhile */
 	if (ret == -EBADMSG) {
@@ -366,14 +397,14 @@ static int verify_chunk(const uint8_t *hash, const char *path, const char *name,
 		return 0;
 	}
 	if (ret == 0) {
-		long raw_len = store_object_raw_len(v->obj, obj_len);
+		long raw_len = store_object_raw_len(v->cb.obj, obj_len);
 		if (raw_len < 0) {
 			report(v, id,
 			       obj_len < CHUNK_HEADER_SIZE ? "corrupt (truncated header)"
 							   : "corrupt (bad header)");
 			return 0;
 		}
-		ret = chunk_decode(v->codec, v->obj, obj_len, hash, v->raw, (size_t)raw_len);
+		ret = chunk_decode(v->cb.codec, v->cb.obj, obj_len, hash, v->cb.raw, (size_t)raw_len);
 	}
 	if (ret == -EBADMSG) {
 		snprintf(why, sizeof(why), "corrupt (%s)", log_last_error());
@@ -390,31 +421,21 @@ static int verify_pack_entry(struct verify *v, int fd, const char *name,
 			     const struct pack_entry *e)
 {
 	char id[CHUNK_ID_LEN], why[700];
-	ssize_t got;
 	int ret;
 
 	chunk_id_format(e->hash, id);
 	if (hash_set_add(&v->present, e->hash) < 0)
 		return -ENOMEM;
-	do
-		got = pread(fd, v->obj, e->stored, (off_t)e->off);
-	while (got < 0 && errno == EINTR);
-	if (got < 0) {
-		snprintf(why, sizeof(why), "unreadable in pack %s: %s", name, strerror(errno));
-		report(v, id, why);
-		return 0;
-	}
-	if ((size_t)got < e->stored) {
+	ret = read_pack_object(&v->cb, fd, e);
+	if (ret == -ENODATA)
 		snprintf(why, sizeof(why), "corrupt (pack %s is cut short at its offset %llu)",
 			 name, (unsigned long long)e->off);
-		report(v, id, why);
-		return 0;
-	}
-	ret = chunk_decode(v->codec, v->obj, e->stored, e->hash, v->raw, e->raw_len);
-	if (ret < 0) {
+	else if (ret == -EBADMSG)
 		snprintf(why, sizeof(why), "corrupt (%s; in pack %s)", log_last_error(), name);
+	else if (ret < 0)
+		snprintf(why, sizeof(why), "unreadable in pack %s: %s", name, strerror(-ret));
+	if (ret < 0)
 		report(v, id, why);
-	}
 	return 0;
 }
 
@@ -518,14 +539,9 @@ int store_verify(struct store *s, void (*bad)(const char *chunk_id, const char *
 
 	hash_set_init(&v.present);
 	hash_set_init(&v.missing);
-	v.codec = chunk_codec_new();
-	v.obj = malloc(chunk_encode_bound(CHUNK_MAX_RAW));
-	v.raw = malloc(CHUNK_MAX_RAW);
-	if (!v.codec || !v.obj || !v.raw) {
-		pr_err("out of memory");
-		ret = -ENOMEM;
+	ret = check_buf_init(&v.cb);
+	if (ret)
 		goto out;
-	}
 	/* Under the store lock: no gc rewrites a pack while it is read. */
 	lock = store_lock(s, LOCK_SH);
 	if (lock < 0) {
@@ -545,8 +561,6 @@ out:
 	hash_set_release(&v.present);
 	hash_set_release(&v.missing);
 	free(v.bad_packs);
-	free(v.raw);
-	free(v.obj);
-	chunk_codec_free(v.codec);
+	check_buf_release(&v.cb);
 	return ret;
 }

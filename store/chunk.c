@@ -95,6 +95,11 @@ size_t chunk_encode_bound(size_t raw_len)
 	return CHUNK_HEADER_SIZE + (z > raw_len ? z : raw_len);
 }
 
+bool chunk_object_size_possible(uint64_t size, size_t raw_len)
+{
+	return size >= CHUNK_HEADER_SIZE && size <= chunk_encode_bound(raw_len);
+}
+
 static void put_header(uint8_t *out, enum chunk_encoding enc, uint32_t raw_len,
 		       uint32_t payload_len)
 {

@@ -48,6 +48,9 @@ int chunk_id_parse(const char *id, uint8_t hash[CHUNK_HASH_LEN]);
 
 /* Largest object chunk_encode() can produce for raw_len bytes. */
 size_t chunk_encode_bound(size_t raw_len);
+/* Whether an object of size bytes could hold raw_len bytes: a header, and no
+ * more than chunk_encode_bound(raw_len). */
+bool chunk_object_size_possible(uint64_t size, size_t raw_len);
 /* Encode raw_len (<= CHUNK_MAX_RAW) bytes into out (chunk_encode_bound() bytes):
  * header + zstd or raw payload.  Returns the object's length, or -errno. */
 long chunk_encode(struct chunk_codec *c, const void *raw, size_t raw_len, void *out, size_t out_cap);

@@ -73,8 +73,6 @@ bool store_index_find(struct store *s, const uint8_t hash[CHUNK_HASH_LEN],
  * are loaded, and if a known pack is gone the index is rebuilt from those
  * left.  0 or -errno. */
 int store_packs_read(struct store *s, bool force);
-/* Whether new packs are written with O_DIRECT (THAW_STORE_DIRECT). */
-bool store_packs_direct(struct store *s);
 void store_index_release(struct store *s);
 
 /* Call fn for each pack under packs/ that has an index: its name, its entries

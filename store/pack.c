@@ -107,7 +107,7 @@ int pack_index_parse(const uint8_t *buf, size_t len, struct pack_entry **out, si
 		e->stored = get_le32(p + 40);
 		e->raw_len = get_le32(p + 44);
 		if (e->off % PACK_ALIGN || e->raw_len == 0 || e->raw_len > CHUNK_MAX_RAW ||
-		    e->stored < CHUNK_HEADER_SIZE || e->stored > chunk_encode_bound(e->raw_len) ||
+		    !chunk_object_size_possible(e->stored, e->raw_len) ||
 		    e->off > size || size - e->off < e->stored) {
 			pr_err("pack index: entry %llu (offset %llu, %u bytes of %u) is impossible "
 			       "in a pack of %llu bytes",
@@ -175,7 +175,7 @@ static int open_pack(struct pack_writer *w)
 	int flags = O_WRONLY | O_CLOEXEC;
 
 	snprintf(dir, sizeof(dir), "%s/packs", w->s->dir);
-	w->direct = store_packs_direct(w->s);
+	w->direct = w->s->direct;
 	if (open_new(w, dir, flags | (w->direct ? O_DIRECT : 0)) < 0 && w->direct &&
 	    errno == EINVAL) {
 		w->direct = false;

@@ -351,11 +351,6 @@ int store_read_chunk(struct store *s, const uint8_t hash[CHUNK_HASH_LEN], uint8_
 	return ret;
 }
 
-bool store_packs_direct(struct store *s)
-{
-	return s->direct;
-}
-
 void store_set_pack_direct(struct store *s, bool direct)
 {
 	s->direct = direct;

@@ -101,8 +101,7 @@ static int put_chunk_loose(struct put *p, struct chunk_codec *codec, uint8_t *ob
 	store_chunk_name(j->hash, name);
 	/* Dedup before encoding: a chunk we have costs a hash and a stat. */
 	if (fstatat(p->s->dirfd, name, &sb, 0) == 0) {
-		if ((uint64_t)sb.st_size >= CHUNK_HEADER_SIZE &&
-		    (uint64_t)sb.st_size <= chunk_encode_bound(j->len)) {
+		if (chunk_object_size_possible((uint64_t)sb.st_size, j->len)) {
 			j->stored = (uint32_t)sb.st_size;
 			return 0;
 		}
@@ -151,8 +150,8 @@ static int put_chunk_pack(struct put *p, struct chunk_codec *codec, struct pack_
 	}
 	if (p->loose_present) {
 		store_chunk_name(j->hash, name);
-		if (fstatat(p->s->dirfd, name, &sb, 0) == 0 && sb.st_size >= CHUNK_HEADER_SIZE &&
-		    (uint64_t)sb.st_size <= chunk_encode_bound(j->len)) {
+		if (fstatat(p->s->dirfd, name, &sb, 0) == 0 &&
+		    chunk_object_size_possible((uint64_t)sb.st_size, j->len)) {
 			j->stored = (uint32_t)sb.st_size;
 			return 0;
 		}

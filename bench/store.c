@@ -7,8 +7,9 @@
  *     file in the work directory (default /dev/shm, so that neither the input
  *     nor the store waits on a disk): store_put into a fresh store, then the
  *     same put again (every chunk already stored: hashing and lookups only),
- *     then into fresh stores with packs written through the page cache
- *     instead of O_DIRECT, and in the loose layout (a file per chunk, the
+ *     then into fresh stores with the input read() instead of mapped, with
+ *     packs written through the page cache instead of O_DIRECT, and in the
+ *     loose layout (a file per chunk, the
  *     layout before packs) as the baseline.
  * (b) A real CRIU image: DIR/dump1 and DIR/dump2 as bench/make_criu_image.sh
  *     makes them (without --image that script is run into the work directory,
@@ -191,9 +192,18 @@ static void bench_sha256(const char *what, uint8_t *const *bufs, const size_t *l
 
 /* One store_put of f into the store at dir, new chunks written in the
  * layout given; fresh: remove the store first. */
+/* How a put stores: its layout, packs with O_DIRECT or not, input mapped or read. */
+struct put_how {
+	enum store_layout layout;
+	bool direct, map;
+};
+static const struct put_how put_default = {STORE_LAYOUT_PACK, true, true};
+static const struct put_how put_read = {STORE_LAYOUT_PACK, true, false};
+static const struct put_how put_buffered = {STORE_LAYOUT_PACK, false, true};
+static const struct put_how put_loose = {STORE_LAYOUT_LOOSE, false, true};
+
 static int put_layout(const char *dir, bool fresh, const char *name, const struct files *f,
-		      struct row *r, struct store_put_stats *st, enum store_layout layout,
-		      bool direct)
+		      struct row *r, struct store_put_stats *st, const struct put_how *how)
 {
 	struct store *s;
 	char id[CHUNK_ID_LEN];
@@ -206,8 +216,9 @@ static int put_layout(const char *dir, bool fresh, const char *name, const struc
 	s = store_open(dir);
 	if (!s)
 		return -EIO;
-	store_set_layout(s, layout);
-	store_set_pack_direct(s, direct);
+	store_set_layout(s, how->layout);
+	store_set_pack_direct(s, how->direct);
+	store_set_input_map(s, how->map);
 	c0 = self_cpu();
 	t0 = now_ns();
 	ret = store_put(s, name, (const char *const *)f->path, f->n, NULL, false, id, st);
@@ -228,21 +239,21 @@ static int put_layout(const char *dir, bool fresh, const char *name, const struc
 static int put_once(const char *dir, bool fresh, const char *name, const struct files *f,
 		    struct row *r, struct store_put_stats *st)
 {
-	return put_layout(dir, fresh, name, f, r, st, STORE_LAYOUT_PACK, true);
+	return put_layout(dir, fresh, name, f, r, st, &put_default);
 }
 
 static void set_stored(struct row *r, const struct store_put_stats *st);
 
 /* A row of --repeat puts of f (len bytes) into the store at dir. */
 static int put_row(const char *what, uint64_t len, const char *dir, bool fresh,
-		   const struct files *f, enum store_layout layout, bool direct)
+		   const struct files *f, const struct put_how *how)
 {
 	struct store_put_stats st = { 0 };
 	struct row *r = row_new(what, len);
 	int ret = 0;
 
 	for (int i = 0; i < repeat && ret == 0; i++)
-		ret = put_layout(dir, fresh, "random", f, r, &st, layout, direct);
+		ret = put_layout(dir, fresh, "random", f, r, &st, how);
 	r->rc = ret;
 	if (ret == 0)
 		set_stored(r, &st);
@@ -368,18 +379,20 @@ static int bench_random(const char *work, uint64_t mib)
 	f.bytes = len;
 
 	printf("(a) %llu MiB of random bytes\n", (unsigned long long)mib);
-	ret = put_row("store_put, new store", len, dir, true, &f, STORE_LAYOUT_PACK, true);
+	ret = put_row("store_put, new store", len, dir, true, &f, &put_default);
 	if (ret == 0)
-		ret = put_row("store_put again (all stored)", len, dir, false, &f,
-			      STORE_LAYOUT_PACK, true);
-	/* Packs through the page cache (warm for the first restore), and the
-	 * layout before packs, a file per chunk, as the baseline. */
+		ret = put_row("store_put again (all stored)", len, dir, false, &f, &put_default);
+	/* The input read() instead of mapped; packs through the page cache
+	 * (warm for the first restore); and the layout before packs, a file per
+	 * chunk, as the baseline. */
+	if (ret == 0)
+		ret = put_row("store_put, new store, input read()", len, dir, true, &f,
+			      &put_read);
 	if (ret == 0)
 		ret = put_row("store_put, new store, buffered packs", len, dir, true, &f,
-			      STORE_LAYOUT_PACK, false);
+			      &put_buffered);
 	if (ret == 0)
-		ret = put_row("store_put, new store, loose", len, dir, true, &f,
-			      STORE_LAYOUT_LOOSE, false);
+		ret = put_row("store_put, new store, loose", len, dir, true, &f, &put_loose);
 	bench_sha256("SHA-256 in-process, 1 thread", &buf, &len, 1);
 	bench_cli("sha256sum", sha_argv, &f);
 	bench_cli("zstd -1 -T1", zstd_argv, &f);

@@ -290,7 +290,9 @@ static void usage(FILE *f)
 		"\nenvironment:\n"
 		"  THAW_STORE_LAYOUT pack|loose  new chunks into pack files (default) or a\n"
 		"                               file each (the layout before packs)\n"
-		"  THAW_STORE_DIRECT 1|0         packs written with O_DIRECT (default 1)\n",
+		"  THAW_STORE_DIRECT 1|0         packs written with O_DIRECT (default 1)\n"
+		"  THAW_STORE_MAP 1|0            put maps input files of 8 MiB and more\n"
+		"                               (default 1) or reads them with read()\n",
 		cli_store_dir());
 }
 

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -128,6 +129,16 @@ int write_all(int fd, const void *buf, size_t len)
 		len -= (size_t)n;
 	}
 	return 0;
+}
+
+void *alloc_huge(size_t len)
+{
+	void *p;
+
+	if (posix_memalign(&p, 2u << 20, len))
+		return NULL;
+	madvise(p, len, MADV_HUGEPAGE);
+	return p;
 }
 
 int pwrite_all(int fd, const void *buf, size_t len, off_t off)

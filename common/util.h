@@ -34,6 +34,12 @@ int read_file(const char *path, char **buf, size_t *len, size_t max);
 int write_all(int fd, const void *buf, size_t len);
 int pwrite_all(int fd, const void *buf, size_t len, off_t off);
 
+/* len bytes aligned to 2 MiB and asked to be backed by huge pages (where the
+ * kernel's THP setting is madvise or always): for buffers that are copied
+ * through and handed to O_DIRECT, so that the copy misses the TLB less and a
+ * write pins two pages rather than a thousand.  free() it. */
+void *alloc_huge(size_t len);
+
 /* A function or instance id: [a-z0-9][a-z0-9._-]{0,62}.  Such an id is safe as
  * one path component (no '/', never "." or ".."). */
 bool id_valid(const char *id);

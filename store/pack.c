@@ -141,7 +141,7 @@ struct pack_writer *pack_writer_new(struct store *s)
 {
 	struct pack_writer *w = calloc(1, sizeof(*w));
 
-	if (!w || posix_memalign((void **)&w->buf, PACK_ALIGN, PACK_WRITE_BYTES)) {
+	if (!w || !(w->buf = alloc_huge(PACK_WRITE_BYTES))) {
 		pr_err("out of memory for a pack writer");
 		free(w);
 		return NULL;

@@ -17,10 +17,26 @@
 
 static const char *const store_dirs[] = {"chunks", "packs", "manifests", "leases", "tmp"};
 
-/* THAW_STORE_LAYOUT (pack, loose) and THAW_STORE_DIRECT (1, 0). */
+/* A setting of 1 or 0 from the environment (unset or empty: dflt). */
+static int env_flag(const char *name, bool dflt, bool *out)
+{
+	const char *v = getenv(name);
+
+	*out = dflt;
+	if (!v || !*v)
+		return 0;
+	if (strcmp(v, "0") && strcmp(v, "1")) {
+		pr_err("%s=%s: expected 1 or 0", name, v);
+		return -EINVAL;
+	}
+	*out = *v == '1';
+	return 0;
+}
+
+/* THAW_STORE_LAYOUT (pack, loose), THAW_STORE_DIRECT and THAW_STORE_MAP (1, 0). */
 static int settings_from_env(struct store *s)
 {
-	const char *l = getenv("THAW_STORE_LAYOUT"), *d = getenv("THAW_STORE_DIRECT");
+	const char *l = getenv("THAW_STORE_LAYOUT");
 
 	s->layout = STORE_LAYOUT_PACK;
 	if (l && *l && strcmp(l, "pack")) {
@@ -30,14 +46,9 @@ static int settings_from_env(struct store *s)
 		}
 		s->layout = STORE_LAYOUT_LOOSE;
 	}
-	s->direct = true;
-	if (d && *d) {
-		if (strcmp(d, "0") && strcmp(d, "1")) {
-			pr_err("THAW_STORE_DIRECT=%s: expected 1 or 0", d);
-			return -EINVAL;
-		}
-		s->direct = *d == '1';
-	}
+	if (env_flag("THAW_STORE_DIRECT", true, &s->direct) < 0 ||
+	    env_flag("THAW_STORE_MAP", true, &s->map_input) < 0)
+		return -EINVAL;
 	return 0;
 }
 

@@ -72,6 +72,11 @@ void store_set_layout(struct store *s, enum store_layout layout);
  * through the page cache.  O_DIRECT costs no CPU for the copy and leaves no
  * dirty pages behind, but a snapshot's first restore then reads the disk. */
 void store_set_pack_direct(struct store *s, bool direct);
+/* Whether a put maps input files of 8 MiB and more (the default,
+ * THAW_STORE_MAP=1|0 in the environment of store_open()) or reads them with
+ * read(), which copies every byte once more.  A mapped file truncated under
+ * the put fails that put (common/sigbus.h), never the process. */
+void store_set_input_map(struct store *s, bool map);
 
 /* Where a chunk object lies. */
 #define STORE_LOOSE UINT32_MAX

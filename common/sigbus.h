@@ -12,8 +12,8 @@
  * the action that was installed before (by default: the process dies, as it
  * would have).  fn must not hold a lock or own memory that only its normal
  * return would release while it touches the mapping: a SIGBUS abandons
- * whatever it was doing (libcrypto's one-shot digest then leaks its context,
- * a few hundred bytes, once per failed put).
+ * whatever it was doing (so a put hashes with a context of its own,
+ * chunk_codec_hash(), not libcrypto's one-shot digest, which allocates one).
  */
 #ifndef THAW_SIGBUS_H
 #define THAW_SIGBUS_H

@@ -19,6 +19,7 @@
 struct chunk_codec {
 	ZSTD_CCtx *cctx;
 	ZSTD_DCtx *dctx;
+	EVP_MD_CTX *md;
 };
 
 struct chunk_codec *chunk_codec_new(void)
@@ -29,8 +30,9 @@ struct chunk_codec *chunk_codec_new(void)
 		return NULL;
 	c->cctx = ZSTD_createCCtx();
 	c->dctx = ZSTD_createDCtx();
-	if (!c->cctx || !c->dctx) {
-		pr_err("cannot create zstd contexts");
+	c->md = EVP_MD_CTX_new();
+	if (!c->cctx || !c->dctx || !c->md) {
+		pr_err("cannot create zstd or digest contexts");
 		chunk_codec_free(c);
 		return NULL;
 	}
@@ -46,6 +48,7 @@ void chunk_codec_free(struct chunk_codec *c)
 		return;
 	ZSTD_freeCCtx(c->cctx);
 	ZSTD_freeDCtx(c->dctx);
+	EVP_MD_CTX_free(c->md);
 	free(c);
 }
 
@@ -65,6 +68,19 @@ void chunk_hash(const void *data, size_t len, uint8_t out[CHUNK_HASH_LEN])
 	pthread_once(&sha256_once, sha256_fetch);
 	if (!EVP_Digest(data, len, out, &n, sha256_md ? sha256_md : EVP_sha256(), NULL)) {
 		/* Cannot happen short of a broken libcrypto; make it never match. */
+		pr_err("SHA-256 failed in libcrypto");
+		memset(out, 0, CHUNK_HASH_LEN);
+	}
+}
+
+void chunk_codec_hash(struct chunk_codec *c, const void *data, size_t len,
+		      uint8_t out[CHUNK_HASH_LEN])
+{
+	unsigned int n = CHUNK_HASH_LEN;
+
+	pthread_once(&sha256_once, sha256_fetch);
+	if (!EVP_DigestInit_ex2(c->md, sha256_md ? sha256_md : EVP_sha256(), NULL) ||
+	    !EVP_DigestUpdate(c->md, data, len) || !EVP_DigestFinal_ex(c->md, out, &n)) {
 		pr_err("SHA-256 failed in libcrypto");
 		memset(out, 0, CHUNK_HASH_LEN);
 	}

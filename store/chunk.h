@@ -34,13 +34,18 @@
 
 enum chunk_encoding { CHUNK_RAW = 0, CHUNK_ZSTD = 1 };
 
-struct chunk_codec; /* per-thread zstd contexts; create one per worker thread */
+struct chunk_codec; /* per-thread zstd and digest contexts; one per worker thread */
 
 struct chunk_codec *chunk_codec_new(void);
 void chunk_codec_free(struct chunk_codec *c); /* NULL is fine */
 
 /* SHA-256 of len bytes. */
 void chunk_hash(const void *data, size_t len, uint8_t out[CHUNK_HASH_LEN]);
+/* The same with c's own digest context: no allocation per call, and nothing
+ * to leak if the caller abandons the call midway (a SIGBUS jump out of a
+ * mapped file's read, common/sigbus.h); the next call starts afresh. */
+void chunk_codec_hash(struct chunk_codec *c, const void *data, size_t len,
+		      uint8_t out[CHUNK_HASH_LEN]);
 /* "sha256:<hex>" of a hash. */
 void chunk_id_format(const uint8_t hash[CHUNK_HASH_LEN], char out[CHUNK_ID_LEN]);
 /* Parse "sha256:<64 lowercase hex>"; -EINVAL for anything else. */

@@ -188,7 +188,7 @@ static int put_chunk_call(void *arg)
 {
 	struct put_chunk_call *c = arg;
 
-	chunk_hash(c->j->data, c->j->len, c->j->hash);
+	chunk_codec_hash(c->codec, c->j->data, c->j->len, c->j->hash);
 	return c->w ? put_chunk_pack(c->p, c->codec, c->w, c->j)
 		    : put_chunk_loose(c->p, c->codec, c->obj, c->j);
 }

@@ -75,7 +75,12 @@ static void test_guard(void)
 	}
 	int status = 0;
 	CHECK(waitpid(pid, &status, 0) == pid);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+	/* The sanitizer's own handler was there first: it reports and exits. */
+	CHECK(!WIFEXITED(status) || WEXITSTATUS(status) != 0);
+#else
 	CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS);
+#endif
 	munmap(m, 16384);
 }
 

@@ -83,6 +83,7 @@ struct put {
 	unsigned npend;
 	bool stop;
 	int err;
+	char errmsg[512]; /* a worker's words for err, for the caller's thread */
 	struct put_buf bufs[PUT_NBUF];
 
 	bool loose_present; /* the store holds loose chunks too: look there as well */
@@ -255,8 +256,10 @@ static void *put_worker(void *arg)
 		pthread_mutex_unlock(&p->mu);
 		int ret = skip ? 0 : put_chunk(p, codec, obj, w, j);
 		pthread_mutex_lock(&p->mu);
-		if (ret < 0 && !p->err)
+		if (ret < 0 && !p->err) {
 			p->err = ret;
+			snprintf(p->errmsg, sizeof(p->errmsg), "%s", log_last_error());
+		}
 		if (err && !p->err)
 			p->err = err;
 		if (--j->buf->refs == 0)
@@ -267,8 +270,10 @@ static void *put_worker(void *arg)
 	if (w && !err && put_error(p) == 0) {
 		int ret = pack_writer_finish(w);
 		pthread_mutex_lock(&p->mu);
-		if (ret < 0 && !p->err)
+		if (ret < 0 && !p->err) {
 			p->err = ret;
+			snprintf(p->errmsg, sizeof(p->errmsg), "%s", log_last_error());
+		}
 		pthread_mutex_unlock(&p->mu);
 	}
 	pack_writer_free(w);
@@ -894,6 +899,9 @@ stop:
 		pthread_join(workers[i], NULL);
 	if (ret == 0)
 		ret = p.err;
+	/* A worker's failure is reported by whoever called us, from this thread. */
+	if (ret < 0 && ret == p.err && p.errmsg[0])
+		log_set_error("%s", p.errmsg);
 	if (ret < 0)
 		goto out;
 

@@ -75,7 +75,7 @@ static void test_guard(void)
 	}
 	int status = 0;
 	CHECK(waitpid(pid, &status, 0) == pid);
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#ifdef __SANITIZE_ADDRESS__
 	/* The sanitizer's own handler was there first: it reports and exits. */
 	CHECK(!WIFEXITED(status) || WEXITSTATUS(status) != 0);
 #else
@@ -154,6 +154,12 @@ static void test_put_truncated(void)
 
 int main(void)
 {
+#ifdef __SANITIZE_THREAD__
+	/* ThreadSanitizer's SIGBUS interception does not survive a handler
+	 * that jumps out of the signal: the process dies (seen with gcc 12). */
+	printf("skipped: SIGBUS recovery does not run under ThreadSanitizer\n");
+	return 77;
+#endif
 	CHECK(mkdtemp(dir) != NULL);
 	test_guard();
 	test_put_truncated();

@@ -11,7 +11,8 @@
 #      finishes on its own;
 #   3. a held daemon killed: the instance is listed failed (page source lost),
 #      its process killed, and stop leaves nothing;
-#   4. --events-first (THAW_LAZY_EVENTS_FIRST=1): answers exact, daemon done.
+#   4. --events-first (THAW_LAZY_EVENTS_FIRST=1): answers exact, daemon done;
+#   5. THAW_LAZY_GPU_HOLD=1 (thaw start's setting) leaves a CPU start unheld.
 set -u
 cd "${THAW_ROOT:-$(dirname "$0")/..}"
 ROOT=$PWD
@@ -158,6 +159,15 @@ if start_held evfirst THAW_LAZY_EVENTS_FIRST=1 THAW_LAZY_THREADS=8 THAW_LAZY_COP
 	*) fail "events first: the daemon ended: $(status_of "$ID")" ;; esac
 	echo "summary: $(summary_of "$ID")"
 	summary_of "$ID" | grep -q "events first" || fail "events first: not in the summary"
+	"$THAW" --data-dir "$D" stop "$ID" >/dev/null 2>"$W/stop.err" || fail "stop: $(cat "$W/stop.err")"
+fi
+
+# --- 5. THAW_LAZY_GPU_HOLD holds GPU starts only ------------------------------
+if start_held cpu THAW_LAZY_GPU_HOLD=1; then
+	wait_done "$ID" 20 || fail "THAW_LAZY_GPU_HOLD=1, CPU start: no word from the daemon"
+	grep -q "held: streams only" "$D/instances/$ID/lazy-pages.log" &&
+		fail "THAW_LAZY_GPU_HOLD=1 held the daemon of a CPU start" ||
+		ok "THAW_LAZY_GPU_HOLD=1: a CPU start is not held"
 	"$THAW" --data-dir "$D" stop "$ID" >/dev/null 2>"$W/stop.err" || fail "stop: $(cat "$W/stop.err")"
 fi
 check_nothing_left "at the end"

@@ -24,13 +24,6 @@
 # LAZY_FILL=1: after the lazy series, two more with thaw's daemon, as
 # lazy-fill (thawd under THAW_LAZY_GPU_AFTER_FILL=1: the CUDA restore waits for
 # every page) and lazy-again (as lazy), so that drift favours neither.
-# LAZY_HOLD=1 and LAZY_EVFIRST=1: after the lazy series, one series per
-# variant, then each again in reverse order and lazy-again last, so that a
-# drift over the run favours none: lazy-hold (thawd under THAW_LAZY_GPU_HOLD=1:
-# thaw's daemon copies only the streams after faults until the CUDA restore
-# returns), lazy-evfirst (THAW_LAZY_EVENTS_FIRST=1: the daemon reads faults and
-# mm events before it copies more); e.g. with both: lazy, lazy-hold,
-# lazy-evfirst, lazy-evfirst-again, lazy-hold-again, lazy-again.
 #
 # The baseline (issue 7): the same function snapshotted again as ID-full with
 # "elide_zero": false, its image written out by `thaw materialize` into a
@@ -40,7 +33,7 @@
 # holds the image bytes before and after elision.
 set -u
 if [ $# -lt 5 ]; then
-	sed -n '2,41p' "$0" >&2
+	sed -n '2,33p' "$0" >&2
 	exit 2
 fi
 SPEC=$1 ID=$2 INFER=$3 EXPECT=$4 OUTDIR=$5 REPEAT=${6:-5}
@@ -101,25 +94,6 @@ if [ "${LAZY_FILL:-0}" = 1 ]; then
 	run prime-lazy-again --burst 1
 	run lazy-again --burst 1 --repeat "$REPEAT"
 	stop_thawd
-fi
-VARIANTS=()
-[ "${LAZY_HOLD:-0}" = 1 ] && VARIANTS+=("hold:THAW_LAZY_GPU_HOLD=1")
-[ "${LAZY_EVFIRST:-0}" = 1 ] && VARIANTS+=("evfirst:THAW_LAZY_EVENTS_FIRST=1")
-if [ ${#VARIANTS[@]} -gt 0 ]; then
-	ORDER=("${VARIANTS[@]}")
-	for ((k = ${#VARIANTS[@]} - 1; k >= 0; k--)); do ORDER+=("${VARIANTS[k]%%:*}-again:${VARIANTS[k]#*:}"); done
-	# (LAZY_FILL's series has its own lazy-again.)
-	[ "${LAZY_FILL:-0}" = 1 ] && ORDER+=("again2:-") || ORDER+=("again:-")
-	for v in "${ORDER[@]}"; do
-		name=lazy-${v%%:*} envs=()
-		[ "${v#*:}" != - ] && IFS=, read -r -a envs <<<"${v#*:}"
-		for e in "${envs[@]}"; do export "${e?}"; done
-		start_thawd "$PORT" --lazy || exit 1
-		for e in "${envs[@]}"; do unset "${e%%=*}"; done
-		run "prime-$name" --burst 1
-		run "$name" --burst 1 --repeat "$REPEAT"
-		stop_thawd
-	done
 fi
 if [ "${LAZY_CRIU:-1}" = 1 ]; then
 	export THAW_LAZY_DAEMON=criu

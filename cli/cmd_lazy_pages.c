@@ -14,8 +14,7 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: thaw lazy-pages --images-dir DIR --work-dir DIR [--status-fd FD]\n"
 		   "                       [--log-file FILE] [--threads N] [--block-kib N]\n"
-		   "                       [--copy-slots N] [--prefetch-delay-ms N] [--hold-ms N]\n"
-		   "                       [--events-first] [-vN]\n\n"
+		   "                       [--copy-slots N] [--prefetch-delay-ms N] [-vN]\n\n"
 		   "Serve the pages of one `criu restore --lazy-pages` (CRIU 4.2) in place of\n"
 		   "`criu lazy-pages`: listen on lazy-pages.socket in the work directory, write\n"
 		   "one '\\0' byte to FD once listening, serve faults first and fill the rest\n"
@@ -26,12 +25,6 @@ static void usage(FILE *f)
 		   "burst of lazy starts leaves cores to the restores themselves.\n"
 		   "--prefetch-delay-ms (default $THAW_LAZY_PREFETCH_DELAY_MS or 0) holds the\n"
 		   "copy threads back after the restore finished (for tests).\n"
-		   "--hold-ms N (default $THAW_LAZY_HOLD_MS or 0: none): the copy threads copy\n"
-		   "only the blocks that follow each fault (a CUDA restore's reads) until the\n"
-		   "daemon gets SIGUSR1 (thawd sends it once the CUDA restore returned) or N ms\n"
-		   "after the restore finished, then fill the rest.  SIGUSR1 does nothing else.\n"
-		   "--events-first ($THAW_LAZY_EVENTS_FIRST=1): faults and memory-map events wait\n"
-		   "only for the copies in flight, not for the copy threads to pause.\n"
 		   "Exits 0 once every page is in place, 1 on any error (in the log).\n");
 }
 
@@ -84,11 +77,6 @@ int cmd_lazy_pages(int argc, char **argv)
 	env = getenv("THAW_LAZY_PREFETCH_DELAY_MS");
 	if (env && *env && !cli_parse_count(env, 3600000, &v))
 		o.prefetch_delay_ms = (unsigned)v;
-	env = getenv("THAW_LAZY_HOLD_MS");
-	if (env && *env && !cli_parse_count(env, 3600000, &v))
-		o.hold_ms = (unsigned)v;
-	env = getenv("THAW_LAZY_EVENTS_FIRST");
-	o.events_first = env && !strcmp(env, "1");
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
 
@@ -98,8 +86,6 @@ int cmd_lazy_pages(int argc, char **argv)
 		} else if (!strncmp(a, "-v", 2)) {
 			/* criu's -vN: thaw logs info (the summary) at least, debug at -v4 */
 			log_set_level(a[2] == '4' ? LOG_DEBUG : LOG_INFO);
-		} else if (!strcmp(a, "--events-first")) {
-			o.events_first = true;
 		} else if (!next) {
 			break;
 		} else if (!strcmp(a, "--images-dir")) {
@@ -123,10 +109,6 @@ int cmd_lazy_pages(int argc, char **argv)
 			if (cli_parse_count(argv[++i], 3600000, &v))
 				goto bad;
 			o.prefetch_delay_ms = (unsigned)v;
-		} else if (!strcmp(a, "--hold-ms")) {
-			if (cli_parse_count(argv[++i], 3600000, &v))
-				goto bad;
-			o.hold_ms = (unsigned)v;
 		} else if (!strcmp(a, "--block-kib")) {
 			if (cli_parse_count(argv[++i], 1ull << 20, &v) || (v & (v - 1)) || v < 4)
 				goto bad;

@@ -243,10 +243,6 @@ int config_init(struct thaw_config *c, const char *data_dir)
 	if (ret)
 		return ret;
 	c->lazy_gpu_after_fill = tri > 0;
-	ret = env_tristate("THAW_LAZY_GPU_HOLD", &tri);
-	if (ret)
-		return ret;
-	c->lazy_gpu_hold = tri > 0;
 
 	ret = lazy_daemon_init(c);
 	if (ret)

@@ -62,17 +62,7 @@ struct thaw_config {
 				      * ($THAW_LAZY_GPU_AFTER_FILL 1|0; default 0): the
 				      * driver's restore then reads filled memory and
 				      * does not share the memory bus with the copy */
-	bool lazy_gpu_hold;	     /* a lazy GPU start with thaw's daemon holds its fill
-				      * to the streams after faults while the CUDA
-				      * restore runs, released when it returns or at
-				      * CONFIG_LAZY_GPU_HOLD_MS ($THAW_LAZY_GPU_HOLD 1|0;
-				      * default 0; see restore/lazy_pages.h) */
 };
-
-/* The bound of lazy_gpu_hold, from the end of runc restore: a start that
- * never releases its daemon (killed, stuck) still gets every page.  The
- * CUDA restore of the GPU example takes 0.8-1.3 s (bench/RESULTS.md). */
-#define CONFIG_LAZY_GPU_HOLD_MS 3000
 
 /* Whether a start that neither the start nor the function's spec decides
  * restores lazily under c (see enum config_lazy).  gpu_starts: for a GPU
@@ -88,8 +78,7 @@ bool config_restores_lazily(const struct thaw_config *c, bool gpu, unsigned gpu_
  * THAW_LAZY and THAW_TIER_HUGE (1/true/yes, 0/false/no or auto),
  * THAW_LAZY_DAEMON (thaw, the default: the `thaw` binary beside ours or one
  * directory up, as in build/; criu), THAW_LAZY_MAX_GPU_STARTS (a whole
- * number >= -1), THAW_LAZY_GPU_AFTER_FILL and THAW_LAZY_GPU_HOLD (1/0).  A bad
- * value is -EINVAL, logged with the variable named. */
+ * number >= -1) and THAW_LAZY_GPU_AFTER_FILL (1/0).  A bad value is -EINVAL, logged with the variable named. */
 int config_init(struct thaw_config *c, const char *data_dir);
 
 #endif

@@ -578,7 +578,6 @@ struct lazy_plan {
 	const char *kill_argv[8];
 	const char *status_path;
 	char status_tmp[PATH_MAX];
-	char hold_ms[16];
 	uint64_t t0_ns;
 };
 
@@ -691,7 +690,6 @@ int runner_lazy_start(const struct runner *r, const char *id, const char *image_
 	if (ret)
 		return ret;
 	unlink(status_path);
-	snprintf(p.hold_ms, sizeof(p.hold_ms), "%u", r->lazy_hold_ms);
 	if (r->lazy_daemon && *r->lazy_daemon)
 		p.criu_argv[n++] = r->lazy_daemon; /* `thaw lazy-pages`: the same arguments */
 	else
@@ -706,10 +704,6 @@ int runner_lazy_start(const struct runner *r, const char *id, const char *image_
 	p.criu_argv[n++] = "--log-file";
 	p.criu_argv[n++] = log_path;
 	p.criu_argv[n++] = "-v4";
-	if (r->lazy_hold_ms && r->lazy_daemon && *r->lazy_daemon) {
-		p.criu_argv[n++] = "--hold-ms";
-		p.criu_argv[n++] = p.hold_ms;
-	}
 	p.criu_argv[n] = NULL;
 	n = 0;
 	p.kill_argv[n++] = r->runc;

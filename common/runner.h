@@ -20,8 +20,6 @@ struct runner {
 				* must be serving work_dir */
 	const char *lazy_daemon; /* runner_lazy_start runs `lazy_daemon lazy-pages ...` (the
 				  * thaw binary: thaw's own daemon); NULL or "": criu's */
-	unsigned lazy_hold_ms;	 /* thaw's daemon: --hold-ms (0: not held); released by
-				  * LAZY_PAGES_RELEASE_SIGNAL (restore/lazy_pages.h) */
 };
 
 /* The container's stdio: pipes the caller drains (the write ends go to runc). */

@@ -19,7 +19,6 @@
 #include "prewarm/ready.h"
 #include "prewarm/spec.h"
 #include "restore/gpu_restore.h"
-#include "restore/lazy_pages.h"
 #include "restore/shim.h"
 
 #include <dirent.h>
@@ -416,24 +415,6 @@ static int lazy_check(struct start_ctx *x, struct instance *in)
 	return -EIO;
 }
 
-/* Whether thaw's daemon of this start is held while the CUDA restore runs
- * (THAW_LAZY_GPU_HOLD; not with THAW_LAZY_GPU_AFTER_FILL, whose wait for
- * every page would then wait for the bound). */
-static bool lazy_holds(const struct thaw_config *c, const struct func_spec *spec, bool lazy)
-{
-	return spec->gpu && lazy && c->lazy_gpu_hold && !c->lazy_gpu_after_fill &&
-	       c->lazy_daemon[0];
-}
-
-/* Let a held daemon fill the rest now.  A daemon gone (its page source
- * lost: the next lazy_check says so) or a pid no longer its is left alone. */
-static void lazy_release(struct start_ctx *x)
-{
-	if (x->lz.daemon > 0 && proc_alive(x->lz.daemon, x->lz_daemon_start) &&
-	    kill(x->lz.daemon, LAZY_PAGES_RELEASE_SIGNAL))
-		pr_perror("lazy-pages daemon %d: release", (int)x->lz.daemon);
-}
-
 /* Lazy: wait until the daemon has served every page (0), or failed, or
  * timeout_ms passed (-EIO, the reason set). */
 static int lazy_wait_fill(struct start_ctx *x, struct instance *in, int timeout_ms)
@@ -546,8 +527,6 @@ int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 	snprintf(x.log, sizeof(x.log), "%s/function.log", x.dir);
 	snprintf(x.lazy_log, sizeof(x.lazy_log), "%s/lazy-pages.log", x.dir);
 	snprintf(x.lazy_status, sizeof(x.lazy_status), "%s/lazy.status", x.dir);
-	if (lazy_holds(c, spec, x.lazy))
-		x.r.lazy_hold_ms = CONFIG_LAZY_GPU_HOLD_MS;
 	/* From here on a killed start leaves a record that stop can act on. */
 	ret = write_record(&x, &in, "starting");
 	if (ret)
@@ -610,8 +589,6 @@ int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 		ret = gpu_restore_container(&x.r, in.id, in.pid, m->meta, &x.cuda_pids,
 					    &x.ncuda);
 		in.t.gpu_restore = ms_since(tp);
-		if (x.r.lazy_hold_ms)
-			lazy_release(&x);
 		if (ret)
 			goto fail;
 	}

@@ -9,16 +9,6 @@
  * old data back where the process must now read zeros, or fill a range
  * being handed to a forked child.  A copy that meets an event not read yet
  * gets -EAGAIN and retries once the lock is free again.
- *
- * glibc's rwlock lets readers in while a writer waits (its default kind):
- * with 8 copy threads taking it back to back, the event thread waited for
- * the lock until the copying ran dry, and with it every fault and mm event
- * of the process it had not read yet.  events_first makes the lock prefer
- * the writer; the summary line says how long the event thread waited.
- *
- * Held (hold_ms): the copy threads take only the streams after faults, each
- * at most LAZY_PAGES_HOLD_STREAM blocks past its fault, until the release
- * signal (read from a signalfd by the event thread) or the bound.
  */
 #define LOG_PREFIX "lazy-pages: "
 #include "restore/lazy_pages.h"
@@ -42,7 +32,6 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/sem.h>
-#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -52,8 +41,7 @@
 #define PAGE		CRIU_PAGE_SIZE
 #define EV_SOCK		0
 #define EV_WAKE		1
-#define EV_RELEASE	2
-#define EV_PROC0	3
+#define EV_PROC0	2
 #define MSGS_PER_READ	16
 #define NO_STREAM	SIZE_MAX
 
@@ -72,7 +60,6 @@ struct lp_proc {
 	pthread_rwlock_t lock;
 	atomic_size_t cursor;	 /* the next block a copy thread tries */
 	atomic_size_t stream;	 /* the next block after the last fault's, or NO_STREAM */
-	atomic_size_t stream_limit; /* held: the stream stops before this block */
 	atomic_size_t remaining; /* blocks not done */
 	atomic_bool gone;	 /* exited: nothing more to copy */
 	struct lp_fault *faults; /* event thread only */
@@ -90,8 +77,6 @@ struct lp_daemon {
 	unsigned nthreads;
 	int copy_sem; /* the machine's copy slots (SysV semaphore id), or -1 */
 	int images_fd, listen_fd, client, epfd, wake_fd;
-	int release_fd; /* signalfd of LAZY_PAGES_RELEASE_SIGNAL */
-	atomic_bool held; /* the copy threads take streams only (hold_ms) */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	struct lp_proc **procs; /* grows under mu; entries never move */
@@ -107,12 +92,6 @@ struct lp_daemon {
 	uint64_t finished_ns;
 	/* event thread only: mm events seen, pending bytes they dropped */
 	uint64_t nremap, nremove, nunmap, nfork, dropped_bytes;
-	/* event thread only: its waits for a process's lock (drain) */
-	uint64_t lock_wait_ns, lock_wait_max_ns, nlock_waits_1ms;
-	/* the hold: how long after the restore finished it ended, and why */
-	double held_ms;
-	const char *released_by;
-	uint64_t held_bytes; /* copied by the copy threads while held */
 };
 
 static uint64_t now_ns(void)
@@ -130,15 +109,6 @@ static void set_error(struct lp_daemon *d, int err)
 	atomic_compare_exchange_strong(&d->error, &none, err);
 	atomic_store(&d->stop, true);
 	pthread_mutex_lock(&d->mu);
-	pthread_cond_broadcast(&d->cv);
-	pthread_mutex_unlock(&d->mu);
-}
-
-/* The copy threads: there is new work (or the hold ended). */
-static void wake_copy_threads(struct lp_daemon *d)
-{
-	pthread_mutex_lock(&d->mu);
-	d->gen++;
 	pthread_cond_broadcast(&d->cv);
 	pthread_mutex_unlock(&d->mu);
 }
@@ -361,20 +331,14 @@ static void slot_give(struct lp_daemon *d, bool taken)
  * have not reached (the CUDA restore reads the GPU's saved state this way,
  * front to back); the blocks after the fault are what it reads next, so the
  * copy threads take those first, ahead of it, and go back to their cursor
- * when the stream meets blocks already copied.  Held, a stream ends at its
- * limit: further on is memory the reader may never want; its next fault
- * starts the next stretch. */
-static size_t stream_take(struct lp_daemon *d, struct lp_proc *p)
+ * when the stream meets blocks already copied. */
+static size_t stream_take(struct lp_proc *p)
 {
 	size_t s = atomic_load(&p->stream);
 
-	while (s != NO_STREAM) {
-		bool at_limit = atomic_load(&d->held) && s >= atomic_load(&p->stream_limit);
-
-		if (atomic_compare_exchange_weak(&p->stream, &s, at_limit ? NO_STREAM : s + 1))
-			return at_limit ? NO_STREAM : s;
-	}
-	return NO_STREAM;
+	while (s != NO_STREAM && !atomic_compare_exchange_weak(&p->stream, &s, s + 1))
+		;
+	return s;
 }
 
 /* The stream that handed out block i has met the end or copied blocks. */
@@ -389,15 +353,13 @@ static void stream_end(struct lp_proc *p, size_t i)
  * cursor's): 1 did one, 0 none left. */
 static int prefetch_one(struct lp_daemon *d, struct lp_proc *p)
 {
-	size_t i = stream_take(d, p);
+	size_t i = stream_take(p);
 	bool streamed = i != NO_STREAM;
 	uint64_t bytes = 0;
 	int ret;
 
 	bool slot;
 
-	if (!streamed && atomic_load(&d->held))
-		return 0; /* the cursor waits for the release */
 	if (!streamed)
 		i = atomic_fetch_add(&p->cursor, 1);
 	if (i >= p->map.nblocks) {
@@ -512,22 +474,16 @@ out:
 	return ret;
 }
 
-static struct lp_proc *proc_new(int pid, int uffd, bool events_first)
+static struct lp_proc *proc_new(int pid, int uffd)
 {
 	struct lp_proc *p = calloc(1, sizeof(*p));
-	pthread_rwlockattr_t attr;
 
 	if (!p)
 		return NULL;
 	p->pid = pid;
 	p->uffd = uffd;
 	atomic_store(&p->stream, NO_STREAM);
-	pthread_rwlockattr_init(&attr);
-	/* Nonrecursive: no copy thread takes the lock twice. */
-	if (events_first)
-		pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-	pthread_rwlock_init(&p->lock, &attr);
-	pthread_rwlockattr_destroy(&attr);
+	pthread_rwlock_init(&p->lock, NULL);
 	return p;
 }
 
@@ -768,7 +724,7 @@ static int receive_tasks(struct lp_daemon *d)
 			return uffd;
 		}
 		fcntl(uffd, F_SETFL, O_NONBLOCK);
-		p = proc_new(pid, uffd, d->o->events_first);
+		p = proc_new(pid, uffd);
 		if (!p) {
 			close(uffd);
 			return -ENOMEM;
@@ -840,7 +796,7 @@ static int queue_fault(struct lp_proc *p, uint64_t addr, long block)
 
 static int handle_fork(struct lp_daemon *d, struct lp_proc *p, int ufd)
 {
-	struct lp_proc *c = proc_new(p->pid, ufd, d->o->events_first);
+	struct lp_proc *c = proc_new(p->pid, ufd);
 	int ret;
 
 	if (!c) {
@@ -924,20 +880,6 @@ static int handle_msg(struct lp_daemon *d, struct lp_proc *p, const struct uffd_
 	return ret;
 }
 
-/* Take p's lock exclusive, counting how long that took. */
-static void lock_exclusive(struct lp_daemon *d, struct lp_proc *p)
-{
-	uint64_t t = now_ns(), waited;
-
-	pthread_rwlock_wrlock(&p->lock);
-	waited = now_ns() - t;
-	d->lock_wait_ns += waited;
-	if (waited > d->lock_wait_max_ns)
-		d->lock_wait_max_ns = waited;
-	if (waited > 1000000)
-		d->nlock_waits_1ms++;
-}
-
 /* Read and apply every message p has now, p's lock held exclusive.
  * *got: how many.  0 or -errno. */
 static int drain(struct lp_daemon *d, struct lp_proc *p, size_t *got)
@@ -946,7 +888,7 @@ static int drain(struct lp_daemon *d, struct lp_proc *p, size_t *got)
 	int ret = 0;
 
 	*got = 0;
-	lock_exclusive(d, p);
+	pthread_rwlock_wrlock(&p->lock);
 	while (!ret) {
 		ssize_t n = read(p->uffd, msgs, sizeof(msgs));
 
@@ -1020,12 +962,7 @@ static int serve_fault(struct lp_daemon *d, struct lp_proc *p, struct lp_fault *
 	atomic_fetch_add(&d->fault_bytes, bytes);
 	if (!ret) {
 		block_done(d, p, (uint32_t)f->block);
-		/* The limit before the stream: a copy thread that sees this
-		 * stream sees its limit. */
-		atomic_store(&p->stream_limit, (size_t)f->block + 1 + LAZY_PAGES_HOLD_STREAM);
 		atomic_store(&p->stream, (size_t)f->block + 1);
-		if (atomic_load(&d->held))
-			wake_copy_threads(d); /* held copy threads sleep between streams */
 	}
 	return ret;
 }
@@ -1080,64 +1017,24 @@ static bool all_done(struct lp_daemon *d)
 	return true;
 }
 
-/* The copy threads fill everything again.  by: "signal" or "bound". */
-static void release_hold(struct lp_daemon *d, const char *by)
-{
-	if (!atomic_exchange(&d->held, false))
-		return;
-	d->released_by = by;
-	d->held_bytes = atomic_load(&d->prefetch_bytes);
-	d->held_ms = atomic_load(&d->finished) ? (now_ns() - d->finished_ns) / 1e6 : 0;
-	pr_info("released by %s, %.1f ms after the restore finished: %.1f MiB copied by streams "
-		"while held; filling the rest", by, d->held_ms, d->held_bytes / 1048576.0);
-	wake_copy_threads(d);
-}
-
-/* ms until the hold's bound (-1: no bound pending); 0 when it has passed. */
-static int hold_left_ms(const struct lp_daemon *d)
-{
-	uint64_t end, now;
-
-	if (!atomic_load(&d->held) || !atomic_load(&d->finished))
-		return -1;
-	end = d->finished_ns + (uint64_t)d->o->hold_ms * 1000000ull;
-	now = now_ns();
-	return now >= end ? 0 : (int)((end - now + 999999) / 1000000);
-}
-
-/* The release signal, read from its signalfd. */
-static int handle_release(struct lp_daemon *d)
-{
-	struct signalfd_siginfo si;
-
-	while (read(d->release_fd, &si, sizeof(si)) == (ssize_t)sizeof(si))
-		release_hold(d, "signal");
-	return errno == EAGAIN || errno == EINTR ? 0 : -errno;
-}
-
 static int event_loop(struct lp_daemon *d)
 {
 	struct epoll_event evs[32];
 	int ret = 0;
 
 	while (!ret && !atomic_load(&d->stop) && !all_done(d)) {
-		int left = hold_left_ms(d);
-		int n = epoll_wait(d->epfd, evs, 32, left >= 0 && left < 1000 ? left : 1000);
+		int n = epoll_wait(d->epfd, evs, 32, 1000);
 
 		if (n < 0 && errno != EINTR) {
 			pr_perror("epoll_wait");
 			return -errno;
 		}
-		if (hold_left_ms(d) == 0)
-			release_hold(d, "bound");
 		for (int i = 0; !ret && i < n; i++) {
 			uint64_t tag = evs[i].data.u64, v;
 
 			if (tag == EV_WAKE) {
 				if (read(d->wake_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
 					ret = -errno;
-			} else if (tag == EV_RELEASE) {
-				ret = handle_release(d);
 			} else if (tag == EV_SOCK) {
 				ret = handle_socket(d);
 			} else if (tag - EV_PROC0 < d->nprocs) {
@@ -1162,9 +1059,7 @@ static void summary(struct lp_daemon *d, uint64_t t0, int ret)
 		"(%.1f MiB, %.0f MiB/s; %llu blocks of it right after a fault's), %llu zero pages, "
 		"%llu lost; %.1f ms, %u copy threads, "
 		"%llu KiB blocks; events: %llu remap, %llu remove, %llu unmap, %llu fork, "
-		"%llu pending bytes dropped by them; the event thread waited %.1f ms for the lock "
-		"(longest %.1f ms, %llu waits over 1 ms, %s first); held %.1f ms (%s, %.1f MiB "
-		"by streams)",
+		"%llu pending bytes dropped by them",
 		ret ? "failed" : "done", d->nprocs, (unsigned long long)atomic_load(&d->nfaults),
 		(unsigned long long)(fb / PAGE), (unsigned long long)(pb / PAGE),
 		(fb + pb) / 1048576.0, ms > 0 ? (fb + pb) / 1048576.0 / (ms / 1000) : 0,
@@ -1173,34 +1068,7 @@ static void summary(struct lp_daemon *d, uint64_t t0, int ret)
 		(unsigned long long)atomic_load(&d->lost_pages), ms, d->nthreads,
 		(unsigned long long)(d->block >> 10), (unsigned long long)d->nremap,
 		(unsigned long long)d->nremove, (unsigned long long)d->nunmap,
-		(unsigned long long)d->nfork, (unsigned long long)d->dropped_bytes,
-		d->lock_wait_ns / 1e6, d->lock_wait_max_ns / 1e6,
-		(unsigned long long)d->nlock_waits_1ms, d->o->events_first ? "events" : "copies",
-		d->held_ms, d->released_by ? d->released_by : d->o->hold_ms ? "never released" : "no hold",
-		d->held_bytes / 1048576.0);
-}
-
-/* The release signal through a signalfd, blocked in every thread (the copy
- * threads inherit the mask): a release that comes to a daemon not held,
- * or twice, does nothing, and never kills it. */
-static int release_signal_setup(struct lp_daemon *d)
-{
-	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = EV_RELEASE };
-	sigset_t set;
-
-	sigemptyset(&set);
-	sigaddset(&set, LAZY_PAGES_RELEASE_SIGNAL);
-	errno = pthread_sigmask(SIG_BLOCK, &set, NULL);
-	if (errno) {
-		pr_perror("pthread_sigmask");
-		return -errno;
-	}
-	d->release_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
-	if (d->release_fd < 0 || epoll_ctl(d->epfd, EPOLL_CTL_ADD, d->release_fd, &ev)) {
-		pr_perror("signalfd");
-		return -errno;
-	}
-	return 0;
+		(unsigned long long)d->nfork, (unsigned long long)d->dropped_bytes);
 }
 
 static int setup(struct lp_daemon *d)
@@ -1223,9 +1091,6 @@ static int setup(struct lp_daemon *d)
 		pr_perror("epoll/eventfd");
 		return -errno;
 	}
-	ret = release_signal_setup(d);
-	if (ret)
-		return ret;
 	ret = listen_socket(d);
 	if (ret)
 		return ret;
@@ -1244,8 +1109,7 @@ static int setup(struct lp_daemon *d)
 int lazy_pages_run(const struct lazy_pages_opts *o)
 {
 	struct lp_daemon d = { .o = o, .copy_sem = -1, .images_fd = -1, .listen_fd = -1,
-			       .client = -1, .epfd = -1, .wake_fd = -1, .release_fd = -1,
-			       .held = o->hold_ms > 0 };
+			       .client = -1, .epfd = -1, .wake_fd = -1 };
 	pthread_t th[LAZY_PAGES_MAX_THREADS];
 	unsigned started = 0;
 	uint64_t t0 = now_ns();
@@ -1263,11 +1127,7 @@ int lazy_pages_run(const struct lazy_pages_opts *o)
 		int slots = o->copy_slots ? o->copy_slots : (cpus > 1 ? (int)cpus / 2 : 1);
 
 		d.copy_sem = slots > 0 ? copy_slots_open(slots) : -1;
-		pr_info("%u copy threads, %d copy slots on this machine%s", d.nthreads, slots,
-			o->events_first ? ", faults and events before copies" : "");
-		if (o->hold_ms)
-			pr_info("held: streams only until released or %u ms after the restore "
-				"finished", o->hold_ms);
+		pr_info("%u copy threads, %d copy slots on this machine", d.nthreads, slots);
 	}
 	pthread_mutex_init(&d.mu, NULL);
 	pthread_cond_init(&d.cv, NULL);
@@ -1301,9 +1161,8 @@ out:
 	for (size_t i = 0; i < d.nsrcs; i++)
 		munmap(d.srcs[i].addr, d.srcs[i].len);
 	free(d.srcs);
-	for (int i = 0, fds[6] = { d.images_fd, d.listen_fd, d.client, d.epfd, d.wake_fd,
-				   d.release_fd };
-	     i < 6; i++)
+	for (int i = 0, fds[5] = { d.images_fd, d.listen_fd, d.client, d.epfd, d.wake_fd }; i < 5;
+	     i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
 	pthread_cond_destroy(&d.cv);

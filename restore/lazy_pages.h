@@ -15,26 +15,16 @@
  * copy threads of every daemon on the machine share copy_slots: a burst of
  * lazy starts does not put 8 copy threads per instance on the cores that
  * the instances' own restores (and their faults) need.
- *
- * Held (hold_ms > 0): until SIGUSR1 comes, or hold_ms after the restore
- * finished, the copy threads leave their address-order fill and copy only
- * the stream after each fault (at most LAZY_PAGES_HOLD_STREAM blocks past
- * it): what a CUDA restore reading its saved state needs, without the rest
- * of the memory competing with it.  Then they fill the rest as usual.
  */
 #ifndef THAW_RESTORE_LAZY_PAGES_H
 #define THAW_RESTORE_LAZY_PAGES_H
 
-#include <signal.h>
-#include <stdbool.h>
 #include <stdint.h>
 
 #define LAZY_PAGES_SOCK_NAME	    "lazy-pages.socket"
 #define LAZY_PAGES_RESTORE_FINISHED 0x52535446u /* "ReSTore Finished" (criu/uffd.c) */
 #define LAZY_PAGES_DEFAULT_BLOCK    (2u << 20)
 #define LAZY_PAGES_MAX_THREADS	    64
-#define LAZY_PAGES_HOLD_STREAM	    128 /* blocks past a fault a held stream may run */
-#define LAZY_PAGES_RELEASE_SIGNAL   SIGUSR1
 
 struct lazy_pages_opts {
 	const char *images_dir; /* the checkpoint's image files */
@@ -48,11 +38,6 @@ struct lazy_pages_opts {
 	unsigned prefetch_delay_ms; /* hold the copy threads back this long after the restore
 				     * finished (tests: a process's mm changes then meet
 				     * pages not copied yet; the daemon outlives a start) */
-	unsigned hold_ms;	    /* > 0: held (see above) until LAZY_PAGES_RELEASE_SIGNAL
-				     * or this long after the restore finished; 0: not */
-	bool events_first;	    /* the event thread's lock prefers it to the copy threads:
-				     * a fault or mm event waits for the copies in flight
-				     * only, not for a moment when no copy thread holds it */
 };
 
 /* Serve one lazy restore until every page of every process is copied (or

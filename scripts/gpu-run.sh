@@ -19,9 +19,6 @@
 # Environment: OUT (default ./gpu-out), GPU_STEPS (patterns, space-separated: only
 # steps whose name contains one; =NAME: that step alone), GPU_ALL_TESTS=1 (also run every test, CPU ones too),
 # GPU_LLM_SKIP=1 (no gpu-llm-selftest), STEP_TIMEOUT (seconds, default 600).
-# The steps inherit the rest of the environment: bench/lazy-eager-run.sh's
-# PLAIN_RUNS, LAZY_CRIU, LAZY_FILL, LAZY_HOLD, LAZY_EVFIRST and LAZY_AB reach
-# gpu-llm-lazy-eager (the summary's first lines say which were set).
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -118,7 +115,6 @@ command -v nvidia-smi >/dev/null &&
 	say "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -4 | tr '\n' ';')"
 say "thp: enabled $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null), defrag $(cat /sys/kernel/mm/transparent_hugepage/defrag 2>/dev/null)"
 say "runc: $(runc --version | head -1); criu: $("$THAW_CRIU" --version | awk '/^Version/ {print $2}')"
-say "settings: $(env | grep -E '^(GPU_STEPS|STEP_TIMEOUT|PLAIN_RUNS|LAZY_[A-Z]+|THAW_LAZY[A-Z_]*)=' | sort | tr '\n' ' ')"
 
 # step NAME CMD...: run one step under a timeout; PASS/SKIP/FAIL into the summary.
 step() {

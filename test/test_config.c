@@ -147,20 +147,5 @@ int main(void)
 	CHECK_EQ(init_with(&c, NULL, NULL, NULL), -EINVAL);
 	CHECK(strstr(log_last_error(), "THAW_LAZY_GPU_AFTER_FILL=later") != NULL);
 	unsetenv("THAW_LAZY_GPU_AFTER_FILL");
-
-	/* THAW_LAZY_GPU_HOLD: off unless asked for. */
-	REQUIRE(init_with(&c, NULL, NULL, NULL) == 0);
-	CHECK(!c.lazy_gpu_hold);
-	setenv("THAW_LAZY_GPU_HOLD", "1", 1);
-	REQUIRE(init_with(&c, NULL, NULL, NULL) == 0);
-	CHECK(c.lazy_gpu_hold);
-	CHECK(!c.lazy_gpu_after_fill);
-	setenv("THAW_LAZY_GPU_HOLD", "0", 1);
-	REQUIRE(init_with(&c, NULL, NULL, NULL) == 0);
-	CHECK(!c.lazy_gpu_hold);
-	setenv("THAW_LAZY_GPU_HOLD", "sometimes", 1);
-	CHECK_EQ(init_with(&c, NULL, NULL, NULL), -EINVAL);
-	CHECK(strstr(log_last_error(), "THAW_LAZY_GPU_HOLD=sometimes") != NULL);
-	unsetenv("THAW_LAZY_GPU_HOLD");
 	return check_failures ? 1 : 0;
 }

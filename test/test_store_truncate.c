@@ -44,10 +44,10 @@ static uint8_t *map_short_file(const char *path)
 	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
 	uint8_t *m;
 
-	CHECK(fd >= 0);
+	REQUIRE(fd >= 0);
 	CHECK(ftruncate(fd, 4096) == 0);
 	m = mmap(NULL, 16384, PROT_READ, MAP_SHARED, fd, 0);
-	CHECK(m != MAP_FAILED);
+	REQUIRE(m != MAP_FAILED);
 	close(fd);
 	return m;
 }
@@ -68,7 +68,7 @@ static void test_guard(void)
 
 	/* Outside a guard a SIGBUS is as deadly as it was. */
 	pid_t pid = fork();
-	CHECK(pid >= 0);
+	REQUIRE(pid >= 0);
 	if (pid == 0) {
 		read_past_end(m);
 		_exit(0);
@@ -103,7 +103,7 @@ static void write_random(const char *path, size_t len)
 	uint8_t *buf = malloc(len);
 	uint64_t x = 88172645463325252ull;
 
-	CHECK(buf != NULL);
+	REQUIRE(buf != NULL);
 	for (size_t i = 0; i < len; i += 8) {
 		x ^= x << 13;
 		x ^= x >> 7;
@@ -134,7 +134,7 @@ static void test_put_truncated(void)
 
 		write_random(input, 256u << 20);
 		s = store_open(sdir);
-		CHECK(s != NULL);
+		REQUIRE(s != NULL);
 		store_set_input_map(s, true);
 		CHECK(pthread_create(&th, NULL, truncate_later, &t) == 0);
 		ret = store_put(s, "t", paths, 1, NULL, false, id, NULL);

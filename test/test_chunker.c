@@ -142,6 +142,38 @@ int main(void)
 	CHECK_EQ(chunker_next(d, 0, true, &cut), 0);
 	bool z;
 	CHECK(chunker_block_hash(d, 4096, &z) != chunker_block_hash(d + 4096, 4096, &z));
+
+	/* A block is zero only if every byte is: one non-zero byte anywhere,
+	 * the last one included, makes it data. */
+	memset(e, 0, 8192);
+	chunker_block_hash(e, 4096, &z);
+	CHECK(z);
+	for (size_t at = 0; at < 4096; at += 1023) {
+		memset(e, 0, 4096);
+		e[at] = 1;
+		chunker_block_hash(e, 4096, &z);
+		CHECK(!z);
+	}
+	e[4095] = 1;
+	chunker_block_hash(e, 4096, &z);
+	CHECK(!z);
+
+	/* The hash reads a sample of the block: the first line and the line
+	 * every 576 bytes after it.  A byte in a sampled line changes it; one
+	 * between sampled lines does not (the cut decision is still a function
+	 * of the block's content). */
+	memcpy(e, d, 4096);
+	uint64_t h0 = chunker_block_hash(e, 4096, &z);
+	e[576 * 3 + 5] ^= 1; /* in the fourth sampled line */
+	CHECK(chunker_block_hash(e, 4096, &z) != h0);
+	e[576 * 3 + 5] ^= 1;
+	e[100] ^= 1; /* between the first and second sampled lines */
+	CHECK(chunker_block_hash(e, 4096, &z) == h0);
+	/* A short tail is hashed whole. */
+	memcpy(e, d, 4096);
+	h0 = chunker_block_hash(e, 1000, &z);
+	e[100] ^= 1;
+	CHECK(chunker_block_hash(e, 1000, &z) != h0);
 	free(a.off), free(a.zero), free(b.off), free(b.zero), free(c.off), free(c.zero);
 	free(d);
 	free(e);

@@ -21,6 +21,7 @@
 # LAZY_AB="A B...": lazy_done once per word in turn, each word a comma-separated
 # list of VAR=VALUE set for that start (e.g. "THAW_LAZY_THREADS=8
 # THAW_LAZY_THREADS=14,THAW_LAZY_COPY_SLOTS=14"; "-": nothing set).
+# LAZY_LOGS=1: lazy_done keeps each start's logs in OUTDIR/restore-logs/.
 # LAZY_FILL=1: after the lazy series, two more with thaw's daemon, as
 # lazy-fill (thawd under THAW_LAZY_GPU_AFTER_FILL=1: the CUDA restore waits for
 # every page) and lazy-again (as lazy), so that drift favours neither.
@@ -33,7 +34,7 @@
 # holds the image bytes before and after elision.
 set -u
 if [ $# -lt 5 ]; then
-	sed -n '2,33p' "$0" >&2
+	sed -n '2,34p' "$0" >&2
 	exit 2
 fi
 SPEC=$1 ID=$2 INFER=$3 EXPECT=$4 OUTDIR=$5 REPEAT=${6:-5}
@@ -129,6 +130,13 @@ for r in json.load(sys.stdin):
 	done
 	echo "start $i ($v): state, lazy_done ms, start total ms, criu_restore, gpu_restore, lazy_wait: $d" | tee -a "$2"
 	grep -E "lazy-pages: (done|failed)" "$W/data/instances/$iid/lazy-pages.log" 2>/dev/null | tail -n 1 | tee -a "$2"
+	# LAZY_LOGS=1: each start's logs (CRIU's restore.log, runc's, the daemon's)
+	# kept under OUTDIR/restore-logs/, to see where a restore's time goes.
+	if [ "${LAZY_LOGS:-0}" = 1 ]; then
+		local keep="$OUTDIR/restore-logs/$1-$i-${v//[^A-Za-z0-9_=.-]/_}"
+		mkdir -p "$keep"
+		(cd "$W/data/instances/$iid" && find . -name '*.log' -size -64M -exec cp --parents {} "$keep" \;)
+	fi
 	"$B/thaw" --data-dir "$W/data" stop "$iid" >/dev/null
 done
 done

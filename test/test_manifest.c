@@ -1,8 +1,12 @@
 /* test_manifest.c — canonical round trip, and each hostile manifest refused with its reason. */
 #include "common/log.h"
+#include "common/util.h"
+#include "store/chunk.h"
 #include "store/manifest.h"
 #include "test/check.h"
 
+#include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,8 +44,97 @@ static void bad(const char *from, const char *to, const char *why)
 	}
 }
 
+/* What manifest_serialize() wrote before it built its text itself: a jansson
+ * tree dumped compact with sorted keys.  Its bytes are the manifest id, so
+ * the two must agree byte for byte. */
+static char *serialize_with_jansson(const struct manifest *m)
+{
+	json_t *files = json_array(), *root;
+	char *s;
+
+	for (size_t i = 0; i < m->nfiles; i++) {
+		const struct manifest_file *f = &m->files[i];
+		json_t *chunks = json_array();
+
+		for (size_t j = 0; j < f->nchunks; j++) {
+			const struct manifest_chunk *c = &f->chunks[j];
+			char id[CHUNK_ID_LEN];
+
+			chunk_id_format(c->hash, id);
+			json_array_append_new(
+			    chunks, c->zero ? json_pack("{s:I,s:I,s:b}", "off", (json_int_t)c->off,
+							"len", (json_int_t)c->len, "zero", 1)
+					    : json_pack("{s:I,s:I,s:s,s:I}", "off", (json_int_t)c->off,
+							"len", (json_int_t)c->len, "id", id, "stored",
+							(json_int_t)c->stored));
+		}
+		json_array_append_new(files, json_pack("{s:s,s:I,s:i,s:o}", "path", f->path, "size",
+						       (json_int_t)f->size, "mode",
+						       (int)(f->mode & 0777), "chunks", chunks));
+	}
+	root = json_pack("{s:i,s:s,s:s,s:o,s:O}", "version", MANIFEST_VERSION, "name", m->name,
+			 "created", m->created, "files", files, "meta", m->meta);
+	REQUIRE(root);
+	s = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
+	json_decref(root);
+	return s;
+}
+
+/* Manifests with awkward strings, holes, large numbers and nested meta
+ * serialise to exactly what jansson writes. */
+static void test_same_bytes_as_jansson(void)
+{
+	static const char *const paths[] = {"pages-1.img", "a \"quoted\" name", "back\\slash",
+					    "tab\tnewline\n", "ctl\x01\x1f", "caf\xc3\xa9/\xe2\x82\xac",
+					    "slash/in/path"};
+	struct manifest *m = manifest_new("n\"a\\m\u00e9");
+	char *ours, *theirs;
+	size_t len;
+
+	REQUIRE(m);
+	m->files = calloc(ARRAY_SIZE(paths), sizeof(*m->files));
+	REQUIRE(m->files);
+	m->nfiles = ARRAY_SIZE(paths);
+	for (size_t i = 0; i < m->nfiles; i++) {
+		struct manifest_file *f = &m->files[i];
+
+		f->path = strdup(paths[i]);
+		f->mode = 0600 + (unsigned)i;
+		f->nchunks = i; /* the first file has none */
+		f->chunks = calloc(i + 1, sizeof(*f->chunks));
+		REQUIRE(f->path && f->chunks);
+		for (size_t j = 0; j < i; j++) {
+			struct manifest_chunk *c = &f->chunks[j];
+
+			c->off = j ? (uint64_t)INT64_MAX - 100 + j : 0;
+			c->len = 4096 * (j + 1);
+			c->zero = (i + j) % 3 == 0;
+			c->stored = c->zero ? 0 : UINT32_MAX - (uint32_t)j;
+			for (int k = 0; k < CHUNK_HASH_LEN && !c->zero; k++)
+				c->hash[k] = (uint8_t)(i * 31 + j * 7 + (size_t)k);
+			f->size += c->len;
+		}
+	}
+	json_object_set_new(m->meta, "zeta", json_pack("{s:i,s:[s,f]}", "b", 1, "a", "x\"y", 0.5));
+	json_object_set_new(m->meta, "alpha", json_string("\xc3\xbc"));
+	ours = manifest_serialize(m, &len);
+	theirs = serialize_with_jansson(m);
+	REQUIRE(ours && theirs);
+	CHECK_EQ(len, strlen(theirs));
+	CHECK_STR(ours, theirs);
+	free(ours);
+	free(theirs);
+
+	/* A path that is not UTF-8 cannot be written, as before. */
+	free(m->files[1].path);
+	m->files[1].path = strdup("bad\xff");
+	CHECK(manifest_serialize(m, &len) == NULL);
+	manifest_free(m);
+}
+
 int main(void)
 {
+	test_same_bytes_as_jansson();
 	struct manifest *m = NULL, *m2 = NULL;
 	struct manifest_totals t;
 	char *s1, *s2;

@@ -61,16 +61,26 @@ static void sha256_fetch(void)
 	sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
 }
 
+/* The digest to use: the fetched one, or the implicit if the fetch failed. */
+static const EVP_MD *sha256(void)
+{
+	pthread_once(&sha256_once, sha256_fetch);
+	return sha256_md ? sha256_md : EVP_sha256();
+}
+
+/* A digest that failed (cannot happen short of a broken libcrypto) never matches. */
+static void hash_failed(uint8_t out[CHUNK_HASH_LEN])
+{
+	pr_err("SHA-256 failed in libcrypto");
+	memset(out, 0, CHUNK_HASH_LEN);
+}
+
 void chunk_hash(const void *data, size_t len, uint8_t out[CHUNK_HASH_LEN])
 {
 	unsigned int n = CHUNK_HASH_LEN;
 
-	pthread_once(&sha256_once, sha256_fetch);
-	if (!EVP_Digest(data, len, out, &n, sha256_md ? sha256_md : EVP_sha256(), NULL)) {
-		/* Cannot happen short of a broken libcrypto; make it never match. */
-		pr_err("SHA-256 failed in libcrypto");
-		memset(out, 0, CHUNK_HASH_LEN);
-	}
+	if (!EVP_Digest(data, len, out, &n, sha256(), NULL))
+		hash_failed(out);
 }
 
 void chunk_codec_hash(struct chunk_codec *c, const void *data, size_t len,
@@ -78,12 +88,9 @@ void chunk_codec_hash(struct chunk_codec *c, const void *data, size_t len,
 {
 	unsigned int n = CHUNK_HASH_LEN;
 
-	pthread_once(&sha256_once, sha256_fetch);
-	if (!EVP_DigestInit_ex2(c->md, sha256_md ? sha256_md : EVP_sha256(), NULL) ||
-	    !EVP_DigestUpdate(c->md, data, len) || !EVP_DigestFinal_ex(c->md, out, &n)) {
-		pr_err("SHA-256 failed in libcrypto");
-		memset(out, 0, CHUNK_HASH_LEN);
-	}
+	if (!EVP_DigestInit_ex2(c->md, sha256(), NULL) || !EVP_DigestUpdate(c->md, data, len) ||
+	    !EVP_DigestFinal_ex(c->md, out, &n))
+		hash_failed(out);
 }
 
 void chunk_id_format(const uint8_t hash[CHUNK_HASH_LEN], char out[CHUNK_ID_LEN])

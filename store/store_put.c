@@ -194,6 +194,24 @@ static int put_chunk_call(void *arg)
 		    : put_chunk_loose(c->p, c->codec, c->obj, c->j);
 }
 
+/* An input file shrank (or could not be read) while the put mapped it. */
+static int input_changed(const char *path)
+{
+	pr_err("cannot read %s: it changed while being read", path);
+	return -EIO;
+}
+
+/* fn(arg), under the SIGBUS guard where it reads a mapping of path. */
+static int read_input(bool mapped, int (*fn)(void *), void *arg, const char *path)
+{
+	int ret;
+
+	if (!mapped)
+		return fn(arg);
+	ret = sigbus_guarded(fn, arg);
+	return ret == -EFAULT ? input_changed(path) : ret;
+}
+
 /* Hash a chunk and store it unless the store has it.  A chunk of a mapped
  * file is read under the SIGBUS guard: nothing it calls while reading the
  * chunk holds a lock (the claim's mutex is taken after hashing and released
@@ -203,17 +221,8 @@ static int put_chunk(struct put *p, struct chunk_codec *codec, uint8_t *obj,
 		     struct pack_writer *w, struct put_job *j)
 {
 	struct put_chunk_call c = {p, codec, obj, w, j};
-	int ret;
 
-	if (!j->buf->mapped)
-		return put_chunk_call(&c);
-	ret = sigbus_guarded(put_chunk_call, &c);
-	if (ret == -EFAULT) {
-		pr_err("cannot read a chunk of %s: it changed while being read",
-		       p->m->files[j->file].path);
-		return -EIO;
-	}
-	return ret;
+	return read_input(j->buf->mapped, put_chunk_call, &c, p->m->files[j->file].path);
 }
 
 static int put_error(struct put *p);
@@ -483,10 +492,8 @@ static int src_fill(struct put_src *src, struct put_buf *b, uint64_t pos, size_t
 		/* EINVAL: a kernel before 5.14; the pages then fault in as read. */
 		if (n && madvise((void *)from, to - from, MADV_POPULATE_READ) < 0 &&
 		    errno != EINVAL) {
-			if (errno == EFAULT) {
-				pr_err("cannot read %s: it changed while being read", src->in->src);
-				return -EIO;
-			}
+			if (errno == EFAULT)
+				return input_changed(src->in->src);
 			int ret = -errno;
 			pr_perror("cannot read %s", src->in->src);
 			return ret;
@@ -530,16 +537,8 @@ static int next_cut(const struct put_src *src, const uint8_t *data, size_t len, 
 		    struct chunker_cut *cut)
 {
 	struct chunker_call c = {data, len, end, cut};
-	int ret;
 
-	if (!src->map)
-		return chunker_call(&c);
-	ret = sigbus_guarded(chunker_call, &c);
-	if (ret == -EFAULT) {
-		pr_err("cannot read %s: it changed while being read", src->in->src);
-		return -EIO;
-	}
-	return ret;
+	return read_input(src->map != NULL, chunker_call, &c, src->in->src);
 }
 
 void store_set_input_map(struct store *s, bool map)

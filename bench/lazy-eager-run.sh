@@ -136,11 +136,48 @@ for r in json.load(sys.stdin):
 		local keep="$OUTDIR/restore-logs/$1-$i-${v//[^A-Za-z0-9_=.-]/_}"
 		mkdir -p "$keep"
 		(cd "$W/data/instances/$iid" && find . -name '*.log' -size -64M -exec cp --parents {} "$keep" \;)
+		keep_smaps "$W/s.json" "$keep"
 	fi
 	"$B/thaw" --data-dir "$W/data" stop "$iid" >/dev/null
 done
 done
 }
+# keep_smaps START.json DIR: the started process's memory map as it is now
+# (smaps_rollup, and its 20 largest mappings with their huge-page lines), to
+# tell whether its memory came back in huge pages.
+keep_smaps() {
+	local pid
+	pid=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("pid", 0))' "$1")
+	[ "$pid" -gt 0 ] 2>/dev/null || return 0
+	cat "/proc/$pid/smaps_rollup" >"$2/smaps_rollup.txt" 2>&1
+	python3 - "$pid" >"$2/smaps_top.txt" 2>&1 <<'PY'
+import sys
+maps, cur = [], None
+for line in open("/proc/%s/smaps" % sys.argv[1]):
+    f = line.split()
+    if "-" in f[0] and not f[0].endswith(":"):
+        cur = {"head": line.strip()}; maps.append(cur)
+    elif f[0].endswith(":") and cur is not None:
+        cur[f[0][:-1]] = " ".join(f[1:])
+maps.sort(key=lambda m: -int(m.get("Rss", "0 kB").split()[0]))
+for m in maps[:20]:
+    print(m["head"])
+    print("   ", {k: m.get(k) for k in ("Rss", "AnonHugePages", "THPeligible", "VmFlags")})
+PY
+}
 lazy_done thaw "$OUTDIR/lazy_done.txt"
+# LAZY_LOGS=1: one eager `thaw start` too, its memory map kept as the lazy ones'.
+if [ "${LAZY_LOGS:-0}" = 1 ]; then
+	keep="$OUTDIR/restore-logs/eager"
+	mkdir -p "$keep"
+	if THAW_RAM_TIER="$TIER" "$B/thaw" --data-dir "$W/data" start --eager "$SNAP" >"$W/s.json" 2>"$W/s.err"; then
+		keep_smaps "$W/s.json" "$keep"
+		cp "$W/s.json" "$keep/start.json"
+		"$B/thaw" --data-dir "$W/data" stop \
+			"$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["instance"])' "$W/s.json")" >/dev/null
+	else
+		echo "thaw start --eager: $(cat "$W/s.err")"
+	fi
+fi
 [ "${LAZY_CRIU:-1}" = 1 ] && lazy_done criu "$OUTDIR/lazy_done-criu.txt"
 exit $bad

@@ -29,7 +29,7 @@
 #define CHUNK_MAX_RAW        (1u << 20) /* no chunk is larger than this uncompressed */
 #define CHUNK_ZSTD_LEVEL     1          /* the one place the level is set */
 #define CHUNK_MIN_SAVING_PCT 5
-#define CHUNK_SAMPLE         4096 /* bytes looked at, at each end, before trying zstd */
+#define CHUNK_SAMPLE         1024 /* bytes looked at, at each end and the middle, before trying zstd */
 #define CHUNK_RANDOM_CHI2    400  /* below this, a sample's bytes look random */
 
 enum chunk_encoding { CHUNK_RAW = 0, CHUNK_ZSTD = 1 };

@@ -223,11 +223,47 @@ static int parse_chunk(json_t *jc, struct manifest_chunk *c, const char *where)
 	return 0;
 }
 
+/* A file's path and chunk list, however it was built: a clean relative path,
+ * chunks in order, contiguous, adding up to its size. */
+static int check_file(const struct manifest_file *f, size_t idx)
+{
+	uint64_t pos = 0;
+
+	if (!path_ok(f->path)) {
+		pr_err("files[%zu]: path \"%.200s\" is not a clean relative path (empty, absolute, "
+		       "\".\", \"..\" or empty component)",
+		       idx, f->path);
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < f->nchunks; i++) {
+		const struct manifest_chunk *c = &f->chunks[i];
+
+		if (c->off != pos) {
+			pr_err("files[%zu] (%.60s) chunks[%zu]: offset %llu where %llu was expected "
+			       "(chunks out of order, overlapping or with a gap)",
+			       idx, f->path, i, (unsigned long long)c->off, (unsigned long long)pos);
+			return -EINVAL;
+		}
+		if (c->len > f->size - pos) {
+			pr_err("files[%zu] (%.60s) chunks[%zu]: runs past the file's size %llu", idx,
+			       f->path, i, (unsigned long long)f->size);
+			return -EINVAL;
+		}
+		pos += c->len;
+	}
+	if (pos != f->size) {
+		pr_err("files[%zu] (%.60s): chunks add up to %llu bytes, size is %llu", idx, f->path,
+		       (unsigned long long)pos, (unsigned long long)f->size);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 static int parse_file(json_t *jf, struct manifest_file *f, size_t idx)
 {
 	static const char *const keys[] = {"path", "size", "mode", "chunks"};
 	char where[128];
-	uint64_t v, pos = 0;
+	uint64_t v;
 	json_t *jcs, *jc;
 	size_t i;
 
@@ -241,12 +277,6 @@ static int parse_file(json_t *jf, struct manifest_file *f, size_t idx)
 	const char *path = get_string(jf, "path", where);
 	if (!path)
 		return -EINVAL;
-	if (!path_ok(path)) {
-		pr_err("%s: path \"%.200s\" is not a clean relative path (empty, absolute, "
-		       "\".\", \"..\" or empty component)",
-		       where, path);
-		return -EINVAL;
-	}
 	if (get_uint(jf, "size", INT64_MAX, &f->size, where) ||
 	    get_uint(jf, "mode", 07777, &v, where))
 		return -EINVAL;
@@ -264,31 +294,13 @@ static int parse_file(json_t *jf, struct manifest_file *f, size_t idx)
 	json_array_foreach(jcs, i, jc)
 	{
 		char cwhere[256];
-		struct manifest_chunk *c = &f->chunks[i];
 
 		snprintf(cwhere, sizeof(cwhere), "%s (%.60s) chunks[%zu]", where, path, i);
-		if (parse_chunk(jc, c, cwhere))
+		if (parse_chunk(jc, &f->chunks[i], cwhere))
 			return -EINVAL;
 		f->nchunks = i + 1;
-		if (c->off != pos) {
-			pr_err("%s: offset %llu where %llu was expected (chunks out of order, "
-			       "overlapping or with a gap)",
-			       cwhere, (unsigned long long)c->off, (unsigned long long)pos);
-			return -EINVAL;
-		}
-		if (c->len > f->size - pos) {
-			pr_err("%s: runs past the file's size %llu", cwhere,
-			       (unsigned long long)f->size);
-			return -EINVAL;
-		}
-		pos += c->len;
 	}
-	if (pos != f->size) {
-		pr_err("%s (%.60s): chunks add up to %llu bytes, size is %llu", where, path,
-		       (unsigned long long)pos, (unsigned long long)f->size);
-		return -EINVAL;
-	}
-	return 0;
+	return check_file(f, idx);
 }
 
 static int cmp_path(const void *a, const void *b)
@@ -325,6 +337,16 @@ static int check_unique(const struct manifest *m)
 	}
 	free(paths);
 	return ret;
+}
+
+int manifest_check(const struct manifest *m)
+{
+	int ret;
+
+	for (size_t i = 0; i < m->nfiles; i++)
+		if ((ret = check_file(&m->files[i], i)))
+			return ret;
+	return check_unique(m);
 }
 
 int manifest_parse(const char *json, size_t len, struct manifest **out)

@@ -71,7 +71,11 @@ size_t manifest_mem_bytes(const struct manifest *m);
 /* Parse and check len bytes of JSON.  0 and *out (you own it), or -EINVAL with
  * the reason logged (pr_err, so log_last_error() tells it). */
 int manifest_parse(const char *json, size_t len, struct manifest **out);
-/* Serialize to compact JSON with sorted keys; you own the returned string. NULL on failure. */
+/* The parser's checks of paths and chunk lists, on a manifest built in
+ * memory: 0, or -EINVAL with the reason logged. */
+int manifest_check(const struct manifest *m);
+/* Serialize to compact JSON with sorted keys; you own the returned string. NULL on failure
+ * (out of memory, or a string that is not UTF-8). */
 char *manifest_serialize(const struct manifest *m, size_t *len);
 
 void manifest_totals(const struct manifest *m, struct manifest_totals *t);

@@ -22,6 +22,7 @@
 # list of VAR=VALUE set for that start (e.g. "THAW_LAZY_THREADS=8
 # THAW_LAZY_THREADS=14,THAW_LAZY_COPY_SLOTS=14"; "-": nothing set).
 # LAZY_LOGS=1: lazy_done keeps each start's logs in OUTDIR/restore-logs/.
+# LAZY_PERF=CMD: a system-wide perf profile of some starts (see perf_begin).
 # LAZY_FILL=1: after the lazy series, two more with thaw's daemon, as
 # lazy-fill (thawd under THAW_LAZY_GPU_AFTER_FILL=1: the CUDA restore waits for
 # every page) and lazy-again (as lazy), so that drift favours neither.
@@ -104,6 +105,28 @@ if [ "${LAZY_CRIU:-1}" = 1 ]; then
 	stop_thawd
 fi
 
+# LAZY_PERF=CMD (a perf binary, or a script running one): the first start of
+# each lazy_done series and the eager start of LAZY_LOGS run under a
+# system-wide `CMD record -a -g` of 3 s, kept as OUTDIR/perf-NAME.txt (its
+# report by symbol), to see where the machine's CPU goes while a start runs.
+perf_begin() {
+	PERF_PID=
+	[ -n "${LAZY_PERF:-}" ] && [ ! -e "$OUTDIR/perf-$1.txt" ] || return 0
+	PERF_NAME=$1
+	$LAZY_PERF record -a -g -F 999 -o "$W/perf.data" -- sleep 3 >"$W/perf.log" 2>&1 &
+	PERF_PID=$!
+	sleep 0.3
+}
+perf_end() {
+	[ -n "${PERF_PID:-}" ] || return 0
+	wait "$PERF_PID"
+	$LAZY_PERF report -i "$W/perf.data" --no-children --sort comm,dso,sym --stdio -g none \
+		>"$OUTDIR/perf-$PERF_NAME.txt" 2>&1
+	$LAZY_PERF report -i "$W/perf.data" --no-children --sort sym --stdio -g caller,0.5,callee \
+		--percent-limit 1.5 >"$OUTDIR/perf-$PERF_NAME-callers.txt" 2>&1
+	PERF_PID=
+}
+
 # lazy_done: thaw start --lazy, then wait for the daemon's word.  With
 # LAZY_AB (thaw's daemon) each repetition runs once per word, interleaved.
 lazy_done() { # daemon out
@@ -115,9 +138,11 @@ for i in $(seq 1 "$REPEAT"); do
 for v in $variants; do
 	local envs=()
 	[ "$v" != - ] && IFS=, read -r -a envs <<<"$v"
+	perf_begin "$1-$i"
 	env "${envs[@]}" THAW_RAM_TIER="$TIER" "$B/thaw" --data-dir "$W/data" start --lazy "$SNAP" \
 		>"$W/s.json" 2>"$W/s.err" ||
-		{ echo "thaw start --lazy ($v): $(cat "$W/s.err")"; bad=1; continue; }
+		{ echo "thaw start --lazy ($v): $(cat "$W/s.err")"; bad=1; perf_end; continue; }
+	perf_end
 	iid=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["instance"])' "$W/s.json")
 	for _ in $(seq 600); do
 		d=$("$B/thaw" --data-dir "$W/data" ps --json | python3 -c 'import json,sys
@@ -170,7 +195,11 @@ lazy_done thaw "$OUTDIR/lazy_done.txt"
 if [ "${LAZY_LOGS:-0}" = 1 ]; then
 	keep="$OUTDIR/restore-logs/eager"
 	mkdir -p "$keep"
-	if THAW_RAM_TIER="$TIER" "$B/thaw" --data-dir "$W/data" start --eager "$SNAP" >"$W/s.json" 2>"$W/s.err"; then
+	perf_begin eager
+	THAW_RAM_TIER="$TIER" "$B/thaw" --data-dir "$W/data" start --eager "$SNAP" >"$W/s.json" 2>"$W/s.err"
+	rc=$?
+	perf_end
+	if [ $rc = 0 ]; then
 		keep_smaps "$W/s.json" "$keep"
 		cp "$W/s.json" "$keep/start.json"
 		"$B/thaw" --data-dir "$W/data" stop \

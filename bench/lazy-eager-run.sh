@@ -23,6 +23,8 @@
 # THAW_LAZY_THREADS=14,THAW_LAZY_COPY_SLOTS=14"; "-": nothing set).
 # LAZY_LOGS=1: lazy_done keeps each start's logs in OUTDIR/restore-logs/.
 # LAZY_PERF=CMD: a system-wide perf profile of some starts (see perf_begin).
+# LAZY_VS="VAR=VALUE,...": after the lazy series, two more, as lazy-vs (thawd
+# under those settings) and lazy-again (as lazy), so that drift favours neither.
 # LAZY_FILL=1: after the lazy series, two more with thaw's daemon, as
 # lazy-fill (thawd under THAW_LAZY_GPU_AFTER_FILL=1: the CUDA restore waits for
 # every page) and lazy-again (as lazy), so that drift favours neither.
@@ -91,6 +93,19 @@ if [ "${LAZY_FILL:-0}" = 1 ]; then
 	THAW_LAZY_GPU_AFTER_FILL=1 start_thawd "$PORT" --lazy || exit 1
 	run prime-lazy-fill --burst 1
 	run lazy-fill --burst 1 --repeat "$REPEAT"
+	stop_thawd
+	start_thawd "$PORT" --lazy || exit 1
+	run prime-lazy-again --burst 1
+	run lazy-again --burst 1 --repeat "$REPEAT"
+	stop_thawd
+fi
+if [ -n "${LAZY_VS:-}" ]; then
+	IFS=, read -r -a vs <<<"$LAZY_VS"
+	for kv in "${vs[@]}"; do export "${kv?}"; done
+	start_thawd "$PORT" --lazy || exit 1
+	for kv in "${vs[@]}"; do unset "${kv%%=*}"; done
+	run prime-lazy-vs --burst 1
+	run lazy-vs --burst 1 --repeat "$REPEAT"
 	stop_thawd
 	start_thawd "$PORT" --lazy || exit 1
 	run prime-lazy-again --burst 1

@@ -14,7 +14,8 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: thaw lazy-pages --images-dir DIR --work-dir DIR [--status-fd FD]\n"
 		   "                       [--log-file FILE] [--threads N] [--block-kib N]\n"
-		   "                       [--copy-slots N] [--prefetch-delay-ms N] [-vN]\n\n"
+		   "                       [--copy-slots N] [--prefetch-delay-ms N]\n"
+		   "                       [--fill-step-kib N] [-vN]\n\n"
 		   "Serve the pages of one `criu restore --lazy-pages` (CRIU 4.2) in place of\n"
 		   "`criu lazy-pages`: listen on lazy-pages.socket in the work directory, write\n"
 		   "one '\\0' byte to FD once listening, serve faults first and fill the rest\n"
@@ -23,6 +24,10 @@ static void usage(FILE *f)
 		   "At most --copy-slots copy threads of all such daemons on this machine copy\n"
 		   "at once (default $THAW_LAZY_COPY_SLOTS or CPUs/2; -1: no limit), so that a\n"
 		   "burst of lazy starts leaves cores to the restores themselves.\n"
+		   "Each copy fills at most --fill-step-kib KiB (default $THAW_LAZY_FILL_STEP_KIB\n"
+		   "or 256; a multiple of 4; 0: a whole piece of a block, from its start, as\n"
+		   "before steps), since a faulting thread wakes only when the copy holding its\n"
+		   "page returns; a fault's piece is copied from the fault's page on.\n"
 		   "--prefetch-delay-ms (default $THAW_LAZY_PREFETCH_DELAY_MS or 0) holds the\n"
 		   "copy threads back after the restore finished (for tests).\n"
 		   "Exits 0 once every page is in place, 1 on any error (in the log).\n");
@@ -69,6 +74,9 @@ int cmd_lazy_pages(int argc, char **argv)
 	env = getenv("THAW_LAZY_BLOCK_KIB");
 	if (env && *env && !cli_parse_count(env, 1ull << 20, &v))
 		o.block_bytes = (uint64_t)v << 10;
+	env = getenv("THAW_LAZY_FILL_STEP_KIB");
+	if (env && *env && !cli_parse_count(env, 1ull << 20, &v) && v % 4 == 0)
+		o.fill_step = v ? (uint64_t)v << 10 : UINT64_MAX;
 	env = getenv("THAW_LAZY_COPY_SLOTS");
 	if (env && *env && parse_slots(env, &o.copy_slots)) {
 		usage(stderr);
@@ -109,6 +117,10 @@ int cmd_lazy_pages(int argc, char **argv)
 			if (cli_parse_count(argv[++i], 3600000, &v))
 				goto bad;
 			o.prefetch_delay_ms = (unsigned)v;
+		} else if (!strcmp(a, "--fill-step-kib")) {
+			if (cli_parse_count(argv[++i], 1ull << 20, &v) || v % 4) /* whole pages */
+				goto bad;
+			o.fill_step = v ? (uint64_t)v << 10 : UINT64_MAX;
 		} else if (!strcmp(a, "--block-kib")) {
 			if (cli_parse_count(argv[++i], 1ull << 20, &v) || (v & (v - 1)) || v < 4)
 				goto bad;

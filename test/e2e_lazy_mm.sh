@@ -43,10 +43,9 @@ cat >"$W/spec.json" <<JSON
  "warmup": [{"method": "GET", "path": "/arm"}], "gpu": false, "lazy": true}
 JSON
 snapshot_fn "$W/spec.json"
-# The fixture churns when it sees its clock jump by more than a second
-# across the snapshot; a snapshot stored quickly enough (packs written with
-# O_DIRECT) would restore within that second.
-sleep 1.5
+# The fixture churns once it sees this file in its working directory, bound
+# into the container: made now, after the snapshot, only restored processes see it.
+touch "$W/fn/restored"
 
 # The fixture's answer once its churn is done: "ok <ms>" or what failed.
 result() { # endpoint

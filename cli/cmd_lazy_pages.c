@@ -62,6 +62,21 @@ static int parse_slots(const char *s, int *out)
 	return 0;
 }
 
+/* A fill step in KiB: 0 (a whole piece at once: UINT64_MAX) or whole pages. */
+static int parse_fill_step(const char *s, uint64_t *out)
+{
+	unsigned long long v;
+
+	if (!strcmp(s, "0")) {
+		*out = UINT64_MAX;
+		return 0;
+	}
+	if (cli_parse_count(s, 1ull << 20, &v) || v % 4)
+		return -1;
+	*out = (uint64_t)v << 10;
+	return 0;
+}
+
 int cmd_lazy_pages(int argc, char **argv)
 {
 	struct lazy_pages_opts o = { .status_fd = -1 };
@@ -75,8 +90,10 @@ int cmd_lazy_pages(int argc, char **argv)
 	if (env && *env && !cli_parse_count(env, 1ull << 20, &v))
 		o.block_bytes = (uint64_t)v << 10;
 	env = getenv("THAW_LAZY_FILL_STEP_KIB");
-	if (env && *env && !cli_parse_count(env, 1ull << 20, &v) && v % 4 == 0)
-		o.fill_step = v ? (uint64_t)v << 10 : UINT64_MAX;
+	if (env && *env && parse_fill_step(env, &o.fill_step)) {
+		usage(stderr);
+		return 2;
+	}
 	env = getenv("THAW_LAZY_COPY_SLOTS");
 	if (env && *env && parse_slots(env, &o.copy_slots)) {
 		usage(stderr);
@@ -118,9 +135,8 @@ int cmd_lazy_pages(int argc, char **argv)
 				goto bad;
 			o.prefetch_delay_ms = (unsigned)v;
 		} else if (!strcmp(a, "--fill-step-kib")) {
-			if (cli_parse_count(argv[++i], 1ull << 20, &v) || v % 4) /* whole pages */
+			if (parse_fill_step(argv[++i], &o.fill_step))
 				goto bad;
-			o.fill_step = v ? (uint64_t)v << 10 : UINT64_MAX;
 		} else if (!strcmp(a, "--block-kib")) {
 			if (cli_parse_count(argv[++i], 1ull << 20, &v) || (v & (v - 1)) || v < 4)
 				goto bad;

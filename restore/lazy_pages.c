@@ -49,7 +49,8 @@
 /* A fault the event thread could not serve yet (an mm change in flight). */
 struct lp_fault {
 	uint64_t addr;
-	long block; /* claimed by the event thread, or -1 */
+	long block;	  /* claimed by the event thread, or -1 */
+	uint64_t read_ns; /* when the event thread read it */
 };
 
 struct lp_proc {
@@ -95,6 +96,10 @@ struct lp_daemon {
 	atomic_bool stop;
 	atomic_int error; /* the first fatal -errno */
 	atomic_uint_fast64_t fault_bytes, prefetch_bytes, zero_bytes, nfaults, lost_pages;
+	/* event thread only: how long faults waited from being read until the
+	 * copy (or zeros) holding their page returned, and how many met a block
+	 * a copy thread was copying (their wait is not known here) */
+	uint64_t fault_wait_ns, fault_wait_max_ns, faults_on_copies;
 	atomic_uint_fast64_t streamed_blocks; /* prefetched because a fault came before them */
 	uint64_t finished_ns;
 	/* event thread only: mm events seen, pending bytes they dropped */
@@ -212,38 +217,57 @@ struct copy_ctx {
 	struct lp_proc *p;
 	const struct lazy_block *b;
 	uint64_t first; /* the piece holding this address goes first (a fault) */
+	uint64_t first_done_ns; /* when the copy holding first's page returned */
 	bool skip_first;
 	uint64_t bytes;
 };
+
+/* fill() of [pc->addr + from, pc->addr + to). */
+static int fill_part(struct copy_ctx *c, const struct lazy_piece *pc, const uint8_t *src,
+		     uint64_t from, uint64_t to)
+{
+	uint64_t got = 0;
+	int ret = to > from ? fill(c->d, c->p, pc->addr + from, src + from, to - from, &got) : 0;
+
+	c->bytes += got;
+	return ret;
+}
 
 static int copy_piece(const struct lazy_piece *pc, void *arg)
 {
 	struct copy_ctx *c = arg;
 	const uint8_t *src = c->p->src + c->b->file_off + (pc->img - c->b->img);
 	bool holds_first = c->first && c->first >= pc->addr && c->first < pc->addr + pc->len;
-	bool stepped = c->d->fill_step != UINT64_MAX;
-	uint64_t split, got = 0;
+	uint64_t split, step = c->d->fill_step;
 	int ret;
 
 	if (c->skip_first && holds_first)
 		return 0;
-	/* The fault's piece from the fault's page on, then up to it: the
-	 * faulting thread (the driver's copy, reading upwards) wakes after the
-	 * first step, not after the pages below it. */
-	split = holds_first && stepped ? (c->first & ~(uint64_t)(PAGE - 1)) - pc->addr : 0;
-	ret = fill(c->d, c->p, pc->addr + split, src + split, pc->len - split, &got);
-	c->bytes += got;
-	if (!ret && split) {
-		ret = fill(c->d, c->p, pc->addr, src, split, &got);
-		c->bytes += got;
+	if (!holds_first)
+		return fill_part(c, pc, src, 0, pc->len);
+	if (step == UINT64_MAX) {
+		/* Whole pieces (as before steps): the fault wakes when it returns. */
+		ret = fill_part(c, pc, src, 0, pc->len);
+		c->first_done_ns = now_ns();
+		return ret;
 	}
+	/* The fault's page and the step after it first, then the rest of the
+	 * piece above it, then below it: the faulting thread (the driver's copy,
+	 * reading upwards) wakes after one step, not after the pages below it. */
+	split = (c->first & ~(uint64_t)(PAGE - 1)) - pc->addr;
+	ret = fill_part(c, pc, src, split, MIN(pc->len, split + step));
+	c->first_done_ns = now_ns();
+	if (!ret)
+		ret = fill_part(c, pc, src, MIN(pc->len, split + step), pc->len);
+	if (!ret)
+		ret = fill_part(c, pc, src, 0, split);
 	return ret;
 }
 
 /* Copy what is left of block b (claimed by the caller), the piece holding
  * first (if any) before the rest.  0, -EAGAIN, -ESRCH or -errno. */
 static int copy_block(struct lp_daemon *d, struct lp_proc *p, uint32_t b, uint64_t first,
-		      uint64_t *bytes)
+		      uint64_t *bytes, uint64_t *first_done_ns)
 {
 	struct copy_ctx c = { .d = d, .p = p, .b = &p->map.blocks[b], .first = first };
 	long i = first ? lazy_map_find(&p->map, first, NULL, NULL) : -1;
@@ -256,6 +280,8 @@ static int copy_block(struct lp_daemon *d, struct lp_proc *p, uint32_t b, uint64
 	if (!ret)
 		ret = lazy_map_each_piece(&p->map, b, copy_piece, &c);
 	*bytes = c.bytes;
+	if (first_done_ns)
+		*first_done_ns = c.first_done_ns ? c.first_done_ns : now_ns();
 	return ret;
 }
 
@@ -392,7 +418,7 @@ static int prefetch_one(struct lp_daemon *d, struct lp_proc *p)
 		atomic_fetch_add(&d->streamed_blocks, 1);
 	for (;;) {
 		pthread_rwlock_rdlock(&p->lock);
-		ret = copy_block(d, p, (uint32_t)i, 0, &bytes);
+		ret = copy_block(d, p, (uint32_t)i, 0, &bytes, NULL);
 		if (!ret)
 			block_done(d, p, (uint32_t)i);
 		pthread_rwlock_unlock(&p->lock);
@@ -799,7 +825,8 @@ static int queue_fault(struct lp_proc *p, uint64_t addr, long block)
 		p->faults = v;
 		p->fcap = n;
 	}
-	p->faults[p->nfaults++] = (struct lp_fault){ .addr = addr, .block = block };
+	p->faults[p->nfaults++] =
+		(struct lp_fault){ .addr = addr, .block = block, .read_ns = now_ns() };
 	return 0;
 }
 
@@ -942,11 +969,21 @@ static int serve_zero(struct lp_daemon *d, struct lp_proc *p, uint64_t addr, uin
 	return ret;
 }
 
+/* A fault served: how long it waited since it was read. */
+static void fault_waited(struct lp_daemon *d, const struct lp_fault *f, uint64_t done_ns)
+{
+	uint64_t w = done_ns > f->read_ns ? done_ns - f->read_ns : 0;
+
+	d->fault_wait_ns += w;
+	if (w > d->fault_wait_max_ns)
+		d->fault_wait_max_ns = w;
+}
+
 /* Serve one fault: 0 served (or a copy thread will), -EAGAIN later,
  * -ESRCH the process is gone, -errno. */
 static int serve_fault(struct lp_daemon *d, struct lp_proc *p, struct lp_fault *f)
 {
-	uint64_t gap_hi = UINT64_MAX, bytes = 0;
+	uint64_t gap_hi = UINT64_MAX, bytes = 0, done_ns;
 	long i;
 	int ret;
 
@@ -954,21 +991,31 @@ static int serve_fault(struct lp_daemon *d, struct lp_proc *p, struct lp_fault *
 		struct uffdio_range one = { .start = f->addr, .len = PAGE };
 
 		i = lazy_map_find(&p->map, f->addr, NULL, &gap_hi);
-		if (i < 0)
-			return serve_zero(d, p, f->addr, gap_hi);
+		if (i < 0) {
+			ret = serve_zero(d, p, f->addr, gap_hi);
+			if (!ret)
+				fault_waited(d, f, now_ns());
+			return ret;
+		}
 		f->block = p->map.pieces[i].block;
 		if (!lazy_map_claim(&p->map, (uint32_t)f->block)) {
 			/* A copy thread has it (its copy wakes the fault) or it
 			 * is done (the fault raced the copy): wake to be sure. */
-			if (lazy_map_state(&p->map, (uint32_t)f->block) == LAZY_DONE &&
-			    ioctl(p->uffd, UFFDIO_WAKE, &one) && errno != ENOENT)
-				pr_perror("%d: UFFDIO_WAKE", p->pid);
+			if (lazy_map_state(&p->map, (uint32_t)f->block) == LAZY_DONE) {
+				if (ioctl(p->uffd, UFFDIO_WAKE, &one) && errno != ENOENT)
+					pr_perror("%d: UFFDIO_WAKE", p->pid);
+				fault_waited(d, f, now_ns());
+			} else {
+				d->faults_on_copies++;
+			}
 			f->block = -1;
 			return 0;
 		}
 	}
-	ret = copy_block(d, p, (uint32_t)f->block, f->addr, &bytes);
+	ret = copy_block(d, p, (uint32_t)f->block, f->addr, &bytes, &done_ns);
 	atomic_fetch_add(&d->fault_bytes, bytes);
+	if (!ret)
+		fault_waited(d, f, done_ns);
 	if (!ret) {
 		block_done(d, p, (uint32_t)f->block);
 		atomic_store(&p->stream, (size_t)f->block + 1);
@@ -1068,7 +1115,8 @@ static void summary(struct lp_daemon *d, uint64_t t0, int ret)
 		"(%.1f MiB, %.0f MiB/s; %llu blocks of it right after a fault's), %llu zero pages, "
 		"%llu lost; %.1f ms, %u copy threads, "
 		"%llu KiB blocks; events: %llu remap, %llu remove, %llu unmap, %llu fork, "
-		"%llu pending bytes dropped by them",
+		"%llu pending bytes dropped by them; faults waited %.1f ms in all, at most %.2f ms, "
+		"%llu on a block a copy thread had",
 		ret ? "failed" : "done", d->nprocs, (unsigned long long)atomic_load(&d->nfaults),
 		(unsigned long long)(fb / PAGE), (unsigned long long)(pb / PAGE),
 		(fb + pb) / 1048576.0, ms > 0 ? (fb + pb) / 1048576.0 / (ms / 1000) : 0,
@@ -1077,7 +1125,9 @@ static void summary(struct lp_daemon *d, uint64_t t0, int ret)
 		(unsigned long long)atomic_load(&d->lost_pages), ms, d->nthreads,
 		(unsigned long long)(d->block >> 10), (unsigned long long)d->nremap,
 		(unsigned long long)d->nremove, (unsigned long long)d->nunmap,
-		(unsigned long long)d->nfork, (unsigned long long)d->dropped_bytes);
+		(unsigned long long)d->nfork, (unsigned long long)d->dropped_bytes,
+		(double)d->fault_wait_ns / 1e6, (double)d->fault_wait_max_ns / 1e6,
+		(unsigned long long)d->faults_on_copies);
 }
 
 static int setup(struct lp_daemon *d)

@@ -187,11 +187,12 @@ done
 	step gpu-llm-thaw-bench bash bench/thaw-bench-run.sh "$THAW_GPU_EXAMPLE" gpu-example \
 		'POST /generate {"prompt_ids": [1, 450, 4996, 17354, 1701, 29916], "max_new_tokens": 32}' \
 		"\"tokens\": $E2E_GPU_TOKENS" "$THAW_FIGURES/thaw-bench" "${GPU_BURST:-8}"
-# Eager against lazy starts, one at a time from a warm tier (thaw-bench), and lazy_done.
+# Eager against lazy starts, one at a time from a warm tier (thaw-bench), and lazy_done;
+# LAZY_REPEAT starts a series (default 3).
 [ -n "${E2E_GPU_TOKENS:-}" ] && [ -f bench/lazy-eager-run.sh ] &&
 	step gpu-llm-lazy-eager bash bench/lazy-eager-run.sh "$THAW_GPU_EXAMPLE" gpu-example \
 		'POST /generate {"prompt_ids": [1, 450, 4996, 17354, 1701, 29916], "max_new_tokens": 32}' \
-		"\"tokens\": $E2E_GPU_TOKENS" "$THAW_FIGURES/lazy-eager" 3
+		"\"tokens\": $E2E_GPU_TOKENS" "$THAW_FIGURES/lazy-eager" "${LAZY_REPEAT:-3}"
 # A burst of GPU_BURST (default 8) starts at once, 3 rounds, warm tier, three ways:
 # THAW_LAZY=auto (lazy while at most THAW_LAZY_MAX_GPU_STARTS, default 1, GPU starts
 # are in flight, eager beyond), 1 and 0; p50/p99 of each in lazy-burst/summary.txt.

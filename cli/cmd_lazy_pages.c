@@ -14,8 +14,7 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: thaw lazy-pages --images-dir DIR --work-dir DIR [--status-fd FD]\n"
 		   "                       [--log-file FILE] [--threads N] [--block-kib N]\n"
-		   "                       [--copy-slots N] [--prefetch-delay-ms N]\n"
-		   "                       [--fill-step-kib N] [-vN]\n\n"
+		   "                       [--copy-slots N] [--prefetch-delay-ms N] [-vN]\n\n"
 		   "Serve the pages of one `criu restore --lazy-pages` (CRIU 4.2) in place of\n"
 		   "`criu lazy-pages`: listen on lazy-pages.socket in the work directory, write\n"
 		   "one '\\0' byte to FD once listening, serve faults first and fill the rest\n"
@@ -24,10 +23,6 @@ static void usage(FILE *f)
 		   "At most --copy-slots copy threads of all such daemons on this machine copy\n"
 		   "at once (default $THAW_LAZY_COPY_SLOTS or CPUs/2; -1: no limit), so that a\n"
 		   "burst of lazy starts leaves cores to the restores themselves.\n"
-		   "Each copy fills at most --fill-step-kib KiB (default $THAW_LAZY_FILL_STEP_KIB\n"
-		   "or 256; a multiple of 4; 0: a whole piece of a block, from its start, as\n"
-		   "before steps), since a faulting thread wakes only when the copy holding its\n"
-		   "page returns; a fault's piece is copied from the fault's page on.\n"
 		   "--prefetch-delay-ms (default $THAW_LAZY_PREFETCH_DELAY_MS or 0) holds the\n"
 		   "copy threads back after the restore finished (for tests).\n"
 		   "Exits 0 once every page is in place, 1 on any error (in the log).\n");
@@ -62,21 +57,6 @@ static int parse_slots(const char *s, int *out)
 	return 0;
 }
 
-/* A fill step in KiB: 0 (a whole piece at once: UINT64_MAX) or whole pages. */
-static int parse_fill_step(const char *s, uint64_t *out)
-{
-	unsigned long long v;
-
-	if (!strcmp(s, "0")) {
-		*out = UINT64_MAX;
-		return 0;
-	}
-	if (cli_parse_count(s, 1ull << 20, &v) || v % 4)
-		return -1;
-	*out = (uint64_t)v << 10;
-	return 0;
-}
-
 int cmd_lazy_pages(int argc, char **argv)
 {
 	struct lazy_pages_opts o = { .status_fd = -1 };
@@ -89,11 +69,6 @@ int cmd_lazy_pages(int argc, char **argv)
 	env = getenv("THAW_LAZY_BLOCK_KIB");
 	if (env && *env && !cli_parse_count(env, 1ull << 20, &v))
 		o.block_bytes = (uint64_t)v << 10;
-	env = getenv("THAW_LAZY_FILL_STEP_KIB");
-	if (env && *env && parse_fill_step(env, &o.fill_step)) {
-		usage(stderr);
-		return 2;
-	}
 	env = getenv("THAW_LAZY_COPY_SLOTS");
 	if (env && *env && parse_slots(env, &o.copy_slots)) {
 		usage(stderr);
@@ -134,9 +109,6 @@ int cmd_lazy_pages(int argc, char **argv)
 			if (cli_parse_count(argv[++i], 3600000, &v))
 				goto bad;
 			o.prefetch_delay_ms = (unsigned)v;
-		} else if (!strcmp(a, "--fill-step-kib")) {
-			if (parse_fill_step(argv[++i], &o.fill_step))
-				goto bad;
 		} else if (!strcmp(a, "--block-kib")) {
 			if (cli_parse_count(argv[++i], 1ull << 20, &v) || (v & (v - 1)) || v < 4)
 				goto bad;

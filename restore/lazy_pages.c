@@ -76,12 +76,6 @@ struct lp_src {
 struct lp_daemon {
 	const struct lazy_pages_opts *o;
 	uint64_t block;
-	/* The most one UFFDIO_COPY fills.  The kernel wakes a fault's thread
-	 * only when the copy covering its page returns, and one thread copies
-	 * ~0.8 GB/s on the H100's host: a whole 2 MiB block kept a waiting
-	 * thread ~2.5 ms, for each of the ~75 faults of a GPU start.  Steps of
-	 * 256 KiB wake it within ~0.3 ms, for ~8 ioctls a block. */
-	uint64_t fill_step;
 	unsigned nthreads;
 	int copy_sem; /* the machine's copy slots (SysV semaphore id), or -1 */
 	int images_fd, listen_fd, client, epfd, wake_fd;
@@ -141,7 +135,7 @@ static int fill(struct lp_daemon *d, struct lp_proc *p, uint64_t dst, const uint
 
 	*filled = 0;
 	while (len) {
-		uint64_t n = single ? PAGE : MIN(len, d->fill_step);
+		uint64_t n = single ? PAGE : len;
 		int64_t done;
 		int err = 0;
 
@@ -217,50 +211,24 @@ struct copy_ctx {
 	struct lp_proc *p;
 	const struct lazy_block *b;
 	uint64_t first; /* the piece holding this address goes first (a fault) */
-	uint64_t first_done_ns; /* when the copy holding first's page returned */
+	uint64_t first_done_ns; /* when the copy of that piece returned */
 	bool skip_first;
 	uint64_t bytes;
 };
 
-/* fill() of [pc->addr + from, pc->addr + to). */
-static int fill_part(struct copy_ctx *c, const struct lazy_piece *pc, const uint8_t *src,
-		     uint64_t from, uint64_t to)
-{
-	uint64_t got = 0;
-	int ret = to > from ? fill(c->d, c->p, pc->addr + from, src + from, to - from, &got) : 0;
-
-	c->bytes += got;
-	return ret;
-}
-
 static int copy_piece(const struct lazy_piece *pc, void *arg)
 {
 	struct copy_ctx *c = arg;
-	const uint8_t *src = c->p->src + c->b->file_off + (pc->img - c->b->img);
-	bool holds_first = c->first && c->first >= pc->addr && c->first < pc->addr + pc->len;
-	uint64_t split, step = c->d->fill_step;
+	uint64_t got = 0;
 	int ret;
 
-	if (c->skip_first && holds_first)
+	if (c->skip_first && c->first >= pc->addr && c->first < pc->addr + pc->len)
 		return 0;
-	if (!holds_first)
-		return fill_part(c, pc, src, 0, pc->len);
-	if (step == UINT64_MAX) {
-		/* Whole pieces (as before steps): the fault wakes when it returns. */
-		ret = fill_part(c, pc, src, 0, pc->len);
+	ret = fill(c->d, c->p, pc->addr, c->p->src + c->b->file_off + (pc->img - c->b->img),
+		   pc->len, &got);
+	c->bytes += got;
+	if (c->first >= pc->addr && c->first < pc->addr + pc->len)
 		c->first_done_ns = now_ns();
-		return ret;
-	}
-	/* The fault's page and the step after it first, then the rest of the
-	 * piece above it, then below it: the faulting thread (the driver's copy,
-	 * reading upwards) wakes after one step, not after the pages below it. */
-	split = (c->first & ~(uint64_t)(PAGE - 1)) - pc->addr;
-	ret = fill_part(c, pc, src, split, MIN(pc->len, split + step));
-	c->first_done_ns = now_ns();
-	if (!ret)
-		ret = fill_part(c, pc, src, MIN(pc->len, split + step), pc->len);
-	if (!ret)
-		ret = fill_part(c, pc, src, 0, split);
 	return ret;
 }
 
@@ -1176,26 +1144,17 @@ int lazy_pages_run(const struct lazy_pages_opts *o)
 	int ret;
 
 	d.block = o->block_bytes ? o->block_bytes : LAZY_PAGES_DEFAULT_BLOCK;
-	d.fill_step = o->fill_step ? o->fill_step : LAZY_PAGES_FILL_STEP;
 	d.nthreads = o->threads ? o->threads : (cpus > 8 ? 8 : cpus > 0 ? (unsigned)cpus : 1);
-	if (d.nthreads > LAZY_PAGES_MAX_THREADS || d.block < PAGE || (d.block & (d.block - 1)) ||
-	    (d.fill_step != UINT64_MAX && d.fill_step % PAGE)) {
-		pr_err("bad settings: %u threads (1..%d), %llu-byte blocks (a power of two >= 4 KiB), "
-		       "%llu-byte fill steps (whole pages)",
-		       d.nthreads, LAZY_PAGES_MAX_THREADS, (unsigned long long)d.block,
-		       (unsigned long long)d.fill_step);
+	if (d.nthreads > LAZY_PAGES_MAX_THREADS || d.block < PAGE || (d.block & (d.block - 1))) {
+		pr_err("bad settings: %u threads (1..%d), %llu-byte blocks (a power of two >= 4 KiB)",
+		       d.nthreads, LAZY_PAGES_MAX_THREADS, (unsigned long long)d.block);
 		return -EINVAL;
 	}
 	{
 		int slots = o->copy_slots ? o->copy_slots : (cpus > 1 ? (int)cpus / 2 : 1);
 
 		d.copy_sem = slots > 0 ? copy_slots_open(slots) : -1;
-		if (d.fill_step == UINT64_MAX)
-			pr_info("%u copy threads, %d copy slots on this machine, whole pieces a copy",
-				d.nthreads, slots);
-		else
-			pr_info("%u copy threads, %d copy slots on this machine, %llu KiB a copy",
-				d.nthreads, slots, (unsigned long long)(d.fill_step >> 10));
+		pr_info("%u copy threads, %d copy slots on this machine", d.nthreads, slots);
 	}
 	pthread_mutex_init(&d.mu, NULL);
 	pthread_cond_init(&d.cv, NULL);

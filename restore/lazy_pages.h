@@ -26,9 +26,6 @@
 #define LAZY_PAGES_DEFAULT_BLOCK    (2u << 20)
 #define LAZY_PAGES_MAX_THREADS	    64
 
-/* The most bytes one UFFDIO_COPY fills (see lazy_pages.c). */
-#define LAZY_PAGES_FILL_STEP (256u << 10)
-
 struct lazy_pages_opts {
 	const char *images_dir; /* the checkpoint's image files */
 	const char *work_dir;	/* where lazy-pages.socket is made (we chdir there) */
@@ -38,8 +35,6 @@ struct lazy_pages_opts {
 				 * copy at once (a SysV semaphore, see lazy_pages.c);
 				 * 0: CPUs / 2; -1: no limit */
 	uint64_t block_bytes;	/* copy unit; 0: LAZY_PAGES_DEFAULT_BLOCK (a power of two) */
-	uint64_t fill_step;	/* the most one UFFDIO_COPY fills; 0: LAZY_PAGES_FILL_STEP,
-				 * UINT64_MAX: a whole piece at once */
 	unsigned prefetch_delay_ms; /* hold the copy threads back this long after the restore
 				     * finished (tests: a process's mm changes then meet
 				     * pages not copied yet; the daemon outlives a start) */

@@ -11,6 +11,9 @@
 #     runc/runc, runc/libseccomp.so.2   Debian 12's runc 1.1.5
 #     bin/runc             wrapper that runs it with its libseccomp
 #   .gpu/PACKED            what was packed: commit, date, sizes
+#   .gpu/perf.tar.xz       with GPU_PACK_PERF=1: this machine's perf, its libraries
+#                          and loader, and perf.sh to run them (the GPU machine has
+#                          no perf; scripts/perf-put-run.sh and LAZY_PERF use it)
 #
 # The binaries of one static build share most of their code (libcrypto), so
 # one xz stream with a large window makes them small: the device tool carries
@@ -118,6 +121,23 @@ tar -C "$stage" -cf - . | xz -9 -T1 >.gpu/thaw-gpu.tar.xz
 	echo "contents:"
 	(cd "$stage" && find . -type f -printf '  %p %s\n' | sort)
 } >.gpu/PACKED
+if [ "${GPU_PACK_PERF:-0}" = 1 ]; then
+	pstage=$(mktemp -d)
+	mkdir -p "$pstage/lib"
+	cp "$(command -v perf)" "$pstage/perf"
+	ldd "$pstage/perf" | awk '/=> \// {print $3} /^\t\/.*ld-linux/ {print $1}' |
+		while read -r l; do cp -L "$l" "$pstage/lib/"; done
+	cat >"$pstage/perf.sh" <<'PERF'
+#!/bin/sh
+# This perf, run through its own loader and libraries.
+d=$(dirname "$(readlink -f "$0")")
+exec "$d/lib/ld-linux-x86-64.so.2" --library-path "$d/lib" "$d/perf" "$@"
+PERF
+	chmod +x "$pstage/perf.sh"
+	tar -C "$pstage" -cf - . | xz -6 -T1 >.gpu/perf.tar.xz
+	rm -rf "$pstage"
+	echo "gpu-pack: perf packed: $(du -sh .gpu/perf.tar.xz | cut -f1)"
+fi
 size=$(du -sm .gpu | cut -f1)
 echo "gpu-pack: .gpu is ${size} MiB ($(grep ^unpacked .gpu/PACKED))"
 if [ "$size" -gt $LIMIT_MIB ]; then

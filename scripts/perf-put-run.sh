@@ -3,8 +3,9 @@
 # .gpu/x: a CPU profile of `thaw store put` of 1 GiB of new random data into a
 # store on its disk (issue 2: where a put's CPU goes beside SHA-256), with
 # /usr/bin/time's totals of three puts.  perf itself is not installed there:
-# .gpu/perf.tar.xz holds the dev machine's perf and its libraries, unpacked
-# into .gpu/perf and run through their own loader (.gpu/perf/perf.sh).
+# .gpu/perf.tar.xz (GPU_PACK_PERF=1 scripts/gpu-pack.sh) holds the dev
+# machine's perf and its libraries, unpacked into .gpu/perf and run through
+# their own loader (.gpu/perf/perf.sh).
 # Writes $OUT/perf.tar.gz.
 set -u
 cd "$(dirname "$0")/.."

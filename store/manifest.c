@@ -70,7 +70,8 @@ struct manifest *manifest_copy(const struct manifest *m)
 			c->nfiles++; /* so that manifest_free frees this one too */
 			goto fail;
 		}
-		memcpy(g->chunks, f->chunks, f->nchunks * sizeof(*g->chunks));
+		if (f->nchunks) /* an empty file's list may be NULL (a put's own manifest) */
+			memcpy(g->chunks, f->chunks, f->nchunks * sizeof(*g->chunks));
 	}
 	return c;
 fail:

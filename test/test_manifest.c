@@ -132,9 +132,58 @@ static void test_same_bytes_as_jansson(void)
 	manifest_free(m);
 }
 
+/* manifest_check, on a manifest built in memory as a put builds it (an empty
+ * file's chunk list NULL), takes what the parser takes and refuses the
+ * same faults; manifest_copy copies it. */
+static void test_check_in_memory(void)
+{
+	struct manifest *m = manifest_new("fn"), *c;
+
+	REQUIRE(m);
+	m->files = calloc(2, sizeof(*m->files));
+	REQUIRE(m->files);
+	m->nfiles = 2;
+	m->files[0].path = strdup("empty");
+	m->files[1].path = strdup("dir/pages-1.img");
+	m->files[1].chunks = calloc(2, sizeof(struct manifest_chunk));
+	REQUIRE(m->files[0].path && m->files[1].path && m->files[1].chunks);
+	m->files[1].nchunks = 2;
+	m->files[1].size = 12288;
+	m->files[1].chunks[0] = (struct manifest_chunk){.off = 0, .len = 8192, .stored = 100};
+	m->files[1].chunks[1] = (struct manifest_chunk){.off = 8192, .len = 4096, .zero = true};
+	CHECK(manifest_check(m) == 0);
+	c = manifest_copy(m);
+	REQUIRE(c);
+	CHECK_EQ(c->nfiles, 2);
+	CHECK_EQ(c->files[0].nchunks, 0);
+	CHECK_EQ(c->files[1].chunks[1].len, 4096);
+	manifest_free(c);
+
+	m->files[1].chunks[1].off = 8193; /* a gap */
+	CHECK(manifest_check(m) == -EINVAL);
+	CHECK(strstr(log_last_error(), "out of order"));
+	m->files[1].chunks[1].off = 8192;
+	m->files[1].size = 12289; /* chunks fall short of the size */
+	CHECK(manifest_check(m) == -EINVAL);
+	m->files[1].size = 12288;
+	free(m->files[0].path);
+	m->files[0].path = strdup("a/../b");
+	CHECK(manifest_check(m) == -EINVAL);
+	CHECK(strstr(log_last_error(), "clean relative path"));
+	free(m->files[0].path);
+	m->files[0].path = strdup("dir/pages-1.img"); /* twice */
+	CHECK(manifest_check(m) == -EINVAL);
+	CHECK(strstr(log_last_error(), "twice"));
+	free(m->files[0].path);
+	m->files[0].path = strdup("dir"); /* a file and a directory */
+	CHECK(manifest_check(m) == -EINVAL);
+	manifest_free(m);
+}
+
 int main(void)
 {
 	test_same_bytes_as_jansson();
+	test_check_in_memory();
 	struct manifest *m = NULL, *m2 = NULL;
 	struct manifest_totals t;
 	char *s1, *s2;

@@ -85,39 +85,29 @@ stop_thawd
 export THAW_LAZY_DAEMON=thaw
 # Each restarted thawd gets one start that is not counted, as the eager series
 # had: its first start would read the manifest again (~0.3 s of load).
-start_thawd "$PORT" --lazy || exit 1
-run prime-lazy --burst 1
-run lazy --burst 1 --repeat "$REPEAT"
-stop_thawd
-if [ "${LAZY_FILL:-0}" = 1 ]; then
-	THAW_LAZY_GPU_AFTER_FILL=1 start_thawd "$PORT" --lazy || exit 1
-	run prime-lazy-fill --burst 1
-	run lazy-fill --burst 1 --repeat "$REPEAT"
-	stop_thawd
+# lazy_series NAME [VAR=VALUE,...]: a thawd restarted with --lazy (with those
+# settings in its environment), its uncounted priming start, then the series.
+lazy_series() {
+	local kvs=()
+	[ -n "${2:-}" ] && IFS=, read -r -a kvs <<<"$2"
+	for kv in "${kvs[@]}"; do export "${kv?}"; done
 	start_thawd "$PORT" --lazy || exit 1
-	run prime-lazy-again --burst 1
-	run lazy-again --burst 1 --repeat "$REPEAT"
+	for kv in "${kvs[@]}"; do unset "${kv%%=*}"; done
+	run "prime-$1" --burst 1
+	run "$1" --burst 1 --repeat "$REPEAT"
 	stop_thawd
+}
+lazy_series lazy
+if [ "${LAZY_FILL:-0}" = 1 ]; then
+	lazy_series lazy-fill THAW_LAZY_GPU_AFTER_FILL=1
+	lazy_series lazy-again
 fi
 if [ -n "${LAZY_VS:-}" ]; then
-	IFS=, read -r -a vs <<<"$LAZY_VS"
-	for kv in "${vs[@]}"; do export "${kv?}"; done
-	start_thawd "$PORT" --lazy || exit 1
-	for kv in "${vs[@]}"; do unset "${kv%%=*}"; done
-	run prime-lazy-vs --burst 1
-	run lazy-vs --burst 1 --repeat "$REPEAT"
-	stop_thawd
-	start_thawd "$PORT" --lazy || exit 1
-	run prime-lazy-again --burst 1
-	run lazy-again --burst 1 --repeat "$REPEAT"
-	stop_thawd
+	lazy_series lazy-vs "$LAZY_VS"
+	lazy_series lazy-again
 fi
 if [ "${LAZY_CRIU:-1}" = 1 ]; then
-	export THAW_LAZY_DAEMON=criu
-	start_thawd "$PORT" --lazy || exit 1
-	run prime-lazy-criu --burst 1
-	run lazy-criu --burst 1 --repeat "$REPEAT"
-	stop_thawd
+	lazy_series lazy-criu THAW_LAZY_DAEMON=criu
 fi
 
 # LAZY_PERF=CMD (a perf binary, or a script running one): the first start of
@@ -145,7 +135,7 @@ perf_end() {
 # lazy_done: thaw start --lazy, then wait for the daemon's word.  With
 # LAZY_AB (thaw's daemon) each repetition runs once per word, interleaved.
 lazy_done() { # daemon out
-THAW_LAZY_DAEMON=$1
+export THAW_LAZY_DAEMON=$1
 : >"$2"
 local variants=-
 [ "$1" = thaw ] && [ -n "${LAZY_AB:-}" ] && variants=$LAZY_AB

@@ -827,6 +827,11 @@ static void process_slot(struct worker *w, unsigned s)
 				      c->len);
 		src = sl->buf + CHUNK_HEADER_SIZE;
 		in_file = false;
+	} else if (!map0 && chunk_is_bare(u->stored, c->len)) {
+		/* Bare, written with pwrite: the same, with no header to check. */
+		ret = chunk_check_hash(sl->buf, c->len, c->hash);
+		src = sl->buf;
+		in_file = false;
 	} else {
 		/* Decoded in place, in the file: one copy.  A chunk that fails its
 		 * check may leave bytes there; the whole output is thrown away then. */

@@ -277,6 +277,14 @@ static int check_hash(const char *id, const void *raw, size_t raw_len,
 	return 0;
 }
 
+int chunk_check_hash(const void *raw, size_t raw_len, const uint8_t expect[CHUNK_HASH_LEN])
+{
+	char id[CHUNK_ID_LEN];
+
+	chunk_id_format(expect, id);
+	return check_hash(id, raw, raw_len, expect);
+}
+
 int chunk_decode(struct chunk_codec *c, const void *obj, size_t obj_len,
 		 const uint8_t expect[CHUNK_HASH_LEN], void *raw, size_t raw_len)
 {
@@ -284,8 +292,13 @@ int chunk_decode(struct chunk_codec *c, const void *obj, size_t obj_len,
 	char id[CHUNK_ID_LEN];
 	uint32_t hpay;
 	uint8_t enc;
-	int ret = check_header(o, obj_len, expect, id, raw_len, &enc, &hpay);
+	int ret;
 
+	if (chunk_is_bare(obj_len, raw_len)) {
+		memcpy(raw, obj, raw_len);
+		return chunk_check_hash(raw, raw_len, expect);
+	}
+	ret = check_header(o, obj_len, expect, id, raw_len, &enc, &hpay);
 	if (ret)
 		return ret;
 	if (enc == CHUNK_RAW) {

@@ -14,6 +14,14 @@
  * The encoding is zstd at CHUNK_ZSTD_LEVEL, or raw where compression saves
  * less than CHUNK_MIN_SAVING_PCT percent (GPU weights barely compress), or
  * where the bytes at both ends of the chunk look random (not tried).
+ *
+ * In a pack (pack.h), a raw chunk of whole pages may also be stored bare: its
+ * payload alone, no header, so that a put writes it with O_DIRECT straight
+ * from the input's pages rather than copying it behind a header.  Its size
+ * says so (chunk_is_bare): stored == raw_len, a multiple of 4096.  No headed
+ * object has that size: a raw one is raw_len + 16, a zstd one at most
+ * 16 + 95% of raw_len.
+ *
  * Decoding always checks the hash: a chunk read is a verified chunk.
  */
 #ifndef THAW_STORE_CHUNK_H
@@ -51,6 +59,12 @@ void chunk_id_format(const uint8_t hash[CHUNK_HASH_LEN], char out[CHUNK_ID_LEN])
 /* Parse "sha256:<64 lowercase hex>"; -EINVAL for anything else. */
 int chunk_id_parse(const char *id, uint8_t hash[CHUNK_HASH_LEN]);
 
+/* Whether an object of stored bytes holding raw_len bytes is a bare payload. */
+static inline bool chunk_is_bare(uint64_t stored, size_t raw_len)
+{
+	return stored == raw_len && raw_len >= 4096 && raw_len % 4096 == 0;
+}
+
 /* Largest object chunk_encode() can produce for raw_len bytes. */
 size_t chunk_encode_bound(size_t raw_len);
 /* Whether an object of size bytes could hold raw_len bytes: a header, and no
@@ -64,12 +78,15 @@ long chunk_encode(struct chunk_codec *c, const void *raw, size_t raw_len, void *
  * after the header (zstd) or at raw itself (raw).  Returns the object's length. */
 long chunk_encode_parts(struct chunk_codec *c, const void *raw, size_t raw_len, void *out,
 			size_t out_cap, const void **payload);
-/* Decode a chunk object of obj_len bytes into raw (raw_len bytes expected) and
- * check that it hashes to expect.  Returns 0, or -EBADMSG for anything wrong
+/* Decode a chunk object of obj_len bytes (a bare one too) into raw (raw_len
+ * bytes expected) and check that it hashes to expect.  Returns 0, or -EBADMSG for anything wrong
  * (bad header, lengths that disagree, zstd error, hash mismatch), logged with
  * the chunk's id. */
 int chunk_decode(struct chunk_codec *c, const void *obj, size_t obj_len,
 		 const uint8_t expect[CHUNK_HASH_LEN], void *raw, size_t raw_len);
+/* The check of a bare object's raw_len bytes, read where they are used:
+ * 0, or -EBADMSG when they do not hash to expect (logged with the id). */
+int chunk_check_hash(const void *raw, size_t raw_len, const uint8_t expect[CHUNK_HASH_LEN]);
 /* The check of a raw chunk object of obj_len bytes whose payload was read
  * elsewhere (straight into its destination, no copy): its 16-byte header at
  * header, its raw_len bytes at raw.  Same returns as chunk_decode(). */

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 static void put_le32(uint8_t *p, uint32_t v)
@@ -125,14 +126,28 @@ int pack_index_parse(const uint8_t *buf, size_t len, struct pack_entry **out, si
 
 /* the writer */
 
+/* The most pieces one write gathers: headed objects in buf, bare payloads
+ * in their callers' memory. */
+#define PACK_MAX_IOV 256
+
 struct pack_writer {
 	struct store *s;
 	int fd;		/* the pack being written (unnamed until finished), or -1 */
 	char tmp[64];	/* where the filesystem has no O_TMPFILE: its name in tmp/ */
 	bool direct;	/* fd is O_DIRECT */
-	uint8_t *buf;	/* PACK_WRITE_BYTES, aligned: objects not yet written */
+	uint8_t *buf;	/* PACK_WRITE_BYTES, aligned: headed objects not yet written */
 	size_t fill;	/* bytes in buf, a multiple of PACK_ALIGN */
-	uint64_t flushed; /* bytes of the pack written before buf */
+	uint64_t flushed; /* bytes of the pack written before what is pending */
+	/* The next write, in pack order: pieces of buf and bare payloads. */
+	struct iovec iov[PACK_MAX_IOV];
+	int niov;
+	uint64_t pending; /* bytes in iov */
+	/* The callers' tokens for the bare payloads in iov, given back to
+	 * release() once they are written (or dropped). */
+	void *held[PACK_MAX_IOV];
+	int nheld;
+	void (*release)(void *arg, void *token);
+	void *release_arg;
 	struct pack_entry *e;
 	size_t n, cap;
 };
@@ -188,16 +203,29 @@ static int open_pack(struct pack_writer *w)
 	}
 	w->flushed = 0;
 	w->fill = 0;
+	w->niov = 0;
+	w->pending = 0;
 	w->n = 0;
 	return 0;
 }
 
-static int flush(struct pack_writer *w)
+/* Give the callers' bare payloads back: written, or no longer wanted. */
+static void release_held(struct pack_writer *w)
 {
-	size_t done = 0;
+	for (int i = 0; i < w->nheld; i++)
+		w->release(w->release_arg, w->held[i]);
+	w->nheld = 0;
+}
 
-	while (done < w->fill) {
-		ssize_t r = pwrite(w->fd, w->buf + done, w->fill - done, (off_t)(w->flushed + done));
+/* Write what is pending at w->flushed, in one pwritev() where it can. */
+static int write_pending(struct pack_writer *w)
+{
+	struct iovec *v = w->iov;
+	int cnt = w->niov;
+	uint64_t left = w->pending, off = w->flushed;
+
+	while (left) {
+		ssize_t r = pwritev(w->fd, v, cnt, (off_t)off);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0 && errno == EINVAL && w->direct) {
@@ -209,16 +237,44 @@ static int flush(struct pack_writer *w)
 				continue;
 			}
 		}
+		if (r < 0 && errno == EFAULT) {
+			/* A bare payload's pages went away: its input file shrank. */
+			pr_err("cannot write a pack in %s/packs: an input file changed while being "
+			       "read",
+			       w->s->dir);
+			return -EFAULT;
+		}
 		if (r <= 0) {
 			int ret = r < 0 ? -errno : -EIO;
 			pr_err("cannot write a pack in %s/packs: %s", w->s->dir, strerror(-ret));
 			return ret;
 		}
-		done += (size_t)r;
+		off += (uint64_t)r;
+		left -= (uint64_t)r;
+		while (cnt && (size_t)r >= v->iov_len) {
+			r -= (ssize_t)v->iov_len;
+			v++;
+			cnt--;
+		}
+		if (cnt) {
+			v->iov_base = (uint8_t *)v->iov_base + r;
+			v->iov_len -= (size_t)r;
+		}
 	}
-	w->flushed += w->fill;
-	w->fill = 0;
 	return 0;
+}
+
+static int flush(struct pack_writer *w)
+{
+	int ret = write_pending(w);
+
+	if (!ret)
+		w->flushed += w->pending;
+	release_held(w);
+	w->fill = 0;
+	w->niov = 0;
+	w->pending = 0;
+	return ret;
 }
 
 static int random_name(char name[PACK_NAME_LEN + 1])
@@ -291,6 +347,10 @@ static int publish(struct pack_writer *w)
 /* Close the pack being written; a named temp not yet published is removed. */
 static void drop(struct pack_writer *w)
 {
+	release_held(w);
+	w->fill = 0;
+	w->niov = 0;
+	w->pending = 0;
 	if (w->fd >= 0)
 		close(w->fd);
 	if (w->tmp[0])
@@ -315,24 +375,40 @@ static int finish_pack(struct pack_writer *w)
 	return ret;
 }
 
+/* Queue len bytes at p for the next write, after what is queued. */
+static void queue(struct pack_writer *w, const void *p, size_t len)
+{
+	struct iovec *last = w->niov ? &w->iov[w->niov - 1] : NULL;
+
+	if (last && (const uint8_t *)last->iov_base + last->iov_len == p)
+		last->iov_len += len; /* the next object of buf */
+	else
+		w->iov[w->niov++] = (struct iovec){ (void *)p, len };
+	w->pending += len;
+}
+
 int pack_writer_add(struct pack_writer *w, struct chunk_codec *codec,
 		    const uint8_t hash[CHUNK_HASH_LEN], const void *raw, size_t raw_len,
-		    uint32_t *stored)
+		    uint32_t *stored, void *hold, bool *held)
 {
-	size_t bound = chunk_encode_bound(raw_len);
+	size_t bound = chunk_encode_bound(raw_len), room = ALIGN_UP(bound, PACK_ALIGN);
 	const void *payload;
 	uint8_t *o;
 	long n;
 	int ret;
 
-	if (w->fd >= 0 && w->flushed + w->fill + bound > PACK_MAX_BYTES) {
+	if (held)
+		*held = false;
+	if (w->fd >= 0 && w->flushed + w->pending + bound > PACK_MAX_BYTES) {
 		ret = finish_pack(w);
 		if (ret)
 			return ret;
 	}
 	if (w->fd < 0 && (ret = open_pack(w)))
 		return ret;
-	if (PACK_WRITE_BYTES - w->fill < ALIGN_UP(bound, PACK_ALIGN) && (ret = flush(w)))
+	if ((PACK_WRITE_BYTES - w->fill < room || w->pending + room > PACK_WRITE_BYTES ||
+	     w->niov + 2 > PACK_MAX_IOV) &&
+	    (ret = flush(w)))
 		return ret;
 	if (w->n == w->cap) {
 		size_t c = w->cap ? w->cap * 2 : 1024;
@@ -343,25 +419,53 @@ int pack_writer_add(struct pack_writer *w, struct chunk_codec *codec,
 		w->cap = c;
 	}
 	/* Encoded straight into the write buffer: a zstd payload is written
-	 * there by zstd, a raw one copied once. */
+	 * there by zstd, a raw one copied once, or, bare, not at all. */
 	o = w->buf + w->fill;
 	n = chunk_encode_parts(codec, raw, raw_len, o, bound, &payload);
 	if (n < 0) {
 		pr_err("cannot encode a chunk of %zu bytes: %s", raw_len, strerror((int)-n));
 		return (int)n;
 	}
-	if (payload == raw)
-		memcpy(o + CHUNK_HEADER_SIZE, raw, raw_len);
-	size_t padded = ALIGN_UP((size_t)n, PACK_ALIGN);
-	memset(o + n, 0, padded - (size_t)n);
 	struct pack_entry *e = &w->e[w->n++];
 	memcpy(e->hash, hash, CHUNK_HASH_LEN);
-	e->off = w->flushed + w->fill;
-	e->stored = (uint32_t)n;
+	e->off = w->flushed + w->pending;
 	e->raw_len = (uint32_t)raw_len;
-	w->fill += padded;
-	*stored = (uint32_t)n;
+	if (payload == raw && hold && w->release && chunk_is_bare(raw_len, raw_len) &&
+	    (uintptr_t)raw % PACK_ALIGN == 0) {
+		/* Bare: written from the caller's pages, which it keeps until
+		 * release(hold). */
+		queue(w, raw, raw_len);
+		w->held[w->nheld++] = hold;
+		*held = true;
+		e->stored = (uint32_t)raw_len;
+	} else {
+		if (payload == raw)
+			memcpy(o + CHUNK_HEADER_SIZE, raw, raw_len);
+		size_t padded = ALIGN_UP((size_t)n, PACK_ALIGN);
+		memset(o + n, 0, padded - (size_t)n);
+		queue(w, o, padded);
+		w->fill += padded;
+		e->stored = (uint32_t)n;
+	}
+	*stored = e->stored;
 	return 0;
+}
+
+void pack_writer_set_release(struct pack_writer *w, void (*release)(void *arg, void *token),
+			     void *arg)
+{
+	w->release = release;
+	w->release_arg = arg;
+}
+
+int pack_writer_flush(struct pack_writer *w)
+{
+	return w && w->fd >= 0 && w->niov ? flush(w) : 0;
+}
+
+bool pack_writer_holds(const struct pack_writer *w)
+{
+	return w && w->nheld > 0;
 }
 
 int pack_writer_finish(struct pack_writer *w)

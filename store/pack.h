@@ -9,7 +9,9 @@
  *
  *	packs/<16 hex>.pack   chunk objects (chunk.h), each starting on a
  *	                      PACK_ALIGN boundary (zero padding between), so
- *	                      that the restore engine reads them with O_DIRECT
+ *	                      that the restore engine reads them with O_DIRECT;
+ *	                      a raw chunk of whole pages may be bare (no header,
+ *	                      chunk_is_bare), written from the caller's pages
  *	packs/<16 hex>.idx    the pack's index, written once the pack is complete
  *	                      and durable: only an indexed pack exists for readers
  *
@@ -69,10 +71,24 @@ struct pack_writer;
 /* A writer for store s.  NULL when out of memory (logged). */
 struct pack_writer *pack_writer_new(struct store *s);
 /* Append the chunk raw (raw_len bytes, hashing to hash) encoded with codec:
- * *stored gets its object's size.  0 or -errno. */
+ * *stored gets its object's size.  With hold (and a release function set), a
+ * raw chunk of whole pages at a page-aligned raw is not copied: it is stored
+ * bare and written from raw itself, *held is set, and the caller keeps raw's
+ * bytes as they are until release(arg, hold) says they are written or no
+ * longer wanted.  0 or -errno (-EFAULT: a payload held could not be read). */
 int pack_writer_add(struct pack_writer *w, struct chunk_codec *codec,
 		    const uint8_t hash[CHUNK_HASH_LEN], const void *raw, size_t raw_len,
-		    uint32_t *stored);
+		    uint32_t *stored, void *hold, bool *held);
+/* Who gets held payloads back (see pack_writer_add); called on the writer's
+ * thread, from pack_writer_add, _flush, _finish or _free. */
+void pack_writer_set_release(struct pack_writer *w, void (*release)(void *arg, void *token),
+			     void *arg);
+/* Write what is queued now, so that every held payload is released: a
+ * caller about to wait for more work must not keep its input waiting.
+ * 0 or -errno. */
+int pack_writer_flush(struct pack_writer *w);
+/* Whether w holds payloads not written yet. */
+bool pack_writer_holds(const struct pack_writer *w);
 /* Make every pack written so far durable and indexed, and visible to
  * this store object's lookups.  0 or -errno. */
 int pack_writer_finish(struct pack_writer *w);

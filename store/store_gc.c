@@ -211,7 +211,8 @@ static int repack(struct gc *g, const char *name, int fd, const struct pack_entr
 			ret = -EBADMSG;
 			break;
 		}
-		ret = pack_writer_add(w, g->cb.codec, e[i].hash, g->cb.raw, e[i].raw_len, &stored);
+		ret = pack_writer_add(w, g->cb.codec, e[i].hash, g->cb.raw, e[i].raw_len, &stored, NULL,
+				      NULL);
 	}
 	if (ret == 0)
 		ret = pack_writer_finish(w);

@@ -259,23 +259,35 @@ static void put_release(void *arg, void *token)
 	pthread_mutex_unlock(&p->mu);
 }
 
+/* With p->mu held: the put fails with ret (its words kept for the caller's
+ * thread), unless it failed already. */
+static void put_failed(struct put *p, int ret)
+{
+	if (ret < 0 && !p->err) {
+		p->err = ret;
+		snprintf(p->errmsg, sizeof(p->errmsg), "%s", log_last_error());
+	}
+}
+
+/* A pack writer's result: a bare payload it could not read (-EFAULT) is the
+ * input file shrinking under the put; the file the worker read last is the
+ * one mapped (one mapped file is in flight at a time). */
+static int writer_result(struct put *p, int ret, size_t last_file)
+{
+	return ret == -EFAULT ? input_changed(p->m->files[last_file].path) : ret;
+}
+
 /* Called with p->mu held, and returns with it held: write what the worker's
  * pack writer holds of the input before the worker waits for more work, so
- * that the reader, which may be waiting for those buffers, goes on.  A bare
- * payload that cannot be read is the input file shrinking under the put. */
+ * that the reader, which may be waiting for those buffers, goes on. */
 static void put_worker_flush(struct put *p, struct pack_writer *w, size_t last_file)
 {
 	int ret;
 
 	pthread_mutex_unlock(&p->mu);
-	ret = pack_writer_flush(w);
-	if (ret == -EFAULT)
-		ret = input_changed(p->m->files[last_file].path);
+	ret = writer_result(p, pack_writer_flush(w), last_file);
 	pthread_mutex_lock(&p->mu);
-	if (ret < 0 && !p->err) {
-		p->err = ret;
-		snprintf(p->errmsg, sizeof(p->errmsg), "%s", log_last_error());
-	}
+	put_failed(p, ret);
 }
 
 static void *put_worker(void *arg)
@@ -285,7 +297,6 @@ static void *put_worker(void *arg)
 	uint8_t *obj = malloc(chunk_encode_bound(CHUNK_MAX_RAW));
 	struct pack_writer *w = NULL;
 	int err = codec && obj ? 0 : -ENOMEM;
-
 	size_t last_file = 0;
 
 	if (!err && p->s->layout == STORE_LAYOUT_PACK && !(w = pack_writer_new(p->s)))
@@ -314,10 +325,7 @@ static void *put_worker(void *arg)
 		int ret = skip ? 0 : put_chunk(p, codec, obj, w, j);
 		last_file = j->file;
 		pthread_mutex_lock(&p->mu);
-		if (ret < 0 && !p->err) {
-			p->err = ret;
-			snprintf(p->errmsg, sizeof(p->errmsg), "%s", log_last_error());
-		}
+		put_failed(p, ret);
 		if (err && !p->err)
 			p->err = err;
 		if (!j->held && --j->buf->refs == 0)
@@ -326,14 +334,9 @@ static void *put_worker(void *arg)
 	pthread_mutex_unlock(&p->mu);
 	/* This worker's last pack made durable and indexed, unless the put failed. */
 	if (w && !err && put_error(p) == 0) {
-		int ret = pack_writer_finish(w);
-		if (ret == -EFAULT)
-			ret = input_changed(p->m->files[last_file].path);
+		int ret = writer_result(p, pack_writer_finish(w), last_file);
 		pthread_mutex_lock(&p->mu);
-		if (ret < 0 && !p->err) {
-			p->err = ret;
-			snprintf(p->errmsg, sizeof(p->errmsg), "%s", log_last_error());
-		}
+		put_failed(p, ret);
 		pthread_mutex_unlock(&p->mu);
 	}
 	pack_writer_free(w);

@@ -202,19 +202,20 @@ static int open_pack(struct pack_writer *w)
 		return ret;
 	}
 	w->flushed = 0;
-	w->fill = 0;
-	w->niov = 0;
-	w->pending = 0;
 	w->n = 0;
 	return 0;
 }
 
-/* Give the callers' bare payloads back: written, or no longer wanted. */
-static void release_held(struct pack_writer *w)
+/* Nothing pending any more: the callers' bare payloads go back to them,
+ * written or no longer wanted. */
+static void clear_pending(struct pack_writer *w)
 {
 	for (int i = 0; i < w->nheld; i++)
 		w->release(w->release_arg, w->held[i]);
 	w->nheld = 0;
+	w->fill = 0;
+	w->niov = 0;
+	w->pending = 0;
 }
 
 /* Write what is pending at w->flushed, in one pwritev() where it can. */
@@ -270,10 +271,7 @@ static int flush(struct pack_writer *w)
 
 	if (!ret)
 		w->flushed += w->pending;
-	release_held(w);
-	w->fill = 0;
-	w->niov = 0;
-	w->pending = 0;
+	clear_pending(w);
 	return ret;
 }
 
@@ -347,10 +345,7 @@ static int publish(struct pack_writer *w)
 /* Close the pack being written; a named temp not yet published is removed. */
 static void drop(struct pack_writer *w)
 {
-	release_held(w);
-	w->fill = 0;
-	w->niov = 0;
-	w->pending = 0;
+	clear_pending(w);
 	if (w->fd >= 0)
 		close(w->fd);
 	if (w->tmp[0])
@@ -406,8 +401,8 @@ int pack_writer_add(struct pack_writer *w, struct chunk_codec *codec,
 	}
 	if (w->fd < 0 && (ret = open_pack(w)))
 		return ret;
-	if ((PACK_WRITE_BYTES - w->fill < room || w->pending + room > PACK_WRITE_BYTES ||
-	     w->niov + 2 > PACK_MAX_IOV) &&
+	/* buf's objects are part of what is pending, so this bounds buf too. */
+	if ((w->pending + room > PACK_WRITE_BYTES || w->niov + 2 > PACK_MAX_IOV) &&
 	    (ret = flush(w)))
 		return ret;
 	if (w->n == w->cap) {
@@ -430,7 +425,7 @@ int pack_writer_add(struct pack_writer *w, struct chunk_codec *codec,
 	memcpy(e->hash, hash, CHUNK_HASH_LEN);
 	e->off = w->flushed + w->pending;
 	e->raw_len = (uint32_t)raw_len;
-	if (payload == raw && hold && w->release && chunk_is_bare(raw_len, raw_len) &&
+	if (payload == raw && hold && held && w->release && chunk_is_bare(raw_len, raw_len) &&
 	    (uintptr_t)raw % PACK_ALIGN == 0) {
 		/* Bare: written from the caller's pages, which it keeps until
 		 * release(hold). */

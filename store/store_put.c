@@ -246,16 +246,21 @@ static double thread_cpu_s(void)
 	       (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
+/* With p->mu held: one reference on b goes; the last wakes the reader. */
+static void buf_unref(struct put *p, struct put_buf *b)
+{
+	if (--b->refs == 0)
+		pthread_cond_broadcast(&p->free_cv);
+}
+
 /* The pack writer wrote (or dropped) a bare chunk read from b: the job's
  * reference on b goes, as it would have after a copy. */
 static void put_release(void *arg, void *token)
 {
 	struct put *p = arg;
-	struct put_buf *b = token;
 
 	pthread_mutex_lock(&p->mu);
-	if (--b->refs == 0)
-		pthread_cond_broadcast(&p->free_cv);
+	buf_unref(p, token);
 	pthread_mutex_unlock(&p->mu);
 }
 
@@ -328,8 +333,8 @@ static void *put_worker(void *arg)
 		put_failed(p, ret);
 		if (err && !p->err)
 			p->err = err;
-		if (!j->held && --j->buf->refs == 0)
-			pthread_cond_broadcast(&p->free_cv);
+		if (!j->held)
+			buf_unref(p, j->buf);
 	}
 	pthread_mutex_unlock(&p->mu);
 	/* This worker's last pack made durable and indexed, unless the put failed. */
@@ -395,8 +400,7 @@ static void buf_put(struct put *p, struct put_buf *b)
 {
 	hand_out(p); /* before the reader's reference goes: they hold theirs */
 	pthread_mutex_lock(&p->mu);
-	if (--b->refs == 0)
-		pthread_cond_broadcast(&p->free_cv);
+	buf_unref(p, b);
 	pthread_mutex_unlock(&p->mu);
 }
 

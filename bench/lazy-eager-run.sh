@@ -110,15 +110,29 @@ if [ "${LAZY_CRIU:-1}" = 1 ]; then
 	lazy_series lazy-criu THAW_LAZY_DAEMON=criu
 fi
 
-# LAZY_PERF=CMD (a perf binary, or a script running one): the first start of
-# each lazy_done series and the eager start of LAZY_LOGS run under a
+# LAZY_PERF=CMD (a perf binary, or a script running one): each start of the
+# lazy_done series and the eager start of LAZY_LOGS run under a
 # system-wide `CMD record -a -g` of 3 s, kept as OUTDIR/perf-NAME.txt (its
 # report by symbol), to see where the machine's CPU goes while a start runs.
+# LAZY_PERF_SCRIPT=1: the context switches too (sched:sched_switch, where the
+# tracepoints are there), and the samples and switches of every thread but the
+# idle ones as `perf script` text, OUTDIR/perf-NAME.script.xz: a timeline of
+# what each thread did, and where it waited, while the start ran.
 perf_begin() {
 	PERF_PID=
 	[ -n "${LAZY_PERF:-}" ] && [ ! -e "$OUTDIR/perf-$1.txt" ] || return 0
 	PERF_NAME=$1
-	$LAZY_PERF record -a -g -F 999 -o "$W/perf.data" -- sleep 3 >"$W/perf.log" 2>&1 &
+	local ev=()
+	if [ "${LAZY_PERF_SCRIPT:-0}" = 1 ]; then
+		# A known clock, and its offset from the wall clock the logs use.
+		ev=(-k CLOCK_MONOTONIC)
+		python3 -c 'import time; print("realtime - monotonic:", time.time() - time.monotonic())' \
+			>"$OUTDIR/perf-$1.clock"
+		[ -d /sys/kernel/tracing/events/sched ] ||
+			mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null
+		[ -d /sys/kernel/tracing/events/sched ] && ev+=(-e cpu-clock -e sched:sched_switch)
+	fi
+	$LAZY_PERF record -a -g -F 999 "${ev[@]}" -o "$W/perf.data" -- sleep 3 >"$W/perf.log" 2>&1 &
 	PERF_PID=$!
 	sleep 0.3
 }
@@ -129,6 +143,13 @@ perf_end() {
 		>"$OUTDIR/perf-$PERF_NAME.txt" 2>&1
 	$LAZY_PERF report -i "$W/perf.data" --no-children --sort sym --stdio -g caller,0.5,callee \
 		--percent-limit 1.5 >"$OUTDIR/perf-$PERF_NAME-callers.txt" 2>&1
+	if [ "${LAZY_PERF_SCRIPT:-0}" = 1 ]; then
+		cp "$W/perf.log" "$OUTDIR/perf-$PERF_NAME.log"
+		$LAZY_PERF script -i "$W/perf.data" -F comm,tid,cpu,time,event,trace,ip,sym \
+			--max-stack 14 2>/dev/null |
+			awk 'BEGIN { RS = ""; ORS = "\n\n" } $1 != "swapper" && $1 !~ /^(kworker|ksoftirqd|migration|rcu_)/' |
+			xz -3 >"$OUTDIR/perf-$PERF_NAME.script.xz"
+	fi
 	PERF_PID=
 }
 
@@ -143,7 +164,8 @@ for i in $(seq 1 "$REPEAT"); do
 for v in $variants; do
 	local envs=()
 	[ "$v" != - ] && IFS=, read -r -a envs <<<"$v"
-	perf_begin "$1-$i"
+	perf_begin "$1-$i-${v//[^A-Za-z0-9_=.-]/_}"
+	[ "${LAZY_LOGS:-0}" = 1 ] && envs+=(THAW_LOG=info) # its phases, kept below
 	env "${envs[@]}" THAW_RAM_TIER="$TIER" "$B/thaw" --data-dir "$W/data" start --lazy "$SNAP" \
 		>"$W/s.json" 2>"$W/s.err" ||
 		{ echo "thaw start --lazy ($v): $(cat "$W/s.err")"; bad=1; perf_end; continue; }
@@ -166,6 +188,7 @@ for r in json.load(sys.stdin):
 		local keep="$OUTDIR/restore-logs/$1-$i-${v//[^A-Za-z0-9_=.-]/_}"
 		mkdir -p "$keep"
 		(cd "$W/data/instances/$iid" && find . -name '*.log' -size -64M -exec cp --parents {} "$keep" \;)
+		cp "$W/s.err" "$keep/thaw-start.log"
 		keep_smaps "$W/s.json" "$keep"
 	fi
 	"$B/thaw" --data-dir "$W/data" stop "$iid" >/dev/null
@@ -201,8 +224,9 @@ if [ "${LAZY_LOGS:-0}" = 1 ]; then
 	keep="$OUTDIR/restore-logs/eager"
 	mkdir -p "$keep"
 	perf_begin eager
-	THAW_RAM_TIER="$TIER" "$B/thaw" --data-dir "$W/data" start --eager "$SNAP" >"$W/s.json" 2>"$W/s.err"
+	THAW_LOG=info THAW_RAM_TIER="$TIER" "$B/thaw" --data-dir "$W/data" start --eager "$SNAP" >"$W/s.json" 2>"$W/s.err"
 	rc=$?
+	cp "$W/s.err" "$keep/thaw-start.log"
 	perf_end
 	if [ $rc = 0 ]; then
 		keep_smaps "$W/s.json" "$keep"

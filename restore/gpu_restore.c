@@ -201,6 +201,7 @@ static int restore_one(pid_t pid, const struct cuda_gpu_pair *pairs, size_t npai
 {
 	enum cuda_proc_state st;
 	int ret = cuda_process_state(pid, &st);
+	uint64_t t0 = now_ns(), t1 = t0;
 
 	if (ret)
 		return ret;
@@ -209,10 +210,15 @@ static int restore_one(pid_t pid, const struct cuda_gpu_pair *pairs, size_t npai
 		if (ret)
 			return ret;
 		st = CUDA_PROC_LOCKED;
+		t1 = now_ns();
 	}
-	if (st == CUDA_PROC_LOCKED)
+	if (st == CUDA_PROC_LOCKED) {
 		ret = cuda_unlock(pid);
-	else if (st == CUDA_PROC_FAILED) {
+		/* The two halves apart: a lazy start's overlap shows in one. */
+		if (!ret)
+			pr_info("CUDA process %d: restore %.1f ms, unlock %.1f ms", (int)pid,
+				(t1 - t0) / 1e6, ms_since(t1));
+	} else if (st == CUDA_PROC_FAILED) {
 		pr_err("CUDA process %d is in the failed state", (int)pid);
 		ret = -EIO;
 	}

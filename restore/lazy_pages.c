@@ -263,9 +263,16 @@ static void proc_gone(struct lp_daemon *d, struct lp_proc *p)
 
 static void block_done(struct lp_daemon *d, struct lp_proc *p, uint32_t b)
 {
+	size_t left;
+
 	lazy_map_done(&p->map, b);
-	if (atomic_fetch_sub(&p->remaining, 1) == 1)
+	left = atomic_fetch_sub(&p->remaining, 1) - 1;
+	if (!left)
 		wake_event_thread(d);
+	/* The fill's progress in tenths, to set beside the restore's own log
+	 * (when a CUDA restore waits on the fill, this is what it waits for). */
+	if (p->map.nblocks >= 10 && left % (p->map.nblocks / 10) == 0)
+		pr_info("%d: %zu of %zu blocks left", p->pid, left, p->map.nblocks);
 }
 
 /* ---- copy slots ----
@@ -947,6 +954,11 @@ static void fault_waited(struct lp_daemon *d, const struct lp_fault *f, uint64_t
 		d->fault_wait_max_ns = w;
 }
 
+static const char *lazy_state_name(enum lazy_block_state st)
+{
+	return st == LAZY_DONE ? "done" : st == LAZY_CLAIMED ? "being copied" : "to do";
+}
+
 /* Serve one fault: 0 served (or a copy thread will), -EAGAIN later,
  * -ESRCH the process is gone, -errno. */
 static int serve_fault(struct lp_daemon *d, struct lp_proc *p, struct lp_fault *f)
@@ -960,12 +972,17 @@ static int serve_fault(struct lp_daemon *d, struct lp_proc *p, struct lp_fault *
 
 		i = lazy_map_find(&p->map, f->addr, NULL, &gap_hi);
 		if (i < 0) {
+			pr_debug("%d: fault at 0x%llx: zeros", p->pid, (unsigned long long)f->addr);
 			ret = serve_zero(d, p, f->addr, gap_hi);
 			if (!ret)
 				fault_waited(d, f, now_ns());
 			return ret;
 		}
 		f->block = p->map.pieces[i].block;
+		pr_debug("%d: fault at 0x%llx: block %ld, %s; cursor at %zu", p->pid,
+			 (unsigned long long)f->addr, f->block,
+			 lazy_state_name(lazy_map_state(&p->map, (uint32_t)f->block)),
+			 atomic_load(&p->cursor));
 		if (!lazy_map_claim(&p->map, (uint32_t)f->block)) {
 			/* A copy thread has it (its copy wakes the fault) or it
 			 * is done (the fault raced the copy): wake to be sure. */

@@ -24,7 +24,8 @@
 # LAZY_LOGS=1: lazy_done keeps each start's logs in OUTDIR/restore-logs/.
 # LAZY_PERF=CMD: a system-wide perf profile of some starts (see perf_begin).
 # LAZY_VS="VAR=VALUE,...": after the lazy series, two more, as lazy-vs (thawd
-# under those settings) and lazy-again (as lazy), so that drift favours neither.
+# under those settings) and lazy-again (as lazy), so that drift favours neither;
+# several such words (space-separated): lazy-vs1, lazy-vs2, ... then lazy-again.
 # LAZY_FILL=1: after the lazy series, two more with thaw's daemon, as
 # lazy-fill (thawd under THAW_LAZY_GPU_AFTER_FILL=1: the CUDA restore waits for
 # every page) and lazy-again (as lazy), so that drift favours neither.
@@ -95,7 +96,26 @@ lazy_series() {
 	for kv in "${kvs[@]}"; do unset "${kv%%=*}"; done
 	run "prime-$1" --burst 1
 	run "$1" --burst 1 --repeat "$REPEAT"
+	traced_start "$1"
 	stop_thawd
+}
+# traced_start NAME: with LAZY_PERF, one more start of this thawd under perf
+# (perf_begin), its logs kept in OUTDIR/restore-logs/thawd-NAME: a start on
+# thawd's path, where the CUDA restore begins sooner than in `thaw start`
+# (no CUDA initialisation in the start itself).
+traced_start() {
+	[ -n "${LAZY_PERF:-}" ] || return 0
+	local iid keep="$OUTDIR/restore-logs/thawd-$1"
+	perf_begin "thawd-$1"
+	curl -s -m 120 -X POST "$URL/functions/$ID/start" >"$W/t.json"
+	perf_end
+	iid=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["instance"])' "$W/t.json") ||
+		{ echo "traced start of $1: $(cat "$W/t.json")"; return 0; }
+	for _ in $(seq 100); do [ -e "$W/data/instances/$iid/lazy.status" ] && break; sleep 0.1; done
+	mkdir -p "$keep"
+	cp "$W/t.json" "$keep/start.json"
+	(cd "$W/data/instances/$iid" && find . -name '*.log' -size -64M -exec cp --parents {} "$keep" \;)
+	curl -s -X DELETE "$URL/instances/$iid" >/dev/null
 }
 lazy_series lazy
 if [ "${LAZY_FILL:-0}" = 1 ]; then
@@ -103,7 +123,12 @@ if [ "${LAZY_FILL:-0}" = 1 ]; then
 	lazy_series lazy-again
 fi
 if [ -n "${LAZY_VS:-}" ]; then
-	lazy_series lazy-vs "$LAZY_VS"
+	vs=($LAZY_VS)
+	if [ ${#vs[@]} = 1 ]; then
+		lazy_series lazy-vs "$LAZY_VS"
+	else
+		for k in "${!vs[@]}"; do lazy_series "lazy-vs$((k + 1))" "${vs[$k]}"; done
+	fi
 	lazy_series lazy-again
 fi
 if [ "${LAZY_CRIU:-1}" = 1 ]; then
@@ -111,7 +136,8 @@ if [ "${LAZY_CRIU:-1}" = 1 ]; then
 fi
 
 # LAZY_PERF=CMD (a perf binary, or a script running one): each start of the
-# lazy_done series and the eager start of LAZY_LOGS run under a
+# lazy_done series (of its first LAZY_PERF_ROUNDS rounds), one more start of
+# each thawd lazy series (traced_start) and the eager start of LAZY_LOGS run under a
 # system-wide `CMD record -a -g` of 3 s, kept as OUTDIR/perf-NAME.txt (its
 # report by symbol), to see where the machine's CPU goes while a start runs.
 # LAZY_PERF_SCRIPT=1: the context switches too (sched:sched_switch, where the
@@ -164,7 +190,7 @@ for i in $(seq 1 "$REPEAT"); do
 for v in $variants; do
 	local envs=()
 	[ "$v" != - ] && IFS=, read -r -a envs <<<"$v"
-	perf_begin "$1-$i-${v//[^A-Za-z0-9_=.-]/_}"
+	[ "$i" -le "${LAZY_PERF_ROUNDS:-$REPEAT}" ] && perf_begin "$1-$i-${v//[^A-Za-z0-9_=.-]/_}"
 	[ "${LAZY_LOGS:-0}" = 1 ] && envs+=(THAW_LOG=info) # its phases, kept below
 	env "${envs[@]}" THAW_RAM_TIER="$TIER" "$B/thaw" --data-dir "$W/data" start --lazy "$SNAP" \
 		>"$W/s.json" 2>"$W/s.err" ||

@@ -14,7 +14,8 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: thaw lazy-pages --images-dir DIR --work-dir DIR [--status-fd FD]\n"
 		   "                       [--log-file FILE] [--threads N] [--block-kib N]\n"
-		   "                       [--copy-slots N] [--prefetch-delay-ms N] [-vN]\n\n"
+		   "                       [--copy-slots N] [--zero-hole-mib N]\n"
+		   "                       [--prefetch-delay-ms N] [-vN]\n\n"
 		   "Serve the pages of one `criu restore --lazy-pages` (CRIU 4.2) in place of\n"
 		   "`criu lazy-pages`: listen on lazy-pages.socket in the work directory, write\n"
 		   "one '\\0' byte to FD once listening, serve faults first and fill the rest\n"
@@ -23,6 +24,11 @@ static void usage(FILE *f)
 		   "At most --copy-slots copy threads of all such daemons on this machine copy\n"
 		   "at once (default $THAW_LAZY_COPY_SLOTS or CPUs/2; -1: no limit), so that a\n"
 		   "burst of lazy starts leaves cores to the restores themselves.\n"
+		   "A hole the image leaves between two runs of pages of one mapping (zero\n"
+		   "pages elided at snapshot) is mapped to the zero page once the run before it\n"
+		   "is in, if it is at most --zero-hole-mib (default $THAW_LAZY_ZERO_HOLE_MIB or\n"
+		   "256; 0: none), so that reading it does not fault.\n"
+		   "THAW_LAZY_EVENTS_FIRST=1 lets faults and mm events go before copies.\n"
 		   "--prefetch-delay-ms (default $THAW_LAZY_PREFETCH_DELAY_MS or 0) holds the\n"
 		   "copy threads back after the restore finished (for tests).\n"
 		   "Exits 0 once every page is in place, 1 on any error (in the log).\n");
@@ -57,9 +63,21 @@ static int parse_slots(const char *s, int *out)
 	return 0;
 }
 
+/* A size in MiB, 0 (none) to 1 TiB. */
+static int parse_mib(const char *s, uint64_t *bytes)
+{
+	unsigned long long v = 0;
+
+	if (strcmp(s, "0") && cli_parse_count(s, 1 << 20, &v))
+		return -1;
+	*bytes = (uint64_t)v << 20;
+	return 0;
+}
+
 int cmd_lazy_pages(int argc, char **argv)
 {
-	struct lazy_pages_opts o = { .status_fd = -1 };
+	struct lazy_pages_opts o = { .status_fd = -1,
+				     .zero_hole_bytes = LAZY_PAGES_DEFAULT_ZERO_HOLE };
 	const char *log_file = NULL, *env;
 	unsigned long long v;
 
@@ -74,6 +92,13 @@ int cmd_lazy_pages(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	env = getenv("THAW_LAZY_ZERO_HOLE_MIB");
+	if (env && *env && parse_mib(env, &o.zero_hole_bytes)) {
+		usage(stderr);
+		return 2;
+	}
+	env = getenv("THAW_LAZY_EVENTS_FIRST");
+	o.events_first = env && !strcmp(env, "1");
 	env = getenv("THAW_LAZY_PREFETCH_DELAY_MS");
 	if (env && *env && !cli_parse_count(env, 3600000, &v))
 		o.prefetch_delay_ms = (unsigned)v;
@@ -109,6 +134,9 @@ int cmd_lazy_pages(int argc, char **argv)
 			if (cli_parse_count(argv[++i], 3600000, &v))
 				goto bad;
 			o.prefetch_delay_ms = (unsigned)v;
+		} else if (!strcmp(a, "--zero-hole-mib")) {
+			if (parse_mib(argv[++i], &o.zero_hole_bytes))
+				goto bad;
 		} else if (!strcmp(a, "--block-kib")) {
 			if (cli_parse_count(argv[++i], 1ull << 20, &v) || (v & (v - 1)) || v < 4)
 				goto bad;

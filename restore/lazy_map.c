@@ -57,7 +57,8 @@ static size_t lower_bound(const struct lazy_map *m, uint64_t addr)
 	return lo;
 }
 
-static int block_add(struct lazy_map *m, size_t *cap, uint64_t img, uint64_t len, uint64_t off)
+static int block_add(struct lazy_map *m, size_t *cap, uint64_t img, uint64_t len, uint64_t off,
+		     uint32_t vma)
 {
 	struct lazy_piece p = { .addr = img, .len = len, .img = img };
 
@@ -76,7 +77,8 @@ static int block_add(struct lazy_map *m, size_t *cap, uint64_t img, uint64_t len
 		return -EINVAL;
 	}
 	p.block = (uint32_t)m->nblocks;
-	m->blocks[m->nblocks++] = (struct lazy_block){ .img = img, .len = len, .file_off = off };
+	m->blocks[m->nblocks++] =
+		(struct lazy_block){ .img = img, .len = len, .file_off = off, .vma = vma };
 	m->bytes += len;
 	return piece_insert(m, m->npieces, &p);
 }
@@ -101,7 +103,7 @@ static int add_entry(struct lazy_map *m, size_t *cap, const struct criu_img_mm *
 			stop = end;
 		if (stop > mm->vmas[*v].end)
 			stop = mm->vmas[*v].end;
-		ret = block_add(m, cap, start, stop - start, off);
+		ret = block_add(m, cap, start, stop - start, off, (uint32_t)*v);
 		if (ret)
 			return ret;
 		off += stop - start;
@@ -140,6 +142,14 @@ int lazy_map_build(struct lazy_map *m, const struct criu_img_pagemap *pm,
 		if (criu_img_pme_in_pages_file(e))
 			off += len;
 	}
+	for (size_t b = 0; b + 1 < m->nblocks; b++) {
+		struct lazy_block *k = &m->blocks[b];
+
+		if (k[1].vma == k->vma && k[1].img > k->img + k->len) {
+			k->hole_after = k[1].img - (k->img + k->len);
+			m->hole_bytes += k->hole_after;
+		}
+	}
 	m->state = calloc(m->nblocks ? m->nblocks : 1, sizeof(*m->state));
 	if (!m->state)
 		ret = -ENOMEM;
@@ -161,6 +171,7 @@ int lazy_map_clone(struct lazy_map *dst, const struct lazy_map *m)
 	memcpy(dst->blocks, m->blocks, m->nblocks * sizeof(*dst->blocks));
 	dst->nblocks = m->nblocks;
 	dst->bytes = m->bytes;
+	dst->hole_bytes = m->hole_bytes;
 	dst->moved = m->moved;
 	for (size_t b = 0; b < m->nblocks; b++)
 		if (lazy_map_state(m, (uint32_t)b) == LAZY_DONE)

@@ -30,6 +30,10 @@ struct lazy_block {
 	uint64_t img;	   /* address at dump time */
 	uint64_t len;	   /* bytes, whole pages */
 	uint64_t file_off; /* where img's data is in pages-N.img */
+	uint64_t hole_after; /* bytes from its end to the next block, when that is in
+			      * the same VMA (pages the image leaves zero: elided zero
+			      * pages, or never touched), else 0 */
+	uint32_t vma;	   /* index of its VMA in mm-N.img */
 };
 
 struct lazy_piece {
@@ -47,6 +51,7 @@ struct lazy_map {
 	size_t npieces, cap;
 	bool moved; /* a remap happened: pieces are no longer in block order */
 	uint64_t bytes; /* of all blocks */
+	uint64_t hole_bytes; /* of all blocks' hole_after */
 };
 
 /* Build the map of one process from its pagemap and mm images: every

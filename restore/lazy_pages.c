@@ -89,7 +89,7 @@ struct lp_daemon {
 	atomic_bool finished; /* LAZY_PAGES_RESTORE_FINISHED came */
 	atomic_bool stop;
 	atomic_int error; /* the first fatal -errno */
-	atomic_uint_fast64_t fault_bytes, prefetch_bytes, zero_bytes, nfaults, lost_pages;
+	atomic_uint_fast64_t fault_bytes, prefetch_bytes, zero_bytes, hole_bytes, nfaults, lost_pages;
 	/* event thread only: how long faults waited from being read until the
 	 * copy (or zeros) holding their page returned, and how many met a block
 	 * a copy thread was copying (their wait is not known here) */
@@ -229,6 +229,28 @@ static int copy_piece(const struct lazy_piece *pc, void *arg)
 	c->bytes += got;
 	if (c->first >= pc->addr && c->first < pc->addr + pc->len)
 		c->first_done_ns = now_ns();
+	return ret;
+}
+
+/* The hole after block b (pages the image leaves zero between its data and
+ * the next block's, in one VMA: elided zero pages) mapped to the zero page
+ * now, before the process reads it.  The CUDA restore reads every page of
+ * its saved state, elided ones too, and each would fault: a round trip to
+ * this daemon while it runs, a kernel fault after (~150 ms of the driver's
+ * thread on the H100 for the GPU example).  Holes over zero_hole_bytes are
+ * left to faults (a sparse reservation is not worth its page tables), and
+ * so is everything after a remap (a hole may hold moved pieces then).
+ * 0, -EAGAIN, -ESRCH or -errno. */
+static int zero_hole(struct lp_daemon *d, struct lp_proc *p, uint32_t b)
+{
+	const struct lazy_block *k = &p->map.blocks[b];
+	uint64_t got = 0;
+	int ret;
+
+	if (!k->hole_after || k->hole_after > d->o->zero_hole_bytes || p->map.moved)
+		return 0;
+	ret = fill(d, p, k->img + k->len, NULL, k->hole_after, &got);
+	atomic_fetch_add(&d->hole_bytes, got);
 	return ret;
 }
 
@@ -395,6 +417,8 @@ static int prefetch_one(struct lp_daemon *d, struct lp_proc *p)
 		pthread_rwlock_rdlock(&p->lock);
 		ret = copy_block(d, p, (uint32_t)i, 0, &bytes, NULL);
 		if (!ret)
+			ret = zero_hole(d, p, (uint32_t)i);
+		if (!ret)
 			block_done(d, p, (uint32_t)i);
 		pthread_rwlock_unlock(&p->lock);
 		atomic_fetch_add(&d->prefetch_bytes, bytes);
@@ -484,16 +508,24 @@ out:
 	return ret;
 }
 
-static struct lp_proc *proc_new(int pid, int uffd)
+/* events_first: the lock prefers its writer, the event thread.  glibc's
+ * default prefers readers, and copy threads that take it back to back can
+ * keep the event thread from reading a fault until the fill is over. */
+static struct lp_proc *proc_new(int pid, int uffd, bool events_first)
 {
 	struct lp_proc *p = calloc(1, sizeof(*p));
+	pthread_rwlockattr_t attr;
 
 	if (!p)
 		return NULL;
 	p->pid = pid;
 	p->uffd = uffd;
 	atomic_store(&p->stream, NO_STREAM);
-	pthread_rwlock_init(&p->lock, NULL);
+	pthread_rwlockattr_init(&attr);
+	if (events_first)
+		pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	pthread_rwlock_init(&p->lock, &attr);
+	pthread_rwlockattr_destroy(&attr);
 	return p;
 }
 
@@ -517,6 +549,32 @@ static void proc_count(struct lp_proc *p)
 		if (lazy_map_state(&p->map, (uint32_t)b) != LAZY_DONE)
 			todo++;
 	atomic_store(&p->remaining, todo);
+}
+
+/* How the holes between blocks are sized (which of them zero_hole takes). */
+static void hole_sizes(const struct lp_proc *p)
+{
+	static const uint64_t upto[] = { 64 << 10, 2 << 20, 64 << 20, 1 << 30, UINT64_MAX };
+	uint64_t n[5] = { 0 }, bytes[5] = { 0 };
+
+	for (size_t b = 0; b < p->map.nblocks; b++) {
+		uint64_t h = p->map.blocks[b].hole_after;
+		size_t c = 0;
+
+		if (!h)
+			continue;
+		while (h > upto[c])
+			c++;
+		n[c]++;
+		bytes[c] += h;
+	}
+	pr_info("%d: holes <= 64 KiB: %llu (%llu KiB), <= 2 MiB: %llu (%llu KiB), <= 64 MiB: %llu "
+		"(%llu KiB), <= 1 GiB: %llu (%llu KiB), more: %llu (%llu KiB)",
+		p->pid, (unsigned long long)n[0], (unsigned long long)bytes[0] >> 10,
+		(unsigned long long)n[1], (unsigned long long)bytes[1] >> 10,
+		(unsigned long long)n[2], (unsigned long long)bytes[2] >> 10,
+		(unsigned long long)n[3], (unsigned long long)bytes[3] >> 10,
+		(unsigned long long)n[4], (unsigned long long)bytes[4] >> 10);
 }
 
 /* pages-<id>.img, mapped once for every process that reads it. */
@@ -605,8 +663,10 @@ static int proc_load(struct lp_daemon *d, struct lp_proc *p)
 	if (need)
 		ret = map_pages(d, pm.pages_id, need, &p->src);
 	proc_count(p);
-	pr_info("%d (uffd %d): %zu blocks, %llu bytes to fill", p->pid, p->uffd, p->map.nblocks,
-		(unsigned long long)p->map.bytes);
+	pr_info("%d (uffd %d): %zu blocks, %llu bytes to fill; %llu bytes of holes between them",
+		p->pid, p->uffd, p->map.nblocks, (unsigned long long)p->map.bytes,
+		(unsigned long long)p->map.hole_bytes);
+	hole_sizes(p);
 out:
 	free(buf);
 	criu_img_pagemap_release(&pm);
@@ -734,7 +794,7 @@ static int receive_tasks(struct lp_daemon *d)
 			return uffd;
 		}
 		fcntl(uffd, F_SETFL, O_NONBLOCK);
-		p = proc_new(pid, uffd);
+		p = proc_new(pid, uffd, d->o->events_first);
 		if (!p) {
 			close(uffd);
 			return -ENOMEM;
@@ -807,7 +867,7 @@ static int queue_fault(struct lp_proc *p, uint64_t addr, long block)
 
 static int handle_fork(struct lp_daemon *d, struct lp_proc *p, int ufd)
 {
-	struct lp_proc *c = proc_new(p->pid, ufd);
+	struct lp_proc *c = proc_new(p->pid, ufd, d->o->events_first);
 	int ret;
 
 	if (!c) {
@@ -1097,8 +1157,8 @@ static void summary(struct lp_daemon *d, uint64_t t0, int ret)
 
 	log_msg(ret ? LOG_ERR : LOG_INFO, LOG_PREFIX,
 		"%s: %zu processes, %llu faults; copied %llu pages by faults, %llu by prefetch "
-		"(%.1f MiB, %.0f MiB/s; %llu blocks of it right after a fault's), %llu zero pages, "
-		"%llu lost; %.1f ms, %u copy threads, "
+		"(%.1f MiB, %.0f MiB/s; %llu blocks of it right after a fault's), %llu zero pages "
+		"by faults, %llu in holes, %llu lost; %.1f ms, %u copy threads, "
 		"%llu KiB blocks; events: %llu remap, %llu remove, %llu unmap, %llu fork, "
 		"%llu pending bytes dropped by them; faults waited %.1f ms in all, at most %.2f ms, "
 		"%llu on a block a copy thread had",
@@ -1107,6 +1167,7 @@ static void summary(struct lp_daemon *d, uint64_t t0, int ret)
 		(fb + pb) / 1048576.0, ms > 0 ? (fb + pb) / 1048576.0 / (ms / 1000) : 0,
 		(unsigned long long)atomic_load(&d->streamed_blocks),
 		(unsigned long long)(atomic_load(&d->zero_bytes) / PAGE),
+		(unsigned long long)(atomic_load(&d->hole_bytes) / PAGE),
 		(unsigned long long)atomic_load(&d->lost_pages), ms, d->nthreads,
 		(unsigned long long)(d->block >> 10), (unsigned long long)d->nremap,
 		(unsigned long long)d->nremove, (unsigned long long)d->nunmap,
@@ -1171,7 +1232,10 @@ int lazy_pages_run(const struct lazy_pages_opts *o)
 		int slots = o->copy_slots ? o->copy_slots : (cpus > 1 ? (int)cpus / 2 : 1);
 
 		d.copy_sem = slots > 0 ? copy_slots_open(slots) : -1;
-		pr_info("%u copy threads, %d copy slots on this machine", d.nthreads, slots);
+		pr_info("%u copy threads, %d copy slots on this machine; holes up to %llu KiB "
+			"zeroed as they are reached; %s first", d.nthreads, slots,
+			(unsigned long long)(o->zero_hole_bytes >> 10),
+			o->events_first ? "faults and events" : "copies");
 	}
 	pthread_mutex_init(&d.mu, NULL);
 	pthread_cond_init(&d.cv, NULL);

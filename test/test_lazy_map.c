@@ -1,7 +1,7 @@
 /* test_lazy_map.c — the lazy-pages daemon's bookkeeping: blocks cut at VMA
  * ends and block windows with the right pages-file offsets, faults found or
  * their zero gaps, and the pieces after MADV_DONTNEED/munmap (drop), mremap
- * (remap) and fork (clone). */
+ * (remap) and fork (clone), and the holes between blocks of one VMA. */
 #include "restore/lazy_map.h"
 #include "test/check.h"
 
@@ -153,6 +153,37 @@ int main(void)
 	CHECK_EQ(pieces_of(&c, 1).n, 0);
 	CHECK_EQ(lazy_map_pending_bytes(&c), lazy_map_pending_bytes(&m));
 	lazy_map_release(&c);
+
+	/* Holes: only between blocks of one VMA (elided zero pages); the
+	 * entries above abut or change VMA, so they have none. */
+	for (size_t b = 0; b < m.nblocks; b++)
+		CHECK_EQ(m.blocks[b].hole_after, 0);
+	CHECK_EQ(m.hole_bytes, 0);
+	{
+		struct criu_img_vma hv[2] = { { .start = 0x200000, .end = 0x200000 + 32 * P },
+					      { .start = 0x200000 + 32 * P,
+						.end = 0x200000 + 40 * P } };
+		struct criu_img_mm hmm = { .vmas = hv, .nvmas = 2 };
+		struct criu_img_pagemap_entry he[3] = {
+			pme(0x200000, 2, CRIU_PE_PRESENT | CRIU_PE_LAZY),
+			pme(0x200000 + 10 * P, 3, CRIU_PE_PRESENT | CRIU_PE_LAZY),
+			pme(0x200000 + 36 * P, 1, CRIU_PE_PRESENT | CRIU_PE_LAZY),
+		};
+		struct criu_img_pagemap hpm = { .pages_id = 1, .e = he, .n = 3 };
+		struct lazy_map h;
+
+		REQUIRE(lazy_map_build(&h, &hpm, &hmm, BLK) == 0);
+		REQUIRE(h.nblocks == 3);
+		CHECK_EQ(h.blocks[0].hole_after, 8 * P);
+		CHECK_EQ(h.blocks[1].hole_after, 0); /* the next block is in another VMA */
+		CHECK_EQ(h.blocks[2].hole_after, 0);
+		CHECK_EQ(h.hole_bytes, 8 * P);
+		REQUIRE(lazy_map_clone(&c, &h) == 0);
+		CHECK_EQ(c.blocks[0].hole_after, 8 * P);
+		CHECK_EQ(c.hole_bytes, 8 * P);
+		lazy_map_release(&c);
+		lazy_map_release(&h);
+	}
 
 	/* A lazy entry outside every VMA is refused. */
 	e[3].vaddr = 0x900000;

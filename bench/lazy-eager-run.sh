@@ -84,6 +84,50 @@ run prime --burst 1
 run eager --burst 1 --repeat "$REPEAT" "${BASELINE[@]}"
 stop_thawd
 export THAW_LAZY_DAEMON=thaw
+# LAZY_PERF=CMD (a perf binary, or a script running one): each start of the
+# lazy_done series (of its first LAZY_PERF_ROUNDS rounds), one more start of
+# each thawd lazy series (traced_start) and the eager start of LAZY_LOGS run under a
+# system-wide `CMD record -a -g` of 3 s, kept as OUTDIR/perf-NAME.txt (its
+# report by symbol), to see where the machine's CPU goes while a start runs.
+# LAZY_PERF_SCRIPT=1: the context switches too (sched:sched_switch, where the
+# tracepoints are there), and the samples and switches of every thread but the
+# idle ones as `perf script` text, OUTDIR/perf-NAME.script.xz: a timeline of
+# what each thread did, and where it waited, while the start ran.
+perf_begin() {
+	PERF_PID=
+	[ -n "${LAZY_PERF:-}" ] && [ ! -e "$OUTDIR/perf-$1.txt" ] || return 0
+	PERF_NAME=$1
+	local ev=()
+	if [ "${LAZY_PERF_SCRIPT:-0}" = 1 ]; then
+		# A known clock, and its offset from the wall clock the logs use.
+		ev=(-k CLOCK_MONOTONIC)
+		python3 -c 'import time; print("realtime - monotonic:", time.time() - time.monotonic())' \
+			>"$OUTDIR/perf-$1.clock"
+		[ -d /sys/kernel/tracing/events/sched ] ||
+			mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null
+		[ -d /sys/kernel/tracing/events/sched ] && ev+=(-e cpu-clock -e sched:sched_switch)
+	fi
+	$LAZY_PERF record -a -g -F 999 "${ev[@]}" -o "$W/perf.data" -- sleep 3 >"$W/perf.log" 2>&1 &
+	PERF_PID=$!
+	sleep 0.3
+}
+perf_end() {
+	[ -n "${PERF_PID:-}" ] || return 0
+	wait "$PERF_PID"
+	$LAZY_PERF report -i "$W/perf.data" --no-children --sort comm,dso,sym --stdio -g none \
+		>"$OUTDIR/perf-$PERF_NAME.txt" 2>&1
+	$LAZY_PERF report -i "$W/perf.data" --no-children --sort sym --stdio -g caller,0.5,callee \
+		--percent-limit 1.5 >"$OUTDIR/perf-$PERF_NAME-callers.txt" 2>&1
+	if [ "${LAZY_PERF_SCRIPT:-0}" = 1 ]; then
+		cp "$W/perf.log" "$OUTDIR/perf-$PERF_NAME.log"
+		$LAZY_PERF script -i "$W/perf.data" -F comm,tid,cpu,time,event,trace,ip,sym \
+			--max-stack 14 2>/dev/null |
+			awk 'BEGIN { RS = ""; ORS = "\n\n" } $1 != "swapper" && $1 !~ /^(kworker|ksoftirqd|migration|rcu_)/' |
+			xz -3 >"$OUTDIR/perf-$PERF_NAME.script.xz"
+	fi
+	PERF_PID=
+}
+
 # Each restarted thawd gets one start that is not counted, as the eager series
 # had: its first start would read the manifest again (~0.3 s of load).
 # lazy_series NAME [VAR=VALUE,...]: a thawd restarted with --lazy (with those
@@ -134,50 +178,6 @@ fi
 if [ "${LAZY_CRIU:-1}" = 1 ]; then
 	lazy_series lazy-criu THAW_LAZY_DAEMON=criu
 fi
-
-# LAZY_PERF=CMD (a perf binary, or a script running one): each start of the
-# lazy_done series (of its first LAZY_PERF_ROUNDS rounds), one more start of
-# each thawd lazy series (traced_start) and the eager start of LAZY_LOGS run under a
-# system-wide `CMD record -a -g` of 3 s, kept as OUTDIR/perf-NAME.txt (its
-# report by symbol), to see where the machine's CPU goes while a start runs.
-# LAZY_PERF_SCRIPT=1: the context switches too (sched:sched_switch, where the
-# tracepoints are there), and the samples and switches of every thread but the
-# idle ones as `perf script` text, OUTDIR/perf-NAME.script.xz: a timeline of
-# what each thread did, and where it waited, while the start ran.
-perf_begin() {
-	PERF_PID=
-	[ -n "${LAZY_PERF:-}" ] && [ ! -e "$OUTDIR/perf-$1.txt" ] || return 0
-	PERF_NAME=$1
-	local ev=()
-	if [ "${LAZY_PERF_SCRIPT:-0}" = 1 ]; then
-		# A known clock, and its offset from the wall clock the logs use.
-		ev=(-k CLOCK_MONOTONIC)
-		python3 -c 'import time; print("realtime - monotonic:", time.time() - time.monotonic())' \
-			>"$OUTDIR/perf-$1.clock"
-		[ -d /sys/kernel/tracing/events/sched ] ||
-			mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null
-		[ -d /sys/kernel/tracing/events/sched ] && ev+=(-e cpu-clock -e sched:sched_switch)
-	fi
-	$LAZY_PERF record -a -g -F 999 "${ev[@]}" -o "$W/perf.data" -- sleep 3 >"$W/perf.log" 2>&1 &
-	PERF_PID=$!
-	sleep 0.3
-}
-perf_end() {
-	[ -n "${PERF_PID:-}" ] || return 0
-	wait "$PERF_PID"
-	$LAZY_PERF report -i "$W/perf.data" --no-children --sort comm,dso,sym --stdio -g none \
-		>"$OUTDIR/perf-$PERF_NAME.txt" 2>&1
-	$LAZY_PERF report -i "$W/perf.data" --no-children --sort sym --stdio -g caller,0.5,callee \
-		--percent-limit 1.5 >"$OUTDIR/perf-$PERF_NAME-callers.txt" 2>&1
-	if [ "${LAZY_PERF_SCRIPT:-0}" = 1 ]; then
-		cp "$W/perf.log" "$OUTDIR/perf-$PERF_NAME.log"
-		$LAZY_PERF script -i "$W/perf.data" -F comm,tid,cpu,time,event,trace,ip,sym \
-			--max-stack 14 2>/dev/null |
-			awk 'BEGIN { RS = ""; ORS = "\n\n" } $1 != "swapper" && $1 !~ /^(kworker|ksoftirqd|migration|rcu_)/' |
-			xz -3 >"$OUTDIR/perf-$PERF_NAME.script.xz"
-	fi
-	PERF_PID=
-}
 
 # lazy_done: thaw start --lazy, then wait for the daemon's word.  With
 # LAZY_AB (thaw's daemon) each repetition runs once per word, interleaved.

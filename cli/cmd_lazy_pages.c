@@ -27,8 +27,7 @@ static void usage(FILE *f)
 		   "A hole the image leaves between two runs of pages of one mapping (zero\n"
 		   "pages elided at snapshot) is mapped to the zero page once the run before it\n"
 		   "is in, if it is at most --zero-hole-mib (default $THAW_LAZY_ZERO_HOLE_MIB or\n"
-		   "256; 0: none), so that reading it does not fault.\n"
-		   "THAW_LAZY_EVENTS_FIRST=1 lets faults and mm events go before copies.\n"
+		   "1024; 0: none), so that reading it does not fault.\n"
 		   "--prefetch-delay-ms (default $THAW_LAZY_PREFETCH_DELAY_MS or 0) holds the\n"
 		   "copy threads back after the restore finished (for tests).\n"
 		   "Exits 0 once every page is in place, 1 on any error (in the log).\n");
@@ -97,8 +96,6 @@ int cmd_lazy_pages(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	env = getenv("THAW_LAZY_EVENTS_FIRST");
-	o.events_first = env && !strcmp(env, "1");
 	env = getenv("THAW_LAZY_PREFETCH_DELAY_MS");
 	if (env && *env && !cli_parse_count(env, 3600000, &v))
 		o.prefetch_delay_ms = (unsigned)v;

@@ -236,10 +236,12 @@ static int copy_piece(const struct lazy_piece *pc, void *arg)
  * the next block's, in one VMA: elided zero pages) mapped to the zero page
  * now, before the process reads it.  The CUDA restore reads every page of
  * its saved state, elided ones too, and each would fault: a round trip to
- * this daemon while it runs, a kernel fault after (~150 ms of the driver's
- * thread on the H100 for the GPU example).  Holes over zero_hole_bytes are
- * left to faults (a sparse reservation is not worth its page tables), and
- * so is everything after a remap (a hole may hold moved pieces then).
+ * this daemon while it runs, a kernel fault after.  On the H100 the GPU
+ * example's driver thread spent 167 ms in page faults without this and 98
+ * with holes up to 256 MiB zeroed (bench/RESULTS.md).  Zero-page entries
+ * cost no memory, only page tables (2 MiB a GiB); holes over zero_hole_bytes
+ * are left to faults (a sparse reservation is not worth even that), and so
+ * is everything after a remap (a hole may hold moved pieces then).
  * 0, -EAGAIN, -ESRCH or -errno. */
 static int zero_hole(struct lp_daemon *d, struct lp_proc *p, uint32_t b)
 {
@@ -508,24 +510,16 @@ out:
 	return ret;
 }
 
-/* events_first: the lock prefers its writer, the event thread.  glibc's
- * default prefers readers, and copy threads that take it back to back can
- * keep the event thread from reading a fault until the fill is over. */
-static struct lp_proc *proc_new(int pid, int uffd, bool events_first)
+static struct lp_proc *proc_new(int pid, int uffd)
 {
 	struct lp_proc *p = calloc(1, sizeof(*p));
-	pthread_rwlockattr_t attr;
 
 	if (!p)
 		return NULL;
 	p->pid = pid;
 	p->uffd = uffd;
 	atomic_store(&p->stream, NO_STREAM);
-	pthread_rwlockattr_init(&attr);
-	if (events_first)
-		pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-	pthread_rwlock_init(&p->lock, &attr);
-	pthread_rwlockattr_destroy(&attr);
+	pthread_rwlock_init(&p->lock, NULL);
 	return p;
 }
 
@@ -794,7 +788,7 @@ static int receive_tasks(struct lp_daemon *d)
 			return uffd;
 		}
 		fcntl(uffd, F_SETFL, O_NONBLOCK);
-		p = proc_new(pid, uffd, d->o->events_first);
+		p = proc_new(pid, uffd);
 		if (!p) {
 			close(uffd);
 			return -ENOMEM;
@@ -867,7 +861,7 @@ static int queue_fault(struct lp_proc *p, uint64_t addr, long block)
 
 static int handle_fork(struct lp_daemon *d, struct lp_proc *p, int ufd)
 {
-	struct lp_proc *c = proc_new(p->pid, ufd, d->o->events_first);
+	struct lp_proc *c = proc_new(p->pid, ufd);
 	int ret;
 
 	if (!c) {
@@ -1233,9 +1227,8 @@ int lazy_pages_run(const struct lazy_pages_opts *o)
 
 		d.copy_sem = slots > 0 ? copy_slots_open(slots) : -1;
 		pr_info("%u copy threads, %d copy slots on this machine; holes up to %llu KiB "
-			"zeroed as they are reached; %s first", d.nthreads, slots,
-			(unsigned long long)(o->zero_hole_bytes >> 10),
-			o->events_first ? "faults and events" : "copies");
+			"zeroed as they are reached", d.nthreads, slots,
+			(unsigned long long)(o->zero_hole_bytes >> 10));
 	}
 	pthread_mutex_init(&d.mu, NULL);
 	pthread_cond_init(&d.cv, NULL);

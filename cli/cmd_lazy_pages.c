@@ -27,7 +27,8 @@ static void usage(FILE *f)
 		   "A hole the image leaves between two runs of pages of one mapping (zero\n"
 		   "pages elided at snapshot) is mapped to the zero page once the run before it\n"
 		   "is in, if it is at most --zero-hole-mib (default $THAW_LAZY_ZERO_HOLE_MIB or\n"
-		   "1024; 0: none), so that reading it does not fault.\n"
+		   "1024; 0: none) and a process's holes so mapped stay within the size of its\n"
+		   "data, so that reading them does not fault.\n"
 		   "--prefetch-delay-ms (default $THAW_LAZY_PREFETCH_DELAY_MS or 0) holds the\n"
 		   "copy threads back after the restore finished (for tests).\n"
 		   "Exits 0 once every page is in place, 1 on any error (in the log).\n");

@@ -150,6 +150,7 @@ int lazy_map_build(struct lazy_map *m, const struct criu_img_pagemap *pm,
 			m->hole_bytes += k->hole_after;
 		}
 	}
+	atomic_store(&m->hole_budget, m->bytes);
 	m->state = calloc(m->nblocks ? m->nblocks : 1, sizeof(*m->state));
 	if (!m->state)
 		ret = -ENOMEM;
@@ -172,6 +173,7 @@ int lazy_map_clone(struct lazy_map *dst, const struct lazy_map *m)
 	dst->nblocks = m->nblocks;
 	dst->bytes = m->bytes;
 	dst->hole_bytes = m->hole_bytes;
+	atomic_store(&dst->hole_budget, atomic_load(&m->hole_budget));
 	dst->moved = m->moved;
 	for (size_t b = 0; b < m->nblocks; b++)
 		if (lazy_map_state(m, (uint32_t)b) == LAZY_DONE)
@@ -294,6 +296,20 @@ int lazy_map_remap(struct lazy_map *m, uint64_t from, uint64_t to, uint64_t len)
 	m->moved = true;
 	free(moving);
 	return 0;
+}
+
+uint64_t lazy_map_take_hole(struct lazy_map *m, uint32_t b, uint64_t max)
+{
+	uint64_t len = m->blocks[b].hole_after;
+	uint_fast64_t left = atomic_load(&m->hole_budget);
+
+	if (!len || len > max || m->moved)
+		return 0;
+	do
+		if (left < len)
+			return 0;
+	while (!atomic_compare_exchange_weak(&m->hole_budget, &left, left - len));
+	return len;
 }
 
 bool lazy_map_claim(struct lazy_map *m, uint32_t b)

@@ -52,6 +52,7 @@ struct lazy_map {
 	bool moved; /* a remap happened: pieces are no longer in block order */
 	uint64_t bytes; /* of all blocks */
 	uint64_t hole_bytes; /* of all blocks' hole_after */
+	atomic_uint_fast64_t hole_budget; /* hole bytes lazy_map_take_hole may still give */
 };
 
 /* Build the map of one process from its pagemap and mm images: every
@@ -82,6 +83,13 @@ int lazy_map_drop(struct lazy_map *m, uint64_t addr, uint64_t len);
  * destination is gone, what was pending at the source is now there.
  * 0 or -ENOMEM. */
 int lazy_map_remap(struct lazy_map *m, uint64_t from, uint64_t to, uint64_t len);
+
+/* The hole after block b that the caller should map to zeros now: its
+ * hole_after, if that is at most max, the pieces have not moved (a remap may
+ * have put pieces there) and the map's hole budget (its data bytes, at
+ * build; a clone gets what is left) still holds it, which this takes from
+ * the budget; else 0.  Safe from any thread holding the caller's shared lock. */
+uint64_t lazy_map_take_hole(struct lazy_map *m, uint32_t b, uint64_t max);
 
 /* todo -> claimed: true if the caller now owns block b. */
 bool lazy_map_claim(struct lazy_map *m, uint32_t b);

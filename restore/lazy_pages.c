@@ -239,19 +239,19 @@ static int copy_piece(const struct lazy_piece *pc, void *arg)
  * this daemon while it runs, a kernel fault after.  On the H100 the GPU
  * example's driver thread spent 167 ms in page faults without this and 98
  * with holes up to 256 MiB zeroed (bench/RESULTS.md).  Zero-page entries
- * cost no memory, only page tables (2 MiB a GiB); holes over zero_hole_bytes
- * are left to faults (a sparse reservation is not worth even that), and so
- * is everything after a remap (a hole may hold moved pieces then).
+ * cost no memory, only page tables (2 MiB a GiB); lazy_map_take_hole says
+ * which holes are worth that (not the largest, nor more hole than data: a
+ * sparse reservation is not) and safe (none after a remap).
  * 0, -EAGAIN, -ESRCH or -errno. */
 static int zero_hole(struct lp_daemon *d, struct lp_proc *p, uint32_t b)
 {
 	const struct lazy_block *k = &p->map.blocks[b];
-	uint64_t got = 0;
+	uint64_t len = lazy_map_take_hole(&p->map, b, d->o->zero_hole_bytes), got = 0;
 	int ret;
 
-	if (!k->hole_after || k->hole_after > d->o->zero_hole_bytes || p->map.moved)
+	if (!len)
 		return 0;
-	ret = fill(d, p, k->img + k->len, NULL, k->hole_after, &got);
+	ret = fill(d, p, k->img + k->len, NULL, len, &got);
 	atomic_fetch_add(&d->hole_bytes, got);
 	return ret;
 }

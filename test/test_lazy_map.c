@@ -181,6 +181,21 @@ int main(void)
 		REQUIRE(lazy_map_clone(&c, &h) == 0);
 		CHECK_EQ(c.blocks[0].hole_after, 8 * P);
 		CHECK_EQ(c.hole_bytes, 8 * P);
+		/* Taking holes: not over the cap, not beyond the budget (the
+		 * data's 6 pages here, so this 8-page hole never), none after
+		 * a remap; the clone has its own budget. */
+		CHECK_EQ(lazy_map_take_hole(&h, 0, 4 * P), 0);
+		CHECK_EQ(lazy_map_take_hole(&h, 0, 64 * P), 0);
+		CHECK_EQ(lazy_map_take_hole(&h, 1, 64 * P), 0);
+		atomic_store(&h.hole_budget, 20 * P);
+		CHECK_EQ(lazy_map_take_hole(&h, 0, 64 * P), 8 * P);
+		CHECK_EQ(lazy_map_take_hole(&h, 0, 64 * P), 8 * P);
+		CHECK_EQ(lazy_map_take_hole(&h, 0, 64 * P), 0); /* 4 pages left */
+		CHECK_EQ(atomic_load(&h.hole_budget), 4 * P);
+		CHECK_EQ(atomic_load(&c.hole_budget), 6 * P);
+		atomic_store(&c.hole_budget, 20 * P);
+		REQUIRE(lazy_map_remap(&c, 0x200000, 0x280000, 2 * P) == 0);
+		CHECK_EQ(lazy_map_take_hole(&c, 0, 64 * P), 0);
 		lazy_map_release(&c);
 		lazy_map_release(&h);
 	}

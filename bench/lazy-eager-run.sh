@@ -22,7 +22,8 @@
 # list of VAR=VALUE set for that start (e.g. "THAW_LAZY_THREADS=8
 # THAW_LAZY_THREADS=14,THAW_LAZY_COPY_SLOTS=14"; "-": nothing set).
 # LAZY_LOGS=1: lazy_done keeps each start's logs in OUTDIR/restore-logs/.
-# LAZY_PERF=CMD: a system-wide perf profile of some starts (see perf_begin).
+# LAZY_PERF=CMD: a system-wide perf profile of some starts (see perf_begin;
+# LAZY_PERF_ROUNDS, LAZY_PERF_SCRIPT=1 for bench/perf-timeline.py).
 # LAZY_VS="VAR=VALUE,...": after the lazy series, two more, as lazy-vs (thawd
 # under those settings) and lazy-again (as lazy), so that drift favours neither;
 # several such words (space-separated): lazy-vs1, lazy-vs2, ... then lazy-again.
@@ -38,7 +39,7 @@
 # holds the image bytes before and after elision.
 set -u
 if [ $# -lt 5 ]; then
-	sed -n '2,34p' "$0" >&2
+	sed -n '2,/^set -u/p' "$0" | sed '$d' >&2
 	exit 2
 fi
 SPEC=$1 ID=$2 INFER=$3 EXPECT=$4 OUTDIR=$5 REPEAT=${6:-5}

@@ -242,7 +242,7 @@ static int copy_piece(const struct lazy_piece *pc, void *arg)
  * cost no memory, only page tables (2 MiB a GiB); lazy_map_take_hole says
  * which holes are worth that (not the largest, nor more hole than data: a
  * sparse reservation is not) and safe (none after a remap).
- * 0, -EAGAIN, -ESRCH or -errno. */
+ * 0, or -ESRCH (the process is gone). */
 static int zero_hole(struct lp_daemon *d, struct lp_proc *p, uint32_t b)
 {
 	const struct lazy_block *k = &p->map.blocks[b];
@@ -253,7 +253,10 @@ static int zero_hole(struct lp_daemon *d, struct lp_proc *p, uint32_t b)
 		return 0;
 	ret = fill(d, p, k->img + k->len, NULL, len, &got);
 	atomic_fetch_add(&d->hole_bytes, got);
-	return ret;
+	/* Zeroing holes only spares faults: on an mm change in flight (taken
+	 * again, the hole would be charged to the budget twice) or an error
+	 * (fill logged it), what is not zeroed yet is left to them. */
+	return ret == -ESRCH ? ret : 0;
 }
 
 /* Copy what is left of block b (claimed by the caller), the piece holding

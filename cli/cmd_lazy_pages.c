@@ -97,8 +97,6 @@ int cmd_lazy_pages(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	env = getenv("THAW_LAZY_EVENTS_FIRST");
-	o.events_first = env && !strcmp(env, "1");
 	env = getenv("THAW_LAZY_PREFETCH_DELAY_MS");
 	if (env && *env && !cli_parse_count(env, 3600000, &v))
 		o.prefetch_delay_ms = (unsigned)v;

@@ -513,24 +513,16 @@ out:
 	return ret;
 }
 
-/* events_first: the lock prefers its writer, the event thread.  glibc's
- * default prefers readers, and copy threads that take it block after block
- * can keep the event thread from reading a fault until the fill is over. */
-static struct lp_proc *proc_new(int pid, int uffd, bool events_first)
+static struct lp_proc *proc_new(int pid, int uffd)
 {
 	struct lp_proc *p = calloc(1, sizeof(*p));
-	pthread_rwlockattr_t attr;
 
 	if (!p)
 		return NULL;
 	p->pid = pid;
 	p->uffd = uffd;
 	atomic_store(&p->stream, NO_STREAM);
-	pthread_rwlockattr_init(&attr);
-	if (events_first)
-		pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-	pthread_rwlock_init(&p->lock, &attr);
-	pthread_rwlockattr_destroy(&attr);
+	pthread_rwlock_init(&p->lock, NULL);
 	return p;
 }
 
@@ -799,7 +791,7 @@ static int receive_tasks(struct lp_daemon *d)
 			return uffd;
 		}
 		fcntl(uffd, F_SETFL, O_NONBLOCK);
-		p = proc_new(pid, uffd, d->o->events_first);
+		p = proc_new(pid, uffd);
 		if (!p) {
 			close(uffd);
 			return -ENOMEM;
@@ -872,7 +864,7 @@ static int queue_fault(struct lp_proc *p, uint64_t addr, long block)
 
 static int handle_fork(struct lp_daemon *d, struct lp_proc *p, int ufd)
 {
-	struct lp_proc *c = proc_new(p->pid, ufd, d->o->events_first);
+	struct lp_proc *c = proc_new(p->pid, ufd);
 	int ret;
 
 	if (!c) {
@@ -1238,9 +1230,8 @@ int lazy_pages_run(const struct lazy_pages_opts *o)
 
 		d.copy_sem = slots > 0 ? copy_slots_open(slots) : -1;
 		pr_info("%u copy threads, %d copy slots on this machine; holes up to %llu KiB "
-			"zeroed as they are reached; %s first", d.nthreads, slots,
-			(unsigned long long)(o->zero_hole_bytes >> 10),
-			o->events_first ? "faults and events" : "copies");
+			"zeroed as they are reached", d.nthreads, slots,
+			(unsigned long long)(o->zero_hole_bytes >> 10));
 	}
 	pthread_mutex_init(&d.mu, NULL);
 	pthread_cond_init(&d.cv, NULL);

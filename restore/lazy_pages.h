@@ -19,7 +19,6 @@
 #ifndef THAW_RESTORE_LAZY_PAGES_H
 #define THAW_RESTORE_LAZY_PAGES_H
 
-#include <stdbool.h>
 #include <stdint.h>
 
 #define LAZY_PAGES_SOCK_NAME	    "lazy-pages.socket"
@@ -40,7 +39,6 @@ struct lazy_pages_opts {
 	uint64_t zero_hole_bytes; /* the largest hole between two blocks of one VMA that
 				   * the copy threads map to the zero page after the block
 				   * before it (0: none; see zero_hole) */
-	bool events_first;	  /* the event thread before the copy threads (see proc_new) */
 	unsigned prefetch_delay_ms; /* hold the copy threads back this long after the restore
 				     * finished (tests: a process's mm changes then meet
 				     * pages not copied yet; the daemon outlives a start) */

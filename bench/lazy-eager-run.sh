@@ -129,6 +129,11 @@ perf_end() {
 	PERF_PID=
 }
 
+# keep_logs IID DIR: instance IID's logs (CRIU's, runc's, the daemon's) into DIR.
+keep_logs() {
+	mkdir -p "$2"
+	(cd "$W/data/instances/$1" && find . -name '*.log' -size -64M -exec cp --parents {} "$2" \;)
+}
 # Each restarted thawd gets one start that is not counted, as the eager series
 # had: its first start would read the manifest again (~0.3 s of load).
 # lazy_series NAME [VAR=VALUE,...]: a thawd restarted with --lazy (with those
@@ -154,12 +159,11 @@ traced_start() {
 	perf_begin "thawd-$1"
 	curl -s -m 120 -X POST "$URL/functions/$ID/start" >"$W/t.json"
 	perf_end
-	iid=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["instance"])' "$W/t.json") ||
+	iid=$(jfield "$W/t.json" instance) ||
 		{ echo "traced start of $1: $(cat "$W/t.json")"; return 0; }
 	for _ in $(seq 100); do [ -e "$W/data/instances/$iid/lazy.status" ] && break; sleep 0.1; done
-	mkdir -p "$keep"
+	keep_logs "$iid" "$keep"
 	cp "$W/t.json" "$keep/start.json"
-	(cd "$W/data/instances/$iid" && find . -name '*.log' -size -64M -exec cp --parents {} "$keep" \;)
 	curl -s -X DELETE "$URL/instances/$iid" >/dev/null
 }
 lazy_series lazy
@@ -189,15 +193,15 @@ local variants=-
 [ "$1" = thaw ] && [ -n "${LAZY_AB:-}" ] && variants=$LAZY_AB
 for i in $(seq 1 "$REPEAT"); do
 for v in $variants; do
-	local envs=()
+	local envs=() name="$1-$i-${v//[^A-Za-z0-9_=.-]/_}"
 	[ "$v" != - ] && IFS=, read -r -a envs <<<"$v"
-	[ "$i" -le "${LAZY_PERF_ROUNDS:-$REPEAT}" ] && perf_begin "$1-$i-${v//[^A-Za-z0-9_=.-]/_}"
+	[ "$i" -le "${LAZY_PERF_ROUNDS:-$REPEAT}" ] && perf_begin "$name"
 	[ "${LAZY_LOGS:-0}" = 1 ] && envs+=(THAW_LOG=info) # its phases, kept below
 	env "${envs[@]}" THAW_RAM_TIER="$TIER" "$B/thaw" --data-dir "$W/data" start --lazy "$SNAP" \
 		>"$W/s.json" 2>"$W/s.err" ||
 		{ echo "thaw start --lazy ($v): $(cat "$W/s.err")"; bad=1; perf_end; continue; }
 	perf_end
-	iid=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["instance"])' "$W/s.json")
+	iid=$(jfield "$W/s.json" instance)
 	for _ in $(seq 600); do
 		d=$("$B/thaw" --data-dir "$W/data" ps --json | python3 -c 'import json,sys
 for r in json.load(sys.stdin):
@@ -212,9 +216,8 @@ for r in json.load(sys.stdin):
 	# LAZY_LOGS=1: each start's logs (CRIU's restore.log, runc's, the daemon's)
 	# kept under OUTDIR/restore-logs/, to see where a restore's time goes.
 	if [ "${LAZY_LOGS:-0}" = 1 ]; then
-		local keep="$OUTDIR/restore-logs/$1-$i-${v//[^A-Za-z0-9_=.-]/_}"
-		mkdir -p "$keep"
-		(cd "$W/data/instances/$iid" && find . -name '*.log' -size -64M -exec cp --parents {} "$keep" \;)
+		local keep="$OUTDIR/restore-logs/$name"
+		keep_logs "$iid" "$keep"
 		cp "$W/s.err" "$keep/thaw-start.log"
 		keep_smaps "$W/s.json" "$keep"
 	fi
@@ -227,7 +230,7 @@ done
 # tell whether its memory came back in huge pages.
 keep_smaps() {
 	local pid
-	pid=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("pid", 0))' "$1")
+	pid=$(jfield "$1" pid)
 	[ "$pid" -gt 0 ] 2>/dev/null || return 0
 	cat "/proc/$pid/smaps_rollup" >"$2/smaps_rollup.txt" 2>&1
 	python3 - "$pid" >"$2/smaps_top.txt" 2>&1 <<'PY'
@@ -258,8 +261,7 @@ if [ "${LAZY_LOGS:-0}" = 1 ]; then
 	if [ $rc = 0 ]; then
 		keep_smaps "$W/s.json" "$keep"
 		cp "$W/s.json" "$keep/start.json"
-		"$B/thaw" --data-dir "$W/data" stop \
-			"$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["instance"])' "$W/s.json")" >/dev/null
+		"$B/thaw" --data-dir "$W/data" stop "$(jfield "$W/s.json" instance)" >/dev/null
 	else
 		echo "thaw start --eager: $(cat "$W/s.err")"
 	fi

@@ -1056,9 +1056,8 @@ static int serve_fault(struct lp_daemon *d, struct lp_proc *p, struct lp_fault *
 	}
 	ret = copy_block(d, p, (uint32_t)f->block, f->addr, &bytes, &done_ns);
 	atomic_fetch_add(&d->fault_bytes, bytes);
-	if (!ret)
-		fault_waited(d, f, done_ns);
 	if (!ret) {
+		fault_waited(d, f, done_ns);
 		block_done(d, p, (uint32_t)f->block);
 		atomic_store(&p->stream, (size_t)f->block + 1);
 	}

@@ -4,8 +4,8 @@
 #   tier), OUTDIR (where thawd.log and each scenario's files go), ID (the
 #   function), INFER and EXPECT (thaw-bench's --infer and --expect).
 # It sets PIDFILE and bad=0, traps EXIT to stop thawd, its instances and remove
-# W and TIER, and gives start_thawd, stop_thawd, put_function, snapshot_function
-# and run (one thaw-bench scenario whose starts must all be correct).
+# W and TIER, and gives start_thawd, stop_thawd, put_function, snapshot_function,
+# run (one thaw-bench scenario whose starts must all be correct) and jfield.
 PIDFILE=$W/thawd.pid
 BENCH=$B/bench/thaw-bench
 bad=0
@@ -67,12 +67,22 @@ PY
 	[ "$code" = 201 ] || [ "$code" = 200 ] || { echo "PUT $fn: $code $(cat "$W/put.json")"; return 1; }
 }
 
+# jfield FILE KEY...: a value from a JSON file (KEYs nested); fails when absent.
+jfield() {
+	python3 - "$@" <<'PY' 2>/dev/null
+import json, sys
+v = json.load(open(sys.argv[1]))
+for k in sys.argv[2:]:
+    v = v[k]
+print(v)
+PY
+}
+
 # snapshot_function FN OUT: snapshot and wait; the job into OUT, its id into SNAP.
 snapshot_function() {
 	echo "snapshot of $1..."
 	curl -s -m 1200 -X POST "$URL/functions/$1/snapshot?wait=1" >"$2"
-	SNAP=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["job"]["result"]["snapshot"])' \
-		"$2" 2>/dev/null)
+	SNAP=$(jfield "$2" job result snapshot)
 	[ -n "$SNAP" ] || { echo "snapshot of $1 failed: $(cat "$2")"; return 1; }
 	echo "snapshot $SNAP"
 }

@@ -14,16 +14,28 @@
 
 static void start_usage(FILE *f)
 {
-	fprintf(f, "usage: thaw start [--data-dir DIR] [--store DIR] [--lazy|--eager] SNAPSHOT\n\n"
+	fprintf(f, "usage: thaw start [--data-dir DIR] [--store DIR] [--mapped|--lazy|--eager] SNAPSHOT\n\n"
 		   "Restore a new instance of SNAPSHOT (a snapshot id, a unique prefix of at\n"
 		   "least 12 hex digits, or a function id: its newest snapshot) and print it\n"
 		   "as JSON once it is ready:\n"
 		   "  {\"instance\",\"function\",\"snapshot\",\"endpoint\":\"127.0.0.1:PORT\",\"pid\",\n"
-		   "   \"tier\":\"ram\"|\"disk\",\"timings_ms\":{load,materialize,setup,criu_restore,\n"
-		   "   endpoint,gpu_restore,ready,total[,lazy_done]},\"lazy\"}\n"
-		   "--lazy: restore pages on demand (a CRIU lazy-pages daemon serves them from\n"
-		   "the RAM tier while the instance runs); --eager: every page before it runs.\n"
-		   "Without either, the function's spec \"lazy\" decides, else THAW_LAZY (1, 0,\n"
+		   "   \"tier\":\"ram\"|\"disk\",\"pages\":\"mapped\"|\"lazy\"|\"eager\",\"pages_why\",\n"
+		   "   \"timings_ms\":{load,materialize,setup,criu_restore,endpoint,gpu_restore,\n"
+		   "   ready,total[,lazy_done]},\"lazy\"}\n"
+		   "How the memory comes back, \"pages\":\n"
+		   "  mapped  the default wherever it applies: the instance maps the snapshot's\n"
+		   "          memory files in the RAM tier (one copy shared by every instance,\n"
+		   "          its writes copy-on-write) and holds that tier entry until it\n"
+		   "          exits.  It does not apply (pages_why says why) to a snapshot taken\n"
+		   "          before mapped restore, to memory a forked child shares, to\n"
+		   "          mappings under THAW_MAPPED_MIN_KIB (default 1024) of pages, or\n"
+		   "          under THAW_MAPPED=0; then lazy or eager, as below.\n"
+		   "  lazy    (--lazy) pages on demand: a lazy-pages daemon serves them from\n"
+		   "          the RAM tier while the instance runs;\n"
+		   "  eager   (--eager) every page copied in before it runs.\n"
+		   "--mapped asks for mapped and falls back as above.  --lazy/--eager, or the\n"
+		   "function's spec \"lazy\", choose that way instead of mapped.  Where mapped\n"
+		   "does not apply, THAW_LAZY decides (1, 0,\n"
 		   "or auto, the default: lazily, but a GPU function eagerly under\n"
 		   "THAW_LAZY_DAEMON=criu or while more than THAW_LAZY_MAX_GPU_STARTS GPU starts\n"
 		   "of this process are in flight: default 1, which one start per process, as\n"
@@ -136,8 +148,10 @@ int cmd_start(int argc, char **argv)
 			return 0;
 		if (r)
 			continue;
-		if (!strcmp(argv[i], "--lazy") || !strcmp(argv[i], "--eager")) {
-			mode = argv[i][2] == 'l' ? INSTANCE_LAZY : INSTANCE_EAGER;
+		if (!strcmp(argv[i], "--lazy") || !strcmp(argv[i], "--eager") ||
+		    !strcmp(argv[i], "--mapped")) {
+			mode = argv[i][2] == 'l' ? INSTANCE_LAZY
+			       : argv[i][2] == 'm' ? INSTANCE_MAPPED : INSTANCE_EAGER;
 			continue;
 		}
 		if (argv[i][0] != '-' && !arg) {
@@ -178,6 +192,7 @@ int cmd_start(int argc, char **argv)
 		fprintf(stderr, "thaw start: RAM tier %s: %s\n", c.ram_tier_dir, log_last_error());
 		goto out;
 	}
+	tier_set_mapped(t, c.mapped_min);
 	log_clear_error();
 	ret = instance_start(&c, s, t, id, mode, &in);
 	if (ret) {

@@ -108,6 +108,7 @@ static int to_tier(struct store *s, const char *id, struct engine_opts *o)
 		fprintf(stderr, "thaw materialize: %s\n", log_last_error());
 		return 1;
 	}
+	tier_set_mapped(t, c.mapped_min);
 	ret = tier_acquire(t, id, &l);
 	progress_done(o->progress_arg);
 	if (ret) {

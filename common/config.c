@@ -194,7 +194,7 @@ int config_init(struct thaw_config *c, const char *data_dir)
 {
 	const char *v;
 	char buf[PATH_MAX + 16];
-	int tri, ret;
+	int tri, kib, ret;
 
 	memset(c, 0, sizeof(*c));
 	if (!data_dir || !*data_dir)
@@ -243,6 +243,13 @@ int config_init(struct thaw_config *c, const char *data_dir)
 	if (ret)
 		return ret;
 	c->lazy_gpu_after_fill = tri > 0;
+
+	ret = env_tristate("THAW_MAPPED", &tri);
+	if (!ret)
+		ret = env_int("THAW_MAPPED_MIN_KIB", 4, 1024, "a size in KiB (4 or more)", &kib);
+	if (ret)
+		return ret;
+	c->mapped_min = tri < 0 ? 0 : (uint64_t)kib << 10;
 
 	ret = lazy_daemon_init(c);
 	if (ret)

@@ -57,6 +57,10 @@ struct thaw_config {
 				      * default 1; 0: GPU functions always eagerly; -1: no
 				      * limit) */
 	enum config_huge tier_huge;  /* $THAW_TIER_HUGE auto|1|0; default CONFIG_HUGE_AUTO */
+	uint64_t mapped_min;         /* restore by mapping (restore/mapped.h) the private
+				      * VMAs holding at least this many bytes of pages:
+				      * $THAW_MAPPED 1|0 (default 1), $THAW_MAPPED_MIN_KIB
+				      * (default 1024); 0: never mapped */
 	bool lazy_gpu_after_fill;    /* a lazy GPU start waits for the daemon to have
 				      * served every page before the CUDA restore
 				      * ($THAW_LAZY_GPU_AFTER_FILL 1|0; default 0): the
@@ -78,7 +82,8 @@ bool config_restores_lazily(const struct thaw_config *c, bool gpu, unsigned gpu_
  * THAW_LAZY and THAW_TIER_HUGE (1/true/yes, 0/false/no or auto),
  * THAW_LAZY_DAEMON (thaw, the default: the `thaw` binary beside ours or one
  * directory up, as in build/; criu), THAW_LAZY_MAX_GPU_STARTS (a whole
- * number >= -1) and THAW_LAZY_GPU_AFTER_FILL (1/0).  A bad value is -EINVAL, logged with the variable named. */
+ * number >= -1), THAW_LAZY_GPU_AFTER_FILL (1/0), THAW_MAPPED (1/0) and
+ * THAW_MAPPED_MIN_KIB (>= 4).  A bad value is -EINVAL, logged with the variable named. */
 int config_init(struct thaw_config *c, const char *data_dir);
 
 #endif

@@ -16,6 +16,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* Where every function's container has the snapshot's memory files (a
+ * read-only bind mount): at snapshot time of an empty directory, at a mapped
+ * restore of the snapshot's tier entry (restore/mapped.c says why a bind). */
+#define OCI_MAPPED_DEST "/.thaw"
+
 struct oci_bind {
 	const char *src; /* host path */
 	const char *dst; /* path in the container */

@@ -403,7 +403,8 @@ static int write_bundle(struct job *j)
 	const struct func_spec *spec = j->spec;
 	char rootfs[PATH_MAX + 16], cgroup[192], port_env[32];
 	char **argv = spec->command, **own_argv = NULL, **env = NULL;
-	struct oci_bind bind = { spec->cwd, spec->cwd, false };
+	char mapped_src[PATH_MAX + 320];
+	struct oci_bind binds[2];
 	struct oci_spec o = { 0 };
 	struct stat st;
 	size_t nenv = 0;
@@ -439,11 +440,18 @@ static int write_bundle(struct job *j)
 	o.env = env;
 	o.cwd = spec->cwd;
 	o.netns_path = j->netns;
+	o.binds = binds;
 	/* The function's own directory, read-only at the same path. */
-	if (!o.rootfs && spec->cwd && strcmp(spec->cwd, "/")) {
-		o.binds = &bind;
-		o.nbinds = 1;
-	}
+	if (!o.rootfs && spec->cwd && strcmp(spec->cwd, "/"))
+		binds[o.nbinds++] = (struct oci_bind){ spec->cwd, spec->cwd, false };
+	/* The mount a mapped restore puts the snapshot's memory files at: it
+	 * must be in the image already, so that runc declares it external and
+	 * a restore can point it elsewhere (restore/mapped.c).  Empty now. */
+	snprintf(mapped_src, sizeof(mapped_src), "%s.mapped", j->bundle);
+	ret = mkdir_p(mapped_src, 0755);
+	if (ret)
+		goto out;
+	binds[o.nbinds++] = (struct oci_bind){ mapped_src, OCI_MAPPED_DEST, false };
 	o.gpu = spec->gpu;
 	o.hostname = spec->id;
 	o.cgroups_path = cgroup;
@@ -574,12 +582,14 @@ static json_t *snapshot_meta(struct job *j, json_t *timings, uint64_t image_byte
 
 	gmtime_r(&now, &tm);
 	strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	return json_pack("{s:s, s:o, s:o, s:o, s:O, s:O, s:O, s:I, s:I, s:I, s:s}", "function",
+	return json_pack("{s:s, s:o, s:o, s:o, s:O, s:O, s:O, s:I, s:I, s:I, s:s, s:s}",
+			 "function",
 			 j->spec->id, "spec", spec_to_json(j->spec), "versions", versions(j->c),
 			 "gpus", gpus(j), "cuda_pids", j->cuda_pids, "cuda_ns_pids", j->cuda_ns_pids,
 			 "timings_ms", timings, "image_bytes", (json_int_t)image_bytes,
 			 "image_bytes_before_elision", (json_int_t)bytes_before,
-			 "zero_pages_elided", (json_int_t)pages_elided, "created", created);
+			 "zero_pages_elided", (json_int_t)pages_elided, "created", created,
+			 "mapped_mount", OCI_MAPPED_DEST);
 }
 
 /* Undo whatever was made, in reverse order; says what is left if a step fails. */

@@ -31,8 +31,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -73,6 +76,13 @@ struct start_ctx {
 	unsigned long long lz_watcher_start, lz_daemon_start;
 	char lazy_log[PATH_MAX + 16];
 	char lazy_status[PATH_MAX + 16];
+	/* Mapped restore: the process that holds the tier lease for the
+	 * instance's life, and the directory bound at OCI_MAPPED_DEST when the
+	 * instance does not map (the snapshot's mount must be given one). */
+	bool mapped;
+	pid_t holder;
+	unsigned long long holder_start;
+	char mapped_empty[PATH_MAX + 16];
 };
 
 /* A path into buf; -ENAMETOOLONG (logged) if it does not fit. */
@@ -149,10 +159,19 @@ static json_t *timings_json(const struct instance *in)
 
 json_t *instance_to_json(const struct instance *in)
 {
-	return json_pack("{s:s,s:s,s:s,s:s,s:I,s:s,s:b,s:o*}", "instance", in->id, "function",
-			 in->function, "snapshot", in->snapshot, "endpoint", in->endpoint, "pid",
-			 (json_int_t)in->pid, "tier", in->tier_hit ? "ram" : "disk", "lazy",
-			 in->lazy, "timings_ms", timings_json(in));
+	json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:I,s:s,s:s,s:b,s:o*}", "instance", in->id,
+			      "function", in->function, "snapshot", in->snapshot, "endpoint",
+			      in->endpoint, "pid", (json_int_t)in->pid, "tier",
+			      in->tier_hit ? "ram" : "disk", "pages", in->pages ? in->pages : "eager",
+			      "lazy", in->lazy, "timings_ms", timings_json(in));
+
+	/* Not mapped: why, so that a user can tell a fallback from a choice. */
+	if (j && in->pages_why[0] &&
+	    json_object_set_new(j, "pages_why", json_string(in->pages_why))) {
+		json_decref(j);
+		return NULL;
+	}
+	return j;
 }
 
 /* The record: what instance_to_json says, and what stop needs. */
@@ -182,6 +201,9 @@ static int write_record(struct start_ctx *x, const struct instance *in, const ch
 	    json_object_set_new(j, "lazy_daemon_pid", json_integer(x->lz.daemon)) ||
 	    json_object_set_new(j, "lazy_daemon_start",
 				json_integer((json_int_t)x->lz_daemon_start)) ||
+	    json_object_set_new(j, "lease_holder_pid", json_integer(x->holder)) ||
+	    json_object_set_new(j, "lease_holder_start",
+				json_integer((json_int_t)x->holder_start)) ||
 	    json_object_set(j, "cuda_pids", cuda) ||
 	    json_object_set_new(j, "created", json_integer((json_int_t)time(NULL))))
 		goto out;
@@ -293,6 +315,11 @@ static int teardown(struct start_ctx *x, const char *id)
 	if (r)
 		return r;
 	x->lz.daemon = 0;
+	/* The lease after the container: nothing maps the tier's files now. */
+	r = kill_helper("tier lease holder", x->holder, x->holder_start);
+	if (r)
+		return r;
+	x->holder = 0;
 	/* The endpoint after the container: a client sees its connection
 	 * close rather than refused while the function still runs. */
 	if (x->shim_pid > 0) {
@@ -338,10 +365,11 @@ static void phase_failed(const char *snapshot, const char *phase, int err)
  * prewarm wrote it: the same mounts, or CRIU cannot put the processes back.
  * The process's argv and env are not used by a restore (CRIU brings the
  * process back as it was) but the bundle must name some. */
-static int write_bundle(struct start_ctx *x, const struct func_spec *spec, const char *id)
+static int write_bundle(struct start_ctx *x, const struct func_spec *spec, const char *id,
+			const char *mapped_src)
 {
 	static char *const no_argv[] = { "/bin/true", NULL };
-	struct oci_bind bind = { spec->cwd, spec->cwd, false };
+	struct oci_bind binds[2];
 	struct oci_spec o = { 0 };
 	char rootfs[PATH_MAX + 16], cgroup[192];
 	struct stat st;
@@ -355,11 +383,14 @@ static int write_bundle(struct start_ctx *x, const struct func_spec *spec, const
 	o.env = spec->env && spec->env[0] ? spec->env : NULL;
 	o.cwd = spec->cwd;
 	o.netns_path = x->netns;
+	o.binds = binds;
 	/* The function's own directory, read-only at the same path. */
-	if (!o.rootfs && spec->cwd && strcmp(spec->cwd, "/")) {
-		o.binds = &bind;
-		o.nbinds = 1;
-	}
+	if (!o.rootfs && spec->cwd && strcmp(spec->cwd, "/"))
+		binds[o.nbinds++] = (struct oci_bind){ spec->cwd, spec->cwd, false };
+	/* The snapshot's memory files, or (not mapped) an empty directory:
+	 * runc maps the image's external mount to whatever is bound there. */
+	if (mapped_src)
+		binds[o.nbinds++] = (struct oci_bind){ mapped_src, OCI_MAPPED_DEST, false };
 	o.gpu = spec->gpu;
 	o.hostname = spec->id;
 	o.cgroups_path = cgroup;
@@ -382,6 +413,107 @@ static int parse_spec(const struct manifest *m, const char *snapshot, struct fun
 	if (ret)
 		pr_err("snapshot %s: its function spec is unusable: %s", snapshot, err);
 	return ret;
+}
+
+/* The holder: a detached process that keeps a duplicate of the tier lease
+ * (a flock lasts while any descriptor of it is open) until the instance's
+ * first process has exited, so that no eviction removes the files it maps
+ * while it runs, whatever happens to thawd.  Its pid is recorded; a stop
+ * kills it after the container.  0, or -errno (logged). */
+static int hold_lease(struct start_ctx *x, int lease_fd, pid_t pid)
+{
+	int pidfd = (int)syscall(SYS_pidfd_open, pid, 0), p[2] = { -1, -1 }, ret = 0, st;
+	pid_t mid, holder = 0;
+
+	if (pidfd < 0 || pipe2(p, O_CLOEXEC) < 0) {
+		ret = -errno;
+		pr_perror("tier lease holder: %s", pidfd < 0 ? "pidfd_open" : "pipe");
+		goto out;
+	}
+	mid = fork();
+	if (mid < 0) {
+		ret = -errno;
+		pr_perror("fork");
+		goto out;
+	}
+	if (mid == 0) {
+		/* Detached (its own session, not our child) and holding nothing
+		 * of the starter's but the lease and the pidfd. */
+		struct pollfd pf = { .fd = 3, .events = POLLIN };
+		sigset_t none;
+		pid_t me;
+
+		setsid();
+		if (fork() != 0)
+			_exit(0);
+		me = getpid();
+		if (write(p[1], &me, sizeof(me)) != sizeof(me))
+			_exit(1);
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		signal(SIGHUP, SIG_IGN);
+		prctl(PR_SET_NAME, "thaw-lease", 0, 0, 0);
+		pidfd = fcntl(pidfd, F_DUPFD, 10);
+		lease_fd = fcntl(lease_fd, F_DUPFD, 10);
+		if (pidfd < 0 || lease_fd < 0 || dup2(pidfd, 3) < 0 || dup2(lease_fd, 4) < 0)
+			_exit(1);
+		/* Not the starter's stdio: a caller reading it to its end
+		 * (thaw start in $(…)) would wait for the instance's end. */
+		int null_fd = open("/dev/null", O_RDWR);
+
+		for (int i = 0; null_fd >= 0 && i < 3; i++)
+			dup2(null_fd, i);
+		syscall(SYS_close_range, 5, ~0U, 0);
+		while (poll(&pf, 1, -1) < 0 && errno == EINTR)
+			;
+		_exit(0);
+	}
+	while (waitpid(mid, &st, 0) < 0 && errno == EINTR)
+		;
+	close(p[1]);
+	p[1] = -1;
+	if (read(p[0], &holder, sizeof(holder)) != sizeof(holder) || holder <= 0) {
+		pr_err("the tier lease holder did not start");
+		ret = -EIO;
+		goto out;
+	}
+	x->holder = holder;
+	proc_start_time(holder, &x->holder_start);
+out:
+	for (int i = 0; i < 2; i++)
+		if (p[i] >= 0)
+			close(p[i]);
+	if (pidfd >= 0)
+		close(pidfd);
+	return ret;
+}
+
+/* Whether this start maps (x->mapped), else why not in in->pages_why. */
+static void choose_mapped(struct start_ctx *x, struct instance *in, const struct manifest *m,
+			  struct tier_lease *lease, bool want, const char *why_mode)
+{
+	const char *mount = json_string_value(json_object_get(m->meta, "mapped_mount"));
+
+	x->mapped = false;
+	if (!want)
+		snprintf(in->pages_why, sizeof(in->pages_why), "%s", why_mode);
+	else if (!x->c->mapped_min)
+		snprintf(in->pages_why, sizeof(in->pages_why), "THAW_MAPPED=0");
+	else if (!mount || strcmp(mount, OCI_MAPPED_DEST))
+		snprintf(in->pages_why, sizeof(in->pages_why),
+			 "the snapshot has no %s mount (taken before mapped restore)",
+			 OCI_MAPPED_DEST);
+	else if (!tier_lease_mapped(lease))
+		snprintf(in->pages_why, sizeof(in->pages_why), "%s", tier_lease_mapped_why(lease));
+	else
+		x->mapped = true;
+	if (x->mapped) {
+		in->pages_why[0] = '\0';
+		x->lazy = in->lazy = false;
+		in->pages = "mapped";
+	} else {
+		in->pages = in->lazy ? "lazy" : "eager";
+	}
 }
 
 /* Start the lazy-pages daemon for x (its pages from image_dir), record it so
@@ -444,11 +576,11 @@ int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 	struct tier_lease *lease = NULL;
 	struct instance in = { 0 };
 	struct shim_opts so;
-	char dir[PATH_MAX], why[512], why_mode[160];
+	char dir[PATH_MAX], why[512], why_mode[160], mapped_src[PATH_MAX + 16], image[PATH_MAX + 16];
 	uint64_t t0 = now_ns(), tp;
 	const char *phase = "load";
 	unsigned gpu_starts = 0;
-	bool counted = false;
+	bool counted = false, want_mapped;
 	int ret;
 
 	ret = store_manifest_load(s, snapshot_id, &m, in.snapshot);
@@ -468,6 +600,13 @@ int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 		gpu_starts = atomic_fetch_add(&gpu_starts_in_flight, 1) + 1;
 		counted = true;
 	}
+	/* Mapped wherever it applies, unless the start or the function asks
+	 * for a way (then its word is the reason).  Where it does not apply,
+	 * the rest decides between lazy and eager. */
+	want_mapped = mode == INSTANCE_MAPPED ||
+		      (mode == INSTANCE_MODE_AUTO && spec->lazy != SPEC_LAZY && spec->lazy != SPEC_EAGER);
+	if (mode == INSTANCE_MAPPED)
+		mode = INSTANCE_MODE_AUTO;
 	/* The start's word, else the function's, else thawd's setting (whose
 	 * default, config.h says why, is lazy but for GPU functions under
 	 * CRIU's daemon or in a burst of GPU starts). */
@@ -494,6 +633,7 @@ int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 		goto fail;
 	in.t.materialize = ms_since(tp);
 	in.tier_hit = tier_lease_hit(lease);
+	choose_mapped(&x, &in, m, lease, want_mapped, why_mode);
 
 	phase = "setup";
 	tp = now_ns();
@@ -535,7 +675,16 @@ int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 	if (ret)
 		goto fail;
 	x.have_netns = true;
-	ret = write_bundle(&x, spec, in.id);
+	mapped_src[0] = '\0';
+	if (x.mapped) {
+		ret = pathf(mapped_src, sizeof(mapped_src), "%s/mem", tier_lease_mapped(lease));
+	} else if (json_is_string(json_object_get(m->meta, "mapped_mount"))) {
+		snprintf(x.mapped_empty, sizeof(x.mapped_empty), "%s/mapped-empty", x.dir);
+		ret = mkdir_p(x.mapped_empty, 0755);
+		snprintf(mapped_src, sizeof(mapped_src), "%s", x.mapped_empty);
+	}
+	if (!ret)
+		ret = write_bundle(&x, spec, in.id, mapped_src[0] ? mapped_src : NULL);
 	if (ret)
 		goto fail;
 	in.t.setup = ms_since(tp);
@@ -550,14 +699,22 @@ int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 			goto fail;
 	}
 	x.have_container = true; /* runner_restore deletes it when it fails; harmless twice */
-	ret = runner_restore(&x.r, x.bundle, in.id, tier_lease_path(lease), x.work, &x.stdio,
-			     &in.pid);
+	snprintf(image, sizeof(image), "%s/image", x.mapped ? tier_lease_mapped(lease) : "");
+	ret = runner_restore(&x.r, x.bundle, in.id, x.mapped ? image : tier_lease_path(lease), x.work,
+			     &x.stdio, &in.pid);
 	in.t.criu_restore = ms_since(tp);
 	if (!ret)
 		ret = lazy_check(&x, &in);
 	if (ret)
 		goto fail;
 	proc_start_time(in.pid, &x.pid_start);
+	if (x.mapped) {
+		ret = hold_lease(&x, tier_lease_fd(lease), in.pid);
+		if (!ret)
+			ret = write_record(&x, &in, "starting");
+		if (ret)
+			goto fail;
+	}
 
 	/* The shim first: it drains the function's output while we wait. */
 	phase = "endpoint";
@@ -623,7 +780,8 @@ int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 		goto fail;
 	pr_info("instance %s of %s: %s, pid %d, %s (%s), %.1f ms (materialize %.1f, "
 		"criu_restore %.1f, gpu_restore %.1f, ready %.1f)", in.id, in.function, in.endpoint,
-		(int)in.pid, in.lazy ? "lazy" : "eager", why_mode, in.t.total, in.t.materialize,
+		(int)in.pid, in.pages, x.mapped ? "it applies" : in.pages_why, in.t.total,
+		in.t.materialize,
 		in.t.criu_restore, in.t.gpu_restore, in.t.ready);
 	*out = in;
 	goto out;
@@ -705,6 +863,10 @@ int instance_stop(const struct thaw_config *c, const char *id)
 	if (num_field(rec, "lazy_watcher_pid", &v) && v > 0) {
 		x.lz.watcher = (pid_t)v;
 		x.lz_watcher_start = num_field(rec, "lazy_watcher_start", &v) ? (unsigned long long)v : 0;
+	}
+	if (num_field(rec, "lease_holder_pid", &v) && v > 0) {
+		x.holder = (pid_t)v;
+		x.holder_start = num_field(rec, "lease_holder_start", &v) ? (unsigned long long)v : 0;
 	}
 	if (num_field(rec, "lazy_daemon_pid", &v) && v > 0) {
 		x.lz.daemon = (pid_t)v;

@@ -28,16 +28,23 @@ struct instance_timings {
 			   * for that before the CUDA restore */
 };
 
-/* How the pages come back.  Eager: runc restore puts every page in before
+/* How the pages come back.  Mapped (restore/mapped.h): runc restore of the
+ * tier entry's mapped image; the process maps the snapshot's memory files
+ * (one page-cache copy for every instance) and the instance holds a lease on
+ * the tier entry until its first process exits (a detached holder process).
+ * Eager: runc restore puts every page in before
  * the process runs.  Lazy: runc restore --lazy-pages; the process runs at
  * once and a CRIU lazy-pages daemon of its own serves its anonymous memory
  * from the image in the RAM tier through userfaultfd, on demand and in the
  * background.  If that daemon ends before it has served every page, the
  * instance is killed and listed as "failed" with the reason. */
 enum instance_mode {
-	INSTANCE_MODE_AUTO, /* the snapshot's spec "lazy" if set, else the config's lazy */
+	INSTANCE_MODE_AUTO, /* the snapshot's spec "lazy" if set, else mapped where
+			     * the tier entry has a mapped image (and THAW_MAPPED
+			     * is not 0), else the config's lazy */
 	INSTANCE_EAGER,
 	INSTANCE_LAZY,
+	INSTANCE_MAPPED,    /* mapped, else (with the reason) AUTO's choice */
 };
 
 struct instance {
@@ -48,6 +55,8 @@ struct instance {
 	pid_t pid;         /* host pid of the container's first process */
 	bool tier_hit;     /* "ram" if true, else "disk" */
 	bool lazy;         /* restored lazily */
+	const char *pages; /* "mapped", "lazy" or "eager" (a static string) */
+	char pages_why[256]; /* not mapped: why */
 	struct instance_timings t;
 };
 

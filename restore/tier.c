@@ -1,7 +1,9 @@
 /* tier.c — the RAM tier; see tier.h.
  *
  * On disk, under the tier directory:
- *	<hex>/                 a complete snapshot's image files
+ *	<hex>/                 a complete snapshot's image files, and where
+ *	                       mapping applies its mapped variant in <hex>/.mapped/
+ *	                       (restore/mapped.h), else why not in <hex>/.mapped-why
  *	<hex>.meta             {"id","logical_bytes","bytes","files","paths":[[path,size]…]}: written last,
  *	                       it is what makes <hex>/ an entry; its mtime is the LRU stamp
  *	.build-<hex>-<pid>-<n>/  a materialisation in progress
@@ -21,6 +23,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "restore/engine.h"
+#include "restore/mapped.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -45,6 +48,7 @@ struct tier {
 	struct store *s;
 	struct engine_opts opts;
 	atomic_uint seq;
+	uint64_t mapped_min; /* build mapped variants of VMAs this large; 0: none */
 	pthread_mutex_t mu; /* st */
 	struct tier_stats st;
 };
@@ -52,8 +56,11 @@ struct tier {
 struct tier_lease {
 	int fd; /* LOCK_SH on .locks/<hex> */
 	bool hit;
+	bool mapped; /* <path>/.mapped is there */
 	double ms;
 	char path[PATH_MAX];
+	char mapped_path[PATH_MAX + 16];
+	char mapped_why[256];
 };
 
 struct tier_entry {
@@ -340,6 +347,7 @@ struct tier *tier_open(const char *dir, uint64_t budget_bytes, struct store *s,
 		goto err;
 	}
 	t->budget = budget_bytes;
+	t->mapped_min = MAPPED_MIN_BYTES_DEFAULT;
 	t->s = s;
 	if (opts)
 		t->opts = *opts;
@@ -518,6 +526,31 @@ out:
 	return ret;
 }
 
+/* The mapped variant of the image in bdir (restore/mapped.h), or why there
+ * is none in bdir/.mapped-why: a start that cannot map says why.  A failed
+ * build costs the entry nothing but that.  Returns the bytes it added. */
+static uint64_t build_mapped(struct tier *t, const char *bdir)
+{
+	char out[PATH_MAX + 16], why[PATH_MAX + 16];
+	struct mapped_result res;
+	uint64_t t0 = now_ns();
+
+	snprintf(out, sizeof(out), "%s/.mapped", bdir);
+	snprintf(why, sizeof(why), "%s/.mapped-why", bdir);
+	if (!t->mapped_min) {
+		snprintf(res.why, sizeof(res.why), "THAW_MAPPED=0 when it was materialised");
+		res.vmas = 0;
+	} else if (mapped_build(bdir, out, t->mapped_min, &res) == 0 && res.vmas) {
+		pr_info("mapped image: %u VMAs, %.1f MiB in memory files, %.1f MiB copied at "
+			"restore, built in %.1f ms", res.vmas, res.mapped_bytes / 1048576.0,
+			res.kept_bytes / 1048576.0, ms_since(t0));
+		return res.new_bytes;
+	}
+	if (write_file_atomic(why, res.why, strlen(res.why), 0644))
+		pr_warn("could not record why %s has no mapped image: %s", bdir, res.why);
+	return 0;
+}
+
 /* Materialise hex under the build lock: reserve, read from the store into a
  * build directory, rename it into place, write the metadata last. */
 static int build(struct tier *t, const char *hex, const char *id)
@@ -529,6 +562,7 @@ static int build(struct tier *t, const char *hex, const char *id)
 	char full[CHUNK_ID_LEN], bdir[PATH_MAX], resv[PATH_MAX], dir[PATH_MAX];
 	unsigned n = atomic_fetch_add(&t->seq, 1);
 	bool reserved = false;
+	uint64_t bytes;
 	int ret;
 
 	snprintf(bdir, sizeof(bdir), "%s/.build-%s-%d-%u", t->dir, hex, getpid(), n);
@@ -545,7 +579,9 @@ static int build(struct tier *t, const char *hex, const char *id)
 	if (ret)
 		goto out;
 	manifest_totals(m, &tot);
-	ret = reserve(t, hex, tot.logical_bytes - tot.zero_bytes, resv);
+	bytes = tot.logical_bytes - tot.zero_bytes;
+	/* A mapped variant holds the image's memory a second time, at most. */
+	ret = reserve(t, hex, t->mapped_min ? 2 * bytes : bytes, resv);
 	if (ret)
 		goto out;
 	reserved = true;
@@ -553,6 +589,7 @@ static int build(struct tier *t, const char *hex, const char *id)
 	ret = engine_materialize(t->s, m, bdir, &t->opts, &st);
 	if (ret)
 		goto out;
+	bytes += build_mapped(t, bdir);
 	/* A directory without metadata is a leftover of a crash: ours to replace. */
 	rm_rf(dir);
 	if (rename(bdir, dir) < 0) {
@@ -560,7 +597,7 @@ static int build(struct tier *t, const char *hex, const char *id)
 		pr_perror("rename %s to %s", bdir, dir);
 		goto out;
 	}
-	ret = meta_write(t, hex, full, tot.logical_bytes - tot.zero_bytes, m);
+	ret = meta_write(t, hex, full, bytes, m);
 	if (ret) {
 		rm_rf(dir);
 		goto out;
@@ -611,6 +648,43 @@ static void touch(struct tier *t, const char *hex)
 	utimensat(AT_FDCWD, meta, NULL, 0); /* the LRU stamp; a failure only ages it */
 }
 
+/* Whether the leased entry has a mapped image, or why not. */
+static void lease_mapped(struct tier_lease *l)
+{
+	char why[PATH_MAX + 16], *text = NULL;
+	struct stat st;
+	size_t len;
+
+	snprintf(l->mapped_path, sizeof(l->mapped_path), "%s/.mapped", l->path);
+	if (stat(l->mapped_path, &st) == 0 && S_ISDIR(st.st_mode)) {
+		l->mapped = true;
+		return;
+	}
+	snprintf(why, sizeof(why), "%s/.mapped-why", l->path);
+	if (read_file(why, &text, &len, sizeof(l->mapped_why) - 1) == 0) {
+		snprintf(l->mapped_why, sizeof(l->mapped_why), "%.*s", (int)len, text);
+		free(text);
+	} else {
+		snprintf(l->mapped_why, sizeof(l->mapped_why),
+			 "its RAM tier entry was materialised without a mapped image");
+	}
+}
+
+void tier_set_mapped(struct tier *t, uint64_t min_bytes)
+{
+	t->mapped_min = min_bytes;
+}
+
+const char *tier_lease_mapped(const struct tier_lease *l)
+{
+	return l->mapped ? l->mapped_path : NULL;
+}
+
+const char *tier_lease_mapped_why(const struct tier_lease *l)
+{
+	return l->mapped ? "" : l->mapped_why;
+}
+
 int tier_acquire(struct tier *t, const char *snapshot_id, struct tier_lease **out)
 {
 	struct tier_lease *l = NULL;
@@ -658,6 +732,7 @@ int tier_acquire(struct tier *t, const char *snapshot_id, struct tier_lease **ou
 		goto out;
 done:
 	touch(t, hex);
+	lease_mapped(l);
 	l->ms = ms_since(start);
 	*out = l;
 	l = NULL;

@@ -59,11 +59,20 @@ struct tier *tier_open(const char *dir, uint64_t budget_bytes, struct store *s,
 		       const struct engine_opts *opts);
 void tier_close(struct tier *t);
 
+/* Build a mapped variant (restore/mapped.h) of each snapshot this tier
+ * materialises from now on, mapping VMAs with at least min_bytes of pages;
+ * 0: none.  tier_open's default: MAPPED_MIN_BYTES_DEFAULT. */
+void tier_set_mapped(struct tier *t, uint64_t min_bytes);
+
 /* Lease snapshot id (a manifest id), materialising it first if it is not in
  * the tier.  While leased it is never evicted. */
 int tier_acquire(struct tier *t, const char *snapshot_id, struct tier_lease **out);
 /* The directory holding the snapshot's image files. */
 const char *tier_lease_path(const struct tier_lease *l);
+/* The directory of the entry's mapped variant (image/ and mem/), or NULL
+ * when it has none; then tier_lease_mapped_why says why, in words. */
+const char *tier_lease_mapped(const struct tier_lease *l);
+const char *tier_lease_mapped_why(const struct tier_lease *l);
 /* true if the snapshot was already in the tier ("ram"), false if this acquire
  * (or one it waited on) materialised it ("disk"). */
 bool tier_lease_hit(const struct tier_lease *l);

@@ -451,6 +451,8 @@ struct server *server_new(const struct thaw_config *c, const struct server_opts 
 	recover_preload_manifests(s);
 	if (tier_root_prepare(c->ram_tier_dir, c->ram_tier_bytes, c->tier_huge, NULL) == 0)
 		s->tier = tier_open(c->ram_tier_dir, c->ram_tier_bytes, s->store, NULL);
+	if (s->tier)
+		tier_set_mapped(s->tier, c->mapped_min);
 	if (!s->tier)
 		pr_err("cannot open the RAM tier %s: starts will answer 503 until thawd is "
 		       "restarted with a working --ram-tier",

@@ -819,3 +819,235 @@ int criu_img_encode_pagemap(const struct criu_img_pagemap *pm, uint8_t **buf, si
 	*len = w.len;
 	return 0;
 }
+
+/* --- rewriting for a mapped restore ------------------------------------------ */
+
+#define LINUX_MAP_ANONYMOUS 0x20u
+
+/* The raw bytes of the field that rd_field just read from m (key included). */
+static void wr_raw_field(struct wr *w, const struct rd *m, const struct field *f)
+{
+	wr_bytes(w, m->p + (f->at - m->base), m->base + m->off - f->at);
+}
+
+static void wr_varint_field(struct wr *w, uint32_t num, uint64_t v)
+{
+	uint8_t b[20];
+
+	wr_bytes(w, b, field_put(b, num, v));
+}
+
+static void wr_len_field(struct wr *w, uint32_t num, const void *p, size_t n)
+{
+	uint8_t b[20];
+	size_t k = varint_put(b, (uint64_t)num << 3 | WT_LEN);
+
+	k += varint_put(b + k, n);
+	wr_bytes(w, b, k);
+	wr_bytes(w, p, n);
+}
+
+/* One VmaEntry rewritten per rm into w, every field it does not change as it was. */
+static void remap_vma(struct wr *w, struct rd *v, const struct criu_img_vma_remap *rm)
+{
+	struct field f;
+
+	while (rd_field(v, &f) > 0) {
+		switch (f.num) {
+		case 3:
+			wr_varint_field(w, 3, rm->pgoff);
+			break;
+		case 4:
+			wr_varint_field(w, 4, rm->file_id);
+			break;
+		case 6:
+			wr_varint_field(w, 6, f.v & ~(uint64_t)LINUX_MAP_ANONYMOUS);
+			break;
+		case 7:
+			wr_varint_field(w, 7, CRIU_VMA_AREA_REGULAR | CRIU_VMA_FILE_PRIVATE);
+			break;
+		case 10:
+			break; /* written below */
+		default:
+			wr_raw_field(w, v, &f);
+		}
+	}
+	wr_varint_field(w, 10, 0 /* O_RDONLY */);
+}
+
+int criu_img_mm_remap(const uint8_t *buf, size_t len, const char *name,
+		      const struct criu_img_vma_remap *r, size_t n, uint8_t **out, size_t *outlen)
+{
+	struct criu_img_mm mm;
+	struct rd rf = {buf, len, 0, 0, name}, m;
+	struct wr body = {0}, w = {0};
+	struct field f;
+	size_t done = 0;
+	int ret;
+
+	*out = NULL;
+	*outlen = 0;
+	/* The whole image checked first: what follows walks it without checks. */
+	ret = criu_img_decode_mm(buf, len, name, &mm);
+	if (ret)
+		return ret;
+	for (size_t i = 0; i < n; i++) {
+		const struct criu_img_vma *v = NULL;
+
+		for (size_t k = 0; k < mm.nvmas && !v; k++)
+			if (mm.vmas[k].start == r[i].start)
+				v = &mm.vmas[k];
+		if (!v || !(v->status & CRIU_VMA_ANON_PRIVATE) || (v->status & CRIU_VMA_FILE_PRIVATE)) {
+			pr_err("%s: no private anonymous VMA at %llx to map", name ? name : "mm",
+			       (unsigned long long)r[i].start);
+			criu_img_mm_release(&mm);
+			return -ENOENT;
+		}
+	}
+	criu_img_mm_release(&mm);
+
+	rd_magic(&rf, CRIU_MM_MAGIC);
+	rd_message(&rf, &m);
+	while (rd_field(&m, &f) > 0) {
+		const struct criu_img_vma_remap *rm = NULL;
+		struct criu_img_vma v;
+		struct rd sub;
+
+		if (f.num == 14) {
+			sub = f.sub;
+			decode_vma(&sub, &v);
+			for (size_t i = 0; i < n && !rm; i++)
+				if (r[i].start == v.start)
+					rm = &r[i];
+		}
+		if (!rm) {
+			wr_raw_field(&body, &m, &f);
+			continue;
+		}
+		struct wr vw = {0};
+
+		sub = f.sub;
+		remap_vma(&vw, &sub, rm);
+		if (vw.err)
+			body.err = vw.err;
+		else
+			wr_len_field(&body, 14, vw.p, vw.len);
+		free(vw.p);
+		done++;
+	}
+	wr_u32le(&w, CRIU_IMG_COMMON_MAGIC);
+	wr_u32le(&w, CRIU_MM_MAGIC);
+	wr_u32le(&w, (uint32_t)body.len);
+	wr_bytes(&w, body.p, body.len);
+	free(body.p);
+	if (body.err || w.err) {
+		pr_err("out of memory rewriting %s", name ? name : "an mm image");
+		free(w.p);
+		return -ENOMEM;
+	}
+	if (done != n) { /* two VMAs of r at one start */
+		pr_err("%s: %zu VMAs to map, %zu rewritten", name ? name : "mm", n, done);
+		free(w.p);
+		return -EINVAL;
+	}
+	*out = w.p;
+	*outlen = w.len;
+	return 0;
+}
+
+int criu_img_files_max_id(const uint8_t *buf, size_t len, const char *name, uint32_t *max_id)
+{
+	struct rd r = {buf, len, 0, 0, name}, m;
+	struct field f;
+	int ret;
+
+	*max_id = 0;
+	if (rd_magic(&r, CRIU_FILES_MAGIC))
+		return -EINVAL;
+	while ((ret = rd_message(&r, &m)) > 0) {
+		bool has_id = false;
+
+		while ((ret = rd_field(&m, &f)) > 0) {
+			uint32_t id;
+
+			if (f.num != 2)
+				continue;
+			if (want_u32(&f, name, "file_entry id", &id))
+				return -EINVAL;
+			has_id = true;
+			if (id > *max_id)
+				*max_id = id;
+		}
+		if (ret < 0)
+			return -EINVAL;
+		if (!has_id)
+			return missing(&m, "file_entry", "id");
+	}
+	return ret < 0 ? -EINVAL : 0;
+}
+
+int criu_img_files_append_reg(uint8_t **buf, size_t *len, uint32_t id, const char *name,
+			      int32_t mnt_id, uint64_t size, uint32_t mode)
+{
+	struct wr fown = {0}, reg = {0}, fe = {0}, w = {*buf, *len, *len, 0};
+	int ret = 0;
+
+	for (uint32_t k = 1; k <= 5; k++) /* uid, euid, signum, pid_type, pid */
+		wr_varint_field(&fown, k, 0);
+	wr_varint_field(&reg, 1, id);
+	wr_varint_field(&reg, 2, 0); /* flags: O_RDONLY */
+	wr_varint_field(&reg, 3, 0); /* pos */
+	wr_len_field(&reg, 5, fown.p, fown.len);
+	wr_len_field(&reg, 6, name, strlen(name));
+	wr_varint_field(&reg, 7, (uint64_t)(((uint32_t)mnt_id << 1) ^ (uint32_t)(mnt_id >> 31)));
+	wr_varint_field(&reg, 8, size);
+	wr_varint_field(&reg, 10, mode);
+	wr_varint_field(&fe, 1, 1 /* REG */);
+	wr_varint_field(&fe, 2, id);
+	wr_len_field(&fe, 3, reg.p, reg.len);
+	wr_u32le(&w, (uint32_t)fe.len);
+	wr_bytes(&w, fe.p, fe.len);
+	if (fown.err || reg.err || fe.err || w.err)
+		ret = -ENOMEM;
+	free(fown.p);
+	free(reg.p);
+	free(fe.p);
+	*buf = w.p;
+	*len = w.len;
+	return ret;
+}
+
+int criu_img_mount_id(const uint8_t *buf, size_t len, const char *name, const char *mountpoint,
+		      uint32_t *mnt_id)
+{
+	struct rd r = {buf, len, 0, 0, name}, m;
+	struct field f;
+	int ret;
+
+	if (rd_magic(&r, CRIU_MNTS_MAGIC))
+		return -EINVAL;
+	while ((ret = rd_message(&r, &m)) > 0) {
+		bool has_id = false, here = false;
+		uint32_t id = 0;
+
+		while ((ret = rd_field(&m, &f)) > 0) {
+			if (f.num == 2) {
+				if (want_u32(&f, name, "mnt_id", &id))
+					return -EINVAL;
+				has_id = true;
+			} else if (f.num == 7) {
+				if (want_wt(&f, WT_LEN, name, "mountpoint"))
+					return -EINVAL;
+				here = f.sub.len == strlen(mountpoint) &&
+				       !memcmp(f.sub.p, mountpoint, f.sub.len);
+			}
+		}
+		if (ret < 0)
+			return -EINVAL;
+		if (here && has_id) {
+			*mnt_id = id;
+			return 0;
+		}
+	}
+	return ret < 0 ? -EINVAL : -ENOENT;
+}

@@ -26,6 +26,8 @@
 #define CRIU_PSTREE_MAGIC      0x50273030u
 #define CRIU_PAGEMAP_MAGIC     0x56084025u
 #define CRIU_MM_MAGIC	       0x57492820u
+#define CRIU_FILES_MAGIC       0x56303138u
+#define CRIU_MNTS_MAGIC	       0x55563928u
 
 /* PagemapEntry.flags (criu/include/pagemap.h) */
 #define CRIU_PE_PARENT	1u
@@ -126,6 +128,35 @@ int criu_img_decode_pagemap(const uint8_t *buf, size_t len, const char *name,
 /* A pagemap file's bytes: 0 and *buf (you own it), -ENOTSUP for an entry with
  * unknown fields, -EINVAL for an entry that would not decode, -ENOMEM. */
 int criu_img_encode_pagemap(const struct criu_img_pagemap *pm, uint8_t **buf, size_t *len);
+
+/* --- rewriting an image for a mapped restore (restore/mapped.c) --- */
+
+/* One private anonymous VMA of an mm image to become a private mapping of a
+ * file: VmaEntry status REGULAR|FILE_PRIVATE, flags without MAP_ANONYMOUS,
+ * shmid file_id (a FileEntry's id), pgoff, fdflags O_RDONLY. */
+struct criu_img_vma_remap {
+	uint64_t start; /* the VMA's start: it must be in the image */
+	uint64_t file_id;
+	uint64_t pgoff; /* the byte offset of start in the file */
+};
+/* The bytes of the mm image buf with the n VMAs of r rewritten as above and
+ * every other byte as it was: 0 and *out (you own it; free()), -ENOENT (logged)
+ * if a VMA of r is not in the image or is not private anonymous, -EINVAL for
+ * an image that does not decode, -ENOMEM. */
+int criu_img_mm_remap(const uint8_t *buf, size_t len, const char *name,
+		      const struct criu_img_vma_remap *r, size_t n, uint8_t **out, size_t *outlen);
+/* The largest FileEntry id in files.img (0 if it has none): 0 or -EINVAL. */
+int criu_img_files_max_id(const uint8_t *buf, size_t len, const char *name, uint32_t *max_id);
+/* Append to *buf (a files.img's bytes, realloc()ed) a FileEntry of type REG
+ * with id, for the file at path name (as the restored process sees it) on
+ * mount mnt_id, opened O_RDONLY at 0, with the size and mode CRIU checks at
+ * restore.  0 or -ENOMEM. */
+int criu_img_files_append_reg(uint8_t **buf, size_t *len, uint32_t id, const char *name,
+			      int32_t mnt_id, uint64_t size, uint32_t mode);
+/* The mnt_id of the mount at mountpoint in a mountpoints image: 0, -ENOENT
+ * if there is none, -EINVAL for an image that does not decode. */
+int criu_img_mount_id(const uint8_t *buf, size_t len, const char *name, const char *mountpoint,
+		      uint32_t *mnt_id);
 
 void criu_img_pstree_release(struct criu_img_pstree *t);
 void criu_img_mm_release(struct criu_img_mm *mm);

@@ -1,0 +1,52 @@
+/* mapped.h — a snapshot's image rewritten so that its memory is mapped, not copied.
+ *
+ * CRIU restores a private anonymous VMA by mapping fresh memory and copying
+ * every page of the image into it: each instance pays for a copy of the
+ * snapshot's memory, in time and in RAM.  A mapped image instead keeps the
+ * pages of each large private anonymous VMA in a file of their own, laid out
+ * by address, and tells CRIU that the VMA is a private mapping of that file:
+ * CRIU maps it, the process reads the tier's page cache (one copy shared by
+ * every instance) and its writes go copy-on-write into its own memory.  The
+ * file never changes.
+ *
+ * Layout of a mapped build under out_dir:
+ *	image/            the CRIU image for runc restore (files that did not
+ *	                  change are hard links to the original's)
+ *	mem/<pid>-<addr>  one file per mapped VMA: byte (vaddr - base) holds the
+ *	                  page at vaddr, base the VMA's start rounded down to
+ *	                  2 MiB (so that file offsets and addresses agree modulo
+ *	                  2 MiB and a huge-page tmpfs maps it with huge pages);
+ *	                  a hole where the image has no page, reading zero
+ * At restore, mem/ must be bind-mounted at OCI_MAPPED_DEST in the container
+ * (the image's file entries name /.thaw/<pid>-<addr> on that mount).
+ */
+#ifndef THAW_RESTORE_MAPPED_H
+#define THAW_RESTORE_MAPPED_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+/* A VMA is mapped only if its pages in the image hold at least this much:
+ * below it the copy is cheap and a file per VMA is not. */
+#define MAPPED_MIN_BYTES_DEFAULT (1u << 20)
+
+struct mapped_result {
+	uint64_t mapped_bytes; /* image data moved into mem/ */
+	uint64_t kept_bytes;   /* image data left in the pages files of image/ */
+	uint64_t new_bytes;    /* bytes this build wrote (mem/ and rewritten files) */
+	uint32_t vmas;         /* VMAs mapped */
+	uint32_t processes;    /* processes with at least one */
+	uint32_t vmas_shared;  /* large VMAs left as they were: another process of
+				* the image (a forked child) shares the range */
+	char why[256];         /* vmas == 0: why nothing is mapped, in words */
+};
+
+/* Build the mapped variant of the CRIU image in image_dir under out_dir
+ * (created; it must not exist).  Returns 0 with res->vmas > 0 when built;
+ * 0 with res->vmas == 0 and res->why set when mapping does not apply to this
+ * image (nothing left under out_dir); -errno on failure (logged; nothing
+ * left under out_dir).  min_bytes: 0 for MAPPED_MIN_BYTES_DEFAULT. */
+int mapped_build(const char *image_dir, const char *out_dir, uint64_t min_bytes,
+		 struct mapped_result *res);
+
+#endif

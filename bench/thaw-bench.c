@@ -155,7 +155,7 @@ struct trial {
 	char iid[128];
 	char endpoint[128];
 	char tier[16];
-	const char *mode; /* "lazy" or "eager" as the start answered; NULL: not said */
+	const char *mode; /* "mapped", "lazy" or "eager" as the start answered; NULL: not said */
 	double tm[NPHASES];
 	bool has_tm[NPHASES];
 	bool ok;
@@ -302,8 +302,12 @@ static int parse_start_answer(struct trial *t)
 	s = json_string_value(json_object_get(j, "tier"));
 	if (s)
 		snprintf(t->tier, sizeof(t->tier), "%s", s);
+	/* "pages" (mapped, lazy or eager); before it, only "lazy" said. */
+	s = json_string_value(json_object_get(j, "pages"));
 	v = json_object_get(j, "lazy");
-	if (json_is_boolean(v))
+	if (s && (!strcmp(s, "mapped") || !strcmp(s, "lazy") || !strcmp(s, "eager")))
+		t->mode = !strcmp(s, "mapped") ? "mapped" : !strcmp(s, "lazy") ? "lazy" : "eager";
+	else if (json_is_boolean(v))
 		t->mode = json_is_true(v) ? "lazy" : "eager";
 	tm = json_object_get(j, "timings_ms");
 	for (int i = 0; i < NPHASES && json_is_object(tm); i++) {

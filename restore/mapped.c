@@ -1,13 +1,18 @@
 /* mapped.c — the mapped variant of a snapshot's image; see mapped.h.
  *
- * Which VMAs.  Only a VMA whose status is exactly REGULAR|ANON_PRIVATE (no
- * stack, heap, vdso or other kernel area), mapped MAP_PRIVATE|MAP_ANONYMOUS
+ * Which VMAs.  Only a VMA whose status is exactly REGULAR|ANON_PRIVATE, with
+ * HEAP at most (no stack, vdso or other kernel area), mapped MAP_PRIVATE|MAP_ANONYMOUS
  * without MAP_GROWSDOWN, whose pages are all in the pages file (none in a
  * parent image) and hold at least min_bytes.  And none that another process
  * of the image maps privately too: CRIU restores a forked child's VMA that
  * its parent also has by inheriting the parent's across fork, and a child
  * whose VMA became a file mapping while its parent's stayed anonymous (or
  * the other way round) would lose that sharing or read the wrong pages.
+ *
+ * The heap.  The brk heap (most of a Python process's memory) is mapped too:
+ * CRIU restores the brk pointers with prctl whatever backs the VMA, a brk()
+ * that grows the heap then adds anonymous memory after the file mapping (zero,
+ * as glibc expects of fresh brk memory), and one that shrinks it unmaps.
  *
  * The rewrite.  A mapped VMA's VmaEntry becomes a private file mapping
  * (criu_img_mm_remap) of a new REG FileEntry appended to files.img, naming
@@ -74,7 +79,9 @@ struct build {
 
 static bool candidate(const struct criu_img_vma *v)
 {
-	return v->status == (CRIU_VMA_AREA_REGULAR | CRIU_VMA_ANON_PRIVATE) &&
+	uint32_t st = v->status & ~CRIU_VMA_AREA_HEAP;
+
+	return st == (CRIU_VMA_AREA_REGULAR | CRIU_VMA_ANON_PRIVATE) &&
 	       (v->flags & (MAP_PRIVATE | MAP_ANONYMOUS)) == (MAP_PRIVATE | MAP_ANONYMOUS) &&
 	       !(v->flags & (MAP_GROWSDOWN | MAP_SHARED));
 }

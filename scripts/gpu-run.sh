@@ -187,6 +187,13 @@ done
 	step gpu-llm-thaw-bench bash bench/thaw-bench-run.sh "$THAW_GPU_EXAMPLE" gpu-example \
 		'POST /generate {"prompt_ids": [1, 450, 4996, 17354, 1701, 29916], "max_new_tokens": 32}' \
 		"\"tokens\": $E2E_GPU_TOKENS" "$THAW_FIGURES/thaw-bench" "${GPU_BURST:-8}"
+# Mapped against lazy and eager (bench/mapped-burst-run.sh): one start at a time and
+# bursts of GPU_BURST (default 8), MAPPED_ROUNDS (default 2) rounds each, warm tier,
+# and the host memory GPU_BURST kept instances add; every start must generate the tokens.
+[ -n "${E2E_GPU_TOKENS:-}" ] &&
+	step gpu-llm-mapped-burst bash bench/mapped-burst-run.sh "$THAW_GPU_EXAMPLE" gpu-example \
+		'POST /generate {"prompt_ids": [1, 450, 4996, 17354, 1701, 29916], "max_new_tokens": 32}' \
+		"\"tokens\": $E2E_GPU_TOKENS" "$THAW_FIGURES/mapped-burst" "${GPU_BURST:-8}" "${MAPPED_ROUNDS:-2}"
 # Eager against lazy starts, one at a time from a warm tier (thaw-bench), and lazy_done;
 # LAZY_REPEAT starts a series (default 3).
 [ -n "${E2E_GPU_TOKENS:-}" ] && [ -f bench/lazy-eager-run.sh ] &&

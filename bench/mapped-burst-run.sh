@@ -15,6 +15,7 @@
 # of BURST (default 8) at once, and BURST starts at once kept running (--keep)
 # to read the host memory they add: MemAvailable before and after (divided by
 # BURST) and each instance's anonymous memory (smaps_rollup), then stopped.
+# The tier is a huge-page tmpfs of its own (THAW_TIER_HUGE, default 1).
 # A start counts once its first inference answers EXPECT.  Writes
 # OUTDIR/<way>-{one,burst,keep}.{txt,json,svg}, OUTDIR/thawd.log and
 # OUTDIR/summary.txt (p50/p99 of start -> first correct answer, criu_restore
@@ -36,6 +37,12 @@ if [ "$(df --output=avail -B1 /dev/shm 2>/dev/null | tail -1)" -gt $((16 << 30))
 fi
 . "$ROOT/bench/lib/thawd.sh"
 unset THAW_LAZY THAW_MAPPED
+# The tier on a huge-page tmpfs of its own, as thawd's default root is where it
+# can be (THAW_TIER_HUGE=0 to compare): memory files then map with 2 MiB pages.
+export THAW_TIER_HUGE=${THAW_TIER_HUGE:-1}
+trap 'stop_thawd; for r in "$W"/data/instances/*.json; do [ -f "$r" ] &&
+	"$B/thaw" --data-dir "$W/data" stop "$(basename "$r" .json)" >/dev/null 2>&1; done
+	mountpoint -q "$TIER" && umount "$TIER"; rm -rf "$W" "$TIER"' EXIT
 
 start_thawd 0 || exit 1
 put_function "$ID" "$SPEC" "$W/spec.json" lazy=null || exit 1

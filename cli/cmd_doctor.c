@@ -474,6 +474,35 @@ static void check_kernel(struct doctor *d)
 	report(d, "kernel", ST_OK, "Linux %s %s", u.release, u.machine);
 }
 
+/* Transparent huge pages for the processes thaw snapshots: thaw does not
+ * choose how a function's memory is backed, the host's setting does, and
+ * the CUDA driver's checkpoint of GPU state lands in that memory. */
+static void check_thp(struct doctor *d)
+{
+	char *text = NULL, mode[16] = "";
+	const char *open_br, *close_br;
+	size_t len;
+
+	if (read_file("/sys/kernel/mm/transparent_hugepage/enabled", &text, &len, 4096)) {
+		report(d, "thp", ST_WARN, "no transparent huge pages on this kernel");
+		return;
+	}
+	open_br = strchr(text, '[');
+	close_br = open_br ? strchr(open_br, ']') : NULL;
+	if (open_br && close_br && close_br - open_br - 1 < (long)sizeof(mode))
+		snprintf(mode, sizeof(mode), "%.*s", (int)(close_br - open_br - 1), open_br + 1);
+	free(text);
+	if (!strcmp(mode, "always"))
+		report(d, "thp", ST_OK, "transparent huge pages: always (GPU state is checkpointed "
+					"into huge pages)");
+	else
+		report(d, "thp", ST_WARN,
+		       "transparent huge pages: %s; the CUDA driver checkpoints GPU state into 4 KiB "
+		       "pages then (H100: 25 GB in 18-23 s against 11-13 s with always, and restores "
+		       "20-25%% slower); echo always > /sys/kernel/mm/transparent_hugepage/enabled",
+		       mode[0] ? mode : "unknown");
+}
+
 static void check_cgroup(struct doctor *d)
 {
 	struct statfs fs;
@@ -548,6 +577,7 @@ int cmd_doctor(int argc, char **argv)
 	check_dir(&d, "ram-tier", tier && *tier ? tier : CONFIG_RAM_TIER_DEFAULT);
 	check_tier_huge(&d, tier && *tier ? tier : CONFIG_RAM_TIER_DEFAULT);
 	check_kernel(&d);
+	check_thp(&d);
 	check_cgroup(&d);
 
 	if (json) {

@@ -14,7 +14,7 @@ bad() { echo "FAIL: $*"; fail=1; }
 out=$("$THAW" doctor 2>&1); rc=$?
 echo "$out"
 [ $rc = 0 ] || bad "doctor exited $rc on this host"
-for name in criu criu-chk criu-kdat runc io_uring gpu data-dir ram-tier kernel cgroup; do
+for name in criu criu-chk criu-kdat runc io_uring gpu data-dir ram-tier kernel thp cgroup; do
 	echo "$out" | grep -Eq "^(ok|warn|FAIL) +$name " || bad "no line for check $name"
 done
 # CRIU's kernel-probe cache: a warning exactly where /run is not a tmpfs.
@@ -22,6 +22,12 @@ if [ "$(stat -f -c %T /run 2>/dev/null)" = tmpfs ]; then
 	echo "$out" | grep -Eq "^(ok|warn) +criu-kdat " || bad "no criu-kdat line"
 else
 	echo "$out" | grep -q "^warn  criu-kdat /run is not a tmpfs" || bad "no warning that /run is not a tmpfs"
+fi
+# Transparent huge pages: ok exactly where the host's setting is "always".
+if grep -q '\[always\]' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null; then
+	echo "$out" | grep -q "^ok    thp " || bad "THP always, but no ok thp line"
+else
+	echo "$out" | grep -q "^warn  thp .*echo always" || bad "THP not always, but no thp warning"
 fi
 if ! ls /dev/nvidia0 >/dev/null 2>&1; then
 	echo "$out" | grep -q "^warn  gpu .*no GPU: CPU functions only" || bad "no 'no GPU' warning"

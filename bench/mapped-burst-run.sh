@@ -54,7 +54,7 @@ mem_avail() { awk '/^MemAvailable:/ {print $2}' /proc/meminfo; }
 
 # keep NAME: BURST starts kept running; the memory they add into NAME-mem.json.
 keep() {
-	local name=$1 before after r pid anon=0 n=0
+	local name=$1 before after r pid anon=0 n=0 criu=0 c
 	sync
 	before=$(mem_avail)
 	run "$name-keep" --burst "$BURST" --keep
@@ -64,9 +64,11 @@ keep() {
 		pid=$(jfield "$r" pid) || continue
 		anon=$((anon + $(awk '/^Anonymous:/ {print $2}' "/proc/$pid/smaps_rollup" 2>/dev/null || echo 0)))
 		n=$((n + 1))
+		c=$(jfield "$r" timings_ms criu_restore | cut -d. -f1)
+		[ "${c:-0}" -gt "$criu" ] && criu=$c
 	done
-	printf '{"instances": %d, "mem_available_drop_kib": %d, "anonymous_kib": %d, "image_bytes": %d}\n' \
-		"$n" $((before - after)) "$anon" "$IMAGE" >"$OUTDIR/$name-mem.json"
+	printf '{"instances": %d, "mem_available_drop_kib": %d, "anonymous_kib": %d, "image_bytes": %d, "criu_restore_max_ms": %d}\n' \
+		"$n" $((before - after)) "$anon" "$IMAGE" "$criu" >"$OUTDIR/$name-mem.json"
 	for r in "$W"/data/instances/*.json; do
 		"$B/thaw" --data-dir "$W/data" stop "$(basename "$r" .json)" >/dev/null 2>&1
 	done
@@ -124,8 +126,11 @@ for way in ("mapped", "lazy", "eager"):
         continue
     per = m["mem_available_drop_kib"] * 1024 / m["instances"]
     anon = m["anonymous_kib"] * 1024 / m["instances"]
-    print("  %-7s MemAvailable -%.2f GB each (%.1f%% of the image), anonymous %.2f GB each (%.1f%%)" % (
-        way, per / 1e9, 100 * per / image, anon / 1e9, 100 * anon / image))
+    print("  %-7s MemAvailable -%.2f GB each (%.1f%% of the image), anonymous %.2f GB each (%.1f%%); "
+          "slowest criu_restore of the %d: %d ms" % (way, per / 1e9, 100 * per / image, anon / 1e9,
+                                                   100 * anon / image, m["instances"],
+                                                   m.get("criu_restore_max_ms", 0)))
+    print("figure: mapped_burst %s keep_criu_restore_max_ms %d" % (way, m.get("criu_restore_max_ms", 0)))
     print("figure: mapped_burst %s mem_per_instance_pct %.1f" % (way, 100 * per / image))
     print("figure: mapped_burst %s anon_per_instance_pct %.1f" % (way, 100 * anon / image))
 PY

@@ -24,6 +24,7 @@
 #include "common/util.h"
 #include "prewarm/spec.h"
 #include "restore/gpu_restore.h"
+#include "restore/mapped.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -783,9 +784,9 @@ out:
 /* The bundle as prewarm writes it (restore/instance.c writes the same
  * mounts): CRIU restores only into the mounts the image was dumped with. */
 static int write_fn_bundle(const struct func_spec *spec, const char *dir, const char *ns,
-			   const char *cid)
+			   const char *cid, const char *mapped_src)
 {
-	struct oci_bind bind = { spec->cwd, spec->cwd, false };
+	struct oci_bind binds[2];
 	char rootfs[PATH_MAX + 16], cgroup[192], port_env[32], **env = NULL;
 	struct oci_spec o = { 0 };
 	bool has_port = false;
@@ -812,10 +813,13 @@ static int write_fn_bundle(const struct func_spec *spec, const char *dir, const 
 	o.env = env;
 	o.cwd = spec->cwd;
 	o.netns_path = ns;
-	if (!o.rootfs && spec->cwd && strcmp(spec->cwd, "/")) {
-		o.binds = &bind;
-		o.nbinds = 1;
-	}
+	o.binds = binds;
+	if (!o.rootfs && spec->cwd && strcmp(spec->cwd, "/"))
+		binds[o.nbinds++] = (struct oci_bind){ spec->cwd, spec->cwd, false };
+	/* The mount a snapshot's image has for mapped restore (restore/mapped.h):
+	 * the plain restore binds an empty directory there, as an eager start does. */
+	if (mapped_src)
+		binds[o.nbinds++] = (struct oci_bind){ mapped_src, OCI_MAPPED_DEST, false };
 	o.gpu = spec->gpu;
 	o.hostname = spec->id;
 	o.cgroups_path = cgroup;
@@ -1052,8 +1056,9 @@ static void cuda_quiesce_container(pid_t init)
 static int baseline_once(struct bench *b, struct baseline *bl, const struct func_spec *f,
 			 const struct runner *r, const char *image, int run, double *ms)
 {
-	char dir[3100], ns[PATH_MAX], bundle[PATH_MAX], work[PATH_MAX];
+	char dir[3100], ns[PATH_MAX], bundle[PATH_MAX], work[PATH_MAX], empty[PATH_MAX];
 	char log_path[PATH_MAX], cid[64];
+	uint32_t mnt_id;
 	struct runner_stdio sio = { -1, -1 };
 	struct drain d = { .fd = { -1, -1 } };
 	const char *kind = "setup";
@@ -1083,7 +1088,11 @@ static int baseline_once(struct bench *b, struct baseline *bl, const struct func
 		goto out;
 	have_ns = true;
 	kind = "bundle";
-	ret = write_fn_bundle(f, bundle, ns, cid);
+	snprintf(empty, sizeof(empty), "%s/mapped-empty", dir);
+	ret = mkdir(empty, 0755) < 0 ? -errno : 0;
+	if (!ret)
+		ret = write_fn_bundle(f, bundle, ns, cid,
+				      !image || mapped_mount_id(image, &mnt_id) == 0 ? empty : NULL);
 	if (ret < 0)
 		goto out;
 	t0 = now_ns();

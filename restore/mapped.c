@@ -247,16 +247,15 @@ static int choose(struct build *b, uint64_t min_bytes)
 	return -ENODATA;
 }
 
-/* The mount the memory files are on, from the image's mountpoints. */
-static int find_mount(struct build *b)
+int mapped_mount_id(const char *image_dir, uint32_t *mnt_id)
 {
-	DIR *d = opendir(b->image_dir);
+	DIR *d = opendir(image_dir);
 	struct dirent *de;
 	int ret = -ENOENT;
 
 	if (!d) {
 		ret = -errno;
-		pr_perror("open %s", b->image_dir);
+		pr_perror("open %s", image_dir);
 		return ret;
 	}
 	while (ret == -ENOENT && (de = readdir(d))) {
@@ -266,13 +265,21 @@ static int find_mount(struct build *b)
 
 		if (strncmp(de->d_name, "mountpoints-", 12))
 			continue;
-		snprintf(path, sizeof(path), "%s/%s", b->image_dir, de->d_name);
+		snprintf(path, sizeof(path), "%s/%s", image_dir, de->d_name);
 		ret = criu_img_read_file(path, CRIU_IMG_MAX_FILE, &buf, &len);
 		if (!ret)
-			ret = criu_img_mount_id(buf, len, de->d_name, OCI_MAPPED_DEST, &b->mnt_id);
+			ret = criu_img_mount_id(buf, len, de->d_name, OCI_MAPPED_DEST, mnt_id);
 		free(buf);
 	}
 	closedir(d);
+	return ret;
+}
+
+/* The mount the memory files are on, from the image's mountpoints. */
+static int find_mount(struct build *b)
+{
+	int ret = mapped_mount_id(b->image_dir, &b->mnt_id);
+
 	if (ret == -ENOENT)
 		snprintf(b->res->why, sizeof(b->res->why),
 			 "the snapshot has no %s mount (it was taken before mapped restore)",

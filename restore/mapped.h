@@ -49,4 +49,9 @@ struct mapped_result {
 int mapped_build(const char *image_dir, const char *out_dir, uint64_t min_bytes,
 		 struct mapped_result *res);
 
+/* The mount id of OCI_MAPPED_DEST in the CRIU image in image_dir: 0, -ENOENT
+ * when the image has no such mount (a snapshot taken before mapped restore:
+ * a restore bundle must then not bind anything there), -errno otherwise. */
+int mapped_mount_id(const char *image_dir, uint32_t *mnt_id);
+
 #endif

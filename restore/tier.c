@@ -526,6 +526,19 @@ out:
 	return ret;
 }
 
+/* Remove the mapped image in bdir, recording why. */
+static void drop_mapped(const char *bdir, const char *why)
+{
+	char path[PATH_MAX + 16];
+
+	snprintf(path, sizeof(path), "%s/.mapped", bdir);
+	rm_rf(path);
+	snprintf(path, sizeof(path), "%s/.mapped-why", bdir);
+	pr_warn("%s: %s", bdir, why);
+	if (write_file_atomic(path, why, strlen(why), 0644))
+		pr_warn("could not record why %s has no mapped image", bdir);
+}
+
 /* The mapped variant of the image in bdir (restore/mapped.h), or why there
  * is none in bdir/.mapped-why: a start that cannot map says why.  A failed
  * build costs the entry nothing but that.  Returns the bytes it added. */
@@ -562,7 +575,7 @@ static int build(struct tier *t, const char *hex, const char *id)
 	char full[CHUNK_ID_LEN], bdir[PATH_MAX], resv[PATH_MAX], dir[PATH_MAX];
 	unsigned n = atomic_fetch_add(&t->seq, 1);
 	bool reserved = false;
-	uint64_t bytes;
+	uint64_t bytes, added;
 	int ret;
 
 	snprintf(bdir, sizeof(bdir), "%s/.build-%s-%d-%u", t->dir, hex, getpid(), n);
@@ -580,8 +593,7 @@ static int build(struct tier *t, const char *hex, const char *id)
 		goto out;
 	manifest_totals(m, &tot);
 	bytes = tot.logical_bytes - tot.zero_bytes;
-	/* A mapped variant holds the image's memory a second time, at most. */
-	ret = reserve(t, hex, t->mapped_min ? 2 * bytes : bytes, resv);
+	ret = reserve(t, hex, bytes, resv);
 	if (ret)
 		goto out;
 	reserved = true;
@@ -589,7 +601,21 @@ static int build(struct tier *t, const char *hex, const char *id)
 	ret = engine_materialize(t->s, m, bdir, &t->opts, &st);
 	if (ret)
 		goto out;
-	bytes += build_mapped(t, bdir);
+	added = build_mapped(t, bdir);
+	if (added) {
+		/* The mapped image's room, now that its size is known: where
+		 * the budget has none (leases hold the rest), the entry goes
+		 * without it and its starts copy. */
+		unlink(resv);
+		if (reserve(t, hex, bytes + added, resv) == 0) {
+			bytes += added;
+		} else {
+			drop_mapped(bdir, "the RAM tier had no room for a mapped image");
+			ret = reserve(t, hex, bytes, resv);
+			if (ret)
+				goto out;
+		}
+	}
 	/* A directory without metadata is a leftover of a crash: ours to replace. */
 	rm_rf(dir);
 	if (rename(bdir, dir) < 0) {

@@ -171,9 +171,11 @@ sed -e "s|@THAW_ROOT@|$ROOT|g" -e "s|/opt/torch/.venv/bin|$PYBIN|" \
 E2E_GPU_TOKENS=${E2E_GPU_TOKENS:-$(sed -n 's/^tokens: //p' "$OUT/logs/gpu-llm-selftest.log" 2>/dev/null | head -n1)}
 export E2E_GPU_TOKENS
 [ -f test/e2e_snapshot.sh ] && step e2e-snapshot-gpu bash test/e2e_snapshot.sh --gpu
-[ -f test/e2e_restore.sh ] && step e2e-restore-gpu env THAW_LAZY=0 bash test/e2e_restore.sh --gpu
-# The same restored lazily (thaw's lazy-pages daemon serving the image while CUDA restores).
-[ -f test/e2e_restore.sh ] && step e2e-restore-gpu-lazy env THAW_LAZY=1 bash test/e2e_restore.sh --gpu
+# Restored mapped (the default: the driver restores from the tier's memory files).
+[ -f test/e2e_restore.sh ] && step e2e-restore-gpu-mapped bash test/e2e_restore.sh --gpu
+# The same restored eagerly, and lazily (thaw's lazy-pages daemon serving the image while CUDA restores).
+[ -f test/e2e_restore.sh ] && step e2e-restore-gpu env THAW_MAPPED=0 THAW_LAZY=0 bash test/e2e_restore.sh --gpu
+[ -f test/e2e_restore.sh ] && step e2e-restore-gpu-lazy env THAW_MAPPED=0 THAW_LAZY=1 bash test/e2e_restore.sh --gpu
 for t in test/*gpu*.sh; do
 	[ -f "$t" ] && step "$(basename "$t" .sh)" bash "$t"
 done

@@ -210,13 +210,14 @@ else
 fi
 check_nothing_left "daemon killed during the start"
 
-# --- thawd --lazy: the default for a spec without "lazy"; GET /instances ------
-# tells a lost page source; SIGTERM stops everything.
+# --- thawd --lazy: the default for a spec without "lazy" where mapped restore
+# does not apply (THAW_MAPPED=0 here); GET /instances tells a lost page source;
+# SIGTERM stops everything.
 D2=$W/sdata
 python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); j.pop("lazy"); print(json.dumps(j))' \
 	"$W/spec.json" >"$W/spec-nolazy.json"
 rm -f "$W/port"
-"$B/thawd" --listen 127.0.0.1:0 --port-file "$W/port" --data-dir "$D2" --lazy \
+THAW_MAPPED=0 "$B/thawd" --listen 127.0.0.1:0 --port-file "$W/port" --data-dir "$D2" --lazy \
 	--criu "$W/criu-slow" >>"$W/thawd.log" 2>&1 </dev/null &
 THAWD=$!
 for t in $(seq 1 100); do [ -s "$W/port" ] && break; sleep 0.1; done

@@ -133,9 +133,10 @@ for i in $(seq 1 $N); do
 	SHIM[$i]=$(jget "$D/instances/${ID[$i]}.json" shim_pid)
 	[ "$(jget "$W/start$i.json" snapshot)" = "$SNAP" ] || fail "instance $i: wrong snapshot"
 	[ "$(jget "$W/start$i.json" function)" = "$FN" ] || fail "instance $i: wrong function"
-	# Neither the start, the spec nor THAW_LAZY says: a CPU function restores lazily.
-	[ -n "${THAW_LAZY:-}" ] || [ "$(jget "$W/start$i.json" lazy)" = True ] ||
-		fail "instance $i: a CPU function restored eagerly by default"
+	# Neither the start, the spec nor THAW_MAPPED says: the function restores mapped.
+	[ -n "${THAW_MAPPED:-}" ] || [ "$(jget "$W/start$i.json" pages)" = mapped ] ||
+		fail "instance $i: not restored mapped by default: $(jget "$W/start$i.json" pages)" \
+			"($(jget "$W/start$i.json" pages_why 2>/dev/null))"
 done
 [ "$("$THAW" --data-dir "$D" ps --json | python3 -c 'import json,sys; print(sum(1 for r in json.load(sys.stdin) if r["state"] == "running"))')" = $N ] ||
 	fail "thaw ps does not show $N running instances"

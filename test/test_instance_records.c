@@ -34,7 +34,7 @@ static void test_json_shape(void)
 			       .endpoint = "127.0.0.1:4242", .pid = 77, .tier_hit = true,
 			       .t = { 1.5, 2.25, 0, 3, 6.75 } };
 	const char *keys[] = { "instance", "function", "snapshot", "endpoint", "pid", "tier",
-			       "lazy", "timings_ms" };
+			       "pages", "lazy", "timings_ms" };
 	const char *tkeys[] = { "load",	   "materialize", "setup", "criu_restore",
 				"endpoint", "gpu_restore", "ready", "total" };
 	json_t *j = instance_to_json(&in), *t;
@@ -56,7 +56,23 @@ static void test_json_shape(void)
 	j = instance_to_json(&in);
 	CHECK_STR(json_string_value(json_object_get(j, "tier")), "disk");
 	CHECK(json_is_false(json_object_get(j, "lazy")));
+	CHECK_STR(json_string_value(json_object_get(j, "pages")), "eager");
+	CHECK(!json_object_get(j, "pages_why"));
 	json_decref(j);
+	/* Not mapped: the answer says why; mapped: it does not. */
+	in.pages = "lazy";
+	snprintf(in.pages_why, sizeof(in.pages_why), "THAW_MAPPED=0");
+	j = instance_to_json(&in);
+	CHECK_STR(json_string_value(json_object_get(j, "pages")), "lazy");
+	CHECK_STR(json_string_value(json_object_get(j, "pages_why")), "THAW_MAPPED=0");
+	json_decref(j);
+	in.pages = "mapped";
+	in.pages_why[0] = '\0';
+	j = instance_to_json(&in);
+	CHECK_STR(json_string_value(json_object_get(j, "pages")), "mapped");
+	CHECK(!json_object_get(j, "pages_why"));
+	json_decref(j);
+	in.pages = NULL;
 	/* Lazy: lazy_done is null until the daemon has served every page. */
 	in.lazy = true;
 	j = instance_to_json(&in);

@@ -95,21 +95,18 @@ rows = [l.split() for l in open(sys.argv[1])]
 print("criu_restore (ms) of thaw start, one at a time, warm RAM tier, %s each; eager is the baseline" % sys.argv[2])
 print("%8s %-7s %9s %9s %9s %10s %12s %9s" % ("MiB", "pages", "min", "median", "max", "total p50",
                                             "anon (MiB)", "vs eager"))
-med = {}
-for mib in sorted({int(r[0]) for r in rows}):
+col = {}  # (mib, way) -> (criu_restore list, total list, anonymous KiB list)
+for r in rows:
+    c = col.setdefault((int(r[0]), r[1]), ([], [], []))
+    c[0].append(float(r[2]))
+    c[1].append(float(r[3]))
+    c[2].append(int(r[4]))
+med = {k: statistics.median(c[0]) for k, c in col.items()}
+for mib in sorted({k[0] for k in col}):
     for way in ("mapped", "lazy", "eager"):
-        v = [float(r[2]) for r in rows if int(r[0]) == mib and r[1] == way]
-        t = [float(r[3]) for r in rows if int(r[0]) == mib and r[1] == way]
-        a = [int(r[4]) for r in rows if int(r[0]) == mib and r[1] == way]
-        if not v:
+        if (mib, way) not in col:
             continue
-        med[mib, way] = statistics.median(v)
-    for way in ("mapped", "lazy", "eager"):
-        v = [float(r[2]) for r in rows if int(r[0]) == mib and r[1] == way]
-        t = [float(r[3]) for r in rows if int(r[0]) == mib and r[1] == way]
-        a = [int(r[4]) for r in rows if int(r[0]) == mib and r[1] == way]
-        if not v:
-            continue
+        v, t, a = col[mib, way]
         base = med.get((mib, "eager"))
         print("%8d %-7s %9.1f %9.1f %9.1f %10.1f %12.1f %8.2fx" % (
             mib, way, min(v), med[mib, way], max(v), statistics.median(t),

@@ -39,9 +39,18 @@ static void usage(FILE *f)
 		"  --runc PATH            runc binary (THAW_RUNC; default runc on PATH)\n"
 		"  --criu PATH            criu >= 4.2 for runc --criu (THAW_CRIU; default the\n"
 		"                         .deps/criu-wrapper of the tree, else criu on PATH)\n"
-		"  --lazy, --no-lazy      restore pages on demand (a lazy-pages daemon serves\n"
-		"                         them from the RAM tier) or all before the start\n"
-		"                         answers, for functions whose spec has no \"lazy\"\n"
+		"  THAW_MAPPED=1|0        restore by mapping (default 1): an instance maps its\n"
+		"                         snapshot's memory files in the RAM tier, one copy\n"
+		"                         for every instance, instead of copying the pages in;\n"
+		"                         mappings under THAW_MAPPED_MIN_KIB (default 1024) of\n"
+		"                         pages are copied; where mapping does not apply (memory\n"
+		"                         a forked child shares, a snapshot from before it, a\n"
+		"                         spec's \"lazy\"), the start's answer says why in\n"
+		"                         \"pages_why\" and --lazy/--no-lazy decide\n"
+		"  --lazy, --no-lazy      where mapping does not apply: restore pages on demand\n"
+		"                         (a lazy-pages daemon serves them from the RAM tier) or\n"
+		"                         all before the start answers, for functions whose\n"
+		"                         spec has no \"lazy\"\n"
 		"                         (THAW_LAZY=1|0|auto; default auto: lazily, but a GPU\n"
 		"                         function eagerly when THAW_LAZY_DAEMON=criu, whose\n"
 		"                         single-threaded daemon makes the CUDA restore slower,\n"
@@ -148,15 +157,20 @@ static const char *default_modes(const struct thaw_config *c, char *buf, size_t 
 	bool cpu = config_restores_lazily(c, false, 0, NULL, 0);
 	bool gpu_alone = config_restores_lazily(c, true, 1, NULL, 0);
 	bool gpu_burst = config_restores_lazily(c, true, UINT_MAX, NULL, 0);
+	const char *mapped = c->mapped_min ? "mapped where it applies, else " : "";
+	char rest[128];
 
 	if (!cpu)
-		return "eager";
-	if (gpu_burst)
-		return "lazy";
-	if (!gpu_alone)
-		return "lazy (CPU) and eager (GPU)";
-	snprintf(buf, len, "lazy (CPU; GPU while at most %d GPU start%s in flight, eager beyond)",
-		 c->lazy_max_gpu_starts, c->lazy_max_gpu_starts == 1 ? " is" : "s are");
+		snprintf(rest, sizeof(rest), "eager");
+	else if (gpu_burst)
+		snprintf(rest, sizeof(rest), "lazy");
+	else if (!gpu_alone)
+		snprintf(rest, sizeof(rest), "lazy (CPU) and eager (GPU)");
+	else
+		snprintf(rest, sizeof(rest),
+			 "lazy (CPU; GPU while at most %d GPU start%s in flight, eager beyond)",
+			 c->lazy_max_gpu_starts, c->lazy_max_gpu_starts == 1 ? " is" : "s are");
+	snprintf(buf, len, "%s%s", mapped, rest);
 	return buf;
 }
 
@@ -189,7 +203,7 @@ int main(int argc, char **argv)
 	struct thaw_config c;
 	struct server *s = NULL;
 	unsigned long long n;
-	char modes[128];
+	char modes[256];
 	sigset_t sigs;
 	int opt, sig, level = -1, lazy = -1;
 

@@ -999,7 +999,8 @@ int criu_img_files_append_reg(uint8_t **buf, size_t *len, uint32_t id, const cha
 	wr_varint_field(&reg, 3, 0); /* pos */
 	wr_len_field(&reg, 5, fown.p, fown.len);
 	wr_len_field(&reg, 6, name, strlen(name));
-	wr_varint_field(&reg, 7, (uint64_t)(((uint32_t)mnt_id << 1) ^ (uint32_t)(mnt_id >> 31)));
+	/* sint32: zigzag, so that -1 is 1 */
+	wr_varint_field(&reg, 7, mnt_id < 0 ? 2 * (uint64_t)(-(int64_t)mnt_id) - 1 : 2 * (uint64_t)mnt_id);
 	wr_varint_field(&reg, 8, size);
 	wr_varint_field(&reg, 10, mode);
 	wr_varint_field(&fe, 1, 1 /* REG */);

@@ -414,7 +414,8 @@ int registry_list_json(struct registry *r, json_t **out)
 	if (!arr)
 		return -ENOMEM;
 	pthread_mutex_lock(&r->lock);
-	qsort(r->e, r->n, sizeof(*r->e), cmp_entry);
+	if (r->n) /* r->e is NULL with no function, and qsort's may not be */
+		qsort(r->e, r->n, sizeof(*r->e), cmp_entry);
 	for (size_t i = 0; i < r->n && !ret; i++) {
 		if (json_array_append_new(arr, entry_api_json(r->e[i])))
 			ret = -ENOMEM;

@@ -17,7 +17,9 @@
 #      the same; once it stops, the lease holder is gone and the eviction
 #      takes the entry;
 #   5. the fallbacks, each with its reason: a forked child sharing the memory,
-#      --eager, THAW_MAPPED=0.
+#      --eager, THAW_MAPPED=0;
+#   6. on a huge-page tmpfs tier (where the kernel has one) the instance maps the
+#      files with 2 MiB pages.
 # Nothing may be left at the end.
 set -u
 cd "${THAW_ROOT:-$(dirname "$0")/..}"
@@ -219,6 +221,24 @@ THAW_MAPPED=0 start_instances 1 "$SNAP"
 	ok "THAW_MAPPED=0: pages $(jget "$W/start1.json" pages)" || fail "THAW_MAPPED=0: $(cat "$W/start1.json")"
 [ "$(sum_of "${EP[1]}")" = "$EXPECT" ] || fail "the THAW_MAPPED=0 instance answers another checksum"
 stop_instances
+check_nothing_left "after the fallbacks"
+
+# --- 6. huge pages: on a huge-page tmpfs tier the files map with 2 MiB pages ----
+unset ID EP HPID
+TIER2=$W/tier-huge
+mkdir -p "$TIER2"
+THAW_RAM_TIER=$TIER2 THAW_TIER_HUGE=1 start_instances 1 "$SNAP"
+[ "$(sum_of "${EP[1]}")" = "$EXPECT" ] || fail "the instance on the huge-page tier answers another checksum"
+if mountpoint -q "$TIER2"; then # (the checksum read it all: it is mapped now)
+	pmd=$(awk '/^ShmemPmdMapped:/ {print $2}' "/proc/${HPID[1]}/smaps_rollup")
+	echo "figure: e2e_mapped shmem_pmd_mapped_kib $pmd"
+	[ "${pmd:-0}" -ge $((MIB * 1024 / 2)) ] && ok "huge-page tier: $pmd KiB mapped with 2 MiB pages" ||
+		fail "huge-page tier: only ${pmd:-0} KiB mapped with 2 MiB pages"
+else
+	echo "no huge-page tmpfs here: the 2 MiB mapping is not checked"
+fi
+stop_instances
+mountpoint -q "$TIER2" && umount "$TIER2"
 check_nothing_left "at the end"
 
 [ $fails = 0 ] && echo "e2e_mapped: all good" || echo "e2e_mapped: $fails failure(s)"

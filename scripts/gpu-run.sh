@@ -1,24 +1,29 @@
 #!/usr/bin/env bash
-# What runs ON the GPU machine, from the repository root, with .gpu carried
-# (made here by scripts/gpu-pack.sh):
+# gpu-run.sh — the GPU tests and benchmarks, run on the GPU machine.
 #
-#   run(command="bash scripts/gpu-run.sh", carry=[".gpu"], kind="nvidia-h100-x1")
+# The GPU machine has no network and none of thaw's libraries, runc or CRIU
+# (docs/GPU.md).  So everything is built here first, into one archive:
 #
-# It unpacks .gpu/thaw-gpu.tar.xz into .gpu/x, puts that runc and CRIU 4.2 in
-# place (PATH, THAW_RUNC, THAW_CRIU, .deps), then runs, each under a timeout,
-# logging into $OUT:
-#   1. thaw doctor (must pass and see the GPU)
-#   2. test_cuda (the driver's checkpoint API on a real PyTorch process), and
-#      runc-criu-smoke (a container run, checkpointed and restored by this runc
-#      and CRIU: its counter goes on)
-#   3. the GPU end-to-end tests and benchmarks: the section marked EXTEND below
-# $OUT receives summary.txt (one line per step, then figures), logs.tar.gz (every
-# log) and whatever a step writes to $OUT/figures/ (packed into figures.tar.gz).
-# The device tool returns at most 8 files from $OUT, hence the archives.
+#   scripts/gpu-pack.sh          # here: writes .gpu/thaw-gpu.tar.xz (ignored by git)
 #
-# Environment: OUT (default ./gpu-out), GPU_STEPS (patterns, space-separated: only
-# steps whose name contains one; =NAME: that step alone), GPU_ALL_TESTS=1 (also run every test, CPU ones too),
-# GPU_LLM_SKIP=1 (no gpu-llm-selftest), STEP_TIMEOUT (seconds, default 600).
+# and this script runs there, from the repository root, with .gpu carried over
+# (the device tool: run(command="bash scripts/gpu-run.sh", carry=[".gpu"])).
+#
+# What it does:
+#   1. unpacks the archive into .gpu/x and puts its runc and CRIU first on
+#      PATH (and in THAW_RUNC, THAW_CRIU), so nothing is installed there;
+#   2. runs thaw doctor, test_cuda (the driver's checkpoint API on a real
+#      PyTorch process) and a runc + CRIU smoke test;
+#   3. runs the GPU end-to-end tests and benchmarks listed in the section
+#      marked EXTEND below, each as a "step" with its own timeout.
+# Each step's log and a PASS/SKIP/FAIL line go into $OUT (summary.txt,
+# logs.tar.gz); what a step writes to $THAW_FIGURES comes back as
+# figures.tar.gz.  The device tool returns few files, hence the archives.
+#
+# Settings: OUT (default ./gpu-out); GPU_STEPS, names of the steps to run,
+# space-separated (a word matches any step containing it, "=name" that step
+# only); STEP_TIMEOUT (seconds per step, default 600); GPU_ALL_TESTS=1 also
+# runs every CPU test; GPU_LLM_SKIP=1 skips building the GPU example's model.
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD

@@ -22,7 +22,7 @@
 #include "common/runner.h"
 #include "common/stats.h"
 #include "common/util.h"
-#include "prewarm/spec.h"
+#include "function/spec.h"
 #include "restore/gpu_restore.h"
 #include "restore/mapped.h"
 

@@ -5,7 +5,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "prewarm/prewarm.h"
-#include "prewarm/spec.h"
+#include "function/spec.h"
 #include "store/store.h"
 
 #include <jansson.h>

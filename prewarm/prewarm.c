@@ -15,7 +15,7 @@
 #include "common/oci.h"
 #include "common/runner.h"
 #include "common/util.h"
-#include "prewarm/ready.h"
+#include "function/ready.h"
 #include "store/criu_elide.h"
 
 #include <dirent.h>

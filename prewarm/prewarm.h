@@ -12,7 +12,7 @@
 #include <jansson.h>
 
 #include "common/config.h"
-#include "prewarm/spec.h"
+#include "function/spec.h"
 #include "store/store.h"
 
 struct snapshot_result {

@@ -16,8 +16,8 @@
 #include "common/oci.h"
 #include "common/runner.h"
 #include "common/util.h"
-#include "prewarm/ready.h"
-#include "prewarm/spec.h"
+#include "function/ready.h"
+#include "function/spec.h"
 #include "restore/gpu_restore.h"
 #include "restore/shim.h"
 

@@ -8,7 +8,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "prewarm/prewarm.h"
-#include "prewarm/spec.h"
+#include "function/spec.h"
 #include "restore/instance.h"
 #include "restore/tier.h"
 #include "server/errors.h"

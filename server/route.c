@@ -3,7 +3,7 @@
 #include "server/route.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "prewarm/spec.h"
+#include "function/spec.h"
 
 #include <errno.h>
 #include <stdlib.h>

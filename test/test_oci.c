@@ -6,7 +6,7 @@
 #include "common/netns.h"
 #include "common/oci.h"
 #include "common/runner.h"
-#include "prewarm/ready.h"
+#include "function/ready.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "test/check.h"

@@ -1,6 +1,6 @@
 /* test_spec: function specs are parsed, checked (each bad field named in the
  * message) and written back to the same JSON. */
-#include "prewarm/spec.h"
+#include "function/spec.h"
 #include "test/check.h"
 
 #include <errno.h>

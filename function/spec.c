@@ -1,6 +1,6 @@
 /* spec.c — see spec.h. */
 #define LOG_PREFIX "spec: "
-#include "prewarm/spec.h"
+#include "function/spec.h"
 #include "common/log.h"
 #include "common/util.h"
 

@@ -4,15 +4,15 @@
  * Each call opens its own connection (netns_connect) and closes it before
  * returning, so no connection is open when the function is checkpointed.
  */
-#ifndef THAW_PREWARM_READY_H
-#define THAW_PREWARM_READY_H
+#ifndef THAW_FUNCTION_READY_H
+#define THAW_FUNCTION_READY_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "prewarm/spec.h"
+#include "function/spec.h"
 
 /* The answer to one HTTP call. */
 struct http_answer {

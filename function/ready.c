@@ -1,6 +1,6 @@
 /* ready.c — see ready.h. */
 #define LOG_PREFIX "ready: "
-#include "prewarm/ready.h"
+#include "function/ready.h"
 #include "common/log.h"
 #include "common/netns.h"
 #include "common/util.h"

@@ -1,8 +1,8 @@
 /* spec.h — a function: how to run it, when it is ready, how to warm it.
  * The JSON of DESIGN.md's PUT /functions/<id> body (plus "id").
  */
-#ifndef THAW_PREWARM_SPEC_H
-#define THAW_PREWARM_SPEC_H
+#ifndef THAW_FUNCTION_SPEC_H
+#define THAW_FUNCTION_SPEC_H
 
 #include <jansson.h>
 #include <stdbool.h>

@@ -70,7 +70,8 @@ help:
 	@echo "make test       deps + build + run every test (ends with 'N passed, N failed')"
 	@echo "make run        deps + build + start thawd on ./data (or thaw doctor before thawd exists)"
 	@echo "make fuzz       build the libFuzzer targets (clang)"
-	@echo "make lint       clang-tidy and cppcheck;  make format: clang-format -i"
+	@echo "make lint       the include rule (scripts/check-includes.sh), clang-tidy, cppcheck"
+	@echo "make format     clang-format -i"
 	@echo "make SANITIZE=address,undefined test | SANITIZE=thread test"
 	@echo "make STATIC=1   static build for the GPU machine (build/static/)"
 
@@ -121,6 +122,7 @@ gpu-pack:
 	@scripts/gpu-pack.sh
 
 lint:
+	scripts/check-includes.sh
 	clang-tidy $(LIB_SRCS) $(CLI_SRCS) -- $(CFLAGS)
 	cppcheck --quiet --error-exitcode=1 --enable=warning,portability --inline-suppr \
 	  -I. -D_GNU_SOURCE $(LIB_DIRS) cli bench test

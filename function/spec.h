@@ -1,5 +1,5 @@
 /* spec.h — a function: how to run it, when it is ready, how to warm it.
- * The JSON of DESIGN.md's PUT /functions/<id> body (plus "id").
+ * The JSON of the PUT /functions/<id> body (plus "id"; docs/API.md).
  */
 #ifndef THAW_FUNCTION_SPEC_H
 #define THAW_FUNCTION_SPEC_H

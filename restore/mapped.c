@@ -21,7 +21,7 @@
  * (split where an entry straddles the VMA's ends) and its pages leave the
  * pages file.  CRIU then maps the file and copies nothing.  MAP_ANONYMOUS
  * must go from the flags too: left there, CRIU maps zeroed anonymous memory
- * and reports no error (shared/MAPPED.md).
+ * and reports no error (docs/MAPPED.md).
  *
  * Growth.  A process may mremap() a mapping larger (glibc's realloc of a
  * large block does): an anonymous mapping grows with zero pages, a file

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Assemble .gpu/ (ignored by git): everything the GPU machine needs that it
-# does not have (GPU.md: no criu, runc, liburing, libmicrohttpd, jansson).
+# does not have (docs/GPU.md: no criu, runc, liburing, libmicrohttpd, jansson).
 #
 #   .gpu/thaw-gpu.tar.xz   one archive, unpacked there by scripts/gpu-run.sh:
 #     build/               thaw, thawd, test/test_*, bench/* from `make STATIC=1`

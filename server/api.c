@@ -1,4 +1,4 @@
-/* api.c — what each request of DESIGN.md's HTTP API does.
+/* api.c — what each request of the HTTP API (docs/API.md) does.
  *
  * Called on the connection's own thread with the request routed, its token
  * checked and its body read (http.c).  Every path answers, and every failure

@@ -1,4 +1,4 @@
-/* server.h — thawd: the HTTP API of DESIGN.md over libmicrohttpd.
+/* server.h — thawd: the HTTP API of docs/API.md over libmicrohttpd.
  *
  * One thread per connection (libmicrohttpd's), so a start or a snapshot with
  * ?wait=1 occupies only its own connection's thread and /healthz and /metrics

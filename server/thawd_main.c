@@ -20,7 +20,7 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: thawd [OPTIONS]\n"
 		"\n"
-		"thawd serves thaw's HTTP API (see DESIGN.md): register functions, snapshot\n"
+		"thawd serves thaw's HTTP API (see docs/API.md): register functions, snapshot\n"
 		"them, start instances restored from their snapshots.\n"
 		"\n"
 		"options (each also read from the environment variable shown):\n"

@@ -1,7 +1,7 @@
 /* criu_elide.h — drop all-zero pages from a CRIU image before it is stored.
  *
  * A page that a process wrote zeros to is dumped by CRIU like any other
- * (DESIGN.md: 23% of the GPU example's image).  Where restore is certain to
+ * (docs/DESIGN.md: a large share of a GPU image).  Where restore is certain to
  * read zero for a page missing from the pagemap — a private anonymous mapping
  * that CRIU maps afresh — the page need not be stored nor read back at all.
  */

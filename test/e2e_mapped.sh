@@ -14,8 +14,8 @@
 #   4. while a mapped instance runs: thaw store gc, an eviction that needs its
 #      tier entry (refused: ENOSPC, the entry kept), two thawd start-ups on the
 #      same RAM tier, one killed with -9: it still answers and its files are
-#      the same; once it stops, the lease holder is gone and the eviction
-#      takes the entry;
+#      the same; once its process exits, the lease holder is gone and the
+#      eviction takes the entry;
 #   5. the fallbacks, each with its reason: a forked child sharing the memory,
 #      --eager, THAW_MAPPED=0;
 #   6. on a huge-page tmpfs tier (where the kernel has one) the instance maps the
@@ -181,16 +181,21 @@ done
 [ "$(sum_of "${EP[1]}")" = "$EXPECT" ] && ok "after two thawd start-ups on its tier (killed -9) the instance answers" ||
 	fail "after the thawd start-ups"
 [ "$(mem_sums)" = "$BEFORE" ] || fail "the tier's memory files changed"
+# The instance's process exits (killed here): its lease holder goes with it,
+# before any stop, and the entry is free for eviction.
 holder=$(jget "$D/instances/${ID[1]}.json" lease_holder_pid)
-stop_instances
-sleep 0.2
-[ -z "$(alive "$holder")" ] && ok "the lease holder is gone with the instance" || fail "lease holder $holder is still there"
+[ -n "$(alive "$holder")" ] || fail "no lease holder $holder while the instance runs"
+kill -9 "${HPID[1]}"
+for _ in $(seq 50); do [ -z "$(alive "$holder")" ] && break; sleep 0.1; done
+[ -z "$(alive "$holder")" ] && ok "the lease holder went with the instance's process" ||
+	fail "lease holder $holder is still there after the instance's process died"
 if THAW_RAM_TIER_BYTES=$TIGHT "$THAW" --data-dir "$D" materialize "$SMALL" >"$W/mat.out" 2>&1; then
-	[ ! -f "$TIER/$HEX.meta" ] && ok "once the instance stopped, the eviction took the entry" ||
+	[ ! -f "$TIER/$HEX.meta" ] && ok "once the instance exited, the eviction took the entry" ||
 		fail "the entry is still there after the materialisation"
 else
-	fail "materialize after the stop: $(tail -n 2 "$W/mat.out")"
+	fail "materialize after the instance's exit: $(tail -n 2 "$W/mat.out")"
 fi
+stop_instances
 check_nothing_left "after the eviction"
 
 # --- 5. fallbacks ----------------------------------------------------------------

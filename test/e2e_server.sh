@@ -2,7 +2,7 @@
 # thawd end to end, with real runc and CRIU, over real sockets:
 #   1. register the CPU example (bench/functions/cpu_example.py, small state),
 #      snapshot it (?wait=1), and start 16 instances of it AT ONCE: each
-#      answers 201 with DESIGN.md's fields, and GET /infer through each
+#      answers 201 with docs/API.md's fields, and GET /infer through each
 #      endpoint answers exactly what the function computes; the metrics count
 #      them; then DELETE each (204) and nothing is left;
 #   2. GET /healthz answers within 50 ms while 4 starts run (measured);

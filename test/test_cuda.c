@@ -45,7 +45,7 @@ static int child_in = -1, child_out = -1;
 static pid_t sleeper = -1;
 
 /* Lock and checkpoint a CUDA process before killing it: killing a running or
- * restored one has hung hosts on some drivers (DESIGN.md). */
+ * restored one has hung hosts on some drivers (docs/GPU.md). */
 static void cleanup(void)
 {
 	enum cuda_proc_state st;

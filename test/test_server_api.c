@@ -139,7 +139,7 @@ static struct resp call(const char *method, const char *path, const char *body)
 	return req(method, path, body, body ? strlen(body) : 0, TOKEN);
 }
 
-/* The error answer's code, or "" when the body is not DESIGN.md's error shape. */
+/* The error answer's code, or "" when the body is not docs/API.md's error shape. */
 static const char *err_code(const struct resp *r)
 {
 	json_t *e = json_object_get(r->j, "error");

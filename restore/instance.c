@@ -19,6 +19,7 @@
 #include "function/ready.h"
 #include "function/spec.h"
 #include "restore/gpu_restore.h"
+#include "restore/lazy_watch.h"
 #include "restore/shim.h"
 
 #include <dirent.h>
@@ -72,7 +73,7 @@ struct start_ctx {
 	/* Lazy restore: the daemon (in x.work, where runc restore --lazy-pages
 	 * looks for lazy-pages.socket) and its watcher. */
 	bool lazy;
-	struct runner_lazy lz;
+	struct lazy_watch lz;
 	unsigned long long lz_watcher_start, lz_daemon_start;
 	char lazy_log[PATH_MAX + 16];
 	char lazy_status[PATH_MAX + 16];
@@ -523,8 +524,8 @@ static int lazy_start(struct start_ctx *x, struct instance *in, const char *imag
 {
 	int ret;
 
-	ret = runner_lazy_start(&x->r, in->id, image_dir, x->work, x->lazy_log, x->lazy_status,
-				lease_fd, t0, &x->lz);
+	ret = lazy_watch_start(&x->r, in->id, image_dir, x->work, x->lazy_log, x->lazy_status,
+			       lease_fd, t0, &x->lz);
 	if (ret)
 		return ret;
 	proc_start_time(x->lz.watcher, &x->lz_watcher_start);
@@ -541,7 +542,7 @@ static int lazy_check(struct start_ctx *x, struct instance *in)
 
 	if (!x->lazy)
 		return 0;
-	if (runner_lazy_status(x->lazy_status, &in->t.lazy_done, why, sizeof(why)) >= 0)
+	if (lazy_watch_status(x->lazy_status, &in->t.lazy_done, why, sizeof(why)) >= 0)
 		return 0;
 	log_set_error("page source lost: %s", why);
 	return -EIO;
@@ -902,7 +903,7 @@ static bool lazy_word(const struct thaw_config *c, json_t *rec)
 	if (!json_is_true(json_object_get(rec, "lazy")) || !id || !id_valid(id) ||
 	    pathf(path, sizeof(path), "%s/instances/%s/lazy.status", c->data_dir, id))
 		return false;
-	st = runner_lazy_status(path, &done, why, sizeof(why));
+	st = lazy_watch_status(path, &done, why, sizeof(why));
 	if (st > 0) {
 		json_t *tm = json_object_get(rec, "timings_ms");
 

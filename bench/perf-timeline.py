@@ -12,7 +12,7 @@
       top functions, on the logs' wall clock (from perf-NAME.clock), and where
       it slept (its context switches and how long each lasted)
 
-How the GPU example's CUDA restore was read this way: bench/RESULTS.md,
+How the GPU example's CUDA restore was read this way: bench/LOG.md,
 "Lazy GPU starts: the driver's own timeline".
 """
 import collections

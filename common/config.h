@@ -13,7 +13,7 @@
 /* Restore pages on demand (lazy-pages) or all before the start answers.
  * AUTO: lazily, but a GPU function eagerly when the daemon is CRIU's, or when
  * more than lazy_max_gpu_starts GPU starts (this one included) are in flight.
- * Measured (bench/RESULTS.md, "Sparse and lazy images"): lazily, a CPU function
+ * Measured (bench/LOG.md, "Sparse and lazy images"): lazily, a CPU function
  * answers sooner (CPU example 230 vs 337 ms); so does the H100 example with thaw's
  * daemon (1.97 vs 3.61 s eager: 8 threads fill its 3 GB in ~0.5 s while the CUDA
  * restore runs), but not with CRIU's (3.60 s: the driver's restore faults the

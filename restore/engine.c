@@ -923,7 +923,7 @@ static bool cancelled(struct eng *e)
  * holds for the copy and the page allocation of every write.  Mapped files
  * have no such lock; there all workers take from one share, a stream in
  * store order (on the H100, 16 workers, shares and one stream ran alike,
- * cold and warm: engine-order in bench/RESULTS.md). */
+ * cold and warm: engine-order in bench/LOG.md). */
 static bool take_run(struct worker *w)
 {
 	struct eng *e = w->e;

@@ -4,7 +4,7 @@
  * puts on the LRU 524288 pages; with huge pages, 1024.  On the development VM a
  * sequential 2 GiB copy took 0.34-0.57 s into a huge=always tmpfs against
  * 1.0-1.4 s into /dev/shm, and on 16 cores the engine's writes were bound by
- * exactly that page allocation (bench/RESULTS.md, Engine).
+ * exactly that page allocation (bench/LOG.md, Engine).
  *
  * The mount is ours when its source is TIER_MOUNT_SOURCE: a restart (or a
  * second thawd) finds it and reuses it, and tier_open's check of what is in

@@ -15,7 +15,7 @@
  * as its file is the same file, unchanged (inode, size and mtime, not ctime; a
  * file damaged by a write is read and checked again).  The last used are
  * kept, within a count and a byte budget, as reading and checking the
- * manifest of a multi-GB image costs ~0.3 s, on every start (bench/RESULTS.md). */
+ * manifest of a multi-GB image costs ~0.3 s, on every start (bench/LOG.md). */
 
 struct store_cached_manifest {
 	uint8_t hash[CHUNK_HASH_LEN];

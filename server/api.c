@@ -239,7 +239,7 @@ static int snapshot_run(void *arg, json_t **result, char *err, size_t errlen)
 	struct server *s = t->srv;
 	struct snapshot_result res = { 0 };
 	struct func_spec *spec = NULL;
-	char perr[512] = "";
+	char perr[512] = "", forgot[CHUNK_ID_LEN] = "";
 	int ret;
 
 	log_clear_error();
@@ -261,18 +261,21 @@ static int snapshot_run(void *arg, json_t **result, char *err, size_t errlen)
 			    (json_int_t)res.stored_bytes, "timings_ms",
 			    res.timings_ms ? res.timings_ms : json_null());
 	if (registry_snapshot_end(s->reg, t->function, t->job, res.snapshot_id, res.image_bytes,
-				  res.stored_bytes, res.timings_ms, NULL) == -ENOENT) {
+				  res.stored_bytes, res.timings_ms, NULL, forgot) == -ENOENT) {
 		pr_warn("function %s was deleted or changed during its snapshot: snapshot %s "
 			"is dropped",
 			t->function, res.snapshot_id);
 		forget_snapshot(s, res.snapshot_id);
 	}
+	/* The snapshot this one replaced: nothing starts from it any more (a
+	 * start in flight holds a lease on it, a mapped instance its tier entry). */
+	forget_snapshot(s, forgot);
 	pr_info("snapshot of %s ready: %s, %llu bytes of image", t->function, res.snapshot_id,
 		(unsigned long long)res.image_bytes);
 out:
 	if (ret) {
 		pr_warn("snapshot of %s failed: %s", t->function, err);
-		registry_snapshot_end(s->reg, t->function, t->job, NULL, 0, 0, NULL, err);
+		registry_snapshot_end(s->reg, t->function, t->job, NULL, 0, 0, NULL, err, NULL);
 	}
 	metrics_snapshot(s->metrics, ret ? "failed" : "ok");
 	snapshot_result_release(&res);
@@ -286,7 +289,7 @@ static int post_snapshot(struct req *q)
 	struct snapshot_task *t = NULL;
 	struct job *job;
 	json_t *spec = NULL, *j = NULL;
-	char loc[64], jid[32], forgot[CHUNK_ID_LEN] = "";
+	char loc[64], jid[32];
 	bool wait;
 	int ret, jerr = 0;
 
@@ -310,7 +313,7 @@ static int post_snapshot(struct req *q)
 		return reply_error(q, 500, "internal", "%s", strerror(-ret));
 	}
 	snprintf(jid, sizeof(jid), "%s", job_id(job));
-	ret = registry_snapshot_begin(s->reg, q->route.id, jid, &spec, forgot);
+	ret = registry_snapshot_begin(s->reg, q->route.id, jid, &spec);
 	if (ret) {
 		jobs_unreserve(s->jobs, job);
 		if (ret == -ENOENT)
@@ -320,14 +323,12 @@ static int post_snapshot(struct req *q)
 					   "a snapshot of %s is already building", q->route.id);
 		return reply_error(q, 500, "internal", "%s", why(ret));
 	}
-	/* The snapshot it replaces goes: nothing can start from it any more
-	 * (a start in flight holds a lease on it). */
-	forget_snapshot(s, forgot);
 	t = calloc(1, sizeof(*t));
 	if (!t) {
 		json_decref(spec);
 		jobs_unreserve(s->jobs, job);
-		registry_snapshot_end(s->reg, q->route.id, jid, NULL, 0, 0, NULL, "out of memory");
+		registry_snapshot_end(s->reg, q->route.id, jid, NULL, 0, 0, NULL, "out of memory",
+				      NULL);
 		return reply_error(q, 500, "internal", "out of memory");
 	}
 	t->srv = s;
@@ -337,7 +338,7 @@ static int post_snapshot(struct req *q)
 	ret = jobs_run(s->jobs, job, snapshot_run, t, snapshot_task_free);
 	if (ret) {
 		registry_snapshot_end(s->reg, q->route.id, jid, NULL, 0, 0, NULL,
-				      "cannot start a thread");
+				      "cannot start a thread", NULL);
 		return reply_error(q, 500, "internal", "cannot start the snapshot: %s",
 				   strerror(-ret));
 	}

@@ -19,8 +19,10 @@
 struct entry {
 	char id[64];
 	json_t *spec;
-	enum snap_state state;
-	char snap_id[CHUNK_ID_LEN]; /* "" unless ready */
+	enum snap_state state;      /* of the latest snapshot attempt */
+	/* The snapshot starts use: "" when there is none.  It stays through a
+	 * re-snapshot (building, or failed) until a new one is complete. */
+	char snap_id[CHUNK_ID_LEN];
 	char *error;
 	char job[64];
 	uint64_t image_bytes, stored_bytes;
@@ -214,7 +216,7 @@ static struct entry *entry_load(const char *path, const char *id)
 		goto bad;
 	}
 	v = json_object_get(snap, "id");
-	if (e->state == SNAP_READY) {
+	if (e->state == SNAP_READY || json_is_string(v)) {
 		if (!snap_id_valid(json_string_value(v))) {
 			pr_warn("%s: bad snapshot id; function %s skipped", path, id);
 			goto bad;
@@ -351,7 +353,7 @@ int registry_put(struct registry *r, const char *id, const json_t *spec, bool *c
 			goto out;
 		}
 		if (!json_equal(e->spec, copy)) {
-			if (forgot && e->state == SNAP_READY)
+			if (forgot)
 				memcpy(forgot, e->snap_id, CHUNK_ID_LEN);
 			json_decref(e->spec);
 			e->spec = copy;
@@ -451,7 +453,7 @@ int registry_delete(struct registry *r, const char *id, char *forgot)
 		goto out;
 	}
 	fsync_dir(r->dir);
-	if (forgot && e->state == SNAP_READY)
+	if (forgot)
 		memcpy(forgot, e->snap_id, CHUNK_ID_LEN);
 	r->e[idx] = r->e[--r->n];
 	entry_free(e);
@@ -471,15 +473,13 @@ bool registry_exists(struct registry *r, const char *id)
 }
 
 int registry_snapshot_begin(struct registry *r, const char *id, const char *job_id,
-			    json_t **spec, char *forgot)
+			    json_t **spec)
 {
-	char old[CHUNK_ID_LEN] = "";
+	enum snap_state was;
 	struct entry *e;
 	int ret = 0;
 
 	*spec = NULL;
-	if (forgot)
-		forgot[0] = '\0';
 	pthread_mutex_lock(&r->lock);
 	e = find(r, id, NULL);
 	if (!e) {
@@ -495,20 +495,18 @@ int registry_snapshot_begin(struct registry *r, const char *id, const char *job_
 		ret = -ENOMEM;
 		goto out;
 	}
-	/* The previous snapshot (if any) is replaced by this one: starts wait
-	 * for the new one. */
-	if (e->state == SNAP_READY)
-		memcpy(old, e->snap_id, CHUNK_ID_LEN);
-	entry_clear_snapshot(e);
+	/* The current snapshot (if any) stays, and serves starts, until the
+	 * new one is complete: a failed or killed re-snapshot leaves it. */
+	was = e->state;
 	e->state = SNAP_BUILDING;
+	free(e->error);
+	e->error = NULL;
 	snprintf(e->job, sizeof(e->job), "%s", job_id);
 	ret = entry_persist(r, e);
 	if (ret) {
-		e->state = SNAP_NONE;
+		e->state = was;
 		json_decref(*spec);
 		*spec = NULL;
-	} else if (forgot) {
-		memcpy(forgot, old, CHUNK_ID_LEN);
 	}
 out:
 	pthread_mutex_unlock(&r->lock);
@@ -517,22 +515,27 @@ out:
 
 int registry_snapshot_end(struct registry *r, const char *id, const char *job_id,
 			  const char *snapshot_id, uint64_t image_bytes, uint64_t stored_bytes,
-			  const json_t *timings_ms, const char *error)
+			  const json_t *timings_ms, const char *error, char *forgot)
 {
 	struct entry *e;
 	int ret = 0;
 
+	if (forgot)
+		forgot[0] = '\0';
 	pthread_mutex_lock(&r->lock);
 	e = find(r, id, NULL);
 	if (!e || e->state != SNAP_BUILDING || strcmp(e->job, job_id)) {
 		ret = -ENOENT;
 		goto out;
 	}
-	json_decref(e->timings);
-	e->timings = timings_ms ? json_deep_copy(timings_ms) : NULL;
 	free(e->error);
 	e->error = NULL;
 	if (snapshot_id) {
+		/* The one it replaces is the caller's to drop (never itself). */
+		if (forgot && strcmp(e->snap_id, snapshot_id))
+			memcpy(forgot, e->snap_id, CHUNK_ID_LEN);
+		json_decref(e->timings);
+		e->timings = timings_ms ? json_deep_copy(timings_ms) : NULL;
 		e->state = SNAP_READY;
 		snprintf(e->snap_id, sizeof(e->snap_id), "%s", snapshot_id);
 		e->image_bytes = image_bytes;
@@ -560,7 +563,7 @@ int registry_ready_snapshot(struct registry *r, const char *id, char out[CHUNK_I
 	} else {
 		if (state)
 			*state = e->state;
-		if (e->state == SNAP_READY)
+		if (e->snap_id[0])
 			memcpy(out, e->snap_id, CHUNK_ID_LEN);
 		else
 			ret = -ENODATA;

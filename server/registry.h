@@ -53,19 +53,23 @@ int registry_delete(struct registry *r, const char *id, char *forgot);
 bool registry_exists(struct registry *r, const char *id);
 
 /* A snapshot of id begins, as job job_id: state "building".  *spec: a copy of
- * its spec (you own it).  forgot (may be NULL): the id of the ready snapshot
- * it replaces, else "".  -ENOENT unknown, -EBUSY already building. */
+ * its spec (you own it).  The function's current snapshot, if any, stays
+ * current (and serves starts) until registry_snapshot_end records a new one.
+ * -ENOENT unknown, -EBUSY already building. */
 int registry_snapshot_begin(struct registry *r, const char *id, const char *job_id,
-			    json_t **spec, char *forgot);
+			    json_t **spec);
 /* The snapshot of job job_id ended: ready with snapshot_id, sizes and
- * timings_ms (may be NULL; copied), or failed with error (snapshot_id NULL).
+ * timings_ms (may be NULL; copied), or failed with error (snapshot_id NULL;
+ * the current snapshot, if any, stays).  forgot (may be NULL): the id of the
+ * snapshot a ready one replaced, else "" (the caller drops it).
  * -ENOENT (nothing recorded) if the function was deleted or replaced
  * meanwhile: the caller then knows that the snapshot belongs to nobody. */
 int registry_snapshot_end(struct registry *r, const char *id, const char *job_id,
 			  const char *snapshot_id, uint64_t image_bytes, uint64_t stored_bytes,
-			  const json_t *timings_ms, const char *error);
-/* The ready snapshot of id into out; -ENOENT unknown function, -ENODATA none
- * ready (*state says which state it is in). */
+			  const json_t *timings_ms, const char *error, char *forgot);
+/* The current snapshot of id into out (there is one while a re-snapshot
+ * builds or after one failed); -ENOENT unknown function, -ENODATA none
+ * (*state says the state of the latest attempt). */
 int registry_ready_snapshot(struct registry *r, const char *id, char out[CHUNK_ID_LEN],
 			    enum snap_state *state);
 

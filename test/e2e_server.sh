@@ -337,6 +337,27 @@ done
 kill_thawd
 after_kill "during the dump"
 
+# (c) A re-snapshot of cpu killed during its dump: cpu's snapshot stays
+# current while the new one builds and after the kill (it starts below).
+api GET /functions/cpu >/dev/null
+cpu_snap=$(jget "$T/body" "j['snapshot']['id']")
+st=$(api POST /functions/cpu/snapshot)
+[ "$st" = 202 ] || fail "re-snapshot of cpu: $st $(cat "$T/body")"
+for _ in $(seq 400); do
+	pgrep -f -- "--root $DATA/runc.* checkpoint" >/dev/null && break
+	sleep 0.05
+done
+api GET /functions/cpu >/dev/null
+[ "$(jget "$T/body" "(j['snapshot']['state'], j['snapshot']['id'])")" = "('building', '$cpu_snap')" ] &&
+	ok "while cpu's re-snapshot builds, its snapshot stays current" ||
+	fail "cpu during its re-snapshot: $(cat "$T/body")"
+kill_thawd
+after_kill "during a re-snapshot"
+api GET /functions/cpu >/dev/null
+[ "$(jget "$T/body" "(j['snapshot']['state'], j['snapshot']['id'])")" = "('failed', '$cpu_snap')" ] &&
+	ok "a re-snapshot killed half-way leaves cpu's snapshot current" ||
+	fail "cpu after a killed re-snapshot: $(cat "$T/body")"
+
 # The old snapshot of cpu still starts; big snapshots again.  The restarted
 # thawd read the ready snapshots' manifests ahead, so this first start does
 # not read its own.

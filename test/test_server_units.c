@@ -290,6 +290,7 @@ static void test_auth(void)
 }
 
 static const char SNAP1[] = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+static const char SNAP2[] = "sha256:fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210";
 
 static void test_registry(void)
 {
@@ -322,15 +323,15 @@ static void test_registry(void)
 	CHECK_EQ(registry_ready_snapshot(r, "nope", snap, &st), -ENOENT);
 
 	/* A snapshot: building, then ready. */
-	CHECK_EQ(registry_snapshot_begin(r, "fn-a", "job-1", &sp, NULL), 0);
+	CHECK_EQ(registry_snapshot_begin(r, "fn-a", "job-1", &sp), 0);
 	CHECK(json_equal(sp, spec));
 	json_decref(sp);
-	CHECK_EQ(registry_snapshot_begin(r, "fn-a", "job-2", &sp, NULL), -EBUSY);
+	CHECK_EQ(registry_snapshot_begin(r, "fn-a", "job-2", &sp), -EBUSY);
 	CHECK_EQ(registry_put(r, "fn-a", spec2, &created, NULL), -EBUSY);
-	CHECK_EQ(registry_snapshot_begin(r, "nope", "job-2", &sp, NULL), -ENOENT);
-	CHECK_EQ(registry_snapshot_end(r, "fn-a", "job-9", SNAP1, 1, 2, NULL, NULL), -ENOENT);
+	CHECK_EQ(registry_snapshot_begin(r, "nope", "job-2", &sp), -ENOENT);
+	CHECK_EQ(registry_snapshot_end(r, "fn-a", "job-9", SNAP1, 1, 2, NULL, NULL, NULL), -ENOENT);
 	json_t *tm = json_pack("{s:f}", "total", 12.5);
-	CHECK_EQ(registry_snapshot_end(r, "fn-a", "job-1", SNAP1, 1000, 200, tm, NULL), 0);
+	CHECK_EQ(registry_snapshot_end(r, "fn-a", "job-1", SNAP1, 1000, 200, tm, NULL, NULL), 0);
 	json_decref(tm);
 	CHECK_EQ(registry_ready_snapshot(r, "fn-a", snap, &st), 0);
 	CHECK_STR(snap, SNAP1);
@@ -339,15 +340,15 @@ static void test_registry(void)
 	CHECK_EQ(registry_ready_snapshot(r, "fn-a", snap, &st), 0);
 
 	/* fn-b's snapshot fails. */
-	CHECK_EQ(registry_snapshot_begin(r, "fn-b", "job-3", &sp, NULL), 0);
+	CHECK_EQ(registry_snapshot_begin(r, "fn-b", "job-3", &sp), 0);
 	json_decref(sp);
-	CHECK_EQ(registry_snapshot_end(r, "fn-b", "job-3", NULL, 0, 0, NULL, "it broke"), 0);
+	CHECK_EQ(registry_snapshot_end(r, "fn-b", "job-3", NULL, 0, 0, NULL, "it broke", NULL), 0);
 	CHECK_EQ(registry_ready_snapshot(r, "fn-b", snap, &st), -ENODATA);
 	CHECK_EQ(st, SNAP_FAILED);
 
 	/* fn-c is left building, as by a thawd killed during its snapshot. */
 	CHECK_EQ(registry_put(r, "fn-c", spec, &created, NULL), 0);
-	CHECK_EQ(registry_snapshot_begin(r, "fn-c", "job-4", &sp, NULL), 0);
+	CHECK_EQ(registry_snapshot_begin(r, "fn-c", "job-4", &sp), 0);
 	json_decref(sp);
 	CHECK_EQ(registry_list_json(r, &j), 0);
 	CHECK_EQ(json_array_size(j), 3);
@@ -393,28 +394,52 @@ static void test_registry(void)
 	CHECK_EQ(registry_ready_snapshot(r, "fn-a", snap, &st), -ENODATA);
 	CHECK_EQ(st, SNAP_NONE);
 
-	/* A new snapshot replaces the ready one, and says which. */
-	CHECK_EQ(registry_snapshot_begin(r, "fn-a", "job-6", &sp, forgot), 0);
+	/* A re-snapshot: the ready one stays current while the new one builds
+	 * and after it fails; a complete one replaces it, and says which. */
+	CHECK_EQ(registry_snapshot_begin(r, "fn-a", "job-6", &sp), 0);
 	json_decref(sp);
+	CHECK_EQ(registry_snapshot_end(r, "fn-a", "job-6", SNAP1, 1, 1, NULL, NULL, forgot), 0);
 	CHECK_STR(forgot, "");
-	CHECK_EQ(registry_snapshot_end(r, "fn-a", "job-6", SNAP1, 1, 1, NULL, NULL), 0);
-	CHECK_EQ(registry_snapshot_begin(r, "fn-a", "job-7", &sp, forgot), 0);
+	CHECK_EQ(registry_snapshot_begin(r, "fn-a", "job-7", &sp), 0);
 	json_decref(sp);
-	CHECK_STR(forgot, SNAP1);
-	CHECK_EQ(registry_ready_snapshot(r, "fn-a", snap, &st), -ENODATA);
+	CHECK_EQ(registry_ready_snapshot(r, "fn-a", snap, &st), 0);
+	CHECK_STR(snap, SNAP1);
 	CHECK_EQ(st, SNAP_BUILDING);
+	CHECK_EQ(registry_snapshot_end(r, "fn-a", "job-7", NULL, 0, 0, NULL, "it broke", forgot), 0);
+	CHECK_STR(forgot, "");
+	CHECK_EQ(registry_ready_snapshot(r, "fn-a", snap, &st), 0);
+	CHECK_STR(snap, SNAP1);
+	CHECK_EQ(st, SNAP_FAILED);
+	CHECK_EQ(registry_snapshot_begin(r, "fn-a", "job-8", &sp), 0);
+	json_decref(sp);
+	CHECK_EQ(registry_snapshot_end(r, "fn-a", "job-8", SNAP2, 1, 1, NULL, NULL, forgot), 0);
+	CHECK_STR(forgot, SNAP1);
+	CHECK_EQ(registry_ready_snapshot(r, "fn-a", snap, &st), 0);
+	CHECK_STR(snap, SNAP2);
+	/* Left building by a killed thawd: after a restart the last one serves. */
+	CHECK_EQ(registry_snapshot_begin(r, "fn-a", "job-9", &sp), 0);
+	json_decref(sp);
+	registry_free(r);
+	r = registry_open(dir);
+	REQUIRE(r);
+	CHECK_EQ(registry_ready_snapshot(r, "fn-a", snap, &st), 0);
+	CHECK_STR(snap, SNAP2);
+	CHECK_EQ(st, SNAP_FAILED);
 
 	/* Delete: the file goes, and a snapshot ending after it is dropped. */
-	CHECK_EQ(registry_snapshot_begin(r, "fn-b", "job-5", &sp, NULL), 0);
+	CHECK_EQ(registry_snapshot_begin(r, "fn-b", "job-5", &sp), 0);
 	json_decref(sp);
 	CHECK_EQ(registry_delete(r, "fn-b", forgot), 0);
 	CHECK_STR(forgot, ""); /* it was building */
 	CHECK_EQ(registry_delete(r, "fn-b", NULL), -ENOENT);
 	snprintf(path, sizeof(path), "%s/fn-b.json", dir);
 	CHECK(access(path, F_OK) != 0);
-	CHECK_EQ(registry_snapshot_end(r, "fn-b", "job-5", SNAP1, 1, 1, NULL, NULL), -ENOENT);
+	CHECK_EQ(registry_snapshot_end(r, "fn-b", "job-5", SNAP1, 1, 1, NULL, NULL, NULL), -ENOENT);
 	CHECK(!registry_exists(r, "fn-b"));
-	CHECK_EQ(registry_snapshot_end(r, "fn-a", "job-7", SNAP1, 1, 1, NULL, NULL), 0);
+	CHECK_EQ(registry_snapshot_begin(r, "fn-a", "job-10", &sp), 0);
+	json_decref(sp);
+	CHECK_EQ(registry_snapshot_end(r, "fn-a", "job-10", SNAP1, 1, 1, NULL, NULL, forgot), 0);
+	CHECK_STR(forgot, SNAP2);
 	CHECK_EQ(registry_delete(r, "fn-a", forgot), 0);
 	CHECK_STR(forgot, SNAP1); /* ready: the caller drops it from the store */
 	registry_free(r);

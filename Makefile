@@ -54,7 +54,8 @@ PROGS     := $(B)/thaw $(if $(wildcard server/thawd_main.c),$(B)/thawd)
 BENCH_SRCS:= $(wildcard bench/*.c)
 BENCHES   := $(BENCH_SRCS:bench/%.c=$(B)/bench/%)
 TEST_SRCS := $(wildcard test/test_*.c)
-TESTS     := $(TEST_SRCS:test/%.c=$(B)/test/%)
+# Not TESTS: that is run-tests.sh's filter, passed through from the environment.
+TEST_PROGS:= $(TEST_SRCS:test/%.c=$(B)/test/%)
 FUZZ_SRCS := $(wildcard test/fuzz/fuzz_*.c)
 FUZZERS   := $(FUZZ_SRCS:test/fuzz/%.c=build/fuzz/%)
 HDRS      := $(wildcard */*.h)
@@ -62,12 +63,13 @@ HDRS      := $(wildcard */*.h)
 .PHONY: all deps test run clean lint format fuzz bench gpu-pack help
 # Keep objects make would otherwise treat as intermediate and delete.
 .SECONDARY:
-all: $(PROGS) $(TESTS) $(BENCHES)
+all: $(PROGS) $(TEST_PROGS) $(BENCHES)
 
 help:
 	@echo "make            build thaw, thawd, tests and benchmarks into $(B)/"
 	@echo "make deps       install what is missing (apt packages, CRIU 4.2 prefix in .deps/)"
-	@echo "make test       deps + build + run every test (ends with 'N passed, N failed')"
+	@echo "make test       deps + build + run every test (ends with 'N passed, N failed, N skipped');"
+	@echo "                TESTS=word make test runs only the tests whose name contains word"
 	@echo "make run        deps + build + start thawd on ./data (or thaw doctor before thawd exists)"
 	@echo "make fuzz       build the libFuzzer targets (clang)"
 	@echo "make lint       the include rule (scripts/check-includes.sh), clang-tidy, cppcheck"

@@ -3,9 +3,10 @@
 # fuzzer build/fuzz/fuzz_* for a short fixed time.  A test exits 0 (pass),
 # 77 (skip: e.g. no GPU) or anything else (fail); each runs under a timeout.
 # Ends with the line "N passed, N failed, N skipped".
-# TESTS=pattern runs only the tests whose name matches.
+# TESTS=word runs only the tests whose name contains word (`TESTS=store make
+# test`); it says how many match, and fails when none does.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 B=${B:-build}
 FUZZ_SECONDS=${FUZZ_SECONDS:-20}
 LOGDIR=$B/test-logs
@@ -13,9 +14,36 @@ mkdir -p "$LOGDIR"
 export THAW_BUILD=$PWD/$B THAW_ROOT=$PWD
 pass=0 fail=0 skip=0 failed=""
 
+matches() { case "$1" in *${TESTS:-}*) return 0 ;; esac; return 1; }
+
+# Every test's name, as run_one below gets it.
+all_names() {
+	local t
+	for t in "$B"/test/test_*; do [ -x "$t" ] && basename "$t"; done
+	for t in test/*.sh; do [ -f "$t" ] && basename "$t" .sh; done
+	for t in build/fuzz/fuzz_*; do [ -x "$t" ] && basename "$t"; done
+	return 0
+}
+total=0 matched=0
+while read -r n; do
+	[ -n "$n" ] || continue
+	total=$((total + 1))
+	matches "$n" && matched=$((matched + 1))
+done < <(all_names)
+if [ -n "${TESTS:-}" ]; then
+	echo "TESTS=$TESTS: $matched of $total tests match"
+	if [ $matched = 0 ]; then
+		echo "no test name contains '$TESTS'"
+		echo "0 passed, 0 failed, 0 skipped"
+		exit 1
+	fi
+else
+	echo "$total tests"
+fi
+
 run_one() { # name timeout cmd...
 	local name=$1 limit=$2; shift 2
-	case "$name" in *${TESTS:-}*) ;; *) return ;; esac
+	matches "$name" || return
 	local start=$SECONDS rc
 	timeout -k 10 "$limit" "$@" >"$LOGDIR/$name.log" 2>&1
 	rc=$?

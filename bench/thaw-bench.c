@@ -1392,8 +1392,16 @@ static int write_svg(struct bench *b)
 		}
 		n++;
 	}
-	snprintf(title, sizeof(title), "start latency CDF: %s, %s", b->function,
-		 b->burst > 0 ? "burst" : "open-loop rate");
+	/* What ran, as the report says it: a burst of 1 is one start at a time. */
+	if (b->burst == 1)
+		snprintf(title, sizeof(title), "start latency CDF: %s, one start at a time, %ld rounds",
+			 b->function, b->repeat);
+	else if (b->burst > 1)
+		snprintf(title, sizeof(title), "start latency CDF: %s, bursts of %ld, %ld rounds",
+			 b->function, b->burst, b->repeat);
+	else
+		snprintf(title, sizeof(title), "start latency CDF: %s, open-loop arrivals at %.3g/s",
+			 b->function, b->rate);
 	ret = plot_cdf_svg_write(b->svg_path, title, "start latency (ms)", ser, n);
 	for (size_t i = 0; i < n; i++)
 		free((void *)ser[i].pts);

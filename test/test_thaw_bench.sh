@@ -90,6 +90,7 @@ texts = [t.text or "" for t in root.iter(ns + "text")]
 assert any("start latency (ms)" in t for t in texts), texts
 assert any("fraction" in t for t in texts), texts
 assert any("thaw start" in t and "n=5" in t for t in texts), texts
+assert any("bursts of 10, 1 rounds" in t for t in texts), texts  # the title says what ran
 lines = root.findall(ns + "polyline")
 assert len(lines) == 1, len(lines)
 pts = lines[0].get("points").split()

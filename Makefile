@@ -4,6 +4,11 @@
 # into libthaw.a, except files named *_main.c, which are programs.  Each test/test_*.c
 # is a test program, each test/*.sh an end-to-end test script, each
 # test/fuzz/fuzz_*.c a libFuzzer target.  Adding a file needs no edit here.
+#
+# Each object depends on the headers it includes (-MMD -MP: the compiler
+# writes its .d file beside it) and on $(B)/.cflags, which changes when the
+# compiler or its flags do (git's GIT-CFLAGS habit): `make DEVELOPER=1`,
+# O=1 or EXTRA_CFLAGS=... rebuild what they change.
 
 CC       ?= gcc
 CLANG    ?= clang
@@ -11,11 +16,17 @@ SANITIZE ?=
 comma    := ,
 STATIC   ?=
 O        ?= 2
+DEVELOPER ?=
 
 PKGS     := liburing libzstd jansson libmicrohttpd libcrypto
 CFLAGS   := -std=gnu11 -O$(O) -g -Wall -Wextra -Wno-unused-parameter -Wshadow \
             -Wformat=2 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -I. -pthread \
             $(EXTRA_CFLAGS)
+# DEVELOPER=1: a warning is an error (the tree builds without any).
+ifneq ($(DEVELOPER),)
+  CFLAGS += -Werror
+endif
+DEPFLAGS := -MMD -MP
 LDLIBS_DYN := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -luring -lzstd -ljansson -lmicrohttpd -lcrypto) -ldl -lm
 CURL_LIBS  := $(shell pkg-config --libs libcurl 2>/dev/null || echo -lcurl)
 
@@ -77,9 +88,17 @@ help:
 	@echo "make SANITIZE=address,undefined test | SANITIZE=thread test"
 	@echo "make STATIC=1   static build for the GPU machine (build/static/)"
 
-$(B)/obj/%.o: %.c $(HDRS)
+# The compiler and its flags in a file, rewritten only when they change.  At
+# parse time, so that `make -n` and `make -q` see the objects that are up to
+# date as up to date (a FORCE rule would make them all look stale).
+CFLAGS_NOW := $(strip $(CC) $(CFLAGS))
+ifneq ($(CFLAGS_NOW),$(shell cat $(B)/.cflags 2>/dev/null))
+  $(shell mkdir -p $(B) && echo '$(CFLAGS_NOW)' >$(B)/.cflags)
+endif
+
+$(B)/obj/%.o: %.c $(B)/.cflags
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c -o $@ $<
+	$(CC) $(CFLAGS) $(DEPFLAGS) -c -o $@ $<
 
 $(LIB): $(LIB_OBJS)
 	@mkdir -p $(dir $@)
@@ -100,11 +119,18 @@ $(B)/bench/%: $(B)/obj/bench/%.o $(LIB)
 	$(CC) $(LDFLAGS) -pthread -o $@ $^ $(LDLIBS) $(if $(STATIC),,$(CURL_LIBS))
 
 # libFuzzer targets: the library is rebuilt with clang and the fuzzer's
-# sanitizers, in its own object directory.
-FUZZ_CFLAGS := $(filter-out -Wshadow -Wformat=2,$(CFLAGS)) -O1 -fsanitize=fuzzer-no-link,address,undefined
-build/fuzz/obj/%.o: %.c $(HDRS)
+# sanitizers, in its own object directory, with the same flags whatever
+# SANITIZE, STATIC, O or DEVELOPER say (build/fuzz/ is shared by them all:
+# switching must not make its objects stale, nor mix two sanitizers).
+FUZZ_CFLAGS := $(filter-out -Wshadow -Wformat=2 -Werror -DTHAW_STATIC -O% -fsanitize=% \
+                 -fno-omit-frame-pointer,$(CFLAGS)) -O1 -fsanitize=fuzzer-no-link,address,undefined
+FUZZ_CFLAGS_NOW := $(strip $(CLANG) $(FUZZ_CFLAGS))
+ifneq ($(FUZZ_CFLAGS_NOW),$(shell cat build/fuzz/.cflags 2>/dev/null))
+  $(shell mkdir -p build/fuzz && echo '$(FUZZ_CFLAGS_NOW)' >build/fuzz/.cflags)
+endif
+build/fuzz/obj/%.o: %.c build/fuzz/.cflags
 	@mkdir -p $(dir $@)
-	$(CLANG) $(FUZZ_CFLAGS) -c -o $@ $<
+	$(CLANG) $(FUZZ_CFLAGS) $(DEPFLAGS) -c -o $@ $<
 build/fuzz/%: build/fuzz/obj/test/fuzz/%.o $(LIB_SRCS:%.c=build/fuzz/obj/%.o)
 	$(CLANG) -fsanitize=fuzzer,address,undefined -pthread -o $@ $^ $(LDLIBS_DYN)
 fuzz: $(FUZZERS)
@@ -134,3 +160,6 @@ format:
 
 clean:
 	rm -rf build
+
+# The headers each object was built with (none yet on a fresh tree).
+-include $(wildcard $(B)/obj/*/*.d build/fuzz/obj/*/*.d build/fuzz/obj/test/fuzz/*.d)

@@ -77,16 +77,24 @@ HDRS      := $(wildcard */*.h)
 all: $(PROGS) $(TEST_PROGS) $(BENCHES)
 
 help:
-	@echo "make            build thaw, thawd, tests and benchmarks into $(B)/"
+	@echo "targets:"
+	@echo "make, make all  build thaw, thawd, tests and benchmarks into $(B)/"
 	@echo "make deps       install what is missing (apt packages, CRIU 4.2 prefix in .deps/)"
 	@echo "make test       deps + build + run every test (ends with 'N passed, N failed, N skipped');"
 	@echo "                TESTS=word make test runs only the tests whose name contains word"
 	@echo "make run        deps + build + start thawd on ./data (or thaw doctor before thawd exists)"
-	@echo "make fuzz       build the libFuzzer targets (clang)"
+	@echo "make bench      build the benchmarks only ($(B)/bench/)"
+	@echo "make fuzz       build the libFuzzer targets (clang, build/fuzz/)"
 	@echo "make lint       the include rule (scripts/check-includes.sh), clang-tidy, cppcheck"
-	@echo "make format     clang-format -i"
-	@echo "make SANITIZE=address,undefined test | SANITIZE=thread test"
-	@echo "make STATIC=1   static build for the GPU machine (build/static/)"
+	@echo "make format     clang-format -i every source and header"
+	@echo "make gpu-pack   pack .gpu/ for the GPU machine (scripts/gpu-pack.sh)"
+	@echo "make clean      remove build/ (every build directory under it)"
+	@echo "make help       this list"
+	@echo "variables:"
+	@echo "DEVELOPER=1     warnings are errors (-Werror)"
+	@echo "SANITIZE=address,undefined | SANITIZE=thread   sanitizers (build/san-*/)"
+	@echo "STATIC=1        static build for the GPU machine (build/static/)"
+	@echo "O=1             optimisation level (default 2);  EXTRA_CFLAGS=...  more flags"
 
 # The compiler and its flags in a file, rewritten only when they change.  At
 # parse time, so that `make -n` and `make -q` see the objects that are up to
@@ -134,6 +142,7 @@ build/fuzz/obj/%.o: %.c build/fuzz/.cflags
 build/fuzz/%: build/fuzz/obj/test/fuzz/%.o $(LIB_SRCS:%.c=build/fuzz/obj/%.o)
 	$(CLANG) -fsanitize=fuzzer,address,undefined -pthread -o $@ $^ $(LDLIBS_DYN)
 fuzz: $(FUZZERS)
+bench: $(BENCHES)
 
 deps:
 	@scripts/deps.sh

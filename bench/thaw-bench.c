@@ -79,6 +79,7 @@ struct bench {
 	size_t expect_len;
 	double start_timeout_s, infer_timeout_s, delete_timeout_s;
 	bool keep_instances;
+	long max_failures; /* more failed starts than this: exit 3 */
 	long burst, repeat;
 	double rate, duration_s;
 	bool poisson;
@@ -1426,12 +1427,14 @@ static void usage(FILE *f)
 		"                                 restart thawd on an empty --ram-tier directory\n"
 		"timeouts (seconds): --start-timeout 120 --infer-timeout 30 --delete-timeout 60\n"
 		"  --keep        leave instances running (no DELETE)\n"
+		"  --max-failures N    failed starts the run may have and still exit 0 (default 0)\n"
 		"  --baseline-runs N   runs of each baseline (default 3)\n"
 		"  --runc-root DIR     runc state of the baselines' containers (/run/thaw-bench);\n"
 		"                      their bundles go under $TMPDIR (default /tmp)\n"
 		"Start latency: arrival of the start request -> first correct inference answer.\n"
-		"Exit status: 0 the run was made (failed starts are reported, not fatal), 1 error\n"
-		"or interrupted (SIGINT/SIGTERM: what ran is reported and cleaned up).\n");
+		"Exit status: 0 the run was made with at most --max-failures failed starts, 3 it\n"
+		"was made with more (all reported), 1 error or interrupted (SIGINT/SIGTERM:\n"
+		"what ran is reported and cleaned up).\n");
 }
 
 /* "GET /infer?x=7" or "POST /generate {json}". */
@@ -1517,7 +1520,8 @@ static int parse_args(struct bench *b, int argc, char **argv)
 {
 	enum { O_URL = 256, O_FN, O_TOKEN, O_BURST, O_REPEAT, O_RATE, O_DUR, O_ARR, O_SEED,
 	       O_COLD, O_COLDCMD, O_INFER, O_EXPECT, O_EXPECTF, O_JSON, O_SVG, O_BCOLD,
-	       O_BPLAIN, O_BRUNS, O_STO, O_ITO, O_DTO, O_KEEP, O_RROOT, O_HELP };
+	       O_BPLAIN, O_BRUNS, O_STO, O_ITO, O_DTO, O_KEEP, O_RROOT, O_HELP,
+	       O_MAXF };
 	static const struct option opts[] = {
 		{ "url", 1, NULL, O_URL },	     { "function", 1, NULL, O_FN },
 		{ "token-file", 1, NULL, O_TOKEN },  { "burst", 1, NULL, O_BURST },
@@ -1530,7 +1534,7 @@ static int parse_args(struct bench *b, int argc, char **argv)
 		{ "baseline-cold", 1, NULL, O_BCOLD }, { "baseline-plain", 1, NULL, O_BPLAIN },
 		{ "baseline-runs", 1, NULL, O_BRUNS }, { "start-timeout", 1, NULL, O_STO },
 		{ "infer-timeout", 1, NULL, O_ITO }, { "delete-timeout", 1, NULL, O_DTO },
-		{ "keep", 0, NULL, O_KEEP },	     { "help", 0, NULL, O_HELP },
+		{ "keep", 0, NULL, O_KEEP },	     { "max-failures", 1, NULL, O_MAXF },	     { "help", 0, NULL, O_HELP },
 		{ "runc-root", 1, NULL, O_RROOT },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -1587,6 +1591,7 @@ static int parse_args(struct bench *b, int argc, char **argv)
 		case O_BCOLD: b->baseline_cold_spec = optarg; break;
 		case O_BPLAIN: b->baseline_plain_image = optarg; break;
 		case O_BRUNS: ret = parse_long(optarg, "--baseline-runs", &b->baseline_runs, 1); break;
+		case O_MAXF: ret = parse_long(optarg, "--max-failures", &b->max_failures, 0); break;
 		case O_STO: ret = parse_double(optarg, "--start-timeout", &b->start_timeout_s, 0.001); break;
 		case O_ITO: ret = parse_double(optarg, "--infer-timeout", &b->infer_timeout_s, 0.001); break;
 		case O_DTO: ret = parse_double(optarg, "--delete-timeout", &b->delete_timeout_s, 0.001); break;
@@ -1701,6 +1706,13 @@ int main(int argc, char **argv)
 	if (stop_requested) {
 		fprintf(stderr, "thaw-bench: interrupted by signal %d; the report covers what ran\n",
 			(int)stop_requested);
+		goto out_multi;
+	}
+	if ((long)(b.attempts - b.ok) > b.max_failures) {
+		fprintf(stderr, "thaw-bench: %llu of %llu starts failed (--max-failures %ld)\n",
+			(unsigned long long)(b.attempts - b.ok), (unsigned long long)b.attempts,
+			b.max_failures);
+		rc = 3;
 		goto out_multi;
 	}
 	rc = 0;

@@ -58,7 +58,10 @@ start_fake --plan ok,503,ok,500,hang,wrong,ok,ok,nojson,ok --delay-ms 50 --wrong
 	--json "$T/a.json" --svg "$T/a.svg" >"$T/a.out" 2>"$T/a.err"
 rc=$?
 cat "$T/a.out"
-expect_eq "burst exit" "$rc" 0
+# 5 of 10 failed, and --max-failures is 0 by default: the run is made and
+# reported, and the exit status says it did not pass.
+expect_eq "burst exit" "$rc" 3
+grep -q "5 of 10 starts failed (--max-failures 0)" "$T/a.err" || fail "no word on the failed starts: $(cat "$T/a.err")"
 expect_eq attempts "$(jget "$T/a.json" 'j["attempts"]')" 10
 expect_eq ok "$(jget "$T/a.json" 'j["ok"]')" 5
 expect_eq failed "$(jget "$T/a.json" 'j["failed"]')" 5
@@ -125,7 +128,8 @@ expect_eq "no latency" "$(jget "$T/d.json" 'j["start_latency_ms"]')" "{'n': 0}"
 # 4. Token: without it every start is a 401; with --token-file all good.
 start_fake --plan ok --token s3cret --delay-ms 1
 echo s3cret >"$T/token"
-"$BENCH" --url "$URL" --function fn-a --burst 3 "${INFER[@]}" --json "$T/e.json" >/dev/null 2>&1
+"$BENCH" --url "$URL" --function fn-a --burst 3 "${INFER[@]}" --json "$T/e.json" --max-failures 3 >/dev/null 2>&1
+expect_eq "failures within --max-failures: exit" "$?" 0
 expect_eq "no token" "$(jget "$T/e.json" 'j["failures"]')" "{'start_http_401': 3}"
 "$BENCH" --url "$URL" --function fn-a --burst 3 --token-file "$T/token" "${INFER[@]}" \
 	--json "$T/f.json" >/dev/null 2>&1

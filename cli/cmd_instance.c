@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void start_usage(FILE *f)
 {
@@ -286,6 +287,12 @@ int cmd_ps(int argc, char **argv)
 		return 2;
 	}
 	ret = config_init(&c, cli_data_dir());
+	/* No data directory is a mistake (a typo, the wrong --data-dir), not
+	 * a directory with no instance. */
+	if (!ret && access(c.data_dir, F_OK) < 0) {
+		fprintf(stderr, "thaw ps: no data directory %s\n", c.data_dir);
+		return 1;
+	}
 	if (!ret)
 		ret = instance_list(&c, &list);
 	if (ret) {
@@ -296,20 +303,21 @@ int cmd_ps(int argc, char **argv)
 		json_dumpf(list, stdout, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(10));
 		printf("\n");
 	} else {
-		printf("%-32s %-20s %-8s %-21s %8s %-5s %9s\n", "INSTANCE", "FUNCTION", "STATE",
-		       "ENDPOINT", "PID", "TIER", "START_MS");
+		printf("%-32s %-20s %-8s %-21s %8s %-5s %-6s %9s\n", "INSTANCE", "FUNCTION",
+		       "STATE", "ENDPOINT", "PID", "TIER", "PAGES", "START_MS");
 		json_array_foreach(list, i, e) {
-			const char *v[5] = { "instance", "function", "state", "endpoint", "tier" };
+			const char *v[6] = { "instance", "function", "state", "endpoint", "tier",
+					     "pages" };
 			json_t *tm = json_object_get(json_object_get(e, "timings_ms"), "total");
 
-			for (int k = 0; k < 5; k++) {
+			for (int k = 0; k < 6; k++) {
 				v[k] = json_string_value(json_object_get(e, v[k]));
 				if (!v[k])
 					v[k] = "-";
 			}
-			printf("%-32s %-20s %-8s %-21s %8lld %-5s %9.1f\n", v[0], v[1], v[2], v[3],
-			       (long long)json_integer_value(json_object_get(e, "pid")), v[4],
-			       json_number_value(tm));
+			printf("%-32s %-20s %-8s %-21s %8lld %-5s %-6s %9.1f\n", v[0], v[1], v[2],
+			       v[3], (long long)json_integer_value(json_object_get(e, "pid")), v[4],
+			       v[5], json_number_value(tm));
 			if (json_is_string(json_object_get(e, "error")))
 				printf("  error: %s\n",
 				       json_string_value(json_object_get(e, "error")));

@@ -112,6 +112,10 @@ grep -q '/\.thaw/' "/proc/${HPID[1]}/maps" && ok "the process maps the snapshot'
 	fail "no /.thaw/ mapping in /proc/${HPID[1]}/maps"
 [ "$(sum_of "${EP[1]}")" = "$EXPECT" ] && ok "instance 1 answers the original's checksum" ||
 	fail "instance 1 answers another checksum"
+"$THAW" --data-dir "$D" ps | grep -q "^${ID[1]} .* mapped " && ok "thaw ps lists it as mapped" ||
+	fail "thaw ps: $("$THAW" --data-dir "$D" ps)"
+"$THAW" --data-dir "$W/no-such-dir" ps >/dev/null 2>"$W/ps.err" && fail "thaw ps on a missing data directory exited 0"
+grep -q "no data directory" "$W/ps.err" || fail "thaw ps on a missing data directory: $(cat "$W/ps.err")"
 
 # --- 2. two instances, each writing its own values -------------------------------
 BEFORE=$(mem_sums)

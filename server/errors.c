@@ -10,9 +10,17 @@ struct api_err api_err_from_errno(int err, int start)
 	switch (err) {
 	case ETIMEDOUT:
 		return (struct api_err){ 504, "timeout" };
+	case ENOSPC:
+	case EDQUOT:
+		/* A disk, the RAM tier or a quota is full: the same word
+		 * wherever it happens (dump, ingest, materialisation). */
+		return (struct api_err){ 507, "no_space" };
+	case EBADMSG:
+		/* Stored data failed its check (a chunk, a pack index, a
+		 * manifest): not the client's fault, and not a retry's cure. */
+		return (struct api_err){ 500, "damaged" };
 	case EAGAIN:
 	case EBUSY:
-	case ENOSPC:
 	case ENOMEM:
 	case EMFILE:
 	case ENFILE:

@@ -543,7 +543,14 @@ static void test_jobs(void)
 static void test_errors(void)
 {
 	CHECK_EQ(api_err_from_errno(-ETIMEDOUT, 1).status, 504);
-	CHECK_EQ(api_err_from_errno(-ENOSPC, 1).status, 503);
+	/* No space is 507 wherever it happens; damaged data has its own code. */
+	CHECK_EQ(api_err_from_errno(-ENOSPC, 1).status, 507);
+	CHECK_EQ(api_err_from_errno(-ENOSPC, 0).status, 507);
+	CHECK_STR(api_err_from_errno(-ENOSPC, 0).code, "no_space");
+	CHECK_EQ(api_err_from_errno(-EDQUOT, 0).status, 507);
+	CHECK_EQ(api_err_from_errno(-EBADMSG, 1).status, 500);
+	CHECK_STR(api_err_from_errno(-EBADMSG, 1).code, "damaged");
+	CHECK_EQ(api_err_from_errno(-EAGAIN, 1).status, 503);
 	CHECK_EQ(api_err_from_errno(-ENOSYS, 1).status, 503);
 	CHECK_EQ(api_err_from_errno(-ENOENT, 1).status, 409);
 	CHECK_EQ(api_err_from_errno(-ENOENT, 0).status, 500);

@@ -418,6 +418,7 @@ struct server *server_new(const struct thaw_config *c, const struct server_opts 
 	}
 	s->cfg = *c;
 	s->opts = *o;
+	s->lock_fd = -1;
 	pthread_mutex_init(&s->stat_lock, NULL);
 	snprintf(s->listen, sizeof(s->listen), "%s", o->listen ? o->listen : SERVER_DEFAULT_LISTEN);
 	s->opts.listen = s->listen;
@@ -429,6 +430,9 @@ struct server *server_new(const struct thaw_config *c, const struct server_opts 
 		goto err;
 
 	if (mkdir_p(c->data_dir, 0755))
+		goto err;
+	/* Before anything reads or changes what the data directory holds. */
+	if (recover_lock_data_dir(s))
 		goto err;
 	s->metrics = metrics_new();
 	s->insts = insts_new();
@@ -507,5 +511,8 @@ void server_free(struct server *s)
 	insts_free(s->insts);
 	metrics_free(s->metrics);
 	pthread_mutex_destroy(&s->stat_lock);
+	/* Last: the next thawd on this data directory may start now. */
+	if (s->lock_fd >= 0)
+		close(s->lock_fd);
 	free(s);
 }

@@ -38,6 +38,7 @@ struct server {
 	struct metrics *metrics;
 	struct insts *insts;
 	struct MHD_Daemon *mhd;
+	int lock_fd; /* <data>/thawd.lock, flock()ed for thawd's life; -1 until taken */
 	uint16_t port;
 	atomic_uint starts_running;
 	atomic_bool stopping;
@@ -90,6 +91,11 @@ bool req_client_gone(struct req *q);
 int api_dispatch(struct req *q);
 
 /* Start-up recovery and shutdown (recover.c). */
+/* Take <data>/thawd.lock (exclusive, non-blocking, kept in s->lock_fd) and
+ * write thawd's pid into it.  0, or -EWOULDBLOCK when another process holds
+ * it (logged, naming the data directory and that process's pid if known),
+ * or another -errno. */
+int recover_lock_data_dir(struct server *s);
 int recover_startup(struct server *s);
 /* In the background, read the manifests of ready snapshots (as many as the
  * store keeps parsed) into the store's cache, so that the first start of each

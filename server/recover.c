@@ -1,6 +1,11 @@
 /* recover.c — what thawd finds from an earlier run, and what it leaves when
  * it stops.
  *
+ * Before anything else, thawd takes <data>/thawd.lock: two thawds on one data
+ * directory would each take the other's instances for lost ones and stop
+ * them, mark its snapshots failed and garbage-collect chunks it is writing.
+ * The second one stops there, having touched nothing.
+ *
  * At start-up, an earlier thawd may have died at any point (kill -9 in the
  * middle of a snapshot included):
  *   - snapshots it left "building" are marked failed (registry_open does it);
@@ -34,9 +39,72 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* The pid written into the lock file by the process holding it; 0 if unknown
+ * (not written yet, or not a pid). */
+static pid_t lock_holder(int fd)
+{
+	char buf[32];
+	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+	char *end;
+	long pid;
+
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	pid = strtol(buf, &end, 10);
+	if (end == buf || (*end && *end != '\n') || pid <= 0 || pid > INT_MAX)
+		return 0;
+	return (pid_t)pid;
+}
+
+int recover_lock_data_dir(struct server *s)
+{
+	char path[PATH_MAX + 16], buf[32];
+	int fd, n, ret;
+	pid_t holder;
+
+	snprintf(path, sizeof(path), "%s/thawd.lock", s->cfg.data_dir);
+	/* O_CLOEXEC: a flock lasts while any descriptor of it is open, and
+	 * thawd's children (runc, CRIU, shims) must not keep it after thawd. */
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (fd < 0) {
+		ret = -errno;
+		pr_perror("cannot open %s", path);
+		return ret;
+	}
+	while (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		if (errno == EINTR)
+			continue;
+		ret = -errno;
+		if (ret == -EWOULDBLOCK) {
+			holder = lock_holder(fd);
+			if (holder)
+				pr_err("another thawd (pid %d) serves the data directory %s (it holds "
+				       "%s): not starting a second one on it",
+				       (int)holder, s->cfg.data_dir, path);
+			else
+				pr_err("another process (pid unknown) holds %s: another thawd "
+				       "serves the data directory %s; not starting a second one on "
+				       "it",
+				       path, s->cfg.data_dir);
+		} else {
+			pr_perror("cannot lock %s", path);
+		}
+		close(fd);
+		return ret;
+	}
+	/* Ours: the pid, for the message of a thawd that finds it taken. */
+	n = snprintf(buf, sizeof(buf), "%d\n", (int)getpid());
+	if (ftruncate(fd, 0) < 0 || pwrite(fd, buf, (size_t)n, 0) != n)
+		pr_warn("cannot write the pid into %s: %s", path, strerror(errno));
+	s->lock_fd = fd;
+	return 0;
+}
 
 /* runc processes of an earlier thawd that outlived it (a `runc checkpoint`
  * or `runc restore` in progress when it was killed: runc runs in a process

@@ -39,9 +39,11 @@ void server_opts_default(struct server_opts *o);
 
 struct server;
 
-/* Open the data directory's registry, store and RAM tier, and recover from an
- * earlier run (stop recorded instances, mark building snapshots failed, clean
- * snapshot leftovers).  NULL on error, logged. */
+/* Lock the data directory (<data>/thawd.lock: one thawd per data directory;
+ * if another holds it, NULL before anything else is touched), open its
+ * registry, store and RAM tier, and recover from an earlier run (stop
+ * recorded instances, mark building snapshots failed, clean snapshot
+ * leftovers).  NULL on error, logged. */
 struct server *server_new(const struct thaw_config *c, const struct server_opts *o);
 /* Listen and serve on libmicrohttpd's threads.  0 or -errno. */
 int server_start(struct server *s);

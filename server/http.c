@@ -16,11 +16,13 @@
 #include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 void server_opts_default(struct server_opts *o)
@@ -353,6 +355,24 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 
 /* ---- the server ---- */
 
+/* Why the address cannot be listened on: bind a socket of our own to it, as
+ * libmicrohttpd does (SO_REUSEADDR, which lets no two sockets listen on one
+ * address), and return its errno (0 if that works). */
+static int listen_errno(const struct addrinfo *ai)
+{
+	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1, err = 0;
+
+	if (fd < 0)
+		return errno;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (ai->ai_family == AF_INET6)
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+	if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 1) < 0)
+		err = errno;
+	close(fd);
+	return err;
+}
+
 int server_start(struct server *s)
 {
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE }, *ai = NULL;
@@ -375,19 +395,32 @@ int server_start(struct server *s)
 		MHD_USE_ITC | MHD_USE_ERROR_LOG;
 	if (ai->ai_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
+	/* No MHD_OPTION_LISTENING_ADDRESS_REUSE (SO_REUSEPORT): a second
+	 * thawd, or anything else, must fail to listen on thawd's address, not
+	 * share its connections. */
 	s->mhd = MHD_start_daemon(
 		flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
 		MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
 		MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, s,
 		MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->opts.max_conns,
-		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_LISTENING_ADDRESS_REUSE,
-		(unsigned)1, MHD_OPTION_END);
-	freeaddrinfo(ai);
+		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
 	if (!s->mhd) {
-		pr_err("cannot listen on %s (in use, or not an address of this host?)",
-		       s->listen);
-		return -EADDRINUSE;
+		int err = listen_errno(ai);
+
+		freeaddrinfo(ai);
+		if (err == EADDRINUSE)
+			pr_err("cannot listen on %s: the address is in use (another thawd, or "
+			       "another program, listens there)",
+			       s->listen);
+		else if (err == EADDRNOTAVAIL)
+			pr_err("cannot listen on %s: not an address of this host", s->listen);
+		else if (err)
+			pr_err("cannot listen on %s: %s", s->listen, strerror(err));
+		else
+			pr_err("cannot listen on %s (libmicrohttpd could not start)", s->listen);
+		return err ? -err : -EIO;
 	}
+	freeaddrinfo(ai);
 	info = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
 	s->port = info ? info->port : (uint16_t)atoi(port);
 	pr_info("listening on %s (port %u), data in %s", s->listen, s->port, s->cfg.data_dir);

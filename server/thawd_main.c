@@ -68,6 +68,8 @@ static void usage(FILE *f)
 		"  --max-connections N    concurrent connections (THAW_MAX_CONNECTIONS;\n"
 		"                         default %u)\n"
 		"  --port-file FILE       write the port listened on into FILE once listening\n"
+		"                         (another program listening on the address, a second\n"
+		"                         thawd included, makes thawd exit 1: no port sharing)\n"
 		"  -v, --verbose          debug logging (THAW_LOG=debug|info|warn|err)\n"
 		"  -q, --quiet            warnings and errors only (no line per request)\n"
 		"  -h, --help             this help\n"

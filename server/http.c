@@ -1,6 +1,12 @@
 /* http.c — thawd's HTTP plumbing over libmicrohttpd: the daemon, the request
  * life cycle (route, token, body, answer), one log line per request.  What
  * each request does is api.c's.
+ *
+ * Request targets are checked raw: libmicrohttpd hands the URL on as a C
+ * string, so "DELETE /functions/f\0/start" would arrive as "DELETE
+ * /functions/f".  The URI log callback sees the target before it is parsed,
+ * and the access handler knows where it ended (the version string follows
+ * it in the same buffer): a NUL or any other control byte in it is a 400.
  */
 #define LOG_PREFIX "thawd: "
 #include "common/log.h"
@@ -189,15 +195,86 @@ static void copy_for_log(char *dst, size_t n, const char *src)
 	dst[i] = '\0';
 }
 
+/* libmicrohttpd: the request target, before it parses it (splits off the
+ * query, unescapes).  The struct req made here is the request's *con_cls. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+	struct req *q = calloc(1, sizeof(*q));
+
+	(void)conn;
+	if (!q)
+		return NULL; /* the access handler makes it, without the raw check */
+	q->srv = cls;
+	q->target = uri;
+	q->target_ctl = -1;
+	if (uri) {
+		q->target_len = strlen(uri);
+		for (size_t i = 0; i < q->target_len; i++) {
+			unsigned char c = (unsigned char)uri[i];
+
+			if (c < 0x20 || c == 0x7f) {
+				q->target_ctl = (long)i;
+				break;
+			}
+		}
+	}
+	return q;
+}
+
+/* The offset of the first control byte of the raw request target, or -1.
+ * A NUL cuts the C string that on_uri() saw: the target's real end is the
+ * byte before the version string, which libmicrohttpd leaves right after
+ * it in the request line ("<target>\0HTTP/1.1", the space overwritten), with
+ * url pointing at the target's start.  Where that does not hold (another
+ * libmicrohttpd), only the bytes before a NUL are checked. */
+static long target_bad_byte(struct req *q, const char *url, const char *version)
+{
+	static atomic_bool warned;
+	uintptr_t t = (uintptr_t)q->target, v = (uintptr_t)version;
+
+	if (!q->target)
+		return -1;
+	if (q->target_ctl >= 0)
+		return q->target_ctl;
+	if (url == q->target && version && v > t && v - t - 1 >= q->target_len &&
+	    v - t - 1 <= 1u << 20 && version[-1] == '\0' && !strncmp(version, "HTTP/", 5)) {
+		size_t len = v - t - 1, i = 0;
+
+		if (len == q->target_len)
+			return -1;
+		/* A NUL: the log shows the whole target, not the part
+		 * before it (a query's "?", "&", "=" are NULs by now too). */
+		for (; i < len && i + 1 < sizeof(q->path); i++)
+			q->path[i] = (q->target[i] > ' ' && q->target[i] <= '~') ? q->target[i] : '?';
+		q->path[i] = '\0';
+		return (long)q->target_len;
+	}
+	if (!atomic_exchange(&warned, true))
+		pr_warn("this libmicrohttpd does not show where a request target ends: a NUL "
+			"in one is not detected");
+	return -1;
+}
+
 /* What can be decided from the request line and headers alone.  0 to go on
  * reading the body, or 1 when an answer was queued. */
-static int early(struct req *q, const char *url)
+static int early(struct req *q, const char *url, const char *version)
 {
 	struct server *s = q->srv;
 	char err[256];
 	const char *v;
+	long bad;
 	int ret;
 
+	/* Before the token and the route: a target that cannot be read the
+	 * same way by everyone is refused whoever sends it. */
+	bad = target_bad_byte(q, url, version);
+	if (bad >= 0) {
+		reply_error(q, 400, "bad_request",
+			    "the request target has a control byte (0x%02x) at offset %ld: "
+			    "targets are printable",
+			    bad == (long)q->target_len ? 0 : (unsigned char)q->target[bad], bad);
+		return 1;
+	}
 	ret = route_parse(url, &q->route, err, sizeof(err));
 	if (q->route.kind != ROUTE_HEALTHZ &&
 	    !auth_check(&s->auth, MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND,
@@ -275,18 +352,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	struct server *s = cls;
 	struct req *q = *con_cls;
 
-	if (!q) {
-		q = calloc(1, sizeof(*q));
-		if (!q)
-			return MHD_NO;
-		*con_cls = q;
-		q->srv = s;
+	if (!q || !q->conn) {
+		if (!q) {
+			q = calloc(1, sizeof(*q));
+			if (!q)
+				return MHD_NO;
+			*con_cls = q;
+			q->srv = s;
+		}
 		q->conn = conn;
 		q->start_ns = now_ns();
 		q->method = method_parse(method);
 		copy_for_log(q->method_str, sizeof(q->method_str), method);
 		copy_for_log(q->path, sizeof(q->path), url);
-		if (early(q, url) || q->answered)
+		if (early(q, url, version) || q->answered)
 			return MHD_YES;
 		return MHD_YES;
 	}
@@ -323,6 +402,13 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 
 	if (!q)
 		return;
+	if (!q->conn) {
+		/* Refused by libmicrohttpd before it reached the access handler
+		 * (malformed headers): libmicrohttpd answered it. */
+		free(q);
+		*con_cls = NULL;
+		return;
+	}
 	if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
 		pr_info("%s %s %u %.1f ms", q->method_str, q->path, q->status,
 			ms_since(q->start_ns));
@@ -401,7 +487,7 @@ int server_start(struct server *s)
 	s->mhd = MHD_start_daemon(
 		flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
 		MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-		MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, s,
+		MHD_OPTION_URI_LOG_CALLBACK, on_uri, s, MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, s,
 		MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->opts.max_conns,
 		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
 	if (!s->mhd) {

@@ -56,7 +56,13 @@ struct server {
 /* One request. */
 struct req {
 	struct server *srv;
-	struct MHD_Connection *conn;
+	struct MHD_Connection *conn; /* NULL until its first access-handler call */
+	/* The request target as libmicrohttpd saw it before parsing it: where
+	 * it starts, its length up to the first NUL, its first control byte
+	 * before that (-1: none). */
+	const char *target;
+	size_t target_len;
+	long target_ctl;
 	enum http_method method;
 	char method_str[16];
 	char path[256]; /* for the log, truncated */

@@ -2,6 +2,15 @@
  * life cycle (route, token, body, answer), one log line per request.  What
  * each request does is api.c's.
  *
+ * What a client can hold: at most --max-connections connections, at most
+ * --max-connections-per-ip of them from one address (libmicrohttpd refuses
+ * more at once), and each of them only as long as it takes to send a whole
+ * request, head and body, within --request-timeout seconds of its opening
+ * or of its previous answer: a reaper thread closes one that is late,
+ * however steadily it trickles bytes in (libmicrohttpd's own timeout only
+ * counts idle time).  A request's processing is not counted: a start or a
+ * snapshot with ?wait=1 takes what it takes.
+ *
  * Request targets are checked raw: libmicrohttpd hands the URL on as a C
  * string, so "DELETE /functions/f\0/start" would arrive as "DELETE
  * /functions/f".  The URI log callback sees the target before it is parsed,
@@ -29,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 void server_opts_default(struct server_opts *o)
@@ -39,6 +49,165 @@ void server_opts_default(struct server_opts *o)
 	o->max_starts = SERVER_DEFAULT_MAX_STARTS;
 	o->max_snapshots = SERVER_DEFAULT_MAX_SNAPSHOTS;
 	o->max_conns = SERVER_DEFAULT_MAX_CONNS;
+	o->max_conns_per_ip = SERVER_DEFAULT_MAX_CONNS_PER_IP;
+	o->request_timeout = SERVER_DEFAULT_REQUEST_TIMEOUT;
+}
+
+/* ---- connections and their deadlines ---- */
+
+/* One open connection.  deadline: when it must have sent its whole request
+ * (0 while a request of it is being processed or answered). */
+struct conn_track {
+	struct conn_track *prev, *next;
+	int fd;
+	uint64_t deadline;
+	bool cut; /* shut down by the reaper */
+};
+
+/* The deadline of a request that may start now; 0 (none) without a timeout. */
+static uint64_t next_deadline(const struct server *s)
+{
+	if (!s->opts.request_timeout)
+		return 0;
+	return now_ns() + (uint64_t)s->opts.request_timeout * 1000000000ull;
+}
+
+/* Under conn_lock. */
+static void conn_set_deadline(struct server *s, struct conn_track *c, uint64_t deadline)
+{
+	c->deadline = deadline;
+	if (deadline && s->reaper_idle)
+		pthread_cond_signal(&s->conn_cv);
+}
+
+/* libmicrohttpd: a connection accepted (within the limits) or closed.  It
+ * calls "closed" before it closes the socket, so the reaper never shuts
+ * down a descriptor that has been reused. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+			  enum MHD_ConnectionNotificationCode code)
+{
+	struct server *s = cls;
+	struct conn_track *c = *socket_context;
+
+	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+		const union MHD_ConnectionInfo *ci =
+			MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+
+		if (!ci || !(c = calloc(1, sizeof(*c))))
+			return; /* not tracked: only its idle timeout applies */
+		c->fd = ci->connect_fd;
+		pthread_mutex_lock(&s->conn_lock);
+		c->next = s->conns;
+		if (s->conns)
+			s->conns->prev = c;
+		s->conns = c;
+		conn_set_deadline(s, c, next_deadline(s));
+		pthread_mutex_unlock(&s->conn_lock);
+		*socket_context = c;
+		return;
+	}
+	if (code != MHD_CONNECTION_NOTIFY_CLOSED || !c)
+		return;
+	pthread_mutex_lock(&s->conn_lock);
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		s->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	pthread_mutex_unlock(&s->conn_lock);
+	free(c);
+	*socket_context = NULL;
+}
+
+#define REAPER_SLACK_NS (250 * 1000000ull)
+
+/* Close the connections that are past their deadline: shutdown() wakes
+ * their thread, which sees the end of the stream and closes them. */
+static void *reaper_main(void *arg)
+{
+	struct server *s = arg;
+	unsigned timeout = s->opts.request_timeout;
+
+	pthread_mutex_lock(&s->conn_lock);
+	while (!s->reaper_stop) {
+		uint64_t now = now_ns(), next = 0;
+		unsigned cut = 0;
+
+		for (struct conn_track *c = s->conns; c; c = c->next) {
+			if (!c->deadline || c->cut)
+				continue;
+			if (c->deadline <= now) {
+				shutdown(c->fd, SHUT_RDWR);
+				c->cut = true;
+				cut++;
+			} else if (!next || c->deadline < next) {
+				next = c->deadline;
+			}
+		}
+		if (cut)
+			pr_warn("closed %u connection(s) that sent no whole request within %u s",
+				cut, timeout);
+		s->reaper_idle = !next;
+		if (!next) {
+			pthread_cond_wait(&s->conn_cv, &s->conn_lock);
+		} else {
+			/* A little late, so that the connections of a burst are
+			 * closed (and logged) together. */
+			next += REAPER_SLACK_NS;
+			struct timespec ts = { .tv_sec = (time_t)(next / 1000000000ull),
+					       .tv_nsec = (long)(next % 1000000000ull) };
+
+			pthread_cond_timedwait(&s->conn_cv, &s->conn_lock, &ts);
+		}
+		s->reaper_idle = false;
+	}
+	pthread_mutex_unlock(&s->conn_lock);
+	return NULL;
+}
+
+static int reaper_start(struct server *s)
+{
+	int ret = pthread_create(&s->reaper, NULL, reaper_main, s);
+
+	if (ret) {
+		pr_err("cannot start the connection reaper: %s", strerror(ret));
+		return -ret;
+	}
+	s->reaper_started = true;
+	return 0;
+}
+
+/* After libmicrohttpd has stopped: no connection is left. */
+static void reaper_stop(struct server *s)
+{
+	if (!s->reaper_started)
+		return;
+	pthread_mutex_lock(&s->conn_lock);
+	s->reaper_stop = true;
+	pthread_cond_signal(&s->conn_cv);
+	pthread_mutex_unlock(&s->conn_lock);
+	pthread_join(s->reaper, NULL);
+	s->reaper_started = false;
+}
+
+/* The request is all in: its processing does not count against the
+ * deadline.  false if the reaper already closed the connection or the
+ * deadline has passed (then nothing is to be done for it). */
+static bool conn_request_in(struct req *q)
+{
+	struct server *s = q->srv;
+	bool ok = true;
+
+	if (!q->ct)
+		return true;
+	pthread_mutex_lock(&s->conn_lock);
+	if (q->ct->cut || (q->ct->deadline && q->ct->deadline <= now_ns()))
+		ok = false;
+	else
+		q->ct->deadline = 0;
+	pthread_mutex_unlock(&s->conn_lock);
+	return ok;
 }
 
 /* ---- answers ---- */
@@ -353,6 +522,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	struct req *q = *con_cls;
 
 	if (!q || !q->conn) {
+		const union MHD_ConnectionInfo *ci;
+
 		if (!q) {
 			q = calloc(1, sizeof(*q));
 			if (!q)
@@ -362,6 +533,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		}
 		q->conn = conn;
 		q->start_ns = now_ns();
+		ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+		q->ct = ci ? ci->socket_context : NULL;
 		q->method = method_parse(method);
 		copy_for_log(q->method_str, sizeof(q->method_str), method);
 		copy_for_log(q->path, sizeof(q->path), url);
@@ -384,6 +557,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		*upload_data_size = 0;
 		return MHD_YES;
 	}
+	if (!conn_request_in(q)) {
+		/* Sent too slowly: nothing is done for it, and the connection
+		 * is closed (by the reaper, or here if it has not come yet). */
+		pr_warn("%s %s: the request took more than %u s to arrive: refused, connection "
+			"closed",
+			q->method_str, q->path, s->opts.request_timeout);
+		return MHD_NO;
+	}
 	if (q->too_big)
 		return reply_error(q, 413, "too_large", "the body is larger than %zu bytes",
 				   s->opts.max_body)
@@ -398,8 +579,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 			 enum MHD_RequestTerminationCode toe)
 {
+	struct server *s = cls;
 	struct req *q = *con_cls;
+	const union MHD_ConnectionInfo *ci;
 
+	/* The next request on this connection has its own time to arrive. */
+	ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	if (ci && ci->socket_context) {
+		pthread_mutex_lock(&s->conn_lock);
+		conn_set_deadline(s, ci->socket_context, next_deadline(s));
+		pthread_mutex_unlock(&s->conn_lock);
+	}
 	if (!q)
 		return;
 	if (!q->conn) {
@@ -427,11 +617,40 @@ static size_t no_unescape(void *cls, struct MHD_Connection *c, char *s)
 	return strlen(s);
 }
 
+/* libmicrohttpd's messages, at most MHD_LOG_PER_S a second: a client can
+ * make it write one per connection it opens (over the limits), and the log
+ * must not grow at the client's pace. */
+#define MHD_LOG_PER_S 20
+
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	static uint64_t window;
+	static unsigned logged, dropped;
+	uint64_t sec = now_ns() / 1000000000ull;
+	unsigned was_dropped = 0;
+	bool drop;
 	char msg[512];
 	size_t n;
 
+	(void)cls;
+	pthread_mutex_lock(&lock);
+	if (sec != window) {
+		was_dropped = dropped;
+		window = sec;
+		logged = dropped = 0;
+	}
+	drop = logged >= MHD_LOG_PER_S;
+	if (drop)
+		dropped++;
+	else
+		logged++;
+	pthread_mutex_unlock(&lock);
+	if (was_dropped)
+		pr_warn("libmicrohttpd: %u more message(s) not logged (more than %d a second)",
+			was_dropped, MHD_LOG_PER_S);
+	if (drop)
+		return;
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	n = strlen(msg);
 	while (n && msg[n - 1] == '\n')
@@ -481,19 +700,27 @@ int server_start(struct server *s)
 		MHD_USE_ITC | MHD_USE_ERROR_LOG;
 	if (ai->ai_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
+	ret = reaper_start(s);
+	if (ret) {
+		freeaddrinfo(ai);
+		return ret;
+	}
 	/* No MHD_OPTION_LISTENING_ADDRESS_REUSE (SO_REUSEPORT): a second
 	 * thawd, or anything else, must fail to listen on thawd's address, not
 	 * share its connections. */
 	s->mhd = MHD_start_daemon(
 		flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
 		MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-		MHD_OPTION_URI_LOG_CALLBACK, on_uri, s, MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, s,
+		MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_URI_LOG_CALLBACK,
+		on_uri, s, MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, s,
 		MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->opts.max_conns,
+		MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->opts.max_conns_per_ip,
 		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
 	if (!s->mhd) {
 		int err = listen_errno(ai);
 
 		freeaddrinfo(ai);
+		reaper_stop(s);
 		if (err == EADDRINUSE)
 			pr_err("cannot listen on %s: the address is in use (another thawd, or "
 			       "another program, listens there)",
@@ -535,10 +762,17 @@ struct server *server_new(const struct thaw_config *c, const struct server_opts 
 		pr_err("out of memory");
 		return NULL;
 	}
+	pthread_condattr_t ca;
+
 	s->cfg = *c;
 	s->opts = *o;
 	s->lock_fd = -1;
 	pthread_mutex_init(&s->stat_lock, NULL);
+	pthread_mutex_init(&s->conn_lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* now_ns()'s clock */
+	pthread_cond_init(&s->conn_cv, &ca);
+	pthread_condattr_destroy(&ca);
 	snprintf(s->listen, sizeof(s->listen), "%s", o->listen ? o->listen : SERVER_DEFAULT_LISTEN);
 	s->opts.listen = s->listen;
 	if (o->port_file)
@@ -610,6 +844,7 @@ void server_shutdown(struct server *s)
 		MHD_stop_daemon(s->mhd);
 		s->mhd = NULL;
 	}
+	reaper_stop(s);
 	stop_own_instances(s);
 }
 
@@ -623,6 +858,7 @@ void server_free(struct server *s)
 	}
 	if (s->mhd)
 		MHD_stop_daemon(s->mhd);
+	reaper_stop(s);
 	jobs_free(s->jobs);
 	tier_close(s->tier);
 	store_close(s->store);
@@ -630,6 +866,8 @@ void server_free(struct server *s)
 	insts_free(s->insts);
 	metrics_free(s->metrics);
 	pthread_mutex_destroy(&s->stat_lock);
+	pthread_cond_destroy(&s->conn_cv);
+	pthread_mutex_destroy(&s->conn_lock);
 	/* Last: the next thawd on this data directory may start now. */
 	if (s->lock_fd >= 0)
 		close(s->lock_fd);

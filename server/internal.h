@@ -24,6 +24,7 @@ struct registry;
 struct jobs;
 struct metrics;
 struct insts;
+struct conn_track;
 
 struct server {
 	struct thaw_config cfg;
@@ -45,6 +46,14 @@ struct server {
 	pthread_t preload; /* recover_preload_manifests(), if preload_started */
 	bool preload_started;
 
+	/* Open connections and their deadlines (http.c): a reaper thread
+	 * closes a connection that has not sent a whole request in time. */
+	pthread_mutex_t conn_lock;
+	pthread_cond_t conn_cv;
+	struct conn_track *conns;
+	pthread_t reaper;
+	bool reaper_started, reaper_stop, reaper_idle;
+
 	/* store_stat walks the store: /metrics uses a copy at most a few
 	 * seconds old. */
 	pthread_mutex_t stat_lock;
@@ -57,6 +66,7 @@ struct server {
 struct req {
 	struct server *srv;
 	struct MHD_Connection *conn; /* NULL until its first access-handler call */
+	struct conn_track *ct;       /* its connection's deadline, if tracked */
 	/* The request target as libmicrohttpd saw it before parsing it: where
 	 * it starts, its length up to the first NUL, its first control byte
 	 * before that (-1: none). */

@@ -24,6 +24,8 @@
 #define SERVER_DEFAULT_MAX_STARTS    32u
 #define SERVER_DEFAULT_MAX_SNAPSHOTS 2u
 #define SERVER_DEFAULT_MAX_CONNS     512u
+#define SERVER_DEFAULT_MAX_CONNS_PER_IP 64u
+#define SERVER_DEFAULT_REQUEST_TIMEOUT  30u /* seconds */
 
 struct server_opts {
 	const char *listen;     /* "HOST:PORT" ("[::1]:PORT" for IPv6); port 0: any free one */
@@ -33,6 +35,10 @@ struct server_opts {
 	unsigned max_starts;    /* concurrent starts; more get 503 + Retry-After */
 	unsigned max_snapshots; /* concurrent snapshots; likewise */
 	unsigned max_conns;     /* concurrent connections */
+	unsigned max_conns_per_ip; /* concurrent connections from one address; 0: no limit */
+	unsigned request_timeout;  /* seconds a connection has to send a whole request (head
+				    * and body) from its opening or its previous answer;
+				    * 0: no such deadline */
 };
 
 void server_opts_default(struct server_opts *o);

@@ -67,6 +67,17 @@ static void usage(FILE *f)
 		"                         default %u)\n"
 		"  --max-connections N    concurrent connections (THAW_MAX_CONNECTIONS;\n"
 		"                         default %u)\n"
+		"  --max-connections-per-ip N\n"
+		"                         concurrent connections from one client address;\n"
+		"                         more are closed at once (THAW_MAX_CONNECTIONS_PER_IP;\n"
+		"                         default %u; 0: no limit, e.g. behind a proxy that\n"
+		"                         limits its clients itself)\n"
+		"  --request-timeout S    seconds a connection has to send a whole request,\n"
+		"                         head and body, from its opening or from its previous\n"
+		"                         answer; a slower one is closed, however steadily it\n"
+		"                         sends (THAW_REQUEST_TIMEOUT; default %u, 1 to 86400).\n"
+		"                         The request's processing (a start, a snapshot with\n"
+		"                         ?wait=1) does not count\n"
 		"  --port-file FILE       write the port listened on into FILE once listening\n"
 		"                         (another program listening on the address, a second\n"
 		"                         thawd included, makes thawd exit 1: no port sharing)\n"
@@ -89,7 +100,8 @@ static void usage(FILE *f)
 		"restarted during the snapshot\"), removes what they left (container,\n"
 		"namespace, work directory) and garbage-collects the store.\n",
 		SERVER_DEFAULT_LISTEN, SERVER_DEFAULT_MAX_STARTS, SERVER_DEFAULT_MAX_SNAPSHOTS,
-		SERVER_DEFAULT_MAX_BODY, SERVER_DEFAULT_MAX_CONNS);
+		SERVER_DEFAULT_MAX_BODY, SERVER_DEFAULT_MAX_CONNS, SERVER_DEFAULT_MAX_CONNS_PER_IP,
+		SERVER_DEFAULT_REQUEST_TIMEOUT);
 }
 
 /* A count or a byte size: digits with an optional binary suffix (bytes only). */
@@ -152,6 +164,8 @@ enum {
 	OPT_MAX_SNAPSHOTS,
 	OPT_MAX_BODY,
 	OPT_MAX_CONNS,
+	OPT_MAX_CONNS_PER_IP,
+	OPT_REQUEST_TIMEOUT,
 	OPT_PORT_FILE,
 	OPT_LAZY,
 	OPT_NO_LAZY,
@@ -194,6 +208,8 @@ int main(int argc, char **argv)
 		{ "max-snapshots", required_argument, NULL, OPT_MAX_SNAPSHOTS },
 		{ "max-body", required_argument, NULL, OPT_MAX_BODY },
 		{ "max-connections", required_argument, NULL, OPT_MAX_CONNS },
+		{ "max-connections-per-ip", required_argument, NULL, OPT_MAX_CONNS_PER_IP },
+		{ "request-timeout", required_argument, NULL, OPT_REQUEST_TIMEOUT },
 		{ "port-file", required_argument, NULL, OPT_PORT_FILE },
 		{ "lazy", no_argument, NULL, OPT_LAZY },
 		{ "no-lazy", no_argument, NULL, OPT_NO_LAZY },
@@ -204,7 +220,8 @@ int main(int argc, char **argv)
 	};
 	const char *data_dir = NULL, *ram_tier = NULL, *ram_bytes = NULL, *runc = NULL;
 	const char *criu = NULL, *max_starts = NULL, *max_snaps = NULL, *max_body = NULL;
-	const char *max_conns = NULL, *listen_addr = NULL;
+	const char *max_conns = NULL, *listen_addr = NULL, *max_per_ip = NULL;
+	const char *req_timeout = NULL;
 	struct server_opts o;
 	struct thaw_config c;
 	struct server *s = NULL;
@@ -227,6 +244,8 @@ int main(int argc, char **argv)
 		case OPT_MAX_SNAPSHOTS: max_snaps = optarg; break;
 		case OPT_MAX_BODY: max_body = optarg; break;
 		case OPT_MAX_CONNS: max_conns = optarg; break;
+		case OPT_MAX_CONNS_PER_IP: max_per_ip = optarg; break;
+		case OPT_REQUEST_TIMEOUT: req_timeout = optarg; break;
 		case OPT_PORT_FILE: o.port_file = optarg; break;
 		case OPT_LAZY: lazy = 1; break;
 		case OPT_NO_LAZY: lazy = 0; break;
@@ -261,6 +280,10 @@ int main(int argc, char **argv)
 		max_body = env("THAW_MAX_BODY");
 	if (!max_conns)
 		max_conns = env("THAW_MAX_CONNECTIONS");
+	if (!max_per_ip)
+		max_per_ip = env("THAW_MAX_CONNECTIONS_PER_IP");
+	if (!req_timeout)
+		req_timeout = env("THAW_REQUEST_TIMEOUT");
 
 	if (config_init(&c, data_dir)) {
 		fprintf(stderr, "thawd: %s\n", log_last_error());
@@ -298,6 +321,16 @@ int main(int argc, char **argv)
 		if (parse_num("--max-connections", max_conns, false, 65536, &n) || !n)
 			return 2;
 		o.max_conns = (unsigned)n;
+	}
+	if (max_per_ip) {
+		if (parse_num("--max-connections-per-ip", max_per_ip, false, 65536, &n))
+			return 2;
+		o.max_conns_per_ip = (unsigned)n;
+	}
+	if (req_timeout) {
+		if (parse_num("--request-timeout", req_timeout, false, 86400, &n) || !n)
+			return 2;
+		o.request_timeout = (unsigned)n;
 	}
 
 	/* Signals are taken by sigwait() below: blocked here, before any

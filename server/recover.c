@@ -9,9 +9,9 @@
  * At start-up, an earlier thawd may have died at any point (kill -9 in the
  * middle of a snapshot included):
  *   - snapshots it left "building" are marked failed (registry_open does it);
- *   - instances recorded under <data>/instances are stopped and reported lost
- *     in the log: thawd does not adopt them (their shims were its children,
- *     and nobody knows whether they still answer);
+ *   - instances recorded under <data>/instances whose first process and
+ *     endpoint shim are alive are adopted (they go on answering; this thawd
+ *     lists and stops them); the others are stopped and cleaned up;
  *   - runc processes it started that outlived it (a checkpoint or restore
  *     in progress) are killed with their CRIU;
  *   - what a snapshot in progress leaves (its runc container, network
@@ -26,6 +26,7 @@
 #include "common/runner.h"
 #include "common/util.h"
 #include "restore/instance.h"
+#include "restore/shim.h"
 #include "server/insts.h"
 #include "server/internal.h"
 #include "server/registry.h"
@@ -168,10 +169,31 @@ static void kill_orphan_runc(struct server *s)
 	}
 }
 
-static void stop_recorded_instances(struct server *s)
+/* Is the recorded instance serving: its first process and its endpoint's
+ * shim both alive (each checked with its start time, so that a reused pid
+ * does not count)? */
+static bool instance_serving(const json_t *rec)
+{
+	const char *st = json_string_value(json_object_get(rec, "state"));
+	json_t *shim = json_object_get(rec, "shim_pid");
+	json_t *shim_start = json_object_get(rec, "shim_start");
+
+	return st && !strcmp(st, "running") && json_is_integer(shim) &&
+	       json_is_integer(shim_start) && json_integer_value(shim) > 0 &&
+	       proc_alive((pid_t)json_integer_value(shim),
+			  (unsigned long long)json_integer_value(shim_start));
+}
+
+/* The instances recorded under the data directory by an earlier thawd (or
+ * by thaw start): one still serving (container and endpoint alive) is
+ * adopted, as a container runtime's shim outlives its daemon: it goes on
+ * answering, and this thawd lists it, stops it on DELETE and when it
+ * stops.  Any other (exited, failed, a start cut short) is stopped and
+ * cleaned up. */
+static void adopt_recorded_instances(struct server *s)
 {
 	json_t *list = NULL, *rec;
-	size_t i;
+	size_t i, adopted = 0;
 	int ret;
 
 	ret = instance_list(&s->cfg, &list);
@@ -184,20 +206,32 @@ static void stop_recorded_instances(struct server *s)
 	{
 		const char *id = json_string_value(json_object_get(rec, "instance"));
 		const char *fn = json_string_value(json_object_get(rec, "function"));
+		const char *st = json_string_value(json_object_get(rec, "state"));
 
 		if (!id)
 			id = json_string_value(json_object_get(rec, "id"));
 		if (!id || !id_valid(id))
 			continue;
+		if (instance_serving(rec) &&
+		    insts_add(s->insts, id, fn ? fn : "?",
+			      (pid_t)json_integer_value(json_object_get(rec, "pid"))) == 0) {
+			pr_info("instance %s of %s from an earlier run still serves at %s: adopted",
+				id, fn ? fn : "?",
+				json_string_value(json_object_get(rec, "endpoint")) ?: "?");
+			adopted++;
+			continue;
+		}
 		ret = instance_stop(&s->cfg, id);
 		if (ret && ret != -ENOENT)
-			pr_err("instance %s of %s from an earlier run is lost and could not be "
+			pr_err("instance %s of %s from an earlier run (%s) could not be "
 			       "stopped: %s",
-			       id, fn ? fn : "?", log_last_error());
+			       id, fn ? fn : "?", st ? st : "?", log_last_error());
 		else
-			pr_warn("instance %s of %s from an earlier run is lost: stopped", id,
-				fn ? fn : "?");
+			pr_warn("instance %s of %s from an earlier run was %s: stopped and cleaned up",
+				id, fn ? fn : "?", st ? st : "?");
 	}
+	if (adopted)
+		pr_info("%zu instance(s) of an earlier run adopted", adopted);
 	json_decref(list);
 }
 
@@ -247,7 +281,12 @@ static void delete_containers(struct server *s, const char *root)
 	if (!d)
 		return;
 	while ((de = readdir(d))) {
+		char fn[64];
+
 		if (de->d_name[0] == '.' || de->d_type != DT_DIR)
+			continue;
+		/* An adopted instance's container is the instance itself. */
+		if (insts_function(s->insts, de->d_name, fn) == 0)
 			continue;
 		if (runner_delete(&r, de->d_name) == 0)
 			pr_warn("container %s (in %s), left by an earlier run, deleted", de->d_name,
@@ -280,7 +319,7 @@ int recover_startup(struct server *s)
 	uint64_t chunks = 0, bytes = 0;
 
 	kill_orphan_runc(s);
-	stop_recorded_instances(s);
+	adopt_recorded_instances(s);
 	clean_snapshot_leftovers(s);
 	if (store_gc(s->store, &chunks, &bytes) == 0) {
 		if (chunks)

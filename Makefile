@@ -80,7 +80,8 @@ help:
 	@echo "targets:"
 	@echo "make, make all  build thaw, thawd, tests and benchmarks into $(B)/"
 	@echo "make deps       install what is missing (apt packages, CRIU 4.2 prefix in .deps/)"
-	@echo "make test       deps + build + run every test (ends with 'N passed, N failed, N skipped');"
+	@echo "make test       deps + build (DEVELOPER=1) + make lint + run every test"
+	@echo "                (ends with 'N passed, N failed, N skipped');"
 	@echo "                TESTS=word make test runs only the tests whose name contains word"
 	@echo "make run        deps + build + start thawd on ./data (or thaw doctor before thawd exists)"
 	@echo "make bench      build the benchmarks only ($(B)/bench/)"
@@ -147,8 +148,11 @@ bench: $(BENCHES)
 deps:
 	@scripts/deps.sh
 
+# The plain build is a developer's: warnings fail it, and lint runs before
+# the tests (CI runs exactly this).  Sanitizer builds keep their own flags.
 test: deps
-	@$(MAKE) --no-print-directory all fuzz
+	@$(MAKE) --no-print-directory $(if $(SANITIZE),,DEVELOPER=1) all fuzz
+	@$(if $(SANITIZE),true,$(MAKE) --no-print-directory lint >$(B)/lint.log 2>&1 || { tail -n 30 $(B)/lint.log; echo "make lint failed (all of it: $(B)/lint.log)"; exit 1; })
 	@B=$(B) scripts/run-tests.sh
 
 run: deps

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* engine.c — the restore engine against its baselines, in one run.
  *
  *	bench/engine [--dir DIR] [--mib N] [--criu-mib N] [--threads N] [--qd N]

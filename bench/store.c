@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store.c — store ingest throughput and dedup, against baselines in the same run.
  *
  *	build/bench/store [--random-mib N] [--image DIR | --image-mib N] [--repeat N]

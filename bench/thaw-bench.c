@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* thaw-bench — load test of thawd's start path, with baselines in the same run.
  *
  * Each start: POST /functions/<id>/start, then one inference request to the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cli.h — the thaw command line: one file per command group, this table joins them.
  *
  * Each command is int cmd_NAME(int argc, char **argv) with argv[0] the command's

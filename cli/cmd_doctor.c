@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cmd_doctor.c — thaw doctor: can this host snapshot and restore?
  *
  * One line per check (ok, warn or FAIL, and why), or one JSON object with

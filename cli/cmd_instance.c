@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cmd_instance.c — thaw start, thaw stop, thaw ps: instances restored from
  * snapshots, run from the command line (thawd does the same over HTTP). */
 #include "cli/cli.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cmd_lazy_pages.c — thaw lazy-pages: thaw's own lazy-pages daemon, a drop-in
  * for `criu lazy-pages` (the same arguments; see restore/lazy_pages.h). */
 #include "cli/cli.h"

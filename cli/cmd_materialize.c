@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cmd_materialize.c — thaw materialize: a snapshot's image files out of the
  * store, into a directory or (by default) into the RAM tier. */
 #include "cli/cli.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cmd_snapshot.c — thaw snapshot: boot a function from its spec file, warm it,
  * snapshot it into the store, and print what was made. */
 #include "cli/cli.h"

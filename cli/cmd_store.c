@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cmd_store.c — `thaw store`: put, get, ls, stat, verify, gc, rm on a chunk store. */
 #include "cli/cli.h"
 #include "common/log.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* thaw.c — the thaw command: global options, then one command from the table. */
 #include "cli/cli.h"
 #include "common/log.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* config.c — see config.h. */
 #define LOG_PREFIX "config: "
 #include "common/config.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* config.h — where thaw keeps things and which external programs it runs.
  * One struct, filled with defaults, then overridden by flags/environment,
  * shared by the CLI and thawd.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda.c — the CUDA driver API through dlopen("libcuda.so.1").
  *
  * thaw must build and run where there is no CUDA at all (CI, the development

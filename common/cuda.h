@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda.h — the CUDA driver API, through dlopen("libcuda.so.1"), for the
  * checkpoint functions and the device list.  cuInit runs once per process.
  * Without a driver every call returns -ENODEV and cuda_available() is false:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* log.h — leveled logging in CRIU's style, and the last error of this thread.
  *
  * pr_err()/pr_perror() also record their message as the calling thread's last

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* netns.c — see netns.h. */
 #define LOG_PREFIX "netns: "
 #include "common/netns.h"

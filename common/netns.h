@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* netns.h — network namespaces made by thaw, one per instance.
  *
  * A namespace is kept alive by bind-mounting /proc/<pid>/ns/net of a process

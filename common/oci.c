@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* oci.c — see oci.h. */
 #define LOG_PREFIX "oci: "
 #include "common/oci.h"

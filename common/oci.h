@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* oci.h — write an OCI bundle (config.json + rootfs/) for one container.
  *
  * The rootfs is either the user's, or an empty directory tree over which the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* plot.c — see plot.h. */
 #define LOG_PREFIX "plot: "
 #include "common/plot.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* plot.h — a latency CDF as a hand-written SVG.
  *
  * One step line per series (the empirical CDF of common/stats.h), x axis in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* runner.c — see runner.h.
  *
  * Every runc call runs under a time limit (runc or CRIU can hang on a stuck

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* runner.h — run runc (and through it CRIU) and keep each operation's log.
  *
  * Every operation writes runc's output to a log file; runc checkpoint/restore

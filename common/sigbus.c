@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sigbus.c — see sigbus.h. */
 #define LOG_PREFIX "sigbus: "
 #include "common/sigbus.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sigbus.h — read a mapped file without dying when the file shrinks.
  *
  * A page of a mapped file past the file's end, or one the disk cannot read,

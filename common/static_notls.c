@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* static_notls.c — the static build's libmicrohttpd without GnuTLS.
  *
  * Debian's libmicrohttpd.a is built with HTTPS support, so linking it

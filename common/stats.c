@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* stats.c — see stats.h. */
 #define LOG_PREFIX "stats: "
 #include "common/stats.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* stats.h — samples, percentiles, histograms and CDFs of latencies.
  *
  * struct stats keeps every sample (a load test has thousands, not billions),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* util.c — see util.h. */
 #define LOG_PREFIX "util: "
 #include "common/util.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* util.h — small helpers every module uses: time, files, paths, hex, progress.
  * Actions return 0 or -errno and log the failure once (pr_err/pr_perror).
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ready.c — see ready.h. */
 #define LOG_PREFIX "ready: "
 #include "function/ready.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ready.h — talk to a function inside its network namespace: one HTTP call,
  * and waiting until it is ready (HTTP 2xx on a path, or a TCP connect).
  *

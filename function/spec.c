@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spec.c — see spec.h. */
 #define LOG_PREFIX "spec: "
 #include "function/spec.h"

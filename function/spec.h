@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spec.h — a function: how to run it, when it is ready, how to warm it.
  * The JSON of the PUT /functions/<id> body (plus "id"; docs/API.md).
  */

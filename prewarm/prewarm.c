@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* prewarm.c — see prewarm.h.
  *
  * One snapshot works in <data>/work/<id>-<pid>-<n>/: netns (the function's

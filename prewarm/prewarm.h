@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* prewarm.h — boot a function as a runc container, warm it, snapshot it.
  *
  * Phases (each timed): boot (runc run), ready (readiness probe), warmup,

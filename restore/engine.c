@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* engine.c — the io_uring restore engine; see engine.h.
  *
  * Every worker thread owns a ring, its share of the arena (registered with its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* engine.h — materialise a snapshot's image files from the store, fast.
  *
  * Chunk objects are read with io_uring (IORING_OP_READ_FIXED, O_DIRECT where

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* engine_files.c — the target side of both engines: create the image files. */
 #define LOG_PREFIX "engine: "
 #include "restore/engine.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* engine_naive.c — the baseline: one thread, chunk after chunk, read, decode
  * and check, write.  What a straightforward restore would do; the benchmark
  * measures the io_uring engine against it in the same run. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gpu_restore.c — see gpu_restore.h. */
 #define LOG_PREFIX "gpu: "
 #include "restore/gpu_restore.h"

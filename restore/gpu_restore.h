@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gpu_restore.h — the CUDA half of restoring and stopping an instance.
  *
  * After runc restore the container's CUDA processes are back but their GPU

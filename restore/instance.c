@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* instance.c — see instance.h.
  *
  * An instance lives in <data>/instances/<id>/ (its bundle, its network

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* instance.h — a running instance restored from a snapshot.
  *
  * instance_start: lease the snapshot in the RAM tier, make a network namespace

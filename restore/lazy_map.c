@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* lazy_map.c — the block and piece bookkeeping of the lazy-pages daemon. */
 #define LOG_PREFIX "lazy-map: "
 #include "restore/lazy_map.h"

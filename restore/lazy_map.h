@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* lazy_map.h — which pages of one restored process a lazy-pages daemon still
  * owes it, where they are now, and where their data is in pages-N.img.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* lazy_pages.c — thaw's lazy-pages daemon (see lazy_pages.h).
  *
  * Locking.  Each process has a rwlock.  Copy threads hold it shared while

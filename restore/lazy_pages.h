@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* lazy_pages.h — thaw's lazy-pages daemon: the other side of
  * `criu restore --lazy-pages` (CRIU 4.2's protocol), a drop-in for
  * `criu lazy-pages`.

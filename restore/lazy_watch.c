@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* lazy_watch.c — see lazy_watch.h. */
 #define LOG_PREFIX "lazy-watch: "
 #include "restore/lazy_watch.h"

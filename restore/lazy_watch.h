@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* lazy_watch.h — start a lazy restore's lazy-pages daemon under a watcher,
  * and read what the watcher said of it.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* mapped.c — the mapped variant of a snapshot's image; see mapped.h.
  *
  * Which VMAs.  Only a VMA whose status is exactly REGULAR|ANON_PRIVATE, with

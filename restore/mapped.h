@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* mapped.h — a snapshot's image rewritten so that its memory is mapped, not copied.
  *
  * CRIU restores a private anonymous VMA by mapping fresh memory and copying

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* shim.c — see shim.h.  A poll() loop over the listening socket, the
  * container's two pipes and two sockets per relayed connection, each
  * direction through its own buffer.  poll, not epoll: an instance has a

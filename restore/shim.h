@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* shim.h — the per-instance shim: the instance's endpoint and its log drain.
  *
  * One small process per instance, forked from the starter and detached into

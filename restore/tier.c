@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tier.c — the RAM tier; see tier.h.
  *
  * On disk, under the tier directory:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tier.h — the RAM tier: snapshots materialised once, restored many times.
  *
  * <dir>/<64 hex>/ holds the image files of one snapshot, complete (it is built

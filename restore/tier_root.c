@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tier_root.c — the RAM tier's root on its own huge-page tmpfs; see tier.h.
  *
  * Writing 2 GiB into a tmpfs with 4 KiB pages allocates, zeroes, charges and

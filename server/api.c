@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* api.c — what each request of the HTTP API (docs/API.md) does.
  *
  * Called on the connection's own thread with the request routed, its token

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* auth.c — see auth.h. */
 #define LOG_PREFIX "auth: "
 #include "server/auth.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* auth.h — the bearer token thawd asks of every request but /healthz.
  *
  * The token is read from a file (--token-file): its first line, without the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* errors.c — see errors.h. */
 #include "server/errors.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* errors.h — how a failed action is answered over HTTP.
  *
  * An error answer is {"error":{"code":"not_found","message":"..."}} with a

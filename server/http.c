@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* http.c — thawd's HTTP plumbing over libmicrohttpd: the daemon, the request
  * life cycle (route, token, body, answer), one log line per request.  What
  * each request does is api.c's.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* insts.c — see insts.h. */
 #include "server/insts.h"
 

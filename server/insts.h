@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* insts.h — the instances this thawd started, by function.
  *
  * The records on disk (restore/instance.h: instance_list) are what GET

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* internal.h — the server's state, shared by its files (http.c: the HTTP
  * plumbing; api.c: the requests; recover.c: start-up and shutdown).  Not for
  * use outside server/.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* jobs.c — see jobs.h. */
 #define LOG_PREFIX "jobs: "
 #include "server/jobs.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* jobs.h — long work (snapshots) on worker threads, at most N at once.
  *
  * A job is reserved first (which checks the limit and names it), then run on

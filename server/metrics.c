@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* metrics.c — see metrics.h. */
 #define LOG_PREFIX "metrics: "
 #include "server/metrics.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* metrics.h — thawd's counters and histograms, written in Prometheus text format.
  *
  *	thaw_starts_total{function}                 start requests for a known function

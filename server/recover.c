@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* recover.c — what thawd finds from an earlier run, and what it leaves when
  * it stops.
  *

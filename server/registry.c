@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* registry.c — see registry.h. */
 #define LOG_PREFIX "registry: "
 #include "server/registry.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* registry.h — the functions thawd knows and the state of their snapshots.
  *
  * Each function is one file, <dir>/<id>.json (written with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* route.c — see route.h. */
 #define LOG_PREFIX "route: "
 #include "server/route.h"

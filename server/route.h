@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* route.h — what a request asks for: the path parsed into a route and an id,
  * the method checked against the route, the body parsed as JSON.
  *

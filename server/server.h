@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* server.h — thawd: the HTTP API of docs/API.md over libmicrohttpd.
  *
  * One thread per connection (libmicrohttpd's), so a start or a snapshot with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* thawd_main.c — the thawd program: options, signals, the server. */
 #define LOG_PREFIX "thawd: "
 #include "common/config.h"

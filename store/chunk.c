@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* chunk.c — chunk names, encoding and checked decoding; see chunk.h. */
 #define LOG_PREFIX "chunk: "
 #include "store/chunk.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* chunk.h — one chunk of content: its name, its encoding on disk, its check.
  *
  * A chunk is named by the SHA-256 of its uncompressed bytes, written

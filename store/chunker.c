@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* chunker.c — content-defined chunking on 4 KiB blocks; see chunker.h. */
 #include "store/chunker.h"
 

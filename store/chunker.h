@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* chunker.h — content-defined cut points on 4 KiB block boundaries.
  *
  * A file is seen as 4 KiB blocks (its tail, if shorter, is a block of its own).

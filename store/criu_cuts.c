@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* criu_cuts.c — see criu_cuts.h. */
 #define LOG_PREFIX "criu_cuts: "
 #include "store/criu_cuts.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* criu_cuts.h — where the chunks of a CRIU pages file must start.
  *
  * pages-<id>.img is the data of one process's pagemap entries laid end to

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* criu_elide.c — zero-page elision in a CRIU image; see criu_elide.h.
  *
  * Which pages may go.  CRIU restores a private anonymous VMA by mapping fresh

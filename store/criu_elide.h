@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* criu_elide.h — drop all-zero pages from a CRIU image before it is stored.
  *
  * A page that a process wrote zeros to is dumped by CRIU like any other

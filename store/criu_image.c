@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* criu_image.c — CRIU image files: magic, message framing and a small strict
  * protobuf wire codec; see criu_image.h.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* criu_image.h — a strict reader (and, for pagemaps, writer) of CRIU 4.x image files.
  *
  * A CRIU image file is a u32 magic header (IMG_COMMON_MAGIC or IMG_SERVICE_MAGIC

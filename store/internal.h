@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* internal.h — what the store's own files share; not for other modules. */
 #ifndef THAW_STORE_INTERNAL_H
 #define THAW_STORE_INTERNAL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* manifest.c — strict parsing and canonical serialization of manifests; see manifest.h. */
 #define LOG_PREFIX "manifest: "
 #include "store/manifest.h"

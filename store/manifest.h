@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* manifest.h — what a snapshot is: files, each a list of chunks and holes.
  *
  * A manifest is JSON (jansson), stored content-addressed in the store; its id

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* pack.h — pack files: many chunk objects in one file, and their index.
  *
  * A store holding one file per ~64 KiB chunk pays for a file per chunk: on a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* pack_index.c — the pack index file's format (pack.h): encode and parse. */
 #define LOG_PREFIX "store: "
 #include "store/pack.h"

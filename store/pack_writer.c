@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* pack_writer.c — the writer that appends a put's new chunk objects to
  * packs and publishes each pack with its index (pack.h). */
 #define LOG_PREFIX "store: "

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store.c — opening a store, its paths, its lock, and crash-safe object writes. */
 #define LOG_PREFIX "store: "
 #include "store/internal.h"

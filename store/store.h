@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store.h — the content-addressed chunk store.
  *
  * Layout under the store directory:

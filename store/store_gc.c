@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_gc.c — verify every object, and collect the garbage.
  *
  * gc holds the store lock exclusively, so no put is between writing its chunks

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_get.c — write a manifest's files out of the store.
  *
  * Every file is written to a temp name beside its final one (truncated to its

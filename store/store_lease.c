@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_lease.c — leases: a restore in progress keeps its manifest's chunks from gc.
  *
  * A lease is a hard link of the manifest in leases/, held with flock(LOCK_SH)

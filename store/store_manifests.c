@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_manifests.c — finding, loading, listing and deleting manifests; store totals. */
 #define LOG_PREFIX "store: "
 #include "store/internal.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_packs.c — the store's index of its packs: which pack holds a chunk,
  * where.  Every index file under packs/ is loaded into one hash table in
  * memory (48 bytes a chunk: ~3 MB for a 4 GB GPU image), read again when

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_put.c — ingest files into chunks and a manifest.
  *
  * One reader (the calling thread) streams each file in 8 MiB buffers and cuts

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* check.h — the assertions of thaw's test programs.
  *
  * A test is a small program: exit 0 pass, 1 fail, 77 skip (see

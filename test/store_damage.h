@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_damage.h — for tests: find a chunk's object in a store, wherever it
  * lies (a loose file, or a range of a pack), and damage it.  Static helpers,
  * included by the tests that need them. */

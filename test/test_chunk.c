@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_chunk.c — chunk ids, encode/decode round trips, and every kind of damage caught. */
 #include "common/log.h"
 #include "store/chunk.h"

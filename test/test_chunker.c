@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_chunker.c — cut points: on 4 KiB boundaries, within min/max, averaging
  * ~64 KiB; zero blocks become holes cut at their edges; a 4 KiB insertion moves
  * no cut point after the next one; feeding data in pieces gives the same cuts. */

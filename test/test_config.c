@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_config.c — common/config: THAW_LAZY, THAW_LAZY_DAEMON and
  * THAW_LAZY_MAX_GPU_STARTS, and which starts restore lazily by default. */
 #include "common/config.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_criu_cuts: a CRIU pages file's cut points are its pagemap entries'
  * boundaries (only entries whose pages are in the file count); a pagemap that does not add up is refused; store_put cuts
  * a pages file there, and cuts a file that only looks like one by content. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_criu_image.c — the CRIU image codec and zero elision on a real image.
  *
  * A small Python process tree is dumped with the real CRIU (--leave-running):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_cuda.c — the CUDA driver shim.
  *
  * Everywhere: where cuda.h can be found (nvcc's include dir, $CUDA_HOME), the

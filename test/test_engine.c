@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_engine.c — the io_uring engine writes exactly what was stored: random,
  * zero, sparse, mixed, duplicated, empty and nested files, modes kept, holes
  * kept; the same bytes as store_get and as the naive engine; in O_DIRECT and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_engine_cli.c — thaw materialize: into a directory and into the RAM
  * tier (a miss, then a hit), exit statuses, and a bad chunk that fails with
  * its id named and leaves no output. */

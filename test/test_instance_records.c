@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_instance_records.c — restore/instance without runc restore: the
  * start answer's exact shape, instance records as list and stop read them
  * (running/exited, a reused shim pid left alone, everything removed, a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_lazy_map.c — the lazy-pages daemon's bookkeeping: blocks cut at VMA
  * ends and block windows with the right pages-file offsets, faults found or
  * their zero gaps, and the pieces after MADV_DONTNEED/munmap (drop), mremap

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_manifest.c — canonical round trip, and each hostile manifest refused with its reason. */
 #include "common/log.h"
 #include "common/util.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_mapped_image.c — the image rewrites of a mapped restore, on images
  * built here field by field (store/criu_image.h):
  *   - criu_img_mm_remap turns one private anonymous VMA into a private file

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_netns: a namespace made by netns_create has loopback up, a listener
  * inside it is reached by netns_connect (and not from the host), removal
  * leaves no mount, and where mounts propagate (a shared /) the namespace

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_oci: the bundle's config.json has what runc and CRIU need: the process,
  * a rootfs skeleton with the host's merged-/usr symlinks, non-recursive
  * read-only binds, /tmp as tmpfs, the network namespace by path, and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_server_api.c — thawd over real sockets: every endpoint and every error
  * status that needs no working restore (those are test/e2e_server.sh's).
  *

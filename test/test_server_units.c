@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_server_units.c — thawd's parts that need no socket: routes and ids,
  * query and body parsing, listen addresses, metrics text, the bearer token,
  * the registry's persistence and recovery, jobs and their limit, error codes.

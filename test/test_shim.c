@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_shim.c — restore/shim: an echo server listens in a fresh network
  * namespace; clients on the host reach it through the shim's endpoint.
  * Concurrent connections, a large transfer, half-close, the log drain and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_spec: function specs are parsed, checked (each bad field named in the
  * message) and written back to the same JSON. */
 #include "function/spec.h"

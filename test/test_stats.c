@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_stats.c — common/stats: nearest-rank percentiles, histograms, CDFs.
  * Expected values are worked out by hand in the comments: nearest rank of the
  * p-th percentile of n sorted samples is ceil(p/100 * n). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_store_concurrent.c — two processes putting overlapping data into one
  * store at once: verify finds it clean and both manifests come back right. */
 #include "common/log.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_store_corrupt.c — a flipped byte or a truncated object in any one chunk:
  * verify reports exactly that chunk, get fails naming it and leaves no file. */
 #include "common/log.h"

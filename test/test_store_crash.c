@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_store_crash.c — a put killed with SIGKILL at any point leaves a store
  * that verifies clean, and the same put done again succeeds and round-trips.
  *

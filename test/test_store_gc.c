@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_store_gc.c — gc deletes only unreferenced chunks, keeps those of leased
  * manifests (even deleted ones), and forgets leases whose holder died. */
 #include "common/log.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_store_roundtrip.c — put then get gives the same bytes, for every shape of
  * file: random, all zero, mixed, sparse, empty, sizes off 4 KiB, several files
  * in one put, a directory; holes are never stored. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_store_shift.c — content-defined cuts survive a shift: a 256 MiB random
  * file and the same file with 4 KiB inserted near its start share >= 95% of
  * their bytes in the store.  Also prints the put's ingest rate. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_store_truncate.c — a put whose input shrinks under it (common/sigbus).
  *
  * A put maps its large inputs; a page of a mapped file past its end faults

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_tier.c — the RAM tier: materialise once, then hit; 8 threads and 2
  * processes acquiring one snapshot read the store once and all see it
  * complete; eviction keeps the budget and never takes a leased snapshot

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_tier_root.c — the RAM tier's root on a huge-page tmpfs: mounted once
  * (also when several processes prepare it at once), found and reused after a
  * "restart" with what it holds, resized to a new budget; a plain directory

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_util.c — common/util: ids, hex, atomic writes, rm_rf. */
 #include "common/util.h"
 #include "test/check.h"

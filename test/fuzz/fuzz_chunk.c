@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_chunk.c — chunk objects from a damaged or hostile disk, and the codec's round trip.
  *
  * 1. The input as a chunk object: chunk_decode() against a fixed expected hash

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_common.h — what every libFuzzer target of thaw shares.
  *
  * FUZZ_ASSERT aborts with the target's name, file and line on stdout (the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_criu_image.c — the CRIU image decoders on arbitrary bytes.
  *
  * Every decoder (inventory, pstree, mm, pagemap) gets the input; whatever it

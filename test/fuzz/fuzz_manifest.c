@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_manifest.c — manifest_parse() on arbitrary bytes.
  *
  * Whatever the input, the parser must not crash, leak or read past len (the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_pack_index.c — pack_index_parse() on arbitrary bytes.
  *
  * The input is parsed as it is, and again with a correct checksum appended

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_request.c — thawd's request parsing on arbitrary input.
  *
  * The input is a request in three parts separated by newlines: method, path

@@ -1092,7 +1092,7 @@ static void watch_workers(struct eng *e, const struct engine_opts *o, const stru
  * cache) and the inode lock that many pwrite()ing workers queue on; it costs a
  * page-table entry per page.  With 4 KiB pages that costs more than the copy
  * it saves (2 workers into /dev/shm, 2 GiB: 3.8-4.1 CPU-s mapped, 3.1-3.5 with
- * pwrite, 2026-11-23), with 2 MiB pages (tmpfs huge=, which says so in
+ * pwrite; bench/LOG.md, Engine), with 2 MiB pages (tmpfs huge=, which says so in
  * st_blksize) far less (2.0 CPU-s mapped). */
 static bool map_pays(const struct eng *e, const struct engine_opts *o, int fd)
 {

@@ -62,8 +62,11 @@ LIB       := $(B)/libthaw.a
 
 CLI_SRCS  := $(wildcard cli/*.c)
 PROGS     := $(B)/thaw $(if $(wildcard server/thawd_main.c),$(B)/thawd)
+# A bench is one file, bench/NAME.c, or a directory of them with a main.c,
+# bench/NAME/*.c; either way the program is $(B)/bench/NAME.
 BENCH_SRCS:= $(wildcard bench/*.c)
-BENCHES   := $(BENCH_SRCS:bench/%.c=$(B)/bench/%)
+BENCH_DIRS:= $(patsubst bench/%/main.c,%,$(wildcard bench/*/main.c))
+BENCHES   := $(BENCH_SRCS:bench/%.c=$(B)/bench/%) $(BENCH_DIRS:%=$(B)/bench/%)
 TEST_SRCS := $(wildcard test/test_*.c)
 # Not TESTS: that is run-tests.sh's filter, passed through from the environment.
 TEST_PROGS:= $(TEST_SRCS:test/%.c=$(B)/test/%)
@@ -126,6 +129,15 @@ $(B)/test/%: $(B)/obj/test/%.o $(LIB)
 $(B)/bench/%: $(B)/obj/bench/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -pthread -o $@ $^ $(LDLIBS) $(if $(STATIC),,$(CURL_LIBS))
+
+# bench/NAME/*.c -> $(B)/bench/NAME (an explicit rule: it wins over the one above).
+define BENCH_DIR_RULE
+$(B)/bench/$(1): $(patsubst %.c,$(B)/obj/%.o,$(wildcard bench/$(1)/*.c)) $(LIB)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(LDFLAGS) -pthread -o $$@ $$^ $$(LDLIBS) $$(if $$(STATIC),,$$(CURL_LIBS))
+endef
+$(foreach d,$(BENCH_DIRS),$(eval $(call BENCH_DIR_RULE,$(d))))
+-include $(wildcard $(B)/obj/bench/*/*.d)
 
 # libFuzzer targets: the library is rebuilt with clang and the fuzzer's
 # sanitizers, in its own object directory, with the same flags whatever

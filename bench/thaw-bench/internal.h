@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* thaw-bench's parts (main.c: options; load.c: the starts on libcurl multi;
+ * baselines.c: cold boot and plain restore; report.c: table, JSON, SVG)
+ * and what they share.  Internal to bench/thaw-bench/. */
+#ifndef THAW_BENCH_INTERNAL_H
+#define THAW_BENCH_INTERNAL_H
+
+#define LOG_PREFIX "thaw-bench: "
+
+#include "common/stats.h"
+
+#include <curl/curl.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define MAX_BODY (4u << 20) /* an answer larger than this is a bad response */
+#define NPHASES 9
+#define MAX_KINDS_N 64
+
+/* Counts by name: failure kinds ("start_http_503"), tiers ("ram"), restore
+ * modes ("lazy"). */
+struct kinds {
+	char name[MAX_KINDS_N][48];
+	uint64_t count[MAX_KINDS_N];
+	size_t n;
+};
+
+/* A baseline series, measured in the same run. */
+struct baseline {
+	const char *name;
+	bool requested;
+	bool available;
+	char why[512]; /* why it is not available */
+	struct stats lat;
+	struct kinds failures;
+};
+
+struct bench {
+	/* what to run */
+	const char *url;
+	const char *function;
+	char auth_header[600];
+	char infer_method[16];
+	char *infer_path;
+	char *infer_body;
+	char *expect;
+	size_t expect_len;
+	double start_timeout_s, infer_timeout_s, delete_timeout_s;
+	bool keep_instances;
+	long max_failures; /* more failed starts than this: exit 3 */
+	long burst, repeat;
+	double rate, duration_s;
+	bool poisson;
+	uint64_t seed;
+	bool cold_tier;
+	const char *cold_cmd;
+	const char *json_path, *svg_path;
+	const char *baseline_cold_spec, *baseline_plain_image;
+	long baseline_runs;
+	const char *runc_root;
+	/* while running */
+	CURLM *multi;
+	int active;
+	/* results */
+	uint64_t attempts, ok;
+	double max_send_lag_ms, wall_s;
+	struct stats latency, answer, phase[NPHASES];
+	struct kinds failures, delete_failures, tiers, modes;
+	struct baseline cold, plain;
+};
+
+extern const char *const phase_names[NPHASES];
+/* Set by SIGINT/SIGTERM: no new starts or baseline runs. */
+extern volatile sig_atomic_t stop_requested;
+
+/* main.c */
+void kinds_add(struct kinds *k, const char *name);
+
+/* load.c */
+/* GET path of thawd; *status the HTTP status (0 if none), *body yours if not NULL. */
+int bench_get(const struct bench *b, const char *path, long *status, char **body,
+	      double timeout_s);
+/* The measured run: every start of the mode, to completion. */
+int run_thaw(struct bench *b);
+
+/* baselines.c */
+void run_baselines(struct bench *b);
+
+/* report.c */
+void print_table(struct bench *b);
+int write_json(struct bench *b);
+int write_svg(struct bench *b);
+
+#endif

@@ -10,6 +10,7 @@
 #include "common/oci.h"
 #include "common/runner.h"
 #include "common/util.h"
+#include "function/ready.h"
 #include "function/spec.h"
 #include "restore/gpu_restore.h"
 #include "restore/mapped.h"
@@ -35,7 +36,7 @@
  *   plain restore: runc restore from an uncompressed image in tmpfs (+ CUDA
  *                  restore and unlock of its CUDA processes) → first correct
  *                  answer.
- * The answer is asked for inside the namespace (netns_connect), the same
+ * The answer is asked for inside the namespace (ready_http), the same
  * request as the thaw starts', retried until it is right or time runs out.
  */
 
@@ -222,81 +223,12 @@ static void drain_stop(struct drain *d)
 	d->started = false;
 }
 
-/* One HTTP/1.1 request over fd (Connection: close), the whole answer read. */
-static int http_on_fd(int fd, const struct bench *b, int timeout_ms, int *status, char **resp,
-		      size_t *rlen)
-{
-	char *req = NULL, *out = NULL;
-	size_t len = 0, cap = 0;
-	uint64_t t0 = now_ns();
-	int n, ret = 0;
-
-	*resp = NULL;
-	*rlen = 0;
-	n = asprintf(&req,
-		     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-		     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
-		     b->infer_method, b->infer_path, b->infer_body ? strlen(b->infer_body) : 0,
-		     b->infer_body ? b->infer_body : "");
-	if (n < 0)
-		return -ENOMEM;
-	ret = write_all(fd, req, (size_t)n);
-	free(req);
-	if (ret < 0)
-		return ret;
-	for (;;) {
-		struct pollfd p = { .fd = fd, .events = POLLIN };
-		int left = timeout_ms - (int)ms_since(t0);
-		ssize_t r;
-
-		if (left <= 0) {
-			ret = -ETIMEDOUT;
-			goto out;
-		}
-		if (poll(&p, 1, left) <= 0)
-			continue;
-		if (len + 4096 + 1 > cap) {
-			char *q;
-
-			if (cap >= MAX_BODY) {
-				ret = -EFBIG;
-				goto out;
-			}
-			cap = cap ? cap * 2 : 8192;
-			q = realloc(out, cap);
-			if (!q) {
-				ret = -ENOMEM;
-				goto out;
-			}
-			out = q;
-		}
-		r = read(fd, out + len, 4096);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0) {
-			ret = -errno;
-			goto out;
-		}
-		if (r == 0)
-			break;
-		len += (size_t)r;
-	}
-	if (!out || len < 12 || strncmp(out, "HTTP/1.", 7)) {
-		ret = -EPROTO;
-		goto out;
-	}
-	out[len] = '\0';
-	*status = atoi(out + 9);
-	*resp = out;
-	*rlen = len;
-	out = NULL;
-out:
-	free(out);
-	return ret;
-}
-
 /* Ask the function in namespace ns until it answers correctly: 0, or the
- * kind of the last failure ("timeout", "wrong_answer", ...) in kind. */
+ * kind of the last failure ("timeout", "wrong_answer", ...) in kind.  Each
+ * try is one inference request through ready_http (function/ready.c); the
+ * spec's readiness check (ready_wait) is not used: the latency measured is
+ * to the first correct inference answer, which the readiness path does not
+ * give. */
 static int wait_correct(const struct bench *b, const char *ns, uint16_t port, double limit_s,
 			const char **kind)
 {
@@ -305,29 +237,30 @@ static int wait_correct(const struct bench *b, const char *ns, uint16_t port, do
 	*kind = "timeout";
 	while (ms_since(t0) < limit_s * 1000 && !stop_requested) {
 		int left = (int)(limit_s * 1000 - ms_since(t0)) + 1;
-		int fd = netns_connect(ns, port, MIN(left, 1000));
-		char *resp = NULL;
-		size_t rlen = 0;
-		int status = 0, ret;
+		struct http_answer ans;
+		int ret;
 
-		if (fd < 0) {
-			*kind = fd == -ECONNREFUSED || fd == -ETIMEDOUT ? "timeout" : "connect";
-			if (fd != -ECONNREFUSED && fd != -ETIMEDOUT)
-				return fd;
+		ret = ready_http(ns, port, b->infer_method, b->infer_path, b->infer_body,
+				 MIN(left, (int)(b->infer_timeout_s * 1000)), &ans);
+		if (ret == -ECONNREFUSED) { /* nothing listens yet */
+			*kind = "timeout";
 			usleep(5000);
 			continue;
 		}
-		ret = http_on_fd(fd, b, MIN(left, (int)(b->infer_timeout_s * 1000)), &status,
-				 &resp, &rlen);
-		close(fd);
-		if (ret == 0 && status >= 200 && status < 300 &&
-		    (!b->expect || memmem(resp, rlen, b->expect, b->expect_len))) {
-			free(resp);
+		if (ret == -ENOENT || ret == -EPERM || ret == -EACCES || ret == -EINVAL ||
+		    ret == -EBADF) { /* the namespace itself: no use asking again */
+			*kind = "connect";
+			return ret;
+		}
+		if (ret == 0 && ans.status >= 200 && ans.status < 300 &&
+		    (!b->expect || memmem(ans.body, ans.len, b->expect, b->expect_len))) {
+			http_answer_release(&ans);
 			return 0;
 		}
-		*kind = ret < 0 ? "no_answer" : status >= 200 && status < 300 ? "wrong_answer" :
-									      "http_error";
-		free(resp);
+		*kind = ret < 0 ? "no_answer" :
+		       ans.status >= 200 && ans.status < 300 ? "wrong_answer" : "http_error";
+		if (ret == 0)
+			http_answer_release(&ans);
 		usleep(5000);
 	}
 	return -ETIMEDOUT;

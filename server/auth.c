@@ -11,13 +11,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-int auth_load(struct auth *a, const char *path)
+int auth_load_kind(struct auth *a, enum auth_kind kind, const char *path)
 {
 	char *buf = NULL;
 	size_t len = 0;
 	int ret;
 
-	memset(a, 0, sizeof(*a));
+	if ((unsigned)kind >= AUTH_KINDS)
+		return -EINVAL;
 	ret = read_file(path, &buf, &len, AUTH_TOKEN_MAX);
 	if (ret) {
 		pr_err("token file %s: %s", path,
@@ -40,7 +41,8 @@ int auth_load(struct auth *a, const char *path)
 		ret = -EINVAL;
 		goto out;
 	}
-	SHA256((const unsigned char *)buf, len, a->digest);
+	SHA256((const unsigned char *)buf, len, a->digest[kind]);
+	a->have[kind] = true;
 	a->enabled = true;
 out:
 	OPENSSL_cleanse(buf, len);
@@ -48,16 +50,38 @@ out:
 	return ret;
 }
 
-bool auth_check(const struct auth *a, const char *header)
+int auth_load(struct auth *a, const char *path)
+{
+	memset(a, 0, sizeof(*a));
+	return auth_load_kind(a, AUTH_FULL, path);
+}
+
+unsigned auth_scopes(const struct auth *a, const char *header)
 {
 	static const char scheme[] = "Bearer ";
+	static const unsigned opens[AUTH_KINDS] = {
+		[AUTH_FULL] = AUTH_SCOPE_ALL,
+		[AUTH_CONTROL] = AUTH_SCOPE_CONTROL,
+		[AUTH_DATA] = AUTH_SCOPE_DATA,
+	};
+	unsigned scopes = AUTH_SCOPE_NONE;
 	uint8_t d[32];
 
 	if (!a->enabled)
-		return true;
+		return AUTH_SCOPE_ALL;
 	if (!header || strncmp(header, scheme, sizeof(scheme) - 1))
-		return false;
+		return AUTH_SCOPE_NONE;
 	header += sizeof(scheme) - 1;
 	SHA256((const unsigned char *)header, strlen(header), d);
-	return CRYPTO_memcmp(d, a->digest, sizeof(d)) == 0;
+	/* Every configured token is compared: which one matched (if any)
+	 * takes no more time than any other. */
+	for (int k = 0; k < AUTH_KINDS; k++)
+		if (a->have[k] && CRYPTO_memcmp(d, a->digest[k], sizeof(d)) == 0)
+			scopes |= opens[k];
+	return scopes;
+}
+
+bool auth_check(const struct auth *a, const char *header)
+{
+	return auth_scopes(a, header) != AUTH_SCOPE_NONE;
 }

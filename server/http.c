@@ -445,13 +445,41 @@ static int early(struct req *q, const char *url, const char *version)
 			    bad == (long)q->target_len ? 0 : (unsigned char)q->target[bad], bad);
 		return 1;
 	}
+	/* Without a token, only loopback clients reach thawd, but a browser's
+	 * page can be made to: a DNS name rebound to 127.0.0.1 sends its own
+	 * name as Host.  A Host that is not a loopback one is refused. */
+	if (!s->auth.enabled) {
+		v = MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+		if (v && !host_header_is_loopback(v)) {
+			char host[80];
+
+			copy_for_log(host, sizeof(host), v);
+			reply_error(q, 403, "forbidden",
+				    "Host \"%s\" is not a loopback name: without a token thawd "
+				    "answers only localhost, 127.x.y.z and [::1]",
+				    host);
+			return 1;
+		}
+	}
 	ret = route_parse(url, &q->route, err, sizeof(err));
-	if (q->route.kind != ROUTE_HEALTHZ &&
-	    !auth_check(&s->auth, MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND,
-							       MHD_HTTP_HEADER_AUTHORIZATION))) {
-		reply_error_hdr(q, 401, "WWW-Authenticate", "Bearer realm=\"thaw\"",
-				"unauthorized", "a valid \"Authorization: Bearer <token>\" is needed");
-		return 1;
+	if (q->route.kind != ROUTE_HEALTHZ) {
+		unsigned have = auth_scopes(&s->auth, MHD_lookup_connection_value(
+								 q->conn, MHD_HEADER_KIND,
+								 MHD_HTTP_HEADER_AUTHORIZATION));
+
+		if (!have) {
+			reply_error_hdr(q, 401, "WWW-Authenticate", "Bearer realm=\"thaw\"",
+					"unauthorized",
+					"a valid \"Authorization: Bearer <token>\" is needed");
+			return 1;
+		}
+		if (ret == 0 && !(have & route_scope(q->route.kind))) {
+			reply_error(q, 403, "forbidden", "this token does not open %s (a %s route)",
+				    q->path,
+				    route_scope(q->route.kind) == AUTH_SCOPE_DATA ? "data-plane"
+										  : "control-plane");
+			return 1;
+		}
 	}
 	if (ret == -EINVAL) {
 		reply_error(q, 400, "invalid_id", "%s", err);
@@ -571,6 +599,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 				   s->opts.max_body)
 			       ? MHD_NO
 			       : MHD_YES;
+	{
+		char err[256];
+
+		if (content_type_check(q->method,
+				       MHD_lookup_connection_value(q->conn, MHD_HEADER_KIND,
+								   MHD_HTTP_HEADER_CONTENT_TYPE),
+				       q->body, q->len, err, sizeof(err)))
+			return reply_error(q, 415, "unsupported_media_type", "%s", err) ? MHD_NO
+											  : MHD_YES;
+	}
 	api_dispatch(q);
 	if (!q->answered && reply_error(q, 500, "internal", "no answer was made"))
 		return MHD_NO;
@@ -779,9 +817,27 @@ struct server *server_new(const struct thaw_config *c, const struct server_opts 
 	if (o->port_file)
 		snprintf(s->port_file, sizeof(s->port_file), "%s", o->port_file);
 	s->opts.port_file = NULL;
-	s->opts.token_file = NULL;
-	if (o->token_file && auth_load(&s->auth, o->token_file))
+	s->opts.token_file = s->opts.control_token_file = s->opts.data_token_file = NULL;
+	if ((o->token_file && auth_load_kind(&s->auth, AUTH_FULL, o->token_file)) ||
+	    (o->control_token_file &&
+	     auth_load_kind(&s->auth, AUTH_CONTROL, o->control_token_file)) ||
+	    (o->data_token_file && auth_load_kind(&s->auth, AUTH_DATA, o->data_token_file)))
 		goto err;
+	/* Before anything is touched: without a token, thawd answers anyone
+	 * who can reach it, so it listens only where nobody else can. */
+	if (!s->auth.enabled) {
+		char host[128], port[8];
+
+		if (listen_addr_parse(s->listen, host, sizeof(host), port, sizeof(port)) == 0 &&
+		    !host_is_loopback(host)) {
+			pr_err("--listen %s is not a loopback address (127.0.0.0/8, ::1, localhost): a "
+			       "token is required there (--token-file / THAW_TOKEN_FILE, or "
+			       "--control-token-file / THAW_CONTROL_TOKEN_FILE and "
+			       "--data-token-file / THAW_DATA_TOKEN_FILE)",
+			       s->listen);
+			goto err;
+		}
+	}
 
 	if (mkdir_p(c->data_dir, 0755))
 		goto err;

@@ -5,6 +5,12 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "function/spec.h"
+#include "server/auth.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <netinet/in.h>
+#include <strings.h>
 
 #include <errno.h>
 #include <stdlib.h>
@@ -276,4 +282,141 @@ int listen_addr_parse(const char *s, char *host, size_t hostlen, char *port, siz
 	host[hl] = '\0';
 	snprintf(port, portlen, "%s", colon + 1);
 	return 0;
+}
+
+unsigned route_scope(enum route_kind kind)
+{
+	switch (kind) {
+	case ROUTE_HEALTHZ: return AUTH_SCOPE_NONE;
+	case ROUTE_METRICS: return AUTH_SCOPE_ALL;
+	case ROUTE_FUNCTION_START:
+	case ROUTE_INSTANCES:
+	case ROUTE_INSTANCE: return AUTH_SCOPE_DATA;
+	case ROUTE_FUNCTIONS:
+	case ROUTE_FUNCTION:
+	case ROUTE_FUNCTION_SNAPSHOT:
+	case ROUTE_JOBS:
+	case ROUTE_JOB: return AUTH_SCOPE_CONTROL;
+	case ROUTE_NONE: break;
+	}
+	return AUTH_SCOPE_CONTROL;
+}
+
+bool host_is_loopback(const char *host)
+{
+	struct in_addr a4;
+	struct in6_addr a6;
+
+	if (!host)
+		return false;
+	if (!strcasecmp(host, "localhost"))
+		return true;
+	if (inet_pton(AF_INET, host, &a4) == 1)
+		return (ntohl(a4.s_addr) >> 24) == 127;
+	if (inet_pton(AF_INET6, host, &a6) == 1)
+		return IN6_IS_ADDR_LOOPBACK(&a6);
+	return false;
+}
+
+bool host_header_is_loopback(const char *v)
+{
+	char host[64];
+	const char *port = NULL, *end;
+	size_t hl;
+
+	if (!v)
+		return false;
+	if (v[0] == '[') {
+		end = strchr(v, ']');
+		if (!end)
+			return false;
+		hl = (size_t)(end - v - 1);
+		if (end[1] == ':')
+			port = end + 2;
+		else if (end[1])
+			return false;
+		if (hl >= sizeof(host))
+			return false;
+		memcpy(host, v + 1, hl);
+		host[hl] = '\0';
+		/* Only an IPv6 address goes in brackets. */
+		if (!strchr(host, ':'))
+			return false;
+	} else {
+		end = strchr(v, ':');
+		hl = end ? (size_t)(end - v) : strlen(v);
+		if (end)
+			port = end + 1;
+		if (hl >= sizeof(host))
+			return false;
+		memcpy(host, v, hl);
+		host[hl] = '\0';
+		if (strchr(host, ':'))
+			return false;
+	}
+	if (port) {
+		if (!*port || strlen(port) > 5)
+			return false;
+		for (const char *p = port; *p; p++)
+			if (*p < '0' || *p > '9')
+				return false;
+	}
+	return host_is_loopback(host);
+}
+
+/* Whether ctype's media type (before any ";" parameters) is type. */
+static bool media_is(const char *ctype, const char *type)
+{
+	size_t n = strlen(type);
+
+	while (*ctype == ' ' || *ctype == '\t')
+		ctype++;
+	if (strncasecmp(ctype, type, n))
+		return false;
+	ctype += n;
+	while (*ctype == ' ' || *ctype == '\t')
+		ctype++;
+	return *ctype == '\0' || *ctype == ';';
+}
+
+int content_type_check(enum http_method method, const char *ctype, const char *body, size_t len,
+		       char *err, size_t errlen)
+{
+	/* What an HTML form (or a cross-site fetch() without a preflight) can
+	 * send: the types a browser sends to another site without asking. */
+	bool form = ctype && (media_is(ctype, "application/x-www-form-urlencoded") ||
+			      media_is(ctype, "multipart/form-data") || media_is(ctype, "text/plain"));
+
+	if (errlen)
+		err[0] = '\0';
+	if (!(method & (METHOD_PUT | METHOD_POST | METHOD_DELETE)))
+		return 0;
+	if (len == 0) {
+		if (!form)
+			return 0;
+		snprintf(err, errlen, "a %s request with a form's Content-Type (%.60s) is refused: "
+				      "send none, or application/json",
+			 method == METHOD_POST ? "POST" : method == METHOD_PUT ? "PUT" : "DELETE",
+			 ctype);
+		return -EINVAL;
+	}
+	if (ctype && media_is(ctype, "application/json"))
+		return 0;
+	/* curl -X PUT -d @spec.json sends application/x-www-form-urlencoded:
+	 * taken for PUT when the body is JSON all the same.  A browser cannot
+	 * send a PUT to another site without a CORS preflight, which thawd
+	 * never answers yes to, so this opens nothing to cross-site pages;
+	 * POST (what a form sends) gets no such leniency. */
+	if (method == METHOD_PUT && ctype && media_is(ctype, "application/x-www-form-urlencoded")) {
+		json_t *j = json_loadb(body, len, JSON_DECODE_ANY, NULL);
+
+		if (j) {
+			json_decref(j);
+			return 0;
+		}
+	}
+	snprintf(err, errlen, "a request body must be sent with Content-Type: application/json "
+			      "(not %.60s)",
+		 ctype ? ctype : "none");
+	return -EINVAL;
 }

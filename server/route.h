@@ -78,4 +78,25 @@ int function_body_parse(const char *id, const char *buf, size_t len, json_t **sp
  * (digits, at most 65535).  0 or -EINVAL. */
 int listen_addr_parse(const char *s, char *host, size_t hostlen, char *port, size_t portlen);
 
+/* The token scope route kind needs (an enum auth_scope mask): 0 for
+ * /healthz (open), AUTH_SCOPE_ALL for /metrics (any valid token will do: the
+ * caller checks for a non-empty intersection), AUTH_SCOPE_CONTROL for
+ * functions, snapshots and jobs, AUTH_SCOPE_DATA for starts and instances. */
+unsigned route_scope(enum route_kind kind);
+
+/* Whether the host part of a listen address (listen_addr_parse's host) is a
+ * loopback one: 127.0.0.0/8, ::1 or "localhost".  Anything else, 0.0.0.0 and
+ * "::" included, is not. */
+bool host_is_loopback(const char *host);
+/* Whether a Host header names a loopback host: localhost, 127.x.y.z or
+ * [::1], each with or without ":PORT".  NULL (no header) is false. */
+bool host_header_is_loopback(const char *value);
+
+/* Whether a request's Content-Type fits what it does (a guard against
+ * cross-site requests a browser sends without asking: form posts).  method,
+ * the Content-Type header (NULL: none) and the body (len 0: none).  0, or
+ * -EINVAL with the reason in err (415). */
+int content_type_check(enum http_method method, const char *ctype, const char *body, size_t len,
+		       char *err, size_t errlen);
+
 #endif

@@ -31,6 +31,8 @@
 struct server_opts {
 	const char *listen;     /* "HOST:PORT" ("[::1]:PORT" for IPv6); port 0: any free one */
 	const char *token_file; /* NULL: no token asked */
+	const char *control_token_file; /* NULL, or a token for functions, snapshots, jobs */
+	const char *data_token_file;    /* NULL, or a token for starts and instances */
 	const char *port_file;  /* NULL, or a file to write the bound port into once listening */
 	size_t max_body;        /* request bodies above this get 413 */
 	unsigned max_starts;    /* concurrent starts; more get 503 + Retry-After */

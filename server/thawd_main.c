@@ -36,7 +36,16 @@ static void usage(FILE *f)
 		"                         (THAW_RAM_TIER_BYTES; default half of /dev/shm)\n"
 		"  --token-file FILE      ask every request but GET /healthz for\n"
 		"                         \"Authorization: Bearer <the file's first line>\"\n"
-		"                         (THAW_TOKEN_FILE; default: no token)\n"
+		"                         (THAW_TOKEN_FILE; default: no token). Without any\n"
+		"                         token thawd listens only on loopback (127.0.0.0/8,\n"
+		"                         ::1, localhost) and refuses a Host header that is\n"
+		"                         not a loopback name (403)\n"
+		"  --control-token-file FILE\n"
+		"                         a token for functions, snapshots and jobs only\n"
+		"                         (THAW_CONTROL_TOKEN_FILE)\n"
+		"  --data-token-file FILE a token for starts and instances only, e.g. for a\n"
+		"                         gateway; on another route it gets 403\n"
+		"                         (THAW_DATA_TOKEN_FILE). /metrics takes any token\n"
 		"  --runc PATH            runc binary (THAW_RUNC; default runc on PATH)\n"
 		"  --criu PATH            criu >= 4.2 for runc --criu (THAW_CRIU; default the\n"
 		"                         .deps/criu-wrapper of the tree, else criu on PATH)\n"
@@ -159,6 +168,8 @@ enum {
 	OPT_RAM_TIER,
 	OPT_RAM_TIER_BYTES,
 	OPT_TOKEN_FILE,
+	OPT_CONTROL_TOKEN_FILE,
+	OPT_DATA_TOKEN_FILE,
 	OPT_RUNC,
 	OPT_CRIU,
 	OPT_MAX_STARTS,
@@ -203,6 +214,8 @@ int main(int argc, char **argv)
 		{ "ram-tier", required_argument, NULL, OPT_RAM_TIER },
 		{ "ram-tier-bytes", required_argument, NULL, OPT_RAM_TIER_BYTES },
 		{ "token-file", required_argument, NULL, OPT_TOKEN_FILE },
+		{ "control-token-file", required_argument, NULL, OPT_CONTROL_TOKEN_FILE },
+		{ "data-token-file", required_argument, NULL, OPT_DATA_TOKEN_FILE },
 		{ "runc", required_argument, NULL, OPT_RUNC },
 		{ "criu", required_argument, NULL, OPT_CRIU },
 		{ "max-starts", required_argument, NULL, OPT_MAX_STARTS },
@@ -239,6 +252,8 @@ int main(int argc, char **argv)
 		case OPT_RAM_TIER: ram_tier = optarg; break;
 		case OPT_RAM_TIER_BYTES: ram_bytes = optarg; break;
 		case OPT_TOKEN_FILE: o.token_file = optarg; break;
+		case OPT_CONTROL_TOKEN_FILE: o.control_token_file = optarg; break;
+		case OPT_DATA_TOKEN_FILE: o.data_token_file = optarg; break;
 		case OPT_RUNC: runc = optarg; break;
 		case OPT_CRIU: criu = optarg; break;
 		case OPT_MAX_STARTS: max_starts = optarg; break;
@@ -273,6 +288,10 @@ int main(int argc, char **argv)
 	o.listen = listen_addr;
 	if (!o.token_file)
 		o.token_file = env("THAW_TOKEN_FILE");
+	if (!o.control_token_file)
+		o.control_token_file = env("THAW_CONTROL_TOKEN_FILE");
+	if (!o.data_token_file)
+		o.data_token_file = env("THAW_DATA_TOKEN_FILE");
 	if (!max_starts)
 		max_starts = env("THAW_MAX_STARTS");
 	if (!max_snaps)

@@ -21,7 +21,19 @@
 #      is closed by --request-timeout (3 s here) with nothing answered; the
 #      slow PUT did nothing;
 #   5. SIGTERM: the first thawd exits 0, and a new thawd starts on its data
-#      directory (the lock went with it).
+#      directory (the lock went with it);
+#   6. no token off loopback: thawd on 0.0.0.0, [::] or 10.x without any
+#      token exits 1 naming --token-file and THAW_TOKEN_FILE, having touched
+#      nothing; with only THAW_DATA_TOKEN_FILE it starts on 0.0.0.0;
+#   7. without a token (loopback): a Host that is not a loopback name (DNS
+#      rebinding: evil.example, 127.0.0.1.nip.io, ...) is 403 forbidden and
+#      does nothing; what a cross-site form can send (a POST or DELETE with
+#      a form's Content-Type, a body that is not application/json) is 415
+#      unsupported_media_type and does nothing; curl -X PUT -d @spec.json
+#      (a form's type, a JSON body) still works;
+#   8. scoped tokens: the data token starts and lists instances but gets 403
+#      on functions, snapshots and jobs; the control token the reverse; the
+#      full token opens both; /metrics takes any, /healthz none.
 set -u
 B=${THAW_BUILD:-$PWD/build}
 THAWD=$B/thawd
@@ -37,12 +49,14 @@ SHM=$(mktemp -d /dev/shm/thaw-e2e-gateway-XXXXXX)
 TOKEN=e2e-$RANDOM-$RANDOM
 echo "$TOKEN" >"$T/token"
 PID_A=""
+PID_N=""
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 ok() { echo "ok: $*"; }
 
 cleanup() {
 	[ -n "$PID_A" ] && kill -9 "$PID_A" 2>/dev/null
+	[ -n "$PID_N" ] && kill -9 "$PID_N" 2>/dev/null
 	[ $fails != 0 ] && [ -f "$T/a.log" ] && { echo "--- thawd A's log (tail)"; tail -n 30 "$T/a.log"; }
 	rm -rf "$T" "$SHM"
 }
@@ -115,7 +129,9 @@ a_answers "after a second thawd on its data directory"
 
 # ---- 2. no port sharing ----
 for host in 127.0.0.1 0.0.0.0; do
-	second c --listen "$host:$PORT" --data-dir "$T/c" --ram-tier "$SHM/c" --ram-tier-bytes 64M
+	# With a token: off loopback thawd would refuse to start without one.
+	second c --listen "$host:$PORT" --data-dir "$T/c" --ram-tier "$SHM/c" --ram-tier-bytes 64M \
+		--token-file "$T/token"
 	if [ $rc = 0 ] || [ $rc = 124 ] || [ $rc = 137 ]; then
 		fail "a second thawd on $host:$PORT: exit $rc (it ran)"
 	elif ! grep -q "$host:$PORT: the address is in use" "$T/c.out"; then
@@ -318,11 +334,159 @@ wait "$PID_A"
 rc=$?
 PID_A=""
 [ $rc = 0 ] || fail "thawd A exited $rc on SIGTERM"
-start_a
+echo "ctl-$RANDOM-$RANDOM" >"$T/ctl"
+echo "data-$RANDOM-$RANDOM" >"$T/data"
+THAW_DATA_TOKEN_FILE=$T/data start_a --control-token-file "$T/ctl"
 a_answers "a new thawd on the same data directory"
+
+# ---- 8. scoped tokens ----
+# scoped TOKEN METHOD PATH [curl args…]: the status, the body in $T/body.
+scoped() {
+	local tok=$1 m=$2 p=$3
+	shift 3
+	curl -s --max-time 5 -o "$T/body" -w '%{http_code}' -H "Authorization: Bearer $tok" \
+		-H 'Content-Type: application/json' -X "$m" "$URL$p" "$@"
+}
+# expect WHAT WANT GOT [CODE]: GOT is WANT (and the error code is CODE).
+expect() {
+	if [ "$3" != "$2" ]; then
+		fail "$1: $3, not $2: $(head -c 200 "$T/body")"
+	elif [ -n "${4:-}" ] && ! grep -q "\"code\":\"$4\"" "$T/body"; then
+		fail "$1: $3 but not $4: $(head -c 200 "$T/body")"
+	else
+		ok "$1: $3${4:+ $4}"
+	fi
+}
+DT=$(cat "$T/data")
+CT=$(cat "$T/ctl")
+SPEC3="{\"command\":[\"python3\",\"-c\",\"pass\"],\"port\":8000,\"cwd\":\"$T/fn\"}"
+expect "data token: PUT /functions/ct3" 403 "$(scoped "$DT" PUT /functions/ct3 -d "$SPEC3")" forbidden
+expect "data token: GET /functions" 403 "$(scoped "$DT" GET /functions)" forbidden
+expect "data token: GET /functions/ct1" 403 "$(scoped "$DT" GET /functions/ct1)" forbidden
+expect "data token: DELETE /functions/ct1" 403 "$(scoped "$DT" DELETE /functions/ct1)" forbidden
+expect "data token: POST snapshot" 403 "$(scoped "$DT" POST /functions/ct1/snapshot)" forbidden
+expect "data token: GET /jobs" 403 "$(scoped "$DT" GET /jobs)" forbidden
+expect "data token: GET /instances" 200 "$(scoped "$DT" GET /instances)"
+expect "data token: GET /metrics" 200 "$(scoped "$DT" GET /metrics)"
+# Let through to the handler: ct1 has no snapshot (409), nosuch is unknown.
+st=$(scoped "$DT" POST /functions/ct1/start)
+[ "$st" != 403 ] && [ "$st" != 401 ] && ok "data token: POST /functions/ct1/start reaches the handler ($st)" ||
+	fail "data token: POST /functions/ct1/start: $st"
+expect "data token: POST /functions/nosuch/start" 404 "$(scoped "$DT" POST /functions/nosuch/start)"
+expect "data token: DELETE /instances/nosuch" 404 "$(scoped "$DT" DELETE /instances/nosuch)"
+expect "control token: GET /instances" 403 "$(scoped "$CT" GET /instances)" forbidden
+expect "control token: POST start" 403 "$(scoped "$CT" POST /functions/ct1/start)" forbidden
+expect "control token: DELETE /instances/x" 403 "$(scoped "$CT" DELETE /instances/x)" forbidden
+expect "control token: PUT /functions/ct3" 201 "$(scoped "$CT" PUT /functions/ct3 -d "$SPEC3")"
+expect "control token: GET /jobs" 200 "$(scoped "$CT" GET /jobs)"
+expect "control token: GET /metrics" 200 "$(scoped "$CT" GET /metrics)"
+expect "full token: GET /instances" 200 "$(scoped "$TOKEN" GET /instances)"
+expect "full token: DELETE /functions/ct3" 204 "$(scoped "$TOKEN" DELETE /functions/ct3)"
+expect "a token's prefix: GET /instances" 401 "$(scoped "${DT%?}" GET /instances)" unauthorized
+expect "no token: GET /metrics" 401 "$(curl -s -o "$T/body" -w '%{http_code}' "$URL/metrics")" unauthorized
+expect "no token: GET /healthz" 200 "$(curl -s -o "$T/body" -w '%{http_code}' "$URL/healthz")"
+# With a token, Host is not checked: a gateway names thawd as it likes.
+expect "full token, Host: thawd.internal" 200 \
+	"$(scoped "$TOKEN" GET /functions -H 'Host: thawd.internal')"
+st=$(api GET /functions/ct1)
+[ "$st" = 200 ] || fail "ct1 after the data token's DELETE: $st"
 kill -TERM "$PID_A"
 wait "$PID_A"
 PID_A=""
+
+# ---- 6. no token off loopback ----
+for l in 0.0.0.0:0 "[::]:0" 10.255.255.1:0; do
+	env -u THAW_TOKEN_FILE -u THAW_CONTROL_TOKEN_FILE -u THAW_DATA_TOKEN_FILE \
+		timeout -k 2 10 "$THAWD" --listen "$l" --port-file "$T/n.port" --data-dir "$T/n" \
+		--ram-tier "$SHM/n" --ram-tier-bytes 64M >"$T/n.out" 2>&1
+	rc=$?
+	if [ $rc != 1 ]; then
+		fail "no token on $l: exit $rc, not 1: $(tail -n 3 "$T/n.out")"
+	elif ! grep -q -- '--token-file' "$T/n.out" || ! grep -q THAW_TOKEN_FILE "$T/n.out" ||
+		! grep -qF -- "--listen $l" "$T/n.out"; then
+		fail "no token on $l: exit 1 but not the message: $(cat "$T/n.out")"
+	else
+		ok "no token on $l: exit 1: $(grep -m1 'cannot start' "$T/n.out")"
+	fi
+	[ -e "$T/n" ] || [ -e "$SHM/n" ] || [ -e "$T/n.port" ] &&
+		fail "no token on $l: thawd touched things before refusing"
+done
+THAW_DATA_TOKEN_FILE=$T/data "$THAWD" --listen 0.0.0.0:0 --port-file "$T/n.port" \
+	--data-dir "$T/n" --ram-tier "$SHM/n" --ram-tier-bytes 64M >"$T/n.out" 2>&1 &
+PID_N=$!
+for _ in $(seq 200); do [ -s "$T/n.port" ] && break; sleep 0.05; done
+if [ -s "$T/n.port" ]; then
+	NURL=http://127.0.0.1:$(cat "$T/n.port")
+	st=$(curl -s -o "$T/body" -w '%{http_code}' "$NURL/instances")
+	expect "0.0.0.0 with only a data token: no token" 401 "$st" unauthorized
+	st=$(curl -s -o "$T/body" -w '%{http_code}' -H "Authorization: Bearer $DT" "$NURL/functions")
+	expect "0.0.0.0 with only a data token: GET /functions" 403 "$st" forbidden
+else
+	fail "thawd on 0.0.0.0 with THAW_DATA_TOKEN_FILE did not start: $(tail -n 3 "$T/n.out")"
+fi
+kill -TERM $PID_N
+wait $PID_N
+PID_N=""
+rm -rf "$T/n" "$SHM/n" "$T/n.port"
+
+# ---- 7. without a token: Host and Content-Type ----
+"$THAWD" --listen 127.0.0.1:0 --port-file "$T/n.port" --data-dir "$T/n" --ram-tier "$SHM/n" \
+	--ram-tier-bytes 64M >"$T/n.out" 2>&1 &
+PID_N=$!
+for _ in $(seq 200); do [ -s "$T/n.port" ] && break; sleep 0.05; done
+NPORT=$(cat "$T/n.port" 2>/dev/null)
+NURL=http://127.0.0.1:$NPORT
+# napi METHOD PATH [curl args…]: no token; the status, the body in $T/body.
+napi() {
+	local m=$1 p=$2
+	shift 2
+	curl -s --max-time 5 -o "$T/body" -w '%{http_code}' -X "$m" "$NURL$p" "$@"
+}
+for h in evil.example "evil.example:$NPORT" "127.0.0.1.nip.io:$NPORT" "localhost.evil.example" \
+	"[::2]:$NPORT" 0.0.0.0 "127.0.0.1:$NPORT.evil.example"; do
+	expect "no token, Host: $h: GET /functions" 403 "$(napi GET /functions -H "Host: $h")" forbidden
+done
+expect "no token, Host: evil.example: PUT /functions/rb" 403 \
+	"$(napi PUT /functions/rb -H 'Host: evil.example' -H 'Content-Type: application/json' -d "$SPEC3")" \
+	forbidden
+for h in "localhost:$NPORT" localhost "127.4.5.6:$NPORT" "[::1]:$NPORT" "LOCALHOST"; do
+	expect "no token, Host: $h: GET /functions" 200 "$(napi GET /functions -H "Host: $h")"
+done
+echo "$SPEC3" >"$T/spec3.json"
+# What a user types (README, scripts/run.sh): curl's default form type.
+expect "no token: curl -X PUT -d @spec.json" 201 "$(napi PUT /functions/fx -d @"$T/spec3.json")"
+expect "no token: PUT, text/plain JSON" 415 \
+	"$(napi PUT /functions/fy -H 'Content-Type: text/plain' -d @"$T/spec3.json")" unsupported_media_type
+expect "no token: PUT, a form's fields" 415 "$(napi PUT /functions/fy -d 'command=x&port=1')" \
+	unsupported_media_type
+# What a page on another site can make a browser send without asking.
+expect "cross-site form POST snapshot (urlencoded, empty)" 415 \
+	"$(napi POST /functions/fx/snapshot -H 'Origin: http://evil.example' -d '')" unsupported_media_type
+expect "cross-site form POST snapshot (multipart)" 415 \
+	"$(napi POST /functions/fx/snapshot -F a=b)" unsupported_media_type
+expect "cross-site fetch POST start (text/plain)" 415 \
+	"$(napi POST /functions/fx/start -H 'Content-Type: text/plain;charset=UTF-8' -d '{}')" \
+	unsupported_media_type
+expect "cross-site POST start (a body, no type)" 415 \
+	"$(napi POST /functions/fx/start -H 'Content-Type:' -d '{}')" unsupported_media_type
+expect "DELETE /functions/fx (text/plain body)" 415 \
+	"$(napi DELETE /functions/fx -H 'Content-Type: text/plain' -d x)" unsupported_media_type
+expect "no token: GET /functions/fy" 404 "$(napi GET /functions/fy)"
+expect "no token: GET /functions/rb" 404 "$(napi GET /functions/rb)"
+st=$(napi GET /functions/fx)
+if [ "$st" = 200 ] && grep -q '"state":"none"' "$T/body"; then
+	ok "fx is there and was not snapshotted"
+else
+	fail "fx after the refused requests: $st $(head -c 300 "$T/body")"
+fi
+st=$(napi GET /jobs)
+[ "$st" = 200 ] && grep -q '"jobs":\[\]' "$T/body" && ok "no job was started" ||
+	fail "GET /jobs: $st $(head -c 300 "$T/body")"
+# A POST without a body or a type goes through (to the handler: 404).
+expect "no token: POST snapshot (no body, no type)" 404 "$(napi POST /functions/nosuch/snapshot)"
+kill -TERM $PID_N
+wait $PID_N
+PID_N=""
 
 [ $fails = 0 ] && echo "e2e_gateway: all passed" || echo "e2e_gateway: $fails failure(s)"
 [ $fails = 0 ]

@@ -92,13 +92,13 @@ static size_t on_header(char *p, size_t sz, size_t n, void *arg)
 	return sz * n;
 }
 
-/* One request; token NULL sends none. */
-static struct resp req(const char *method, const char *path, const char *body, size_t blen,
-		       const char *token)
+/* One request; token NULL sends none, ctype NULL no Content-Type. */
+static struct resp req_ct(const char *method, const char *path, const char *body, size_t blen,
+			  const char *token, const char *ctype)
 {
 	struct resp r = { 0 };
 	struct curl_slist *h = NULL;
-	char url[2048], auth[256];
+	char url[2048], auth[256], ct[128];
 	CURL *c = curl_easy_init();
 
 	REQUIRE(c);
@@ -119,6 +119,9 @@ static struct resp req(const char *method, const char *path, const char *body, s
 		snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
 		h = curl_slist_append(h, auth);
 	}
+	/* libcurl's default for a body is a form's type: none, or ctype. */
+	snprintf(ct, sizeof(ct), "Content-Type:%s%s", ctype ? " " : "", ctype ? ctype : "");
+	h = curl_slist_append(h, ct);
 	h = curl_slist_append(h, "Expect:");
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
 	CURLcode cr = curl_easy_perform(c);
@@ -133,6 +136,13 @@ static struct resp req(const char *method, const char *path, const char *body, s
 	curl_slist_free_all(h);
 	curl_easy_cleanup(c);
 	return r;
+}
+
+/* A well-behaved client: a body goes as application/json. */
+static struct resp req(const char *method, const char *path, const char *body, size_t blen,
+		       const char *token)
+{
+	return req_ct(method, path, body, blen, token, body ? "application/json" : NULL);
 }
 
 static struct resp call(const char *method, const char *path, const char *body)
@@ -367,6 +377,67 @@ static void test_bodies(void)
 	resp_free(&r);
 }
 
+/* Content-Type from the attack side: what a cross-site form (or fetch()
+ * without a preflight) can send is refused with 415 and does nothing; what
+ * curl -X PUT -d @spec.json sends (a form's type, a JSON body) is taken. */
+static void test_content_types(void)
+{
+	static const char form[] = "application/x-www-form-urlencoded";
+	struct resp r;
+
+	r = req_ct("PUT", "/functions/ct-a", SPEC, strlen(SPEC), TOKEN, "text/plain");
+	EXPECT(r, 415, "unsupported_media_type");
+	resp_free(&r);
+	r = req_ct("PUT", "/functions/ct-a", SPEC, strlen(SPEC), TOKEN, "multipart/form-data");
+	EXPECT(r, 415, "unsupported_media_type");
+	resp_free(&r);
+	r = req_ct("PUT", "/functions/ct-a", SPEC, strlen(SPEC), TOKEN, NULL);
+	EXPECT(r, 415, "unsupported_media_type");
+	resp_free(&r);
+	r = req_ct("PUT", "/functions/ct-a", "command=x&port=1", 16, TOKEN, form);
+	EXPECT(r, 415, "unsupported_media_type");
+	resp_free(&r);
+	r = call("GET", "/functions/ct-a", NULL);
+	EXPECT(r, 404, "not_found");
+	resp_free(&r);
+	/* curl's default type with a JSON body, and a charset parameter. */
+	r = req_ct("PUT", "/functions/ct-a", SPEC, strlen(SPEC), TOKEN, form);
+	CHECK_EQ(r.status, 201);
+	resp_free(&r);
+	r = req_ct("PUT", "/functions/ct-a", SPEC, strlen(SPEC), TOKEN,
+		   "Application/JSON; charset=utf-8");
+	CHECK_EQ(r.status, 200);
+	resp_free(&r);
+
+	/* POST and DELETE: a form's type, with a body or without, is 415. */
+	r = req_ct("POST", "/functions/ct-a/snapshot", "", 0, TOKEN, form);
+	EXPECT(r, 415, "unsupported_media_type");
+	resp_free(&r);
+	r = req_ct("POST", "/functions/ct-a/snapshot", "a=b", 3, TOKEN, form);
+	EXPECT(r, 415, "unsupported_media_type");
+	resp_free(&r);
+	r = req_ct("POST", "/functions/ct-a/start", "{}", 2, TOKEN, "text/plain;charset=UTF-8");
+	EXPECT(r, 415, "unsupported_media_type");
+	resp_free(&r);
+	r = req_ct("POST", "/functions/ct-a/start", "{}", 2, TOKEN, NULL);
+	EXPECT(r, 415, "unsupported_media_type");
+	resp_free(&r);
+	r = req_ct("DELETE", "/functions/ct-a", "x", 1, TOKEN, "text/plain");
+	EXPECT(r, 415, "unsupported_media_type");
+	resp_free(&r);
+	r = req_ct("DELETE", "/functions/ct-a", "", 0, TOKEN, "multipart/form-data; boundary=x");
+	EXPECT(r, 415, "unsupported_media_type");
+	resp_free(&r);
+	r = call("GET", "/functions/ct-a", NULL);
+	CHECK_EQ(r.status, 200);
+	CHECK_STR(json_string_value(json_object_get(json_object_get(r.j, "snapshot"), "state")),
+		  "none");
+	resp_free(&r);
+	r = call("DELETE", "/functions/ct-a", NULL);
+	CHECK_EQ(r.status, 204);
+	resp_free(&r);
+}
+
 static void test_functions(void)
 {
 	struct resp r;
@@ -573,6 +644,7 @@ int main(void)
 	start_thawd(NULL, NULL);
 	test_auth_and_paths();
 	test_bodies();
+	test_content_types();
 	test_functions();
 	CHECK_EQ(stop_thawd(), 0);
 	test_limits_and_recovery();

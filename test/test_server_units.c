@@ -290,6 +290,116 @@ static void test_auth(void)
 	CHECK_EQ(auth_load(&a, path), -ENOENT);
 }
 
+/* Three tokens, each opening its own scope; a token of one kind never opens
+ * another's routes. */
+static void test_auth_scopes(void)
+{
+	struct auth a;
+	char full[256], ctl[256], data[256];
+
+	memset(&a, 0, sizeof(a));
+	CHECK_EQ(auth_scopes(&a, NULL), (unsigned)AUTH_SCOPE_ALL);
+	snprintf(full, sizeof(full), "%s/full", tmpdir);
+	snprintf(ctl, sizeof(ctl), "%s/ctl", tmpdir);
+	snprintf(data, sizeof(data), "%s/data", tmpdir);
+	REQUIRE(write_file_atomic(full, "full-tok\n", 9, 0600) == 0);
+	REQUIRE(write_file_atomic(ctl, "ctl-tok\n", 8, 0600) == 0);
+	REQUIRE(write_file_atomic(data, "data-tok\n", 9, 0600) == 0);
+	/* Only a data token: control routes open to nobody. */
+	CHECK_EQ(auth_load_kind(&a, AUTH_DATA, data), 0);
+	CHECK(a.enabled);
+	CHECK_EQ(auth_scopes(&a, "Bearer data-tok"), (unsigned)AUTH_SCOPE_DATA);
+	CHECK_EQ(auth_scopes(&a, NULL), (unsigned)AUTH_SCOPE_NONE);
+	CHECK_EQ(auth_scopes(&a, "Bearer full-tok"), (unsigned)AUTH_SCOPE_NONE);
+	CHECK_EQ(auth_load_kind(&a, AUTH_CONTROL, ctl), 0);
+	CHECK_EQ(auth_load_kind(&a, AUTH_FULL, full), 0);
+	CHECK_EQ(auth_scopes(&a, "Bearer full-tok"), (unsigned)AUTH_SCOPE_ALL);
+	CHECK_EQ(auth_scopes(&a, "Bearer ctl-tok"), (unsigned)AUTH_SCOPE_CONTROL);
+	CHECK_EQ(auth_scopes(&a, "Bearer data-tok"), (unsigned)AUTH_SCOPE_DATA);
+	CHECK_EQ(auth_scopes(&a, "Bearer data-to"), (unsigned)AUTH_SCOPE_NONE);
+	CHECK_EQ(auth_scopes(&a, "Bearer "), (unsigned)AUTH_SCOPE_NONE);
+	CHECK(!auth_check(&a, "Bearer nope"));
+	CHECK(auth_check(&a, "Bearer data-tok"));
+	CHECK_EQ(auth_load_kind(&a, AUTH_KINDS, full), -EINVAL);
+
+	CHECK_EQ(route_scope(ROUTE_HEALTHZ), (unsigned)AUTH_SCOPE_NONE);
+	CHECK_EQ(route_scope(ROUTE_METRICS), (unsigned)AUTH_SCOPE_ALL);
+	CHECK_EQ(route_scope(ROUTE_FUNCTION_START), (unsigned)AUTH_SCOPE_DATA);
+	CHECK_EQ(route_scope(ROUTE_INSTANCES), (unsigned)AUTH_SCOPE_DATA);
+	CHECK_EQ(route_scope(ROUTE_INSTANCE), (unsigned)AUTH_SCOPE_DATA);
+	CHECK_EQ(route_scope(ROUTE_FUNCTIONS), (unsigned)AUTH_SCOPE_CONTROL);
+	CHECK_EQ(route_scope(ROUTE_FUNCTION), (unsigned)AUTH_SCOPE_CONTROL);
+	CHECK_EQ(route_scope(ROUTE_FUNCTION_SNAPSHOT), (unsigned)AUTH_SCOPE_CONTROL);
+	CHECK_EQ(route_scope(ROUTE_JOBS), (unsigned)AUTH_SCOPE_CONTROL);
+	CHECK_EQ(route_scope(ROUTE_JOB), (unsigned)AUTH_SCOPE_CONTROL);
+}
+
+/* Loopback listen addresses and Host headers, from the attack side: names
+ * that merely start like a loopback one are not loopback. */
+static void test_loopback_hosts(void)
+{
+	static const char *yes[] = { "localhost", "LocalHost", "127.0.0.1", "127.1.2.3",
+				     "127.255.255.254", "::1", "0:0:0:0:0:0:0:1" };
+	static const char *no[] = { "0.0.0.0", "::", "", "128.0.0.1", "10.0.0.1", "localhost.",
+				    "localhost.evil.example", "127.0.0.1.evil.example", "::2",
+				    "::ffff:10.0.0.1", "evil.example" };
+	static const char *hdr_yes[] = { "localhost", "localhost:8080", "127.0.0.1",
+					 "127.0.0.1:1", "127.9.9.9:65535", "[::1]", "[::1]:8080",
+					 "LOCALHOST:80" };
+	static const char *hdr_no[] = { "evil.example", "evil.example:8080", "127.0.0.1.nip.io",
+					"localhost.evil.example:80", "127.0.0.1:", "127.0.0.1:x",
+					"127.0.0.1:8080:1", "[::1", "[::1]x", "[127.0.0.1]", "::1",
+					"[::2]:80", "0.0.0.0", "", "127.0.0.1:123456",
+					"localhost@evil.example", "127.0.0.1 evil" };
+
+	for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++)
+		CHECK(host_is_loopback(yes[i]));
+	for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
+		CHECK(!host_is_loopback(no[i]));
+	CHECK(!host_is_loopback(NULL));
+	for (size_t i = 0; i < sizeof(hdr_yes) / sizeof(hdr_yes[0]); i++)
+		CHECK(host_header_is_loopback(hdr_yes[i]));
+	for (size_t i = 0; i < sizeof(hdr_no) / sizeof(hdr_no[0]); i++) {
+		if (host_header_is_loopback(hdr_no[i]))
+			fprintf(stderr, "Host \"%s\" taken for loopback\n", hdr_no[i]);
+		CHECK(!host_header_is_loopback(hdr_no[i]));
+	}
+	CHECK(!host_header_is_loopback(NULL));
+}
+
+static void test_content_type_rule(void)
+{
+	static const char form[] = "application/x-www-form-urlencoded";
+	char err[256];
+
+	CHECK_EQ(content_type_check(METHOD_GET, "text/plain", "x", 1, err, sizeof(err)), 0);
+	CHECK_EQ(content_type_check(METHOD_POST, NULL, "", 0, err, sizeof(err)), 0);
+	CHECK_EQ(content_type_check(METHOD_POST, "application/json", "", 0, err, sizeof(err)), 0);
+	CHECK_EQ(content_type_check(METHOD_POST, form, "", 0, err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "form") != NULL);
+	CHECK_EQ(content_type_check(METHOD_POST, " TEXT/PLAIN ; charset=UTF-8", "", 0, err,
+				    sizeof(err)),
+		 -EINVAL);
+	CHECK_EQ(content_type_check(METHOD_POST, "multipart/form-data; boundary=b", "", 0, err,
+				    sizeof(err)),
+		 -EINVAL);
+	CHECK_EQ(content_type_check(METHOD_POST, form, "{}", 2, err, sizeof(err)), -EINVAL);
+	CHECK_EQ(content_type_check(METHOD_POST, NULL, "{}", 2, err, sizeof(err)), -EINVAL);
+	CHECK_EQ(content_type_check(METHOD_POST, "application/jsonx", "{}", 2, err, sizeof(err)),
+		 -EINVAL);
+	CHECK_EQ(content_type_check(METHOD_POST, "application/json;charset=utf-8", "{}", 2, err,
+				    sizeof(err)),
+		 0);
+	CHECK_EQ(content_type_check(METHOD_DELETE, "text/plain", "{}", 2, err, sizeof(err)),
+		 -EINVAL);
+	/* curl -X PUT -d @spec.json: a form's type, a JSON body. */
+	CHECK_EQ(content_type_check(METHOD_PUT, form, "{\"a\":1}", 7, err, sizeof(err)), 0);
+	CHECK_EQ(content_type_check(METHOD_PUT, form, "a=1", 3, err, sizeof(err)), -EINVAL);
+	CHECK_EQ(content_type_check(METHOD_PUT, "text/plain", "{}", 2, err, sizeof(err)), -EINVAL);
+	CHECK_EQ(content_type_check(METHOD_PUT, NULL, "{}", 2, err, sizeof(err)), -EINVAL);
+	CHECK_EQ(content_type_check(METHOD_PUT, "application/json", "{", 1, err, sizeof(err)), 0);
+}
+
 static const char SNAP1[] = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 static const char SNAP2[] = "sha256:fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210";
 
@@ -567,6 +677,9 @@ int main(void)
 	test_query_body();
 	test_metrics();
 	test_auth();
+	test_auth_scopes();
+	test_loopback_hosts();
+	test_content_type_rule();
 	test_registry();
 	test_jobs();
 	test_errors();

@@ -191,6 +191,40 @@ static int env_tristate(const char *name, int *out)
 	return 0;
 }
 
+/* A setting of 1 or 0 (unset or empty: dflt). */
+static int env_flag(const char *name, bool dflt, bool *out)
+{
+	const char *v = getenv(name);
+
+	*out = dflt;
+	if (!v || !*v)
+		return 0;
+	if (strcmp(v, "0") && strcmp(v, "1")) {
+		pr_err("%s=%s: expected 1 or 0", name, v);
+		return -EINVAL;
+	}
+	*out = *v == '1';
+	return 0;
+}
+
+int config_store_init(struct config_store *s)
+{
+	const char *l = getenv("THAW_STORE_LAYOUT");
+
+	s->loose = false;
+	if (l && *l && strcmp(l, "pack")) {
+		if (strcmp(l, "loose")) {
+			pr_err("THAW_STORE_LAYOUT=%s: expected pack or loose", l);
+			return -EINVAL;
+		}
+		s->loose = true;
+	}
+	if (env_flag("THAW_STORE_DIRECT", true, &s->direct) < 0 ||
+	    env_flag("THAW_STORE_MAP", true, &s->map_input) < 0)
+		return -EINVAL;
+	return 0;
+}
+
 int config_init(struct thaw_config *c, const char *data_dir)
 {
 	const char *v;
@@ -205,6 +239,8 @@ int config_init(struct thaw_config *c, const char *data_dir)
 		return ret;
 	snprintf(buf, sizeof(buf), "%s/store", c->data_dir);
 	ret = copy_path(c->store_dir, env_or("THAW_STORE", buf), "store");
+	if (!ret)
+		ret = config_store_init(&c->store);
 	if (ret)
 		return ret;
 	ret = copy_path(c->ram_tier_dir, env_or("THAW_RAM_TIER", CONFIG_RAM_TIER_DEFAULT), "RAM tier");

@@ -39,6 +39,16 @@ enum config_lazy { CONFIG_LAZY_AUTO, CONFIG_LAZY_ON, CONFIG_LAZY_OFF };
 enum config_huge { CONFIG_HUGE_AUTO, CONFIG_HUGE_ON, CONFIG_HUGE_OFF };
 #define CONFIG_RAM_TIER_DEFAULT "/dev/shm/thaw"
 
+/* The store's settings (store/store.h, store_open_with). */
+struct config_store {
+	bool loose;	/* $THAW_STORE_LAYOUT pack|loose: new chunks into pack files
+			 * (pack, the default) or a file each (loose) */
+	bool direct;	/* $THAW_STORE_DIRECT 1|0: packs written with O_DIRECT;
+			 * default 1 */
+	bool map_input; /* $THAW_STORE_MAP 1|0: a put maps input files of 8 MiB
+			 * and more instead of read(); default 1 */
+};
+
 struct thaw_config {
 	char data_dir[PATH_MAX];     /* store/ snapshots/ functions/ instances/ live here */
 	char store_dir[PATH_MAX];    /* default <data_dir>/store */
@@ -67,6 +77,7 @@ struct thaw_config {
 				      * ($THAW_LAZY_GPU_AFTER_FILL 1|0; default 0): the
 				      * driver's restore then reads filled memory and
 				      * does not share the memory bus with the copy */
+	struct config_store store;   /* $THAW_STORE_LAYOUT, _DIRECT, _MAP */
 };
 
 /* Whether a start that neither the start nor the function's spec decides
@@ -84,7 +95,14 @@ bool config_restores_lazily(const struct thaw_config *c, bool gpu, unsigned gpu_
  * THAW_LAZY_DAEMON (thaw, the default: the `thaw` binary beside ours or one
  * directory up, as in build/; criu), THAW_LAZY_MAX_GPU_STARTS (a whole
  * number >= -1), THAW_LAZY_GPU_AFTER_FILL (1/0), THAW_MAPPED (1/0) and
- * THAW_MAPPED_MIN_KIB (>= 4).  A bad value is -EINVAL, logged with the variable named. */
+ * THAW_MAPPED_MIN_KIB (>= 4), and the store's (config_store_init).  A bad
+ * value is -EINVAL, logged with the variable named. */
 int config_init(struct thaw_config *c, const char *data_dir);
+
+/* The store's settings alone, for a program that opens a store without the
+ * rest of the configuration: THAW_STORE_LAYOUT (pack or loose),
+ * THAW_STORE_DIRECT and THAW_STORE_MAP (1 or 0); unset or empty: the
+ * default.  A bad value is -EINVAL, logged with the variable named. */
+int config_store_init(struct config_store *s);
 
 #endif

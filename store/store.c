@@ -2,6 +2,7 @@
 /* store.c — opening a store, its paths, its lock, and crash-safe object writes. */
 #define LOG_PREFIX "store: "
 #include "store/internal.h"
+#include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -18,43 +19,14 @@
 
 static const char *const store_dirs[] = {"chunks", "packs", "manifests", "leases", "tmp"};
 
-/* A setting of 1 or 0 from the environment (unset or empty: dflt). */
-static int env_flag(const char *name, bool dflt, bool *out)
-{
-	const char *v = getenv(name);
-
-	*out = dflt;
-	if (!v || !*v)
-		return 0;
-	if (strcmp(v, "0") && strcmp(v, "1")) {
-		pr_err("%s=%s: expected 1 or 0", name, v);
-		return -EINVAL;
-	}
-	*out = *v == '1';
-	return 0;
-}
-
-/* THAW_STORE_LAYOUT (pack, loose), THAW_STORE_DIRECT and THAW_STORE_MAP (1, 0). */
-static int settings_from_env(struct store *s)
-{
-	const char *l = getenv("THAW_STORE_LAYOUT");
-
-	s->layout = STORE_LAYOUT_PACK;
-	if (l && *l && strcmp(l, "pack")) {
-		if (strcmp(l, "loose")) {
-			pr_err("THAW_STORE_LAYOUT=%s: expected pack or loose", l);
-			return -EINVAL;
-		}
-		s->layout = STORE_LAYOUT_LOOSE;
-	}
-	if (env_flag("THAW_STORE_DIRECT", true, &s->direct) < 0 ||
-	    env_flag("THAW_STORE_MAP", true, &s->map_input) < 0)
-		return -EINVAL;
-	return 0;
-}
-
 struct store *store_open(const char *dir)
 {
+	return store_open_with(dir, NULL);
+}
+
+struct store *store_open_with(const char *dir, const struct config_store *settings)
+{
+	struct config_store env;
 	struct store *s = calloc(1, sizeof(*s));
 	char path[PATH_MAX];
 	int fd;
@@ -68,8 +40,16 @@ struct store *store_open(const char *dir)
 	pthread_rwlock_init(&s->idx_lock, NULL);
 	s->cache_budget = STORE_MANIFEST_CACHE_BYTES;
 	s->dir = strdup(dir);
-	if (!s->dir || settings_from_env(s) < 0)
+	if (!s->dir)
 		goto err;
+	if (!settings) {
+		if (config_store_init(&env) < 0)
+			goto err;
+		settings = &env;
+	}
+	s->layout = settings->loose ? STORE_LAYOUT_LOOSE : STORE_LAYOUT_PACK;
+	s->direct = settings->direct;
+	s->map_input = settings->map_input;
 	if (mkdir_p(dir, 0755) < 0)
 		goto err;
 	for (size_t i = 0; i < ARRAY_SIZE(store_dirs); i++) {

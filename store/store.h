@@ -55,8 +55,12 @@ struct store_put_stats {
 	double workers_cpu_s;	/* of the workers: hashing, lookups, encoding, writing */
 };
 
-/* Open (creating its layout if needed) the store at dir.  NULL on error, logged. */
+/* Open (creating its layout if needed) the store at dir, with the settings
+ * of the environment (config_store_init, common/config.h).  NULL on error, logged. */
 struct store *store_open(const char *dir);
+struct config_store;
+/* The same with settings (a thaw_config's .store; NULL: the environment's). */
+struct store *store_open_with(const char *dir, const struct config_store *settings);
 void store_close(struct store *s); /* NULL is fine */
 const char *store_path(const struct store *s);
 
@@ -65,16 +69,16 @@ int store_chunk_path(const struct store *s, const uint8_t hash[CHUNK_HASH_LEN], 
 		     size_t len);
 
 /* Where a put writes new chunks: into packs (the default), or a file each
- * (THAW_STORE_LAYOUT=loose in the environment of store_open()). */
+ * (THAW_STORE_LAYOUT=loose, struct config_store's loose). */
 enum store_layout { STORE_LAYOUT_PACK, STORE_LAYOUT_LOOSE };
 void store_set_layout(struct store *s, enum store_layout layout);
 /* Whether packs are written with O_DIRECT (where the filesystem takes it;
- * the default, THAW_STORE_DIRECT=1|0 in the environment of store_open()) or
+ * the default, THAW_STORE_DIRECT=1|0, config_store's direct) or
  * through the page cache.  O_DIRECT costs no CPU for the copy and leaves no
  * dirty pages behind, but a snapshot's first restore then reads the disk. */
 void store_set_pack_direct(struct store *s, bool direct);
 /* Whether a put maps input files of 8 MiB and more (the default,
- * THAW_STORE_MAP=1|0 in the environment of store_open()) or reads them with
+ * THAW_STORE_MAP=1|0, config_store's map_input) or reads them with
  * read(), which copies every byte once more.  A mapped file truncated under
  * the put fails that put (common/sigbus.h), never the process. */
 void store_set_input_map(struct store *s, bool map);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* test_config.c — common/config: THAW_LAZY, THAW_LAZY_DAEMON and
- * THAW_LAZY_MAX_GPU_STARTS, and which starts restore lazily by default. */
+ * THAW_LAZY_MAX_GPU_STARTS, and which starts restore lazily by default; the
+ * store's settings (THAW_STORE_LAYOUT, THAW_STORE_DIRECT, THAW_STORE_MAP). */
 #include "common/config.h"
 #include "common/log.h"
 #include "test/check.h"
@@ -43,6 +44,42 @@ static bool lazily(const struct thaw_config *c, bool gpu, unsigned gpu_starts, c
 static void thaw_daemon(struct thaw_config *c)
 {
 	snprintf(c->lazy_daemon, sizeof(c->lazy_daemon), "/usr/local/bin/thaw");
+}
+
+/* One store setting: unset, empty, good and bad values, through config_init
+ * and config_store_init alike. */
+static void store_setting(const char *name, const char *good, const char *bad)
+{
+	struct thaw_config c;
+	struct config_store st;
+
+	unsetenv("THAW_STORE_LAYOUT");
+	unsetenv("THAW_STORE_DIRECT");
+	unsetenv("THAW_STORE_MAP");
+	/* The defaults: packs, O_DIRECT, mapped input; empty is unset. */
+	for (int empty = 0; empty < 2; empty++) {
+		set_or_unset(name, empty ? "" : NULL);
+		REQUIRE(init_with(&c, NULL, NULL, NULL) == 0);
+		CHECK(!c.store.loose);
+		CHECK(c.store.direct);
+		CHECK(c.store.map_input);
+	}
+	/* The value that is not the default. */
+	setenv(name, good, 1);
+	REQUIRE(init_with(&c, NULL, NULL, NULL) == 0);
+	CHECK_EQ(c.store.loose, !strcmp(name, "THAW_STORE_LAYOUT"));
+	CHECK_EQ(c.store.direct, !!strcmp(name, "THAW_STORE_DIRECT"));
+	CHECK_EQ(c.store.map_input, !!strcmp(name, "THAW_STORE_MAP"));
+	REQUIRE(config_store_init(&st) == 0);
+	CHECK_EQ(st.loose, c.store.loose);
+	CHECK_EQ(st.direct, c.store.direct);
+	CHECK_EQ(st.map_input, c.store.map_input);
+	/* Nonsense: refused, with the variable named. */
+	setenv(name, bad, 1);
+	CHECK_EQ(init_with(&c, NULL, NULL, NULL), -EINVAL);
+	CHECK(strstr(log_last_error(), name) != NULL);
+	CHECK_EQ(config_store_init(&st), -EINVAL);
+	unsetenv(name);
 }
 
 int main(void)
@@ -148,5 +185,18 @@ int main(void)
 	CHECK_EQ(init_with(&c, NULL, NULL, NULL), -EINVAL);
 	CHECK(strstr(log_last_error(), "THAW_LAZY_GPU_AFTER_FILL=later") != NULL);
 	unsetenv("THAW_LAZY_GPU_AFTER_FILL");
+
+	store_setting("THAW_STORE_LAYOUT", "loose", "packed");
+	store_setting("THAW_STORE_DIRECT", "0", "yes");
+	store_setting("THAW_STORE_MAP", "0", "2");
+	/* "pack" and "1" are the defaults spelled out. */
+	setenv("THAW_STORE_LAYOUT", "pack", 1);
+	setenv("THAW_STORE_DIRECT", "1", 1);
+	setenv("THAW_STORE_MAP", "1", 1);
+	REQUIRE(init_with(&c, NULL, NULL, NULL) == 0);
+	CHECK(!c.store.loose && c.store.direct && c.store.map_input);
+	unsetenv("THAW_STORE_LAYOUT");
+	unsetenv("THAW_STORE_DIRECT");
+	unsetenv("THAW_STORE_MAP");
 	return check_failures ? 1 : 0;
 }

@@ -173,7 +173,7 @@ int cmd_start(int argc, char **argv)
 		fprintf(stderr, "thaw start: %s\n", log_last_error());
 		return 1;
 	}
-	s = store_open(cli_store_dir());
+	s = store_open_with(cli_store_dir(), &c.store);
 	if (!s) {
 		fprintf(stderr, "thaw start: %s\n", log_last_error());
 		return 1;

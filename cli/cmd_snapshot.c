@@ -134,7 +134,7 @@ int cmd_snapshot(int argc, char **argv)
 		fprintf(stderr, "thaw snapshot: %s\n", log_last_error());
 		goto out;
 	}
-	s = store_open(cli_store_dir());
+	s = store_open_with(cli_store_dir(), &c.store);
 	if (!s) {
 		fprintf(stderr, "thaw snapshot: store %s: %s\n", cli_store_dir(), log_last_error());
 		goto out;

@@ -26,7 +26,7 @@ struct store *store_open(const char *dir)
 
 struct store *store_open_with(const char *dir, const struct config_store *settings)
 {
-	struct config_store env;
+	struct config_store st;
 	struct store *s = calloc(1, sizeof(*s));
 	char path[PATH_MAX];
 	int fd;
@@ -42,14 +42,13 @@ struct store *store_open_with(const char *dir, const struct config_store *settin
 	s->dir = strdup(dir);
 	if (!s->dir)
 		goto err;
-	if (!settings) {
-		if (config_store_init(&env) < 0)
-			goto err;
-		settings = &env;
-	}
-	s->layout = settings->loose ? STORE_LAYOUT_LOOSE : STORE_LAYOUT_PACK;
-	s->direct = settings->direct;
-	s->map_input = settings->map_input;
+	if (settings)
+		st = *settings;
+	else if (config_store_init(&st) < 0)
+		goto err;
+	s->layout = st.loose ? STORE_LAYOUT_LOOSE : STORE_LAYOUT_PACK;
+	s->direct = st.direct;
+	s->map_input = st.map_input;
 	if (mkdir_p(dir, 0755) < 0)
 		goto err;
 	for (size_t i = 0; i < ARRAY_SIZE(store_dirs); i++) {

@@ -181,7 +181,7 @@ lint:
 	  -I. -D_GNU_SOURCE $(LIB_DIRS) cli bench test
 
 format:
-	clang-format -i $(LIB_SRCS) $(CLI_SRCS) $(HDRS) $(TEST_SRCS) $(BENCH_SRCS) $(FUZZ_SRCS)
+	clang-format -i $(LIB_SRCS) $(CLI_SRCS) $(HDRS) $(TEST_SRCS) $(BENCH_SRCS) $(FUZZ_SRCS) $(wildcard bench/*/*.[ch])
 
 clean:
 	rm -rf build

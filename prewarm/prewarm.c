@@ -16,6 +16,7 @@
 #include "common/oci.h"
 #include "common/runner.h"
 #include "common/util.h"
+#include "function/bundle.h"
 #include "function/ready.h"
 #include "store/criu_elide.h"
 
@@ -402,63 +403,28 @@ static void free_argv(char **v)
 static int write_bundle(struct job *j)
 {
 	const struct func_spec *spec = j->spec;
-	char rootfs[PATH_MAX + 16], cgroup[192], port_env[32];
-	char **argv = spec->command, **own_argv = NULL, **env = NULL;
+	char **argv = spec->command, **own_argv = NULL;
 	char mapped_src[PATH_MAX + 320];
-	struct oci_bind binds[2];
-	struct oci_spec o = { 0 };
-	struct stat st;
-	size_t nenv = 0;
-	bool has_port = false;
 	int ret;
 
-	if (spec->bundle) {
-		snprintf(rootfs, sizeof(rootfs), "%s/rootfs", spec->bundle);
-		o.rootfs = stat(rootfs, &st) == 0 && S_ISDIR(st.st_mode) ? rootfs : spec->bundle;
-		if (!argv)
-			argv = own_argv = bundle_args(spec->bundle);
-	}
+	if (spec->bundle && !argv)
+		argv = own_argv = bundle_args(spec->bundle);
 	if (!argv || !argv[0]) {
 		pr_err("no command to run (the spec has none, nor has %s/config.json)",
 		       spec->bundle ? spec->bundle : "a bundle");
+		free_argv(own_argv);
 		return -EINVAL;
 	}
-	/* The function learns its port from $PORT unless the spec sets it. */
-	for (; spec->env && spec->env[nenv]; nenv++)
-		has_port |= !strncmp(spec->env[nenv], "PORT=", 5);
-	env = calloc(nenv + 2, sizeof(char *));
-	if (!env) {
-		ret = -ENOMEM;
-		goto out;
-	}
-	memcpy(env, spec->env, nenv * sizeof(char *));
-	snprintf(port_env, sizeof(port_env), "PORT=%u", spec->port);
-	if (!has_port)
-		env[nenv] = port_env;
-
-	snprintf(cgroup, sizeof(cgroup), "thaw/%s", j->cid);
-	o.argv = argv;
-	o.env = env;
-	o.cwd = spec->cwd;
-	o.netns_path = j->netns;
-	o.binds = binds;
-	/* The function's own directory, read-only at the same path. */
-	if (!o.rootfs && spec->cwd && strcmp(spec->cwd, "/"))
-		binds[o.nbinds++] = (struct oci_bind){ spec->cwd, spec->cwd, false };
 	/* The mount a mapped restore puts the snapshot's memory files at: it
-	 * must be in the image already, so that runc declares it external and
-	 * a restore can point it elsewhere (restore/mapped.c).  Empty now. */
+	 * must be in the image already (restore/mapped.c).  Empty now. */
 	snprintf(mapped_src, sizeof(mapped_src), "%s.mapped", j->bundle);
 	ret = mkdir_p(mapped_src, 0755);
-	if (ret)
-		goto out;
-	binds[o.nbinds++] = (struct oci_bind){ mapped_src, OCI_MAPPED_DEST, false };
-	o.gpu = spec->gpu;
-	o.hostname = spec->id;
-	o.cgroups_path = cgroup;
-	ret = oci_bundle_write(j->bundle, &o);
-out:
-	free(env);
+	if (!ret)
+		ret = function_bundle_write(
+			&(struct function_bundle){ .spec = spec, .netns = j->netns,
+						   .container_id = j->cid,
+						   .mapped_src = mapped_src, .argv = argv },
+			j->bundle);
 	free_argv(own_argv);
 	return ret;
 }

@@ -17,6 +17,7 @@
 #include "common/oci.h"
 #include "common/runner.h"
 #include "common/util.h"
+#include "function/bundle.h"
 #include "function/ready.h"
 #include "function/spec.h"
 #include "restore/gpu_restore.h"
@@ -364,40 +365,16 @@ static void phase_failed(const char *snapshot, const char *phase, int err)
 }
 
 /* The bundle of the snapshot's own container, rebuilt from its spec as
- * prewarm wrote it: the same mounts, or CRIU cannot put the processes back.
- * The process's argv and env are not used by a restore (CRIU brings the
- * process back as it was) but the bundle must name some. */
+ * prewarm wrote it (function/bundle.h): the same mounts, or CRIU cannot put
+ * the processes back; mapped_src at OCI_MAPPED_DEST. */
 static int write_bundle(struct start_ctx *x, const struct func_spec *spec, const char *id,
 			const char *mapped_src)
 {
-	static char *const no_argv[] = { "/bin/true", NULL };
-	struct oci_bind binds[2];
-	struct oci_spec o = { 0 };
-	char rootfs[PATH_MAX + 16], cgroup[192];
-	struct stat st;
-
-	if (spec->bundle) {
-		snprintf(rootfs, sizeof(rootfs), "%s/rootfs", spec->bundle);
-		o.rootfs = stat(rootfs, &st) == 0 && S_ISDIR(st.st_mode) ? rootfs : spec->bundle;
-	}
-	snprintf(cgroup, sizeof(cgroup), "thaw/%s", id);
-	o.argv = spec->command && spec->command[0] ? spec->command : no_argv;
-	o.env = spec->env && spec->env[0] ? spec->env : NULL;
-	o.cwd = spec->cwd;
-	o.netns_path = x->netns;
-	o.binds = binds;
-	/* The function's own directory, read-only at the same path. */
-	if (!o.rootfs && spec->cwd && strcmp(spec->cwd, "/"))
-		binds[o.nbinds++] = (struct oci_bind){ spec->cwd, spec->cwd, false };
-	/* The snapshot's memory files, or (not mapped) an empty directory:
-	 * runc maps the image's external mount to whatever is bound there. */
-	if (mapped_src)
-		binds[o.nbinds++] = (struct oci_bind){ mapped_src, OCI_MAPPED_DEST, false };
-	o.gpu = spec->gpu;
-	o.hostname = spec->id;
-	o.cgroups_path = cgroup;
-	o.restore = true;
-	return oci_bundle_write(x->bundle, &o);
+	return function_bundle_write(&(struct function_bundle){ .spec = spec, .netns = x->netns,
+								.container_id = id,
+								.mapped_src = mapped_src,
+								.restore = true },
+				     x->bundle);
 }
 
 static int parse_spec(const struct manifest *m, const char *snapshot, struct func_spec **spec)

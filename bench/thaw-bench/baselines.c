@@ -10,6 +10,7 @@
 #include "common/oci.h"
 #include "common/runner.h"
 #include "common/util.h"
+#include "function/bundle.h"
 #include "function/ready.h"
 #include "function/spec.h"
 #include "restore/gpu_restore.h"
@@ -124,51 +125,15 @@ out:
 	return ret;
 }
 
-/* The bundle as prewarm writes it (restore/instance.c writes the same
- * mounts): CRIU restores only into the mounts the image was dumped with. */
+/* The bundle as prewarm writes it (function/bundle.h): CRIU restores only
+ * into the mounts the image was dumped with. */
 static int write_fn_bundle(const struct func_spec *spec, const char *dir, const char *ns,
 			   const char *cid, const char *mapped_src)
 {
-	struct oci_bind binds[2];
-	char rootfs[PATH_MAX + 16], cgroup[192], port_env[32], **env = NULL;
-	struct oci_spec o = { 0 };
-	bool has_port = false;
-	size_t nenv = 0;
-	struct stat st;
-	int ret;
-
-	if (spec->bundle) {
-		snprintf(rootfs, sizeof(rootfs), "%s/rootfs", spec->bundle);
-		o.rootfs = stat(rootfs, &st) == 0 && S_ISDIR(st.st_mode) ? rootfs : spec->bundle;
-	}
-	for (; spec->env && spec->env[nenv]; nenv++)
-		has_port |= !strncmp(spec->env[nenv], "PORT=", 5);
-	env = calloc(nenv + 2, sizeof(char *));
-	if (!env)
-		return -ENOMEM;
-	if (nenv)
-		memcpy(env, spec->env, nenv * sizeof(char *));
-	snprintf(port_env, sizeof(port_env), "PORT=%u", spec->port);
-	if (!has_port)
-		env[nenv] = port_env;
-	snprintf(cgroup, sizeof(cgroup), "thaw/%s", cid);
-	o.argv = spec->command;
-	o.env = env;
-	o.cwd = spec->cwd;
-	o.netns_path = ns;
-	o.binds = binds;
-	if (!o.rootfs && spec->cwd && strcmp(spec->cwd, "/"))
-		binds[o.nbinds++] = (struct oci_bind){ spec->cwd, spec->cwd, false };
-	/* The mount a snapshot's image has for mapped restore (restore/mapped.h):
-	 * the plain restore binds an empty directory there, as an eager start does. */
-	if (mapped_src)
-		binds[o.nbinds++] = (struct oci_bind){ mapped_src, OCI_MAPPED_DEST, false };
-	o.gpu = spec->gpu;
-	o.hostname = spec->id;
-	o.cgroups_path = cgroup;
-	ret = oci_bundle_write(dir, &o);
-	free(env);
-	return ret;
+	return function_bundle_write(&(struct function_bundle){ .spec = spec, .netns = ns,
+								.container_id = cid,
+								.mapped_src = mapped_src },
+				     dir);
 }
 
 /* The container's stdout and stderr, read until they close: a pipe nobody

@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* bundle.c — see bundle.h. */
+#define LOG_PREFIX "bundle: "
+#include "function/bundle.h"
+#include "common/log.h"
+#include "common/oci.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+int function_bundle_write(const struct function_bundle *b, const char *dir)
+{
+	static char *const no_argv[] = { "/bin/true", NULL };
+	const struct func_spec *spec = b->spec;
+	char rootfs[PATH_MAX + 16], cgroup[192], port_env[32], **env;
+	struct oci_bind binds[2];
+	struct oci_spec o = { 0 };
+	bool has_port = false;
+	size_t nenv = 0;
+	struct stat st;
+	int ret;
+
+	if (spec->bundle) {
+		snprintf(rootfs, sizeof(rootfs), "%s/rootfs", spec->bundle);
+		o.rootfs = stat(rootfs, &st) == 0 && S_ISDIR(st.st_mode) ? rootfs : spec->bundle;
+	}
+	/* The function learns its port from $PORT unless the spec sets it. */
+	for (; spec->env && spec->env[nenv]; nenv++)
+		has_port |= !strncmp(spec->env[nenv], "PORT=", 5);
+	env = calloc(nenv + 2, sizeof(char *));
+	if (!env) {
+		pr_err("out of memory");
+		return -ENOMEM;
+	}
+	if (nenv)
+		memcpy(env, spec->env, nenv * sizeof(char *));
+	snprintf(port_env, sizeof(port_env), "PORT=%u", spec->port);
+	if (!has_port)
+		env[nenv] = port_env;
+
+	snprintf(cgroup, sizeof(cgroup), "thaw/%s", b->container_id);
+	o.argv = b->argv ? b->argv : spec->command && spec->command[0] ? spec->command : no_argv;
+	o.env = env;
+	o.cwd = spec->cwd;
+	o.netns_path = b->netns;
+	o.binds = binds;
+	/* The function's own directory, read-only at the same path. */
+	if (!o.rootfs && spec->cwd && strcmp(spec->cwd, "/"))
+		binds[o.nbinds++] = (struct oci_bind){ spec->cwd, spec->cwd, false };
+	/* restore/mapped.h: the snapshot's memory files at a mapped restore,
+	 * an empty directory otherwise (at the snapshot, so that runc declares
+	 * the mount external and a restore can point it elsewhere). */
+	if (b->mapped_src)
+		binds[o.nbinds++] = (struct oci_bind){ b->mapped_src, OCI_MAPPED_DEST, false };
+	o.gpu = spec->gpu;
+	o.hostname = spec->id;
+	o.cgroups_path = cgroup;
+	o.restore = b->restore;
+	ret = oci_bundle_write(dir, &o);
+	free(env);
+	return ret;
+}

@@ -30,6 +30,7 @@ TIER=$(mktemp -d /dev/shm/mapped-size-run.XXXXXX)
 D=$W/data
 export THAW_RAM_TIER=$TIER THAW_RAM_TIER_BYTES=$((12 << 30))
 unset THAW_DATA_DIR THAW_STORE THAW_LAZY THAW_MAPPED
+export THAW_ALLOW_ROOTS=${THAW_ALLOW_ROOTS:+$THAW_ALLOW_ROOTS:}$W # the function's directory
 bad=0
 cleanup() {
 	local r

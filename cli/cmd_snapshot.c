@@ -134,6 +134,17 @@ int cmd_snapshot(int argc, char **argv)
 		fprintf(stderr, "thaw snapshot: %s\n", log_last_error());
 		goto out;
 	}
+	/* As thawd's PUT: a function's rootfs and directory only where allowed. */
+	for (int k = 0; k < 2; k++) {
+		const char *path = k ? spec->cwd : spec->bundle;
+
+		if (path && !config_path_allowed(&c, path, err, sizeof(err))) {
+			fprintf(stderr, "thaw snapshot: %s: %s: %s\n", spec_path, k ? "cwd" : "bundle",
+				err);
+			rc = 2;
+			goto out;
+		}
+	}
 	s = store_open_with(cli_store_dir(), &c.store);
 	if (!s) {
 		fprintf(stderr, "thaw snapshot: store %s: %s\n", cli_store_dir(), log_last_error());

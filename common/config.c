@@ -225,6 +225,120 @@ int config_store_init(struct config_store *s)
 	return 0;
 }
 
+int config_allow_root(struct thaw_config *c, const char *dir)
+{
+	if (!dir || dir[0] != '/') {
+		pr_err("allowed root '%s' is not an absolute path", dir ? dir : "");
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < c->nallow_roots; i++)
+		if (!strcmp(c->allow_roots[i], dir))
+			return 0;
+	if (c->nallow_roots == CONFIG_MAX_ROOTS) {
+		pr_err("more than %d allowed roots", CONFIG_MAX_ROOTS);
+		return -ENOSPC;
+	}
+	return copy_path(c->allow_roots[c->nallow_roots++], dir, "allowed root");
+}
+
+/* The tree's example functions: bench/functions in a directory above our
+ * binary (build/thawd, build/test/x). */
+static void allow_examples(struct thaw_config *c)
+{
+	char dir[PATH_MAX], cand[PATH_MAX + 32];
+	ssize_t n = readlink("/proc/self/exe", dir, sizeof(dir) - 1);
+	struct stat st;
+
+	if (n <= 0)
+		return;
+	dir[n] = '\0';
+	for (int up = 0; up < 3; up++) {
+		char *slash = strrchr(dir, '/');
+
+		if (!slash || slash == dir)
+			return;
+		*slash = '\0';
+		snprintf(cand, sizeof(cand), "%s/bench/functions", dir);
+		if (stat(cand, &st) == 0 && S_ISDIR(st.st_mode)) {
+			config_allow_root(c, cand);
+			return;
+		}
+	}
+}
+
+static int allow_roots_init(struct thaw_config *c)
+{
+	const char *v = getenv("THAW_ALLOW_ROOTS");
+	char abs[PATH_MAX];
+	int ret = 0;
+
+	/* A relative data directory (thaw --data-dir data) counts where it is. */
+	if (c->data_dir[0] == '/')
+		ret = config_allow_root(c, c->data_dir);
+	else if (realpath(c->data_dir, abs))
+		ret = config_allow_root(c, abs);
+	if (ret)
+		return ret;
+
+	allow_examples(c);
+	while (!ret && v && *v) {
+		char one[PATH_MAX];
+		size_t len = strcspn(v, ":");
+
+		if (len) {
+			if (len >= sizeof(one)) {
+				pr_err("THAW_ALLOW_ROOTS: a path too long");
+				return -ENAMETOOLONG;
+			}
+			memcpy(one, v, len);
+			one[len] = '\0';
+			ret = config_allow_root(c, one);
+			if (ret)
+				pr_err("THAW_ALLOW_ROOTS=%s: %s is not usable", getenv("THAW_ALLOW_ROOTS"),
+				       one);
+		}
+		v += len;
+		if (*v == ':')
+			v++;
+	}
+	return ret;
+}
+
+/* path with its symlinks resolved; as given when it does not exist. */
+static void resolved(const char *path, char out[PATH_MAX])
+{
+	if (!realpath(path, out))
+		snprintf(out, PATH_MAX, "%s", path);
+}
+
+bool config_path_allowed(const struct thaw_config *c, const char *path, char *why,
+			 size_t why_len)
+{
+	char p[PATH_MAX], r[PATH_MAX], list[1024] = "";
+	size_t used = 0;
+
+	resolved(path, p);
+	for (size_t i = 0; i < c->nallow_roots; i++) {
+		size_t n;
+
+		resolved(c->allow_roots[i], r);
+		n = strlen(r);
+		/* Under it: equal, or a prefix followed by '/' ("/" itself allows all). */
+		if (!strncmp(p, r, n) && (p[n] == '\0' || p[n] == '/' || (n == 1 && r[0] == '/')))
+			return true;
+		if (used < sizeof(list))
+			used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%s",
+						 i ? ", " : "", c->allow_roots[i]);
+	}
+	if (why && why_len)
+		snprintf(why, why_len,
+			 "%s is outside the directories functions may use (%s): a function runs "
+			 "as root in its container; allow one with thawd --allow-root DIR or "
+			 "THAW_ALLOW_ROOTS=DIR:DIR",
+			 path, list[0] ? list : "none");
+	return false;
+}
+
 int config_init(struct thaw_config *c, const char *data_dir)
 {
 	const char *v;
@@ -288,6 +402,9 @@ int config_init(struct thaw_config *c, const char *data_dir)
 		return ret;
 	c->mapped_min = tri < 0 ? 0 : (uint64_t)kib << 10;
 
+	ret = allow_roots_init(c);
+	if (ret)
+		return ret;
 	ret = lazy_daemon_init(c);
 	if (ret)
 		return ret;

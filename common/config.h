@@ -49,6 +49,9 @@ struct config_store {
 			 * and more instead of read(); default 1 */
 };
 
+/* Directories a function's "bundle" and "cwd" may lie under (config_path_allowed). */
+#define CONFIG_MAX_ROOTS 16
+
 struct thaw_config {
 	char data_dir[PATH_MAX];     /* store/ snapshots/ functions/ instances/ live here */
 	char store_dir[PATH_MAX];    /* default <data_dir>/store */
@@ -72,6 +75,13 @@ struct thaw_config {
 				      * VMAs holding at least this many bytes of pages:
 				      * $THAW_MAPPED 1|0 (default 1), $THAW_MAPPED_MIN_KIB
 				      * (default 1024); 0: never mapped */
+	/* Where a function's "bundle" and "cwd" may be: the data directory, the
+	 * tree's example functions (bench/functions beside the build), and
+	 * $THAW_ALLOW_ROOTS (DIR:DIR) or thawd --allow-root DIR.  A spec that
+	 * names a directory elsewhere (/usr, /etc, /) is refused: a function
+	 * runs as root in its container and could read or write it. */
+	char allow_roots[CONFIG_MAX_ROOTS][PATH_MAX];
+	size_t nallow_roots;
 	bool lazy_gpu_after_fill;    /* a lazy GPU start waits for the daemon to have
 				      * served every page before the CUDA restore
 				      * ($THAW_LAZY_GPU_AFTER_FILL 1|0; default 0): the
@@ -98,6 +108,15 @@ bool config_restores_lazily(const struct thaw_config *c, bool gpu, unsigned gpu_
  * THAW_MAPPED_MIN_KIB (>= 4), and the store's (config_store_init).  A bad
  * value is -EINVAL, logged with the variable named. */
 int config_init(struct thaw_config *c, const char *data_dir);
+
+/* Add dir (absolute) to c's allowed roots: 0, -EINVAL (not absolute),
+ * -ENOSPC (more than CONFIG_MAX_ROOTS), -ENAMETOOLONG; logged. */
+int config_allow_root(struct thaw_config *c, const char *dir);
+/* Whether path (absolute) lies under one of c's allowed roots, both with
+ * symlinks resolved (a path that does not exist is taken as written).  When
+ * not, why (why_len bytes) says so, naming the roots and the settings. */
+bool config_path_allowed(const struct thaw_config *c, const char *path, char *why,
+			 size_t why_len);
 
 /* The store's settings alone, for a program that opens a store without the
  * rest of the configuration: THAW_STORE_LAYOUT (pack or loose),

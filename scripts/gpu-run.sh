@@ -111,6 +111,8 @@ export THAW_BUILD=$X/build THAW_ROOT=$ROOT B=.gpu/x/build
 export THAW_DATA_DIR=${THAW_DATA_DIR:-/tmp/thaw-data}
 export THAW_RAM_TIER=${THAW_RAM_TIER:-/dev/shm/thaw}
 export THAW_FIGURES=$OUT/figures PYTHONUNBUFFERED=1
+# Functions of the tests and benchmarks live in the tree and in /tmp.
+export THAW_ALLOW_ROOTS=${THAW_ALLOW_ROOTS:-/tmp:/var/tmp:$ROOT}
 # Never let a multi-GPU program use NVLink multicast (KINDS.md).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 

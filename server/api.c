@@ -139,6 +139,17 @@ static int put_function(struct req *q)
 	ret = function_body_parse(q->route.id, q->body, q->len, &spec, err, sizeof(err));
 	if (ret == -EINVAL)
 		return reply_error(q, 400, "bad_request", "%s", err);
+	/* A function runs as root in its container: its rootfs and directory
+	 * only where the operator allows (thawd --allow-root). */
+	for (int k = 0; !ret && k < 2; k++) {
+		const char *key = k ? "cwd" : "bundle";
+		const char *path = json_string_value(json_object_get(spec, key));
+
+		if (path && !config_path_allowed(&s->cfg, path, err, sizeof(err))) {
+			json_decref(spec);
+			return reply_error(q, 403, "forbidden", "%s: %s", key, err);
+		}
+	}
 	if (ret) {
 		struct api_err e = api_err_from_errno(ret, 0);
 

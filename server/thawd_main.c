@@ -57,6 +57,10 @@ static void usage(FILE *f)
 		"                         a forked child shares, a snapshot from before it, a\n"
 		"                         spec's \"lazy\"), the start's answer says why in\n"
 		"                         \"pages_why\" and --lazy/--no-lazy decide\n"
+		"  --allow-root DIR       a function's \"bundle\" and \"cwd\" may lie under DIR\n"
+		"                         (repeatable; THAW_ALLOW_ROOTS=DIR:DIR); always allowed:\n"
+		"                         the data directory and the tree's bench/functions;\n"
+		"                         a spec naming any other directory is 403 forbidden\n"
 		"  --lazy, --no-lazy      where mapping does not apply: restore pages on demand\n"
 		"                         (a lazy-pages daemon serves them from the RAM tier) or\n"
 		"                         all before the start answers, for functions whose\n"
@@ -181,6 +185,7 @@ enum {
 	OPT_PORT_FILE,
 	OPT_LAZY,
 	OPT_NO_LAZY,
+	OPT_ALLOW_ROOT,
 };
 
 /* How thawd restores by default under c, in words for its ready line. */
@@ -226,6 +231,7 @@ int main(int argc, char **argv)
 		{ "request-timeout", required_argument, NULL, OPT_REQUEST_TIMEOUT },
 		{ "port-file", required_argument, NULL, OPT_PORT_FILE },
 		{ "lazy", no_argument, NULL, OPT_LAZY },
+		{ "allow-root", required_argument, NULL, OPT_ALLOW_ROOT },
 		{ "no-lazy", no_argument, NULL, OPT_NO_LAZY },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "quiet", no_argument, NULL, 'q' },
@@ -243,11 +249,20 @@ int main(int argc, char **argv)
 	char modes[256];
 	sigset_t sigs;
 	int opt, sig, level = -1, lazy = -1;
+	const char *allow[CONFIG_MAX_ROOTS];
+	size_t nallow = 0;
 
 	server_opts_default(&o);
 	while ((opt = getopt_long(argc, argv, "vqh", longopts, NULL)) != -1) {
 		switch (opt) {
 		case OPT_LISTEN: listen_addr = optarg; break;
+		case OPT_ALLOW_ROOT:
+			if (nallow == CONFIG_MAX_ROOTS) {
+				fprintf(stderr, "thawd: more than %d --allow-root\n", CONFIG_MAX_ROOTS);
+				return 2;
+			}
+			allow[nallow++] = optarg;
+			break;
 		case OPT_DATA_DIR: data_dir = optarg; break;
 		case OPT_RAM_TIER: ram_tier = optarg; break;
 		case OPT_RAM_TIER_BYTES: ram_bytes = optarg; break;
@@ -317,6 +332,11 @@ int main(int argc, char **argv)
 		return 2;
 	if (lazy >= 0)
 		c.lazy = lazy ? CONFIG_LAZY_ON : CONFIG_LAZY_OFF;
+	for (size_t i = 0; i < nallow; i++)
+		if (config_allow_root(&c, allow[i])) {
+			fprintf(stderr, "thawd: --allow-root %s: %s\n", allow[i], log_last_error());
+			return 2;
+		}
 	if (ram_bytes) {
 		if (parse_num("--ram-tier-bytes", ram_bytes, true, UINT64_MAX, &n) || !n)
 			return 2;

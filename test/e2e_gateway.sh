@@ -484,6 +484,28 @@ st=$(napi GET /jobs)
 	fail "GET /jobs: $st $(head -c 300 "$T/body")"
 # A POST without a body or a type goes through (to the handler: 404).
 expect "no token: POST snapshot (no body, no type)" 404 "$(napi POST /functions/nosuch/snapshot)"
+
+# ---- 9. functions confined to the directories the operator allows ----
+# (THAW_ALLOW_ROOTS is the tests' /tmp, /var/tmp and the tree: / and /etc are not.)
+for kv in '"bundle": "/"' '"bundle": "/usr"' '"cwd": "/etc"' '"cwd": "/root"' '"cwd": "/tmp/../etc"'; do
+	expect "spec with $kv" 403 "$(napi PUT /functions/esc -H 'Content-Type: application/json' \
+		-d "{\"command\": [\"python3\", \"-m\", \"http.server\"], \"port\": 8000, $kv}")" forbidden
+done
+grep -q "outside the directories functions may use" "$T/body" ||
+	fail "the refusal does not say why: $(head -c 300 "$T/body")"
+st=$(napi GET /functions/esc)
+[ "$st" = 404 ] && ok "no escaping function was registered" || fail "GET /functions/esc: $st"
+# A symlink under an allowed root that points out of it counts where it points.
+ln -s /etc "$T/etc-link"
+expect "spec with a cwd symlinked to /etc" 403 "$(napi PUT /functions/esc -H 'Content-Type: application/json' \
+	-d "{\"command\": [\"python3\"], \"port\": 8000, \"cwd\": \"$T/etc-link\"}")" forbidden
+# The CLI refuses the same, before it runs anything.
+printf '{"command": ["python3", "-m", "http.server"], "port": 8000, "cwd": "/etc"}\n' >"$T/esc.json"
+"$B/thaw" --data-dir "$T/cli" snapshot --id esc "$T/esc.json" >/dev/null 2>"$T/esc.err"
+rc=$?
+[ $rc = 2 ] && grep -q "outside the directories functions may use" "$T/esc.err" &&
+	ok "thaw snapshot refuses cwd /etc (exit 2)" || fail "thaw snapshot of cwd /etc: rc $rc, $(cat "$T/esc.err")"
+[ ! -d "$T/cli/work" ] || [ -z "$(ls -A "$T/cli/work")" ] || fail "thaw snapshot of cwd /etc left work behind"
 kill -TERM $PID_N
 wait $PID_N
 PID_N=""

@@ -7,6 +7,9 @@
 # W and TIER, and gives start_thawd, stop_thawd, put_function, snapshot_function,
 # run (one thaw-bench scenario whose starts must all be correct) and jfield.
 PIDFILE=$W/thawd.pid
+# The benchmarks' functions live in the tree or in /tmp: allow them there
+# (thawd refuses a function's directory elsewhere; THAW_ALLOW_ROOTS).
+export THAW_ALLOW_ROOTS=${THAW_ALLOW_ROOTS:-${ROOT:-$PWD}:/tmp:/var/tmp}
 BENCH=$B/bench/thaw-bench
 bad=0
 

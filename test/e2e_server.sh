@@ -396,6 +396,14 @@ load_ms=$(jget "$T/body" "j['timings_ms']['load']")
 python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < 50 else 1)" "$load_ms" ||
 	fail "first start after a restart spent $load_ms ms loading its snapshot"
 cpu_iid=$(jget "$T/body" "j['instance']")
+# thaw-bench against this real thawd (its starts and DELETEs pass thawd's
+# request rules: no form type on a bodiless POST), 2 starts at once.
+if "$B/bench/thaw-bench" --url "$URL" --token-file "$T/token" --function cpu --burst 2 \
+	--infer "GET /infer?x=7" --expect '"x": 7' --json "$T/tb.json" >"$T/tb.out" 2>&1; then
+	ok "thaw-bench: 2 starts against thawd, both correct"
+else
+	fail "thaw-bench against thawd: $(tail -n 5 "$T/tb.out")"
+fi
 st=$(api POST '/functions/big/snapshot?wait=1')
 [ "$st" = 200 ] || fail "snapshot of big after restart: $st $(cat "$T/body")"
 

@@ -92,8 +92,10 @@ static int trial_request(struct trial *t, const char *method, const char *url, c
 	t->hdrs = curl_slist_append(t->hdrs, "Expect:");
 	if (api && b->auth_header[0])
 		t->hdrs = curl_slist_append(t->hdrs, b->auth_header);
-	if (body)
-		t->hdrs = curl_slist_append(t->hdrs, "Content-Type: application/json");
+	/* A body is JSON; a POST without one sends no type at all, not the
+	 * form type libcurl would add (thawd refuses form posts: 415). */
+	t->hdrs = curl_slist_append(t->hdrs, body ? "Content-Type: application/json"
+						  : "Content-Type:");
 	curl_easy_setopt(h, CURLOPT_HTTPHEADER, t->hdrs);
 	if (!strcmp(method, "GET")) {
 		curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);

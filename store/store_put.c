@@ -147,7 +147,7 @@ static int put_chunk_loose(struct put *p, struct chunk_codec *codec, uint8_t *ob
  * or another job of this put is writing it.  A raw chunk of whole pages goes
  * in bare, written from the input's own pages (j->buf held until the pack
  * writer releases it): the copy behind a header was 6% of a put's CPU on the
- * H100's host and 10-15% on the dev VM (perf, 2026-11-24).  An input file
+ * H100's host and 10-15% on the dev VM (perf; bench/LOG.md).  An input file
  * rewritten in place between the hash and the write would store bytes that
  * do not match their name, as a rewrite between the hash and a copy would
  * have: every read checks the hash, so it shows as a bad chunk, never as a
@@ -478,7 +478,7 @@ static int put_error(struct put *p)
  * entries: between two boots of one function ASLR moves mappings by whole
  * pages, and such steps then cut the same bytes differently (measured with
  * e2e_dedup's two snapshots of the CPU example: 6.7% shared with 64 KiB
- * steps, 85.8% without, 2026-11-23). */
+ * steps, 85.8% without; bench/LOG.md). */
 static void pages_cuts(const struct put_input *in, uint64_t size, uint64_t **cuts, size_t *n)
 {
 	const char *slash = strrchr(in->src, '/');

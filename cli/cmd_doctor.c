@@ -259,8 +259,9 @@ static void check_criu(struct doctor *d)
 }
 
 /* Without its kerndat cache CRIU probes the kernel again at every start
- * (forks, a network namespace, userfaultfd, ptrace...): ~40 ms of each
- * restore on the 2-core development machine, whose /run is not a tmpfs.
+ * (forks, a network namespace, userfaultfd, ptrace...): tens of ms of each
+ * restore where /run is not a tmpfs (bench/LOG.md, where a lazy GPU start's
+ * criu_restore goes).
  * After check_criu, whose `criu check` writes the cache where it can. */
 static void check_criu_kdat(struct doctor *d)
 {

@@ -14,20 +14,19 @@
 /* Restore pages on demand (lazy-pages) or all before the start answers.
  * AUTO: lazily, but a GPU function eagerly when the daemon is CRIU's, or when
  * more than lazy_max_gpu_starts GPU starts (this one included) are in flight.
- * Measured (bench/LOG.md, "Sparse and lazy images"): lazily, a CPU function
- * answers sooner (CPU example 230 vs 337 ms); so does the H100 example with thaw's
- * daemon (1.97 vs 3.61 s eager: 8 threads fill its 3 GB in ~0.5 s while the CUDA
- * restore runs), but not with CRIU's (3.60 s: the driver's restore faults the
- * GPU state in through userfaultfd page by page), and not in a burst: 8 GPU
- * starts at once answered in p50 5.0-7.4 s lazily against 4.6 s eagerly (the
+ * This decides only where mapped restore does not apply (restore/mapped.h).
+ * Why (bench/LOG.md, "Sparse and lazy images" and "Bursts: lazy, eager, and
+ * auto"): lazily, a CPU function answers sooner, and so does a GPU function
+ * with thaw's daemon (its copy threads fill the image while the CUDA restore
+ * runs), but not with CRIU's (the driver's restore faults the GPU state in
+ * through userfaultfd page by page), and not in a burst of GPU starts (the
  * copying is the same, and a saturated machine has nothing to overlap it with). */
 enum config_lazy { CONFIG_LAZY_AUTO, CONFIG_LAZY_ON, CONFIG_LAZY_OFF };
 /* AUTO's limit: lazy while at most this many GPU starts are in flight.
- * 1: only a GPU start with no other in flight.  H100, bursts of 8 (RESULTS.md,
- * "Bursts: lazy, eager, and auto"): all eager p50 4321 ms, all lazy 5113; with 1
- * the first start of a burst goes lazily (answered in 1.2-1.7 s instead of
- * ~3.5) and the burst's p50 stays at eager's (4335); with 2 the p50 was 5697
- * against eager's 5632 in that run, the two lazy ones' copying slowing the rest. */
+ * 1: only a GPU start with no other in flight.  On the H100 (bench/LOG.md,
+ * "Bursts: lazy, eager, and auto") with 1 the first start of a burst goes
+ * lazily, much sooner, and the burst's p50 stays at all-eager's; with 2 the
+ * two lazy ones' copying slowed the rest below all-eager. */
 #define CONFIG_LAZY_MAX_GPU_STARTS_DEFAULT 1
 
 /* The RAM tier on its own tmpfs with transparent huge pages (restore/tier.h,

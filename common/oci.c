@@ -53,7 +53,7 @@ static const char criu_conf[] = "network-lock skip\n"
  * so the processes CRIU forks start there.  CRIU's default ("soft") would
  * also mount every controller in a yard of its own and move each task into
  * the cgroups it is already in, restoring no property (runc made them):
- * 2-12 ms of every restore on the development machine for nothing.  The
+ * milliseconds of every restore for nothing (bench/LOG.md).  The
  * container has no cgroup namespace and no cgroupfs, so it has no cgroups of
  * its own to restore.  (The option takes its value after '=': a separate
  * word is not read as one.) */

@@ -9,7 +9,8 @@
  * whose read completes.  Nothing is handed between threads per chunk: with
  * the store in the page cache a read is a copy done by the thread that submits
  * it, and one submitting thread for all (the first design) ran the whole
- * engine at the speed of one core's copies, ~4 GB/s on the H100's 16 cores.
+ * engine at the speed of one core's copies, whatever the cores (bench/LOG.md,
+ * the engine with one ring per worker).
  * A raw chunk read through the page cache goes straight into its place in the
  * file's mapping (header into the slot, payload into the file): one copy, as
  * a plain cp makes, then its hash.  On an error or a cancel every worker stops
@@ -429,9 +430,9 @@ static int cached_pages(int fd, uint64_t off, uint64_t len, uint64_t page, uint6
  * list; -1 when none could be looked at.  O_DIRECT reads go to the disk even
  * when the page cache holds the chunk (a start right after a prewarm, or a
  * snapshot evicted from the tier and wanted again): on the development VM
- * they read 1962 MiB from the disk for a 2 GiB snapshot whose chunks were all
- * cached (buffered reads: 6 MiB), at the speed of a virtio disk shared with
- * other VMs (0.5-0.7 GB/s when quiet) instead of the page cache's.  Half
+ * they read nearly the whole snapshot from the disk although its chunks were
+ * all cached (bench/LOG.md, Engine), at the speed of a virtio disk shared with
+ * other VMs instead of the page cache's.  Half
  * cached or more: the buffered reads of the rest still go to the disk, with
  * readahead. */
 static int cached_percent(struct eng *e)
@@ -548,10 +549,9 @@ static int setup_arena(struct eng *e, struct engine_opts *o)
 	 * fork() rather than sharing them.  thawd forks (netns_create, the
 	 * lazy-pages daemon, runc, the shim) for other starts while one
 	 * materialises, and each such fork copied the arena with thawd's mm
-	 * held: 7 ms with 16 MiB registered (64 slots of 256 KiB), 28.5 ms with
-	 * 64 MiB (256 slots: the default queue depth for O_DIRECT reads), 107 ms
-	 * at the 256 MiB cap, 0.1 ms without it.  No child of ours touches the
-	 * arena. */
+	 * held, for a time that grows with the arena (tens of ms at the default
+	 * queue depth; bench/LOG.md, Engine), next to nothing without it.  No
+	 * child of ours touches the arena. */
 	if (madvise(e->arena, e->arena_len, MADV_DONTFORK) < 0)
 		pr_debug("madvise(MADV_DONTFORK) of the arena: %s", strerror(errno));
 	/* Pinned memory: no page faults in the reads, no swapping mid-restore. */
@@ -1091,9 +1091,8 @@ static void watch_workers(struct eng *e, const struct engine_opts *o, const stru
  * copy (a raw chunk's payload is read straight into it, through the page
  * cache) and the inode lock that many pwrite()ing workers queue on; it costs a
  * page-table entry per page.  With 4 KiB pages that costs more than the copy
- * it saves (2 workers into /dev/shm, 2 GiB: 3.8-4.1 CPU-s mapped, 3.1-3.5 with
- * pwrite; bench/LOG.md, Engine), with 2 MiB pages (tmpfs huge=, which says so in
- * st_blksize) far less (2.0 CPU-s mapped). */
+ * it saves, with 2 MiB pages (tmpfs huge=, which says so in st_blksize) far
+ * less (bench/LOG.md, Engine). */
 static bool map_pays(const struct eng *e, const struct engine_opts *o, int fd)
 {
 	struct stat sb;

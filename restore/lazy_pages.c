@@ -237,9 +237,9 @@ static int copy_piece(const struct lazy_piece *pc, void *arg)
  * the next block's, in one VMA: elided zero pages) mapped to the zero page
  * now, before the process reads it.  The CUDA restore reads every page of
  * its saved state, elided ones too, and each would fault: a round trip to
- * this daemon while it runs, a kernel fault after.  On the H100 the GPU
- * example's driver thread spent 167-191 ms in page faults without this, 2-4
- * with it (98 with holes up to 256 MiB only; bench/LOG.md).  Zero-page entries
+ * this daemon while it runs, a kernel fault after.  On the H100 this took
+ * nearly all of the GPU example's driver thread's page-fault time away
+ * (bench/LOG.md, "zero holes mapped ahead of it").  Zero-page entries
  * cost no memory, only page tables (2 MiB a GiB); lazy_map_take_hole says
  * which holes are worth that (not the largest, nor more hole than data: a
  * sparse reservation is not) and safe (none after a remap).

@@ -169,12 +169,12 @@ static bool looks_random(const uint8_t *p, size_t n)
 }
 
 /* A chunk whose first, middle and last CHUNK_SAMPLE bytes all look random is
- * stored raw without trying zstd: on such bytes zstd -1 runs at ~5 GB/s and
- * gives up, ~0.2 CPU-s per GB of a put of GPU weights or other incompressible
+ * stored raw without trying zstd: on such bytes zstd -1 runs through and
+ * gives up, a real cost in a put of GPU weights or other incompressible
  * data.  (Sampling with zstd itself did not pay: each extra call's setup costs
  * about what compressing a whole 64 KiB chunk does; bench/LOG.md, store ingest.)
  * Three 1 KiB samples, not 4 KiB: counting 3 x 4 KiB of every ~60 KiB chunk
- * was 10% of a put's CPU on the H100's host (perf; bench/LOG.md), and 1 KiB
+ * was a tenth of a put's CPU on the H100's host (perf; bench/LOG.md), and 1 KiB
  * still tells apart anything zstd could shrink by CHUNK_MIN_SAVING_PCT: such
  * bytes score ~0.5 per byte over random's ~255 in all, 800 and more here
  * against the bar of 400, which random bytes pass by ~6 deviations.

@@ -8,7 +8,7 @@
 #define K2 0xc2b2ae3d27d4eb4full
 
 /* Four independent multiply-xor lanes so the multiplies pipeline; folded at
- * the end.  About a cycle per word: ~20x faster than SHA-256 with SHA-NI. */
+ * the end.  About a cycle per word: far below SHA-256's cost even with SHA-NI. */
 static uint64_t hash_words(const uint8_t *p, size_t n, uint64_t lanes[4])
 {
 	uint64_t any = 0, w[4];
@@ -56,7 +56,8 @@ static bool all_zero(const uint8_t *p, size_t n)
 /* A whole block's hash is taken over 8 of its 64 cache lines, nine lines
  * apart (a stride no common record size shares), not every word: cut points
  * only need a value that follows the block's content, and reading every
- * word cost 6% of a put's CPU, most of it waiting on memory.  Two blocks that
+ * word was a visible share of a put's CPU, most of it waiting on memory
+ * (bench/LOG.md, "Mapped input and a sampled chunker").  Two blocks that
  * differ only outside the sample get the same cut decision, which is still
  * a decision by content. */
 #define SAMPLE_LINES  8
@@ -64,9 +65,9 @@ static bool all_zero(const uint8_t *p, size_t n)
 
 /* Blocks ahead whose sample lines are fetched while this one is hashed: the
  * lines are a stride apart, which the hardware prefetcher does not follow,
- * and each would otherwise wait on memory (measured on the dev VM over 512 MiB
- * of page cache: 0.050 CPU-s reading every word, 0.028 the sample, 0.016 the
- * sample prefetched four blocks ahead). */
+ * and each would otherwise wait on memory (prefetched, the sample costs about
+ * a third of reading every word: bench/LOG.md, "Mapped input and a sampled
+ * chunker"). */
 #define PREFETCH_AHEAD 4
 
 static void prefetch_sample(const uint8_t *block)

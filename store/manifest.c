@@ -435,8 +435,8 @@ out:
 
 /* The serialised manifest is built as text, not as a jansson tree: a tree of
  * a 3 GB image's ~50,000 chunk objects, packed and then dumped, cost more than
- * all the rest of writing the manifest (33 ms per 16,384 chunks on the dev
- * VM).  The bytes are exactly what json_dumps(JSON_COMPACT | JSON_SORT_KEYS)
+ * all the rest of writing the manifest (bench/LOG.md, "Mapped input and a
+ * sampled chunker").  The bytes are exactly what json_dumps(JSON_COMPACT | JSON_SORT_KEYS)
  * of that tree gives (test_manifest checks it against jansson), so manifest
  * ids do not change: keys in sorted order, no spaces, and every string and
  * the meta object still encoded by jansson itself. */

@@ -2,11 +2,11 @@
 /* pack.h — pack files: many chunk objects in one file, and their index.
  *
  * A store holding one file per ~64 KiB chunk pays for a file per chunk: on a
- * disk filesystem the inode allocation alone was 72% of a put's CPU time
- * (bench/RESULTS.md, "Store ingest into a store on disk").  A put now appends
+ * disk filesystem the inode allocation alone was most of a put's CPU time
+ * (bench/LOG.md, "Store ingest into a store on disk").  A put now appends
  * its new chunk objects to pack files instead, written with O_DIRECT in 4 MiB
- * writes where the filesystem takes it (no page cache copy: a buffered 1 GiB
- * write costs 2.5 CPU-s on the development VM's ext4, an O_DIRECT one 0.03).
+ * writes where the filesystem takes it (no page cache copy, which on ext4
+ * cost far more CPU than the write itself: bench/LOG.md, "Packs").
  *
  *	packs/<16 hex>.pack   chunk objects (chunk.h), each starting on a
  *	                      PACK_ALIGN boundary (zero padding between), so

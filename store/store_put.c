@@ -77,10 +77,10 @@ struct put {
 	pthread_cond_t free_cv; /* a buffer was freed */
 	struct put_job *head, *tail;
 	/* The reader's jobs not yet queued, and their buffer references: queued
-	 * PUT_BATCH at a time, with one wake-up, rather than one each (on the
-	 * H100 VM a put that stores nothing cost 0.6 CPU-s per GB beside hashing,
-	 * against 0.2 on the dev VM: waking an idle worker on another vCPU for
-	 * every ~64 KiB chunk). */
+	 * PUT_BATCH at a time, with one wake-up, rather than one each: on the
+	 * H100's VM waking an idle worker on another vCPU for every ~64 KiB chunk
+	 * cost a put that stores nothing several times its hashing's overhead
+	 * elsewhere (bench/LOG.md, "Packs"). */
 	struct put_job *pend_head, *pend_tail;
 	unsigned npend;
 	bool stop;
@@ -146,8 +146,8 @@ static int put_chunk_loose(struct put *p, struct chunk_codec *codec, uint8_t *ob
 /* A chunk into this worker's pack, unless a pack or a loose object has it,
  * or another job of this put is writing it.  A raw chunk of whole pages goes
  * in bare, written from the input's own pages (j->buf held until the pack
- * writer releases it): the copy behind a header was 6% of a put's CPU on the
- * H100's host and 10-15% on the dev VM (perf; bench/LOG.md).  An input file
+ * writer releases it): the copy behind a header was a sizeable share of a
+ * put's CPU (perf; bench/LOG.md, "Bare raw chunks").  An input file
  * rewritten in place between the hash and the write would store bytes that
  * do not match their name, as a rewrite between the hash and a copy would
  * have: every read checks the hash, so it shows as a bad chunk, never as a
@@ -477,8 +477,8 @@ static int put_error(struct put *p)
  * pagemap cannot be read, by content alone.  No address-aligned steps within
  * entries: between two boots of one function ASLR moves mappings by whole
  * pages, and such steps then cut the same bytes differently (measured with
- * e2e_dedup's two snapshots of the CPU example: 6.7% shared with 64 KiB
- * steps, 85.8% without; bench/LOG.md). */
+ * e2e_dedup's two snapshots of the CPU example: a small fraction shared
+ * with such steps, most of it without; bench/LOG.md). */
 static void pages_cuts(const struct put_input *in, uint64_t size, uint64_t **cuts, size_t *n)
 {
 	const char *slash = strrchr(in->src, '/');
@@ -506,8 +506,8 @@ struct put_src {
 };
 
 /* Map large regular files: chunking and hashing then read the page cache in
- * place, which saves a copy of every byte (13.7% of a put's CPU on the dev
- * VM).  Small files, and files that cannot be mapped, are read. */
+ * place, which saves a copy of every byte (bench/LOG.md, "Mapped input and a
+ * sampled chunker").  Small files, and files that cannot be mapped, are read. */
 static void src_map(struct put *p, struct put_src *src)
 {
 	void *m;
@@ -818,8 +818,8 @@ static int collect_inputs(const char *const *paths, size_t npaths, struct put_in
 /* Write the manifest: check it as a load would, serialize, put it in place
  * under its hash.  It is not parsed back: the serialiser writes exactly what
  * jansson would (test_manifest holds it to that), jansson itself encodes every
- * string, and the parse of a 16,384-chunk manifest cost 43 ms of a 1 GiB put
- * on the dev VM (~4% of its CPU; 2.5% on the H100's host). */
+ * string, and parsing it back was a few percent of a put's CPU (bench/LOG.md,
+ * "A put's CPU on the H100 profiled"). */
 static int write_manifest(struct store *s, const struct manifest *m, char id[CHUNK_ID_LEN])
 {
 	uint8_t hash[CHUNK_HASH_LEN];

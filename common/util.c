@@ -6,12 +6,14 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -345,4 +347,38 @@ void progress_done(struct progress *p)
 		fprintf(stderr, "\r\033[K");
 		fflush(stderr);
 	}
+}
+
+void detach_child(const int *keep, size_t n)
+{
+	int moved[8], base = 3 + (int)n, null_fd;
+	sigset_t none;
+
+	if (n > 8)
+		_exit(127);
+	setsid();
+	if (fork() != 0)
+		_exit(0);
+	/* A daemon's handlers and mask (thawd blocks what it sigwait()s for)
+	 * mean nothing here, and SIGCHLD at its default or waitpid sees no child. */
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	signal(SIGPIPE, SIG_DFL);
+	signal(SIGCHLD, SIG_DFL);
+	signal(SIGHUP, SIG_IGN);
+	null_fd = open("/dev/null", O_RDWR);
+	/* Above 3+n first, then into place: no dup2 overwrites one still needed. */
+	for (size_t i = 0; i < n; i++)
+		moved[i] = keep[i] >= 0 ? fcntl(keep[i], F_DUPFD, base) : -1;
+	if (null_fd >= 0 && null_fd < base)
+		null_fd = fcntl(null_fd, F_DUPFD, base);
+	for (size_t i = 0; i < n; i++) {
+		if (moved[i] >= 0)
+			dup2(moved[i], 3 + (int)i);
+		else
+			close(3 + (int)i);
+	}
+	for (int i = 0; null_fd >= 0 && i < 3; i++)
+		dup2(null_fd, i);
+	syscall(SYS_close_range, (unsigned int)base, ~0U, 0);
 }

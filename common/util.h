@@ -23,6 +23,17 @@ double ms_since(uint64_t start_ns);
 int mkdir_p(const char *path, mode_t mode);
 /* rm -rf; a missing path is fine.  Does not cross into other mounts. */
 int rm_rf(const char *path);
+
+/* Call in a child just forked (it makes only async-signal-safe calls): the
+ * child detaches from its starter, in a session of its own and not its
+ * child (it forks again and the middle process exits at once, so the starter
+ * waitpid()s the pid its fork returned and is left no zombie), with the
+ * signal mask cleared, SIGPIPE and SIGCHLD at their defaults and SIGHUP
+ * ignored, the n (at most 8) descriptors of keep at 3, 4, … (a -1 there
+ * stays closed), stdin, stdout and stderr on /dev/null, and nothing else
+ * open: a listening socket or another instance's pipe held there would
+ * outlive its owner.  Returns in the detached process only. */
+void detach_child(const int *keep, size_t n);
 /* fsync the directory itself, so that a rename/link inside it is durable. */
 int fsync_dir(const char *dir);
 /* Write a whole file crash-safely: temp file beside it, fsync, rename, fsync dir.

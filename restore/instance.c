@@ -416,33 +416,18 @@ static int hold_lease(struct start_ctx *x, int lease_fd, pid_t pid)
 		goto out;
 	}
 	if (mid == 0) {
-		/* Detached (its own session, not our child) and holding nothing
-		 * of the starter's but the lease and the pidfd. */
+		/* Detached, holding nothing of the starter's but the pidfd (3)
+		 * and the lease (4); it tells its pid on the pipe (5). */
+		int keep[3] = { pidfd, lease_fd, p[1] };
 		struct pollfd pf = { .fd = 3, .events = POLLIN };
-		sigset_t none;
 		pid_t me;
 
-		setsid();
-		if (fork() != 0)
-			_exit(0);
-		me = getpid();
-		if (write(p[1], &me, sizeof(me)) != sizeof(me))
-			_exit(1);
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		signal(SIGHUP, SIG_IGN);
+		detach_child(keep, 3);
 		prctl(PR_SET_NAME, "thaw-lease", 0, 0, 0);
-		pidfd = fcntl(pidfd, F_DUPFD, 10);
-		lease_fd = fcntl(lease_fd, F_DUPFD, 10);
-		if (pidfd < 0 || lease_fd < 0 || dup2(pidfd, 3) < 0 || dup2(lease_fd, 4) < 0)
+		me = getpid();
+		if (write(5, &me, sizeof(me)) != sizeof(me))
 			_exit(1);
-		/* Not the starter's stdio: a caller reading it to its end
-		 * (thaw start in $(…)) would wait for the instance's end. */
-		int null_fd = open("/dev/null", O_RDWR);
-
-		for (int i = 0; null_fd >= 0 && i < 3; i++)
-			dup2(null_fd, i);
-		syscall(SYS_close_range, 5, ~0U, 0);
+		close(5);
 		while (poll(&pf, 1, -1) < 0 && errno == EINTR)
 			;
 		_exit(0);
@@ -467,21 +452,17 @@ out:
 	return ret;
 }
 
-/* Whether this start maps (x->mapped), else why not in in->pages_why. */
-static void choose_mapped(struct start_ctx *x, struct instance *in, const struct manifest *m,
-			  struct tier_lease *lease, bool want, const char *why_mode)
+/* Whether this start maps (x->mapped), else why not in in->pages_why.  What
+ * the image allows (its /.thaw mount, its VMAs) the tier judged when it
+ * built the entry, and tier_lease_mapped_why says. */
+static void choose_mapped(struct start_ctx *x, struct instance *in, struct tier_lease *lease,
+			  bool want, const char *why_mode)
 {
-	const char *mount = json_string_value(json_object_get(m->meta, "mapped_mount"));
-
 	x->mapped = false;
 	if (!want)
 		snprintf(in->pages_why, sizeof(in->pages_why), "%s", why_mode);
 	else if (!x->c->mapped_min)
 		snprintf(in->pages_why, sizeof(in->pages_why), "THAW_MAPPED=0");
-	else if (!mount || strcmp(mount, OCI_MAPPED_DEST))
-		snprintf(in->pages_why, sizeof(in->pages_why),
-			 "the snapshot has no %s mount (taken before mapped restore)",
-			 OCI_MAPPED_DEST);
 	else if (!tier_lease_mapped(lease))
 		snprintf(in->pages_why, sizeof(in->pages_why), "%s", tier_lease_mapped_why(lease));
 	else
@@ -612,7 +593,7 @@ int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 		goto fail;
 	in.t.materialize = ms_since(tp);
 	in.tier_hit = tier_lease_hit(lease);
-	choose_mapped(&x, &in, m, lease, want_mapped, why_mode);
+	choose_mapped(&x, &in, lease, want_mapped, why_mode);
 
 	phase = "setup";
 	tp = now_ns();

@@ -125,7 +125,7 @@ int lazy_watch_start(const struct runner *r, const char *id, const char *image_d
 		     int keep_fd, uint64_t t0_ns, struct lazy_watch *out)
 {
 	struct lazy_plan p = { .status_path = status_path, .t0_ns = t0_ns };
-	int ready[2] = { -1, -1 }, info[2] = { -1, -1 }, null_fd = -1, ret = 0, n = 0, st;
+	int ready[2] = { -1, -1 }, info[2] = { -1, -1 }, ret = 0, n = 0, st;
 	pid_t pids[2] = { 0, 0 }, mid;
 	struct pollfd pfd;
 	char byte, tail[RUNNER_LOG_TAIL_MAX + 1];
@@ -163,8 +163,7 @@ int lazy_watch_start(const struct runner *r, const char *id, const char *image_d
 	p.kill_argv[n++] = "KILL";
 	p.kill_argv[n] = NULL;
 
-	null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
-	if (null_fd < 0 || pipe2(ready, O_CLOEXEC) < 0 || pipe2(info, O_CLOEXEC) < 0) {
+	if (pipe2(ready, O_CLOEXEC) < 0 || pipe2(info, O_CLOEXEC) < 0) {
 		ret = -errno;
 		pr_perror("lazy-pages daemon: pipe");
 		goto out;
@@ -176,36 +175,11 @@ int lazy_watch_start(const struct runner *r, const char *id, const char *image_d
 		goto out;
 	}
 	if (mid == 0) {
-		int fds[4] = { ready[1], info[1], keep_fd, null_fd };
+		int fds[3] = { ready[1], info[1], keep_fd };
 
-		/* Detached: its own session, and not our child (the middle
-		 * process exits at once), so a `thaw start` that exits or a
-		 * thawd that never waits for it leaves neither it nor a zombie. */
-		setsid();
-		if (fork() != 0)
-			_exit(0);
-		/* thawd blocks the signals it sigwait()s for: none of that here,
-		 * and SIGCHLD at its default, or waitpid would not see the daemon. */
-		sigset_t none;
-
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		signal(SIGPIPE, SIG_DFL);
-		signal(SIGCHLD, SIG_DFL);
-		signal(SIGHUP, SIG_IGN);
-		/* Above 6 first, then 3..6: no dup2 overwrites one still needed. */
-		for (int i = 0; i < 4; i++)
-			fds[i] = fds[i] >= 0 ? fcntl(fds[i], F_DUPFD, 7) : -1;
-		for (int i = 0; i < 4; i++)
-			if (fds[i] >= 0)
-				dup2(fds[i], 3 + i);
-		for (int i = 0; i < 3; i++)
-			dup2(6, i);
-		if (fds[2] < 0)
-			close(5);
-		/* Nothing of the starter's: a listening socket or another
-		 * instance's pipe held here would outlive their owners. */
-		syscall(SYS_close_range, 6, ~0U, 0);
+		/* Detached, so that a `thaw start` that exits or a thawd that
+		 * never waits for it leaves neither it nor a zombie. */
+		detach_child(fds, 3);
 		lazy_watcher(&p);
 	}
 	while (waitpid(mid, &st, 0) < 0 && errno == EINTR)
@@ -254,7 +228,5 @@ out:
 		if (info[i] >= 0)
 			close(info[i]);
 	}
-	if (null_fd >= 0)
-		close(null_fd);
 	return ret;
 }

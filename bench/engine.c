@@ -432,7 +432,7 @@ static int pcopy_tree(const char *from, const char *to, unsigned threads, uint64
 }
 
 /* What is measured, into which tmpfs.  The naive engine and the copy floor
- * run into both plain tmpfs (/dev/shm, as issue 3 defines them) and the same
+ * run into both plain tmpfs (/dev/shm, where the engine's aims were first set) and the same
  * huge-page tmpfs thaw's tier gets, so that a ratio never compares targets
  * that differ. */
 enum kind { K_ENGINE, K_NAIVE, K_COPY, K_PCOPY };

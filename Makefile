@@ -42,8 +42,9 @@ endif
 ifneq ($(STATIC),)
   # The GPU machine has none of these libraries: link them in; glibc stays
   # dynamic (the GPU host's is newer).  libmicrohttpd.a would drag in GnuTLS
-  # and its chain (p11-kit has no .a): thaw serves plain HTTP, so the
-  # stand-ins in common/static_notls.c take GnuTLS's place (-u pulls them in).
+  # and its chain (p11-kit has no .a): this thawd serves plain HTTP only (it
+  # refuses --tls-cert), so the stand-ins in common/static_notls.c take
+  # GnuTLS's place (-u pulls them in).
   # libcurl (tests, benches; --as-needed drops it elsewhere) stays shared:
   # gpu-pack puts it and its libraries in lib/ beside test/ and bench/, found
   # through this RPATH (DT_RPATH, so that libcurl's own libraries are too).

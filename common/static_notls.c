@@ -4,13 +4,14 @@
  * Debian's libmicrohttpd.a is built with HTTPS support, so linking it
  * statically drags in GnuTLS and its chain (nettle, hogweed, gmp, tasn1,
  * idn2, unistring, and p11-kit, of which Debian ships no static archive).
- * thawd serves plain HTTP on 127.0.0.1 and never passes MHD_USE_TLS, so
- * libmicrohttpd only calls gnutls_global_init/deinit (from its library
- * constructor).  Only in the STATIC=1 build (-DTHAW_STATIC, and the Makefile
- * forces this member in with -u thaw_static_notls), these stand-ins answer
- * those two and refuse everything else with GNUTLS_E_UNIMPLEMENTED_FEATURE:
- * a daemon started with MHD_USE_TLS fails to start instead of running
- * without TLS.  Everywhere else this file is empty and the real GnuTLS is used.
+ * The static thawd serves plain HTTP only (server/tls.c refuses --tls-cert
+ * there) and never passes MHD_USE_TLS, so libmicrohttpd only calls
+ * gnutls_global_init/deinit (from its library constructor).  Only in the
+ * STATIC=1 build (-DTHAW_STATIC, and the Makefile forces this member in
+ * with -u thaw_static_notls), these stand-ins answer those two and refuse
+ * everything else with GNUTLS_E_UNIMPLEMENTED_FEATURE: a daemon started with
+ * MHD_USE_TLS fails to start instead of running without TLS.  Everywhere
+ * else this file is empty and the real GnuTLS is used.
  */
 #ifdef THAW_STATIC
 #include <gnutls/abstract.h>

@@ -17,6 +17,11 @@
  * /functions/f".  The URI log callback sees the target before it is parsed,
  * and the access handler knows where it ended (the version string follows
  * it in the same buffer): a NUL or any other control byte in it is a 400.
+ *
+ * With --tls-cert and --tls-key, libmicrohttpd speaks TLS (GnuTLS) on every
+ * connection: one that does not (plain HTTP) fails its handshake and is
+ * closed by its own thread, and one that never finishes it is closed by the
+ * reaper like any other that sends no whole request in time.
  */
 #define LOG_PREFIX "thawd: "
 #include "common/log.h"
@@ -538,6 +543,7 @@ static size_t no_unescape(void *cls, struct MHD_Connection *c, char *s)
  * must not grow at the client's pace. */
 #define MHD_LOG_PER_S 20
 
+__attribute__((format(printf, 2, 0)))
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
 	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -571,7 +577,13 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 	n = strlen(msg);
 	while (n && msg[n - 1] == '\n')
 		msg[--n] = '\0';
-	pr_warn("libmicrohttpd: %s", msg);
+	/* What it says of any TLS handshake that failed. */
+	if (strstr(msg, "handshake message out of context"))
+		pr_warn("libmicrohttpd: %s (a TLS handshake failed: plain HTTP to this HTTPS "
+			"port, or a client that does not trust the certificate)",
+			msg);
+	else
+		pr_warn("libmicrohttpd: %s", msg);
 }
 
 /* ---- the server ---- */
@@ -599,6 +611,7 @@ int server_start(struct server *s)
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE }, *ai = NULL;
 	char host[128], port[8];
 	const union MHD_DaemonInfo *info;
+	struct MHD_OptionItem tls_opts[3] = { { MHD_OPTION_END, 0, NULL } };
 	unsigned flags;
 	int ret;
 
@@ -616,6 +629,12 @@ int server_start(struct server *s)
 		MHD_USE_ITC | MHD_USE_ERROR_LOG;
 	if (ai->ai_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
+	if (s->tls.cert) {
+		flags |= MHD_USE_TLS;
+		tls_opts[0] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_CERT, 0, s->tls.cert };
+		tls_opts[1] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_KEY, 0, s->tls.key };
+		tls_opts[2] = (struct MHD_OptionItem){ MHD_OPTION_END, 0, NULL };
+	}
 	ret = reaper_start(s);
 	if (ret) {
 		freeaddrinfo(ai);
@@ -631,7 +650,8 @@ int server_start(struct server *s)
 		on_uri, s, MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, s,
 		MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->opts.max_conns,
 		MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->opts.max_conns_per_ip,
-		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
+		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_ARRAY, tls_opts,
+		MHD_OPTION_END);
 	if (!s->mhd) {
 		int err = listen_errno(ai);
 
@@ -652,10 +672,14 @@ int server_start(struct server *s)
 	freeaddrinfo(ai);
 	info = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
 	s->port = info ? info->port : (uint16_t)atoi(port);
-	pr_info("listening on %s (port %u), data in %s", s->listen, s->port, s->cfg.data_dir);
+	pr_info("listening on %s://%s%s%s:%u, data in %s", s->tls.cert ? "https" : "http",
+		strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "", s->port,
+		s->cfg.data_dir);
 	if (s->port_file[0]) {
+		/* The port alone on the first line, as readers have always
+		 * found it; "https" on a second line says how to talk to it. */
 		char buf[16];
-		int n = snprintf(buf, sizeof(buf), "%u\n", s->port);
+		int n = snprintf(buf, sizeof(buf), "%u\n%s", s->port, s->tls.cert ? "https\n" : "");
 
 		ret = write_file_atomic(s->port_file, buf, (size_t)n, 0644);
 		if (ret)
@@ -695,6 +719,7 @@ struct server *server_new(const struct thaw_config *c, const struct server_opts 
 		snprintf(s->port_file, sizeof(s->port_file), "%s", o->port_file);
 	s->opts.port_file = NULL;
 	s->opts.token_file = s->opts.control_token_file = s->opts.data_token_file = NULL;
+	s->opts.tls_cert_file = s->opts.tls_key_file = NULL;
 	if ((o->token_file && auth_load_kind(&s->auth, AUTH_FULL, o->token_file)) ||
 	    (o->control_token_file &&
 	     auth_load_kind(&s->auth, AUTH_CONTROL, o->control_token_file)) ||
@@ -715,6 +740,16 @@ struct server *server_new(const struct thaw_config *c, const struct server_opts 
 			goto err;
 		}
 	}
+	/* Before anything is touched too: a certificate or a key that cannot
+	 * be served stops thawd here, not once it has recovered and listens.
+	 * TLS does not stand in for a token off loopback (checked above). */
+	if (!o->tls_cert_file != !o->tls_key_file) {
+		pr_err("%s without %s: TLS needs both", o->tls_cert_file ? "--tls-cert" : "--tls-key",
+		       o->tls_cert_file ? "--tls-key" : "--tls-cert");
+		goto err;
+	}
+	if (o->tls_cert_file && tls_load(&s->tls, o->tls_cert_file, o->tls_key_file))
+		goto err;
 
 	if (mkdir_p(c->data_dir, 0755))
 		goto err;
@@ -799,6 +834,7 @@ void server_free(struct server *s)
 	registry_free(s->reg);
 	insts_free(s->insts);
 	metrics_free(s->metrics);
+	tls_release(&s->tls);
 	pthread_mutex_destroy(&s->stat_lock);
 	pthread_cond_destroy(&s->conn_cv);
 	pthread_mutex_destroy(&s->conn_lock);

@@ -16,6 +16,7 @@
 #include "server/auth.h"
 #include "server/route.h"
 #include "server/server.h"
+#include "server/tls.h"
 #include "store/store.h"
 
 struct MHD_Daemon;
@@ -33,6 +34,7 @@ struct server {
 	char listen[128];
 	char port_file[PATH_MAX];
 	struct auth auth;
+	struct tls tls; /* tls.cert NULL: plain HTTP */
 	struct store *store;
 	struct tier *tier; /* NULL if the RAM tier could not be opened: starts answer 503 */
 	struct registry *reg;

@@ -33,6 +33,8 @@ struct server_opts {
 	const char *token_file; /* NULL: no token asked */
 	const char *control_token_file; /* NULL, or a token for functions, snapshots, jobs */
 	const char *data_token_file;    /* NULL, or a token for starts and instances */
+	const char *tls_cert_file; /* NULL, or a PEM certificate (chain): serve HTTPS */
+	const char *tls_key_file;  /* its PEM private key; both or neither */
 	const char *port_file;  /* NULL, or a file to write the bound port into once listening */
 	size_t max_body;        /* request bodies above this get 413 */
 	unsigned max_starts;    /* concurrent starts; more get 503 + Retry-After */
@@ -48,13 +50,15 @@ void server_opts_default(struct server_opts *o);
 
 struct server;
 
-/* Lock the data directory (<data>/thawd.lock: one thawd per data directory;
- * if another holds it, NULL before anything else is touched), open its
- * registry, store and RAM tier, and recover from an earlier run (stop
- * recorded instances, mark building snapshots failed, clean snapshot
- * leftovers).  NULL on error, logged. */
+/* Read the token files and the TLS certificate and key (a bad one: NULL,
+ * nothing touched), lock the data directory (<data>/thawd.lock: one thawd
+ * per data directory; if another holds it, NULL before anything else is
+ * touched), open its registry, store and RAM tier, and recover from an
+ * earlier run (stop recorded instances, mark building snapshots failed,
+ * clean snapshot leftovers).  NULL on error, logged. */
 struct server *server_new(const struct thaw_config *c, const struct server_opts *o);
-/* Listen and serve on libmicrohttpd's threads.  0 or -errno. */
+/* Listen and serve on libmicrohttpd's threads, over TLS if a certificate
+ * was given.  0 or -errno. */
 int server_start(struct server *s);
 /* The port it listens on (after server_start). */
 uint16_t server_port(const struct server *s);

@@ -46,6 +46,16 @@ static void usage(FILE *f)
 		"  --data-token-file FILE a token for starts and instances only, e.g. for a\n"
 		"                         gateway; on another route it gets 403\n"
 		"                         (THAW_DATA_TOKEN_FILE). /metrics takes any token\n"
+		"  --tls-cert FILE        serve HTTPS (libmicrohttpd's TLS, GnuTLS) with the PEM\n"
+		"                         certificate in FILE, the server's first, then any\n"
+		"                         intermediates (THAW_TLS_CERT; default: plain HTTP)\n"
+		"  --tls-key FILE         its PEM private key, unencrypted (THAW_TLS_KEY); a\n"
+		"                         key file every user can read is warned about.\n"
+		"                         Both or neither (else exit 2); a file that cannot\n"
+		"                         be read, is not PEM, or a key that is not the\n"
+		"                         certificate's makes thawd exit 1 before it touches\n"
+		"                         the data directory. Plain HTTP to the port fails.\n"
+		"                         TLS is no token: off loopback one is still needed\n"
 		"  --runc PATH            runc binary (THAW_RUNC; default runc on PATH)\n"
 		"  --criu PATH            criu >= 4.2 for runc --criu (THAW_CRIU; default the\n"
 		"                         .deps/criu-wrapper of the tree, else criu on PATH)\n"
@@ -93,6 +103,7 @@ static void usage(FILE *f)
 		"                         The request's processing (a start, a snapshot with\n"
 		"                         ?wait=1) does not count\n"
 		"  --port-file FILE       write the port listened on into FILE once listening\n"
+		"                         (with TLS, a second line: https)\n"
 		"                         (another program listening on the address, a second\n"
 		"                         thawd included, makes thawd exit 1: no port sharing)\n"
 		"  -v, --verbose          debug logging (THAW_LOG=debug|info|warn|err)\n"
@@ -174,6 +185,8 @@ enum {
 	OPT_TOKEN_FILE,
 	OPT_CONTROL_TOKEN_FILE,
 	OPT_DATA_TOKEN_FILE,
+	OPT_TLS_CERT,
+	OPT_TLS_KEY,
 	OPT_RUNC,
 	OPT_CRIU,
 	OPT_MAX_STARTS,
@@ -221,6 +234,8 @@ int main(int argc, char **argv)
 		{ "token-file", required_argument, NULL, OPT_TOKEN_FILE },
 		{ "control-token-file", required_argument, NULL, OPT_CONTROL_TOKEN_FILE },
 		{ "data-token-file", required_argument, NULL, OPT_DATA_TOKEN_FILE },
+		{ "tls-cert", required_argument, NULL, OPT_TLS_CERT },
+		{ "tls-key", required_argument, NULL, OPT_TLS_KEY },
 		{ "runc", required_argument, NULL, OPT_RUNC },
 		{ "criu", required_argument, NULL, OPT_CRIU },
 		{ "max-starts", required_argument, NULL, OPT_MAX_STARTS },
@@ -269,6 +284,8 @@ int main(int argc, char **argv)
 		case OPT_TOKEN_FILE: o.token_file = optarg; break;
 		case OPT_CONTROL_TOKEN_FILE: o.control_token_file = optarg; break;
 		case OPT_DATA_TOKEN_FILE: o.data_token_file = optarg; break;
+		case OPT_TLS_CERT: o.tls_cert_file = optarg; break;
+		case OPT_TLS_KEY: o.tls_key_file = optarg; break;
 		case OPT_RUNC: runc = optarg; break;
 		case OPT_CRIU: criu = optarg; break;
 		case OPT_MAX_STARTS: max_starts = optarg; break;
@@ -307,6 +324,16 @@ int main(int argc, char **argv)
 		o.control_token_file = env("THAW_CONTROL_TOKEN_FILE");
 	if (!o.data_token_file)
 		o.data_token_file = env("THAW_DATA_TOKEN_FILE");
+	if (!o.tls_cert_file)
+		o.tls_cert_file = env("THAW_TLS_CERT");
+	if (!o.tls_key_file)
+		o.tls_key_file = env("THAW_TLS_KEY");
+	if (!o.tls_cert_file != !o.tls_key_file) {
+		fprintf(stderr, "thawd: %s without %s: TLS needs both, or neither for plain HTTP\n",
+			o.tls_cert_file ? "--tls-cert (THAW_TLS_CERT)" : "--tls-key (THAW_TLS_KEY)",
+			o.tls_cert_file ? "--tls-key (THAW_TLS_KEY)" : "--tls-cert (THAW_TLS_CERT)");
+		return 2;
+	}
 	if (!max_starts)
 		max_starts = env("THAW_MAX_STARTS");
 	if (!max_snaps)

@@ -3,6 +3,7 @@
 #define LOG_PREFIX "oci: "
 #include "common/oci.h"
 #include "common/log.h"
+#include "common/oci_seccomp.h"
 #include "common/util.h"
 
 #include <dirent.h>
@@ -17,24 +18,38 @@
 #include <unistd.h>
 
 /* Host directories bound read-only into a container that has no rootfs of
- * its own; /usr/local/nvidia is added for GPU functions. */
+ * its own; /usr/local/nvidia is added for GPU functions, and /root where the
+ * sandbox says host_home (the host's root user's files are not a function's). */
 static const char *const host_dirs[] = { "/usr", "/etc", "/opt", "/root" };
 /* Top-level names that are symlinks into /usr on a merged-/usr host, or real
  * directories (then bound like the others) on an older one. */
 static const char *const top_links[] = { "bin", "sbin", "lib", "lib32", "lib64", "libx32" };
 
-static const char *const caps[] = {
+/* The OCI runtimes' default set: what a function may be given, and what
+ * every container had before functions were confined. */
+char *const oci_legacy_capabilities[] = {
 	"CAP_CHOWN",   "CAP_DAC_OVERRIDE", "CAP_FSETID",   "CAP_FOWNER",
 	"CAP_MKNOD",   "CAP_NET_RAW",      "CAP_SETGID",   "CAP_SETUID",
 	"CAP_SETFCAP", "CAP_SETPCAP",      "CAP_NET_BIND_SERVICE",
-	"CAP_SYS_CHROOT", "CAP_KILL",      "CAP_AUDIT_WRITE",
+	"CAP_SYS_CHROOT", "CAP_KILL",      "CAP_AUDIT_WRITE", NULL,
 };
 
-/* runc spec's defaults. */
+bool oci_capability_known(const char *name)
+{
+	for (size_t i = 0; oci_legacy_capabilities[i]; i++)
+		if (!strcmp(oci_legacy_capabilities[i], name))
+			return true;
+	return false;
+}
+
+/* runc spec's defaults, and what uid 0 could read in the host's /etc even
+ * without CAP_DAC_OVERRIDE (it owns the files): the password hashes.  runc
+ * binds /dev/null over each that exists. */
 static const char *const masked_paths[] = {
 	"/proc/acpi",	      "/proc/asound",	  "/proc/kcore",      "/proc/keys",
 	"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
-	"/sys/firmware",      "/proc/scsi",
+	"/sys/firmware",      "/proc/scsi",	  "/etc/shadow",      "/etc/shadow-",
+	"/etc/gshadow",	      "/etc/gshadow-",
 };
 static const char *const readonly_paths[] = {
 	"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
@@ -89,6 +104,14 @@ static json_t *bind_obj(const char *src, const char *dst, bool writable)
 			: mount_obj(dst, "bind", src, ro, ARRAY_SIZE(ro));
 }
 
+static bool is_host_dir(const char *path)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(host_dirs); i++)
+		if (!strcmp(path, host_dirs[i]))
+			return true;
+	return false;
+}
+
 static json_t *build_mounts(const struct oci_spec *spec, bool host_root)
 {
 	static const char *const dev[] = { "nosuid", "strictatime", "mode=755", "size=65536k" };
@@ -116,6 +139,8 @@ static json_t *build_mounts(const struct oci_spec *spec, bool host_root)
 		for (size_t i = 0; i < ARRAY_SIZE(host_dirs); i++) {
 			if (stat(host_dirs[i], &st) || !S_ISDIR(st.st_mode))
 				continue;
+			if (!strcmp(host_dirs[i], "/root") && !spec->sandbox.host_home)
+				continue;
 			json_array_append_new(m, bind_obj(host_dirs[i], host_dirs[i], false));
 			if (!strcmp(host_dirs[i], "/usr") && spec->gpu &&
 			    stat("/usr/local/nvidia", &st) == 0 && S_ISDIR(st.st_mode))
@@ -132,9 +157,16 @@ static json_t *build_mounts(const struct oci_spec *spec, bool host_root)
 	} else if (spec->gpu && stat("/usr/local/nvidia", &st) == 0 && S_ISDIR(st.st_mode)) {
 		json_array_append_new(m, bind_obj("/usr/local/nvidia", "/usr/local/nvidia", false));
 	}
-	for (size_t i = 0; i < spec->nbinds; i++)
+	for (size_t i = 0; i < spec->nbinds; i++) {
+		/* A read-only bind of a host directory already bound (a function
+		 * whose cwd is /etc) would be a second mount at one destination:
+		 * runc names external mounts by destination, and the restore of
+		 * such a pair lost the read-only flag and the masks. */
+		if (host_root && !spec->binds[i].writable && is_host_dir(spec->binds[i].dst))
+			continue;
 		json_array_append_new(m, bind_obj(spec->binds[i].src, spec->binds[i].dst,
 						  spec->binds[i].writable));
+	}
 	return m;
 }
 
@@ -208,6 +240,8 @@ static json_t *build_linux(const struct oci_spec *spec)
 	json_object_set_new(l, "devices", devs);
 	json_object_set_new(l, "resources", json_pack("{s:o}", "devices", allow));
 	json_object_set_new(l, "maskedPaths", str_array(masked_paths, ARRAY_SIZE(masked_paths)));
+	if (!spec->sandbox.no_seccomp)
+		json_object_set_new(l, "seccomp", oci_seccomp_profile(spec->sandbox.capabilities));
 	json_object_set_new(l, "readonlyPaths",
 			    str_array(readonly_paths, ARRAY_SIZE(readonly_paths)));
 	if (spec->cgroups_path)
@@ -215,69 +249,75 @@ static json_t *build_linux(const struct oci_spec *spec)
 	return l;
 }
 
+static bool env_has(const struct oci_spec *spec, const char *prefix)
+{
+	for (size_t i = 0; spec->env && spec->env[i]; i++)
+		if (!strncmp(spec->env[i], prefix, strlen(prefix)))
+			return true;
+	return false;
+}
+
+static void env_add(json_t *env, const char *name, const char *value)
+{
+	char *e = NULL;
+
+	if (asprintf(&e, "%s=%s", name, value) > 0)
+		json_array_append_new(env, json_string(e));
+	free(e);
+}
+
+static json_t *build_env(const struct oci_spec *spec)
+{
+	static const char default_path[] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+	const char *host_path = getenv("PATH"), *host_ld = getenv("LD_LIBRARY_PATH");
+	json_t *env = json_array();
+
+	for (size_t i = 0; env && spec->env && spec->env[i]; i++)
+		json_array_append_new(env, json_string(spec->env[i]));
+	if (!env)
+		return NULL;
+	/* A host-rooted function runs what the host would run: the host's own
+	 * PATH means something there (e.g. a venv in /opt holding torch), and
+	 * so does its LD_LIBRARY_PATH. */
+	if (!env_has(spec, "PATH="))
+		env_add(env, "PATH", !spec->rootfs && host_path && *host_path ? host_path : default_path);
+	if (!spec->rootfs && host_ld && *host_ld && !env_has(spec, "LD_LIBRARY_PATH="))
+		env_add(env, "LD_LIBRARY_PATH", host_ld);
+	/* root's home is not the function's (nor writable on a read-only
+	 * root): caches (Python's, Triton's, Hugging Face's) go to the tmpfs. */
+	if (!spec->sandbox.host_home && !env_has(spec, "HOME="))
+		env_add(env, "HOME", "/tmp");
+	return env;
+}
+
+static json_t *build_capabilities(const struct oci_sandbox *sb)
+{
+	json_t *set = json_array(), *c;
+
+	for (size_t i = 0; set && sb->capabilities && sb->capabilities[i]; i++)
+		json_array_append_new(set, json_string(sb->capabilities[i]));
+	c = json_pack("{s:O, s:O, s:O, s:O}", "bounding", set, "effective", set, "permitted", set,
+		      "ambient", set);
+	json_decref(set);
+	return c;
+}
+
 static json_t *build_process(const struct oci_spec *spec)
 {
-	static const char *const default_env[] = {
-		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-	};
-	json_t *args = json_array(), *env = json_array(), *capset, *p;
-	bool has_path = false;
+	json_t *args = json_array();
 	struct rlimit nofile = { 1024, 1024 };
 
-	if (!args || !env) {
-		json_decref(args);
-		json_decref(env);
-		return NULL;
-	}
-	for (size_t i = 0; spec->argv[i]; i++)
+	for (size_t i = 0; args && spec->argv[i]; i++)
 		json_array_append_new(args, json_string(spec->argv[i]));
-	for (size_t i = 0; spec->env && spec->env[i]; i++) {
-		json_array_append_new(env, json_string(spec->env[i]));
-		has_path |= !strncmp(spec->env[i], "PATH=", 5);
-	}
-	if (!has_path) {
-		/* A host-rooted function runs what the host would run: the
-		 * host's own PATH means something there (e.g. a venv in /opt
-		 * holding torch), and so does its LD_LIBRARY_PATH. */
-		const char *host_path = getenv("PATH");
-		char *e = NULL;
-
-		if (!spec->rootfs && host_path && *host_path &&
-		    asprintf(&e, "PATH=%s", host_path) > 0) {
-			json_array_append_new(env, json_string(e));
-			free(e);
-		} else {
-			json_array_append_new(env, json_string(default_env[0]));
-		}
-	}
-	if (!spec->rootfs && getenv("LD_LIBRARY_PATH") && *getenv("LD_LIBRARY_PATH")) {
-		bool has_ld = false;
-
-		for (size_t i = 0; spec->env && spec->env[i]; i++)
-			has_ld |= !strncmp(spec->env[i], "LD_LIBRARY_PATH=", 16);
-		if (!has_ld) {
-			char *e = NULL;
-
-			if (asprintf(&e, "LD_LIBRARY_PATH=%s", getenv("LD_LIBRARY_PATH")) > 0) {
-				json_array_append_new(env, json_string(e));
-				free(e);
-			}
-		}
-	}
 	/* Our own limit: raising it needs CAP_SYS_RESOURCE, which a sandboxed
 	 * host may not give (runc then fails to start the container). */
 	getrlimit(RLIMIT_NOFILE, &nofile);
-	capset = str_array(caps, ARRAY_SIZE(caps));
-	p = json_pack("{s:b, s:{s:i, s:i}, s:o, s:o, s:s, s:{s:O, s:O, s:O, s:O}, s:[{s:s, s:I, s:I}],"
-		      " s:b}",
-		      "terminal", 0, "user", "uid", 0, "gid", 0, "args", args, "env", env, "cwd",
-		      spec->cwd ? spec->cwd : "/", "capabilities", "bounding", capset, "effective",
-		      capset, "permitted", capset, "ambient", capset, "rlimits", "type",
-		      "RLIMIT_NOFILE", "hard", (json_int_t)nofile.rlim_max, "soft",
-		      (json_int_t)nofile.rlim_cur,
-		      "noNewPrivileges", 1);
-	json_decref(capset);
-	return p;
+	return json_pack("{s:b, s:{s:I, s:I}, s:o, s:o, s:s, s:o, s:[{s:s, s:I, s:I}], s:b}",
+			 "terminal", 0, "user", "uid", (json_int_t)0, "gid", (json_int_t)0, "args", args, "env",
+			 build_env(spec), "cwd", spec->cwd ? spec->cwd : "/", "capabilities",
+			 build_capabilities(&spec->sandbox), "rlimits", "type", "RLIMIT_NOFILE",
+			 "hard", (json_int_t)nofile.rlim_max, "soft", (json_int_t)nofile.rlim_cur,
+			 "noNewPrivileges", !spec->sandbox.new_privileges);
 }
 
 /* Skeleton of a host-rooted rootfs: mount points, and the merged-/usr
@@ -364,7 +404,8 @@ int oci_bundle_write(const char *dir, const struct oci_spec *spec)
 	}
 
 	root = json_pack("{s:s, s:o, s:{s:s, s:b}, s:s, s:o, s:o, s:{s:s}}", "ociVersion", "1.0.2",
-			 "process", build_process(spec), "root", "path", rootfs, "readonly", 0,
+			 "process", build_process(spec), "root", "path", rootfs, "readonly",
+			 !spec->sandbox.writable_root,
 			 "hostname", spec->hostname ? spec->hostname : "thaw", "mounts",
 			 build_mounts(spec, host_root), "linux", build_linux(spec), "annotations",
 			 "org.criu.config", conf);

@@ -2,9 +2,15 @@
 /* oci.h — write an OCI bundle (config.json + rootfs/) for one container.
  *
  * The rootfs is either the user's, or an empty directory tree over which the
- * host's /usr, /etc, /opt, /root (and /usr/local/nvidia for GPU functions, a
+ * host's /usr, /etc, /opt (and /usr/local/nvidia for GPU functions, a
  * submount bound on its own) are bound read-only, non-recursively, with the
  * merged-/usr symlinks (/bin, /lib, /lib64, /sbin) and /tmp as a tmpfs.
+ * Confined by default (struct oci_sandbox): a read-only root, no capability,
+ * no_new_privileges, the OCI runtimes' default seccomp profile
+ * (common/oci_seccomp.c), no host /root, the host's /etc/shadow and
+ * /etc/gshadow masked.  The process is uid 0 of the host's user namespace,
+ * without capabilities: docs/DESIGN.md ("Confinement") says why not a user
+ * namespace or another uid.
  * Namespaces: pid, ipc, uts, mount, and network joined by path.  GPU functions
  * get every /dev/nvidia* character device.  The org.criu.config annotation
  * names a CRIU config file (written beside config.json) holding
@@ -28,6 +34,24 @@ struct oci_bind {
 	bool writable;
 };
 
+/* How a container is confined.  All false (zero) is the confined default;
+ * each field loosens one thing, explicitly, for one function. */
+struct oci_sandbox {
+	bool writable_root;  /* the root filesystem writable (else read-only; /tmp is a tmpfs) */
+	bool no_seccomp;     /* no seccomp filter (else the default profile) */
+	bool new_privileges; /* no_new_privileges off (setuid binaries work) */
+	bool host_home;      /* the host's /root bound read-only (host-rooted only); else
+			      * HOME=/tmp unless the env sets it */
+	char *const *capabilities; /* NULL-terminated names (oci_capability_known); NULL: none */
+};
+
+/* Whether name is a capability a function may be given: those of the OCI
+ * runtimes' default set (Docker's, runc spec's), no more. */
+bool oci_capability_known(const char *name);
+/* The capabilities a container had before it was confined (for restoring a
+ * snapshot made then), NULL-terminated. */
+extern char *const oci_legacy_capabilities[];
+
 struct oci_spec {
 	const char *rootfs;        /* NULL: host directories bound read-only */
 	char *const *argv;         /* the process */
@@ -41,6 +65,7 @@ struct oci_spec {
 	const char *hostname;
 	const char *cgroups_path;  /* e.g. "thaw/<id>" so thaw's containers are grouped; NULL: runc's default */
 	bool restore;              /* for runc restore: CRIU leaves the cgroups to runc */
+	struct oci_sandbox sandbox;
 };
 
 /* Create dir (if needed) and write dir/config.json, dir/rootfs/ and

@@ -60,6 +60,11 @@ int function_bundle_write(const struct function_bundle *b, const char *dir)
 	o.hostname = spec->id;
 	o.cgroups_path = cgroup;
 	o.restore = b->restore;
+	o.sandbox = spec->sandbox;
+	if (b->legacy_sandbox)
+		o.sandbox = (struct oci_sandbox){ .writable_root = true, .no_seccomp = true,
+						  .host_home = true,
+						  .capabilities = oci_legacy_capabilities };
 	ret = oci_bundle_write(dir, &o);
 	free(env);
 	return ret;

@@ -6,8 +6,9 @@
  * a container only into the mounts its image was dumped with: the function's
  * rootfs (its bundle's, or the host's directories read-only), its own
  * directory, the mount at OCI_MAPPED_DEST, the NVIDIA devices of a GPU
- * function, the network namespace given, cgroup thaw/<container id>, and
- * $PORT set to the spec's port unless its env sets it.
+ * function, the network namespace given, cgroup thaw/<container id>,
+ * $PORT set to the spec's port unless its env sets it, and the spec's
+ * sandbox (common/oci.h: confined unless the spec loosens it).
  */
 #ifndef THAW_FUNCTION_BUNDLE_H
 #define THAW_FUNCTION_BUNDLE_H
@@ -24,6 +25,11 @@ struct function_bundle {
 	char *const *argv;        /* NULL: the spec's command, else /bin/true (a restore
 				   * runs no command, but the bundle must name one) */
 	bool restore;             /* for runc restore (oci_spec.restore) */
+	/* A snapshot dumped before functions were confined (its meta has no
+	 * "confined"): restored as it ran, as root with the default
+	 * capabilities, a writable root, the host's /root and no seccomp,
+	 * since CRIU restores only into the mounts and credentials it dumped. */
+	bool legacy_sandbox;
 };
 
 /* Write dir/config.json (and its rootfs skeleton and CRIU config) for b.

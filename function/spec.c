@@ -16,7 +16,9 @@
 
 static const char *const known_keys[] = { "id",	   "command", "env",	 "cwd",	    "bundle",
 					  "port",  "ready",   "warmup",	 "prepare", "gpu",
-					  "elide_zero", "lazy" };
+					  "elide_zero", "lazy", "sandbox" };
+static const char *const sandbox_keys[] = { "writable_root", "seccomp", "no_new_privileges",
+					    "host_home", "capabilities" };
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -62,6 +64,7 @@ void spec_free(struct func_spec *s)
 	if (s->prepare)
 		call_release(s->prepare);
 	free(s->prepare);
+	free_strv((char **)s->sandbox.capabilities);
 	free(s);
 }
 
@@ -214,6 +217,72 @@ static int parse_abs_path(const json_t *v, const char *field, char **out, char *
 	return *out ? 0 : fail(err, errlen, "%s: out of memory", field);
 }
 
+static int parse_capabilities(const json_t *v, struct oci_sandbox *sb, char *err, size_t errlen)
+{
+	char **caps;
+
+	if (!json_is_array(v))
+		return fail(err, errlen, "sandbox.capabilities: must be an array of names");
+	caps = calloc(json_array_size(v) + 1, sizeof(char *));
+	if (!caps)
+		return fail(err, errlen, "sandbox.capabilities: out of memory");
+	sb->capabilities = caps;
+	for (size_t i = 0; i < json_array_size(v); i++) {
+		const char *name = json_string_value(json_array_get(v, i));
+
+		if (!name || !oci_capability_known(name))
+			return fail(err, errlen,
+				    "sandbox.capabilities[%zu]: not one of the default set "
+				    "(CAP_CHOWN, CAP_NET_BIND_SERVICE, ...; docs/API.md)", i);
+		caps[i] = strdup(name);
+		if (!caps[i])
+			return fail(err, errlen, "sandbox.capabilities: out of memory");
+	}
+	return 0;
+}
+
+/* One boolean of "sandbox"; *loosened is set when it differs from the
+ * confined default. */
+static int sandbox_flag(const json_t *sb, const char *key, bool confined, bool *loosened,
+			char *err, size_t errlen)
+{
+	const json_t *v = json_object_get(sb, key);
+
+	if (!v)
+		return 0;
+	if (!json_is_boolean(v))
+		return fail(err, errlen, "sandbox.%s: must be true or false", key);
+	*loosened = json_is_true(v) != confined;
+	return 0;
+}
+
+static int parse_sandbox(const json_t *v, struct oci_sandbox *sb, char *err, size_t errlen)
+{
+	const char *key;
+	json_t *val;
+	int ret;
+
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_object(v))
+		return fail(err, errlen, "sandbox: must be an object");
+	json_object_foreach((json_t *)v, key, val) {
+		bool known = false;
+
+		for (size_t i = 0; i < ARRAY_SIZE(sandbox_keys); i++)
+			known |= !strcmp(key, sandbox_keys[i]);
+		if (!known)
+			return fail(err, errlen, "sandbox: unknown key \"%s\"", key);
+	}
+	if ((ret = sandbox_flag(v, "writable_root", false, &sb->writable_root, err, errlen)) ||
+	    (ret = sandbox_flag(v, "seccomp", true, &sb->no_seccomp, err, errlen)) ||
+	    (ret = sandbox_flag(v, "no_new_privileges", true, &sb->new_privileges, err, errlen)) ||
+	    (ret = sandbox_flag(v, "host_home", false, &sb->host_home, err, errlen)))
+		return ret;
+	val = json_object_get(v, "capabilities");
+	return val ? parse_capabilities(val, sb, err, errlen) : 0;
+}
+
 static int parse_fields(const json_t *j, const char *id, struct func_spec *s, char *err,
 			size_t errlen)
 {
@@ -313,7 +382,7 @@ static int parse_fields(const json_t *j, const char *id, struct func_spec *s, ch
 	if (v && !json_is_null(v) && !json_is_boolean(v))
 		return fail(err, errlen, "lazy: must be true or false");
 	s->lazy = !v || json_is_null(v) ? SPEC_LAZY_UNSET : json_is_true(v) ? SPEC_LAZY : SPEC_EAGER;
-	return 0;
+	return parse_sandbox(json_object_get(j, "sandbox"), &s->sandbox, err, errlen);
 }
 
 int spec_parse(const json_t *j, const char *id, struct func_spec **out, char *err, size_t errlen)
@@ -342,6 +411,25 @@ static json_t *call_to_json(const struct http_call *c)
 	if (o && c->body)
 		json_object_set_new(o, "body", json_string(c->body));
 	return o;
+}
+
+static bool sandbox_loosened(const struct oci_sandbox *sb)
+{
+	return sb->writable_root || sb->no_seccomp || sb->new_privileges ||
+	       sb->host_home || (sb->capabilities && sb->capabilities[0]);
+}
+
+/* Every key, so that a stored spec says what its function may do. */
+static json_t *sandbox_to_json(const struct oci_sandbox *sb)
+{
+	json_t *caps = json_array();
+
+	for (size_t i = 0; caps && sb->capabilities && sb->capabilities[i]; i++)
+		json_array_append_new(caps, json_string(sb->capabilities[i]));
+	return json_pack("{s:b, s:b, s:b, s:b, s:o}", "writable_root", sb->writable_root,
+			 "seccomp", !sb->no_seccomp,
+			 "no_new_privileges", !sb->new_privileges, "host_home", sb->host_home,
+			 "capabilities", caps);
 }
 
 json_t *spec_to_json(const struct func_spec *s)
@@ -388,6 +476,8 @@ json_t *spec_to_json(const struct func_spec *s)
 	json_object_set_new(j, "elide_zero", json_boolean(s->elide_zero));
 	if (s->lazy != SPEC_LAZY_UNSET)
 		json_object_set_new(j, "lazy", json_boolean(s->lazy == SPEC_LAZY));
+	if (sandbox_loosened(&s->sandbox))
+		json_object_set_new(j, "sandbox", sandbox_to_json(&s->sandbox));
 	json_decref(cmd);
 	return j;
 fail:

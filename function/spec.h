@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/oci.h"
+
 enum ready_kind { READY_HTTP, READY_TCP };
 /* "lazy": absent (thawd's or the start's choice), false, true. */
 enum spec_lazy { SPEC_LAZY_UNSET, SPEC_EAGER, SPEC_LAZY };
@@ -38,6 +40,9 @@ struct func_spec {
 	 * (store/criu_elide.h); "elide_zero", default true. */
 	bool elide_zero;
 	enum spec_lazy lazy;  /* restore with CRIU lazy-pages (pages on demand) */
+	/* "sandbox": what is loosened for this function (all false: confined;
+	 * sandbox.capabilities is owned here). */
+	struct oci_sandbox sandbox;
 };
 
 /* Parse and check a spec; id (may be NULL) overrides/sets "id".  0 and *out

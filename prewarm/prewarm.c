@@ -549,14 +549,14 @@ static json_t *snapshot_meta(struct job *j, json_t *timings, uint64_t image_byte
 
 	gmtime_r(&now, &tm);
 	strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	return json_pack("{s:s, s:o, s:o, s:o, s:O, s:O, s:O, s:I, s:I, s:I, s:s, s:s}",
+	return json_pack("{s:s, s:o, s:o, s:o, s:O, s:O, s:O, s:I, s:I, s:I, s:s, s:s, s:b}",
 			 "function",
 			 j->spec->id, "spec", spec_to_json(j->spec), "versions", versions(j->c),
 			 "gpus", gpus(j), "cuda_pids", j->cuda_pids, "cuda_ns_pids", j->cuda_ns_pids,
 			 "timings_ms", timings, "image_bytes", (json_int_t)image_bytes,
 			 "image_bytes_before_elision", (json_int_t)bytes_before,
 			 "zero_pages_elided", (json_int_t)pages_elided, "created", created,
-			 "mapped_mount", OCI_MAPPED_DEST);
+			 "mapped_mount", OCI_MAPPED_DEST, "confined", 1);
 }
 
 /* Undo whatever was made, in reverse order; says what is left if a step fails. */

@@ -368,12 +368,15 @@ static void phase_failed(const char *snapshot, const char *phase, int err)
  * prewarm wrote it (function/bundle.h): the same mounts, or CRIU cannot put
  * the processes back; mapped_src at OCI_MAPPED_DEST. */
 static int write_bundle(struct start_ctx *x, const struct func_spec *spec, const char *id,
-			const char *mapped_src)
+			const char *mapped_src, const struct manifest *m)
 {
+	bool confined = json_is_true(json_object_get(m->meta, "confined"));
+
 	return function_bundle_write(&(struct function_bundle){ .spec = spec, .netns = x->netns,
 								.container_id = id,
 								.mapped_src = mapped_src,
-								.restore = true },
+								.restore = true,
+								.legacy_sandbox = !confined },
 				     x->bundle);
 }
 
@@ -644,7 +647,7 @@ int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 		snprintf(mapped_src, sizeof(mapped_src), "%s", x.mapped_empty);
 	}
 	if (!ret)
-		ret = write_bundle(&x, spec, in.id, mapped_src[0] ? mapped_src : NULL);
+		ret = write_bundle(&x, spec, in.id, mapped_src[0] ? mapped_src : NULL, m);
 	if (ret)
 		goto fail;
 	in.t.setup = ms_since(tp);

@@ -163,13 +163,25 @@ step runc-criu-smoke bash scripts/gpu-run.sh --runc-smoke
 # random, seeded) are built and saved by the gpu-llm-selftest step below, which
 # also measures the function's own cold boot on the host (figures: import, CUDA
 # context, load, first generate): keep it before the steps that snapshot it.
-export GPU_LLM_MODEL_DIR=${GPU_LLM_MODEL_DIR:-/root/.cache/thaw-gpu-model/default}
+export GPU_LLM_MODEL_DIR=${GPU_LLM_MODEL_DIR:-/opt/thaw-gpu-model/default}
 export THAW_GPU_EXAMPLE=$X/gpu_example.json
 # The container's PATH is not this shell's: the spec's PATH starts with the
 # GPU machine's torch venv (/opt/torch/.venv/bin); put this python3's there.
 PYBIN=$(dirname "$(python3 -c 'import sys; print(sys.executable)')")
 sed -e "s|@THAW_ROOT@|$ROOT|g" -e "s|/opt/torch/.venv/bin|$PYBIN|" \
 	bench/functions/gpu_example.json >"$THAW_GPU_EXAMPLE"
+# A python3 under /root is invisible to a confined function (no host /root):
+# say so in the spec, explicitly, rather than fail at its boot.
+case "$PYBIN" in
+/root/*)
+	python3 - "$THAW_GPU_EXAMPLE" <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["sandbox"] = {"host_home": True}
+json.dump(s, open(sys.argv[1], "w"))
+EOF
+	;;
+esac
 [ -n "${GPU_LLM_SKIP:-}" ] ||
 	step gpu-llm-selftest python3 bench/functions/gpu_llm.py --selftest \
 		--model-dir "$GPU_LLM_MODEL_DIR"

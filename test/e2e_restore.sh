@@ -27,7 +27,7 @@ GPU=0
 [ "${1:-}" = --gpu ] && GPU=1
 if [ $GPU = 1 ]; then
 	command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || skip "no GPU"
-	GPU_MODEL=${GPU_LLM_MODEL_DIR:-/root/.cache/thaw-gpu-model/default}
+	GPU_MODEL=${GPU_LLM_MODEL_DIR:-/opt/thaw-gpu-model/default}
 	[ -d "$GPU_MODEL" ] || skip "no model in $GPU_MODEL (python3 bench/functions/gpu_llm.py --prepare)"
 fi
 

@@ -243,6 +243,61 @@ static void check_config(void)
 	}
 }
 
+static const char *env_value(const json_t *env, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (size_t i = 0; i < json_array_size(env); i++) {
+		const char *e = json_string_value(json_array_get(env, i));
+
+		if (e && !strncmp(e, name, n) && e[n] == '=')
+			return e + n + 1;
+	}
+	return NULL;
+}
+
+static bool has_string(const json_t *a, const char *s)
+{
+	for (size_t i = 0; i < json_array_size(a); i++)
+		if (!strcmp(json_string_value(json_array_get(a, i)) ?: "", s))
+			return true;
+	return false;
+}
+
+/* The confined defaults (common/oci.h): no capability, no_new_privileges,
+ * the seccomp profile, uid 0, HOME on the tmpfs, the password hashes masked. */
+static void check_confined(const json_t *cfg)
+{
+	const json_t *proc = json_object_get(cfg, "process"), *l = json_object_get(cfg, "linux");
+	const json_t *sc = json_object_get(l, "seccomp"), *rules = json_object_get(sc, "syscalls");
+	bool allows_read = false, allows_mount = false;
+
+	for (size_t i = 0; i < 4; i++) {
+		static const char *const sets[] = { "bounding", "effective", "permitted", "ambient" };
+		const json_t *set = json_object_get(json_object_get(proc, "capabilities"), sets[i]);
+
+		CHECK(json_is_array(set));
+		CHECK_EQ(json_array_size(set), 0);
+	}
+	CHECK(json_is_true(json_object_get(proc, "noNewPrivileges")));
+	CHECK_EQ(json_integer_value(json_object_get(json_object_get(proc, "user"), "uid")), 0);
+	CHECK_STR(env_value(json_object_get(proc, "env"), "HOME"), "/tmp");
+	CHECK(has_string(json_object_get(l, "maskedPaths"), "/etc/shadow"));
+	CHECK(has_string(json_object_get(l, "maskedPaths"), "/etc/gshadow"));
+	CHECK_STR(json_string_value(json_object_get(sc, "defaultAction")), "SCMP_ACT_ERRNO");
+	for (size_t i = 0; i < json_array_size(rules); i++) {
+		const json_t *r = json_array_get(rules, i);
+
+		if (strcmp(json_string_value(json_object_get(r, "action")) ?: "", "SCMP_ACT_ALLOW"))
+			continue;
+		allows_read |= has_string(json_object_get(r, "names"), "read");
+		allows_mount |= has_string(json_object_get(r, "names"), "mount") ||
+				has_string(json_object_get(r, "names"), "unshare") ||
+				has_string(json_object_get(r, "names"), "chroot");
+	}
+	CHECK(allows_read && !allows_mount);
+}
+
 int main(void)
 {
 	char dir[] = "/tmp/test_oci.XXXXXX", bundle[PATH_MAX], p[PATH_MAX + 64], link[PATH_MAX];
@@ -285,7 +340,7 @@ int main(void)
 	/* The rootfs skeleton, with the host's top-level symlinks. */
 	snprintf(p, sizeof(p), "%s/rootfs", bundle);
 	CHECK_STR(json_string_value(json_object_get(json_object_get(cfg, "root"), "path")), p);
-	CHECK(json_is_false(json_object_get(json_object_get(cfg, "root"), "readonly")));
+	CHECK(json_is_true(json_object_get(json_object_get(cfg, "root"), "readonly")));
 	static const char *const dirs[] = { "usr", "etc", "root", "opt", "proc", "dev", "sys", "tmp" };
 	for (size_t i = 0; i < ARRAY_SIZE(dirs); i++) {
 		struct stat st;
@@ -315,13 +370,15 @@ int main(void)
 	CHECK(find_mount(mounts, "/dev/pts") && find_mount(mounts, "/dev/shm") &&
 	      find_mount(mounts, "/sys"));
 	CHECK(has_opt(find_mount(mounts, "/sys"), "ro"));
-	static const char *const ro_binds[] = { "/usr", "/etc", "/root" };
+	static const char *const ro_binds[] = { "/usr", "/etc" };
 	for (size_t i = 0; i < ARRAY_SIZE(ro_binds); i++) {
 		m = find_mount(mounts, ro_binds[i]);
 		CHECK(m);
 		CHECK_STR(json_string_value(json_object_get(m, "source")), ro_binds[i]);
 		CHECK(has_opt(m, "bind") && has_opt(m, "ro") && !has_opt(m, "rbind"));
 	}
+	/* The host's root user's home is not a function's. */
+	CHECK(!find_mount(mounts, "/root"));
 	/* A submount like /usr/local/nvidia comes only for GPU functions. */
 	CHECK(!find_mount(mounts, "/usr/local/nvidia"));
 	m = find_mount(mounts, "/srv/fn");
@@ -341,6 +398,7 @@ int main(void)
 	CHECK_STR(json_string_value(json_object_get(l, "cgroupsPath")), "thaw/fn1");
 	CHECK_EQ(json_array_size(json_object_get(l, "devices")), 0);
 	CHECK(json_array_size(json_object_get(l, "maskedPaths")) > 0);
+	check_confined(cfg);
 
 	/* CRIU's configuration. */
 	const char *conf = json_string_value(
@@ -364,6 +422,34 @@ int main(void)
 	CHECK(text && strstr(text, "network-lock skip") && strstr(text, "manage-cgroups=ignore\n"));
 	free(text);
 	spec.restore = false;
+
+	/* Each loosening, explicitly. */
+	static char *const caps[] = { "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", NULL };
+	spec.sandbox = (struct oci_sandbox){ .writable_root = true, .no_seccomp = true,
+					     .new_privileges = true, .host_home = true,
+					     .capabilities = caps };
+	snprintf(bundle, sizeof(bundle), "%s/b-loose", dir);
+	CHECK_EQ(oci_bundle_write(bundle, &spec), 0);
+	snprintf(p, sizeof(p), "%s/config.json", bundle);
+	cfg = json_load_file(p, 0, &jerr);
+	CHECK(cfg);
+	proc = json_object_get(cfg, "process");
+	CHECK(json_is_false(json_object_get(json_object_get(cfg, "root"), "readonly")));
+	CHECK(json_is_false(json_object_get(proc, "noNewPrivileges")));
+	CHECK(!json_object_get(json_object_get(cfg, "linux"), "seccomp"));
+	CHECK(!env_value(json_object_get(proc, "env"), "HOME"));
+	CHECK(find_mount(json_object_get(cfg, "mounts"), "/root"));
+	for (size_t i = 0; i < 4; i++) {
+		static const char *const sets[] = { "bounding", "effective", "permitted", "ambient" };
+		json_t *set = json_object_get(json_object_get(proc, "capabilities"), sets[i]);
+
+		CHECK_EQ(json_array_size(set), 2);
+		CHECK_STR(json_string_value(json_array_get(set, 0)), "CAP_NET_BIND_SERVICE");
+	}
+	json_decref(cfg);
+	spec.sandbox = (struct oci_sandbox){ 0 };
+	CHECK(oci_capability_known("CAP_NET_BIND_SERVICE"));
+	CHECK(!oci_capability_known("CAP_SYS_ADMIN") && !oci_capability_known("CAP_SYS_PTRACE"));
 
 	/* A user's rootfs is used as it is; GPU functions list their devices. */
 	spec.rootfs = dir;

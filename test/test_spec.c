@@ -38,6 +38,45 @@ static void bad(const char *text, const char *field)
 	spec_free(s);
 }
 
+/* Confined unless loosened; a stored spec says every key of what it loosens,
+ * and says nothing when it loosens nothing. */
+static void check_sandbox(void)
+{
+	char err[256] = "";
+	struct func_spec *s, *s2 = NULL;
+	json_t *j, *sb;
+
+	s = parse("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"sandbox\":{\"seccomp\":true}}",
+		  NULL, err, sizeof(err));
+	REQUIRE(s);
+	CHECK(!s->sandbox.writable_root && !s->sandbox.no_seccomp && !s->sandbox.new_privileges &&
+	      !s->sandbox.host_home && !s->sandbox.capabilities);
+	j = spec_to_json(s);
+	CHECK(j && !json_object_get(j, "sandbox"));
+	json_decref(j);
+	spec_free(s);
+	s = parse("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"sandbox\":{"
+		  "\"writable_root\":true,\"seccomp\":false,\"no_new_privileges\":false,"
+		  "\"host_home\":true,\"capabilities\":[\"CAP_NET_BIND_SERVICE\"]}}",
+		  NULL, err, sizeof(err));
+	REQUIRE(s);
+	CHECK(s->sandbox.writable_root && s->sandbox.no_seccomp && s->sandbox.new_privileges &&
+	      s->sandbox.host_home);
+	CHECK(s->sandbox.capabilities && !strcmp(s->sandbox.capabilities[0], "CAP_NET_BIND_SERVICE") &&
+	      !s->sandbox.capabilities[1]);
+	j = spec_to_json(s);
+	sb = json_object_get(j, "sandbox");
+	CHECK(json_is_false(json_object_get(sb, "seccomp")) &&
+	      json_is_true(json_object_get(sb, "writable_root")) &&
+	      json_array_size(json_object_get(sb, "capabilities")) == 1);
+	CHECK_EQ(spec_parse(j, NULL, &s2, err, sizeof(err)), 0);
+	CHECK(s2 && s2->sandbox.no_seccomp && s2->sandbox.host_home && s2->sandbox.capabilities &&
+	      s2->sandbox.capabilities[0]);
+	spec_free(s2);
+	json_decref(j);
+	spec_free(s);
+}
+
 int main(void)
 {
 	char err[256];
@@ -193,6 +232,17 @@ int main(void)
 	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"elide_zero\":1}", "elide_zero");
 	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"lazy\":1}", "lazy");
 	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"colour\":\"red\"}", "colour");
+	/* The sandbox: only booleans and the default set of capabilities. */
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"sandbox\":true}", "sandbox");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"sandbox\":{\"root\":1}}",
+	    "sandbox: unknown key \"root\"");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"sandbox\":{\"seccomp\":0}}",
+	    "sandbox.seccomp");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,"
+	    "\"sandbox\":{\"capabilities\":[\"CAP_SYS_ADMIN\"]}}", "sandbox.capabilities[0]");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,"
+	    "\"sandbox\":{\"capabilities\":\"CAP_KILL\"}}", "sandbox.capabilities");
+	check_sandbox();
 
 	return check_failures ? 1 : 0;
 }

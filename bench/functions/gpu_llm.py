@@ -25,7 +25,7 @@ directory of its own python3 there).
 
 Inside a thaw container /tmp is a tmpfs that CRIU dumps with the process, so
 the weights must live elsewhere: the default model directory is
-/root/.cache/thaw-gpu-model/<shape> (bound read-only into the container).
+/opt/thaw-gpu-model/<shape> (bound read-only into the container).
 Prepare it on the host first:  python3 gpu_llm.py --prepare
 
   python3 gpu_llm.py [--port 8000] [--model-dir DIR] [size options]
@@ -78,7 +78,7 @@ def parse_args():
                                                   a.intermediate, a.vocab, a.max_positions,
                                                   a.seed)
     if not a.model_dir:
-        a.model_dir = os.path.join("/root/.cache/thaw-gpu-model", shape)
+        a.model_dir = os.path.join("/opt/thaw-gpu-model", shape)
     return a
 
 

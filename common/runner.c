@@ -279,9 +279,12 @@ static void describe_exit(const struct runc_call *call, char *buf, size_t len)
 }
 
 /* Log a failed call once, with the best explanation we have: CRIU's errors
- * (crit_log, when given), else runc's log or captured stderr. */
-static void report_failure(const char *what, const char *id, const struct runc_call *call,
-			   const char *crit_log)
+ * (crit_log, when given), else runc's log or captured stderr.  Returns what
+ * that says went wrong: -ENOSPC or -EDQUOT for a full disk or quota (CRIU's
+ * own words for its image writes), so that a caller can tell it from any
+ * other failure of the call (-EIO). */
+static int report_failure(const char *what, const char *id, const struct runc_call *call,
+			  const char *crit_log)
 {
 	char tail[TAIL_BYTES + 1] = "", how[48];
 
@@ -295,6 +298,11 @@ static void report_failure(const char *what, const char *id, const struct runc_c
 	if (!tail[0] && call->out)
 		tail_text(call->out, tail, sizeof(tail));
 	pr_err("runc %s %s failed (%s): %s", what, id, how, tail[0] ? tail : "no log");
+	if (strstr(tail, "No space left on device"))
+		return -ENOSPC;
+	if (strstr(tail, "Disk quota exceeded"))
+		return -EDQUOT;
+	return -EIO;
 }
 
 static int read_pid_file(const char *path, pid_t *pid)
@@ -387,8 +395,7 @@ int runner_run(const struct runner *r, const char *bundle, const char *id, const
 	if (ret)
 		goto out;
 	if (!call_ok(&call)) {
-		report_failure("run", id, &call, NULL);
-		ret = -EIO;
+		ret = report_failure("run", id, &call, NULL);
 		goto out;
 	}
 	ret = read_pid_file(pidfile, pid);
@@ -421,8 +428,7 @@ int runner_checkpoint(const struct runner *r, const char *id, const char *image_
 	snprintf(crit, sizeof(crit), "%s/dump.log", work_dir);
 	ret = runc_exec(r, args, &call);
 	if (!ret && !call_ok(&call)) {
-		report_failure("checkpoint", id, &call, crit);
-		ret = -EIO;
+		ret = report_failure("checkpoint", id, &call, crit);
 	}
 	call_release(&call);
 	return ret;
@@ -461,8 +467,7 @@ int runner_restore(const struct runner *r, const char *bundle, const char *id,
 	if (ret)
 		goto out;
 	if (!call_ok(&call)) {
-		report_failure("restore", id, &call, crit);
-		ret = -EIO;
+		ret = report_failure("restore", id, &call, crit);
 		goto out;
 	}
 	ret = read_pid_file(pidfile, pid);
@@ -509,8 +514,7 @@ int runner_delete(const struct runner *r, const char *id)
 	if (!call_ok(&call)) {
 		if (!container_exists(r, id))
 			goto out;
-		report_failure("delete", id, &call, NULL);
-		ret = -EIO;
+		ret = report_failure("delete", id, &call, NULL);
 	}
 out:
 	call_release(&call);
@@ -532,8 +536,7 @@ int runner_pids(const struct runner *r, const char *id, pid_t **pids, size_t *n)
 	if (ret)
 		return ret;
 	if (!call_ok(&call)) {
-		report_failure("ps", id, &call, NULL);
-		ret = -EIO;
+		ret = report_failure("ps", id, &call, NULL);
 		goto out;
 	}
 	arr = json_loads(call.out ? call.out : "", 0, &jerr);

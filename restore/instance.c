@@ -537,6 +537,7 @@ int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 	struct manifest *m = NULL;
 	struct func_spec *spec = NULL;
 	struct tier_lease *lease = NULL;
+	struct manifest *m2 = NULL; /* the manifest again, when the tier found data missing */
 	struct instance in = { 0 };
 	struct shim_opts so;
 	char dir[PATH_MAX], why[512], why_mode[160], mapped_src[PATH_MAX + 16], image[PATH_MAX + 16];
@@ -592,6 +593,10 @@ int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 	phase = "materialize";
 	tp = now_ns();
 	ret = tier_acquire(t, in.snapshot, &lease);
+	/* Data the manifest names is missing (a chunk, a pack, a pack's index)
+	 * while the manifest is there: the store is damaged, not the snapshot gone. */
+	if (ret == -ENOENT && store_manifest_load(s, in.snapshot, &m2, NULL) == 0)
+		ret = -EBADMSG;
 	if (ret)
 		goto fail;
 	in.t.materialize = ms_since(tp);
@@ -764,6 +769,7 @@ out:
 		atomic_fetch_sub(&gpu_starts_in_flight, 1);
 	free(x.cuda_pids);
 	spec_free(spec);
+	manifest_free(m2);
 	manifest_free(m);
 	return ret;
 }

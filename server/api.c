@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define STAT_MAX_AGE_NS (5ull * 1000 * 1000 * 1000)
 #define START_RETRY_AFTER    "1"
@@ -151,7 +152,7 @@ static int put_function(struct req *q)
 		}
 	}
 	if (ret) {
-		struct api_err e = api_err_from_errno(ret, 0);
+		struct api_err e = api_err_from_errno(ret);
 
 		return reply_error(q, e.status, e.code, "cannot check the spec: %s", err);
 	}
@@ -172,21 +173,59 @@ static int put_function(struct req *q)
 	return reply_json_hdr(q, created ? 201 : 200, j, "Location", loc);
 }
 
+static const char *record_id(json_t *rec)
+{
+	const char *id = json_string_value(json_object_get(rec, "instance"));
+
+	return id ? id : json_string_value(json_object_get(rec, "id"));
+}
+
+/* Whether rec is an instance that a start of this thawd is still making:
+ * that start stops it itself if its function is gone when it is done. */
+static bool own_start(json_t *rec)
+{
+	const char *state = json_string_value(json_object_get(rec, "state"));
+	json_t *pid = json_object_get(rec, "starter_pid");
+
+	return state && !strcmp(state, "starting") && json_is_integer(pid) &&
+	       json_integer_value(pid) == getpid();
+}
+
+/* Stop instance id, unless another request is stopping it: 0, -EALREADY
+ * (another is: it will be gone when that one is done), or instance_stop's
+ * error (-ENOENT: no record, already stopped). */
+static int stop_instance(struct server *s, const char *id)
+{
+	int ret = insts_claim(s->insts, id);
+
+	if (ret)
+		return ret;
+	log_clear_error();
+	ret = instance_stop(&s->cfg, id);
+	if (ret != -EBUSY) /* EBUSY: what is left stays recorded, and tracked */
+		insts_remove(s->insts, id);
+	insts_release(s->insts, id);
+	return ret;
+}
+
 /* Stop the instances of function (all of them: this thawd's, and those on
- * disk that name it).  Returns how many were stopped. */
+ * disk that name it), but for those its starts in progress are making.
+ * Returns how many were stopped. */
 static size_t stop_function_instances(struct server *s, const char *function)
 {
 	struct inst_ref *refs = NULL;
 	json_t *list = NULL, *rec;
 	size_t n = 0, stopped = 0, i;
+	int ret;
 
 	if (insts_take(s->insts, function, &refs, &n) == 0) {
 		for (i = 0; i < n; i++) {
-			if (instance_stop(&s->cfg, refs[i].id) == 0)
+			ret = stop_instance(s, refs[i].id);
+			if (ret == 0)
 				stopped++;
-			else
+			else if (ret != -EALREADY && ret != -ENOENT)
 				pr_warn("stop instance %s of %s: %s", refs[i].id, function,
-					log_last_error());
+					why(ret));
 		}
 	}
 	free(refs);
@@ -194,12 +233,10 @@ static size_t stop_function_instances(struct server *s, const char *function)
 		json_array_foreach(list, i, rec)
 		{
 			const char *fn = json_string_value(json_object_get(rec, "function"));
-			const char *id = json_string_value(json_object_get(rec, "instance"));
+			const char *id = record_id(rec);
 
-			if (!id)
-				id = json_string_value(json_object_get(rec, "id"));
-			if (fn && id && !strcmp(fn, function) && id_valid(id) &&
-			    instance_stop(&s->cfg, id) == 0)
+			if (fn && id && !strcmp(fn, function) && id_valid(id) && !own_start(rec) &&
+			    stop_instance(s, id) == 0)
 				stopped++;
 		}
 	}
@@ -364,7 +401,7 @@ static int post_snapshot(struct req *q)
 	if (jobs_get_json(s->jobs, jid, &j, &jerr))
 		return reply_error(q, 500, "internal", "job %s vanished", jid);
 	if (jerr) {
-		struct api_err e = api_err_from_errno(jerr, 0);
+		struct api_err e = api_err_from_errno(jerr);
 		const char *msg = json_string_value(
 			json_object_get(json_object_get(j, "error"), "message"));
 		int r = reply_error(q, e.status, e.code, "%s", msg ? msg : strerror(-jerr));
@@ -400,6 +437,58 @@ static int start_failed(struct req *q, unsigned status, const char *code, const 
 	metrics_start_failed(q->srv->metrics, q->route.id, code);
 	return reply_error_hdr(q, status, hname, hvalue, code, "start of %s: %s", q->route.id,
 			       msg);
+}
+
+/* A start of snapshot snap failed with err: the answer.  A start that lost
+ * a race says what the race left: the function deleted meanwhile (404 for
+ * whatever failed), or, where something was missing (ENOENT), its snapshot
+ * forgotten (409 no_snapshot) or replaced (409 conflict).  ENOENT with the
+ * same snapshot still current is the store's loss: its manifest gone (500
+ * damaged), or something else (500 internal).  Damaged data (EBADMSG: a
+ * chunk, a pack index, a manifest, or a chunk the manifest names that is
+ * nowhere) marks the snapshot damaged in the registry. */
+static int start_lost(struct req *q, const char *snap, int err)
+{
+	struct server *s = q->srv;
+	const char *fn = q->route.id;
+	char cur[CHUNK_ID_LEN], msg[1024];
+	enum snap_state st = SNAP_NONE;
+	struct manifest *m = NULL;
+	struct api_err e;
+	int ret;
+
+	snprintf(msg, sizeof(msg), "%s", why(err));
+	pr_warn("start of %s failed: %s", fn, msg);
+	ret = registry_ready_snapshot(s->reg, fn, cur, &st);
+	if (ret == -ENOENT)
+		return start_failed(q, 404, "not_found", NULL, NULL,
+				    "the function was deleted during the start");
+	if (err == -ENOENT && ret == -ENODATA)
+		return start_failed(q, 409, "no_snapshot", NULL, NULL,
+				    "the function's snapshot was forgotten during the start (its "
+				    "spec changed)");
+	if (err == -ENOENT && strcmp(cur, snap))
+		return start_failed(q, 409, "conflict", NULL, NULL,
+				    "the function's snapshot was replaced during the start; start "
+				    "again");
+	if (err == -ENOENT) {
+		ret = store_manifest_load(s->store, snap, &m, NULL);
+		manifest_free(m);
+		if (ret == -ENOENT || ret == -EBADMSG) {
+			err = -EBADMSG;
+			snprintf(msg, sizeof(msg), "snapshot %s: its manifest is %s", snap,
+				 ret == -ENOENT ? "missing from the store" : "damaged");
+		}
+	}
+	e = api_err_from_errno(err);
+	if (err == -EBADMSG) {
+		ret = registry_snapshot_damaged(s->reg, fn, snap, msg);
+		if (ret && ret != -ENOENT)
+			pr_warn("function %s: cannot mark snapshot %s damaged: %s", fn, snap,
+				strerror(-ret));
+	}
+	return start_failed(q, e.status, e.code, e.status == 503 ? "Retry-After" : NULL,
+			    START_RETRY_AFTER, msg);
 }
 
 static int post_start(struct req *q)
@@ -439,28 +528,25 @@ static int post_start(struct req *q)
 	log_clear_error();
 	ret = instance_start(&s->cfg, s->store, s->tier, snap, INSTANCE_MODE_AUTO, &in);
 	atomic_fetch_sub(&s->starts_running, 1);
-	if (ret) {
-		struct api_err e = api_err_from_errno(ret, 1);
-
-		pr_warn("start of %s failed: %s", fn, why(ret));
-		return start_failed(q, e.status, e.code, e.status == 503 ? "Retry-After" : NULL,
-				    START_RETRY_AFTER, why(ret));
-	}
+	if (ret)
+		return start_lost(q, snap, ret);
 	snprintf(in.function, sizeof(in.function), "%s", fn);
 	if (insts_add(s->insts, in.id, fn, in.pid))
 		pr_warn("instance %s is not tracked (out of memory)", in.id);
 	if (!registry_exists(s->reg, fn)) {
-		/* Deleted while we restored: the delete may have missed it. */
+		/* Deleted while we restored: the delete left this start's
+		 * instance to it (own_start), or is stopping it now. */
 		insts_remove(s->insts, in.id);
-		instance_stop(&s->cfg, in.id);
+		stop_instance(s, in.id);
 		return start_failed(q, 404, "not_found", NULL, NULL,
-				    "the function was deleted during the start");
+				    "the function was deleted during the start; its instance "
+				    "is stopped");
 	}
 	if (req_client_gone(q)) {
 		/* The gateway gave up (its timeout): nobody will ever use or
 		 * delete this instance, so it must not outlive the request. */
 		insts_remove(s->insts, in.id);
-		instance_stop(&s->cfg, in.id);
+		stop_instance(s, in.id);
 		pr_warn("start of %s: the client closed the connection before the answer; "
 			"instance %s stopped",
 			fn, in.id);
@@ -479,13 +565,6 @@ static int post_start(struct req *q)
 
 /* ---- instances ---- */
 
-static const char *record_id(json_t *rec)
-{
-	const char *id = json_string_value(json_object_get(rec, "instance"));
-
-	return id ? id : json_string_value(json_object_get(rec, "id"));
-}
-
 static int get_instances(struct req *q, const char *one)
 {
 	json_t *list = NULL, *rec, *found = NULL;
@@ -494,7 +573,7 @@ static int get_instances(struct req *q, const char *one)
 
 	ret = instance_list(&q->srv->cfg, &list);
 	if (ret) {
-		struct api_err e = api_err_from_errno(ret, 0);
+		struct api_err e = api_err_from_errno(ret);
 
 		return reply_error(q, e.status, e.code, "cannot list instances: %s", why(ret));
 	}
@@ -515,20 +594,69 @@ static int get_instances(struct req *q, const char *one)
 	return reply_json(q, 200, found);
 }
 
-static int delete_instance(struct req *q)
+/* The record of instance id (a new reference) with its state, as GET
+ * /instances shows it: 0, -ENOENT, or instance_list's error. */
+static int find_record(struct server *s, const char *id, json_t **out)
 {
+	json_t *list = NULL, *rec;
+	size_t i;
 	int ret;
 
-	log_clear_error();
-	ret = instance_stop(&q->srv->cfg, q->route.id);
-	insts_remove(q->srv->insts, q->route.id);
-	if (ret == -ENOENT)
-		return reply_error(q, 404, "not_found", "no instance %s", q->route.id);
-	if (ret) {
-		struct api_err e = api_err_from_errno(ret, 0);
+	*out = NULL;
+	ret = instance_list(&s->cfg, &list);
+	if (ret)
+		return ret;
+	json_array_foreach(list, i, rec)
+	{
+		const char *rid = record_id(rec);
 
-		return reply_error(q, e.status, e.code, "cannot stop instance %s: %s",
-				   q->route.id, why(ret));
+		if (rid && !strcmp(rid, id)) {
+			*out = json_incref(rec);
+			break;
+		}
+	}
+	json_decref(list);
+	return *out ? 0 : -ENOENT;
+}
+
+static int delete_instance(struct req *q)
+{
+	const char *id = q->route.id;
+	const char *state;
+	json_t *rec = NULL;
+	bool starting;
+	int ret;
+
+	/* A start in progress owns what it has made so far: tearing that
+	 * down under it would only make it fail.  Once it has answered, the
+	 * instance is there to stop. */
+	log_clear_error();
+	ret = find_record(q->srv, id, &rec);
+	state = json_string_value(json_object_get(rec, "state"));
+	starting = state && !strcmp(state, "starting");
+	json_decref(rec);
+	if (ret == -ENOENT)
+		return reply_error(q, 404, "not_found", "no instance %s", id);
+	if (ret) {
+		struct api_err e = api_err_from_errno(ret);
+
+		return reply_error(q, e.status, e.code, "cannot list instances: %s", why(ret));
+	}
+	if (starting)
+		return reply_error(q, 409, "conflict",
+				   "instance %s is starting; stop it once its start has answered",
+				   id);
+	ret = stop_instance(q->srv, id);
+	if (ret == -EALREADY)
+		return reply_error(q, 409, "conflict",
+				   "instance %s is being stopped by another request", id);
+	if (ret == -ENOENT)
+		return reply_error(q, 404, "not_found", "no instance %s", id);
+	if (ret) {
+		struct api_err e = api_err_from_errno(ret);
+
+		return reply_error(q, e.status, e.code, "cannot stop instance %s: %s", id,
+				   why(ret));
 	}
 	return reply_empty(q, 204);
 }

@@ -4,7 +4,7 @@
 
 #include <errno.h>
 
-struct api_err api_err_from_errno(int err, int start)
+struct api_err api_err_from_errno(int err)
 {
 	if (err < 0)
 		err = -err;
@@ -32,11 +32,9 @@ struct api_err api_err_from_errno(int err, int start)
 	case ENODEV:
 		/* A part of thaw or of the host (a GPU driver) is missing. */
 		return (struct api_err){ 503, "unavailable" };
-	case ENOENT:
-		if (start)
-			return (struct api_err){ 409, "no_snapshot" };
-		return (struct api_err){ 500, "internal" };
 	default:
+		/* ENOENT among them: what is missing decides what it means (a
+		 * start judges it itself: api.c, start_lost). */
 		return (struct api_err){ 500, "internal" };
 	}
 }

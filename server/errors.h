@@ -14,8 +14,11 @@ struct api_err {
 	const char *code;
 };
 
-/* start: the error of a start (-ENOENT there means the snapshot vanished:
- * 409); otherwise that of a snapshot or another action. */
-struct api_err api_err_from_errno(int err, int start);
+/* The status and code of a failed start, snapshot or stop (err: -errno or
+ * errno).  One meaning per code: ETIMEDOUT 504 timeout; ENOSPC, EDQUOT 507
+ * no_space; EBADMSG 500 damaged; EAGAIN, EBUSY, ENOMEM, EMFILE, ENFILE 503
+ * no_capacity; ENOSYS, EOPNOTSUPP, ENODEV 503 unavailable; anything else
+ * (ENOENT included) 500 internal. */
+struct api_err api_err_from_errno(int err);
 
 #endif

@@ -18,6 +18,9 @@ struct insts {
 	pthread_mutex_t lock;
 	struct entry *e;
 	size_t n, cap;
+	/* Ids being stopped (insts_claim): few at a time. */
+	char (*claimed)[64];
+	size_t nclaimed, capclaimed;
 };
 
 struct insts *insts_new(void)
@@ -34,6 +37,7 @@ void insts_free(struct insts *t)
 	if (!t)
 		return;
 	free(t->e);
+	free(t->claimed);
 	pthread_mutex_destroy(&t->lock);
 	free(t);
 }
@@ -137,4 +141,44 @@ int insts_function(struct insts *t, const char *id, char function[64])
 	}
 	pthread_mutex_unlock(&t->lock);
 	return ret;
+}
+
+int insts_claim(struct insts *t, const char *id)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&t->lock);
+	for (size_t i = 0; i < t->nclaimed; i++) {
+		if (!strcmp(t->claimed[i], id)) {
+			ret = -EALREADY;
+			goto out;
+		}
+	}
+	if (t->nclaimed == t->capclaimed) {
+		size_t cap = t->capclaimed ? t->capclaimed * 2 : 16;
+		char(*c)[64] = realloc(t->claimed, cap * sizeof(*c));
+
+		if (!c) {
+			ret = -ENOMEM;
+			goto out;
+		}
+		t->claimed = c;
+		t->capclaimed = cap;
+	}
+	snprintf(t->claimed[t->nclaimed++], sizeof(t->claimed[0]), "%s", id);
+out:
+	pthread_mutex_unlock(&t->lock);
+	return ret;
+}
+
+void insts_release(struct insts *t, const char *id)
+{
+	pthread_mutex_lock(&t->lock);
+	for (size_t i = 0; i < t->nclaimed; i++) {
+		if (!strcmp(t->claimed[i], id)) {
+			memmove(t->claimed[i], t->claimed[--t->nclaimed], sizeof(t->claimed[0]));
+			break;
+		}
+	}
+	pthread_mutex_unlock(&t->lock);
 }

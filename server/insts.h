@@ -4,7 +4,8 @@
  * The records on disk (restore/instance.h: instance_list) are what GET
  * /instances shows; this table is what thawd itself needs: which instances a
  * function has (DELETE /functions/<id> stops them), how many run (metrics),
- * which to stop when thawd stops.  Thread-safe.
+ * which to stop when thawd stops; and which are being stopped now.
+ * Thread-safe.
  */
 #ifndef THAW_SERVER_INSTS_H
 #define THAW_SERVER_INSTS_H
@@ -33,5 +34,12 @@ int insts_take(struct insts *t, const char *function, struct inst_ref **out, siz
 size_t insts_count(struct insts *t, size_t *alive);
 /* The function of instance id into function (64 bytes); -ENOENT. */
 int insts_function(struct insts *t, const char *id, char function[64]);
+
+/* Stops: one at a time per instance, whoever asks (DELETE /instances/<iid>,
+ * DELETE /functions/<id>, a start that stops its own instance), so that two
+ * never tear down one instance together.  Claim id before stopping it: 0, or
+ * -EALREADY while another holds it.  Release it once stopped (or not). */
+int insts_claim(struct insts *t, const char *id);
+void insts_release(struct insts *t, const char *id);
 
 #endif

@@ -263,7 +263,7 @@ static json_t *job_json(const struct job *j)
 	json_t *error = json_null(), *result;
 
 	if (j->state == JOB_FAILED) {
-		struct api_err e = api_err_from_errno(j->err, 0);
+		struct api_err e = api_err_from_errno(j->err);
 
 		error = json_pack("{s:s, s:s}", "code", e.code, "message",
 				  j->message ? j->message : "failed");

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define REGISTRY_VERSION  1
@@ -28,6 +29,10 @@ struct entry {
 	char job[64];
 	uint64_t image_bytes, stored_bytes;
 	json_t *timings; /* NULL if none */
+	/* The current snapshot's stored data failed a start (registry.h):
+	 * when (RFC 3339) and what; "" and NULL when it did not. */
+	char damaged_at[32];
+	char *damaged_what;
 };
 
 struct registry {
@@ -62,7 +67,16 @@ static void entry_free(struct entry *e)
 	json_decref(e->spec);
 	json_decref(e->timings);
 	free(e->error);
+	free(e->damaged_what);
 	free(e);
+}
+
+/* The current snapshot is no longer marked damaged (a new one, or none). */
+static void entry_clear_damaged(struct entry *e)
+{
+	e->damaged_at[0] = '\0';
+	free(e->damaged_what);
+	e->damaged_what = NULL;
 }
 
 /* Forget the snapshot state of e (back to "none"). */
@@ -76,6 +90,7 @@ static void entry_clear_snapshot(struct entry *e)
 	e->image_bytes = e->stored_bytes = 0;
 	json_decref(e->timings);
 	e->timings = NULL;
+	entry_clear_damaged(e);
 }
 
 static json_t *str_or_null(const char *s)
@@ -86,12 +101,16 @@ static json_t *str_or_null(const char *s)
 static json_t *snapshot_json(const struct entry *e)
 {
 	json_t *timings = e->timings ? json_deep_copy(e->timings) : json_null();
+	json_t *damaged =
+	    e->damaged_what ? json_pack("{s:s, s:s}", "at", e->damaged_at, "what", e->damaged_what)
+			    : json_null();
 
 	/* json_pack's "o" steals the references it is given, also on failure. */
-	return json_pack("{s:s, s:o, s:o, s:o, s:I, s:I, s:o}", "state", snap_state_name(e->state),
-			 "id", str_or_null(e->snap_id), "error", str_or_null(e->error), "job",
-			 str_or_null(e->job), "image_bytes", (json_int_t)e->image_bytes,
-			 "stored_bytes", (json_int_t)e->stored_bytes, "timings_ms", timings);
+	return json_pack("{s:s, s:o, s:o, s:o, s:I, s:I, s:o, s:o}", "state",
+			 snap_state_name(e->state), "id", str_or_null(e->snap_id), "error",
+			 str_or_null(e->error), "job", str_or_null(e->job), "image_bytes",
+			 (json_int_t)e->image_bytes, "stored_bytes", (json_int_t)e->stored_bytes,
+			 "timings_ms", timings, "damaged", damaged);
 }
 
 /* What GET /functions/<id> answers: the spec's fields plus "snapshot". */
@@ -238,6 +257,16 @@ static struct entry *entry_load(const char *path, const char *id)
 	v = json_object_get(snap, "timings_ms");
 	if (json_is_object(v) && !(e->timings = json_deep_copy(v)))
 		goto bad;
+	/* A mark of damage belongs to a current snapshot; one without either
+	 * part is dropped rather than the function. */
+	v = json_object_get(snap, "damaged");
+	if (e->snap_id[0] && json_is_string(json_object_get(v, "what")) &&
+	    json_is_string(json_object_get(v, "at"))) {
+		snprintf(e->damaged_at, sizeof(e->damaged_at), "%s",
+			 json_string_value(json_object_get(v, "at")));
+		if (!(e->damaged_what = strdup(json_string_value(json_object_get(v, "what")))))
+			goto bad;
+	}
 	json_decref(j);
 	free(buf);
 	return e;
@@ -537,6 +566,8 @@ int registry_snapshot_end(struct registry *r, const char *id, const char *job_id
 			memcpy(forgot, e->snap_id, CHUNK_ID_LEN);
 		json_decref(e->timings);
 		e->timings = timings_ms ? json_deep_copy(timings_ms) : NULL;
+		if (strcmp(e->snap_id, snapshot_id))
+			entry_clear_damaged(e);
 		e->state = SNAP_READY;
 		snprintf(e->snap_id, sizeof(e->snap_id), "%s", snapshot_id);
 		e->image_bytes = image_bytes;
@@ -548,6 +579,36 @@ int registry_snapshot_end(struct registry *r, const char *id, const char *job_id
 	ret = entry_persist(r, e);
 out:
 	pthread_mutex_unlock(&r->lock);
+	return ret;
+}
+
+int registry_snapshot_damaged(struct registry *r, const char *id, const char *snapshot_id,
+			      const char *what)
+{
+	char at[32], *copy = strdup(what && *what ? what : "damaged");
+	time_t now = time(NULL);
+	struct tm tm;
+	struct entry *e;
+	int ret = 0;
+
+	if (!copy)
+		return -ENOMEM;
+	if (!gmtime_r(&now, &tm) || !strftime(at, sizeof(at), "%Y-%m-%dT%H:%M:%SZ", &tm))
+		snprintf(at, sizeof(at), "1970-01-01T00:00:00Z");
+	pthread_mutex_lock(&r->lock);
+	e = find(r, id, NULL);
+	if (!e || strcmp(e->snap_id, snapshot_id)) {
+		ret = -ENOENT;
+		goto out;
+	}
+	free(e->damaged_what);
+	e->damaged_what = copy;
+	copy = NULL;
+	snprintf(e->damaged_at, sizeof(e->damaged_at), "%s", at);
+	ret = entry_persist(r, e);
+out:
+	pthread_mutex_unlock(&r->lock);
+	free(copy);
 	return ret;
 }
 

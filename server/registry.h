@@ -7,7 +7,8 @@
  *	{"version":1, "spec":{…spec_to_json…},
  *	 "snapshot":{"state":"none|building|ready|failed", "id":"sha256:…"|null,
  *	             "error":"…"|null, "job":"…"|null, "image_bytes":N,
- *	             "stored_bytes":N, "timings_ms":{…}|null}}
+ *	             "stored_bytes":N, "timings_ms":{…}|null,
+ *	             "damaged":{"at":"<RFC 3339>","what":"…"}|null}}
  *
  * and GET /functions/<id> answers the spec's fields plus "snapshot".  On open,
  * a snapshot left "building" by an earlier thawd becomes "failed" with the
@@ -68,6 +69,12 @@ int registry_snapshot_begin(struct registry *r, const char *id, const char *job_
 int registry_snapshot_end(struct registry *r, const char *id, const char *job_id,
 			  const char *snapshot_id, uint64_t image_bytes, uint64_t stored_bytes,
 			  const json_t *timings_ms, const char *error, char *forgot);
+/* A start of snapshot_id, id's current snapshot, found its stored data
+ * damaged (what: the words naming the chunk, pack or manifest): mark it so,
+ * with the time, until a new snapshot replaces it or the spec changes.
+ * -ENOENT if id is gone or its current snapshot is another one by now. */
+int registry_snapshot_damaged(struct registry *r, const char *id, const char *snapshot_id,
+			      const char *what);
 /* The current snapshot of id into out (there is one while a re-snapshot
  * builds or after one failed); -ENOENT unknown function, -ENODATA none
  * (*state says the state of the latest attempt). */

@@ -7,6 +7,7 @@
 #include "common/util.h"
 #include "server/auth.h"
 #include "server/errors.h"
+#include "server/insts.h"
 #include "server/jobs.h"
 #include "server/metrics.h"
 #include "server/registry.h"
@@ -653,20 +654,113 @@ static void test_jobs(void)
 
 static void test_errors(void)
 {
-	CHECK_EQ(api_err_from_errno(-ETIMEDOUT, 1).status, 504);
+	CHECK_EQ(api_err_from_errno(-ETIMEDOUT).status, 504);
 	/* No space is 507 wherever it happens; damaged data has its own code. */
-	CHECK_EQ(api_err_from_errno(-ENOSPC, 1).status, 507);
-	CHECK_EQ(api_err_from_errno(-ENOSPC, 0).status, 507);
-	CHECK_STR(api_err_from_errno(-ENOSPC, 0).code, "no_space");
-	CHECK_EQ(api_err_from_errno(-EDQUOT, 0).status, 507);
-	CHECK_EQ(api_err_from_errno(-EBADMSG, 1).status, 500);
-	CHECK_STR(api_err_from_errno(-EBADMSG, 1).code, "damaged");
-	CHECK_EQ(api_err_from_errno(-EAGAIN, 1).status, 503);
-	CHECK_EQ(api_err_from_errno(-ENOSYS, 1).status, 503);
-	CHECK_EQ(api_err_from_errno(-ENOENT, 1).status, 409);
-	CHECK_EQ(api_err_from_errno(-ENOENT, 0).status, 500);
-	CHECK_EQ(api_err_from_errno(-EIO, 0).status, 500);
-	CHECK_STR(api_err_from_errno(-EIO, 0).code, "internal");
+	CHECK_EQ(api_err_from_errno(-ENOSPC).status, 507);
+	CHECK_STR(api_err_from_errno(ENOSPC).code, "no_space");
+	CHECK_EQ(api_err_from_errno(-EDQUOT).status, 507);
+	CHECK_EQ(api_err_from_errno(-EBADMSG).status, 500);
+	CHECK_STR(api_err_from_errno(-EBADMSG).code, "damaged");
+	CHECK_STR(api_err_from_errno(-EAGAIN).code, "no_capacity");
+	CHECK_EQ(api_err_from_errno(-EBUSY).status, 503);
+	CHECK_STR(api_err_from_errno(-ENOSYS).code, "unavailable");
+	CHECK_EQ(api_err_from_errno(-ENOSYS).status, 503);
+	/* ENOENT means nothing by itself: a start judges what was missing. */
+	CHECK_EQ(api_err_from_errno(-ENOENT).status, 500);
+	CHECK_STR(api_err_from_errno(-ENOENT).code, "internal");
+	CHECK_EQ(api_err_from_errno(-EIO).status, 500);
+	CHECK_STR(api_err_from_errno(-EIO).code, "internal");
+}
+
+/* One stop at a time per instance. */
+static void test_insts_claim(void)
+{
+	struct insts *t = insts_new();
+
+	REQUIRE(t);
+	CHECK_EQ(insts_claim(t, "fn-1"), 0);
+	CHECK_EQ(insts_claim(t, "fn-1"), -EALREADY);
+	CHECK_EQ(insts_claim(t, "fn-2"), 0);
+	insts_release(t, "fn-1");
+	CHECK_EQ(insts_claim(t, "fn-1"), 0);
+	CHECK_EQ(insts_claim(t, "fn-2"), -EALREADY);
+	for (int i = 0; i < 40; i++) { /* beyond the first allocation */
+		char id[16];
+
+		snprintf(id, sizeof(id), "x-%d", i);
+		CHECK_EQ(insts_claim(t, id), 0);
+	}
+	insts_release(t, "fn-2");
+	insts_release(t, "fn-2"); /* not held: nothing happens */
+	CHECK_EQ(insts_claim(t, "fn-2"), 0);
+	CHECK_EQ(insts_claim(t, "x-39"), -EALREADY);
+	insts_free(t);
+}
+
+/* The mark of a damaged snapshot: set for the current snapshot only,
+ * kept across a restart and a failed re-snapshot, cleared by a new
+ * snapshot or a new spec. */
+static void test_registry_damaged(void)
+{
+	char dir[256], snap[CHUNK_ID_LEN];
+	json_t *spec = json_pack("{s:[s], s:i}", "command", "x", "port", 8000);
+	json_t *spec2 = json_pack("{s:[s], s:i}", "command", "y", "port", 8000);
+	json_t *j, *d, *sp = NULL;
+	struct registry *r;
+	enum snap_state st;
+	bool created;
+
+	snprintf(dir, sizeof(dir), "%s/functions-damaged", tmpdir);
+	r = registry_open(dir);
+	REQUIRE(r);
+	REQUIRE(registry_put(r, "fn", spec, &created, NULL) == 0);
+	CHECK_EQ(registry_snapshot_damaged(r, "fn", SNAP1, "chunk x"), -ENOENT); /* none yet */
+	CHECK_EQ(registry_snapshot_damaged(r, "nope", SNAP1, "chunk x"), -ENOENT);
+	REQUIRE(registry_snapshot_begin(r, "fn", "job-1", &sp) == 0);
+	json_decref(sp);
+	REQUIRE(registry_snapshot_end(r, "fn", "job-1", SNAP1, 1, 1, NULL, NULL, NULL) == 0);
+	CHECK_EQ(registry_get_json(r, "fn", &j), 0);
+	CHECK(json_is_null(json_object_get(json_object_get(j, "snapshot"), "damaged")));
+	json_decref(j);
+	CHECK_EQ(registry_snapshot_damaged(r, "fn", SNAP2, "chunk x"), -ENOENT); /* not current */
+	CHECK_EQ(registry_snapshot_damaged(r, "fn", SNAP1, "chunk sha256:ab is corrupt"), 0);
+	registry_free(r);
+
+	r = registry_open(dir);
+	REQUIRE(r);
+	CHECK_EQ(registry_get_json(r, "fn", &j), 0);
+	d = json_object_get(json_object_get(j, "snapshot"), "damaged");
+	CHECK_STR(json_string_value(json_object_get(d, "what")), "chunk sha256:ab is corrupt");
+	CHECK(json_is_string(json_object_get(d, "at")) &&
+	      strlen(json_string_value(json_object_get(d, "at"))) == 20);
+	CHECK_STR(json_string_value(json_object_get(json_object_get(j, "snapshot"), "state")),
+		  "ready");
+	json_decref(j);
+	/* The snapshot still serves starts: a tier may hold a sound copy. */
+	CHECK_EQ(registry_ready_snapshot(r, "fn", snap, &st), 0);
+	/* A failed re-snapshot leaves the damaged one current, and marked. */
+	REQUIRE(registry_snapshot_begin(r, "fn", "job-2", &sp) == 0);
+	json_decref(sp);
+	REQUIRE(registry_snapshot_end(r, "fn", "job-2", NULL, 0, 0, NULL, "it broke", NULL) == 0);
+	CHECK_EQ(registry_get_json(r, "fn", &j), 0);
+	CHECK(json_is_object(json_object_get(json_object_get(j, "snapshot"), "damaged")));
+	json_decref(j);
+	/* A new snapshot clears it. */
+	REQUIRE(registry_snapshot_begin(r, "fn", "job-3", &sp) == 0);
+	json_decref(sp);
+	REQUIRE(registry_snapshot_end(r, "fn", "job-3", SNAP2, 1, 1, NULL, NULL, NULL) == 0);
+	CHECK_EQ(registry_get_json(r, "fn", &j), 0);
+	CHECK(json_is_null(json_object_get(json_object_get(j, "snapshot"), "damaged")));
+	json_decref(j);
+	/* So does a new spec (the snapshot goes with it). */
+	CHECK_EQ(registry_snapshot_damaged(r, "fn", SNAP2, "manifest gone"), 0);
+	REQUIRE(registry_put(r, "fn", spec2, &created, NULL) == 0);
+	CHECK_EQ(registry_get_json(r, "fn", &j), 0);
+	CHECK(json_is_null(json_object_get(json_object_get(j, "snapshot"), "damaged")));
+	json_decref(j);
+	registry_free(r);
+	json_decref(spec);
+	json_decref(spec2);
 }
 
 int main(void)
@@ -683,6 +777,8 @@ int main(void)
 	test_registry();
 	test_jobs();
 	test_errors();
+	test_insts_claim();
+	test_registry_damaged();
 	rm_rf(tmpdir);
 	return check_failures ? 1 : 0;
 }

@@ -521,6 +521,29 @@ out:
 	return ret;
 }
 
+/* runc pause|resume id: what, the word runc takes. */
+static int freezer_call(const struct runner *r, const char *what, const char *id)
+{
+	struct runc_call call = { .fd = { -1, -1, -1 }, .timeout_s = SHORT_TIMEOUT_S };
+	const char *args[] = { what, id, NULL };
+	int ret = runc_exec(r, args, &call);
+
+	if (!ret && !call_ok(&call))
+		ret = report_failure(what, id, &call, NULL);
+	call_release(&call);
+	return ret;
+}
+
+int runner_pause(const struct runner *r, const char *id)
+{
+	return freezer_call(r, "pause", id);
+}
+
+int runner_resume(const struct runner *r, const char *id)
+{
+	return freezer_call(r, "resume", id);
+}
+
 int runner_pids(const struct runner *r, const char *id, pid_t **pids, size_t *n)
 {
 	struct runc_call call = { .fd = { -1, -1, -1 }, .timeout_s = SHORT_TIMEOUT_S };

@@ -41,6 +41,9 @@ int runner_restore(const struct runner *r, const char *bundle, const char *id,
 		   pid_t *pid);
 /* runc kill id KILL; runc delete -f id.  A missing container is fine. */
 int runner_delete(const struct runner *r, const char *id);
+/* runc pause id (every process frozen by the cgroup freezer), runc resume id. */
+int runner_pause(const struct runner *r, const char *id);
+int runner_resume(const struct runner *r, const char *id);
 /* The pids of every process in container id (runc ps), host pids. */
 int runner_pids(const struct runner *r, const char *id, pid_t **pids, size_t *n);
 

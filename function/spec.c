@@ -16,7 +16,7 @@
 
 static const char *const known_keys[] = { "id",	   "command", "env",	 "cwd",	    "bundle",
 					  "port",  "ready",   "warmup",	 "prepare", "gpu",
-					  "elide_zero", "lazy", "sandbox" };
+					  "elide_zero", "lazy", "sandbox", "standby" };
 static const char *const sandbox_keys[] = { "writable_root", "seccomp", "no_new_privileges",
 					    "host_home", "capabilities" };
 
@@ -382,6 +382,11 @@ static int parse_fields(const json_t *j, const char *id, struct func_spec *s, ch
 	if (v && !json_is_null(v) && !json_is_boolean(v))
 		return fail(err, errlen, "lazy: must be true or false");
 	s->lazy = !v || json_is_null(v) ? SPEC_LAZY_UNSET : json_is_true(v) ? SPEC_LAZY : SPEC_EAGER;
+	v = json_object_get(j, "standby");
+	if (v && (!json_is_integer(v) || json_integer_value(v) < 0 ||
+		  json_integer_value(v) > SPEC_MAX_STANDBY))
+		return fail(err, errlen, "standby: must be an integer from 0 to %d", SPEC_MAX_STANDBY);
+	s->standby = v ? (unsigned)json_integer_value(v) : 0;
 	return parse_sandbox(json_object_get(j, "sandbox"), &s->sandbox, err, errlen);
 }
 
@@ -476,6 +481,8 @@ json_t *spec_to_json(const struct func_spec *s)
 	json_object_set_new(j, "elide_zero", json_boolean(s->elide_zero));
 	if (s->lazy != SPEC_LAZY_UNSET)
 		json_object_set_new(j, "lazy", json_boolean(s->lazy == SPEC_LAZY));
+	if (s->standby)
+		json_object_set_new(j, "standby", json_integer(s->standby));
 	if (sandbox_loosened(&s->sandbox))
 		json_object_set_new(j, "sandbox", sandbox_to_json(&s->sandbox));
 	json_decref(cmd);

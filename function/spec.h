@@ -13,6 +13,8 @@
 #include "common/oci.h"
 
 enum ready_kind { READY_HTTP, READY_TCP };
+
+#define SPEC_MAX_STANDBY 64
 /* "lazy": absent (thawd's or the start's choice), false, true. */
 enum spec_lazy { SPEC_LAZY_UNSET, SPEC_EAGER, SPEC_LAZY };
 
@@ -40,6 +42,9 @@ struct func_spec {
 	 * (store/criu_elide.h); "elide_zero", default true. */
 	bool elide_zero;
 	enum spec_lazy lazy;  /* restore with CRIU lazy-pages (pages on demand) */
+	/* "standby": how many instances thawd keeps restored ahead of the
+	 * requests (server/standby.h); 0 to SPEC_MAX_STANDBY. */
+	unsigned standby;
 	/* "sandbox": what is loosened for this function (all false: confined;
 	 * sandbox.capabilities is owned here). */
 	struct oci_sandbox sandbox;

@@ -86,6 +86,9 @@ struct start_ctx {
 	pid_t holder;
 	unsigned long long holder_start;
 	char mapped_empty[PATH_MAX + 16];
+	/* A standby: its snapshot's meta (spec, GPUs, CUDA pids), recorded for
+	 * instance_activate, which then needs no manifest. */
+	const json_t *standby_meta;
 };
 
 /* A path into buf; -ENAMETOOLONG (logged) if it does not fit. */
@@ -149,6 +152,10 @@ static json_t *timings_json(const struct instance *in)
 			      "gpu_restore", ms3(t->gpu_restore), "ready", ms3(t->ready), "total",
 			      ms3(t->total));
 
+	if (j && t->resume > 0 && json_object_set_new(j, "resume", json_real(ms3(t->resume)))) {
+		json_decref(j);
+		return NULL;
+	}
 	/* lazy_done: null until the daemon has served every page. */
 	if (j && in->lazy &&
 	    (json_object_set_new(j, "lazy_done",
@@ -162,11 +169,12 @@ static json_t *timings_json(const struct instance *in)
 
 json_t *instance_to_json(const struct instance *in)
 {
-	json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:I,s:s,s:s,s:b,s:o*}", "instance", in->id,
+	json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:I,s:s,s:s,s:b,s:b,s:o*}", "instance", in->id,
 			      "function", in->function, "snapshot", in->snapshot, "endpoint",
 			      in->endpoint, "pid", (json_int_t)in->pid, "tier",
 			      in->tier_hit ? "ram" : "disk", "pages", in->pages ? in->pages : "eager",
-			      "lazy", in->lazy, "timings_ms", timings_json(in));
+			      "lazy", in->lazy, "standby", in->standby, "timings_ms",
+			      timings_json(in));
 
 	/* Not mapped: why, so that a user can tell a fallback from a choice. */
 	if (j && in->pages_why[0] &&
@@ -208,7 +216,9 @@ static int write_record(struct start_ctx *x, const struct instance *in, const ch
 	    json_object_set_new(j, "lease_holder_start",
 				json_integer((json_int_t)x->holder_start)) ||
 	    json_object_set(j, "cuda_pids", cuda) ||
-	    json_object_set_new(j, "created", json_integer((json_int_t)time(NULL))))
+	    json_object_set_new(j, "created", json_integer((json_int_t)time(NULL))) ||
+	    (x->standby_meta &&
+	     json_object_set_new(j, "snapshot_meta", json_deep_copy(x->standby_meta))))
 		goto out;
 	if (!strcmp(state, "starting")) {
 		/* Who is starting it: list tells a start that died half-way. */
@@ -530,8 +540,8 @@ static int lazy_wait_fill(struct start_ctx *x, struct instance *in, int timeout_
 	}
 }
 
-int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
-		   const char *snapshot_id, enum instance_mode mode, struct instance *out)
+static int start(const struct thaw_config *c, struct store *s, struct tier *t,
+		 const char *snapshot_id, enum instance_mode mode, bool standby, struct instance *out)
 {
 	struct start_ctx x = { .c = c, .stdio = { -1, -1 } };
 	struct manifest *m = NULL;
@@ -700,6 +710,28 @@ int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 	snprintf(in.endpoint, sizeof(in.endpoint), "127.0.0.1:%u", x.port);
 	in.t.endpoint = ms_since(tp);
 
+	if (standby) {
+		/* Everything but the part that needs the GPU (or the CPU):
+		 * a CPU function waits frozen; a GPU function's CUDA state
+		 * is still checkpointed and locked, so it does nothing. */
+		phase = "standby";
+		if (!spec->gpu)
+			ret = runner_pause(&x.r, in.id);
+		if (ret)
+			goto fail;
+		tier_release(lease);
+		lease = NULL;
+		in.standby = true;
+		in.t.total = ms_since(t0);
+		x.standby_meta = m->meta;
+		ret = write_record(&x, &in, "standby");
+		if (ret)
+			goto fail;
+		pr_info("standby %s of %s: pid %d, %s, made in %.1f ms", in.id, in.function,
+			(int)in.pid, in.pages, in.t.total);
+		*out = in;
+		goto out;
+	}
 	if (spec->gpu && x.lazy && c->lazy_gpu_after_fill) {
 		phase = "lazy_wait";
 		tp = now_ns();
@@ -772,6 +804,18 @@ out:
 	manifest_free(m2);
 	manifest_free(m);
 	return ret;
+}
+
+int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
+		   const char *snapshot_id, enum instance_mode mode, struct instance *out)
+{
+	return start(c, s, t, snapshot_id, mode, false, out);
+}
+
+int instance_make_standby(const struct thaw_config *c, struct store *s, struct tier *t,
+			  const char *snapshot_id, struct instance *out)
+{
+	return start(c, s, t, snapshot_id, INSTANCE_MODE_AUTO, true, out);
 }
 
 static bool num_field(const json_t *rec, const char *key, long long *v)
@@ -859,6 +903,150 @@ out:
 	return ret;
 }
 
+/* The instance a standby's record describes (what instance_to_json wrote). */
+static void instance_from_record(const json_t *rec, struct instance *in)
+{
+	static const char *const pages[] = { "mapped", "lazy", "eager" };
+	const char *p = json_string_value(json_object_get(rec, "pages"));
+	long long v = 0;
+
+	memset(in, 0, sizeof(*in));
+	snprintf(in->id, sizeof(in->id), "%s", json_string_value(json_object_get(rec, "instance")) ?: "");
+	snprintf(in->function, sizeof(in->function), "%s",
+		 json_string_value(json_object_get(rec, "function")) ?: "");
+	snprintf(in->snapshot, sizeof(in->snapshot), "%s",
+		 json_string_value(json_object_get(rec, "snapshot")) ?: "");
+	snprintf(in->endpoint, sizeof(in->endpoint), "%s",
+		 json_string_value(json_object_get(rec, "endpoint")) ?: "");
+	snprintf(in->pages_why, sizeof(in->pages_why), "%s",
+		 json_string_value(json_object_get(rec, "pages_why")) ?: "");
+	in->pid = num_field(rec, "pid", &v) ? (pid_t)v : 0;
+	in->tier_hit = !strcmp(json_string_value(json_object_get(rec, "tier")) ?: "", "ram");
+	in->lazy = json_is_true(json_object_get(rec, "lazy"));
+	for (size_t i = 0; p && i < ARRAY_SIZE(pages); i++)
+		if (!strcmp(p, pages[i]))
+			in->pages = pages[i];
+	in->standby = true;
+}
+
+/* Wake the standby's processes: the CPU function's container thawed, or
+ * the GPU function's CUDA state restored (to a GPU with room: the same
+ * mapping and free-memory check as a start's). */
+static int wake(struct start_ctx *x, struct instance *in, const json_t *meta)
+{
+	uint64_t tp = now_ns();
+	int ret;
+
+	if (!x->gpu) {
+		ret = runner_resume(&x->r, in->id);
+		in->t.resume = ms_since(tp);
+		return ret;
+	}
+	ret = gpu_restore_container(&x->r, in->id, in->pid, meta, &x->cuda_pids, &x->ncuda);
+	in->t.gpu_restore = ms_since(tp);
+	return ret;
+}
+
+int instance_activate(const struct thaw_config *c, const char *id, struct instance *out)
+{
+	struct start_ctx x = { .c = c, .stdio = { -1, -1 } };
+	struct func_spec *spec = NULL;
+	struct instance in;
+	json_t *rec = NULL, *meta, *cuda = NULL;
+	char why[512], err[256], *text = NULL;
+	uint64_t t0 = now_ns(), tp;
+	const char *s;
+	int ret;
+
+	if (!id_valid(id))
+		return -EINVAL;
+	ret = record_path(c, id, x.record, sizeof(x.record));
+	if (!ret)
+		ret = load_record(x.record, &rec);
+	if (ret)
+		return ret;
+	s = json_string_value(json_object_get(rec, "state"));
+	meta = json_object_get(rec, "snapshot_meta");
+	if (!s || strcmp(s, "standby") || !json_is_object(meta)) {
+		json_decref(rec);
+		return -EBUSY;
+	}
+	instance_from_record(rec, &in);
+	x.gpu = json_is_true(json_object_get(rec, "gpu"));
+	s = json_string_value(json_object_get(rec, "runc_root"));
+	ret = s ? pathf(x.runc_root, sizeof(x.runc_root), "%s", s)
+		: runc_root(c, x.runc_root, sizeof(x.runc_root));
+	if (!ret)
+		ret = pathf(x.netns, sizeof(x.netns), "%s/instances/%s/netns", c->data_dir, id);
+	if (!ret)
+		ret = pathf(x.log, sizeof(x.log), "%s/instances/%s/function.log", c->data_dir, id);
+	if (!ret && spec_parse(json_object_get(meta, "spec"), NULL, &spec, err, sizeof(err))) {
+		pr_err("standby %s: its snapshot's spec: %s", id, err);
+		ret = -EINVAL;
+	}
+	if (ret)
+		goto fail;
+	x.r = (struct runner){ .runc = c->runc, .criu = c->criu, .state_dir = x.runc_root,
+			       .lazy_daemon = c->lazy_daemon };
+	ret = wake(&x, &in, meta);
+	if (ret)
+		goto fail;
+	tp = now_ns();
+	why[0] = '\0';
+	ret = ready_wait(x.netns, spec->port, spec->ready, spec->ready_path,
+			 spec->ready_timeout_s > 0 ? spec->ready_timeout_s : 60, in.pid, why,
+			 sizeof(why));
+	in.t.ready = ms_since(tp);
+	if (ret) {
+		char tail[512];
+
+		runner_log_tail(x.log, tail, sizeof(tail));
+		log_set_error("standby %s %s after %.0f ms (%s)%s%s", id,
+			      ret == -ESRCH ? "exited" : "not ready", in.t.ready,
+			      why[0] ? why : strerror(-ret), tail[0] ? "; its log: " : "", tail);
+		goto fail;
+	}
+	in.t.total = ms_since(t0);
+	/* The record is a running instance's now (stop quiesces its CUDA
+	 * processes), keeping what the standby's making recorded. */
+	cuda = json_array();
+	for (size_t i = 0; cuda && i < x.ncuda; i++)
+		json_array_append_new(cuda, json_integer(x.cuda_pids[i]));
+	json_object_del(rec, "snapshot_meta");
+	if (!cuda || json_object_set_new(rec, "state", json_string("running")) ||
+	    json_object_set_new(rec, "standby", json_true()) ||
+	    json_object_set_new(rec, "timings_ms", timings_json(&in)) ||
+	    json_object_set(rec, "cuda_pids", cuda) ||
+	    !(text = json_dumps(rec, JSON_INDENT(1) | JSON_SORT_KEYS | JSON_REAL_PRECISION(10)))) {
+		ret = -ENOMEM;
+		goto fail;
+	}
+	ret = write_file_atomic(x.record, text, strlen(text), 0644);
+	if (ret)
+		goto fail;
+	pr_info("standby %s of %s taken: %s, %.1f ms (resume %.1f, gpu_restore %.1f, ready %.1f)",
+		in.id, in.function, in.endpoint, in.t.total, in.t.resume, in.t.gpu_restore,
+		in.t.ready);
+	*out = in;
+	goto out;
+fail:
+	{
+		char msg[1024];
+
+		snprintf(msg, sizeof(msg), "%s", log_last_error());
+		pr_err("standby %s could not be taken: %s", id, msg);
+		instance_stop(c, id);
+		log_set_error("%s", msg);
+	}
+out:
+	free(text);
+	free(x.cuda_pids);
+	json_decref(cuda);
+	json_decref(rec);
+	spec_free(spec);
+	return ret;
+}
+
 /* A lazy instance whose daemon has finished or failed: lazy_done into its
  * timings, or "failed" with the reason (the watcher has killed it). */
 static bool lazy_word(const struct thaw_config *c, json_t *rec)
@@ -906,7 +1094,9 @@ static const char *record_state(const json_t *rec)
 	}
 	num_field(rec, "pid", &pid);
 	num_field(rec, "pid_start", &start);
-	return pid > 0 && proc_alive((pid_t)pid, (unsigned long long)start) ? "running" : "exited";
+	if (!(pid > 0 && proc_alive((pid_t)pid, (unsigned long long)start)))
+		return "exited";
+	return st && !strcmp(st, "standby") ? "standby" : "running";
 }
 
 int instance_list(const struct thaw_config *c, json_t **out)

@@ -27,6 +27,7 @@ struct instance_timings {
 			   * page; 0 while it has not (yet) */
 	double lazy_wait; /* lazy GPU start under lazy_gpu_after_fill: ms waited
 			   * for that before the CUDA restore */
+	double resume;    /* a CPU standby taken: runc resume (the cgroup freezer) */
 };
 
 /* How the pages come back.  Mapped (restore/mapped.h): runc restore of the
@@ -58,12 +59,26 @@ struct instance {
 	bool lazy;         /* restored lazily */
 	const char *pages; /* "mapped", "lazy" or "eager" (a static string) */
 	char pages_why[256]; /* not mapped: why */
+	bool standby;      /* made by instance_make_standby (and taken, if running) */
 	struct instance_timings t;
 };
 
 /* Start an instance of snapshot_id.  On failure nothing is left behind. */
 int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 		   const char *snapshot_id, enum instance_mode mode, struct instance *out);
+/* A standby instance of snapshot_id: instance_start up to the endpoint, then,
+ * for a CPU function, its container frozen (runc pause); a GPU function's
+ * CUDA state stays checkpointed and locked, holding no GPU memory.  Its
+ * record's state is "standby"; it takes no traffic until activated.  The
+ * timings are its own making's.  On failure nothing is left behind. */
+int instance_make_standby(const struct thaw_config *c, struct store *s, struct tier *t,
+			  const char *snapshot_id, struct instance *out);
+/* Bring standby id to life: runc resume, or CUDA restore and unlock (the
+ * free-memory check first); readiness; its record says "running".  out: the
+ * instance, standby true, timed from the call (resume or gpu_restore, ready,
+ * total).  -EBUSY if id is not a standby (another took it).  On any other
+ * failure the standby is stopped and removed. */
+int instance_activate(const struct thaw_config *c, const char *id, struct instance *out);
 /* Stop instance id (locking and checkpointing its CUDA processes first) and
  * remove its container, namespace, work directory and record. */
 int instance_stop(const struct thaw_config *c, const char *id);

@@ -215,6 +215,13 @@ done
 	step gpu-llm-mapped-burst bash bench/mapped-burst-run.sh "$THAW_GPU_EXAMPLE" gpu-example \
 		'POST /generate {"prompt_ids": [1, 450, 4996, 17354, 1701, 29916], "max_new_tokens": 32}' \
 		"\"tokens\": $E2E_GPU_TOKENS" "$THAW_FIGURES/mapped-burst" "${GPU_BURST:-8}" "${MAPPED_ROUNDS:-2}"
+# Standby starts (bench/standby-run.sh): STANDBY_ROUNDS (default 10) starts one at a
+# time taking a standby (restored ahead, CUDA state checkpointed: no GPU memory held),
+# against normal mapped starts and the plain restore, and what a waiting standby holds.
+[ -n "${E2E_GPU_TOKENS:-}" ] && [ -f bench/standby-run.sh ] &&
+	step gpu-llm-standby bash bench/standby-run.sh "$THAW_GPU_EXAMPLE" gpu-example \
+		'POST /generate {"prompt_ids": [1, 450, 4996, 17354, 1701, 29916], "max_new_tokens": 32}' \
+		"\"tokens\": $E2E_GPU_TOKENS" "$THAW_FIGURES/standby" "${STANDBY_ROUNDS:-10}"
 # Eager against lazy starts, one at a time from a warm tier (thaw-bench), and lazy_done;
 # LAZY_REPEAT starts a series (default 3).
 [ -n "${E2E_GPU_TOKENS:-}" ] && [ -f bench/lazy-eager-run.sh ] &&

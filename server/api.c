@@ -18,6 +18,7 @@
 #include "server/jobs.h"
 #include "server/metrics.h"
 #include "server/registry.h"
+#include "server/standby.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -63,6 +64,7 @@ static int get_metrics(struct req *q)
 {
 	struct server *s = q->srv;
 	struct metrics_gauges g = { 0 };
+	json_t *pools;
 	size_t alive = 0, len = 0;
 	char *text = NULL;
 	int ret;
@@ -83,7 +85,10 @@ static int get_metrics(struct req *q)
 	pthread_mutex_unlock(&s->stat_lock);
 	insts_count(s->insts, &alive);
 	g.instances_running = alive;
+	pools = s->standby ? standby_pool_sizes(s->standby) : NULL;
+	g.standby_pools = pools;
 	ret = metrics_render(s->metrics, &g, &text, &len);
+	json_decref(pools);
 	if (ret)
 		return reply_error(q, 500, "internal", "cannot write the metrics: %s",
 				   strerror(-ret));
@@ -218,6 +223,7 @@ static size_t stop_function_instances(struct server *s, const char *function)
 	size_t n = 0, stopped = 0, i;
 	int ret;
 
+	standby_retire_function(s->standby, function);
 	if (insts_take(s->insts, function, &refs, &n) == 0) {
 		for (i = 0; i < n; i++) {
 			ret = stop_instance(s, refs[i].id);
@@ -491,6 +497,38 @@ static int start_lost(struct req *q, const char *snap, int err)
 			    START_RETRY_AFTER, msg);
 }
 
+/* Does function fn keep standbys (its spec's "standby" > 0)? */
+static bool wants_standby(struct server *s, const char *fn)
+{
+	json_t *f = NULL;
+	bool yes = registry_get_json(s->reg, fn, &f) == 0 &&
+		   json_integer_value(json_object_get(f, "standby")) > 0;
+
+	json_decref(f);
+	return yes;
+}
+
+/* A standby of fn's snapshot snap, activated into *in: 0, or non-zero when
+ * there was none or it failed (the start then restores as usual).  Counted
+ * as a hit or a miss for a function that keeps standbys. */
+static int take_standby(struct server *s, const char *fn, const char *snap, struct instance *in)
+{
+	char id[64];
+	int ret = -ENOENT;
+
+	while (standby_take(s->standby, fn, snap, id)) {
+		ret = instance_activate(&s->cfg, id, in);
+		if (ret == 0)
+			break;
+		pr_warn("standby %s of %s not usable (%s): trying another", id, fn,
+			log_last_error()[0] ? log_last_error() : why(ret));
+		log_clear_error();
+	}
+	if (ret == 0 || wants_standby(s, fn))
+		metrics_standby(s->metrics, fn, ret == 0);
+	return ret;
+}
+
 static int post_start(struct req *q)
 {
 	struct server *s = q->srv;
@@ -526,8 +564,11 @@ static int post_start(struct req *q)
 	}
 	memset(&in, 0, sizeof(in));
 	log_clear_error();
-	ret = instance_start(&s->cfg, s->store, s->tier, snap, INSTANCE_MODE_AUTO, &in);
+	ret = take_standby(s, fn, snap, &in);
+	if (ret)
+		ret = instance_start(&s->cfg, s->store, s->tier, snap, INSTANCE_MODE_AUTO, &in);
 	atomic_fetch_sub(&s->starts_running, 1);
+	standby_kick(s->standby); /* a refill waits for no start in flight */
 	if (ret)
 		return start_lost(q, snap, ret);
 	snprintf(in.function, sizeof(in.function), "%s", fn);

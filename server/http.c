@@ -32,6 +32,7 @@
 #include "server/jobs.h"
 #include "server/metrics.h"
 #include "server/registry.h"
+#include "server/standby.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -53,6 +54,7 @@ void server_opts_default(struct server_opts *o)
 	o->listen = SERVER_DEFAULT_LISTEN;
 	o->max_body = SERVER_DEFAULT_MAX_BODY;
 	o->max_starts = SERVER_DEFAULT_MAX_STARTS;
+	o->max_standby = SERVER_DEFAULT_MAX_STANDBY;
 	o->max_snapshots = SERVER_DEFAULT_MAX_SNAPSHOTS;
 	o->max_conns = SERVER_DEFAULT_MAX_CONNS;
 	o->max_conns_per_ip = SERVER_DEFAULT_MAX_CONNS_PER_IP;
@@ -783,6 +785,8 @@ struct server *server_new(const struct thaw_config *c, const struct server_opts 
 		pr_err("cannot open the RAM tier %s: starts will answer 503 until thawd is "
 		       "restarted with a working --ram-tier",
 		       c->ram_tier_dir);
+	else if (o->max_standby)
+		s->standby = standby_new(s);
 	return s;
 err:
 	server_free(s);
@@ -814,6 +818,8 @@ void server_shutdown(struct server *s)
 		s->mhd = NULL;
 	}
 	reaper_stop(s);
+	standby_free(s->standby);
+	s->standby = NULL;
 	stop_own_instances(s);
 }
 
@@ -828,6 +834,7 @@ void server_free(struct server *s)
 	if (s->mhd)
 		MHD_stop_daemon(s->mhd);
 	reaper_stop(s);
+	standby_free(s->standby);
 	jobs_free(s->jobs);
 	tier_close(s->tier);
 	store_close(s->store);

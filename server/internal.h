@@ -26,6 +26,7 @@ struct registry;
 struct jobs;
 struct metrics;
 struct insts;
+struct standby;
 struct conn_track;
 
 struct server {
@@ -41,6 +42,7 @@ struct server {
 	struct jobs *jobs;
 	struct metrics *metrics;
 	struct insts *insts;
+	struct standby *standby; /* NULL: no standbys (--max-standby 0, no RAM tier) */
 	struct MHD_Daemon *mhd;
 	int lock_fd; /* <data>/thawd.lock, flock()ed for thawd's life; -1 until taken */
 	uint16_t port;

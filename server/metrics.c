@@ -15,7 +15,7 @@
  * without end through ids; counts past it are dropped (and said once). */
 #define MAX_SERIES 4096
 
-enum family { FAM_STARTS, FAM_START_FAILURES, FAM_SNAPSHOTS, FAM_COUNT };
+enum family { FAM_STARTS, FAM_START_FAILURES, FAM_SNAPSHOTS, FAM_STANDBY, FAM_COUNT };
 
 static const struct {
 	const char *name, *help;
@@ -24,6 +24,9 @@ static const struct {
 	[FAM_START_FAILURES] = { "thaw_start_failures_total",
 				 "Start requests that failed, by error code." },
 	[FAM_SNAPSHOTS] = { "thaw_snapshots_total", "Snapshots finished, by result." },
+	[FAM_STANDBY] = { "thaw_standby_starts_total",
+			  "Starts of functions that keep standbys: hit (a standby taken) or "
+			  "miss (none left: a full restore)." },
 };
 
 static const char *const phase_names[PHASE_COUNT] = {
@@ -173,6 +176,11 @@ int metrics_start_failed(struct metrics *m, const char *function, const char *co
 	return count(m, FAM_START_FAILURES, "function", function, "code", code);
 }
 
+int metrics_standby(struct metrics *m, const char *function, bool hit)
+{
+	return count(m, FAM_STANDBY, "function", function, "result", hit ? "hit" : "miss");
+}
+
 int metrics_snapshot(struct metrics *m, const char *result)
 {
 	return count(m, FAM_SNAPSHOTS, "result", result, NULL, NULL);
@@ -251,6 +259,20 @@ int metrics_write(struct metrics *m, FILE *f, const struct metrics_gauges *g)
 	if (g)
 		write_gauge(f, "thaw_instances_running", "Instances this thawd started that run.",
 			    g->instances_running);
+	if (g && g->standby_pools) {
+		const char *fn;
+		json_t *v;
+
+		fprintf(f, "# HELP thaw_standby_instances Standby instances waiting, by "
+			   "function.\n# TYPE thaw_standby_instances gauge\n");
+		json_object_foreach(g->standby_pools, fn, v) {
+			char e[256];
+
+			if (metrics_escape_label(fn, e, sizeof(e)))
+				fprintf(f, "thaw_standby_instances{function=\"%s\"} %lld\n", e,
+					(long long)json_integer_value(v));
+		}
+	}
 	return ferror(f) ? -EIO : 0;
 }
 

@@ -7,6 +7,9 @@
  *	                                             phase = materialize, criu_restore,
  *	                                             gpu_restore, ready, total
  *	thaw_snapshots_total{result}                 snapshots finished: ok, failed
+ *	thaw_standby_starts_total{function,result}   starts of functions with standbys:
+ *	                                             hit, miss
+ *	thaw_standby_instances{function}             standbys waiting (a gauge)
  *	thaw_ram_tier_bytes, thaw_ram_tier_budget_bytes, thaw_store_bytes{kind},
  *	thaw_instances_running                       gauges the caller supplies
  *
@@ -15,6 +18,7 @@
 #ifndef THAW_SERVER_METRICS_H
 #define THAW_SERVER_METRICS_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -36,6 +40,7 @@ struct metrics_gauges {
 	bool have_store;
 	uint64_t store_logical, store_unique, store_stored;
 	uint64_t instances_running;
+	json_t *standby_pools; /* {"<function>": waiting standbys}, or NULL */
 };
 
 struct metrics;
@@ -50,6 +55,8 @@ int metrics_start(struct metrics *m, const char *function);
 int metrics_start_failed(struct metrics *m, const char *function, const char *code);
 /* Restore phase durations of a successful start, in milliseconds. */
 void metrics_restore_phases(struct metrics *m, const double ms[PHASE_COUNT]);
+/* A start of a function that keeps standbys took one (hit) or found none. */
+int metrics_standby(struct metrics *m, const char *function, bool hit);
 /* A snapshot finished; result "ok" or "failed". */
 int metrics_snapshot(struct metrics *m, const char *result);
 

@@ -363,6 +363,23 @@ void registry_free(struct registry *r)
 	free(r);
 }
 
+/* Do specs a and b differ only in "standby"?  The snapshot is of what the
+ * function runs; how many standbys it keeps does not change that. */
+static bool same_but_standby(const json_t *a, const json_t *b)
+{
+	json_t *ca = json_copy((json_t *)a), *cb = json_copy((json_t *)b);
+	bool same = ca && cb;
+
+	if (same) {
+		json_object_del(ca, "standby");
+		json_object_del(cb, "standby");
+		same = json_equal(ca, cb);
+	}
+	json_decref(ca);
+	json_decref(cb);
+	return same;
+}
+
 int registry_put(struct registry *r, const char *id, const json_t *spec, bool *created,
 		 char *forgot)
 {
@@ -383,12 +400,14 @@ int registry_put(struct registry *r, const char *id, const json_t *spec, bool *c
 			goto out;
 		}
 		if (!json_equal(e->spec, copy)) {
-			if (forgot)
-				memcpy(forgot, e->snap_id, CHUNK_ID_LEN);
+			if (!same_but_standby(e->spec, copy)) {
+				if (forgot)
+					memcpy(forgot, e->snap_id, CHUNK_ID_LEN);
+				entry_clear_snapshot(e);
+			}
 			json_decref(e->spec);
 			e->spec = copy;
 			copy = NULL;
-			entry_clear_snapshot(e);
 		}
 		ret = entry_persist(r, e);
 		goto out;

@@ -24,6 +24,7 @@
 #define SERVER_DEFAULT_MAX_BODY      (1u << 20)
 #define SERVER_DEFAULT_MAX_STARTS    32u
 #define SERVER_DEFAULT_MAX_SNAPSHOTS 2u
+#define SERVER_DEFAULT_MAX_STANDBY   16u
 #define SERVER_DEFAULT_MAX_CONNS     512u
 #define SERVER_DEFAULT_MAX_CONNS_PER_IP 64u
 #define SERVER_DEFAULT_REQUEST_TIMEOUT  30u /* seconds */
@@ -39,6 +40,7 @@ struct server_opts {
 	size_t max_body;        /* request bodies above this get 413 */
 	unsigned max_starts;    /* concurrent starts; more get 503 + Retry-After */
 	unsigned max_snapshots; /* concurrent snapshots; likewise */
+	unsigned max_standby;   /* standby instances of all functions together */
 	unsigned max_conns;     /* concurrent connections */
 	unsigned max_conns_per_ip; /* concurrent connections from one address; 0: no limit */
 	unsigned request_timeout;  /* seconds a connection has to send a whole request (head

@@ -87,6 +87,9 @@ static void usage(FILE *f)
 		"                         (THAW_MAX_STARTS; default %u; 0 refuses every start)\n"
 		"  --max-snapshots N      concurrent snapshots, likewise (THAW_MAX_SNAPSHOTS;\n"
 		"                         default %u)\n"
+		"  --max-standby N        standby instances (a spec's \"standby\") of all\n"
+		"                         functions together (THAW_MAX_STANDBY; default %u;\n"
+		"                         0: none)\n"
 		"  --max-body BYTES       larger request bodies answer 413 (THAW_MAX_BODY;\n"
 		"                         default %u)\n"
 		"  --max-connections N    concurrent connections (THAW_MAX_CONNECTIONS;\n"
@@ -125,7 +128,7 @@ static void usage(FILE *f)
 		"restarted during the snapshot\"), removes what they left (container,\n"
 		"namespace, work directory) and garbage-collects the store.\n",
 		SERVER_DEFAULT_LISTEN, SERVER_DEFAULT_MAX_STARTS, SERVER_DEFAULT_MAX_SNAPSHOTS,
-		SERVER_DEFAULT_MAX_BODY, SERVER_DEFAULT_MAX_CONNS, SERVER_DEFAULT_MAX_CONNS_PER_IP,
+		SERVER_DEFAULT_MAX_STANDBY, SERVER_DEFAULT_MAX_BODY, SERVER_DEFAULT_MAX_CONNS, SERVER_DEFAULT_MAX_CONNS_PER_IP,
 		SERVER_DEFAULT_REQUEST_TIMEOUT);
 }
 
@@ -190,6 +193,7 @@ enum {
 	OPT_RUNC,
 	OPT_CRIU,
 	OPT_MAX_STARTS,
+	OPT_MAX_STANDBY,
 	OPT_MAX_SNAPSHOTS,
 	OPT_MAX_BODY,
 	OPT_MAX_CONNS,
@@ -239,6 +243,7 @@ int main(int argc, char **argv)
 		{ "runc", required_argument, NULL, OPT_RUNC },
 		{ "criu", required_argument, NULL, OPT_CRIU },
 		{ "max-starts", required_argument, NULL, OPT_MAX_STARTS },
+		{ "max-standby", required_argument, NULL, OPT_MAX_STANDBY },
 		{ "max-snapshots", required_argument, NULL, OPT_MAX_SNAPSHOTS },
 		{ "max-body", required_argument, NULL, OPT_MAX_BODY },
 		{ "max-connections", required_argument, NULL, OPT_MAX_CONNS },
@@ -256,7 +261,7 @@ int main(int argc, char **argv)
 	const char *data_dir = NULL, *ram_tier = NULL, *ram_bytes = NULL, *runc = NULL;
 	const char *criu = NULL, *max_starts = NULL, *max_snaps = NULL, *max_body = NULL;
 	const char *max_conns = NULL, *listen_addr = NULL, *max_per_ip = NULL;
-	const char *req_timeout = NULL;
+	const char *req_timeout = NULL, *max_standby = NULL;
 	struct server_opts o;
 	struct thaw_config c;
 	struct server *s = NULL;
@@ -289,6 +294,7 @@ int main(int argc, char **argv)
 		case OPT_RUNC: runc = optarg; break;
 		case OPT_CRIU: criu = optarg; break;
 		case OPT_MAX_STARTS: max_starts = optarg; break;
+		case OPT_MAX_STANDBY: max_standby = optarg; break;
 		case OPT_MAX_SNAPSHOTS: max_snaps = optarg; break;
 		case OPT_MAX_BODY: max_body = optarg; break;
 		case OPT_MAX_CONNS: max_conns = optarg; break;
@@ -338,6 +344,8 @@ int main(int argc, char **argv)
 		max_starts = env("THAW_MAX_STARTS");
 	if (!max_snaps)
 		max_snaps = env("THAW_MAX_SNAPSHOTS");
+	if (!max_standby)
+		max_standby = env("THAW_MAX_STANDBY");
 	if (!max_body)
 		max_body = env("THAW_MAX_BODY");
 	if (!max_conns)
@@ -373,6 +381,11 @@ int main(int argc, char **argv)
 		if (parse_num("--max-starts", max_starts, false, 100000, &n))
 			return 2;
 		o.max_starts = (unsigned)n;
+	}
+	if (max_standby) {
+		if (parse_num("--max-standby", max_standby, false, 4096, &n))
+			return 2;
+		o.max_standby = (unsigned)n;
 	}
 	if (max_snaps) {
 		if (parse_num("--max-snapshots", max_snaps, false, 1000, &n))

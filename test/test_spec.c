@@ -243,6 +243,17 @@ int main(void)
 	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,"
 	    "\"sandbox\":{\"capabilities\":\"CAP_KILL\"}}", "sandbox.capabilities");
 	check_sandbox();
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"standby\":-1}", "standby");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"standby\":65}", "standby");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"standby\":\"2\"}", "standby");
+	s = parse("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"standby\":2}", NULL, err,
+		  sizeof(err));
+	REQUIRE(s);
+	CHECK_EQ(s->standby, 2);
+	j1 = spec_to_json(s);
+	CHECK_EQ(json_integer_value(json_object_get(j1, "standby")), 2);
+	json_decref(j1);
+	spec_free(s);
 
 	return check_failures ? 1 : 0;
 }

@@ -56,6 +56,7 @@ struct bench {
 	uint64_t seed;
 	bool cold_tier;
 	const char *cold_cmd;
+	const char *round_cmd; /* run (untimed) before each burst round */
 	const char *json_path, *svg_path;
 	const char *baseline_cold_spec, *baseline_plain_image;
 	long baseline_runs;

@@ -499,20 +499,27 @@ static int make_arrivals(double rate, double duration_s, bool poisson, uint64_t 
 
 /* ---- cold RAM tier ----------------------------------------------------- */
 
+/* Run the user's command for option opt: 0, or -EIO (logged). */
+static int run_cmd(const char *opt, const char *cmd)
+{
+	int rc = system(cmd);
+
+	if (rc == -1 || !WIFEXITED(rc) || WEXITSTATUS(rc) != 0) {
+		pr_err("%s failed (%s): %s", opt, rc == -1 ? "not run" : "non-zero exit", cmd);
+		return -EIO;
+	}
+	return 0;
+}
+
 /* Empty the RAM tier the way the user told us (--cold-cmd: e.g. restart thawd
  * on an empty --ram-tier directory), then wait until thawd answers again. */
 static int make_tier_cold(struct bench *b)
 {
 	uint64_t t0 = now_ns();
 	long status = 0;
-	int rc;
 
-	rc = system(b->cold_cmd);
-	if (rc == -1 || !WIFEXITED(rc) || WEXITSTATUS(rc) != 0) {
-		pr_err("--cold-cmd failed (%s): %s", rc == -1 ? "not run" : "non-zero exit",
-		       b->cold_cmd);
+	if (run_cmd("--cold-cmd", b->cold_cmd))
 		return -EIO;
-	}
 	while (ms_since(t0) < 60000) {
 		if (bench_get(b, "/healthz", &status, NULL, 2) == 0 && status == 200)
 			return 0;
@@ -541,6 +548,8 @@ int run_thaw(struct bench *b)
 				if (ret < 0)
 					goto out;
 			}
+			if (b->round_cmd && (ret = run_cmd("--round-cmd", b->round_cmd)) < 0)
+				goto out;
 			ret = run_trials(b, offs, n);
 			if (ret < 0)
 				goto out;

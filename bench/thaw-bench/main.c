@@ -79,6 +79,8 @@ static void usage(FILE *f)
 		"  --cold-tier --cold-cmd CMD     empty the RAM tier before each round (burst)\n"
 		"                                 or before the run (rate): CMD must do it, e.g.\n"
 		"                                 restart thawd on an empty --ram-tier directory\n"
+		"  --round-cmd CMD                run CMD (untimed) before each burst round, e.g.\n"
+		"                                 wait until a standby instance is ready\n"
 		"timeouts (seconds): --start-timeout 120 --infer-timeout 30 --delete-timeout 60\n"
 		"  --keep        leave instances running (no DELETE)\n"
 		"  --max-failures N    failed starts the run may have and still exit 0 (default 0)\n"
@@ -175,7 +177,7 @@ static int parse_args(struct bench *b, int argc, char **argv)
 	enum { O_URL = 256, O_FN, O_TOKEN, O_BURST, O_REPEAT, O_RATE, O_DUR, O_ARR, O_SEED,
 	       O_COLD, O_COLDCMD, O_INFER, O_EXPECT, O_EXPECTF, O_JSON, O_SVG, O_BCOLD,
 	       O_BPLAIN, O_BRUNS, O_STO, O_ITO, O_DTO, O_KEEP, O_RROOT, O_HELP,
-	       O_MAXF };
+	       O_MAXF, O_ROUNDCMD };
 	static const struct option opts[] = {
 		{ "url", 1, NULL, O_URL },	     { "function", 1, NULL, O_FN },
 		{ "token-file", 1, NULL, O_TOKEN },  { "burst", 1, NULL, O_BURST },
@@ -189,7 +191,7 @@ static int parse_args(struct bench *b, int argc, char **argv)
 		{ "baseline-runs", 1, NULL, O_BRUNS }, { "start-timeout", 1, NULL, O_STO },
 		{ "infer-timeout", 1, NULL, O_ITO }, { "delete-timeout", 1, NULL, O_DTO },
 		{ "keep", 0, NULL, O_KEEP },	     { "max-failures", 1, NULL, O_MAXF },	     { "help", 0, NULL, O_HELP },
-		{ "runc-root", 1, NULL, O_RROOT },
+		{ "runc-root", 1, NULL, O_RROOT },   { "round-cmd", 1, NULL, O_ROUNDCMD },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *infer = NULL;
@@ -221,6 +223,7 @@ static int parse_args(struct bench *b, int argc, char **argv)
 			break;
 		case O_COLD: b->cold_tier = true; break;
 		case O_COLDCMD: b->cold_cmd = optarg; break;
+		case O_ROUNDCMD: b->round_cmd = optarg; break;
 		case O_INFER: infer = optarg; break;
 		case O_EXPECT:
 			free(b->expect);

@@ -1,0 +1,366 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* standby.c — see standby.h. */
+#define LOG_PREFIX "standby: "
+#include "server/standby.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "restore/instance.h"
+#include "server/internal.h"
+#include "server/registry.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* How often the thread looks without being woken: records removed from
+ * outside (thaw stop) and functions put by a peer are noticed within it. */
+#define STANDBY_TICK_MS 500
+/* A refill begins only after this long with no start in flight: starts come
+ * in bursts, and one made beside a start slows it (they share the CPU, and
+ * the kernel's mount lock, which CRIU's restore takes often).  Not a lower
+ * priority for the refill: a CRIU at nice 19 holding that lock slowed the
+ * start beside it twice as much (bench/LOG.md). */
+#define STANDBY_QUIET_MS 500
+
+struct standby_entry {
+	char id[64];
+	char function[64];
+	char snapshot[CHUNK_ID_LEN];
+};
+
+struct standby {
+	struct server *srv;
+	pthread_mutex_t lock;
+	pthread_cond_t cv;
+	struct standby_entry *v; /* waiting standbys */
+	size_t n, cap;
+	bool stop, kicked, started;
+	uint64_t last_kick_ns; /* the last standby_kick: a start ended then */
+	pthread_t thread;
+};
+
+/* What one function wants: its current snapshot and N. */
+struct want {
+	char function[64];
+	char snapshot[CHUNK_ID_LEN];
+	unsigned n;
+};
+
+static bool record_exists(const struct server *s, const char *id)
+{
+	char path[PATH_MAX + 128];
+
+	snprintf(path, sizeof(path), "%s/instances/%s.json", s->cfg.data_dir, id);
+	return access(path, F_OK) == 0;
+}
+
+static void stop_standby(struct server *s, const struct standby_entry *e, const char *why)
+{
+	pr_info("retiring standby %s of %s: %s", e->id, e->function, why);
+	if (instance_stop(&s->cfg, e->id) && log_last_error()[0])
+		pr_warn("stop standby %s: %s", e->id, log_last_error());
+}
+
+/* Every function with "standby" > 0 and a current snapshot.  *n is their
+ * count; the array is yours. */
+static struct want *wanted(struct server *s, size_t *n)
+{
+	json_t *list = NULL, *f;
+	struct want *w = NULL;
+	size_t i;
+
+	*n = 0;
+	if (registry_list_json(s->reg, &list))
+		return NULL;
+	w = calloc(json_array_size(list) + 1, sizeof(*w));
+	json_array_foreach(list, i, f) {
+		const char *id = json_string_value(json_object_get(f, "id"));
+		json_int_t k = json_integer_value(json_object_get(f, "standby"));
+		enum snap_state st;
+
+		if (!w || !id || k <= 0)
+			continue;
+		snprintf(w[*n].function, sizeof(w[*n].function), "%s", id);
+		if (registry_ready_snapshot(s->reg, id, w[*n].snapshot, &st))
+			continue;
+		w[*n].n = (unsigned)k;
+		(*n)++;
+	}
+	json_decref(list);
+	return w;
+}
+
+static const struct want *want_of(const struct want *w, size_t n, const char *fn)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(w[i].function, fn))
+			return &w[i];
+	return NULL;
+}
+
+/* Take out of the pool (lock held) every standby that is no longer wanted:
+ * into *out, to be stopped without the lock. */
+static size_t pick_stale(struct standby *p, const struct want *w, size_t nw,
+			 struct standby_entry *out, const char **why)
+{
+	size_t nout = 0, i = 0;
+
+	while (i < p->n) {
+		const struct standby_entry *e = &p->v[i];
+		const struct want *x = want_of(w, nw, e->function);
+		size_t same = 0;
+
+		for (size_t j = 0; j < i; j++)
+			same += !strcmp(p->v[j].function, e->function);
+		if (!x)
+			why[nout] = "the function is gone or wants none";
+		else if (strcmp(x->snapshot, e->snapshot))
+			why[nout] = "its snapshot is no longer current";
+		else if (same >= x->n)
+			why[nout] = "more than the function wants";
+		else if (!record_exists(p->srv, e->id))
+			why[nout] = "its record was removed";
+		else {
+			i++;
+			continue;
+		}
+		out[nout++] = *e;
+		p->v[i] = p->v[--p->n];
+	}
+	return nout;
+}
+
+/* The first function (lock held) with fewer standbys than it wants, if
+ * the server's cap leaves room. */
+static const struct want *pick_short(struct standby *p, const struct want *w, size_t nw)
+{
+	if (p->n >= p->srv->opts.max_standby)
+		return NULL;
+	for (size_t i = 0; i < nw; i++) {
+		size_t have = 0;
+
+		for (size_t j = 0; j < p->n; j++)
+			have += !strcmp(p->v[j].function, w[i].function) &&
+				!strcmp(p->v[j].snapshot, w[i].snapshot);
+		if (have < w[i].n)
+			return &w[i];
+	}
+	return NULL;
+}
+
+static int add_entry(struct standby *p, const struct standby_entry *e)
+{
+	if (p->n == p->cap) {
+		size_t cap = p->cap ? p->cap * 2 : 8;
+		struct standby_entry *v = realloc(p->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		p->v = v;
+		p->cap = cap;
+	}
+	p->v[p->n++] = *e;
+	return 0;
+}
+
+/* Make one standby for w (no lock held); into the pool unless it went
+ * stale meanwhile (the next round retires it then). */
+static void make_one(struct standby *p, const struct want *w)
+{
+	struct server *s = p->srv;
+	struct standby_entry e = { 0 };
+	struct instance in;
+	int ret;
+
+	memset(&in, 0, sizeof(in));
+	ret = instance_make_standby(&s->cfg, s->store, s->tier, w->snapshot, &in);
+	if (ret) {
+		pr_warn("cannot make a standby of %s: %s", w->function,
+			log_last_error()[0] ? log_last_error() : strerror(-ret));
+		return;
+	}
+	snprintf(e.id, sizeof(e.id), "%s", in.id);
+	snprintf(e.function, sizeof(e.function), "%s", w->function);
+	snprintf(e.snapshot, sizeof(e.snapshot), "%s", w->snapshot);
+	pthread_mutex_lock(&p->lock);
+	ret = p->stop ? -ECANCELED : add_entry(p, &e);
+	pthread_mutex_unlock(&p->lock);
+	if (ret)
+		stop_standby(s, &e, ret == -ECANCELED ? "thawd is stopping" : "out of memory");
+}
+
+static void wait_kick(struct standby *p, int ms)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&p->lock);
+	while (!p->stop && !p->kicked)
+		if (pthread_cond_timedwait(&p->cv, &p->lock, &ts) == ETIMEDOUT)
+			break;
+	p->kicked = false;
+	pthread_mutex_unlock(&p->lock);
+}
+
+static void *refill_thread(void *arg)
+{
+	struct standby *p = arg;
+	struct server *s = p->srv;
+
+	while (!atomic_load(&s->stopping)) {
+		struct standby_entry *stale = NULL;
+		const char **why = NULL;
+		const struct want *short_one = NULL;
+		struct want one, *w;
+		size_t nw, nstale = 0;
+		bool quiet;
+
+		w = wanted(s, &nw);
+		pthread_mutex_lock(&p->lock);
+		if (p->stop) {
+			pthread_mutex_unlock(&p->lock);
+			free(w);
+			break;
+		}
+		stale = calloc(p->n + 1, sizeof(*stale));
+		why = calloc(p->n + 1, sizeof(*why));
+		if (stale && why)
+			nstale = pick_stale(p, w, nw, stale, why);
+		/* Refill only once no start has been in flight for a while. */
+		quiet = ms_since(p->last_kick_ns) >= STANDBY_QUIET_MS;
+		if (s->tier && atomic_load(&s->starts_running) == 0 && quiet)
+			short_one = pick_short(p, w, nw);
+		if (short_one)
+			one = *short_one;
+		pthread_mutex_unlock(&p->lock);
+		for (size_t i = 0; i < nstale; i++)
+			stop_standby(s, &stale[i], why[i]);
+		free(stale);
+		free(why);
+		free(w);
+		if (short_one)
+			make_one(p, &one);
+		else
+			wait_kick(p, quiet ? STANDBY_TICK_MS : STANDBY_QUIET_MS / 5);
+	}
+	return NULL;
+}
+
+struct standby *standby_new(struct server *s)
+{
+	struct standby *p = calloc(1, sizeof(*p));
+
+	if (!p) {
+		pr_err("out of memory: no standbys");
+		return NULL;
+	}
+	p->srv = s;
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->cv, NULL);
+	if (pthread_create(&p->thread, NULL, refill_thread, p)) {
+		pr_err("cannot start the standby thread: no standbys");
+		standby_free(p);
+		return NULL;
+	}
+	p->started = true;
+	return p;
+}
+
+void standby_free(struct standby *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->lock);
+	p->stop = true;
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->lock);
+	if (p->started)
+		pthread_join(p->thread, NULL);
+	if (p->n)
+		pr_info("stopping %zu standby instance(s)", p->n);
+	for (size_t i = 0; i < p->n; i++)
+		stop_standby(p->srv, &p->v[i], "thawd is stopping");
+	free(p->v);
+	pthread_cond_destroy(&p->cv);
+	pthread_mutex_destroy(&p->lock);
+	free(p);
+}
+
+bool standby_take(struct standby *p, const char *fn, const char *snap, char id[64])
+{
+	bool found = false;
+
+	if (!p)
+		return false;
+	pthread_mutex_lock(&p->lock);
+	for (size_t i = 0; i < p->n && !found; i++) {
+		if (strcmp(p->v[i].function, fn) || strcmp(p->v[i].snapshot, snap))
+			continue;
+		snprintf(id, 64, "%s", p->v[i].id);
+		p->v[i] = p->v[--p->n];
+		found = true;
+	}
+	pthread_mutex_unlock(&p->lock);
+	return found;
+}
+
+void standby_kick(struct standby *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->lock);
+	p->kicked = true;
+	p->last_kick_ns = now_ns();
+	pthread_cond_signal(&p->cv);
+	pthread_mutex_unlock(&p->lock);
+}
+
+void standby_retire_function(struct standby *p, const char *fn)
+{
+	struct standby_entry *out;
+	size_t n = 0, i = 0;
+
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->lock);
+	out = calloc(p->n + 1, sizeof(*out));
+	while (out && i < p->n) {
+		if (strcmp(p->v[i].function, fn)) {
+			i++;
+			continue;
+		}
+		out[n++] = p->v[i];
+		p->v[i] = p->v[--p->n];
+	}
+	pthread_mutex_unlock(&p->lock);
+	for (i = 0; i < n; i++)
+		stop_standby(p->srv, &out[i], "its function is deleted");
+	free(out);
+}
+
+json_t *standby_pool_sizes(struct standby *p)
+{
+	json_t *o = json_object();
+
+	if (!p || !o)
+		return o;
+	pthread_mutex_lock(&p->lock);
+	for (size_t i = 0; i < p->n; i++) {
+		json_t *v = json_object_get(o, p->v[i].function);
+
+		json_object_set_new(o, p->v[i].function,
+				    json_integer(v ? json_integer_value(v) + 1 : 1));
+	}
+	pthread_mutex_unlock(&p->lock);
+	return o;
+}

@@ -14,7 +14,8 @@
  *     endpoint shim are alive are adopted (they go on answering; this thawd
  *     lists and stops them); the others are stopped and cleaned up;
  *   - runc processes it started that outlived it (a checkpoint or restore
- *     in progress) are killed with their CRIU;
+ *     in progress) are killed with their CRIU, and the mounts a restore
+ *     makes for CRIU under the runc root are undone;
  *   - what a snapshot in progress leaves (its runc container, network
  *     namespace mount and work directory under <data>/work) is removed;
  *   - the store is garbage collected: a put that was cut short leaves chunks
@@ -236,9 +237,20 @@ static void adopt_recorded_instances(struct server *s)
 	json_decref(list);
 }
 
-/* Unmount whatever is mounted under dir (netns files of snapshots cut short),
- * deepest first. */
-static void umount_under(const char *dir)
+/* Is mp <dir>/<one name>/<leaf> or below it? */
+static bool under_leaf(const char *mp, const char *leaf)
+{
+	const char *slash = strchr(mp, '/');
+	size_t ll = strlen(leaf);
+
+	return slash && slash != mp && !strncmp(slash + 1, leaf, ll) &&
+	       (slash[1 + ll] == '/' || slash[1 + ll] == '\0');
+}
+
+/* Unmount what is mounted under dir, deepest first: everything (the netns
+ * files of snapshots cut short) when leaf is NULL, else only what lies at or
+ * below dir/<any name>/<leaf>. */
+static void umount_under(const char *dir, const char *leaf)
 {
 	char line[4096 + 256], **mnts = NULL;
 	size_t n = 0, dl = strlen(dir);
@@ -253,6 +265,8 @@ static void umount_under(const char *dir)
 		if (sscanf(line, "%*s %*s %*s %*s %4095s", mp) != 1)
 			continue;
 		if (strncmp(mp, dir, dl) || (mp[dl] != '/' && mp[dl] != '\0'))
+			continue;
+		if (leaf && (mp[dl] != '/' || !under_leaf(mp + dl + 1, leaf)))
 			continue;
 		char **m = realloc(mnts, (n + 1) * sizeof(*m));
 		if (!m)
@@ -271,13 +285,58 @@ static void umount_under(const char *dir)
 	free(mnts);
 }
 
-/* Containers in runc root dir that an earlier run left (a snapshot cut
- * short): each one is killed and deleted. */
+/* What is left of container id in runc root dir once `runc delete` is done:
+ * nothing, or a state directory without its state.json, which runc made for a
+ * `runc restore` killed before CRIU was done.  runc knows no container there
+ * (delete and list pass it by), so it would stay for good.  Its files go,
+ * and its directories if they are empty (criu-root, unmounted before):
+ * nothing is removed recursively, so a directory still mounted, or not
+ * empty, stays.  0 once the directory is gone, else -errno. */
+static int remove_state_leftover(const char *root, const char *id)
+{
+	char path[PATH_MAX + 80];
+	struct dirent *de;
+	int dfd, ret = 0;
+	DIR *d;
+
+	if (snprintf(path, sizeof(path), "%s/%s", root, id) >= (int)sizeof(path))
+		return -ENAMETOOLONG;
+	dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (faccessat(dfd, "state.json", F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
+		close(dfd);
+		return -EEXIST; /* runc's: not ours to take apart */
+	}
+	d = fdopendir(dfd);
+	if (!d) {
+		ret = -errno;
+		close(dfd);
+		return ret;
+	}
+	while ((de = readdir(d))) {
+		const char *n = de->d_name;
+
+		if (!strcmp(n, ".") || !strcmp(n, ".."))
+			continue;
+		if (unlinkat(dfd, n, de->d_type == DT_DIR ? AT_REMOVEDIR : 0) < 0 &&
+		    (errno != EISDIR || unlinkat(dfd, n, AT_REMOVEDIR) < 0) && !ret)
+			ret = -errno;
+	}
+	closedir(d);
+	if (!ret && rmdir(path) < 0)
+		ret = -errno;
+	return ret;
+}
+
+/* Containers in runc root dir that an earlier run left (a snapshot or a
+ * restore cut short): each one is killed and deleted. */
 static void delete_containers(struct server *s, const char *root)
 {
 	struct runner r = { .runc = s->cfg.runc, .criu = s->cfg.criu, .state_dir = root };
 	struct dirent *de;
 	DIR *d = opendir(root);
+	int ret;
 
 	if (!d)
 		return;
@@ -289,13 +348,21 @@ static void delete_containers(struct server *s, const char *root)
 		/* An adopted instance's container is the instance itself. */
 		if (insts_function(s->insts, de->d_name, fn) == 0)
 			continue;
-		if (runner_delete(&r, de->d_name) == 0)
-			pr_warn("container %s (in %s), left by an earlier run, deleted", de->d_name,
-				root);
-		else
+		if (runner_delete(&r, de->d_name)) {
 			pr_err("container %s (in %s), left by an earlier run, could not be "
 			       "deleted: %s",
 			       de->d_name, root, log_last_error());
+			continue;
+		}
+		ret = remove_state_leftover(root, de->d_name);
+		if (ret)
+			pr_err("container %s (in %s), left by an earlier run: its state directory "
+			       "could not be removed (%s); left as it is",
+			       de->d_name, root,
+			       ret == -EEXIST ? "runc still has its state.json" : strerror(-ret));
+		else
+			pr_warn("container %s (in %s), left by an earlier run, deleted", de->d_name,
+				root);
 	}
 	closedir(d);
 }
@@ -309,10 +376,24 @@ static void clean_snapshot_leftovers(struct server *s)
 	delete_containers(s, root);
 	snprintf(work, sizeof(work), "%s/work", s->cfg.data_dir);
 	if (stat(work, &st) == 0) {
-		umount_under(work);
+		umount_under(work, NULL);
 		if (rm_rf(work) == 0)
 			pr_info("removed %s, left by an earlier run", work);
 	}
+}
+
+/* `runc restore` binds the container's rootfs at <runc root>/<id>/criu-root
+ * for CRIU and unmounts it once CRIU is done: a restore killed with thawd
+ * leaves that mount behind, pinning the rootfs, one more for every restore
+ * cut short.  Once the orphaned runc processes are gone, no such mount is in
+ * use: they are unmounted before any container is deleted (and
+ * remove_state_leftover then takes the directories runc left around them). */
+static void umount_restore_leftovers(struct server *s)
+{
+	char root[PATH_MAX + 16];
+
+	snprintf(root, sizeof(root), "%s/runc", s->cfg.data_dir);
+	umount_under(root, "criu-root");
 }
 
 int recover_startup(struct server *s)
@@ -320,6 +401,7 @@ int recover_startup(struct server *s)
 	uint64_t chunks = 0, bytes = 0;
 
 	kill_orphan_runc(s);
+	umount_restore_leftovers(s);
 	adopt_recorded_instances(s);
 	clean_snapshot_leftovers(s);
 	if (store_gc(s->store, &chunks, &bytes) == 0) {

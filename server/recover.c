@@ -12,7 +12,8 @@
  *   - snapshots it left "building" are marked failed (registry_open does it);
  *   - instances recorded under <data>/instances whose first process and
  *     endpoint shim are alive are adopted (they go on answering; this thawd
- *     lists and stops them); the others are stopped and cleaned up;
+ *     lists and stops them); the others are stopped and cleaned up, and so
+ *     is what a start killed before its first record left there;
  *   - runc processes it started that outlived it (a checkpoint or restore
  *     in progress) are killed with their CRIU, and the mounts a restore
  *     makes for CRIU under the runc root are undone;
@@ -237,6 +238,87 @@ static void adopt_recorded_instances(struct server *s)
 	json_decref(list);
 }
 
+/* The pid of a record's temporary file <id>.json.tmp.<pid>
+ * (write_file_atomic), or 0 if name is not one. */
+static pid_t record_temp_pid(const char *name)
+{
+	const char *tmp = strstr(name, ".json.tmp.");
+	char *end;
+	long pid;
+
+	if (!tmp)
+		return 0;
+	pid = strtol(tmp + 10, &end, 10);
+	return end == tmp + 10 || *end || pid <= 0 || pid > INT_MAX ? 0 : (pid_t)pid;
+}
+
+/* Is there a temporary file of id's record in dir (a start writing it)? */
+static bool record_being_written(const char *dir, const char *id)
+{
+	size_t il = strlen(id);
+	struct dirent *de;
+	bool found = false;
+	DIR *d = opendir(dir);
+
+	if (!d)
+		return false;
+	while (!found && (de = readdir(d)))
+		found = !strncmp(de->d_name, id, il) && !strncmp(de->d_name + il, ".json.tmp.", 10);
+	closedir(d);
+	return found;
+}
+
+/* What a start killed before its first record was in place leaves in
+ * <data>/instances: the record's temporary file, and the instance's
+ * directory, still empty (the record is written before anything goes into
+ * it).  Neither is ever listed, so nothing else would ever remove them.  A
+ * temporary file of a live process (a `thaw start` writing its record right
+ * now) is left alone, and so is its directory; so is a directory with
+ * something in it: no start leaves one without its record, and what it holds
+ * is not ours to guess about. */
+static void clean_instance_leftovers(struct server *s)
+{
+	char dir[PATH_MAX + 16], path[PATH_MAX + 300], rec[PATH_MAX + 310];
+	struct dirent *de;
+	struct stat st;
+	DIR *d;
+
+	snprintf(dir, sizeof(dir), "%s/instances", s->cfg.data_dir);
+	/* The temporary files of dead writers first: a directory whose record
+	 * is still being written is left alone below. */
+	d = opendir(dir);
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		pid_t pid = record_temp_pid(de->d_name);
+
+		if (!pid || (pid != getpid() && kill(pid, 0) == 0) ||
+		    snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) >= (int)sizeof(path))
+			continue;
+		if (unlink(path) == 0)
+			pr_warn("removed %s, the record a start cut short was writing", path);
+	}
+	closedir(d);
+	d = opendir(dir);
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		if (!id_valid(de->d_name) ||
+		    snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) >= (int)sizeof(path) ||
+		    lstat(path, &st) || !S_ISDIR(st.st_mode))
+			continue;
+		snprintf(rec, sizeof(rec), "%s.json", path);
+		if (access(rec, F_OK) == 0 || errno != ENOENT ||
+		    record_being_written(dir, de->d_name))
+			continue;
+		if (rmdir(path) == 0)
+			pr_warn("removed %s, left by a start cut short before its record", path);
+		else
+			pr_warn("%s has no record: left as it is (%s)", path, strerror(errno));
+	}
+	closedir(d);
+}
+
 /* Is mp <dir>/<one name>/<leaf> or below it? */
 static bool under_leaf(const char *mp, const char *leaf)
 {
@@ -403,6 +485,7 @@ int recover_startup(struct server *s)
 	kill_orphan_runc(s);
 	umount_restore_leftovers(s);
 	adopt_recorded_instances(s);
+	clean_instance_leftovers(s);
 	clean_snapshot_leftovers(s);
 	if (store_gc(s->store, &chunks, &bytes) == 0) {
 		if (chunks)

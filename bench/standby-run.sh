@@ -36,6 +36,12 @@ mkdir -p "$OUTDIR"
 W=$(mktemp -d /tmp/standby-run-XXXXXX)
 TIER=$(mktemp -d /dev/shm/standby-run-tier-XXXXXX)
 . "$ROOT/bench/lib/thawd.sh"
+# The tier on a huge-page tmpfs of its own, as thawd's default root is where it
+# can be (THAW_TIER_HUGE=0 to compare): memory files then map with 2 MiB pages.
+export THAW_TIER_HUGE=${THAW_TIER_HUGE:-1}
+trap 'stop_thawd; for r in "$W"/data/instances/*.json; do [ -f "$r" ] &&
+	"$B/thaw" --data-dir "$W/data" stop "$(basename "$r" .json)" >/dev/null 2>&1; done
+	mountpoint -q "$TIER" && umount "$TIER"; rm -rf "$W" "$TIER"' EXIT
 
 start_thawd 0 || exit 1
 put_function "$ID" "$SPEC" "$W/spec.json" standby=0 lazy=null || exit 1
@@ -88,7 +94,7 @@ gpu_used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>
 "$W/wait-pool.sh"
 sleep 1
 with=$(gpu_used)
-rss=0 anon=0 n=0
+rss=0 anon=0 pte=0 n=0
 for r in "$W"/data/instances/*.json; do
 	[ "$(jfield "$r" state)" = standby ] || continue
 	pid=$(jfield "$r" pid)
@@ -98,6 +104,7 @@ for r in "$W"/data/instances/*.json; do
 		[ "$(readlink "$d/ns/pid" 2>/dev/null)" = "$ns" ] || continue
 		rss=$((rss + $(awk '/^Rss:/ {print $2}' "$d/smaps_rollup" 2>/dev/null || echo 0)))
 		anon=$((anon + $(awk '/^Anonymous:/ {print $2}' "$d/smaps_rollup" 2>/dev/null || echo 0)))
+		pte=$((pte + $(awk '/^VmPTE:/ {print $2}' "$d/status" 2>/dev/null || echo 0)))
 	done
 	n=$((n + 1))
 done
@@ -105,8 +112,8 @@ put_function "$ID" "$SPEC" "$W/spec.json" standby=0 lazy=null || exit 1
 for _ in $(seq 100); do [ -z "$("$W/pool.sh")" ] || [ "$("$W/pool.sh")" = 0 ] && break; sleep 0.1; done
 sleep 1
 without=$(gpu_used)
-printf '{"standbys": %d, "rss_kib": %d, "anonymous_kib": %d, "gpu_used_mib_with": "%s", "gpu_used_mib_without": "%s", "image_bytes": %s}\n' \
-	"$n" "$rss" "$anon" "${with:-}" "${without:-}" "$(jfield "$OUTDIR/snapshot.json" job result image_bytes)" \
+printf '{"standbys": %d, "rss_kib": %d, "anonymous_kib": %d, "page_tables_kib": %d, "gpu_used_mib_with": "%s", "gpu_used_mib_without": "%s", "image_bytes": %s}\n' \
+	"$n" "$rss" "$anon" "$pte" "${with:-}" "${without:-}" "$(jfield "$OUTDIR/snapshot.json" job result image_bytes)" \
 	>"$OUTDIR/standby-mem.json"
 
 put_function "$ID" "$SPEC" "$W/spec.json" standby=1 lazy=null || exit 1
@@ -157,9 +164,11 @@ for name, what in (("refill", "a miss right after a take"),
         print("figure: standby %s_over_normal_p50 %.3f" % (name, r))
 m = load("standby-mem")
 if m and m["standbys"]:
-    print("a waiting standby holds: resident %.1f MiB, anonymous %.1f MiB (image %.1f MiB); "
+    print("a waiting standby holds: anonymous %.1f MiB and page tables %.1f MiB of its own; "
+          "resident %.1f MiB with the tier's shared pages (image %.1f MiB); "
           "GPU memory used with it waiting %s MiB, without %s MiB" % (
-          m["rss_kib"] / 1024, m["anonymous_kib"] / 1024, m["image_bytes"] / 2**20,
+          m["anonymous_kib"] / 1024, m.get("page_tables_kib", 0) / 1024,
+          m["rss_kib"] / 1024, m["image_bytes"] / 2**20,
           m["gpu_used_mib_with"] or "-", m["gpu_used_mib_without"] or "-"))
     print("figure: standby waiting_rss_mib %.1f" % (m["rss_kib"] / 1024))
     print("figure: standby waiting_anon_mib %.1f" % (m["anonymous_kib"] / 1024))

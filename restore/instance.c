@@ -22,6 +22,7 @@
 #include "function/spec.h"
 #include "restore/gpu_restore.h"
 #include "restore/lazy_watch.h"
+#include "restore/prefault.h"
 #include "restore/shim.h"
 
 #include <dirent.h>
@@ -711,6 +712,8 @@ static int start(const struct thaw_config *c, struct store *s, struct tier *t,
 	in.t.endpoint = ms_since(tp);
 
 	if (standby) {
+		uint64_t faulted = 0;
+
 		/* Everything but the part that needs the GPU (or the CPU):
 		 * a CPU function waits frozen; a GPU function's CUDA state
 		 * is still checkpointed and locked, so it does nothing. */
@@ -719,6 +722,9 @@ static int start(const struct thaw_config *c, struct store *s, struct tier *t,
 			ret = runner_pause(&x.r, in.id);
 		if (ret)
 			goto fail;
+		tp = now_ns();
+		if (x.mapped)
+			prefault_mapped(in.pid, &faulted);
 		tier_release(lease);
 		lease = NULL;
 		in.standby = true;
@@ -727,8 +733,9 @@ static int start(const struct thaw_config *c, struct store *s, struct tier *t,
 		ret = write_record(&x, &in, "standby");
 		if (ret)
 			goto fail;
-		pr_info("standby %s of %s: pid %d, %s, made in %.1f ms", in.id, in.function,
-			(int)in.pid, in.pages, in.t.total);
+		pr_info("standby %s of %s: pid %d, %s, made in %.1f ms (%.1f MiB of mapped pages "
+			"faulted in, %.1f ms)", in.id, in.function, (int)in.pid, in.pages, in.t.total,
+			faulted / 1048576.0, ms_since(tp));
 		*out = in;
 		goto out;
 	}

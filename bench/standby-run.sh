@@ -36,9 +36,10 @@ mkdir -p "$OUTDIR"
 W=$(mktemp -d /tmp/standby-run-XXXXXX)
 TIER=$(mktemp -d /dev/shm/standby-run-tier-XXXXXX)
 . "$ROOT/bench/lib/thawd.sh"
-# The tier on a huge-page tmpfs of its own, as thawd's default root is where it
-# can be (THAW_TIER_HUGE=0 to compare): memory files then map with 2 MiB pages.
-export THAW_TIER_HUGE=${THAW_TIER_HUGE:-1}
+# The tier is a plain directory unless THAW_TIER_HUGE=1 (a huge-page tmpfs of
+# its own): on the H100 the GPU example's first request after a mapped restore
+# took ~0.95 s from a huge-page tier against ~0.4 s from a plain one
+# (bench/LOG.md), so the plain one, thawd's choice for any but its default root.
 trap 'stop_thawd; for r in "$W"/data/instances/*.json; do [ -f "$r" ] &&
 	"$B/thaw" --data-dir "$W/data" stop "$(basename "$r" .json)" >/dev/null 2>&1; done
 	mountpoint -q "$TIER" && umount "$TIER"; rm -rf "$W" "$TIER"' EXIT

@@ -36,93 +36,158 @@ static const char *const used_keys[] = { "used_bytes", "memory_used_bytes", "gpu
 					 "used" };
 static const char *const total_keys[] = { "gpu_used_bytes", "gpu_bytes", "gpu_memory_bytes" };
 
-static struct cuda_device *find_dev(struct cuda_device *d, size_t n, const char *uuid)
+/* What snapshot GPU g needs free: its recorded usage, 0 if none. */
+static uint64_t gpu_need(const json_t *g)
 {
-	for (size_t i = 0; uuid && i < n; i++)
-		if (!strcmp(d[i].uuid, uuid))
-			return &d[i];
-	return NULL;
+	return json_is_object(g) ? json_bytes(g, used_keys, ARRAY_SIZE(used_keys)) : 0;
 }
 
-/* Map the snapshot's GPUs onto this host's: the same ones where they are all
- * here (no pairs), else in order onto as many GPUs of this host (pairs; the
- * driver wants every checkpointed GPU listed).  targets[i] is the device
- * snapshot GPU i restores onto. */
+/* The device for snapshot GPU g among those not yet taken: its own (by UUID)
+ * if it has room, else the one of the same model with the most free memory
+ * that has room, else any with room (the driver then refuses a different
+ * chip type: warned).  -1 if none has room. */
+static int choose_one(const json_t *g, const struct cuda_device *devs, size_t ndevs,
+		      const bool *taken)
+{
+	const char *uuid = gpu_uuid(g), *model = json_is_object(g) ?
+		json_string_value(json_object_get(g, "name")) : NULL;
+	uint64_t need = gpu_need(g);
+	int best = -1, best_other = -1;
+
+	for (size_t d = 0; d < ndevs; d++)
+		if (!taken[d] && uuid && !strcmp(devs[d].uuid, uuid) && devs[d].free_bytes >= need)
+			return (int)d;
+	for (size_t d = 0; d < ndevs; d++) {
+		int *slot = !model || !strcmp(model, devs[d].name) ? &best : &best_other;
+
+		if (taken[d] || devs[d].free_bytes < need)
+			continue;
+		if (*slot < 0 || devs[d].free_bytes > devs[*slot].free_bytes)
+			*slot = (int)d;
+	}
+	return best >= 0 ? best : best_other;
+}
+
+int gpu_choose(const json_t *gpus, const struct cuda_device *devs, size_t ndevs, size_t *choice,
+	       bool *moved, char *why, size_t whylen)
+{
+	size_t nold = json_array_size(gpus), i;
+	bool *taken = calloc(ndevs + 1, sizeof(bool));
+	char a[32], b[32];
+	const json_t *g;
+	int ret = 0;
+
+	*moved = false;
+	if (!taken)
+		return -ENOMEM;
+	if (ndevs < nold) {
+		snprintf(why, whylen, "the snapshot used %zu GPU(s), this host has %zu", nold, ndevs);
+		ret = -ENODEV;
+		goto out;
+	}
+	json_array_foreach(gpus, i, g) {
+		int d = choose_one(g, devs, ndevs, taken);
+
+		if (d < 0) {
+			uint64_t most = 0;
+
+			for (size_t k = 0; k < ndevs; k++)
+				if (!taken[k] && devs[k].free_bytes > most)
+					most = devs[k].free_bytes;
+			snprintf(why, whylen,
+				 "no GPU has room for the snapshot's GPU %zu: it needs %s, the most "
+				 "free on a GPU left is %s (not restoring: a restore that runs out "
+				 "of GPU memory can leave the process stuck)",
+				 i, fmt_bytes(gpu_need(g), a), fmt_bytes(most, b));
+			ret = -ENOSPC;
+			goto out;
+		}
+		taken[d] = true;
+		choice[i] = (size_t)d;
+		if (!gpu_uuid(g) || strcmp(devs[d].uuid, gpu_uuid(g)))
+			*moved = true;
+	}
+out:
+	free(taken);
+	return ret;
+}
+
+/* The GPUs to restore onto (gpu_choose): targets[i] is snapshot GPU i's; and
+ * when any is another than it came from, pairs for every one (the driver
+ * wants every checkpointed GPU listed). */
 static int map_gpus(const json_t *gpus, struct cuda_device *devs, size_t ndevs,
 		    struct cuda_gpu_pair **pairs, size_t *npairs, struct cuda_device ***targets)
 {
-	size_t nold = json_array_size(gpus), i;
-	bool all_here = true;
+	size_t nold = json_array_size(gpus), *choice;
+	char why[512];
+	bool moved;
 	const json_t *g;
+	size_t i;
+	int ret;
 
 	*pairs = NULL;
 	*npairs = 0;
 	*targets = calloc(nold ? nold : 1, sizeof(**targets));
-	if (!*targets)
+	choice = calloc(nold ? nold : 1, sizeof(*choice));
+	if (!*targets || !choice) {
+		free(choice);
 		return -ENOMEM;
-	json_array_foreach(gpus, i, g)
-		if (!find_dev(devs, ndevs, gpu_uuid(g)))
-			all_here = false;
-	if (all_here) {
-		json_array_foreach(gpus, i, g)
-			(*targets)[i] = find_dev(devs, ndevs, gpu_uuid(g));
-		return 0;
 	}
-	if (ndevs < nold) {
-		pr_err("the snapshot used %zu GPU(s), this host has %zu", nold, ndevs);
-		return -ENODEV;
+	ret = gpu_choose(gpus, devs, ndevs, choice, &moved, why, sizeof(why));
+	if (ret) {
+		pr_err("%s", why);
+		free(choice);
+		return ret;
 	}
-	*pairs = calloc(nold, sizeof(**pairs));
-	if (!*pairs)
-		return -ENOMEM;
+	for (i = 0; i < nold; i++)
+		(*targets)[i] = &devs[choice[i]];
+	if (moved) {
+		*pairs = calloc(nold ? nold : 1, sizeof(**pairs));
+		if (!*pairs) {
+			free(choice);
+			return -ENOMEM;
+		}
+	}
 	json_array_foreach(gpus, i, g) {
-		const char *old = gpu_uuid(g), *model = json_string_value(json_object_get(g, "name"));
+		const char *old = gpu_uuid(g), *model = json_is_object(g) ?
+			json_string_value(json_object_get(g, "name")) : NULL;
+		const struct cuda_device *to = (*targets)[i];
 
+		if (!moved)
+			break;
 		if (!old) {
 			pr_err("the snapshot's GPU %zu has no UUID", i);
+			free(choice);
 			return -EINVAL;
 		}
-		if (model && strcmp(model, devs[i].name))
+		if (model && strcmp(model, to->name) != 0)
 			pr_warn("GPU %s was a %s, restoring onto %s (%s): the driver needs the "
-				"same chip type", old, model, devs[i].uuid, devs[i].name);
+				"same chip type", old, model, to->uuid, to->name);
 		snprintf((*pairs)[i].old_uuid, sizeof((*pairs)[i].old_uuid), "%s", old);
-		snprintf((*pairs)[i].new_uuid, sizeof((*pairs)[i].new_uuid), "%s", devs[i].uuid);
-		(*targets)[i] = &devs[i];
-		pr_info("GPU %s -> %s", old, devs[i].uuid);
+		snprintf((*pairs)[i].new_uuid, sizeof((*pairs)[i].new_uuid), "%s", to->uuid);
+		pr_info("GPU %s -> %s", old, to->uuid);
 	}
-	*npairs = nold;
+	*npairs = moved ? nold : 0;
+	free(choice);
 	return 0;
 }
 
-/* A restore that runs out of GPU memory can leave the process stuck for
- * good: refuse before trying when the recorded usage does not fit. */
+/* Without per-GPU figures, the snapshot's total must fit the GPUs chosen:
+ * a restore that runs out of GPU memory can leave the process stuck for
+ * good.  (With them, gpu_choose has checked each.) */
 static int check_free(const json_t *meta, const json_t *gpus, struct cuda_device **targets)
 {
 	uint64_t total = json_bytes(meta, total_keys, ARRAY_SIZE(total_keys)), free_sum = 0;
-	bool per_gpu = false;
 	char a[32], b[32];
 	const json_t *g;
 	size_t i;
 
 	json_array_foreach(gpus, i, g) {
-		uint64_t need = json_is_object(g) ? json_bytes(g, used_keys, ARRAY_SIZE(used_keys)) : 0;
-
-		if (!targets[i])
-			continue;
-		free_sum += targets[i]->free_bytes;
-		if (!need)
-			continue;
-		per_gpu = true;
-		if (targets[i]->free_bytes < need) {
-			pr_err("GPU %s has %s free, the snapshot needs %s: not restoring (a "
-			       "restore that runs out of GPU memory can leave the process stuck)",
-			       targets[i]->uuid, fmt_bytes(targets[i]->free_bytes, a),
-			       fmt_bytes(need, b));
-			return -ENOSPC;
-		}
+		if (gpu_need(g))
+			return 0;
+		if (targets[i])
+			free_sum += targets[i]->free_bytes;
 	}
-	if (per_gpu)
-		return 0;
 	if (!total) {
 		pr_warn("the snapshot records no GPU memory figure: restoring without a "
 			"free-memory check");

@@ -11,9 +11,11 @@
 #define THAW_RESTORE_GPU_RESTORE_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "common/cuda.h"
 #include "common/runner.h"
 
 #define GPU_LOCK_TIMEOUT_MS 10000
@@ -24,6 +26,18 @@
  * pids restored.  -ENODEV without a driver. */
 int gpu_restore_container(const struct runner *r, const char *id, pid_t init,
 			  const json_t *meta, pid_t **pids, size_t *n);
+
+/* Where the snapshot's GPUs ("gpus" of its meta) go on this host's devs:
+ * choice[i] is the device index for snapshot GPU i.  Each goes to its own
+ * GPU (same UUID) if that has room for its recorded usage, else to the GPU
+ * of the same model with the most free memory that has room, else to any
+ * with room; each device takes one.  *moved: some GPU is not the one it
+ * came from (the restore then passes GPU pairs).  -ENOSPC (why says which
+ * GPU needs what, and the most free) when one has nowhere to go, -ENODEV
+ * with fewer devices than the snapshot used.  On one GPU this is the
+ * free-memory check; on several, the placement. */
+int gpu_choose(const json_t *gpus, const struct cuda_device *devs, size_t ndevs, size_t *choice,
+	       bool *moved, char *why, size_t whylen);
 
 /* The host pids of every process in the PID namespace of init (the
  * container's processes), init first.  You own *pids. */

@@ -35,7 +35,7 @@ static void test_json_shape(void)
 			       .endpoint = "127.0.0.1:4242", .pid = 77, .tier_hit = true,
 			       .t = { 1.5, 2.25, 0, 3, 6.75 } };
 	const char *keys[] = { "instance", "function", "snapshot", "endpoint", "pid", "tier",
-			       "pages", "lazy", "timings_ms" };
+			       "pages", "lazy", "standby", "timings_ms" };
 	const char *tkeys[] = { "load",	   "materialize", "setup", "criu_restore",
 				"endpoint", "gpu_restore", "ready", "total" };
 	json_t *j = instance_to_json(&in), *t;
@@ -45,6 +45,7 @@ static void test_json_shape(void)
 	for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
 		CHECK(json_object_get(j, keys[i]) != NULL);
 	CHECK_STR(json_string_value(json_object_get(j, "tier")), "ram");
+	CHECK(json_is_false(json_object_get(j, "standby")));
 	CHECK_STR(json_string_value(json_object_get(j, "endpoint")), "127.0.0.1:4242");
 	CHECK_EQ(json_integer_value(json_object_get(j, "pid")), 77);
 	t = json_object_get(j, "timings_ms");

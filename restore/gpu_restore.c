@@ -99,7 +99,7 @@ int gpu_choose(const json_t *gpus, const struct cuda_device *devs, size_t ndevs,
 				 "free on a GPU left is %s (not restoring: a restore that runs out "
 				 "of GPU memory can leave the process stuck)",
 				 i, fmt_bytes(gpu_need(g), a), fmt_bytes(most, b));
-			ret = -ENOSPC;
+			ret = -EAGAIN; /* GPU memory frees as instances stop: 503, retry */
 			goto out;
 		}
 		taken[d] = true;
@@ -196,7 +196,7 @@ static int check_free(const json_t *meta, const json_t *gpus, struct cuda_device
 	if (free_sum < total) {
 		pr_err("the GPUs have %s free, the snapshot needs %s: not restoring",
 		       fmt_bytes(free_sum, a), fmt_bytes(total, b));
-		return -ENOSPC;
+		return -EAGAIN;
 	}
 	return 0;
 }

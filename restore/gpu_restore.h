@@ -32,7 +32,7 @@ int gpu_restore_container(const struct runner *r, const char *id, pid_t init,
  * GPU (same UUID) if that has room for its recorded usage, else to the GPU
  * of the same model with the most free memory that has room, else to any
  * with room; each device takes one.  *moved: some GPU is not the one it
- * came from (the restore then passes GPU pairs).  -ENOSPC (why says which
+ * came from (the restore then passes GPU pairs).  -EAGAIN (why says which
  * GPU needs what, and the most free) when one has nowhere to go, -ENODEV
  * with fewer devices than the snapshot used.  On one GPU this is the
  * free-memory check; on several, the placement. */

@@ -48,9 +48,9 @@ int main(void)
 	CHECK(!moved);
 	json_decref(g);
 
-	/* One GPU without room: -ENOSPC, and the message says what and how much. */
+	/* One GPU without room: -EAGAIN, and the message says what and how much. */
 	g = gpus("[{\"uuid\":\"GPU-a\",\"name\":\"H100\",\"used_bytes\":107374182400}]");
-	CHECK_EQ(gpu_choose(g, one, 1, choice, &moved, why, sizeof(why)), -ENOSPC);
+	CHECK_EQ(gpu_choose(g, one, 1, choice, &moved, why, sizeof(why)), -EAGAIN);
 	CHECK(strstr(why, "GPU 0") && strstr(why, "needs") && strstr(why, "most free"));
 	json_decref(g);
 
@@ -72,7 +72,7 @@ int main(void)
 	json_decref(g);
 
 	/* No H100 has room left for a third: any with room (the A100), which
-	 * the driver will refuse (warned at restore); none at all: -ENOSPC. */
+	 * the driver will refuse (warned at restore); none at all: -EAGAIN. */
 	g = gpus("[{\"name\":\"H100\",\"uuid\":\"GPU-p\",\"used_bytes\":42949672960},"
 		 "{\"name\":\"H100\",\"uuid\":\"GPU-q\",\"used_bytes\":42949672960}]");
 	CHECK_EQ(gpu_choose(g, four, 4, choice, &moved, why, sizeof(why)), 0);
@@ -80,7 +80,7 @@ int main(void)
 	CHECK_EQ(choice[1], 3);
 	json_decref(g);
 	g = gpus("[{\"uuid\":\"GPU-p\",\"used_bytes\":85899345920}]");
-	CHECK_EQ(gpu_choose(g, four, 4, choice, &moved, why, sizeof(why)), -ENOSPC);
+	CHECK_EQ(gpu_choose(g, four, 4, choice, &moved, why, sizeof(why)), -EAGAIN);
 	json_decref(g);
 
 	/* More GPUs in the snapshot than here: -ENODEV. */

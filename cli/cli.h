@@ -27,6 +27,7 @@ int cmd_materialize(int argc, char **argv);
 int cmd_start(int argc, char **argv);
 int cmd_stop(int argc, char **argv);
 int cmd_ps(int argc, char **argv);
+int cmd_logs(int argc, char **argv);
 int cmd_lazy_pages(int argc, char **argv);
 
 #endif

@@ -64,6 +64,7 @@ static const struct command {
 	{ "start", cmd_start, "restore a running instance of a snapshot; prints its endpoint" },
 	{ "stop", cmd_stop, "stop instances and remove everything they used" },
 	{ "ps", cmd_ps, "list instances and their state" },
+	{ "logs", cmd_logs, "print the end of an instance's output (stdout and stderr)" },
 	{ "lazy-pages", cmd_lazy_pages,
 	  "serve one lazy restore its pages (drop-in for criu lazy-pages; thaw start runs it)" },
 };

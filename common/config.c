@@ -207,6 +207,37 @@ static int env_flag(const char *name, bool dflt, bool *out)
 	return 0;
 }
 
+int config_parse_bytes(const char *v, uint64_t min, uint64_t max, uint64_t *out)
+{
+	unsigned long long n, mul = 1;
+	char *end;
+
+	if (!v || *v < '0' || *v > '9')
+		return -EINVAL;
+	errno = 0;
+	n = strtoull(v, &end, 10);
+	if (errno)
+		return -EINVAL;
+	if (*end) {
+		switch (*end) {
+		case 'K': case 'k': mul = 1ull << 10; break;
+		case 'M': case 'm': mul = 1ull << 20; break;
+		case 'G': case 'g': mul = 1ull << 30; break;
+		case 'T': case 't': mul = 1ull << 40; break;
+		default: return -EINVAL;
+		}
+		end++;
+		if (*end == 'i')
+			end++;
+		if (*end == 'B')
+			end++;
+	}
+	if (*end || n > max / mul || n * mul < min || n * mul > max)
+		return -EINVAL;
+	*out = n * mul;
+	return 0;
+}
+
 int config_store_init(struct config_store *s)
 {
 	const char *l = getenv("THAW_STORE_LAYOUT");
@@ -401,6 +432,15 @@ int config_init(struct thaw_config *c, const char *data_dir)
 	if (ret)
 		return ret;
 	c->mapped_min = tri < 0 ? 0 : (uint64_t)kib << 10;
+
+	c->log_bytes = CONFIG_LOG_BYTES_DEFAULT;
+	v = getenv("THAW_LOG_BYTES");
+	if (v && *v &&
+	    config_parse_bytes(v, CONFIG_LOG_BYTES_MIN, CONFIG_LOG_BYTES_MAX, &c->log_bytes)) {
+		pr_err("THAW_LOG_BYTES=%s is not a size from 4K to 1T (digits, then K, M, G or T)",
+		       v);
+		return -EINVAL;
+	}
 
 	ret = allow_roots_init(c);
 	if (ret)

@@ -48,6 +48,13 @@ struct config_store {
 			 * and more instead of read(); default 1 */
 };
 
+/* A function's output (an instance's function.log, a snapshot job's log) is
+ * rotated when it reaches this many bytes, so that at most twice as much is
+ * kept (common/logfile.h). */
+#define CONFIG_LOG_BYTES_DEFAULT (1ull << 20)
+#define CONFIG_LOG_BYTES_MIN     (4ull << 10)
+#define CONFIG_LOG_BYTES_MAX     (1ull << 40)
+
 /* Directories a function's "bundle" and "cwd" may lie under (config_path_allowed). */
 #define CONFIG_MAX_ROOTS 16
 
@@ -87,6 +94,9 @@ struct thaw_config {
 				      * driver's restore then reads filled memory and
 				      * does not share the memory bus with the copy */
 	struct config_store store;   /* $THAW_STORE_LAYOUT, _DIRECT, _MAP */
+	uint64_t log_bytes;          /* rotate a function's output at this size
+				      * ($THAW_LOG_BYTES, K/M/G/T suffixes; default
+				      * CONFIG_LOG_BYTES_DEFAULT) */
 };
 
 /* Whether a start that neither the start nor the function's spec decides
@@ -104,9 +114,15 @@ bool config_restores_lazily(const struct thaw_config *c, bool gpu, unsigned gpu_
  * THAW_LAZY_DAEMON (thaw, the default: the `thaw` binary beside ours or one
  * directory up, as in build/; criu), THAW_LAZY_MAX_GPU_STARTS (a whole
  * number >= -1), THAW_LAZY_GPU_AFTER_FILL (1/0), THAW_MAPPED (1/0) and
- * THAW_MAPPED_MIN_KIB (>= 4), and the store's (config_store_init).  A bad
+ * THAW_MAPPED_MIN_KIB (>= 4), THAW_LOG_BYTES (config_parse_bytes, between
+ * CONFIG_LOG_BYTES_MIN and _MAX), and the store's (config_store_init).  A bad
  * value is -EINVAL, logged with the variable named. */
 int config_init(struct thaw_config *c, const char *data_dir);
+
+/* A byte size: decimal digits with an optional binary suffix K, M, G or T
+ * (either case, optionally followed by "i", "iB" or "B"), between min and
+ * max.  0 and *out, or -EINVAL (not logged). */
+int config_parse_bytes(const char *v, uint64_t min, uint64_t max, uint64_t *out);
 
 /* Add dir (absolute) to c's allowed roots: 0, -EINVAL (not absolute),
  * -ENOSPC (more than CONFIG_MAX_ROOTS), -ENAMETOOLONG; logged. */

@@ -3,15 +3,16 @@
  *
  * One snapshot works in <data>/work/<id>-<pid>-<n>/: netns (the function's
  * network namespace), bundle/ (its OCI bundle), function.log (its stdout and
- * stderr, drained by a thread: runc hands the container pipes, never files),
- * image/ (the CRIU image) and criu/ (CRIU's work dir and logs).  Everything
- * there, the container and the namespace are removed at the end, on success
- * and on failure alike.
+ * stderr, drained by a thread: runc hands the container pipes, never files;
+ * rotated at the configured bound, common/logfile.h), image/ (the CRIU image)
+ * and criu/ (CRIU's work dir and logs).  Everything there, the container and
+ * the namespace are removed at the end, on success and on failure alike.
  */
 #define LOG_PREFIX "prewarm: "
 #include "prewarm/prewarm.h"
 #include "common/cuda.h"
 #include "common/log.h"
+#include "common/logfile.h"
 #include "common/netns.h"
 #include "common/oci.h"
 #include "common/runner.h"
@@ -59,7 +60,8 @@ struct job {
 	pid_t pid;
 	/* The drain thread: container stdout/stderr into function.log. */
 	struct runner_stdio stdio;
-	int log_fd, stop_fd;
+	struct logfile out;
+	int stop_fd;
 	pthread_t drain;
 	bool drain_started;
 	json_t *cuda_pids, *cuda_ns_pids;
@@ -105,7 +107,7 @@ static void *drain_thread(void *p)
 				continue;
 			n = read(fds[i].fd, buf, sizeof(buf));
 			if (n > 0)
-				write_all(j->log_fd, buf, n);
+				logfile_write(&j->out, buf, (size_t)n);
 			else if (n == 0 || (errno != EINTR && errno != EAGAIN))
 				fds[i].fd = -1;
 		}
@@ -433,12 +435,9 @@ static int boot(struct job *j)
 {
 	int ret;
 
-	j->log_fd = open(j->log, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-	if (j->log_fd < 0) {
-		ret = -errno;
-		pr_perror("open %s", j->log);
+	ret = logfile_open(&j->out, j->log, j->c->log_bytes, true);
+	if (ret)
 		return ret;
-	}
 	ret = runner_run(&j->r, j->bundle, j->cid, j->runc_log, &j->stdio, &j->pid);
 	if (ret)
 		return ret;
@@ -573,8 +572,7 @@ static void cleanup(struct job *j)
 		close(j->stdio.out_r);
 	if (j->stdio.err_r >= 0)
 		close(j->stdio.err_r);
-	if (j->log_fd >= 0)
-		close(j->log_fd);
+	logfile_close(&j->out);
 	if (j->stop_fd >= 0)
 		close(j->stop_fd);
 	if (j->netns_made && netns_remove(j->netns))
@@ -598,7 +596,7 @@ int prewarm_snapshot(const struct thaw_config *c, struct store *s, const struct 
 		     struct snapshot_result *out)
 {
 	static atomic_uint seq;
-	struct job j = { .c = c, .spec = spec, .log_fd = -1, .stop_fd = -1,
+	struct job j = { .c = c, .spec = spec, .out = { .fd = -1 }, .stop_fd = -1,
 			 .stdio = { -1, -1 } };
 	struct store_put_stats st = { 0 };
 	uint64_t t0 = now_ns(), t, image_bytes = 0, bytes_before = 0;

@@ -700,7 +700,7 @@ static int start(const struct thaw_config *c, struct store *s, struct tier *t,
 	tp = now_ns();
 	so = (struct shim_opts){ .netns_path = x.netns, .port = spec->port,
 				 .out_fd = x.stdio.out_r, .err_fd = x.stdio.err_r,
-				 .log_path = x.log };
+				 .log_path = x.log, .max_log_bytes = c->log_bytes };
 	ret = shim_start(&so, &x.shim_pid, &x.port);
 	if (ret)
 		goto fail;

@@ -6,6 +6,7 @@
 #define LOG_PREFIX "shim: "
 #include "restore/shim.h"
 #include "common/log.h"
+#include "common/logfile.h"
 #include "common/util.h"
 
 #include <arpa/inet.h>
@@ -43,7 +44,8 @@ struct conn {
 };
 
 struct shim {
-	int lfd, pipes[2], log_fd;
+	int lfd, pipes[2];
+	struct logfile log; /* the container's stdout and stderr, and our errors */
 	bool had_pipes;
 	uint16_t port;
 	struct conn **conns;
@@ -211,8 +213,12 @@ static void drain_pipe(struct shim *s, int i)
 	ssize_t n = read(s->pipes[i], buf, sizeof(buf));
 
 	if (n > 0) {
-		if (s->log_fd >= 0)
-			write_all(s->log_fd, buf, (size_t)n);
+		unsigned rotations = s->log.rotations;
+
+		logfile_write(&s->log, buf, (size_t)n);
+		/* Our own errors (stderr) follow the log into its new file. */
+		if (s->log.rotations != rotations && s->log.fd >= 0)
+			dup2(s->log.fd, 2);
 		return;
 	}
 	if (n < 0 && (errno == EAGAIN || errno == EINTR))
@@ -316,7 +322,8 @@ static int cmp_int(const void *a, const void *b)
 /* The child: never returns. */
 static void shim_child(const struct shim_opts *o, int report)
 {
-	struct shim s = { .lfd = -1, .pipes = { o->out_fd, o->err_fd }, .log_fd = -1, .port = o->port };
+	struct shim s = { .lfd = -1, .pipes = { o->out_fd, o->err_fd }, .log = { .fd = -1 },
+			  .port = o->port };
 	struct sockaddr_in sa = { .sin_family = AF_INET };
 	socklen_t salen = sizeof(sa);
 	struct sigaction act = { .sa_handler = on_term };
@@ -338,12 +345,12 @@ static void shim_child(const struct shim_opts *o, int report)
 
 	/* stdio must not hold the starter's terminal or pipes: a caller that
 	 * reads `thaw start`'s output to its end would wait for us forever. */
-	s.log_fd = open(o->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	logfile_open(&s.log, o->log_path, o->max_log_bytes, false);
 	null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
 	if (null_fd >= 0) {
 		dup2(null_fd, 0);
 		dup2(null_fd, 1);
-		dup2(s.log_fd >= 0 ? s.log_fd : null_fd, 2);
+		dup2(s.log.fd >= 0 ? s.log.fd : null_fd, 2);
 		close(null_fd);
 	}
 
@@ -367,8 +374,8 @@ static void shim_child(const struct shim_opts *o, int report)
 
 	keep[nkeep++] = report;
 	keep[nkeep++] = s.lfd;
-	if (s.log_fd >= 0)
-		keep[nkeep++] = s.log_fd;
+	if (s.log.fd >= 0)
+		keep[nkeep++] = s.log.fd;
 	for (int i = 0; i < 2; i++)
 		if (s.pipes[i] >= 0) {
 			keep[nkeep++] = s.pipes[i];

@@ -7,7 +7,8 @@
  *  - listens on 127.0.0.1:<ephemeral port> in the host's network namespace
  *    (the instance's endpoint) and relays every connection, both ways and with
  *    half-close, to 127.0.0.1:<port> inside the instance's namespace;
- *  - appends the container's stdout and stderr to a log file.
+ *  - appends the container's stdout and stderr to a log file, rotated to
+ *    <log>.1 when it reaches max_log_bytes (common/logfile.h).
  * It exits on SIGTERM, or once the container's pipes have closed (the
  * container is gone) and no connection remains.  Its comm is "thaw-shim".
  */
@@ -26,6 +27,7 @@ struct shim_opts {
 	int out_fd;             /* read end of the container's stdout, or -1 */
 	int err_fd;             /* read end of its stderr, or -1 */
 	const char *log_path;   /* where stdout/stderr (and the shim's own errors) go */
+	uint64_t max_log_bytes; /* its bound (0: none) */
 };
 
 /* Fork the shim.  On success *pid is its pid and *port the host port it

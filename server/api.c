@@ -16,6 +16,7 @@
 #include "server/insts.h"
 #include "server/internal.h"
 #include "server/jobs.h"
+#include "server/logs.h"
 #include "server/metrics.h"
 #include "server/registry.h"
 #include "server/standby.h"
@@ -755,6 +756,8 @@ int api_dispatch(struct req *q)
 		return get_jobs(q);
 	case ROUTE_JOB:
 		return get_job(q);
+	case ROUTE_INSTANCE_LOGS:
+		return logs_get_instance(q);
 	case ROUTE_NONE:
 		break;
 	}

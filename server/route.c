@@ -111,8 +111,11 @@ int route_parse(const char *path, struct route *r, char *err, size_t errlen)
 			kind = ROUTE_FUNCTION_SNAPSHOT;
 		else if (n == 3 && seg_is(seg[2], len[2], "start"))
 			kind = ROUTE_FUNCTION_START;
-	} else if (seg_is(seg[0], len[0], "instances") && n == 2) {
-		kind = ROUTE_INSTANCE;
+	} else if (seg_is(seg[0], len[0], "instances")) {
+		if (n == 2)
+			kind = ROUTE_INSTANCE;
+		else if (n == 3 && seg_is(seg[2], len[2], "logs"))
+			kind = ROUTE_INSTANCE_LOGS;
 	} else if (seg_is(seg[0], len[0], "jobs") && n == 2) {
 		kind = ROUTE_JOB;
 	}
@@ -158,6 +161,7 @@ static const struct {
 	[ROUTE_INSTANCE] = { METHOD_GET | METHOD_DELETE, "GET, DELETE", "instance" },
 	[ROUTE_JOBS] = { METHOD_GET, "GET", "jobs" },
 	[ROUTE_JOB] = { METHOD_GET, "GET", "job" },
+	[ROUTE_INSTANCE_LOGS] = { METHOD_GET, "GET", "instance_logs" },
 };
 
 unsigned route_methods(enum route_kind kind)
@@ -291,7 +295,8 @@ unsigned route_scope(enum route_kind kind)
 	case ROUTE_METRICS: return AUTH_SCOPE_ALL;
 	case ROUTE_FUNCTION_START:
 	case ROUTE_INSTANCES:
-	case ROUTE_INSTANCE: return AUTH_SCOPE_DATA;
+	case ROUTE_INSTANCE:
+	case ROUTE_INSTANCE_LOGS: return AUTH_SCOPE_DATA;
 	case ROUTE_FUNCTIONS:
 	case ROUTE_FUNCTION:
 	case ROUTE_FUNCTION_SNAPSHOT:

@@ -92,6 +92,11 @@ static void usage(FILE *f)
 		"                         0: none)\n"
 		"  --max-body BYTES       larger request bodies answer 413 (THAW_MAX_BODY;\n"
 		"                         default %u)\n"
+		"  --log-bytes BYTES      an instance's function.log (its stdout and stderr)\n"
+		"                         and a snapshot's boot output are rotated at this size:\n"
+		"                         at most twice as much is kept; K, M, G suffixes\n"
+		"                         (THAW_LOG_BYTES, also for thaw start; default 1M,\n"
+		"                         at least 4K)\n"
 		"  --max-connections N    concurrent connections (THAW_MAX_CONNECTIONS;\n"
 		"                         default %u)\n"
 		"  --max-connections-per-ip N\n"
@@ -196,6 +201,7 @@ enum {
 	OPT_MAX_STANDBY,
 	OPT_MAX_SNAPSHOTS,
 	OPT_MAX_BODY,
+	OPT_LOG_BYTES,
 	OPT_MAX_CONNS,
 	OPT_MAX_CONNS_PER_IP,
 	OPT_REQUEST_TIMEOUT,
@@ -246,6 +252,7 @@ int main(int argc, char **argv)
 		{ "max-standby", required_argument, NULL, OPT_MAX_STANDBY },
 		{ "max-snapshots", required_argument, NULL, OPT_MAX_SNAPSHOTS },
 		{ "max-body", required_argument, NULL, OPT_MAX_BODY },
+		{ "log-bytes", required_argument, NULL, OPT_LOG_BYTES },
 		{ "max-connections", required_argument, NULL, OPT_MAX_CONNS },
 		{ "max-connections-per-ip", required_argument, NULL, OPT_MAX_CONNS_PER_IP },
 		{ "request-timeout", required_argument, NULL, OPT_REQUEST_TIMEOUT },
@@ -261,6 +268,7 @@ int main(int argc, char **argv)
 	const char *data_dir = NULL, *ram_tier = NULL, *ram_bytes = NULL, *runc = NULL;
 	const char *criu = NULL, *max_starts = NULL, *max_snaps = NULL, *max_body = NULL;
 	const char *max_conns = NULL, *listen_addr = NULL, *max_per_ip = NULL;
+	const char *log_bytes = NULL;
 	const char *req_timeout = NULL, *max_standby = NULL;
 	struct server_opts o;
 	struct thaw_config c;
@@ -297,6 +305,7 @@ int main(int argc, char **argv)
 		case OPT_MAX_STANDBY: max_standby = optarg; break;
 		case OPT_MAX_SNAPSHOTS: max_snaps = optarg; break;
 		case OPT_MAX_BODY: max_body = optarg; break;
+		case OPT_LOG_BYTES: log_bytes = optarg; break;
 		case OPT_MAX_CONNS: max_conns = optarg; break;
 		case OPT_MAX_CONNS_PER_IP: max_per_ip = optarg; break;
 		case OPT_REQUEST_TIMEOUT: req_timeout = optarg; break;
@@ -396,6 +405,13 @@ int main(int argc, char **argv)
 		if (parse_num("--max-body", max_body, true, 1ull << 30, &n) || !n)
 			return 2;
 		o.max_body = (size_t)n;
+	}
+	/* THAW_LOG_BYTES is config_init's, as thaw start reads it too. */
+	if (log_bytes && config_parse_bytes(log_bytes, CONFIG_LOG_BYTES_MIN, CONFIG_LOG_BYTES_MAX,
+					    &c.log_bytes)) {
+		fprintf(stderr, "thawd: --log-bytes: \"%s\" is not a size from 4K to 1T\n",
+			log_bytes);
+		return 2;
 	}
 	if (max_conns) {
 		if (parse_num("--max-connections", max_conns, false, 65536, &n) || !n)

@@ -4,6 +4,7 @@
  * store's settings (THAW_STORE_LAYOUT, THAW_STORE_DIRECT, THAW_STORE_MAP). */
 #include "common/config.h"
 #include "common/log.h"
+#include "common/util.h"
 #include "test/check.h"
 
 #include <errno.h>
@@ -185,6 +186,30 @@ int main(void)
 	CHECK_EQ(init_with(&c, NULL, NULL, NULL), -EINVAL);
 	CHECK(strstr(log_last_error(), "THAW_LAZY_GPU_AFTER_FILL=later") != NULL);
 	unsetenv("THAW_LAZY_GPU_AFTER_FILL");
+
+	/* THAW_LOG_BYTES: 1 MiB unless set; binary suffixes; 4K to 1T. */
+	unsetenv("THAW_LOG_BYTES");
+	REQUIRE(init_with(&c, NULL, NULL, NULL) == 0);
+	CHECK_EQ(c.log_bytes, 1 << 20);
+	static const struct {
+		const char *v;
+		uint64_t bytes;
+	} sizes[] = { { "4096", 4096 },	     { "4K", 4096 },	       { "4k", 4096 },
+		      { "64KiB", 65536 },    { "2M", 2 << 20 },        { "1G", 1ull << 30 },
+		      { "3MB", 3 << 20 },    { "1T", 1ull << 40 } };
+	for (size_t i = 0; i < ARRAY_SIZE(sizes); i++) {
+		setenv("THAW_LOG_BYTES", sizes[i].v, 1);
+		CHECK_EQ(init_with(&c, NULL, NULL, NULL), 0);
+		CHECK_EQ(c.log_bytes, sizes[i].bytes);
+	}
+	static const char *const bad_sizes[] = { "4095", "1K1", "0", "-4K", "4X", "2T", "K",
+						 " 4K", "4K ", "99999999999999999999999" };
+	for (size_t i = 0; i < ARRAY_SIZE(bad_sizes); i++) {
+		setenv("THAW_LOG_BYTES", bad_sizes[i], 1);
+		CHECK_EQ(init_with(&c, NULL, NULL, NULL), -EINVAL);
+		CHECK(strstr(log_last_error(), "THAW_LOG_BYTES") != NULL);
+	}
+	unsetenv("THAW_LOG_BYTES");
 
 	store_setting("THAW_STORE_LAYOUT", "loose", "packed");
 	store_setting("THAW_STORE_DIRECT", "0", "yes");

@@ -55,6 +55,10 @@ static void test_routes(void)
 	CHECK_EQ(r.kind, ROUTE_INSTANCE);
 	CHECK_EQ(route_of("/jobs/job-3", &r), 0);
 	CHECK_EQ(r.kind, ROUTE_JOB);
+	CHECK_EQ(route_of("/instances/i-1/logs", &r), 0);
+	CHECK_EQ(r.kind, ROUTE_INSTANCE_LOGS);
+	CHECK_STR(r.id, "i-1");
+	CHECK_EQ(route_methods(ROUTE_INSTANCE_LOGS), METHOD_GET);
 
 	/* Names nothing: 404. */
 	const char *missing[] = { "",
@@ -70,6 +74,11 @@ static void test_routes(void)
 				  "/functions/a/start/",
 				  "/functions/a/start/x",
 				  "/instances/a/start",
+				  "/instances/a/logs/",
+				  "/instances/a/logs/x",
+				  "/instances/a/log",
+				  "/jobs/a/logs/x",
+				  "/functions/a/logs",
 				  "/Functions/a",
 				  "/functions/a/b/c/d/e",
 				  "/jobs/../x" };
@@ -86,7 +95,8 @@ static void test_routes(void)
 	const char *bad[] = { "/functions/..",       "/functions/.",     "/functions/%2e%2e",
 			      "/functions/a%2Fb",    "/functions/A",     "/functions/-a",
 			      "/functions/a b",      "/instances/..",    "/functions/%2e%2e/start",
-			      "/functions/a\\b",     "/jobs/..",         "/functions/.hidden" };
+			      "/functions/a\\b",     "/jobs/..",         "/functions/.hidden",
+			      "/instances/../logs",  "/instances/%2e%2e/logs" };
 	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
 		int ret = route_parse(bad[i], &r, err, sizeof(err));
 
@@ -333,6 +343,7 @@ static void test_auth_scopes(void)
 	CHECK_EQ(route_scope(ROUTE_FUNCTION_SNAPSHOT), (unsigned)AUTH_SCOPE_CONTROL);
 	CHECK_EQ(route_scope(ROUTE_JOBS), (unsigned)AUTH_SCOPE_CONTROL);
 	CHECK_EQ(route_scope(ROUTE_JOB), (unsigned)AUTH_SCOPE_CONTROL);
+	CHECK_EQ(route_scope(ROUTE_INSTANCE_LOGS), (unsigned)AUTH_SCOPE_DATA);
 }
 
 /* Loopback listen addresses and Host headers, from the attack side: names

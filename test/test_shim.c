@@ -2,7 +2,9 @@
 /* test_shim.c — restore/shim: an echo server listens in a fresh network
  * namespace; clients on the host reach it through the shim's endpoint.
  * Concurrent connections, a large transfer, half-close, the log drain and
- * the shim's exit when the container's pipes close, and SIGTERM. */
+ * the shim's exit when the container's pipes close, and SIGTERM; the log
+ * bounded and rotated. */
+#include "common/logfile.h"
 #include "common/netns.h"
 #include "common/util.h"
 #include "restore/shim.h"
@@ -16,6 +18,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -290,6 +293,54 @@ static void test_log_drain(uint16_t fn_port, const char *log)
 	free(text);
 }
 
+static uint64_t size_of(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+}
+
+/* Far more output than the bound: the log is rotated once it is reached, so
+ * that never more than twice the bound is on disk, and its tail is the end of
+ * the output. */
+static void test_log_rotation(uint16_t fn_port, const char *log)
+{
+	struct shim_opts o = { .netns_path = ns_path, .port = fn_port, .log_path = log,
+			       .max_log_bytes = 4096, .err_fd = -1 };
+	char old[320], line[64], *text = NULL;
+	int out[2];
+	size_t len;
+	pid_t pid;
+	uint16_t port;
+
+	snprintf(old, sizeof(old), "%s.1", log);
+	REQUIRE(pipe(out) == 0);
+	o.out_fd = out[0];
+	REQUIRE(shim_start(&o, &pid, &port) == 0);
+	close(out[0]);
+	for (int i = 1; i <= 5000; i++) {
+		int n = snprintf(line, sizeof(line), "line %d of the function\n", i);
+
+		CHECK_EQ(write(out[1], line, (size_t)n), n);
+		if (i % 500 == 0) {
+			usleep(20 * 1000);
+			CHECK(size_of(log) <= 4096);
+			CHECK(size_of(old) <= 4096);
+		}
+	}
+	close(out[1]);
+	uint64_t t0 = now_ns();
+	while (waitpid(pid, NULL, WNOHANG) == 0 && ms_since(t0) < 5000)
+		usleep(10000);
+	CHECK(!proc_alive(pid, 0));
+	CHECK(size_of(log) <= 4096 && size_of(old) <= 4096);
+	CHECK(size_of(old) > 2048);
+	CHECK_EQ(logfile_tail(log, 3, &text, &len), 0);
+	CHECK_STR(text, "line 4998 of the function\nline 4999 of the function\n"
+			"line 5000 of the function\n");
+	free(text);
+}
+
 int main(void)
 {
 	struct server srv = { .lfd = -1 };
@@ -338,6 +389,8 @@ int main(void)
 	}
 	test_refused(log);
 	test_log_drain(srv.port, log2);
+	snprintf(log2, sizeof(log2), "%s/rotated.log", dir);
+	test_log_rotation(srv.port, log2);
 
 	/* A bad namespace path fails cleanly. */
 	o.netns_path = "/nonexistent/netns";

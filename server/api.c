@@ -169,6 +169,11 @@ static int put_function(struct req *q)
 		return reply_error(q, 409, "conflict",
 				   "function %s has a snapshot building; try again when it is done",
 				   q->route.id);
+	if (ret == -EINPROGRESS)
+		return reply_error(q, 409, "conflict",
+				   "function %s is being deleted; PUT it again once the delete is "
+				   "done (a delete that failed is finished by DELETE)",
+				   q->route.id);
 	if (ret)
 		return reply_error(q, 500, "internal", "cannot record function %s: %s",
 				   q->route.id, why(ret));
@@ -214,61 +219,110 @@ static int stop_instance(struct server *s, const char *id)
 	return ret;
 }
 
-/* Stop the instances of function (all of them: this thawd's, and those on
- * disk that name it), but for those its starts in progress are making.
- * Returns how many were stopped. */
-static size_t stop_function_instances(struct server *s, const char *function)
+/* Stop the instances of function (all of them: its standbys, this thawd's,
+ * and those on disk that name it), but for those its starts in progress are
+ * making.  *stopped: how many were stopped.  0 once none is left (or only
+ * one another request is stopping), else the error of the first that could
+ * not be stopped, or of the listing; what failed, in words, into failed. */
+static int stop_function_instances(struct server *s, const char *function, size_t *stopped,
+				   char failed[128])
 {
 	struct inst_ref *refs = NULL;
 	json_t *list = NULL, *rec;
-	size_t n = 0, stopped = 0, i;
-	int ret;
+	size_t n = 0, i;
+	int ret, err = 0;
 
+	*stopped = 0;
+	failed[0] = '\0';
 	standby_retire_function(s->standby, function);
 	if (insts_take(s->insts, function, &refs, &n) == 0) {
 		for (i = 0; i < n; i++) {
 			ret = stop_instance(s, refs[i].id);
 			if (ret == 0)
-				stopped++;
+				(*stopped)++;
 			else if (ret != -EALREADY && ret != -ENOENT)
 				pr_warn("stop instance %s of %s: %s", refs[i].id, function,
 					why(ret));
 		}
 	}
 	free(refs);
-	if (instance_list(&s->cfg, &list) == 0 && json_is_array(list)) {
-		json_array_foreach(list, i, rec)
-		{
-			const char *fn = json_string_value(json_object_get(rec, "function"));
-			const char *id = record_id(rec);
+	/* The records on disk are the word on what is left: those above that
+	 * failed are still there, and are tried once more. */
+	log_clear_error();
+	ret = instance_list(&s->cfg, &list);
+	if (ret || !json_is_array(list)) {
+		err = ret ? ret : -EIO;
+		snprintf(failed, 128, "its instances could not be listed");
+		pr_warn("function %s: cannot list its instances: %s", function, why(err));
+		goto out;
+	}
+	json_array_foreach(list, i, rec)
+	{
+		const char *fn = json_string_value(json_object_get(rec, "function"));
+		const char *id = record_id(rec);
 
-			if (fn && id && !strcmp(fn, function) && id_valid(id) && !own_start(rec) &&
-			    stop_instance(s, id) == 0)
-				stopped++;
+		if (!fn || !id || strcmp(fn, function) || !id_valid(id) || own_start(rec))
+			continue;
+		ret = stop_instance(s, id);
+		if (ret == 0) {
+			(*stopped)++;
+		} else if (ret != -EALREADY && ret != -ENOENT) {
+			pr_warn("stop instance %s of %s: %s", id, function, why(ret));
+			if (!err) {
+				err = ret;
+				snprintf(failed, 128, "instance %s could not be stopped", id);
+			}
 		}
 	}
+out:
 	json_decref(list);
-	return stopped;
+	return err;
 }
 
+/* The function is marked "deleting" (and so gone to clients) before
+ * anything is stopped, and its file removed only once its instances are
+ * stopped: a thawd killed in between leaves the mark, and the next one's
+ * recovery (recover.c) finishes the delete. */
 static int delete_function(struct req *q)
 {
 	struct server *s = q->srv;
-	char snap[CHUNK_ID_LEN] = "";
+	const char *fn = q->route.id;
+	char snap[CHUNK_ID_LEN] = "", failed[128];
 	size_t stopped;
 	int ret;
 
-	ret = registry_delete(s->reg, q->route.id, snap);
+	log_clear_error();
+	ret = registry_delete_begin(s->reg, fn, snap);
 	if (ret == -ENOENT)
-		return reply_error(q, 404, "not_found", "no function %s", q->route.id);
+		return reply_error(q, 404, "not_found", "no function %s", fn);
+	if (ret == -EALREADY)
+		return reply_error(q, 409, "conflict",
+				   "function %s is being deleted by another request", fn);
 	if (ret)
-		return reply_error(q, 500, "internal", "cannot delete function %s: %s",
-				   q->route.id, why(ret));
+		return reply_error(q, 500, "internal", "cannot delete function %s: %s", fn,
+				   why(ret));
 	/* Starts that finish after this see the function gone and stop
 	 * their instance themselves (post_start). */
-	stopped = stop_function_instances(s, q->route.id);
+	ret = stop_function_instances(s, fn, &stopped, failed);
+	if (ret) {
+		struct api_err e = api_err_from_errno(ret);
+
+		registry_delete_release(s->reg, fn);
+		return reply_error(q, e.status, e.code,
+				   "function %s is being deleted, but %s: %s; DELETE it again to "
+				   "finish",
+				   fn, failed, why(ret));
+	}
 	forget_snapshot(s, snap);
-	pr_info("function %s deleted, %zu instance(s) stopped", q->route.id, stopped);
+	ret = registry_delete(s->reg, fn, NULL);
+	if (ret) {
+		registry_delete_release(s->reg, fn);
+		return reply_error(q, 500, "internal",
+				   "function %s is being deleted, but its file could not be "
+				   "removed: %s; DELETE it again to finish",
+				   fn, why(ret));
+	}
+	pr_info("function %s deleted, %zu instance(s) stopped", fn, stopped);
 	return reply_empty(q, 204);
 }
 

@@ -10,6 +10,10 @@
  * At start-up, an earlier thawd may have died at any point (kill -9 in the
  * middle of a snapshot included):
  *   - snapshots it left "building" are marked failed (registry_open does it);
+ *   - deletes it left half done (functions marked "deleting") are finished
+ *     first: every instance recorded for the function is stopped, whatever
+ *     its state (standbys included), its snapshot's manifest is deleted and
+ *     its file removed, so that none of its instances is adopted;
  *   - instances recorded under <data>/instances whose first process and
  *     endpoint shim are alive are adopted (they go on answering; this thawd
  *     lists and stops them); the others are stopped and cleaned up, and so
@@ -478,12 +482,97 @@ static void umount_restore_leftovers(struct server *s)
 	umount_under(root, "criu-root");
 }
 
+/* Finish the delete of function fn that an earlier thawd began (records:
+ * every instance recorded, as instance_list gives them).  Its file goes only
+ * once none of its instances is left; else it stays marked, and a DELETE
+ * takes it up. */
+static void finish_delete(struct server *s, const char *fn, json_t *records)
+{
+	char snap[CHUNK_ID_LEN] = "";
+	size_t i, stopped = 0, failed = 0;
+	json_t *rec;
+	int ret;
+
+	if (registry_delete_begin(s->reg, fn, snap))
+		return;
+	json_array_foreach(records, i, rec)
+	{
+		const char *rfn = json_string_value(json_object_get(rec, "function"));
+		const char *id = json_string_value(json_object_get(rec, "instance"));
+
+		if (!id)
+			id = json_string_value(json_object_get(rec, "id"));
+		if (!rfn || strcmp(rfn, fn) || !id || !id_valid(id))
+			continue;
+		log_clear_error();
+		ret = instance_stop(&s->cfg, id);
+		if (ret == 0) {
+			stopped++;
+		} else if (ret != -ENOENT) {
+			failed++;
+			pr_err("function %s was being deleted: its instance %s could not be "
+			       "stopped: %s",
+			       fn, id, log_last_error()[0] ? log_last_error() : strerror(-ret));
+		}
+	}
+	if (failed) {
+		registry_delete_release(s->reg, fn);
+		pr_err("function %s stays being deleted (gone to clients, its file kept): "
+		       "DELETE /functions/%s to finish",
+		       fn, fn);
+		return;
+	}
+	if (snap[0]) {
+		ret = store_manifest_delete(s->store, snap);
+		if (ret && ret != -ENOENT)
+			pr_warn("function %s: cannot delete its snapshot %s: %s", fn, snap,
+				log_last_error());
+	}
+	ret = registry_delete(s->reg, fn, NULL);
+	if (ret) {
+		registry_delete_release(s->reg, fn);
+		pr_err("function %s was being deleted: its file could not be removed (%s)", fn,
+		       strerror(-ret));
+		return;
+	}
+	pr_warn("function %s was being deleted when thawd stopped: delete finished, "
+		"%zu instance(s) stopped",
+		fn, stopped);
+}
+
+static void finish_deletes(struct server *s)
+{
+	json_t *fns = NULL, *records = NULL, *fn;
+	size_t i;
+	int ret;
+
+	if (registry_list_deleting(s->reg, &fns) || !json_array_size(fns))
+		goto out;
+	ret = instance_list(&s->cfg, &records);
+	if (ret) {
+		/* Nothing is known of their instances: the marks stay, and a
+		 * DELETE of each function finishes it. */
+		pr_err("cannot list instances (%s): %zu delete(s) left unfinished",
+		       log_last_error()[0] ? log_last_error() : strerror(-ret),
+		       json_array_size(fns));
+		goto out;
+	}
+	json_array_foreach(fns, i, fn)
+	{
+		finish_delete(s, json_string_value(fn), records);
+	}
+out:
+	json_decref(records);
+	json_decref(fns);
+}
+
 int recover_startup(struct server *s)
 {
 	uint64_t chunks = 0, bytes = 0;
 
 	kill_orphan_runc(s);
 	umount_restore_leftovers(s);
+	finish_deletes(s);
 	adopt_recorded_instances(s);
 	clean_instance_leftovers(s);
 	clean_snapshot_leftovers(s);

@@ -33,6 +33,10 @@ struct entry {
 	 * when (RFC 3339) and what; "" and NULL when it did not. */
 	char damaged_at[32];
 	char *damaged_what;
+	/* Being deleted (registry_delete_begin): gone to clients, recorded in
+	 * its file until the delete is done.  claimed: a request of this
+	 * thawd is doing it now (not recorded). */
+	bool deleting, claimed;
 };
 
 struct registry {
@@ -143,7 +147,7 @@ static int entry_persist(struct registry *r, const struct entry *e)
 	}
 	j = json_pack("{s:i, s:o, s:o}", "version", REGISTRY_VERSION, "spec", spec, "snapshot",
 		      snap);
-	if (!j)
+	if (!j || (e->deleting && json_object_set_new(j, "deleting", json_true())))
 		goto out;
 	text = json_dumps(j, JSON_INDENT(1) | JSON_SORT_KEYS);
 	if (!text)
@@ -161,7 +165,8 @@ out:
 	return ret;
 }
 
-static struct entry *find(struct registry *r, const char *id, size_t *idx)
+/* Function id, whether or not it is being deleted. */
+static struct entry *find_any(struct registry *r, const char *id, size_t *idx)
 {
 	for (size_t i = 0; i < r->n; i++) {
 		if (!strcmp(r->e[i]->id, id)) {
@@ -171,6 +176,14 @@ static struct entry *find(struct registry *r, const char *id, size_t *idx)
 		}
 	}
 	return NULL;
+}
+
+/* Function id as clients see it: one being deleted is gone already. */
+static struct entry *find(struct registry *r, const char *id)
+{
+	struct entry *e = find_any(r, id, NULL);
+
+	return e && !e->deleting ? e : NULL;
 }
 
 static int add(struct registry *r, struct entry *e)
@@ -267,6 +280,7 @@ static struct entry *entry_load(const char *path, const char *id)
 		if (!(e->damaged_what = strdup(json_string_value(json_object_get(v, "what")))))
 			goto bad;
 	}
+	e->deleting = json_is_true(json_object_get(j, "deleting"));
 	json_decref(j);
 	free(buf);
 	return e;
@@ -392,7 +406,11 @@ int registry_put(struct registry *r, const char *id, const json_t *spec, bool *c
 	if (!copy)
 		return -ENOMEM;
 	pthread_mutex_lock(&r->lock);
-	e = find(r, id, NULL);
+	e = find_any(r, id, NULL);
+	if (e && e->deleting) {
+		ret = -EINPROGRESS;
+		goto out;
+	}
 	if (e) {
 		*created = false;
 		if (e->state == SNAP_BUILDING) {
@@ -442,7 +460,7 @@ int registry_get_json(struct registry *r, const char *id, json_t **out)
 
 	*out = NULL;
 	pthread_mutex_lock(&r->lock);
-	e = find(r, id, NULL);
+	e = find(r, id);
 	if (!e)
 		ret = -ENOENT;
 	else if (!(*out = entry_api_json(e)))
@@ -468,7 +486,7 @@ int registry_list_json(struct registry *r, json_t **out)
 	if (r->n) /* r->e is NULL with no function, and qsort's may not be */
 		qsort(r->e, r->n, sizeof(*r->e), cmp_entry);
 	for (size_t i = 0; i < r->n && !ret; i++) {
-		if (json_array_append_new(arr, entry_api_json(r->e[i])))
+		if (!r->e[i]->deleting && json_array_append_new(arr, entry_api_json(r->e[i])))
 			ret = -ENOMEM;
 	}
 	pthread_mutex_unlock(&r->lock);
@@ -490,7 +508,7 @@ int registry_delete(struct registry *r, const char *id, char *forgot)
 	if (forgot)
 		forgot[0] = '\0';
 	pthread_mutex_lock(&r->lock);
-	e = find(r, id, &idx);
+	e = find_any(r, id, &idx);
 	if (!e) {
 		ret = -ENOENT;
 		goto out;
@@ -511,12 +529,78 @@ out:
 	return ret;
 }
 
+int registry_delete_begin(struct registry *r, const char *id, char *forgot)
+{
+	struct entry *e;
+	int ret = 0;
+
+	if (forgot)
+		forgot[0] = '\0';
+	pthread_mutex_lock(&r->lock);
+	e = find_any(r, id, NULL);
+	if (!e) {
+		ret = -ENOENT;
+		goto out;
+	}
+	if (e->claimed) {
+		ret = -EALREADY;
+		goto out;
+	}
+	if (!e->deleting) {
+		e->deleting = true;
+		ret = entry_persist(r, e);
+		if (ret) {
+			e->deleting = false;
+			goto out;
+		}
+	}
+	e->claimed = true;
+	if (forgot)
+		memcpy(forgot, e->snap_id, CHUNK_ID_LEN);
+out:
+	pthread_mutex_unlock(&r->lock);
+	return ret;
+}
+
+void registry_delete_release(struct registry *r, const char *id)
+{
+	struct entry *e;
+
+	pthread_mutex_lock(&r->lock);
+	e = find_any(r, id, NULL);
+	if (e)
+		e->claimed = false;
+	pthread_mutex_unlock(&r->lock);
+}
+
+int registry_list_deleting(struct registry *r, json_t **out)
+{
+	json_t *arr = json_array();
+	int ret = 0;
+
+	*out = NULL;
+	if (!arr)
+		return -ENOMEM;
+	pthread_mutex_lock(&r->lock);
+	for (size_t i = 0; i < r->n && !ret; i++) {
+		if (r->e[i]->deleting && json_array_append_new(arr, json_string(r->e[i]->id)))
+			ret = -ENOMEM;
+	}
+	pthread_mutex_unlock(&r->lock);
+	if (ret) {
+		json_decref(arr);
+		return ret;
+	}
+	*out = arr;
+	return 0;
+}
+
 bool registry_exists(struct registry *r, const char *id)
 {
 	bool yes;
 
 	pthread_mutex_lock(&r->lock);
-	yes = find(r, id, NULL) != NULL;
+	yes = find(r, id) != NULL;
 	pthread_mutex_unlock(&r->lock);
 	return yes;
 }
@@ -530,7 +614,7 @@ int registry_snapshot_begin(struct registry *r, const char *id, const char *job_
 
 	*spec = NULL;
 	pthread_mutex_lock(&r->lock);
-	e = find(r, id, NULL);
+	e = find(r, id);
 	if (!e) {
 		ret = -ENOENT;
 		goto out;
@@ -572,7 +656,7 @@ int registry_snapshot_end(struct registry *r, const char *id, const char *job_id
 	if (forgot)
 		forgot[0] = '\0';
 	pthread_mutex_lock(&r->lock);
-	e = find(r, id, NULL);
+	e = find(r, id);
 	if (!e || e->state != SNAP_BUILDING || strcmp(e->job, job_id)) {
 		ret = -ENOENT;
 		goto out;
@@ -615,7 +699,7 @@ int registry_snapshot_damaged(struct registry *r, const char *id, const char *sn
 	if (!gmtime_r(&now, &tm) || !strftime(at, sizeof(at), "%Y-%m-%dT%H:%M:%SZ", &tm))
 		snprintf(at, sizeof(at), "1970-01-01T00:00:00Z");
 	pthread_mutex_lock(&r->lock);
-	e = find(r, id, NULL);
+	e = find(r, id);
 	if (!e || strcmp(e->snap_id, snapshot_id)) {
 		ret = -ENOENT;
 		goto out;
@@ -638,7 +722,7 @@ int registry_ready_snapshot(struct registry *r, const char *id, char out[CHUNK_I
 	int ret = 0;
 
 	pthread_mutex_lock(&r->lock);
-	e = find(r, id, NULL);
+	e = find(r, id);
 	if (!e) {
 		ret = -ENOENT;
 	} else {

@@ -8,11 +8,17 @@
  *	 "snapshot":{"state":"none|building|ready|failed", "id":"sha256:…"|null,
  *	             "error":"…"|null, "job":"…"|null, "image_bytes":N,
  *	             "stored_bytes":N, "timings_ms":{…}|null,
- *	             "damaged":{"at":"<RFC 3339>","what":"…"}|null}}
+ *	             "damaged":{"at":"<RFC 3339>","what":"…"}|null},
+ *	 "deleting":true}                 (only while a delete is under way)
  *
  * and GET /functions/<id> answers the spec's fields plus "snapshot".  On open,
  * a snapshot left "building" by an earlier thawd becomes "failed" with the
  * reason "thawd restarted during the snapshot".
+ *
+ * A function being deleted is gone to clients at once (every function below
+ * but the delete's own answers as if it were not there), and stays recorded,
+ * "deleting", until its instances are stopped: a thawd killed in the middle
+ * leaves the mark, and the next one's recovery finishes the delete.
  *
  * Thread-safe; the lock is held only for the in-memory change and the file
  * write, never across a snapshot or a start.
@@ -43,16 +49,29 @@ void registry_free(struct registry *r); /* NULL is fine */
  * snapshot (it was taken of the old spec); the same spec, or one that
  * differs only in "standby", keeps it.  forgot
  * (may be NULL): the id of a ready snapshot forgotten so, else "".  -EBUSY
- * while a snapshot of it is building. */
+ * while a snapshot of it is building, -EINPROGRESS while it is being
+ * deleted. */
 int registry_put(struct registry *r, const char *id, const json_t *spec, bool *created,
 		 char *forgot);
 /* GET /functions/<id>: a new object; -ENOENT. */
 int registry_get_json(struct registry *r, const char *id, json_t **out);
 /* GET /functions: a new array, sorted by id. */
 int registry_list_json(struct registry *r, json_t **out);
-/* Forget function id and remove its file; -ENOENT.  forgot (may be NULL):
- * the id of its ready snapshot, else "". */
+/* Forget function id and remove its file (being deleted or not); -ENOENT.
+ * forgot (may be NULL): the id of its ready snapshot, else "". */
 int registry_delete(struct registry *r, const char *id, char *forgot);
+/* A delete of function id begins: it is marked "deleting" in its file
+ * (persisted before this returns) and is gone to clients from now on, and
+ * the caller holds the delete until registry_delete (done) or
+ * registry_delete_release (not done: the mark stays, and a later delete takes
+ * it up).  One marked by an earlier thawd, or left by a delete released so, is
+ * taken up.  forgot (may be NULL): the id of its current snapshot, else "".
+ * -ENOENT unknown, -EALREADY another caller holds its delete, or the file's
+ * write error. */
+int registry_delete_begin(struct registry *r, const char *id, char *forgot);
+void registry_delete_release(struct registry *r, const char *id);
+/* The ids of the functions marked "deleting": a new array of strings. */
+int registry_list_deleting(struct registry *r, json_t **out);
 bool registry_exists(struct registry *r, const char *id);
 
 /* A snapshot of id begins, as job job_id: state "building".  *spec: a copy of

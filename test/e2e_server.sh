@@ -15,7 +15,8 @@
 #      (no runc containers, no processes
 #      rooted in the data directory, no netns mounts), `thaw store verify` is
 #      clean; the function snapshots fine afterwards;
-#   5. DELETE /functions/<id> stops that function's instances only;
+#   5. DELETE /functions/<id> stops that function's instances only; of two
+#      DELETEs of it at once, one answers 204, the other 409 or 404;
 #   6. SIGTERM: thawd stops its instances and exits 0.
 set -u
 B=${THAW_BUILD:-$PWD/build}
@@ -429,8 +430,18 @@ big_iid=$(jget "$T/body" "j['instance']")
 # ---- 5. DELETE a function: its instances stop, the others' do not ----
 manifests() { "$THAW" store --store "$DATA/store" ls --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))'; }
 before=$(manifests)
+# Two DELETEs of it at once: one does it (204), the other answers 409 while
+# the first works (the function is marked "deleting") or 404 once it is done.
+curl -s -o "$T/del1.body" -w '%{http_code}' -H "Authorization: Bearer $TOKEN" -X DELETE \
+	"$URL/functions/cpu" >"$T/del1.code" &
+del1=$!
 st=$(api DELETE /functions/cpu)
-[ "$st" = 204 ] || fail "DELETE /functions/cpu: $st $(cat "$T/body")"
+wait $del1
+pair=$(printf '%s\n' "$(cat "$T/del1.code")" "$st" | sort | tr '\n' ' ')
+case "$pair" in
+"204 409 " | "204 404 ") ok "two DELETEs of cpu at once: $pair" ;;
+*) fail "two DELETEs of cpu at once: $pair ($(cat "$T/del1.body") $(cat "$T/body"))" ;;
+esac
 after=$(manifests)
 [ "$after" = $((before - 1)) ] || fail "DELETE /functions/cpu: $before manifests before, $after after"
 st=$(api GET "/instances/$cpu_iid")

@@ -538,17 +538,19 @@ out:
 	return ret;
 }
 
-/* image_bytes is the image as stored (after elision); before, the dump's. */
+/* image_bytes is the image as stored (after elision); before, the dump's.
+ * extra: the caller's members (prewarm_snapshot_with), or NULL. */
 static json_t *snapshot_meta(struct job *j, json_t *timings, uint64_t image_bytes,
-			     uint64_t bytes_before, uint64_t pages_elided)
+			     uint64_t bytes_before, uint64_t pages_elided, const json_t *extra)
 {
 	char created[32];
 	time_t now = time(NULL);
 	struct tm tm;
+	json_t *meta;
 
 	gmtime_r(&now, &tm);
 	strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	return json_pack("{s:s, s:o, s:o, s:o, s:O, s:O, s:O, s:I, s:I, s:I, s:s, s:s, s:b}",
+	meta = json_pack("{s:s, s:o, s:o, s:o, s:O, s:O, s:O, s:I, s:I, s:I, s:s, s:s, s:b}",
 			 "function",
 			 j->spec->id, "spec", spec_to_json(j->spec), "versions", versions(j->c),
 			 "gpus", gpus(j), "cuda_pids", j->cuda_pids, "cuda_ns_pids", j->cuda_ns_pids,
@@ -556,6 +558,11 @@ static json_t *snapshot_meta(struct job *j, json_t *timings, uint64_t image_byte
 			 "image_bytes_before_elision", (json_int_t)bytes_before,
 			 "zero_pages_elided", (json_int_t)pages_elided, "created", created,
 			 "mapped_mount", OCI_MAPPED_DEST, "confined", 1);
+	if (meta && extra && json_object_update_missing(meta, (json_t *)extra)) {
+		json_decref(meta);
+		return NULL;
+	}
+	return meta;
 }
 
 /* Undo whatever was made, in reverse order; says what is left if a step fails. */
@@ -594,6 +601,13 @@ static void cleanup(struct job *j)
 
 int prewarm_snapshot(const struct thaw_config *c, struct store *s, const struct func_spec *spec,
 		     struct snapshot_result *out)
+{
+	return prewarm_snapshot_with(c, s, spec, NULL, out);
+}
+
+int prewarm_snapshot_with(const struct thaw_config *c, struct store *s,
+			  const struct func_spec *spec, const json_t *extra_meta,
+			  struct snapshot_result *out)
 {
 	static atomic_uint seq;
 	struct job j = { .c = c, .spec = spec, .out = { .fd = -1 }, .stop_fd = -1,
@@ -753,7 +767,7 @@ int prewarm_snapshot(const struct thaw_config *c, struct store *s, const struct 
 		(unsigned long long)image_bytes);
 
 	t = now_ns();
-	meta = snapshot_meta(&j, timings, image_bytes, bytes_before, est.pages_elided);
+	meta = snapshot_meta(&j, timings, image_bytes, bytes_before, est.pages_elided, extra_meta);
 	if (!meta) {
 		ret = -ENOMEM;
 		goto out;

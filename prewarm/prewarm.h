@@ -28,6 +28,12 @@ struct snapshot_result {
  * phase failed, with the end of the function's or CRIU's log. */
 int prewarm_snapshot(const struct thaw_config *c, struct store *s, const struct func_spec *spec,
 		     struct snapshot_result *out);
+/* The same, with the members of extra_meta (an object, or NULL) added to the
+ * manifest's meta, after the ones above, which they never replace: thawd tags
+ * the snapshots it makes so. */
+int prewarm_snapshot_with(const struct thaw_config *c, struct store *s,
+			  const struct func_spec *spec, const json_t *extra_meta,
+			  struct snapshot_result *out);
 void snapshot_result_release(struct snapshot_result *r);
 
 #endif

@@ -350,6 +350,7 @@ static int snapshot_run(void *arg, json_t **result, char *err, size_t errlen)
 	struct snapshot_result res = { 0 };
 	struct func_spec *spec = NULL;
 	char perr[512] = "", forgot[CHUNK_ID_LEN] = "";
+	json_t *tag = NULL;
 	int ret;
 
 	log_clear_error();
@@ -359,9 +360,17 @@ static int snapshot_run(void *arg, json_t **result, char *err, size_t errlen)
 			 perr[0] ? perr : strerror(-ret));
 		goto out;
 	}
+	/* Tagged as this thawd's, so that a manifest a crash leaves unnamed is
+	 * known as such at the next start-up (recover.c). */
+	tag = json_pack("{s:o}", "thawd", registry_snapshot_tag(s->reg, t->function, t->job));
+	if (!tag) {
+		ret = -ENOMEM;
+		snprintf(err, errlen, "out of memory");
+		goto out;
+	}
 	pr_info("snapshot of %s (%s) begins", t->function, t->job);
 	log_clear_error();
-	ret = prewarm_snapshot(&s->cfg, s->store, spec, &res);
+	ret = prewarm_snapshot_with(&s->cfg, s->store, spec, tag, &res);
 	if (ret) {
 		snprintf(err, errlen, "%s", why(ret));
 		goto out;
@@ -390,6 +399,7 @@ out:
 	metrics_snapshot(s->metrics, ret ? "failed" : "ok");
 	snapshot_result_release(&res);
 	spec_free(spec);
+	json_decref(tag);
 	return ret;
 }
 

@@ -23,6 +23,12 @@
  *     makes for CRIU under the runc root are undone;
  *   - what a snapshot in progress leaves (its runc container, network
  *     namespace mount and work directory under <data>/work) is removed;
+ *   - the manifests of thawd's own snapshots (tagged "thawd" in their meta,
+ *     naming this data directory's registry) that no function names are
+ *     deleted: a kill between a manifest's write and the registry's record
+ *     of it, or between a function's change and the deletion of the snapshot
+ *     it forgot, leaves one.  Untagged manifests (`thaw snapshot`'s, `thaw
+ *     store put`'s) and another registry's are never touched;
  *   - the store is garbage collected: a put that was cut short leaves chunks
  *     that no manifest names (never a half-written object: the store is
  *     crash-safe), and gc removes them and stale temp files.
@@ -566,6 +572,51 @@ out:
 	json_decref(fns);
 }
 
+/* Delete the manifests of this thawd's snapshots that no function names
+ * (registry_snapshot_orphan).  At start-up no snapshot is in the making, so a
+ * tagged manifest that no function names is one that a crash left. */
+static void drop_orphan_snapshots(struct server *s)
+{
+	json_t *list = NULL, *m;
+	size_t i, dropped = 0;
+	int ret;
+
+	ret = store_list(s->store, &list);
+	if (ret) {
+		pr_warn("cannot list the store's manifests: %s", log_last_error());
+		return;
+	}
+	json_array_foreach(list, i, m)
+	{
+		const char *id = json_string_value(json_object_get(m, "id"));
+		struct manifest *man = NULL;
+		const json_t *tag;
+
+		if (!id || store_manifest_load(s->store, id, &man, NULL))
+			continue; /* damaged: `thaw store verify` says so, gc keeps it */
+		tag = json_object_get(man->meta, "thawd");
+		if (json_is_object(tag) && registry_snapshot_orphan(s->reg, id, tag)) {
+			ret = store_manifest_delete(s->store, id);
+			if (ret && ret != -ENOENT) {
+				pr_warn("snapshot %s of function %s, which no function names: "
+					"cannot delete it: %s",
+					id, json_string_value(json_object_get(tag, "function")),
+					log_last_error());
+			} else {
+				pr_warn("snapshot %s of function %s (%s), which no function names "
+					"(left by an earlier run): deleted",
+					id, json_string_value(json_object_get(tag, "function")),
+					json_string_value(json_object_get(tag, "job")) ?: "?");
+				dropped++;
+			}
+		}
+		manifest_free(man);
+	}
+	if (dropped)
+		pr_info("%zu snapshot(s) that no function names deleted", dropped);
+	json_decref(list);
+}
+
 int recover_startup(struct server *s)
 {
 	uint64_t chunks = 0, bytes = 0;
@@ -576,6 +627,7 @@ int recover_startup(struct server *s)
 	adopt_recorded_instances(s);
 	clean_instance_leftovers(s);
 	clean_snapshot_leftovers(s);
+	drop_orphan_snapshots(s);
 	if (store_gc(s->store, &chunks, &bytes) == 0) {
 		if (chunks)
 			pr_info("store gc: %llu chunk(s), %llu bytes freed",

@@ -42,6 +42,7 @@ struct entry {
 struct registry {
 	pthread_mutex_t lock;
 	char dir[PATH_MAX];
+	char real[PATH_MAX]; /* dir, symlinks resolved: what the snapshot tags name */
 	struct entry **e;
 	size_t n, cap;
 };
@@ -357,6 +358,8 @@ struct registry *registry_open(const char *dir)
 	}
 	if (mkdir_p(dir, 0755))
 		goto err;
+	if (!realpath(dir, r->real))
+		snprintf(r->real, sizeof(r->real), "%s", dir);
 	if (load_all(r))
 		goto err;
 	pr_info("%zu functions in %s", r->n, dir);
@@ -593,6 +596,44 @@ int registry_list_deleting(struct registry *r, json_t **out)
 	}
 	*out = arr;
 	return 0;
+}
+
+json_t *registry_snapshot_tag(struct registry *r, const char *id, const char *job_id)
+{
+	return json_pack("{s:s, s:s, s:s}", "registry", r->real, "function", id, "job", job_id);
+}
+
+bool registry_snapshot_orphan(struct registry *r, const char *snapshot_id, const json_t *tag)
+{
+	const char *reg = json_string_value(json_object_get(tag, "registry"));
+	const char *fn = json_string_value(json_object_get(tag, "function"));
+	const char *job = json_string_value(json_object_get(tag, "job"));
+	char path[PATH_MAX + 80];
+	struct entry *e;
+	bool orphan = false;
+
+	/* Another registry's (a thawd of another data directory sharing the
+	 * store), or not a tag at all: not this registry's to judge. */
+	if (!reg || !fn || strcmp(reg, r->real) || !id_valid(fn))
+		return false;
+	pthread_mutex_lock(&r->lock);
+	for (size_t i = 0; i < r->n; i++) {
+		if (!strcmp(r->e[i]->snap_id, snapshot_id))
+			goto out;
+	}
+	e = find_any(r, fn, NULL);
+	/* Its own snapshot in the making: between the manifest's write and
+	 * registry_snapshot_end. */
+	if (e && e->state == SNAP_BUILDING && job && !strcmp(e->job, job))
+		goto out;
+	/* A function file that could not be read: what it names is unknown. */
+	snprintf(path, sizeof(path), "%s/%s.json", r->dir, fn);
+	if (!e && access(path, F_OK) == 0)
+		goto out;
+	orphan = true;
+out:
+	pthread_mutex_unlock(&r->lock);
+	return orphan;
 }
 
 bool registry_exists(struct registry *r, const char *id)

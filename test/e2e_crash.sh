@@ -34,19 +34,26 @@
 # stops starting rounds after that many seconds; THAW_CRASH_KEEP_GOING=1 goes
 # on after a failing round; THAW_CRASH_LOG=FILE keeps thawd's log there.
 #
-# Checks of known bugs outside recovery, off until they are fixed (each is a
-# real invariant; 1 turns it on):
+# Two checks, on by default, that 0 turns off (to run this test against a
+# thawd from before their fixes):
 #   THAW_CRASH_CHECK_MANIFESTS: every manifest in the store is a function's
 #     snapshot.  A snapshot killed between its ingest (store_put writes the
 #     manifest) and registry_snapshot_end leaves a manifest that no function
-#     names, and its chunks, for good; so does a kill between the registry's
-#     update and forget_snapshot in PUT (a changed spec) and in DELETE
-#     /functions/<id> (server/api.c).
+#     names, and so does a kill between the registry's update and
+#     forget_snapshot in PUT (a changed spec), in a snapshot that replaces
+#     another, and in DELETE /functions/<id> (server/api.c): thawd tags its
+#     manifests, and its start-up recovery deletes those of its own that no
+#     function names.
 #   THAW_CRASH_CHECK_DELETED: no instance of a deleted function outlives it.
-#     DELETE /functions/<id> forgets the function first and stops its
-#     instances after (server/api.c delete_function): killed in between, the
-#     restarted thawd adopts instances of a function that no longer exists,
-#     and a second DELETE of the function answers 404 and stops none.
+#     DELETE /functions/<id> marks the function "deleting" in its file before
+#     it stops anything, and removes the file once its instances are stopped;
+#     a thawd killed in between leaves the mark, and the restarted one's
+#     recovery finishes the delete before it adopts any instance.
+# Before the rounds, each check's windows are also made to happen on purpose
+# and the invariants checked after the restart: the reproduction of a DELETE
+# killed ~30 ms in (where the kill lands is timing's), a function file marked
+# "deleting" with its instances and a standby up, a replaced snapshot's
+# manifest put back, and manifests tagged as thawd's that no function names.
 set -u
 B=${THAW_BUILD:-$PWD/build}
 R=${THAW_ROOT:-$PWD}
@@ -64,8 +71,8 @@ SEED=${THAW_CRASH_SEED:-$(($(date +%s%N) / 1000 % 1000000))}
 ROUNDS=${THAW_CRASH_ROUNDS:-80}
 MAX_S=${THAW_CRASH_MAX_S:-200}
 KEEP_GOING=${THAW_CRASH_KEEP_GOING:-0}
-CHECK_MANIFESTS=${THAW_CRASH_CHECK_MANIFESTS:-0}
-CHECK_DELETED=${THAW_CRASH_CHECK_DELETED:-0}
+CHECK_MANIFESTS=${THAW_CRASH_CHECK_MANIFESTS:-1}
+CHECK_DELETED=${THAW_CRASH_CHECK_DELETED:-1}
 RANDOM=$SEED
 echo "seed $SEED, $ROUNDS rounds (replay: THAW_CRASH_SEED=$SEED THAW_CRASH_ROUNDS=$ROUNDS)"
 
@@ -183,14 +190,16 @@ api_bg() {
 # jget FILE EXPR: a Python expression over the JSON j of FILE.
 jget() { python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1" 2>/dev/null; }
 
-spec_for() { # GEN → the CPU example's spec, with its cwd absolute and a generation in env
-	python3 - "$R/bench/functions" "$MIB" "$1" <<'EOF'
+spec_for() { # GEN [STANDBY] → the CPU example's spec, with its cwd absolute and a generation in env
+	python3 - "$R/bench/functions" "$MIB" "$1" "${2:-0}" <<'EOF'
 import json, sys
-d, mib, gen = sys.argv[1:4]
+d, mib, gen, standby = sys.argv[1:5]
 s = json.load(open(d + "/cpu_example.json"))
 s["cwd"] = d
 s["env"]["THAW_EXAMPLE_MIB"] = mib
 s["env"]["THAW_CRASH_GEN"] = gen
+if int(standby):
+    s["standby"] = int(standby)
 print(json.dumps(s))
 EOF
 }
@@ -527,6 +536,8 @@ RECOVERY_WHAT=(adopted "still serves" stopped "earlier run was" runc-killed "run
 	work-dirs "removed .*/work, left by" marked-failed "was building when thawd stopped"
 	record-leftovers "start cut short" stale-leases "stale lease"
 	tier-leftovers "interrupted materialisation|removing incomplete entry"
+	deletes-finished "was being deleted when thawd stopped: delete finished"
+	manifests-dropped "which no function names .*: deleted"
 	gc-freed "store gc: [1-9]")
 recovery_summary() {
 	local i k n
@@ -585,6 +596,181 @@ pick_op() {
 # pick_from WORD…: one of them into PICK.
 pick_from() { rnd $#; shift $RND; PICK=$1; }
 sorted_keys() { printf '%s\n' "$@" | sort | tr '\n' ' '; }
+
+# ---- on purpose: a delete cut short, and manifests that no function names ----
+# The rounds hit these windows only by chance; here each is made to happen,
+# and the invariants are checked as after a round.  Function crx is made for
+# them and gone at the end.
+
+# check_restart WHAT: the checks of a round after the restart, for what the
+# test did (OP…, set by the caller); the log since line $lines on failure.
+check_restart() {
+	round_fails=0
+	NEW_IID=""
+	check_functions
+	check_instances
+	check_leftovers
+	check_store
+	if [ $round_fails = 0 ]; then
+		ok "$1"
+		return 0
+	fi
+	echo "--- thawd.log since: $1"
+	tail -n +"$((lines + 1))" "$T/thawd.log" | tail -n 80 | sed 's/^/    /'
+	[ "$KEEP_GOING" = 1 ] || exit 1
+}
+reset_op() { OP=none OP_FN="" OP_GEN="" OP_IID="" OP_SNAP="" OP_CODE="" OP_PID="" DELETED_FN=""; }
+# crx_up [STANDBY]: function crx with a ready snapshot and 2 instances
+# running, in the model (a standby, if asked for, is not: none may survive).
+crx_up() {
+	local st iid n=0
+	if [ -z "${GEN[crx]+x}" ] || [ "${1:-0}" != 0 ]; then
+		spec_for 0 "${1:-0}" >"$T/spec"
+		st=$(api PUT /functions/crx -d @"$T/spec")
+		[ "$st" = 201 ] || [ "$st" = 200 ] || { fail "PUT /functions/crx: $st $(cat "$T/body")"; exit 1; }
+		GEN[crx]=0
+		SNAP[crx]=${SNAP[crx]:-}
+	fi
+	if [ -z "${SNAP[crx]}" ]; then
+		st=$(api POST '/functions/crx/snapshot?wait=1')
+		[ "$st" = 200 ] || { fail "snapshot of crx: $st $(cat "$T/body")"; exit 1; }
+		SNAP[crx]=$(jget "$T/body" "j['job']['result']['snapshot']")
+	fi
+	for iid in "${!INSTFN[@]}"; do [ "${INSTFN[$iid]}" = crx ] && n=$((n + 1)); done
+	for ((; n < 2; n++)); do
+		st=$(api POST /functions/crx/start)
+		[ "$st" = 201 ] || { fail "start of crx: $st $(cat "$T/body")"; exit 1; }
+		iid=$(jget "$T/body" "j['instance']")
+		INST[$iid]=$(jget "$T/body" "j['endpoint']")
+		INSTFN[$iid]=crx
+	done
+}
+crx_endpoints() { for iid in "${!INSTFN[@]}"; do [ "${INSTFN[$iid]}" = crx ] && echo "${INST[$iid]}"; done; }
+standbys_of_crx() {
+	api GET /instances >/dev/null
+	jget "$T/body" "len([i for i in j['instances'] if i.get('function') == 'crx' and i.get('state') == 'standby'])"
+}
+
+if [ "$CHECK_DELETED" = 1 ]; then
+	# The reproduction: DELETE of a function with 2 instances, thawd
+	# killed -9 ~30 ms later.  Where the kill lands is timing's: before
+	# the mark (the function and its instances are all there), between
+	# the mark and the end (the restart finishes the delete), or after.
+	hit=""
+	for delay in 30 15 60 100; do
+		crx_up
+		reset_op
+		OP=delete OP_FN=crx
+		eps=$(crx_endpoints)
+		lines=$(wc -l <"$T/thawd.log")
+		api_bg DELETE /functions/crx
+		sleep_ms $delay
+		kill_thawd
+		wait "$OP_PID"
+		OP_CODE=$(cat "$T/op.code" 2>/dev/null)
+		start_thawd
+		check_restart "DELETE /functions/crx killed at $delay ms (answer ${OP_CODE:--}): the invariants hold"
+		if tail -n +"$((lines + 1))" "$T/thawd.log" |
+			grep -q "function crx was being deleted when thawd stopped: delete finished"; then
+			hit=$delay
+			st=$(api GET /functions/crx)
+			[ "$st" = 404 ] || fail "crx after its delete was finished: GET answers $st"
+			for ep in $eps; do
+				[ -z "$(infer "$ep")" ] || fail "an instance of the deleted crx still answers at $ep"
+			done
+			st=$(api DELETE /functions/crx)
+			[ "$st" = 404 ] || fail "a second DELETE of crx: $st $(cat "$T/body")"
+			break
+		fi
+		if [ -n "${GEN[crx]+x}" ]; then
+			echo "note: the kill at $delay ms came before the delete began"
+		else
+			echo "note: the kill at $delay ms came after the delete was done"
+		fi
+	done
+	if [ -n "$hit" ]; then
+		ok "the kill at $hit ms came mid-delete: the restart finished it, no instance of crx outlives it"
+	else
+		echo "note: no kill came mid-delete; the marked file below makes that state"
+	fi
+
+	# The state a kill between the mark and the first stop leaves, made
+	# so: crx with 2 instances and a standby, thawd killed, its file
+	# marked "deleting" as DELETE marks it.
+	crx_up 1
+	for _ in $(seq 200); do
+		[ "$(standbys_of_crx)" -ge 1 ] 2>/dev/null && break
+		sleep 0.1
+	done
+	nsb=$(standbys_of_crx)
+	[ "${nsb:-0}" -ge 1 ] 2>/dev/null || { fail "crx (standby 1) has no standby after 20 s"; nsb=0; }
+	eps=$(crx_endpoints)
+	kill_thawd
+	python3 - "$DATA/functions/crx.json" <<'EOF'
+import json, sys
+p = sys.argv[1]
+j = json.load(open(p))
+j["deleting"] = True
+open(p, "w").write(json.dumps(j))
+EOF
+	reset_op
+	OP=delete OP_FN=crx
+	lines=$(wc -l <"$T/thawd.log")
+	start_thawd
+	check_restart "crx marked deleting with 2 instances and $nsb standby up: the restart finished the delete"
+	n=$(tail -n +"$((lines + 1))" "$T/thawd.log" |
+		sed -n 's/.*function crx was being deleted when thawd stopped: delete finished, \([0-9]*\) instance.*/\1/p')
+	[ "$n" = $((2 + nsb)) ] || fail "the restart stopped '${n}' instance(s) of crx, expected $((2 + nsb))"
+	for ep in $eps; do
+		[ -z "$(infer "$ep")" ] || fail "an instance of the deleted crx still answers at $ep"
+	done
+	[ ! -e "$DATA/functions/crx.json" ] || fail "crx's file is still there"
+	spec_for 0 >"$T/spec"
+	st=$(api PUT /functions/crx -d @"$T/spec")
+	[ "$st" = 201 ] || fail "PUT of crx after its delete was finished: $st $(cat "$T/body")"
+	st=$(api DELETE /functions/crx)
+	[ "$st" = 204 ] || fail "DELETE /functions/crx: $st $(cat "$T/body")"
+	[ $fails = 0 ] || [ "$KEEP_GOING" = 1 ] || exit 1
+fi
+
+if [ "$CHECK_MANIFESTS" = 1 ]; then
+	# A snapshot that replaces another, killed before it deletes the old
+	# manifest: made so by putting the old manifest back, bytes and all.
+	old=${SNAP[crb]}
+	cp "$STORE/manifests/${old#sha256:}" "$T/old-manifest"
+	st=$(api POST '/functions/crb/snapshot?wait=1')
+	[ "$st" = 200 ] || { fail "snapshot of crb: $st $(cat "$T/body")"; exit 1; }
+	SNAP[crb]=$(jget "$T/body" "j['job']['result']['snapshot']")
+	kill_thawd
+	cp "$T/old-manifest" "$STORE/manifests/${old#sha256:}"
+	# What a snapshot killed after its manifest's write leaves (its
+	# function there, naming another snapshot; or gone), tagged as thawd
+	# tags its snapshots; one tagged by another data directory's thawd
+	# sharing the store; and one `thaw store put` made, untagged.
+	reg=$(realpath "$DATA/functions")
+	head -c 100000 /dev/urandom >"$T/blob"
+	tagged() { echo "{\"thawd\":{\"registry\":\"$1\",\"function\":\"$2\",\"job\":\"job-99\"}}"; }
+	o1=$("$THAW" store --store "$STORE" put --name cra --meta "$(tagged "$reg" cra)" "$T/blob" 2>>"$T/put.err")
+	o2=$("$THAW" store --store "$STORE" put --name crgone --meta "$(tagged "$reg" crgone)" "$T/blob" 2>>"$T/put.err")
+	k1=$("$THAW" store --store "$STORE" put --name cra --meta "$(tagged /elsewhere/functions cra)" "$T/blob" 2>>"$T/put.err")
+	k2=$("$THAW" store --store "$STORE" put --name mine "$T/blob" 2>>"$T/put.err")
+	reset_op
+	lines=$(wc -l <"$T/thawd.log")
+	start_thawd
+	"$THAW" store --store "$STORE" ls --json >"$T/ls.json"
+	have=" $(jget "$T/ls.json" "' '.join(m['id'] for m in j)") "
+	for id in "$old" "$o1" "$o2"; do
+		case "$have" in *" $id "*) fail "manifest $id, of this thawd and named by no function, was kept" ;; esac
+	done
+	for id in "$k1" "$k2" "${SNAP[cra]}" "${SNAP[crb]}"; do
+		case "$have" in *" $id "*) ;; *) fail "manifest '$id' was deleted" ;; esac
+	done
+	n=$(tail -n +"$((lines + 1))" "$T/thawd.log" | grep -c "which no function names (left by an earlier run): deleted")
+	[ "$n" = 3 ] || fail "the restart says it deleted $n manifest(s), expected 3"
+	# Not this thawd's: the test's, removed for the store check.
+	"$THAW" store --store "$STORE" rm "$k1" "$k2" || fail "thaw store rm $k1 $k2"
+	check_restart "manifests no function names: this thawd's deleted (a replaced snapshot's, two tagged), another's and an untagged one kept"
+fi
 
 T_BEGIN=$(now_ms)
 GENS=0

@@ -6,7 +6,8 @@
  * stderr, drained by a thread: runc hands the container pipes, never files;
  * rotated at the configured bound, common/logfile.h), image/ (the CRIU image)
  * and criu/ (CRIU's work dir and logs).  Everything there, the container and
- * the namespace are removed at the end, on success and on failure alike.
+ * the namespace are removed at the end, on success and on failure alike; a
+ * log the caller placed elsewhere stays.
  */
 #define LOG_PREFIX "prewarm: "
 #include "prewarm/prewarm.h"
@@ -602,12 +603,12 @@ static void cleanup(struct job *j)
 int prewarm_snapshot(const struct thaw_config *c, struct store *s, const struct func_spec *spec,
 		     struct snapshot_result *out)
 {
-	return prewarm_snapshot_with(c, s, spec, NULL, out);
+	return prewarm_snapshot_with(c, s, spec, NULL, NULL, out);
 }
 
 int prewarm_snapshot_with(const struct thaw_config *c, struct store *s,
 			  const struct func_spec *spec, const json_t *extra_meta,
-			  struct snapshot_result *out)
+			  const char *log_path, struct snapshot_result *out)
 {
 	static atomic_uint seq;
 	struct job j = { .c = c, .spec = spec, .out = { .fd = -1 }, .stop_fd = -1,
@@ -668,7 +669,10 @@ int prewarm_snapshot_with(const struct thaw_config *c, struct store *s,
 	snprintf(j.bundle, sizeof(j.bundle), "%s/bundle", j.work);
 	snprintf(j.image, sizeof(j.image), "%s/image", j.work);
 	snprintf(j.criu_work, sizeof(j.criu_work), "%s/criu", j.work);
-	snprintf(j.log, sizeof(j.log), "%s/function.log", j.work);
+	if (log_path)
+		snprintf(j.log, sizeof(j.log), "%s", log_path);
+	else
+		snprintf(j.log, sizeof(j.log), "%s/function.log", j.work);
 	snprintf(j.runc_log, sizeof(j.runc_log), "%s/runc-run.log", j.work);
 	j.stop_fd = eventfd(0, EFD_CLOEXEC);
 	if (j.stop_fd < 0) {

@@ -30,10 +30,13 @@ int prewarm_snapshot(const struct thaw_config *c, struct store *s, const struct 
 		     struct snapshot_result *out);
 /* The same, with the members of extra_meta (an object, or NULL) added to the
  * manifest's meta, after the ones above, which they never replace: thawd tags
- * the snapshots it makes so. */
+ * the snapshots it makes so.  log_path (NULL: only the work directory's,
+ * removed at the end): where the function's stdout and stderr go while it
+ * boots and warms up, rotated at c->log_bytes (common/logfile.h), and left
+ * there at the end, so that a failed snapshot can be looked into. */
 int prewarm_snapshot_with(const struct thaw_config *c, struct store *s,
 			  const struct func_spec *spec, const json_t *extra_meta,
-			  struct snapshot_result *out);
+			  const char *log_path, struct snapshot_result *out);
 void snapshot_result_release(struct snapshot_result *r);
 
 #endif

@@ -349,7 +349,7 @@ static int snapshot_run(void *arg, json_t **result, char *err, size_t errlen)
 	struct server *s = t->srv;
 	struct snapshot_result res = { 0 };
 	struct func_spec *spec = NULL;
-	char perr[512] = "", forgot[CHUNK_ID_LEN] = "";
+	char perr[512] = "", forgot[CHUNK_ID_LEN] = "", log[PATH_MAX];
 	json_t *tag = NULL;
 	int ret;
 
@@ -370,7 +370,10 @@ static int snapshot_run(void *arg, json_t **result, char *err, size_t errlen)
 	}
 	pr_info("snapshot of %s (%s) begins", t->function, t->job);
 	log_clear_error();
-	ret = prewarm_snapshot_with(&s->cfg, s->store, spec, tag, &res);
+	/* The function's output goes to the job's log (GET /jobs/<jid>/logs). */
+	ret = prewarm_snapshot_with(&s->cfg, s->store, spec, tag,
+				    jobs_log_path(s->jobs, t->job, log, sizeof(log)) ? NULL : log,
+				    &res);
 	if (ret) {
 		snprintf(err, errlen, "%s", why(ret));
 		goto out;
@@ -822,6 +825,8 @@ int api_dispatch(struct req *q)
 		return get_job(q);
 	case ROUTE_INSTANCE_LOGS:
 		return logs_get_instance(q);
+	case ROUTE_JOB_LOGS:
+		return logs_get_job(q);
 	case ROUTE_NONE:
 		break;
 	}

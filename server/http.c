@@ -765,6 +765,9 @@ struct server *server_new(const struct thaw_config *c, const struct server_opts 
 		pr_err("out of memory");
 		goto err;
 	}
+	snprintf(dir, sizeof(dir), "%s/jobs", c->data_dir);
+	if (jobs_set_log_dir(s->jobs, dir))
+		goto err;
 	snprintf(dir, sizeof(dir), "%s/functions", c->data_dir);
 	s->reg = registry_open(dir);
 	if (!s->reg)

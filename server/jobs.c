@@ -3,10 +3,12 @@
 #define LOG_PREFIX "jobs: "
 #include "server/jobs.h"
 #include "common/log.h"
+#include "common/logfile.h"
 #include "common/util.h"
 #include "server/errors.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -43,6 +45,7 @@ struct jobs {
 	uint64_t next_id;
 	struct job **j; /* oldest first */
 	size_t n, cap;
+	char log_dir[PATH_MAX]; /* "": jobs keep no logs */
 };
 
 struct jobs *jobs_new(unsigned max_running)
@@ -58,10 +61,24 @@ struct jobs *jobs_new(unsigned max_running)
 	return js;
 }
 
+static int log_path(const struct jobs *js, const char *id, char *buf, size_t len)
+{
+	if (!js->log_dir[0])
+		return -ENOENT;
+	if ((size_t)snprintf(buf, len, "%s/%s.log", js->log_dir, id) >= len)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+/* j's record goes, and its log with it. */
 static void job_free(struct job *j)
 {
+	char path[PATH_MAX + 64];
+
 	if (!j)
 		return;
+	if (j->js && log_path(j->js, j->id, path, sizeof(path)) == 0)
+		logfile_remove(path);
 	json_decref(j->result);
 	free(j->message);
 	free(j);
@@ -97,11 +114,16 @@ static void now_rfc3339(char out[32])
 	strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
+static void reap(struct jobs *js);
+
 struct job *jobs_reserve(struct jobs *js, const char *kind, const char *function, int *err)
 {
 	struct job *j = NULL;
 
 	pthread_mutex_lock(&js->lock);
+	/* Finished jobs beyond JOBS_KEEP go (and their logs) even if nobody
+	 * asks for the list. */
+	reap(js);
 	if (js->draining) {
 		*err = -ESHUTDOWN;
 		goto out;
@@ -142,6 +164,25 @@ out:
 const char *job_id(const struct job *j)
 {
 	return j->id;
+}
+
+int jobs_set_log_dir(struct jobs *js, const char *dir)
+{
+	int ret;
+
+	if (snprintf(js->log_dir, sizeof(js->log_dir), "%s", dir) >= (int)sizeof(js->log_dir)) {
+		js->log_dir[0] = '\0';
+		pr_err("path too long: %s", dir);
+		return -ENAMETOOLONG;
+	}
+	ret = rm_rf(dir);
+	if (!ret)
+		ret = mkdir_p(dir, 0755);
+	if (ret) {
+		pr_err("cannot empty the job log directory %s: %s", dir, strerror(-ret));
+		js->log_dir[0] = '\0';
+	}
+	return ret;
 }
 
 void jobs_unreserve(struct jobs *js, struct job *j)
@@ -219,6 +260,16 @@ static struct job *find(struct jobs *js, const char *id)
 			return js->j[i];
 	}
 	return NULL;
+}
+
+int jobs_log_path(struct jobs *js, const char *id, char *buf, size_t len)
+{
+	int ret;
+
+	pthread_mutex_lock(&js->lock);
+	ret = find(js, id) ? log_path(js, id, buf, len) : -ENOENT;
+	pthread_mutex_unlock(&js->lock);
+	return ret;
 }
 
 /* Join the threads of finished jobs, so that none lingers.  Lock held;

@@ -4,6 +4,8 @@
  * A job is reserved first (which checks the limit and names it), then run on
  * its own thread; its record stays (the last JOBS_KEEP finished ones) so that
  * GET /jobs/<id> can tell how it ended.  Job ids are "job-<n>", valid ids.
+ * A job may keep a log (the function's output during a snapshot) in the log
+ * directory, removed when its record goes.
  *
  *	struct job *j = jobs_reserve(js, "snapshot", "fn-a", &err);   (-EAGAIN: full)
  *	… record job_id(j) somewhere …
@@ -34,6 +36,15 @@ void jobs_free(struct jobs *js);
  * -ENOMEM. */
 struct job *jobs_reserve(struct jobs *js, const char *kind, const char *function, int *err);
 const char *job_id(const struct job *j);
+/* Keep the jobs' logs in dir (made if missing): job id's is <dir>/<id>.log
+ * (jobs_log_path), removed, with its rotated <id>.log.1, when the job's
+ * record is.  What dir held is removed first: ids start again at job-1 with
+ * every thawd, so an earlier run's logs would be taken for new jobs'.  0 or
+ * -errno (logged). */
+int jobs_set_log_dir(struct jobs *js, const char *dir);
+/* Where job id keeps its log (the file need not exist yet).  0, -ENOENT when
+ * there is no such job (any more) or no log directory, -ENAMETOOLONG. */
+int jobs_log_path(struct jobs *js, const char *id, char *buf, size_t len);
 /* Give a reservation back without running it. */
 void jobs_unreserve(struct jobs *js, struct job *j);
 /* Run fn(arg) on a new thread; free_arg(arg) (may be NULL) when it is done.

@@ -7,8 +7,10 @@
 #include "restore/instance_log.h"
 #include "server/errors.h"
 #include "server/internal.h"
+#include "server/jobs.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <string.h>
 
 #define TEXT_PLAIN "text/plain; charset=utf-8"
@@ -44,6 +46,28 @@ int logs_get_instance(struct req *q)
 		return reply_error(q, 404, "not_found", "no instance %s", id);
 	if (ret == -EINVAL)
 		return reply_error(q, 400, "invalid_id", "invalid id \"%s\"", id);
+	if (ret)
+		return reply_failed(q, id, ret);
+	return reply_text(q, 200, TEXT_PLAIN, text, len);
+}
+
+int logs_get_job(struct req *q)
+{
+	const char *id = q->route.id;
+	char path[PATH_MAX];
+	unsigned lines;
+	char *text = NULL;
+	size_t len = 0;
+	int ret;
+
+	if (logfile_parse_tail(req_query(q, "tail"), &lines))
+		return bad_tail(q);
+	log_clear_error();
+	ret = jobs_log_path(q->srv->jobs, id, path, sizeof(path));
+	if (ret == -ENOENT)
+		return reply_error(q, 404, "not_found", "no job %s", id);
+	if (!ret)
+		ret = logfile_tail(path, lines, &text, &len);
 	if (ret)
 		return reply_failed(q, id, ret);
 	return reply_text(q, 200, TEXT_PLAIN, text, len);

@@ -116,8 +116,11 @@ int route_parse(const char *path, struct route *r, char *err, size_t errlen)
 			kind = ROUTE_INSTANCE;
 		else if (n == 3 && seg_is(seg[2], len[2], "logs"))
 			kind = ROUTE_INSTANCE_LOGS;
-	} else if (seg_is(seg[0], len[0], "jobs") && n == 2) {
-		kind = ROUTE_JOB;
+	} else if (seg_is(seg[0], len[0], "jobs")) {
+		if (n == 2)
+			kind = ROUTE_JOB;
+		else if (n == 3 && seg_is(seg[2], len[2], "logs"))
+			kind = ROUTE_JOB_LOGS;
 	}
 	if (kind == ROUTE_NONE)
 		return -ENOENT;
@@ -162,6 +165,7 @@ static const struct {
 	[ROUTE_JOBS] = { METHOD_GET, "GET", "jobs" },
 	[ROUTE_JOB] = { METHOD_GET, "GET", "job" },
 	[ROUTE_INSTANCE_LOGS] = { METHOD_GET, "GET", "instance_logs" },
+	[ROUTE_JOB_LOGS] = { METHOD_GET, "GET", "job_logs" },
 };
 
 unsigned route_methods(enum route_kind kind)
@@ -301,7 +305,8 @@ unsigned route_scope(enum route_kind kind)
 	case ROUTE_FUNCTION:
 	case ROUTE_FUNCTION_SNAPSHOT:
 	case ROUTE_JOBS:
-	case ROUTE_JOB: return AUTH_SCOPE_CONTROL;
+	case ROUTE_JOB:
+	case ROUTE_JOB_LOGS: return AUTH_SCOPE_CONTROL;
 	case ROUTE_NONE: break;
 	}
 	return AUTH_SCOPE_CONTROL;

@@ -31,6 +31,7 @@ enum route_kind {
 	ROUTE_JOBS,              /* /jobs (thaw's addition: snapshot jobs) */
 	ROUTE_JOB,               /* /jobs/<jid> */
 	ROUTE_INSTANCE_LOGS,     /* /instances/<iid>/logs */
+	ROUTE_JOB_LOGS,          /* /jobs/<jid>/logs */
 };
 
 enum http_method {
@@ -82,8 +83,8 @@ int listen_addr_parse(const char *s, char *host, size_t hostlen, char *port, siz
 /* The token scope route kind needs (an enum auth_scope mask): 0 for
  * /healthz (open), AUTH_SCOPE_ALL for /metrics (any valid token will do: the
  * caller checks for a non-empty intersection), AUTH_SCOPE_CONTROL for
- * functions, snapshots and jobs, AUTH_SCOPE_DATA for starts and instances
- * (their logs too). */
+ * functions, snapshots and jobs (their logs too), AUTH_SCOPE_DATA for starts
+ * and instances (their logs too). */
 unsigned route_scope(enum route_kind kind);
 
 /* Whether the host part of a listen address (listen_addr_parse's host) is a

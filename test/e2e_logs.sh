@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A function's output, end to end, with real runc and CRIU (thawd with
 # --log-bytes 4K, the function test/fixtures/logs_fn.py):
-#   1. its snapshot (it prints "line 1" .. "line 20" at boot, before it);
+#   1. its snapshot's job keeps its boot output: GET /jobs/<jid>/logs has
+#      "line 1" .. "line 20", ?tail=5 exactly the last five;
 #   2. a started instance's log is what the restored process prints from then
 #      on (not its boot's): GET /instances/<iid>/logs?tail=5 is exactly the
 #      last 5 lines it printed, text/plain; stderr too; `thaw logs --tail 5`
@@ -11,11 +12,14 @@
 #      the current file holds is the last lines it printed, in order, across
 #      both files (and of more than both hold, all they hold);
 #   4. bad input: tail=-1, abc, 100000 and an empty one are 400 bad_request;
-#      an unknown instance 404; a path-traversal id 400 invalid_id;
-#      POST 405; the data token reads instance logs;
+#      an unknown instance or job 404; a path-traversal id 400 invalid_id;
+#      POST 405; the data token reads instance logs, not job logs (403);
 #   5. an instance started by `thaw start` (THAW_LOG_BYTES) killed -9 from
 #      outside: while its record stays, its log is still served, and bounded;
-#   6. at the end nothing is left: no container, process or mount.
+#   6. a function that prints "boom" and exits 1 at boot: its snapshot job
+#      fails and GET /jobs/<jid>/logs has "boom";
+#   7. a restarted thawd starts with no job logs (ids start again at job-1);
+#      at the end nothing is left: no container, process or mount.
 set -u
 B=${THAW_BUILD:-$PWD/build}
 ROOT=${THAW_ROOT:-$PWD}
@@ -129,7 +133,7 @@ EOF
 
 start_thawd
 
-# ---- 1. the snapshot ----
+# ---- 1. the snapshot's job keeps the boot output ----
 spec >"$T/logs.json"
 st=$(api PUT /functions/logs -d @"$T/logs.json")
 [ "$st" = 201 ] || fail "PUT /functions/logs: $st $(cat "$T/body")"
@@ -138,7 +142,16 @@ if [ "$st" != 200 ]; then
 	fail "snapshot: $st $(cat "$T/body")"
 	exit 1
 fi
-ok "snapshot"
+JID=$(jget "$T/body" "j['job']['id']")
+st=$(api GET "/jobs/$JID/logs")
+[ "$st" = 200 ] || fail "GET /jobs/$JID/logs: $st $(cat "$T/body")"
+seq 1 20 | sed 's/^/line /' >"$T/boot"
+cmp -s "$T/body" "$T/boot" || fail "job log: $(head -c 300 "$T/body")"
+st=$(api GET "/jobs/$JID/logs?tail=5")
+[ "$st" = 200 ] && [ "$(cat "$T/body")" = "$(seq 16 20 | sed 's/^/line /')" ] ||
+	fail "job log ?tail=5: $st $(cat "$T/body")"
+grep -qi '^content-type: text/plain; charset=utf-8' "$T/headers" || fail "job log type: $(cat "$T/headers")"
+[ $fails = 0 ] && ok "job $JID keeps the boot output (20 lines, tail=5 the last 5)"
 
 # ---- 2. an instance's log: what it prints after its restore ----
 st=$(api POST /functions/logs/start)
@@ -193,12 +206,16 @@ st=$(api GET "/instances/$IID/logs?tail=3")
 for t in -1 abc 100000 '' 1.5; do
 	st=$(api GET "/instances/$IID/logs?tail=$t")
 	[ "$st" = 400 ] && [ "$(err_code)" = bad_request ] || fail "tail=$t: $st $(cat "$T/body")"
+	st=$(api GET "/jobs/$JID/logs?tail=$t")
+	[ "$st" = 400 ] || fail "job tail=$t: $st"
 done
 st=$(api GET "/instances/$IID/logs?tail=10000")
 [ "$st" = 200 ] || fail "tail=10000: $st"
 st=$(api GET "/instances/nosuch-123456/logs")
 [ "$st" = 404 ] && [ "$(err_code)" = not_found ] || fail "unknown instance: $st $(cat "$T/body")"
-for p in "/instances/../logs" "/instances/%2e%2e/logs" "/instances/..%2fdata/logs"; do
+st=$(api GET "/jobs/job-999/logs")
+[ "$st" = 404 ] && [ "$(err_code)" = not_found ] || fail "unknown job: $st $(cat "$T/body")"
+for p in "/instances/../logs" "/instances/%2e%2e/logs" "/instances/..%2fdata/logs" "/jobs/../logs"; do
 	st=$(api GET "$p")
 	[ "$st" = 400 ] && [ "$(err_code)" = invalid_id ] || fail "GET $p: $st $(cat "$T/body")"
 done
@@ -206,6 +223,8 @@ st=$(api POST "/instances/$IID/logs")
 [ "$st" = 405 ] || fail "POST logs: $st"
 st=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $DTOKEN" "$URL/instances/$IID/logs")
 [ "$st" = 200 ] || fail "data token, instance logs: $st"
+st=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $DTOKEN" "$URL/jobs/$JID/logs")
+[ "$st" = 403 ] || fail "data token, job logs: $st"
 st=$(curl -s -o /dev/null -w '%{http_code}' "$URL/instances/$IID/logs")
 [ "$st" = 401 ] || fail "no token: $st"
 "$THAW" --data-dir "$DATA" logs --tail abc "$IID" >/dev/null 2>&1
@@ -252,7 +271,29 @@ else
 	fail "thaw start $SNAP: $(cat "$T/start.err")"
 fi
 
-# ---- 6. nothing left ----
+# ---- 6. a boot that fails: its job's log says why ----
+spec --boom >"$T/boom.json"
+st=$(api PUT /functions/boom -d @"$T/boom.json")
+[ "$st" = 201 ] || fail "PUT /functions/boom: $st $(cat "$T/body")"
+st=$(api POST /functions/boom/snapshot)
+[ "$st" = 202 ] || fail "snapshot of boom: $st $(cat "$T/body")"
+BJID=$(jget "$T/body" "j['job']['id']")
+for _ in $(seq 300); do
+	api GET "/jobs/$BJID" >/dev/null
+	case "$(jget "$T/body" "j['state']")" in done | failed) break ;; esac
+	sleep 0.1
+done
+[ "$(jget "$T/body" "j['state']")" = failed ] || fail "boom's job: $(cat "$T/body")"
+st=$(api GET "/jobs/$BJID/logs")
+[ "$st" = 200 ] && grep -qx boom "$T/body" || fail "boom's job log: $st $(cat "$T/body")"
+[ $fails = 0 ] && ok "a boot that fails: job $BJID failed, its log has \"boom\""
+
+# ---- 7. a restart: no job logs of the earlier run; nothing left ----
+stop_thawd || fail "thawd did not exit 0 on SIGTERM"
+start_thawd
+[ -z "$(ls -A "$DATA/jobs" 2>/dev/null)" ] || fail "job logs left from the earlier run: $(ls "$DATA/jobs")"
+st=$(api GET "/jobs/$JID/logs")
+[ "$st" = 404 ] || fail "a job of the earlier run: $st"
 stop_thawd || fail "thawd did not exit 0 on SIGTERM"
 c=$(own_containers)
 [ -z "$c" ] || fail "containers left: $c"
@@ -260,7 +301,7 @@ p=$(own_procs)
 [ -z "$p" ] || fail "processes left: $p"
 m=$(own_mounts)
 [ -z "$m" ] || fail "mounts left: $m"
-[ $fails = 0 ] && ok "nothing left"
+[ $fails = 0 ] && ok "restart: job logs emptied; nothing left"
 
 [ $fails = 0 ] && echo "PASS" && exit 0
 echo "$fails failure(s)"

@@ -58,7 +58,11 @@ static void test_routes(void)
 	CHECK_EQ(route_of("/instances/i-1/logs", &r), 0);
 	CHECK_EQ(r.kind, ROUTE_INSTANCE_LOGS);
 	CHECK_STR(r.id, "i-1");
+	CHECK_EQ(route_of("/jobs/job-3/logs", &r), 0);
+	CHECK_EQ(r.kind, ROUTE_JOB_LOGS);
+	CHECK_STR(r.id, "job-3");
 	CHECK_EQ(route_methods(ROUTE_INSTANCE_LOGS), METHOD_GET);
+	CHECK_EQ(route_methods(ROUTE_JOB_LOGS), METHOD_GET);
 
 	/* Names nothing: 404. */
 	const char *missing[] = { "",
@@ -96,7 +100,7 @@ static void test_routes(void)
 			      "/functions/a%2Fb",    "/functions/A",     "/functions/-a",
 			      "/functions/a b",      "/instances/..",    "/functions/%2e%2e/start",
 			      "/functions/a\\b",     "/jobs/..",         "/functions/.hidden",
-			      "/instances/../logs",  "/instances/%2e%2e/logs" };
+			      "/instances/../logs",  "/instances/%2e%2e/logs", "/jobs/../logs" };
 	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
 		int ret = route_parse(bad[i], &r, err, sizeof(err));
 
@@ -344,6 +348,7 @@ static void test_auth_scopes(void)
 	CHECK_EQ(route_scope(ROUTE_JOBS), (unsigned)AUTH_SCOPE_CONTROL);
 	CHECK_EQ(route_scope(ROUTE_JOB), (unsigned)AUTH_SCOPE_CONTROL);
 	CHECK_EQ(route_scope(ROUTE_INSTANCE_LOGS), (unsigned)AUTH_SCOPE_DATA);
+	CHECK_EQ(route_scope(ROUTE_JOB_LOGS), (unsigned)AUTH_SCOPE_CONTROL);
 }
 
 /* Loopback listen addresses and Host headers, from the attack side: names
@@ -663,6 +668,76 @@ static void test_jobs(void)
 	jobs_free(js);
 }
 
+static int quick_job(void *arg, json_t **result, char *err, size_t errlen)
+{
+	return 0;
+}
+
+static bool exists(const char *path)
+{
+	return access(path, F_OK) == 0;
+}
+
+/* A job's log lives as long as its record; an earlier thawd's are removed. */
+static void test_job_logs(void)
+{
+	char dir[256], stale[300], path[512], first[512];
+	struct jobs *js = jobs_new(1);
+	struct job *jb;
+	int err = 0;
+
+	REQUIRE(js);
+	snprintf(dir, sizeof(dir), "%s/jobs", tmpdir);
+	REQUIRE(mkdir_p(dir, 0755) == 0);
+	snprintf(stale, sizeof(stale), "%s/job-1.log", dir);
+	REQUIRE(write_file_atomic(stale, "old\n", 4, 0644) == 0);
+	/* No log directory yet: no job keeps a log. */
+	jb = jobs_reserve(js, "snapshot", "fn-a", &err);
+	REQUIRE(jb);
+	CHECK_EQ(jobs_log_path(js, job_id(jb), path, sizeof(path)), -ENOENT);
+	jobs_unreserve(js, jb);
+
+	CHECK_EQ(jobs_set_log_dir(js, dir), 0);
+	CHECK(!exists(stale));
+	CHECK_EQ(jobs_log_path(js, "job-999", path, sizeof(path)), -ENOENT);
+
+	/* Given back: its log goes with it. */
+	jb = jobs_reserve(js, "snapshot", "fn-a", &err);
+	REQUIRE(jb);
+	CHECK_EQ(jobs_log_path(js, job_id(jb), path, sizeof(path)), 0);
+	CHECK(strncmp(path, dir, strlen(dir)) == 0);
+	CHECK(strstr(path, job_id(jb)) != NULL);
+	REQUIRE(write_file_atomic(path, "x\n", 2, 0644) == 0);
+	jobs_unreserve(js, jb);
+	CHECK(!exists(path));
+
+	/* Beyond JOBS_KEEP finished jobs, the oldest go, logs and all. */
+	first[0] = '\0';
+	for (int i = 0; i < JOBS_KEEP + 4; i++) {
+		char id[32], p2[600];
+
+		jb = jobs_reserve(js, "snapshot", "fn-a", &err);
+		REQUIRE(jb);
+		snprintf(id, sizeof(id), "%s", job_id(jb));
+		REQUIRE(jobs_log_path(js, id, path, sizeof(path)) == 0);
+		REQUIRE(write_file_atomic(path, "x\n", 2, 0644) == 0);
+		snprintf(p2, sizeof(p2), "%s.1", path);
+		REQUIRE(write_file_atomic(p2, "y\n", 2, 0644) == 0);
+		if (!first[0])
+			snprintf(first, sizeof(first), "%s", path);
+		REQUIRE(jobs_run(js, jb, quick_job, NULL, NULL) == 0);
+		jobs_wait(js, id);
+	}
+	json_t *list;
+	CHECK_EQ(jobs_list_json(js, &list), 0);
+	CHECK_EQ(json_array_size(list), JOBS_KEEP);
+	json_decref(list);
+	CHECK(!exists(first));
+	CHECK(exists(path));
+	jobs_free(js);
+	CHECK(!exists(path));
+}
+
 static void test_errors(void)
 {
 	CHECK_EQ(api_err_from_errno(-ETIMEDOUT).status, 504);
@@ -787,6 +862,7 @@ int main(void)
 	test_content_type_rule();
 	test_registry();
 	test_jobs();
+	test_job_logs();
 	test_errors();
 	test_insts_claim();
 	test_registry_damaged();

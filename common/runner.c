@@ -534,6 +534,18 @@ static int freezer_call(const struct runner *r, const char *what, const char *id
 	return ret;
 }
 
+int runner_kill(const struct runner *r, const char *id, const char *signal_name)
+{
+	struct runc_call call = { .fd = { -1, -1, -1 }, .timeout_s = SHORT_TIMEOUT_S };
+	const char *args[] = { "kill", id, signal_name, NULL };
+	int ret = runc_exec(r, args, &call);
+
+	if (!ret && !call_ok(&call))
+		ret = report_failure("kill", id, &call, NULL);
+	call_release(&call);
+	return ret;
+}
+
 int runner_pause(const struct runner *r, const char *id)
 {
 	return freezer_call(r, "pause", id);

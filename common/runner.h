@@ -41,6 +41,8 @@ int runner_restore(const struct runner *r, const char *bundle, const char *id,
 		   pid_t *pid);
 /* runc kill id KILL; runc delete -f id.  A missing container is fine. */
 int runner_delete(const struct runner *r, const char *id);
+/* runc kill id SIGNAL (e.g. "TERM") to the container's first process. */
+int runner_kill(const struct runner *r, const char *id, const char *signal_name);
 /* runc pause id (every process frozen by the cgroup freezer), runc resume id. */
 int runner_pause(const struct runner *r, const char *id);
 int runner_resume(const struct runner *r, const char *id);

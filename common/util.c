@@ -30,6 +30,14 @@ double ms_since(uint64_t start_ns)
 	return (double)(now_ns() - start_ns) / 1e6;
 }
 
+uint64_t realtime_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
 int mkdir_p(const char *path, mode_t mode)
 {
 	char buf[PATH_MAX];

@@ -18,6 +18,8 @@
 /* Monotonic clock in nanoseconds, and milliseconds elapsed since such a reading. */
 uint64_t now_ns(void);
 double ms_since(uint64_t start_ns);
+/* The wall clock (CLOCK_REALTIME) in ms: for times other processes read. */
+uint64_t realtime_ms(void);
 
 /* mkdir -p; existing directories are fine. */
 int mkdir_p(const char *path, mode_t mode);

@@ -16,7 +16,8 @@
 
 static const char *const known_keys[] = { "id",	   "command", "env",	 "cwd",	    "bundle",
 					  "port",  "ready",   "warmup",	 "prepare", "gpu",
-					  "elide_zero", "lazy", "sandbox", "standby" };
+					  "elide_zero", "lazy", "sandbox", "standby",
+					  "idle_s", "max_lifetime_s", "stop_grace_s", "max_instances" };
 static const char *const sandbox_keys[] = { "writable_root", "seccomp", "no_new_privileges",
 					    "host_home", "capabilities" };
 
@@ -217,6 +218,23 @@ static int parse_abs_path(const json_t *v, const char *field, char **out, char *
 	return *out ? 0 : fail(err, errlen, "%s: out of memory", field);
 }
 
+/* A number of seconds, 0 to a year, or absent (def). */
+static int parse_seconds(const json_t *j, const char *key, double def, double *out, char *err,
+			 size_t errlen)
+{
+	const json_t *v = json_object_get(j, key);
+
+	*out = def;
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_number(v) || json_number_value(v) < 0 ||
+	    json_number_value(v) > SPEC_MAX_SECONDS)
+		return fail(err, errlen, "%s: must be a number of seconds from 0 to %.0f", key,
+			    SPEC_MAX_SECONDS);
+	*out = json_number_value(v);
+	return 0;
+}
+
 static int parse_capabilities(const json_t *v, struct oci_sandbox *sb, char *err, size_t errlen)
 {
 	char **caps;
@@ -382,6 +400,16 @@ static int parse_fields(const json_t *j, const char *id, struct func_spec *s, ch
 	if (v && !json_is_null(v) && !json_is_boolean(v))
 		return fail(err, errlen, "lazy: must be true or false");
 	s->lazy = !v || json_is_null(v) ? SPEC_LAZY_UNSET : json_is_true(v) ? SPEC_LAZY : SPEC_EAGER;
+	if ((ret = parse_seconds(j, "idle_s", 0, &s->idle_s, err, errlen)) ||
+	    (ret = parse_seconds(j, "max_lifetime_s", 0, &s->max_lifetime_s, err, errlen)) ||
+	    (ret = parse_seconds(j, "stop_grace_s", SPEC_DEFAULT_STOP_GRACE_S, &s->stop_grace_s,
+				 err, errlen)))
+		return ret;
+	v = json_object_get(j, "max_instances");
+	if (v && (!json_is_integer(v) || json_integer_value(v) < 0 ||
+		  json_integer_value(v) > 100000))
+		return fail(err, errlen, "max_instances: must be an integer from 0 (no limit) to 100000");
+	s->max_instances = v ? (unsigned)json_integer_value(v) : 0;
 	v = json_object_get(j, "standby");
 	if (v && (!json_is_integer(v) || json_integer_value(v) < 0 ||
 		  json_integer_value(v) > SPEC_MAX_STANDBY))
@@ -483,6 +511,14 @@ json_t *spec_to_json(const struct func_spec *s)
 		json_object_set_new(j, "lazy", json_boolean(s->lazy == SPEC_LAZY));
 	if (s->standby)
 		json_object_set_new(j, "standby", json_integer(s->standby));
+	if (s->idle_s > 0)
+		json_object_set_new(j, "idle_s", json_real(s->idle_s));
+	if (s->max_lifetime_s > 0)
+		json_object_set_new(j, "max_lifetime_s", json_real(s->max_lifetime_s));
+	if (s->stop_grace_s != SPEC_DEFAULT_STOP_GRACE_S)
+		json_object_set_new(j, "stop_grace_s", json_real(s->stop_grace_s));
+	if (s->max_instances)
+		json_object_set_new(j, "max_instances", json_integer(s->max_instances));
 	if (sandbox_loosened(&s->sandbox))
 		json_object_set_new(j, "sandbox", sandbox_to_json(&s->sandbox));
 	json_decref(cmd);

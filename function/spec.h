@@ -15,6 +15,8 @@
 enum ready_kind { READY_HTTP, READY_TCP };
 
 #define SPEC_MAX_STANDBY 64
+#define SPEC_DEFAULT_STOP_GRACE_S 10.0
+#define SPEC_MAX_SECONDS (365.0 * 86400)
 /* "lazy": absent (thawd's or the start's choice), false, true. */
 enum spec_lazy { SPEC_LAZY_UNSET, SPEC_EAGER, SPEC_LAZY };
 
@@ -42,6 +44,13 @@ struct func_spec {
 	 * (store/criu_elide.h); "elide_zero", default true. */
 	bool elide_zero;
 	enum spec_lazy lazy;  /* restore with CRIU lazy-pages (pages on demand) */
+	/* Lifetimes (seconds; 0: none): "idle_s", stop an instance after that
+	 * long with no bytes through its endpoint and no connection open;
+	 * "max_lifetime_s", stop it that long after its start; "stop_grace_s"
+	 * (default 10), how long a stop waits after SIGTERM before SIGKILL.
+	 * "max_instances" (0: no limit): starts beyond it answer 429. */
+	double idle_s, max_lifetime_s, stop_grace_s;
+	unsigned max_instances;
 	/* "standby": how many instances thawd keeps restored ahead of the
 	 * requests (server/standby.h); 0 to SPEC_MAX_STANDBY. */
 	unsigned standby;

@@ -80,6 +80,7 @@ struct start_ctx {
 	unsigned long long lz_watcher_start, lz_daemon_start;
 	char lazy_log[PATH_MAX + 16];
 	char lazy_status[PATH_MAX + 16];
+	char activity[PATH_MAX + 16]; /* the shim's activity file (restore/shim.h) */
 	/* Mapped restore: the process that holds the tier lease for the
 	 * instance's life, and the directory bound at OCI_MAPPED_DEST when the
 	 * instance does not map (the snapshot's mount must be given one). */
@@ -90,6 +91,10 @@ struct start_ctx {
 	/* A standby: its snapshot's meta (spec, GPUs, CUDA pids), recorded for
 	 * instance_activate, which then needs no manifest. */
 	const json_t *standby_meta;
+	/* A graceful stop: the container's first process (host pid) gets
+	 * SIGTERM and this long to exit before SIGKILL. */
+	pid_t init;
+	int grace_ms;
 };
 
 /* A path into buf; -ENAMETOOLONG (logged) if it does not fit. */
@@ -291,6 +296,48 @@ static int kill_helper(const char *what, pid_t pid, unsigned long long start)
 	return 0;
 }
 
+/* Has process pid a handler for SIGTERM (SigCgt of /proc/<pid>/status)? */
+static bool catches_sigterm(pid_t pid)
+{
+	char path[64], line[256];
+	unsigned long long mask = 0;
+	bool found = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f))
+		found = sscanf(line, "SigCgt: %llx", &mask) == 1;
+	fclose(f);
+	return found && (mask & (1ull << (SIGTERM - 1)));
+}
+
+/* SIGTERM the container's first process and wait up to x->grace_ms for it
+ * to exit (a function that finishes its requests and leaves); what is left
+ * then is killed by runner_delete. */
+static void ask_to_exit(struct start_ctx *x, const char *id)
+{
+	uint64_t t0 = now_ns();
+
+	if (x->init <= 0 || !proc_alive(x->init, x->pid_start))
+		return;
+	/* The first process is its PID namespace's init: the kernel gives it
+	 * only the signals it has a handler for.  Without one for SIGTERM
+	 * (Python's default) waiting would only delay the kill. */
+	if (!catches_sigterm(x->init)) {
+		pr_debug("instance %s has no SIGTERM handler: killed at once", id);
+		return;
+	}
+	if (runner_kill(&x->r, id, "TERM"))
+		return;
+	while (ms_since(t0) < x->grace_ms && proc_alive(x->init, x->pid_start))
+		usleep(20 * 1000);
+	if (proc_alive(x->init, x->pid_start))
+		pr_info("instance %s did not exit within %d ms of SIGTERM: killed", id, x->grace_ms);
+}
+
 /* Undo whatever x holds, newest first.  0, or the first error (logged)
  * with what is left named. */
 static int teardown(struct start_ctx *x, const char *id)
@@ -314,6 +361,8 @@ static int teardown(struct start_ctx *x, const char *id)
 	if (x->have_container) {
 		if (x->gpu)
 			gpu_quiesce(x->cuda_pids, x->ncuda);
+		if (x->grace_ms > 0)
+			ask_to_exit(x, id);
 		r = runner_delete(&x->r, id);
 		if (r) {
 			/* The container may still be in the namespace: keep the
@@ -646,6 +695,7 @@ static int start(const struct thaw_config *c, struct store *s, struct tier *t,
 	snprintf(x.log, sizeof(x.log), "%s/function.log", x.dir);
 	snprintf(x.lazy_log, sizeof(x.lazy_log), "%s/lazy-pages.log", x.dir);
 	snprintf(x.lazy_status, sizeof(x.lazy_status), "%s/lazy.status", x.dir);
+	snprintf(x.activity, sizeof(x.activity), "%s/activity", x.dir);
 	/* From here on a killed start leaves a record that stop can act on. */
 	ret = write_record(&x, &in, "starting");
 	if (ret)
@@ -699,6 +749,7 @@ static int start(const struct thaw_config *c, struct store *s, struct tier *t,
 	phase = "endpoint";
 	tp = now_ns();
 	so = (struct shim_opts){ .netns_path = x.netns, .port = spec->port,
+				 .activity_path = x.activity,
 				 .out_fd = x.stdio.out_r, .err_fd = x.stdio.err_r,
 				 .log_path = x.log, .max_log_bytes = c->log_bytes };
 	ret = shim_start(&so, &x.shim_pid, &x.port);
@@ -837,10 +888,15 @@ static bool num_field(const json_t *rec, const char *key, long long *v)
 
 int instance_stop(const struct thaw_config *c, const char *id)
 {
-	struct start_ctx x = { .c = c, .stdio = { -1, -1 } };
+	return instance_stop_graceful(c, id, 0);
+}
+
+int instance_stop_graceful(const struct thaw_config *c, const char *id, int grace_ms)
+{
+	struct start_ctx x = { .c = c, .stdio = { -1, -1 }, .grace_ms = grace_ms };
 	json_t *rec = NULL, *cuda;
 	const char *s;
-	long long v;
+	long long v, v2;
 	size_t i;
 	int ret;
 
@@ -893,6 +949,10 @@ int instance_stop(const struct thaw_config *c, const char *id)
 		x.lz_daemon_start = num_field(rec, "lazy_daemon_start", &v) ? (unsigned long long)v : 0;
 	}
 	x.gpu = json_is_true(json_object_get(rec, "gpu"));
+	if (num_field(rec, "pid", &v) && v > 0 && num_field(rec, "pid_start", &v2) && v2 > 0) {
+		x.init = (pid_t)v;
+		x.pid_start = (unsigned long long)v2;
+	}
 	cuda = json_object_get(rec, "cuda_pids");
 	if (x.gpu && json_array_size(cuda)) {
 		x.cuda_pids = calloc(json_array_size(cuda), sizeof(pid_t));
@@ -1054,6 +1114,88 @@ out:
 	return ret;
 }
 
+int instance_activity(const struct thaw_config *c, const char *id, uint64_t *last_ms,
+		      unsigned *open_conns)
+{
+	char path[PATH_MAX + 128];
+	uint64_t v[2];
+	int fd, ret;
+
+	if (!id_valid(id))
+		return -EINVAL;
+	ret = pathf(path, sizeof(path), "%s/instances/%s/activity", c->data_dir, id);
+	if (ret)
+		return ret;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	ret = pread(fd, v, sizeof(v), 0) == (ssize_t)sizeof(v) ? 0 : -EIO;
+	close(fd);
+	if (!ret) {
+		*last_ms = v[0];
+		*open_conns = (unsigned)v[1];
+	}
+	return ret;
+}
+
+int instance_set_limits(const struct thaw_config *c, const char *id, double idle_s,
+			double max_lifetime_s, double stop_grace_s)
+{
+	char path[PATH_MAX + 16], *text = NULL;
+	json_t *rec = NULL;
+	int ret;
+
+	if (!id_valid(id))
+		return -EINVAL;
+	ret = record_path(c, id, path, sizeof(path));
+	if (!ret)
+		ret = load_record(path, &rec);
+	if (ret)
+		return ret;
+	if (json_object_set_new(rec, "idle_s", json_real(idle_s)) ||
+	    json_object_set_new(rec, "max_lifetime_s", json_real(max_lifetime_s)) ||
+	    json_object_set_new(rec, "stop_grace_s", json_real(stop_grace_s)) ||
+	    json_object_set_new(rec, "started_ms", json_integer((json_int_t)realtime_ms())) ||
+	    !(text = json_dumps(rec, JSON_INDENT(1) | JSON_SORT_KEYS | JSON_REAL_PRECISION(10))))
+		ret = -ENOMEM;
+	if (!ret)
+		ret = write_file_atomic(path, text, strlen(text), 0644);
+	free(text);
+	json_decref(rec);
+	return ret;
+}
+
+/* A running instance's use and when thawd stops it by itself: its shim's
+ * activity file, and the limits instance_set_limits recorded. */
+static void activity_word(const struct thaw_config *c, json_t *rec)
+{
+	const char *id = json_string_value(json_object_get(rec, "instance"));
+	double idle = json_number_value(json_object_get(rec, "idle_s"));
+	double life = json_number_value(json_object_get(rec, "max_lifetime_s"));
+	long long started = 0;
+	uint64_t last = 0, at = 0;
+	unsigned open_conns = 0;
+	const char *why = NULL;
+
+	if (!id || instance_activity(c, id, &last, &open_conns))
+		return;
+	json_object_set_new(rec, "last_activity_ms", json_integer((json_int_t)last));
+	json_object_set_new(rec, "open_connections", json_integer(open_conns));
+	num_field(rec, "started_ms", &started);
+	if (idle > 0 && !open_conns) {
+		at = last + (uint64_t)(idle * 1000);
+		why = "idle";
+	}
+	if (life > 0 && started > 0 && (!at || (uint64_t)started + (uint64_t)(life * 1000) < at)) {
+		at = (uint64_t)started + (uint64_t)(life * 1000);
+		why = "lifetime";
+	}
+	if (why) {
+		json_object_set_new(rec, "stop_at_ms", json_integer((json_int_t)at));
+		json_object_set_new(rec, "stop_why", json_string(why));
+	}
+}
+
 /* A lazy instance whose daemon has finished or failed: lazy_done into its
  * timings, or "failed" with the reason (the watcher has killed it). */
 static bool lazy_word(const struct thaw_config *c, json_t *rec)
@@ -1142,6 +1284,8 @@ int instance_list(const struct thaw_config *c, json_t **out)
 			continue; /* vanished (stopped meanwhile) or damaged: logged */
 		json_object_set_new(rec, "state", json_string(record_state(rec)));
 		lazy_word(c, rec);
+		if (!strcmp(json_string_value(json_object_get(rec, "state")) ?: "", "running"))
+			activity_word(c, rec);
 		json_array_append_new(arr, rec);
 	}
 	closedir(d);

@@ -12,6 +12,7 @@
 #define THAW_RESTORE_INSTANCE_H
 
 #include <jansson.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "common/config.h"
@@ -82,6 +83,20 @@ int instance_activate(const struct thaw_config *c, const char *id, struct instan
 /* Stop instance id (locking and checkpointing its CUDA processes first) and
  * remove its container, namespace, work directory and record. */
 int instance_stop(const struct thaw_config *c, const char *id);
+/* The same, but the container's first process gets SIGTERM and grace_ms to
+ * exit before it is killed (after a GPU function's CUDA processes are
+ * checkpointed); 0: killed at once. */
+int instance_stop_graceful(const struct thaw_config *c, const char *id, int grace_ms);
+/* The shim's activity file of instance id (restore/shim.h): the
+ * CLOCK_REALTIME ms of its endpoint's last use, the connections open.
+ * -ENOENT when it has none (an instance of an older thaw). */
+int instance_activity(const struct thaw_config *c, const char *id, uint64_t *last_ms,
+		      unsigned *open_conns);
+/* Record when thawd stops instance id by itself (0: never) and the grace of
+ * its stops, from now on; instance_list then shows "last_activity_ms",
+ * "open_connections", "stop_at_ms" and "stop_why" (idle, lifetime). */
+int instance_set_limits(const struct thaw_config *c, const char *id, double idle_s,
+			double max_lifetime_s, double stop_grace_s);
 /* Instances recorded under the data directory, as a JSON array; "state" is
  * starting, running, exited, abandoned, or failed (with "error": why, e.g.
  * its lazy-pages daemon died before it had served every page). */

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -46,6 +47,10 @@ struct conn {
 struct shim {
 	int lfd, pipes[2];
 	struct logfile log; /* the container's stdout and stderr, and our errors */
+	/* The activity file, mapped shared (shim.h): [0] the last time bytes
+	 * moved or a connection opened, in CLOCK_REALTIME ms; [1] the
+	 * connections open.  NULL: none kept. */
+	volatile uint64_t *act;
 	bool had_pipes;
 	uint16_t port;
 	struct conn **conns;
@@ -227,6 +232,40 @@ static void drain_pipe(struct shim *s, int i)
 	s->pipes[i] = -1;
 }
 
+/* Any connection fd ready (bytes, a close) or a connection accepted counts
+ * as use of the endpoint. */
+static void note_activity(struct shim *s, const struct pollfd *conn_fds, size_t n, bool accepted)
+{
+	bool used = accepted;
+
+	for (size_t i = 0; i < n && !used; i++)
+		used = conn_fds[i].fd >= 0 && conn_fds[i].revents;
+	if (!s->act)
+		return;
+	if (used)
+		s->act[0] = realtime_ms();
+	s->act[1] = s->nconns;
+}
+
+/* Map the activity file (created, 16 bytes), its time now. */
+static void map_activity(struct shim *s, const char *path)
+{
+	int fd = path ? open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644) : -1;
+	void *m;
+
+	if (fd < 0)
+		return;
+	if (ftruncate(fd, 2 * sizeof(uint64_t)) == 0) {
+		m = mmap(NULL, 2 * sizeof(uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (m != MAP_FAILED) {
+			s->act = m;
+			s->act[0] = realtime_ms();
+			s->act[1] = 0;
+		}
+	}
+	close(fd);
+}
+
 static int shim_loop(struct shim *s)
 {
 	struct pollfd *pfd = NULL;
@@ -293,6 +332,7 @@ static int shim_loop(struct shim *s)
 		s->nconns = j;
 		if (pfd[0].revents & POLLIN)
 			accept_all(s);
+		note_activity(s, pfd + 3, n - 3, pfd[0].revents & POLLIN);
 	}
 	free(pfd);
 	free(ev);
@@ -372,6 +412,7 @@ static void shim_child(const struct shim_opts *o, int report)
 	}
 	close(nsfd);
 
+	map_activity(&s, o->activity_path);
 	keep[nkeep++] = report;
 	keep[nkeep++] = s.lfd;
 	if (s.log.fd >= 0)

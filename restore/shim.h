@@ -24,6 +24,11 @@
 struct shim_opts {
 	const char *netns_path; /* the instance's network namespace (nsfs bind mount) */
 	uint16_t port;          /* the function's port inside it */
+	/* NULL, or a file the shim keeps mapped: two uint64 in host order, the
+	 * CLOCK_REALTIME ms of the endpoint's last use (bytes moved, a
+	 * connection opened or closed) and the connections open now.  Whoever
+	 * reads it learns when the instance was last used (idle stops). */
+	const char *activity_path;
 	int out_fd;             /* read end of the container's stdout, or -1 */
 	int err_fd;             /* read end of its stderr, or -1 */
 	const char *log_path;   /* where stdout/stderr (and the shim's own errors) go */

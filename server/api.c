@@ -17,6 +17,7 @@
 #include "server/internal.h"
 #include "server/jobs.h"
 #include "server/logs.h"
+#include "server/lifetimes.h"
 #include "server/metrics.h"
 #include "server/registry.h"
 #include "server/standby.h"
@@ -26,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define STAT_MAX_AGE_NS (5ull * 1000 * 1000 * 1000)
@@ -207,16 +209,7 @@ static bool own_start(json_t *rec)
  * error (-ENOENT: no record, already stopped). */
 static int stop_instance(struct server *s, const char *id)
 {
-	int ret = insts_claim(s->insts, id);
-
-	if (ret)
-		return ret;
-	log_clear_error();
-	ret = instance_stop(&s->cfg, id);
-	if (ret != -EBUSY) /* EBUSY: what is left stays recorded, and tracked */
-		insts_remove(s->insts, id);
-	insts_release(s->insts, id);
-	return ret;
+	return lifetimes_stop_instance(s, id, 0);
 }
 
 /* Stop the instances of function (all of them: its standbys, this thawd's,
@@ -565,6 +558,54 @@ static int start_lost(struct req *q, const char *snap, int err)
 			    START_RETRY_AFTER, msg);
 }
 
+/* A query number of seconds, 0 to a year: 0, or -EINVAL with why. */
+static int query_seconds(struct req *q, const char *key, double *out, char *why, size_t len)
+{
+	const char *v = req_query(q, key);
+	char *end = NULL;
+	double d;
+
+	if (!v)
+		return 0;
+	errno = 0;
+	d = strtod(v, &end);
+	if (!*v || errno || *end || !(d >= 0 && d <= SPEC_MAX_SECONDS)) {
+		snprintf(why, len, "%s: must be a number of seconds from 0 to %.0f", key,
+			 SPEC_MAX_SECONDS);
+		return -EINVAL;
+	}
+	*out = d;
+	return 0;
+}
+
+/* The start's limits: the function's max_instances, idle_s (else thawd's
+ * default), max_lifetime_s and stop_grace_s, with ?idle_s= and
+ * ?max_lifetime_s= overriding them for this instance. */
+static int start_limits(struct req *q, const char *fn, unsigned *max_instances,
+			struct inst_limits *lim, char *why, size_t len)
+{
+	json_t *f = NULL;
+	json_t *g;
+
+	memset(lim, 0, sizeof(*lim));
+	*max_instances = 0;
+	lim->idle_s = q->srv->opts.idle_s;
+	lim->grace_s = SPEC_DEFAULT_STOP_GRACE_S;
+	if (registry_get_json(q->srv->reg, fn, &f) == 0) {
+		*max_instances = (unsigned)json_integer_value(json_object_get(f, "max_instances"));
+		if ((g = json_object_get(f, "idle_s")))
+			lim->idle_s = json_number_value(g);
+		lim->lifetime_s = json_number_value(json_object_get(f, "max_lifetime_s"));
+		if ((g = json_object_get(f, "stop_grace_s")))
+			lim->grace_s = json_number_value(g);
+	}
+	json_decref(f);
+	if (query_seconds(q, "idle_s", &lim->idle_s, why, len) ||
+	    query_seconds(q, "max_lifetime_s", &lim->lifetime_s, why, len))
+		return -EINVAL;
+	return 0;
+}
+
 /* Does function fn keep standbys (its spec's "standby" > 0)? */
 static bool wants_standby(struct server *s, const char *fn)
 {
@@ -603,8 +644,9 @@ static int post_start(struct req *q)
 	const char *fn = q->route.id;
 	char snap[CHUNK_ID_LEN], loc[128], msg[256];
 	enum snap_state st = SNAP_NONE;
+	struct inst_limits lim;
 	struct instance in;
-	unsigned running;
+	unsigned running, max_instances, have;
 	int ret;
 
 	ret = registry_ready_snapshot(s->reg, fn, snap, &st);
@@ -623,9 +665,19 @@ static int post_start(struct req *q)
 	if (!s->tier)
 		return start_failed(q, 503, "unavailable", "Retry-After", START_RETRY_AFTER,
 				    "the RAM tier is not open (see thawd's log)");
+	ret = start_limits(q, fn, &max_instances, &lim, msg, sizeof(msg));
+	if (ret)
+		return start_failed(q, 400, "bad_request", NULL, NULL, msg);
+	if (insts_reserve(s->insts, fn, max_instances, &have)) {
+		snprintf(msg, sizeof(msg), "function %s has %u instance(s), its max_instances", fn,
+			 have);
+		return start_failed(q, 429, "too_many_instances", "Retry-After", START_RETRY_AFTER,
+				    msg);
+	}
 	running = atomic_fetch_add(&s->starts_running, 1);
 	if (running >= s->opts.max_starts) {
 		atomic_fetch_sub(&s->starts_running, 1);
+		insts_unreserve(s->insts, fn);
 		snprintf(msg, sizeof(msg), "%u start(s) are running already (--max-starts %u)",
 			 running, s->opts.max_starts);
 		return start_failed(q, 503, "no_capacity", "Retry-After", START_RETRY_AFTER, msg);
@@ -637,11 +689,18 @@ static int post_start(struct req *q)
 		ret = instance_start(&s->cfg, s->store, s->tier, snap, INSTANCE_MODE_AUTO, &in);
 	atomic_fetch_sub(&s->starts_running, 1);
 	standby_kick(s->standby); /* a refill waits for no start in flight */
+	if (!ret) {
+		snprintf(in.function, sizeof(in.function), "%s", fn);
+		if (insts_add(s->insts, in.id, fn, in.pid))
+			pr_warn("instance %s is not tracked (out of memory)", in.id);
+	}
+	insts_unreserve(s->insts, fn);
 	if (ret)
 		return start_lost(q, snap, ret);
-	snprintf(in.function, sizeof(in.function), "%s", fn);
-	if (insts_add(s->insts, in.id, fn, in.pid))
-		pr_warn("instance %s is not tracked (out of memory)", in.id);
+	lim.started_ms = realtime_ms();
+	insts_set_limits(s->insts, in.id, &lim);
+	if (instance_set_limits(&s->cfg, in.id, lim.idle_s, lim.lifetime_s, lim.grace_s))
+		pr_warn("instance %s: its limits are not recorded", in.id);
 	if (!registry_exists(s->reg, fn)) {
 		/* Deleted while we restored: the delete left this start's
 		 * instance to it (own_start), or is stopping it now. */
@@ -733,6 +792,8 @@ static int delete_instance(struct req *q)
 	const char *id = q->route.id;
 	const char *state;
 	json_t *rec = NULL;
+	double recorded_grace, grace_s;
+	char msg[160];
 	bool starting;
 	int ret;
 
@@ -743,6 +804,9 @@ static int delete_instance(struct req *q)
 	ret = find_record(q->srv, id, &rec);
 	state = json_string_value(json_object_get(rec, "state"));
 	starting = state && !strcmp(state, "starting");
+	/* Its function's stop_grace_s, recorded at its start (0 in records of
+	 * instances thawd did not start: killed at once, as before). */
+	recorded_grace = json_number_value(json_object_get(rec, "stop_grace_s"));
 	json_decref(rec);
 	if (ret == -ENOENT)
 		return reply_error(q, 404, "not_found", "no instance %s", id);
@@ -755,7 +819,10 @@ static int delete_instance(struct req *q)
 		return reply_error(q, 409, "conflict",
 				   "instance %s is starting; stop it once its start has answered",
 				   id);
-	ret = stop_instance(q->srv, id);
+	grace_s = recorded_grace;
+	if (query_seconds(q, "grace_s", &grace_s, msg, sizeof(msg)))
+		return reply_error(q, 400, "bad_request", "%s", msg);
+	ret = lifetimes_stop_instance(q->srv, id, (int)(grace_s * 1000));
 	if (ret == -EALREADY)
 		return reply_error(q, 409, "conflict",
 				   "instance %s is being stopped by another request", id);

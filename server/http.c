@@ -30,6 +30,7 @@
 #include "server/insts.h"
 #include "server/internal.h"
 #include "server/jobs.h"
+#include "server/lifetimes.h"
 #include "server/metrics.h"
 #include "server/registry.h"
 #include "server/standby.h"
@@ -790,6 +791,8 @@ struct server *server_new(const struct thaw_config *c, const struct server_opts 
 		       c->ram_tier_dir);
 	else if (o->max_standby)
 		s->standby = standby_new(s);
+	if (lifetimes_start(s))
+		pr_warn("no idle or lifetime stops, no reaping of exited instances");
 	return s;
 err:
 	server_free(s);
@@ -821,6 +824,7 @@ void server_shutdown(struct server *s)
 		s->mhd = NULL;
 	}
 	reaper_stop(s);
+	lifetimes_finish(s);
 	standby_free(s->standby);
 	s->standby = NULL;
 	stop_own_instances(s);
@@ -837,6 +841,7 @@ void server_free(struct server *s)
 	if (s->mhd)
 		MHD_stop_daemon(s->mhd);
 	reaper_stop(s);
+	lifetimes_finish(s);
 	standby_free(s->standby);
 	jobs_free(s->jobs);
 	tier_close(s->tier);

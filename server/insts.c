@@ -12,6 +12,13 @@
 struct entry {
 	struct inst_ref ref;
 	pid_t pid;
+	struct inst_limits limits;
+};
+
+/* Starts in flight of one function, counted against its max_instances. */
+struct pending {
+	char function[64];
+	unsigned n;
 };
 
 struct insts {
@@ -21,6 +28,8 @@ struct insts {
 	/* Ids being stopped (insts_claim): few at a time. */
 	char (*claimed)[64];
 	size_t nclaimed, capclaimed;
+	struct pending *pend;
+	size_t npend, cappend;
 };
 
 struct insts *insts_new(void)
@@ -38,6 +47,7 @@ void insts_free(struct insts *t)
 		return;
 	free(t->e);
 	free(t->claimed);
+	free(t->pend);
 	pthread_mutex_destroy(&t->lock);
 	free(t);
 }
@@ -181,4 +191,94 @@ void insts_release(struct insts *t, const char *id)
 		}
 	}
 	pthread_mutex_unlock(&t->lock);
+}
+
+static struct pending *pending_of(struct insts *t, const char *function)
+{
+	for (size_t i = 0; i < t->npend; i++)
+		if (!strcmp(t->pend[i].function, function))
+			return &t->pend[i];
+	return NULL;
+}
+
+int insts_reserve(struct insts *t, const char *function, unsigned max, unsigned *have)
+{
+	struct pending *p;
+	unsigned n = 0;
+	int ret = 0;
+
+	pthread_mutex_lock(&t->lock);
+	for (size_t i = 0; i < t->n; i++)
+		n += !strcmp(t->e[i].ref.function, function);
+	p = pending_of(t, function);
+	n += p ? p->n : 0;
+	*have = n;
+	if (max && n >= max) {
+		ret = -EUSERS;
+		goto out;
+	}
+	if (!p) {
+		if (t->npend == t->cappend) {
+			size_t cap = t->cappend ? t->cappend * 2 : 8;
+			struct pending *v = realloc(t->pend, cap * sizeof(*v));
+
+			if (!v) {
+				ret = -ENOMEM;
+				goto out;
+			}
+			t->pend = v;
+			t->cappend = cap;
+		}
+		p = &t->pend[t->npend++];
+		snprintf(p->function, sizeof(p->function), "%s", function);
+		p->n = 0;
+	}
+	p->n++;
+out:
+	pthread_mutex_unlock(&t->lock);
+	return ret;
+}
+
+void insts_unreserve(struct insts *t, const char *function)
+{
+	struct pending *p;
+
+	pthread_mutex_lock(&t->lock);
+	p = pending_of(t, function);
+	if (p && p->n && --p->n == 0)
+		*p = t->pend[--t->npend];
+	pthread_mutex_unlock(&t->lock);
+}
+
+int insts_set_limits(struct insts *t, const char *id, const struct inst_limits *l)
+{
+	int ret = -ENOENT;
+
+	pthread_mutex_lock(&t->lock);
+	for (size_t i = 0; i < t->n; i++) {
+		if (!strcmp(t->e[i].ref.id, id)) {
+			t->e[i].limits = *l;
+			ret = 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&t->lock);
+	return ret;
+}
+
+int insts_list(struct insts *t, struct inst_view **out, size_t *n)
+{
+	struct inst_view *v;
+
+	pthread_mutex_lock(&t->lock);
+	v = calloc(t->n ? t->n : 1, sizeof(*v));
+	if (v) {
+		for (size_t i = 0; i < t->n; i++)
+			v[i] = (struct inst_view){ .ref = t->e[i].ref, .pid = t->e[i].pid,
+						   .limits = t->e[i].limits };
+		*n = t->n;
+	}
+	pthread_mutex_unlock(&t->lock);
+	*out = v;
+	return v ? 0 : -ENOMEM;
 }

@@ -12,6 +12,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 struct insts;
@@ -19,6 +20,20 @@ struct insts;
 struct inst_ref {
 	char id[64];
 	char function[64];
+};
+
+/* When thawd stops an instance by itself (server/reaper.h); 0: never. */
+struct inst_limits {
+	double idle_s;     /* no bytes through its endpoint and no connection that long */
+	double lifetime_s; /* that long after its start */
+	double grace_s;    /* SIGTERM, then SIGKILL after that long */
+	uint64_t started_ms; /* CLOCK_REALTIME ms of its start (its answer) */
+};
+
+struct inst_view {
+	struct inst_ref ref;
+	pid_t pid;
+	struct inst_limits limits;
 };
 
 struct insts *insts_new(void);
@@ -41,5 +56,15 @@ int insts_function(struct insts *t, const char *id, char function[64]);
  * -EALREADY while another holds it.  Release it once stopped (or not). */
 int insts_claim(struct insts *t, const char *id);
 void insts_release(struct insts *t, const char *id);
+
+/* A start of function may go on if it has fewer than max instances (0: no
+ * limit), counting its starts in flight: it is then counted (until
+ * insts_unreserve) and 0; else -EUSERS.  *have: how many it had. */
+int insts_reserve(struct insts *t, const char *function, unsigned max, unsigned *have);
+void insts_unreserve(struct insts *t, const char *function);
+/* The limits of instance id; -ENOENT. */
+int insts_set_limits(struct insts *t, const char *id, const struct inst_limits *l);
+/* A copy of the table (you own *out). */
+int insts_list(struct insts *t, struct inst_view **out, size_t *n);
 
 #endif

@@ -27,6 +27,7 @@ struct jobs;
 struct metrics;
 struct insts;
 struct standby;
+struct lifetimes;
 struct conn_track;
 
 struct server {
@@ -43,6 +44,7 @@ struct server {
 	struct metrics *metrics;
 	struct insts *insts;
 	struct standby *standby; /* NULL: no standbys (--max-standby 0, no RAM tier) */
+	struct lifetimes *lifetimes; /* server/lifetimes.h; NULL until started */
 	struct MHD_Daemon *mhd;
 	int lock_fd; /* <data>/thawd.lock, flock()ed for thawd's life; -1 until taken */
 	uint16_t port;

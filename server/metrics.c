@@ -15,7 +15,7 @@
  * without end through ids; counts past it are dropped (and said once). */
 #define MAX_SERIES 4096
 
-enum family { FAM_STARTS, FAM_START_FAILURES, FAM_SNAPSHOTS, FAM_STANDBY, FAM_COUNT };
+enum family { FAM_STARTS, FAM_START_FAILURES, FAM_SNAPSHOTS, FAM_STANDBY, FAM_STOPPED, FAM_COUNT };
 
 static const struct {
 	const char *name, *help;
@@ -27,6 +27,9 @@ static const struct {
 	[FAM_STANDBY] = { "thaw_standby_starts_total",
 			  "Starts of functions that keep standbys: hit (a standby taken) or "
 			  "miss (none left: a full restore)." },
+	[FAM_STOPPED] = { "thaw_instances_stopped_total",
+			  "Instances thawd stopped by itself, by reason: exited (its process "
+			  "died), idle, lifetime." },
 };
 
 static const char *const phase_names[PHASE_COUNT] = {
@@ -179,6 +182,11 @@ int metrics_start_failed(struct metrics *m, const char *function, const char *co
 int metrics_standby(struct metrics *m, const char *function, bool hit)
 {
 	return count(m, FAM_STANDBY, "function", function, "result", hit ? "hit" : "miss");
+}
+
+int metrics_instance_stopped(struct metrics *m, const char *reason)
+{
+	return count(m, FAM_STOPPED, "reason", reason, NULL, NULL);
 }
 
 int metrics_snapshot(struct metrics *m, const char *result)

@@ -10,6 +10,8 @@
  *	thaw_standby_starts_total{function,result}   starts of functions with standbys:
  *	                                             hit, miss
  *	thaw_standby_instances{function}             standbys waiting (a gauge)
+ *	thaw_instances_stopped_total{reason}         stopped by thawd itself: exited,
+ *	                                             idle, lifetime
  *	thaw_ram_tier_bytes, thaw_ram_tier_budget_bytes, thaw_store_bytes{kind},
  *	thaw_instances_running                       gauges the caller supplies
  *
@@ -57,6 +59,8 @@ int metrics_start_failed(struct metrics *m, const char *function, const char *co
 void metrics_restore_phases(struct metrics *m, const double ms[PHASE_COUNT]);
 /* A start of a function that keeps standbys took one (hit) or found none. */
 int metrics_standby(struct metrics *m, const char *function, bool hit);
+/* thawd stopped an instance by itself: "exited", "idle", "lifetime". */
+int metrics_instance_stopped(struct metrics *m, const char *reason);
 /* A snapshot finished; result "ok" or "failed". */
 int metrics_snapshot(struct metrics *m, const char *result);
 

@@ -380,16 +380,21 @@ void registry_free(struct registry *r)
 	free(r);
 }
 
-/* Do specs a and b differ only in "standby"?  The snapshot is of what the
- * function runs; how many standbys it keeps does not change that. */
+/* Do specs a and b differ only in how instances are served (standbys,
+ * lifetimes, limits)?  The snapshot is of what the function runs, which
+ * those do not change. */
 static bool same_but_standby(const json_t *a, const json_t *b)
 {
+	static const char *const serving[] = { "standby", "idle_s", "max_lifetime_s",
+					       "stop_grace_s", "max_instances" };
 	json_t *ca = json_copy((json_t *)a), *cb = json_copy((json_t *)b);
 	bool same = ca && cb;
 
 	if (same) {
-		json_object_del(ca, "standby");
-		json_object_del(cb, "standby");
+		for (size_t i = 0; i < sizeof(serving) / sizeof(serving[0]); i++) {
+			json_object_del(ca, serving[i]);
+			json_object_del(cb, serving[i]);
+		}
 		same = json_equal(ca, cb);
 	}
 	json_decref(ca);

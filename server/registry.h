@@ -47,7 +47,8 @@ void registry_free(struct registry *r); /* NULL is fine */
 /* Create or replace function id with spec (the registry takes its own copy).
  * *created tells which.  Replacing a spec with a different one forgets the
  * snapshot (it was taken of the old spec); the same spec, or one that
- * differs only in "standby", keeps it.  forgot
+ * differs only in how instances are served ("standby", "idle_s",
+ * "max_lifetime_s", "stop_grace_s", "max_instances"), keeps it.  forgot
  * (may be NULL): the id of a ready snapshot forgotten so, else "".  -EBUSY
  * while a snapshot of it is building, -EINPROGRESS while it is being
  * deleted. */

@@ -41,6 +41,7 @@ struct server_opts {
 	unsigned max_starts;    /* concurrent starts; more get 503 + Retry-After */
 	unsigned max_snapshots; /* concurrent snapshots; likewise */
 	unsigned max_standby;   /* standby instances of all functions together */
+	double idle_s;          /* default "idle_s" of functions that set none; 0: off */
 	unsigned max_conns;     /* concurrent connections */
 	unsigned max_conns_per_ip; /* concurrent connections from one address; 0: no limit */
 	unsigned request_timeout;  /* seconds a connection has to send a whole request (head

@@ -87,6 +87,9 @@ static void usage(FILE *f)
 		"                         (THAW_MAX_STARTS; default %u; 0 refuses every start)\n"
 		"  --max-snapshots N      concurrent snapshots, likewise (THAW_MAX_SNAPSHOTS;\n"
 		"                         default %u)\n"
+		"  --idle-s S             stop an instance after S seconds with no request\n"
+		"                         through its endpoint, unless its function's spec\n"
+		"                         says otherwise (\"idle_s\"; THAW_IDLE_S; default 0: never)\n"
 		"  --max-standby N        standby instances (a spec's \"standby\") of all\n"
 		"                         functions together (THAW_MAX_STANDBY; default %u;\n"
 		"                         0: none)\n"
@@ -199,6 +202,7 @@ enum {
 	OPT_CRIU,
 	OPT_MAX_STARTS,
 	OPT_MAX_STANDBY,
+	OPT_IDLE_S,
 	OPT_MAX_SNAPSHOTS,
 	OPT_MAX_BODY,
 	OPT_LOG_BYTES,
@@ -250,6 +254,7 @@ int main(int argc, char **argv)
 		{ "criu", required_argument, NULL, OPT_CRIU },
 		{ "max-starts", required_argument, NULL, OPT_MAX_STARTS },
 		{ "max-standby", required_argument, NULL, OPT_MAX_STANDBY },
+		{ "idle-s", required_argument, NULL, OPT_IDLE_S },
 		{ "max-snapshots", required_argument, NULL, OPT_MAX_SNAPSHOTS },
 		{ "max-body", required_argument, NULL, OPT_MAX_BODY },
 		{ "log-bytes", required_argument, NULL, OPT_LOG_BYTES },
@@ -269,7 +274,7 @@ int main(int argc, char **argv)
 	const char *criu = NULL, *max_starts = NULL, *max_snaps = NULL, *max_body = NULL;
 	const char *max_conns = NULL, *listen_addr = NULL, *max_per_ip = NULL;
 	const char *log_bytes = NULL;
-	const char *req_timeout = NULL, *max_standby = NULL;
+	const char *req_timeout = NULL, *max_standby = NULL, *idle_s = NULL;
 	struct server_opts o;
 	struct thaw_config c;
 	struct server *s = NULL;
@@ -303,6 +308,7 @@ int main(int argc, char **argv)
 		case OPT_CRIU: criu = optarg; break;
 		case OPT_MAX_STARTS: max_starts = optarg; break;
 		case OPT_MAX_STANDBY: max_standby = optarg; break;
+		case OPT_IDLE_S: idle_s = optarg; break;
 		case OPT_MAX_SNAPSHOTS: max_snaps = optarg; break;
 		case OPT_MAX_BODY: max_body = optarg; break;
 		case OPT_LOG_BYTES: log_bytes = optarg; break;
@@ -355,6 +361,8 @@ int main(int argc, char **argv)
 		max_snaps = env("THAW_MAX_SNAPSHOTS");
 	if (!max_standby)
 		max_standby = env("THAW_MAX_STANDBY");
+	if (!idle_s)
+		idle_s = env("THAW_IDLE_S");
 	if (!max_body)
 		max_body = env("THAW_MAX_BODY");
 	if (!max_conns)
@@ -390,6 +398,11 @@ int main(int argc, char **argv)
 		if (parse_num("--max-starts", max_starts, false, 100000, &n))
 			return 2;
 		o.max_starts = (unsigned)n;
+	}
+	if (idle_s) {
+		if (parse_num("--idle-s", idle_s, false, 365ull * 86400, &n))
+			return 2;
+		o.idle_s = (double)n;
 	}
 	if (max_standby) {
 		if (parse_num("--max-standby", max_standby, false, 4096, &n))

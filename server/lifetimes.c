@@ -1,0 +1,168 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* lifetimes.c — see lifetimes.h. */
+#define LOG_PREFIX "lifetimes: "
+#include "server/lifetimes.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "restore/instance.h"
+#include "restore/shim.h"
+#include "server/insts.h"
+#include "server/internal.h"
+#include "server/metrics.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+struct lifetimes {
+	struct server *srv;
+	pthread_t thread;
+	bool started;
+	atomic_bool stop;
+	atomic_uint stops_running; /* stop threads not yet done */
+};
+
+struct stop_job {
+	struct server *srv;
+	struct lifetimes *lt;
+	char id[64];
+	char function[64];
+	const char *reason;
+	int grace_ms;
+};
+
+int lifetimes_stop_instance(struct server *s, const char *id, int grace_ms)
+{
+	int ret = insts_claim(s->insts, id);
+
+	if (ret)
+		return ret;
+	log_clear_error();
+	ret = instance_stop_graceful(&s->cfg, id, grace_ms);
+	if (ret != -EBUSY) /* EBUSY: what is left stays recorded, and tracked */
+		insts_remove(s->insts, id);
+	insts_release(s->insts, id);
+	return ret;
+}
+
+static void *stop_thread(void *arg)
+{
+	struct stop_job *j = arg;
+	int ret = lifetimes_stop_instance(j->srv, j->id, j->grace_ms);
+
+	if (ret == 0) {
+		pr_info("instance %s of %s stopped: %s", j->id, j->function, j->reason);
+		metrics_instance_stopped(j->srv->metrics, j->reason);
+	} else if (ret != -EALREADY && ret != -ENOENT) {
+		pr_warn("instance %s of %s (%s): stop failed: %s", j->id, j->function, j->reason,
+			log_last_error()[0] ? log_last_error() : strerror(-ret));
+	}
+	atomic_fetch_sub(&j->lt->stops_running, 1);
+	free(j);
+	return NULL;
+}
+
+static void spawn_stop(struct lifetimes *lt, const struct inst_view *v, const char *reason,
+		       int grace_ms)
+{
+	struct stop_job *j = calloc(1, sizeof(*j));
+	pthread_attr_t attr;
+	pthread_t t;
+
+	if (!j)
+		return;
+	*j = (struct stop_job){ .srv = lt->srv, .lt = lt, .reason = reason, .grace_ms = grace_ms };
+	snprintf(j->id, sizeof(j->id), "%s", v->ref.id);
+	snprintf(j->function, sizeof(j->function), "%s", v->ref.function);
+	atomic_fetch_add(&lt->stops_running, 1);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&t, &attr, stop_thread, j)) {
+		atomic_fetch_sub(&lt->stops_running, 1);
+		free(j);
+	}
+	pthread_attr_destroy(&attr);
+}
+
+/* Why instance v is due to stop now, or NULL. */
+static const char *due(const struct server *s, const struct inst_view *v, uint64_t now)
+{
+	const struct inst_limits *l = &v->limits;
+	uint64_t last = 0;
+	unsigned open_conns = 0;
+
+	if (v->pid > 0 && !proc_alive(v->pid, 0))
+		return "exited";
+	if (!l->started_ms)
+		return NULL;
+	if (l->lifetime_s > 0 && now >= l->started_ms + (uint64_t)(l->lifetime_s * 1000))
+		return "lifetime";
+	if (l->idle_s > 0 && instance_activity(&s->cfg, v->ref.id, &last, &open_conns) == 0 &&
+	    !open_conns && now >= last + (uint64_t)(l->idle_s * 1000))
+		return "idle";
+	return NULL;
+}
+
+static void *watch(void *arg)
+{
+	struct lifetimes *lt = arg;
+	struct server *s = lt->srv;
+
+	while (!atomic_load(&lt->stop) && !atomic_load(&s->stopping)) {
+		struct inst_view *v = NULL;
+		uint64_t now = realtime_ms();
+		size_t n = 0;
+
+		if (insts_list(s->insts, &v, &n) == 0) {
+			for (size_t i = 0; i < n; i++) {
+				const char *why = due(s, &v[i], now);
+
+				if (why)
+					spawn_stop(lt, &v[i], why,
+						   strcmp(why, "exited") ?
+							   (int)(v[i].limits.grace_s * 1000) : 0);
+			}
+		}
+		free(v);
+		usleep(LIFETIMES_TICK_MS * 1000);
+	}
+	return NULL;
+}
+
+int lifetimes_start(struct server *s)
+{
+	struct lifetimes *lt = calloc(1, sizeof(*lt));
+	int ret;
+
+	if (!lt)
+		return -ENOMEM;
+	lt->srv = s;
+	ret = pthread_create(&lt->thread, NULL, watch, lt);
+	if (ret) {
+		pr_err("cannot start the lifetimes thread: %s", strerror(ret));
+		free(lt);
+		return -ret;
+	}
+	lt->started = true;
+	s->lifetimes = lt;
+	return 0;
+}
+
+void lifetimes_finish(struct server *s)
+{
+	struct lifetimes *lt = s->lifetimes;
+
+	if (!lt)
+		return;
+	atomic_store(&lt->stop, true);
+	if (lt->started)
+		pthread_join(lt->thread, NULL);
+	while (atomic_load(&lt->stops_running))
+		usleep(20 * 1000);
+	free(lt);
+	s->lifetimes = NULL;
+}

@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* lifetimes.h — instances thawd stops by itself, and stops one at a time.
+ *
+ * A thread looks at this thawd's instances (server/insts.h) every
+ * LIFETIMES_TICK_MS: one whose first process has died is cleaned up at once
+ * ("exited"); one with "idle_s" whose endpoint has moved no bytes and has had
+ * no connection open for that long (restore/shim.h, the activity file) is
+ * stopped ("idle"); one older than "max_lifetime_s" likewise ("lifetime").
+ * Those stops are graceful (instance_stop_graceful, the instance's
+ * stop_grace_s) and run on threads of their own, so that one function's
+ * grace holds up no other.  /metrics counts them by reason.
+ */
+#ifndef THAW_SERVER_LIFETIMES_H
+#define THAW_SERVER_LIFETIMES_H
+
+#include <stdbool.h>
+
+struct server;
+
+#define LIFETIMES_TICK_MS 250
+
+/* Start the thread; 0 or -errno (logged). */
+int lifetimes_start(struct server *s);
+/* Stop it (waiting for stops it began).  Safe if never started. */
+void lifetimes_finish(struct server *s);
+/* Stop instance id once (concurrent stops of one instance: -EALREADY),
+ * giving its first process grace_ms after SIGTERM; drops it from the table
+ * unless something of it stays recorded (-EBUSY). */
+int lifetimes_stop_instance(struct server *s, const char *id, int grace_ms);
+
+#endif

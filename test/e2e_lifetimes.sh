@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# Instance lifetimes and limits (server/lifetimes.h), with real runc, CRIU
+# and thawd, a small CPU function (test/fixtures/term_fn.py):
+#   1. "idle_s": 3: an instance called every second for 10 s stays up, and is
+#      stopped 3-5 s after the last call; GET /instances/<iid> said when and
+#      why beforehand; nothing of it is left (container, netns mount, shim,
+#      record);
+#   2. ?max_lifetime_s=4 on the start: stopped 4-6 s after its start;
+#   3. "max_instances": 2: the third start answers 429 too_many_instances
+#      with Retry-After and takes nothing;
+#   4. stops are graceful: a function whose SIGTERM handler exits is gone at
+#      once on DELETE; one whose handler ignores it is killed after its
+#      "stop_grace_s" (2 s); ?grace_s=0 kills at once; one without a handler
+#      (its namespace's init never sees SIGTERM) is killed at once;
+#   5. an instance whose process is killed from outside (kill -9) is cleaned
+#      up within 2 s, and /metrics counts it (reason "exited").
+set -u
+B=${THAW_BUILD:-$PWD/build}
+ROOT=${THAW_ROOT:-$PWD}
+THAWD=$B/thawd
+THAW=$B/thaw
+. "$ROOT/test/lib/require.sh"
+require_restore_tools
+command -v python3 >/dev/null || skip "no python3"
+
+T=$(mktemp -d /tmp/thaw-e2e-lifetimes-XXXXXX)
+SHM=$(mktemp -d /dev/shm/thaw-e2e-lifetimes-XXXXXX)
+DATA=$T/data
+THAWD_PID=""
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+ok() { echo "ok: $*"; }
+own_mounts() { awk -v t="$T" 'index($5, t) == 1 { print $5 }' /proc/self/mountinfo; }
+own_containers() { [ -d "$DATA/runc" ] && runc --root "$DATA/runc" list -q 2>/dev/null; }
+cleanup() {
+	[ -n "$THAWD_PID" ] && kill -9 "$THAWD_PID" 2>/dev/null
+	for c in $(own_containers); do runc --root "$DATA/runc" delete -f "$c" >/dev/null 2>&1; done
+	pkill -9 -f -- "$T" 2>/dev/null
+	for m in $(own_mounts | sort -r); do umount -l "$m" 2>/dev/null; done
+	[ $fails != 0 ] && [ -f "$T/thawd.log" ] && { echo "--- thawd.log (tail)"; tail -n 30 "$T/thawd.log"; }
+	rm -rf "$T" "$SHM"
+}
+trap cleanup EXIT
+
+mkdir -p "$T/fn"
+cp "$ROOT/test/fixtures/term_fn.py" "$T/fn/"
+"$THAWD" --listen 127.0.0.1:0 --port-file "$T/port" --data-dir "$DATA" --ram-tier "$SHM" \
+	--ram-tier-bytes 1G >"$T/thawd.log" 2>&1 &
+THAWD_PID=$!
+for _ in $(seq 200); do [ -s "$T/port" ] && break; sleep 0.05; done
+[ -s "$T/port" ] || { echo "thawd did not start"; cat "$T/thawd.log"; exit 1; }
+URL=http://127.0.0.1:$(head -n1 "$T/port")
+
+api() { # METHOD PATH [curl args]: status on stdout, body in $T/body, headers in $T/hdr
+	local m=$1 p=$2
+	shift 2
+	curl -s -D "$T/hdr" -o "$T/body" -w '%{http_code}' -X "$m" -H 'Content-Type: application/json' "$URL$p" "$@"
+}
+jget() { python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1" 2>/dev/null; }
+now_ms() { date +%s%3N; }
+
+# fn ID MODE EXTRA-JSON: PUT and snapshot a term_fn function.
+fn() {
+	local id=$1 mode=$2 extra=$3 st
+	st=$(api PUT "/functions/$id" -d "{\"command\": [\"python3\", \"term_fn.py\"], \"cwd\": \"$T/fn\",
+		\"port\": 8000, \"env\": {\"TERM_MODE\": \"$mode\"}, \"ready\": {\"http\": \"/health\"} $extra}")
+	[ "$st" = 201 ] || { fail "PUT $id: $st $(cat "$T/body")"; return 1; }
+	st=$(api POST "/functions/$id/snapshot?wait=1")
+	[ "$st" = 200 ] || { fail "snapshot $id: $st $(cat "$T/body")"; return 1; }
+}
+# start ID [QUERY]: IID, EP and PID of the new instance.
+start() {
+	local st
+	st=$(api POST "/functions/$1/start${2:-}")
+	[ "$st" = 201 ] || { fail "start $1: $st $(cat "$T/body")"; return 1; }
+	IID=$(jget "$T/body" "j['instance']")
+	EP=$(jget "$T/body" "j['endpoint']")
+	PID=$(jget "$T/body" "j['pid']")
+}
+gone() { # IID: no record, container, netns mount or shim of it
+	[ ! -e "$DATA/instances/$1.json" ] && ! runc --root "$DATA/runc" state "$1" >/dev/null 2>&1 &&
+		! grep -q "/instances/$1/" /proc/self/mountinfo && ! pgrep -f -- "instances/$1/" >/dev/null
+}
+# wait_gone IID SECONDS: how many ms until gone (or fails).
+wait_gone() {
+	local t0 i
+	t0=$(now_ms)
+	for i in $(seq $(($2 * 20))); do
+		gone "$1" && { echo $(($(now_ms) - t0)); return 0; }
+		sleep 0.05
+	done
+	return 1
+}
+
+# ---- 1. idle_s ----
+fn idle exit ', "idle_s": 3' || exit 1
+start idle || exit 1
+api GET "/instances/$IID" >/dev/null
+why=$(jget "$T/body" "j.get('stop_why')")
+[ "$why" = idle ] && ok "GET /instances says: stop_why idle, stop_at_ms $(jget "$T/body" "j['stop_at_ms']")" ||
+	fail "GET /instances/$IID: stop_why '$why': $(head -c 400 "$T/body")"
+for i in $(seq 10); do
+	[ $i = 1 ] || sleep 1
+	curl -s --max-time 5 "http://$EP/hello" >/dev/null || fail "call $i at second $i failed"
+	last=$(now_ms)
+done
+gone "$IID" && fail "the instance called every second was stopped"
+ok "called every second for 10 s: still up"
+if ms=$(wait_gone "$IID" 8); then
+	idle_ms=$(($(now_ms) - last))
+	[ $idle_ms -ge 3000 ] && [ $idle_ms -le 5500 ] && ok "stopped ${idle_ms} ms after the last call, nothing left" ||
+		fail "stopped ${idle_ms} ms after the last call (want 3000-5000)"
+else
+	fail "not stopped within 8 s of the last call"
+fi
+
+# ---- 2. max_lifetime_s on the start ----
+fn life exit '' || exit 1
+t0=$(now_ms)
+start life '?max_lifetime_s=4' || exit 1
+if wait_gone "$IID" 10 >/dev/null; then
+	d=$(($(now_ms) - t0))
+	[ $d -ge 4000 ] && [ $d -le 6500 ] && ok "max_lifetime_s=4: stopped at ${d} ms" ||
+		fail "max_lifetime_s=4: stopped at ${d} ms"
+else
+	fail "max_lifetime_s=4: not stopped within 10 s"
+fi
+st=$(api POST '/functions/life/start?max_lifetime_s=abc')
+[ "$st" = 400 ] && ok "?max_lifetime_s=abc: 400" || fail "?max_lifetime_s=abc: $st"
+
+# ---- 3. max_instances ----
+fn capped exit ', "max_instances": 2' || exit 1
+start capped && A=$IID
+start capped && Bi=$IID
+n0=$(ls "$DATA/instances" | grep -c '\.json$')
+st=$(api POST /functions/capped/start)
+n1=$(ls "$DATA/instances" | grep -c '\.json$')
+if [ "$st" = 429 ] && [ "$(jget "$T/body" "j['error']['code']")" = too_many_instances ] &&
+	grep -qi '^retry-after:' "$T/hdr" && [ "$n0" = "$n1" ]; then
+	ok "third start of max_instances 2: 429 too_many_instances, Retry-After, nothing taken"
+else
+	fail "third start: $st $(cat "$T/body") (records $n0 -> $n1)"
+fi
+api DELETE "/instances/$A" >/dev/null
+start capped && ok "after a DELETE the function starts again" && api DELETE "/instances/$IID" >/dev/null
+api DELETE "/instances/$Bi" >/dev/null
+
+# ---- 4. graceful stops ----
+fn leaves exit ', "stop_grace_s": 5' || exit 1
+start leaves || exit 1
+t0=$(now_ms); st=$(api DELETE "/instances/$IID"); d=$(($(now_ms) - t0))
+[ "$st" = 204 ] && [ $d -lt 2000 ] && ok "SIGTERM handler that exits: DELETE in ${d} ms" ||
+	fail "handler that exits: DELETE $st in ${d} ms"
+fn stubborn ignore ', "stop_grace_s": 2' || exit 1
+start stubborn || exit 1
+t0=$(now_ms); st=$(api DELETE "/instances/$IID"); d=$(($(now_ms) - t0))
+[ "$st" = 204 ] && [ $d -ge 1900 ] && [ $d -lt 5000 ] && gone "$IID" &&
+	ok "SIGTERM ignored: killed after its 2 s grace (DELETE in ${d} ms)" ||
+	fail "SIGTERM ignored: DELETE $st in ${d} ms"
+start stubborn || exit 1
+t0=$(now_ms); st=$(api DELETE "/instances/$IID?grace_s=0"); d=$(($(now_ms) - t0))
+[ "$st" = 204 ] && [ $d -lt 1500 ] && ok "?grace_s=0: killed at once (${d} ms)" ||
+	fail "?grace_s=0: DELETE $st in ${d} ms"
+st=$(api DELETE "/instances/$IID?grace_s=-1")
+[ "$st" = 400 ] || [ "$st" = 404 ] || fail "?grace_s=-1: $st"
+fn nohandler "" ', "stop_grace_s": 5' || exit 1
+start nohandler || exit 1
+t0=$(now_ms); st=$(api DELETE "/instances/$IID"); d=$(($(now_ms) - t0))
+[ "$st" = 204 ] && [ $d -lt 2000 ] && ok "no SIGTERM handler (never delivered to an init): killed at once (${d} ms)" ||
+	fail "no handler: DELETE $st in ${d} ms"
+
+# ---- 5. killed from outside ----
+start leaves || exit 1
+kill -9 "$PID"
+if ms=$(wait_gone "$IID" 4); then
+	[ "$ms" -le 2000 ] && ok "killed from outside: cleaned up in ${ms} ms" ||
+		fail "killed from outside: cleaned up in ${ms} ms (want <= 2000)"
+else
+	fail "killed from outside: not cleaned up within 4 s"
+fi
+api GET /metrics >/dev/null
+for r in idle lifetime exited; do
+	grep -q "^thaw_instances_stopped_total{reason=\"$r\"} 1$" "$T/body" && ok "/metrics: stopped $r 1" ||
+		fail "/metrics: $(grep stopped_total "$T/body")"
+done
+
+for f in idle life capped leaves stubborn nohandler; do api DELETE "/functions/$f" >/dev/null; done
+c=$(own_containers)
+[ -z "$c" ] || fail "containers left: $c"
+echo "$fails failure(s)"
+[ $fails = 0 ]

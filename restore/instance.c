@@ -590,6 +590,28 @@ static int lazy_wait_fill(struct start_ctx *x, struct instance *in, int timeout_
 	}
 }
 
+/* The spec's readiness check of in, timed into in->t.ready; on failure the
+ * error says why, with the end of the function's log (who: "the restored
+ * function", "the standby"). */
+static int await_ready(struct start_ctx *x, const struct func_spec *spec, struct instance *in,
+		       const char *who)
+{
+	char why[512] = "", tail[512];
+	uint64_t tp = now_ns();
+	int ret = ready_wait(x->netns, spec->port, spec->ready, spec->ready_path,
+			     spec->ready_timeout_s > 0 ? spec->ready_timeout_s : 60, in->pid, why,
+			     sizeof(why));
+
+	in->t.ready = ms_since(tp);
+	if (!ret)
+		return 0;
+	runner_log_tail(x->log, tail, sizeof(tail));
+	log_set_error("%s %s after %.0f ms (%s)%s%s", who,
+		      ret == -ESRCH ? "exited" : "was not ready", in->t.ready,
+		      why[0] ? why : strerror(-ret), tail[0] ? "; its log: " : "", tail);
+	return ret;
+}
+
 static int start(const struct thaw_config *c, struct store *s, struct tier *t,
 		 const char *snapshot_id, enum instance_mode mode, bool standby, struct instance *out)
 {
@@ -600,7 +622,7 @@ static int start(const struct thaw_config *c, struct store *s, struct tier *t,
 	struct manifest *m2 = NULL; /* the manifest again, when the tier found data missing */
 	struct instance in = { 0 };
 	struct shim_opts so;
-	char dir[PATH_MAX], why[512], why_mode[160], mapped_src[PATH_MAX + 16], image[PATH_MAX + 16];
+	char dir[PATH_MAX], why_mode[160], mapped_src[PATH_MAX + 16], image[PATH_MAX + 16];
 	uint64_t t0 = now_ns(), tp;
 	const char *phase = "load";
 	unsigned gpu_starts = 0;
@@ -809,22 +831,9 @@ static int start(const struct thaw_config *c, struct store *s, struct tier *t,
 	}
 
 	phase = "ready";
-	tp = now_ns();
-	why[0] = '\0';
-	ret = ready_wait(x.netns, spec->port, spec->ready, spec->ready_path,
-			 spec->ready_timeout_s > 0 ? spec->ready_timeout_s : 60, in.pid, why,
-			 sizeof(why));
-	in.t.ready = ms_since(tp);
-	if (ret) {
-		char tail[512];
-
-		runner_log_tail(x.log, tail, sizeof(tail));
-		log_set_error("%s after %.0f ms (%s)%s%s",
-			      ret == -ESRCH ? "the restored function exited" : "not ready",
-			      in.t.ready, why[0] ? why : strerror(-ret), tail[0] ? "; its log: " : "",
-			      tail);
+	ret = await_ready(&x, spec, &in, "the restored function");
+	if (ret)
 		goto fail;
-	}
 	ret = lazy_check(&x, &in);
 	if (ret)
 		goto fail;
@@ -1020,8 +1029,8 @@ int instance_activate(const struct thaw_config *c, const char *id, struct instan
 	struct func_spec *spec = NULL;
 	struct instance in;
 	json_t *rec = NULL, *meta, *cuda = NULL;
-	char why[512], err[256], *text = NULL;
-	uint64_t t0 = now_ns(), tp;
+	char err[256], *text = NULL;
+	uint64_t t0 = now_ns();
 	const char *s;
 	int ret;
 
@@ -1058,21 +1067,9 @@ int instance_activate(const struct thaw_config *c, const char *id, struct instan
 	ret = wake(&x, &in, meta);
 	if (ret)
 		goto fail;
-	tp = now_ns();
-	why[0] = '\0';
-	ret = ready_wait(x.netns, spec->port, spec->ready, spec->ready_path,
-			 spec->ready_timeout_s > 0 ? spec->ready_timeout_s : 60, in.pid, why,
-			 sizeof(why));
-	in.t.ready = ms_since(tp);
-	if (ret) {
-		char tail[512];
-
-		runner_log_tail(x.log, tail, sizeof(tail));
-		log_set_error("standby %s %s after %.0f ms (%s)%s%s", id,
-			      ret == -ESRCH ? "exited" : "not ready", in.t.ready,
-			      why[0] ? why : strerror(-ret), tail[0] ? "; its log: " : "", tail);
+	ret = await_ready(&x, spec, &in, "the standby");
+	if (ret)
 		goto fail;
-	}
 	in.t.total = ms_since(t0);
 	/* The record is a running instance's now (stop quiesces its CUDA
 	 * processes), keeping what the standby's making recorded. */

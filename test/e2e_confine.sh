@@ -22,46 +22,18 @@ THAW=$B/thaw
 require_restore_tools
 command -v python3 >/dev/null || skip "no python3"
 
-T=$(mktemp -d /tmp/thaw-e2e-confine-XXXXXX)
-SHM=$(mktemp -d /dev/shm/thaw-e2e-confine-XXXXXX)
-DATA=$T/data
-NAME=thaw-confine-probe-$$
-MARKER=/root/$NAME
-THAWD_PID=""
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-ok() { echo "ok: $*"; }
-
-own_containers() { [ -d "$DATA/runc" ] && runc --root "$DATA/runc" list -q 2>/dev/null; }
-own_mounts() { awk -v t="$T" 'index($5, t) == 1 { print $5 }' /proc/self/mountinfo; }
-cleanup() {
-	[ -n "$THAWD_PID" ] && kill -9 "$THAWD_PID" 2>/dev/null
-	for c in $(own_containers); do runc --root "$DATA/runc" delete -f "$c" >/dev/null 2>&1; done
-	for m in $(own_mounts | sort -r); do umount -l "$m" 2>/dev/null; done
-	rm -f "$MARKER" "/etc/$NAME" "/usr/share/$NAME" "/$NAME"
-	[ $fails != 0 ] && [ -f "$T/thawd.log" ] && { echo "--- thawd.log (tail)"; tail -n 30 "$T/thawd.log"; }
-	rm -rf "$T" "$SHM"
-}
-trap cleanup EXIT
-
-"$THAWD" --listen 127.0.0.1:0 --port-file "$T/port" --data-dir "$DATA" --ram-tier "$SHM" \
-	--ram-tier-bytes 1G --allow-root /etc >"$T/thawd.log" 2>&1 &
-THAWD_PID=$!
-for _ in $(seq 200); do [ -s "$T/port" ] && break; sleep 0.05; done
-[ -s "$T/port" ] || { echo "thawd did not start"; cat "$T/thawd.log"; exit 1; }
-URL=http://127.0.0.1:$(cat "$T/port")
-
-api() { # METHOD PATH [curl args]: status on stdout, body in $T/body
-	local m=$1 p=$2
-	shift 2
-	curl -s -o "$T/body" -w '%{http_code}' -X "$m" -H 'Content-Type: application/json' "$URL$p" "$@"
-}
-jget() { python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1" 2>/dev/null; }
+NAME=confine
+NAME_PROBE=thaw-confine-probe-$$
+MARKER=/root/$NAME_PROBE
+. "$ROOT/test/lib/thawd_e2e.sh"
+# The marker and whatever the function might have created on the host go too.
+trap 'rm -f "$MARKER" "/etc/$NAME_PROBE" "/usr/share/$NAME_PROBE" "/$NAME_PROBE"; thawd_e2e_cleanup' EXIT
+start_thawd --allow-root /etc
 
 # spec CWD [SANDBOX-JSON]: the probe function, its source given on the command
 # line (a cwd such as /etc holds no copy of it).
 spec() {
-	python3 - "$ROOT/test/fixtures/confine_fn.py" "$1" "$NAME" "${2:-}" <<'PY'
+	python3 - "$ROOT/test/fixtures/confine_fn.py" "$1" "$NAME_PROBE" "${2:-}" <<'PY'
 import json, sys
 src, cwd, name, sandbox = open(sys.argv[1]).read(), sys.argv[2], sys.argv[3], sys.argv[4]
 s = {"command": ["python3", "-c", src], "cwd": cwd, "port": 8000,
@@ -123,7 +95,7 @@ if probe confined; then
 	expect confined no_new_privs 1
 	expect confined seccomp 2
 fi
-for f in "/etc/$NAME" "/usr/share/$NAME" "/$NAME"; do
+for f in "/etc/$NAME_PROBE" "/usr/share/$NAME_PROBE" "/$NAME_PROBE"; do
 	[ -e "$f" ] && fail "the function created $f on the host"
 done
 
@@ -147,7 +119,7 @@ if probe loose; then
 	[ "$(pget loose cap_eff)" != 0000000000000000 ] && ok "loose: cap_eff $(pget loose cap_eff)" ||
 		fail "loose: no capability"
 fi
-[ -e "/$NAME" ] && fail "the loosened function's root is the host's"
+[ -e "/$NAME_PROBE" ] && fail "the loosened function's root is the host's"
 
 # ---- 4. nothing left ----
 for fn in confined loose; do

@@ -23,40 +23,11 @@ THAW=$B/thaw
 require_restore_tools
 command -v python3 >/dev/null || skip "no python3"
 
-T=$(mktemp -d /tmp/thaw-e2e-lifetimes-XXXXXX)
-SHM=$(mktemp -d /dev/shm/thaw-e2e-lifetimes-XXXXXX)
-DATA=$T/data
-THAWD_PID=""
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-ok() { echo "ok: $*"; }
-own_mounts() { awk -v t="$T" 'index($5, t) == 1 { print $5 }' /proc/self/mountinfo; }
-own_containers() { [ -d "$DATA/runc" ] && runc --root "$DATA/runc" list -q 2>/dev/null; }
-cleanup() {
-	[ -n "$THAWD_PID" ] && kill -9 "$THAWD_PID" 2>/dev/null
-	for c in $(own_containers); do runc --root "$DATA/runc" delete -f "$c" >/dev/null 2>&1; done
-	pkill -9 -f -- "$T" 2>/dev/null
-	for m in $(own_mounts | sort -r); do umount -l "$m" 2>/dev/null; done
-	[ $fails != 0 ] && [ -f "$T/thawd.log" ] && { echo "--- thawd.log (tail)"; tail -n 30 "$T/thawd.log"; }
-	rm -rf "$T" "$SHM"
-}
-trap cleanup EXIT
-
+NAME=lifetimes
+. "$ROOT/test/lib/thawd_e2e.sh"
 mkdir -p "$T/fn"
 cp "$ROOT/test/fixtures/term_fn.py" "$T/fn/"
-"$THAWD" --listen 127.0.0.1:0 --port-file "$T/port" --data-dir "$DATA" --ram-tier "$SHM" \
-	--ram-tier-bytes 1G >"$T/thawd.log" 2>&1 &
-THAWD_PID=$!
-for _ in $(seq 200); do [ -s "$T/port" ] && break; sleep 0.05; done
-[ -s "$T/port" ] || { echo "thawd did not start"; cat "$T/thawd.log"; exit 1; }
-URL=http://127.0.0.1:$(head -n1 "$T/port")
-
-api() { # METHOD PATH [curl args]: status on stdout, body in $T/body, headers in $T/hdr
-	local m=$1 p=$2
-	shift 2
-	curl -s -D "$T/hdr" -o "$T/body" -w '%{http_code}' -X "$m" -H 'Content-Type: application/json' "$URL$p" "$@"
-}
-jget() { python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1" 2>/dev/null; }
+start_thawd
 now_ms() { date +%s%3N; }
 
 # fn ID MODE EXTRA-JSON: PUT and snapshot a term_fn function.

@@ -26,51 +26,8 @@ THAW=$B/thaw
 require_restore_tools
 command -v python3 >/dev/null || skip "no python3"
 
-T=$(mktemp -d /tmp/thaw-e2e-standby-XXXXXX)
-SHM=$(mktemp -d /dev/shm/thaw-e2e-standby-XXXXXX)
-DATA=$T/data
-THAWD_PID=""
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-ok() { echo "ok: $*"; }
-
-own_procs() { # processes rooted in the test's directories or naming them
-	local p r cmd
-	for p in /proc/[0-9]*; do
-		[ "${p#/proc/}" = "$$" ] && continue
-		r=$(readlink "$p/root" 2>/dev/null) || continue
-		cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null)
-		case "$r" in "$T"/*) echo "${p#/proc/} $cmd"; continue ;; esac
-		case "$cmd" in *"$T"* | *"$SHM"*) echo "${p#/proc/} $cmd" ;; esac
-	done
-}
-own_mounts() { awk -v t="$T" 'index($5, t) == 1 { print $5 }' /proc/self/mountinfo; }
-own_containers() { [ -d "$DATA/runc" ] && runc --root "$DATA/runc" list -q 2>/dev/null; }
-cleanup() {
-	[ -n "$THAWD_PID" ] && kill -9 "$THAWD_PID" 2>/dev/null
-	for c in $(own_containers); do runc --root "$DATA/runc" delete -f "$c" >/dev/null 2>&1; done
-	own_procs | awk '{print $1}' | xargs -r kill -9 2>/dev/null
-	for m in $(own_mounts | sort -r); do umount -l "$m" 2>/dev/null; done
-	[ $fails != 0 ] && [ -f "$T/thawd.log" ] && { echo "--- thawd.log (tail)"; tail -n 40 "$T/thawd.log"; }
-	rm -rf "$T" "$SHM"
-}
-trap cleanup EXIT
-
-start_thawd() {
-	rm -f "$T/port"
-	"$THAWD" --listen 127.0.0.1:0 --port-file "$T/port" --data-dir "$DATA" --ram-tier "$SHM" \
-		--ram-tier-bytes 1G >>"$T/thawd.log" 2>&1 &
-	THAWD_PID=$!
-	for _ in $(seq 200); do [ -s "$T/port" ] && break; sleep 0.05; done
-	[ -s "$T/port" ] || { echo "thawd did not start"; tail "$T/thawd.log"; exit 1; }
-	URL=http://127.0.0.1:$(head -n1 "$T/port")
-}
-api() { # METHOD PATH [curl args]: status on stdout, body in $T/body
-	local m=$1 p=$2
-	shift 2
-	curl -s -o "$T/body" -w '%{http_code}' -X "$m" -H 'Content-Type: application/json' "$URL$p" "$@"
-}
-jget() { python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1" 2>/dev/null; }
+NAME=standby
+. "$ROOT/test/lib/thawd_e2e.sh"
 
 # The standbys GET /instances lists: "id snapshot" lines.
 standbys() {

@@ -606,6 +606,47 @@ static int start_limits(struct req *q, const char *fn, unsigned *max_instances,
 	return 0;
 }
 
+/* The host's MemAvailable in bytes; 0 when it cannot be read. */
+static uint64_t mem_available(void)
+{
+	unsigned long long kib = 0;
+	char line[128];
+	FILE *f = fopen("/proc/meminfo", "re");
+
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return (uint64_t)kib * 1024;
+}
+
+/* Admission by memory (--mem-reserve): would a start of fn, at most its
+ * snapshot's image in new memory (a materialisation into the tier, or a
+ * copy of every page), leave the host less than the reserve?  Refused
+ * before anything is restored, rather than killed by the OOM killer
+ * half-way; why says the figures. */
+static bool memory_admits(struct server *s, const char *fn, char *why, size_t len)
+{
+	uint64_t avail, need = 0;
+	json_t *f = NULL;
+	char a[32], b[32], c[32];
+
+	if (!s->opts.mem_reserve)
+		return true;
+	if (registry_get_json(s->reg, fn, &f) == 0)
+		need = (uint64_t)json_integer_value(
+			json_object_get(json_object_get(f, "snapshot"), "image_bytes"));
+	json_decref(f);
+	avail = mem_available();
+	if (avail >= need && avail - need >= s->opts.mem_reserve)
+		return true;
+	snprintf(why, len, "the host has %s of memory available; a start of %s may take %s, "
+		 "which would leave less than --mem-reserve %s", fmt_bytes(avail, a), fn,
+		 fmt_bytes(need, b), fmt_bytes(s->opts.mem_reserve, c));
+	return false;
+}
+
 /* Does function fn keep standbys (its spec's "standby" > 0)? */
 static bool wants_standby(struct server *s, const char *fn)
 {
@@ -668,6 +709,8 @@ static int post_start(struct req *q)
 	ret = start_limits(q, fn, &max_instances, &lim, msg, sizeof(msg));
 	if (ret)
 		return start_failed(q, 400, "bad_request", NULL, NULL, msg);
+	if (!memory_admits(s, fn, msg, sizeof(msg)))
+		return start_failed(q, 503, "no_memory", "Retry-After", START_RETRY_AFTER, msg);
 	if (insts_reserve(s->insts, fn, max_instances, &have)) {
 		snprintf(msg, sizeof(msg), "function %s has %u instance(s), its max_instances", fn,
 			 have);

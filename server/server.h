@@ -42,6 +42,8 @@ struct server_opts {
 	unsigned max_snapshots; /* concurrent snapshots; likewise */
 	unsigned max_standby;   /* standby instances of all functions together */
 	double idle_s;          /* default "idle_s" of functions that set none; 0: off */
+	uint64_t mem_reserve;   /* a start that could leave less available memory answers
+				 * 503; 0: no admission check */
 	unsigned max_conns;     /* concurrent connections */
 	unsigned max_conns_per_ip; /* concurrent connections from one address; 0: no limit */
 	unsigned request_timeout;  /* seconds a connection has to send a whole request (head

@@ -90,6 +90,10 @@ static void usage(FILE *f)
 		"  --idle-s S             stop an instance after S seconds with no request\n"
 		"                         through its endpoint, unless its function's spec\n"
 		"                         says otherwise (\"idle_s\"; THAW_IDLE_S; default 0: never)\n"
+		"  --mem-reserve BYTES    a start that could leave the host less available memory\n"
+		"                         (MemAvailable, less its snapshot's image size) answers\n"
+		"                         503 before restoring anything (THAW_MEM_RESERVE;\n"
+		"                         default 0: no check)\n"
 		"  --max-standby N        standby instances (a spec's \"standby\") of all\n"
 		"                         functions together (THAW_MAX_STANDBY; default %u;\n"
 		"                         0: none)\n"
@@ -203,6 +207,7 @@ enum {
 	OPT_MAX_STARTS,
 	OPT_MAX_STANDBY,
 	OPT_IDLE_S,
+	OPT_MEM_RESERVE,
 	OPT_MAX_SNAPSHOTS,
 	OPT_MAX_BODY,
 	OPT_LOG_BYTES,
@@ -255,6 +260,7 @@ int main(int argc, char **argv)
 		{ "max-starts", required_argument, NULL, OPT_MAX_STARTS },
 		{ "max-standby", required_argument, NULL, OPT_MAX_STANDBY },
 		{ "idle-s", required_argument, NULL, OPT_IDLE_S },
+		{ "mem-reserve", required_argument, NULL, OPT_MEM_RESERVE },
 		{ "max-snapshots", required_argument, NULL, OPT_MAX_SNAPSHOTS },
 		{ "max-body", required_argument, NULL, OPT_MAX_BODY },
 		{ "log-bytes", required_argument, NULL, OPT_LOG_BYTES },
@@ -274,7 +280,7 @@ int main(int argc, char **argv)
 	const char *criu = NULL, *max_starts = NULL, *max_snaps = NULL, *max_body = NULL;
 	const char *max_conns = NULL, *listen_addr = NULL, *max_per_ip = NULL;
 	const char *log_bytes = NULL;
-	const char *req_timeout = NULL, *max_standby = NULL, *idle_s = NULL;
+	const char *req_timeout = NULL, *max_standby = NULL, *idle_s = NULL, *mem_reserve = NULL;
 	struct server_opts o;
 	struct thaw_config c;
 	struct server *s = NULL;
@@ -309,6 +315,7 @@ int main(int argc, char **argv)
 		case OPT_MAX_STARTS: max_starts = optarg; break;
 		case OPT_MAX_STANDBY: max_standby = optarg; break;
 		case OPT_IDLE_S: idle_s = optarg; break;
+		case OPT_MEM_RESERVE: mem_reserve = optarg; break;
 		case OPT_MAX_SNAPSHOTS: max_snaps = optarg; break;
 		case OPT_MAX_BODY: max_body = optarg; break;
 		case OPT_LOG_BYTES: log_bytes = optarg; break;
@@ -363,6 +370,8 @@ int main(int argc, char **argv)
 		max_standby = env("THAW_MAX_STANDBY");
 	if (!idle_s)
 		idle_s = env("THAW_IDLE_S");
+	if (!mem_reserve)
+		mem_reserve = env("THAW_MEM_RESERVE");
 	if (!max_body)
 		max_body = env("THAW_MAX_BODY");
 	if (!max_conns)
@@ -398,6 +407,11 @@ int main(int argc, char **argv)
 		if (parse_num("--max-starts", max_starts, false, 100000, &n))
 			return 2;
 		o.max_starts = (unsigned)n;
+	}
+	if (mem_reserve) {
+		if (parse_num("--mem-reserve", mem_reserve, true, 1ull << 50, &n))
+			return 2;
+		o.mem_reserve = n;
 	}
 	if (idle_s) {
 		if (parse_num("--idle-s", idle_s, false, 365ull * 86400, &n))

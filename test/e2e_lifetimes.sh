@@ -13,7 +13,9 @@
 #      "stop_grace_s" (2 s); ?grace_s=0 kills at once; one without a handler
 #      (its namespace's init never sees SIGTERM) is killed at once;
 #   5. an instance whose process is killed from outside (kill -9) is cleaned
-#      up within 2 s, and /metrics counts it (reason "exited").
+#      up within 2 s, and /metrics counts it (reason "exited");
+#   6. with --mem-reserve above what the host has, a start answers 503
+#      no_memory with Retry-After before anything is restored.
 set -u
 B=${THAW_BUILD:-$PWD/build}
 ROOT=${THAW_ROOT:-$PWD}
@@ -154,6 +156,21 @@ for r in idle lifetime exited; do
 	grep -q "^thaw_instances_stopped_total{reason=\"$r\"} 1$" "$T/body" && ok "/metrics: stopped $r 1" ||
 		fail "/metrics: $(grep stopped_total "$T/body")"
 done
+
+# ---- 6. admission by memory ----
+kill -TERM "$THAWD_PID"
+wait "$THAWD_PID" 2>/dev/null
+start_thawd --mem-reserve 1000T
+n0=$(ls "$DATA/instances" 2>/dev/null | grep -c '\.json$')
+st=$(api POST /functions/leaves/start)
+n1=$(ls "$DATA/instances" 2>/dev/null | grep -c '\.json$')
+if [ "$st" = 503 ] && [ "$(jget "$T/body" "j['error']['code']")" = no_memory ] &&
+	grep -qi '^retry-after:' "$T/hdr" && grep -q 'mem-reserve' "$T/body" && [ "$n0" = "$n1" ] &&
+	[ -z "$(own_containers)" ]; then
+	ok "--mem-reserve above what the host has: 503 no_memory before any restore ($(jget "$T/body" "j['error']['message']"))"
+else
+	fail "--mem-reserve 1000T: $st $(cat "$T/body") (records $n0 -> $n1)"
+fi
 
 for f in idle life capped leaves stubborn nohandler; do api DELETE "/functions/$f" >/dev/null; done
 c=$(own_containers)

@@ -32,6 +32,10 @@
 #   500 internal               a snapshot of a function that exits before ready
 #   503 no_capacity            --max-starts 0 (start), --max-snapshots 0 (snapshot),
 #                              with their Retry-After
+#   429 too_many_instances     test/e2e_lifetimes.sh (the third start of
+#                              max_instances 2, with Retry-After)
+#   503 no_memory              test/e2e_lifetimes.sh (--mem-reserve above what
+#                              the host has, with Retry-After)
 #   503 unavailable            a RAM tier that cannot be opened
 #   503 shutting_down          PUT, start and snapshot on a connection left open
 #                              after SIGTERM, while a snapshot keeps thawd up

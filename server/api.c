@@ -581,25 +581,20 @@ static int query_seconds(struct req *q, const char *key, double *out, char *why,
 /* The start's limits: the function's max_instances, idle_s (else thawd's
  * default), max_lifetime_s and stop_grace_s, with ?idle_s= and
  * ?max_lifetime_s= overriding them for this instance. */
-static int start_limits(struct req *q, const char *fn, unsigned *max_instances,
+static int start_limits(struct req *q, const json_t *f, unsigned *max_instances,
 			struct inst_limits *lim, char *why, size_t len)
 {
-	json_t *f = NULL;
-	json_t *g;
+	const json_t *g;
 
 	memset(lim, 0, sizeof(*lim));
-	*max_instances = 0;
 	lim->idle_s = q->srv->opts.idle_s;
 	lim->grace_s = SPEC_DEFAULT_STOP_GRACE_S;
-	if (registry_get_json(q->srv->reg, fn, &f) == 0) {
-		*max_instances = (unsigned)json_integer_value(json_object_get(f, "max_instances"));
-		if ((g = json_object_get(f, "idle_s")))
-			lim->idle_s = json_number_value(g);
-		lim->lifetime_s = json_number_value(json_object_get(f, "max_lifetime_s"));
-		if ((g = json_object_get(f, "stop_grace_s")))
-			lim->grace_s = json_number_value(g);
-	}
-	json_decref(f);
+	*max_instances = (unsigned)json_integer_value(json_object_get(f, "max_instances"));
+	if ((g = json_object_get(f, "idle_s")))
+		lim->idle_s = json_number_value(g);
+	lim->lifetime_s = json_number_value(json_object_get(f, "max_lifetime_s"));
+	if ((g = json_object_get(f, "stop_grace_s")))
+		lim->grace_s = json_number_value(g);
 	if (query_seconds(q, "idle_s", &lim->idle_s, why, len) ||
 	    query_seconds(q, "max_lifetime_s", &lim->lifetime_s, why, len))
 		return -EINVAL;
@@ -626,18 +621,16 @@ static uint64_t mem_available(void)
  * copy of every page), leave the host less than the reserve?  Refused
  * before anything is restored, rather than killed by the OOM killer
  * half-way; why says the figures. */
-static bool memory_admits(struct server *s, const char *fn, char *why, size_t len)
+static bool memory_admits(struct server *s, const char *fn, const json_t *f, char *why,
+			  size_t len)
 {
-	uint64_t avail, need = 0;
-	json_t *f = NULL;
+	uint64_t avail, need;
 	char a[32], b[32], c[32];
 
 	if (!s->opts.mem_reserve)
 		return true;
-	if (registry_get_json(s->reg, fn, &f) == 0)
-		need = (uint64_t)json_integer_value(
-			json_object_get(json_object_get(f, "snapshot"), "image_bytes"));
-	json_decref(f);
+	need = (uint64_t)json_integer_value(
+		json_object_get(json_object_get(f, "snapshot"), "image_bytes"));
 	avail = mem_available();
 	if (avail >= need && avail - need >= s->opts.mem_reserve)
 		return true;
@@ -647,21 +640,11 @@ static bool memory_admits(struct server *s, const char *fn, char *why, size_t le
 	return false;
 }
 
-/* Does function fn keep standbys (its spec's "standby" > 0)? */
-static bool wants_standby(struct server *s, const char *fn)
-{
-	json_t *f = NULL;
-	bool yes = registry_get_json(s->reg, fn, &f) == 0 &&
-		   json_integer_value(json_object_get(f, "standby")) > 0;
-
-	json_decref(f);
-	return yes;
-}
-
 /* A standby of fn's snapshot snap, activated into *in: 0, or non-zero when
  * there was none or it failed (the start then restores as usual).  Counted
  * as a hit or a miss for a function that keeps standbys. */
-static int take_standby(struct server *s, const char *fn, const char *snap, struct instance *in)
+static int take_standby(struct server *s, const char *fn, const json_t *f, const char *snap,
+			struct instance *in)
 {
 	char id[64];
 	int ret = -ENOENT;
@@ -674,12 +657,14 @@ static int take_standby(struct server *s, const char *fn, const char *snap, stru
 			log_last_error()[0] ? log_last_error() : why(ret));
 		log_clear_error();
 	}
-	if (ret == 0 || wants_standby(s, fn))
+	if (ret == 0 || json_integer_value(json_object_get(f, "standby")) > 0)
 		metrics_standby(s->metrics, fn, ret == 0);
 	return ret;
 }
 
-static int post_start(struct req *q)
+/* A start of q's function, whose GET /functions/<id> object f (NULL if it
+ * is gone) gives its limits, standbys and snapshot's size. */
+static int start_function(struct req *q, const json_t *f)
 {
 	struct server *s = q->srv;
 	const char *fn = q->route.id;
@@ -706,10 +691,10 @@ static int post_start(struct req *q)
 	if (!s->tier)
 		return start_failed(q, 503, "unavailable", "Retry-After", START_RETRY_AFTER,
 				    "the RAM tier is not open (see thawd's log)");
-	ret = start_limits(q, fn, &max_instances, &lim, msg, sizeof(msg));
+	ret = start_limits(q, f, &max_instances, &lim, msg, sizeof(msg));
 	if (ret)
 		return start_failed(q, 400, "bad_request", NULL, NULL, msg);
-	if (!memory_admits(s, fn, msg, sizeof(msg)))
+	if (!memory_admits(s, fn, f, msg, sizeof(msg)))
 		return start_failed(q, 503, "no_memory", "Retry-After", START_RETRY_AFTER, msg);
 	if (insts_reserve(s->insts, fn, max_instances, &have)) {
 		snprintf(msg, sizeof(msg), "function %s has %u instance(s), its max_instances", fn,
@@ -727,7 +712,7 @@ static int post_start(struct req *q)
 	}
 	memset(&in, 0, sizeof(in));
 	log_clear_error();
-	ret = take_standby(s, fn, snap, &in);
+	ret = take_standby(s, fn, f, snap, &in);
 	if (ret)
 		ret = instance_start(&s->cfg, s->store, s->tier, snap, INSTANCE_MODE_AUTO, &in);
 	atomic_fetch_sub(&s->starts_running, 1);
@@ -772,6 +757,18 @@ static int post_start(struct req *q)
 		in.tier_hit ? "ram" : "disk", in.lazy ? "lazy" : "eager");
 	snprintf(loc, sizeof(loc), "/instances/%s", in.id);
 	return reply_json_hdr(q, 201, start_answer(&in), "Location", loc);
+}
+
+static int post_start(struct req *q)
+{
+	json_t *f = NULL;
+	int ret;
+
+	/* Read once: the spec's limits, its standbys, its snapshot's size. */
+	registry_get_json(q->srv->reg, q->route.id, &f);
+	ret = start_function(q, f);
+	json_decref(f);
+	return ret;
 }
 
 /* ---- instances ---- */

@@ -383,7 +383,7 @@ void registry_free(struct registry *r)
 /* Do specs a and b differ only in how instances are served (standbys,
  * lifetimes, limits)?  The snapshot is of what the function runs, which
  * those do not change. */
-static bool same_but_standby(const json_t *a, const json_t *b)
+static bool same_but_serving(const json_t *a, const json_t *b)
 {
 	static const char *const serving[] = { "standby", "idle_s", "max_lifetime_s",
 					       "stop_grace_s", "max_instances" };
@@ -426,7 +426,7 @@ int registry_put(struct registry *r, const char *id, const json_t *spec, bool *c
 			goto out;
 		}
 		if (!json_equal(e->spec, copy)) {
-			if (!same_but_standby(e->spec, copy)) {
+			if (!same_but_serving(e->spec, copy)) {
 				if (forgot)
 					memcpy(forgot, e->snap_id, CHUNK_ID_LEN);
 				entry_clear_snapshot(e);

@@ -49,6 +49,7 @@ struct store {
 	uint64_t cache_clock;
 	uint64_t cache_bytes, cache_budget; /* held by the cache, and the most it may */
 	atomic_uint_fast64_t manifest_reads; /* see store_manifest_reads() */
+	atomic_uint_fast64_t manifest_json_reads; /* of which from the JSON, not the binary */
 	struct store_cached_manifest cache[STORE_MANIFEST_CACHE];
 
 	enum store_layout layout; /* how a put writes new chunks */
@@ -115,6 +116,22 @@ int store_write_chunk(struct store *s, const char *name, const void *head, size_
  * describes, in the cache of parsed manifests (out of memory: not kept). */
 void store_manifest_cache_put(struct store *s, const uint8_t hash[CHUNK_HASH_LEN],
 			      const struct stat *st, const struct manifest *m);
+
+/* The binary form of each manifest (manifest.h), beside the JSON: written
+ * when the manifest is, or by the first load that has to read the JSON; a
+ * load uses it only for the very JSON file it was made from.  Best effort:
+ * a store where it cannot be written is read from the JSON. */
+#define STORE_MANIFEST_BIN_DIR "manifests-bin"
+void store_manifest_bin_put(struct store *s, const uint8_t hash[CHUNK_HASH_LEN],
+			    const struct stat *st, const struct manifest *m);
+/* Path of manifest hash's binary form, into buf. */
+int store_manifest_bin_path(const struct store *s, const uint8_t hash[CHUNK_HASH_LEN], char *buf,
+			    size_t len);
+/* Remove the binary forms whose manifest is gone (gc, store lock held
+ * exclusively); the number removed, or -errno. */
+int store_manifest_bins_sweep(struct store *s);
+/* How many loads of this store object read and checked the JSON. */
+uint64_t store_manifest_json_reads(struct store *s);
 
 /* Path of manifest hash, into buf. */
 int store_manifest_path(const struct store *s, const uint8_t hash[CHUNK_HASH_LEN], char *buf,

@@ -5,6 +5,7 @@
 #include "common/log.h"
 #include "common/util.h"
 
+#include <endian.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -585,4 +586,291 @@ void manifest_totals(const struct manifest *m, struct manifest_totals *t)
 			}
 		}
 	}
+}
+
+/* The binary form (manifest.h). */
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+	v = htole32(v);
+	memcpy(p, &v, 4);
+}
+
+static void put_le64(uint8_t *p, uint64_t v)
+{
+	v = htole64(v);
+	memcpy(p, &v, 8);
+}
+
+static uint32_t get_le32(const uint8_t *p)
+{
+	uint32_t v;
+
+	memcpy(&v, p, 4);
+	return le32toh(v);
+}
+
+static uint64_t get_le64(const uint8_t *p)
+{
+	uint64_t v;
+
+	memcpy(&v, p, 8);
+	return le64toh(v);
+}
+
+#define BIN_HOLE 1u /* a chunk entry's flag: an all-zero run, never stored */
+
+uint8_t *manifest_bin_encode(const struct manifest *m, const uint8_t hash[CHUNK_HASH_LEN],
+			     const struct manifest_bin_source *src, size_t *len)
+{
+	char *meta = json_dumps(m->meta, JSON_COMPACT | JSON_SORT_KEYS);
+	size_t nchunks = 0, strings, body, off;
+	uint8_t *buf = NULL, *p;
+
+	if (!meta)
+		return NULL;
+	strings = strlen(m->name) + strlen(m->created) + strlen(meta) + 3;
+	for (size_t i = 0; i < m->nfiles; i++) {
+		nchunks += m->files[i].nchunks;
+		strings += strlen(m->files[i].path) + 1;
+	}
+	body = MANIFEST_BIN_HEADER + m->nfiles * MANIFEST_BIN_FILE + nchunks * MANIFEST_BIN_CHUNK +
+	       strings;
+	buf = calloc(1, body + CHUNK_HASH_LEN);
+	if (!buf)
+		goto out;
+	memcpy(buf, "THMB", 4);
+	put_le32(buf + 4, MANIFEST_BIN_VERSION);
+	memcpy(buf + 8, hash, CHUNK_HASH_LEN);
+	put_le64(buf + 40, src->size);
+	put_le64(buf + 48, src->ino);
+	put_le64(buf + 56, src->mtime_ns);
+	put_le64(buf + 64, m->nfiles);
+	put_le64(buf + 72, nchunks);
+	put_le64(buf + 80, strings);
+	p = buf + MANIFEST_BIN_HEADER;
+	for (size_t i = 0; i < m->nfiles; i++, p += MANIFEST_BIN_FILE) {
+		put_le64(p, m->files[i].size);
+		put_le64(p + 8, m->files[i].nchunks);
+		put_le32(p + 16, m->files[i].mode & 0777);
+	}
+	for (size_t i = 0; i < m->nfiles; i++) {
+		for (size_t j = 0; j < m->files[i].nchunks; j++, p += MANIFEST_BIN_CHUNK) {
+			const struct manifest_chunk *c = &m->files[i].chunks[j];
+
+			if (!c->zero)
+				memcpy(p, c->hash, CHUNK_HASH_LEN);
+			put_le64(p + 32, c->len);
+			put_le32(p + 40, c->zero ? 0 : c->stored);
+			put_le32(p + 44, c->zero ? BIN_HOLE : 0);
+		}
+	}
+	off = (size_t)(p - buf);
+#define PUT_STRING(str)                                                                            \
+	do {                                                                                       \
+		size_t n_ = strlen(str) + 1;                                                       \
+		memcpy(buf + off, (str), n_);                                                      \
+		off += n_;                                                                         \
+	} while (0)
+	PUT_STRING(m->name);
+	PUT_STRING(m->created);
+	PUT_STRING(meta);
+	for (size_t i = 0; i < m->nfiles; i++)
+		PUT_STRING(m->files[i].path);
+#undef PUT_STRING
+	chunk_hash(buf, body, buf + body);
+	*len = body + CHUNK_HASH_LEN;
+out:
+	free(meta);
+	return buf;
+}
+
+/* The next NUL-terminated string of the strings area [*pos, end), or NULL. */
+static const char *next_string(const uint8_t *buf, size_t *pos, size_t end)
+{
+	const uint8_t *nul = *pos < end ? memchr(buf + *pos, 0, end - *pos) : NULL;
+	const char *s = (const char *)buf + *pos;
+
+	if (!nul)
+		return NULL;
+	*pos = (size_t)(nul - buf) + 1;
+	return s;
+}
+
+/* One chunk entry into c at off: the checks parse_chunk makes. */
+static int bin_chunk(const uint8_t *p, uint64_t off, struct manifest_chunk *c, size_t fi, size_t ci)
+{
+	uint32_t flags = get_le32(p + 44);
+
+	c->off = off;
+	c->len = get_le64(p + 32);
+	c->stored = get_le32(p + 40);
+	c->zero = flags & BIN_HOLE;
+	memcpy(c->hash, p, CHUNK_HASH_LEN);
+	if (flags & ~BIN_HOLE || c->len == 0 || c->len > INT64_MAX) {
+		pr_err("binary: files[%zu] chunks[%zu]: bad flags or length", fi, ci);
+		return -EBADMSG;
+	}
+	if (c->zero) {
+		static const uint8_t none[CHUNK_HASH_LEN];
+
+		if (c->stored || memcmp(c->hash, none, CHUNK_HASH_LEN)) {
+			pr_err("binary: files[%zu] chunks[%zu]: a hole has an id or stored size", fi, ci);
+			return -EBADMSG;
+		}
+		return 0;
+	}
+	if (c->len > CHUNK_MAX_RAW || c->stored < CHUNK_HEADER_SIZE ||
+	    c->stored > chunk_encode_bound(c->len)) {
+		pr_err("binary: files[%zu] chunks[%zu]: %u stored bytes of %llu are impossible", fi,
+		       ci, c->stored, (unsigned long long)c->len);
+		return -EBADMSG;
+	}
+	return 0;
+}
+
+/* The files and chunks of a checked binary into m. */
+static int bin_files(const uint8_t *buf, uint64_t nchunks, struct manifest *m)
+{
+	const uint8_t *fp = buf + MANIFEST_BIN_HEADER;
+	const uint8_t *cp = fp + m->nfiles * MANIFEST_BIN_FILE;
+	uint64_t left = nchunks;
+
+	for (size_t i = 0; i < m->nfiles; i++, fp += MANIFEST_BIN_FILE) {
+		struct manifest_file *f = &m->files[i];
+		uint64_t n = get_le64(fp + 8), off = 0;
+		uint32_t mode = get_le32(fp + 16);
+
+		f->size = get_le64(fp);
+		if (n > left || mode > 0777 || get_le32(fp + 20) || f->size > INT64_MAX) {
+			pr_err("binary: files[%zu]: bad chunk count, mode or size", i);
+			return -EBADMSG;
+		}
+		left -= n;
+		f->mode = mode;
+		f->chunks = malloc((n ? n : 1) * sizeof(*f->chunks));
+		if (!f->chunks)
+			return -ENOMEM;
+		for (size_t j = 0; j < n; j++, cp += MANIFEST_BIN_CHUNK) {
+			int ret = bin_chunk(cp, off, &f->chunks[j], i, j);
+
+			f->nchunks = j + 1;
+			if (ret)
+				return ret;
+			if (f->chunks[j].len > f->size - off) {
+				pr_err("binary: files[%zu]: chunks run past its size", i);
+				return -EBADMSG;
+			}
+			off += f->chunks[j].len;
+		}
+	}
+	if (left) {
+		pr_err("binary: %llu chunk entries belong to no file", (unsigned long long)left);
+		return -EBADMSG;
+	}
+	return 0;
+}
+
+/* The strings of a checked binary into m: name, created, meta, paths. */
+static int bin_strings(const uint8_t *buf, size_t pos, size_t end, struct manifest *m)
+{
+	const char *name = next_string(buf, &pos, end);
+	const char *created = name ? next_string(buf, &pos, end) : NULL;
+	const char *meta = created ? next_string(buf, &pos, end) : NULL;
+	json_error_t jerr;
+
+	if (!meta) {
+		pr_err("binary: strings cut short");
+		return -EBADMSG;
+	}
+	m->name = strdup(name);
+	m->created = strdup(created);
+	if (!m->name || !m->created)
+		return -ENOMEM;
+	m->meta = json_loads(meta, JSON_REJECT_DUPLICATES, &jerr);
+	if (!json_is_object(m->meta)) {
+		pr_err("binary: meta is not a JSON object");
+		return -EBADMSG;
+	}
+	for (size_t i = 0; i < m->nfiles; i++) {
+		const char *path = next_string(buf, &pos, end);
+
+		if (!path) {
+			pr_err("binary: strings cut short");
+			return -EBADMSG;
+		}
+		m->files[i].path = strdup(path);
+		if (!m->files[i].path)
+			return -ENOMEM;
+	}
+	if (pos != end) {
+		pr_err("binary: %zu bytes after the strings", end - pos);
+		return -EBADMSG;
+	}
+	return 0;
+}
+
+int manifest_bin_decode(const uint8_t *buf, size_t len, const uint8_t hash[CHUNK_HASH_LEN],
+			const struct manifest_bin_source *src, struct manifest **out)
+{
+	uint8_t sum[CHUNK_HASH_LEN];
+	uint64_t nfiles, nchunks, strings;
+	struct manifest *m = NULL;
+	size_t body;
+	int ret;
+
+	*out = NULL;
+	if (len < MANIFEST_BIN_HEADER + CHUNK_HASH_LEN || memcmp(buf, "THMB", 4)) {
+		pr_err("binary: not a binary manifest (bad magic or too short)");
+		return -EBADMSG;
+	}
+	if (get_le32(buf + 4) != MANIFEST_BIN_VERSION) {
+		pr_debug("binary: version %u, this thaw writes %d", get_le32(buf + 4),
+			 MANIFEST_BIN_VERSION);
+		return -ESTALE;
+	}
+	body = len - CHUNK_HASH_LEN;
+	nfiles = get_le64(buf + 64);
+	nchunks = get_le64(buf + 72);
+	strings = get_le64(buf + 80);
+	if (nfiles > body / MANIFEST_BIN_FILE || nchunks > body / MANIFEST_BIN_CHUNK ||
+	    strings > body || get_le64(buf + 88) ||
+	    MANIFEST_BIN_HEADER + nfiles * MANIFEST_BIN_FILE + nchunks * MANIFEST_BIN_CHUNK +
+		    strings != body) {
+		pr_err("binary: %llu files, %llu chunks and %llu bytes of strings do not fill its "
+		       "%zu bytes",
+		       (unsigned long long)nfiles, (unsigned long long)nchunks,
+		       (unsigned long long)strings, len);
+		return -EBADMSG;
+	}
+	chunk_hash(buf, body, sum);
+	if (memcmp(sum, buf + body, CHUNK_HASH_LEN)) {
+		pr_err("binary: checksum mismatch");
+		return -EBADMSG;
+	}
+	if (memcmp(buf + 8, hash, CHUNK_HASH_LEN) || get_le64(buf + 40) != src->size ||
+	    get_le64(buf + 48) != src->ino || get_le64(buf + 56) != src->mtime_ns) {
+		pr_debug("binary: made from another manifest, or another file of it");
+		return -ESTALE;
+	}
+	m = calloc(1, sizeof(*m));
+	if (!m || !(m->files = calloc(nfiles ? nfiles : 1, sizeof(*m->files)))) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	m->nfiles = nfiles;
+	ret = bin_files(buf, nchunks, m);
+	if (ret == 0)
+		ret = bin_strings(buf, body - strings, body, m);
+	if (ret == 0 && manifest_check(m) < 0)
+		ret = -EBADMSG;
+	if (ret == 0) {
+		*out = m;
+		m = NULL;
+	}
+out:
+	if (ret == -ENOMEM)
+		pr_err("binary: out of memory");
+	manifest_free(m);
+	return ret;
 }

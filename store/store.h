@@ -8,6 +8,8 @@
  *	                          named by their hash (the layout before packs,
  *	                          still read; THAW_STORE_LAYOUT=loose writes it)
  *	manifests/<64 hex>        manifests (manifest.h), named by the hash of their bytes
+ *	manifests-bin/<64 hex>    their binary forms (manifest.h), what a load reads;
+ *	                          made again from the JSON where missing or unusable
  *	leases/                   one file per restore in progress, flock()ed by its holder
  *	tmp/                      objects being replaced, or written where the filesystem has
  *	                          no O_TMPFILE; cleared of stale files by gc

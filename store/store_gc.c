@@ -339,6 +339,11 @@ int store_gc(struct store *s, uint64_t *freed_chunks, uint64_t *freed_bytes)
 		ret = mkdir_p(tmp, 0755);
 	}
 	if (ret == 0) {
+		int r = store_manifest_bins_sweep(s);
+		if (r < 0)
+			pr_warn("gc: cannot sweep the manifests' binary forms: %s", strerror(-r));
+	}
+	if (ret == 0) {
 		pr_info("gc: freed %llu chunks, %llu bytes", (unsigned long long)g.freed_chunks,
 			(unsigned long long)g.freed_bytes);
 		if (freed_chunks)

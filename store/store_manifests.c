@@ -5,6 +5,7 @@
 #include "common/log.h"
 #include "common/util.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -236,6 +237,82 @@ static void cache_drop(struct store *s, const uint8_t hash[CHUNK_HASH_LEN])
 	pthread_mutex_unlock(&s->cache_mu);
 }
 
+int store_manifest_bin_path(const struct store *s, const uint8_t hash[CHUNK_HASH_LEN], char *buf,
+			    size_t len)
+{
+	char hex[2 * CHUNK_HASH_LEN + 1];
+
+	hex_encode(hash, CHUNK_HASH_LEN, hex);
+	if ((size_t)snprintf(buf, len, "%s/" STORE_MANIFEST_BIN_DIR "/%s", s->dir, hex) >= len)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+static void bin_source(const struct stat *st, struct manifest_bin_source *src)
+{
+	src->size = (uint64_t)st->st_size;
+	src->ino = (uint64_t)st->st_ino;
+	src->mtime_ns = (uint64_t)st->st_mtim.tv_sec * 1000000000ull + (uint64_t)st->st_mtim.tv_nsec;
+}
+
+void store_manifest_bin_put(struct store *s, const uint8_t hash[CHUNK_HASH_LEN],
+			    const struct stat *st, const struct manifest *m)
+{
+	struct manifest_bin_source src;
+	char path[PATH_MAX];
+	uint8_t *buf;
+	size_t len;
+
+	bin_source(st, &src);
+	buf = manifest_bin_encode(m, hash, &src, &len);
+	if (!buf) {
+		pr_debug("no binary form of a manifest: out of memory");
+		return;
+	}
+	/* Not synced: a binary a crash cut short fails its checksum and is
+	 * made again from the JSON. */
+	if (store_manifest_bin_path(s, hash, path, sizeof(path)) == 0 &&
+	    store_write_object(s, path, buf, len, false, false) < 0)
+		pr_warn("cannot write %s: loads will read the manifest's JSON", path);
+	free(buf);
+}
+
+/* The manifest hash from its binary form, made from the JSON file st
+ * describes: 0 and *out, or -errno with *out NULL.  One that is damaged,
+ * stale or of another version is removed (the JSON's load makes it again). */
+static int bin_load(struct store *s, const uint8_t hash[CHUNK_HASH_LEN], const struct stat *st,
+		    struct manifest **out)
+{
+	struct manifest_bin_source src;
+	char path[PATH_MAX], *buf = NULL;
+	size_t len;
+	int ret;
+
+	*out = NULL;
+	bin_source(st, &src);
+	ret = store_manifest_bin_path(s, hash, path, sizeof(path));
+	if (ret == 0)
+		ret = read_file(path, &buf, &len, MANIFEST_MAX_SIZE);
+	if (ret < 0)
+		return ret; /* none: an older store, or one being written */
+	ret = manifest_bin_decode((const uint8_t *)buf, len, hash, &src, out);
+	free(buf);
+	if (ret == -EBADMSG) {
+		char why[256];
+
+		snprintf(why, sizeof(why), "%s", log_last_error());
+		pr_warn("%s is damaged (%s): reading the manifest's JSON", path, why);
+	}
+	if (ret == -EBADMSG || ret == -ESTALE)
+		unlink(path);
+	return ret;
+}
+
+uint64_t store_manifest_json_reads(struct store *s)
+{
+	return atomic_load(&s->manifest_json_reads);
+}
+
 int store_manifest_load(struct store *s, const char *id, struct manifest **out,
 			char full_id[CHUNK_ID_LEN])
 {
@@ -249,7 +326,8 @@ int store_manifest_load(struct store *s, const char *id, struct manifest **out,
 		return ret;
 	chunk_id_format(hash, fid);
 	store_manifest_path(s, hash, path, sizeof(path));
-	/* Only the very file that was read and checked (internal.h). */
+	/* Only the very file that was read and checked (internal.h).  Without
+	 * its file no binary form is used either: a deleted manifest is gone. */
 	struct stat st;
 	bool have_st = stat(path, &st) == 0;
 	if (have_st)
@@ -257,9 +335,15 @@ int store_manifest_load(struct store *s, const char *id, struct manifest **out,
 	if (*out) {
 		ret = 0;
 	} else {
-		ret = store_manifest_read(path, hash, out);
-		if (ret == -ENOENT)
-			pr_err("no manifest %s in %s", fid, s->dir);
+		if (!have_st || bin_load(s, hash, &st, out) < 0) {
+			ret = store_manifest_read(path, hash, out);
+			if (ret == -ENOENT)
+				pr_err("no manifest %s in %s", fid, s->dir);
+			if (ret == 0)
+				atomic_fetch_add(&s->manifest_json_reads, 1);
+			if (ret == 0 && have_st)
+				store_manifest_bin_put(s, hash, &st, *out);
+		}
 		if (ret == 0)
 			atomic_fetch_add(&s->manifest_reads, 1);
 		if (ret == 0 && have_st)
@@ -286,8 +370,47 @@ int store_manifest_delete(struct store *s, const char *id)
 		pr_perror("cannot delete %s", path);
 		return ret;
 	}
+	/* Its binary form after it (a load never uses one without its JSON);
+	 * one left by a crash here goes at the next gc. */
+	store_manifest_bin_path(s, hash, path, sizeof(path));
+	if (unlink(path) < 0 && errno != ENOENT)
+		pr_warn("cannot delete %s: %s (gc will)", path, strerror(errno));
 	snprintf(path, sizeof(path), "%s/manifests", s->dir);
 	return fsync_dir(path);
+}
+
+int store_manifest_bins_sweep(struct store *s)
+{
+	char dir[PATH_MAX], path[PATH_MAX];
+	struct dirent *de;
+	int removed = 0;
+	DIR *d;
+
+	snprintf(dir, sizeof(dir), "%s/" STORE_MANIFEST_BIN_DIR, s->dir);
+	d = opendir(dir);
+	if (!d)
+		return errno == ENOENT ? 0 : -errno;
+	while ((de = readdir(d))) {
+		uint8_t hash[CHUNK_HASH_LEN];
+		bool keep = false;
+
+		if (de->d_name[0] == '.')
+			continue;
+		if (strlen(de->d_name) == 2 * CHUNK_HASH_LEN &&
+		    strspn(de->d_name, "0123456789abcdef") == 2 * CHUNK_HASH_LEN &&
+		    hex_decode(de->d_name, hash, CHUNK_HASH_LEN) == 0) {
+			store_manifest_path(s, hash, path, sizeof(path));
+			keep = access(path, F_OK) == 0;
+		}
+		if (keep || snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) >= (int)sizeof(path))
+			continue;
+		if (unlink(path) == 0)
+			removed++;
+		else
+			pr_warn("gc: cannot remove %s: %s", path, strerror(errno));
+	}
+	closedir(d);
+	return removed;
 }
 
 static int list_one(const uint8_t *hash, const char *path, const char *name, void *arg)

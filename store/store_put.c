@@ -850,10 +850,13 @@ static int write_manifest(struct store *s, const struct manifest *m, char id[CHU
 	chunk_id_format(hash, id);
 	/* Keep what a load would parse from these bytes, so that the first
 	 * start of a new snapshot does not read and check the manifest again
-	 * (~0.3 s for a 3 GB image, bench/LOG.md).  Only for the file
-	 * written here: one already there is checked when loaded. */
-	if (written && stat(path, &st) == 0)
+	 * (~0.3 s for a 3 GB image, bench/LOG.md), and its binary form, so
+	 * that no later load has to either.  Only for the file written
+	 * here: one already there is checked when loaded. */
+	if (written && stat(path, &st) == 0) {
 		store_manifest_cache_put(s, hash, &st, m);
+		store_manifest_bin_put(s, hash, &st, m);
+	}
 out:
 	free(json);
 	return ret;

@@ -27,8 +27,9 @@ ifneq ($(DEVELOPER),)
   CFLAGS += -Werror
 endif
 DEPFLAGS := -MMD -MP
-LDLIBS_DYN := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -luring -lzstd -ljansson -lmicrohttpd -lcrypto) -ldl -lm
+# libcurl: thaw-bench's load generator and the S3 client of the remote tier (store/s3.c).
 CURL_LIBS  := $(shell pkg-config --libs libcurl 2>/dev/null || echo -lcurl)
+LDLIBS_DYN := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -luring -lzstd -ljansson -lmicrohttpd -lcrypto) $(CURL_LIBS) -ldl -lm
 
 ifneq ($(SANITIZE),)
   CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -O1
@@ -45,7 +46,7 @@ ifneq ($(STATIC),)
   # and its chain (p11-kit has no .a): this thawd serves plain HTTP only (it
   # refuses --tls-cert), so the stand-ins in common/static_notls.c take
   # GnuTLS's place (-u pulls them in).
-  # libcurl (tests, benches; --as-needed drops it elsewhere) stays shared:
+  # libcurl (the S3 client, tests, benches) stays shared:
   # gpu-pack puts it and its libraries in lib/ beside test/ and bench/, found
   # through this RPATH (DT_RPATH, so that libcurl's own libraries are too).
   CFLAGS += -DTHAW_STATIC

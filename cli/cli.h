@@ -29,5 +29,6 @@ int cmd_stop(int argc, char **argv);
 int cmd_ps(int argc, char **argv);
 int cmd_logs(int argc, char **argv);
 int cmd_lazy_pages(int argc, char **argv);
+int cmd_remote(int argc, char **argv);
 
 #endif

@@ -60,6 +60,7 @@ static const struct command {
 	{ "doctor", cmd_doctor, "check that this host can snapshot and restore" },
 	{ "snapshot", cmd_snapshot, "boot, warm and snapshot a function from its spec file" },
 	{ "store", cmd_store, "the chunk store: put, get, ls, stat, verify, gc" },
+	{ "remote", cmd_remote, "push, pull, fetch, gc, ls: snapshots on an S3-compatible store" },
 	{ "materialize", cmd_materialize, "write a snapshot's image files out of the store (RAM tier)" },
 	{ "start", cmd_start, "restore a running instance of a snapshot; prints its endpoint" },
 	{ "stop", cmd_stop, "stop instances and remove everything they used" },

@@ -80,6 +80,12 @@ struct pack_writer *pack_writer_new(struct store *s);
 int pack_writer_add(struct pack_writer *w, struct chunk_codec *codec,
 		    const uint8_t hash[CHUNK_HASH_LEN], const void *raw, size_t raw_len,
 		    uint32_t *stored, void *hold, bool *held);
+/* Append a chunk object already encoded (obj, stored bytes, a chunk of
+ * raw_len bytes hashing to hash), as it is: a chunk fetched from another
+ * store, checked by the caller, keeps the size its manifest records.
+ * 0 or -errno. */
+int pack_writer_add_object(struct pack_writer *w, const uint8_t hash[CHUNK_HASH_LEN],
+			   const void *obj, uint32_t stored, uint32_t raw_len);
 /* Who gets held payloads back (see pack_writer_add); called on the writer's
  * thread, from pack_writer_add, _flush, _finish or _free. */
 void pack_writer_set_release(struct pack_writer *w, void (*release)(void *arg, void *token),

@@ -336,6 +336,51 @@ int pack_writer_add(struct pack_writer *w, struct chunk_codec *codec,
 	return 0;
 }
 
+/* Room for one more entry in the pack being written. */
+static int grow_entries(struct pack_writer *w)
+{
+	if (w->n < w->cap)
+		return 0;
+	size_t c = w->cap ? w->cap * 2 : 1024;
+	struct pack_entry *v = realloc(w->e, c * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	w->e = v;
+	w->cap = c;
+	return 0;
+}
+
+int pack_writer_add_object(struct pack_writer *w, const uint8_t hash[CHUNK_HASH_LEN],
+			   const void *obj, uint32_t stored, uint32_t raw_len)
+{
+	size_t room = ALIGN_UP((size_t)stored, PACK_ALIGN);
+	int ret;
+
+	if (!chunk_object_size_possible(stored, raw_len) && !chunk_is_bare(stored, raw_len))
+		return -EINVAL;
+	if (w->fd >= 0 && w->flushed + w->pending + room > PACK_MAX_BYTES &&
+	    (ret = finish_pack(w)))
+		return ret;
+	if (w->fd < 0 && (ret = open_pack(w)))
+		return ret;
+	if ((w->pending + room > PACK_WRITE_BYTES || w->niov + 2 > PACK_MAX_IOV) &&
+	    (ret = flush(w)))
+		return ret;
+	if ((ret = grow_entries(w)))
+		return ret;
+	uint8_t *o = w->buf + w->fill;
+	memcpy(o, obj, stored);
+	memset(o + stored, 0, room - stored);
+	struct pack_entry *e = &w->e[w->n++];
+	memcpy(e->hash, hash, CHUNK_HASH_LEN);
+	e->off = w->flushed + w->pending;
+	e->stored = stored;
+	e->raw_len = raw_len;
+	queue(w, o, room);
+	w->fill += room;
+	return 0;
+}
+
 void pack_writer_set_release(struct pack_writer *w, void (*release)(void *arg, void *token),
 			     void *arg)
 {

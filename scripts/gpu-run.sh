@@ -269,6 +269,12 @@ step bench-engine-qd bash -c 'set -o pipefail; {
 	bash bench/engine-ab-run.sh /var/tmp/be 4 cold "qd64=--qd 64" "qd256=--qd 256" "${old[@]}"
 	} | tee "$THAW_FIGURES/engine-qd.txt"' "$X/build/bench/engine"
 rm -rf /var/tmp/be
+# The disk tier against the disk (bench/disk-tier-run.sh): a 16 GB image in a
+# store on this disk; its packs read with O_DIRECT (the floor) against the
+# manifest load and materialisation into a RAM tier from a cold page cache,
+# 3 rounds; and a 17.2 GB image's manifest, JSON against binary.  ~3-4 minutes.
+step disk-tier bash bench/disk-tier-run.sh "${DISK_TIER_GB:-16}" /var/tmp/thaw-disk-tier \
+	"$THAW_FIGURES/disk-tier"
 # ==== end of EXTEND ===========================================================
 
 if [ -n "${GPU_ALL_TESTS:-}" ]; then

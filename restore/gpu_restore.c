@@ -47,11 +47,11 @@ static uint64_t gpu_need(const json_t *g)
  * that has room, else any with room (the driver then refuses a different
  * chip type: warned).  -1 if none has room. */
 static int choose_one(const json_t *g, const struct cuda_device *devs, size_t ndevs,
-		      const bool *taken)
+		      const bool *taken, uint64_t reserve)
 {
 	const char *uuid = gpu_uuid(g), *model = json_is_object(g) ?
 		json_string_value(json_object_get(g, "name")) : NULL;
-	uint64_t need = gpu_need(g);
+	uint64_t need = gpu_need(g) + reserve;
 	int best = -1, best_other = -1;
 
 	for (size_t d = 0; d < ndevs; d++)
@@ -68,12 +68,13 @@ static int choose_one(const json_t *g, const struct cuda_device *devs, size_t nd
 	return best >= 0 ? best : best_other;
 }
 
-int gpu_choose(const json_t *gpus, const struct cuda_device *devs, size_t ndevs, size_t *choice,
-	       bool *moved, char *why, size_t whylen)
+/* gpu_choose, each chosen device keeping reserve bytes free besides. */
+static int choose(const json_t *gpus, const struct cuda_device *devs, size_t ndevs,
+		  uint64_t reserve, size_t *choice, bool *moved, char *why, size_t whylen)
 {
 	size_t nold = json_array_size(gpus), i;
 	bool *taken = calloc(ndevs + 1, sizeof(bool));
-	char a[32], b[32];
+	char a[32], b[32], c[32];
 	const json_t *g;
 	int ret = 0;
 
@@ -86,7 +87,7 @@ int gpu_choose(const json_t *gpus, const struct cuda_device *devs, size_t ndevs,
 		goto out;
 	}
 	json_array_foreach(gpus, i, g) {
-		int d = choose_one(g, devs, ndevs, taken);
+		int d = choose_one(g, devs, ndevs, taken, reserve);
 
 		if (d < 0) {
 			uint64_t most = 0;
@@ -94,11 +95,20 @@ int gpu_choose(const json_t *gpus, const struct cuda_device *devs, size_t ndevs,
 			for (size_t k = 0; k < ndevs; k++)
 				if (!taken[k] && devs[k].free_bytes > most)
 					most = devs[k].free_bytes;
-			snprintf(why, whylen,
-				 "no GPU has room for the snapshot's GPU %zu: it needs %s, the most "
-				 "free on a GPU left is %s (not restoring: a restore that runs out "
-				 "of GPU memory can leave the process stuck)",
-				 i, fmt_bytes(gpu_need(g), a), fmt_bytes(most, b));
+			if (reserve)
+				snprintf(why, whylen,
+					 "no GPU has room for the snapshot's GPU %zu: it needs %s "
+					 "and --gpu-mem-reserve keeps %s free, the most free on a "
+					 "GPU left is %s",
+					 i, fmt_bytes(gpu_need(g), a), fmt_bytes(reserve, c),
+					 fmt_bytes(most, b));
+			else
+				snprintf(why, whylen,
+					 "no GPU has room for the snapshot's GPU %zu: it needs %s, "
+					 "the most free on a GPU left is %s (not restoring: a "
+					 "restore that runs out of GPU memory can leave the "
+					 "process stuck)",
+					 i, fmt_bytes(gpu_need(g), a), fmt_bytes(most, b));
 			ret = -EAGAIN; /* GPU memory frees as instances stop: 503, retry */
 			goto out;
 		}
@@ -109,6 +119,45 @@ int gpu_choose(const json_t *gpus, const struct cuda_device *devs, size_t ndevs,
 	}
 out:
 	free(taken);
+	return ret;
+}
+
+int gpu_choose(const json_t *gpus, const struct cuda_device *devs, size_t ndevs, size_t *choice,
+	       bool *moved, char *why, size_t whylen)
+{
+	return choose(gpus, devs, ndevs, 0, choice, moved, why, whylen);
+}
+
+int gpu_admit_devices(const json_t *gpus, const struct cuda_device *devs, size_t ndevs,
+		      uint64_t reserve, char *why, size_t whylen)
+{
+	size_t *choice = calloc(json_array_size(gpus) + 1, sizeof(*choice));
+	bool moved, known = false;
+	int ret;
+
+	if (!choice)
+		return -ENOMEM;
+	/* No free-memory figure (no NVML): nothing to judge by here. */
+	for (size_t d = 0; d < ndevs; d++)
+		known |= devs[d].free_bytes > 0;
+	ret = known ? choose(gpus, devs, ndevs, reserve, choice, &moved, why, whylen) : 0;
+	free(choice);
+	return ret;
+}
+
+int gpu_admit(const json_t *meta, uint64_t reserve, char *why, size_t whylen)
+{
+	const json_t *gpus = json_object_get(meta, "gpus");
+	struct cuda_device *devs = NULL;
+	size_t ndevs = 0;
+	int ret;
+
+	/* Not a GPU function; or no driver, or no device list: the restore
+	 * itself then says why it cannot go on. */
+	if (!json_array_size(gpus) || cuda_init() || cuda_devices(&devs, &ndevs))
+		return 0;
+	ret = gpu_admit_devices(gpus, devs, ndevs, reserve, why, whylen);
+	free(devs);
 	return ret;
 }
 

@@ -13,6 +13,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "common/cuda.h"
@@ -38,6 +39,16 @@ int gpu_restore_container(const struct runner *r, const char *id, pid_t init,
  * free-memory check; on several, the placement. */
 int gpu_choose(const json_t *gpus, const struct cuda_device *devs, size_t ndevs, size_t *choice,
 	       bool *moved, char *why, size_t whylen);
+
+/* Admission: would a start of a snapshot whose meta is meta fit on this
+ * host's GPUs now, each chosen GPU keeping reserve bytes free besides
+ * (gpu_choose's placement)?  0 (also when it is no GPU function, or the
+ * driver or its free-memory figures are missing: the restore then judges),
+ * or -EAGAIN with why (-ENODEV: fewer GPUs than the snapshot used). */
+int gpu_admit(const json_t *meta, uint64_t reserve, char *why, size_t whylen);
+/* The same on devs (what cuda_devices gave). */
+int gpu_admit_devices(const json_t *gpus, const struct cuda_device *devs, size_t ndevs,
+		      uint64_t reserve, char *why, size_t whylen);
 
 /* The host pids of every process in the PID namespace of init (the
  * container's processes), init first.  You own *pids. */

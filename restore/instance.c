@@ -21,6 +21,7 @@
 #include "function/ready.h"
 #include "function/spec.h"
 #include "restore/gpu_restore.h"
+#include "restore/instance_ended.h"
 #include "restore/lazy_watch.h"
 #include "restore/prefault.h"
 #include "restore/shim.h"
@@ -95,6 +96,10 @@ struct start_ctx {
 	 * SIGTERM and this long to exit before SIGKILL. */
 	pid_t init;
 	int grace_ms;
+	/* A stop that keeps what ended (restore/instance_ended.h): how, and
+	 * the record as it was; NULL: nothing kept. */
+	const struct instance_end *end;
+	const json_t *end_rec;
 };
 
 /* A path into buf; -ENAMETOOLONG (logged) if it does not fit. */
@@ -342,6 +347,7 @@ static void ask_to_exit(struct start_ctx *x, const char *id)
  * with what is left named. */
 static int teardown(struct start_ctx *x, const char *id)
 {
+	bool oom = false;
 	int ret = 0, r;
 
 	for (int i = 0; i < 2; i++) {
@@ -363,6 +369,9 @@ static int teardown(struct start_ctx *x, const char *id)
 			gpu_quiesce(x->cuda_pids, x->ncuda);
 		if (x->grace_ms > 0)
 			ask_to_exit(x, id);
+		/* Before runc delete takes its cgroup with it. */
+		if (x->end && x->end->exited)
+			oom = instance_ended_oom(x->runc_root, id);
 		r = runner_delete(&x->r, id);
 		if (r) {
 			/* The container may still be in the namespace: keep the
@@ -399,6 +408,8 @@ static int teardown(struct start_ctx *x, const char *id)
 	}
 	if (x->have_dir) {
 		umount_dir(x->dir);
+		if (x->end)
+			instance_ended_keep_logs(x->c, id, x->dir);
 		r = rm_rf(x->dir);
 		if (r) {
 			pr_err("could not remove %s: %s", x->dir, strerror(-r));
@@ -411,6 +422,8 @@ static int teardown(struct start_ctx *x, const char *id)
 		ret = -errno;
 		pr_perror("unlink %s", x->record);
 	}
+	if (!ret && x->end)
+		instance_ended_write(x->c, id, x->end_rec, x->end, oom);
 	return ret;
 }
 
@@ -902,7 +915,13 @@ int instance_stop(const struct thaw_config *c, const char *id)
 
 int instance_stop_graceful(const struct thaw_config *c, const char *id, int grace_ms)
 {
-	struct start_ctx x = { .c = c, .stdio = { -1, -1 }, .grace_ms = grace_ms };
+	return instance_end(c, id, grace_ms, NULL);
+}
+
+int instance_end(const struct thaw_config *c, const char *id, int grace_ms,
+		 const struct instance_end *end)
+{
+	struct start_ctx x = { .c = c, .stdio = { -1, -1 }, .grace_ms = grace_ms, .end = end };
 	json_t *rec = NULL, *cuda;
 	const char *s;
 	long long v, v2;
@@ -972,6 +991,7 @@ int instance_stop_graceful(const struct thaw_config *c, const char *id, int grac
 						(pid_t)json_integer_value(json_array_get(cuda, i));
 	}
 	x.have_container = x.have_netns = x.have_dir = true;
+	x.end_rec = rec;
 	ret = teardown(&x, id);
 out:
 	free(x.cuda_pids);

@@ -87,6 +87,12 @@ int instance_stop(const struct thaw_config *c, const char *id);
  * exit before it is killed (after a GPU function's CUDA processes are
  * checkpointed); 0: killed at once. */
 int instance_stop_graceful(const struct thaw_config *c, const char *id, int grace_ms);
+/* The same, keeping what ended (restore/instance_ended.h): the record with
+ * how it ended (end) and its output, under <data>/ended.  end NULL: as
+ * instance_stop_graceful. */
+struct instance_end;
+int instance_end(const struct thaw_config *c, const char *id, int grace_ms,
+		 const struct instance_end *end);
 /* The shim's activity file of instance id (restore/shim.h): the
  * CLOCK_REALTIME ms of its endpoint's last use, the connections open.
  * -ENOENT when it has none (an instance of an older thaw). */

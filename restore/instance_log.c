@@ -2,6 +2,7 @@
 /* instance_log.c — see instance_log.h. */
 #define LOG_PREFIX "instance: "
 #include "restore/instance_log.h"
+#include "restore/instance_ended.h"
 #include "common/log.h"
 #include "common/logfile.h"
 #include "common/util.h"
@@ -40,6 +41,10 @@ int instance_log_tail(const struct thaw_config *c, const char *id, unsigned line
 	}
 	if (stat(rec, &st) < 0) {
 		ret = -errno;
+		/* An ended instance's output stays while its record does. */
+		if (ret == -ENOENT && !instance_ended_path(c, id, ".json", rec, sizeof(rec)) &&
+		    stat(rec, &st) == 0 && !instance_ended_path(c, id, ".log", log, sizeof(log)))
+			return logfile_tail(log, lines, out, len);
 		if (ret == -ENOENT)
 			pr_err("no instance %s (no record in %s/instances)", id, c->data_dir);
 		else

@@ -10,7 +10,10 @@
 #include "common/util.h"
 #include "prewarm/prewarm.h"
 #include "function/spec.h"
+#include "restore/gpu_restore.h"
 #include "restore/instance.h"
+#include "restore/instance_ended.h"
+#include "restore/shim.h"
 #include "restore/tier.h"
 #include "server/errors.h"
 #include "server/insts.h"
@@ -206,10 +209,18 @@ static bool own_start(json_t *rec)
 
 /* Stop instance id, unless another request is stopping it: 0, -EALREADY
  * (another is: it will be gone when that one is done), or instance_stop's
- * error (-ENOENT: no record, already stopped). */
-static int stop_instance(struct server *s, const char *id)
+ * error (-ENOENT: no record, already stopped).  Counted in /metrics under
+ * label; why is kept with its ended record. */
+static int stop_instance(struct server *s, const char *id, const char *label, const char *why)
 {
-	return lifetimes_stop_instance(s, id, 0);
+	struct instance_end end = { 0 };
+	int ret;
+
+	snprintf(end.why, sizeof(end.why), "%s", why);
+	ret = lifetimes_stop_instance(s, id, 0, &end);
+	if (ret == 0)
+		metrics_instance_stopped(s->metrics, label);
+	return ret;
 }
 
 /* Stop the instances of function (all of them: its standbys, this thawd's,
@@ -230,7 +241,7 @@ static int stop_function_instances(struct server *s, const char *function, size_
 	standby_retire_function(s->standby, function);
 	if (insts_take(s->insts, function, &refs, &n) == 0) {
 		for (i = 0; i < n; i++) {
-			ret = stop_instance(s, refs[i].id);
+			ret = stop_instance(s, refs[i].id, "function_deleted", "its function was deleted");
 			if (ret == 0)
 				(*stopped)++;
 			else if (ret != -EALREADY && ret != -ENOENT)
@@ -256,7 +267,7 @@ static int stop_function_instances(struct server *s, const char *function, size_
 
 		if (!fn || !id || strcmp(fn, function) || !id_valid(id) || own_start(rec))
 			continue;
-		ret = stop_instance(s, id);
+		ret = stop_instance(s, id, "function_deleted", "its function was deleted");
 		if (ret == 0) {
 			(*stopped)++;
 		} else if (ret != -EALREADY && ret != -ENOENT) {
@@ -502,6 +513,9 @@ static int start_failed(struct req *q, unsigned status, const char *code, const 
 			const char *hvalue, const char *msg)
 {
 	metrics_start_failed(q->srv->metrics, q->route.id, code);
+	/* A 429 or 503 with Retry-After is a refusal: nothing was restored. */
+	if (hname && (status == 429 || status == 503))
+		metrics_start_refused(q->srv->metrics, code);
 	return reply_error_hdr(q, status, hname, hvalue, code, "start of %s: %s", q->route.id,
 			       msg);
 }
@@ -640,6 +654,24 @@ static bool memory_admits(struct server *s, const char *fn, const json_t *f, cha
 	return false;
 }
 
+/* Admission by GPU memory: would a start of fn's snapshot snap, a GPU
+ * function's, find a GPU with room for its GPU state and --gpu-mem-reserve
+ * besides (gpu_admit)?  Judged before anything is restored; the restore
+ * checks again (starts in flight are not counted here). */
+static bool gpu_memory_admits(struct server *s, const json_t *f, const char *snap, char *why,
+			      size_t len)
+{
+	struct manifest *m = NULL;
+	bool fits;
+
+	if (!json_is_true(json_object_get(f, "gpu")) ||
+	    store_manifest_load(s->store, snap, &m, NULL))
+		return true; /* the start reports a missing manifest itself */
+	fits = gpu_admit(m->meta, s->opts.gpu_mem_reserve, why, len) != -EAGAIN;
+	manifest_free(m);
+	return fits;
+}
+
 /* A standby of fn's snapshot snap, activated into *in: 0, or non-zero when
  * there was none or it failed (the start then restores as usual).  Counted
  * as a hit or a miss for a function that keeps standbys. */
@@ -696,6 +728,8 @@ static int start_function(struct req *q, const json_t *f)
 		return start_failed(q, 400, "bad_request", NULL, NULL, msg);
 	if (!memory_admits(s, fn, f, msg, sizeof(msg)))
 		return start_failed(q, 503, "no_memory", "Retry-After", START_RETRY_AFTER, msg);
+	if (!gpu_memory_admits(s, f, snap, msg, sizeof(msg)))
+		return start_failed(q, 503, "no_gpu_memory", "Retry-After", START_RETRY_AFTER, msg);
 	if (insts_reserve(s->insts, fn, max_instances, &have)) {
 		snprintf(msg, sizeof(msg), "function %s has %u instance(s), its max_instances", fn,
 			 have);
@@ -718,8 +752,11 @@ static int start_function(struct req *q, const json_t *f)
 	atomic_fetch_sub(&s->starts_running, 1);
 	standby_kick(s->standby); /* a refill waits for no start in flight */
 	if (!ret) {
+		unsigned long long pid_start = 0;
+
 		snprintf(in.function, sizeof(in.function), "%s", fn);
-		if (insts_add(s->insts, in.id, fn, in.pid))
+		proc_start_time(in.pid, &pid_start);
+		if (insts_add(s->insts, in.id, fn, in.pid, pid_start, false))
 			pr_warn("instance %s is not tracked (out of memory)", in.id);
 	}
 	insts_unreserve(s->insts, fn);
@@ -733,7 +770,7 @@ static int start_function(struct req *q, const json_t *f)
 		/* Deleted while we restored: the delete left this start's
 		 * instance to it (own_start), or is stopping it now. */
 		insts_remove(s->insts, in.id);
-		stop_instance(s, in.id);
+		stop_instance(s, in.id, "function_deleted", "its function was deleted during its start");
 		return start_failed(q, 404, "not_found", NULL, NULL,
 				    "the function was deleted during the start; its instance "
 				    "is stopped");
@@ -742,7 +779,7 @@ static int start_function(struct req *q, const json_t *f)
 		/* The gateway gave up (its timeout): nobody will ever use or
 		 * delete this instance, so it must not outlive the request. */
 		insts_remove(s->insts, in.id);
-		stop_instance(s, in.id);
+		stop_instance(s, in.id, "client_gone", "its client gave up waiting for the start");
 		pr_warn("start of %s: the client closed the connection before the answer; "
 			"instance %s stopped",
 			fn, in.id);
@@ -785,8 +822,15 @@ static int get_instances(struct req *q, const char *one)
 
 		return reply_error(q, e.status, e.code, "cannot list instances: %s", why(ret));
 	}
-	if (!one)
+	if (!one) {
+		/* ?all=1: with the instances that ended and are still kept, as
+		 * `docker ps -a` lists exited containers. */
+		const char *all = req_query(q, "all");
+
+		if (all && strcmp(all, "0") && strcmp(all, "false"))
+			instance_ended_list(&q->srv->cfg, list);
 		return reply_json(q, 200, json_pack("{s:o}", "instances", list));
+	}
 	json_array_foreach(list, i, rec)
 	{
 		const char *id = record_id(rec);
@@ -797,6 +841,8 @@ static int get_instances(struct req *q, const char *one)
 		}
 	}
 	json_decref(list);
+	if (!found && id_valid(one))
+		instance_ended_get(&q->srv->cfg, one, &found);
 	if (!found)
 		return reply_error(q, 404, "not_found", "no instance %s", one);
 	return reply_json(q, 200, found);
@@ -827,12 +873,27 @@ static int find_record(struct server *s, const char *id, json_t **out)
 	return *out ? 0 : -ENOENT;
 }
 
+/* 404 for a DELETE of instance id, saying how it ended if it has. */
+static int no_instance(struct req *q, const char *id)
+{
+	json_t *ended = NULL;
+	int ret;
+
+	if (instance_ended_get(&q->srv->cfg, id, &ended))
+		return reply_error(q, 404, "not_found", "no instance %s", id);
+	ret = reply_error(q, 404, "not_found", "no instance %s: it has ended (%s)", id,
+			  json_string_value(json_object_get(ended, "reason")) ?: "?");
+	json_decref(ended);
+	return ret;
+}
+
 static int delete_instance(struct req *q)
 {
 	const char *id = q->route.id;
 	const char *state;
 	json_t *rec = NULL;
 	double recorded_grace, grace_s;
+	struct instance_end end = { 0 };
 	char msg[160];
 	bool starting;
 	int ret;
@@ -849,7 +910,7 @@ static int delete_instance(struct req *q)
 	recorded_grace = json_number_value(json_object_get(rec, "stop_grace_s"));
 	json_decref(rec);
 	if (ret == -ENOENT)
-		return reply_error(q, 404, "not_found", "no instance %s", id);
+		return no_instance(q, id);
 	if (ret) {
 		struct api_err e = api_err_from_errno(ret);
 
@@ -862,12 +923,15 @@ static int delete_instance(struct req *q)
 	grace_s = recorded_grace;
 	if (query_seconds(q, "grace_s", &grace_s, msg, sizeof(msg)))
 		return reply_error(q, 400, "bad_request", "%s", msg);
-	ret = lifetimes_stop_instance(q->srv, id, (int)(grace_s * 1000));
+	snprintf(end.why, sizeof(end.why), "DELETE");
+	ret = lifetimes_stop_instance(q->srv, id, (int)(grace_s * 1000), &end);
+	if (ret == 0)
+		metrics_instance_stopped(q->srv->metrics, "delete");
 	if (ret == -EALREADY)
 		return reply_error(q, 409, "conflict",
 				   "instance %s is being stopped by another request", id);
 	if (ret == -ENOENT)
-		return reply_error(q, 404, "not_found", "no instance %s", id);
+		return no_instance(q, id);
 	if (ret) {
 		struct api_err e = api_err_from_errno(ret);
 

@@ -60,6 +60,7 @@ void server_opts_default(struct server_opts *o)
 	o->max_conns = SERVER_DEFAULT_MAX_CONNS;
 	o->max_conns_per_ip = SERVER_DEFAULT_MAX_CONNS_PER_IP;
 	o->request_timeout = SERVER_DEFAULT_REQUEST_TIMEOUT;
+	o->keep_ended_s = SERVER_DEFAULT_KEEP_ENDED_S;
 }
 
 /* ---- connections and their deadlines ---- */

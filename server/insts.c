@@ -12,6 +12,8 @@
 struct entry {
 	struct inst_ref ref;
 	pid_t pid;
+	unsigned long long pid_start;
+	bool adopted;
 	struct inst_limits limits;
 };
 
@@ -52,7 +54,8 @@ void insts_free(struct insts *t)
 	free(t);
 }
 
-int insts_add(struct insts *t, const char *id, const char *function, pid_t pid)
+int insts_add(struct insts *t, const char *id, const char *function, pid_t pid,
+	      unsigned long long pid_start, bool adopted)
 {
 	int ret = 0;
 
@@ -73,6 +76,8 @@ int insts_add(struct insts *t, const char *id, const char *function, pid_t pid)
 	snprintf(e->ref.id, sizeof(e->ref.id), "%s", id);
 	snprintf(e->ref.function, sizeof(e->ref.function), "%s", function);
 	e->pid = pid;
+	e->pid_start = pid_start;
+	e->adopted = adopted;
 out:
 	pthread_mutex_unlock(&t->lock);
 	return ret;
@@ -275,6 +280,8 @@ int insts_list(struct insts *t, struct inst_view **out, size_t *n)
 	if (v) {
 		for (size_t i = 0; i < t->n; i++)
 			v[i] = (struct inst_view){ .ref = t->e[i].ref, .pid = t->e[i].pid,
+						   .pid_start = t->e[i].pid_start,
+						   .adopted = t->e[i].adopted,
 						   .limits = t->e[i].limits };
 		*n = t->n;
 	}

@@ -11,6 +11,7 @@
 #define THAW_SERVER_INSTS_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -33,13 +34,18 @@ struct inst_limits {
 struct inst_view {
 	struct inst_ref ref;
 	pid_t pid;
+	unsigned long long pid_start; /* its start time (/proc stat field 22); 0: unknown */
+	bool adopted;                 /* started by an earlier thawd */
 	struct inst_limits limits;
 };
 
 struct insts *insts_new(void);
 void insts_free(struct insts *t); /* NULL is fine */
 
-int insts_add(struct insts *t, const char *id, const char *function, pid_t pid);
+/* Instance id of function, whose first process is pid (started at
+ * pid_start, 0 if unknown); adopted: an earlier thawd started it. */
+int insts_add(struct insts *t, const char *id, const char *function, pid_t pid,
+	      unsigned long long pid_start, bool adopted);
 /* Remove id; -ENOENT if it is not there. */
 int insts_remove(struct insts *t, const char *id);
 /* Remove and return (in *out, you own it) the instances of function, or all

@@ -5,7 +5,9 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "restore/instance.h"
+#include "restore/instance_ended.h"
 #include "restore/shim.h"
+#include "server/exits.h"
 #include "server/insts.h"
 #include "server/internal.h"
 #include "server/metrics.h"
@@ -31,18 +33,20 @@ struct stop_job {
 	struct lifetimes *lt;
 	char id[64];
 	char function[64];
-	const char *reason;
+	const char *reason; /* the metric's label */
+	struct instance_end end;
 	int grace_ms;
 };
 
-int lifetimes_stop_instance(struct server *s, const char *id, int grace_ms)
+int lifetimes_stop_instance(struct server *s, const char *id, int grace_ms,
+			    const struct instance_end *end)
 {
 	int ret = insts_claim(s->insts, id);
 
 	if (ret)
 		return ret;
 	log_clear_error();
-	ret = instance_stop_graceful(&s->cfg, id, grace_ms);
+	ret = instance_end(&s->cfg, id, grace_ms, end);
 	if (ret != -EBUSY) /* EBUSY: what is left stays recorded, and tracked */
 		insts_remove(s->insts, id);
 	insts_release(s->insts, id);
@@ -52,10 +56,11 @@ int lifetimes_stop_instance(struct server *s, const char *id, int grace_ms)
 static void *stop_thread(void *arg)
 {
 	struct stop_job *j = arg;
-	int ret = lifetimes_stop_instance(j->srv, j->id, j->grace_ms);
+	int ret = lifetimes_stop_instance(j->srv, j->id, j->grace_ms, &j->end);
 
 	if (ret == 0) {
-		pr_info("instance %s of %s stopped: %s", j->id, j->function, j->reason);
+		pr_info("instance %s of %s %s: %s", j->id, j->function,
+			j->end.exited ? "exited" : "stopped", j->end.why);
 		metrics_instance_stopped(j->srv->metrics, j->reason);
 	} else if (ret != -EALREADY && ret != -ENOENT) {
 		pr_warn("instance %s of %s (%s): stop failed: %s", j->id, j->function, j->reason,
@@ -67,7 +72,7 @@ static void *stop_thread(void *arg)
 }
 
 static void spawn_stop(struct lifetimes *lt, const struct inst_view *v, const char *reason,
-		       int grace_ms)
+		       const struct instance_end *end, int grace_ms)
 {
 	struct stop_job *j = calloc(1, sizeof(*j));
 	pthread_attr_t attr;
@@ -75,7 +80,8 @@ static void spawn_stop(struct lifetimes *lt, const struct inst_view *v, const ch
 
 	if (!j)
 		return;
-	*j = (struct stop_job){ .srv = lt->srv, .lt = lt, .reason = reason, .grace_ms = grace_ms };
+	*j = (struct stop_job){ .srv = lt->srv, .lt = lt, .reason = reason, .end = *end,
+				.grace_ms = grace_ms };
 	snprintf(j->id, sizeof(j->id), "%s", v->ref.id);
 	snprintf(j->function, sizeof(j->function), "%s", v->ref.function);
 	atomic_fetch_add(&lt->stops_running, 1);
@@ -88,22 +94,36 @@ static void spawn_stop(struct lifetimes *lt, const struct inst_view *v, const ch
 	pthread_attr_destroy(&attr);
 }
 
-/* Why instance v is due to stop now, or NULL. */
-static const char *due(const struct server *s, const struct inst_view *v, uint64_t now)
+/* Why instance v is due to stop now (the metric's label, with how it ended
+ * in *end), or NULL. */
+static const char *due(const struct server *s, const struct inst_view *v, uint64_t now,
+		       struct instance_end *end)
 {
 	const struct inst_limits *l = &v->limits;
 	uint64_t last = 0;
 	unsigned open_conns = 0;
 
-	if (v->pid > 0 && !proc_alive(v->pid, 0))
+	memset(end, 0, sizeof(*end));
+	if (v->pid > 0 && !proc_alive(v->pid, v->pid_start)) {
+		end->exited = true;
+		end->have_status = exits_lookup(v->pid, v->pid_start, &end->wait_status);
+		if (!end->have_status)
+			snprintf(end->why, sizeof(end->why), "status unknown: %s",
+				 v->adopted ? "its process was started by an earlier thawd" :
+					      "its process was not reaped by thawd's keeper");
 		return "exited";
+	}
 	if (!l->started_ms)
 		return NULL;
-	if (l->lifetime_s > 0 && now >= l->started_ms + (uint64_t)(l->lifetime_s * 1000))
+	if (l->lifetime_s > 0 && now >= l->started_ms + (uint64_t)(l->lifetime_s * 1000)) {
+		snprintf(end->why, sizeof(end->why), "lifetime %g s", l->lifetime_s);
 		return "lifetime";
+	}
 	if (l->idle_s > 0 && instance_activity(&s->cfg, v->ref.id, &last, &open_conns) == 0 &&
-	    !open_conns && now >= last + (uint64_t)(l->idle_s * 1000))
+	    !open_conns && now >= last + (uint64_t)(l->idle_s * 1000)) {
+		snprintf(end->why, sizeof(end->why), "idle %g s", l->idle_s);
 		return "idle";
+	}
 	return NULL;
 }
 
@@ -112,22 +132,32 @@ static void *watch(void *arg)
 	struct lifetimes *lt = arg;
 	struct server *s = lt->srv;
 
+	uint64_t expired_ms = 0;
+
 	while (!atomic_load(&lt->stop) && !atomic_load(&s->stopping)) {
 		struct inst_view *v = NULL;
+		struct instance_end end;
 		uint64_t now = realtime_ms();
 		size_t n = 0;
 
 		if (insts_list(s->insts, &v, &n) == 0) {
 			for (size_t i = 0; i < n; i++) {
-				const char *why = due(s, &v[i], now);
+				const char *why = due(s, &v[i], now, &end);
 
 				if (why)
-					spawn_stop(lt, &v[i], why,
-						   strcmp(why, "exited") ?
-							   (int)(v[i].limits.grace_s * 1000) : 0);
+					spawn_stop(lt, &v[i], why, &end,
+						   end.exited ? 0 : (int)(v[i].limits.grace_s * 1000));
 			}
 		}
 		free(v);
+		exits_drain();
+		if (now >= expired_ms + LIFETIMES_EXPIRE_MS) {
+			unsigned gone = instance_ended_expire(&s->cfg, s->opts.keep_ended_s * 1000);
+
+			if (gone)
+				pr_debug("%u ended instance record(s) expired", gone);
+			expired_ms = now;
+		}
 		usleep(LIFETIMES_TICK_MS * 1000);
 	}
 	return NULL;

@@ -3,12 +3,14 @@
  *
  * A thread looks at this thawd's instances (server/insts.h) every
  * LIFETIMES_TICK_MS: one whose first process has died is cleaned up at once
- * ("exited"); one with "idle_s" whose endpoint has moved no bytes and has had
+ * ("exited", with its wait status from thawd's keeper, server/exits.h); one with "idle_s" whose endpoint has moved no bytes and has had
  * no connection open for that long (restore/shim.h, the activity file) is
  * stopped ("idle"); one older than "max_lifetime_s" likewise ("lifetime").
  * Those stops are graceful (instance_stop_graceful, the instance's
  * stop_grace_s) and run on threads of their own, so that one function's
- * grace holds up no other.  /metrics counts them by reason.
+ * grace holds up no other.  /metrics counts them by reason.  What ended is
+ * kept for --keep-ended seconds (restore/instance_ended.h), then removed by
+ * the same thread.
  */
 #ifndef THAW_SERVER_LIFETIMES_H
 #define THAW_SERVER_LIFETIMES_H
@@ -18,6 +20,8 @@
 struct server;
 
 #define LIFETIMES_TICK_MS 250
+/* How often the records of ended instances past their time are removed. */
+#define LIFETIMES_EXPIRE_MS 5000
 
 /* Start the thread; 0 or -errno (logged). */
 int lifetimes_start(struct server *s);
@@ -25,7 +29,11 @@ int lifetimes_start(struct server *s);
 void lifetimes_finish(struct server *s);
 /* Stop instance id once (concurrent stops of one instance: -EALREADY),
  * giving its first process grace_ms after SIGTERM; drops it from the table
- * unless something of it stays recorded (-EBUSY). */
-int lifetimes_stop_instance(struct server *s, const char *id, int grace_ms);
+ * unless something of it stays recorded (-EBUSY).  end: how it ended, kept
+ * with its record and output for --keep-ended (restore/instance_ended.h);
+ * NULL keeps nothing. */
+struct instance_end;
+int lifetimes_stop_instance(struct server *s, const char *id, int grace_ms,
+			    const struct instance_end *end);
 
 #endif

@@ -15,7 +15,15 @@
  * without end through ids; counts past it are dropped (and said once). */
 #define MAX_SERIES 4096
 
-enum family { FAM_STARTS, FAM_START_FAILURES, FAM_SNAPSHOTS, FAM_STANDBY, FAM_STOPPED, FAM_COUNT };
+enum family {
+	FAM_STARTS,
+	FAM_START_FAILURES,
+	FAM_REFUSED,
+	FAM_SNAPSHOTS,
+	FAM_STANDBY,
+	FAM_STOPPED,
+	FAM_COUNT
+};
 
 static const struct {
 	const char *name, *help;
@@ -23,13 +31,17 @@ static const struct {
 	[FAM_STARTS] = { "thaw_starts_total", "Start requests for a registered function." },
 	[FAM_START_FAILURES] = { "thaw_start_failures_total",
 				 "Start requests that failed, by error code." },
+	[FAM_REFUSED] = { "thaw_starts_refused_total",
+			  "Starts refused before anything was restored (429 or 503), by reason: "
+			  "too_many_instances, no_memory, no_gpu_memory, no_capacity, "
+			  "shutting_down, unavailable." },
 	[FAM_SNAPSHOTS] = { "thaw_snapshots_total", "Snapshots finished, by result." },
 	[FAM_STANDBY] = { "thaw_standby_starts_total",
 			  "Starts of functions that keep standbys: hit (a standby taken) or "
 			  "miss (none left: a full restore)." },
 	[FAM_STOPPED] = { "thaw_instances_stopped_total",
-			  "Instances thawd stopped by itself, by reason: exited (its process "
-			  "died), idle, lifetime." },
+			  "Instances that ended, by reason: exited (its process died), idle, "
+			  "lifetime, delete (DELETE /instances/<id>), function_deleted." },
 };
 
 static const char *const phase_names[PHASE_COUNT] = {
@@ -187,6 +199,11 @@ int metrics_standby(struct metrics *m, const char *function, bool hit)
 int metrics_instance_stopped(struct metrics *m, const char *reason)
 {
 	return count(m, FAM_STOPPED, "reason", reason, NULL, NULL);
+}
+
+int metrics_start_refused(struct metrics *m, const char *reason)
+{
+	return count(m, FAM_REFUSED, "reason", reason, NULL, NULL);
 }
 
 int metrics_snapshot(struct metrics *m, const char *result)

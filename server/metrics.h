@@ -3,6 +3,8 @@
  *
  *	thaw_starts_total{function}                 start requests for a known function
  *	thaw_start_failures_total{function,code}    of which failed, by error code
+ *	thaw_starts_refused_total{reason}            of which refused before any restore
+ *	                                             (429, 503), by error code
  *	thaw_restore_phase_seconds{phase}            histogram, 1 ms … 60 s buckets;
  *	                                             phase = materialize, criu_restore,
  *	                                             gpu_restore, ready, total
@@ -10,8 +12,8 @@
  *	thaw_standby_starts_total{function,result}   starts of functions with standbys:
  *	                                             hit, miss
  *	thaw_standby_instances{function}             standbys waiting (a gauge)
- *	thaw_instances_stopped_total{reason}         stopped by thawd itself: exited,
- *	                                             idle, lifetime
+ *	thaw_instances_stopped_total{reason}         ended: exited, idle, lifetime,
+ *	                                             delete, function_deleted
  *	thaw_ram_tier_bytes, thaw_ram_tier_budget_bytes, thaw_store_bytes{kind},
  *	thaw_instances_running                       gauges the caller supplies
  *
@@ -59,7 +61,10 @@ int metrics_start_failed(struct metrics *m, const char *function, const char *co
 void metrics_restore_phases(struct metrics *m, const double ms[PHASE_COUNT]);
 /* A start of a function that keeps standbys took one (hit) or found none. */
 int metrics_standby(struct metrics *m, const char *function, bool hit);
-/* thawd stopped an instance by itself: "exited", "idle", "lifetime". */
+/* A start refused before anything was restored, by its error code. */
+int metrics_start_refused(struct metrics *m, const char *reason);
+/* An instance ended: "exited", "idle", "lifetime" (thawd stopped it by
+ * itself), "delete", "function_deleted". */
 int metrics_instance_stopped(struct metrics *m, const char *reason);
 /* A snapshot finished; result "ok" or "failed". */
 int metrics_snapshot(struct metrics *m, const char *result);

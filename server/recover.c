@@ -39,7 +39,9 @@
 #include "common/runner.h"
 #include "common/util.h"
 #include "restore/instance.h"
+#include "restore/instance_ended.h"
 #include "restore/shim.h"
+#include "server/exits.h"
 #include "server/insts.h"
 #include "server/internal.h"
 #include "server/registry.h"
@@ -76,9 +78,20 @@ static pid_t lock_holder(int fd)
 	return (pid_t)pid;
 }
 
+/* The thawd named in the lock is gone (or a zombie) while the lock is still
+ * held: its server, killed with it (server/exits.h), is on its way out, and
+ * its lock with it. */
+static bool holder_dying(pid_t holder)
+{
+	return !proc_alive(holder, 0);
+}
+
+#define LOCK_DYING_WAIT_MS 5000
+
 int recover_lock_data_dir(struct server *s)
 {
 	char path[PATH_MAX + 16], buf[32];
+	unsigned waited_ms = 0;
 	int fd, n, ret;
 	pid_t holder;
 
@@ -97,6 +110,11 @@ int recover_lock_data_dir(struct server *s)
 		ret = -errno;
 		if (ret == -EWOULDBLOCK) {
 			holder = lock_holder(fd);
+			if (holder && holder_dying(holder) && waited_ms < LOCK_DYING_WAIT_MS) {
+				usleep(50 * 1000);
+				waited_ms += 50;
+				continue;
+			}
 			if (holder)
 				pr_err("another thawd (pid %d) serves the data directory %s (it holds "
 				       "%s): not starting a second one on it",
@@ -112,8 +130,9 @@ int recover_lock_data_dir(struct server *s)
 		close(fd);
 		return ret;
 	}
-	/* Ours: the pid, for the message of a thawd that finds it taken. */
-	n = snprintf(buf, sizeof(buf), "%d\n", (int)getpid());
+	/* Ours: the pid to signal (the keeper's, which passes signals on), for
+	 * the message of a thawd that finds it taken. */
+	n = snprintf(buf, sizeof(buf), "%d\n", (int)(exits_keeper_pid() ?: getpid()));
 	if (ftruncate(fd, 0) < 0 || pwrite(fd, buf, (size_t)n, 0) != n)
 		pr_warn("cannot write the pid into %s: %s", path, strerror(errno));
 	s->lock_fd = fd;
@@ -203,8 +222,26 @@ static bool instance_serving(const json_t *rec)
  * answering, and this thawd lists it, stops it on DELETE and when it
  * stops.  Any other (exited, failed, a start cut short) is stopped and
  * cleaned up. */
+/* The idle, lifetime and grace limits an adopted instance was started with
+ * (instance_set_limits recorded them), so that it is stopped as it would
+ * have been by the thawd that started it. */
+static void adopt_limits(struct server *s, const char *id, const json_t *rec)
+{
+	struct inst_limits l = {
+		.idle_s = json_number_value(json_object_get(rec, "idle_s")),
+		.lifetime_s = json_number_value(json_object_get(rec, "max_lifetime_s")),
+		.grace_s = json_number_value(json_object_get(rec, "stop_grace_s")),
+		.started_ms = (uint64_t)json_integer_value(json_object_get(rec, "started_ms")),
+	};
+
+	if (l.started_ms)
+		insts_set_limits(s->insts, id, &l);
+}
+
 static void adopt_recorded_instances(struct server *s)
 {
+	struct instance_end ended = { .exited = true,
+				      .why = "status unknown: it ended while no thawd ran" };
 	json_t *list = NULL, *rec;
 	size_t i, adopted = 0;
 	int ret;
@@ -227,14 +264,17 @@ static void adopt_recorded_instances(struct server *s)
 			continue;
 		if (instance_serving(rec) &&
 		    insts_add(s->insts, id, fn ? fn : "?",
-			      (pid_t)json_integer_value(json_object_get(rec, "pid"))) == 0) {
+			      (pid_t)json_integer_value(json_object_get(rec, "pid")),
+			      (unsigned long long)json_integer_value(json_object_get(rec, "pid_start")),
+			      true) == 0) {
 			pr_info("instance %s of %s from an earlier run still serves at %s: adopted",
 				id, fn ? fn : "?",
 				json_string_value(json_object_get(rec, "endpoint")) ?: "?");
+			adopt_limits(s, id, rec);
 			adopted++;
 			continue;
 		}
-		ret = instance_stop(&s->cfg, id);
+		ret = instance_end(&s->cfg, id, 0, st && !strcmp(st, "exited") ? &ended : NULL);
 		if (ret && ret != -ENOENT)
 			pr_err("instance %s of %s from an earlier run (%s) could not be "
 			       "stopped: %s",
@@ -302,7 +342,7 @@ static void clean_instance_leftovers(struct server *s)
 	while ((de = readdir(d))) {
 		pid_t pid = record_temp_pid(de->d_name);
 
-		if (!pid || (pid != getpid() && kill(pid, 0) == 0) ||
+		if (!pid || (pid != getpid() && proc_alive(pid, 0)) ||
 		    snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) >= (int)sizeof(path))
 			continue;
 		if (unlink(path) == 0)

@@ -28,6 +28,7 @@
 #define SERVER_DEFAULT_MAX_CONNS     512u
 #define SERVER_DEFAULT_MAX_CONNS_PER_IP 64u
 #define SERVER_DEFAULT_REQUEST_TIMEOUT  30u /* seconds */
+#define SERVER_DEFAULT_KEEP_ENDED_S  600u /* seconds */
 
 struct server_opts {
 	const char *listen;     /* "HOST:PORT" ("[::1]:PORT" for IPv6); port 0: any free one */
@@ -42,8 +43,12 @@ struct server_opts {
 	unsigned max_snapshots; /* concurrent snapshots; likewise */
 	unsigned max_standby;   /* standby instances of all functions together */
 	double idle_s;          /* default "idle_s" of functions that set none; 0: off */
+	unsigned keep_ended_s;  /* an ended instance's record and output stay this long */
 	uint64_t mem_reserve;   /* a start that could leave less available memory answers
 				 * 503; 0: no admission check */
+	uint64_t gpu_mem_reserve; /* a GPU function's start that would leave a GPU less
+				   * free memory answers 503 (0: only one that does not
+				   * fit at all) */
 	unsigned max_conns;     /* concurrent connections */
 	unsigned max_conns_per_ip; /* concurrent connections from one address; 0: no limit */
 	unsigned request_timeout;  /* seconds a connection has to send a whole request (head

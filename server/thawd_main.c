@@ -3,6 +3,7 @@
 #define LOG_PREFIX "thawd: "
 #include "common/config.h"
 #include "common/log.h"
+#include "server/exits.h"
 #include "server/server.h"
 
 #include <errno.h>
@@ -90,6 +91,17 @@ static void usage(FILE *f)
 		"  --idle-s S             stop an instance after S seconds with no request\n"
 		"                         through its endpoint, unless its function's spec\n"
 		"                         says otherwise (\"idle_s\"; THAW_IDLE_S; default 0: never)\n"
+		"  --gpu-mem-reserve BYTES\n"
+		"                         a GPU function's start that would leave its GPU less\n"
+		"                         free memory than this (NVML's figure, less the\n"
+		"                         snapshot's recorded GPU usage) answers 503\n"
+		"                         no_gpu_memory before restoring anything\n"
+		"                         (THAW_GPU_MEM_RESERVE; default 0: only a start whose\n"
+		"                         GPU state does not fit at all)\n"
+		"  --keep-ended S         an instance that ended (stopped, idle, exited) stays\n"
+		"                         listed (GET /instances/<id>, ?all=1) with how it ended,\n"
+		"                         and its output readable, for S seconds\n"
+		"                         (THAW_KEEP_ENDED_S; default %u; 0: removed at once)\n"
 		"  --mem-reserve BYTES    a start that could leave the host less available memory\n"
 		"                         (MemAvailable, less its snapshot's image size) answers\n"
 		"                         503 before restoring anything (THAW_MEM_RESERVE;\n"
@@ -131,6 +143,11 @@ static void usage(FILE *f)
 		"in it) while it runs; a second thawd on the same directory exits 1 before\n"
 		"touching anything in it.\n"
 		"\n"
+		"Two processes: the one started keeps the server (a child it forks) and\n"
+		"reaps what the server leaves behind, so that an instance's exit status is\n"
+		"known; it passes SIGTERM, SIGINT, SIGHUP and SIGQUIT on and exits as the\n"
+		"server does; killing it kills the server too.\n"
+		"\n"
 		"Stopping: on SIGTERM or SIGINT thawd stops accepting connections, answers\n"
 		"503 to new work on open ones, waits for the starts and snapshots that are\n"
 		"running to finish, then stops every instance it started and exits 0.  A\n"
@@ -140,7 +157,7 @@ static void usage(FILE *f)
 		"restarted during the snapshot\"), removes what they left (container,\n"
 		"namespace, work directory) and garbage-collects the store.\n",
 		SERVER_DEFAULT_LISTEN, SERVER_DEFAULT_MAX_STARTS, SERVER_DEFAULT_MAX_SNAPSHOTS,
-		SERVER_DEFAULT_MAX_STANDBY, SERVER_DEFAULT_MAX_BODY, SERVER_DEFAULT_MAX_CONNS, SERVER_DEFAULT_MAX_CONNS_PER_IP,
+		SERVER_DEFAULT_KEEP_ENDED_S, SERVER_DEFAULT_MAX_STANDBY, SERVER_DEFAULT_MAX_BODY, SERVER_DEFAULT_MAX_CONNS, SERVER_DEFAULT_MAX_CONNS_PER_IP,
 		SERVER_DEFAULT_REQUEST_TIMEOUT);
 }
 
@@ -208,6 +225,8 @@ enum {
 	OPT_MAX_STANDBY,
 	OPT_IDLE_S,
 	OPT_MEM_RESERVE,
+	OPT_KEEP_ENDED,
+	OPT_GPU_MEM_RESERVE,
 	OPT_MAX_SNAPSHOTS,
 	OPT_MAX_BODY,
 	OPT_LOG_BYTES,
@@ -261,6 +280,8 @@ int main(int argc, char **argv)
 		{ "max-standby", required_argument, NULL, OPT_MAX_STANDBY },
 		{ "idle-s", required_argument, NULL, OPT_IDLE_S },
 		{ "mem-reserve", required_argument, NULL, OPT_MEM_RESERVE },
+		{ "keep-ended", required_argument, NULL, OPT_KEEP_ENDED },
+		{ "gpu-mem-reserve", required_argument, NULL, OPT_GPU_MEM_RESERVE },
 		{ "max-snapshots", required_argument, NULL, OPT_MAX_SNAPSHOTS },
 		{ "max-body", required_argument, NULL, OPT_MAX_BODY },
 		{ "log-bytes", required_argument, NULL, OPT_LOG_BYTES },
@@ -281,6 +302,7 @@ int main(int argc, char **argv)
 	const char *max_conns = NULL, *listen_addr = NULL, *max_per_ip = NULL;
 	const char *log_bytes = NULL;
 	const char *req_timeout = NULL, *max_standby = NULL, *idle_s = NULL, *mem_reserve = NULL;
+	const char *keep_ended = NULL, *gpu_mem_reserve = NULL;
 	struct server_opts o;
 	struct thaw_config c;
 	struct server *s = NULL;
@@ -316,6 +338,8 @@ int main(int argc, char **argv)
 		case OPT_MAX_STANDBY: max_standby = optarg; break;
 		case OPT_IDLE_S: idle_s = optarg; break;
 		case OPT_MEM_RESERVE: mem_reserve = optarg; break;
+		case OPT_KEEP_ENDED: keep_ended = optarg; break;
+		case OPT_GPU_MEM_RESERVE: gpu_mem_reserve = optarg; break;
 		case OPT_MAX_SNAPSHOTS: max_snaps = optarg; break;
 		case OPT_MAX_BODY: max_body = optarg; break;
 		case OPT_LOG_BYTES: log_bytes = optarg; break;
@@ -372,6 +396,10 @@ int main(int argc, char **argv)
 		idle_s = env("THAW_IDLE_S");
 	if (!mem_reserve)
 		mem_reserve = env("THAW_MEM_RESERVE");
+	if (!keep_ended)
+		keep_ended = env("THAW_KEEP_ENDED_S");
+	if (!gpu_mem_reserve)
+		gpu_mem_reserve = env("THAW_GPU_MEM_RESERVE");
 	if (!max_body)
 		max_body = env("THAW_MAX_BODY");
 	if (!max_conns)
@@ -418,6 +446,16 @@ int main(int argc, char **argv)
 			return 2;
 		o.idle_s = (double)n;
 	}
+	if (gpu_mem_reserve) {
+		if (parse_num("--gpu-mem-reserve", gpu_mem_reserve, true, 1ull << 50, &n))
+			return 2;
+		o.gpu_mem_reserve = n;
+	}
+	if (keep_ended) {
+		if (parse_num("--keep-ended", keep_ended, false, 30 * 86400, &n))
+			return 2;
+		o.keep_ended_s = (unsigned)n;
+	}
 	if (max_standby) {
 		if (parse_num("--max-standby", max_standby, false, 4096, &n))
 			return 2;
@@ -455,6 +493,10 @@ int main(int argc, char **argv)
 			return 2;
 		o.request_timeout = (unsigned)n;
 	}
+
+	/* Before any thread exists: from here on this is the server, and the
+	 * process started waits for it and reaps what it leaves (exits.h). */
+	exits_start_keeper();
 
 	/* Signals are taken by sigwait() below: blocked here, before any
 	 * thread exists, so that every thread inherits the mask. */

@@ -93,16 +93,7 @@ round_fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); round_fails=$((round_fails + 1)); }
 ok() { echo "ok: $*"; }
 
-own_procs() { # processes rooted in $T or naming it: "pid cmdline"
-	local p r cmd
-	for p in /proc/[0-9]*; do
-		[ "${p#/proc/}" = "$$" ] && continue
-		r=$(readlink "$p/root" 2>/dev/null) || continue
-		cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null)
-		case "$r" in "$T"/*) echo "${p#/proc/} $cmd"; continue ;; esac
-		case "$cmd" in *"$T"*) echo "${p#/proc/} $cmd" ;; esac
-	done
-}
+. "$R/test/lib/own_procs.sh"
 own_mounts() { awk -v t="$T" -v s="$SHM" 'index($5, t) == 1 || index($5, s) == 1 { print $5 }' /proc/self/mountinfo; }
 own_containers() { [ -d "$DATA/runc" ] && runc --root "$DATA/runc" list -q 2>/dev/null; }
 

@@ -13,9 +13,15 @@
 #      "stop_grace_s" (2 s); ?grace_s=0 kills at once; one without a handler
 #      (its namespace's init never sees SIGTERM) is killed at once;
 #   5. an instance whose process is killed from outside (kill -9) is cleaned
-#      up within 2 s, and /metrics counts it (reason "exited");
+#      up within 2 s, and /metrics counts it (reason "exited"); its record
+#      stays, saying "exited 137: killed by SIGKILL", and logs?tail=5 gives
+#      the last lines it printed;
 #   6. with --mem-reserve above what the host has, a start answers 503
-#      no_memory with Retry-After before anything is restored.
+#      no_memory with Retry-After before anything is restored; /metrics
+#      counts refusals by reason; with --keep-ended 2 the records of ended
+#      instances go.
+# Ended instances (1, 5): GET /instances/<iid> says how they ended; GET
+# /instances lists them only with ?all=1.
 set -u
 B=${THAW_BUILD:-$PWD/build}
 ROOT=${THAW_ROOT:-$PWD}
@@ -86,6 +92,16 @@ if ms=$(wait_gone "$IID" 8); then
 else
 	fail "not stopped within 8 s of the last call"
 fi
+st=$(api GET "/instances/$IID")
+[ "$st" = 200 ] && [ "$(jget "$T/body" "j['state']")" = stopped ] &&
+	[ "$(jget "$T/body" "j['reason']")" = "stopped: idle 3 s" ] &&
+	ok "its record stays: $(jget "$T/body" "j['reason']")" ||
+	fail "GET /instances/$IID after the idle stop: $st $(head -c 400 "$T/body")"
+api GET /instances >/dev/null
+grep -q "$IID" "$T/body" && fail "GET /instances lists the stopped instance"
+api GET "/instances?all=1" >/dev/null
+grep -q "$IID" "$T/body" && ok "GET /instances?all=1 lists it, GET /instances does not" ||
+	fail "GET /instances?all=1 does not list $IID"
 
 # ---- 2. max_lifetime_s on the start ----
 fn life exit '' || exit 1
@@ -144,6 +160,7 @@ t0=$(now_ms); st=$(api DELETE "/instances/$IID"); d=$(($(now_ms) - t0))
 
 # ---- 5. killed from outside ----
 start leaves || exit 1
+for i in 1 2 3 4 5 6 7; do curl -s --max-time 5 "http://$EP/call-$i" >/dev/null; done
 kill -9 "$PID"
 if ms=$(wait_gone "$IID" 4); then
 	[ "$ms" -le 2000 ] && ok "killed from outside: cleaned up in ${ms} ms" ||
@@ -151,16 +168,33 @@ if ms=$(wait_gone "$IID" 4); then
 else
 	fail "killed from outside: not cleaned up within 4 s"
 fi
+api GET "/instances/$IID" >/dev/null
+reason=$(jget "$T/body" "j['reason']")
+[ "$(jget "$T/body" "j['state']")" = exited ] && [ "$reason" = "exited 137: killed by SIGKILL" ] &&
+	[ "$(jget "$T/body" "j['exit_code']")" = 137 ] && ok "its record says: $reason" ||
+	fail "record of the killed instance: $(head -c 400 "$T/body")"
+st=$(api GET "/instances/$IID/logs?tail=5")
+want=$(printf 'served /call-%s\n' 3 4 5 6 7)
+[ "$st" = 200 ] && [ "$(cat "$T/body")" = "$want" ] && ok "its logs?tail=5: the last 5 lines it printed" ||
+	fail "logs of the killed instance: $st $(head -c 300 "$T/body")"
+st=$(api DELETE "/instances/$IID")
+[ "$st" = 404 ] && grep -q 'it has ended (exited 137' "$T/body" && ok "DELETE of it: 404 saying how it ended" ||
+	fail "DELETE of the ended instance: $st $(cat "$T/body")"
 api GET /metrics >/dev/null
 for r in idle lifetime exited; do
 	grep -q "^thaw_instances_stopped_total{reason=\"$r\"} 1$" "$T/body" && ok "/metrics: stopped $r 1" ||
 		fail "/metrics: $(grep stopped_total "$T/body")"
 done
+grep -q '^thaw_starts_refused_total{reason="too_many_instances"} 1$' "$T/body" &&
+	ok "/metrics: refused too_many_instances 1" || fail "/metrics: $(grep refused_total "$T/body")"
 
 # ---- 6. admission by memory ----
 kill -TERM "$THAWD_PID"
 wait "$THAWD_PID" 2>/dev/null
-start_thawd --mem-reserve 1000T
+start_thawd --mem-reserve 1000T --keep-ended 2
+for i in $(seq 60); do [ -z "$(ls "$DATA/ended" 2>/dev/null)" ] && break; sleep 0.1; done
+[ -z "$(ls "$DATA/ended" 2>/dev/null)" ] && ok "--keep-ended 2: the records of ended instances are gone" ||
+	fail "--keep-ended 2: left $(ls "$DATA/ended")"
 n0=$(ls "$DATA/instances" 2>/dev/null | grep -c '\.json$')
 st=$(api POST /functions/leaves/start)
 n1=$(ls "$DATA/instances" 2>/dev/null | grep -c '\.json$')
@@ -171,6 +205,9 @@ if [ "$st" = 503 ] && [ "$(jget "$T/body" "j['error']['code']")" = no_memory ] &
 else
 	fail "--mem-reserve 1000T: $st $(cat "$T/body") (records $n0 -> $n1)"
 fi
+api GET /metrics >/dev/null
+grep -q '^thaw_starts_refused_total{reason="no_memory"} 1$' "$T/body" &&
+	ok "/metrics: refused no_memory 1" || fail "/metrics: $(grep refused_total "$T/body")"
 
 for f in idle life capped leaves stubborn nohandler; do api DELETE "/functions/$f" >/dev/null; done
 c=$(own_containers)

@@ -43,16 +43,7 @@ fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 ok() { echo "ok: $*"; }
 
-own_procs() {
-	local p r cmd
-	for p in /proc/[0-9]*; do
-		[ "${p#/proc/}" = "$$" ] && continue
-		r=$(readlink "$p/root" 2>/dev/null) || continue
-		cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null)
-		case "$r" in "$T"/*) echo "${p#/proc/} $cmd"; continue ;; esac
-		case "$cmd" in *"$T"*) echo "${p#/proc/} $cmd" ;; esac
-	done
-}
+. "$ROOT/test/lib/own_procs.sh"
 own_mounts() { awk -v t="$T" 'index($5, t) == 1 { print $5 }' /proc/self/mountinfo; }
 own_containers() { [ -d "$DATA/runc" ] && runc --root "$DATA/runc" list -q 2>/dev/null; }
 
@@ -233,10 +224,18 @@ st=$(curl -s -o /dev/null -w '%{http_code}' "$URL/instances/$IID/logs")
 [ $? = 1 ] || fail "thaw logs of an unknown instance: not exit 1"
 "$THAW" --data-dir "$DATA" logs ../x >/dev/null 2>&1
 [ $? = 2 ] || fail "thaw logs ../x: not exit 2"
+api GET "/instances/$IID/logs" >/dev/null
+cp "$T/body" "$T/logs.before"
 st=$(api DELETE "/instances/$IID")
 [ "$st" = 204 ] || fail "DELETE $IID: $st"
+# Its output stays readable while its record does (thawd --keep-ended).
 st=$(api GET "/instances/$IID/logs")
-[ "$st" = 404 ] || fail "logs of a stopped instance: $st"
+[ "$st" = 200 ] && [ -s "$T/logs.before" ] &&
+	[ "$(head -c "$(stat -c %s "$T/logs.before")" "$T/body")" = "$(cat "$T/logs.before")" ] &&
+	ok "the logs of the stopped instance are still there" ||
+	fail "logs of a stopped instance: $st $(head -c 300 "$T/body")"
+"$THAW" --data-dir "$DATA" logs "$IID" >"$T/cli.out" 2>&1 && cmp -s "$T/cli.out" "$T/body" ||
+	fail "thaw logs of the stopped instance: $(head -c 300 "$T/cli.out")"
 [ $fails = 0 ] && ok "bad tails 400, unknown 404, traversal 400 invalid_id, scopes, gone once stopped"
 
 # ---- 5. killed from outside: the log stays with the record ----

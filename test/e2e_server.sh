@@ -42,16 +42,7 @@ ok() { echo "ok: $*"; }
 
 # Processes that belong to this test's data: rooted in it (containers) or
 # naming it on their command line (thawd and the shims it forks).
-own_procs() {
-	local p r cmd
-	for p in /proc/[0-9]*; do
-		[ "${p#/proc/}" = "$$" ] && continue
-		r=$(readlink "$p/root" 2>/dev/null) || continue
-		cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null)
-		case "$r" in "$T"/*) echo "${p#/proc/} $cmd"; continue ;; esac
-		case "$cmd" in *"$T"*) echo "${p#/proc/} $cmd" ;; esac
-	done
-}
+. "$R/test/lib/own_procs.sh"
 own_mounts() { awk -v t="$T" 'index($5, t) == 1 { print $5 }' /proc/self/mountinfo; }
 own_containers() { [ -d "$DATA/runc" ] && runc --root "$DATA/runc" list -q 2>/dev/null; }
 
@@ -445,7 +436,9 @@ esac
 after=$(manifests)
 [ "$after" = $((before - 1)) ] || fail "DELETE /functions/cpu: $before manifests before, $after after"
 st=$(api GET "/instances/$cpu_iid")
-[ "$st" = 404 ] || fail "instance $cpu_iid of the deleted function: $st"
+[ "$st" = 200 ] && [ "$(jget "$T/body" "j['state']")" = stopped ] &&
+	grep -q 'its function was deleted' "$T/body" ||
+	fail "instance $cpu_iid of the deleted function: $st $(cat "$T/body")"
 st=$(api GET "/instances/$big_iid")
 [ "$st" = 200 ] || fail "instance $big_iid of big after deleting cpu: $st"
 st=$(api POST /functions/cpu/start)

@@ -70,16 +70,7 @@ fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 ok() { echo "ok: $*"; }
 
-own_procs() {
-	local p r cmd
-	for p in /proc/[0-9]*; do
-		[ "${p#/proc/}" = "$$" ] && continue
-		r=$(readlink "$p/root" 2>/dev/null) || continue
-		cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null)
-		case "$r" in "$T"/*) echo "${p#/proc/} $cmd"; continue ;; esac
-		case "$cmd" in *"$T"*) echo "${p#/proc/} $cmd" ;; esac
-	done
-}
+. "${THAW_ROOT:-$PWD}/test/lib/own_procs.sh"
 own_mounts() { awk -v t="$T" 'index($5, t) == 1 { print $5 }' /proc/self/mountinfo; }
 # Containers of every data directory this test used.
 own_containers() {

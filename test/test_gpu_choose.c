@@ -95,5 +95,25 @@ int main(void)
 	CHECK_EQ(choice[0], 1);
 	CHECK(!moved);
 	json_decref(g);
+
+	/* Admission (gpu_admit_devices): 20 GiB needed, 70 free on the one
+	 * GPU; a reserve of 40 GiB leaves room, 60 GiB does not, and says so. */
+	g = gpus("[{\"uuid\":\"GPU-a\",\"used_bytes\":21474836480}]");
+	CHECK_EQ(gpu_admit_devices(g, one, 1, 0, why, sizeof(why)), 0);
+	CHECK_EQ(gpu_admit_devices(g, one, 1, 40 * GIB, why, sizeof(why)), 0);
+	CHECK_EQ(gpu_admit_devices(g, one, 1, 60 * GIB, why, sizeof(why)), -EAGAIN);
+	CHECK(strstr(why, "--gpu-mem-reserve keeps 60.00 GiB free"));
+	/* On four, the reserve moves it off the GPUs it would leave short. */
+	CHECK_EQ(gpu_admit_devices(g, four, 4, 50 * GIB, why, sizeof(why)), 0);
+	CHECK_EQ(gpu_admit_devices(g, four, 4, 60 * GIB, why, sizeof(why)), -EAGAIN);
+	json_decref(g);
+	/* No usage recorded: the reserve alone decides. */
+	g = gpus("[\"GPU-a\"]");
+	CHECK_EQ(gpu_admit_devices(g, one, 1, 70 * GIB, why, sizeof(why)), 0);
+	CHECK_EQ(gpu_admit_devices(g, one, 1, 71 * GIB, why, sizeof(why)), -EAGAIN);
+	/* No free-memory figures at all (no NVML): not judged here. */
+	one[0].free_bytes = 0;
+	CHECK_EQ(gpu_admit_devices(g, one, 1, 71 * GIB, why, sizeof(why)), 0);
+	json_decref(g);
 	return check_failures ? 1 : 0;
 }

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define MAX_BODY (4u << 20) /* an answer larger than this is a bad response */
 #define NPHASES 9
@@ -35,6 +36,13 @@ struct baseline {
 	char why[512]; /* why it is not available */
 	struct stats lat;
 	struct kinds failures;
+};
+
+/* An instance the idle-stop scenario waits to see stopped (idle.c). */
+struct idle_inst {
+	char iid[128];
+	uint64_t last_use_ms; /* CLOCK_REALTIME ms of its inference answer */
+	bool done;
 };
 
 struct bench {
@@ -61,6 +69,7 @@ struct bench {
 	const char *baseline_cold_spec, *baseline_plain_image;
 	long baseline_runs;
 	const char *runc_root;
+	double idle_stop_s; /* > 0: the idle-stop scenario (idle.c) */
 	/* while running */
 	CURLM *multi;
 	int active;
@@ -70,6 +79,13 @@ struct bench {
 	struct stats latency, answer, phase[NPHASES];
 	struct kinds failures, delete_failures, tiers, modes;
 	struct baseline cold, plain;
+	/* the idle-stop scenario */
+	struct idle_inst *idle;
+	size_t nidle, capidle;
+	uint64_t idle_on_time;
+	long idle_left; /* the function's instances still running at the end; -1 unknown */
+	struct stats idle_lateness; /* ms after last use + idle_s */
+	struct kinds idle_failures;
 };
 
 extern const char *const phase_names[NPHASES];
@@ -85,6 +101,13 @@ int bench_get(const struct bench *b, const char *path, long *status, char **body
 	      double timeout_s);
 /* The measured run: every start of the mode, to completion. */
 int run_thaw(struct bench *b);
+
+/* idle.c */
+/* Watch instance iid, just used, until it is stopped for being idle. */
+int idle_watch(struct bench *b, const char *iid);
+/* Wait for every watched instance to be stopped; judge each. */
+int idle_check(struct bench *b);
+void idle_report(const struct bench *b, FILE *f);
 
 /* baselines.c */
 void run_baselines(struct bench *b);

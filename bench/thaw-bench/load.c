@@ -258,6 +258,8 @@ static void trial_step(struct trial *t, CURLcode res)
 		} else {
 			t->latency_ms = ms_since(t->t_sched);
 			t->ok = true;
+			if (b->idle_stop_s > 0 && idle_watch(b, t->iid) < 0)
+				pr_warn("instance %s: not watched (out of memory)", t->iid);
 		}
 		trial_delete(t);
 		return;
@@ -569,5 +571,7 @@ int run_thaw(struct bench *b)
 out:
 	b->wall_s = ms_since(t0) / 1000;
 	free(offs);
+	if (ret >= 0 && b->idle_stop_s > 0)
+		ret = idle_check(b);
 	return ret;
 }

@@ -83,6 +83,10 @@ static void usage(FILE *f)
 		"                                 wait until a standby instance is ready\n"
 		"timeouts (seconds): --start-timeout 120 --infer-timeout 30 --delete-timeout 60\n"
 		"  --keep        leave instances running (no DELETE)\n"
+		"  --idle-stop S the scale-to-zero scenario: keep the instances (no DELETE), then\n"
+		"                wait for thawd to stop each for being idle; each must end\n"
+		"                \"stopped: idle\" S to S+2 s after its last use and none may be\n"
+		"                left running (S: the function's idle_s; failures: exit 3)\n"
 		"  --max-failures N    failed starts the run may have and still exit 0 (default 0)\n"
 		"  --baseline-runs N   runs of each baseline (default 3)\n"
 		"  --runc-root DIR     runc state of the baselines' containers (/run/thaw-bench);\n"
@@ -177,7 +181,7 @@ static int parse_args(struct bench *b, int argc, char **argv)
 	enum { O_URL = 256, O_FN, O_TOKEN, O_BURST, O_REPEAT, O_RATE, O_DUR, O_ARR, O_SEED,
 	       O_COLD, O_COLDCMD, O_INFER, O_EXPECT, O_EXPECTF, O_JSON, O_SVG, O_BCOLD,
 	       O_BPLAIN, O_BRUNS, O_STO, O_ITO, O_DTO, O_KEEP, O_RROOT, O_HELP,
-	       O_MAXF, O_ROUNDCMD };
+	       O_MAXF, O_ROUNDCMD, O_IDLE };
 	static const struct option opts[] = {
 		{ "url", 1, NULL, O_URL },	     { "function", 1, NULL, O_FN },
 		{ "token-file", 1, NULL, O_TOKEN },  { "burst", 1, NULL, O_BURST },
@@ -192,6 +196,7 @@ static int parse_args(struct bench *b, int argc, char **argv)
 		{ "infer-timeout", 1, NULL, O_ITO }, { "delete-timeout", 1, NULL, O_DTO },
 		{ "keep", 0, NULL, O_KEEP },	     { "max-failures", 1, NULL, O_MAXF },	     { "help", 0, NULL, O_HELP },
 		{ "runc-root", 1, NULL, O_RROOT },   { "round-cmd", 1, NULL, O_ROUNDCMD },
+		{ "idle-stop", 1, NULL, O_IDLE },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *infer = NULL;
@@ -253,6 +258,10 @@ static int parse_args(struct bench *b, int argc, char **argv)
 		case O_ITO: ret = parse_double(optarg, "--infer-timeout", &b->infer_timeout_s, 0.001); break;
 		case O_DTO: ret = parse_double(optarg, "--delete-timeout", &b->delete_timeout_s, 0.001); break;
 		case O_KEEP: b->keep_instances = true; break;
+		case O_IDLE:
+			ret = parse_double(optarg, "--idle-stop", &b->idle_stop_s, 0.001);
+			b->keep_instances = true;
+			break;
 		case O_RROOT: b->runc_root = optarg; break;
 		case 'h':
 		case O_HELP: usage(stdout); exit(0);
@@ -372,6 +381,13 @@ int main(int argc, char **argv)
 		rc = 3;
 		goto out_multi;
 	}
+	if (b.idle_stop_s > 0 && (b.idle_failures.n || b.idle_left)) {
+		fprintf(stderr, "thaw-bench: %zu of %zu instance(s) not stopped on time for being "
+			"idle, %ld left running\n", b.nidle - (size_t)b.idle_on_time, b.nidle,
+			b.idle_left);
+		rc = 3;
+		goto out_multi;
+	}
 	rc = 0;
 out_multi:
 	curl_multi_cleanup(b.multi);
@@ -382,6 +398,8 @@ out_curl:
 out_free:
 	stats_release(&b.latency);
 	stats_release(&b.answer);
+	stats_release(&b.idle_lateness);
+	free(b.idle);
 	stats_release(&b.cold.lat);
 	stats_release(&b.plain.lat);
 	for (int i = 0; i < NPHASES; i++)

@@ -88,6 +88,11 @@ void print_table(struct bench *b)
 	       (unsigned long long)(b->attempts - b->ok), b->wall_s, b->max_send_lag_ms);
 	print_kinds("failures:", &b->failures);
 	print_kinds("instance deletes failed:", &b->delete_failures);
+	if (b->idle_stop_s > 0) {
+		idle_report(b, stdout);
+		print_row("  stopped after last use+idle", &b->idle_lateness);
+		print_kinds("idle-stop failures:", &b->idle_failures);
+	}
 }
 
 static json_t *summary_json(struct stats *s)
@@ -159,6 +164,14 @@ int write_json(struct bench *b)
 		      "wall_s", b->wall_s, "max_send_lag_ms",
 		      b->max_send_lag_ms, "baselines", "cold_boot", baseline_json(&b->cold),
 		      "plain_restore", baseline_json(&b->plain));
+	if (j && b->idle_stop_s > 0)
+		json_object_set_new(j, "idle_stop",
+				    json_pack("{s:f,s:I,s:I,s:I,s:o,s:o}", "idle_s", b->idle_stop_s,
+					      "watched", (json_int_t)b->nidle, "on_time",
+					      (json_int_t)b->idle_on_time, "left_running",
+					      (json_int_t)b->idle_left, "late_ms",
+					      summary_json(&b->idle_lateness), "failures",
+					      kinds_json(&b->idle_failures)));
 	if (!j) {
 		pr_err("building the JSON report failed");
 		goto out;

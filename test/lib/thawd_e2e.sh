@@ -18,16 +18,7 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 ok() { echo "ok: $*"; }
 jget() { python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1" 2>/dev/null; }
 
-own_procs() { # processes rooted in the test's directories or naming them
-	local p r cmd
-	for p in /proc/[0-9]*; do
-		[ "${p#/proc/}" = "$$" ] && continue
-		r=$(readlink "$p/root" 2>/dev/null) || continue
-		cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null)
-		case "$r" in "$T"/*) echo "${p#/proc/} $cmd"; continue ;; esac
-		case "$cmd" in *"$T"* | *"$SHM"*) echo "${p#/proc/} $cmd" ;; esac
-	done
-}
+. "$ROOT/test/lib/own_procs.sh"
 own_mounts() { awk -v t="$T" 'index($5, t) == 1 { print $5 }' /proc/self/mountinfo; }
 own_containers() { [ -d "$DATA/runc" ] && runc --root "$DATA/runc" list -q 2>/dev/null; }
 

@@ -288,12 +288,12 @@ static int do_ls(struct remote *r, struct opts *o, int n, char **args)
 		printf("%s\n", out ? out : "[]");
 		free(out);
 	} else {
-		json_array_foreach(refs, i, e)
-		printf("%-24s %s  %s\n", json_string_value(json_object_get(e, "function")),
-		       json_string_value(json_object_get(e, "manifest")),
-		       json_is_string(json_object_get(e, "pushed"))
-			       ? json_string_value(json_object_get(e, "pushed"))
-			       : "");
+		json_array_foreach(refs, i, e) {
+			json_t *when = json_object_get(e, "pushed");
+			printf("%-24s %s  %s\n", json_string_value(json_object_get(e, "function")),
+			       json_string_value(json_object_get(e, "manifest")),
+			       json_is_string(when) ? json_string_value(when) : "");
+		}
 	}
 	json_decref(refs);
 	return 0;

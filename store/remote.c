@@ -1399,7 +1399,7 @@ static int reachable(struct remote *r, struct reach *rc)
 		if (!ret)
 			ret = reach_add(rc, key);
 	}
-	if (!ret)
+	if (!ret && rc->n)
 		qsort(rc->keys, rc->n, sizeof(*rc->keys), cmp_str);
 out:
 	json_decref(refs);

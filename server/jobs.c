@@ -35,6 +35,10 @@ struct job {
 	void (*free_arg)(void *);
 	pthread_t thread;
 	bool joinable;
+	/* Progress of long work, when the job reports it (jobs_progress). */
+	char phase[32];
+	uint64_t done, total;
+	uint64_t progress_ns; /* when it last moved; 0: never reported */
 };
 
 struct jobs {
@@ -320,12 +324,32 @@ static json_t *job_json(const struct job *j)
 				  j->message ? j->message : "failed");
 	}
 	result = j->result ? json_deep_copy(j->result) : json_null();
-	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:f, s:o, s:o}", "id", j->id, "kind", j->kind,
-			 "function", j->function, "state", state_names[j->state], "created",
-			 j->created, "duration_ms",
+	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:f, s:o, s:o, s:o}", "id", j->id, "kind",
+			 j->kind, "function", j->function, "state", state_names[j->state],
+			 "created", j->created, "duration_ms",
 			 j->state >= JOB_DONE ? j->duration_ms
 					      : (j->start_ns ? ms_since(j->start_ns) : 0.0),
-			 "result", result, "error", error);
+			 "result", result, "error", error, "progress",
+			 j->progress_ns ? json_pack("{s:s, s:I, s:I}", "phase", j->phase, "done",
+						    (json_int_t)j->done, "total",
+						    (json_int_t)j->total)
+					: json_null());
+}
+
+void jobs_progress(struct jobs *js, const char *id, const char *phase, uint64_t done,
+		   uint64_t total)
+{
+	struct job *j;
+
+	pthread_mutex_lock(&js->lock);
+	j = find(js, id);
+	if (j) {
+		snprintf(j->phase, sizeof(j->phase), "%s", phase);
+		j->done = done;
+		j->total = total;
+		j->progress_ns = now_ns();
+	}
+	pthread_mutex_unlock(&js->lock);
 }
 
 int jobs_get_json(struct jobs *js, const char *id, json_t **out, int *err_out)

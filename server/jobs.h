@@ -16,6 +16,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define JOBS_KEEP 256
 
@@ -54,10 +55,16 @@ int jobs_run(struct jobs *js, struct job *j, job_fn fn, void *arg, void (*free_a
 /* Wait until job id has finished.  -ENOENT if there is no such job. */
 int jobs_wait(struct jobs *js, const char *id);
 /* Job id as JSON: {"id","kind","function","state":"running|done|failed",
- * "created","duration_ms","result","error":{"code","message"}|null};
+ * "created","duration_ms","result","error":{"code","message"}|null,
+ * "progress":{"phase","done","total"}|null};
  * -ENOENT.  *err_out (may be NULL): the job's -errno, 0 if it did not fail. */
 int jobs_get_json(struct jobs *js, const char *id, json_t **out, int *err_out);
 int jobs_list_json(struct jobs *js, json_t **out);
+/* Job id's progress, for long work: phase ("fetch", "unpack", …), done of
+ * total (bytes, or items).  Shown as "progress" in its JSON (null until
+ * reported).  Thread-safe; an unknown id is ignored. */
+void jobs_progress(struct jobs *js, const char *id, const char *phase, uint64_t done,
+		   uint64_t total);
 /* Jobs reserved or running. */
 unsigned jobs_active(struct jobs *js);
 

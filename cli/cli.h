@@ -30,5 +30,8 @@ int cmd_ps(int argc, char **argv);
 int cmd_logs(int argc, char **argv);
 int cmd_lazy_pages(int argc, char **argv);
 int cmd_remote(int argc, char **argv);
+int cmd_push(int argc, char **argv);
+int cmd_pull(int argc, char **argv);
+int cmd_gc(int argc, char **argv);
 
 #endif

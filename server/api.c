@@ -23,6 +23,7 @@
 #include "server/lifetimes.h"
 #include "server/metrics.h"
 #include "server/registry.h"
+#include "server/remote_sync.h"
 #include "server/standby.h"
 
 #include <errno.h>
@@ -122,6 +123,7 @@ static int get_function(struct req *q)
 		return reply_error(q, 404, "not_found", "no function %s", q->route.id);
 	if (ret)
 		return reply_error(q, 500, "internal", "%s", strerror(-ret));
+	remote_sync_describe(q->srv, q->route.id, j);
 	return reply_json(q, 200, j);
 }
 
@@ -398,6 +400,7 @@ static int snapshot_run(void *arg, json_t **result, char *err, size_t errlen)
 	forget_snapshot(s, forgot);
 	pr_info("snapshot of %s ready: %s, %llu bytes of image", t->function, res.snapshot_id,
 		(unsigned long long)res.image_bytes);
+	remote_sync_push(s, t->function); /* with a remote: the fleet's, in the background */
 out:
 	if (ret) {
 		pr_warn("snapshot of %s failed: %s", t->function, err);
@@ -700,10 +703,12 @@ static int start_function(struct req *q, const json_t *f)
 {
 	struct server *s = q->srv;
 	const char *fn = q->route.id;
-	char snap[CHUNK_ID_LEN], loc[128], msg[256];
+	char snap[CHUNK_ID_LEN], loc[128], msg[768];
 	enum snap_state st = SNAP_NONE;
 	struct inst_limits lim;
 	struct instance in;
+	double fetch_ms = 0;
+	json_t *answer;
 	unsigned running, max_instances, have;
 	int ret;
 
@@ -743,6 +748,15 @@ static int start_function(struct req *q, const json_t *f)
 		snprintf(msg, sizeof(msg), "%u start(s) are running already (--max-starts %u)",
 			 running, s->opts.max_starts);
 		return start_failed(q, 503, "no_capacity", "Retry-After", START_RETRY_AFTER, msg);
+	}
+	/* A function pulled without its chunks (?fetch=0) gets them now. */
+	ret = remote_sync_fetch(s, snap, &fetch_ms);
+	if (ret) {
+		atomic_fetch_sub(&s->starts_running, 1);
+		insts_unreserve(s->insts, fn);
+		snprintf(msg, sizeof(msg), "its snapshot is not in the store and the remote could "
+			 "not give it: %s", log_last_error());
+		return start_failed(q, 502, "remote_failed", NULL, NULL, msg);
 	}
 	memset(&in, 0, sizeof(in));
 	log_clear_error();
@@ -793,7 +807,10 @@ static int start_function(struct req *q, const json_t *f)
 	pr_info("instance %s of %s at %s in %.1f ms (%s, %s)", in.id, fn, in.endpoint, in.t.total,
 		in.tier_hit ? "ram" : "disk", in.lazy ? "lazy" : "eager");
 	snprintf(loc, sizeof(loc), "/instances/%s", in.id);
-	return reply_json_hdr(q, 201, start_answer(&in), "Location", loc);
+	answer = start_answer(&in);
+	if (answer && fetch_ms > 0)
+		json_object_set_new(answer, "remote_fetch_ms", json_real(fetch_ms));
+	return reply_json_hdr(q, 201, answer, "Location", loc);
 }
 
 static int post_start(struct req *q)
@@ -998,6 +1015,10 @@ int api_dispatch(struct req *q)
 		return logs_get_instance(q);
 	case ROUTE_JOB_LOGS:
 		return logs_get_job(q);
+	case ROUTE_FUNCTION_PUSH:
+		return remote_sync_post_push(q);
+	case ROUTE_FUNCTION_PULL:
+		return remote_sync_post_pull(q);
 	case ROUTE_NONE:
 		break;
 	}

@@ -33,6 +33,7 @@
 #include "server/lifetimes.h"
 #include "server/metrics.h"
 #include "server/registry.h"
+#include "server/remote_sync.h"
 #include "server/standby.h"
 
 #include <arpa/inet.h>
@@ -782,6 +783,8 @@ struct server *server_new(const struct thaw_config *c, const struct server_opts 
 	if (recover_startup(s))
 		goto err;
 	recover_preload_manifests(s);
+	if (remote_sync_start(s))
+		goto err;
 	if (tier_root_prepare(c->ram_tier_dir, c->ram_tier_bytes, c->tier_huge, NULL) == 0)
 		s->tier = tier_open(c->ram_tier_dir, c->ram_tier_bytes, s->store, NULL);
 	if (s->tier)
@@ -816,6 +819,8 @@ void server_shutdown(struct server *s)
 	}
 	if (s->jobs)
 		jobs_drain(s->jobs);
+	/* Before the HTTP threads stop: a POST …/push?wait=1 waits on it. */
+	remote_sync_quiesce(s);
 	if (atomic_load(&s->starts_running))
 		pr_info("waiting for %u start(s) to finish", atomic_load(&s->starts_running));
 	while (atomic_load(&s->starts_running))
@@ -845,6 +850,7 @@ void server_free(struct server *s)
 	lifetimes_finish(s);
 	standby_free(s->standby);
 	jobs_free(s->jobs);
+	remote_sync_finish(s);
 	tier_close(s->tier);
 	store_close(s->store);
 	registry_free(s->reg);

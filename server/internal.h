@@ -28,6 +28,7 @@ struct metrics;
 struct insts;
 struct standby;
 struct lifetimes;
+struct remote_sync;
 struct conn_track;
 
 struct server {
@@ -45,6 +46,7 @@ struct server {
 	struct insts *insts;
 	struct standby *standby; /* NULL: no standbys (--max-standby 0, no RAM tier) */
 	struct lifetimes *lifetimes; /* server/lifetimes.h; NULL until started */
+	struct remote_sync *remote_sync; /* server/remote_sync.h; NULL: no --remote */
 	struct MHD_Daemon *mhd;
 	int lock_fd; /* <data>/thawd.lock, flock()ed for thawd's life; -1 until taken */
 	uint16_t port;

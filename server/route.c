@@ -111,6 +111,10 @@ int route_parse(const char *path, struct route *r, char *err, size_t errlen)
 			kind = ROUTE_FUNCTION_SNAPSHOT;
 		else if (n == 3 && seg_is(seg[2], len[2], "start"))
 			kind = ROUTE_FUNCTION_START;
+		else if (n == 3 && seg_is(seg[2], len[2], "push"))
+			kind = ROUTE_FUNCTION_PUSH;
+		else if (n == 3 && seg_is(seg[2], len[2], "pull"))
+			kind = ROUTE_FUNCTION_PULL;
 	} else if (seg_is(seg[0], len[0], "instances")) {
 		if (n == 2)
 			kind = ROUTE_INSTANCE;
@@ -166,6 +170,8 @@ static const struct {
 	[ROUTE_JOB] = { METHOD_GET, "GET", "job" },
 	[ROUTE_INSTANCE_LOGS] = { METHOD_GET, "GET", "instance_logs" },
 	[ROUTE_JOB_LOGS] = { METHOD_GET, "GET", "job_logs" },
+	[ROUTE_FUNCTION_PUSH] = { METHOD_POST, "POST", "push" },
+	[ROUTE_FUNCTION_PULL] = { METHOD_POST, "POST", "pull" },
 };
 
 unsigned route_methods(enum route_kind kind)
@@ -304,6 +310,8 @@ unsigned route_scope(enum route_kind kind)
 	case ROUTE_FUNCTIONS:
 	case ROUTE_FUNCTION:
 	case ROUTE_FUNCTION_SNAPSHOT:
+	case ROUTE_FUNCTION_PUSH:
+	case ROUTE_FUNCTION_PULL:
 	case ROUTE_JOBS:
 	case ROUTE_JOB:
 	case ROUTE_JOB_LOGS: return AUTH_SCOPE_CONTROL;

@@ -32,6 +32,8 @@ enum route_kind {
 	ROUTE_JOB,               /* /jobs/<jid> */
 	ROUTE_INSTANCE_LOGS,     /* /instances/<iid>/logs */
 	ROUTE_JOB_LOGS,          /* /jobs/<jid>/logs */
+	ROUTE_FUNCTION_PUSH,     /* /functions/<id>/push (server/remote_sync.h) */
+	ROUTE_FUNCTION_PULL,     /* /functions/<id>/pull */
 };
 
 enum http_method {

@@ -44,6 +44,8 @@ struct server_opts {
 	unsigned max_standby;   /* standby instances of all functions together */
 	double idle_s;          /* default "idle_s" of functions that set none; 0: off */
 	unsigned keep_ended_s;  /* an ended instance's record and output stay this long */
+	const char *remote_url;  /* NULL, or "s3://bucket/prefix": the fleet's remote tier */
+	const char *s3_endpoint; /* NULL: $AWS_ENDPOINT_URL, else AWS */
 	uint64_t mem_reserve;   /* a start that could leave less available memory answers
 				 * 503; 0: no admission check */
 	uint64_t gpu_mem_reserve; /* a GPU function's start that would leave a GPU less

@@ -57,6 +57,17 @@ static void usage(FILE *f)
 		"                         certificate's makes thawd exit 1 before it touches\n"
 		"                         the data directory. Plain HTTP to the port fails.\n"
 		"                         TLS is no token: off loopback one is still needed\n"
+		"  --remote s3://BUCKET[/PREFIX]\n"
+		"                         share snapshots with a fleet through an S3-compatible\n"
+		"                         object store (THAW_REMOTE): each snapshot is pushed\n"
+		"                         in the background (only the chunks it lacks);\n"
+		"                         POST /functions/<id>/pull registers one from it.\n"
+		"                         Keys as the AWS tools find them: AWS_ACCESS_KEY_ID,\n"
+		"                         AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, else\n"
+		"                         AWS_PROFILE in ~/.aws/credentials; AWS_REGION\n"
+		"  --s3-endpoint URL      an S3-compatible server other than AWS (Ceph RGW,\n"
+		"                         MinIO, R2...), addressed path-style\n"
+		"                         (AWS_ENDPOINT_URL)\n"
 		"  --runc PATH            runc binary (THAW_RUNC; default runc on PATH)\n"
 		"  --criu PATH            criu >= 4.2 for runc --criu (THAW_CRIU; default the\n"
 		"                         .deps/criu-wrapper of the tree, else criu on PATH)\n"
@@ -227,6 +238,8 @@ enum {
 	OPT_MEM_RESERVE,
 	OPT_KEEP_ENDED,
 	OPT_GPU_MEM_RESERVE,
+	OPT_REMOTE,
+	OPT_S3_ENDPOINT,
 	OPT_MAX_SNAPSHOTS,
 	OPT_MAX_BODY,
 	OPT_LOG_BYTES,
@@ -282,6 +295,8 @@ int main(int argc, char **argv)
 		{ "mem-reserve", required_argument, NULL, OPT_MEM_RESERVE },
 		{ "keep-ended", required_argument, NULL, OPT_KEEP_ENDED },
 		{ "gpu-mem-reserve", required_argument, NULL, OPT_GPU_MEM_RESERVE },
+		{ "remote", required_argument, NULL, OPT_REMOTE },
+		{ "s3-endpoint", required_argument, NULL, OPT_S3_ENDPOINT },
 		{ "max-snapshots", required_argument, NULL, OPT_MAX_SNAPSHOTS },
 		{ "max-body", required_argument, NULL, OPT_MAX_BODY },
 		{ "log-bytes", required_argument, NULL, OPT_LOG_BYTES },
@@ -340,6 +355,8 @@ int main(int argc, char **argv)
 		case OPT_MEM_RESERVE: mem_reserve = optarg; break;
 		case OPT_KEEP_ENDED: keep_ended = optarg; break;
 		case OPT_GPU_MEM_RESERVE: gpu_mem_reserve = optarg; break;
+		case OPT_REMOTE: o.remote_url = optarg; break;
+		case OPT_S3_ENDPOINT: o.s3_endpoint = optarg; break;
 		case OPT_MAX_SNAPSHOTS: max_snaps = optarg; break;
 		case OPT_MAX_BODY: max_body = optarg; break;
 		case OPT_LOG_BYTES: log_bytes = optarg; break;
@@ -400,6 +417,8 @@ int main(int argc, char **argv)
 		keep_ended = env("THAW_KEEP_ENDED_S");
 	if (!gpu_mem_reserve)
 		gpu_mem_reserve = env("THAW_GPU_MEM_RESERVE");
+	if (!o.remote_url)
+		o.remote_url = env("THAW_REMOTE");
 	if (!max_body)
 		max_body = env("THAW_MAX_BODY");
 	if (!max_conns)

@@ -1,0 +1,643 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* remote_sync.c — see remote_sync.h. */
+#define LOG_PREFIX "remote: "
+#include "server/remote_sync.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "server/errors.h"
+#include "server/internal.h"
+#include "server/jobs.h"
+#include "server/registry.h"
+#include "store/manifest.h"
+#include "store/remote.h"
+#include "store/store.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PULL_RETRY_AFTER "10"
+
+/* The latest push of one function. */
+struct push {
+	char function[64];
+	char manifest[CHUNK_ID_LEN];
+	const char *state; /* "queued", "uploading", "done", "failed" */
+	bool again;        /* queued once more while uploading */
+	uint64_t done, total;
+	struct remote_push_stats stats;
+	char error[512];
+	uint64_t queued_ms, finished_ms;
+	unsigned long long generation; /* pushes of it finished so far */
+};
+
+struct remote_sync {
+	struct server *srv;
+	struct remote *remote;
+	pthread_mutex_t lock;
+	pthread_cond_t cv;
+	struct push *p;
+	size_t n, cap;
+	pthread_t thread;
+	bool started, stop;
+	/* One fetch into the store at a time: two starts of one pulled
+	 * function must not fetch the same chunks twice. */
+	pthread_mutex_t fetch_lock;
+};
+
+/* ---- pushes ---- */
+
+static struct push *find_push(struct remote_sync *rs, const char *function)
+{
+	for (size_t i = 0; i < rs->n; i++)
+		if (!strcmp(rs->p[i].function, function))
+			return &rs->p[i];
+	return NULL;
+}
+
+/* function's entry, made if missing; lock held.  NULL out of memory. */
+static struct push *get_push(struct remote_sync *rs, const char *function)
+{
+	struct push *p = find_push(rs, function);
+
+	if (p)
+		return p;
+	if (rs->n == rs->cap) {
+		size_t cap = rs->cap ? rs->cap * 2 : 16;
+
+		p = realloc(rs->p, cap * sizeof(*p));
+		if (!p)
+			return NULL;
+		rs->p = p;
+		rs->cap = cap;
+	}
+	p = &rs->p[rs->n++];
+	memset(p, 0, sizeof(*p));
+	snprintf(p->function, sizeof(p->function), "%s", function);
+	return p;
+}
+
+/* Queue a push of function; lock held.  Its entry, or NULL. */
+static struct push *queue_push(struct remote_sync *rs, const char *function)
+{
+	struct push *p = get_push(rs, function);
+
+	if (!p)
+		return NULL;
+	if (p->state && !strcmp(p->state, "uploading")) {
+		p->again = true; /* a newer snapshot may be there: once more after */
+	} else if (!p->state || strcmp(p->state, "queued")) {
+		p->state = "queued";
+		p->queued_ms = realtime_ms();
+		p->done = p->total = 0;
+		p->error[0] = '\0';
+	}
+	pthread_cond_broadcast(&rs->cv);
+	return p;
+}
+
+void remote_sync_push(struct server *s, const char *function)
+{
+	struct remote_sync *rs = s->remote_sync;
+
+	if (!rs)
+		return;
+	pthread_mutex_lock(&rs->lock);
+	if (!queue_push(rs, function))
+		pr_warn("push of %s not queued: out of memory", function);
+	pthread_mutex_unlock(&rs->lock);
+}
+
+struct push_progress {
+	struct remote_sync *rs;
+	char function[64];
+};
+
+static void on_push_progress(void *arg, uint64_t done, uint64_t total)
+{
+	struct push_progress *pp = arg;
+	struct push *p;
+
+	pthread_mutex_lock(&pp->rs->lock);
+	p = find_push(pp->rs, pp->function);
+	if (p) {
+		p->done = done;
+		p->total = total;
+	}
+	pthread_mutex_unlock(&pp->rs->lock);
+}
+
+/* The spec of GET /functions/<id> object f: f without what thawd adds. */
+static char *spec_text(const json_t *f)
+{
+	json_t *spec = json_deep_copy(f);
+	char *text;
+
+	if (!spec)
+		return NULL;
+	json_object_del(spec, "id");
+	json_object_del(spec, "snapshot");
+	json_object_del(spec, "push");
+	text = json_dumps(spec, JSON_COMPACT | JSON_SORT_KEYS);
+	json_decref(spec);
+	return text;
+}
+
+/* Upload function's current snapshot: 0, or -errno with err. */
+static int push_one(struct remote_sync *rs, const char *function, char manifest[CHUNK_ID_LEN],
+		    struct remote_push_stats *stats, char *err, size_t errlen)
+{
+	struct server *s = rs->srv;
+	struct push_progress pp = { .rs = rs };
+	struct store_lease *lease = NULL;
+	enum snap_state st;
+	json_t *f = NULL;
+	char *spec = NULL;
+	int ret;
+
+	snprintf(pp.function, sizeof(pp.function), "%s", function);
+	ret = registry_ready_snapshot(s->reg, function, manifest, &st);
+	if (ret) {
+		snprintf(err, errlen, "%s", ret == -ENOENT ? "the function is gone" :
+					     "the function has no ready snapshot");
+		return ret;
+	}
+	ret = registry_get_json(s->reg, function, &f);
+	if (!ret && !(spec = spec_text(f)))
+		ret = -ENOMEM;
+	/* The snapshot's chunks stay through a local gc while they go. */
+	if (!ret && !(lease = store_lease_take(s->store, manifest)))
+		ret = -EIO;
+	if (!ret) {
+		log_clear_error();
+		ret = remote_push(rs->remote, s->store, function, spec, manifest, on_push_progress,
+				  &pp, stats);
+	}
+	if (ret)
+		snprintf(err, errlen, "%s", log_last_error()[0] ? log_last_error() : strerror(-ret));
+	store_lease_release(lease);
+	free(spec);
+	json_decref(f);
+	return ret;
+}
+
+static void *push_thread(void *arg)
+{
+	struct remote_sync *rs = arg;
+
+	pthread_mutex_lock(&rs->lock);
+	for (;;) {
+		struct push *p = NULL;
+		struct remote_push_stats stats = { 0 };
+		char function[64], manifest[CHUNK_ID_LEN] = "", err[512] = "";
+		int ret;
+
+		for (size_t i = 0; !p && i < rs->n; i++)
+			if (rs->p[i].state && !strcmp(rs->p[i].state, "queued"))
+				p = &rs->p[i];
+		if (!p) {
+			if (rs->stop)
+				break;
+			pthread_cond_wait(&rs->cv, &rs->lock);
+			continue;
+		}
+		p->state = "uploading";
+		snprintf(function, sizeof(function), "%s", p->function);
+		pthread_mutex_unlock(&rs->lock);
+
+		pr_info("push of %s to %s begins", function, remote_describe(rs->remote));
+		ret = push_one(rs, function, manifest, &stats, err, sizeof(err));
+		if (ret)
+			pr_warn("push of %s failed: %s", function, err);
+		else
+			pr_info("push of %s done: %s, %llu of %llu chunks sent (%llu bytes) in %.1f s",
+				function, manifest, (unsigned long long)stats.chunks_sent,
+				(unsigned long long)stats.chunks, (unsigned long long)stats.bytes_sent,
+				stats.seconds);
+
+		pthread_mutex_lock(&rs->lock);
+		p = find_push(rs, function); /* the array may have grown */
+		if (!p)
+			continue;
+		p->state = ret ? "failed" : "done";
+		snprintf(p->manifest, sizeof(p->manifest), "%s", manifest);
+		snprintf(p->error, sizeof(p->error), "%s", err);
+		p->stats = stats;
+		p->finished_ms = realtime_ms();
+		p->generation++;
+		if (p->again) {
+			p->again = false;
+			queue_push(rs, function);
+		}
+		pthread_cond_broadcast(&rs->cv);
+	}
+	pthread_mutex_unlock(&rs->lock);
+	return NULL;
+}
+
+static json_t *push_json(const struct push *p)
+{
+	json_t *j = json_pack("{s:s, s:I, s:I, s:I}", "state", p->state, "bytes_done",
+			      (json_int_t)p->done, "bytes_total", (json_int_t)p->total,
+			      "queued_ms", (json_int_t)p->queued_ms);
+
+	if (!j)
+		return NULL;
+	if (p->generation) {
+		json_object_set_new(j, "manifest", json_string(p->manifest));
+		json_object_set_new(j, "finished_ms", json_integer((json_int_t)p->finished_ms));
+		json_object_set_new(j, "chunks", json_integer((json_int_t)p->stats.chunks));
+		json_object_set_new(j, "chunks_sent",
+				    json_integer((json_int_t)p->stats.chunks_sent));
+		json_object_set_new(j, "bytes_sent", json_integer((json_int_t)p->stats.bytes_sent));
+		json_object_set_new(j, "seconds", json_real(p->stats.seconds));
+	}
+	json_object_set_new(j, "error", p->error[0] ? json_string(p->error) : json_null());
+	return j;
+}
+
+void remote_sync_describe(struct server *s, const char *function, json_t *f)
+{
+	struct remote_sync *rs = s->remote_sync;
+	struct push *p;
+
+	if (!rs || !f)
+		return;
+	pthread_mutex_lock(&rs->lock);
+	p = find_push(rs, function);
+	json_object_set_new(f, "push", p && p->state ? push_json(p) : json_null());
+	pthread_mutex_unlock(&rs->lock);
+}
+
+/* ---- fetches ---- */
+
+int remote_sync_fetch(struct server *s, const char *snap, double *ms)
+{
+	struct remote_sync *rs = s->remote_sync;
+	struct remote_fetch_stats st = { 0 };
+	struct manifest *m = NULL;
+	uint64_t t0 = now_ns();
+	int ret;
+
+	*ms = 0;
+	if (!rs)
+		return 0;
+	ret = store_manifest_load(s->store, snap, &m, NULL);
+	manifest_free(m);
+	if (ret != -ENOENT)
+		return 0; /* there, or another trouble the start reports itself */
+	pthread_mutex_lock(&rs->fetch_lock);
+	log_clear_error();
+	ret = remote_fetch_missing(rs->remote, s->store, snap, NULL, NULL, &st);
+	pthread_mutex_unlock(&rs->fetch_lock);
+	*ms = (double)(now_ns() - t0) / 1e6;
+	if (ret)
+		pr_warn("fetch of %s for a start failed: %s", snap, log_last_error());
+	else
+		pr_info("fetched %s for a start: %llu of %llu chunks, %llu bytes in %.0f ms", snap,
+			(unsigned long long)st.chunks_fetched, (unsigned long long)st.chunks,
+			(unsigned long long)st.bytes_fetched, *ms);
+	return ret;
+}
+
+/* ---- pulls ---- */
+
+struct pull_task {
+	struct server *srv;
+	char function[64];
+	char job[32];
+	bool fetch;
+};
+
+static void on_pull_progress(void *arg, uint64_t done, uint64_t total)
+{
+	struct pull_task *t = arg;
+
+	jobs_progress(t->srv->jobs, t->job, "fetch", done, total);
+}
+
+/* The pulled spec, checked as a PUT's body is (allowed directories
+ * included): 0 and *spec, or -errno with err. */
+static int pulled_spec(struct server *s, const char *function, const char *text, json_t **spec,
+		       char *err, size_t errlen)
+{
+	int ret = function_body_parse(function, text, strlen(text), spec, err, errlen);
+
+	for (int k = 0; !ret && k < 2; k++) {
+		const char *key = k ? "cwd" : "bundle";
+		const char *path = json_string_value(json_object_get(*spec, key));
+		char why[384];
+
+		if (path && !config_path_allowed(&s->cfg, path, why, sizeof(why))) {
+			snprintf(err, errlen, "the remote's spec of %s: %s: %s", function, key, why);
+			ret = -EACCES;
+		}
+	}
+	if (ret && *spec) {
+		json_decref(*spec);
+		*spec = NULL;
+	}
+	return ret;
+}
+
+static int pull_run(void *arg, json_t **result, char *err, size_t errlen)
+{
+	struct pull_task *t = arg;
+	struct server *s = t->srv;
+	struct remote_sync *rs = s->remote_sync;
+	struct remote_fetch_stats st = { 0 };
+	struct manifest_totals tot = { 0 };
+	struct manifest *m = NULL;
+	char snap[CHUNK_ID_LEN], forgot[CHUNK_ID_LEN] = "";
+	json_t *spec = NULL, *old = NULL;
+	char *text = NULL;
+	bool created, building = false;
+	int ret;
+
+	log_clear_error();
+	ret = remote_pull_ref(rs->remote, t->function, &text, snap);
+	if (ret) {
+		snprintf(err, errlen, "%s", log_last_error()[0] ? log_last_error() : strerror(-ret));
+		goto out;
+	}
+	ret = pulled_spec(s, t->function, text, &spec, err, errlen);
+	if (ret)
+		goto out;
+	ret = registry_put(s->reg, t->function, spec, &created, forgot);
+	if (forgot[0])
+		store_manifest_delete(s->store, forgot);
+	if (ret) {
+		snprintf(err, errlen, "%s", ret == -EBUSY ? "a snapshot of it is building" :
+					     ret == -EINPROGRESS ? "it is being deleted" :
+								   strerror(-ret));
+		goto out;
+	}
+	/* While it is fetched the function is "building": a start goes on
+	 * from the snapshot it had, a PUT or snapshot of it waits. */
+	ret = registry_snapshot_begin(s->reg, t->function, t->job, &old);
+	json_decref(old);
+	if (ret) {
+		snprintf(err, errlen, "%s", ret == -EBUSY ? "a snapshot of it is building" :
+					     strerror(-ret));
+		goto out;
+	}
+	building = true;
+	pthread_mutex_lock(&rs->fetch_lock);
+	log_clear_error();
+	if (t->fetch)
+		ret = remote_fetch_missing(rs->remote, s->store, snap, on_pull_progress, t, &st);
+	if (!ret && store_manifest_load(s->store, snap, &m, NULL) == -ENOENT)
+		ret = remote_fetch_manifest(rs->remote, snap, &m); /* ?fetch=0: sizes only */
+	pthread_mutex_unlock(&rs->fetch_lock);
+	if (ret) {
+		snprintf(err, errlen, "%s", log_last_error()[0] ? log_last_error() : strerror(-ret));
+		goto out;
+	}
+	manifest_totals(m, &tot);
+	ret = registry_snapshot_end(s->reg, t->function, t->job, snap, tot.logical_bytes,
+				    tot.stored_bytes, NULL, NULL, forgot);
+	building = false;
+	if (ret) {
+		snprintf(err, errlen, "the function was deleted or changed during the pull");
+		goto out;
+	}
+	if (forgot[0] && strcmp(forgot, snap))
+		store_manifest_delete(s->store, forgot);
+	*result = json_pack("{s:s, s:I, s:b, s:I, s:I, s:I, s:f}", "snapshot", snap,
+			    "image_bytes", (json_int_t)tot.logical_bytes, "fetched", t->fetch,
+			    "chunks", (json_int_t)st.chunks, "chunks_fetched",
+			    (json_int_t)st.chunks_fetched, "bytes_fetched",
+			    (json_int_t)st.bytes_fetched, "fetch_seconds", st.seconds);
+	pr_info("pulled %s from %s: snapshot %s, %llu of %llu chunks fetched (%llu bytes) in %.1f s",
+		t->function, remote_describe(rs->remote), snap,
+		(unsigned long long)st.chunks_fetched, (unsigned long long)st.chunks,
+		(unsigned long long)st.bytes_fetched, st.seconds);
+out:
+	if (ret) {
+		pr_warn("pull of %s failed: %s", t->function, err);
+		if (building)
+			registry_snapshot_end(s->reg, t->function, t->job, NULL, 0, 0, NULL, err, NULL);
+	}
+	manifest_free(m);
+	json_decref(spec);
+	free(text);
+	return ret;
+}
+
+/* ---- routes ---- */
+
+static int no_remote(struct req *q)
+{
+	return reply_error(q, 409, "no_remote",
+			   "thawd has no remote (start it with --remote s3://BUCKET/PREFIX)");
+}
+
+int remote_sync_post_push(struct req *q)
+{
+	struct server *s = q->srv;
+	struct remote_sync *rs = s->remote_sync;
+	const char *fn = q->route.id;
+	char snap[CHUNK_ID_LEN];
+	enum snap_state st;
+	unsigned long long gen;
+	struct push *p;
+	json_t *j;
+	bool wait;
+	int ret;
+
+	if (query_bool(req_query(q, "wait"), &wait))
+		return reply_error(q, 400, "bad_request", "wait must be 0 or 1");
+	if (!rs)
+		return no_remote(q);
+	ret = registry_ready_snapshot(s->reg, fn, snap, &st);
+	if (ret == -ENOENT)
+		return reply_error(q, 404, "not_found", "no function %s", fn);
+	if (ret)
+		return reply_error(q, 409, "no_snapshot", "function %s has no ready snapshot to push",
+				   fn);
+	pthread_mutex_lock(&rs->lock);
+	p = queue_push(rs, fn);
+	if (!p) {
+		pthread_mutex_unlock(&rs->lock);
+		return reply_error(q, 500, "internal", "out of memory");
+	}
+	/* The push that answers is the one after every push now queued or
+	 * running: one that is uploading now may predate the snapshot. */
+	gen = p->generation + (strcmp(p->state, "uploading") ? 1 : 2);
+	while (wait && (p = find_push(rs, fn)) && p->generation < gen && !atomic_load(&s->stopping))
+		pthread_cond_wait(&rs->cv, &rs->lock);
+	p = find_push(rs, fn);
+	j = p ? push_json(p) : NULL;
+	ret = p && wait && !strcmp(p->state, "failed");
+	pthread_mutex_unlock(&rs->lock);
+	if (!j)
+		return reply_error(q, 500, "internal", "out of memory");
+	if (ret) {
+		int r = reply_error(q, 502, "remote_failed", "push of %s failed: %s", fn,
+				    json_string_value(json_object_get(j, "error")) ?: "?");
+
+		json_decref(j);
+		return r;
+	}
+	return reply_json(q, wait ? 200 : 202, json_pack("{s:o}", "push", j));
+}
+
+/* A pull's failure as an answer: what the remote lacks is a 404, a spec
+ * naming a directory this host does not allow a 403, a function busy here a
+ * 409, the remote failing (unreachable, refusing, corrupt) a 502. */
+static struct api_err pull_error(int err)
+{
+	switch (-err) {
+	case ENOENT:
+		return (struct api_err){ 404, "not_found" };
+	case EACCES:
+		return (struct api_err){ 403, "forbidden" };
+	case EBUSY:
+	case EINPROGRESS:
+		return (struct api_err){ 409, "conflict" };
+	case EIO:
+	case EBADMSG:
+	case EPROTO:
+	case ECONNREFUSED:
+	case ECONNRESET:
+	case EHOSTUNREACH:
+	case ENETUNREACH:
+	case ETIMEDOUT:
+	case ENOKEY:
+		return (struct api_err){ 502, "remote_failed" };
+	default:
+		return api_err_from_errno(err);
+	}
+}
+
+static void pull_task_free(void *p)
+{
+	free(p);
+}
+
+int remote_sync_post_pull(struct req *q)
+{
+	struct server *s = q->srv;
+	struct pull_task *t;
+	struct job *job;
+	json_t *j = NULL;
+	char loc[64], jid[32];
+	bool wait, fetch = true;
+	int ret, jerr = 0;
+
+	if (query_bool(req_query(q, "wait"), &wait) ||
+	    (req_query(q, "fetch") && query_bool(req_query(q, "fetch"), &fetch)))
+		return reply_error(q, 400, "bad_request", "wait and fetch must be 0 or 1");
+	if (!s->remote_sync)
+		return no_remote(q);
+	if (atomic_load(&s->stopping))
+		return reply_error_hdr(q, 503, "Retry-After", PULL_RETRY_AFTER, "shutting_down",
+				       "thawd is stopping");
+	/* A pull is a snapshot made elsewhere: it takes a snapshot's place. */
+	job = jobs_reserve(s->jobs, "pull", q->route.id, &ret);
+	if (!job)
+		return reply_error_hdr(q, 503, "Retry-After", PULL_RETRY_AFTER,
+				       ret == -ESHUTDOWN ? "shutting_down" : "no_capacity",
+				       "%s", ret == -EAGAIN ? "--max-snapshots snapshots or pulls are "
+							      "running already" : strerror(-ret));
+	t = calloc(1, sizeof(*t));
+	if (!t) {
+		jobs_unreserve(s->jobs, job);
+		return reply_error(q, 500, "internal", "out of memory");
+	}
+	snprintf(jid, sizeof(jid), "%s", job_id(job));
+	*t = (struct pull_task){ .srv = s, .fetch = fetch };
+	snprintf(t->function, sizeof(t->function), "%s", q->route.id);
+	snprintf(t->job, sizeof(t->job), "%s", jid);
+	ret = jobs_run(s->jobs, job, pull_run, t, pull_task_free);
+	if (ret)
+		return reply_error(q, 500, "internal", "cannot start the pull: %s", strerror(-ret));
+	snprintf(loc, sizeof(loc), "/jobs/%s", jid);
+	if (wait)
+		jobs_wait(s->jobs, jid);
+	if (jobs_get_json(s->jobs, jid, &j, &jerr))
+		return reply_error(q, 500, "internal", "job %s vanished", jid);
+	if (jerr) {
+		struct api_err e = pull_error(jerr);
+		const char *msg =
+		    json_string_value(json_object_get(json_object_get(j, "error"), "message"));
+		int r = reply_error(q, e.status, e.code, "%s", msg ? msg : strerror(-jerr));
+
+		json_decref(j);
+		return r;
+	}
+	return reply_json_hdr(q, wait ? 200 : 202, json_pack("{s:o}", "job", j), "Location", loc);
+}
+
+/* ---- life ---- */
+
+int remote_sync_start(struct server *s)
+{
+	struct remote_sync *rs;
+	int ret;
+
+	if (!s->opts.remote_url)
+		return 0;
+	rs = calloc(1, sizeof(*rs));
+	if (!rs)
+		return -ENOMEM;
+	rs->srv = s;
+	pthread_mutex_init(&rs->lock, NULL);
+	pthread_mutex_init(&rs->fetch_lock, NULL);
+	pthread_cond_init(&rs->cv, NULL);
+	ret = remote_open(s->opts.remote_url, s->opts.s3_endpoint, &rs->remote);
+	if (!ret) {
+		ret = -pthread_create(&rs->thread, NULL, push_thread, rs);
+		rs->started = ret == 0;
+	}
+	s->remote_sync = rs;
+	if (ret) {
+		pr_err("cannot use the remote %s: %s", s->opts.remote_url,
+		       log_last_error()[0] ? log_last_error() : strerror(-ret));
+		remote_sync_finish(s);
+		return ret;
+	}
+	pr_info("remote: %s", remote_describe(rs->remote));
+	return 0;
+}
+
+void remote_sync_quiesce(struct server *s)
+{
+	struct remote_sync *rs = s->remote_sync;
+
+	if (!rs || !rs->started)
+		return;
+	pthread_mutex_lock(&rs->lock);
+	rs->stop = true;
+	/* Queued pushes not begun are dropped: a later push (the next
+	 * snapshot, or by hand) uploads what is missing. */
+	for (size_t i = 0; i < rs->n; i++) {
+		if (rs->p[i].state && !strcmp(rs->p[i].state, "queued")) {
+			rs->p[i].state = "failed";
+			snprintf(rs->p[i].error, sizeof(rs->p[i].error), "thawd stopped first");
+			rs->p[i].generation++;
+		}
+	}
+	pthread_cond_broadcast(&rs->cv);
+	pthread_mutex_unlock(&rs->lock);
+	pthread_join(rs->thread, NULL);
+	rs->started = false;
+}
+
+void remote_sync_finish(struct server *s)
+{
+	struct remote_sync *rs = s->remote_sync;
+
+	if (!rs)
+		return;
+	remote_sync_quiesce(s);
+	remote_close(rs->remote);
+	pthread_cond_destroy(&rs->cv);
+	pthread_mutex_destroy(&rs->fetch_lock);
+	pthread_mutex_destroy(&rs->lock);
+	free(rs->p);
+	free(rs);
+	s->remote_sync = NULL;
+}

@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* remote_sync.h — thawd and the remote tier (store/remote.h): a fleet's
+ * functions on an S3-compatible object store (thawd --remote).
+ *
+ *   push   After each snapshot, and on POST /functions/<id>/push, one
+ *          background thread uploads the function's spec and current
+ *          snapshot (only the chunks the remote lacks), ref last.  GET
+ *          /functions/<id> shows the latest push as "push": its state
+ *          (queued, uploading, done, failed), bytes done of total, what it
+ *          sent, its error.
+ *   pull   POST /functions/<id>/pull is a job ("pull", GET /jobs/<jid> with
+ *          its progress): read the function's ref, fetch the chunks of its
+ *          snapshot the store lacks (checked against their hashes), and
+ *          register the function with that snapshot, ready to start,
+ *          without booting it.  ?fetch=0 registers it with the manifest
+ *          only: its first start fetches the chunks.
+ *   start  A start whose snapshot's manifest is not in the store fetches it
+ *          with its chunks first (remote_sync_fetch).
+ *
+ * Deleting a function here leaves the remote as it is: the remote is the
+ * fleet's (thaw remote gc collects what no ref reaches).
+ */
+#ifndef THAW_SERVER_REMOTE_SYNC_H
+#define THAW_SERVER_REMOTE_SYNC_H
+
+#include <jansson.h>
+
+struct server;
+struct req;
+
+/* Open the remote of s->opts (nothing when none is set) and start the push
+ * thread.  0, or -errno (logged: a bad URL, no keys). */
+int remote_sync_start(struct server *s);
+/* Stop the push thread (an upload in progress is finished first; queued
+ * ones are dropped) and wake whoever waits for a push.  Safe when never
+ * started; call it before the HTTP threads are stopped. */
+void remote_sync_quiesce(struct server *s);
+/* Free it all and close the remote (after remote_sync_quiesce). */
+void remote_sync_finish(struct server *s);
+
+/* Queue a push of function's current snapshot (nothing without a remote). */
+void remote_sync_push(struct server *s, const char *function);
+/* Add the latest push of function to its GET /functions/<id> object f. */
+void remote_sync_describe(struct server *s, const char *function, json_t *f);
+
+/* Make snapshot snap whole in the store from the remote, if its manifest is
+ * not there: 0 (also when there is no remote: the start then reports what
+ * is missing), or -errno with log_last_error() naming what failed.  *ms:
+ * how long the fetch took (0: none was needed). */
+int remote_sync_fetch(struct server *s, const char *snap, double *ms);
+
+/* The routes. */
+int remote_sync_post_push(struct req *q);
+int remote_sync_post_pull(struct req *q);
+
+#endif

@@ -329,6 +329,7 @@ static int delete_function(struct req *q)
 				   fn, why(ret));
 	}
 	pr_info("function %s deleted, %zu instance(s) stopped", fn, stopped);
+	remote_sync_forget(s, fn);
 	return reply_empty(q, 204);
 }
 

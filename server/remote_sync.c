@@ -209,6 +209,12 @@ static void *push_thread(void *arg)
 
 		pr_info("push of %s to %s begins", function, remote_describe(rs->remote));
 		ret = push_one(rs, function, manifest, &stats, err, sizeof(err));
+		/* Deleted while it went up: its ref must not outlive it. */
+		if (!ret && !registry_exists(rs->srv->reg, function)) {
+			remote_delete_ref(rs->remote, function);
+			snprintf(err, sizeof(err), "the function was deleted during the push");
+			ret = -ENOENT;
+		}
 		if (ret)
 			pr_warn("push of %s failed: %s", function, err);
 		else
@@ -235,6 +241,28 @@ static void *push_thread(void *arg)
 	}
 	pthread_mutex_unlock(&rs->lock);
 	return NULL;
+}
+
+void remote_sync_forget(struct server *s, const char *function)
+{
+	struct remote_sync *rs = s->remote_sync;
+	struct push *p;
+	int ret;
+
+	if (!rs)
+		return;
+	pthread_mutex_lock(&rs->lock);
+	p = find_push(rs, function);
+	if (p && p->state && !strcmp(p->state, "queued"))
+		p->state = NULL; /* an upload in progress checks for itself when done */
+	pthread_mutex_unlock(&rs->lock);
+	log_clear_error();
+	ret = remote_delete_ref(rs->remote, function);
+	if (ret)
+		pr_warn("function %s deleted here, but its ref on %s stays: %s", function,
+			remote_describe(rs->remote), log_last_error());
+	else
+		pr_info("function %s deleted from %s too", function, remote_describe(rs->remote));
 }
 
 static json_t *push_json(const struct push *p)

@@ -17,8 +17,8 @@
  *   start  A start whose snapshot's manifest is not in the store fetches it
  *          with its chunks first (remote_sync_fetch).
  *
- * Deleting a function here leaves the remote as it is: the remote is the
- * fleet's (thaw remote gc collects what no ref reaches).
+ * Deleting a function deletes its ref on the remote: the fleet loses it
+ * (thaw gc --remote then collects what no ref reaches).
  */
 #ifndef THAW_SERVER_REMOTE_SYNC_H
 #define THAW_SERVER_REMOTE_SYNC_H
@@ -40,6 +40,10 @@ void remote_sync_finish(struct server *s);
 
 /* Queue a push of function's current snapshot (nothing without a remote). */
 void remote_sync_push(struct server *s, const char *function);
+/* function was deleted here: delete its ref on the remote too (the fleet
+ * loses it; what only it reached goes at the next remote gc runs), and
+ * forget its pushes.  A failure is logged: the ref stays. */
+void remote_sync_forget(struct server *s, const char *function);
 /* Add the latest push of function to its GET /functions/<id> object f. */
 void remote_sync_describe(struct server *s, const char *function, json_t *f);
 

@@ -133,6 +133,17 @@ int store_manifest_bins_sweep(struct store *s);
 /* How many loads of this store object read and checked the JSON. */
 uint64_t store_manifest_json_reads(struct store *s);
 
+/* Manifests being filled: a fetch from the remote tier (remote.c) writes the
+ * manifest it fetches chunks for here first, and removes it once the real
+ * manifest is written, after all its chunks.  gc keeps the chunks of a
+ * pending manifest younger than STORE_PENDING_MAX_AGE_S (a fetch that was
+ * killed can go on where it stopped) and removes older ones. */
+#define STORE_PENDING_DIR "pending"
+#define STORE_PENDING_MAX_AGE_S (24 * 3600)
+int store_pending_put(struct store *s, const uint8_t hash[CHUNK_HASH_LEN], const void *json,
+		      size_t len);
+void store_pending_drop(struct store *s, const uint8_t hash[CHUNK_HASH_LEN]);
+
 /* Path of manifest hash, into buf. */
 int store_manifest_path(const struct store *s, const uint8_t hash[CHUNK_HASH_LEN], char *buf,
 			size_t len);

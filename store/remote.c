@@ -884,6 +884,17 @@ static int ref_read(struct remote *r, const char *key, json_t **out)
 	return 0;
 }
 
+int remote_delete_ref(struct remote *r, const char *function)
+{
+	char key[S3_KEY_MAX];
+
+	if (!id_valid(function)) {
+		pr_err("bad function name '%s'", function);
+		return -EINVAL;
+	}
+	return s3_delete(r->s3, key_of(r, key, sizeof(key), "refs/%s.json", function));
+}
+
 int remote_pull_ref(struct remote *r, const char *function, char **spec_json,
 		    char manifest_id[CHUNK_ID_LEN])
 {
@@ -1038,8 +1049,27 @@ struct fetch {
 	remote_progress_fn progress;
 	void *arg;
 	uint64_t done, total;
+	uint64_t unsealed; /* bytes added to pw since its packs were last made durable */
 	struct remote_fetch_stats st;
 };
+
+/* Make what pw holds durable and indexed every REMOTE_FETCH_SEAL bytes: a
+ * fetch that is killed keeps what it sealed (its manifest waits in the
+ * store's pending/ meanwhile), and the next fetch goes on from there. */
+static int seal_if_due(struct fetch *f)
+{
+	int ret;
+
+	if (f->unsealed < REMOTE_FETCH_SEAL)
+		return 0;
+	ret = pack_writer_finish(f->pw);
+	pack_writer_free(f->pw);
+	f->pw = ret ? NULL : pack_writer_new(f->s);
+	if (!ret && !f->pw)
+		ret = -ENOMEM;
+	f->unsealed = 0;
+	return ret;
+}
 
 static int cmp_want(const void *a, const void *b)
 {
@@ -1099,6 +1129,15 @@ static int span_done(struct s3_range *rg, int err, void *arg)
 		}
 		f->st.chunks_fetched++;
 		f->done += c->stored;
+		f->unsealed += c->stored;
+	}
+	{
+		int ret = seal_if_due(f);
+
+		if (ret) {
+			pr_err("cannot make the fetched chunks durable: %s", strerror(-ret));
+			return ret;
+		}
 	}
 	if (f->progress)
 		f->progress(f->arg, f->done, f->total);
@@ -1252,6 +1291,10 @@ int remote_fetch_missing(struct remote *r, struct store *s, const char *manifest
 	}
 	if ((ret = store_packs_refresh(s)) || (ret = rindex_load(r, s, &f.x)))
 		goto out;
+	/* Before any chunk: gc keeps what this fetch stores, also if it is
+	 * killed, so that the next fetch goes on from there. */
+	if ((ret = store_pending_put(s, hash, json, json_len)))
+		goto out;
 	if ((ret = plan_fetch(&f, m)) || (ret = make_spans(&f)))
 		goto out;
 	f.pw = pack_writer_new(s);
@@ -1270,6 +1313,8 @@ int remote_fetch_missing(struct remote *r, struct store *s, const char *manifest
 		goto out;
 	ret = store_write_object(s, path, json, json_len, true, false);
 	ret = ret < 0 ? ret : 0;
+	if (!ret)
+		store_pending_drop(s, hash);
 out:
 	if (!ret && stats) {
 		f.st.seconds = ms_since(t0) / 1e3;

@@ -39,6 +39,7 @@ struct store;
 #define REMOTE_FETCH_RANGE  (8u << 20)	/* the longest range one GET asks for */
 #define REMOTE_FETCH_BATCH  (256u << 20) /* bytes of ranges in memory at once */
 #define REMOTE_PARALLEL	    16		/* GETs in flight */
+#define REMOTE_FETCH_SEAL   (64u << 20) /* a fetch makes its packs durable this often */
 #define REMOTE_GC_GRACE_S   3600	/* remote_gc's default grace */
 
 /* Bytes done of total so far; called on the calling thread. */
@@ -74,6 +75,10 @@ int remote_push(struct remote *r, struct store *s, const char *function, const c
 		const char *manifest_id, remote_progress_fn progress, void *arg,
 		struct remote_push_stats *stats);
 
+/* Delete refs/<function>.json: the function is gone from the fleet; what
+ * only it reached goes at the next gc runs.  Missing is fine. */
+int remote_delete_ref(struct remote *r, const char *function);
+
 /* Read refs/<function>.json: *spec_json (malloc'd JSON text, you own it)
  * and manifest_id.  -ENOENT where the remote has no such function. */
 int remote_pull_ref(struct remote *r, const char *function, char **spec_json,
@@ -103,7 +108,10 @@ struct remote_fetch_stats {
  * against its SHA-256 before it is stored (a bad or cut answer is fetched
  * again, S3_ATTEMPTS tries in all), store them in new local packs, then
  * write the manifest, as a put does (the store lock held shared meanwhile,
- * so local gc waits).  A chunk the remote cannot give fails the call naming
+ * so local gc waits).  The manifest waits in the store's pending/ while its
+ * chunks come, and the packs are made durable every REMOTE_FETCH_SEAL bytes:
+ * a fetch that is killed keeps what it sealed (gc keeps it for a day), and
+ * the next fetch of the manifest fetches only the rest.  A chunk the remote cannot give fails the call naming
  * it; what was fetched before stays as whole packs (gc's, or the next
  * fetch's), never as a manifest that lacks chunks.  stats/progress may be NULL. */
 int remote_fetch_missing(struct remote *r, struct store *s, const char *manifest_id,

@@ -7,7 +7,8 @@
  * it still names the chunks of a deleted manifest), then deletes every pack
  * and loose chunk holding nothing marked, rewrites a pack that is mostly
  * garbage (GC_REPACK_PCT) unless a live lease uses one of its chunks (a
- * restore in progress reads it where its index said), and removes the stale
+ * restore in progress reads it where its index said), keeps the chunks of a
+ * young pending manifest (a fetch from the remote tier, internal.h), and removes the stale
  * leases, packs a dead put left without an index, and all temp files.  A manifest that cannot be
  * read stops gc: deleting chunks it might name would be worse than keeping them.
  */
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* What gc and verify read and check chunk objects with: a codec, and room
@@ -155,6 +157,42 @@ static int gc_leases(struct gc *g)
 			break;
 		}
 		ret = mark_manifest(g, m, true);
+		manifest_free(m);
+	}
+	closedir(d);
+	return ret;
+}
+
+/* The chunks of the manifests fetches are filling (STORE_PENDING_DIR) are
+ * live while the manifest is young enough for its fetch to go on; an older
+ * one, or one that does not parse, is removed (its chunks then go). */
+static int gc_pending(struct gc *g)
+{
+	char dir[PATH_MAX], path[PATH_MAX + 256];
+	time_t now = time(NULL);
+	struct dirent *de;
+	struct stat st;
+	DIR *d;
+	int ret = 0;
+
+	snprintf(dir, sizeof(dir), "%s/" STORE_PENDING_DIR, g->s->dir);
+	d = opendir(dir);
+	if (!d)
+		return errno == ENOENT ? 0 : -errno;
+	while ((de = readdir(d)) && ret == 0) {
+		struct manifest *m = NULL;
+
+		if (de->d_name[0] == '.' ||
+		    snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) >= (int)sizeof(path) ||
+		    stat(path, &st) < 0)
+			continue;
+		if (now - st.st_mtime > STORE_PENDING_MAX_AGE_S ||
+		    store_manifest_read(path, NULL, &m) < 0) {
+			pr_info("gc: removing %s, a fetch that did not finish", path);
+			unlink(path);
+			continue;
+		}
+		ret = mark_manifest(g, m, false);
 		manifest_free(m);
 	}
 	closedir(d);
@@ -324,6 +362,8 @@ int store_gc(struct store *s, uint64_t *freed_chunks, uint64_t *freed_bytes)
 	ret = store_foreach_manifest(s, gc_manifest, &g);
 	if (ret == 0)
 		ret = gc_leases(&g);
+	if (ret == 0)
+		ret = gc_pending(&g);
 	if (ret == 0)
 		ret = store_foreach_pack(s, gc_pack, &g);
 	if (ret == 0) {

@@ -14,9 +14,19 @@
 #   3. pulled with ?fetch=0 (manifest only), its first start on B fetches the
 #      chunks (remote_fetch_ms in the answer) and answers; the next start
 #      fetches nothing;
-#   4. a pull of a function the remote lacks is 404 naming it, leaving
-#      nothing registered; push without --remote is 409 no_remote;
-#      `thaw gc --remote --dry-run` runs.
+#   4. a re-snapshot on A uploads only its new chunks: as many as the new
+#      manifest has that the old one lacks;
+#   5. a chunk object flipped on the server: B's pull fails 502 naming the
+#      chunk after fetching it again, the function is not made ready, and B's
+#      store verifies clean;
+#   6. B killed mid-pull (a function with 320 MiB of random memory), past
+#      70 MiB, and restarted: its store verifies clean, and the pull again
+#      fetches only what the first had not sealed (some, not all);
+#   7. A deletes a function: its ref goes, and two remote gc runs remove the
+#      objects only it reached and nothing another function uses (a fresh
+#      store pulls f whole afterwards);
+#   8. a pull of a function the remote lacks is 404 naming it, leaving
+#      nothing registered; push without --remote is 409 no_remote.
 set -u
 B=${THAW_BUILD:-$PWD/build}
 ROOT=${THAW_ROOT:-$PWD}
@@ -37,8 +47,11 @@ cp "$ROOT/test/fixtures/term_fn.py" "$T/fn/"
 # ---- thawd A ----
 start_thawd --remote "$REMOTE"
 URL_A=$URL
-spec='{"command": ["python3", "term_fn.py"], "cwd": "'"$T/fn"'", "port": 8000,
-	"env": {"TERM_MODE": "exit"}, "ready": {"http": "/health"}}'
+mkspec() { # ENV-JSON
+	echo '{"command": ["python3", "term_fn.py"], "cwd": "'"$T/fn"'", "port": 8000,
+		"env": '"$1"', "ready": {"http": "/health"}}'
+}
+spec=$(mkspec '{"TERM_MODE": "exit"}')
 for f in f g; do
 	st=$(api PUT "/functions/$f" -d "$spec")
 	[ "$st" = 201 ] || { fail "PUT $f: $st $(cat "$T/body")"; exit 1; }
@@ -74,11 +87,6 @@ out=$(THAW_NO_PROGRESS=1 "$THAW" push --url "$URL_A" g 2>&1) && echo "$out" | gr
 T_A=$T DATA_A=$DATA PID_A=$THAWD_PID
 DATA_B=$T/data-b
 SHM_B=$(mktemp -d /dev/shm/thaw-e2e-fleet-b-XXXXXX)
-"$THAWD" --listen 127.0.0.1:0 --port-file "$T/port-b" --data-dir "$DATA_B" --ram-tier "$SHM_B" \
-	--ram-tier-bytes 1G --remote "$REMOTE" >>"$T/thawd-b.log" 2>&1 &
-PID_B=$!
-for _ in $(seq 200); do [ -s "$T/port-b" ] && break; sleep 0.05; done
-URL_B=http://127.0.0.1:$(head -n1 "$T/port-b")
 stop_b() {
 	kill -9 "$PID_B" 2>/dev/null
 	for c in $(runc --root "$DATA_B/runc" list -q 2>/dev/null); do runc --root "$DATA_B/runc" delete -f "$c" >/dev/null 2>&1; done
@@ -86,6 +94,38 @@ stop_b() {
 }
 trap 'stop_b; thawd_e2e_cleanup; ceph_rgw_stop' EXIT
 apib() { URL=$URL_B api "$@"; }
+start_b() {
+	rm -f "$T/port-b"
+	"$THAWD" --listen 127.0.0.1:0 --port-file "$T/port-b" --data-dir "$DATA_B" --ram-tier "$SHM_B" \
+		--ram-tier-bytes 1G --remote "$REMOTE" >>"$T/thawd-b.log" 2>&1 &
+	PID_B=$!
+	for _ in $(seq 200); do [ -s "$T/port-b" ] && break; sleep 0.05; done
+	URL_B=http://127.0.0.1:$(head -n1 "$T/port-b")
+}
+s3curl() { # METHOD KEY [curl args]: a signed request to the bucket
+	local m=$1 k=$2
+	shift 2
+	curl -sf -X "$m" --aws-sigv4 "aws:amz:$AWS_REGION:s3" \
+		--user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
+		-H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$@" "$AWS_ENDPOINT_URL/thaw/$k"
+}
+packs() { s3curl GET "?list-type=2&prefix=fleet%2Fpacks%2F" | grep -o '<Key>[^<]*\.pack</Key>' | sed 's/<[^>]*>//g' | sort; }
+# snap_wait ID: snapshot on A, then wait for its background push; PUSH: its state.
+snap_push() {
+	local st i
+	st=$(api POST "/functions/$1/snapshot?wait=1")
+	[ "$st" = 200 ] || { fail "snapshot $1: $st $(cat "$T/body")"; return 1; }
+	for i in $(seq 600); do
+		api GET "/functions/$1" >/dev/null
+		case "$(jget "$T/body" "(j.get('push') or {}).get('state')")" in done | failed) break ;; esac
+		sleep 0.1
+	done
+	cp "$T/body" "$T/push.json"
+}
+chunks_of() { python3 -c "
+import json, re, sys
+print('\n'.join(sorted(set(re.findall(r'sha256:[0-9a-f]{64}', json.dumps(json.load(open(sys.argv[1]))['files']))))))" "$1"; }
+start_b
 
 # 2. thaw pull onto B, then a start there
 out=$(THAW_NO_PROGRESS=1 "$THAW" pull --url "$URL_B" f 2>&1) && echo "$out" | grep -q "^pulled f: $snap" &&
@@ -122,7 +162,102 @@ st=$(apib POST /functions/g/start)
 [ "$st" = 201 ] && [ "$(jget "$T/body" "j.get('remote_fetch_ms')")" = None ] &&
 	ok "the next start of g fetches nothing" || fail "second start of g: $st $(head -c 300 "$T/body")"
 
-# 4. errors
+# 4. a re-snapshot uploads only its new chunks
+api GET /functions/f >/dev/null
+old_snap=$(jget "$T/body" "j['snapshot']['id']")
+cp "$DATA/store/manifests/${old_snap#sha256:}" "$T/old.manifest"
+snap_push f
+new_snap=$(jget "$T/push.json" "j['snapshot']['id']")
+new_chunks=$(comm -13 <(chunks_of "$T/old.manifest") <(chunks_of "$DATA/store/manifests/${new_snap#sha256:}") | wc -l)
+sent=$(jget "$T/push.json" "j['push']['chunks_sent']")
+total=$(jget "$T/push.json" "j['push']['chunks']")
+[ "$(jget "$T/push.json" "j['push']['state']")" = done ] && [ "$sent" = "$new_chunks" ] && [ "$sent" -lt "$total" ] &&
+	ok "re-snapshot of f: $sent of $total chunks uploaded, the $new_chunks the old snapshot lacked ($(jget "$T/push.json" "j['push']['bytes_sent']") bytes)" ||
+	fail "re-snapshot push: sent $sent of $total, new chunks $new_chunks: $(jget "$T/push.json" "j['push']")"
+
+# 5. a flipped byte on the server
+before=$(packs)
+st=$(api PUT /functions/h -d "$(mkspec '{"TERM_MODE": "ignore", "BALLAST_MB": "8"}')")
+[ "$st" = 201 ] || fail "PUT h: $st $(cat "$T/body")"
+snap_push h
+newpack=$(comm -13 <(echo "$before") <(packs) | head -n1)
+if [ -n "$newpack" ] && s3curl GET "$newpack" -o "$T/pack"; then
+	python3 -c "
+import sys
+b = bytearray(open(sys.argv[1], 'rb').read()); b[200] ^= 0xff
+open(sys.argv[1], 'wb').write(b)" "$T/pack"
+	s3curl PUT "$newpack" --data-binary @"$T/pack" -o /dev/null || fail "cannot put the flipped pack back"
+	st=$(apib POST "/functions/h/pull?wait=1")
+	if [ "$st" = 502 ] && [ "$(jget "$T/body" "j['error']['code']")" = remote_failed ] &&
+		grep -q 'chunk sha256:' "$T/body"; then
+		ok "a flipped byte in $newpack: B's pull is 502 remote_failed naming the chunk"
+	else
+		fail "pull of the flipped h: $st $(head -c 400 "$T/body")"
+	fi
+	grep -q "fetching it again" "$T/thawd-b.log" && ok "B fetched the bad range again before refusing it" ||
+		fail "B did not retry the bad range"
+	apib GET /functions/h >/dev/null
+	[ "$(jget "$T/body" "j['snapshot']['state']")" != ready ] || fail "h became ready on B from a flipped chunk"
+	"$THAW" store --store "$DATA_B/store" verify >"$T/verify.out" 2>&1 &&
+		ok "B's store verifies clean after the refused pull" || fail "B's store: $(tail -3 "$T/verify.out")"
+else
+	fail "no new pack of h on the remote ($newpack)"
+fi
+
+# 6. B killed mid-pull, then the pull again
+st=$(api PUT /functions/big -d "$(mkspec '{"TERM_MODE": "exit", "BALLAST_MB": "320"}')")
+[ "$st" = 201 ] || fail "PUT big: $st $(cat "$T/body")"
+snap_push big
+[ "$(jget "$T/push.json" "j['push']['state']")" = done ] || fail "push of big: $(jget "$T/push.json" "j['push']")"
+st=$(apib POST "/functions/big/pull")
+jid=$(jget "$T/body" "j['job']['id']")
+killed_at=""
+for i in $(seq 400); do
+	apib GET "/jobs/$jid" >/dev/null
+	done_b=$(jget "$T/body" "(j.get('progress') or {}).get('done', 0)")
+	if [ "${done_b:-0}" -gt $((70 << 20)) ]; then
+		kill -9 "$PID_B"; wait "$PID_B" 2>/dev/null
+		killed_at=$done_b
+		break
+	fi
+	[ "$(jget "$T/body" "j['state']")" = running ] || break
+done
+if [ -n "$killed_at" ]; then
+	"$THAW" store --store "$DATA_B/store" verify >"$T/verify.out" 2>&1 &&
+		ok "B killed mid-pull at $((killed_at >> 20)) MiB: its store verifies clean" ||
+		fail "B's store after the kill: $(tail -3 "$T/verify.out")"
+	start_b
+	st=$(apib POST "/functions/big/pull?wait=1")
+	fetched=$(jget "$T/body" "j['job']['result']['chunks_fetched']")
+	all=$(jget "$T/body" "j['job']['result']['chunks']")
+	if [ "$st" = 200 ] && [ "$fetched" -lt "$all" ] && [ "$fetched" -gt 0 ]; then
+		ok "the pull again fetched $fetched of $all chunks (the rest survived the kill)"
+	else
+		fail "pull after the kill: $st fetched ${fetched:-?} of ${all:-?}: $(head -c 300 "$T/body")"
+	fi
+	st=$(apib POST /functions/big/start)
+	[ "$st" = 201 ] && ok "big starts on B after the resumed pull" || fail "start of big on B: $st $(head -c 300 "$T/body")"
+else
+	fail "the pull of big ended before 70 MiB could be seen (state $(jget "$T/body" "j['state']"))"
+fi
+
+# 7. A deletes big: its ref goes, gc removes only what it alone reached
+before=$(packs | wc -l)
+st=$(api DELETE /functions/big)
+[ "$st" = 204 ] || fail "DELETE big on A: $st"
+"$THAW" remote --remote "$REMOTE" ls >"$T/ls.out" 2>&1
+grep -q "^big " "$T/ls.out" && fail "big's ref stays on the remote" || ok "A's DELETE of big removed its ref"
+"$THAW" gc --remote "$REMOTE" --grace 0 >"$T/gc1.out" 2>&1 || fail "gc 1: $(cat "$T/gc1.out")"
+sleep 1.1
+"$THAW" gc --remote "$REMOTE" --grace 0 >"$T/gc2.out" 2>&1 || fail "gc 2: $(cat "$T/gc2.out")"
+after=$(packs | wc -l)
+[ "$after" -lt "$before" ] && ok "two gc runs: $before packs -> $after ($(tail -n1 "$T/gc2.out"))" ||
+	fail "gc removed no pack: $before -> $after; $(cat "$T/gc1.out" "$T/gc2.out")"
+"$THAW" remote --remote "$REMOTE" --store "$T/fresh" pull f >/dev/null 2>"$T/fresh.err" &&
+	"$THAW" store --store "$T/fresh" verify >/dev/null 2>&1 &&
+	ok "after gc, f still pulls whole into a fresh store" || fail "f after gc: $(tail -3 "$T/fresh.err")"
+
+# 8. errors
 st=$(apib POST "/functions/nosuch/pull?wait=1")
 [ "$st" = 404 ] && grep -q nosuch "$T/body" && ok "pull of a function the remote lacks: 404 naming it" ||
 	fail "pull nosuch: $st $(cat "$T/body")"
@@ -133,8 +268,6 @@ start_thawd
 st=$(api POST "/functions/f/push")
 [ "$st" = 409 ] && [ "$(jget "$T/body" "j['error']['code']")" = no_remote ] &&
 	ok "push on a thawd without --remote: 409 no_remote" || fail "push without a remote: $st $(cat "$T/body")"
-"$THAW" gc --remote "$REMOTE" --dry-run >"$T/gc.out" 2>&1 && ok "thaw gc --remote --dry-run: $(tail -n1 "$T/gc.out")" ||
-	fail "thaw gc --remote: $(cat "$T/gc.out")"
 grep -q "$AWS_SECRET_ACCESS_KEY" "$T/thawd.log" "$T/thawd-b.log" && fail "a thawd logged the secret key"
 
 echo "$fails failure(s)"

@@ -12,7 +12,9 @@
 #             the cold-boot and plain-restore baselines (2 runs each);
 #   2. burst: BURST (default 2) starts at once, warm tier;
 #   3. cold:  one at a time on a cold tier (thawd restarted on an emptied tier
-#             before each start, --cold-cmd), 2 starts.
+#             before each start, --cold-cmd), 2 starts: the disk-tier start;
+#             then its floor, an O_DIRECT dd of the same stored bytes
+#             (OUTDIR/disk-floor.txt).
 # Each writes OUTDIR/<name>.txt (the table), .json and .svg; OUTDIR/snapshot.json
 # holds the snapshot job.  thawd, its instances and directories are removed at
 # the end, also on failure.  Exit 0 when every scenario ran and every start was
@@ -56,4 +58,32 @@ run seq --burst 1 --repeat 3 --baseline-cold "$W/spec.json" --baseline-plain "$T
 	--baseline-runs 2 --runc-root "$W/runc"
 run burst --burst "$BURST"
 run cold --burst 1 --repeat 2 --cold-tier --cold-cmd "$W/cold.sh"
+
+# The floor of the cold (disk-tier) start, in the same run: an O_DIRECT read of
+# the same stored bytes (the store's packs: this data directory holds only this
+# function's snapshot) with dd, against the cold starts' materialise phase.
+packs=("$W/data/store/packs/"*.pack)
+if [ -e "${packs[0]}" ]; then
+	bytes=$(du -cb "${packs[@]}" | tail -n1 | cut -f1)
+	t0=$(date +%s%N)
+	for p in "${packs[@]}"; do dd if="$p" of=/dev/null bs=4M iflag=direct status=none || bad=1; done
+	t1=$(date +%s%N)
+	python3 - "$bytes" "$t0" "$t1" "$OUTDIR/cold.json" >"$OUTDIR/disk-floor.txt" <<'PY'
+import json, sys
+b, t0, t1 = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+dd_s = (t1 - t0) / 1e9
+j = json.load(open(sys.argv[4]))
+mat = (j.get("phases_mean_ms") or {}).get("materialize")
+lat = (j.get("start_latency_ms") or {}).get("p50")
+print("disk-tier start against the disk (same run):")
+print(f"  stored bytes (packs): {b / 1e9:.3f} GB")
+print(f"  floor: dd iflag=direct bs=4M of the packs: {dd_s:.3f} s ({b / dd_s / 1e9:.2f} GB/s)")
+if mat:
+    print(f"  cold start's materialise phase (mean): {mat / 1e3:.3f} s ({b / (mat / 1e3) / 1e9:.2f} GB/s of stored bytes), "
+          f"{dd_s / (mat / 1e3):.2f}x the floor's speed")
+if lat:
+    print(f"  cold start, request to first correct answer (p50): {lat / 1e3:.3f} s")
+PY
+	cat "$OUTDIR/disk-floor.txt"
+fi
 exit $bad

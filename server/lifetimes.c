@@ -20,6 +20,10 @@
 #include <time.h>
 #include <unistd.h>
 
+/* How long a dead first process's wait status may take to come from the
+ * keeper (server/exits.h). */
+#define EXIT_STATUS_WAIT_MS 1000
+
 struct lifetimes {
 	struct server *srv;
 	pthread_t thread;
@@ -107,6 +111,12 @@ static const char *due(const struct server *s, const struct inst_view *v, uint64
 	if (v->pid > 0 && !proc_alive(v->pid, v->pid_start)) {
 		end->exited = true;
 		end->have_status = exits_lookup(v->pid, v->pid_start, &end->wait_status);
+		/* Seen dead (a zombie) before the keeper reaped it and said so:
+		 * its word is a moment away. */
+		for (int i = 0; !end->have_status && !v->adopted && i < EXIT_STATUS_WAIT_MS / 10; i++) {
+			usleep(10 * 1000);
+			end->have_status = exits_lookup(v->pid, v->pid_start, &end->wait_status);
+		}
 		if (!end->have_status)
 			snprintf(end->why, sizeof(end->why), "status unknown: %s",
 				 v->adopted ? "its process was started by an earlier thawd" :

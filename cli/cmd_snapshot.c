@@ -24,7 +24,8 @@ static void usage(FILE *f)
 		"and store the image in the chunk store.  Prints JSON:\n"
 		"  {\"snapshot\": ID, \"timings_ms\": {...}, \"image_bytes\": N, \"stored_bytes\": N}\n\n"
 		"SPEC.json is the body of PUT /functions/<id> (command, env, cwd, port, ready,\n"
-		"warmup, prepare, gpu).  A relative \"cwd\" is taken relative to the spec\n"
+		"warmup, prepare, gpu, image).  An \"image\" is pulled and unpacked first\n"
+		"(a progress line on a terminal).  A relative \"cwd\" is taken relative to the spec\n"
 		"file's directory (and defaults to it), so a spec beside its code works from\n"
 		"anywhere.  The function id is --id, else the spec's \"id\", else the file's\n"
 		"name without .json ('_' becoming '-').\n\n"
@@ -62,8 +63,8 @@ static int resolve_cwd(json_t *j, const char *spec_path)
 
 	if (cwd && (!json_is_string(cwd) || json_string_value(cwd)[0] == '/'))
 		return 0; /* spec_parse judges it */
-	if (!cwd && json_object_get(j, "bundle"))
-		return 0; /* a user's rootfs: its own working directory */
+	if (!cwd && (json_object_get(j, "bundle") || json_object_get(j, "image")))
+		return 0; /* a user's rootfs or image: its own working directory */
 	rel = cwd ? json_string_value(cwd) : ".";
 	snprintf(buf, sizeof(buf), "%s", spec_path);
 	if (!realpath(dirname(buf), dir)) {
@@ -79,6 +80,46 @@ static int resolve_cwd(json_t *j, const char *spec_path)
 	return 0;
 }
 
+/* An image's pull (bytes) and unpack (layers) on a terminal. */
+struct pull_progress {
+	struct progress bar;
+	const char *phase;
+};
+
+static void pull_progress(void *arg, const char *phase, uint64_t done, uint64_t total)
+{
+	struct pull_progress *pp = arg;
+	const char *shown = !strcmp(phase, "pull") ? "pull" : !strcmp(phase, "unpack") ? "unpack" : NULL;
+
+	if (pp->phase != shown) {
+		if (pp->phase)
+			progress_done(&pp->bar);
+		pp->phase = shown;
+		if (shown)
+			progress_init(&pp->bar, shown, shown[0] == 'p' ? total : 0);
+	}
+	if (!shown || !pp->bar.enabled)
+		return;
+	if (shown[0] == 'p')
+		progress_update(&pp->bar, done);
+	else
+		fprintf(stderr, "\r\033[Kunpack  layer %llu of %llu",
+			(unsigned long long)(done < total ? done + 1 : total),
+			(unsigned long long)total);
+	pp->bar.last_draw_ns = now_ns(); /* so that progress_done clears it */
+}
+
+/* A local image (oci:, docker-archive:, oci-archive:) only where a bundle may be. */
+static bool image_allowed(const struct thaw_config *c, const struct func_spec *spec, char *err,
+			  size_t errlen)
+{
+	enum image_transport t;
+	char local[PATH_MAX];
+
+	return !spec->image || spec_image_ref(spec->image, &t, local, sizeof(local), NULL, 0) ||
+	       t == IMAGE_DOCKER || config_path_allowed(c, local, err, errlen);
+}
+
 int cmd_snapshot(int argc, char **argv)
 {
 	const char *spec_path = NULL, *id = NULL, *data_dir = NULL;
@@ -86,6 +127,7 @@ int cmd_snapshot(int argc, char **argv)
 	struct thaw_config c;
 	struct func_spec *spec = NULL;
 	struct snapshot_result res = { 0 };
+	struct pull_progress pp = { .phase = NULL };
 	struct store *s = NULL;
 	json_error_t jerr;
 	json_t *j = NULL, *outj = NULL;
@@ -136,7 +178,7 @@ int cmd_snapshot(int argc, char **argv)
 	}
 	/* As thawd's PUT: a function's rootfs and directory only where allowed. */
 	for (int k = 0; k < 2; k++) {
-		const char *path = k ? spec->cwd : spec->bundle;
+		const char *path = k ? (spec->image ? NULL : spec->cwd) : spec->bundle;
 
 		if (path && !config_path_allowed(&c, path, err, sizeof(err))) {
 			fprintf(stderr, "thaw snapshot: %s: %s: %s\n", spec_path, k ? "cwd" : "bundle",
@@ -145,12 +187,21 @@ int cmd_snapshot(int argc, char **argv)
 			goto out;
 		}
 	}
+	if (!image_allowed(&c, spec, err, sizeof(err))) {
+		fprintf(stderr, "thaw snapshot: %s: image: %s\n", spec_path, err);
+		rc = 2;
+		goto out;
+	}
 	s = store_open_with(cli_store_dir(), &c.store);
 	if (!s) {
 		fprintf(stderr, "thaw snapshot: store %s: %s\n", cli_store_dir(), log_last_error());
 		goto out;
 	}
-	if (prewarm_snapshot(&c, s, spec, &res)) {
+	if (prewarm_snapshot_opts(&c, s, spec,
+				  &(struct prewarm_opts){ .progress = pull_progress, .progress_arg = &pp },
+				  &res)) {
+		if (pp.phase)
+			progress_done(&pp.bar);
 		fprintf(stderr, "thaw snapshot: %s\n", log_last_error());
 		goto out;
 	}

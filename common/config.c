@@ -453,6 +453,8 @@ int config_init(struct thaw_config *c, const char *data_dir)
 	if (ret)
 		return ret;
 	ret = copy_path(c->runc, env_or("THAW_RUNC", "runc"), "runc");
+	if (!ret)
+		ret = copy_path(c->registry_auth, env_or("THAW_REGISTRY_AUTH", ""), "registry auth");
 	if (ret)
 		return ret;
 

@@ -94,6 +94,10 @@ struct thaw_config {
 				      * driver's restore then reads filled memory and
 				      * does not share the memory bus with the copy */
 	struct config_store store;   /* $THAW_STORE_LAYOUT, _DIRECT, _MAP */
+	/* A containers auth file (skopeo's --authfile: registry credentials
+	 * for a spec's "image"), $THAW_REGISTRY_AUTH or thawd --registry-auth;
+	 * "" none.  Its path only: the credentials are never read or logged here. */
+	char registry_auth[PATH_MAX];
 	uint64_t log_bytes;          /* rotate a function's output at this size
 				      * ($THAW_LOG_BYTES, K/M/G/T suffixes; default
 				      * CONFIG_LOG_BYTES_DEFAULT) */

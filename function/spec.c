@@ -17,7 +17,8 @@
 static const char *const known_keys[] = { "id",	   "command", "env",	 "cwd",	    "bundle",
 					  "port",  "ready",   "warmup",	 "prepare", "gpu",
 					  "elide_zero", "lazy", "sandbox", "standby",
-					  "idle_s", "max_lifetime_s", "stop_grace_s", "max_instances" };
+					  "idle_s", "max_lifetime_s", "stop_grace_s", "max_instances",
+					  "image", "user" };
 static const char *const sandbox_keys[] = { "writable_root", "seccomp", "no_new_privileges",
 					    "host_home", "capabilities" };
 
@@ -58,6 +59,8 @@ void spec_free(struct func_spec *s)
 	free_strv(s->env);
 	free(s->cwd);
 	free(s->bundle);
+	free(s->image);
+	free(s->user);
 	free(s->ready_path);
 	for (size_t i = 0; i < s->nwarmup; i++)
 		call_release(&s->warmup[i]);
@@ -301,6 +304,183 @@ static int parse_sandbox(const json_t *v, struct oci_sandbox *sb, char *err, siz
 	return val ? parse_capabilities(val, sb, err, errlen) : 0;
 }
 
+/* ---- image references ---- */
+
+#define IMAGE_REF_MAX 1024
+
+static bool lower_alnum(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+}
+
+/* A path component of a repository name: [a-z0-9]+ joined by ".", "_",
+ * "__" or "-"+ (the distribution project's grammar). */
+static bool repo_component_ok(const char *p, size_t n)
+{
+	size_t i = 0;
+
+	while (i < n) {
+		size_t run = 0;
+
+		while (i < n && lower_alnum(p[i])) {
+			i++;
+			run++;
+		}
+		if (!run)
+			return false;
+		if (i == n)
+			return true;
+		if (p[i] == '.' || (p[i] == '_' && (i + 1 >= n || p[i + 1] != '_')))
+			i++;
+		else if (p[i] == '_')
+			i += 2;
+		else if (p[i] == '-')
+			while (i < n && p[i] == '-')
+				i++;
+		else
+			return false;
+		if (i == n)
+			return false;
+	}
+	return n > 0;
+}
+
+/* A registry host: [A-Za-z0-9.-]+ with an optional :port. */
+static bool domain_ok(const char *p, size_t n)
+{
+	size_t i = 0;
+
+	for (; i < n && p[i] != ':'; i++)
+		if (!((p[i] >= 'a' && p[i] <= 'z') || (p[i] >= 'A' && p[i] <= 'Z') ||
+		      (p[i] >= '0' && p[i] <= '9') || p[i] == '.' || p[i] == '-'))
+			return false;
+	if (i == 0)
+		return false;
+	if (i == n)
+		return true;
+	if (++i == n || n - i > 5)
+		return false;
+	for (; i < n; i++)
+		if (p[i] < '0' || p[i] > '9')
+			return false;
+	return true;
+}
+
+/* docker://[host[:port]/]name[:tag][@sha256:<64 hex>] */
+static int docker_ref_ok(const char *r, char *err, size_t errlen)
+{
+	const char *at = strchr(r, '@'), *end = at ? at : r + strlen(r), *slash, *p, *colon;
+
+	if (at) {
+		const char *h = at + 1;
+
+		if (strncmp(h, "sha256:", 7) || strlen(h + 7) != 64)
+			return fail(err, errlen, "image: the digest must be @sha256:<64 hex digits>");
+		for (h += 7; *h; h++)
+			if (!((*h >= '0' && *h <= '9') || (*h >= 'a' && *h <= 'f')))
+				return fail(err, errlen, "image: the digest must be lowercase hex");
+	}
+	/* The tag: after the last ':' that follows the last '/'. */
+	slash = NULL;
+	for (p = r; p < end; p++)
+		if (*p == '/')
+			slash = p;
+	colon = NULL;
+	for (p = slash ? slash : r; p < end; p++)
+		if (*p == ':')
+			colon = p;
+	if (colon) {
+		size_t n = (size_t)(end - colon - 1);
+
+		if (!n || n > 128)
+			return fail(err, errlen, "image: a tag is 1 to 128 characters");
+		for (p = colon + 1; p < end; p++)
+			if (!(lower_alnum(*p) || (*p >= 'A' && *p <= 'Z') || *p == '_' ||
+			      (p > colon + 1 && (*p == '.' || *p == '-'))))
+				return fail(err, errlen, "image: bad tag \"%.*s\"", (int)n, colon + 1);
+		end = colon;
+	}
+	if (end == r)
+		return fail(err, errlen, "image: docker:// needs a name, e.g. docker://registry/name:tag");
+	/* The first component is a registry host if it looks like one. */
+	p = r;
+	slash = memchr(r, '/', (size_t)(end - r));
+	if (slash) {
+		size_t n = (size_t)(slash - r);
+
+		if (memchr(r, '.', n) || memchr(r, ':', n) || (n == 9 && !strncmp(r, "localhost", 9))) {
+			if (!domain_ok(r, n))
+				return fail(err, errlen, "image: bad registry host \"%.*s\"", (int)n, r);
+			p = slash + 1;
+		}
+	}
+	while (p <= end) {
+		const char *e = memchr(p, '/', (size_t)(end - p));
+
+		if (!e)
+			e = end;
+		if (!repo_component_ok(p, (size_t)(e - p)))
+			return fail(err, errlen,
+				    "image: bad repository name \"%.*s\" (lowercase letters, digits "
+				    "and . _ - between them)",
+				    (int)(end - r), r);
+		p = e + 1;
+	}
+	return 0;
+}
+
+int spec_image_ref(const char *ref, enum image_transport *t, char *path, size_t pathlen,
+		   char *err, size_t errlen)
+{
+	static const struct {
+		const char *prefix;
+		enum image_transport t;
+	} transports[] = { { "docker://", IMAGE_DOCKER },
+			   { "oci:", IMAGE_OCI },
+			   { "docker-archive:", IMAGE_DOCKER_ARCHIVE },
+			   { "oci-archive:", IMAGE_OCI_ARCHIVE } };
+	const char *rest = NULL, *p;
+	size_t n;
+
+	if (!ref || !*ref || strlen(ref) > IMAGE_REF_MAX)
+		return fail(err, errlen, "image: must be a reference of 1 to %d characters",
+			    IMAGE_REF_MAX);
+	for (p = ref; *p; p++)
+		if ((unsigned char)*p <= ' ' || *p == 0x7f)
+			return fail(err, errlen, "image: no spaces or control characters");
+	for (size_t i = 0; i < ARRAY_SIZE(transports); i++) {
+		if (!strncmp(ref, transports[i].prefix, strlen(transports[i].prefix))) {
+			*t = transports[i].t;
+			rest = ref + strlen(transports[i].prefix);
+			break;
+		}
+	}
+	if (!rest)
+		return fail(err, errlen,
+			    "image: \"%.64s\" has no transport: give docker://registry/name:tag, "
+			    "oci:/layout[:tag], docker-archive:/file.tar or oci-archive:/file.tar",
+			    ref);
+	if (*t == IMAGE_DOCKER)
+		return docker_ref_ok(rest, err, errlen);
+	/* A local image: an absolute path up to the first ':' (skopeo's split). */
+	n = strcspn(rest, ":");
+	if (rest[0] != '/' || n < 2)
+		return fail(err, errlen, "image: the path of a local image must be absolute");
+	if (strstr(rest, "/../") || (n >= 3 && !strncmp(rest + n - 3, "/..", 3)))
+		return fail(err, errlen, "image: the path must not contain \"..\"");
+	if (rest[n] == ':' && !rest[n + 1])
+		return fail(err, errlen, "image: an empty name after the path");
+	if (path && pathlen) {
+		if (n >= pathlen)
+			return fail(err, errlen, "image: the path is too long");
+		memcpy(path, rest, n);
+		path[n] = '\0';
+	}
+	return 0;
+}
+
+/* ---- the spec ---- */
+
 static int parse_fields(const json_t *j, const char *id, struct func_spec *s, char *err,
 			size_t errlen)
 {
@@ -333,11 +513,34 @@ static int parse_fields(const json_t *j, const char *id, struct func_spec *s, ch
 	if ((v = json_object_get(j, "bundle")) && (ret = parse_abs_path(v, "bundle", &s->bundle,
 									 err, errlen)))
 		return ret;
+	if ((v = json_object_get(j, "image"))) {
+		enum image_transport t;
+
+		if (s->bundle)
+			return fail(err, errlen, "image: give an image or a bundle, not both");
+		if (!json_is_string(v))
+			return fail(err, errlen, "image: must be a string such as "
+						 "\"docker://registry/name:tag\"");
+		if ((ret = spec_image_ref(json_string_value(v), &t, NULL, 0, err, errlen)))
+			return ret;
+		if (!(s->image = strdup(json_string_value(v))))
+			return fail(err, errlen, "image: out of memory");
+	}
+	if ((v = json_object_get(j, "user"))) {
+		const char *u = json_string_value(v);
+
+		if (!s->image)
+			return fail(err, errlen, "user: only with \"image\" (it replaces the image's user)");
+		if (!u || !*u || strlen(u) > 64 || strpbrk(u, " \t\n\r/"))
+			return fail(err, errlen, "user: must be a user name or uid[:gid], e.g. \"root\"");
+		if (!(s->user = strdup(u)))
+			return fail(err, errlen, "user: out of memory");
+	}
 	v = json_object_get(j, "command");
 	if (v) {
 		if ((ret = parse_command(v, s, err, errlen)))
 			return ret;
-	} else if (!s->bundle) {
+	} else if (!s->bundle && !s->image) {
 		return fail(err, errlen, "command: missing (an array of strings, e.g. [\"python3\", \"app.py\"])");
 	}
 	v = json_object_get(j, "env");
@@ -352,11 +555,12 @@ static int parse_fields(const json_t *j, const char *id, struct func_spec *s, ch
 		return ret;
 
 	v = json_object_get(j, "port");
-	if (!v)
+	if (!v && !s->image)
 		return fail(err, errlen, "port: missing (the port the function listens on)");
-	if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 65535)
+	if (v && (!json_is_integer(v) || json_integer_value(v) < 1 ||
+		  json_integer_value(v) > 65535))
 		return fail(err, errlen, "port: must be an integer in 1..65535");
-	s->port = (uint16_t)json_integer_value(v);
+	s->port = v ? (uint16_t)json_integer_value(v) : 0;
 
 	s->ready = READY_TCP;
 	s->ready_timeout_s = DEFAULT_READY_TIMEOUT_S;
@@ -415,7 +619,12 @@ static int parse_fields(const json_t *j, const char *id, struct func_spec *s, ch
 		  json_integer_value(v) > SPEC_MAX_STANDBY))
 		return fail(err, errlen, "standby: must be an integer from 0 to %d", SPEC_MAX_STANDBY);
 	s->standby = v ? (unsigned)json_integer_value(v) : 0;
-	return parse_sandbox(json_object_get(j, "sandbox"), &s->sandbox, err, errlen);
+	ret = parse_sandbox(json_object_get(j, "sandbox"), &s->sandbox, err, errlen);
+	/* One unpacked image is every function's on it: none may write to it. */
+	if (!ret && s->image && s->sandbox.writable_root)
+		return fail(err, errlen, "sandbox.writable_root: not with an image (its rootfs is "
+					 "shared by every function on it; write under /tmp)");
+	return ret;
 }
 
 int spec_parse(const json_t *j, const char *id, struct func_spec **out, char *err, size_t errlen)
@@ -492,7 +701,12 @@ json_t *spec_to_json(const struct func_spec *s)
 		json_object_set_new(j, "cwd", json_string(s->cwd));
 	if (s->bundle)
 		json_object_set_new(j, "bundle", json_string(s->bundle));
-	json_object_set_new(j, "port", json_integer(s->port));
+	if (s->image)
+		json_object_set_new(j, "image", json_string(s->image));
+	if (s->user)
+		json_object_set_new(j, "user", json_string(s->user));
+	if (s->port)
+		json_object_set_new(j, "port", json_integer(s->port));
 	if (s->ready == READY_HTTP)
 		ready = json_pack("{s:s, s:f}", "http", s->ready_path ? s->ready_path : "/",
 				  "timeout_s", s->ready_timeout_s);

@@ -26,13 +26,27 @@ struct http_call {
 	char *body;   /* may be NULL */
 };
 
+/* The transports of an image reference, skopeo's syntax. */
+enum image_transport {
+	IMAGE_DOCKER,         /* docker://[host[:port]/]name[:tag][@sha256:<hex>] */
+	IMAGE_OCI,            /* oci:/path[:tag]: an OCI layout directory */
+	IMAGE_DOCKER_ARCHIVE, /* docker-archive:/path.tar[:name:tag]: what docker save writes */
+	IMAGE_OCI_ARCHIVE,    /* oci-archive:/path.tar[:tag]: an OCI layout as a tar */
+};
+
 struct func_spec {
 	char id[64];          /* [a-z0-9][a-z0-9._-]{0,62} */
-	char **command;       /* argv, NULL-terminated; required unless bundle names one */
+	char **command;       /* argv, NULL-terminated; required unless bundle or image names one */
 	char **env;           /* "KEY=VALUE", NULL-terminated; may be empty */
 	char *cwd;            /* working directory; bound read-only into the container */
 	char *bundle;         /* optional: a user's OCI bundle or rootfs directory */
-	uint16_t port;        /* the port the function listens on in its namespace */
+	/* optional, instead of bundle: an image reference (spec_image_ref);
+	 * its config gives command, env, cwd, port and user where the spec
+	 * says nothing (prewarm/image.h). */
+	char *image;
+	char *user;           /* optional, with image: its user instead of the image's */
+	uint16_t port;        /* the port the function listens on in its namespace;
+			       * 0 only with image: the image's first exposed port */
 	enum ready_kind ready;
 	char *ready_path;     /* for READY_HTTP */
 	double ready_timeout_s;
@@ -62,6 +76,12 @@ struct func_spec {
 /* Parse and check a spec; id (may be NULL) overrides/sets "id".  0 and *out
  * (you own it), or -EINVAL with a message in err that names the bad field. */
 int spec_parse(const json_t *j, const char *id, struct func_spec **out, char *err, size_t errlen);
+/* Check an image reference (skopeo's transport syntax, enum
+ * image_transport; local paths absolute).  0, *t and, for the local
+ * transports, the file or directory in path (path may be NULL); or -EINVAL
+ * with why in err. */
+int spec_image_ref(const char *ref, enum image_transport *t, char *path, size_t pathlen,
+		   char *err, size_t errlen);
 /* The spec as JSON (a new reference). */
 json_t *spec_to_json(const struct func_spec *s);
 void spec_free(struct func_spec *s); /* NULL is fine */

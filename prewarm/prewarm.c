@@ -20,6 +20,7 @@
 #include "common/util.h"
 #include "function/bundle.h"
 #include "function/ready.h"
+#include "prewarm/image.h"
 #include "store/criu_elide.h"
 
 #include <dirent.h>
@@ -610,7 +611,49 @@ int prewarm_snapshot_with(const struct thaw_config *c, struct store *s,
 			  const struct func_spec *spec, const json_t *extra_meta,
 			  const char *log_path, struct snapshot_result *out)
 {
+	const struct prewarm_opts o = { .extra_meta = extra_meta, .log_path = log_path };
+
+	return prewarm_snapshot_opts(c, s, spec, &o, out);
+}
+
+/* Say which phase the snapshot is in (a job's "progress"). */
+static void phase_begins(const struct prewarm_opts *o, const char *phase)
+{
+	if (o->progress)
+		o->progress(o->progress_arg, phase, 0, 0);
+}
+
+/* The spec's image, ready in the cache, and the spec to boot from it. */
+static int use_image(const struct thaw_config *c, const struct func_spec *spec,
+		     const struct prewarm_opts *o, struct image *im, struct func_spec **run,
+		     json_t *timings)
+{
+	char err[512];
+	int ret;
+
+	ret = image_get(c, spec->image, c->registry_auth, o->progress, o->progress_arg, im);
+	if (ret)
+		return phase_failed("image", ret);
+	json_object_set_new(timings, "image_pull", json_real(im->pull_ms));
+	json_object_set_new(timings, "image_unpack", json_real(im->unpack_ms));
+	ret = image_apply(im, spec, run, err, sizeof(err));
+	if (ret) {
+		log_set_error("%s (%s): %s", spec->image, im->digest, err);
+		return phase_failed("image", ret);
+	}
+	return 0;
+}
+
+int prewarm_snapshot_opts(const struct thaw_config *c, struct store *s,
+			  const struct func_spec *spec, const struct prewarm_opts *o,
+			  struct snapshot_result *out)
+{
 	static atomic_uint seq;
+	const struct func_spec *asked = spec;
+	const json_t *extra_meta = o->extra_meta;
+	const char *log_path = o->log_path;
+	struct image im = { .lock_fd = -1 };
+	struct func_spec *run_spec = NULL;
 	struct job j = { .c = c, .spec = spec, .out = { .fd = -1 }, .stop_fd = -1,
 			 .stdio = { -1, -1 } };
 	struct store_put_stats st = { 0 };
@@ -648,6 +691,14 @@ int prewarm_snapshot_with(const struct thaw_config *c, struct store *s,
 		}
 	}
 
+	/* The image first: a pull that fails costs no boot. */
+	if (spec->image) {
+		ret = use_image(c, spec, o, &im, &run_spec, timings);
+		if (ret)
+			goto out;
+		j.spec = spec = run_spec;
+	}
+
 	snprintf(j.state_dir, sizeof(j.state_dir), "%s/runc", c->data_dir);
 	j.r.runc = c->runc;
 	j.r.criu = c->criu;
@@ -681,6 +732,7 @@ int prewarm_snapshot_with(const struct thaw_config *c, struct store *s,
 		goto out;
 	}
 
+	phase_begins(o, "boot");
 	t = now_ns();
 	ret = netns_create(j.netns);
 	if (ret) {
@@ -700,6 +752,7 @@ int prewarm_snapshot_with(const struct thaw_config *c, struct store *s,
 	}
 	json_object_set_new(timings, "boot", json_real(ms_since(t)));
 
+	phase_begins(o, "ready");
 	t = now_ns();
 	ret = wait_ready(&j);
 	if (ret) {
@@ -708,6 +761,7 @@ int prewarm_snapshot_with(const struct thaw_config *c, struct store *s,
 	}
 	json_object_set_new(timings, "ready", json_real(ms_since(t)));
 
+	phase_begins(o, "warmup");
 	t = now_ns();
 	for (size_t i = 0; i < spec->nwarmup; i++) {
 		char what[32];
@@ -721,6 +775,7 @@ int prewarm_snapshot_with(const struct thaw_config *c, struct store *s,
 	}
 	json_object_set_new(timings, "warmup", json_real(ms_since(t)));
 
+	phase_begins(o, "prepare");
 	t = now_ns();
 	if (spec->prepare) {
 		ret = call(&j, spec->prepare, "prepare");
@@ -731,6 +786,7 @@ int prewarm_snapshot_with(const struct thaw_config *c, struct store *s,
 	}
 	json_object_set_new(timings, "prepare", json_real(ms_since(t)));
 
+	phase_begins(o, "cuda_checkpoint");
 	t = now_ns();
 	if (spec->gpu) {
 		ret = cuda_checkpoint_all(&j);
@@ -741,6 +797,7 @@ int prewarm_snapshot_with(const struct thaw_config *c, struct store *s,
 	}
 	json_object_set_new(timings, "cuda_checkpoint", json_real(ms_since(t)));
 
+	phase_begins(o, "criu_dump");
 	t = now_ns();
 	ret = runner_checkpoint(&j.r, j.cid, j.image, j.criu_work);
 	if (ret) {
@@ -754,6 +811,7 @@ int prewarm_snapshot_with(const struct thaw_config *c, struct store *s,
 
 	/* Zero pages of private anonymous memory read back as zero without being
 	 * stored; dropping them here saves the store, the tiers and every restore. */
+	phase_begins(o, "elide");
 	t = now_ns();
 	if (spec->elide_zero) {
 		ret = criu_elide_zero_pages(j.image, &est);
@@ -770,8 +828,17 @@ int prewarm_snapshot_with(const struct thaw_config *c, struct store *s,
 		(unsigned long long)est.pages_elided, (unsigned long long)bytes_before,
 		(unsigned long long)image_bytes);
 
+	phase_begins(o, "ingest");
 	t = now_ns();
 	meta = snapshot_meta(&j, timings, image_bytes, bytes_before, est.pages_elided, extra_meta);
+	/* What a start and image_gc read: the very image it was made on. */
+	if (meta && im.digest[0] &&
+	    json_object_set_new(meta, "image",
+				json_pack("{s:s, s:s, s:s}", "reference", asked->image,
+					  "digest", im.digest, "bundle", im.bundle))) {
+		json_decref(meta);
+		meta = NULL;
+	}
 	if (!meta) {
 		ret = -ENOMEM;
 		goto out;
@@ -790,8 +857,11 @@ int prewarm_snapshot_with(const struct thaw_config *c, struct store *s,
 	pr_info("%s: snapshot %s, %llu bytes of image, %llu newly stored, %.0f ms", spec->id,
 		out->snapshot_id, (unsigned long long)image_bytes,
 		(unsigned long long)st.new_stored, ms_since(t0));
+	snprintf(out->image_digest, sizeof(out->image_digest), "%s", im.digest);
 out:
 	cleanup(&j);
+	/* Held until the manifest that names the image is written: image_gc. */
+	image_release(&im);
 	json_decref(meta);
 	json_decref(timings);
 	if (ret) {
@@ -801,6 +871,7 @@ out:
 		log_set_error("snapshot of %s failed: %s", spec->id, msg);
 		memset(out, 0, sizeof(*out));
 	}
+	spec_free(run_spec);
 	return ret;
 }
 

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* prewarm.h — boot a function as a runc container, warm it, snapshot it.
  *
- * Phases (each timed): boot (runc run), ready (readiness probe), warmup,
+ * Phases (each timed): image (a spec's image pulled and unpacked, or found in
+ * the cache), boot (runc run), ready (readiness probe), warmup,
  * prepare, cuda_checkpoint (lock + checkpoint of every CUDA process),
  * criu_dump (runc checkpoint), ingest (into the store).  The manifest's meta
  * records the spec, versions (kernel, runc, criu, driver), GPUs, CUDA pids and
@@ -18,6 +19,7 @@
 
 struct snapshot_result {
 	char snapshot_id[CHUNK_ID_LEN];
+	char image_digest[80]; /* "sha256:<hex>" of the spec's image; "" without one */
 	json_t *timings_ms;    /* {"boot","ready","warmup","prepare","cuda_checkpoint","criu_dump","ingest","total"} */
 	uint64_t image_bytes;  /* bytes of the CRIU image */
 	uint64_t stored_bytes; /* bytes newly written to the store */
@@ -37,6 +39,27 @@ int prewarm_snapshot(const struct thaw_config *c, struct store *s, const struct 
 int prewarm_snapshot_with(const struct thaw_config *c, struct store *s,
 			  const struct func_spec *spec, const json_t *extra_meta,
 			  const char *log_path, struct snapshot_result *out);
+
+/* Progress of the long work before the boot, a spec's image being pulled and
+ * unpacked (prewarm/image.h): phase "pull" (bytes) or "unpack" (layers),
+ * done of total (0: unknown). */
+typedef void (*prewarm_progress_fn)(void *arg, const char *phase, uint64_t done, uint64_t total);
+
+struct prewarm_opts {
+	const json_t *extra_meta;     /* as prewarm_snapshot_with's; may be NULL */
+	const char *log_path;         /* as prewarm_snapshot_with's; may be NULL */
+	prewarm_progress_fn progress; /* may be NULL */
+	void *progress_arg;
+};
+
+/* The same, with progress.  A spec with an "image" is booted from the
+ * image's rootfs, with the defaults its config gives (image_apply): the
+ * manifest's meta holds that spec and "image": {"reference", "digest",
+ * "bundle"}, so that a start uses the very rootfs it was made on and never
+ * pulls.  Its timings add "image_pull" and "image_unpack" (0 when cached). */
+int prewarm_snapshot_opts(const struct thaw_config *c, struct store *s,
+			  const struct func_spec *spec, const struct prewarm_opts *o,
+			  struct snapshot_result *out);
 void snapshot_result_release(struct snapshot_result *r);
 
 #endif

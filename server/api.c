@@ -139,11 +139,36 @@ static void forget_snapshot(struct server *s, const char *snap)
 		pr_warn("cannot delete snapshot %s: %s", snap, why(ret));
 }
 
+/* A function runs as root in its container: its rootfs, its directory and
+ * a local image only where the operator allows (thawd --allow-root).  The
+ * key at fault, with why in err, or NULL.  An image's function has its cwd
+ * in the image. */
+static const char *spec_path_forbidden(struct server *s, const json_t *spec, char *err,
+				       size_t errlen)
+{
+	const char *image = json_string_value(json_object_get(spec, "image"));
+	enum image_transport t;
+	char local[PATH_MAX];
+
+	for (int k = 0; k < 2; k++) {
+		const char *key = k ? "cwd" : "bundle";
+		const char *path = json_string_value(json_object_get(spec, key));
+
+		if (path && !(k && image) && !config_path_allowed(&s->cfg, path, err, errlen))
+			return key;
+	}
+	if (image && !spec_image_ref(image, &t, local, sizeof(local), NULL, 0) &&
+	    t != IMAGE_DOCKER && !config_path_allowed(&s->cfg, local, err, errlen))
+		return "image";
+	return NULL;
+}
+
 static int put_function(struct req *q)
 {
 	struct server *s = q->srv;
 	char err[512] = "", loc[128], forgot[CHUNK_ID_LEN] = "";
 	json_t *spec = NULL, *j = NULL;
+	const char *key;
 	bool created = false;
 	int ret;
 
@@ -153,16 +178,9 @@ static int put_function(struct req *q)
 	ret = function_body_parse(q->route.id, q->body, q->len, &spec, err, sizeof(err));
 	if (ret == -EINVAL)
 		return reply_error(q, 400, "bad_request", "%s", err);
-	/* A function runs as root in its container: its rootfs and directory
-	 * only where the operator allows (thawd --allow-root). */
-	for (int k = 0; !ret && k < 2; k++) {
-		const char *key = k ? "cwd" : "bundle";
-		const char *path = json_string_value(json_object_get(spec, key));
-
-		if (path && !config_path_allowed(&s->cfg, path, err, sizeof(err))) {
-			json_decref(spec);
-			return reply_error(q, 403, "forbidden", "%s: %s", key, err);
-		}
+	if (!ret && (key = spec_path_forbidden(s, spec, err, sizeof(err)))) {
+		json_decref(spec);
+		return reply_error(q, 403, "forbidden", "%s: %s", key, err);
 	}
 	if (ret) {
 		struct api_err e = api_err_from_errno(ret);
@@ -350,6 +368,14 @@ static void snapshot_task_free(void *p)
 	free(t);
 }
 
+/* Where a snapshot is (its image's pull and unpack, then its phases): its job's "progress". */
+static void snapshot_progress(void *arg, const char *phase, uint64_t done, uint64_t total)
+{
+	struct snapshot_task *t = arg;
+
+	jobs_progress(t->srv->jobs, t->job, phase, done, total);
+}
+
 static int snapshot_run(void *arg, json_t **result, char *err, size_t errlen)
 {
 	struct snapshot_task *t = arg;
@@ -378,9 +404,14 @@ static int snapshot_run(void *arg, json_t **result, char *err, size_t errlen)
 	pr_info("snapshot of %s (%s) begins", t->function, t->job);
 	log_clear_error();
 	/* The function's output goes to the job's log (GET /jobs/<jid>/logs). */
-	ret = prewarm_snapshot_with(&s->cfg, s->store, spec, tag,
-				    jobs_log_path(s->jobs, t->job, log, sizeof(log)) ? NULL : log,
-				    &res);
+	ret = prewarm_snapshot_opts(
+		&s->cfg, s->store, spec,
+		&(struct prewarm_opts){
+			.extra_meta = tag,
+			.log_path = jobs_log_path(s->jobs, t->job, log, sizeof(log)) ? NULL : log,
+			.progress = snapshot_progress,
+			.progress_arg = t },
+		&res);
 	if (ret) {
 		snprintf(err, errlen, "%s", why(ret));
 		goto out;
@@ -389,6 +420,8 @@ static int snapshot_run(void *arg, json_t **result, char *err, size_t errlen)
 			    (json_int_t)res.image_bytes, "stored_bytes",
 			    (json_int_t)res.stored_bytes, "timings_ms",
 			    res.timings_ms ? res.timings_ms : json_null());
+	if (*result && res.image_digest[0])
+		json_object_set_new(*result, "image", json_string(res.image_digest));
 	if (registry_snapshot_end(s->reg, t->function, t->job, res.snapshot_id, res.image_bytes,
 				  res.stored_bytes, res.timings_ms, NULL, forgot) == -ENOENT) {
 		pr_warn("function %s was deleted or changed during its snapshot: snapshot %s "

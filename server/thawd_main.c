@@ -7,6 +7,7 @@
 #include "server/server.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static void usage(FILE *f)
 {
@@ -69,6 +71,9 @@ static void usage(FILE *f)
 		"                         MinIO, R2...), addressed path-style\n"
 		"                         (AWS_ENDPOINT_URL)\n"
 		"  --runc PATH            runc binary (THAW_RUNC; default runc on PATH)\n"
+		"  --registry-auth FILE   a containers auth file (auth.json: docker login,\n"
+		"                         podman login) with the credentials a spec's \"image\"\n"
+		"                         is pulled with (THAW_REGISTRY_AUTH; skopeo --authfile)\n"
 		"  --criu PATH            criu >= 4.2 for runc --criu (THAW_CRIU; default the\n"
 		"                         .deps/criu-wrapper of the tree, else criu on PATH)\n"
 		"  THAW_MAPPED=1|0        restore by mapping (default 1): an instance maps its\n"
@@ -213,6 +218,31 @@ static int set_path(char *dst, const char *v, const char *what)
 	return 0;
 }
 
+/* The registry auth file, if one is named, must be readable now: a pull
+ * that fails for it later would fail a snapshot.  One every user can read
+ * is warned about: it holds credentials. */
+static int check_registry_auth(const char *path)
+{
+	struct stat st;
+	int fd;
+
+	if (!path[0])
+		return 0;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		fprintf(stderr, "thawd: --registry-auth (THAW_REGISTRY_AUTH) %s: %s\n", path,
+			fd < 0 ? strerror(errno) : "not a regular file");
+		if (fd >= 0)
+			close(fd);
+		return -EINVAL;
+	}
+	close(fd);
+	if (st.st_mode & S_IROTH)
+		fprintf(stderr, "thawd: warning: the registry auth file %s is readable by every "
+				"user (chmod 600 it)\n", path);
+	return 0;
+}
+
 static const char *env(const char *name)
 {
 	const char *v = getenv(name);
@@ -231,6 +261,7 @@ enum {
 	OPT_TLS_CERT,
 	OPT_TLS_KEY,
 	OPT_RUNC,
+	OPT_REGISTRY_AUTH,
 	OPT_CRIU,
 	OPT_MAX_STARTS,
 	OPT_MAX_STANDBY,
@@ -288,6 +319,7 @@ int main(int argc, char **argv)
 		{ "tls-cert", required_argument, NULL, OPT_TLS_CERT },
 		{ "tls-key", required_argument, NULL, OPT_TLS_KEY },
 		{ "runc", required_argument, NULL, OPT_RUNC },
+		{ "registry-auth", required_argument, NULL, OPT_REGISTRY_AUTH },
 		{ "criu", required_argument, NULL, OPT_CRIU },
 		{ "max-starts", required_argument, NULL, OPT_MAX_STARTS },
 		{ "max-standby", required_argument, NULL, OPT_MAX_STANDBY },
@@ -317,7 +349,7 @@ int main(int argc, char **argv)
 	const char *max_conns = NULL, *listen_addr = NULL, *max_per_ip = NULL;
 	const char *log_bytes = NULL;
 	const char *req_timeout = NULL, *max_standby = NULL, *idle_s = NULL, *mem_reserve = NULL;
-	const char *keep_ended = NULL, *gpu_mem_reserve = NULL;
+	const char *keep_ended = NULL, *gpu_mem_reserve = NULL, *registry_auth = NULL;
 	struct server_opts o;
 	struct thaw_config c;
 	struct server *s = NULL;
@@ -348,6 +380,7 @@ int main(int argc, char **argv)
 		case OPT_TLS_CERT: o.tls_cert_file = optarg; break;
 		case OPT_TLS_KEY: o.tls_key_file = optarg; break;
 		case OPT_RUNC: runc = optarg; break;
+		case OPT_REGISTRY_AUTH: registry_auth = optarg; break;
 		case OPT_CRIU: criu = optarg; break;
 		case OPT_MAX_STARTS: max_starts = optarg; break;
 		case OPT_MAX_STANDBY: max_standby = optarg; break;
@@ -438,6 +471,10 @@ int main(int argc, char **argv)
 		return 2;
 	if (criu && set_path(c.criu, criu, "--criu"))
 		return 2;
+	if (registry_auth && set_path(c.registry_auth, registry_auth, "--registry-auth"))
+		return 2;
+	if (check_registry_auth(c.registry_auth))
+		return 1;
 	if (lazy >= 0)
 		c.lazy = lazy ? CONFIG_LAZY_ON : CONFIG_LAZY_OFF;
 	for (size_t i = 0; i < nallow; i++)

@@ -77,6 +77,63 @@ static void check_sandbox(void)
 	spec_free(s);
 }
 
+/* "image": skopeo's transports, checked at parse; command and port then
+ * optional (the image's config gives them); "user" only with an image. */
+static void check_image(void)
+{
+	static const char *const good[] = {
+		"docker://busybox", "docker://busybox:1.36", "docker://library/busy-box_x.y:t",
+		"docker://registry.example.com:5000/team/fn:v1.2",
+		"docker://localhost/fn@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+		"oci:/srv/layout", "oci:/srv/layout:tag", "docker-archive:/srv/fn.tar",
+		"docker-archive:/srv/fn.tar:fn:v1", "oci-archive:/srv/fn.tar:v1",
+	};
+	static const char *const wrong[] = {
+		"busybox", "docker:busybox", "docker://", "docker://Busy/Box",
+		"docker://a//b", "docker://a:", "docker://a@sha256:12", "docker://a b",
+		"oci:relative", "oci:", "docker-archive:/srv/../etc/x.tar", "oci:/srv/l:",
+	};
+	char err[256], text[512], path[256];
+	enum image_transport t;
+	struct func_spec *s;
+	json_t *j;
+
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		if (spec_image_ref(good[i], &t, path, sizeof(path), err, sizeof(err))) {
+			fprintf(stderr, "image %s refused: %s\n", good[i], err);
+			check_failures++;
+		}
+	}
+	for (size_t i = 0; i < sizeof(wrong) / sizeof(wrong[0]); i++) {
+		snprintf(text, sizeof(text), "{\"id\":\"a\",\"image\":\"%s\"}", wrong[i]);
+		bad(text, "image");
+	}
+	CHECK(!spec_image_ref("docker-archive:/srv/fn.tar:fn:v1", &t, path, sizeof(path), NULL, 0));
+	CHECK_EQ(t, IMAGE_DOCKER_ARCHIVE);
+	CHECK_STR(path, "/srv/fn.tar");
+	CHECK(!spec_image_ref("docker://x/y:z", &t, path, sizeof(path), NULL, 0));
+	CHECK_EQ(t, IMAGE_DOCKER);
+
+	s = parse("{\"id\":\"a\",\"image\":\"oci:/srv/l:t\",\"user\":\"root\"}", NULL, err,
+		  sizeof(err));
+	REQUIRE(s);
+	CHECK(!s->command && s->port == 0);
+	CHECK_STR(s->image, "oci:/srv/l:t");
+	CHECK_STR(s->user, "root");
+	j = spec_to_json(s);
+	CHECK(j && !json_object_get(j, "port") && !json_object_get(j, "command"));
+	CHECK_STR(json_string_value(json_object_get(j, "image")), "oci:/srv/l:t");
+	CHECK_STR(json_string_value(json_object_get(j, "user")), "root");
+	json_decref(j);
+	spec_free(s);
+	bad("{\"id\":\"a\",\"image\":\"oci:/l\",\"bundle\":\"/b\"}", "image");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":1,\"user\":\"root\"}", "user");
+	bad("{\"id\":\"a\",\"image\":\"oci:/l\",\"user\":\"\"}", "user");
+	bad("{\"id\":\"a\",\"image\":\"oci:/l\",\"sandbox\":{\"writable_root\":true}}",
+	    "writable_root");
+	bad("{\"id\":\"a\",\"command\":[\"x\"]}", "port");
+}
+
 int main(void)
 {
 	char err[256];
@@ -243,6 +300,7 @@ int main(void)
 	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,"
 	    "\"sandbox\":{\"capabilities\":\"CAP_KILL\"}}", "sandbox.capabilities");
 	check_sandbox();
+	check_image();
 	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"standby\":-1}", "standby");
 	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"standby\":65}", "standby");
 	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"standby\":\"2\"}", "standby");

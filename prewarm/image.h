@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* image.h — a function's container image: pulled once, unpacked once, shared.
+ *
+ * A spec's "image" (function/spec.h, skopeo's transport syntax) is copied
+ * with skopeo into an OCI layout and unpacked with umoci into a rootfs, both
+ * kept under the data directory by the digest of the image's manifest (as
+ * the layout holds it), so that every function on one image shares one
+ * rootfs and a snapshot names the very rootfs it was made on:
+ *
+ *	<data>/images/layouts/<hex>/  the image, an OCI layout (tag "thaw")
+ *	<data>/images/rootfs/<hex>/   umoci's bundle of it: rootfs/, config.json, …
+ *	<data>/images/sources/<key>   "<hex>": what the source whose manifest hashes
+ *	                              to <key> was copied to, so that a source
+ *	                              already copied is not copied again
+ *	<data>/images/locks/<hex>     shared while a snapshot uses <hex>
+ *	<data>/images/tmp/<pid>-<n>/  work in progress, renamed into place whole
+ *	<data>/images/.lock           held while the cache is looked up or changed
+ *
+ * Nothing is half-written in place: a pull or an unpack that fails leaves the
+ * cache as it was.  gc (image_gc) removes what no snapshot in the store names,
+ * no snapshot in progress holds and no live process has as its root.
+ */
+#ifndef THAW_PREWARM_IMAGE_H
+#define THAW_PREWARM_IMAGE_H
+
+#include <jansson.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/config.h"
+#include "function/spec.h"
+#include "store/store.h"
+
+/* Progress of long work: phase "pull" (done of total bytes; total 0 when
+ * unknown) or "unpack" (done of total layers). */
+typedef void (*image_progress_fn)(void *arg, const char *phase, uint64_t done, uint64_t total);
+
+struct image {
+	char digest[80];         /* "sha256:<hex>" of its manifest in the layout */
+	char bundle[PATH_MAX];   /* <data>/images/rootfs/<hex>: a bundle whose rootfs/ it is */
+	json_t *config;          /* the image config's "config" (Entrypoint, Cmd, Env, …); may be NULL */
+	bool cached;             /* true: the cache had it, nothing was copied */
+	double pull_ms, unpack_ms;
+	int lock_fd;             /* locks/<hex>, held shared until image_release */
+};
+
+/* Make ref (a checked spec "image") ready in c's data directory: looked up
+ * by its source's manifest, else copied and unpacked.  authfile (NULL or "":
+ * none) is handed to skopeo as --authfile, never logged.  progress may be
+ * NULL.  0 and *out, which holds its digest against gc until image_release;
+ * or -errno with the reason logged (log_last_error): -ENOENT the image is
+ * not there, -EACCES the registry refused the credentials, -ENETUNREACH the
+ * registry cannot be reached, -EINVAL a reference skopeo refuses, -EIO the
+ * image's data fails its digests or another failure of skopeo or umoci. */
+int image_get(const struct thaw_config *c, const char *ref, const char *authfile,
+	      image_progress_fn progress, void *arg, struct image *out);
+void image_release(struct image *im);
+
+/* The spec to boot: spec's own command, env, cwd, port, else the image
+ * config's (Entrypoint and Cmd, Env merged under the spec's, WorkingDir, the
+ * first exposed TCP port), with the image's rootfs as its bundle and no
+ * "image" or "user" left.  The user (the spec's, else the image's) must be
+ * uid 0 and gid 0: a function runs as uid 0 without capabilities
+ * (docs/DESIGN.md, "Confinement").  0 and *out (you own it), or -EINVAL with
+ * why in err. */
+int image_apply(const struct image *im, const struct func_spec *spec, struct func_spec **out,
+		char *err, size_t errlen);
+
+/* Remove from c's image cache every image no manifest of s names (its meta's
+ * "image"."digest"), no image_get holds and no live process has as its root,
+ * and work directories their process left.  *removed (may be NULL): images
+ * removed.  0 or -errno. */
+int image_gc(const struct thaw_config *c, struct store *s, unsigned *removed);
+
+#endif

@@ -208,6 +208,12 @@ done
 	step gpu-llm-thaw-bench bash bench/thaw-bench-run.sh "$THAW_GPU_EXAMPLE" gpu-example \
 		'POST /generate {"prompt_ids": [1, 450, 4996, 17354, 1701, 29916], "max_new_tokens": 32}' \
 		"\"tokens\": $E2E_GPU_TOKENS" "$THAW_FIGURES/thaw-bench" "${GPU_BURST:-8}"
+# A GPU instance killed from outside (its record and logs kept, its GPU memory
+# freed) and admission by GPU memory (--gpu-mem-reserve): bench/gpu-limits-run.sh.
+[ -n "${E2E_GPU_TOKENS:-}" ] && [ -f bench/gpu-limits-run.sh ] &&
+	step gpu-llm-limits bash bench/gpu-limits-run.sh "$THAW_GPU_EXAMPLE" gpu-example \
+		'POST /generate {"prompt_ids": [1, 450, 4996, 17354, 1701, 29916], "max_new_tokens": 32}' \
+		"\"tokens\": $E2E_GPU_TOKENS" "$THAW_FIGURES/gpu-limits"
 # Mapped against lazy and eager (bench/mapped-burst-run.sh): one start at a time and
 # bursts of GPU_BURST (default 8), MAPPED_ROUNDS (default 2) rounds each, warm tier,
 # and the host memory GPU_BURST kept instances add; every start must generate the tokens.

@@ -26,7 +26,10 @@
 #      objects only it reached and nothing another function uses (a fresh
 #      store pulls f whole afterwards);
 #   8. a pull of a function the remote lacks is 404 naming it, leaving
-#      nothing registered; push without --remote is 409 no_remote.
+#      nothing registered; push without --remote is 409 no_remote;
+#   9. the server stops mid-transfer (radosgw killed once B's pull has fetched its first range): the
+#      pull fails with the remote's error, nothing is made ready, and B's
+#      store verifies clean.
 set -u
 B=${THAW_BUILD:-$PWD/build}
 ROOT=${THAW_ROOT:-$PWD}
@@ -88,7 +91,7 @@ T_A=$T DATA_A=$DATA PID_A=$THAWD_PID
 DATA_B=$T/data-b
 SHM_B=$(mktemp -d /dev/shm/thaw-e2e-fleet-b-XXXXXX)
 stop_b() {
-	kill -9 "$PID_B" 2>/dev/null
+	[ -n "${PID_B:-}" ] && kill -9 "$PID_B" 2>/dev/null
 	for c in $(runc --root "$DATA_B/runc" list -q 2>/dev/null); do runc --root "$DATA_B/runc" delete -f "$c" >/dev/null 2>&1; done
 	rm -rf "$SHM_B"
 }
@@ -257,6 +260,11 @@ after=$(packs | wc -l)
 	"$THAW" store --store "$T/fresh" verify >/dev/null 2>&1 &&
 	ok "after gc, f still pulls whole into a fresh store" || fail "f after gc: $(tail -3 "$T/fresh.err")"
 
+# (for 9: a function on the remote, pushed while A has it)
+st=$(api PUT /functions/big2 -d "$(mkspec '{"TERM_MODE": "exit", "BALLAST_MB": "200"}')")
+[ "$st" = 201 ] || fail "PUT big2: $st $(cat "$T/body")"
+snap_push big2
+
 # 8. errors
 st=$(apib POST "/functions/nosuch/pull?wait=1")
 [ "$st" = 404 ] && grep -q nosuch "$T/body" && ok "pull of a function the remote lacks: 404 naming it" ||
@@ -268,6 +276,36 @@ start_thawd
 st=$(api POST "/functions/f/push")
 [ "$st" = 409 ] && [ "$(jget "$T/body" "j['error']['code']")" = no_remote ] &&
 	ok "push on a thawd without --remote: 409 no_remote" || fail "push without a remote: $st $(cat "$T/body")"
+
+# 9. the server stops mid-transfer
+st=$(apib POST "/functions/big2/pull")
+jid=$(jget "$T/body" "j['job']['id']")
+killed=""
+for i in $(seq 600); do
+	apib GET "/jobs/$jid" >/dev/null
+	done_b=$(jget "$T/body" "(j.get('progress') or {}).get('done', 0)")
+	if [ "${done_b:-0}" -gt 0 ]; then
+		kill -9 "$(cat "$CEPH_RGW_DIR/run/client.rgw.pid")"
+		killed=$done_b
+		break
+	fi
+	[ "$(jget "$T/body" "j['state']")" = running ] || break
+done
+for i in $(seq 300); do
+	apib GET "/jobs/$jid" >/dev/null
+	[ "$(jget "$T/body" "j['state']")" = running ] || break
+	sleep 0.1
+done
+if [ -n "$killed" ] && [ "$(jget "$T/body" "j['state']")" = failed ]; then
+	ok "radosgw killed with $((killed >> 20)) MiB of 200 fetched: the pull failed: $(jget "$T/body" "j['error']['message']" | head -c 200)"
+else
+	fail "pull with the server killed: killed at '${killed}', job $(head -c 300 "$T/body")"
+fi
+apib GET /functions/big2 >/dev/null
+[ "$(jget "$T/body" "j['snapshot']['state']")" != ready ] || fail "big2 became ready without its server"
+"$THAW" store --store "$DATA_B/store" verify >"$T/verify.out" 2>&1 &&
+	ok "B's store verifies clean after the server went away" || fail "B's store: $(tail -3 "$T/verify.out")"
+
 grep -q "$AWS_SECRET_ACCESS_KEY" "$T/thawd.log" "$T/thawd-b.log" && fail "a thawd logged the secret key"
 
 echo "$fails failure(s)"

@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1033,8 +1034,26 @@ struct want {
 struct span {
 	size_t first, n;
 	char key[S3_KEY_MAX];
+	const uint8_t *buf; /* its bytes once fetched (got of them) */
+	uint64_t got;
+	bool bad;	     /* a chunk of it did not check: fetch it again */
+	size_t bad_chunk;    /* that chunk, an index into fetch.w */
+	const char *why;
+	struct span *next;   /* in the workers' queue */
 };
 
+/* A thread that checks fetched ranges and stores them. */
+struct fetch_worker {
+	struct fetch *f;
+	struct chunk_codec *codec;
+	uint8_t *raw;
+	pthread_t th;
+	bool started;
+};
+
+/* The curl thread only receives: each range it completes is queued for the
+ * workers, which check every chunk against its hash (in parallel) and add
+ * the range's chunks to the pack writer (one at a time, under mu). */
 struct fetch {
 	struct remote *r;
 	struct store *s;
@@ -1044,13 +1063,19 @@ struct fetch {
 	struct span *spans;
 	size_t nspans;
 	struct pack_writer *pw;
-	struct chunk_codec *codec;
-	uint8_t *raw;
 	remote_progress_fn progress;
 	void *arg;
 	uint64_t done, total;
 	uint64_t unsealed; /* bytes added to pw since its packs were last made durable */
-	struct remote_fetch_stats st;
+	struct remote_fetch_stats st; /* bytes_fetched and retries: the curl thread's */
+	pthread_mutex_t mu; /* the queue, busy, stop, err, done, unsealed, pw, st.chunks_fetched */
+	pthread_cond_t work, idle;
+	struct span *head, *tail;
+	int busy;
+	bool stop;
+	int err; /* the first error a worker met storing, -errno */
+	struct fetch_worker *wk;
+	int nwk;
 };
 
 /* Make what pw holds durable and indexed every REMOTE_FETCH_SEAL bytes: a
@@ -1080,12 +1105,148 @@ static int cmp_want(const void *a, const void *b)
 	return x->off < y->off ? -1 : x->off > y->off;
 }
 
+/* Check a fetched object against its hash where it lies: a bare or raw one
+ * is hashed in place; only a zstd one is decoded (into raw). */
+static int check_object(struct fetch_worker *k, const uint8_t *obj, const struct want *c)
+{
+	if (chunk_is_bare(c->stored, c->raw_len))
+		return chunk_check_hash(obj, c->raw_len, c->hash);
+	if (c->stored == (uint64_t)c->raw_len + CHUNK_HEADER_SIZE)
+		return chunk_check_raw(obj, c->stored, c->hash, obj + CHUNK_HEADER_SIZE,
+				       c->raw_len);
+	return chunk_decode(k->codec, obj, c->stored, c->hash, k->raw, c->raw_len);
+}
+
+/* Check every chunk of sp before any is stored: a bad one marks the whole
+ * range to be fetched again. */
+static void check_span(struct fetch_worker *k, struct span *sp)
+{
+	const struct fetch *f = k->f;
+	uint64_t base = f->w[sp->first].off;
+
+	sp->bad = false;
+	for (size_t i = 0; i < sp->n; i++) {
+		const struct want *c = &f->w[sp->first + i];
+		uint64_t at = c->off - base;
+		if (at + c->stored > sp->got)
+			sp->why = "cut short";
+		else if (check_object(k, sp->buf + at, c))
+			sp->why = "corrupt (its bytes do not hash to its name)";
+		else
+			continue;
+		sp->bad = true;
+		sp->bad_chunk = sp->first + i;
+		return;
+	}
+}
+
+/* Add sp's checked chunks to the pack writer; under f->mu. */
+static int store_span(struct fetch *f, const struct span *sp)
+{
+	uint64_t base = f->w[sp->first].off;
+
+	for (size_t i = 0; i < sp->n; i++) {
+		const struct want *c = &f->w[sp->first + i];
+		int ret = pack_writer_add_object(f->pw, c->hash, sp->buf + (c->off - base),
+						 c->stored, c->raw_len);
+		if (ret)
+			return ret;
+		f->st.chunks_fetched++;
+		f->done += c->stored;
+		f->unsealed += c->stored;
+	}
+	return seal_if_due(f);
+}
+
+static void *fetch_worker_main(void *arg)
+{
+	struct fetch_worker *k = arg;
+	struct fetch *f = k->f;
+
+	pthread_mutex_lock(&f->mu);
+	for (;;) {
+		while (!f->head && !f->stop)
+			pthread_cond_wait(&f->work, &f->mu);
+		if (!f->head)
+			break;
+		struct span *sp = f->head;
+		f->head = sp->next;
+		if (!f->head)
+			f->tail = NULL;
+		f->busy++;
+		pthread_mutex_unlock(&f->mu);
+		check_span(k, sp);
+		pthread_mutex_lock(&f->mu);
+		if (!sp->bad && !f->err)
+			f->err = store_span(f, sp);
+		f->busy--;
+		if (!f->head && !f->busy)
+			pthread_cond_broadcast(&f->idle);
+	}
+	pthread_mutex_unlock(&f->mu);
+	return NULL;
+}
+
+/* Wait until every queued range is checked and stored: the first error. */
+static int workers_drain(struct fetch *f)
+{
+	int ret;
+
+	pthread_mutex_lock(&f->mu);
+	while (f->head || f->busy)
+		pthread_cond_wait(&f->idle, &f->mu);
+	ret = f->err;
+	pthread_mutex_unlock(&f->mu);
+	return ret;
+}
+
+static void workers_stop(struct fetch *f)
+{
+	pthread_mutex_lock(&f->mu);
+	f->stop = true;
+	pthread_cond_broadcast(&f->work);
+	pthread_mutex_unlock(&f->mu);
+	for (int i = 0; i < f->nwk; i++) {
+		if (f->wk[i].started)
+			pthread_join(f->wk[i].th, NULL);
+		chunk_codec_free(f->wk[i].codec);
+		free(f->wk[i].raw);
+	}
+	free(f->wk);
+	f->wk = NULL;
+	f->nwk = 0;
+}
+
+static int workers_start(struct fetch *f)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	int n = (int)MIN(MAX(cpus, 1L), (long)REMOTE_FETCH_WORKERS), ret;
+
+	f->wk = calloc((size_t)n, sizeof(*f->wk));
+	if (!f->wk)
+		return -ENOMEM;
+	f->nwk = n;
+	for (int i = 0; i < n; i++) {
+		struct fetch_worker *k = &f->wk[i];
+		k->f = f;
+		k->codec = chunk_codec_new();
+		k->raw = malloc(CHUNK_MAX_RAW);
+		if (!k->codec || !k->raw)
+			return -ENOMEM;
+		if ((ret = pthread_create(&k->th, NULL, fetch_worker_main, k))) {
+			pr_err("cannot start a fetch worker: %s", strerror(ret));
+			return -ret;
+		}
+		k->started = true;
+	}
+	return 0;
+}
+
 static int span_done(struct s3_range *rg, int err, void *arg)
 {
 	struct fetch *f = arg;
 	struct span *sp = rg->arg;
 	char id[CHUNK_ID_LEN];
-	uint64_t base = f->w[sp->first].off;
 
 	f->st.bytes_fetched += rg->got;
 	if (err) {
@@ -1095,52 +1256,25 @@ static int span_done(struct s3_range *rg, int err, void *arg)
 		pr_err("cannot fetch chunk %s (and %zu more of %s): %s", id, sp->n - 1, sp->key, why);
 		return err;
 	}
-	/* Check every chunk before any is stored: a bad one asks for the whole
-	 * range again. */
-	for (size_t i = 0; i < sp->n; i++) {
-		const struct want *c = &f->w[sp->first + i];
-		uint64_t at = c->off - base;
-		const char *why = NULL;
-		if (at + c->stored > rg->got)
-			why = "cut short";
-		else if (chunk_decode(f->codec, (uint8_t *)rg->buf + at, c->stored, c->hash, f->raw,
-				      c->raw_len))
-			why = "corrupt (its bytes do not hash to its name)";
-		if (!why)
-			continue;
-		chunk_id_format(c->hash, id);
-		if (rg->attempt >= S3_ATTEMPTS) {
-			pr_err("chunk %s from %s at %llu: %s, %d times; the remote cannot give it",
-			       id, sp->key, (unsigned long long)c->off, why, rg->attempt);
-			return -EBADMSG;
-		}
-		pr_warn("chunk %s from %s at %llu: %s; fetching it again", id, sp->key,
-			(unsigned long long)c->off, why);
-		f->st.retries++;
-		return S3_AGAIN;
+	sp->buf = rg->buf;
+	sp->got = rg->got;
+	sp->next = NULL;
+	pthread_mutex_lock(&f->mu);
+	err = f->err;
+	if (!err) {
+		if (f->tail)
+			f->tail->next = sp;
+		else
+			f->head = sp;
+		f->tail = sp;
+		pthread_cond_signal(&f->work);
 	}
-	for (size_t i = 0; i < sp->n; i++) {
-		const struct want *c = &f->w[sp->first + i];
-		int ret = pack_writer_add_object(f->pw, c->hash, (uint8_t *)rg->buf + (c->off - base),
-						 c->stored, c->raw_len);
-		if (ret) {
-			pr_err("cannot store a fetched chunk: %s", strerror(-ret));
-			return ret;
-		}
-		f->st.chunks_fetched++;
-		f->done += c->stored;
-		f->unsealed += c->stored;
-	}
-	{
-		int ret = seal_if_due(f);
-
-		if (ret) {
-			pr_err("cannot make the fetched chunks durable: %s", strerror(-ret));
-			return ret;
-		}
-	}
+	pthread_mutex_unlock(&f->mu);
+	if (err)
+		return err; /* logged once the workers are drained */
+	/* Progress as the bytes come (the workers' checks follow closely). */
 	if (f->progress)
-		f->progress(f->arg, f->done, f->total);
+		f->progress(f->arg, MIN(f->st.bytes_fetched, f->total), f->total);
 	return 0;
 }
 
@@ -1176,6 +1310,50 @@ static uint64_t span_len(const struct fetch *f, const struct span *sp)
 	return b->off + b->stored - a->off;
 }
 
+/* Fetch ranges v[0..n) and have the workers check and store them; a range
+ * with a chunk that does not check is fetched again, after a pause, up to
+ * S3_ATTEMPTS times in all. */
+static int fetch_batch(struct fetch *f, struct s3_range *v, size_t n)
+{
+	char id[CHUNK_ID_LEN];
+	int ret = 0;
+
+	for (int tries = 1;; tries++) {
+		int r = s3_get_ranges(f->r->s3, v, n, REMOTE_PARALLEL, span_done, f);
+		int werr = workers_drain(f); /* also on failure: they read v's buffers */
+		if (werr) {
+			pr_err("cannot store a fetched chunk: %s", strerror(-werr));
+			return werr;
+		}
+		if (r)
+			return r;
+		size_t nb = 0;
+		for (size_t i = 0; i < n; i++) {
+			const struct span *sp = v[i].arg;
+			if (!sp->bad)
+				continue;
+			const struct want *c = &f->w[sp->bad_chunk];
+			chunk_id_format(c->hash, id);
+			if (tries >= S3_ATTEMPTS) {
+				pr_err("chunk %s from %s at %llu: %s, %d times; the remote cannot give "
+				       "it",
+				       id, sp->key, (unsigned long long)c->off, sp->why, tries);
+				return -EBADMSG;
+			}
+			pr_warn("chunk %s from %s at %llu: %s; fetching it again", id, sp->key,
+				(unsigned long long)c->off, sp->why);
+			f->st.retries++;
+			v[nb++] = v[i];
+		}
+		if (!nb)
+			return ret;
+		n = nb;
+		uint64_t ms = (uint64_t)S3_BACKOFF_MS << MIN(tries - 1, 10);
+		struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
+		nanosleep(&ts, NULL);
+	}
+}
+
 /* Fetch the spans, a batch of up to REMOTE_FETCH_BATCH bytes at a time. */
 static int fetch_spans(struct fetch *f)
 {
@@ -1188,6 +1366,7 @@ static int fetch_spans(struct fetch *f)
 		free(buf);
 		return -ENOMEM;
 	}
+	ret = workers_start(f);
 	for (size_t i = 0; i < f->nspans && !ret;) {
 		size_t n = 0, used = 0;
 		while (i + n < f->nspans && (n == 0 || used + span_len(f, &f->spans[i + n]) <=
@@ -1198,9 +1377,12 @@ static int fetch_spans(struct fetch *f)
 			used += v[n].len;
 			n++;
 		}
-		ret = s3_get_ranges(f->r->s3, v, n, REMOTE_PARALLEL, span_done, f);
+		ret = fetch_batch(f, v, n);
 		i += n;
 	}
+	workers_stop(f);
+	if (!ret && f->progress)
+		f->progress(f->arg, f->done, f->total);
 	free(v);
 	free(buf);
 	return ret;
@@ -1269,7 +1451,13 @@ static int plan_fetch(struct fetch *f, const struct manifest *m)
 int remote_fetch_missing(struct remote *r, struct store *s, const char *manifest_id,
 			 remote_progress_fn progress, void *arg, struct remote_fetch_stats *stats)
 {
-	struct fetch f = { .r = r, .s = s, .progress = progress, .arg = arg };
+	struct fetch f = { .r = r,
+			   .s = s,
+			   .progress = progress,
+			   .arg = arg,
+			   .mu = PTHREAD_MUTEX_INITIALIZER,
+			   .work = PTHREAD_COND_INITIALIZER,
+			   .idle = PTHREAD_COND_INITIALIZER };
 	struct manifest *m = NULL;
 	uint8_t hash[CHUNK_HASH_LEN];
 	char path[PATH_MAX], *json = NULL;
@@ -1298,9 +1486,7 @@ int remote_fetch_missing(struct remote *r, struct store *s, const char *manifest
 	if ((ret = plan_fetch(&f, m)) || (ret = make_spans(&f)))
 		goto out;
 	f.pw = pack_writer_new(s);
-	f.codec = chunk_codec_new();
-	f.raw = malloc(CHUNK_MAX_RAW);
-	if (!f.pw || !f.codec || !f.raw) {
+	if (!f.pw) {
 		ret = -ENOMEM;
 		goto out;
 	}
@@ -1323,8 +1509,9 @@ out:
 	pack_writer_free(f.pw); /* a pack not finished goes with it */
 	if (lock >= 0)
 		close(lock);
-	chunk_codec_free(f.codec);
-	free(f.raw);
+	pthread_mutex_destroy(&f.mu);
+	pthread_cond_destroy(&f.work);
+	pthread_cond_destroy(&f.idle);
 	free(f.w);
 	free(f.spans);
 	rindex_release(&f.x);

@@ -39,6 +39,7 @@ struct store;
 #define REMOTE_FETCH_RANGE  (8u << 20)	/* the longest range one GET asks for */
 #define REMOTE_FETCH_BATCH  (256u << 20) /* bytes of ranges in memory at once */
 #define REMOTE_PARALLEL	    16		/* GETs in flight */
+#define REMOTE_FETCH_WORKERS 4		/* threads checking and storing fetched ranges, at most */
 #define REMOTE_FETCH_SEAL   (64u << 20) /* a fetch makes its packs durable this often */
 #define REMOTE_GC_GRACE_S   3600	/* remote_gc's default grace */
 

@@ -10,6 +10,7 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,19 +145,22 @@ static int client_init(struct client *c, const char *url, const char *token_file
 	return 0;
 }
 
-/* Follow a push (GET /functions/<id>, "push") until it is done or failed. */
-static int follow_push(const struct client *c, const char *fn)
+/* One look at what is followed: draw its progress into p; true once it has
+ * ended, with *rc 0 (done: its summary printed) or 1 (failed: why printed). */
+typedef bool (*follow_fn)(const json_t *j, const char *fn, struct progress *p, int *rc);
+
+/* GET path until look says the work has ended. */
+static int follow(const struct client *c, const char *path, const char *label, const char *fn,
+		  follow_fn look)
 {
-	char path[256];
 	struct progress p;
 	int rc = 1;
 
-	snprintf(path, sizeof(path), "/functions/%s", fn);
-	progress_init(&p, "push", 0);
+	progress_init(&p, label, 0);
 	for (;;) {
-		json_t *j = NULL, *push;
-		const char *st;
+		json_t *j = NULL;
 		long status = 0;
+		bool ended;
 
 		if (call(c, "GET", path, &status, &j))
 			break;
@@ -165,84 +169,68 @@ static int follow_push(const struct client *c, const char *fn)
 			json_decref(j);
 			break;
 		}
-		push = json_object_get(j, "push");
-		st = json_string_value(json_object_get(push, "state")) ?: "";
-		p.total = (uint64_t)json_integer_value(json_object_get(push, "bytes_total"));
-		progress_update(&p, (uint64_t)json_integer_value(json_object_get(push, "bytes_done")));
-		if (!strcmp(st, "done") || !strcmp(st, "failed")) {
-			progress_done(&p);
-			if (!strcmp(st, "done")) {
-				printf("pushed %s: %s, %lld of %lld chunks sent, %lld bytes, %.1f s\n",
-				       fn, json_string_value(json_object_get(push, "manifest")) ?: "?",
-				       json_integer_value(json_object_get(push, "chunks_sent")),
-				       json_integer_value(json_object_get(push, "chunks")),
-				       json_integer_value(json_object_get(push, "bytes_sent")),
-				       json_number_value(json_object_get(push, "seconds")));
-				rc = 0;
-			} else {
-				fprintf(stderr, "thaw push: push of %s failed: %s\n", fn,
-					json_string_value(json_object_get(push, "error")) ?: "?");
-			}
-			json_decref(j);
-			break;
-		}
+		ended = look(j, fn, &p, &rc);
 		json_decref(j);
+		if (ended)
+			break;
 		usleep(POLL_MS * 1000);
 	}
 	progress_done(&p);
 	return rc;
 }
 
-/* Follow job jid (GET /jobs/<jid>, its "progress") until it ends. */
-static int follow_job(const struct client *c, const char *fn, const char *jid)
+/* A push, in GET /functions/<id>'s "push". */
+static bool look_push(const json_t *j, const char *fn, struct progress *p, int *rc)
 {
-	char path[128];
-	struct progress p;
-	int rc = 1;
+	const json_t *push = json_object_get(j, "push");
+	const char *st = json_string_value(json_object_get(push, "state")) ?: "";
 
-	snprintf(path, sizeof(path), "/jobs/%s", jid);
-	progress_init(&p, "pull", 0);
-	for (;;) {
-		json_t *j = NULL, *prog, *res;
-		const char *st;
-		long status = 0;
-
-		if (call(c, "GET", path, &status, &j))
-			break;
-		if (status != 200) {
-			print_error(c, status, j);
-			json_decref(j);
-			break;
-		}
-		st = json_string_value(json_object_get(j, "state")) ?: "";
-		prog = json_object_get(j, "progress");
-		if (json_is_object(prog)) {
-			p.total = (uint64_t)json_integer_value(json_object_get(prog, "total"));
-			progress_update(&p, (uint64_t)json_integer_value(json_object_get(prog, "done")));
-		}
-		if (strcmp(st, "running")) {
-			progress_done(&p);
-			res = json_object_get(j, "result");
-			if (!strcmp(st, "done")) {
-				printf("pulled %s: %s, %lld of %lld chunks fetched, %lld bytes\n", fn,
-				       json_string_value(json_object_get(res, "snapshot")) ?: "?",
-				       json_integer_value(json_object_get(res, "chunks_fetched")),
-				       json_integer_value(json_object_get(res, "chunks")),
-				       json_integer_value(json_object_get(res, "bytes_fetched")));
-				rc = 0;
-			} else {
-				fprintf(stderr, "thaw pull: pull of %s failed: %s\n", fn,
-					json_string_value(json_object_get(
-						json_object_get(j, "error"), "message")) ?: "?");
-			}
-			json_decref(j);
-			break;
-		}
-		json_decref(j);
-		usleep(POLL_MS * 1000);
+	p->total = (uint64_t)json_integer_value(json_object_get(push, "bytes_total"));
+	progress_update(p, (uint64_t)json_integer_value(json_object_get(push, "bytes_done")));
+	if (strcmp(st, "done") && strcmp(st, "failed"))
+		return false;
+	progress_done(p);
+	if (!strcmp(st, "done")) {
+		printf("pushed %s: %s, %lld of %lld chunks sent, %lld bytes, %.1f s\n", fn,
+		       json_string_value(json_object_get(push, "manifest")) ?: "?",
+		       json_integer_value(json_object_get(push, "chunks_sent")),
+		       json_integer_value(json_object_get(push, "chunks")),
+		       json_integer_value(json_object_get(push, "bytes_sent")),
+		       json_number_value(json_object_get(push, "seconds")));
+		*rc = 0;
+	} else {
+		fprintf(stderr, "thaw push: push of %s failed: %s\n", fn,
+			json_string_value(json_object_get(push, "error")) ?: "?");
 	}
-	progress_done(&p);
-	return rc;
+	return true;
+}
+
+/* A pull job, GET /jobs/<jid>, with its "progress". */
+static bool look_pull(const json_t *j, const char *fn, struct progress *p, int *rc)
+{
+	const json_t *prog = json_object_get(j, "progress"), *res = json_object_get(j, "result");
+	const char *st = json_string_value(json_object_get(j, "state")) ?: "";
+
+	if (json_is_object(prog)) {
+		p->total = (uint64_t)json_integer_value(json_object_get(prog, "total"));
+		progress_update(p, (uint64_t)json_integer_value(json_object_get(prog, "done")));
+	}
+	if (!strcmp(st, "running"))
+		return false;
+	progress_done(p);
+	if (!strcmp(st, "done")) {
+		printf("pulled %s: %s, %lld of %lld chunks fetched, %lld bytes\n", fn,
+		       json_string_value(json_object_get(res, "snapshot")) ?: "?",
+		       json_integer_value(json_object_get(res, "chunks_fetched")),
+		       json_integer_value(json_object_get(res, "chunks")),
+		       json_integer_value(json_object_get(res, "bytes_fetched")));
+		*rc = 0;
+	} else {
+		fprintf(stderr, "thaw pull: pull of %s failed: %s\n", fn,
+			json_string_value(json_object_get(json_object_get(j, "error"), "message")) ?:
+				"?");
+	}
+	return true;
 }
 
 static int push_or_pull(int argc, char **argv)
@@ -293,10 +281,12 @@ static int push_or_pull(int argc, char **argv)
 		printf("%s of %s begun\n", c.cmd, fn);
 		rc = 0;
 	} else if (push) {
-		rc = follow_push(&c, fn);
+		snprintf(path, sizeof(path), "/functions/%s", fn);
+		rc = follow(&c, path, "push", fn, look_push);
 	} else {
-		rc = follow_job(&c, fn, json_string_value(json_object_get(
-						json_object_get(j, "job"), "id")) ?: "");
+		snprintf(path, sizeof(path), "/jobs/%s",
+			 json_string_value(json_object_get(json_object_get(j, "job"), "id")) ?: "");
+		rc = follow(&c, path, "pull", fn, look_pull);
 	}
 out:
 	json_decref(j);

@@ -19,8 +19,8 @@
 #   5. a chunk object flipped on the server: B's pull fails 502 naming the
 #      chunk after fetching it again, the function is not made ready, and B's
 #      store verifies clean;
-#   6. B killed mid-pull (a function with 320 MiB of random memory), past
-#      70 MiB, and restarted: its store verifies clean, and the pull again
+#   6. B killed mid-pull (a function with 640 MiB of random memory), past
+#      100 MiB, and restarted: its store verifies clean, and the pull again
 #      fetches only what the first had not sealed (some, not all);
 #   7. A deletes a function: its ref goes, and two remote gc runs remove the
 #      objects only it reached and nothing another function uses (a fresh
@@ -129,6 +129,29 @@ chunks_of() { python3 -c "
 import json, re, sys
 print('\n'.join(sorted(set(re.findall(r'sha256:[0-9a-f]{64}', json.dumps(json.load(open(sys.argv[1]))['files']))))))" "$1"; }
 start_b
+# pull_and_kill FN BYTES PID: start B's pull of FN and kill -9 PID as soon as
+# it has fetched more than BYTES (one process polling, so that the kill comes
+# within milliseconds); prints how much it had then (nothing if the pull ended
+# first).  The job's id goes to $T/pull.job.
+pull_and_kill() {
+	python3 - "$URL_B" "$1" "$2" "$3" "$T/pull.job" <<'PY'
+import json, os, signal, sys, urllib.request
+url, fn, limit, pid, jobfile = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+req = urllib.request.Request(f"{url}/functions/{fn}/pull", method="POST", data=b"",
+                             headers={"Content-Type": "application/json"})
+jid = json.load(urllib.request.urlopen(req))["job"]["id"]
+open(jobfile, "w").write(jid)
+while True:
+    j = json.load(urllib.request.urlopen(f"{url}/jobs/{jid}"))
+    done = (j.get("progress") or {}).get("done", 0)
+    if done > limit:
+        os.kill(pid, signal.SIGKILL)
+        print(done)
+        break
+    if j["state"] != "running":
+        break
+PY
+}
 
 # 2. thaw pull onto B, then a start there
 out=$(THAW_NO_PROGRESS=1 "$THAW" pull --url "$URL_B" f 2>&1) && echo "$out" | grep -q "^pulled f: $snap" &&
@@ -208,23 +231,12 @@ else
 fi
 
 # 6. B killed mid-pull, then the pull again
-st=$(api PUT /functions/big -d "$(mkspec '{"TERM_MODE": "exit", "BALLAST_MB": "320"}')")
+st=$(api PUT /functions/big -d "$(mkspec '{"TERM_MODE": "exit", "BALLAST_MB": "640"}')")
 [ "$st" = 201 ] || fail "PUT big: $st $(cat "$T/body")"
 snap_push big
 [ "$(jget "$T/push.json" "j['push']['state']")" = done ] || fail "push of big: $(jget "$T/push.json" "j['push']")"
-st=$(apib POST "/functions/big/pull")
-jid=$(jget "$T/body" "j['job']['id']")
-killed_at=""
-for i in $(seq 400); do
-	apib GET "/jobs/$jid" >/dev/null
-	done_b=$(jget "$T/body" "(j.get('progress') or {}).get('done', 0)")
-	if [ "${done_b:-0}" -gt $((70 << 20)) ]; then
-		kill -9 "$PID_B"; wait "$PID_B" 2>/dev/null
-		killed_at=$done_b
-		break
-	fi
-	[ "$(jget "$T/body" "j['state']")" = running ] || break
-done
+killed_at=$(pull_and_kill big $((100 << 20)) "$PID_B")
+wait "$PID_B" 2>/dev/null
 if [ -n "$killed_at" ]; then
 	"$THAW" store --store "$DATA_B/store" verify >"$T/verify.out" 2>&1 &&
 		ok "B killed mid-pull at $((killed_at >> 20)) MiB: its store verifies clean" ||
@@ -241,7 +253,7 @@ if [ -n "$killed_at" ]; then
 	st=$(apib POST /functions/big/start)
 	[ "$st" = 201 ] && ok "big starts on B after the resumed pull" || fail "start of big on B: $st $(head -c 300 "$T/body")"
 else
-	fail "the pull of big ended before 70 MiB could be seen (state $(jget "$T/body" "j['state']"))"
+	fail "the pull of big ended before 100 MiB could be seen (state $(jget "$T/body" "j['state']"))"
 fi
 
 # 7. A deletes big: its ref goes, gc removes only what it alone reached
@@ -261,7 +273,7 @@ after=$(packs | wc -l)
 	ok "after gc, f still pulls whole into a fresh store" || fail "f after gc: $(tail -3 "$T/fresh.err")"
 
 # (for 9: a function on the remote, pushed while A has it)
-st=$(api PUT /functions/big2 -d "$(mkspec '{"TERM_MODE": "exit", "BALLAST_MB": "200"}')")
+st=$(api PUT /functions/big2 -d "$(mkspec '{"TERM_MODE": "exit", "BALLAST_MB": "400"}')")
 [ "$st" = 201 ] || fail "PUT big2: $st $(cat "$T/body")"
 snap_push big2
 
@@ -278,26 +290,15 @@ st=$(api POST "/functions/f/push")
 	ok "push on a thawd without --remote: 409 no_remote" || fail "push without a remote: $st $(cat "$T/body")"
 
 # 9. the server stops mid-transfer
-st=$(apib POST "/functions/big2/pull")
-jid=$(jget "$T/body" "j['job']['id']")
-killed=""
-for i in $(seq 600); do
-	apib GET "/jobs/$jid" >/dev/null
-	done_b=$(jget "$T/body" "(j.get('progress') or {}).get('done', 0)")
-	if [ "${done_b:-0}" -gt 0 ]; then
-		kill -9 "$(cat "$CEPH_RGW_DIR/run/client.rgw.pid")"
-		killed=$done_b
-		break
-	fi
-	[ "$(jget "$T/body" "j['state']")" = running ] || break
-done
+killed=$(pull_and_kill big2 0 "$(cat "$CEPH_RGW_DIR/run/client.rgw.pid")")
+jid=$(cat "$T/pull.job")
 for i in $(seq 300); do
 	apib GET "/jobs/$jid" >/dev/null
 	[ "$(jget "$T/body" "j['state']")" = running ] || break
 	sleep 0.1
 done
 if [ -n "$killed" ] && [ "$(jget "$T/body" "j['state']")" = failed ]; then
-	ok "radosgw killed with $((killed >> 20)) MiB of 200 fetched: the pull failed: $(jget "$T/body" "j['error']['message']" | head -c 200)"
+	ok "radosgw killed with $((killed >> 20)) MiB of 400 fetched: the pull failed: $(jget "$T/body" "j['error']['message']" | head -c 200)"
 else
 	fail "pull with the server killed: killed at '${killed}', job $(head -c 300 "$T/body")"
 fi

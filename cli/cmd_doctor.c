@@ -362,6 +362,31 @@ static void check_io_uring(struct doctor *d)
 	io_uring_queue_exit(&ring);
 }
 
+/* Can a snapshot be restored onto another GPU than its own (the checkpoint
+ * API's GPU pairs, driver 580 and later)?  With one GPU it never has to. */
+static void check_gpu_moves(struct doctor *d, size_t n)
+{
+	char drv[64] = "";
+	int major;
+
+	if (cuda_kernel_driver_version(drv, sizeof(drv))) {
+		report(d, "gpu-move", ST_WARN, "%zu GPU%s; the kernel driver's version is unknown "
+		       "(no NVML, no /proc/driver/nvidia/version): restore onto another GPU "
+		       "needs driver >= %d", n, n > 1 ? "s" : "", CUDA_PAIRS_MIN_DRIVER);
+		return;
+	}
+	major = atoi(drv);
+	if (major >= CUDA_PAIRS_MIN_DRIVER)
+		report(d, "gpu-move", ST_OK, "%zu GPU%s, driver %s: a snapshot restores onto any "
+		       "GPU of the same model (GPU pairs)%s", n, n > 1 ? "s" : "", drv,
+		       n > 1 ? "; starts spread over the GPUs" : "");
+	else
+		report(d, "gpu-move", n > 1 ? ST_WARN : ST_OK,
+		       "%zu GPU%s, driver %s: restore onto another GPU needs driver >= %d; a "
+		       "snapshot restores onto its own GPU only", n, n > 1 ? "s" : "", drv,
+		       CUDA_PAIRS_MIN_DRIVER);
+}
+
 static void check_gpu(struct doctor *d)
 {
 	struct cuda_device *devs = NULL;
@@ -392,6 +417,7 @@ static void check_gpu(struct doctor *d)
 		       "driver supports CUDA %d.%d but has no checkpoint API (driver >= 550 "
 		       "needed): GPU functions cannot be snapshotted; %zu GPU%s",
 		       version / 1000, version % 1000 / 10, n, n > 1 ? "s" : "");
+	check_gpu_moves(d, n);
 	for (size_t i = 0; i < n; i++) {
 		char tb[32], fb[32], name[16];
 

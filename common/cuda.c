@@ -15,6 +15,7 @@
 #include "common/cuda.h"
 #include "common/log.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
@@ -22,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* The driver's types, as cuda.h declares them (names of our own, so that
  * the layout check can include the real header beside them). */
@@ -141,6 +143,8 @@ static struct {
 	nvml_return (*nvml_init)(void);
 	nvml_return (*nvml_by_uuid)(const char *uuid, nvml_device *dev);
 	nvml_return (*nvml_memory)(nvml_device dev, struct nvml_memory *mem);
+	nvml_return (*nvml_minor)(nvml_device dev, unsigned int *minor);
+	nvml_return (*nvml_driver_version)(char *buf, unsigned int len);
 } drv = { .init_err = -ENODEV };
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
@@ -233,10 +237,15 @@ static void load_nvml(void)
 	drv.nvml_init = (__typeof__(drv.nvml_init))sym(drv.nvml, "nvmlInit_v2");
 	drv.nvml_by_uuid = (__typeof__(drv.nvml_by_uuid))sym(drv.nvml, "nvmlDeviceGetHandleByUUID");
 	drv.nvml_memory = (__typeof__(drv.nvml_memory))sym(drv.nvml, "nvmlDeviceGetMemoryInfo");
+	drv.nvml_minor = (__typeof__(drv.nvml_minor))sym(drv.nvml, "nvmlDeviceGetMinorNumber");
+	drv.nvml_driver_version =
+		(__typeof__(drv.nvml_driver_version))sym(drv.nvml, "nvmlSystemGetDriverVersion");
 	if (!drv.nvml_init || !drv.nvml_by_uuid || !drv.nvml_memory || drv.nvml_init() != 0) {
 		pr_debug("NVML unusable: free GPU memory unknown");
 		drv.nvml_by_uuid = NULL;
 		drv.nvml_memory = NULL;
+		drv.nvml_minor = NULL;
+		drv.nvml_driver_version = NULL;
 	}
 }
 
@@ -370,6 +379,82 @@ static int uuid_parse(const char *s, struct cu_uuid *u)
 	return n == 32 && !*s ? 0 : -EINVAL;
 }
 
+/* The value after "key:" on a line of the driver's /proc files, trimmed. */
+static bool proc_field(const char *line, const char *key, char *out, size_t len)
+{
+	size_t k = strlen(key), n;
+
+	if (strncmp(line, key, k) || line[k] != ':')
+		return false;
+	line += k + 1;
+	line += strspn(line, " \t");
+	n = strcspn(line, "\r\n");
+	snprintf(out, len, "%.*s", (int)n, line);
+	return true;
+}
+
+/* The minor of /dev/nvidiaN for the GPU with uuid, from the kernel driver's
+ * /proc/driver/nvidia/gpus/<bus>/information; -1 if not found. */
+static int proc_minor(const char *uuid)
+{
+	DIR *d = opendir("/proc/driver/nvidia/gpus");
+	struct dirent *de;
+	int found = -1;
+
+	while (d && found < 0 && (de = readdir(d))) {
+		char path[512], line[256], v[128], u[sizeof(v)] = "";
+		int minor = -1;
+		FILE *f;
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/driver/nvidia/gpus/%s/information", de->d_name);
+		f = fopen(path, "re");
+		while (f && fgets(line, sizeof(line), f)) {
+			if (proc_field(line, "GPU UUID", v, sizeof(v)))
+				snprintf(u, sizeof(u), "%s", v);
+			else if (proc_field(line, "Device Minor", v, sizeof(v)))
+				minor = atoi(v);
+		}
+		if (f)
+			fclose(f);
+		if (minor >= 0 && !strcasecmp(u, uuid))
+			found = minor;
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+int cuda_kernel_driver_version(char *buf, size_t len)
+{
+	char line[512], *p;
+	FILE *f;
+
+	if (cuda_init() == 0 && drv.nvml_driver_version &&
+	    drv.nvml_driver_version(buf, (unsigned int)len) == 0 && buf[0])
+		return 0;
+	/* "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Tue …" */
+	f = fopen("/proc/driver/nvidia/version", "re");
+	if (!f)
+		return -ENOENT;
+	p = fgets(line, sizeof(line), f) ? strstr(line, "Kernel Module") : NULL;
+	fclose(f);
+	if (!p)
+		return -ENOENT;
+	p += strlen("Kernel Module");
+	p += strspn(p, " \t");
+	snprintf(buf, len, "%.*s", (int)strcspn(p, " \t\n"), p);
+	return buf[0] ? 0 : -ENOENT;
+}
+
+int cuda_driver_major(void)
+{
+	char v[64];
+
+	return cuda_kernel_driver_version(v, sizeof(v)) ? 0 : atoi(v);
+}
+
 int cuda_devices(struct cuda_device **out, size_t *n)
 {
 	struct cuda_device *devs = NULL;
@@ -410,13 +495,21 @@ int cuda_devices(struct cuda_device **out, size_t *n)
 		d->name[sizeof(d->name) - 1] = '\0';
 		uuid_format(&uuid, d->uuid);
 		d->total_bytes = total;
+		d->minor = -1;
 		if (drv.nvml_memory) {
 			nvml_device h;
 			struct nvml_memory mem;
+			unsigned int minor;
 
-			if (drv.nvml_by_uuid(d->uuid, &h) == 0 && drv.nvml_memory(h, &mem) == 0)
-				d->free_bytes = mem.free;
+			if (drv.nvml_by_uuid(d->uuid, &h) == 0) {
+				if (drv.nvml_memory(h, &mem) == 0)
+					d->free_bytes = mem.free;
+				if (drv.nvml_minor && drv.nvml_minor(h, &minor) == 0)
+					d->minor = (int)minor;
+			}
 		}
+		if (d->minor < 0)
+			d->minor = proc_minor(d->uuid);
 	}
 	*out = devs;
 	*n = count;
@@ -545,4 +638,140 @@ int cuda_filter_processes(const pid_t *pids, size_t n, pid_t **cuda_pids, size_t
 	*cuda_pids = out;
 	*ncuda = k;
 	return 0;
+}
+
+/* Free memory by device ordinal (0 where unknown); false if none is known. */
+static bool free_by_ordinal(uint64_t out[CUDA_MAX_DEVICES])
+{
+	struct cuda_device *d = NULL;
+	size_t n = 0;
+	bool known = false;
+
+	memset(out, 0, CUDA_MAX_DEVICES * sizeof(*out));
+	if (cuda_devices(&d, &n))
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		if (d[i].ordinal < 0 || d[i].ordinal >= CUDA_MAX_DEVICES)
+			continue;
+		out[d[i].ordinal] = d[i].free_bytes;
+		known |= d[i].free_bytes > 0;
+	}
+	free(d);
+	return known;
+}
+
+/* Put processes [0, n) of a group that failed back as they were: running.
+ * Each is at most checkpointed; what cannot be undone is said. */
+static void group_undo(const pid_t *pids, size_t n)
+{
+	for (size_t i = n; i-- > 0;) {
+		enum cuda_proc_state st;
+
+		if (cuda_process_state(pids[i], &st))
+			continue;
+		if (st == CUDA_PROC_CHECKPOINTED && cuda_restore(pids[i], NULL, 0))
+			pr_warn("CUDA process %d is left checkpointed", (int)pids[i]);
+		else if (st != CUDA_PROC_RUNNING && cuda_unlock(pids[i]))
+			pr_warn("CUDA process %d is left locked", (int)pids[i]);
+	}
+}
+
+int cuda_checkpoint_group(const pid_t *pids, size_t n, unsigned timeout_ms, uint32_t *gpus,
+			  uint64_t used[CUDA_MAX_DEVICES], pid_t *failed)
+{
+	uint64_t before[CUDA_MAX_DEVICES], after[CUDA_MAX_DEVICES];
+	bool known;
+	size_t i;
+	int ret = 0;
+
+	*failed = 0;
+	if (used)
+		memset(used, 0, CUDA_MAX_DEVICES * sizeof(*used));
+	if (gpus)
+		memset(gpus, 0, n * sizeof(*gpus));
+	known = free_by_ordinal(before);
+	for (i = 0; i < n; i++) {
+		ret = cuda_lock(pids[i], timeout_ms);
+		if (ret) {
+			*failed = pids[i];
+			group_undo(pids, i);
+			return ret;
+		}
+	}
+	for (i = 0; i < n; i++) {
+		ret = cuda_checkpoint(pids[i]);
+		if (ret) {
+			*failed = pids[i];
+			group_undo(pids, n);
+			return ret;
+		}
+		if (!known)
+			continue;
+		/* What this checkpoint gave back, GPU by GPU: the GPUs it held. */
+		free_by_ordinal(after);
+		for (int o = 0; o < CUDA_MAX_DEVICES; o++) {
+			if (!before[o] || after[o] <= before[o])
+				continue;
+			if (gpus && o < 32)
+				gpus[i] |= 1u << o;
+			if (used)
+				used[o] += after[o] - before[o];
+			before[o] = after[o];
+		}
+	}
+	return 0;
+}
+
+int cuda_restore_group(const pid_t *pids, size_t n, const struct cuda_gpu_pair *pairs,
+		       size_t npairs, pid_t *failed)
+{
+	size_t i;
+	int ret = 0;
+
+	*failed = 0;
+	for (i = 0; i < n; i++) {
+		enum cuda_proc_state st;
+
+		ret = cuda_process_state(pids[i], &st);
+		if (!ret && st == CUDA_PROC_CHECKPOINTED)
+			ret = cuda_restore(pids[i], pairs, npairs);
+		else if (!ret && st == CUDA_PROC_FAILED)
+			ret = -EIO;
+		if (ret)
+			goto restore_failed;
+	}
+	for (i = 0; i < n; i++) {
+		enum cuda_proc_state st;
+
+		ret = cuda_process_state(pids[i], &st);
+		if (!ret && st == CUDA_PROC_LOCKED)
+			ret = cuda_unlock(pids[i]);
+		if (ret)
+			goto unlock_failed;
+	}
+	return 0;
+restore_failed:
+	*failed = pids[i];
+	/* Those restored give their GPU memory back: checkpointed again, the
+	 * instance can be torn down without the driver mid-work. */
+	for (size_t k = i; k-- > 0;)
+		if (cuda_checkpoint(pids[k]))
+			pr_warn("CUDA process %d restored but not checkpointed back: it holds "
+				"its GPU memory until it is killed", (int)pids[k]);
+	return ret;
+unlock_failed:
+	*failed = pids[i];
+	for (size_t k = 0; k < n; k++) {
+		enum cuda_proc_state st;
+
+		if (cuda_process_state(pids[k], &st) || st == CUDA_PROC_CHECKPOINTED)
+			continue;
+		if (st == CUDA_PROC_RUNNING && cuda_lock(pids[k], 10000)) {
+			pr_warn("CUDA process %d is left running", (int)pids[k]);
+			continue;
+		}
+		if (cuda_checkpoint(pids[k]))
+			pr_warn("CUDA process %d is left locked", (int)pids[k]);
+	}
+	return ret;
 }

@@ -30,6 +30,7 @@ struct cuda_device {
 	char name[96];    /* "NVIDIA H100 80GB HBM3" */
 	uint64_t total_bytes;
 	uint64_t free_bytes;
+	int minor;        /* N of /dev/nvidiaN (NVML, else /proc/driver/nvidia); -1 unknown */
 };
 
 struct cuda_gpu_pair {
@@ -49,6 +50,13 @@ bool cuda_checkpoint_supported(void);
 int cuda_driver_version(int *version);
 /* The GPUs (you own *out; free()).  Free memory is read without creating a context. */
 int cuda_devices(struct cuda_device **out, size_t *n);
+/* The kernel driver's version ("580.159.04": NVML, else /proc/driver/nvidia/version)
+ * into buf; 0, or -ENOENT where neither says. */
+int cuda_kernel_driver_version(char *buf, size_t len);
+/* The kernel driver's major version (580), 0 if unknown.  Restore onto
+ * another GPU (GPU pairs) is the checkpoint API of driver 580 and later. */
+int cuda_driver_major(void);
+#define CUDA_PAIRS_MIN_DRIVER 580
 
 /* The calls on a pid answer -ESRCH when that process holds no CUDA state. */
 int cuda_process_state(pid_t pid, enum cuda_proc_state *state);
@@ -60,5 +68,25 @@ int cuda_restore(pid_t pid, const struct cuda_gpu_pair *pairs, size_t npairs);
 int cuda_unlock(pid_t pid);
 /* Of the given pids, those that hold CUDA state (cuda_process_state succeeds). */
 int cuda_filter_processes(const pid_t *pids, size_t n, pid_t **cuda_pids, size_t *ncuda);
+
+/* The processes of one function, as one, in the driver's order for processes
+ * that work together (NCCL, CUDA IPC): every one locked before any is
+ * checkpointed, every one restored before any is unlocked.
+ *
+ * cuda_checkpoint_group: lock all (timeout_ms each), then checkpoint each.
+ * All or none: on a failure those locked are unlocked and those checkpointed
+ * restored and unlocked again, and *failed is the pid that failed.  Where
+ * free GPU memory is known, gpus[i] (if not NULL) gets a bit per device
+ * ordinal whose free memory grew when process i was checkpointed (the GPUs
+ * it held), and used[ordinal] (if not NULL) the bytes freed there. */
+int cuda_checkpoint_group(const pid_t *pids, size_t n, unsigned timeout_ms, uint32_t *gpus,
+			  uint64_t used[CUDA_MAX_DEVICES], pid_t *failed);
+/* Restore each checkpointed process (pairs as cuda_restore), then unlock
+ * each.  All or none: if one fails to restore, those already restored are
+ * checkpointed back (their GPU memory given back); if one fails to unlock,
+ * those unlocked are locked and checkpointed back.  *failed: the pid that
+ * failed (0 if none).  0 or the failing call's -errno. */
+int cuda_restore_group(const pid_t *pids, size_t n, const struct cuda_gpu_pair *pairs,
+		       size_t npairs, pid_t *failed);
 
 #endif

@@ -170,7 +170,27 @@ static json_t *build_mounts(const struct oci_spec *spec, bool host_root)
 	return m;
 }
 
-static int add_nvidia_dev(json_t *devs, json_t *allow, const char *path)
+/* /dev/nvidiaN: a GPU's node (not nvidiactl, nvidia-uvm…); its N. */
+static int gpu_node_minor(const char *name)
+{
+	const char *p = name + strlen("nvidia");
+
+	if (strncmp(name, "nvidia", 6) || !*p || strspn(p, "0123456789") != strlen(p))
+		return -1;
+	return atoi(p);
+}
+
+static bool gpu_allowed(const struct oci_spec *spec, int minor)
+{
+	if (minor < 0 || !spec->gpu_minors)
+		return true;
+	for (size_t i = 0; i < spec->ngpu_minors; i++)
+		if (spec->gpu_minors[i] == minor)
+			return true;
+	return false;
+}
+
+static int add_nvidia_dev(json_t *devs, json_t *allow, const char *path, bool allowed)
 {
 	struct stat st;
 
@@ -180,14 +200,17 @@ static int add_nvidia_dev(json_t *devs, json_t *allow, const char *path)
 					      "type", "c", "major", (json_int_t)major(st.st_rdev),
 					      "minor", (json_int_t)minor(st.st_rdev), "fileMode",
 					      (int)(st.st_mode & 07777), "uid", 0, "gid", 0));
+	if (!allowed)
+		return 1;
 	json_array_append_new(allow, json_pack("{s:b, s:s, s:I, s:I, s:s}", "allow", 1, "type", "c",
 					       "major", (json_int_t)major(st.st_rdev), "minor",
 					       (json_int_t)minor(st.st_rdev), "access", "rwm"));
 	return 1;
 }
 
-/* Every /dev/nvidia* character device, and those in /dev/nvidia-caps. */
-static int add_nvidia_devs(json_t *devs, json_t *allow)
+/* Every /dev/nvidia* character device, and those in /dev/nvidia-caps; the
+ * GPUs' own nodes allowed only for the spec's GPUs. */
+static int add_nvidia_devs(const struct oci_spec *spec, json_t *devs, json_t *allow)
 {
 	static const char *const dirs[] = { "/dev", "/dev/nvidia-caps" };
 	int n = 0;
@@ -206,7 +229,8 @@ static int add_nvidia_devs(json_t *devs, json_t *allow)
 			if (de->d_name[0] == '.')
 				continue;
 			snprintf(p, sizeof(p), "%s/%s", dirs[i], de->d_name);
-			n += add_nvidia_dev(devs, allow, p);
+			n += add_nvidia_dev(devs, allow, p,
+					    i != 0 || gpu_allowed(spec, gpu_node_minor(de->d_name)));
 		}
 		closedir(d);
 	}
@@ -234,7 +258,7 @@ static json_t *build_linux(const struct oci_spec *spec)
 						    spec->netns_path));
 	else
 		json_array_append_new(ns, json_pack("{s:s}", "type", "network"));
-	if (spec->gpu && add_nvidia_devs(devs, allow) == 0)
+	if (spec->gpu && add_nvidia_devs(spec, devs, allow) == 0)
 		pr_warn("GPU function but no /dev/nvidia* device on this host");
 	json_object_set_new(l, "namespaces", ns);
 	json_object_set_new(l, "devices", devs);
@@ -279,6 +303,16 @@ static json_t *build_env(const struct oci_spec *spec)
 	/* A host-rooted function runs what the host would run: the host's own
 	 * PATH means something there (e.g. a venv in /opt holding torch), and
 	 * so does its LD_LIBRARY_PATH. */
+	for (size_t i = 0; spec->env_defaults && spec->env_defaults[i]; i++) {
+		const char *d = spec->env_defaults[i], *eq = strchr(d, '=');
+		char name[128];
+
+		if (!eq || (size_t)(eq - d) + 2 > sizeof(name))
+			continue;
+		snprintf(name, sizeof(name), "%.*s=", (int)(eq - d), d);
+		if (!env_has(spec, name))
+			json_array_append_new(env, json_string(d));
+	}
 	if (!env_has(spec, "PATH="))
 		env_add(env, "PATH", !spec->rootfs && host_path && *host_path ? host_path : default_path);
 	if (!spec->rootfs && host_ld && *host_ld && !env_has(spec, "LD_LIBRARY_PATH="))

@@ -12,7 +12,8 @@
  * without capabilities: docs/DESIGN.md ("Confinement") says why not a user
  * namespace or another uid.
  * Namespaces: pid, ipc, uts, mount, and network joined by path.  GPU functions
- * get every /dev/nvidia* character device.  The org.criu.config annotation
+ * get every /dev/nvidia* character device, and may open those of their own
+ * GPUs only (gpu_minors).  The org.criu.config annotation
  * names a CRIU config file (written beside config.json) holding
  * "network-lock skip", since the network namespace is external to CRIU, and
  * for a restore bundle "manage-cgroups=ignore": runc has made the cgroups.
@@ -62,6 +63,13 @@ struct oci_spec {
 	const struct oci_bind *binds; /* extra binds (e.g. the function's directory) */
 	size_t nbinds;
 	bool gpu;                  /* NVIDIA devices and driver directory */
+	/* A GPU function's GPUs: every /dev/nvidiaN node is in the container
+	 * (a restore may go to another GPU, and CRIU restores /dev as it
+	 * was dumped), but the device cgroup lets it open only those of
+	 * these minors, besides the driver's other nodes.  NULL: every GPU. */
+	const int *gpu_minors;
+	size_t ngpu_minors;
+	char *const *env_defaults; /* "K=V", NULL-terminated: added unless env sets K */
 	const char *hostname;
 	const char *cgroups_path;  /* e.g. "thaw/<id>" so thaw's containers are grouped; NULL: runc's default */
 	bool restore;              /* for runc restore: CRIU leaves the cgroups to runc */

@@ -57,6 +57,9 @@ int function_bundle_write(const struct function_bundle *b, const char *dir)
 	if (b->mapped_src)
 		binds[o.nbinds++] = (struct oci_bind){ b->mapped_src, OCI_MAPPED_DEST, false };
 	o.gpu = spec->gpu;
+	o.gpu_minors = b->gpu_minors;
+	o.ngpu_minors = b->ngpu_minors;
+	o.env_defaults = b->env_defaults;
 	o.hostname = spec->id;
 	o.cgroups_path = cgroup;
 	o.restore = b->restore;

@@ -30,6 +30,12 @@ struct function_bundle {
 	 * capabilities, a writable root, the host's /root and no seccomp,
 	 * since CRIU restores only into the mounts and credentials it dumped. */
 	bool legacy_sandbox;
+	/* A GPU function: the GPUs it may open (oci_spec.gpu_minors; NULL: every
+	 * one) and environment defaults for its boot (CUDA_VISIBLE_DEVICES…;
+	 * a restore's processes keep the environment they were dumped with). */
+	const int *gpu_minors;
+	size_t ngpu_minors;
+	char *const *env_defaults;
 };
 
 /* Write dir/config.json (and its rootfs skeleton and CRIU config) for b.

@@ -15,7 +15,7 @@
 #define MAX_ARGS 4096
 
 static const char *const known_keys[] = { "id",	   "command", "env",	 "cwd",	    "bundle",
-					  "port",  "ready",   "warmup",	 "prepare", "gpu",
+					  "port",  "ready",   "warmup",	 "prepare", "gpu", "gpus",
 					  "elide_zero", "lazy", "sandbox", "standby",
 					  "idle_s", "max_lifetime_s", "stop_grace_s", "max_instances",
 					  "image", "user" };
@@ -596,6 +596,18 @@ static int parse_fields(const json_t *j, const char *id, struct func_spec *s, ch
 	if (v && !json_is_boolean(v))
 		return fail(err, errlen, "gpu: must be true or false");
 	s->gpu = json_is_true(v);
+	s->gpus = s->gpu ? 1 : 0;
+	v = json_object_get(j, "gpus");
+	if (v && !json_is_null(v)) {
+		if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+		    json_integer_value(v) > SPEC_MAX_GPUS)
+			return fail(err, errlen, "gpus: must be a whole number from 1 to %d",
+				    SPEC_MAX_GPUS);
+		if (json_is_false(json_object_get(j, "gpu")))
+			return fail(err, errlen, "gpus: a function with \"gpu\": false has none");
+		s->gpu = true;
+		s->gpus = (unsigned)json_integer_value(v);
+	}
 	v = json_object_get(j, "elide_zero");
 	if (v && !json_is_boolean(v))
 		return fail(err, errlen, "elide_zero: must be true or false");
@@ -720,6 +732,10 @@ json_t *spec_to_json(const struct func_spec *s)
 	if (s->prepare)
 		json_object_set_new(j, "prepare", call_to_json(s->prepare));
 	json_object_set_new(j, "gpu", json_boolean(s->gpu));
+	/* Only beyond the default: a spec's JSON (and what is compared to it)
+	 * stays what it was for one GPU. */
+	if (s->gpus > 1)
+		json_object_set_new(j, "gpus", json_integer(s->gpus));
 	json_object_set_new(j, "elide_zero", json_boolean(s->elide_zero));
 	if (s->lazy != SPEC_LAZY_UNSET)
 		json_object_set_new(j, "lazy", json_boolean(s->lazy == SPEC_LAZY));

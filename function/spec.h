@@ -16,6 +16,7 @@ enum ready_kind { READY_HTTP, READY_TCP };
 
 #define SPEC_MAX_STANDBY 64
 #define SPEC_DEFAULT_STOP_GRACE_S 10.0
+#define SPEC_MAX_GPUS 8
 #define SPEC_MAX_SECONDS (365.0 * 86400)
 /* "lazy": absent (thawd's or the start's choice), false, true. */
 enum spec_lazy { SPEC_LAZY_UNSET, SPEC_EAGER, SPEC_LAZY };
@@ -54,6 +55,9 @@ struct func_spec {
 	size_t nwarmup;
 	struct http_call *prepare; /* optional hook called just before the snapshot */
 	bool gpu;
+	/* "gpus": how many GPUs a GPU function's container is given (1 to
+	 * SPEC_MAX_GPUS, default 1; "gpus" alone implies "gpu": true). */
+	unsigned gpus;
 	/* Drop the image's all-zero private anonymous pages before storing it
 	 * (store/criu_elide.h); "elide_zero", default true. */
 	bool elide_zero;

@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #define CUDA_LOCK_TIMEOUT_MS 10000
+#define GPU_BOOT_MAX SPEC_MAX_GPUS
 #define CALL_TIMEOUT_MS	     300000 /* a warm-up call may run a first inference */
 #define LOG_TAIL_LINES	     12
 #define LOG_TAIL_BYTES	     600
@@ -70,6 +71,11 @@ struct job {
 	/* GPU memory the checkpoint gave back, per device ordinal (what the
 	 * function holds, and so what a restore needs free); 0 unknown. */
 	uint64_t gpu_used[CUDA_MAX_DEVICES];
+	/* The GPUs the function's container is given (its spec's "gpus"),
+	 * chosen before its boot; and which of them each CUDA process held. */
+	struct cuda_device *gpu;
+	size_t ngpu, nhost_gpus;
+	json_t *cuda_procs;
 };
 
 /* ---- the function's log ---------------------------------------------- */
@@ -239,40 +245,57 @@ static json_t *versions(const struct thaw_config *c)
 	return o;
 }
 
+/* The GPUs the function was given, with what it held on each. */
 static json_t *gpus(const struct job *j)
 {
-	struct cuda_device *d = NULL;
-	size_t n = 0;
 	json_t *a = json_array();
 
-	if (!a || !cuda_available() || cuda_devices(&d, &n))
-		return a;
-	for (size_t i = 0; i < n; i++) {
-		json_t *g = json_pack("{s:s, s:s, s:I}", "uuid", d[i].uuid, "name", d[i].name,
-				      "total_bytes", (json_int_t)d[i].total_bytes);
-		int o = d[i].ordinal;
+	for (size_t i = 0; a && i < j->ngpu; i++) {
+		const struct cuda_device *d = &j->gpu[i];
+		json_t *g = json_pack("{s:s, s:s, s:I, s:i}", "uuid", d->uuid, "name", d->name,
+				      "total_bytes", (json_int_t)d->total_bytes, "index", d->ordinal);
+		int o = d->ordinal;
 
 		if (g && o >= 0 && o < CUDA_MAX_DEVICES && j->gpu_used[o])
 			json_object_set_new(g, "used_bytes", json_integer((json_int_t)j->gpu_used[o]));
 		json_array_append_new(a, g);
 	}
-	free(d);
 	return a;
 }
 
-/* Free memory of each device by ordinal into free_by (0 where unknown). */
-static void gpu_free_bytes(uint64_t free_by[CUDA_MAX_DEVICES])
+/* The GPUs for the function's boot: its spec's "gpus" of them, those with
+ * the most free memory (the lower index on a tie). */
+static int choose_boot_gpus(struct job *j)
 {
 	struct cuda_device *d = NULL;
-	size_t n = 0;
+	size_t n = 0, want = j->spec->gpus ? j->spec->gpus : 1;
+	int ret = cuda_devices(&d, &n);
 
-	memset(free_by, 0, CUDA_MAX_DEVICES * sizeof(*free_by));
-	if (!cuda_available() || cuda_devices(&d, &n))
-		return;
-	for (size_t i = 0; i < n; i++)
-		if (d[i].ordinal >= 0 && d[i].ordinal < CUDA_MAX_DEVICES)
-			free_by[d[i].ordinal] = d[i].free_bytes;
+	if (ret)
+		return ret;
+	if (n < want) {
+		pr_err("%s asks for %zu GPU(s); this host has %zu", j->spec->id, want, n);
+		free(d);
+		return -ENODEV;
+	}
+	j->gpu = calloc(want, sizeof(*j->gpu));
+	if (!j->gpu) {
+		free(d);
+		return -ENOMEM;
+	}
+	for (size_t k = 0; k < want; k++) {
+		size_t best = n;
+
+		for (size_t i = 0; i < n; i++)
+			if (d[i].ordinal >= 0 && (best == n || d[i].free_bytes > d[best].free_bytes))
+				best = i;
+		j->gpu[k] = d[best];
+		d[best].ordinal = -1; /* taken */
+	}
+	j->ngpu = want;
+	j->nhost_gpus = n;
 	free(d);
+	return 0;
 }
 
 /* The pid of a host process as its own PID namespace sees it (restore maps
@@ -408,9 +431,13 @@ static int write_bundle(struct job *j)
 {
 	const struct func_spec *spec = j->spec;
 	char **argv = spec->command, **own_argv = NULL;
-	char mapped_src[PATH_MAX + 320];
-	int ret;
+	char mapped_src[PATH_MAX + 320], visible[64 * GPU_BOOT_MAX];
+	char *defaults[3] = { NULL };
+	int minors[GPU_BOOT_MAX], ret;
+	bool minors_known = true;
+	size_t nd = 0;
 
+	visible[0] = '\0';
 	if (spec->bundle && !argv)
 		argv = own_argv = bundle_args(spec->bundle);
 	if (!argv || !argv[0]) {
@@ -423,11 +450,28 @@ static int write_bundle(struct job *j)
 	 * must be in the image already (restore/mapped.c).  Empty now. */
 	snprintf(mapped_src, sizeof(mapped_src), "%s.mapped", j->bundle);
 	ret = mkdir_p(mapped_src, 0755);
+	/* A GPU function opens only its own GPUs; where the host has others,
+	 * CUDA is told which (by UUID: a restore onto other GPUs maps them),
+	 * and NCCL leaves NVLink SHARP alone, whose state the driver's
+	 * checkpoint does not capture. */
+	for (size_t i = 0; i < j->ngpu && i < GPU_BOOT_MAX; i++) {
+		minors[i] = j->gpu[i].minor;
+		if (minors[i] < 0)
+			minors_known = false;
+		snprintf(visible + strlen(visible), sizeof(visible) - strlen(visible), "%s%s",
+			 i ? "," : "CUDA_VISIBLE_DEVICES=", j->gpu[i].uuid);
+	}
+	if (j->ngpu && j->nhost_gpus > j->ngpu)
+		defaults[nd++] = visible;
+	if (j->ngpu > 1)
+		defaults[nd++] = "NCCL_NVLS_ENABLE=0";
 	if (!ret)
 		ret = function_bundle_write(
 			&(struct function_bundle){ .spec = spec, .netns = j->netns,
 						   .container_id = j->cid,
-						   .mapped_src = mapped_src, .argv = argv },
+						   .mapped_src = mapped_src, .argv = argv,
+						   .gpu_minors = j->ngpu && minors_known ? minors : NULL,
+						   .ngpu_minors = j->ngpu, .env_defaults = defaults },
 			j->bundle);
 	free_argv(own_argv);
 	return ret;
@@ -505,14 +549,10 @@ static int call(struct job *j, const struct http_call *hc, const char *what)
 
 static int cuda_checkpoint_all(struct job *j)
 {
-	pid_t *pids = NULL, *cuda = NULL;
-	uint64_t before[CUDA_MAX_DEVICES], after[CUDA_MAX_DEVICES];
+	pid_t *pids = NULL, *cuda = NULL, failed = 0;
+	uint32_t *held = NULL;
 	size_t n = 0, ncuda = 0;
 	int ret;
-
-	/* What the checkpoint frees on each GPU is what the function holds:
-	 * the figure a restore checks free memory against (gpu_restore.c). */
-	gpu_free_bytes(before);
 
 	ret = runner_pids(&j->r, j->cid, &pids, &n);
 	if (ret)
@@ -522,19 +562,44 @@ static int cuda_checkpoint_all(struct job *j)
 		goto out;
 	if (ncuda == 0)
 		pr_warn("%s: a GPU function with no CUDA process", j->spec->id);
+	held = calloc(ncuda + 1, sizeof(*held));
+	if (!held) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	/* Every process locked before any is checkpointed, all or none; what
+	 * each checkpoint frees on each GPU is what the function holds there:
+	 * the figure a restore checks free memory against (gpu_restore.c). */
+	ret = cuda_checkpoint_group(cuda, ncuda, CUDA_LOCK_TIMEOUT_MS, held, j->gpu_used,
+				    &failed);
+	if (ret) {
+		char drv[64] = "unknown", cause[512];
+
+		snprintf(cause, sizeof(cause), "%s", log_last_error());
+		cuda_kernel_driver_version(drv, sizeof(drv));
+		log_set_error("the driver (%s) refused to checkpoint CUDA process %d of %zu: %s; "
+			      "no snapshot of %s is made on this host", drv, (int)failed, ncuda,
+			      cause[0] ? cause : strerror(-ret), j->spec->id);
+		pr_err("%s", log_last_error());
+		goto out;
+	}
 	for (size_t i = 0; i < ncuda; i++) {
+		json_t *which = json_array();
+
+		for (size_t g = 0; which && g < j->ngpu; g++) {
+			int o = j->gpu[g].ordinal;
+
+			if (o >= 0 && o < 32 && (held[i] & (1u << o)))
+				json_array_append_new(which, json_integer((json_int_t)g));
+		}
 		json_array_append_new(j->cuda_pids, json_integer(cuda[i]));
 		json_array_append_new(j->cuda_ns_pids, json_integer(ns_pid(cuda[i])));
-		ret = cuda_lock(cuda[i], CUDA_LOCK_TIMEOUT_MS);
-		if (!ret)
-			ret = cuda_checkpoint(cuda[i]);
-		if (ret)
-			goto out;
+		json_array_append_new(j->cuda_procs,
+				      json_pack("{s:i, s:i, s:o}", "pid", (int)cuda[i], "ns_pid",
+						(int)ns_pid(cuda[i]), "gpus", which));
 	}
-	gpu_free_bytes(after);
-	for (int g = 0; g < CUDA_MAX_DEVICES; g++)
-		j->gpu_used[g] = before[g] && after[g] > before[g] ? after[g] - before[g] : 0;
 out:
+	free(held);
 	free(pids);
 	free(cuda);
 	return ret;
@@ -560,6 +625,9 @@ static json_t *snapshot_meta(struct job *j, json_t *timings, uint64_t image_byte
 			 "image_bytes_before_elision", (json_int_t)bytes_before,
 			 "zero_pages_elided", (json_int_t)pages_elided, "created", created,
 			 "mapped_mount", OCI_MAPPED_DEST, "confined", 1);
+	/* Which process held which of "gpus" (indices), where it could be told. */
+	if (meta && j->spec->gpu && json_array_size(j->cuda_procs))
+		json_object_set(meta, "cuda_processes", j->cuda_procs);
 	if (meta && extra && json_object_update_missing(meta, (json_t *)extra)) {
 		json_decref(meta);
 		return NULL;
@@ -595,6 +663,8 @@ static void cleanup(struct job *j)
 		pr_warn("work directory %s is left behind", j->work);
 	json_decref(j->cuda_pids);
 	json_decref(j->cuda_ns_pids);
+	json_decref(j->cuda_procs);
+	free(j->gpu);
 	if (msg[0])
 		log_set_error("%s", msg);
 	else
@@ -667,7 +737,8 @@ int prewarm_snapshot_opts(const struct thaw_config *c, struct store *s,
 	memset(out, 0, sizeof(*out));
 	j.cuda_pids = json_array();
 	j.cuda_ns_pids = json_array();
-	if (!timings || !j.cuda_pids || !j.cuda_ns_pids) {
+	j.cuda_procs = json_array();
+	if (!timings || !j.cuda_pids || !j.cuda_ns_pids || !j.cuda_procs) {
 		ret = -ENOMEM;
 		goto out;
 	}
@@ -689,6 +760,9 @@ int prewarm_snapshot_opts(const struct thaw_config *c, struct store *s,
 			       ret == -ENODEV ? "none on this host" : strerror(-ret));
 			goto out;
 		}
+		ret = choose_boot_gpus(&j);
+		if (ret)
+			goto out;
 	}
 
 	/* The image first: a pull that fails costs no boot. */

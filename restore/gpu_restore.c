@@ -7,9 +7,12 @@
 #include "common/util.h"
 
 #include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 /* The snapshot's GPU i: its UUID, model and the GPU memory its processes
@@ -42,10 +45,38 @@ static uint64_t gpu_need(const json_t *g)
 	return json_is_object(g) ? json_bytes(g, used_keys, ARRAY_SIZE(used_keys)) : 0;
 }
 
-/* The device for snapshot GPU g among those not yet taken: its own (by UUID)
- * if it has room, else the one of the same model with the most free memory
- * that has room, else any with room (the driver then refuses a different
- * chip type: warned).  -1 if none has room. */
+/* GPU memory that placements hold back until their GPU restore has run
+ * (gpu_place, gpu_release), and how many placements are in flight, by
+ * device ordinal: a burst of starts sees each other's choices, not only
+ * NVML's free figure. */
+static pthread_mutex_t claims_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t claimed[CUDA_MAX_DEVICES];
+static unsigned in_flight[CUDA_MAX_DEVICES];
+
+static unsigned flight_of(const struct cuda_device *d)
+{
+	return d->ordinal >= 0 && d->ordinal < CUDA_MAX_DEVICES ? in_flight[d->ordinal] : 0;
+}
+
+/* Is device a a better place than b (both with room)?  More free memory,
+ * then fewer placements in flight, then the snapshot's own GPU, then the
+ * lower ordinal. */
+static bool better(const struct cuda_device *a, const struct cuda_device *b, const char *uuid)
+{
+	if (a->free_bytes != b->free_bytes)
+		return a->free_bytes > b->free_bytes;
+	if (flight_of(a) != flight_of(b))
+		return flight_of(a) < flight_of(b);
+	if (uuid && !strcmp(a->uuid, uuid) != !strcmp(b->uuid, uuid))
+		return !strcmp(a->uuid, uuid);
+	return a->ordinal < b->ordinal;
+}
+
+/* The device for snapshot GPU g among those not yet taken: of the same model,
+ * the one with the most free memory that has room (its own GPU on a tie);
+ * else any with room (the driver then refuses a different chip type:
+ * warned).  A snapshot that did not record its GPU's model goes to its own
+ * GPU when that has room.  -1 if none has room. */
 static int choose_one(const json_t *g, const struct cuda_device *devs, size_t ndevs,
 		      const bool *taken, uint64_t reserve)
 {
@@ -54,7 +85,7 @@ static int choose_one(const json_t *g, const struct cuda_device *devs, size_t nd
 	uint64_t need = gpu_need(g) + reserve;
 	int best = -1, best_other = -1;
 
-	for (size_t d = 0; d < ndevs; d++)
+	for (size_t d = 0; !model && d < ndevs; d++)
 		if (!taken[d] && uuid && !strcmp(devs[d].uuid, uuid) && devs[d].free_bytes >= need)
 			return (int)d;
 	for (size_t d = 0; d < ndevs; d++) {
@@ -62,10 +93,99 @@ static int choose_one(const json_t *g, const struct cuda_device *devs, size_t nd
 
 		if (taken[d] || devs[d].free_bytes < need)
 			continue;
-		if (*slot < 0 || devs[d].free_bytes > devs[*slot].free_bytes)
+		if (*slot < 0 || better(&devs[d], &devs[*slot], uuid))
 			*slot = (int)d;
 	}
 	return best >= 0 ? best : best_other;
+}
+
+/* The device a start asks for by word ("1", "GPU-…"): its index, or -1. */
+static int find_device(const char *word, const struct cuda_device *devs, size_t ndevs)
+{
+	char *end;
+	long v;
+
+	if (!*word)
+		return -1;
+	errno = 0;
+	v = strtol(word, &end, 10);
+	if (!*end && !errno) {
+		for (size_t d = 0; d < ndevs; d++)
+			if (devs[d].ordinal == v)
+				return (int)d;
+		return -1;
+	}
+	for (size_t d = 0; d < ndevs; d++)
+		if (!strcasecmp(devs[d].uuid, word) ||
+		    (!strncasecmp(devs[d].uuid, "GPU-", 4) && !strcasecmp(devs[d].uuid + 4, word)))
+			return (int)d;
+	return -1;
+}
+
+/* The devices request names ("1", "GPU-…", "0,1"), one per snapshot GPU, into
+ * choice: -EINVAL (why) when it names a GPU this host does not have, one
+ * twice, another number of GPUs than the snapshot used, or another model;
+ * -EAGAIN when one it names has no room. */
+static int choose_asked(const json_t *gpus, const char *request, const struct cuda_device *devs,
+			size_t ndevs, uint64_t reserve, size_t *choice, char *why, size_t whylen)
+{
+	size_t nold = json_array_size(gpus), k = 0;
+	char buf[512], *save = NULL, a[32], b[32];
+	bool *taken = calloc(ndevs + 1, sizeof(bool));
+	int ret = 0;
+
+	if (!taken)
+		return -ENOMEM;
+	snprintf(buf, sizeof(buf), "%s", request);
+	for (char *w = strtok_r(buf, ",", &save); w; w = strtok_r(NULL, ",", &save), k++) {
+		const json_t *g = json_array_get(gpus, k);
+		const char *model = json_is_object(g) ?
+			json_string_value(json_object_get(g, "name")) : NULL;
+		int d = find_device(w, devs, ndevs);
+
+		if (k >= nold) {
+			snprintf(why, whylen, "gpu=%s names more GPUs than the snapshot's %zu",
+				 request, nold);
+			ret = -EINVAL;
+			goto out;
+		}
+		if (d < 0) {
+			snprintf(why, whylen, "gpu=%s: this host has no GPU %s (it has %zu: 0 to "
+				 "%zu, or their UUIDs)", request, w, ndevs, ndevs ? ndevs - 1 : 0);
+			ret = -EINVAL;
+			goto out;
+		}
+		if (taken[d]) {
+			snprintf(why, whylen, "gpu=%s names GPU %d twice", request, devs[d].ordinal);
+			ret = -EINVAL;
+			goto out;
+		}
+		if (model && strcmp(model, devs[d].name)) {
+			snprintf(why, whylen, "GPU %d is a %s and the snapshot's GPU %zu was a %s: "
+				 "the driver restores onto the same chip type only", devs[d].ordinal,
+				 devs[d].name, k, model);
+			ret = -EINVAL;
+			goto out;
+		}
+		if (devs[d].free_bytes < gpu_need(g) + reserve) {
+			snprintf(why, whylen, "GPU %d has %s free (less what starts in flight are "
+				 "taking); the snapshot's GPU %zu needs %s%s", devs[d].ordinal,
+				 fmt_bytes(devs[d].free_bytes, a), k, fmt_bytes(gpu_need(g), b),
+				 reserve ? " and --gpu-mem-reserve besides" : "");
+			ret = -EAGAIN;
+			goto out;
+		}
+		taken[d] = true;
+		choice[k] = (size_t)d;
+	}
+	if (k != nold) {
+		snprintf(why, whylen, "gpu=%s names %zu GPU(s); the snapshot used %zu", request, k,
+			 nold);
+		ret = -EINVAL;
+	}
+out:
+	free(taken);
+	return ret;
 }
 
 /* gpu_choose, each chosen device keeping reserve bytes free besides. */
@@ -161,52 +281,145 @@ int gpu_admit(const json_t *meta, uint64_t reserve, char *why, size_t whylen)
 	return ret;
 }
 
-/* The GPUs to restore onto (gpu_choose): targets[i] is snapshot GPU i's; and
- * when any is another than it came from, pairs for every one (the driver
- * wants every checkpointed GPU listed). */
-static int map_gpus(const json_t *gpus, struct cuda_device *devs, size_t ndevs,
-		    struct cuda_gpu_pair **pairs, size_t *npairs, struct cuda_device ***targets)
+int gpu_place_devices(const json_t *gpus, const char *request, const struct cuda_device *devs,
+		      size_t ndevs, uint64_t reserve, struct gpu_placement *p, char *why,
+		      size_t whylen)
 {
-	size_t nold = json_array_size(gpus), *choice;
-	char why[512];
-	bool moved;
+	size_t nold = json_array_size(gpus), choice[GPU_MAX] = { 0 };
+	struct cuda_device *eff = NULL;
 	const json_t *g;
 	size_t i;
 	int ret;
 
-	*pairs = NULL;
-	*npairs = 0;
-	*targets = calloc(nold ? nold : 1, sizeof(**targets));
-	choice = calloc(nold ? nold : 1, sizeof(*choice));
-	if (!*targets || !choice) {
-		free(choice);
+	memset(p, 0, sizeof(*p));
+	if (nold > GPU_MAX) {
+		snprintf(why, whylen, "the snapshot used %zu GPUs; thaw places at most %d", nold,
+			 GPU_MAX);
+		return -EINVAL;
+	}
+	eff = calloc(ndevs + 1, sizeof(*eff));
+	if (!eff)
 		return -ENOMEM;
+	pthread_mutex_lock(&claims_lock);
+	/* What each device has free once the placements in flight have taken
+	 * theirs. */
+	for (size_t d = 0; d < ndevs; d++) {
+		uint64_t c = devs[d].ordinal >= 0 && devs[d].ordinal < CUDA_MAX_DEVICES ?
+				     claimed[devs[d].ordinal] : 0;
+
+		eff[d] = devs[d];
+		eff[d].free_bytes = devs[d].free_bytes > c ? devs[d].free_bytes - c : 0;
 	}
-	ret = gpu_choose(gpus, devs, ndevs, choice, &moved, why, sizeof(why));
-	if (ret) {
-		pr_err("%s", why);
-		free(choice);
-		return ret;
-	}
-	for (i = 0; i < nold; i++)
-		(*targets)[i] = &devs[choice[i]];
-	if (moved) {
-		*pairs = calloc(nold ? nold : 1, sizeof(**pairs));
-		if (!*pairs) {
-			free(choice);
-			return -ENOMEM;
+	if (request && *request)
+		ret = choose_asked(gpus, request, eff, ndevs, reserve, choice, why, whylen);
+	else
+		ret = choose(gpus, eff, ndevs, reserve, choice, &p->moved, why, whylen);
+	if (ret)
+		goto out;
+	p->n = nold;
+	json_array_foreach(gpus, i, g) {
+		const struct cuda_device *d = &devs[choice[i]];
+		int o = d->ordinal;
+
+		p->dev[i] = eff[choice[i]];
+		if (!gpu_uuid(g) || strcmp(d->uuid, gpu_uuid(g)))
+			p->moved = true;
+		p->claim[i] = gpu_need(g);
+		if (o >= 0 && o < CUDA_MAX_DEVICES) {
+			claimed[o] += p->claim[i];
+			in_flight[o]++;
 		}
 	}
+	p->held = true;
+out:
+	pthread_mutex_unlock(&claims_lock);
+	free(eff);
+	return ret;
+}
+
+int gpu_place(const json_t *meta, const char *request, uint64_t reserve,
+	      struct gpu_placement *p, char *why, size_t whylen)
+{
+	const json_t *gpus = json_object_get(meta, "gpus");
+	struct cuda_device *devs = NULL;
+	size_t ndevs = 0;
+	int ret;
+
+	memset(p, 0, sizeof(*p));
+	if (!json_array_size(gpus))
+		return 0; /* a snapshot that recorded no GPU: the driver's own mapping */
+	ret = cuda_init();
+	if (ret) {
+		snprintf(why, whylen, "this is a GPU function and this host has no usable GPU "
+			 "driver: %s", cuda_unavailable_reason());
+		return -ENODEV;
+	}
+	ret = cuda_devices(&devs, &ndevs);
+	if (ret) {
+		snprintf(why, whylen, "cannot list this host's GPUs: %s", strerror(-ret));
+		return ret;
+	}
+	ret = gpu_place_devices(gpus, request, devs, ndevs, reserve, p, why, whylen);
+	free(devs);
+	return ret;
+}
+
+void gpu_release(struct gpu_placement *p)
+{
+	if (!p || !p->held)
+		return;
+	pthread_mutex_lock(&claims_lock);
+	for (size_t i = 0; i < p->n; i++) {
+		int o = p->dev[i].ordinal;
+
+		if (o < 0 || o >= CUDA_MAX_DEVICES)
+			continue;
+		claimed[o] = claimed[o] > p->claim[i] ? claimed[o] - p->claim[i] : 0;
+		if (in_flight[o])
+			in_flight[o]--;
+	}
+	p->held = false;
+	pthread_mutex_unlock(&claims_lock);
+}
+
+json_t *gpu_placement_json(const struct gpu_placement *p)
+{
+	json_t *a = json_array();
+
+	for (size_t i = 0; a && i < p->n; i++)
+		json_array_append_new(a, json_pack("{s:i, s:s, s:s}", "index", p->dev[i].ordinal,
+						   "uuid", p->dev[i].uuid, "name",
+						   p->dev[i].name));
+	return a;
+}
+
+/* The GPU pairs for the driver when some snapshot GPU goes elsewhere: one
+ * for every snapshot GPU (the driver wants every checkpointed GPU listed);
+ * *npairs 0 when each stays. */
+static int make_pairs(const json_t *gpus, const struct gpu_placement *p,
+		      struct cuda_gpu_pair **pairs, size_t *npairs)
+{
+	const json_t *g;
+	size_t i;
+
+	*pairs = NULL;
+	*npairs = 0;
+	if (!p->moved)
+		return 0;
+	*pairs = calloc(p->n ? p->n : 1, sizeof(**pairs));
+	if (!*pairs)
+		return -ENOMEM;
 	json_array_foreach(gpus, i, g) {
 		const char *old = gpu_uuid(g), *model = json_is_object(g) ?
 			json_string_value(json_object_get(g, "name")) : NULL;
-		const struct cuda_device *to = (*targets)[i];
+		const struct cuda_device *to = &p->dev[i];
 
-		if (!moved)
+		if (i >= p->n)
 			break;
 		if (!old) {
 			pr_err("the snapshot's GPU %zu has no UUID", i);
-			free(choice);
+			free(*pairs);
+			*pairs = NULL;
 			return -EINVAL;
 		}
 		if (model && strcmp(model, to->name) != 0)
@@ -214,17 +427,16 @@ static int map_gpus(const json_t *gpus, struct cuda_device *devs, size_t ndevs,
 				"same chip type", old, model, to->uuid, to->name);
 		snprintf((*pairs)[i].old_uuid, sizeof((*pairs)[i].old_uuid), "%s", old);
 		snprintf((*pairs)[i].new_uuid, sizeof((*pairs)[i].new_uuid), "%s", to->uuid);
-		pr_info("GPU %s -> %s", old, to->uuid);
+		pr_info("GPU %s -> %s (GPU %d)", old, to->uuid, to->ordinal);
 	}
-	*npairs = moved ? nold : 0;
-	free(choice);
+	*npairs = p->n;
 	return 0;
 }
 
 /* Without per-GPU figures, the snapshot's total must fit the GPUs chosen:
  * a restore that runs out of GPU memory can leave the process stuck for
- * good.  (With them, gpu_choose has checked each.) */
-static int check_free(const json_t *meta, const json_t *gpus, struct cuda_device **targets)
+ * good.  (With them, the placement has checked each.) */
+static int check_free(const json_t *meta, const json_t *gpus, const struct gpu_placement *p)
 {
 	uint64_t total = json_bytes(meta, total_keys, ARRAY_SIZE(total_keys)), free_sum = 0;
 	char a[32], b[32];
@@ -234,8 +446,8 @@ static int check_free(const json_t *meta, const json_t *gpus, struct cuda_device
 	json_array_foreach(gpus, i, g) {
 		if (gpu_need(g))
 			return 0;
-		if (targets[i])
-			free_sum += targets[i]->free_bytes;
+		if (i < p->n)
+			free_sum += p->dev[i].free_bytes;
 	}
 	if (!total) {
 		pr_warn("the snapshot records no GPU memory figure: restoring without a "
@@ -312,42 +524,16 @@ out:
 	return ret;
 }
 
-static int restore_one(pid_t pid, const struct cuda_gpu_pair *pairs, size_t npairs)
-{
-	enum cuda_proc_state st;
-	int ret = cuda_process_state(pid, &st);
-	uint64_t t0 = now_ns(), t1 = t0;
-
-	if (ret)
-		return ret;
-	if (st == CUDA_PROC_CHECKPOINTED) {
-		ret = cuda_restore(pid, npairs ? pairs : NULL, npairs);
-		if (ret)
-			return ret;
-		st = CUDA_PROC_LOCKED;
-		t1 = now_ns();
-	}
-	if (st == CUDA_PROC_LOCKED) {
-		ret = cuda_unlock(pid);
-		/* The two halves apart: a lazy start's overlap shows in one. */
-		if (!ret)
-			pr_info("CUDA process %d: restore %.1f ms, unlock %.1f ms", (int)pid,
-				(t1 - t0) / 1e6, ms_since(t1));
-	} else if (st == CUDA_PROC_FAILED) {
-		pr_err("CUDA process %d is in the failed state", (int)pid);
-		ret = -EIO;
-	}
-	return ret;
-}
-
 int gpu_restore_container(const struct runner *r, const char *id, pid_t init,
-			  const json_t *meta, pid_t **pids, size_t *n)
+			  const json_t *meta, struct gpu_placement *place, pid_t **pids, size_t *n)
 {
 	const json_t *gpus = json_object_get(meta, "gpus");
-	size_t nall = 0, ndevs = 0, npairs = 0, nrec = json_array_size(json_object_get(meta, "cuda_pids"));
-	struct cuda_device *devs = NULL, **targets = NULL;
+	size_t nall = 0, npairs = 0, nrec = json_array_size(json_object_get(meta, "cuda_pids"));
+	struct gpu_placement own = { 0 }, *p = place;
 	struct cuda_gpu_pair *pairs = NULL;
-	pid_t *all = NULL;
+	pid_t *all = NULL, failed = 0;
+	char why[512];
+	uint64_t t0;
 	int ret;
 
 	*pids = NULL;
@@ -356,15 +542,20 @@ int gpu_restore_container(const struct runner *r, const char *id, pid_t init,
 	if (ret) {
 		pr_err("this is a GPU function and this host has no usable GPU driver: %s",
 		       cuda_unavailable_reason());
-		return -ENODEV;
+		ret = -ENODEV;
+		goto out;
 	}
-	ret = cuda_devices(&devs, &ndevs);
-	if (ret)
-		goto out;
-	ret = map_gpus(gpus, devs, ndevs, &pairs, &npairs, &targets);
-	if (ret)
-		goto out;
-	ret = check_free(meta, gpus, targets);
+	if (!p || (!p->held && json_array_size(gpus))) {
+		p = &own;
+		ret = gpu_place(meta, NULL, 0, p, why, sizeof(why));
+		if (ret) {
+			pr_err("%s", why);
+			goto out;
+		}
+	}
+	ret = make_pairs(gpus, p, &pairs, &npairs);
+	if (!ret)
+		ret = check_free(meta, gpus, p);
 	if (ret)
 		goto out;
 	/* CRIU gave the processes their old pids inside the container's PID
@@ -389,20 +580,34 @@ int gpu_restore_container(const struct runner *r, const char *id, pid_t init,
 		ret = -ESRCH;
 		goto out;
 	}
-	for (size_t i = 0; i < *n; i++) {
-		ret = restore_one((*pids)[i], pairs, npairs);
-		if (ret)
-			goto out;
+	/* Every process restored before any is unlocked, all or none. */
+	t0 = now_ns();
+	ret = cuda_restore_group(*pids, *n, pairs, npairs, &failed);
+	if (ret) {
+		char cause[512], onto[128] = "";
+
+		snprintf(cause, sizeof(cause), "%s", log_last_error());
+		for (size_t i = 0; i < p->n; i++)
+			snprintf(onto + strlen(onto), sizeof(onto) - strlen(onto), "%s%d",
+				 i ? "," : " onto GPU ", p->dev[i].ordinal);
+		log_set_error("CUDA process %d (of %zu) could not be restored%s: %s; %s",
+			      (int)failed, *n, onto, cause[0] ? cause : strerror(-ret),
+			      *n > 1 ? "the others were checkpointed back, the start fails" :
+				       "the start fails");
+		pr_err("%s", log_last_error());
+		goto out;
 	}
+	pr_info("%zu CUDA process(es) of %s restored and unlocked in %.1f ms%s", *n, id,
+		ms_since(t0), npairs ? " (onto other GPUs)" : "");
 out:
 	if (ret) {
 		free(*pids);
 		*pids = NULL;
 		*n = 0;
 	}
+	/* The GPU memory is taken now (or not at all): NVML's figure says it. */
+	gpu_release(p);
 	free(all);
-	free(devs);
-	free(targets);
 	free(pairs);
 	return ret;
 }

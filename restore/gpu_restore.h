@@ -21,18 +21,60 @@
 
 #define GPU_LOCK_TIMEOUT_MS 10000
 
+/* GPUs one function may span (a spec's "gpus"). */
+#define GPU_MAX 8
+
+/* Where a start's GPUs go, chosen before anything is restored. */
+struct gpu_placement {
+	size_t n;                        /* the snapshot's GPUs ("gpus" of its meta) */
+	struct cuda_device dev[GPU_MAX]; /* where snapshot GPU i goes (free_bytes: as
+					  * seen then, less what others held back) */
+	uint64_t claim[GPU_MAX];         /* GPU memory held back on dev[i] */
+	bool moved;                      /* some GPU is another than it came from */
+	bool held;                       /* claims held until gpu_release */
+};
+
+/* Choose where the GPUs of a snapshot whose meta is meta go, and hold their
+ * GPU memory back from every other placement of this process until
+ * gpu_release (a burst of starts spreads over the GPUs: each placement sees
+ * what those in flight are about to take, and their number breaks ties).
+ * request NULL: gpu_choose's rule on what is left free; else the GPUs a
+ * start asks for, one per snapshot GPU, by index or UUID, comma-separated
+ * ("1", "GPU-…", "0,1").  reserve: what each chosen GPU must keep free
+ * besides (--gpu-mem-reserve).  0 (p->n 0 when the snapshot recorded no
+ * GPU); -EINVAL (why) for a request naming a GPU this host does not have,
+ * one twice, another count or model; -EAGAIN (why) when a GPU has no room;
+ * -ENODEV without a driver or with fewer GPUs than the snapshot used. */
+int gpu_place(const json_t *meta, const char *request, uint64_t reserve,
+	      struct gpu_placement *p, char *why, size_t whylen);
+/* The same on devs (what cuda_devices gave): "gpus" of the meta. */
+int gpu_place_devices(const json_t *gpus, const char *request, const struct cuda_device *devs,
+		      size_t ndevs, uint64_t reserve, struct gpu_placement *p, char *why,
+		      size_t whylen);
+/* Give back what p holds.  Twice, or on a placement that holds nothing: nothing. */
+void gpu_release(struct gpu_placement *p);
+/* [{"index","uuid","name"}] of p's GPUs (a start's answer); NULL on ENOMEM. */
+json_t *gpu_placement_json(const struct gpu_placement *p);
+
 /* Restore and unlock every CUDA process of container id, whose first
- * process has host pid init.  meta is the snapshot manifest's meta ("gpus",
- * "cuda_pids", memory figures if recorded).  *pids (you own it) are the host
- * pids restored.  -ENODEV without a driver. */
+ * process has host pid init, onto the GPUs of place (NULL, or one that
+ * holds nothing: placed here), as one: every process restored before any is
+ * unlocked; if one fails, those restored are checkpointed back and the
+ * error names the process (the caller tears the instance down).  The
+ * placement is released at the end (its memory is then taken or given up).
+ * meta is the snapshot manifest's meta ("gpus", "cuda_pids", memory figures
+ * if recorded).  *pids (you own it) are the host pids restored.  -ENODEV
+ * without a driver. */
 int gpu_restore_container(const struct runner *r, const char *id, pid_t init,
-			  const json_t *meta, pid_t **pids, size_t *n);
+			  const json_t *meta, struct gpu_placement *place, pid_t **pids,
+			  size_t *n);
 
 /* Where the snapshot's GPUs ("gpus" of its meta) go on this host's devs:
- * choice[i] is the device index for snapshot GPU i.  Each goes to its own
- * GPU (same UUID) if that has room for its recorded usage, else to the GPU
- * of the same model with the most free memory that has room, else to any
- * with room; each device takes one.  *moved: some GPU is not the one it
+ * choice[i] is the device index for snapshot GPU i.  Each goes to the GPU
+ * of its model with the most free memory that has room for its recorded
+ * usage (on a tie: fewer placements in flight, then its own GPU, then the
+ * lower index; a snapshot that recorded no model stays on its own GPU if it
+ * has room), else to any with room; each device takes one.  *moved: some GPU is not the one it
  * came from (the restore then passes GPU pairs).  -EAGAIN (why says which
  * GPU needs what, and the most free) when one has nowhere to go, -ENODEV
  * with fewer devices than the snapshot used.  On one GPU this is the

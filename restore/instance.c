@@ -187,6 +187,19 @@ json_t *instance_to_json(const struct instance *in)
 			      "lazy", in->lazy, "standby", in->standby, "timings_ms",
 			      timings_json(in));
 
+	if (j && in->ngpus) {
+		json_t *g = json_array();
+
+		for (size_t i = 0; g && i < in->ngpus; i++)
+			json_array_append_new(g, json_pack("{s:i, s:s, s:s}", "index",
+							   in->gpus[i].index, "uuid",
+							   in->gpus[i].uuid, "name",
+							   in->gpus[i].name));
+		if (!g || json_object_set_new(j, "gpus", g)) {
+			json_decref(j);
+			return NULL;
+		}
+	}
 	/* Not mapped: why, so that a user can tell a fallback from a choice. */
 	if (j && in->pages_why[0] &&
 	    json_object_set_new(j, "pages_why", json_string(in->pages_why))) {
@@ -194,6 +207,17 @@ json_t *instance_to_json(const struct instance *in)
 		return NULL;
 	}
 	return j;
+}
+
+/* The GPUs of in: those of placement p. */
+static void set_gpus(struct instance *in, const struct gpu_placement *p)
+{
+	in->ngpus = p->n < GPU_MAX ? p->n : GPU_MAX;
+	for (size_t i = 0; i < in->ngpus; i++) {
+		in->gpus[i].index = p->dev[i].ordinal;
+		snprintf(in->gpus[i].uuid, sizeof(in->gpus[i].uuid), "%s", p->dev[i].uuid);
+		snprintf(in->gpus[i].name, sizeof(in->gpus[i].name), "%s", p->dev[i].name);
+	}
 }
 
 /* The record: what instance_to_json says, and what stop needs. */
@@ -441,15 +465,29 @@ static void phase_failed(const char *snapshot, const char *phase, int err)
  * prewarm wrote it (function/bundle.h): the same mounts, or CRIU cannot put
  * the processes back; mapped_src at OCI_MAPPED_DEST. */
 static int write_bundle(struct start_ctx *x, const struct func_spec *spec, const char *id,
-			const char *mapped_src, const struct manifest *m)
+			const char *mapped_src, const struct manifest *m,
+			const struct gpu_placement *gp)
 {
 	bool confined = json_is_true(json_object_get(m->meta, "confined"));
+	int minors[GPU_MAX];
+	size_t n = 0;
 
+	/* The GPUs it is restored onto, where their /dev/nvidiaN is known;
+	 * else (a standby, whose GPUs are chosen when it is taken) every GPU. */
+	for (size_t i = 0; gp && gp->held && i < gp->n; i++) {
+		if (gp->dev[i].minor < 0) {
+			n = 0;
+			break;
+		}
+		minors[n++] = gp->dev[i].minor;
+	}
 	return function_bundle_write(&(struct function_bundle){ .spec = spec, .netns = x->netns,
 								.container_id = id,
 								.mapped_src = mapped_src,
 								.restore = true,
-								.legacy_sandbox = !confined },
+								.legacy_sandbox = !confined,
+								.gpu_minors = n ? minors : NULL,
+								.ngpu_minors = n },
 				     x->bundle);
 }
 
@@ -626,9 +664,11 @@ static int await_ready(struct start_ctx *x, const struct func_spec *spec, struct
 }
 
 static int start(const struct thaw_config *c, struct store *s, struct tier *t,
-		 const char *snapshot_id, enum instance_mode mode, bool standby, struct instance *out)
+		 const char *snapshot_id, enum instance_mode mode, bool standby,
+		 struct gpu_placement *asked, struct instance *out)
 {
 	struct start_ctx x = { .c = c, .stdio = { -1, -1 } };
+	struct gpu_placement own = { 0 }, *gp = asked;
 	struct manifest *m = NULL;
 	struct func_spec *spec = NULL;
 	struct tier_lease *lease = NULL;
@@ -682,6 +722,21 @@ static int start(const struct thaw_config *c, struct store *s, struct tier *t,
 	}
 	x.lazy = in.lazy = mode == INSTANCE_LAZY;
 	pr_debug("%s: %s (%s)", in.function, in.lazy ? "lazy" : "eager", why_mode);
+	/* Its GPUs, before anything is made: a GPU that cannot take it is a
+	 * refusal, not a half-started instance.  A standby's wait. */
+	if (spec->gpu && !standby && (!gp || !gp->held)) {
+		char why[512];
+
+		gp = &own;
+		ret = gpu_place(m->meta, NULL, 0, gp, why, sizeof(why));
+		if (ret) {
+			log_set_error("%s", why);
+			pr_err("%s", why);
+			goto fail;
+		}
+	}
+	if (standby)
+		gp = NULL;
 
 	in.t.load = ms_since(t0);
 
@@ -748,7 +803,7 @@ static int start(const struct thaw_config *c, struct store *s, struct tier *t,
 		snprintf(mapped_src, sizeof(mapped_src), "%s", x.mapped_empty);
 	}
 	if (!ret)
-		ret = write_bundle(&x, spec, in.id, mapped_src[0] ? mapped_src : NULL, m);
+		ret = write_bundle(&x, spec, in.id, mapped_src[0] ? mapped_src : NULL, m, gp);
 	if (ret)
 		goto fail;
 	in.t.setup = ms_since(tp);
@@ -836,11 +891,13 @@ static int start(const struct thaw_config *c, struct store *s, struct tier *t,
 	if (spec->gpu) {
 		phase = "gpu_restore";
 		tp = now_ns();
-		ret = gpu_restore_container(&x.r, in.id, in.pid, m->meta, &x.cuda_pids,
+		ret = gpu_restore_container(&x.r, in.id, in.pid, m->meta, gp, &x.cuda_pids,
 					    &x.ncuda);
 		in.t.gpu_restore = ms_since(tp);
 		if (ret)
 			goto fail;
+		if (gp)
+			set_gpus(&in, gp);
 	}
 
 	phase = "ready";
@@ -877,6 +934,7 @@ fail:
 	}
 	tier_release(lease);
 out:
+	gpu_release(&own);
 	if (counted)
 		atomic_fetch_sub(&gpu_starts_in_flight, 1);
 	free(x.cuda_pids);
@@ -889,13 +947,20 @@ out:
 int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 		   const char *snapshot_id, enum instance_mode mode, struct instance *out)
 {
-	return start(c, s, t, snapshot_id, mode, false, out);
+	return start(c, s, t, snapshot_id, mode, false, NULL, out);
+}
+
+int instance_start_on(const struct thaw_config *c, struct store *s, struct tier *t,
+		      const char *snapshot_id, enum instance_mode mode, struct gpu_placement *gp,
+		      struct instance *out)
+{
+	return start(c, s, t, snapshot_id, mode, false, gp, out);
 }
 
 int instance_make_standby(const struct thaw_config *c, struct store *s, struct tier *t,
 			  const char *snapshot_id, struct instance *out)
 {
-	return start(c, s, t, snapshot_id, INSTANCE_MODE_AUTO, true, out);
+	return start(c, s, t, snapshot_id, INSTANCE_MODE_AUTO, true, NULL, out);
 }
 
 static bool num_field(const json_t *rec, const char *key, long long *v)
@@ -1028,8 +1093,11 @@ static void instance_from_record(const json_t *rec, struct instance *in)
 /* Wake the standby's processes: the CPU function's container thawed, or
  * the GPU function's CUDA state restored (to a GPU with room: the same
  * mapping and free-memory check as a start's). */
-static int wake(struct start_ctx *x, struct instance *in, const json_t *meta)
+static int wake(struct start_ctx *x, struct instance *in, const json_t *meta,
+		struct gpu_placement *gp)
 {
+	struct gpu_placement own = { 0 };
+	char why[512];
 	uint64_t tp = now_ns();
 	int ret;
 
@@ -1038,12 +1106,30 @@ static int wake(struct start_ctx *x, struct instance *in, const json_t *meta)
 		in->t.resume = ms_since(tp);
 		return ret;
 	}
-	ret = gpu_restore_container(&x->r, in->id, in->pid, meta, &x->cuda_pids, &x->ncuda);
+	if (!gp || !gp->held) {
+		gp = &own;
+		ret = gpu_place(meta, NULL, 0, gp, why, sizeof(why));
+		if (ret) {
+			log_set_error("%s", why);
+			pr_err("%s", why);
+			return ret;
+		}
+	}
+	ret = gpu_restore_container(&x->r, in->id, in->pid, meta, gp, &x->cuda_pids, &x->ncuda);
 	in->t.gpu_restore = ms_since(tp);
+	if (!ret)
+		set_gpus(in, gp);
+	gpu_release(&own);
 	return ret;
 }
 
 int instance_activate(const struct thaw_config *c, const char *id, struct instance *out)
+{
+	return instance_activate_on(c, id, NULL, out);
+}
+
+int instance_activate_on(const struct thaw_config *c, const char *id, struct gpu_placement *gp,
+			 struct instance *out)
 {
 	struct start_ctx x = { .c = c, .stdio = { -1, -1 } };
 	struct func_spec *spec = NULL;
@@ -1084,7 +1170,7 @@ int instance_activate(const struct thaw_config *c, const char *id, struct instan
 		goto fail;
 	x.r = (struct runner){ .runc = c->runc, .criu = c->criu, .state_dir = x.runc_root,
 			       .lazy_daemon = c->lazy_daemon };
-	ret = wake(&x, &in, meta);
+	ret = wake(&x, &in, meta, gp);
 	if (ret)
 		goto fail;
 	ret = await_ready(&x, spec, &in, "the standby");
@@ -1097,6 +1183,15 @@ int instance_activate(const struct thaw_config *c, const char *id, struct instan
 	for (size_t i = 0; cuda && i < x.ncuda; i++)
 		json_array_append_new(cuda, json_integer(x.cuda_pids[i]));
 	json_object_del(rec, "snapshot_meta");
+	if (in.ngpus) {
+		json_t *now = instance_to_json(&in);
+
+		if (!now || json_object_set(rec, "gpus", json_object_get(now, "gpus")))
+			ret = -ENOMEM;
+		json_decref(now);
+		if (ret)
+			goto fail;
+	}
 	if (!cuda || json_object_set_new(rec, "state", json_string("running")) ||
 	    json_object_set_new(rec, "standby", json_true()) ||
 	    json_object_set_new(rec, "timings_ms", timings_json(&in)) ||

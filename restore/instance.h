@@ -16,6 +16,7 @@
 #include <sys/types.h>
 
 #include "common/config.h"
+#include "restore/gpu_restore.h"
 #include "restore/tier.h"
 #include "store/store.h"
 
@@ -62,11 +63,27 @@ struct instance {
 	char pages_why[256]; /* not mapped: why */
 	bool standby;      /* made by instance_make_standby (and taken, if running) */
 	struct instance_timings t;
+	/* A GPU function's GPUs, where its CUDA state was restored (none for a
+	 * standby not taken yet). */
+	size_t ngpus;
+	struct instance_gpu {
+		int index;
+		char uuid[48];
+		char name[96];
+	} gpus[GPU_MAX];
 };
 
 /* Start an instance of snapshot_id.  On failure nothing is left behind. */
 int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 		   const char *snapshot_id, enum instance_mode mode, struct instance *out);
+/* The same onto the GPUs of gp (gpu_place: chosen, and held, by the
+ * caller; released here once the CUDA state is restored).  gp NULL, or one
+ * that holds nothing: the start places its GPUs itself, before anything is
+ * restored (-EAGAIN or -ENODEV, the reason set, when none has room).  The
+ * container may open only those GPUs (common/oci.h, gpu_minors). */
+int instance_start_on(const struct thaw_config *c, struct store *s, struct tier *t,
+		      const char *snapshot_id, enum instance_mode mode, struct gpu_placement *gp,
+		      struct instance *out);
 /* A standby instance of snapshot_id: instance_start up to the endpoint, then,
  * for a CPU function, its container frozen (runc pause); a GPU function's
  * CUDA state stays checkpointed and locked, holding no GPU memory.  Its
@@ -80,6 +97,10 @@ int instance_make_standby(const struct thaw_config *c, struct store *s, struct t
  * total).  -EBUSY if id is not a standby (another took it).  On any other
  * failure the standby is stopped and removed. */
 int instance_activate(const struct thaw_config *c, const char *id, struct instance *out);
+/* The same onto the GPUs of gp (as instance_start_on).  A standby's
+ * container may open every GPU of the host: its GPUs are chosen here. */
+int instance_activate_on(const struct thaw_config *c, const char *id, struct gpu_placement *gp,
+			 struct instance *out);
 /* Stop instance id (locking and checkpointing its CUDA processes first) and
  * remove its container, namespace, work directory and record. */
 int instance_stop(const struct thaw_config *c, const char *id);

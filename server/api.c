@@ -67,6 +67,47 @@ static void refresh_store_stat(struct server *s)
 	pthread_mutex_unlock(&s->stat_lock);
 }
 
+/* The GPUs for /metrics: each one's free memory and the instances (running
+ * ones, whose record names their GPUs) on it; NULL on a host without. */
+static json_t *gpu_gauges(struct server *s)
+{
+	struct cuda_device *devs = NULL;
+	json_t *out = NULL, *list = NULL, *rec, *g;
+	size_t n = 0, i, k;
+
+	if (!cuda_available() || cuda_devices(&devs, &n) || !n)
+		goto out;
+	out = json_array();
+	for (size_t d = 0; out && d < n; d++)
+		json_array_append_new(out, json_pack("{s:i, s:s, s:I, s:i}", "index",
+						     devs[d].ordinal, "uuid", devs[d].uuid,
+						     "free_bytes", (json_int_t)devs[d].free_bytes,
+						     "instances", 0));
+	if (!out || instance_list(&s->cfg, &list))
+		goto out;
+	json_array_foreach(list, i, rec) {
+		const char *st = json_string_value(json_object_get(rec, "state"));
+
+		if (!st || (strcmp(st, "running") && strcmp(st, "starting")))
+			continue;
+		json_array_foreach(json_object_get(rec, "gpus"), k, g) {
+			const char *uuid = json_string_value(json_object_get(g, "uuid"));
+			size_t d;
+			json_t *v;
+
+			json_array_foreach(out, d, v) {
+				if (uuid && !strcmp(uuid, json_string_value(json_object_get(v, "uuid"))))
+					json_object_set_new(v, "instances",
+							    json_integer(json_integer_value(json_object_get(v, "instances")) + 1));
+			}
+		}
+	}
+out:
+	json_decref(list);
+	free(devs);
+	return out;
+}
+
 static int get_metrics(struct req *q)
 {
 	struct server *s = q->srv;
@@ -94,7 +135,9 @@ static int get_metrics(struct req *q)
 	g.instances_running = alive;
 	pools = s->standby ? standby_pool_sizes(s->standby) : NULL;
 	g.standby_pools = pools;
+	g.gpus = gpu_gauges(s);
 	ret = metrics_render(s->metrics, &g, &text, &len);
+	json_decref(g.gpus);
 	json_decref(pools);
 	if (ret)
 		return reply_error(q, 500, "internal", "cannot write the metrics: %s",
@@ -691,35 +734,46 @@ static bool memory_admits(struct server *s, const char *fn, const json_t *f, cha
 	return false;
 }
 
-/* Admission by GPU memory: would a start of fn's snapshot snap, a GPU
- * function's, find a GPU with room for its GPU state and --gpu-mem-reserve
- * besides (gpu_admit)?  Judged before anything is restored; the restore
- * checks again (starts in flight are not counted here). */
-static bool gpu_memory_admits(struct server *s, const json_t *f, const char *snap, char *why,
-			      size_t len)
+/* Where a GPU start's GPUs go (gpu_place): the ones ?gpu= asks for (an
+ * index or a UUID, comma-separated for a function of several), else those
+ * with the most free memory once the starts in flight have taken theirs,
+ * each keeping --gpu-mem-reserve free.  Held in *gp until the start's CUDA
+ * restore.  0 (nothing to place for a CPU function), or the HTTP status of
+ * the refusal with code and why: 400 for a request this host cannot meet,
+ * 503 when the GPUs have no room (or no driver). */
+static unsigned place_gpus(struct req *q, const json_t *f, const char *snap,
+			   struct gpu_placement *gp, const char **code, char *why, size_t len)
 {
+	const char *asked = req_query(q, "gpu");
 	struct manifest *m = NULL;
-	bool fits;
+	int ret;
 
-	if (!json_is_true(json_object_get(f, "gpu")) ||
-	    store_manifest_load(s->store, snap, &m, NULL))
-		return true; /* the start reports a missing manifest itself */
-	fits = gpu_admit(m->meta, s->opts.gpu_mem_reserve, why, len) != -EAGAIN;
+	memset(gp, 0, sizeof(*gp));
+	if (!json_is_true(json_object_get(f, "gpu"))) {
+		*code = "bad_request";
+		snprintf(why, len, "gpu=%s: %s is not a GPU function", asked ? asked : "",
+			 q->route.id);
+		return asked ? 400 : 0;
+	}
+	if (store_manifest_load(q->srv->store, snap, &m, NULL))
+		return 0; /* the start reports a missing manifest itself */
+	ret = gpu_place(m->meta, asked, q->srv->opts.gpu_mem_reserve, gp, why, len);
 	manifest_free(m);
-	return fits;
+	*code = ret == -EINVAL ? "bad_request" : ret == -EAGAIN ? "no_gpu_memory" : "no_gpu";
+	return !ret ? 0 : ret == -EINVAL ? 400 : 503;
 }
 
-/* A standby of fn's snapshot snap, activated into *in: 0, or non-zero when
- * there was none or it failed (the start then restores as usual).  Counted
- * as a hit or a miss for a function that keeps standbys. */
+/* A standby of fn's snapshot snap, activated into *in onto gp's GPUs: 0,
+ * or non-zero when there was none or it failed (the start then restores as
+ * usual).  Counted as a hit or a miss for a function that keeps standbys. */
 static int take_standby(struct server *s, const char *fn, const json_t *f, const char *snap,
-			struct instance *in)
+			struct gpu_placement *gp, struct instance *in)
 {
 	char id[64];
 	int ret = -ENOENT;
 
 	while (standby_take(s->standby, fn, snap, id)) {
-		ret = instance_activate(&s->cfg, id, in);
+		ret = instance_activate_on(&s->cfg, id, gp, in);
 		if (ret == 0)
 			break;
 		pr_warn("standby %s of %s not usable (%s): trying another", id, fn,
@@ -741,9 +795,12 @@ static int start_function(struct req *q, const json_t *f)
 	enum snap_state st = SNAP_NONE;
 	struct inst_limits lim;
 	struct instance in;
+	struct gpu_placement gp;
+	const char *code = NULL;
 	double fetch_ms = 0;
 	json_t *answer;
-	unsigned running, max_instances, have;
+	unsigned running, max_instances, have, status;
+	bool placed;
 	int ret;
 
 	ret = registry_ready_snapshot(s->reg, fn, snap, &st);
@@ -767,9 +824,12 @@ static int start_function(struct req *q, const json_t *f)
 		return start_failed(q, 400, "bad_request", NULL, NULL, msg);
 	if (!memory_admits(s, fn, f, msg, sizeof(msg)))
 		return start_failed(q, 503, "no_memory", "Retry-After", START_RETRY_AFTER, msg);
-	if (!gpu_memory_admits(s, f, snap, msg, sizeof(msg)))
-		return start_failed(q, 503, "no_gpu_memory", "Retry-After", START_RETRY_AFTER, msg);
+	status = place_gpus(q, f, snap, &gp, &code, msg, sizeof(msg));
+	if (status)
+		return start_failed(q, status, code, status == 503 ? "Retry-After" : NULL,
+				    START_RETRY_AFTER, msg);
 	if (insts_reserve(s->insts, fn, max_instances, &have)) {
+		gpu_release(&gp);
 		snprintf(msg, sizeof(msg), "function %s has %u instance(s), its max_instances", fn,
 			 have);
 		return start_failed(q, 429, "too_many_instances", "Retry-After", START_RETRY_AFTER,
@@ -779,6 +839,7 @@ static int start_function(struct req *q, const json_t *f)
 	if (running >= s->opts.max_starts) {
 		atomic_fetch_sub(&s->starts_running, 1);
 		insts_unreserve(s->insts, fn);
+		gpu_release(&gp);
 		snprintf(msg, sizeof(msg), "%u start(s) are running already (--max-starts %u)",
 			 running, s->opts.max_starts);
 		return start_failed(q, 503, "no_capacity", "Retry-After", START_RETRY_AFTER, msg);
@@ -788,15 +849,27 @@ static int start_function(struct req *q, const json_t *f)
 	if (ret) {
 		atomic_fetch_sub(&s->starts_running, 1);
 		insts_unreserve(s->insts, fn);
+		gpu_release(&gp);
 		snprintf(msg, sizeof(msg), "its snapshot is not in the store and the remote could "
 			 "not give it: %s", log_last_error());
 		return start_failed(q, 502, "remote_failed", NULL, NULL, msg);
 	}
 	memset(&in, 0, sizeof(in));
 	log_clear_error();
-	ret = take_standby(s, fn, f, snap, &in);
+	placed = gp.held;
+	ret = take_standby(s, fn, f, snap, &gp, &in);
+	/* A standby that failed gave its GPUs back: placed again, as asked. */
+	if (ret && placed && !gp.held &&
+	    (status = place_gpus(q, f, snap, &gp, &code, msg, sizeof(msg)))) {
+		atomic_fetch_sub(&s->starts_running, 1);
+		insts_unreserve(s->insts, fn);
+		return start_failed(q, status, code, status == 503 ? "Retry-After" : NULL,
+				    START_RETRY_AFTER, msg);
+	}
 	if (ret)
-		ret = instance_start(&s->cfg, s->store, s->tier, snap, INSTANCE_MODE_AUTO, &in);
+		ret = instance_start_on(&s->cfg, s->store, s->tier, snap, INSTANCE_MODE_AUTO, &gp,
+					&in);
+	gpu_release(&gp);
 	atomic_fetch_sub(&s->starts_running, 1);
 	standby_kick(s->standby); /* a refill waits for no start in flight */
 	if (!ret) {

@@ -298,6 +298,33 @@ int metrics_write(struct metrics *m, FILE *f, const struct metrics_gauges *g)
 					(long long)json_integer_value(v));
 		}
 	}
+	if (g && json_array_size(g->gpus)) {
+		static const char *const fams[][2] = {
+			{ "thaw_gpu_free_bytes", "free_bytes" },
+			{ "thaw_gpu_instances", "instances" },
+		};
+		static const char *const help[] = {
+			"Free memory of each GPU (NVML; 0 where unknown).",
+			"Instances whose CUDA state is on each GPU.",
+		};
+		size_t i;
+		json_t *v;
+
+		for (size_t k = 0; k < ARRAY_SIZE(fams); k++) {
+			fprintf(f, "# HELP %s %s\n# TYPE %s gauge\n", fams[k][0], help[k],
+				fams[k][0]);
+			json_array_foreach(g->gpus, i, v) {
+				char e[128];
+
+				if (metrics_escape_label(json_string_value(json_object_get(v, "uuid")) ?: "",
+							 e, sizeof(e)))
+					fprintf(f, "%s{gpu=\"%lld\",uuid=\"%s\"} %lld\n", fams[k][0],
+						(long long)json_integer_value(json_object_get(v, "index")),
+						e,
+						(long long)json_integer_value(json_object_get(v, fams[k][1])));
+			}
+		}
+	}
 	return ferror(f) ? -EIO : 0;
 }
 

@@ -45,6 +45,8 @@ struct metrics_gauges {
 	uint64_t store_logical, store_unique, store_stored;
 	uint64_t instances_running;
 	json_t *standby_pools; /* {"<function>": waiting standbys}, or NULL */
+	/* The GPUs: [{"index","uuid","free_bytes","instances"}], or NULL */
+	json_t *gpus;
 };
 
 struct metrics;

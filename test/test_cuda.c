@@ -225,7 +225,8 @@ static int mock_checks(void)
 	CHECK_EQ(version, 13000);
 	REQUIRE(cuda_devices(&devs, &n) == 0);
 	REQUIRE(n == 2);
-	CHECK_STR(devs[0].name, "Mock GPU 0");
+	CHECK_STR(devs[0].name, "Mock GPU");
+	CHECK_EQ(devs[0].minor, -1); /* no NVML here, no /proc/driver/nvidia */
 	CHECK_STR(devs[0].uuid, "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f");
 	CHECK_STR(devs[1].uuid, "GPU-10111213-1415-1617-1819-1a1b1c1d1e1f");
 	CHECK_EQ(devs[1].ordinal, 1);

@@ -115,5 +115,85 @@ int main(void)
 	one[0].free_bytes = 0;
 	CHECK_EQ(gpu_admit_devices(g, one, 1, 71 * GIB, why, sizeof(why)), 0);
 	json_decref(g);
+
+	/* Placement (gpu_place_devices): a burst spreads.  Two equal GPUs, a
+	 * snapshot of 30 GiB from GPU-a: the first start takes GPU-a (its own
+	 * on the tie), the second sees 30 GiB held there and takes GPU-b, the
+	 * third GPU-a again (50 left on each, one start in flight on each: its
+	 * own), the fourth GPU-b, and a fifth finds 20 GiB left on each: none
+	 * has room. */
+	{
+		struct cuda_device two[] = { dev(0, "GPU-a", "H100", 80), dev(1, "GPU-b", "H100", 80) };
+		struct gpu_placement p[5];
+
+		g = gpus("[{\"uuid\":\"GPU-a\",\"name\":\"H100\",\"used_bytes\":32212254720}]");
+		CHECK_EQ(gpu_place_devices(g, NULL, two, 2, 0, &p[0], why, sizeof(why)), 0);
+		CHECK_STR(p[0].dev[0].uuid, "GPU-a");
+		CHECK(!p[0].moved && p[0].held);
+		CHECK_EQ(gpu_place_devices(g, NULL, two, 2, 0, &p[1], why, sizeof(why)), 0);
+		CHECK_STR(p[1].dev[0].uuid, "GPU-b");
+		CHECK(p[1].moved);
+		CHECK_EQ(p[1].dev[0].free_bytes, 80 * GIB); /* GPU-b as it was */
+		CHECK_EQ(gpu_place_devices(g, NULL, two, 2, 0, &p[2], why, sizeof(why)), 0);
+		CHECK_STR(p[2].dev[0].uuid, "GPU-a");
+		CHECK_EQ(p[2].dev[0].free_bytes, 50 * GIB); /* less what p[0] holds */
+		CHECK_EQ(gpu_place_devices(g, NULL, two, 2, 0, &p[3], why, sizeof(why)), 0);
+		CHECK_STR(p[3].dev[0].uuid, "GPU-b");
+		CHECK_EQ(gpu_place_devices(g, NULL, two, 2, 0, &p[4], why, sizeof(why)), -EAGAIN);
+		CHECK(!p[4].held);
+		/* A placement given back frees its GPU for the next. */
+		gpu_release(&p[1]);
+		gpu_release(&p[1]); /* twice: nothing */
+		CHECK_EQ(gpu_place_devices(g, NULL, two, 2, 0, &p[4], why, sizeof(why)), 0);
+		CHECK_STR(p[4].dev[0].uuid, "GPU-b");
+		gpu_release(&p[4]);
+		gpu_release(&p[3]);
+
+		/* Asked for: by index, by UUID (with or without "GPU-"). */
+		gpu_release(&p[2]);
+		CHECK_EQ(gpu_place_devices(g, "1", two, 2, 0, &p[1], why, sizeof(why)), 0);
+		CHECK_STR(p[1].dev[0].uuid, "GPU-b");
+		gpu_release(&p[1]);
+		CHECK_EQ(gpu_place_devices(g, "gpu-b", two, 2, 0, &p[1], why, sizeof(why)), 0);
+		CHECK_STR(p[1].dev[0].uuid, "GPU-b");
+		gpu_release(&p[1]);
+		/* GPU-a holds 30 of p[0]'s: asking for it with a 25 GiB reserve
+		 * leaves no room (503), without a reserve it fits. */
+		CHECK_EQ(gpu_place_devices(g, "0", two, 2, 25 * GIB, &p[1], why, sizeof(why)),
+			 -EAGAIN);
+		CHECK(strstr(why, "GPU 0 has 50.00 GiB free"));
+		CHECK_EQ(gpu_place_devices(g, "0", two, 2, 0, &p[1], why, sizeof(why)), 0);
+		gpu_release(&p[1]);
+		/* Requests this host cannot meet: 400s, nothing held. */
+		CHECK_EQ(gpu_place_devices(g, "2", two, 2, 0, &p[1], why, sizeof(why)), -EINVAL);
+		CHECK(strstr(why, "no GPU 2"));
+		CHECK_EQ(gpu_place_devices(g, "GPU-zz", two, 2, 0, &p[1], why, sizeof(why)), -EINVAL);
+		CHECK_EQ(gpu_place_devices(g, "", two, 2, 0, &p[1], why, sizeof(why)), 0); /* none asked */
+		gpu_release(&p[1]);
+		CHECK_EQ(gpu_place_devices(g, "0,1", two, 2, 0, &p[1], why, sizeof(why)), -EINVAL);
+		CHECK(strstr(why, "more GPUs than the snapshot's 1"));
+		CHECK(!p[1].held);
+		json_decref(g);
+		g = gpus("[{\"uuid\":\"GPU-a\",\"name\":\"A100\"}]");
+		CHECK_EQ(gpu_place_devices(g, "1", two, 2, 0, &p[1], why, sizeof(why)), -EINVAL);
+		CHECK(strstr(why, "same chip type"));
+		json_decref(g);
+
+		/* Two GPUs asked for a function of two: in the order asked;
+		 * once, not twice; and the count must match. */
+		g = gpus("[{\"uuid\":\"GPU-a\",\"name\":\"H100\"},"
+			 "{\"uuid\":\"GPU-b\",\"name\":\"H100\"}]");
+		CHECK_EQ(gpu_place_devices(g, "1,0", two, 2, 0, &p[1], why, sizeof(why)), 0);
+		CHECK_STR(p[1].dev[0].uuid, "GPU-b");
+		CHECK_STR(p[1].dev[1].uuid, "GPU-a");
+		CHECK(p[1].moved);
+		gpu_release(&p[1]);
+		CHECK_EQ(gpu_place_devices(g, "1,1", two, 2, 0, &p[1], why, sizeof(why)), -EINVAL);
+		CHECK(strstr(why, "twice"));
+		CHECK_EQ(gpu_place_devices(g, "1", two, 2, 0, &p[1], why, sizeof(why)), -EINVAL);
+		CHECK(strstr(why, "the snapshot used 2"));
+		json_decref(g);
+		gpu_release(&p[0]);
+	}
 	return check_failures ? 1 : 0;
 }

@@ -149,7 +149,10 @@ step() {
 step doctor "$X/build/thaw" doctor
 step doctor-json "$X/build/thaw" doctor --json
 step test_cuda "$X/build/test/test_cuda"
+step test_gpu_restore "$X/build/test/test_gpu_restore"
 step runc-criu-smoke bash scripts/gpu-run.sh --runc-smoke
+# Several GPUs: the 2-process tensor-parallel function (skips, 77, on one GPU).
+step gpu-tp bash bench/gpu-tp-run.sh /var/tmp/thaw-gpu-tp
 
 # ==== EXTEND: GPU end-to-end tests and benchmarks ============================
 # Add one `step NAME COMMAND...` line per GPU test or benchmark.  Each runs from

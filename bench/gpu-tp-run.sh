@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# gpu-tp-run.sh — the 2-process tensor-parallel function (bench/functions/
+# gpu_tp.json, PyTorch distributed over NCCL, "gpus": 2): snapshot, then a
+# start that must answer like the cold process.  Exits 77 (skip) with fewer
+# than 2 GPUs.  When the driver refuses the checkpoint of a process (NCCL's
+# inter-process memory, for one), the snapshot fails with the driver's words
+# and version: this prints them for bench/RESULTS.md.
+# Usage: bench/gpu-tp-run.sh WORKDIR (THAW_BUILD, THAW_ROOT set by gpu-run.sh)
+set -u
+W=${1:-/var/tmp/thaw-gpu-tp}
+THAW=${THAW_BUILD:-build}/thaw
+ROOT=${THAW_ROOT:-$PWD}
+n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+if [ "${n:-0}" -lt 2 ]; then
+	echo "skipped: $n GPU(s) here; the tensor-parallel function needs 2"
+	exit 77
+fi
+rm -rf "$W" && mkdir -p "$W" || exit 1
+PYBIN=$(dirname "$(python3 -c 'import sys; print(sys.executable)')")
+sed -e "s|@THAW_ROOT@|$ROOT|g" -e "s|/opt/torch/.venv/bin|$PYBIN|" \
+	"$ROOT/bench/functions/gpu_tp.json" >"$W/spec.json"
+# The cold process's answer, outside thaw.
+port=$((21000 + $$ % 20000))
+(cd "$ROOT/bench/functions" && MASTER_PORT=$((port + 1)) exec setsid python3 gpu_tp.py --port $port) &
+ref=$!
+for _ in $(seq 1200); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.25; done
+cold=$(curl -sf "http://127.0.0.1:$port/infer")
+kill -9 -- "-$ref" 2>/dev/null
+wait "$ref" 2>/dev/null
+echo "cold: $cold"
+"$THAW" --data-dir "$W/data" snapshot --id gpu-tp "$W/spec.json" >"$W/snap.json" 2>"$W/snap.err" || {
+	echo "snapshot of the tensor-parallel function failed (driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)):"
+	tail -n 20 "$W/snap.err"
+	exit 1
+}
+snap=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["snapshot"])' "$W/snap.json")
+"$THAW" --data-dir "$W/data" start "$snap" >"$W/start.json" 2>"$W/start.err" || {
+	echo "start failed:"; tail -n 20 "$W/start.err"; exit 1; }
+cat "$W/start.json"
+ep=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["endpoint"])' "$W/start.json")
+iid=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["instance"])' "$W/start.json")
+warm=$(curl -sf "http://$ep/infer")
+echo "restored: $warm"
+"$THAW" --data-dir "$W/data" stop "$iid" >/dev/null 2>&1
+[ -n "$cold" ] && [ "$cold" = "$warm" ] || { echo "the restored function answered otherwise"; exit 1; }
+echo "the 2-GPU tensor-parallel function restored and answered like the cold process"

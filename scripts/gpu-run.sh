@@ -211,6 +211,13 @@ done
 	step gpu-llm-thaw-bench bash bench/thaw-bench-run.sh "$THAW_GPU_EXAMPLE" gpu-example \
 		'POST /generate {"prompt_ids": [1, 450, 4996, 17354, 1701, 29916], "max_new_tokens": 32}' \
 		"\"tokens\": $E2E_GPU_TOKENS" "$THAW_FIGURES/thaw-bench" "${GPU_BURST:-8}"
+# Several GPUs (2 or more; skipped on one): the GPU example started on each GPU by
+# request (a restore onto another GPU than its snapshot's), and a burst of GPU_BURST
+# placed by thawd against the same burst on GPU 0: bench/gpu-move-run.sh.
+[ -n "${E2E_GPU_TOKENS:-}" ] && [ -f bench/gpu-move-run.sh ] &&
+	step gpu-llm-move bash bench/gpu-move-run.sh "$THAW_GPU_EXAMPLE" gpu-example \
+		'POST /generate {"prompt_ids": [1, 450, 4996, 17354, 1701, 29916], "max_new_tokens": 32}' \
+		"\"tokens\": $E2E_GPU_TOKENS" "$THAW_FIGURES/gpu-move" "${GPU_BURST:-8}"
 # A GPU instance killed from outside (its record and logs kept, its GPU memory
 # freed) and admission by GPU memory (--gpu-mem-reserve): bench/gpu-limits-run.sh.
 [ -n "${E2E_GPU_TOKENS:-}" ] && [ -f bench/gpu-limits-run.sh ] &&

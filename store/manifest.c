@@ -2,6 +2,7 @@
 /* manifest.c — strict parsing and canonical serialization of manifests; see manifest.h. */
 #define LOG_PREFIX "manifest: "
 #include "store/manifest.h"
+#include "store/le.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -589,34 +590,6 @@ void manifest_totals(const struct manifest *m, struct manifest_totals *t)
 }
 
 /* The binary form (manifest.h). */
-
-static void put_le32(uint8_t *p, uint32_t v)
-{
-	v = htole32(v);
-	memcpy(p, &v, 4);
-}
-
-static void put_le64(uint8_t *p, uint64_t v)
-{
-	v = htole64(v);
-	memcpy(p, &v, 8);
-}
-
-static uint32_t get_le32(const uint8_t *p)
-{
-	uint32_t v;
-
-	memcpy(&v, p, 4);
-	return le32toh(v);
-}
-
-static uint64_t get_le64(const uint8_t *p)
-{
-	uint64_t v;
-
-	memcpy(&v, p, 8);
-	return le64toh(v);
-}
 
 #define BIN_HOLE 1u /* a chunk entry's flag: an all-zero run, never stored */
 

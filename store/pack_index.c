@@ -2,40 +2,13 @@
 /* pack_index.c — the pack index file's format (pack.h): encode and parse. */
 #define LOG_PREFIX "store: "
 #include "store/pack.h"
+#include "store/le.h"
 #include "common/log.h"
 
 #include <endian.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void put_le32(uint8_t *p, uint32_t v)
-{
-	v = htole32(v);
-	memcpy(p, &v, 4);
-}
-
-static void put_le64(uint8_t *p, uint64_t v)
-{
-	v = htole64(v);
-	memcpy(p, &v, 8);
-}
-
-static uint32_t get_le32(const uint8_t *p)
-{
-	uint32_t v;
-
-	memcpy(&v, p, 4);
-	return le32toh(v);
-}
-
-static uint64_t get_le64(const uint8_t *p)
-{
-	uint64_t v;
-
-	memcpy(&v, p, 8);
-	return le64toh(v);
-}
 
 uint8_t *pack_index_encode(const struct pack_entry *e, size_t n, uint64_t pack_size, size_t *len)
 {

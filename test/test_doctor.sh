@@ -93,7 +93,7 @@ if command -v "${CC:-cc}" >/dev/null; then
 	echo "$out" | grep gpu
 	[ $rc = 0 ] || bad "with a driver: exit $rc"
 	echo "$out" | grep -q "^ok    gpu .*CUDA 13.0 with the checkpoint API, 2 GPUs" || bad "no driver line"
-	echo "$out" | grep -q "^ok    gpu1 .*Mock GPU 1 GPU-10111213-1415-1617-1819-1a1b1c1d1e1f, 80.00 GiB" ||
+	echo "$out" | grep -q "^ok    gpu1 .*Mock GPU GPU-10111213-1415-1617-1819-1a1b1c1d1e1f, 80.00 GiB" ||
 		bad "GPU 1 not listed"
 fi
 

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -97,6 +98,27 @@ static int rm_rf_at(int dirfd, const char *name, dev_t dev)
 		return unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT ? -errno : 0;
 	}
 	return unlinkat(dirfd, name, 0) < 0 && errno != ENOENT ? -errno : 0;
+}
+
+int lock_path(const char *path, int how, mode_t mode)
+{
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, mode), ret;
+
+	if (fd < 0) {
+		ret = -errno;
+		pr_perror("open %s", path);
+		return ret;
+	}
+	while (flock(fd, how) < 0) {
+		if (errno == EINTR)
+			continue;
+		ret = -errno;
+		if (ret != -EWOULDBLOCK)
+			pr_perror("flock %s", path);
+		close(fd);
+		return ret;
+	}
+	return fd;
 }
 
 int rm_rf(const char *path)

@@ -25,6 +25,10 @@ uint64_t realtime_ms(void);
 int mkdir_p(const char *path, mode_t mode);
 /* rm -rf; a missing path is fine.  Does not cross into other mounts. */
 int rm_rf(const char *path);
+/* Open path (created with mode if missing) and flock it with how (LOCK_SH,
+ * LOCK_EX, | LOCK_NB): the fd, which holds the lock until closed, or -errno
+ * (logged, but for -EWOULDBLOCK with LOCK_NB). */
+int lock_path(const char *path, int how, mode_t mode);
 
 /* Call in a child just forked (it makes only async-signal-safe calls): the
  * child detaches from its starter, in a session of its own and not its

@@ -379,27 +379,6 @@ static uint64_t dir_bytes(const char *dir)
 	return fd < 0 ? 0 : dir_bytes_at(fd, 0);
 }
 
-static int lock_file(const char *path, int op)
-{
-	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600), ret;
-
-	if (fd < 0) {
-		ret = -errno;
-		pr_perror("open %s", path);
-		return ret;
-	}
-	while (flock(fd, op) < 0) {
-		if (errno == EINTR)
-			continue;
-		ret = -errno;
-		if (ret != -EWOULDBLOCK)
-			pr_perror("flock %s", path);
-		close(fd);
-		return ret;
-	}
-	return fd;
-}
-
 struct cache {
 	char base[PATH_MAX];
 };
@@ -447,7 +426,7 @@ static int cache_lock(const struct cache *k)
 	char p[PATH_MAX];
 	int ret = cache_path(k, p, sizeof(p), ".lock", NULL);
 
-	return ret ? ret : lock_file(p, LOCK_EX);
+	return ret ? ret : lock_path(p, LOCK_EX, 0600);
 }
 
 /* ---- reading an OCI layout ---- */
@@ -685,7 +664,7 @@ static int take_if_present(const struct cache *k, const char *hex, int *fd)
 		return 0;
 	if ((ret = cache_path(k, p, sizeof(p), "locks", hex)))
 		return ret;
-	ret = lock_file(p, LOCK_SH);
+	ret = lock_path(p, LOCK_SH, 0600);
 	if (ret < 0)
 		return ret;
 	*fd = ret;
@@ -719,7 +698,7 @@ static int commit(struct pull *u, const char *key, const char *hex, int *fd)
 
 	if ((ret = cache_path(&u->k, p, sizeof(p), "locks", hex)))
 		return ret;
-	ret = lock_file(p, LOCK_SH);
+	ret = lock_path(p, LOCK_SH, 0600);
 	if (ret < 0)
 		return ret;
 	*fd = ret;
@@ -1304,7 +1283,7 @@ int image_gc(const struct thaw_config *c, struct store *s, unsigned *removed)
 			if (!hex64(de->d_name) || json_object_get(held, de->d_name) ||
 			    cache_path(&k, p, sizeof(p), "locks", de->d_name))
 				continue;
-			fd = lock_file(p, LOCK_EX | LOCK_NB);
+			fd = lock_path(p, LOCK_EX | LOCK_NB, 0600);
 			if (fd >= 0)
 				json_object_set_new(held, de->d_name, json_integer(fd));
 		}

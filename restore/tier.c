@@ -82,26 +82,10 @@ static bool is_hex(const char *s, size_t n)
 static int lock_take(struct tier *t, const char *name, int how)
 {
 	char path[PATH_MAX];
-	int fd, ret;
 
 	if (snprintf(path, sizeof(path), "%s/.locks/%s", t->dir, name) >= (int)sizeof(path))
 		return -ENAMETOOLONG;
-	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	if (fd < 0) {
-		ret = -errno;
-		pr_perror("open lock %s", path);
-		return ret;
-	}
-	while (flock(fd, how) < 0) {
-		if (errno == EINTR)
-			continue;
-		ret = -errno;
-		if (ret != -EWOULDBLOCK)
-			pr_perror("flock %s", path);
-		close(fd);
-		return ret;
-	}
-	return fd;
+	return lock_path(path, how, 0600);
 }
 
 static void lock_drop(int fd)

@@ -144,6 +144,10 @@ int store_pending_put(struct store *s, const uint8_t hash[CHUNK_HASH_LEN], const
 		      size_t len);
 void store_pending_drop(struct store *s, const uint8_t hash[CHUNK_HASH_LEN]);
 
+/* <store>/<dir>/<64 hex of hash> into buf (manifests, their binary forms,
+ * pending manifests); -ENAMETOOLONG. */
+int store_hash_path(const struct store *s, const char *dir, const uint8_t hash[CHUNK_HASH_LEN],
+		    char *buf, size_t len);
 /* Path of manifest hash, into buf. */
 int store_manifest_path(const struct store *s, const uint8_t hash[CHUNK_HASH_LEN], char *buf,
 			size_t len);

@@ -107,15 +107,21 @@ int store_chunk_path(const struct store *s, const uint8_t hash[CHUNK_HASH_LEN], 
 	return 0;
 }
 
-int store_manifest_path(const struct store *s, const uint8_t hash[CHUNK_HASH_LEN], char *buf,
-			size_t len)
+int store_hash_path(const struct store *s, const char *dir, const uint8_t hash[CHUNK_HASH_LEN],
+		    char *buf, size_t len)
 {
 	char hex[2 * CHUNK_HASH_LEN + 1];
 
 	hex_encode(hash, CHUNK_HASH_LEN, hex);
-	if ((size_t)snprintf(buf, len, "%s/manifests/%s", s->dir, hex) >= len)
+	if ((size_t)snprintf(buf, len, "%s/%s/%s", s->dir, dir, hex) >= len)
 		return -ENAMETOOLONG;
 	return 0;
+}
+
+int store_manifest_path(const struct store *s, const uint8_t hash[CHUNK_HASH_LEN], char *buf,
+			size_t len)
+{
+	return store_hash_path(s, "manifests", hash, buf, len);
 }
 
 int store_lock(struct store *s, int how)

@@ -240,12 +240,7 @@ static void cache_drop(struct store *s, const uint8_t hash[CHUNK_HASH_LEN])
 int store_manifest_bin_path(const struct store *s, const uint8_t hash[CHUNK_HASH_LEN], char *buf,
 			    size_t len)
 {
-	char hex[2 * CHUNK_HASH_LEN + 1];
-
-	hex_encode(hash, CHUNK_HASH_LEN, hex);
-	if ((size_t)snprintf(buf, len, "%s/" STORE_MANIFEST_BIN_DIR "/%s", s->dir, hex) >= len)
-		return -ENAMETOOLONG;
-	return 0;
+	return store_hash_path(s, STORE_MANIFEST_BIN_DIR, hash, buf, len);
 }
 
 static void bin_source(const struct stat *st, struct manifest_bin_source *src)
@@ -562,22 +557,11 @@ int store_stat(struct store *s, struct store_stats *st)
 	return ret;
 }
 
-static int pending_path(const struct store *s, const uint8_t hash[CHUNK_HASH_LEN], char *buf,
-			size_t len)
-{
-	char hex[2 * CHUNK_HASH_LEN + 1];
-
-	hex_encode(hash, CHUNK_HASH_LEN, hex);
-	if ((size_t)snprintf(buf, len, "%s/" STORE_PENDING_DIR "/%s", s->dir, hex) >= len)
-		return -ENAMETOOLONG;
-	return 0;
-}
-
 int store_pending_put(struct store *s, const uint8_t hash[CHUNK_HASH_LEN], const void *json,
 		      size_t len)
 {
 	char path[PATH_MAX];
-	int ret = pending_path(s, hash, path, sizeof(path));
+	int ret = store_hash_path(s, STORE_PENDING_DIR, hash, path, sizeof(path));
 
 	if (!ret)
 		ret = store_write_object(s, path, json, len, true, true);
@@ -588,6 +572,7 @@ void store_pending_drop(struct store *s, const uint8_t hash[CHUNK_HASH_LEN])
 {
 	char path[PATH_MAX];
 
-	if (!pending_path(s, hash, path, sizeof(path)) && unlink(path) < 0 && errno != ENOENT)
+	if (!store_hash_path(s, STORE_PENDING_DIR, hash, path, sizeof(path)) && unlink(path) < 0 &&
+	    errno != ENOENT)
 		pr_warn("cannot remove %s: %s", path, strerror(errno));
 }

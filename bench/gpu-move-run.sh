@@ -81,11 +81,15 @@ for mode in spread one; do
 	[ $mode = one ] && q="?gpu=0"
 	for i in $(seq "$BURST"); do start "$q" "$W/b-$i" & done
 	wait
-	per=$(for i in $(seq "$BURST"); do check "$W/b-$i" || echo x; done | sort | uniq -c | tr '\n' ' ')
+	# every instance asked at once: 8 generations one after another took
+	# longer than the bursts themselves
+	for i in $(seq "$BURST"); do (check "$W/b-$i" >"$W/b-$i.gpu" 2>&1 || sed -i "s/^/x /" "$W/b-$i.gpu") & done
+	wait
+	per=$(cat "$W"/b-*.gpu | sort | uniq -c | tr '\n' ' ')
 	say "burst of $BURST, $mode: answer $(pct "$W"/b-*.ms); instances per GPU: $per"
 	case "$per" in *x*) bad=1 ;; esac
 	curl -s "$URL/metrics" | grep '^thaw_gpu_' | sed 's/^/  /' | tee -a "$S"
 	stop_all
-	rm -f "$W"/b-*.ms
+	rm -f "$W"/b-*.ms "$W"/b-*.gpu
 done
 exit $bad

@@ -31,6 +31,8 @@ echo "cold: $cold"
 "$THAW" --data-dir "$W/data" snapshot --id gpu-tp "$W/spec.json" >"$W/snap.json" 2>"$W/snap.err" || {
 	echo "snapshot of the tensor-parallel function failed (driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)):"
 	tail -n 20 "$W/snap.err"
+	echo "thaw doctor on that data directory:"
+	"$THAW" --data-dir "$W/data" doctor 2>&1 | grep -E "gpu-span|gpu-move"
 	exit 1
 }
 snap=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["snapshot"])' "$W/snap.json")

@@ -11,6 +11,7 @@
 #include "common/cuda.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "prewarm/span_record.h"
 #include "restore/tier.h"
 
 #include <fcntl.h>
@@ -387,6 +388,41 @@ static void check_gpu_moves(struct doctor *d, size_t n)
 		       CUDA_PAIRS_MIN_DRIVER);
 }
 
+/* Functions spanning GPUs (several CUDA processes, NCCL between them): can
+ * this driver checkpoint them?  Only a try tells; the last one's outcome is
+ * recorded by the snapshot (prewarm/span_record.h). */
+static void check_gpu_spans(struct doctor *d)
+{
+	struct span_record r;
+	char drv[64] = "unknown";
+	int ret = span_record_read(cli_data_dir(), &r);
+
+	if (ret == -ENOENT) {
+		report(d, "gpu-span", ST_OK, "no function of several CUDA processes or GPUs "
+		       "snapshotted here yet: whether the driver checkpoints one is known at its "
+		       "first snapshot");
+		return;
+	}
+	if (ret) {
+		report(d, "gpu-span", ST_WARN, "%s/%s: %s", cli_data_dir(), SPAN_RECORD_FILE,
+		       ret == -EINVAL ? "not a record of a checkpoint" : strerror(-ret));
+		return;
+	}
+	cuda_kernel_driver_version(drv, sizeof(drv));
+	if (strcmp(drv, r.driver) != 0)
+		report(d, "gpu-span", ST_OK, "driver %s since %s's snapshot (%u CUDA processes, "
+		       "%u GPUs) at %s under driver %s (%s): not tried on this driver yet", drv,
+		       r.function, r.processes, r.gpus, r.at, r.driver,
+		       r.refused ? "refused" : "it worked");
+	else if (r.refused)
+		report(d, "gpu-span", ST_WARN, "driver %s refused to checkpoint %s (%u CUDA "
+		       "processes, %u GPUs) at %s: %s; snapshots of such functions fail on this "
+		       "driver", r.driver, r.function, r.processes, r.gpus, r.at, r.error);
+	else
+		report(d, "gpu-span", ST_OK, "driver %s checkpointed %s (%u CUDA processes, %u "
+		       "GPUs) at %s", r.driver, r.function, r.processes, r.gpus, r.at);
+}
+
 static void check_gpu(struct doctor *d)
 {
 	struct cuda_device *devs = NULL;
@@ -418,6 +454,7 @@ static void check_gpu(struct doctor *d)
 		       "needed): GPU functions cannot be snapshotted; %zu GPU%s",
 		       version / 1000, version % 1000 / 10, n, n > 1 ? "s" : "");
 	check_gpu_moves(d, n);
+	check_gpu_spans(d);
 	for (size_t i = 0; i < n; i++) {
 		char tb[32], fb[32], name[16];
 

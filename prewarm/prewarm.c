@@ -21,6 +21,7 @@
 #include "function/bundle.h"
 #include "function/ready.h"
 #include "prewarm/image.h"
+#include "prewarm/span_record.h"
 #include "store/criu_elide.h"
 
 #include <dirent.h>
@@ -547,6 +548,23 @@ static int call(struct job *j, const struct http_call *hc, const char *what)
 	return ret;
 }
 
+/* A function of several CUDA processes or GPUs: what the driver did with its
+ * checkpoint, for thaw doctor (span_record.h).  refusal: the driver's words,
+ * or NULL when it worked. */
+static void record_span(struct job *j, size_t ncuda, const char *refusal)
+{
+	struct span_record r = { .refused = refusal != NULL, .processes = (unsigned)ncuda,
+				 .gpus = (unsigned)j->ngpu };
+
+	if (ncuda < 2 && j->ngpu < 2)
+		return;
+	if (cuda_kernel_driver_version(r.driver, sizeof(r.driver)))
+		snprintf(r.driver, sizeof(r.driver), "unknown");
+	snprintf(r.function, sizeof(r.function), "%s", j->spec->id);
+	snprintf(r.error, sizeof(r.error), "%s", refusal ? refusal : "");
+	span_record_write(j->c->data_dir, &r);
+}
+
 static int cuda_checkpoint_all(struct job *j)
 {
 	pid_t *pids = NULL, *cuda = NULL, failed = 0;
@@ -581,8 +599,10 @@ static int cuda_checkpoint_all(struct job *j)
 			      "no snapshot of %s is made on this host", drv, (int)failed, ncuda,
 			      cause[0] ? cause : strerror(-ret), j->spec->id);
 		pr_err("%s", log_last_error());
+		record_span(j, ncuda, cause[0] ? cause : strerror(-ret));
 		goto out;
 	}
+	record_span(j, ncuda, NULL);
 	for (size_t i = 0; i < ncuda; i++) {
 		json_t *which = json_array();
 

@@ -95,6 +95,29 @@ if command -v "${CC:-cc}" >/dev/null; then
 	echo "$out" | grep -q "^ok    gpu .*CUDA 13.0 with the checkpoint API, 2 GPUs" || bad "no driver line"
 	echo "$out" | grep -q "^ok    gpu1 .*Mock GPU GPU-10111213-1415-1617-1819-1a1b1c1d1e1f, 80.00 GiB" ||
 		bad "GPU 1 not listed"
+	# functions spanning GPUs: nothing tried yet, then what the last
+	# snapshot recorded (prewarm/span_record.h): a refusal under this
+	# driver is a warning quoting the driver, one under another is stale
+	echo "$out" | grep -q "^ok    gpu-span .*snapshotted here yet" || bad "no gpu-span line before any try"
+	# the kernel driver's version from the fake NVML (580.159.04)
+	ln -s libcuda.so.1 "$tmp/libnvidia-ml.so.1"
+	export MOCK_NVML_FREE_MIB=40000,70000
+	printf '%s' '{"at":"2026-11-25T17:20:00Z","driver":"580.159.04","error":"cuCheckpointProcessLock(1106): CUDA_ERROR_NOT_READY","function":"gpu-tp","gpus":2,"processes":2,"refused":true}' \
+		>"$tmp/data/gpu-span.json"
+	out=$(LD_LIBRARY_PATH=$tmp THAW_NO_GPU= "$THAW" doctor 2>&1); rc=$?
+	echo "$out" | grep gpu-span
+	[ $rc = 0 ] || bad "a recorded refusal failed doctor (exit $rc): it is a warning"
+	echo "$out" | grep -Eq "^warn  gpu-span +driver 580.159.04 refused to checkpoint gpu-tp \(2 CUDA processes, 2 GPUs\) at 2026-11-25T17:20:00Z: cuCheckpointProcessLock\(1106\): CUDA_ERROR_NOT_READY" ||
+		bad "the refusal is not reported with the driver's words"
+	sed -i 's/580.159.04/575.10/' "$tmp/data/gpu-span.json"
+	out=$(LD_LIBRARY_PATH=$tmp THAW_NO_GPU= "$THAW" doctor 2>&1)
+	echo "$out" | grep -Eq "^ok    gpu-span +driver 580.159.04 since gpu-tp's .*under driver 575.10 \(refused\): not tried on this driver yet" ||
+		bad "a refusal of another driver is not shown as stale"
+	echo '{"refused": "maybe"}' >"$tmp/data/gpu-span.json"
+	out=$(LD_LIBRARY_PATH=$tmp THAW_NO_GPU= "$THAW" doctor 2>&1)
+	echo "$out" | grep -q "^warn  gpu-span .*gpu-span.json: not a record" || bad "a damaged record is not named"
+	rm -f "$tmp/data/gpu-span.json"
+	unset MOCK_NVML_FREE_MIB
 fi
 
 [ $fail = 0 ] && echo "test_doctor: all passed"

@@ -71,6 +71,7 @@ struct unit { /* one distinct chunk: read once, written to every occurrence */
 	uint32_t pack;	/* its pack, an index into eng.pack_fds; NO_PACK: a loose file */
 	uint32_t stored; /* its object's bytes where it lies */
 	uint64_t off;	/* where the object starts in its pack */
+	bool missing;	/* found nowhere in the store */
 };
 
 #define NO_PACK UINT32_MAX
@@ -146,7 +147,8 @@ struct eng {
 	bool packs_direct; /* pack_fds are O_DIRECT */
 	struct share *shares; /* the work list cut in one share per worker, or one */
 	size_t nshares;
-	int *fds;
+	int *fds;	    /* the files the engine made and closes; -1 where another's */
+	const int *files;   /* the files written: fds, or the caller's (opts files) */
 	uint8_t **maps; /* each file mapped shared, or NULL: write with pwrite */
 	atomic_bool populate; /* MADV_POPULATE_WRITE works here */
 	bool mapped;          /* files are written through mappings */
@@ -346,7 +348,8 @@ static int locate_units(struct eng *e)
 		u->pack = NO_PACK;
 		u->stored = c->stored;
 		u->off = 0;
-		if (store_chunk_locate(e->s, c->hash, &loc) == 0 && loc.pack != STORE_LOOSE) {
+		u->missing = store_chunk_locate(e->s, c->hash, &loc) != 0;
+		if (!u->missing && loc.pack != STORE_LOOSE) {
 			if (loc.pack >= nlocal) {
 				size_t n = MAX((size_t)loc.pack + 1, nlocal * 2);
 				uint32_t *v = realloc(local, n * sizeof(*v));
@@ -425,6 +428,19 @@ static int open_packs(struct eng *e)
 	if (ret)
 		pr_err("cannot open pack %s: %s", path, strerror(-ret));
 	return ret;
+}
+
+/* With skip_missing: the chunks the store lacks are another writer's
+ * (engine.h); only the rest are read. */
+static void drop_missing(struct eng *e, struct engine_stats *st)
+{
+	size_t kept = 0;
+
+	for (size_t i = 0; i < e->nunits; i++)
+		if (!e->units[i].missing)
+			e->units[kept++] = e->units[i];
+	st->skipped_chunks = e->nunits - kept;
+	e->nunits = kept;
 }
 
 static int cmp_store_order(const void *a, const void *b)
@@ -918,7 +934,7 @@ static bool process_unit(struct worker *w, const struct unit *u, const uint8_t *
 		if (p && p != src) {
 			memcpy(p, src, d->len);
 		} else if (!p) {
-			ret = pwrite_all(e->fds[e->occ[o].file], src, d->len, (off_t)d->off);
+			ret = pwrite_all(e->files[e->occ[o].file], src, d->len, (off_t)d->off);
 			if (ret) {
 				chunk_failed(e, d, o, ret, strerror(-ret));
 				return false;
@@ -1241,9 +1257,9 @@ static int map_files(struct eng *e, const struct engine_opts *o)
 	for (size_t i = 0; i < e->m->nfiles; i++) {
 		void *p;
 
-		if (!e->m->files[i].size || !map_pays(e, o, e->fds[i]))
+		if (!e->m->files[i].size || !map_pays(e, o, e->files[i]))
 			continue;
-		p = mmap(NULL, e->m->files[i].size, PROT_READ | PROT_WRITE, MAP_SHARED, e->fds[i], 0);
+		p = mmap(NULL, e->m->files[i].size, PROT_READ | PROT_WRITE, MAP_SHARED, e->files[i], 0);
 		if (p == MAP_FAILED) {
 			pr_debug("cannot map %s/%s (%s): writing it with pwrite", e->outdir,
 				 e->m->files[i].path, strerror(errno));
@@ -1373,6 +1389,8 @@ int engine_materialize(struct store *s, const struct manifest *m, const char *ou
 		if (opts->threads)
 			o.threads = opts->threads;
 		o.units_per_take = opts->units_per_take;
+		o.files = opts->files;
+		o.skip_missing = opts->skip_missing;
 	}
 	o.queue_depth = MIN(o.queue_depth, 4096u);
 	memset(&st, 0, sizeof(st));
@@ -1401,17 +1419,30 @@ int engine_materialize(struct store *s, const struct manifest *m, const char *ou
 		ret = -ENOMEM;
 		goto out;
 	}
-	ret = engine_create_files(m, outdir, e.fds);
-	if (ret) {
-		free(e.fds);
-		e.fds = NULL;
-		goto out;
+	if (o.files) {
+		/* The other writer's: never closed here (-1 in e.fds). */
+		e.files = o.files;
+		for (size_t f = 0; f < m->nfiles; f++)
+			e.fds[f] = -1;
+	} else {
+		ret = engine_create_files(m, outdir, e.fds);
+		if (ret) {
+			free(e.fds);
+			e.fds = NULL;
+			goto out;
+		}
+		e.files = e.fds;
 	}
 	if (!e.nunits)
 		goto done;
 	ret = locate_units(&e);
 	if (ret)
 		goto out;
+	if (o.skip_missing) {
+		drop_missing(&e, &st);
+		if (!e.nunits)
+			goto done;
+	}
 	if (o.direct == ENGINE_DIRECT_AUTO) {
 		st.cached_percent = cached_percent(&e);
 		if (st.cached_percent >= ENGINE_CACHED_PERCENT)
@@ -1442,7 +1473,7 @@ int engine_materialize(struct store *s, const struct manifest *m, const char *ou
 done:
 	unmap_files(&e);
 	for (size_t f = 0; f < m->nfiles; f++) {
-		if (close(e.fds[f]) < 0 && !ret) {
+		if (e.fds[f] >= 0 && close(e.fds[f]) < 0 && !ret) {
 			ret = -errno;
 			pr_perror("close %s/%s", outdir, m->files[f].path);
 		}

@@ -76,6 +76,14 @@ struct engine_opts {
 	enum engine_write write;
 	enum engine_order order;
 	atomic_bool *cancel;    /* may be NULL; when it turns true the engine stops with -ECANCELED */
+	/* Another writer fills the same files at the same time (the remote
+	 * tier's fetch, tier.h): files are the descriptors it made with
+	 * engine_create_files (used as they are, left open; NULL: the engine
+	 * makes its own), and a chunk the store lacks is that writer's to
+	 * write, not an error (st->skipped_chunks).  Both write a chunk's exact
+	 * bytes, so one written twice is harmless. */
+	const int *files;
+	bool skip_missing;
 	engine_progress_fn progress; /* may be NULL */
 	void *progress_arg;
 };
@@ -89,6 +97,7 @@ struct engine_stats {
 				   * files' mappings (page-cache reads only) */
 	uint64_t chunks;        /* non-hole chunks in the manifest */
 	uint64_t unique_chunks; /* of which distinct: each is read once */
+	uint64_t skipped_chunks; /* of those, not in the store and left (opts skip_missing) */
 	uint64_t holes;         /* hole runs */
 	uint64_t files;
 	double seconds;

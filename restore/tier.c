@@ -21,6 +21,7 @@
  */
 #define LOG_PREFIX "tier: "
 #include "restore/tier.h"
+#include "restore/tier_internal.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "restore/engine.h"
@@ -549,23 +550,75 @@ static uint64_t build_mapped(struct tier *t, const char *bdir)
 	return 0;
 }
 
+int tier_reserve(struct tier *t, const char *hex, uint64_t need, const char *resv)
+{
+	return reserve(t, hex, need, resv);
+}
+
+struct store *tier_store(struct tier *t)
+{
+	return t->s;
+}
+
+const struct engine_opts *tier_engine_opts(struct tier *t)
+{
+	return &t->opts;
+}
+
+/* A filled build directory bdir (bytes reserved in resv) becomes the entry
+ * of hex: its mapped image, renamed into place, the metadata last. */
+static int publish(struct tier *t, const char *hex, const char *full, const struct manifest *m,
+		   const char *bdir, const char *resv, uint64_t bytes)
+{
+	char dir[PATH_MAX];
+	uint64_t added;
+	int ret;
+
+	entry_paths(t, hex, dir, NULL);
+	added = build_mapped(t, bdir);
+	if (added) {
+		/* The mapped image's room, now that its size is known: where
+		 * the budget has none (leases hold the rest), the entry goes
+		 * without it and its starts copy. */
+		unlink(resv);
+		if (reserve(t, hex, bytes + added, resv) == 0) {
+			bytes += added;
+		} else {
+			drop_mapped(bdir, "the RAM tier had no room for a mapped image");
+			ret = reserve(t, hex, bytes, resv);
+			if (ret)
+				return ret;
+		}
+	}
+	/* A directory without metadata is a leftover of a crash: ours to replace. */
+	rm_rf(dir);
+	if (rename(bdir, dir) < 0) {
+		ret = -errno;
+		pr_perror("rename %s to %s", bdir, dir);
+		return ret;
+	}
+	ret = meta_write(t, hex, full, bytes, m);
+	if (ret)
+		rm_rf(dir);
+	return ret;
+}
+
 /* Materialise hex under the build lock: reserve, read from the store into a
- * build directory, rename it into place, write the metadata last. */
+ * build directory, publish it. */
 static int build(struct tier *t, const char *hex, const char *id)
 {
 	struct manifest *m = NULL;
 	struct manifest_totals tot;
 	struct store_lease *sl = NULL;
 	struct engine_stats st;
-	char full[CHUNK_ID_LEN], bdir[PATH_MAX], resv[PATH_MAX], dir[PATH_MAX];
+	char full[CHUNK_ID_LEN], bdir[PATH_MAX], resv[PATH_MAX];
 	unsigned n = atomic_fetch_add(&t->seq, 1);
 	bool reserved = false;
-	uint64_t bytes, added;
+	uint64_t bytes;
 	int ret;
 
 	snprintf(bdir, sizeof(bdir), "%s/.build-%s-%d-%u", t->dir, hex, getpid(), n);
 	snprintf(resv, sizeof(resv), "%s/.resv-%s-%d-%u", t->dir, hex, getpid(), n);
-	entry_paths(t, hex, dir, NULL);
 
 	/* The lease first: gc must not take the chunks between load and read. */
 	sl = store_lease_take(t->s, id);
@@ -584,35 +637,10 @@ static int build(struct tier *t, const char *hex, const char *id)
 	reserved = true;
 
 	ret = engine_materialize(t->s, m, bdir, &t->opts, &st);
+	if (!ret)
+		ret = publish(t, hex, full, m, bdir, resv, bytes);
 	if (ret)
 		goto out;
-	added = build_mapped(t, bdir);
-	if (added) {
-		/* The mapped image's room, now that its size is known: where
-		 * the budget has none (leases hold the rest), the entry goes
-		 * without it and its starts copy. */
-		unlink(resv);
-		if (reserve(t, hex, bytes + added, resv) == 0) {
-			bytes += added;
-		} else {
-			drop_mapped(bdir, "the RAM tier had no room for a mapped image");
-			ret = reserve(t, hex, bytes, resv);
-			if (ret)
-				goto out;
-		}
-	}
-	/* A directory without metadata is a leftover of a crash: ours to replace. */
-	rm_rf(dir);
-	if (rename(bdir, dir) < 0) {
-		ret = -errno;
-		pr_perror("rename %s to %s", bdir, dir);
-		goto out;
-	}
-	ret = meta_write(t, hex, full, bytes, m);
-	if (ret) {
-		rm_rf(dir);
-		goto out;
-	}
 	pthread_mutex_lock(&t->mu);
 	t->st.materializations++;
 	t->st.read_bytes += st.read_bytes;
@@ -628,6 +656,47 @@ out:
 		unlink(resv);
 	store_lease_release(sl);
 	manifest_free(m);
+	return ret;
+}
+
+/* build, with the chunks the store lacks fetched from r as it goes
+ * (tier_fetch.c).  The fetch holds the store's lock shared until its
+ * manifest is in: gc waits. */
+static int build_fetching(struct tier *t, const char *hex, const char *full, struct remote *r,
+			  struct remote_fetch_stats *fst)
+{
+	char bdir[PATH_MAX], resv[PATH_MAX];
+	unsigned n = atomic_fetch_add(&t->seq, 1);
+	struct tier_fill fill;
+	uint64_t t0 = now_ns();
+	int ret;
+
+	snprintf(bdir, sizeof(bdir), "%s/.build-%s-%d-%u", t->dir, hex, getpid(), n);
+	snprintf(resv, sizeof(resv), "%s/.resv-%s-%d-%u", t->dir, hex, getpid(), n);
+	ret = tier_fill_fetching(t, hex, full, bdir, resv, r, &fill);
+	if (!ret)
+		ret = publish(t, hex, full, fill.m, bdir, resv, fill.bytes);
+	if (fst)
+		*fst = fill.fst;
+	if (!ret) {
+		double s = ms_since(t0) / 1e3;
+
+		pthread_mutex_lock(&t->mu);
+		t->st.materializations++;
+		t->st.read_bytes += fill.est.read_bytes;
+		t->st.written_bytes += fill.est.written_bytes + fill.fetched_written;
+		pthread_mutex_unlock(&t->mu);
+		pr_info("materialised %s as it was fetched: %llu of %llu chunks fetched (%llu "
+			"bytes), %llu read from the store, in %.3f s", full,
+			(unsigned long long)fill.fst.chunks_fetched,
+			(unsigned long long)fill.fst.chunks,
+			(unsigned long long)fill.fst.bytes_fetched,
+			(unsigned long long)(fill.est.unique_chunks - fill.est.skipped_chunks), s);
+	} else {
+		rm_rf(bdir);
+	}
+	unlink(resv);
+	manifest_free(fill.m);
 	return ret;
 }
 
@@ -698,6 +767,12 @@ const char *tier_lease_mapped_why(const struct tier_lease *l)
 
 int tier_acquire(struct tier *t, const char *snapshot_id, struct tier_lease **out)
 {
+	return tier_acquire_fetching(t, snapshot_id, NULL, NULL, out);
+}
+
+int tier_acquire_fetching(struct tier *t, const char *snapshot_id, struct remote *r,
+			  struct remote_fetch_stats *fst, struct tier_lease **out)
+{
 	struct tier_lease *l = NULL;
 	char hex[HEX_LEN + 1], full[CHUNK_ID_LEN], name[HEX_LEN + 16];
 	uint64_t start = now_ns();
@@ -738,7 +813,7 @@ int tier_acquire(struct tier *t, const char *snapshot_id, struct tier_lease **ou
 		pthread_mutex_unlock(&t->mu);
 		goto done;
 	}
-	ret = build(t, hex, full);
+	ret = r ? build_fetching(t, hex, full, r, fst) : build(t, hex, full);
 	if (ret)
 		goto out;
 done:

@@ -68,6 +68,17 @@ void tier_set_mapped(struct tier *t, uint64_t min_bytes);
 /* Lease snapshot id (a manifest id), materialising it first if it is not in
  * the tier.  While leased it is never evicted. */
 int tier_acquire(struct tier *t, const char *snapshot_id, struct tier_lease **out);
+/* tier_acquire of a snapshot that the store may lack (in part, or its
+ * manifest too): its chunks the store lacks are fetched from the remote r
+ * (store/remote.h) and written into the entry as they arrive, while the
+ * engine reads the others from the store; they join the store as well,
+ * then the manifest.  fst (may be NULL): the fetch's figures.  Where the
+ * entry is complete already, nothing is fetched: the store may still lack
+ * the snapshot (remote_fetch_missing makes it whole). */
+struct remote;
+struct remote_fetch_stats;
+int tier_acquire_fetching(struct tier *t, const char *snapshot_id, struct remote *r,
+			  struct remote_fetch_stats *fst, struct tier_lease **out);
 /* The directory holding the snapshot's image files. */
 const char *tier_lease_path(const struct tier_lease *l);
 /* The directory of the entry's mapped variant (image/ and mem/), or NULL

@@ -4,6 +4,7 @@
 #include "server/remote_sync.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "restore/tier.h"
 #include "server/errors.h"
 #include "server/internal.h"
 #include "server/jobs.h"
@@ -301,6 +302,34 @@ void remote_sync_describe(struct server *s, const char *function, json_t *f)
 
 /* ---- fetches ---- */
 
+/* The start's snapshot from the remote, streamed into the RAM tier as it
+ * comes (restore/tier.h), so that the start finds it there; where the tier
+ * has no room for it, or has it already, into the store only (the start
+ * then materialises it as any other). */
+static int fetch_into_tier(struct server *s, const char *snap, struct remote_fetch_stats *st)
+{
+	struct remote_sync *rs = s->remote_sync;
+	struct tier_lease *lease = NULL;
+	struct manifest *m = NULL;
+	int ret = -ENOSPC;
+
+	if (s->tier)
+		ret = tier_acquire_fetching(s->tier, snap, rs->remote, st, &lease);
+	tier_release(lease);
+	if (ret == -ENOSPC) {
+		pr_info("%s: %s; fetching it into the store only", snap,
+			s->tier ? "no room in the RAM tier" : "no RAM tier");
+		return remote_fetch_missing(rs->remote, s->store, snap, NULL, NULL, st);
+	}
+	if (ret)
+		return ret;
+	ret = store_manifest_load(s->store, snap, &m, NULL);
+	manifest_free(m);
+	if (ret == -ENOENT) /* the tier had it: the store still lacks it */
+		ret = remote_fetch_missing(rs->remote, s->store, snap, NULL, NULL, st);
+	return ret;
+}
+
 int remote_sync_fetch(struct server *s, const char *snap, double *ms)
 {
 	struct remote_sync *rs = s->remote_sync;
@@ -318,7 +347,7 @@ int remote_sync_fetch(struct server *s, const char *snap, double *ms)
 		return 0; /* there, or another trouble the start reports itself */
 	pthread_mutex_lock(&rs->fetch_lock);
 	log_clear_error();
-	ret = remote_fetch_missing(rs->remote, s->store, snap, NULL, NULL, &st);
+	ret = fetch_into_tier(s, snap, &st);
 	pthread_mutex_unlock(&rs->fetch_lock);
 	*ms = (double)(now_ns() - t0) / 1e6;
 	if (ret)

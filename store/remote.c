@@ -1037,6 +1037,7 @@ struct span {
 	const uint8_t *buf; /* its bytes once fetched (got of them) */
 	uint64_t got;
 	bool bad;	     /* a chunk of it did not check: fetch it again */
+	int consumer_err;    /* the consumer refused a chunk of it (opts chunk) */
 	size_t bad_chunk;    /* that chunk, an index into fetch.w */
 	const char *why;
 	struct span *next;   /* in the workers' queue */
@@ -1063,8 +1064,7 @@ struct fetch {
 	struct span *spans;
 	size_t nspans;
 	struct pack_writer *pw;
-	remote_progress_fn progress;
-	void *arg;
+	struct remote_fetch_opts o;
 	uint64_t done, total;
 	uint64_t unsealed; /* bytes added to pw since its packs were last made durable */
 	struct remote_fetch_stats st; /* bytes_fetched and retries: the curl thread's */
@@ -1106,34 +1106,48 @@ static int cmp_want(const void *a, const void *b)
 }
 
 /* Check a fetched object against its hash where it lies: a bare or raw one
- * is hashed in place; only a zstd one is decoded (into raw). */
-static int check_object(struct fetch_worker *k, const uint8_t *obj, const struct want *c)
+ * is hashed in place; only a zstd one is decoded (into raw).  *data: the
+ * chunk's bytes, where they now are. */
+static int check_object(struct fetch_worker *k, const uint8_t *obj, const struct want *c,
+			const uint8_t **data)
 {
-	if (chunk_is_bare(c->stored, c->raw_len))
+	if (chunk_is_bare(c->stored, c->raw_len)) {
+		*data = obj;
 		return chunk_check_hash(obj, c->raw_len, c->hash);
-	if (c->stored == (uint64_t)c->raw_len + CHUNK_HEADER_SIZE)
+	}
+	if (c->stored == (uint64_t)c->raw_len + CHUNK_HEADER_SIZE) {
+		*data = obj + CHUNK_HEADER_SIZE;
 		return chunk_check_raw(obj, c->stored, c->hash, obj + CHUNK_HEADER_SIZE,
 				       c->raw_len);
+	}
+	*data = k->raw;
 	return chunk_decode(k->codec, obj, c->stored, c->hash, k->raw, c->raw_len);
 }
 
 /* Check every chunk of sp before any is stored: a bad one marks the whole
- * range to be fetched again. */
+ * range to be fetched again.  Each good one goes to the consumer at once,
+ * while its bytes are at hand (a zstd chunk is decoded only here). */
 static void check_span(struct fetch_worker *k, struct span *sp)
 {
-	const struct fetch *f = k->f;
+	struct fetch *f = k->f;
 	uint64_t base = f->w[sp->first].off;
 
 	sp->bad = false;
+	sp->consumer_err = 0;
 	for (size_t i = 0; i < sp->n; i++) {
 		const struct want *c = &f->w[sp->first + i];
 		uint64_t at = c->off - base;
-		if (at + c->stored > sp->got)
+		const uint8_t *data;
+
+		if (at + c->stored > sp->got) {
 			sp->why = "cut short";
-		else if (check_object(k, sp->buf + at, c))
+		} else if (check_object(k, sp->buf + at, c, &data)) {
 			sp->why = "corrupt (its bytes do not hash to its name)";
-		else
+		} else {
+			if (f->o.chunk && !sp->consumer_err)
+				sp->consumer_err = f->o.chunk(f->o.consumer, c->hash, data, c->raw_len);
 			continue;
+		}
 		sp->bad = true;
 		sp->bad_chunk = sp->first + i;
 		return;
@@ -1177,6 +1191,8 @@ static void *fetch_worker_main(void *arg)
 		pthread_mutex_unlock(&f->mu);
 		check_span(k, sp);
 		pthread_mutex_lock(&f->mu);
+		if (!f->err && sp->consumer_err)
+			f->err = sp->consumer_err;
 		if (!sp->bad && !f->err)
 			f->err = store_span(f, sp);
 		f->busy--;
@@ -1273,8 +1289,8 @@ static int span_done(struct s3_range *rg, int err, void *arg)
 	if (err)
 		return err; /* logged once the workers are drained */
 	/* Progress as the bytes come (the workers' checks follow closely). */
-	if (f->progress)
-		f->progress(f->arg, MIN(f->st.bytes_fetched, f->total), f->total);
+	if (f->o.progress)
+		f->o.progress(f->o.arg, MIN(f->st.bytes_fetched, f->total), f->total);
 	return 0;
 }
 
@@ -1381,8 +1397,8 @@ static int fetch_spans(struct fetch *f)
 		i += n;
 	}
 	workers_stop(f);
-	if (!ret && f->progress)
-		f->progress(f->arg, f->done, f->total);
+	if (!ret && f->o.progress)
+		f->o.progress(f->o.arg, f->done, f->total);
 	free(v);
 	free(buf);
 	return ret;
@@ -1451,10 +1467,17 @@ static int plan_fetch(struct fetch *f, const struct manifest *m)
 int remote_fetch_missing(struct remote *r, struct store *s, const char *manifest_id,
 			 remote_progress_fn progress, void *arg, struct remote_fetch_stats *stats)
 {
+	struct remote_fetch_opts o = { .progress = progress, .arg = arg };
+
+	return remote_fetch_missing_with(r, s, manifest_id, &o, stats);
+}
+
+int remote_fetch_missing_with(struct remote *r, struct store *s, const char *manifest_id,
+			      const struct remote_fetch_opts *opts, struct remote_fetch_stats *stats)
+{
 	struct fetch f = { .r = r,
 			   .s = s,
-			   .progress = progress,
-			   .arg = arg,
+			   .o = opts ? *opts : (struct remote_fetch_opts){ 0 },
 			   .mu = PTHREAD_MUTEX_INITIALIZER,
 			   .work = PTHREAD_COND_INITIALIZER,
 			   .idle = PTHREAD_COND_INITIALIZER };
@@ -1490,8 +1513,10 @@ int remote_fetch_missing(struct remote *r, struct store *s, const char *manifest
 		ret = -ENOMEM;
 		goto out;
 	}
-	if (f.progress)
-		f.progress(f.arg, 0, f.total);
+	if (f.o.begin && (ret = f.o.begin(f.o.consumer, m)))
+		goto out;
+	if (f.o.progress)
+		f.o.progress(f.o.arg, 0, f.total);
 	if ((ret = fetch_spans(&f)) || (ret = pack_writer_finish(f.pw)))
 		goto out;
 	/* The manifest last: a store never holds one that lacks chunks. */

@@ -118,6 +118,28 @@ struct remote_fetch_stats {
 int remote_fetch_missing(struct remote *r, struct store *s, const char *manifest_id,
 			 remote_progress_fn progress, void *arg, struct remote_fetch_stats *stats);
 
+/* A fetch that streams its chunks into a consumer as they arrive (the RAM
+ * tier's materialisation, restore/tier.h) rather than only into the store. */
+struct remote_fetch_opts {
+	remote_progress_fn progress; /* may be NULL */
+	void *arg;
+	/* Called once, on the calling thread, with the manifest (checked,
+	 * not yet in the store) after the plan and before the first GET; from
+	 * then on the store holds every chunk the fetch does not bring.  Not 0:
+	 * the fetch stops with that error. */
+	int (*begin)(void *arg, const struct manifest *m);
+	/* Called for every chunk fetched, from the fetch's worker threads (at
+	 * once), only once its bytes hashed to its name: data is the chunk's
+	 * len bytes, valid during the call.  A chunk fetched again after a bad
+	 * answer may come twice.  Not 0: the fetch stops with that error. */
+	int (*chunk)(void *arg, const uint8_t hash[CHUNK_HASH_LEN], const void *data, size_t len);
+	void *consumer; /* begin's and chunk's arg */
+};
+
+/* remote_fetch_missing with a consumer; o may be NULL. */
+int remote_fetch_missing_with(struct remote *r, struct store *s, const char *manifest_id,
+			      const struct remote_fetch_opts *o, struct remote_fetch_stats *stats);
+
 struct remote_gc_stats {
 	uint64_t refs;		/* functions with a ref */
 	uint64_t kept;		/* objects a ref reaches */

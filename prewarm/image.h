@@ -16,8 +16,10 @@
  *	<data>/images/tmp/<pid>-<n>/  work in progress, renamed into place whole
  *	<data>/images/.lock           held while the cache is looked up or changed
  *
- * Nothing is half-written in place: a pull or an unpack that fails leaves the
- * cache as it was.  gc (image_gc) removes what no snapshot in the store names,
+ * A snapshot names the image by its digest: another host that restores it
+ * gets that very image into its own cache (image_get_digest).  Nothing is
+ * half-written in place: a pull or an unpack that fails leaves the cache as
+ * it was.  gc (image_gc) removes what no snapshot in the store names,
  * no snapshot in progress holds and no live process has as its root.
  */
 #ifndef THAW_PREWARM_IMAGE_H
@@ -55,6 +57,20 @@ struct image {
  * image's data fails its digests or another failure of skopeo or umoci. */
 int image_get(const struct thaw_config *c, const char *ref, const char *authfile,
 	      image_progress_fn progress, void *arg, struct image *out);
+/* The image whose manifest digest is digest ("sha256:<hex>", as a
+ * snapshot's meta records it), ready in c's cache for a restore: found
+ * there, else copied from ref (pinned to the digest for docker://; skopeo
+ * selects an OCI layout's or an archive's manifest by tag only, so those
+ * are copied as named), its digest checked, and unpacked.  A local source
+ * must lie under c's allowed roots.  out->config is not read (NULL);
+ * out->cached: nothing was copied.  0 and *out, held as image_get's; or
+ * -errno with the reason set, naming the digest: image_get's, -EACCES also
+ * for a source outside the allowed roots, and -ESTALE when the source
+ * holds another image now (a tag moved).  A failure leaves the cache as it
+ * was. */
+int image_get_digest(const struct thaw_config *c, const char *ref, const char *digest,
+		     const char *authfile, image_progress_fn progress, void *arg,
+		     struct image *out);
 void image_release(struct image *im);
 
 /* The spec to boot: spec's own command, env, cwd, port, else the image

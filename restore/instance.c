@@ -55,6 +55,15 @@
  * burst of lazy GPU starts is slower than the same burst eager. */
 static atomic_uint gpu_starts_in_flight;
 
+/* The way to this host's image cache (instance_set_image_source): set once,
+ * before any start. */
+static instance_image_fn image_source;
+
+void instance_set_image_source(instance_image_fn get)
+{
+	image_source = get;
+}
+
 /* Everything a start builds, so that one function can undo any prefix of it. */
 struct start_ctx {
 	const struct thaw_config *c;
@@ -167,6 +176,10 @@ static json_t *timings_json(const struct instance *in)
 		json_decref(j);
 		return NULL;
 	}
+	if (j && in->image[0] && json_object_set_new(j, "image", json_real(ms3(t->image)))) {
+		json_decref(j);
+		return NULL;
+	}
 	/* lazy_done: null until the daemon has served every page. */
 	if (j && in->lazy &&
 	    (json_object_set_new(j, "lazy_done",
@@ -199,6 +212,13 @@ json_t *instance_to_json(const struct instance *in)
 			json_decref(j);
 			return NULL;
 		}
+	}
+	/* The image it runs on, and whether this start brought it. */
+	if (j && in->image[0] &&
+	    json_object_set_new(j, "image", json_pack("{s:s, s:b}", "digest", in->image, "copied",
+						      in->image_copied))) {
+		json_decref(j);
+		return NULL;
 	}
 	/* Not mapped: why, so that a user can tell a fallback from a choice. */
 	if (j && in->pages_why[0] &&
@@ -491,6 +511,55 @@ static int write_bundle(struct start_ctx *x, const struct func_spec *spec, const
 				     x->bundle);
 }
 
+/* A snapshot made on an image (its meta's "image"; none: 0, nothing to
+ * do): the spec's bundle made this host's copy of that image, brought into
+ * the image cache if it is not there, and held against the cache's gc in
+ * *lock_fd until the start ends.  The bundle the snapshot ran on may be
+ * another host's path: CRIU restores the container's root at whatever path
+ * runc gives it, and checks the files it reopens (size, ELF build-id), which
+ * the very image has alike. */
+static int use_image(const struct thaw_config *c, const struct manifest *m,
+		     struct func_spec *spec, struct instance *in, int *lock_fd)
+{
+	const json_t *im = json_object_get(m->meta, "image");
+	const char *ref = json_string_value(json_object_get(im, "reference"));
+	const char *digest = json_string_value(json_object_get(im, "digest"));
+	struct instance_image got = { .lock_fd = -1 };
+	struct stat st;
+	char *bundle;
+	int ret;
+
+	if (!im)
+		return 0;
+	if (!ref || !digest || strlen(digest) >= sizeof(in->image) || !spec->bundle) {
+		pr_err("snapshot %s: its meta's \"image\" is incomplete", in->snapshot);
+		return -EINVAL;
+	}
+	snprintf(in->image, sizeof(in->image), "%s", digest);
+	if (!image_source) {
+		if (stat(spec->bundle, &st) == 0)
+			return 0;
+		pr_err("image %s (%s): its rootfs %s is not on this host (thawd brings an image "
+		       "into its cache; this program does not)",
+		       digest, ref, spec->bundle);
+		return -ENOENT;
+	}
+	ret = image_source(c, ref, digest, &got);
+	if (ret)
+		return ret;
+	bundle = strdup(got.bundle);
+	if (!bundle) {
+		close(got.lock_fd);
+		pr_err("out of memory");
+		return -ENOMEM;
+	}
+	free(spec->bundle);
+	spec->bundle = bundle;
+	in->image_copied = got.copied;
+	*lock_fd = got.lock_fd;
+	return 0;
+}
+
 static int parse_spec(const struct manifest *m, const char *snapshot, struct func_spec **spec)
 {
 	char err[256];
@@ -680,7 +749,7 @@ static int start(const struct thaw_config *c, struct store *s, struct tier *t,
 	const char *phase = "load";
 	unsigned gpu_starts = 0;
 	bool counted = false, want_mapped;
-	int ret;
+	int image_lock = -1, ret;
 
 	ret = store_manifest_load(s, snapshot_id, &m, in.snapshot);
 	if (ret) {
@@ -739,6 +808,13 @@ static int start(const struct thaw_config *c, struct store *s, struct tier *t,
 		gp = NULL;
 
 	in.t.load = ms_since(t0);
+
+	phase = "image";
+	tp = now_ns();
+	ret = use_image(c, m, spec, &in, &image_lock);
+	if (ret)
+		goto fail;
+	in.t.image = ms_since(tp);
 
 	phase = "materialize";
 	tp = now_ns();
@@ -924,6 +1000,7 @@ static int start(const struct thaw_config *c, struct store *s, struct tier *t,
 	goto out;
 fail:
 	phase_failed(in.snapshot[0] ? in.snapshot : snapshot_id, phase, ret);
+	out->failed = phase;
 	{
 		char msg[1024];
 
@@ -934,6 +1011,10 @@ fail:
 	}
 	tier_release(lease);
 out:
+	/* The image was used until here: a running container holds its
+	 * rootfs as its root, which the cache's gc respects. */
+	if (image_lock >= 0)
+		close(image_lock);
 	gpu_release(&own);
 	if (counted)
 		atomic_fetch_sub(&gpu_starts_in_flight, 1);

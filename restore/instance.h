@@ -12,6 +12,8 @@
 #define THAW_RESTORE_INSTANCE_H
 
 #include <jansson.h>
+#include <limits.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -30,6 +32,8 @@ struct instance_timings {
 	double lazy_wait; /* lazy GPU start under lazy_gpu_after_fill: ms waited
 			   * for that before the CUDA restore */
 	double resume;    /* a CPU standby taken: runc resume (the cgroup freezer) */
+	double image;     /* a snapshot made on an image: finding that image in this
+			   * host's cache, or bringing it there (instance_image_fn) */
 };
 
 /* How the pages come back.  Mapped (restore/mapped.h): runc restore of the
@@ -62,6 +66,10 @@ struct instance {
 	const char *pages; /* "mapped", "lazy" or "eager" (a static string) */
 	char pages_why[256]; /* not mapped: why */
 	bool standby;      /* made by instance_make_standby (and taken, if running) */
+	char image[80];    /* a snapshot made on an image: its digest; else "" */
+	bool image_copied; /* that image was not in this host's cache: this start brought it */
+	const char *failed; /* a start that failed: the step it failed at ("image",
+			     * "materialize", …; a static string), else NULL */
 	struct instance_timings t;
 	/* A GPU function's GPUs, where its CUDA state was restored (none for a
 	 * standby not taken yet). */
@@ -73,7 +81,27 @@ struct instance {
 	} gpus[GPU_MAX];
 };
 
-/* Start an instance of snapshot_id.  On failure nothing is left behind. */
+/* A snapshot of a function on an image (prewarm/image.h) records the image
+ * in its meta ("image": the spec's "reference", the manifest's "digest")
+ * and restores onto this host's copy of that very image: a start, or the
+ * making of a standby, of a snapshot that another host made brings it into
+ * this host's image cache first (its timing "image").  The image cache is
+ * prewarm's, which restore/ may not include: the program gives the way to
+ * it here, once, before any start (thawd does).  Unset, a start restores
+ * onto the bundle the snapshot names, which must be on this host. */
+struct instance_image {
+	char bundle[PATH_MAX]; /* the image's bundle (its rootfs/) in this host's cache */
+	bool copied;           /* it was not there: copied and unpacked now */
+	int lock_fd;           /* holds it against the cache's gc; the start closes it */
+};
+/* The image of digest ("sha256:<hex>") from ref, ready: 0 and *out, or
+ * -errno with the reason set, naming the digest. */
+typedef int (*instance_image_fn)(const struct thaw_config *c, const char *ref,
+				 const char *digest, struct instance_image *out);
+void instance_set_image_source(instance_image_fn get);
+
+/* Start an instance of snapshot_id.  On failure nothing is left behind, and
+ * out->failed names the step that failed (the rest of out untouched). */
 int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 		   const char *snapshot_id, enum instance_mode mode, struct instance *out);
 /* The same onto the GPUs of gp (gpu_place: chosen, and held, by the

@@ -8,6 +8,7 @@
 #define LOG_PREFIX "thawd: "
 #include "common/log.h"
 #include "common/util.h"
+#include "prewarm/image.h"
 #include "prewarm/prewarm.h"
 #include "function/spec.h"
 #include "restore/gpu_restore.h"
@@ -652,6 +653,26 @@ static int start_lost(struct req *q, const char *snap, int err)
 			    START_RETRY_AFTER, msg);
 }
 
+/* A start whose snapshot's image this host could not have (instance.h,
+ * instance_image_fn): its source lacks it, refuses, cannot be reached, or
+ * holds another image now (409 image_changed: a new snapshot takes that
+ * one).  The reason names the image by its digest. */
+static int image_lost(struct req *q, int err)
+{
+	char msg[1024];
+	struct api_err e;
+
+	snprintf(msg, sizeof(msg), "%s", why(err));
+	pr_warn("start of %s failed: %s", q->route.id, msg);
+	if (err == -ESTALE)
+		return start_failed(q, 409, "image_changed", NULL, NULL, msg);
+	e = api_err_from_errno(err);
+	if (e.status == 500)
+		e = (struct api_err){ 502, "image_unavailable" };
+	return start_failed(q, e.status, e.code, e.status == 503 ? "Retry-After" : NULL,
+			    START_RETRY_AFTER, msg);
+}
+
 /* A query number of seconds, 0 to a year: 0, or -EINVAL with why. */
 static int query_seconds(struct req *q, const char *key, double *out, char *why, size_t len)
 {
@@ -881,6 +902,8 @@ static int start_function(struct req *q, const json_t *f)
 			pr_warn("instance %s is not tracked (out of memory)", in.id);
 	}
 	insts_unreserve(s->insts, fn);
+	if (ret && in.failed && !strcmp(in.failed, "image"))
+		return image_lost(q, ret);
 	if (ret)
 		return start_lost(q, snap, ret);
 	lim.started_ms = realtime_ms();
@@ -930,6 +953,60 @@ static int post_start(struct req *q)
 	ret = start_function(q, f);
 	json_decref(f);
 	return ret;
+}
+
+/* ---- the image a start restores onto ---- */
+
+/* Where a start's copy of its image is, in thawd's log: each phase as it
+ * begins, then every few seconds. */
+struct image_progress {
+	const char *digest;
+	const char *phase;
+	uint64_t last_ns;
+};
+
+static void start_image_progress(void *arg, const char *phase, uint64_t done, uint64_t total)
+{
+	struct image_progress *p = arg;
+	char a[32];
+
+	if (p->phase && !strcmp(p->phase, phase) && now_ns() - p->last_ns < 2000000000ull)
+		return;
+	p->phase = phase;
+	p->last_ns = now_ns();
+	if (!strcmp(phase, "pull"))
+		pr_info("start: image %s: copying, %s so far", p->digest, fmt_bytes(done, a));
+	else
+		pr_info("start: image %s: %s, %llu of %llu layers", p->digest, phase,
+			(unsigned long long)done, (unsigned long long)total);
+}
+
+/* instance_image_fn: the snapshot's image from this host's cache, brought
+ * there by its digest if it is not (a snapshot another host made). */
+static int start_image(const struct thaw_config *c, const char *ref, const char *digest,
+		       struct instance_image *out)
+{
+	struct image_progress p = { .digest = digest };
+	struct image im;
+	int ret;
+
+	ret = image_get_digest(c, ref, digest, c->registry_auth, start_image_progress, &p, &im);
+	if (ret)
+		return ret;
+	snprintf(out->bundle, sizeof(out->bundle), "%s", im.bundle);
+	out->copied = !im.cached;
+	out->lock_fd = im.lock_fd;
+	im.lock_fd = -1;
+	image_release(&im);
+	return 0;
+}
+
+/* Given to restore/ at load, before anything runs: restore/ may not include
+ * prewarm/'s image cache, and the standby thread starts restoring before
+ * the first request. */
+__attribute__((constructor)) static void api_give_image_source(void)
+{
+	instance_set_image_source(start_image);
 }
 
 /* ---- instances ---- */

@@ -79,12 +79,18 @@ grep -h "gpu: GPU .* -> " "$OUTDIR/thawd.log" | tail -n 2 | sed 's/^/  thawd: /'
 for mode in spread one; do
 	q=""
 	[ $mode = one ] && q="?gpu=0"
-	for i in $(seq "$BURST"); do start "$q" "$W/b-$i" & done
-	wait
+	# wait on these only: a bare wait would wait for thawd too
+	pids=()
+	for i in $(seq "$BURST"); do start "$q" "$W/b-$i" & pids+=($!); done
+	wait "${pids[@]}"
 	# every instance asked at once: 8 generations one after another took
 	# longer than the bursts themselves
-	for i in $(seq "$BURST"); do (check "$W/b-$i" >"$W/b-$i.gpu" 2>&1 || sed -i "s/^/x /" "$W/b-$i.gpu") & done
-	wait
+	pids=()
+	for i in $(seq "$BURST"); do
+		(check "$W/b-$i" >"$W/b-$i.gpu" 2>&1 || sed -i "s/^/x /" "$W/b-$i.gpu") &
+		pids+=($!)
+	done
+	wait "${pids[@]}"
 	per=$(cat "$W"/b-*.gpu | sort | uniq -c | tr '\n' ' ')
 	say "burst of $BURST, $mode: answer $(pct "$W"/b-*.ms); instances per GPU: $per"
 	case "$per" in *x*) bad=1 ;; esac

@@ -129,19 +129,17 @@ static int on_begin(void *arg, const struct manifest *m)
 static int on_chunk(void *arg, const uint8_t hash[CHUNK_HASH_LEN], const void *data, size_t len)
 {
 	struct stream *x = arg;
-	struct place key;
 	size_t lo = 0, hi = x->nplaces;
 
-	memcpy(key.hash, hash, CHUNK_HASH_LEN);
 	while (lo < hi) { /* the first place with this hash */
 		size_t mid = lo + (hi - lo) / 2;
 
-		if (cmp_place(&x->places[mid], &key) < 0)
+		if (memcmp(x->places[mid].hash, hash, CHUNK_HASH_LEN) < 0)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	for (; lo < x->nplaces && !cmp_place(&x->places[lo], &key); lo++) {
+	for (; lo < x->nplaces && !memcmp(x->places[lo].hash, hash, CHUNK_HASH_LEN); lo++) {
 		const struct place *p = &x->places[lo];
 		int ret = pwrite_all(x->fds[p->file], data, len, (off_t)p->off);
 

@@ -33,7 +33,7 @@ data=()
 
 # start QUERY OUT: POST …/start?QUERY into OUT.json; its answer time into OUT.ms
 start() {
-	curl -s -o "$2.json" -w '%{time_total}' -X POST "$URL/functions/$ID/start$1" >"$2.ms"
+	curl -s -o "$2.json" -w '%{time_total}\n' -X POST "$URL/functions/$ID/start$1" >"$2.ms"
 }
 # check OUT: the instance of OUT.json answers EXPECT; prints its GPU index
 check() {

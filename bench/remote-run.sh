@@ -293,7 +293,7 @@ model = stored / bw * 1e3 + med(ram)
 print("| start, remote tier (fresh data directory after `pull?fetch=0`: the start fetches), ms | **%.0f** | %s | "
       "model: stored bytes / pull bandwidth + RAM-tier start = %.0f / %.0f MB/s + %.0f | %.0f | | **%.2fx** (aim 1.2x) |" % (
           med(remote), fmt(remote), stored / 1e6, bw / 1e6, med(ram), model, med(remote) / model))
-print("| start, remote tier, against fetch then disk-tier start (stored bytes / pull bandwidth + disk-tier start) | %.0f | | what a start does today: the whole fetch, then materialisation from the local store | %.0f | | %.2fx |" % (
+print("| start, remote tier, against fetch then disk-tier start (stored bytes / pull bandwidth + disk-tier start) | %.0f | | what a start did before the fetch was streamed into the RAM tier: the whole fetch, then materialisation from the local store | %.0f | | %.2fx |" % (
     med(remote), stored / bw * 1e3 + med(disk), med(remote) / (stored / bw * 1e3 + med(disk))))
 print("| start, RAM tier (the same function, tier warm), ms | %.0f | %s | | | | |" % (med(ram), fmt(ram)))
 print("| start, disk tier (thawd B restarted on an empty RAM tier), ms | %.0f | %s | | | | |" % (med(disk), fmt(disk)))
@@ -310,8 +310,8 @@ for label, what in (("store_manifest_load from the binary form, page cache warm"
 print()
 print("Starts: POST /start → the instance's first correct answer (GET /infer?x=7, as A's instance answered), ms.")
 rf, rm_ = col("remote", 3), col("remote", 4)
-print("Remote-tier start, medians: remote_fetch_ms %.0f (%.0f MB/s), materialize %.0f (from the local store just "
-      "fetched), the rest %.0f; stored bytes %d (%.2f GiB)." % (
+print("Remote-tier start, medians: remote_fetch_ms %.0f (%.0f MB/s; the RAM tier filled as the chunks came), "
+      "materialize %.0f (left to do after the fetch), the rest %.0f; stored bytes %d (%.2f GiB)." % (
           med(rf), stored / med(rf) / 1e3, med(rm_), med(remote) - med(rf) - med(rm_), stored, stored / 2**30))
 print("Disk-tier start: materialize %.0f ms of %.0f." % (med(col("disk", 4)), med(disk)))
 print()

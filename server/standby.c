@@ -7,6 +7,8 @@
 #include "restore/instance.h"
 #include "server/internal.h"
 #include "server/registry.h"
+#include "server/remote_sync.h"
+#include "store/store.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -25,11 +27,29 @@
  * priority for the refill: a CRIU at nice 19 holding that lock slowed the
  * start beside it twice as much (bench/LOG.md). */
 #define STANDBY_QUIET_MS 500
+/* After a failed fetch of a function's chunks, or a failed restore of its
+ * standby, the next try waits this long, doubled at each failure up to the
+ * most: a remote that is down or a snapshot that cannot restore costs a try
+ * a minute, not a loop. */
+#define STANDBY_RETRY_MIN_MS 1000
+#define STANDBY_RETRY_MAX_MS 60000
 
 struct standby_entry {
 	char id[64];
 	char function[64];
 	char snapshot[CHUNK_ID_LEN];
+};
+
+/* A function's snapshot whose last try failed: not tried again before
+ * not_before_ns, unless it was the fetch and a start has fetched it since.
+ * why is the failure as logged: the same one again is not. */
+struct standby_retry {
+	char function[64];
+	char snapshot[CHUNK_ID_LEN];
+	uint64_t not_before_ns;
+	unsigned delay_ms;
+	bool fetch;
+	char why[512];
 };
 
 struct standby {
@@ -40,6 +60,8 @@ struct standby {
 	size_t n, cap;
 	bool stop, kicked, started;
 	uint64_t last_kick_ns; /* the last standby_kick: a start ended then */
+	struct standby_retry *r; /* the thread's own: no lock */
+	size_t nr, rcap;
 	pthread_t thread;
 };
 
@@ -134,6 +156,100 @@ static size_t pick_stale(struct standby *p, const struct want *w, size_t nw,
 	return nout;
 }
 
+static struct standby_retry *retry_of(struct standby *p, const struct want *w)
+{
+	for (size_t i = 0; i < p->nr; i++)
+		if (!strcmp(p->r[i].function, w->function) &&
+		    !strcmp(p->r[i].snapshot, w->snapshot))
+			return &p->r[i];
+	return NULL;
+}
+
+static bool backing_off(struct standby *p, const struct want *w)
+{
+	const struct standby_retry *r = retry_of(p, w);
+
+	return r && now_ns() < r->not_before_ns;
+}
+
+/* Forget the failures of what is no longer wanted (a function deleted,
+ * asking for none, or with another snapshot starts afresh) and the failed
+ * fetches of snapshots that the store has now (a start fetched them). */
+static void prune_retries(struct standby *p, const struct want *w, size_t nw)
+{
+	size_t i = 0;
+
+	while (i < p->nr) {
+		const struct want *x = want_of(w, nw, p->r[i].function);
+		struct manifest *m = NULL;
+		bool keep = x && !strcmp(x->snapshot, p->r[i].snapshot);
+
+		if (keep && p->r[i].fetch &&
+		    !store_manifest_load(p->srv->store, x->snapshot, &m, NULL))
+			keep = false;
+		manifest_free(m);
+		if (keep)
+			i++;
+		else
+			p->r[i] = p->r[--p->nr];
+	}
+}
+
+/* w's try failed (fetch: its fetch, else its restore) with why: logged
+ * unless it is the failure logged last for w, and not tried again for a
+ * while.  -ENOMEM when it cannot be recorded (the caller then waits a tick). */
+static int retry_later(struct standby *p, const struct want *w, bool fetch, const char *why)
+{
+	const char *what = fetch ? "fetch its snapshot from the remote" : "restore it";
+	struct standby_retry *r = retry_of(p, w);
+
+	if (!r && p->nr == p->rcap) {
+		size_t cap = p->rcap ? p->rcap * 2 : 8;
+		struct standby_retry *v = realloc(p->r, cap * sizeof(*v));
+
+		if (v) {
+			p->r = v;
+			p->rcap = cap;
+		}
+	}
+	if (!r && p->nr < p->rcap) {
+		r = &p->r[p->nr++];
+		memset(r, 0, sizeof(*r));
+		snprintf(r->function, sizeof(r->function), "%s", w->function);
+		snprintf(r->snapshot, sizeof(r->snapshot), "%s", w->snapshot);
+	}
+	if (!r) {
+		pr_warn("no standby of %s: cannot %s: %s", w->function, what, why);
+		return -ENOMEM;
+	}
+	r->delay_ms = r->delay_ms ? r->delay_ms * 2 : STANDBY_RETRY_MIN_MS;
+	if (r->delay_ms > STANDBY_RETRY_MAX_MS)
+		r->delay_ms = STANDBY_RETRY_MAX_MS;
+	r->not_before_ns = now_ns() + (uint64_t)r->delay_ms * 1000000ULL;
+	r->fetch = fetch;
+	if (strcmp(r->why, why)) {
+		pr_warn("no standby of %s yet: cannot %s: %s (trying again in %u s, then less often, "
+			"up to every %d s)",
+			w->function, what, why, r->delay_ms / 1000, STANDBY_RETRY_MAX_MS / 1000);
+		snprintf(r->why, sizeof(r->why), "%s", why);
+	} else {
+		pr_debug("no standby of %s yet: cannot %s, again: trying again in %u s", w->function,
+			 what, r->delay_ms / 1000);
+	}
+	return 0;
+}
+
+/* w's standby was made: its earlier failures are forgotten. */
+static void retry_done(struct standby *p, const struct want *w)
+{
+	struct standby_retry *r = retry_of(p, w);
+
+	if (!r)
+		return;
+	pr_info("a standby of %s is made, after: %s", w->function, r->why);
+	*r = p->r[--p->nr];
+}
+
 /* The first function (lock held) with fewer standbys than it wants, if
  * the server's cap leaves room. */
 static const struct want *pick_short(struct standby *p, const struct want *w, size_t nw)
@@ -146,7 +262,7 @@ static const struct want *pick_short(struct standby *p, const struct want *w, si
 		for (size_t j = 0; j < p->n; j++)
 			have += !strcmp(p->v[j].function, w[i].function) &&
 				!strcmp(p->v[j].snapshot, w[i].snapshot);
-		if (have < w[i].n)
+		if (have < w[i].n && !backing_off(p, &w[i]))
 			return &w[i];
 	}
 	return NULL;
@@ -168,21 +284,36 @@ static int add_entry(struct standby *p, const struct standby_entry *e)
 }
 
 /* Make one standby for w (no lock held); into the pool unless it went
- * stale meanwhile (the next round retires it then). */
-static void make_one(struct standby *p, const struct want *w)
+ * stale meanwhile (the next round retires it then).  A snapshot whose
+ * manifest the store lacks (pulled with ?fetch=0) is fetched first, and
+ * then the round begins again: the fetch may have taken a while, and a
+ * start may be in flight by now.  -errno when it failed and no retry could
+ * be recorded. */
+static int make_one(struct standby *p, const struct want *w)
 {
 	struct server *s = p->srv;
 	struct standby_entry e = { 0 };
 	struct instance in;
+	double fetch_ms = 0;
 	int ret;
 
-	memset(&in, 0, sizeof(in));
-	ret = instance_make_standby(&s->cfg, s->store, s->tier, w->snapshot, &in);
-	if (ret) {
-		pr_warn("cannot make a standby of %s: %s", w->function,
-			log_last_error()[0] ? log_last_error() : strerror(-ret));
-		return;
+	log_clear_error();
+	ret = remote_sync_fetch(s, w->snapshot, &fetch_ms);
+	if (ret)
+		return retry_later(p, w, true,
+				   log_last_error()[0] ? log_last_error() : strerror(-ret));
+	if (fetch_ms > 0) {
+		pr_info("fetched %s for the standbys of %s in %.0f ms", w->snapshot, w->function,
+			fetch_ms);
+		return 0;
 	}
+	memset(&in, 0, sizeof(in));
+	log_clear_error();
+	ret = instance_make_standby(&s->cfg, s->store, s->tier, w->snapshot, &in);
+	if (ret)
+		return retry_later(p, w, false,
+				   log_last_error()[0] ? log_last_error() : strerror(-ret));
+	retry_done(p, w);
 	snprintf(e.id, sizeof(e.id), "%s", in.id);
 	snprintf(e.function, sizeof(e.function), "%s", w->function);
 	snprintf(e.snapshot, sizeof(e.snapshot), "%s", w->snapshot);
@@ -191,6 +322,7 @@ static void make_one(struct standby *p, const struct want *w)
 	pthread_mutex_unlock(&p->lock);
 	if (ret)
 		stop_standby(s, &e, ret == -ECANCELED ? "thawd is stopping" : "out of memory");
+	return 0;
 }
 
 static void wait_kick(struct standby *p, int ms)
@@ -226,6 +358,7 @@ static void *refill_thread(void *arg)
 		bool quiet;
 
 		w = wanted(s, &nw);
+		prune_retries(p, w, nw);
 		pthread_mutex_lock(&p->lock);
 		if (p->stop) {
 			pthread_mutex_unlock(&p->lock);
@@ -248,9 +381,9 @@ static void *refill_thread(void *arg)
 		free(stale);
 		free(why);
 		free(w);
-		if (short_one)
-			make_one(p, &one);
-		else
+		if (short_one && make_one(p, &one))
+			wait_kick(p, STANDBY_TICK_MS);
+		else if (!short_one)
 			wait_kick(p, quiet ? STANDBY_TICK_MS : STANDBY_QUIET_MS / 5);
 	}
 	return NULL;
@@ -291,6 +424,7 @@ void standby_free(struct standby *p)
 	for (size_t i = 0; i < p->n; i++)
 		stop_standby(p->srv, &p->v[i], "thawd is stopping");
 	free(p->v);
+	free(p->r);
 	pthread_cond_destroy(&p->cv);
 	pthread_mutex_destroy(&p->lock);
 	free(p);

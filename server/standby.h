@@ -8,7 +8,12 @@
  * retires (stops) the standbys of an older snapshot, of a function deleted or
  * asking for fewer, and those whose record is gone (DELETE /instances/<iid>
  * of a standby).  A start takes one with standby_take and activates it
- * (instance_activate); the pool then refills in the background.
+ * (instance_activate); the pool then refills in the background.  A snapshot
+ * whose manifest the store lacks (a function pulled with ?fetch=0) is fetched
+ * from the remote first (remote_sync_fetch), under the same conditions.  A
+ * fetch or restore that fails is logged once and tried again after 1 s, then
+ * twice as long each time up to a minute (at once when a start has fetched
+ * the snapshot meanwhile).
  * Thread-safe.
  */
 #ifndef THAW_SERVER_STANDBY_H

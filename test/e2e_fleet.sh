@@ -15,7 +15,10 @@
 #      chunks (remote_fetch_ms in the answer) and answers; the next start
 #      fetches nothing;
 #   4. a re-snapshot on A uploads only its new chunks: as many as the new
-#      manifest has that no snapshot pushed before had;
+#      manifest has that no snapshot pushed before had; then f asks for
+#      "standby": 1 and B pulls it with ?fetch=0: with no start, B's standby
+#      thread fetches the new snapshot's chunks and a standby of it appears,
+#      which a start on B then takes ("standby": true) and which answers;
 #   5. a chunk object flipped on the server: B's pull fails 502 naming the
 #      chunk after fetching it again, the function is not made ready, and B's
 #      store verifies clean;
@@ -201,6 +204,42 @@ total=$(jget "$T/push.json" "j['push']['chunks']")
 [ "$(jget "$T/push.json" "j['push']['state']")" = done ] && [ "$sent" = "$new_chunks" ] && [ "$sent" -lt "$total" ] &&
 	ok "re-snapshot of f: $sent of $total chunks uploaded, the $new_chunks no earlier snapshot had ($(jget "$T/push.json" "j['push']['bytes_sent']") bytes)" ||
 	fail "re-snapshot push: sent $sent of $total, new chunks $new_chunks: $(jget "$T/push.json" "j['push']")"
+# A standby of the re-snapshot on B, which has only the earlier one's chunks.
+spec_sb=$(python3 -c 'import json, sys; s = json.loads(sys.argv[1]); s["standby"] = 1; print(json.dumps(s))' "$spec")
+st=$(api PUT /functions/f -d "$spec_sb")
+[ "$st" = 200 ] || fail "PUT f with a standby on A: $st $(cat "$T/body")"
+st=$(api POST "/functions/f/push?wait=1")
+[ "$st" = 200 ] && [ "$(jget "$T/body" "j['push']['manifest']")" = "$new_snap" ] ||
+	fail "push of f with a standby: $st $(cat "$T/body")"
+st=$(apib POST "/functions/f/pull?wait=1&fetch=0")
+[ "$st" = 200 ] && [ "$(jget "$T/body" "j['job']['result']['fetched']")" = False ] &&
+	[ "$(jget "$T/body" "j['job']['result']['snapshot']")" = "$new_snap" ] ||
+	fail "pull of f with a standby, ?fetch=0: $st $(cat "$T/body")"
+t0=$SECONDS standby_b=""
+for _ in $(seq 300); do
+	apib GET /instances >/dev/null
+	standby_b=$(jget "$T/body" "' '.join(i['instance'] for i in j['instances'] if i['state'] == 'standby' and i['snapshot'] == '$new_snap')")
+	[ -n "$standby_b" ] && break
+	sleep 0.1
+done
+if [ -n "$standby_b" ] && grep -q "fetched $new_snap for the standbys of f" "$T/thawd-b.log"; then
+	ok "B fetched f's pulled snapshot for its standby, with no start: standby $standby_b within $((SECONDS - t0)) s"
+else
+	fail "no standby of f's $new_snap on B within 30 s: $(grep -E 'standby|fetch' "$T/thawd-b.log" | tail -5)"
+fi
+st=$(apib POST /functions/f/start)
+if [ "$st" = 201 ] && [ "$(jget "$T/body" "j['standby']")" = True ] &&
+	[ "$(jget "$T/body" "j['instance']")" = "$standby_b" ] &&
+	[ "$(jget "$T/body" "j.get('remote_fetch_ms')")" = None ]; then
+	ep=$(jget "$T/body" "j['endpoint']")
+	[ "$(curl -s --max-time 5 "http://$ep/hello")" = hello ] &&
+		ok "a start of f on B took the standby ($standby_b) and answers" || fail "f's standby on B does not answer"
+else
+	fail "start of f on B with a standby: $st $(head -c 400 "$T/body")"
+fi
+# No more standbys of f, on A or B, for what follows.
+api PUT /functions/f -d "$spec" >/dev/null
+apib PUT /functions/f -d "$spec" >/dev/null
 
 # 5. a flipped byte on the server
 before=$(packs)

@@ -646,9 +646,11 @@ static int build(struct tier *t, const char *hex, const char *id)
 	t->st.read_bytes += st.read_bytes;
 	t->st.written_bytes += st.written_bytes;
 	pthread_mutex_unlock(&t->mu);
-	pr_info("materialised %s: %llu bytes in %.3f s (%.2f GB/s)", full,
-		(unsigned long long)st.logical_bytes, st.seconds,
-		st.seconds > 0 ? (double)st.logical_bytes / st.seconds / 1e9 : 0.0);
+	pr_info("materialised %s: %llu bytes in %.3f s (%.2f GB/s; %llu bytes read, %s, setup "
+		"%.3f s, %u threads)", full, (unsigned long long)st.logical_bytes, st.seconds,
+		st.seconds > 0 ? (double)st.logical_bytes / st.seconds / 1e9 : 0.0,
+		(unsigned long long)st.read_bytes, st.direct ? "O_DIRECT" : "buffered",
+		st.setup_seconds, st.threads);
 out:
 	if (ret)
 		rm_rf(bdir);

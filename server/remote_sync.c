@@ -351,9 +351,9 @@ int remote_sync_fetch(struct server *s, const char *snap, double *ms)
 	pthread_mutex_unlock(&rs->fetch_lock);
 	*ms = (double)(now_ns() - t0) / 1e6;
 	if (ret)
-		pr_warn("fetch of %s for a start failed: %s", snap, log_last_error());
+		pr_warn("fetch of %s failed: %s", snap, log_last_error());
 	else
-		pr_info("fetched %s for a start: %llu of %llu chunks, %llu bytes in %.0f ms", snap,
+		pr_info("fetched %s: %llu of %llu chunks, %llu bytes in %.0f ms", snap,
 			(unsigned long long)st.chunks_fetched, (unsigned long long)st.chunks,
 			(unsigned long long)st.bytes_fetched, *ms);
 	return ret;

@@ -12,8 +12,8 @@
 #      registered with A's snapshot, nothing is booted on B (no boot output),
 #      and a start on B answers as A's instance does;
 #   3. pulled with ?fetch=0 (manifest only), its first start on B fetches the
-#      chunks (remote_fetch_ms in the answer) and answers; the next start
-#      fetches nothing;
+#      chunks (remote_fetch_ms in the answer) straight into B's RAM tier as
+#      they come ("tier": "ram") and answers; the next start fetches nothing;
 #   4. a re-snapshot on A uploads only its new chunks: as many as the new
 #      manifest has that no snapshot pushed before had; then f asks for
 #      "standby": 1 and B pulls it with ?fetch=0: with no start, B's standby
@@ -21,7 +21,9 @@
 #      which a start on B then takes ("standby": true) and which answers;
 #   5. a chunk object flipped on the server: B's pull fails 502 naming the
 #      chunk after fetching it again, the function is not made ready, and B's
-#      store verifies clean;
+#      store verifies clean; pulled with ?fetch=0, a start meets the same
+#      chunk in its streamed fetch: 502 naming it, nothing of it left in B's
+#      RAM tier (no build, no reservation), the store clean;
 #   6. B killed mid-pull (a function with 640 MiB of random memory), past
 #      100 MiB, and restarted: its store verifies clean, and the pull again
 #      fetches only what the first had not sealed (some, not all);
@@ -184,6 +186,11 @@ if [ "$st" = 201 ] && [ "$fetch_ms" != None ]; then
 	[ "$(curl -s --max-time 5 "http://$ep/hello")" = hello ] &&
 		ok "g's first start on B fetched its chunks (${fetch_ms} ms) and answers" ||
 		fail "g on B does not answer"
+	# streamed: written into B's RAM tier as they came, not read back from its store
+	grep -q "materialised .* as it was fetched" "$T/thawd-b.log" &&
+		[ "$(jget "$T/body" "j['tier']")" = ram ] &&
+		ok "g's fetched chunks went into B's RAM tier as they came ($(grep -o 'as it was fetched: [^,]*' "$T/thawd-b.log" | tail -n1))" ||
+		fail "g's start did not stream its fetch into the RAM tier: $(head -c 600 "$T/body")"
 else
 	fail "first start of g on B: $st $(head -c 400 "$T/body")"
 fi
@@ -266,6 +273,24 @@ open(sys.argv[1], 'wb').write(b)" "$T/pack"
 	[ "$(jget "$T/body" "j['snapshot']['state']")" != ready ] || fail "h became ready on B from a flipped chunk"
 	"$THAW" store --store "$DATA_B/store" verify >"$T/verify.out" 2>&1 &&
 		ok "B's store verifies clean after the refused pull" || fail "B's store: $(tail -3 "$T/verify.out")"
+	# the same through a start: the manifest only, then a start that streams
+	# the fetch into the RAM tier meets the flipped chunk
+	st=$(apib POST "/functions/h/pull?wait=1&fetch=0")
+	[ "$st" = 200 ] || fail "pull of h with ?fetch=0: $st $(head -c 300 "$T/body")"
+	st=$(apib POST /functions/h/start)
+	if [ "$st" = 502 ] && [ "$(jget "$T/body" "j['error']['code']")" = remote_failed ] &&
+		grep -q 'chunk sha256:' "$T/body"; then
+		ok "a start of the flipped h on B is 502 remote_failed naming the chunk"
+	else
+		fail "start of the flipped h: $st $(head -c 400 "$T/body")"
+	fi
+	left=$(find "$SHM_B" -maxdepth 1 -name '.build-*' -o -maxdepth 1 -name '.resv-*' | wc -l)
+	entries=$(find "$SHM_B" -maxdepth 1 -name '*.meta' | wc -l)
+	[ "$left" = 0 ] && [ "$(ls "$SHM_B" | grep -vc '\.meta$')" = "$entries" ] &&
+		ok "B's RAM tier holds nothing of h (no build, no reservation, $entries whole entries)" ||
+		fail "B's RAM tier after the refused start: $(ls -a "$SHM_B")"
+	"$THAW" store --store "$DATA_B/store" verify >"$T/verify.out" 2>&1 &&
+		ok "B's store verifies clean after the refused start" || fail "B's store: $(tail -3 "$T/verify.out")"
 else
 	fail "no new pack of h on the remote ($newpack)"
 fi

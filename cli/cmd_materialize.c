@@ -49,14 +49,15 @@ static void summary(const char *what, const struct engine_stats *st)
 		snprintf(cached, sizeof(cached), " (%d%% of a sample cached)", st->cached_percent);
 	fprintf(stderr,
 		"%s %s in %.3f s, %.2f GB/s; %llu chunks (%llu read, %s from the store), "
-		"%llu holes (%s); %s reads%s, %s writes, %s, %u threads, queue depth %u\n",
+		"%llu holes (%s); %s reads%s, %s writes, %s, %u threads, queue depth %u, "
+		"setup %.3f s\n",
 		what, fmt_bytes(st->logical_bytes, a), st->seconds,
 		st->seconds > 0 ? (double)st->logical_bytes / st->seconds / 1e9 : 0.0,
 		(unsigned long long)st->chunks, (unsigned long long)st->unique_chunks,
 		fmt_bytes(st->read_bytes, b), (unsigned long long)st->holes,
 		fmt_bytes(st->hole_bytes, c), st->direct ? "O_DIRECT" : "buffered", cached,
 		st->mapped ? "mmap" : "pwrite", st->shares ? "shares" : "one stream", st->threads,
-		st->queue_depth);
+		st->queue_depth, st->setup_seconds);
 }
 
 static int to_dir(struct store *s, const char *id, const char *out, struct engine_opts *o)

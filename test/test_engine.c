@@ -3,7 +3,8 @@
  * zero, sparse, mixed, duplicated, empty and nested files, modes kept, holes
  * kept; the same bytes as store_get and as the naive engine; in O_DIRECT and
  * buffered mode, with a tiny arena and queue as with the defaults; a corrupt
- * or missing chunk fails naming the chunk and the file; a cancel stops it. */
+ * or missing chunk fails naming the chunk and the file; a cancel stops it;
+ * beside another writer, a chunk the store lacks is left to it. */
 #include "common/log.h"
 #include "common/util.h"
 #include "restore/engine.h"
@@ -421,6 +422,61 @@ static void test_bad_chunk(struct store *s, enum harm how, enum store_layout lay
 	manifest_free(m);
 }
 
+/* The engine beside another writer (the remote tier's streamed fetch): the
+ * files made by the caller and left open, a chunk the store lacks left to
+ * the caller (skipped, not an error), which writes its bytes itself; the
+ * result is the whole file.  Without skip_missing the same is an error. */
+static void test_skip_missing(struct store *s)
+{
+	char src[PATH_MAX], out[PATH_MAX], id[CHUNK_ID_LEN], path[PATH_MAX + 16];
+	const char *paths[1];
+	struct manifest *m = NULL;
+	struct engine_opts o;
+	struct engine_stats st;
+	size_t n = 3 << 20;
+	uint8_t *buf = malloc(n), *back = malloc(n);
+	int fd = -1;
+
+	REQUIRE(buf && back);
+	snprintf(src, sizeof(src), "%s/skip", root);
+	REQUIRE(mkdir_p(src, 0755) == 0);
+	fill_random(buf, n);
+	write_file(src, "part.img", buf, n, 0600);
+	paths[0] = src;
+	REQUIRE(store_put(s, "skip", paths, 1, NULL, false, id, NULL) == 0);
+	REQUIRE(store_manifest_load(s, id, &m, NULL) == 0);
+	REQUIRE(m->nfiles == 1 && m->files[0].nchunks > 4);
+	const struct manifest_chunk *c = &m->files[0].chunks[m->files[0].nchunks / 2];
+	chunk_remove(s, c->hash);
+
+	snprintf(out, sizeof(out), "/dev/shm/thaw-test-engine-skip-%d", getpid());
+	REQUIRE(engine_create_files(m, out, &fd) == 0);
+	REQUIRE(pwrite_all(fd, buf + c->off, c->len, (off_t)c->off) == 0); /* the other writer */
+	engine_opts_default(&o);
+	o.files = &fd;
+	o.skip_missing = true;
+	CHECK_EQ(engine_materialize(s, m, out, &o, &st), 0);
+	CHECK_EQ(st.skipped_chunks, 1);
+	CHECK_EQ(st.unique_chunks, m->files[0].nchunks);
+	CHECK(fcntl(fd, F_GETFD) >= 0); /* still the caller's, open */
+	snprintf(path, sizeof(path), "%s/part.img", out);
+	int rfd = open(path, O_RDONLY);
+	CHECK(rfd >= 0 && pread(rfd, back, n, 0) == (ssize_t)n && !memcmp(buf, back, n));
+	if (rfd >= 0)
+		close(rfd);
+	close(fd);
+	rm_rf(out);
+
+	/* the same without skip_missing: the missing chunk is named */
+	o.files = NULL;
+	o.skip_missing = false;
+	CHECK_EQ(engine_materialize(s, m, out, &o, NULL), -ENOENT);
+	rm_rf(out);
+	manifest_free(m);
+	free(buf);
+	free(back);
+}
+
 static void test_cancel(struct store *s, const char *id)
 {
 	struct manifest *m = NULL;
@@ -554,6 +610,7 @@ int main(void)
 	test_cache_choice(s, id);
 	test_tmpfs_store(src);
 	test_cancel(s, id);
+	test_skip_missing(s);
 	test_full_tmpfs(s, id);
 	test_huge_target(s, src, id);
 	for (int layout = STORE_LAYOUT_PACK; layout <= STORE_LAYOUT_LOOSE; layout++) {

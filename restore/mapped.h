@@ -46,7 +46,9 @@ struct mapped_result {
  * (created; it must not exist).  Returns 0 with res->vmas > 0 when built;
  * 0 with res->vmas == 0 and res->why set when mapping does not apply to this
  * image (nothing left under out_dir); -errno on failure (logged; nothing
- * left under out_dir).  min_bytes: 0 for MAPPED_MIN_BYTES_DEFAULT. */
+ * left under out_dir).  min_bytes: 0 for MAPPED_MIN_BYTES_DEFAULT.  The
+ * pages are copied by up to 16 threads (one per CPU), all joined before it
+ * returns. */
 int mapped_build(const char *image_dir, const char *out_dir, uint64_t min_bytes,
 		 struct mapped_result *res);
 

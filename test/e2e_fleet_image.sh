@@ -21,10 +21,7 @@ THAWD=$B/thawd
 THAW=$B/thaw
 . "$ROOT/test/lib/require.sh"
 require_restore_tools
-for t in skopeo umoci python3; do command -v $t >/dev/null || skip "no $t (make deps)"; done
-BUSYBOX=$(command -v busybox) || skip "no busybox (busybox-static: make deps)"
-file -L "$BUSYBOX" 2>/dev/null | grep -q "statically linked" ||
-	ldd "$BUSYBOX" 2>&1 | grep -q "not a dynamic" || skip "busybox is not static (busybox-static)"
+require_image_tools
 
 NAME=fleet_image
 . "$ROOT/test/lib/thawd_e2e.sh"

@@ -18,3 +18,13 @@ require_restore_tools() {
 	[ "${1:-}" != uffd ] || "$CRIU" check --feature uffd-noncoop >/dev/null 2>&1 ||
 		skip "no userfaultfd for CRIU (criu check --feature uffd-noncoop)"
 }
+
+# require_image_tools: skip without skopeo, umoci, python3 or a static
+# busybox (the image the tests build has nothing else).  Sets BUSYBOX.
+require_image_tools() {
+	local t
+	for t in skopeo umoci python3; do command -v $t >/dev/null || skip "no $t (make deps)"; done
+	BUSYBOX=$(command -v busybox) || skip "no busybox (busybox-static: make deps)"
+	file -L "$BUSYBOX" 2>/dev/null | grep -q "statically linked" ||
+		ldd "$BUSYBOX" 2>&1 | grep -q "not a dynamic" || skip "busybox is not static (busybox-static)"
+}

@@ -43,10 +43,49 @@ struct remote_sync {
 	size_t n, cap;
 	pthread_t thread;
 	bool started, stop;
-	/* One fetch into the store at a time: two starts of one pulled
-	 * function must not fetch the same chunks twice. */
-	pthread_mutex_t fetch_lock;
+	/* Fetches in flight, one per snapshot (under lock): two starts (or a
+	 * start, a pull and a standby) of one snapshot must not fetch its
+	 * chunks twice, and fetches of different snapshots run at once. */
+	struct fetching *fetching;
+	pthread_cond_t fetch_cv;
 };
+
+/* A fetch in flight: a node on its caller's stack. */
+struct fetching {
+	const char *snap;
+	struct fetching *next;
+};
+
+/* Wait until no other fetch of snap is in flight, then be the one. */
+static void fetch_begin(struct remote_sync *rs, struct fetching *me, const char *snap)
+{
+	pthread_mutex_lock(&rs->lock);
+	for (;;) {
+		struct fetching *f = rs->fetching;
+
+		while (f && strcmp(f->snap, snap))
+			f = f->next;
+		if (!f)
+			break;
+		pthread_cond_wait(&rs->fetch_cv, &rs->lock);
+	}
+	*me = (struct fetching){ .snap = snap, .next = rs->fetching };
+	rs->fetching = me;
+	pthread_mutex_unlock(&rs->lock);
+}
+
+static void fetch_end(struct remote_sync *rs, struct fetching *me)
+{
+	struct fetching **p;
+
+	pthread_mutex_lock(&rs->lock);
+	for (p = &rs->fetching; *p && *p != me; p = &(*p)->next)
+		;
+	if (*p)
+		*p = me->next;
+	pthread_cond_broadcast(&rs->fetch_cv);
+	pthread_mutex_unlock(&rs->lock);
+}
 
 /* ---- pushes ---- */
 
@@ -335,6 +374,7 @@ int remote_sync_fetch(struct server *s, const char *snap, double *ms)
 	struct remote_sync *rs = s->remote_sync;
 	struct remote_fetch_stats st = { 0 };
 	struct manifest *m = NULL;
+	struct fetching me;
 	uint64_t t0 = now_ns();
 	int ret;
 
@@ -345,10 +385,10 @@ int remote_sync_fetch(struct server *s, const char *snap, double *ms)
 	manifest_free(m);
 	if (ret != -ENOENT)
 		return 0; /* there, or another trouble the start reports itself */
-	pthread_mutex_lock(&rs->fetch_lock);
+	fetch_begin(rs, &me, snap);
 	log_clear_error();
 	ret = fetch_into_tier(s, snap, &st);
-	pthread_mutex_unlock(&rs->fetch_lock);
+	fetch_end(rs, &me);
 	*ms = (double)(now_ns() - t0) / 1e6;
 	if (ret)
 		pr_warn("fetch of %s failed: %s", snap, log_last_error());
@@ -407,6 +447,7 @@ static int pull_run(void *arg, json_t **result, char *err, size_t errlen)
 	struct remote_fetch_stats st = { 0 };
 	struct manifest_totals tot = { 0 };
 	struct manifest *m = NULL;
+	struct fetching me;
 	char snap[CHUNK_ID_LEN], forgot[CHUNK_ID_LEN] = "";
 	json_t *spec = NULL, *old = NULL;
 	char *text = NULL;
@@ -441,13 +482,13 @@ static int pull_run(void *arg, json_t **result, char *err, size_t errlen)
 		goto out;
 	}
 	building = true;
-	pthread_mutex_lock(&rs->fetch_lock);
+	fetch_begin(rs, &me, snap);
 	log_clear_error();
 	if (t->fetch)
 		ret = remote_fetch_missing(rs->remote, s->store, snap, on_pull_progress, t, &st);
 	if (!ret && store_manifest_load(s->store, snap, &m, NULL) == -ENOENT)
 		ret = remote_fetch_manifest(rs->remote, snap, &m); /* ?fetch=0: sizes only */
-	pthread_mutex_unlock(&rs->fetch_lock);
+	fetch_end(rs, &me);
 	if (ret) {
 		snprintf(err, errlen, "%s", log_last_error()[0] ? log_last_error() : strerror(-ret));
 		goto out;
@@ -642,7 +683,7 @@ int remote_sync_start(struct server *s)
 		return -ENOMEM;
 	rs->srv = s;
 	pthread_mutex_init(&rs->lock, NULL);
-	pthread_mutex_init(&rs->fetch_lock, NULL);
+	pthread_cond_init(&rs->fetch_cv, NULL);
 	pthread_cond_init(&rs->cv, NULL);
 	ret = remote_open(s->opts.remote_url, s->opts.s3_endpoint, &rs->remote);
 	if (!ret) {
@@ -692,7 +733,7 @@ void remote_sync_finish(struct server *s)
 	remote_sync_quiesce(s);
 	remote_close(rs->remote);
 	pthread_cond_destroy(&rs->cv);
-	pthread_mutex_destroy(&rs->fetch_lock);
+	pthread_cond_destroy(&rs->fetch_cv);
 	pthread_mutex_destroy(&rs->lock);
 	free(rs->p);
 	free(rs);

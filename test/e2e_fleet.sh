@@ -11,9 +11,10 @@
 #      pulls it (`thaw pull`, a job with progress): the function is
 #      registered with A's snapshot, nothing is booted on B (no boot output),
 #      and a start on B answers as A's instance does;
-#   3. pulled with ?fetch=0 (manifest only), its first start on B fetches the
-#      chunks (remote_fetch_ms in the answer) straight into B's RAM tier as
-#      they come ("tier": "ram") and answers; the next start fetches nothing;
+#   3. pulled with ?fetch=0 (manifest only), its first starts on B (two at
+#      once) fetch the chunks once (remote_fetch_ms in the answer), straight
+#      into B's RAM tier as they come ("tier": "ram"), and answer; the next
+#      start fetches nothing;
 #   4. a re-snapshot on A uploads only its new chunks: as many as the new
 #      manifest has that no snapshot pushed before had; then f asks for
 #      "standby": 1 and B pulls it with ?fetch=0: with no start, B's standby
@@ -179,7 +180,17 @@ fi
 st=$(apib POST "/functions/g/pull?wait=1&fetch=0")
 [ "$st" = 200 ] && [ "$(jget "$T/body" "j['job']['result']['fetched']")" = False ] &&
 	ok "pull of g with ?fetch=0: registered, nothing fetched" || fail "pull ?fetch=0: $st $(cat "$T/body")"
+# two starts at once: one fetches, the other waits for that fetch
+curl -s -o "$T/g2.json" -w '%{http_code}' -X POST "$URL_B/functions/g/start" >"$T/g2.st" &
+g2=$!
 st=$(apib POST /functions/g/start)
+wait "$g2"
+g_snap=$(jget "$T/body" "j.get('snapshot')")
+[ "$(cat "$T/g2.st")" = 201 ] &&
+	[ "$(curl -s --max-time 5 "http://$(jget "$T/g2.json" "j['endpoint']")/hello")" = hello ] &&
+	[ "$(grep -c "fetched $g_snap: [1-9][0-9]* of" "$T/thawd-b.log")" = 1 ] &&
+	ok "two starts of g at once: both answer, its chunks fetched once" ||
+	fail "two starts of g at once: $(cat "$T/g2.st") $(head -c 300 "$T/g2.json"); fetches: $(grep "fetched $g_snap" "$T/thawd-b.log")"
 fetch_ms=$(jget "$T/body" "j.get('remote_fetch_ms')")
 if [ "$st" = 201 ] && [ "$fetch_ms" != None ]; then
 	ep=$(jget "$T/body" "j['endpoint']")

@@ -323,9 +323,6 @@ static int copy_tree(const char *from, const char *to, uint8_t *buf, size_t bs, 
 	return walk_files(from, to, copy_one, &j);
 }
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
 #define PCOPY_PIECE (8u << 20)
 #define PCOPY_MAX_FILES 256
 

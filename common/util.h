@@ -8,7 +8,15 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/mman.h>
 #include <sys/types.h>
+
+/* Linux 5.14; glibc 2.36's headers may lack it.  Prefaulting a shared file
+ * mapping with it makes a full tmpfs an error (ENOSPC) rather than a SIGBUS
+ * at the write that touches the page. */
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define MIN(a, b)     ((a) < (b) ? (a) : (b))

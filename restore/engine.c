@@ -39,9 +39,6 @@
 #define ENGINE_ALIGN     4096u
 #define ENGINE_BUFFERED_PER_WORKER 4u /* page-cache reads a worker has queued at once */
 #define ENGINE_TICK_NS   50000000ull /* progress and cancel are looked at this often */
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23 /* Linux 5.14; glibc 2.36 headers may lack it */
-#endif
 /* cachestat(2), Linux 6.5: the same number on every architecture; glibc 2.36
  * and the kernel headers here know neither the call nor its structs. */
 #ifndef __NR_cachestat

@@ -348,10 +348,6 @@ static int find_mount(struct build *b)
  * in two against 0.33 s whole). */
 #define COPY_SPLIT_THREADS 4
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23 /* Linux 5.14; glibc 2.36 headers may lack it */
-#endif
-
 /* len bytes of the pages file at ioff go to ooff in the destination. */
 struct piece {
 	uint64_t ioff, ooff, len;

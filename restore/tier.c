@@ -461,7 +461,7 @@ static int cmp_stamp(const void *a, const void *b)
 
 /* Make room for need bytes and reserve them (resv: the reservation's path).
  * Least recently used entries nobody leases go first. */
-static int reserve(struct tier *t, const char *hex, uint64_t need, const char *resv)
+int tier_reserve(struct tier *t, const char *hex, uint64_t need, const char *resv)
 {
 	struct tier_entry *v = NULL;
 	uint64_t used = 0, reserved = 0, leased = 0;
@@ -550,11 +550,6 @@ static uint64_t build_mapped(struct tier *t, const char *bdir)
 	return 0;
 }
 
-int tier_reserve(struct tier *t, const char *hex, uint64_t need, const char *resv)
-{
-	return reserve(t, hex, need, resv);
-}
-
 struct store *tier_store(struct tier *t)
 {
 	return t->s;
@@ -563,6 +558,27 @@ struct store *tier_store(struct tier *t)
 const struct engine_opts *tier_engine_opts(struct tier *t)
 {
 	return &t->opts;
+}
+
+/* A build's directory and its reservation's file: the process and a
+ * sequence number tell builds of one snapshot apart (tier_scan removes
+ * those no live build holds). */
+static void build_paths(struct tier *t, const char *hex, char bdir[PATH_MAX], char resv[PATH_MAX])
+{
+	unsigned n = atomic_fetch_add(&t->seq, 1);
+
+	snprintf(bdir, PATH_MAX, "%s/.build-%s-%d-%u", t->dir, hex, getpid(), n);
+	snprintf(resv, PATH_MAX, "%s/.resv-%s-%d-%u", t->dir, hex, getpid(), n);
+}
+
+/* A materialisation done: the tier's figures (tier_get_stats). */
+static void count_build(struct tier *t, uint64_t read_bytes, uint64_t written_bytes)
+{
+	pthread_mutex_lock(&t->mu);
+	t->st.materializations++;
+	t->st.read_bytes += read_bytes;
+	t->st.written_bytes += written_bytes;
+	pthread_mutex_unlock(&t->mu);
 }
 
 /* A filled build directory bdir (bytes reserved in resv) becomes the entry
@@ -581,11 +597,11 @@ static int publish(struct tier *t, const char *hex, const char *full, const stru
 		 * the budget has none (leases hold the rest), the entry goes
 		 * without it and its starts copy. */
 		unlink(resv);
-		if (reserve(t, hex, bytes + added, resv) == 0) {
+		if (tier_reserve(t, hex, bytes + added, resv) == 0) {
 			bytes += added;
 		} else {
 			drop_mapped(bdir, "the RAM tier had no room for a mapped image");
-			ret = reserve(t, hex, bytes, resv);
+			ret = tier_reserve(t, hex, bytes, resv);
 			if (ret)
 				return ret;
 		}
@@ -612,13 +628,11 @@ static int build(struct tier *t, const char *hex, const char *id)
 	struct store_lease *sl = NULL;
 	struct engine_stats st;
 	char full[CHUNK_ID_LEN], bdir[PATH_MAX], resv[PATH_MAX];
-	unsigned n = atomic_fetch_add(&t->seq, 1);
 	bool reserved = false;
 	uint64_t bytes;
 	int ret;
 
-	snprintf(bdir, sizeof(bdir), "%s/.build-%s-%d-%u", t->dir, hex, getpid(), n);
-	snprintf(resv, sizeof(resv), "%s/.resv-%s-%d-%u", t->dir, hex, getpid(), n);
+	build_paths(t, hex, bdir, resv);
 
 	/* The lease first: gc must not take the chunks between load and read. */
 	sl = store_lease_take(t->s, id);
@@ -631,7 +645,7 @@ static int build(struct tier *t, const char *hex, const char *id)
 		goto out;
 	manifest_totals(m, &tot);
 	bytes = tot.logical_bytes - tot.zero_bytes;
-	ret = reserve(t, hex, bytes, resv);
+	ret = tier_reserve(t, hex, bytes, resv);
 	if (ret)
 		goto out;
 	reserved = true;
@@ -641,11 +655,7 @@ static int build(struct tier *t, const char *hex, const char *id)
 		ret = publish(t, hex, full, m, bdir, resv, bytes);
 	if (ret)
 		goto out;
-	pthread_mutex_lock(&t->mu);
-	t->st.materializations++;
-	t->st.read_bytes += st.read_bytes;
-	t->st.written_bytes += st.written_bytes;
-	pthread_mutex_unlock(&t->mu);
+	count_build(t, st.read_bytes, st.written_bytes);
 	pr_info("materialised %s: %llu bytes in %.3f s (%.2f GB/s; %llu bytes read, %s, setup "
 		"%.3f s, %u threads)", full, (unsigned long long)st.logical_bytes, st.seconds,
 		st.seconds > 0 ? (double)st.logical_bytes / st.seconds / 1e9 : 0.0,
@@ -668,13 +678,11 @@ static int build_fetching(struct tier *t, const char *hex, const char *full, str
 			  struct remote_fetch_stats *fst)
 {
 	char bdir[PATH_MAX], resv[PATH_MAX];
-	unsigned n = atomic_fetch_add(&t->seq, 1);
 	struct tier_fill fill;
 	uint64_t t0 = now_ns();
 	int ret;
 
-	snprintf(bdir, sizeof(bdir), "%s/.build-%s-%d-%u", t->dir, hex, getpid(), n);
-	snprintf(resv, sizeof(resv), "%s/.resv-%s-%d-%u", t->dir, hex, getpid(), n);
+	build_paths(t, hex, bdir, resv);
 	ret = tier_fill_fetching(t, hex, full, bdir, resv, r, &fill);
 	if (!ret)
 		ret = publish(t, hex, full, fill.m, bdir, resv, fill.bytes);
@@ -683,11 +691,7 @@ static int build_fetching(struct tier *t, const char *hex, const char *full, str
 	if (!ret) {
 		double s = ms_since(t0) / 1e3;
 
-		pthread_mutex_lock(&t->mu);
-		t->st.materializations++;
-		t->st.read_bytes += fill.est.read_bytes;
-		t->st.written_bytes += fill.est.written_bytes + fill.fetched_written;
-		pthread_mutex_unlock(&t->mu);
+		count_build(t, fill.est.read_bytes, fill.est.written_bytes + fill.fetched_written);
 		pr_info("materialised %s as it was fetched: %llu of %llu chunks fetched (%llu "
 			"bytes), %llu read from the store, in %.3f s", full,
 			(unsigned long long)fill.fst.chunks_fetched,

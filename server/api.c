@@ -1001,10 +1001,7 @@ static int start_image(const struct thaw_config *c, const char *ref, const char 
 	return 0;
 }
 
-/* Given to restore/ at load, before anything runs: restore/ may not include
- * prewarm/'s image cache, and the standby thread starts restoring before
- * the first request. */
-__attribute__((constructor)) static void api_give_image_source(void)
+void api_give_image_source(void)
 {
 	instance_set_image_source(start_image);
 }

@@ -114,6 +114,10 @@ bool req_client_gone(struct req *q);
 
 /* The request, routed, authorised and with its body (api.c). */
 int api_dispatch(struct req *q);
+/* Give restore/ the way to this host's image cache (instance.h), which it
+ * may not include: called by server_new before anything restores (recovery,
+ * the standby thread, the first request). */
+void api_give_image_source(void);
 
 /* Start-up recovery and shutdown (recover.c). */
 /* Take <data>/thawd.lock (exclusive, non-blocking, kept in s->lock_fd) and

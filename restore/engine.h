@@ -84,6 +84,12 @@ struct engine_opts {
 	 * bytes, so one written twice is harmless. */
 	const int *files;
 	bool skip_missing;
+	/* May be NULL.  Where maps[i] is not NULL, file i is written only
+	 * through it: the caller's shared, writable mapping of its size in
+	 * bytes (left mapped), which may lie over other files than files[i]
+	 * (the mapped layout's windows, restore/mapped.h).  A page of it that
+	 * cannot be populated is an error then, never a pwrite. */
+	uint8_t *const *maps;
 	engine_progress_fn progress; /* may be NULL */
 	void *progress_arg;
 };

@@ -825,9 +825,14 @@ static int start(const struct thaw_config *c, struct store *s, struct tier *t,
 		ret = -EBADMSG;
 	if (ret)
 		goto fail;
-	in.t.materialize = ms_since(tp);
 	in.tier_hit = tier_lease_hit(lease);
 	choose_mapped(&x, &in, lease, want_mapped, why_mode);
+	if (!x.mapped) {
+		ret = tier_lease_whole(t, lease);
+		if (ret)
+			goto fail;
+	}
+	in.t.materialize = ms_since(tp);
 
 	phase = "setup";
 	tp = now_ns();

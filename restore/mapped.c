@@ -77,6 +77,8 @@ struct build {
 	size_t files_len;
 	uint32_t next_id;
 	struct mapped_result *res;
+	struct mapped_windows *win; /* mapped_build_windows: windows, not a copy */
+	size_t maps;		    /* mappings the windows hold so far */
 };
 
 static bool candidate(const struct criu_img_vma *v)
@@ -381,6 +383,7 @@ struct copy {
 	size_t nw, wcap;
 	atomic_size_t next;   /* the next of w to take */
 	atomic_bool no_range; /* copy_file_range refused: a buffer it is */
+	bool alloc;	      /* windows: allocate the destinations' pieces, copy nothing */
 	atomic_int err;	      /* the first failure, -errno ... */
 	char why[256];	      /* ... and its words, logged once all threads are done */
 };
@@ -544,6 +547,21 @@ static int copy_slice(struct copy *c, const struct dest *d, const struct piece *
 	return 0;
 }
 
+/* A window's piece of a file on a huge-page tmpfs, allocated before it is
+ * written: tmpfs gives a page fault a huge page only where the mapping's
+ * address and the file offset agree modulo 2 MiB, which a window's pieces
+ * mostly do not (they lie where the pages file has them), while fallocate()
+ * allocates huge pages whatever maps them.  Without it the memory files
+ * are all 4 KiB pages and no instance maps them with 2 MiB ones.  The
+ * pages are cleared at their first fault, as they would have been. */
+static int alloc_piece(struct copy *c, int fd, const struct piece *p)
+{
+	if (fallocate(fd, 0, (off_t)p->ooff, (off_t)p->len) == 0)
+		return 0;
+	return copy_fail(c, -errno, "allocate %llu bytes of a memory file at %llu: %s",
+			 (unsigned long long)p->len, (unsigned long long)p->ooff, strerror(errno));
+}
+
 /* A copy thread: whole files and slices, the largest left first, until none
  * is left or a copy failed. */
 static void *copy_thread(void *arg)
@@ -561,7 +579,7 @@ static void *copy_thread(void *arg)
 			continue;
 		}
 		for (size_t k = 0; k < d->n; k++)
-			if (copy_piece(c, d->fd, &d->p[k], &buf))
+			if (c->alloc ? alloc_piece(c, d->fd, &d->p[k]) : copy_piece(c, d->fd, &d->p[k], &buf))
 				break;
 	}
 	free(buf);
@@ -631,8 +649,8 @@ static int plan_work(struct copy *c, size_t threads)
 
 		if (!d->n)
 			continue;
-		if (d->bytes < COPY_SPLIT || d->bytes * threads <= total || threads < COPY_SPLIT_THREADS ||
-		    !map_for_slices(c, d)) {
+		if (c->alloc || d->bytes < COPY_SPLIT || d->bytes * threads <= total ||
+		    threads < COPY_SPLIT_THREADS || !map_for_slices(c, d)) {
 			ret = add_work(c, (struct work){ .dest = i, .bytes = d->bytes });
 			if (ret)
 				return ret;
@@ -683,6 +701,115 @@ static int copy_run(struct copy *c)
 	if (atomic_load(&c->err))
 		pr_err("%s", c->why);
 	return atomic_load(&c->err);
+}
+
+/* --- Windows ------------------------------------------------------------------
+ *
+ * Where the pages files are still to be written (the RAM tier's build), the
+ * copy is planned as above and not run: the pages file gets a window, one
+ * range of addresses in which each piece of the plan is a shared mapping
+ * of its destination at its offset.  Byte i of the window is where byte i of
+ * the pages file belongs, so whoever writes the pages file's bytes into the
+ * window (the engine, the fetch) writes them once, into the memory files.
+ * Pieces are whole pages at both ends: a pages file holds whole pages.
+ */
+
+/* Are c's destinations on a huge-page tmpfs (st_blksize says so)? */
+static bool huge_pages(const struct copy *c)
+{
+	struct stat st;
+
+	for (size_t i = 0; i < c->nd; i++)
+		if (c->d[i].n)
+			return fstat(c->d[i].fd, &st) == 0 && st.st_blksize >= (blksize_t)HUGE_ALIGN;
+	return false;
+}
+
+/* Pages file name of len bytes (holes; in: open on it) gets its window. */
+static int make_window(struct build *b, struct copy *c, int in, const char *name)
+{
+	struct mapped_windows *win = b->win;
+	struct mapped_window *w;
+	size_t pieces = 0;
+	struct stat st;
+	uint8_t *base;
+	int ret;
+
+	if (fstat(in, &st) < 0)
+		return -errno;
+	for (size_t i = 0; i < c->nd; i++)
+		pieces += c->d[i].n;
+	if (b->maps + pieces > MAPPED_WINDOW_MAX_MAPS) {
+		snprintf(b->res->why, sizeof(b->res->why),
+			 "its pages lie in more than %u pieces", MAPPED_WINDOW_MAX_MAPS);
+		return -E2BIG;
+	}
+	w = realloc(win->w, (win->n + 1) * sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	win->w = w;
+	w = &win->w[win->n];
+	memset(w, 0, sizeof(*w));
+	snprintf(w->name, sizeof(w->name), "%s", name);
+	w->len = (uint64_t)st.st_size;
+	if (!w->len)
+		return 0; /* nothing to write: no window needed */
+	base = mmap(NULL, w->len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (base == MAP_FAILED)
+		return -errno;
+	w->addr = base;
+	win->n++; /* from here on mapped_windows_release unmaps it */
+	for (size_t i = 0; i < c->nd; i++)
+		for (size_t k = 0; k < c->d[i].n; k++) {
+			const struct piece *p = &c->d[i].p[k];
+
+			if (p->ioff + p->len > w->len) {
+				pr_err("%s: the pagemap names %llu bytes of pages, the file holds %llu",
+				       name, (unsigned long long)(p->ioff + p->len),
+				       (unsigned long long)w->len);
+				return -EBADMSG;
+			}
+			if (mmap(base + p->ioff, p->len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+				 c->d[i].fd, (off_t)p->ooff) == MAP_FAILED) {
+				ret = -errno;
+				pr_perror("map a piece of %s", name);
+				return ret;
+			}
+		}
+	b->maps += pieces;
+	if (huge_pages(c)) {
+		c->alloc = true;
+		ret = copy_run(c);
+		if (ret)
+			return ret;
+	}
+	/* Writers populate the window before they touch it (a full tmpfs is
+	 * then ENOSPC, not SIGBUS); where the kernel cannot, no window. */
+	if (madvise(base, CRIU_PAGE_SIZE, MADV_POPULATE_WRITE) < 0) {
+		ret = -errno;
+		if (ret == -EINVAL)
+			snprintf(b->res->why, sizeof(b->res->why),
+				 "this kernel cannot populate mappings (MADV_POPULATE_WRITE)");
+		return ret;
+	}
+	return 0;
+}
+
+void mapped_windows_release(struct mapped_windows *win)
+{
+	for (size_t i = 0; win->w && i < win->n; i++)
+		if (win->w[i].addr)
+			munmap(win->w[i].addr, win->w[i].len);
+	free(win->w);
+	memset(win, 0, sizeof(*win));
+}
+
+uint8_t *mapped_window_of(const struct mapped_windows *win, const char *name)
+{
+	for (size_t i = 0; i < win->n; i++)
+		if (!strcmp(win->w[i].name, name))
+			return win->w[i].addr;
+	return NULL;
 }
 
 static int write_whole(const char *path, const uint8_t *buf, size_t len)
@@ -754,7 +881,7 @@ static int rewrite_proc(struct build *b, struct proc *p)
 	if (ret)
 		goto out;
 	snprintf(path, sizeof(path), "%s/pages-%u.img", b->img, p->pm.pages_id);
-	out = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	out = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644); /* RDWR: a window maps it */
 	if (out < 0) {
 		ret = -errno;
 		pr_perror("create %s", path);
@@ -816,7 +943,16 @@ static int rewrite_proc(struct build *b, struct proc *p)
 			a = stop;
 		}
 	}
-	ret = copy_run(&c);
+	if (b->win) {
+		char name[64];
+
+		snprintf(name, sizeof(name), "pages-%u.img", p->pm.pages_id);
+		ret = ftruncate(out, (off_t)ooff) < 0 ? -errno : 0;
+		if (!ret)
+			ret = make_window(b, &c, in, name);
+	} else {
+		ret = copy_run(&c);
+	}
 	if (ret)
 		goto out;
 	b->res->new_bytes += ooff;
@@ -933,10 +1069,10 @@ static void free_build(struct build *b)
 	free(b->files);
 }
 
-int mapped_build(const char *image_dir, const char *out_dir, uint64_t min_bytes,
-		 struct mapped_result *res)
+static int build_mapped(const char *image_dir, const char *out_dir, uint64_t min_bytes,
+			struct mapped_result *res, struct mapped_windows *win)
 {
-	struct build b = { .image_dir = image_dir, .out_dir = out_dir, .res = res };
+	struct build b = { .image_dir = image_dir, .out_dir = out_dir, .res = res, .win = win };
 	char path[PATH_MAX + 64];
 	bool made = false;
 	uint32_t max_id;
@@ -1006,13 +1142,29 @@ int mapped_build(const char *image_dir, const char *out_dir, uint64_t min_bytes,
 			(unsigned long long)(res->kept_bytes >> 20));
 	}
 out:
+	if (ret && win)
+		mapped_windows_release(win);
 	if (ret && made)
 		rm_rf(out_dir);
 	if (ret) {
-		snprintf(res->why, sizeof(res->why), "building the mapped image failed: %s",
-			 strerror(-ret));
+		if (!win || !res->why[0])
+			snprintf(res->why, sizeof(res->why), "building the mapped image failed: %s",
+				 strerror(-ret));
 		res->vmas = 0;
 	}
 	free_build(&b);
 	return ret;
+}
+
+int mapped_build(const char *image_dir, const char *out_dir, uint64_t min_bytes,
+		 struct mapped_result *res)
+{
+	return build_mapped(image_dir, out_dir, min_bytes, res, NULL);
+}
+
+int mapped_build_windows(const char *image_dir, const char *out_dir, uint64_t min_bytes,
+			 struct mapped_result *res, struct mapped_windows *win)
+{
+	memset(win, 0, sizeof(*win));
+	return build_mapped(image_dir, out_dir, min_bytes, res, win);
 }

@@ -52,6 +52,43 @@ struct mapped_result {
 int mapped_build(const char *image_dir, const char *out_dir, uint64_t min_bytes,
 		 struct mapped_result *res);
 
+/* Windows: the mapped variant built before the pages are written.  Each
+ * pages file of a process with mapped VMAs gets a window, len bytes of
+ * shared, writable mappings laid so that byte i of the window is where byte
+ * i of that pages file belongs in the mapped variant (a memory file, or the
+ * new pages file in image/).  Writing a pages file's bytes into its window,
+ * each page populated first (MADV_POPULATE_WRITE: a full tmpfs is then an
+ * error, not a SIGBUS), builds the variant with one copy of the memory, not
+ * two; the pages file itself is never needed. */
+struct mapped_window {
+	char name[64]; /* "pages-<id>.img" */
+	uint8_t *addr;
+	uint64_t len;  /* the pages file's size */
+};
+struct mapped_windows {
+	struct mapped_window *w;
+	size_t n;
+};
+/* A window may take this many mappings at most (the process has 65530). */
+#define MAPPED_WINDOW_MAX_MAPS 16384u
+
+/* mapped_build for an image in image_dir whose pages files are there at
+ * their full size but not written yet (everything else must be complete):
+ * out_dir gets the same layout, its memory files and new pages files still
+ * holes, and *win the windows to fill them through.  The pages files of
+ * processes without mapped VMAs are hard-linked into image/ as they are, so
+ * writing them in image_dir fills them there too.  0 with res->vmas == 0:
+ * mapping does not apply (res->why; nothing made, no windows); -errno
+ * (nothing made, no windows; res->why says why where the image allows
+ * mapping but not windows: -E2BIG, too many pieces; -EINVAL, a kernel that
+ * cannot populate mappings).  Unmap with mapped_windows_release once every
+ * pages file went through its window. */
+int mapped_build_windows(const char *image_dir, const char *out_dir, uint64_t min_bytes,
+			 struct mapped_result *res, struct mapped_windows *win);
+/* The window of pages file name ("pages-3.img"), or NULL. */
+uint8_t *mapped_window_of(const struct mapped_windows *win, const char *name);
+void mapped_windows_release(struct mapped_windows *win);
+
 /* The mount id of OCI_MAPPED_DEST in the CRIU image in image_dir: 0, -ENOENT
  * when the image has no such mount (a snapshot taken before mapped restore:
  * a restore bundle must then not bind anything there), -errno otherwise. */

@@ -56,6 +56,7 @@ struct tier {
 };
 
 struct tier_lease {
+	char hex[HEX_LEN + 1];
 	int fd; /* LOCK_SH on .locks/<hex> */
 	bool hit;
 	bool mapped; /* <path>/.mapped is there */
@@ -171,17 +172,20 @@ out:
  * ignores what else is in the directory (CRIU writes its stats-restore into
  * the image directory it restores from). */
 static int meta_write(struct tier *t, const char *hex, const char *id, uint64_t bytes,
-		      const struct manifest *m)
+		      const struct manifest *m, uint8_t *const *elided)
 {
 	char path[PATH_MAX];
 	json_t *j, *files = json_array();
-	uint64_t logical = 0;
+	uint64_t logical = 0, nfiles = 0;
 	char *s = NULL;
 	int ret = -ENOMEM;
 
 	entry_paths(t, hex, NULL, path);
 	for (size_t i = 0; files && i < m->nfiles; i++) {
+		if (elided && elided[i])
+			continue; /* not in the entry: listed in its .elided */
 		logical += m->files[i].size;
+		nfiles++;
 		if (json_array_append_new(files, json_pack("[s, I]", m->files[i].path,
 							   (json_int_t)m->files[i].size))) {
 			json_decref(files);
@@ -191,7 +195,7 @@ static int meta_write(struct tier *t, const char *hex, const char *id, uint64_t 
 	if (!files)
 		return -ENOMEM;
 	j = json_pack("{s:s, s:I, s:I, s:I, s:o}", "id", id, "bytes", (json_int_t)bytes,
-		      "logical_bytes", (json_int_t)logical, "files", (json_int_t)m->nfiles,
+		      "logical_bytes", (json_int_t)logical, "files", (json_int_t)nfiles,
 		      "paths", files);
 	if (j)
 		s = json_dumps(j, JSON_COMPACT);
@@ -234,6 +238,14 @@ static bool entry_valid(struct tier *t, const char *hex)
 		sum += (uint64_t)size;
 	}
 	ok = sum == (uint64_t)json_integer_value(json_object_get(j, "logical_bytes"));
+	/* Pages files left out are in the mapped image: it must be there. */
+	snprintf(path, sizeof(path), "%s/%s/" TIER_ELIDED, t->dir, hex);
+	if (ok && access(path, F_OK) == 0) {
+		struct stat st;
+
+		snprintf(path, sizeof(path), "%s/%s/.mapped/image", t->dir, hex);
+		ok = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+	}
 out:
 	json_decref(j);
 	return ok;
@@ -512,6 +524,15 @@ out:
 	return ret;
 }
 
+void tier_record_unmapped(const char *bdir, const char *why)
+{
+	char path[PATH_MAX + 16];
+
+	snprintf(path, sizeof(path), "%s/.mapped-why", bdir);
+	if (write_file_atomic(path, why, strlen(why), 0644))
+		pr_warn("could not record why %s has no mapped image: %s", bdir, why);
+}
+
 /* Remove the mapped image in bdir, recording why. */
 static void drop_mapped(const char *bdir, const char *why)
 {
@@ -519,10 +540,8 @@ static void drop_mapped(const char *bdir, const char *why)
 
 	snprintf(path, sizeof(path), "%s/.mapped", bdir);
 	rm_rf(path);
-	snprintf(path, sizeof(path), "%s/.mapped-why", bdir);
 	pr_warn("%s: %s", bdir, why);
-	if (write_file_atomic(path, why, strlen(why), 0644))
-		pr_warn("could not record why %s has no mapped image", bdir);
+	tier_record_unmapped(bdir, why);
 }
 
 /* The mapped variant of the image in bdir (restore/mapped.h), or why there
@@ -530,12 +549,11 @@ static void drop_mapped(const char *bdir, const char *why)
  * build costs the entry nothing but that.  Returns the bytes it added. */
 static uint64_t build_mapped(struct tier *t, const char *bdir)
 {
-	char out[PATH_MAX + 16], why[PATH_MAX + 16];
+	char out[PATH_MAX + 16];
 	struct mapped_result res;
 	uint64_t t0 = now_ns();
 
 	snprintf(out, sizeof(out), "%s/.mapped", bdir);
-	snprintf(why, sizeof(why), "%s/.mapped-why", bdir);
 	if (!t->mapped_min) {
 		snprintf(res.why, sizeof(res.why), "THAW_MAPPED=0 when it was materialised");
 		res.vmas = 0;
@@ -545,8 +563,7 @@ static uint64_t build_mapped(struct tier *t, const char *bdir)
 			res.kept_bytes / 1048576.0, ms_since(t0));
 		return res.new_bytes;
 	}
-	if (write_file_atomic(why, res.why, strlen(res.why), 0644))
-		pr_warn("could not record why %s has no mapped image: %s", bdir, res.why);
+	tier_record_unmapped(bdir, res.why);
 	return 0;
 }
 
@@ -558,6 +575,11 @@ struct store *tier_store(struct tier *t)
 const struct engine_opts *tier_engine_opts(struct tier *t)
 {
 	return &t->opts;
+}
+
+uint64_t tier_mapped_min(struct tier *t)
+{
+	return t->mapped_min;
 }
 
 /* A build's directory and its reservation's file: the process and a
@@ -582,16 +604,17 @@ static void count_build(struct tier *t, uint64_t read_bytes, uint64_t written_by
 }
 
 /* A filled build directory bdir (bytes reserved in resv) becomes the entry
- * of hex: its mapped image, renamed into place, the metadata last. */
+ * of hex: its mapped image (unless lay made it), renamed into place, the
+ * metadata last. */
 static int publish(struct tier *t, const char *hex, const char *full, const struct manifest *m,
-		   const char *bdir, const char *resv, uint64_t bytes)
+		   const char *bdir, const char *resv, uint64_t bytes, const struct tier_layout *lay)
 {
 	char dir[PATH_MAX];
 	uint64_t added;
 	int ret;
 
 	entry_paths(t, hex, dir, NULL);
-	added = build_mapped(t, bdir);
+	added = lay->decided ? 0 : build_mapped(t, bdir);
 	if (added) {
 		/* The mapped image's room, now that its size is known: where
 		 * the budget has none (leases hold the rest), the entry goes
@@ -613,9 +636,69 @@ static int publish(struct tier *t, const char *hex, const char *full, const stru
 		pr_perror("rename %s to %s", bdir, dir);
 		return ret;
 	}
-	ret = meta_write(t, hex, full, bytes, m);
+	ret = meta_write(t, hex, full, bytes, m, lay->windows ? lay->maps : NULL);
 	if (ret)
 		rm_rf(dir);
+	return ret;
+}
+
+static void add_stats(struct engine_stats *sum, const struct engine_stats *part)
+{
+	sum->logical_bytes += part->logical_bytes;
+	sum->written_bytes += part->written_bytes;
+	sum->read_bytes += part->read_bytes;
+	sum->unique_chunks += part->unique_chunks;
+	sum->skipped_chunks += part->skipped_chunks;
+	sum->seconds += part->seconds;
+	sum->setup_seconds += part->setup_seconds;
+	if (part->threads) {
+		sum->direct = part->direct;
+		sum->threads = part->threads;
+	}
+}
+
+/* Write m's files into bdir from the store: every file but the pages files,
+ * then the layout (tier_layout.c), then the pages files, through windows
+ * where it has them.  *bytes: what the entry holds in RAM. */
+static int fill_from_store(struct tier *t, const struct manifest *m, const char *bdir,
+			   struct tier_layout *lay, uint64_t *bytes, struct engine_stats *st)
+{
+	struct tier_part rest = { 0 }, pages = { 0 };
+	struct engine_stats part;
+	int *fds, ret;
+
+	memset(st, 0, sizeof(*st));
+	fds = malloc(MAX(m->nfiles, (size_t)1) * sizeof(*fds));
+	if (!fds)
+		return -ENOMEM;
+	ret = engine_create_files(m, bdir, fds);
+	if (ret) {
+		free(fds);
+		return ret;
+	}
+	ret = tier_part_view(m, false, &rest);
+	if (!ret)
+		ret = tier_part_view(m, true, &pages);
+	if (!ret)
+		ret = tier_part_materialize(t, &rest, bdir, fds, NULL, false, NULL, &part);
+	if (!ret) {
+		add_stats(st, &part);
+		ret = tier_layout_begin(t, bdir, m, lay);
+	}
+	if (!ret)
+		ret = tier_part_materialize(t, &pages, bdir, fds, lay->maps, false, NULL, &part);
+	if (!ret)
+		add_stats(st, &part);
+	for (size_t i = 0; i < m->nfiles; i++)
+		if (close(fds[i]) < 0 && !ret) {
+			ret = -errno;
+			pr_perror("close %s/%s", bdir, m->files[i].path);
+		}
+	if (!ret)
+		ret = tier_layout_finish(lay, bdir, m, bytes);
+	tier_part_release(&rest);
+	tier_part_release(&pages);
+	free(fds);
 	return ret;
 }
 
@@ -627,6 +710,7 @@ static int build(struct tier *t, const char *hex, const char *id)
 	struct manifest_totals tot;
 	struct store_lease *sl = NULL;
 	struct engine_stats st;
+	struct tier_layout lay = { 0 };
 	char full[CHUNK_ID_LEN], bdir[PATH_MAX], resv[PATH_MAX];
 	bool reserved = false;
 	uint64_t bytes;
@@ -650,9 +734,9 @@ static int build(struct tier *t, const char *hex, const char *id)
 		goto out;
 	reserved = true;
 
-	ret = engine_materialize(t->s, m, bdir, &t->opts, &st);
+	ret = fill_from_store(t, m, bdir, &lay, &bytes, &st);
 	if (!ret)
-		ret = publish(t, hex, full, m, bdir, resv, bytes);
+		ret = publish(t, hex, full, m, bdir, resv, bytes, &lay);
 	if (ret)
 		goto out;
 	count_build(t, st.read_bytes, st.written_bytes);
@@ -666,6 +750,7 @@ out:
 		rm_rf(bdir);
 	if (reserved)
 		unlink(resv);
+	tier_layout_release(&lay);
 	store_lease_release(sl);
 	manifest_free(m);
 	return ret;
@@ -685,7 +770,7 @@ static int build_fetching(struct tier *t, const char *hex, const char *full, str
 	build_paths(t, hex, bdir, resv);
 	ret = tier_fill_fetching(t, hex, full, bdir, resv, r, &fill);
 	if (!ret)
-		ret = publish(t, hex, full, fill.m, bdir, resv, fill.bytes);
+		ret = publish(t, hex, full, fill.m, bdir, resv, fill.bytes, &fill.lay);
 	if (fst)
 		*fst = fill.fst;
 	if (!ret) {
@@ -702,6 +787,7 @@ static int build_fetching(struct tier *t, const char *hex, const char *full, str
 		rm_rf(bdir);
 	}
 	unlink(resv);
+	tier_layout_release(&fill.lay);
 	manifest_free(fill.m);
 	return ret;
 }
@@ -793,6 +879,7 @@ int tier_acquire_fetching(struct tier *t, const char *snapshot_id, struct remote
 		pr_err("out of memory");
 		return -ENOMEM;
 	}
+	memcpy(l->hex, hex, sizeof(l->hex));
 	entry_paths(t, hex, l->path, NULL);
 	/* Leased before looking: an eviction cannot take it from under us. */
 	l->fd = lock_take(t, hex, LOCK_SH);
@@ -834,6 +921,100 @@ out:
 		lock_drop(l->fd);
 		free(l);
 	}
+	return ret;
+}
+
+/* The elided pages files of entry dir that are not there (yet), as a part
+ * of m for the engine. */
+static int missing_pages(const struct manifest *m, const char *dir, struct tier_part *p,
+			 uint64_t *bytes)
+{
+	int ret = tier_part_view(m, true, p);
+	size_t n = 0;
+
+	*bytes = 0;
+	for (size_t k = 0; !ret && k < p->view.nfiles; k++) {
+		char path[PATH_MAX + 256];
+
+		snprintf(path, sizeof(path), "%s/%s", dir, p->view.files[k].path);
+		if (access(path, F_OK) == 0)
+			continue;
+		p->idx[n] = p->idx[k];
+		p->view.files[n++] = p->view.files[k];
+		*bytes += p->view.files[k].size;
+	}
+	p->view.nfiles = n;
+	return ret;
+}
+
+int tier_lease_whole(struct tier *t, struct tier_lease *l)
+{
+	char elided[PATH_MAX + 16], name[HEX_LEN + 16], full[CHUNK_ID_LEN];
+	char bdir[PATH_MAX], resv[PATH_MAX];
+	struct store_lease *sl = NULL;
+	struct manifest *m = NULL;
+	struct tier_part part = { 0 };
+	struct engine_stats st;
+	uint64_t bytes = 0, need = 0, t0 = now_ns();
+	bool reserved = false;
+	int bfd, ret = 0;
+
+	snprintf(elided, sizeof(elided), "%s/" TIER_ELIDED, l->path);
+	if (access(elided, F_OK))
+		return 0;
+	snprintf(name, sizeof(name), "%s.build", l->hex);
+	bfd = lock_take(t, name, LOCK_EX);
+	if (bfd < 0)
+		return bfd;
+	if (access(elided, F_OK)) /* another start wrote them meanwhile */
+		goto out;
+	snprintf(full, sizeof(full), "sha256:%s", l->hex);
+	build_paths(t, l->hex, bdir, resv);
+	sl = store_lease_take(t->s, full);
+	ret = sl ? store_manifest_load(t->s, full, &m, NULL) : -ENOENT;
+	if (ret) {
+		pr_err("sha256:%s: its pages files are needed and the store no longer has the "
+		       "snapshot: %s", l->hex, strerror(-ret));
+		goto out;
+	}
+	ret = meta_read(t, l->hex, &bytes, NULL, NULL, NULL);
+	if (!ret)
+		ret = missing_pages(m, l->path, &part, &need);
+	if (!ret && need) {
+		ret = tier_reserve(t, l->hex, need, resv);
+		reserved = !ret;
+	}
+	if (!ret && need)
+		ret = engine_materialize(t->s, &part.view, bdir, &t->opts, &st);
+	for (size_t k = 0; !ret && k < part.view.nfiles; k++) {
+		char from[PATH_MAX + 256], to[PATH_MAX + 256];
+
+		snprintf(from, sizeof(from), "%s/%s", bdir, part.view.files[k].path);
+		snprintf(to, sizeof(to), "%s/%s", l->path, part.view.files[k].path);
+		if (rename(from, to) < 0) {
+			ret = -errno;
+			pr_perror("rename %s to %s", from, to);
+		}
+	}
+	/* The metadata names them (and their room) before .elided goes. */
+	if (!ret)
+		ret = meta_write(t, l->hex, full, bytes + need, m, NULL);
+	if (!ret && unlink(elided) < 0 && errno != ENOENT) {
+		ret = -errno;
+		pr_perror("unlink %s", elided);
+	}
+	if (!ret)
+		pr_info("sha256:%s: its %zu pages files (%llu bytes) written for a start that "
+			"does not map, in %.1f ms", l->hex, part.view.nfiles,
+			(unsigned long long)need, ms_since(t0));
+	rm_rf(bdir);
+out:
+	if (reserved)
+		unlink(resv);
+	tier_part_release(&part);
+	manifest_free(m);
+	store_lease_release(sl);
+	lock_drop(bfd);
 	return ret;
 }
 

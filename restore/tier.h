@@ -79,8 +79,15 @@ struct remote;
 struct remote_fetch_stats;
 int tier_acquire_fetching(struct tier *t, const char *snapshot_id, struct remote *r,
 			  struct remote_fetch_stats *fst, struct tier_lease **out);
-/* The directory holding the snapshot's image files. */
+/* The directory holding the snapshot's image files.  Where the entry has a
+ * mapped image, the pages files it holds are in the mapped image only:
+ * call tier_lease_whole before restoring from this directory. */
 const char *tier_lease_path(const struct tier_lease *l);
+/* Have the leased entry hold its whole CRIU image: the pages files its
+ * build wrote only into the mapped image (tier_layout.c) are written from
+ * the store (once per entry, under its build lock; counted in the budget).
+ * For a start that does not map (lazy or eager pages).  0 or -errno. */
+int tier_lease_whole(struct tier *t, struct tier_lease *l);
 /* The directory of the entry's mapped variant (image/ and mem/), or NULL
  * when it has none; then tier_lease_mapped_why says why, in words. */
 const char *tier_lease_mapped(const struct tier_lease *l);

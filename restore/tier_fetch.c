@@ -8,17 +8,27 @@
  * while the engine reads the chunks the store already had (skip_missing):
  * the entry is complete when the last range is in.  A chunk's places in the
  * files come from an index of the manifest sorted by hash.
+ *
+ * The pages files come last (tier_layout.c): the fetch brings the chunks
+ * of every other file first (remote_fetch_opts first), the engine writes
+ * those the store has, and once both are in, the mapped image's layout is
+ * planned from them; then the pages files' chunks are written through its
+ * windows, straight into the memory files.  A chunk of a pages file that
+ * came early (it is in another file too) was written into the pages file
+ * and is copied into the window once there is one.
  */
 #define LOG_PREFIX "tier: "
 #include "restore/tier_internal.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "store/criu_image.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 /* One place a chunk is written: file, offset. */
@@ -26,6 +36,12 @@ struct place {
 	uint8_t hash[CHUNK_HASH_LEN];
 	uint32_t file;
 	uint64_t off;
+};
+
+/* A pages file's range written before its window was there. */
+struct early {
+	uint32_t file;
+	uint64_t off, len;
 };
 
 struct stream {
@@ -36,11 +52,19 @@ struct stream {
 	size_t nfds;
 	struct place *places;	/* every non-hole chunk of the manifest, by hash */
 	size_t nplaces;
+	struct tier_part rest, pages; /* the engine's two parts */
 	pthread_t engine;
 	bool engine_running;
 	int engine_ret;
 	atomic_bool cancel;	/* the fetch failed: the engine stops */
 	_Atomic uint64_t written;
+	atomic_bool placed;	/* the layout is made: windows are written through */
+	pthread_mutex_t mu;	/* rest_done, go, early */
+	pthread_cond_t cv;
+	bool rest_done;		/* the engine wrote the files but the pages files */
+	bool go;		/* the layout is made (or the fetch failed): pages next */
+	struct early *early;
+	size_t nearly;
 };
 
 static int cmp_place(const void *a, const void *b)
@@ -74,19 +98,114 @@ static int index_places(struct stream *x, const struct manifest *m)
 	return 0;
 }
 
+static void add_est(struct engine_stats *sum, const struct engine_stats *part)
+{
+	sum->logical_bytes += part->logical_bytes;
+	sum->written_bytes += part->written_bytes;
+	sum->read_bytes += part->read_bytes;
+	sum->unique_chunks += part->unique_chunks;
+	sum->skipped_chunks += part->skipped_chunks;
+}
+
+/* The engine on what the store has: every file but the pages files, then,
+ * once the layout is made, the pages files (through its windows). */
 static void *engine_main(void *arg)
 {
 	struct stream *x = arg;
-	struct engine_opts o = *tier_engine_opts(x->t);
+	struct engine_stats st;
+	int ret;
 
-	o.files = x->fds;
-	o.skip_missing = true;
-	o.cancel = &x->cancel;
-	o.progress = NULL;
-	x->engine_ret = engine_materialize(tier_store(x->t), x->out->m, x->bdir, &o, &x->out->est);
-	if (x->engine_ret)
+	ret = tier_part_materialize(x->t, &x->rest, x->bdir, x->fds, NULL, true, &x->cancel, &st);
+	if (!ret)
+		add_est(&x->out->est, &st);
+	pthread_mutex_lock(&x->mu);
+	x->rest_done = true;
+	x->engine_ret = ret;
+	pthread_cond_broadcast(&x->cv);
+	while (!ret && !x->go)
+		pthread_cond_wait(&x->cv, &x->mu);
+	pthread_mutex_unlock(&x->mu);
+	if (!ret && !atomic_load(&x->cancel)) {
+		ret = tier_part_materialize(x->t, &x->pages, x->bdir, x->fds, x->out->lay.maps, true,
+					    &x->cancel, &st);
+		if (!ret)
+			add_est(&x->out->est, &st);
+		x->engine_ret = ret;
+	}
+	if (ret && ret != -ECANCELED)
 		pr_err("materialising the chunks the store had: %s", log_last_error());
 	return NULL;
+}
+
+static bool first_files(void *arg, const struct manifest *m, size_t file)
+{
+	return !tier_is_pages_file(m->files[file].path);
+}
+
+/* Populate the pages of len bytes at off of a window before they are
+ * written: a full tmpfs is ENOSPC here, never a SIGBUS. */
+static int window_populate(uint8_t *win, uint64_t off, size_t len)
+{
+	uintptr_t a = (uintptr_t)(win + off) & ~(uintptr_t)(CRIU_PAGE_SIZE - 1);
+	uintptr_t b = ALIGN_UP((uintptr_t)(win + off + len), CRIU_PAGE_SIZE);
+
+	return madvise((void *)a, b - a, MADV_POPULATE_WRITE) < 0 ? -errno : 0;
+}
+
+static int window_write(uint8_t *win, uint64_t off, const void *data, size_t len)
+{
+	int ret = window_populate(win, off, len);
+
+	if (!ret)
+		memcpy(win + off, data, len);
+	return ret;
+}
+
+/* The pages files' ranges written before the windows: into them. */
+static int copy_early(struct stream *x)
+{
+	for (size_t i = 0; i < x->nearly; i++) {
+		const struct early *e = &x->early[i];
+		uint8_t *win = x->out->lay.maps[e->file];
+		ssize_t r;
+		int ret;
+
+		if (!win)
+			continue;
+		ret = window_populate(win, e->off, e->len);
+		if (ret)
+			return ret;
+		r = pread(x->fds[e->file], win + e->off, e->len, (off_t)e->off);
+		if (r != (ssize_t)e->len)
+			return r < 0 ? -errno : -EIO;
+	}
+	return 0;
+}
+
+/* Every chunk of the other files is in, the engine's part of them too:
+ * the layout, and the pages files next. */
+static int on_first_done(void *arg)
+{
+	struct stream *x = arg;
+	int ret;
+
+	pthread_mutex_lock(&x->mu);
+	while (!x->rest_done)
+		pthread_cond_wait(&x->cv, &x->mu);
+	ret = x->engine_ret;
+	pthread_mutex_unlock(&x->mu);
+	if (!ret)
+		ret = tier_layout_begin(x->t, x->bdir, x->out->m, &x->out->lay);
+	if (!ret && x->out->lay.windows)
+		ret = copy_early(x);
+	if (ret)
+		pr_err("%s: the mapped image's layout: %s", x->bdir, strerror(-ret));
+	atomic_store(&x->placed, true);
+	pthread_mutex_lock(&x->mu);
+	x->go = true;
+	pthread_cond_broadcast(&x->cv);
+	pthread_mutex_unlock(&x->mu);
+	return ret;
 }
 
 /* The fetch has its manifest: room, files, the index, and the engine on
@@ -116,6 +235,10 @@ static int on_begin(void *arg, const struct manifest *m)
 	}
 	x->nfds = m->nfiles;
 	ret = index_places(x, m);
+	if (!ret)
+		ret = tier_part_view(x->out->m, false, &x->rest);
+	if (!ret)
+		ret = tier_part_view(x->out->m, true, &x->pages);
 	if (ret)
 		return ret;
 	ret = pthread_create(&x->engine, NULL, engine_main, x);
@@ -125,7 +248,25 @@ static int on_begin(void *arg, const struct manifest *m)
 	return 0;
 }
 
-/* A checked chunk: into every place it has in the files. */
+static int note_early(struct stream *x, const struct place *p, size_t len)
+{
+	struct early *g;
+	int ret = 0;
+
+	pthread_mutex_lock(&x->mu);
+	g = realloc(x->early, (x->nearly + 1) * sizeof(*g));
+	if (g) {
+		x->early = g;
+		x->early[x->nearly++] = (struct early){ p->file, p->off, len };
+	} else {
+		ret = -ENOMEM;
+	}
+	pthread_mutex_unlock(&x->mu);
+	return ret;
+}
+
+/* A checked chunk: into every place it has in the files (a pages file's
+ * through its window, once there is one). */
 static int on_chunk(void *arg, const uint8_t hash[CHUNK_HASH_LEN], const void *data, size_t len)
 {
 	struct stream *x = arg;
@@ -141,8 +282,13 @@ static int on_chunk(void *arg, const uint8_t hash[CHUNK_HASH_LEN], const void *d
 	}
 	for (; lo < x->nplaces && !memcmp(x->places[lo].hash, hash, CHUNK_HASH_LEN); lo++) {
 		const struct place *p = &x->places[lo];
-		int ret = pwrite_all(x->fds[p->file], data, len, (off_t)p->off);
+		bool placed = atomic_load(&x->placed);
+		uint8_t *win = placed ? x->out->lay.maps[p->file] : NULL;
+		int ret = win ? window_write(win, p->off, data, len)
+			      : pwrite_all(x->fds[p->file], data, len, (off_t)p->off);
 
+		if (!ret && !placed && tier_is_pages_file(x->out->m->files[p->file].path))
+			ret = note_early(x, p, len);
 		if (ret) {
 			pr_err("write %s/%s at %llu: %s", x->bdir, x->out->m->files[p->file].path,
 			       (unsigned long long)p->off, strerror(-ret));
@@ -156,14 +302,21 @@ static int on_chunk(void *arg, const uint8_t hash[CHUNK_HASH_LEN], const void *d
 int tier_fill_fetching(struct tier *t, const char *hex, const char *full, const char *bdir,
 		       const char *resv, struct remote *r, struct tier_fill *out)
 {
-	struct stream x = { .t = t, .hex = hex, .bdir = bdir, .resv = resv, .out = out };
-	struct remote_fetch_opts o = { .begin = on_begin, .chunk = on_chunk, .consumer = &x };
+	struct stream x = { .t = t, .hex = hex, .bdir = bdir, .resv = resv, .out = out,
+			    .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+	struct remote_fetch_opts o = { .begin = on_begin, .chunk = on_chunk, .first = first_files,
+				       .first_done = on_first_done, .consumer = &x };
 	int ret;
 
 	memset(out, 0, sizeof(*out));
 	ret = remote_fetch_missing_with(r, tier_store(t), full, &o, &out->fst);
-	if (ret)
+	if (ret) {
 		atomic_store(&x.cancel, true);
+		pthread_mutex_lock(&x.mu);
+		x.go = true; /* an engine waiting for the layout: it is not coming */
+		pthread_cond_broadcast(&x.cv);
+		pthread_mutex_unlock(&x.mu);
+	}
 	if (x.engine_running) {
 		pthread_join(x.engine, NULL);
 		if (!ret)
@@ -176,8 +329,16 @@ int tier_fill_fetching(struct tier *t, const char *hex, const char *full, const 
 		}
 	free(x.fds);
 	free(x.places);
+	free(x.early);
+	tier_part_release(&x.rest);
+	tier_part_release(&x.pages);
+	pthread_mutex_destroy(&x.mu);
+	pthread_cond_destroy(&x.cv);
 	out->fetched_written = atomic_load(&x.written);
+	if (!ret)
+		ret = tier_layout_finish(&out->lay, bdir, out->m, &out->bytes);
 	if (ret) {
+		tier_layout_release(&out->lay);
 		manifest_free(out->m);
 		out->m = NULL;
 	}

@@ -5,6 +5,7 @@
 #define THAW_RESTORE_TIER_INTERNAL_H
 
 #include "restore/engine.h"
+#include "restore/mapped.h"
 #include "restore/tier.h"
 #include "store/manifest.h"
 #include "store/remote.h"
@@ -14,6 +15,55 @@
 int tier_reserve(struct tier *t, const char *hex, uint64_t need, const char *resv);
 struct store *tier_store(struct tier *t);
 const struct engine_opts *tier_engine_opts(struct tier *t);
+uint64_t tier_mapped_min(struct tier *t); /* 0: no mapped images */
+/* Record in bdir/.mapped-why why the entry has no mapped image. */
+void tier_record_unmapped(const char *bdir, const char *why);
+
+/* The pages files an entry left out, in the entry: [[path, size], ...]. */
+#define TIER_ELIDED ".elided"
+
+/* --- tier_layout.c: an entry's pages written once, into the mapped image. */
+
+/* Is path a CRIU pages file ("pages-<id>.img")? */
+bool tier_is_pages_file(const char *path);
+
+/* A manifest's pages files, or all its other files, as a manifest of their
+ * own for the engine (it shares m's file entries: m must outlive it). */
+struct tier_part {
+	struct manifest view;
+	size_t *idx;	  /* the view's file k is m's file idx[k] */
+	int *fds;	  /* the view's descriptors and windows, for the engine */
+	uint8_t **maps;
+};
+int tier_part_view(const struct manifest *m, bool pages, struct tier_part *p);
+void tier_part_release(struct tier_part *p);
+/* The engine on part p, writing into fds (and, where maps is not NULL and
+ * has one, through maps: both indexed by m's files), into bdir. */
+int tier_part_materialize(struct tier *t, struct tier_part *p, const char *bdir, const int *fds,
+			  uint8_t *const *maps, bool skip_missing, atomic_bool *cancel,
+			  struct engine_stats *st);
+
+struct tier_layout {
+	struct mapped_windows win;
+	uint8_t **maps;	  /* per file of the manifest: its window, or NULL */
+	bool windows;	  /* the pages go through windows */
+	bool decided;	  /* bdir/.mapped is made, or .mapped-why says why not */
+	struct mapped_result res;
+	double plan_ms;
+};
+/* Once every file of m but the pages files is written in bdir: the mapped
+ * image's layout and its windows (bdir/.mapped), or the reason it has none
+ * (bdir/.mapped-why).  Where windows do not apply (logged) nothing is
+ * decided and the pages files are to be written as they are.  0 or -errno
+ * (out of memory). */
+int tier_layout_begin(struct tier *t, const char *bdir, const struct manifest *m,
+		      struct tier_layout *lay);
+/* Every pages file went through its window: unmap them, remove the pages
+ * files the windows stood for and list them in bdir/.elided; *bytes (the
+ * entry's bytes in RAM) becomes what the entry now holds. */
+int tier_layout_finish(struct tier_layout *lay, const char *bdir, const struct manifest *m,
+		       uint64_t *bytes);
+void tier_layout_release(struct tier_layout *lay);
 
 /* What a filled build directory holds, for its publication. */
 struct tier_fill {
@@ -22,6 +72,7 @@ struct tier_fill {
 	struct engine_stats est;  /* the engine's part: the chunks the store had */
 	struct remote_fetch_stats fst; /* the fetch's part */
 	uint64_t fetched_written; /* bytes of fetched chunks written into the files */
+	struct tier_layout lay;	  /* the mapped image's layout (tier_layout_release it) */
 };
 
 /* Fill bdir with snapshot full's files (hex its id's hex) while the chunks

@@ -1028,6 +1028,7 @@ struct want {
 	uint32_t pack; /* index into the remote index's packs */
 	uint64_t off;
 	uint32_t stored, raw_len;
+	bool early; /* a chunk of a file opts first() chose: fetched before the others */
 };
 
 /* One ranged GET: chunks v[first..first+n) of one pack, in order. */
@@ -1100,6 +1101,8 @@ static int cmp_want(const void *a, const void *b)
 {
 	const struct want *x = a, *y = b;
 
+	if (x->early != y->early)
+		return x->early ? -1 : 1;
 	if (x->pack != y->pack)
 		return x->pack < y->pack ? -1 : 1;
 	return x->off < y->off ? -1 : x->off > y->off;
@@ -1305,7 +1308,8 @@ static int make_spans(struct fetch *f)
 		const struct want *c = &f->w[i];
 		if (sp) {
 			const struct want *first = &f->w[sp->first], *last = &f->w[sp->first + sp->n - 1];
-			if (last->pack == c->pack && c->off <= last->off + last->stored + REMOTE_FETCH_GAP &&
+			if (last->early == c->early && last->pack == c->pack &&
+			    c->off <= last->off + last->stored + REMOTE_FETCH_GAP &&
 			    c->off + c->stored - first->off <= REMOTE_FETCH_RANGE) {
 				sp->n++;
 				continue;
@@ -1375,6 +1379,7 @@ static int fetch_spans(struct fetch *f)
 {
 	struct s3_range *v = calloc(f->nspans ? f->nspans : 1, sizeof(*v));
 	uint8_t *buf = malloc(REMOTE_FETCH_BATCH + REMOTE_FETCH_RANGE);
+	bool first_called = false;
 	int ret = 0;
 
 	if (!v || !buf) {
@@ -1383,10 +1388,21 @@ static int fetch_spans(struct fetch *f)
 		return -ENOMEM;
 	}
 	ret = workers_start(f);
-	for (size_t i = 0; i < f->nspans && !ret;) {
+	for (size_t i = 0; i <= f->nspans && !ret;) {
 		size_t n = 0, used = 0;
-		while (i + n < f->nspans && (n == 0 || used + span_len(f, &f->spans[i + n]) <=
-							      REMOTE_FETCH_BATCH)) {
+		bool early = i < f->nspans && f->w[f->spans[i].first].early;
+
+		if (!early && !first_called) { /* the early chunks are all in */
+			first_called = true;
+			if (f->o.first_done)
+				ret = f->o.first_done(f->o.consumer);
+			if (ret)
+				break;
+		}
+		if (i == f->nspans)
+			break;
+		while (i + n < f->nspans && f->w[f->spans[i + n].first].early == early &&
+		       (n == 0 || used + span_len(f, &f->spans[i + n]) <= REMOTE_FETCH_BATCH)) {
 			struct span *sp = &f->spans[i + n];
 			v[n] = (struct s3_range){ .key = sp->key, .off = f->w[sp->first].off,
 						  .len = span_len(f, sp), .buf = buf + used, .arg = sp };
@@ -1411,7 +1427,13 @@ static int plan_fetch(struct fetch *f, const struct manifest *m)
 	int ret = 0;
 
 	hash_set_init(&seen);
-	for (size_t i = 0; i < m->nfiles && !ret; i++)
+	/* The files first() chose, then the others: a chunk of both is early. */
+	for (size_t n = 0; n < 2 * m->nfiles && !ret; n++) {
+		size_t i = n % m->nfiles;
+		bool early = f->o.first && f->o.first(f->o.consumer, m, i);
+
+		if (early != (n < m->nfiles))
+			continue;
 		for (size_t k = 0; k < m->files[i].nchunks && !ret; k++) {
 			const struct manifest_chunk *c = &m->files[i].chunks[k];
 			struct store_chunk_loc loc;
@@ -1449,6 +1471,7 @@ static int plan_fetch(struct fetch *f, const struct manifest *m)
 			w->off = e->off;
 			w->stored = e->stored;
 			w->raw_len = e->raw_len;
+			w->early = early;
 			f->total += e->stored;
 			if (e->raw_len != c->len) {
 				char id[CHUNK_ID_LEN];
@@ -1458,6 +1481,7 @@ static int plan_fetch(struct fetch *f, const struct manifest *m)
 				ret = -EBADMSG;
 			}
 		}
+	}
 	hash_set_release(&seen);
 	if (!ret)
 		qsort(f->w, f->nw, sizeof(*f->w), cmp_want);

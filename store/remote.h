@@ -133,7 +133,17 @@ struct remote_fetch_opts {
 	 * len bytes, valid during the call.  A chunk fetched again after a bad
 	 * answer may come twice.  Not 0: the fetch stops with that error. */
 	int (*chunk)(void *arg, const uint8_t hash[CHUNK_HASH_LEN], const void *data, size_t len);
-	void *consumer; /* begin's and chunk's arg */
+	/* May be NULL.  The chunks of the files first() says yes to (file:
+	 * an index into m's files) are fetched before any other chunk, and
+	 * first_done is called on the calling thread once all of them went
+	 * through chunk(), before the rest is asked for (also when there were
+	 * none to fetch): a consumer that must read some files before it can
+	 * place the others (the RAM tier's mapped layout) waits one round for
+	 * them, not for the whole fetch.  Not 0: the fetch stops with that
+	 * error. */
+	bool (*first)(void *arg, const struct manifest *m, size_t file);
+	int (*first_done)(void *arg);
+	void *consumer; /* begin's, chunk's, first's and first_done's arg */
 };
 
 /* remote_fetch_missing with a consumer; o may be NULL. */

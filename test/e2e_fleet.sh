@@ -202,6 +202,11 @@ if [ "$st" = 201 ] && [ "$fetch_ms" != None ]; then
 		[ "$(jget "$T/body" "j['tier']")" = ram ] &&
 		ok "g's fetched chunks went into B's RAM tier as they came ($(grep -o 'as it was fetched: [^,]*' "$T/thawd-b.log" | tail -n1))" ||
 		fail "g's start did not stream its fetch into the RAM tier: $(head -c 600 "$T/body")"
+	# its pages went straight into the mapped image's memory files, or the
+	# log says why the image maps nothing (a small function may not)
+	echo "B's mapped image: $(grep -h "mapped image\|no windows" "$T/thawd-b.log" | tail -n 2)"
+	grep -q "no windows for the mapped image" "$T/thawd-b.log" &&
+		fail "B wrote g's pages twice: $(grep -h 'no windows' "$T/thawd-b.log")"
 else
 	fail "first start of g on B: $st $(head -c 400 "$T/body")"
 fi

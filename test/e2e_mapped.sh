@@ -112,6 +112,13 @@ grep -q '/\.thaw/' "/proc/${HPID[1]}/maps" && ok "the process maps the snapshot'
 	fail "no /.thaw/ mapping in /proc/${HPID[1]}/maps"
 [ "$(sum_of "${EP[1]}")" = "$EXPECT" ] && ok "instance 1 answers the original's checksum" ||
 	fail "instance 1 answers another checksum"
+# The pages were written once, into the memory files: the entry holds one
+# copy of the memory, and the pages file they came from is not in it.
+tier_kib=$(du -sk "$TIER/$HEX" | cut -f1)
+echo "figure: e2e_mapped tier_entry_kib $tier_kib (image $((IMG / 1024)) KiB)"
+[ -f "$TIER/$HEX/.elided" ] && [ "$tier_kib" -le $((IMG / 1024 * 13 / 10)) ] &&
+	ok "the tier entry holds one copy of the memory: $tier_kib KiB, pages files elided ($(cat "$TIER/$HEX/.elided"))" ||
+	fail "the tier entry holds $tier_kib KiB for a $((IMG / 1024)) KiB image (.elided: $(cat "$TIER/$HEX/.elided" 2>&1)); $(grep -h 'mapped image' "$W"/start*.err)"
 "$THAW" --data-dir "$D" ps | grep -q "^${ID[1]} .* mapped " && ok "thaw ps lists it as mapped" ||
 	fail "thaw ps: $("$THAW" --data-dir "$D" ps)"
 "$THAW" --data-dir "$W/no-such-dir" ps >/dev/null 2>"$W/ps.err" && fail "thaw ps on a missing data directory exited 0"
@@ -220,7 +227,12 @@ unset ID EP HPID
 start_instances 1 "$SNAP" --eager
 [ "$(jget "$W/start1.json" pages)" = eager ] && [ "$(jget "$W/start1.json" pages_why)" = "the start asked" ] &&
 	ok "--eager: pages eager (the start asked)" || fail "--eager: $(cat "$W/start1.json")"
-[ "$(sum_of "${EP[1]}")" = "$EXPECT" ] || fail "the eager instance answers another checksum"
+[ "$(sum_of "${EP[1]}")" = "$EXPECT" ] && ok "the eager instance answers the original's checksum" ||
+	fail "the eager instance answers another checksum"
+# It needed the pages files the entry had left out: written from the store.
+[ ! -e "$TIER/$HEX/.elided" ] && ls "$TIER/$HEX"/pages-*.img >/dev/null 2>&1 &&
+	ok "the eager start had the elided pages files written into the entry" ||
+	fail "after the eager start: .elided $(ls "$TIER/$HEX/.elided" 2>&1), pages files: $(ls "$TIER/$HEX" | grep -c '^pages-')"
 echo "figure: e2e_mapped eager_anonymous_kib_after_start $(anon_kib "${HPID[1]}")"
 stop_instances
 

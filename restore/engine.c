@@ -147,7 +147,7 @@ struct eng {
 	int *fds;	    /* the files the engine made and closes; -1 where another's */
 	const int *files;   /* the files written: fds, or the caller's (opts files) */
 	uint8_t **maps; /* each file mapped shared, or NULL: write with pwrite */
-	uint8_t *const *given; /* opts maps: the caller's, written only through */
+	const struct engine_writer *writers; /* opts writers */
 	atomic_bool populate; /* MADV_POPULATE_WRITE works here */
 	bool mapped;          /* files are written through mappings */
 
@@ -609,10 +609,20 @@ static uint8_t *map_dest(struct eng *e, uint32_t o)
 	return NULL;
 }
 
-/* Occurrence o's file is written only through the caller's mapping. */
-static bool only_mapped(const struct eng *e, uint32_t o)
+/* The writer of occurrence o's file, or NULL: its descriptor. */
+static const struct engine_writer *writer_of(const struct eng *e, uint32_t o)
 {
-	return e->given && e->given[e->occ[o].file];
+	const struct engine_writer *w = e->writers ? &e->writers[e->occ[o].file] : NULL;
+
+	return w && w->pwrite ? w : NULL;
+}
+
+/* Write occurrence o's bytes with pwrite, into its file or through its writer. */
+static int pwrite_occ(const struct eng *e, uint32_t o, const void *src, size_t len, uint64_t off)
+{
+	const struct engine_writer *w = writer_of(e, o);
+
+	return w ? w->pwrite(w->arg, src, len, off) : pwrite_all(e->files[e->occ[o].file], src, len, (off_t)off);
 }
 
 /* The arena: every worker's slots, allocated and locked once, before any
@@ -907,10 +917,7 @@ static bool process_unit(struct worker *w, const struct unit *u, const uint8_t *
 			atomic_fetch_add(&e->read_into_files, c->len);
 		src = dest;
 		in_file = true;
-	} else if (!(map0 = map_dest(e, o0)) && only_mapped(e, o0)) {
-		chunk_failed(e, c, o0, -ENOSPC, "its place in the file could not be populated");
-		return false;
-	} else if (!map0 && u->stored == CHUNK_HEADER_SIZE + c->len) {
+	} else if (!(map0 = map_dest(e, o0)) && u->stored == CHUNK_HEADER_SIZE + c->len) {
 		/* Raw, written with pwrite: checked where it was read, no copy. */
 		ret = chunk_check_raw(obj, obj_len, c->hash, obj + CHUNK_HEADER_SIZE, c->len);
 		src = obj + CHUNK_HEADER_SIZE;
@@ -940,11 +947,8 @@ static bool process_unit(struct worker *w, const struct unit *u, const uint8_t *
 
 		if (p && p != src) {
 			memcpy(p, src, d->len);
-		} else if (!p && only_mapped(e, o)) {
-			chunk_failed(e, d, o, -ENOSPC, "its place in the file could not be populated");
-			return false;
 		} else if (!p) {
-			ret = pwrite_all(e->files[e->occ[o].file], src, d->len, (off_t)d->off);
+			ret = pwrite_occ(e, o, src, d->len, d->off);
 			if (ret) {
 				chunk_failed(e, d, o, ret, strerror(-ret));
 				return false;
@@ -1264,17 +1268,20 @@ static int map_files(struct eng *e, const struct engine_opts *o)
 	if (!e->maps)
 		return -ENOMEM;
 	atomic_store(&e->populate, true);
-	e->given = o->maps;
+	e->writers = o->writers;
 	for (size_t i = 0; i < e->m->nfiles; i++) {
+		const struct engine_writer *w = e->writers ? &e->writers[i] : NULL;
 		void *p;
 
-		if (e->given && e->given[i]) {
-			e->maps[i] = e->given[i];
+		if (!e->m->files[i].size || !map_pays(e, o, e->files[i]))
+			continue;
+		if (w && w->map) {
+			e->maps[i] = w->map;
 			e->mapped = true;
 			continue;
 		}
-		if (!e->m->files[i].size || !map_pays(e, o, e->files[i]))
-			continue;
+		if (w && w->pwrite)
+			continue; /* never the descriptor's mapping: not where its bytes go */
 		p = mmap(NULL, e->m->files[i].size, PROT_READ | PROT_WRITE, MAP_SHARED, e->files[i], 0);
 		if (p == MAP_FAILED) {
 			pr_debug("cannot map %s/%s (%s): writing it with pwrite", e->outdir,
@@ -1292,7 +1299,7 @@ static void unmap_files(struct eng *e)
 	if (!e->maps)
 		return;
 	for (size_t i = 0; i < e->m->nfiles; i++)
-		if (e->maps[i] && !(e->given && e->given[i]))
+		if (e->maps[i] && !(e->writers && e->writers[i].map))
 			munmap(e->maps[i], e->m->files[i].size);
 	free(e->maps);
 	e->maps = NULL;
@@ -1407,7 +1414,7 @@ int engine_materialize(struct store *s, const struct manifest *m, const char *ou
 		o.units_per_take = opts->units_per_take;
 		o.files = opts->files;
 		o.skip_missing = opts->skip_missing;
-		o.maps = opts->maps;
+		o.writers = opts->writers;
 	}
 	o.queue_depth = MIN(o.queue_depth, 4096u);
 	memset(&st, 0, sizeof(st));

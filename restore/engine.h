@@ -63,6 +63,15 @@ enum engine_order {
  * the end: done of total logical bytes (holes count as done from the start). */
 typedef void (*engine_progress_fn)(uint64_t done, uint64_t total, void *arg);
 
+/* A file whose bytes are written elsewhere than into its descriptor.  The
+ * engine writes it through map, or with pwrite() where it would have used
+ * pwrite on the file itself (engine_write), and never into files[i]. */
+struct engine_writer {
+	uint8_t *map; /* a shared, writable mapping of the file's size (the caller's) */
+	int (*pwrite)(void *arg, const void *buf, size_t len, uint64_t off); /* NULL: none */
+	void *arg;
+};
+
 struct engine_opts {
 	unsigned queue_depth;   /* reads in flight, shared out among the workers (at most 4 each
 				 * through the page cache); 0: ENGINE_DEFAULT_QD */
@@ -84,12 +93,9 @@ struct engine_opts {
 	 * bytes, so one written twice is harmless. */
 	const int *files;
 	bool skip_missing;
-	/* May be NULL.  Where maps[i] is not NULL, file i is written only
-	 * through it: the caller's shared, writable mapping of its size in
-	 * bytes (left mapped), which may lie over other files than files[i]
-	 * (the mapped layout's windows, restore/mapped.h).  A page of it that
-	 * cannot be populated is an error then, never a pwrite. */
-	uint8_t *const *maps;
+	/* May be NULL: per file, where its bytes go if not into files[i]
+	 * (the mapped layout's windows, restore/mapped.h). */
+	const struct engine_writer *writers;
 	engine_progress_fn progress; /* may be NULL */
 	void *progress_arg;
 };

@@ -725,6 +725,69 @@ static bool huge_pages(const struct copy *c)
 	return false;
 }
 
+static int cmp_piece(const void *a, const void *b)
+{
+	uint64_t x = ((const struct mapped_piece *)a)->ioff, y = ((const struct mapped_piece *)b)->ioff;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The window's pieces by ioff, each with a descriptor of its own. */
+static int window_pieces(struct mapped_window *w, const struct copy *c, size_t pieces)
+{
+	w->p = malloc(MAX(pieces, (size_t)1) * sizeof(*w->p));
+	w->fds = malloc(MAX(c->nd, (size_t)1) * sizeof(*w->fds));
+	if (!w->p || !w->fds)
+		return -ENOMEM;
+	for (size_t i = 0; i < c->nd; i++) {
+		int fd;
+
+		if (!c->d[i].n)
+			continue;
+		fd = fcntl(c->d[i].fd, F_DUPFD_CLOEXEC, 0);
+		if (fd < 0)
+			return -errno;
+		w->fds[w->nfds++] = fd;
+		for (size_t k = 0; k < c->d[i].n; k++)
+			w->p[w->np++] = (struct mapped_piece){ c->d[i].p[k].ioff, c->d[i].p[k].len, fd,
+							       c->d[i].p[k].ooff };
+	}
+	qsort(w->p, w->np, sizeof(*w->p), cmp_piece);
+	return 0;
+}
+
+int mapped_window_pwrite(const struct mapped_window *w, const void *buf, size_t len, uint64_t off)
+{
+	size_t lo = 0, hi = w->np;
+
+	while (lo < hi) { /* the first piece that ends after off */
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (w->p[mid].ioff + w->p[mid].len <= off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	while (len) {
+		const struct mapped_piece *p = &w->p[lo];
+		uint64_t at, n;
+		int ret;
+
+		if (lo == w->np || p->ioff > off)
+			return -EFAULT; /* the pieces cover the whole pages file */
+		at = off - p->ioff;
+		n = MIN((uint64_t)len, p->len - at);
+		ret = pwrite_all(p->fd, buf, (size_t)n, (off_t)(p->ooff + at));
+		if (ret)
+			return ret;
+		buf = (const uint8_t *)buf + n;
+		off += n;
+		len -= (size_t)n;
+		lo++;
+	}
+	return 0;
+}
+
 /* Pages file name of len bytes (holes; in: open on it) gets its window. */
 static int make_window(struct build *b, struct copy *c, int in, const char *name)
 {
@@ -777,7 +840,11 @@ static int make_window(struct build *b, struct copy *c, int in, const char *name
 			}
 		}
 	b->maps += pieces;
-	if (huge_pages(c)) {
+	ret = window_pieces(w, c, pieces);
+	if (ret)
+		return ret;
+	w->huge = huge_pages(c);
+	if (w->huge) {
 		c->alloc = true;
 		ret = copy_run(c);
 		if (ret)
@@ -797,18 +864,23 @@ static int make_window(struct build *b, struct copy *c, int in, const char *name
 
 void mapped_windows_release(struct mapped_windows *win)
 {
-	for (size_t i = 0; win->w && i < win->n; i++)
+	for (size_t i = 0; win->w && i < win->n; i++) {
 		if (win->w[i].addr)
 			munmap(win->w[i].addr, win->w[i].len);
+		for (size_t k = 0; k < win->w[i].nfds; k++)
+			close(win->w[i].fds[k]);
+		free(win->w[i].fds);
+		free(win->w[i].p);
+	}
 	free(win->w);
 	memset(win, 0, sizeof(*win));
 }
 
-uint8_t *mapped_window_of(const struct mapped_windows *win, const char *name)
+const struct mapped_window *mapped_window_of(const struct mapped_windows *win, const char *name)
 {
 	for (size_t i = 0; i < win->n; i++)
 		if (!strcmp(win->w[i].name, name))
-			return win->w[i].addr;
+			return &win->w[i];
 	return NULL;
 }
 

@@ -24,6 +24,7 @@
 #ifndef THAW_RESTORE_MAPPED_H
 #define THAW_RESTORE_MAPPED_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stddef.h>
 
@@ -60,10 +61,20 @@ int mapped_build(const char *image_dir, const char *out_dir, uint64_t min_bytes,
  * each page populated first (MADV_POPULATE_WRITE: a full tmpfs is then an
  * error, not a SIGBUS), builds the variant with one copy of the memory, not
  * two; the pages file itself is never needed. */
+struct mapped_piece {
+	uint64_t ioff, len; /* these bytes of the pages file ... */
+	int fd;		    /* ... are these of this file (the window's own descriptor) */
+	uint64_t ooff;
+};
 struct mapped_window {
 	char name[64]; /* "pages-<id>.img" */
 	uint8_t *addr;
 	uint64_t len;  /* the pages file's size */
+	struct mapped_piece *p; /* what the window maps, by ioff */
+	size_t np;
+	int *fds;      /* the destinations, open while the window is */
+	size_t nfds;
+	bool huge;     /* they are on a huge-page tmpfs */
 };
 struct mapped_windows {
 	struct mapped_window *w;
@@ -86,7 +97,12 @@ struct mapped_windows {
 int mapped_build_windows(const char *image_dir, const char *out_dir, uint64_t min_bytes,
 			 struct mapped_result *res, struct mapped_windows *win);
 /* The window of pages file name ("pages-3.img"), or NULL. */
-uint8_t *mapped_window_of(const struct mapped_windows *win, const char *name);
+const struct mapped_window *mapped_window_of(const struct mapped_windows *win, const char *name);
+/* Write len bytes of the pages file at off where they belong, with pwrite:
+ * into a 4 KiB-page tmpfs that costs one copy, where a write through the
+ * window first clears each new page at its fault, then copies into it.
+ * 0 or -errno. */
+int mapped_window_pwrite(const struct mapped_window *w, const void *buf, size_t len, uint64_t off);
 void mapped_windows_release(struct mapped_windows *win);
 
 /* The mount id of OCI_MAPPED_DEST in the CRIU image in image_dir: 0, -ENOENT

@@ -686,7 +686,7 @@ static int fill_from_store(struct tier *t, const struct manifest *m, const char 
 		ret = tier_layout_begin(t, bdir, m, lay);
 	}
 	if (!ret)
-		ret = tier_part_materialize(t, &pages, bdir, fds, lay->maps, false, NULL, &part);
+		ret = tier_part_materialize(t, &pages, bdir, fds, lay, false, NULL, &part);
 	if (!ret)
 		add_stats(st, &part);
 	for (size_t i = 0; i < m->nfiles; i++)

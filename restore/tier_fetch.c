@@ -126,7 +126,7 @@ static void *engine_main(void *arg)
 		pthread_cond_wait(&x->cv, &x->mu);
 	pthread_mutex_unlock(&x->mu);
 	if (!ret && !atomic_load(&x->cancel)) {
-		ret = tier_part_materialize(x->t, &x->pages, x->bdir, x->fds, x->out->lay.maps, true,
+		ret = tier_part_materialize(x->t, &x->pages, x->bdir, x->fds, &x->out->lay, true,
 					    &x->cancel, &st);
 		if (!ret)
 			add_est(&x->out->est, &st);
@@ -283,9 +283,15 @@ static int on_chunk(void *arg, const uint8_t hash[CHUNK_HASH_LEN], const void *d
 	for (; lo < x->nplaces && !memcmp(x->places[lo].hash, hash, CHUNK_HASH_LEN); lo++) {
 		const struct place *p = &x->places[lo];
 		bool placed = atomic_load(&x->placed);
-		uint8_t *win = placed ? x->out->lay.maps[p->file] : NULL;
-		int ret = win ? window_write(win, p->off, data, len)
-			      : pwrite_all(x->fds[p->file], data, len, (off_t)p->off);
+		const struct mapped_window *w = placed ? x->out->lay.wins[p->file] : NULL;
+		int ret;
+
+		if (w && w->huge) /* its pages allocated already: no clearing to save */
+			ret = window_write(w->addr, p->off, data, len);
+		else if (w)
+			ret = mapped_window_pwrite(w, data, len, p->off);
+		else
+			ret = pwrite_all(x->fds[p->file], data, len, (off_t)p->off);
 
 		if (!ret && !placed && tier_is_pages_file(x->out->m->files[p->file].path))
 			ret = note_early(x, p, len);

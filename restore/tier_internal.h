@@ -32,20 +32,22 @@ bool tier_is_pages_file(const char *path);
 struct tier_part {
 	struct manifest view;
 	size_t *idx;	  /* the view's file k is m's file idx[k] */
-	int *fds;	  /* the view's descriptors and windows, for the engine */
-	uint8_t **maps;
+	int *fds;	  /* the view's descriptors and writers, for the engine */
+	struct engine_writer *writers;
 };
 int tier_part_view(const struct manifest *m, bool pages, struct tier_part *p);
 void tier_part_release(struct tier_part *p);
-/* The engine on part p, writing into fds (and, where maps is not NULL and
- * has one, through maps: both indexed by m's files), into bdir. */
+struct tier_layout;
+/* The engine on part p, writing into fds (indexed by m's files) in bdir,
+ * and through lay's windows where it has them (lay may be NULL). */
 int tier_part_materialize(struct tier *t, struct tier_part *p, const char *bdir, const int *fds,
-			  uint8_t *const *maps, bool skip_missing, atomic_bool *cancel,
+			  const struct tier_layout *lay, bool skip_missing, atomic_bool *cancel,
 			  struct engine_stats *st);
 
 struct tier_layout {
 	struct mapped_windows win;
-	uint8_t **maps;	  /* per file of the manifest: its window, or NULL */
+	uint8_t **maps;	  /* per file of the manifest: its window's address, or NULL */
+	const struct mapped_window **wins; /* ... and the window */
 	bool windows;	  /* the pages go through windows */
 	bool decided;	  /* bdir/.mapped is made, or .mapped-why says why not */
 	struct mapped_result res;

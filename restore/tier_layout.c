@@ -48,8 +48,8 @@ int tier_part_view(const struct manifest *m, bool pages, struct tier_part *p)
 	p->view.files = malloc(MAX(m->nfiles, (size_t)1) * sizeof(*p->view.files));
 	p->idx = malloc(MAX(m->nfiles, (size_t)1) * sizeof(*p->idx));
 	p->fds = malloc(MAX(m->nfiles, (size_t)1) * sizeof(*p->fds));
-	p->maps = calloc(MAX(m->nfiles, (size_t)1), sizeof(*p->maps));
-	if (!p->view.files || !p->idx || !p->fds || !p->maps) {
+	p->writers = calloc(MAX(m->nfiles, (size_t)1), sizeof(*p->writers));
+	if (!p->view.files || !p->idx || !p->fds || !p->writers) {
 		tier_part_release(p);
 		return -ENOMEM;
 	}
@@ -66,22 +66,32 @@ void tier_part_release(struct tier_part *p)
 	free(p->view.files);
 	free(p->idx);
 	free(p->fds);
-	free(p->maps);
+	free(p->writers);
 	memset(p, 0, sizeof(*p));
 }
 
+static int window_pwrite(void *arg, const void *buf, size_t len, uint64_t off)
+{
+	return mapped_window_pwrite(arg, buf, len, off);
+}
+
 int tier_part_materialize(struct tier *t, struct tier_part *p, const char *bdir, const int *fds,
-			  uint8_t *const *maps, bool skip_missing, atomic_bool *cancel,
+			  const struct tier_layout *lay, bool skip_missing, atomic_bool *cancel,
 			  struct engine_stats *st)
 {
 	struct engine_opts o = *tier_engine_opts(t);
+	bool any = false;
 
 	for (size_t k = 0; k < p->view.nfiles; k++) {
+		const struct mapped_window *w = lay && lay->wins ? lay->wins[p->idx[k]] : NULL;
+
 		p->fds[k] = fds[p->idx[k]];
-		p->maps[k] = maps ? maps[p->idx[k]] : NULL;
+		p->writers[k] = w ? (struct engine_writer){ w->addr, window_pwrite, (void *)w }
+				  : (struct engine_writer){ 0 };
+		any |= w != NULL;
 	}
 	o.files = p->fds;
-	o.maps = maps ? p->maps : NULL;
+	o.writers = any ? p->writers : NULL;
 	o.skip_missing = skip_missing;
 	if (cancel)
 		o.cancel = cancel;
@@ -98,7 +108,8 @@ int tier_layout_begin(struct tier *t, const char *bdir, const struct manifest *m
 
 	memset(lay, 0, sizeof(*lay));
 	lay->maps = calloc(MAX(m->nfiles, (size_t)1), sizeof(*lay->maps));
-	if (!lay->maps)
+	lay->wins = calloc(MAX(m->nfiles, (size_t)1), sizeof(*lay->wins));
+	if (!lay->maps || !lay->wins)
 		return -ENOMEM;
 	if (!tier_mapped_min(t))
 		return 0; /* publish() records why */
@@ -115,8 +126,10 @@ int tier_layout_begin(struct tier *t, const char *bdir, const struct manifest *m
 		tier_record_unmapped(bdir, lay->res.why);
 		return 0;
 	}
-	for (size_t i = 0; i < m->nfiles; i++)
-		lay->maps[i] = mapped_window_of(&lay->win, m->files[i].path);
+	for (size_t i = 0; i < m->nfiles; i++) {
+		lay->wins[i] = mapped_window_of(&lay->win, m->files[i].path);
+		lay->maps[i] = lay->wins[i] ? lay->wins[i]->addr : NULL;
+	}
 	lay->windows = true;
 	lay->plan_ms = ms_since(t0);
 	return 0;
@@ -183,5 +196,7 @@ void tier_layout_release(struct tier_layout *lay)
 {
 	mapped_windows_release(&lay->win);
 	free(lay->maps);
+	free(lay->wins);
 	lay->maps = NULL;
+	lay->wins = NULL;
 }

@@ -17,14 +17,18 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: thaw materialize [--store DIR] [--out DIR] [--threads N] [--qd N]\n"
-		   "                        [--arena MiB] [--direct auto|on|off]\n"
+	fprintf(f, "usage: thaw materialize [--store DIR] [--out DIR] [--whole] [--threads N]\n"
+		   "                        [--qd N] [--arena MiB] [--direct auto|on|off]\n"
 		   "                        [--write auto|pwrite|mmap] [--take N]\n"
 		   "                        [--order auto|shares|stream] ID\n\n"
 		   "Write the image files of snapshot ID (a manifest id or a unique prefix of\n"
 		   "12+ hex digits) out of the store.  With --out, into DIR (which must not\n"
 		   "exist yet); without, into the RAM tier ($THAW_RAM_TIER or /dev/shm/thaw,\n"
 		   "budget $THAW_RAM_TIER_BYTES or half of /dev/shm), and print its path.\n"
+		   "There, a snapshot whose memory is mapped at restore has the pages of its\n"
+		   "large mappings written once, into the memory files of PATH/.mapped, and\n"
+		   "not into PATH's pages files; --whole writes those too (what a start with\n"
+		   "lazy or eager pages has written first).\n"
 		   "--threads (default: the CPUs), --qd (reads in flight, default %u) and --arena\n"
 		   "(MiB, default %llu) set the engine's size; --take N makes each worker take\n"
 		   "runs of N chunks (default: up to %u, ~2 MiB); --order shares starts each\n"
@@ -90,7 +94,7 @@ static int to_dir(struct store *s, const char *id, const char *out, struct engin
 	return ret ? 1 : 0;
 }
 
-static int to_tier(struct store *s, const char *id, struct engine_opts *o)
+static int to_tier(struct store *s, const char *id, struct engine_opts *o, bool whole)
 {
 	struct thaw_config c;
 	struct tier *t = NULL;
@@ -127,6 +131,16 @@ static int to_tier(struct store *s, const char *id, struct engine_opts *o)
 			secs > 0 ? (double)ts.written_bytes / secs / 1e9 : 0.0,
 			ts.materializations ? "store" : "another process");
 	}
+	if (whole) {
+		ret = tier_lease_whole(t, l);
+		if (ret) {
+			fprintf(stderr, "thaw materialize: %s\n", log_last_error());
+			goto out;
+		}
+	} else if (tier_lease_partial(l)) {
+		fprintf(stderr, "its mapped image: %s (pages files of mapped processes only there; "
+			"--whole writes them)\n", tier_lease_mapped(l));
+	}
 	printf("%s\n", tier_lease_path(l));
 out:
 	/* The entry stays in the tier; only the lease goes. */
@@ -138,6 +152,7 @@ out:
 int cmd_materialize(int argc, char **argv)
 {
 	const char *out = NULL, *id = NULL;
+	bool whole = false;
 	struct engine_opts o;
 	struct progress prog;
 	struct store *s = NULL;
@@ -155,6 +170,9 @@ int cmd_materialize(int argc, char **argv)
 			cli_set_store_dir(val);
 		} else if (!strcmp(a, "--out") && val) {
 			out = val;
+		} else if (!strcmp(a, "--whole")) {
+			whole = true;
+			continue; /* no value */
 		} else if (!strcmp(a, "--threads") && val && !cli_parse_count(val, 1024, &v)) {
 			o.threads = (unsigned)v;
 		} else if (!strcmp(a, "--qd") && val && !cli_parse_count(val, 4096, &v)) {
@@ -200,7 +218,7 @@ int cmd_materialize(int argc, char **argv)
 	progress_init(&prog, "materialize", 0);
 	o.progress = on_progress;
 	o.progress_arg = &prog;
-	ret = out ? to_dir(s, id, out, &o) : to_tier(s, id, &o);
+	ret = out ? to_dir(s, id, out, &o) : to_tier(s, id, &o, whole);
 	store_close(s);
 	return ret;
 }

@@ -1018,6 +1018,14 @@ out:
 	return ret;
 }
 
+bool tier_lease_partial(const struct tier_lease *l)
+{
+	char path[PATH_MAX + 16];
+
+	snprintf(path, sizeof(path), "%s/" TIER_ELIDED, l->path);
+	return access(path, F_OK) == 0;
+}
+
 const char *tier_lease_path(const struct tier_lease *l)
 {
 	return l->path;

@@ -88,6 +88,8 @@ const char *tier_lease_path(const struct tier_lease *l);
  * the store (once per entry, under its build lock; counted in the budget).
  * For a start that does not map (lazy or eager pages).  0 or -errno. */
 int tier_lease_whole(struct tier *t, struct tier_lease *l);
+/* Does the entry lack pages files that are in its mapped image only? */
+bool tier_lease_partial(const struct tier_lease *l);
 /* The directory of the entry's mapped variant (image/ and mem/), or NULL
  * when it has none; then tier_lease_mapped_why says why, in words. */
 const char *tier_lease_mapped(const struct tier_lease *l);

@@ -31,6 +31,7 @@ bool tier_is_pages_file(const char *path);
  * own for the engine (it shares m's file entries: m must outlive it). */
 struct tier_part {
 	struct manifest view;
+	bool pages;	  /* the pages files (the bulk: the one that reports progress) */
 	size_t *idx;	  /* the view's file k is m's file idx[k] */
 	int *fds;	  /* the view's descriptors and writers, for the engine */
 	struct engine_writer *writers;

@@ -43,6 +43,7 @@ bool tier_is_pages_file(const char *path)
 int tier_part_view(const struct manifest *m, bool pages, struct tier_part *p)
 {
 	memset(p, 0, sizeof(*p));
+	p->pages = pages;
 	p->view = *m;
 	p->view.nfiles = 0;
 	p->view.files = malloc(MAX(m->nfiles, (size_t)1) * sizeof(*p->view.files));
@@ -95,7 +96,8 @@ int tier_part_materialize(struct tier *t, struct tier_part *p, const char *bdir,
 	o.skip_missing = skip_missing;
 	if (cancel)
 		o.cancel = cancel;
-	o.progress = NULL;
+	if (!p->pages || skip_missing)
+		o.progress = NULL; /* thaw materialize's bar: the bulk, from the store */
 	return engine_materialize(tier_store(t), &p->view, bdir, &o, st);
 }
 

@@ -4,7 +4,8 @@
  * kept; the same bytes as store_get and as the naive engine; in O_DIRECT and
  * buffered mode, with a tiny arena and queue as with the defaults; a corrupt
  * or missing chunk fails naming the chunk and the file; a cancel stops it;
- * beside another writer, a chunk the store lacks is left to it. */
+ * beside another writer, a chunk the store lacks is left to it; a file with a
+ * writer is written only through it. */
 #include "common/log.h"
 #include "common/util.h"
 #include "restore/engine.h"
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -494,6 +496,162 @@ static void test_cancel(struct store *s, const char *id)
 	manifest_free(m);
 }
 
+/* The redirected file of test_writers: what writers[0] hands on goes there,
+ * counted (workers call it at once), each write checked to lie inside the
+ * file's size.  The mapped layout's windows are such a place (tier_layout.c). */
+struct redirect {
+	int fd;
+	uint64_t size;
+	uint64_t bytes;
+};
+
+static int redirect_pwrite(void *arg, const void *buf, size_t len, uint64_t off)
+{
+	struct redirect *r = arg;
+
+	if (off > r->size || len > r->size - off)
+		return -ERANGE;
+	__atomic_fetch_add(&r->bytes, len, __ATOMIC_RELAXED);
+	return pwrite_all(r->fd, buf, len, (off_t)off);
+}
+
+static int full_pwrite(void *arg, const void *buf, size_t len, uint64_t off)
+{
+	(void)arg, (void)buf, (void)len, (void)off;
+	return -ENOSPC;
+}
+
+/* path holds exactly want's len bytes. */
+static bool holds(const char *path, const uint8_t *want, size_t len)
+{
+	char *got = NULL;
+	size_t n = 0;
+	bool ok = read_file(path, &got, &n, 64 << 20) == 0 && n == len && !memcmp(got, want, len);
+
+	free(got);
+	return ok;
+}
+
+/* Occurrences of chunk hash in f. */
+static size_t count_in(const struct manifest_file *f, const uint8_t *hash)
+{
+	size_t n = 0;
+
+	for (size_t j = 0; j < f->nchunks; j++)
+		n += !f->chunks[j].zero && !memcmp(f->chunks[j].hash, hash, CHUNK_HASH_LEN);
+	return n;
+}
+
+/* writers: file 0's bytes go through writers[0], its pwrite or its map,
+ * never into its own file under outdir, which stays as created (zeros, not a
+ * block written: tmpfs); file 1, with no writer, is written as usual.  A
+ * random (raw) chunk occurs twice in file 0 and once in file 1, so one read
+ * is written both through the writer and into a file of the engine's; text
+ * chunks are decoded (zstd).  A writer that fails fails the whole, naming
+ * the file. */
+static void test_writers(struct store *s)
+{
+	char src[PATH_MAX], dir[PATH_MAX], out[PATH_MAX + 8], redir[PATH_MAX + 16];
+	char p0[2 * PATH_MAX], p1[2 * PATH_MAX], id[CHUNK_ID_LEN];
+	const char *paths[1];
+	/* A starts on a 4 KiB block and a hole follows it wherever it is, so
+	 * that it is cut alike each time (store/chunker.h). */
+	const size_t a = 256 << 10, hole = 128 << 10, t = (200 << 10) + 123;
+	const size_t n0 = a + hole + a + hole + t, n1 = a + hole + t;
+	uint8_t *f0 = calloc(n0, 1), *f1 = calloc(n1, 1), *zeros = calloc(n0, 1);
+	struct manifest *m = NULL;
+	struct engine_stats st;
+	uint64_t data0 = 0;
+
+	REQUIRE(f0 && f1 && zeros);
+	fill_random(f0, a);
+	memcpy(f0 + a + hole, f0, a);
+	fill_text(f0 + 2 * (a + hole), t);
+	memcpy(f1, f0, a);
+	fill_text(f1 + a + hole, t);
+	snprintf(src, sizeof(src), "%s/writers", root);
+	REQUIRE(mkdir_p(src, 0755) == 0);
+	write_file(src, "0-redir.img", f0, n0, 0600);
+	write_file(src, "1-plain.img", f1, n1, 0644);
+	paths[0] = src;
+	REQUIRE(store_put(s, "writers", paths, 1, NULL, false, id, NULL) == 0);
+	REQUIRE(store_manifest_load(s, id, &m, NULL) == 0);
+	REQUIRE(m->nfiles == 2 && !strcmp(m->files[0].path, "0-redir.img"));
+	const struct manifest_file *mf = &m->files[0];
+	REQUIRE(!mf->chunks[0].zero && count_in(mf, mf->chunks[0].hash) == 2 &&
+		count_in(&m->files[1], mf->chunks[0].hash) == 1);
+	for (size_t j = 0; j < mf->nchunks; j++)
+		data0 += mf->chunks[j].zero ? 0 : mf->chunks[j].len;
+	REQUIRE(data0 < n0); /* a hole */
+
+	snprintf(dir, sizeof(dir), "/dev/shm/thaw-test-engine-writers-%d", getpid());
+	snprintf(out, sizeof(out), "%s/out", dir);
+	snprintf(redir, sizeof(redir), "%s/redirected", dir);
+	snprintf(p0, sizeof(p0), "%s/0-redir.img", out);
+	snprintf(p1, sizeof(p1), "%s/1-plain.img", out);
+	for (int w = ENGINE_WRITE_PWRITE; w <= ENGINE_WRITE_MMAP; w++) {
+		struct redirect r = { .size = n0 };
+		struct engine_writer wr[2] = { { NULL, redirect_pwrite, &r }, { 0 } };
+		struct engine_opts o;
+		uint8_t *map = NULL;
+		bool populates = false;
+		struct stat sb;
+
+		rm_rf(dir);
+		REQUIRE(mkdir_p(dir, 0755) == 0);
+		r.fd = open(redir, O_RDWR | O_CREAT | O_TRUNC, 0600);
+		REQUIRE(r.fd >= 0 && ftruncate(r.fd, (off_t)n0) == 0);
+		engine_opts_default(&o);
+		o.write = (enum engine_write)w;
+		o.writers = wr;
+		if (w == ENGINE_WRITE_MMAP) {
+			map = mmap(NULL, n0, PROT_READ | PROT_WRITE, MAP_SHARED, r.fd, 0);
+			REQUIRE(map != MAP_FAILED);
+			wr[0].map = map;
+			populates = madvise(map, 4096, MADV_POPULATE_WRITE) == 0;
+		}
+		CHECK_EQ(engine_materialize(s, m, out, &o, &st), 0);
+		if (map)
+			munmap(map, n0);
+		close(r.fd);
+		printf("writers, %s: %llu bytes through pwrite\n",
+		       w == ENGINE_WRITE_MMAP ? "mmap" : "pwrite", (unsigned long long)r.bytes);
+		CHECK(holds(redir, f0, n0));
+		CHECK(holds(p0, zeros, n0));
+		CHECK(stat(p0, &sb) == 0 && sb.st_blocks == 0);
+		CHECK(holds(p1, f1, n1));
+		CHECK_EQ(st.mapped, w == ENGINE_WRITE_MMAP);
+		CHECK_EQ(st.written_bytes + st.hole_bytes, st.logical_bytes);
+		/* With pwrite, each occurrence of each data chunk once.  With mmap,
+		 * where this kernel populates mappings (5.14), all through the map. */
+		if (w == ENGINE_WRITE_PWRITE)
+			CHECK_EQ(r.bytes, data0);
+		else if (populates)
+			CHECK_EQ(r.bytes, 0);
+	}
+
+	/* A writer's error is the engine's.  With no map, mmap writes through
+	 * the writer too: a mapping of outdir's file would succeed instead. */
+	for (int w = ENGINE_WRITE_PWRITE; w <= ENGINE_WRITE_MMAP; w++) {
+		struct engine_writer wr[2] = { { NULL, full_pwrite, NULL }, { 0 } };
+		struct engine_opts o;
+
+		rm_rf(dir);
+		engine_opts_default(&o);
+		o.write = (enum engine_write)w;
+		o.writers = wr;
+		log_clear_error();
+		CHECK_EQ(engine_materialize(s, m, out, &o, NULL), -ENOSPC);
+		fprintf(stderr, "expected failure: %s\n", log_last_error());
+		CHECK(strstr(log_last_error(), "0-redir.img") != NULL);
+	}
+	rm_rf(dir);
+	manifest_free(m);
+	free(f0);
+	free(f1);
+	free(zeros);
+}
+
 /* Scratch tmpfs mounts of the cases below (at most one at a time), for
  * cleanup() to remove should a REQUIRE exit mid-case. */
 static char scratch_fs[PATH_MAX];
@@ -578,7 +736,7 @@ static void cleanup(void)
 {
 	scratch_unmount();
 	char p[PATH_MAX];
-	const char *names[] = { "", "-store", "-out", "-bad", "-cancel" };
+	const char *names[] = { "", "-store", "-out", "-bad", "-cancel", "-writers" };
 
 	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
 		snprintf(p, sizeof(p), "/dev/shm/thaw-test-engine%s-%d", names[i], getpid());
@@ -611,6 +769,7 @@ int main(void)
 	test_tmpfs_store(src);
 	test_cancel(s, id);
 	test_skip_missing(s);
+	test_writers(s);
 	test_full_tmpfs(s, id);
 	test_huge_target(s, src, id);
 	for (int layout = STORE_LAYOUT_PACK; layout <= STORE_LAYOUT_LOOSE; layout++) {

@@ -88,7 +88,7 @@ PY
 	# The engine alone on the same store, page cache dropped each time, as
 	# thawd's tier would (a huge-page tmpfs where there is one), in a few
 	# settings: where the materialise phase's time goes besides the reads.
-	if [ -w /proc/sys/vm/drop_caches ] && [ -n "${THAW_ENGINE_PROBE:-1}" ]; then
+	if [ -w /proc/sys/vm/drop_caches ] && [ "${THAW_ENGINE_PROBE:-1}" != 0 ]; then
 		echo "the engine alone (thaw materialize), page cache dropped before each:"
 		for opts in "" "--order stream" "--qd 64" "--threads 8" "--arena 512"; do
 			out=$TIER/probe-$$

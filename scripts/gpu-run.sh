@@ -211,6 +211,13 @@ done
 	step gpu-llm-thaw-bench bash bench/thaw-bench-run.sh "$THAW_GPU_EXAMPLE" gpu-example \
 		'POST /generate {"prompt_ids": [1, 450, 4996, 17354, 1701, 29916], "max_new_tokens": 32}' \
 		"\"tokens\": $E2E_GPU_TOKENS" "$THAW_FIGURES/thaw-bench" "${GPU_BURST:-8}"
+# The same on a huge-page tier (thawd's default where it can mount one), without
+# the engine-alone probes.
+[ -n "${E2E_GPU_TOKENS:-}" ] &&
+	step gpu-llm-thaw-bench-huge env THAW_TIER_HUGE=1 THAW_ENGINE_PROBE=0 bash bench/thaw-bench-run.sh \
+		"$THAW_GPU_EXAMPLE" gpu-example \
+		'POST /generate {"prompt_ids": [1, 450, 4996, 17354, 1701, 29916], "max_new_tokens": 32}' \
+		"\"tokens\": $E2E_GPU_TOKENS" "$THAW_FIGURES/thaw-bench-huge" "${GPU_BURST:-8}"
 # Several GPUs (2 or more; skipped on one): the GPU example started on each GPU by
 # request (a restore onto another GPU than its snapshot's), and a burst of GPU_BURST
 # placed by thawd against the same burst on GPU 0: bench/gpu-move-run.sh.

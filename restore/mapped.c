@@ -815,8 +815,16 @@ static int make_window(struct build *b, struct copy *c, int in, const char *name
 	memset(w, 0, sizeof(*w));
 	snprintf(w->name, sizeof(w->name), "%s", name);
 	w->len = (uint64_t)st.st_size;
+	for (size_t i = 0; i < c->nd; i++)
+		for (size_t k = 0; k < c->d[i].n; k++)
+			if (c->d[i].p[k].ioff + c->d[i].p[k].len > w->len) {
+				pr_err("%s: the pagemap names %llu bytes of pages, the file holds %llu",
+				       name, (unsigned long long)(c->d[i].p[k].ioff + c->d[i].p[k].len),
+				       (unsigned long long)w->len);
+				return -EBADMSG;
+			}
 	if (!w->len)
-		return 0; /* nothing to write: no window needed */
+		return 0; /* no pages at all: nothing to write, no window */
 	base = mmap(NULL, w->len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (base == MAP_FAILED)
 		return -errno;
@@ -826,12 +834,6 @@ static int make_window(struct build *b, struct copy *c, int in, const char *name
 		for (size_t k = 0; k < c->d[i].n; k++) {
 			const struct piece *p = &c->d[i].p[k];
 
-			if (p->ioff + p->len > w->len) {
-				pr_err("%s: the pagemap names %llu bytes of pages, the file holds %llu",
-				       name, (unsigned long long)(p->ioff + p->len),
-				       (unsigned long long)w->len);
-				return -EBADMSG;
-			}
 			if (mmap(base + p->ioff, p->len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
 				 c->d[i].fd, (off_t)p->ooff) == MAP_FAILED) {
 				ret = -errno;

@@ -250,6 +250,7 @@ enum pages_as {
 	PAGES_WRITTEN, /* the pages files hold the pages */
 	PAGES_HOLES,   /* at full size, not written yet */
 	PAGES_SHORT,   /* pages-7.img a page shorter than its pagemap says */
+	PAGES_EMPTY,   /* pages-7.img empty: the pagemap still names its pages */
 };
 
 static void make_image(const char *dir, enum pages_as how)
@@ -302,6 +303,9 @@ static void make_image(const char *dir, enum pages_as how)
 		break;
 	case PAGES_SHORT:
 		put_hole(dir, "pages-7.img", sizeof(pages1) - PG);
+		break;
+	case PAGES_EMPTY:
+		put_hole(dir, "pages-7.img", 0);
 		break;
 	}
 	put_hole(dir, "pages-8.img", sizeof(pages2));
@@ -667,6 +671,7 @@ int main(void)
 
 	test_windows();
 	test_short(PAGES_SHORT, "short");
+	test_short(PAGES_EMPTY, "empty");
 	if (!check_failures)
 		printf("test_mapped_windows: all passed\n");
 	return check_failures ? 1 : 0;

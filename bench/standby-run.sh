@@ -86,6 +86,7 @@ plain=()
 [ "${STANDBY_PLAIN_RUNS:-2}" -gt 0 ] &&
 	plain=(--baseline-plain "$TIER/${SNAP#sha256:}" --baseline-runs "${STANDBY_PLAIN_RUNS:-2}"
 		--runc-root "$W/runc")
+[ ${#plain[@]} -gt 0 ] && { whole_image "$SNAP" || bad=1; }
 run normal --burst 1 --repeat "$ROUNDS" "${plain[@]}"
 put_function "$ID" "$SPEC" "$W/spec.json" standby=1 lazy=null || exit 1
 run standby --burst 1 --repeat "$ROUNDS" --round-cmd "$W/wait-pool.sh"

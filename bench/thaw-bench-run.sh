@@ -54,6 +54,7 @@ snapshot_function "$ID" "$OUTDIR/snapshot.json" || exit 1
 
 # One start first, so that the tier is warm for seq and burst (it is cold for "cold").
 run prime --burst 1
+whole_image "$SNAP" || bad=1
 run seq --burst 1 --repeat 3 --baseline-cold "$W/spec.json" --baseline-plain "$TIER/${SNAP#sha256:}" \
 	--baseline-runs 2 --runc-root "$W/runc"
 run burst --burst "$BURST"

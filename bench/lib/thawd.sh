@@ -5,7 +5,8 @@
 #   function), INFER and EXPECT (thaw-bench's --infer and --expect).
 # It sets PIDFILE and bad=0, traps EXIT to stop thawd, its instances and remove
 # W and TIER, and gives start_thawd, stop_thawd, put_function, snapshot_function,
-# run (one thaw-bench scenario whose starts must all be correct) and jfield.
+# run (one thaw-bench scenario whose starts must all be correct), whole_image
+# and jfield.
 PIDFILE=$W/thawd.pid
 # The benchmarks' functions live in the tree or in /tmp: allow them there
 # (thawd refuses a function's directory elsewhere; THAW_ALLOW_ROOTS).
@@ -88,6 +89,14 @@ snapshot_function() {
 	SNAP=$(jfield "$2" job result snapshot)
 	[ -n "$SNAP" ] || { echo "snapshot of $1 failed: $(cat "$2")"; return 1; }
 	echo "snapshot $SNAP"
+}
+
+# whole_image SNAP: the tier entry of SNAP with every pages file, for the
+# plain-restore baseline that copies it (a mapped entry keeps the pages of
+# mapped processes only in its memory files: thaw materialize --whole).
+whole_image() {
+	THAW_RAM_TIER=$TIER "$B/thaw" --data-dir "$W/data" materialize --whole "$1" >/dev/null 2>"$W/whole.err" ||
+		{ echo "thaw materialize --whole $1: $(cat "$W/whole.err")"; return 1; }
 }
 
 run() { # name thaw-bench-args...: OUTDIR/name.{txt,json,svg}; every start must be correct

@@ -405,7 +405,7 @@ static void run_baseline(struct bench *b, struct baseline *bl, const struct func
 
 void run_baselines(struct bench *b)
 {
-	char img[] = "/dev/shm/thaw-bench-plain-XXXXXX", why[400], src[PATH_MAX + 80];
+	char img[] = "/dev/shm/thaw-bench-plain-XXXXXX", why[400], src[PATH_MAX + 80], elided[PATH_MAX + 96];
 	struct thaw_config c;
 	struct runner r;
 	struct func_spec *f = NULL;
@@ -435,6 +435,14 @@ void run_baselines(struct bench *b)
 				 b->baseline_plain_image + 7);
 		else
 			snprintf(src, sizeof(src), "%.4000s", b->baseline_plain_image);
+		snprintf(elided, sizeof(elided), "%.4000s/.elided", src);
+		if (access(elided, F_OK) == 0) {
+			/* restore/tier_layout.c: its pages are in its mapped image only */
+			snprintf(b->plain.why, sizeof(b->plain.why),
+				 "not available: %.300s holds some pages files only in its mapped image "
+				 "(thaw materialize --whole writes them)", src);
+			goto out;
+		}
 		made_img = mkdtemp(img) != NULL;
 		if (!made_img || copy_image(src, img) < 0) {
 			snprintf(b->plain.why, sizeof(b->plain.why),

@@ -383,7 +383,9 @@ struct copy {
 	size_t nw, wcap;
 	atomic_size_t next;   /* the next of w to take */
 	atomic_bool no_range; /* copy_file_range refused: a buffer it is */
-	bool alloc;	      /* windows: allocate the destinations' pieces, copy nothing */
+	bool alloc;	      /* windows: allocate the destinations' pieces, copy nothing ... */
+	uintptr_t window;     /* ... but those that the window maps at an address that agrees
+			       * with their file offset modulo 2 MiB (the window's address) */
 	atomic_int err;	      /* the first failure, -errno ... */
 	char why[256];	      /* ... and its words, logged once all threads are done */
 };
@@ -549,13 +551,16 @@ static int copy_slice(struct copy *c, const struct dest *d, const struct piece *
 
 /* A window's piece of a file on a huge-page tmpfs, allocated before it is
  * written: tmpfs gives a page fault a huge page only where the mapping's
- * address and the file offset agree modulo 2 MiB, which a window's pieces
- * mostly do not (they lie where the pages file has them), while fallocate()
- * allocates huge pages whatever maps them.  Without it the memory files
- * are all 4 KiB pages and no instance maps them with 2 MiB ones.  The
- * pages are cleared at their first fault, as they would have been. */
+ * address and the file offset agree modulo 2 MiB, which a window can make
+ * true of one piece in 512 (make_window picks the largest), while
+ * fallocate() allocates huge pages whatever maps them.  Without it the
+ * other pieces' memory files would be 4 KiB pages that no instance maps
+ * with 2 MiB ones.  The pages are cleared at their first fault, as they
+ * would have been. */
 static int alloc_piece(struct copy *c, int fd, const struct piece *p)
 {
+	if ((c->window + p->ioff - p->ooff) % HUGE_ALIGN == 0)
+		return 0; /* its faults get huge pages: the window placed it so */
 	if (fallocate(fd, 0, (off_t)p->ooff, (off_t)p->len) == 0)
 		return 0;
 	return copy_fail(c, -errno, "allocate %llu bytes of a memory file at %llu: %s",
@@ -788,6 +793,19 @@ int mapped_window_pwrite(const struct mapped_window *w, const void *buf, size_t 
 	return 0;
 }
 
+/* Where in 2 MiB the window starts so that its largest piece's addresses
+ * and file offsets agree modulo 2 MiB. */
+static uint64_t largest_shift(const struct copy *c)
+{
+	const struct piece *big = NULL;
+
+	for (size_t i = 0; i < c->nd; i++)
+		for (size_t k = 0; k < c->d[i].n; k++)
+			if (!big || c->d[i].p[k].len > big->len)
+				big = &c->d[i].p[k];
+	return big ? (big->ooff - big->ioff) % HUGE_ALIGN : 0;
+}
+
 /* Pages file name of len bytes (holes; in: open on it) gets its window. */
 static int make_window(struct build *b, struct copy *c, int in, const char *name)
 {
@@ -825,11 +843,20 @@ static int make_window(struct build *b, struct copy *c, int in, const char *name
 			}
 	if (!w->len)
 		return 0; /* no pages at all: nothing to write, no window */
-	base = mmap(NULL, w->len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (base == MAP_FAILED)
+	/* Placed so that the largest piece's addresses agree with its file
+	 * offsets modulo 2 MiB: on a huge-page tmpfs its faults then map (and
+	 * allocate) 2 MiB pages, one fault each instead of 512. */
+	w->resv_len = w->len + 2 * HUGE_ALIGN;
+	w->resv = mmap(NULL, w->resv_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+		       -1, 0);
+	if (w->resv == MAP_FAILED) {
+		w->resv = NULL;
 		return -errno;
-	w->addr = base;
+	}
 	win->n++; /* from here on mapped_windows_release unmaps it */
+	base = (uint8_t *)ALIGN_UP((uintptr_t)w->resv, HUGE_ALIGN) + largest_shift(c);
+	w->addr = base;
+	c->window = (uintptr_t)base;
 	for (size_t i = 0; i < c->nd; i++)
 		for (size_t k = 0; k < c->d[i].n; k++) {
 			const struct piece *p = &c->d[i].p[k];
@@ -867,8 +894,8 @@ static int make_window(struct build *b, struct copy *c, int in, const char *name
 void mapped_windows_release(struct mapped_windows *win)
 {
 	for (size_t i = 0; win->w && i < win->n; i++) {
-		if (win->w[i].addr)
-			munmap(win->w[i].addr, win->w[i].len);
+		if (win->w[i].resv)
+			munmap(win->w[i].resv, win->w[i].resv_len);
 		for (size_t k = 0; k < win->w[i].nfds; k++)
 			close(win->w[i].fds[k]);
 		free(win->w[i].fds);

@@ -75,6 +75,8 @@ struct mapped_window {
 	int *fds;      /* the destinations, open while the window is */
 	size_t nfds;
 	bool huge;     /* they are on a huge-page tmpfs */
+	uint8_t *resv; /* the addresses reserved for it (resv_len bytes) */
+	uint64_t resv_len;
 };
 struct mapped_windows {
 	struct mapped_window *w;

@@ -665,6 +665,7 @@ static int fill_from_store(struct tier *t, const struct manifest *m, const char 
 {
 	struct tier_part rest = { 0 }, pages = { 0 };
 	struct engine_stats part;
+	uint64_t t0 = now_ns(), t1 = 0, t2 = 0, t3 = 0;
 	int *fds, ret;
 
 	memset(st, 0, sizeof(*st));
@@ -683,12 +684,16 @@ static int fill_from_store(struct tier *t, const struct manifest *m, const char 
 		ret = tier_part_materialize(t, &rest, bdir, fds, NULL, false, NULL, &part);
 	if (!ret) {
 		add_stats(st, &part);
+		t1 = now_ns();
 		ret = tier_layout_begin(t, bdir, m, lay);
 	}
-	if (!ret)
+	if (!ret) {
+		t2 = now_ns();
 		ret = tier_part_materialize(t, &pages, bdir, fds, lay, false, NULL, &part);
+	}
 	if (!ret)
 		add_stats(st, &part);
+	t3 = now_ns();
 	for (size_t i = 0; i < m->nfiles; i++)
 		if (close(fds[i]) < 0 && !ret) {
 			ret = -errno;
@@ -696,6 +701,10 @@ static int fill_from_store(struct tier *t, const struct manifest *m, const char 
 		}
 	if (!ret)
 		ret = tier_layout_finish(lay, bdir, m, bytes);
+	if (!ret)
+		pr_info("%s: filled in %.1f ms: the other files %.1f, the layout %.1f, the pages "
+			"files %.1f, closing %.1f", bdir, ms_since(t0), (t1 - t0) / 1e6,
+			(t2 - t1) / 1e6, (t3 - t2) / 1e6, ms_since(t3));
 	tier_part_release(&rest);
 	tier_part_release(&pages);
 	free(fds);

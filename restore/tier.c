@@ -642,21 +642,6 @@ static int publish(struct tier *t, const char *hex, const char *full, const stru
 	return ret;
 }
 
-static void add_stats(struct engine_stats *sum, const struct engine_stats *part)
-{
-	sum->logical_bytes += part->logical_bytes;
-	sum->written_bytes += part->written_bytes;
-	sum->read_bytes += part->read_bytes;
-	sum->unique_chunks += part->unique_chunks;
-	sum->skipped_chunks += part->skipped_chunks;
-	sum->seconds += part->seconds;
-	sum->setup_seconds += part->setup_seconds;
-	if (part->threads) {
-		sum->direct = part->direct;
-		sum->threads = part->threads;
-	}
-}
-
 /* Write m's files into bdir from the store: every file but the pages files,
  * then the layout (tier_layout.c), then the pages files, through windows
  * where it has them.  *bytes: what the entry holds in RAM. */
@@ -683,7 +668,7 @@ static int fill_from_store(struct tier *t, const struct manifest *m, const char 
 	if (!ret)
 		ret = tier_part_materialize(t, &rest, bdir, fds, NULL, false, NULL, &part);
 	if (!ret) {
-		add_stats(st, &part);
+		tier_stats_add(st, &part);
 		t1 = now_ns();
 		ret = tier_layout_begin(t, bdir, m, lay);
 	}
@@ -692,7 +677,7 @@ static int fill_from_store(struct tier *t, const struct manifest *m, const char 
 		ret = tier_part_materialize(t, &pages, bdir, fds, lay, false, NULL, &part);
 	}
 	if (!ret)
-		add_stats(st, &part);
+		tier_stats_add(st, &part);
 	t3 = now_ns();
 	for (size_t i = 0; i < m->nfiles; i++)
 		if (close(fds[i]) < 0 && !ret) {

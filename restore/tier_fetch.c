@@ -98,15 +98,6 @@ static int index_places(struct stream *x, const struct manifest *m)
 	return 0;
 }
 
-static void add_est(struct engine_stats *sum, const struct engine_stats *part)
-{
-	sum->logical_bytes += part->logical_bytes;
-	sum->written_bytes += part->written_bytes;
-	sum->read_bytes += part->read_bytes;
-	sum->unique_chunks += part->unique_chunks;
-	sum->skipped_chunks += part->skipped_chunks;
-}
-
 /* The engine on what the store has: every file but the pages files, then,
  * once the layout is made, the pages files (through its windows). */
 static void *engine_main(void *arg)
@@ -117,7 +108,7 @@ static void *engine_main(void *arg)
 
 	ret = tier_part_materialize(x->t, &x->rest, x->bdir, x->fds, NULL, true, &x->cancel, &st);
 	if (!ret)
-		add_est(&x->out->est, &st);
+		tier_stats_add(&x->out->est, &st);
 	pthread_mutex_lock(&x->mu);
 	x->rest_done = true;
 	x->engine_ret = ret;
@@ -129,7 +120,7 @@ static void *engine_main(void *arg)
 		ret = tier_part_materialize(x->t, &x->pages, x->bdir, x->fds, &x->out->lay, true,
 					    &x->cancel, &st);
 		if (!ret)
-			add_est(&x->out->est, &st);
+			tier_stats_add(&x->out->est, &st);
 		x->engine_ret = ret;
 	}
 	if (ret && ret != -ECANCELED)
@@ -286,7 +277,10 @@ static int on_chunk(void *arg, const uint8_t hash[CHUNK_HASH_LEN], const void *d
 		const struct mapped_window *w = placed ? x->out->lay.wins[p->file] : NULL;
 		int ret;
 
-		if (w && w->huge) /* its pages allocated already: no clearing to save */
+		/* As the engine writes: through the window on huge pages (a fault
+		 * maps 2 MiB, and no worker waits on a file's inode lock), with
+		 * pwrite on 4 KiB pages (no page cleared before it is copied into). */
+		if (w && w->huge)
 			ret = window_write(w->addr, p->off, data, len);
 		else if (w)
 			ret = mapped_window_pwrite(w, data, len, p->off);

@@ -38,6 +38,8 @@ struct tier_part {
 };
 int tier_part_view(const struct manifest *m, bool pages, struct tier_part *p);
 void tier_part_release(struct tier_part *p);
+/* The engine's figures of both parts, summed into sum. */
+void tier_stats_add(struct engine_stats *sum, const struct engine_stats *part);
 struct tier_layout;
 /* The engine on part p, writing into fds (indexed by m's files) in bdir,
  * and through lay's windows where it has them (lay may be NULL). */

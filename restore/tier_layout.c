@@ -101,6 +101,21 @@ int tier_part_materialize(struct tier *t, struct tier_part *p, const char *bdir,
 	return engine_materialize(tier_store(t), &p->view, bdir, &o, st);
 }
 
+void tier_stats_add(struct engine_stats *sum, const struct engine_stats *part)
+{
+	sum->logical_bytes += part->logical_bytes;
+	sum->written_bytes += part->written_bytes;
+	sum->read_bytes += part->read_bytes;
+	sum->unique_chunks += part->unique_chunks;
+	sum->skipped_chunks += part->skipped_chunks;
+	sum->seconds += part->seconds;
+	sum->setup_seconds += part->setup_seconds;
+	if (part->threads) { /* the part that did the reading says how */
+		sum->direct = part->direct;
+		sum->threads = part->threads;
+	}
+}
+
 int tier_layout_begin(struct tier *t, const char *bdir, const struct manifest *m,
 		      struct tier_layout *lay)
 {

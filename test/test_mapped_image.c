@@ -12,60 +12,13 @@
  */
 #include "store/criu_image.h"
 #include "test/check.h"
+#include "test/criu_pb.h"
 
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-struct buf {
-	uint8_t p[4096];
-	size_t n;
-};
-
-static void put_varint(struct buf *b, uint64_t v)
-{
-	do {
-		b->p[b->n++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
-		v >>= 7;
-	} while (v);
-}
-
-static void put_field(struct buf *b, uint32_t num, uint64_t v)
-{
-	put_varint(b, (uint64_t)num << 3);
-	put_varint(b, v);
-}
-
-static void put_bytes(struct buf *b, uint32_t num, const void *p, size_t n)
-{
-	put_varint(b, (uint64_t)num << 3 | 2);
-	put_varint(b, n);
-	memcpy(b->p + b->n, p, n);
-	b->n += n;
-}
-
-static void put_u32le(struct buf *b, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		b->p[b->n++] = (uint8_t)(v >> (8 * i));
-}
-
-/* A file of one type: the two magics, then each message framed. */
-static void file_start(struct buf *f, uint32_t magic)
-{
-	f->n = 0;
-	put_u32le(f, CRIU_IMG_COMMON_MAGIC);
-	put_u32le(f, magic);
-}
-
-static void file_msg(struct buf *f, const struct buf *m)
-{
-	put_u32le(f, (uint32_t)m->n);
-	memcpy(f->p + f->n, m->p, m->n);
-	f->n += m->n;
-}
 
 static void vma(struct buf *v, uint64_t start, uint64_t end, uint32_t flags, uint32_t status,
 		bool madv)

@@ -30,6 +30,7 @@
 #include "restore/mapped.h"
 #include "store/criu_image.h"
 #include "test/check.h"
+#include "test/criu_pb.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -49,55 +50,6 @@
 #define CHUNK	   (64u << 10)
 #define HUGE	   (2ull << 20)	 /* memory files start at the VMA rounded down to this */
 #define GROW_SLACK (64ull << 30) /* and end in a hole this long (mapped.c) */
-
-/* --- protobuf, as test_mapped_image.c writes it ------------------------------ */
-
-struct buf {
-	uint8_t p[4096];
-	size_t n;
-};
-
-static void put_varint(struct buf *b, uint64_t v)
-{
-	do {
-		b->p[b->n++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
-		v >>= 7;
-	} while (v);
-}
-
-static void put_field(struct buf *b, uint32_t num, uint64_t v)
-{
-	put_varint(b, (uint64_t)num << 3);
-	put_varint(b, v);
-}
-
-static void put_bytes(struct buf *b, uint32_t num, const void *p, size_t n)
-{
-	put_varint(b, (uint64_t)num << 3 | 2);
-	put_varint(b, n);
-	memcpy(b->p + b->n, p, n);
-	b->n += n;
-}
-
-static void put_u32le(struct buf *b, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		b->p[b->n++] = (uint8_t)(v >> (8 * i));
-}
-
-static void file_start(struct buf *f, uint32_t magic)
-{
-	f->n = 0;
-	put_u32le(f, CRIU_IMG_COMMON_MAGIC);
-	put_u32le(f, magic);
-}
-
-static void file_msg(struct buf *f, const struct buf *m)
-{
-	put_u32le(f, (uint32_t)m->n);
-	memcpy(f->p + f->n, m->p, m->n);
-	f->n += m->n;
-}
 
 /* --- the image ---------------------------------------------------------------- */
 

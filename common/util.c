@@ -174,6 +174,13 @@ void *alloc_huge(size_t len)
 	return p;
 }
 
+int populate_write(void *p, size_t len)
+{
+	uintptr_t a = (uintptr_t)p & ~(uintptr_t)4095, b = ALIGN_UP((uintptr_t)p + len, 4096);
+
+	return madvise((void *)a, b - a, MADV_POPULATE_WRITE) < 0 ? -errno : 0;
+}
+
 int pwrite_all(int fd, const void *buf, size_t len, off_t off)
 {
 	const char *p = buf;

@@ -56,6 +56,11 @@ int write_file_atomic(const char *path, const void *buf, size_t len, mode_t mode
 /* Read a whole file of at most max bytes into a new NUL-terminated buffer
  * (you own *buf); -EFBIG if it is larger. */
 int read_file(const char *path, char **buf, size_t *len, size_t max);
+/* Populate the pages under len bytes at p of a shared writable mapping
+ * (MADV_POPULATE_WRITE) before they are written: a full tmpfs is then
+ * -ENOSPC here, never a SIGBUS at the write.  0 or -errno (-EINVAL: a
+ * kernel before 5.14). */
+int populate_write(void *p, size_t len);
 /* Write/read all of buf, retrying short transfers and EINTR. */
 int write_all(int fd, const void *buf, size_t len);
 int pwrite_all(int fd, const void *buf, size_t len, off_t off);

@@ -596,15 +596,14 @@ static uint8_t *map_dest(struct eng *e, uint32_t o)
 {
 	const struct manifest_chunk *c = occ_chunk(e, o);
 	uint8_t *map = e->maps[e->occ[o].file];
-	uintptr_t a, b;
+	int ret;
 
 	if (!map || !atomic_load(&e->populate))
 		return NULL;
-	a = (uintptr_t)(map + c->off) & ~(uintptr_t)(ENGINE_ALIGN - 1);
-	b = ALIGN_UP((uintptr_t)(map + c->off + c->len), ENGINE_ALIGN);
-	if (madvise((void *)a, b - a, MADV_POPULATE_WRITE) == 0)
+	ret = populate_write(map + c->off, c->len);
+	if (ret == 0)
 		return map + c->off;
-	if (errno == EINVAL)
+	if (ret == -EINVAL)
 		atomic_store(&e->populate, false); /* before Linux 5.14: pwrite only */
 	return NULL;
 }

@@ -21,14 +21,12 @@
 #include "restore/tier_internal.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "store/criu_image.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 /* One place a chunk is written: file, offset. */
@@ -133,19 +131,9 @@ static bool first_files(void *arg, const struct manifest *m, size_t file)
 	return !tier_is_pages_file(m->files[file].path);
 }
 
-/* Populate the pages of len bytes at off of a window before they are
- * written: a full tmpfs is ENOSPC here, never a SIGBUS. */
-static int window_populate(uint8_t *win, uint64_t off, size_t len)
-{
-	uintptr_t a = (uintptr_t)(win + off) & ~(uintptr_t)(CRIU_PAGE_SIZE - 1);
-	uintptr_t b = ALIGN_UP((uintptr_t)(win + off + len), CRIU_PAGE_SIZE);
-
-	return madvise((void *)a, b - a, MADV_POPULATE_WRITE) < 0 ? -errno : 0;
-}
-
 static int window_write(uint8_t *win, uint64_t off, const void *data, size_t len)
 {
-	int ret = window_populate(win, off, len);
+	int ret = populate_write(win + off, len);
 
 	if (!ret)
 		memcpy(win + off, data, len);
@@ -157,13 +145,14 @@ static int copy_early(struct stream *x)
 {
 	for (size_t i = 0; i < x->nearly; i++) {
 		const struct early *e = &x->early[i];
-		uint8_t *win = x->out->lay.maps[e->file];
+		const struct mapped_window *w = x->out->lay.wins[e->file];
+		uint8_t *win = w ? w->addr : NULL;
 		ssize_t r;
 		int ret;
 
 		if (!win)
 			continue;
-		ret = window_populate(win, e->off, e->len);
+		ret = populate_write(win + e->off, e->len);
 		if (ret)
 			return ret;
 		r = pread(x->fds[e->file], win + e->off, e->len, (off_t)e->off);

@@ -533,18 +533,19 @@ static int copy_piece(struct copy *c, int fd, const struct piece *p, uint8_t **b
 static int copy_slice(struct copy *c, const struct dest *d, const struct piece *p, uint8_t **buf)
 {
 	uint8_t *to = d->map + p->ooff;
+	int ret;
 
 	if (p->ioff + p->len > c->in_len)
 		return ends_early(c, c->in_len);
 	if (p->ooff + p->len > d->map_len)
 		return copy_fail(c, -EIO, "memory file: a page at %llu beyond its end",
 				 (unsigned long long)(p->ooff + p->len));
-	if (madvise(to, p->len, MADV_POPULATE_WRITE) < 0) {
-		if (errno == EINVAL)
-			return copy_piece(c, d->fd, p, buf);
-		return copy_fail(c, -errno, "memory file at %llu: %s", (unsigned long long)p->ooff,
-				 strerror(errno));
-	}
+	ret = populate_write(to, p->len);
+	if (ret == -EINVAL)
+		return copy_piece(c, d->fd, p, buf);
+	if (ret)
+		return copy_fail(c, ret, "memory file at %llu: %s", (unsigned long long)p->ooff,
+				 strerror(-ret));
 	memcpy(to, c->in_map + p->ioff, p->len);
 	return 0;
 }
@@ -684,13 +685,12 @@ static int copy_run(struct copy *c)
 {
 	pthread_t th[COPY_MAX_THREADS - 1];
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	size_t want, started = 0;
-
-	int ret = plan_work(c, MIN((size_t)MAX(cpus, 1L), (size_t)COPY_MAX_THREADS));
+	size_t threads = MIN((size_t)MAX(cpus, 1L), (size_t)COPY_MAX_THREADS), want, started = 0;
+	int ret = plan_work(c, threads);
 
 	if (ret)
 		return ret;
-	want = MIN(MIN((size_t)MAX(cpus, 1L), (size_t)COPY_MAX_THREADS), c->nw);
+	want = MIN(threads, c->nw);
 	for (; started + 1 < want; started++) {
 		int err = pthread_create(&th[started], NULL, copy_thread, c);
 
@@ -738,8 +738,12 @@ static int cmp_piece(const void *a, const void *b)
 }
 
 /* The window's pieces by ioff, each with a descriptor of its own. */
-static int window_pieces(struct mapped_window *w, const struct copy *c, size_t pieces)
+static int window_pieces(struct mapped_window *w, const struct copy *c)
 {
+	size_t pieces = 0;
+
+	for (size_t i = 0; i < c->nd; i++)
+		pieces += c->d[i].n;
 	w->p = malloc(MAX(pieces, (size_t)1) * sizeof(*w->p));
 	w->fds = malloc(MAX(c->nd, (size_t)1) * sizeof(*w->fds));
 	if (!w->p || !w->fds)
@@ -795,14 +799,13 @@ int mapped_window_pwrite(const struct mapped_window *w, const void *buf, size_t 
 
 /* Where in 2 MiB the window starts so that its largest piece's addresses
  * and file offsets agree modulo 2 MiB. */
-static uint64_t largest_shift(const struct copy *c)
+static uint64_t largest_shift(const struct mapped_window *w)
 {
-	const struct piece *big = NULL;
+	const struct mapped_piece *big = NULL;
 
-	for (size_t i = 0; i < c->nd; i++)
-		for (size_t k = 0; k < c->d[i].n; k++)
-			if (!big || c->d[i].p[k].len > big->len)
-				big = &c->d[i].p[k];
+	for (size_t k = 0; k < w->np; k++)
+		if (!big || w->p[k].len > big->len)
+			big = &w->p[k];
 	return big ? (big->ooff - big->ioff) % HUGE_ALIGN : 0;
 }
 
@@ -811,38 +814,41 @@ static int make_window(struct build *b, struct copy *c, int in, const char *name
 {
 	struct mapped_windows *win = b->win;
 	struct mapped_window *w;
-	size_t pieces = 0;
+	const struct mapped_piece *last;
 	struct stat st;
 	uint8_t *base;
 	int ret;
 
 	if (fstat(in, &st) < 0)
 		return -errno;
-	for (size_t i = 0; i < c->nd; i++)
-		pieces += c->d[i].n;
-	if (b->maps + pieces > MAPPED_WINDOW_MAX_MAPS) {
-		snprintf(b->res->why, sizeof(b->res->why),
-			 "its pages lie in more than %u pieces", MAPPED_WINDOW_MAX_MAPS);
-		return -E2BIG;
-	}
 	w = realloc(win->w, (win->n + 1) * sizeof(*w));
 	if (!w)
 		return -ENOMEM;
 	win->w = w;
-	w = &win->w[win->n];
+	w = &win->w[win->n++]; /* mapped_windows_release frees what it holds */
 	memset(w, 0, sizeof(*w));
 	snprintf(w->name, sizeof(w->name), "%s", name);
 	w->len = (uint64_t)st.st_size;
-	for (size_t i = 0; i < c->nd; i++)
-		for (size_t k = 0; k < c->d[i].n; k++)
-			if (c->d[i].p[k].ioff + c->d[i].p[k].len > w->len) {
-				pr_err("%s: the pagemap names %llu bytes of pages, the file holds %llu",
-				       name, (unsigned long long)(c->d[i].p[k].ioff + c->d[i].p[k].len),
-				       (unsigned long long)w->len);
-				return -EBADMSG;
-			}
-	if (!w->len)
-		return 0; /* no pages at all: nothing to write, no window */
+	ret = window_pieces(w, c);
+	if (ret)
+		return ret;
+	if (b->maps + w->np > MAPPED_WINDOW_MAX_MAPS) {
+		snprintf(b->res->why, sizeof(b->res->why),
+			 "its pages lie in more than %u pieces", MAPPED_WINDOW_MAX_MAPS);
+		return -E2BIG;
+	}
+	last = w->np ? &w->p[w->np - 1] : NULL; /* they do not overlap: it ends last */
+	if (last && last->ioff + last->len > w->len) {
+		pr_err("%s: the pagemap names %llu bytes of pages, the file holds %llu", name,
+		       (unsigned long long)(last->ioff + last->len), (unsigned long long)w->len);
+		return -EBADMSG;
+	}
+	if (!w->len) { /* no pages at all: nothing to write, no window */
+		free(w->p);
+		free(w->fds);
+		win->n--;
+		return 0;
+	}
 	/* Placed so that the largest piece's addresses agree with its file
 	 * offsets modulo 2 MiB: on a huge-page tmpfs its faults then map (and
 	 * allocate) 2 MiB pages, one fault each instead of 512. */
@@ -853,25 +859,20 @@ static int make_window(struct build *b, struct copy *c, int in, const char *name
 		w->resv = NULL;
 		return -errno;
 	}
-	win->n++; /* from here on mapped_windows_release unmaps it */
-	base = (uint8_t *)ALIGN_UP((uintptr_t)w->resv, HUGE_ALIGN) + largest_shift(c);
+	base = (uint8_t *)ALIGN_UP((uintptr_t)w->resv, HUGE_ALIGN) + largest_shift(w);
 	w->addr = base;
 	c->window = (uintptr_t)base;
-	for (size_t i = 0; i < c->nd; i++)
-		for (size_t k = 0; k < c->d[i].n; k++) {
-			const struct piece *p = &c->d[i].p[k];
+	for (size_t k = 0; k < w->np; k++) {
+		const struct mapped_piece *p = &w->p[k];
 
-			if (mmap(base + p->ioff, p->len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
-				 c->d[i].fd, (off_t)p->ooff) == MAP_FAILED) {
-				ret = -errno;
-				pr_perror("map a piece of %s", name);
-				return ret;
-			}
+		if (mmap(base + p->ioff, p->len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, p->fd,
+			 (off_t)p->ooff) == MAP_FAILED) {
+			ret = -errno;
+			pr_perror("map a piece of %s", name);
+			return ret;
 		}
-	b->maps += pieces;
-	ret = window_pieces(w, c, pieces);
-	if (ret)
-		return ret;
+	}
+	b->maps += w->np;
 	w->huge = huge_pages(c);
 	if (w->huge) {
 		c->alloc = true;
@@ -881,14 +882,11 @@ static int make_window(struct build *b, struct copy *c, int in, const char *name
 	}
 	/* Writers populate the window before they touch it (a full tmpfs is
 	 * then ENOSPC, not SIGBUS); where the kernel cannot, no window. */
-	if (madvise(base, CRIU_PAGE_SIZE, MADV_POPULATE_WRITE) < 0) {
-		ret = -errno;
-		if (ret == -EINVAL)
-			snprintf(b->res->why, sizeof(b->res->why),
-				 "this kernel cannot populate mappings (MADV_POPULATE_WRITE)");
-		return ret;
-	}
-	return 0;
+	ret = populate_write(base, CRIU_PAGE_SIZE);
+	if (ret == -EINVAL)
+		snprintf(b->res->why, sizeof(b->res->why),
+			 "this kernel cannot populate mappings (MADV_POPULATE_WRITE)");
+	return ret;
 }
 
 void mapped_windows_release(struct mapped_windows *win)

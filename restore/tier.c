@@ -170,9 +170,10 @@ out:
 
 /* The metadata names every file with its size: a restart checks those, and
  * ignores what else is in the directory (CRIU writes its stats-restore into
- * the image directory it restores from). */
+ * the image directory it restores from).  The pages files lay wrote through
+ * windows (lay may be NULL) are not in the entry and not named. */
 static int meta_write(struct tier *t, const char *hex, const char *id, uint64_t bytes,
-		      const struct manifest *m, uint8_t *const *elided)
+		      const struct manifest *m, const struct tier_layout *lay)
 {
 	char path[PATH_MAX];
 	json_t *j, *files = json_array();
@@ -182,7 +183,7 @@ static int meta_write(struct tier *t, const char *hex, const char *id, uint64_t 
 
 	entry_paths(t, hex, NULL, path);
 	for (size_t i = 0; files && i < m->nfiles; i++) {
-		if (elided && elided[i])
+		if (lay && lay->windows && lay->wins[i])
 			continue; /* not in the entry: listed in its .elided */
 		logical += m->files[i].size;
 		nfiles++;
@@ -636,7 +637,7 @@ static int publish(struct tier *t, const char *hex, const char *full, const stru
 		pr_perror("rename %s to %s", bdir, dir);
 		return ret;
 	}
-	ret = meta_write(t, hex, full, bytes, m, lay->windows ? lay->maps : NULL);
+	ret = meta_write(t, hex, full, bytes, m, lay);
 	if (ret)
 		rm_rf(dir);
 	return ret;
@@ -953,15 +954,15 @@ int tier_lease_whole(struct tier *t, struct tier_lease *l)
 	bool reserved = false;
 	int bfd, ret = 0;
 
-	snprintf(elided, sizeof(elided), "%s/" TIER_ELIDED, l->path);
-	if (access(elided, F_OK))
+	if (!tier_lease_partial(l))
 		return 0;
 	snprintf(name, sizeof(name), "%s.build", l->hex);
 	bfd = lock_take(t, name, LOCK_EX);
 	if (bfd < 0)
 		return bfd;
-	if (access(elided, F_OK)) /* another start wrote them meanwhile */
+	if (!tier_lease_partial(l)) /* another start wrote them meanwhile */
 		goto out;
+	snprintf(elided, sizeof(elided), "%s/" TIER_ELIDED, l->path);
 	snprintf(full, sizeof(full), "sha256:%s", l->hex);
 	build_paths(t, l->hex, bdir, resv);
 	sl = store_lease_take(t->s, full);

@@ -49,8 +49,7 @@ int tier_part_materialize(struct tier *t, struct tier_part *p, const char *bdir,
 
 struct tier_layout {
 	struct mapped_windows win;
-	uint8_t **maps;	  /* per file of the manifest: its window's address, or NULL */
-	const struct mapped_window **wins; /* ... and the window */
+	const struct mapped_window **wins; /* per file of the manifest: its window, or NULL */
 	bool windows;	  /* the pages go through windows */
 	bool decided;	  /* bdir/.mapped is made, or .mapped-why says why not */
 	struct mapped_result res;

@@ -124,9 +124,8 @@ int tier_layout_begin(struct tier *t, const char *bdir, const struct manifest *m
 	int ret;
 
 	memset(lay, 0, sizeof(*lay));
-	lay->maps = calloc(MAX(m->nfiles, (size_t)1), sizeof(*lay->maps));
 	lay->wins = calloc(MAX(m->nfiles, (size_t)1), sizeof(*lay->wins));
-	if (!lay->maps || !lay->wins)
+	if (!lay->wins)
 		return -ENOMEM;
 	if (!tier_mapped_min(t))
 		return 0; /* publish() records why */
@@ -143,10 +142,8 @@ int tier_layout_begin(struct tier *t, const char *bdir, const struct manifest *m
 		tier_record_unmapped(bdir, lay->res.why);
 		return 0;
 	}
-	for (size_t i = 0; i < m->nfiles; i++) {
+	for (size_t i = 0; i < m->nfiles; i++)
 		lay->wins[i] = mapped_window_of(&lay->win, m->files[i].path);
-		lay->maps[i] = lay->wins[i] ? lay->wins[i]->addr : NULL;
-	}
 	lay->windows = true;
 	lay->plan_ms = ms_since(t0);
 	return 0;
@@ -160,7 +157,7 @@ static int write_elided(const char *bdir, const struct manifest *m, const struct
 	int ret = -ENOMEM;
 
 	for (size_t i = 0; list && i < m->nfiles; i++)
-		if (lay->maps[i] && json_array_append_new(list, json_pack("[s, I]", m->files[i].path,
+		if (lay->wins[i] && json_array_append_new(list, json_pack("[s, I]", m->files[i].path,
 							 (json_int_t)m->files[i].size))) {
 			json_decref(list);
 			list = NULL;
@@ -188,7 +185,7 @@ int tier_layout_finish(struct tier_layout *lay, const char *bdir, const struct m
 	for (size_t i = 0; !ret && i < m->nfiles; i++) {
 		char path[PATH_MAX + 256];
 
-		if (!lay->maps[i])
+		if (!lay->wins[i])
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", bdir, m->files[i].path);
 		if (unlink(path) < 0) {
@@ -212,8 +209,6 @@ int tier_layout_finish(struct tier_layout *lay, const char *bdir, const struct m
 void tier_layout_release(struct tier_layout *lay)
 {
 	mapped_windows_release(&lay->win);
-	free(lay->maps);
 	free(lay->wins);
-	lay->maps = NULL;
 	lay->wins = NULL;
 }

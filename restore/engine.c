@@ -621,7 +621,9 @@ static int pwrite_occ(const struct eng *e, uint32_t o, const void *src, size_t l
 {
 	const struct engine_writer *w = writer_of(e, o);
 
-	return w ? w->pwrite(w->arg, src, len, off) : pwrite_all(e->files[e->occ[o].file], src, len, (off_t)off);
+	if (w)
+		return w->pwrite(w->arg, src, len, off);
+	return pwrite_all(e->files[e->occ[o].file], src, len, (off_t)off);
 }
 
 /* The arena: every worker's slots, allocated and locked once, before any

@@ -79,6 +79,10 @@ struct remote;
 struct remote_fetch_stats;
 int tier_acquire_fetching(struct tier *t, const char *snapshot_id, struct remote *r,
 			  struct remote_fetch_stats *fst, struct tier_lease **out);
+/* In an entry that left pages files out (they are in its mapped image
+ * only): [[path, size], ...] of them. */
+#define TIER_ELIDED ".elided"
+
 /* The directory holding the snapshot's image files.  Where the entry has a
  * mapped image, the pages files it holds are in the mapped image only:
  * call tier_lease_whole before restoring from this directory. */

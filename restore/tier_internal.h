@@ -19,9 +19,6 @@ uint64_t tier_mapped_min(struct tier *t); /* 0: no mapped images */
 /* Record in bdir/.mapped-why why the entry has no mapped image. */
 void tier_record_unmapped(const char *bdir, const char *why);
 
-/* The pages files an entry left out, in the entry: [[path, size], ...]. */
-#define TIER_ELIDED ".elided"
-
 /* --- tier_layout.c: an entry's pages written once, into the mapped image. */
 
 /* Is path a CRIU pages file ("pages-<id>.img")? */

@@ -15,6 +15,7 @@
 #include "function/spec.h"
 #include "restore/gpu_restore.h"
 #include "restore/mapped.h"
+#include "restore/tier.h"
 
 #include <errno.h>
 #include <libgen.h>
@@ -435,7 +436,7 @@ void run_baselines(struct bench *b)
 				 b->baseline_plain_image + 7);
 		else
 			snprintf(src, sizeof(src), "%.4000s", b->baseline_plain_image);
-		snprintf(elided, sizeof(elided), "%.4000s/.elided", src);
+		snprintf(elided, sizeof(elided), "%.4000s/" TIER_ELIDED, src);
 		if (access(elided, F_OK) == 0) {
 			/* restore/tier_layout.c: its pages are in its mapped image only */
 			snprintf(b->plain.why, sizeof(b->plain.why),

@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "prewarm/prewarm.h"
+#include "function/confine.h"
 #include "function/spec.h"
 #include "store/store.h"
 
@@ -122,8 +123,8 @@ static bool image_allowed(const struct thaw_config *c, const struct func_spec *s
 
 int cmd_snapshot(int argc, char **argv)
 {
-	const char *spec_path = NULL, *id = NULL, *data_dir = NULL;
-	char err[512], fid[64];
+	const char *spec_path = NULL, *id = NULL, *data_dir = NULL, *key;
+	char err[1024], fid[64];
 	struct thaw_config c;
 	struct func_spec *spec = NULL;
 	struct snapshot_result res = { 0 };
@@ -176,16 +177,13 @@ int cmd_snapshot(int argc, char **argv)
 		fprintf(stderr, "thaw snapshot: %s\n", log_last_error());
 		goto out;
 	}
-	/* As thawd's PUT: a function's rootfs and directory only where allowed. */
-	for (int k = 0; k < 2; k++) {
-		const char *path = k ? (spec->image ? NULL : spec->cwd) : spec->bundle;
-
-		if (path && !config_path_allowed(&c, path, err, sizeof(err))) {
-			fprintf(stderr, "thaw snapshot: %s: %s: %s\n", spec_path, k ? "cwd" : "bundle",
-				err);
-			rc = 2;
-			goto out;
-		}
+	/* As thawd's PUT: a function's rootfs and directory only where allowed
+	 * (and again where they are used, function/confine.h). */
+	key = function_paths_forbidden(&c, spec->bundle, spec->cwd, spec->image, err, sizeof(err));
+	if (key) {
+		fprintf(stderr, "thaw snapshot: %s: %s: %s\n", spec_path, key, err);
+		rc = 2;
+		goto out;
 	}
 	if (!image_allowed(&c, spec, err, sizeof(err))) {
 		fprintf(stderr, "thaw snapshot: %s: image: %s\n", spec_path, err);

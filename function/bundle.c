@@ -4,30 +4,33 @@
 #include "function/bundle.h"
 #include "common/log.h"
 #include "common/oci.h"
+#include "function/confine.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 int function_bundle_write(const struct function_bundle *b, const char *dir)
 {
 	static char *const no_argv[] = { "/bin/true", NULL };
 	const struct func_spec *spec = b->spec;
-	char rootfs[PATH_MAX + 16], cgroup[192], port_env[32], **env;
+	char cgroup[192], port_env[32], **env;
+	struct function_host_paths hp;
 	struct oci_bind binds[2];
 	struct oci_spec o = { 0 };
 	bool has_port = false;
 	size_t nenv = 0;
-	struct stat st;
 	int ret;
 
-	if (spec->bundle) {
-		snprintf(rootfs, sizeof(rootfs), "%s/rootfs", spec->bundle);
-		o.rootfs = stat(rootfs, &st) == 0 && S_ISDIR(st.st_mode) ? rootfs : spec->bundle;
-	}
+	/* Where it reaches on the host, resolved and checked now, as it is
+	 * used: runc gets the paths that were checked. */
+	ret = function_host_paths(b->allow, spec, &hp);
+	if (ret)
+		return ret;
+	if (hp.rootfs[0])
+		o.rootfs = hp.rootfs;
 	/* The function learns its port from $PORT unless the spec sets it. */
 	for (; spec->env && spec->env[nenv]; nenv++)
 		has_port |= !strncmp(spec->env[nenv], "PORT=", 5);
@@ -49,8 +52,8 @@ int function_bundle_write(const struct function_bundle *b, const char *dir)
 	o.netns_path = b->netns;
 	o.binds = binds;
 	/* The function's own directory, read-only at the same path. */
-	if (!o.rootfs && spec->cwd && strcmp(spec->cwd, "/"))
-		binds[o.nbinds++] = (struct oci_bind){ spec->cwd, spec->cwd, false };
+	if (hp.cwd[0])
+		binds[o.nbinds++] = (struct oci_bind){ hp.cwd, spec->cwd, false };
 	/* restore/mapped.h: the snapshot's memory files at a mapped restore,
 	 * an empty directory otherwise (at the snapshot, so that runc declares
 	 * the mount external and a restore can point it elsewhere). */

@@ -17,6 +17,8 @@
 
 #include "function/spec.h"
 
+struct thaw_config;
+
 struct function_bundle {
 	const struct func_spec *spec;
 	const char *netns;        /* network namespace to join (path) */
@@ -36,10 +38,14 @@ struct function_bundle {
 	const int *gpu_minors;
 	size_t ngpu_minors;
 	char *const *env_defaults;
+	/* The allowed roots its rootfs and cwd are checked against, here where
+	 * they are used (function/confine.h); NULL: resolved, not checked. */
+	const struct thaw_config *allow;
 };
 
 /* Write dir/config.json (and its rootfs skeleton and CRIU config) for b.
- * 0 or -errno (logged). */
+ * 0 or -errno (logged): -EACCES when b->allow does not allow where it
+ * reaches. */
 int function_bundle_write(const struct function_bundle *b, const char *dir);
 
 #endif

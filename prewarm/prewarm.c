@@ -472,7 +472,8 @@ static int write_bundle(struct job *j)
 						   .container_id = j->cid,
 						   .mapped_src = mapped_src, .argv = argv,
 						   .gpu_minors = j->ngpu && minors_known ? minors : NULL,
-						   .ngpu_minors = j->ngpu, .env_defaults = defaults },
+						   .ngpu_minors = j->ngpu, .env_defaults = defaults,
+						   .allow = j->c },
 			j->bundle);
 	free_argv(own_argv);
 	return ret;

@@ -507,7 +507,8 @@ static int write_bundle(struct start_ctx *x, const struct func_spec *spec, const
 								.restore = true,
 								.legacy_sandbox = !confined,
 								.gpu_minors = n ? minors : NULL,
-								.ngpu_minors = n },
+								.ngpu_minors = n,
+								.allow = x->c },
 				     x->bundle);
 }
 

@@ -10,6 +10,7 @@
 #include "common/util.h"
 #include "prewarm/image.h"
 #include "prewarm/prewarm.h"
+#include "function/confine.h"
 #include "function/spec.h"
 #include "restore/gpu_restore.h"
 #include "restore/instance.h"
@@ -186,21 +187,20 @@ static void forget_snapshot(struct server *s, const char *snap)
 /* A function runs as root in its container: its rootfs, its directory and
  * a local image only where the operator allows (thawd --allow-root).  The
  * key at fault, with why in err, or NULL.  An image's function has its cwd
- * in the image. */
+ * in the image.  Checked again where they are used (function/confine.h). */
 static const char *spec_path_forbidden(struct server *s, const json_t *spec, char *err,
 				       size_t errlen)
 {
 	const char *image = json_string_value(json_object_get(spec, "image"));
 	enum image_transport t;
 	char local[PATH_MAX];
+	const char *key;
 
-	for (int k = 0; k < 2; k++) {
-		const char *key = k ? "cwd" : "bundle";
-		const char *path = json_string_value(json_object_get(spec, key));
-
-		if (path && !(k && image) && !config_path_allowed(&s->cfg, path, err, errlen))
-			return key;
-	}
+	key = function_paths_forbidden(&s->cfg, json_string_value(json_object_get(spec, "bundle")),
+				       json_string_value(json_object_get(spec, "cwd")), image, err,
+				       errlen);
+	if (key)
+		return key;
 	if (image && !spec_image_ref(image, &t, local, sizeof(local), NULL, 0) &&
 	    t != IMAGE_DOCKER && !config_path_allowed(&s->cfg, local, err, errlen))
 		return "image";

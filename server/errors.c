@@ -27,6 +27,11 @@ struct api_err api_err_from_errno(int err)
 	case ENFILE:
 		/* Out of something that frees up: the caller may retry. */
 		return (struct api_err){ 503, "no_capacity" };
+	case EACCES:
+		/* Where the function would reach is not allowed (any more):
+		 * its rootfs or directory, checked where used
+		 * (function/confine.h), or a local image's file. */
+		return (struct api_err){ 403, "forbidden" };
 	case ENOSYS:
 	case EOPNOTSUPP:
 	case ENODEV:

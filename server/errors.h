@@ -16,9 +16,9 @@ struct api_err {
 
 /* The status and code of a failed start, snapshot or stop (err: -errno or
  * errno).  One meaning per code: ETIMEDOUT 504 timeout; ENOSPC, EDQUOT 507
- * no_space; EBADMSG 500 damaged; EAGAIN, EBUSY, ENOMEM, EMFILE, ENFILE 503
- * no_capacity; ENOSYS, EOPNOTSUPP, ENODEV 503 unavailable; anything else
- * (ENOENT included) 500 internal. */
+ * no_space; EBADMSG 500 damaged; EACCES 403 forbidden; EAGAIN, EBUSY,
+ * ENOMEM, EMFILE, ENFILE 503 no_capacity; ENOSYS, EOPNOTSUPP, ENODEV 503
+ * unavailable; anything else (ENOENT included) 500 internal. */
 struct api_err api_err_from_errno(int err);
 
 #endif

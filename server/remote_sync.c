@@ -4,6 +4,7 @@
 #include "server/remote_sync.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "function/confine.h"
 #include "restore/tier.h"
 #include "server/errors.h"
 #include "server/internal.h"
@@ -421,16 +422,17 @@ static int pulled_spec(struct server *s, const char *function, const char *text,
 		       char *err, size_t errlen)
 {
 	int ret = function_body_parse(function, text, strlen(text), spec, err, errlen);
+	const char *key;
+	char why[1024];
 
-	for (int k = 0; !ret && k < 2; k++) {
-		const char *key = k ? "cwd" : "bundle";
-		const char *path = json_string_value(json_object_get(*spec, key));
-		char why[384];
-
-		if (path && !config_path_allowed(&s->cfg, path, why, sizeof(why))) {
-			snprintf(err, errlen, "the remote's spec of %s: %s: %s", function, key, why);
-			ret = -EACCES;
-		}
+	key = ret ? NULL
+		  : function_paths_forbidden(
+			    &s->cfg, json_string_value(json_object_get(*spec, "bundle")),
+			    json_string_value(json_object_get(*spec, "cwd")),
+			    json_object_get(*spec, "image") != NULL, why, sizeof(why));
+	if (key) {
+		snprintf(err, errlen, "the remote's spec of %s: %s: %s", function, key, why);
+		ret = -EACCES;
 	}
 	if (ret && *spec) {
 		json_decref(*spec);

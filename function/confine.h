@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* confine.h — where a function's container reaches on the host, and whether
+ * the operator allows it there.
+ *
+ * A function runs as uid 0 in its container, so the host directories it
+ * reaches must lie under the operator's allowed roots (common/config.h,
+ * config_path_allowed): its rootfs, which is "<bundle>/rootfs" when that is
+ * a directory and "<bundle>" otherwise, and, for a function without a bundle
+ * or an image, its cwd, bound read-only at the same path.  Both are resolved
+ * (symlinks followed) the way runc will follow them.
+ *
+ * They are checked twice (docs/DESIGN.md, "Confinement"): when a spec is
+ * registered (PUT, pull, thaw snapshot), to refuse it early; and where a
+ * path is used (the bundle written for a snapshot, a restore or a standby,
+ * function/bundle.h), because a path may change in between: a cwd that did
+ * not exist at the PUT may become a link to anywhere, and a thawd restarted
+ * without an --allow-root must not run what it no longer allows.  The
+ * bundle is then written with the resolved paths, so that runc is given
+ * what was checked.
+ */
+#ifndef THAW_FUNCTION_CONFINE_H
+#define THAW_FUNCTION_CONFINE_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "common/config.h"
+#include "function/spec.h"
+
+/* The host paths a container of a spec reaches, resolved. */
+struct function_host_paths {
+	char rootfs[PATH_MAX]; /* its root; "" without a bundle (the host's dirs) */
+	char cwd[PATH_MAX];    /* bound read-only at spec->cwd; "": nothing bound */
+};
+
+/* Resolve where a container of spec reaches (above) into *hp and, with c,
+ * check it against c's allowed roots (c NULL: resolved only, for the
+ * benchmark's baselines, which run what the operator hands them).  0;
+ * -EACCES when a path lies outside them; or realpath's -errno (a path that
+ * does not exist).  Logged, naming the spec's key ("bundle", "cwd"). */
+int function_host_paths(const struct thaw_config *c, const struct func_spec *spec,
+			struct function_host_paths *hp);
+
+/* The registration's check, over a spec's strings: bundle (and its rootfs)
+ * and, unless image, cwd (NULL: absent).  A path that does not exist yet is
+ * taken as written: it is checked again where it is used.  NULL when
+ * allowed; else the key at fault ("bundle" or "cwd"), why saying why. */
+const char *function_paths_forbidden(const struct thaw_config *c, const char *bundle,
+				     const char *cwd, bool image, char *why, size_t why_len);
+
+#endif

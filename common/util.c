@@ -39,10 +39,39 @@ uint64_t realtime_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/* mkdir with exactly mode, whatever the process's umask: a container's
+ * rootfs skeleton is its root directory, whose mode CRIU records at the dump
+ * and checks at the restore ("File . has bad mode 040755 (expect 040700)"),
+ * so a snapshot taken under one umask must restore under another.  The
+ * directory is reopened without following a link to set it.  0, or -errno
+ * (logged, but for EEXIST). */
+static int mkdir_mode(const char *path, mode_t mode)
+{
+	int fd, err;
+
+	if (mkdir(path, mode) < 0) {
+		err = -errno;
+		if (err != -EEXIST)
+			pr_perror("mkdir %s", path);
+		return err;
+	}
+	fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 || fchmod(fd, mode) < 0) {
+		err = -errno;
+		pr_perror("chmod %s to %04o", path, (unsigned)mode);
+		if (fd >= 0)
+			close(fd);
+		return err;
+	}
+	close(fd);
+	return 0;
+}
+
 int mkdir_p(const char *path, mode_t mode)
 {
 	char buf[PATH_MAX];
 	size_t len = strlen(path);
+	int ret;
 
 	if (len == 0 || len >= sizeof(buf))
 		return -ENAMETOOLONG;
@@ -51,19 +80,13 @@ int mkdir_p(const char *path, mode_t mode)
 		if (*p != '/')
 			continue;
 		*p = '\0';
-		if (mkdir(buf, mode) < 0 && errno != EEXIST) {
-			int err = -errno;
-			pr_perror("mkdir %s", buf);
-			return err;
-		}
+		ret = mkdir_mode(buf, mode);
+		if (ret && ret != -EEXIST)
+			return ret;
 		*p = '/';
 	}
-	if (mkdir(buf, mode) < 0 && errno != EEXIST) {
-		int err = -errno;
-		pr_perror("mkdir %s", buf);
-		return err;
-	}
-	return 0;
+	ret = mkdir_mode(buf, mode);
+	return ret == -EEXIST ? 0 : ret;
 }
 
 static int rm_rf_at(int dirfd, const char *name, dev_t dev)

@@ -29,7 +29,8 @@ double ms_since(uint64_t start_ns);
 /* The wall clock (CLOCK_REALTIME) in ms: for times other processes read. */
 uint64_t realtime_ms(void);
 
-/* mkdir -p; existing directories are fine. */
+/* mkdir -p; existing directories are fine (left as they are), those it makes
+ * have exactly mode, whatever the umask.  0 or -errno (logged). */
 int mkdir_p(const char *path, mode_t mode);
 /* rm -rf; a missing path is fine.  Does not cross into other mounts. */
 int rm_rf(const char *path);

@@ -190,3 +190,19 @@ clean:
 
 # The headers each object was built with (none yet on a fresh tree).
 -include $(wildcard $(B)/obj/*/*.d build/fuzz/obj/*/*.d build/fuzz/obj/test/fuzz/*.d)
+
+# libthaw-cuda.so: preloaded into GPU functions (interpose/, docs/DESIGN.md
+# "GPU memory").  It links nothing of thaw's and no CUDA header: position-
+# independent, hidden by default, only the driver's names exported.
+INTERPOSE_SRCS := $(wildcard interpose/*.c interpose/*.S)
+INTERPOSE_OBJS := $(patsubst %,$(B)/obj/pic/%.o,$(INTERPOSE_SRCS))
+$(B)/obj/pic/%.c.o: %.c $(B)/.cflags
+	@mkdir -p $(dir $@)
+	$(CC) $(filter-out -fsanitize=% -DTHAW_STATIC,$(CFLAGS)) -fPIC -fvisibility=hidden $(DEPFLAGS) -c -o $@ $<
+$(B)/obj/pic/%.S.o: %.S
+	@mkdir -p $(dir $@)
+	$(CC) -fPIC -c -o $@ $<
+$(B)/libthaw-cuda.so: $(INTERPOSE_OBJS)
+	$(CC) -shared -fPIC -Wl,-z,defs -Wl,-z,now -o $@ $^ -ldl -lpthread
+all: $(B)/libthaw-cuda.so
+-include $(wildcard $(B)/obj/pic/interpose/*.d)

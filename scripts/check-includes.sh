@@ -11,6 +11,7 @@
 # no prewarm -> restore): widen a line here when one is truly needed.
 RULES='
 common:
+interpose: common
 store:    common
 function: common
 restore:  common store function
@@ -18,6 +19,8 @@ prewarm:  common store function
 server:   common store function restore prewarm
 cli:      common store function restore prewarm
 '
+# interpose/ is libthaw-cuda.so, loaded into functions: it may include
+# common/'s headers for their constants, and links nothing of common.
 # bench/ and test/ may include anything and are not checked.
 #
 # Usage: scripts/check-includes.sh [ROOT]   (ROOT: the tree to check, default

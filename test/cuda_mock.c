@@ -21,7 +21,21 @@
  * holds its GPU state (not checkpointed): process k of MOCK_CUDA_PIDS holds
  * GPU k % 2.  GPU i is /dev/nvidia(i+MOCK_NVML_MINOR_BASE).  Without
  * MOCK_NVML_FREE_MIB, nvmlInit fails (free memory unknown).
+ *
+ * Device memory (for libthaw-cuda's tests, test_gpumem): a device pointer
+ * is an address of this process.  cuMemAlloc is anonymous memory; the VMM
+ * calls are real address reservations (PROT_NONE) with memfd "physical"
+ * allocations mapped over them, so that an unmapped range faults like
+ * freed device memory and new memory reads as zero.  Copies are memcpy;
+ * registering host memory does nothing.  cuGetProcAddress (both
+ * signatures) resolves from a table, the _v2 entry point at the versions
+ * the driver gives it.  mock_cuda_mem() tells a test what is live.
+ * Knob: MOCK_CUDA_HTOD_DELAY_MS sleeps in each cuMemcpyHtoDAsync (a slow
+ * copy back, to see the function held while it runs).
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -384,4 +398,397 @@ int nvmlSystemGetDriverVersion(char *buf, unsigned int len)
 {
 	snprintf(buf, len, "580.159.04");
 	return 0;
+}
+
+/* ---- device memory ---- */
+#include <pthread.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef unsigned long long CUdeviceptr;
+typedef unsigned long long CUhandle;
+
+struct phys {
+	int fd;
+	size_t size;
+	int maps;
+	int released;
+};
+
+static pthread_mutex_t mem_mu = PTHREAD_MUTEX_INITIALIZER;
+static unsigned long long live_phys_bytes, live_plain_bytes, mapped_bytes;
+static struct {
+	CUdeviceptr p;
+	size_t size;
+} plain[256];
+static struct {
+	CUdeviceptr va;
+	size_t size;
+	struct phys *ph;
+} maps[1024];
+static int ctx_token;
+/* Handles are checked against the live mappings and a short list of
+ * those made: a stale or made-up value is CUDA_ERROR_INVALID_VALUE. */
+static struct phys *made[4096];
+static int nmade;
+
+/* What is live: physical VMM memory, cuMemAlloc memory, mapped bytes. */
+void mock_cuda_mem(unsigned long long *phys, unsigned long long *plain_bytes,
+		   unsigned long long *mapped)
+{
+	pthread_mutex_lock(&mem_mu);
+	*phys = live_phys_bytes;
+	*plain_bytes = live_plain_bytes;
+	*mapped = mapped_bytes;
+	pthread_mutex_unlock(&mem_mu);
+}
+
+static void phys_maybe_free(struct phys *ph)
+{
+	if (!ph->released || ph->maps)
+		return;
+	close(ph->fd);
+	live_phys_bytes -= ph->size;
+	free(ph);
+}
+
+CUresult cuCtxGetCurrent(void **ctx)
+{
+	*ctx = &ctx_token;
+	return 0;
+}
+CUresult cuCtxSetCurrent(void *ctx)
+{
+	return 0;
+}
+CUresult cuCtxGetDevice(int *dev)
+{
+	*dev = 0;
+	return 0;
+}
+CUresult cuCtxSynchronize(void)
+{
+	return 0;
+}
+CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev)
+{
+	*ctx = &ctx_token;
+	return 0;
+}
+CUresult cuDeviceCanAccessPeer(int *can, int a, int b)
+{
+	*can = 0;
+	return 0;
+}
+
+static CUresult plain_alloc(CUdeviceptr *p, size_t n)
+{
+	void *a = mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (a == MAP_FAILED)
+		return 2;
+	pthread_mutex_lock(&mem_mu);
+	for (int i = 0; i < 256; i++)
+		if (!plain[i].p) {
+			plain[i].p = (CUdeviceptr)a;
+			plain[i].size = n ? n : 1;
+			live_plain_bytes += plain[i].size;
+			break;
+		}
+	pthread_mutex_unlock(&mem_mu);
+	*p = (CUdeviceptr)a;
+	return 0;
+}
+
+CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
+{
+	return plain_alloc(p, n);
+}
+CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned flags)
+{
+	return plain_alloc(p, n);
+}
+CUresult cuMemFree_v2(CUdeviceptr p)
+{
+	CUresult r = 1;
+
+	pthread_mutex_lock(&mem_mu);
+	for (int i = 0; i < 256; i++)
+		if (plain[i].p == p) {
+			munmap((void *)p, plain[i].size);
+			live_plain_bytes -= plain[i].size;
+			plain[i].p = 0;
+			r = 0;
+			break;
+		}
+	pthread_mutex_unlock(&mem_mu);
+	return r;
+}
+
+CUresult cuMemGetAllocationGranularity(size_t *g, const void *prop, int option)
+{
+	*g = 2u << 20;
+	return 0;
+}
+
+CUresult cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr,
+			     unsigned long long flags)
+{
+	size_t a = 2u << 20;
+	char *m = mmap(NULL, size + a, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	uintptr_t u;
+
+	if (m == MAP_FAILED)
+		return 2;
+	u = ((uintptr_t)m + a - 1) & ~(uintptr_t)(a - 1);
+	if (u > (uintptr_t)m)
+		munmap(m, u - (uintptr_t)m);
+	munmap((char *)u + size, (uintptr_t)m + a - u);
+	*p = (CUdeviceptr)u;
+	return 0;
+}
+
+CUresult cuMemAddressFree(CUdeviceptr p, size_t size)
+{
+	return munmap((void *)p, size) ? 1 : 0;
+}
+
+CUresult cuMemCreate(CUhandle *h, size_t size, const void *prop, unsigned long long flags)
+{
+	struct phys *ph = calloc(1, sizeof(*ph));
+
+	if (!ph)
+		return 2;
+	ph->fd = memfd_create("mock-gpu", MFD_CLOEXEC);
+	if (ph->fd < 0 || ftruncate(ph->fd, (off_t)size)) {
+		free(ph);
+		return 2;
+	}
+	ph->size = size;
+	pthread_mutex_lock(&mem_mu);
+	if (nmade < 4096)
+		made[nmade++] = ph;
+	live_phys_bytes += size;
+	pthread_mutex_unlock(&mem_mu);
+	*h = (CUhandle)(uintptr_t)ph;
+	return 0;
+}
+
+
+static int handle_ok(CUhandle h)
+{
+	for (int i = 0; i < nmade; i++)
+		if ((CUhandle)(uintptr_t)made[i] == h)
+			return 1;
+	return 0;
+}
+
+static void handle_forget(struct phys *ph)
+{
+	for (int i = 0; i < nmade; i++)
+		if (made[i] == ph) {
+			made[i] = made[--nmade];
+			return;
+		}
+}
+
+CUresult cuMemMap(CUdeviceptr va, size_t size, size_t offset, CUhandle h,
+		  unsigned long long flags)
+{
+	struct phys *ph = (struct phys *)(uintptr_t)h;
+	int i;
+
+	pthread_mutex_lock(&mem_mu);
+	if (!handle_ok(h) || offset + size > ph->size) {
+		pthread_mutex_unlock(&mem_mu);
+		return 1;
+	}
+	if (mmap((void *)va, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, ph->fd,
+		 (off_t)offset) == MAP_FAILED) {
+		pthread_mutex_unlock(&mem_mu);
+		return 2;
+	}
+	for (i = 0; i < 1024 && maps[i].ph; i++)
+		;
+	if (i < 1024)
+		maps[i].va = va, maps[i].size = size, maps[i].ph = ph;
+	ph->maps++;
+	mapped_bytes += size;
+	pthread_mutex_unlock(&mem_mu);
+	return 0;
+}
+
+CUresult cuMemSetAccess(CUdeviceptr va, size_t size, const void *desc, size_t count)
+{
+	return count ? 0 : 1;
+}
+
+CUresult cuMemUnmap(CUdeviceptr va, size_t size)
+{
+	CUresult r = 1;
+
+	pthread_mutex_lock(&mem_mu);
+	for (int i = 0; i < 1024; i++) {
+		struct phys *ph = maps[i].ph;
+
+		if (!ph || maps[i].va < va || maps[i].va >= va + size)
+			continue;
+		mmap((void *)maps[i].va, maps[i].size, PROT_NONE,
+		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+		mapped_bytes -= maps[i].size;
+		maps[i].ph = NULL;
+		ph->maps--;
+		if (ph->released && !ph->maps)
+			handle_forget(ph);
+		phys_maybe_free(ph);
+		r = 0;
+	}
+	pthread_mutex_unlock(&mem_mu);
+	return r;
+}
+
+CUresult cuMemRelease(CUhandle h)
+{
+	struct phys *ph = (struct phys *)(uintptr_t)h;
+
+	pthread_mutex_lock(&mem_mu);
+	if (!handle_ok(h) || ph->released) {
+		pthread_mutex_unlock(&mem_mu);
+		return 1;
+	}
+	ph->released = 1;
+	if (!ph->maps)
+		handle_forget(ph);
+	phys_maybe_free(ph);
+	pthread_mutex_unlock(&mem_mu);
+	return 0;
+}
+
+CUresult cuMemRetainAllocationHandle(CUhandle *h, void *addr)
+{
+	pthread_mutex_lock(&mem_mu);
+	for (int i = 0; i < 1024; i++)
+		if (maps[i].ph && (CUdeviceptr)addr >= maps[i].va &&
+		    (CUdeviceptr)addr < maps[i].va + maps[i].size) {
+			*h = (CUhandle)(uintptr_t)maps[i].ph;
+			pthread_mutex_unlock(&mem_mu);
+			return 0;
+		}
+	pthread_mutex_unlock(&mem_mu);
+	return 1;
+}
+
+CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
+{
+	memcpy(dst, (void *)src, n);
+	return 0;
+}
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
+{
+	memcpy((void *)dst, src, n);
+	return 0;
+}
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *stream)
+{
+	const char *d = getenv("MOCK_CUDA_HTOD_DELAY_MS");
+
+	if (d)
+		usleep((useconds_t)atoi(d) * 1000);
+	memcpy((void *)dst, src, n);
+	return 0;
+}
+CUresult cuMemsetD32_v2(CUdeviceptr dst, unsigned v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		((unsigned *)dst)[i] = v;
+	return 0;
+}
+CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags)
+{
+	return 0;
+}
+CUresult cuMemHostUnregister(void *p)
+{
+	return 0;
+}
+CUresult cuMemAllocHost_v2(void **p, size_t n)
+{
+	*p = malloc(n);
+	return *p ? 0 : 2;
+}
+CUresult cuMemFreeHost(void *p)
+{
+	free(p);
+	return 0;
+}
+CUresult cuStreamCreate(void **s, unsigned flags)
+{
+	*s = &ctx_token;
+	return 0;
+}
+CUresult cuStreamSynchronize(void *s)
+{
+	return 0;
+}
+CUresult cuStreamDestroy_v2(void *s)
+{
+	return 0;
+}
+
+CUresult cuGetProcAddress_v2(const char *name, void **pfn, int version, unsigned long long flags,
+			     int *status);
+
+CUresult cuGetProcAddress(const char *name, void **pfn, int version, unsigned long long flags)
+{
+	static const struct {
+		const char *name;
+		int v2_from; /* the version from which name means name_v2; 0: never */
+		void *v1, *v2;
+	} t[] = {
+		{ "cuInit", 0, (void *)cuInit, NULL },
+		{ "cuGetErrorName", 0, (void *)cuGetErrorName, NULL },
+		{ "cuGetProcAddress", 12000, (void *)cuGetProcAddress, (void *)cuGetProcAddress_v2 },
+		{ "cuDeviceGetCount", 0, (void *)cuDeviceGetCount, NULL },
+		{ "cuCtxGetCurrent", 0, (void *)cuCtxGetCurrent, NULL },
+		{ "cuCtxSetCurrent", 0, (void *)cuCtxSetCurrent, NULL },
+		{ "cuCtxGetDevice", 0, (void *)cuCtxGetDevice, NULL },
+		{ "cuCtxSynchronize", 0, (void *)cuCtxSynchronize, NULL },
+		{ "cuDevicePrimaryCtxRetain", 0, (void *)cuDevicePrimaryCtxRetain, NULL },
+		{ "cuMemAlloc", 3020, NULL, (void *)cuMemAlloc_v2 },
+		{ "cuMemFree", 3020, NULL, (void *)cuMemFree_v2 },
+		{ "cuMemAllocManaged", 0, (void *)cuMemAllocManaged, NULL },
+		{ "cuMemAddressReserve", 0, (void *)cuMemAddressReserve, NULL },
+		{ "cuMemAddressFree", 0, (void *)cuMemAddressFree, NULL },
+		{ "cuMemCreate", 0, (void *)cuMemCreate, NULL },
+		{ "cuMemMap", 0, (void *)cuMemMap, NULL },
+		{ "cuMemUnmap", 0, (void *)cuMemUnmap, NULL },
+		{ "cuMemRelease", 0, (void *)cuMemRelease, NULL },
+		{ "cuMemSetAccess", 0, (void *)cuMemSetAccess, NULL },
+		{ "cuMemGetAllocationGranularity", 0, (void *)cuMemGetAllocationGranularity, NULL },
+		{ "cuMemRetainAllocationHandle", 0, (void *)cuMemRetainAllocationHandle, NULL },
+		{ "cuMemcpyDtoH", 3020, NULL, (void *)cuMemcpyDtoH_v2 },
+		{ "cuMemcpyHtoD", 3020, NULL, (void *)cuMemcpyHtoD_v2 },
+		{ "cuMemcpyHtoDAsync", 3020, NULL, (void *)cuMemcpyHtoDAsync_v2 },
+		{ "cuMemsetD32", 3020, NULL, (void *)cuMemsetD32_v2 },
+	};
+
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		if (strcmp(t[i].name, name))
+			continue;
+		*pfn = t[i].v2_from && version >= t[i].v2_from ? t[i].v2 : t[i].v1;
+		return *pfn ? 0 : 500;
+	}
+	*pfn = NULL;
+	return 500; /* CUDA_ERROR_NOT_FOUND */
+}
+
+CUresult cuGetProcAddress_v2(const char *name, void **pfn, int version, unsigned long long flags,
+			     int *status)
+{
+	CUresult r = cuGetProcAddress(name, pfn, version, flags);
+
+	if (status)
+		*status = r ? 1 : 0;
+	return r;
 }

@@ -1,0 +1,246 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* gpumem.c — see gpumem.h. */
+#define LOG_PREFIX "gpumem: "
+#include "common/gpumem.h"
+#include "common/log.h"
+#include "common/util.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+bool gpumem_loaded(pid_t pid)
+{
+	char path[64], line[PATH_MAX + 128];
+	bool found = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f))
+		found = strstr(line, "/" GPUMEM_LIB_NAME) != NULL;
+	fclose(f);
+	return found;
+}
+
+static void status_path(const char *dir, pid_t ns_pid, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s/" GPUMEM_STATUS_FMT, dir, (int)ns_pid);
+}
+
+static uint64_t num(const json_t *o, const char *k)
+{
+	json_int_t v = json_integer_value(json_object_get(o, k));
+
+	return v > 0 ? (uint64_t)v : 0;
+}
+
+/* Parse an answer to seq; 1 when it is that answer, 0 when not (yet). */
+static int parse(const char *text, unsigned seq, struct gpumem_status *st)
+{
+	json_t *o = json_loads(text, 0, NULL), *ms, *dev;
+
+	if (!o || num(o, "seq") != seq) {
+		json_decref(o);
+		return 0;
+	}
+	st->answered = true;
+	st->ok = json_is_true(json_object_get(o, "ok"));
+	snprintf(st->error, sizeof(st->error), "%s",
+		 json_string_value(json_object_get(o, "error")) ?: "");
+	st->allocs = num(o, "allocs");
+	st->bytes = num(o, "bytes");
+	st->left_allocs = num(o, "left_allocs");
+	st->left_bytes = num(o, "left_bytes");
+	dev = json_object_get(o, "dev_bytes");
+	for (size_t i = 0; i < ARRAY_SIZE(st->dev_bytes); i++) {
+		json_int_t v = json_integer_value(json_array_get(dev, i));
+
+		st->dev_bytes[i] = v > 0 ? (uint64_t)v : 0;
+	}
+	ms = json_object_get(o, "ms");
+	st->hold_ms = json_number_value(json_object_get(ms, "hold"));
+	st->sync_ms = json_number_value(json_object_get(ms, "sync"));
+	st->map_ms = json_number_value(json_object_get(ms, "map"));
+	st->copy_ms = json_number_value(json_object_get(ms, "copy"));
+	st->total_ms = json_number_value(json_object_get(ms, "total"));
+	st->copy_threads = (int)num(o, "copy_threads");
+	json_decref(o);
+	return 1;
+}
+
+static const char *op_name(enum gpumem_op op)
+{
+	return op == GPUMEM_OP_SAVE ? "save" : op == GPUMEM_OP_RESTORE ? "restore" : "release";
+}
+
+int gpumem_request(const pid_t *pids, const pid_t *ns_pids, size_t n, enum gpumem_op op,
+		   const char *out_dir, unsigned timeout_ms, struct gpumem_status *st)
+{
+	static unsigned next_seq;
+	unsigned seq = (__atomic_add_fetch(&next_seq, 1, __ATOMIC_RELAXED) & 0x7ffffff) | 1;
+	uint64_t t0 = now_ns();
+	size_t left = n;
+	char path[PATH_MAX];
+	int ret = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		memset(&st[i], 0, sizeof(st[i]));
+		status_path(out_dir, ns_pids[i], path, sizeof(path));
+		unlink(path);
+	}
+	for (size_t i = 0; i < n; i++) {
+		union sigval v = { .sival_int = GPUMEM_VALUE(op, seq) };
+
+		if (sigqueue(pids[i], GPUMEM_SIGNAL_DEFAULT, v) < 0) {
+			snprintf(st[i].error, sizeof(st[i].error), "process %d: %s", (int)pids[i],
+				 strerror(errno));
+			st[i].answered = true; /* nothing will come */
+			ret = -ESRCH;
+			left--;
+		}
+	}
+	while (left > 0) {
+		for (size_t i = 0; i < n; i++) {
+			char *text = NULL;
+			size_t len;
+
+			if (st[i].answered)
+				continue;
+			status_path(out_dir, ns_pids[i], path, sizeof(path));
+			if (read_file(path, &text, &len, 1 << 16) == 0 && parse(text, seq, &st[i])) {
+				unlink(path);
+				left--;
+			} else if (kill(pids[i], 0) < 0 && errno == ESRCH) {
+				snprintf(st[i].error, sizeof(st[i].error),
+					 "process %d ended before it answered", (int)pids[i]);
+				st[i].answered = true;
+				ret = -ESRCH;
+				left--;
+			}
+			free(text);
+		}
+		if (left && ms_since(t0) > timeout_ms) {
+			for (size_t i = 0; i < n; i++)
+				if (!st[i].answered)
+					snprintf(st[i].error, sizeof(st[i].error),
+						 "process %d did not answer the %s within %u ms",
+						 (int)pids[i], op_name(op), timeout_ms);
+			return -ETIMEDOUT;
+		}
+		if (left)
+			nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+	}
+	for (size_t i = 0; i < n; i++)
+		if (st[i].answered && !st[i].ok && !st[i].error[0])
+			snprintf(st[i].error, sizeof(st[i].error), "the %s failed", op_name(op));
+	return ret;
+}
+
+int gpumem_save_all(const pid_t *pids, const pid_t *ns_pids, size_t n, const char *out_dir,
+		    unsigned timeout_ms, struct gpumem_status *st, size_t *moved, char *why,
+		    size_t whylen)
+{
+	pid_t *ask = calloc(n + 1, sizeof(*ask)), *ask_ns = calloc(n + 1, sizeof(*ask_ns));
+	struct gpumem_status *got = calloc(n + 1, sizeof(*got));
+	size_t k = 0, *idx = calloc(n + 1, sizeof(*idx));
+	int ret = 0;
+
+	*moved = 0;
+	why[0] = '\0';
+	if (!ask || !ask_ns || !got || !idx) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		memset(&st[i], 0, sizeof(st[i]));
+		if (gpumem_loaded(pids[i])) {
+			ask[k] = pids[i];
+			ask_ns[k] = ns_pids[i];
+			idx[k++] = i;
+			continue;
+		}
+		st[i].answered = true;
+		snprintf(st[i].error, sizeof(st[i].error),
+			 "libthaw-cuda.so is not loaded in process %d (a statically linked "
+			 "program, or one that ignores LD_PRELOAD)", (int)pids[i]);
+	}
+	if (k)
+		ret = gpumem_request(ask, ask_ns, k, GPUMEM_OP_SAVE, out_dir, timeout_ms, got);
+	for (size_t j = 0; j < k; j++) {
+		st[idx[j]] = got[j];
+		if (got[j].ok && got[j].allocs)
+			(*moved)++;
+		else if (got[j].ok)
+			snprintf(st[idx[j]].error, sizeof(st[idx[j]].error),
+				 "process %d holds no device memory libthaw-cuda can move",
+				 (int)ask[j]);
+	}
+	for (size_t i = 0; !*moved && i < n; i++)
+		if (st[i].error[0]) {
+			snprintf(why, whylen, "%s", st[i].error);
+			break;
+		}
+out:
+	free(ask);
+	free(ask_ns);
+	free(got);
+	free(idx);
+	return ret;
+}
+
+void gpumem_release(const pid_t *pids, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		union sigval v = { .sival_int = GPUMEM_VALUE(GPUMEM_OP_RELEASE, 0) };
+
+		if (sigqueue(pids[i], GPUMEM_SIGNAL_DEFAULT, v) < 0 && errno != ESRCH)
+			pr_warn("release of process %d: %s", (int)pids[i], strerror(errno));
+	}
+}
+
+int gpumem_library(char *path, size_t len, char *why, size_t whylen)
+{
+	const char *env = getenv("THAW_GPUMEM_LIB");
+	char self[PATH_MAX];
+	ssize_t k;
+	char *slash;
+
+	if (env && *env) {
+		snprintf(path, len, "%s", env);
+	} else {
+		k = readlink("/proc/self/exe", self, sizeof(self) - 1);
+		if (k < 0) {
+			snprintf(why, whylen, "/proc/self/exe: %s", strerror(errno));
+			return -ENOENT;
+		}
+		self[k] = '\0';
+		slash = strrchr(self, '/');
+		if (slash)
+			*slash = '\0';
+		if (snprintf(path, len, "%s/%s", self, GPUMEM_LIB_NAME) >= (int)len)
+			return -ENAMETOOLONG;
+	}
+	if (access(path, R_OK) < 0) {
+		snprintf(why, whylen, "%s: %s", path, strerror(errno));
+		return -ENOENT;
+	}
+	return 0;
+}
+
+void gpumem_describe(const struct gpumem_status *st, char *buf, size_t len)
+{
+	char a[32], b[32];
+
+	snprintf(buf, len, "%llu allocation(s), %s moved (%.1f ms); %llu, %s left to the driver",
+		 (unsigned long long)st->allocs, fmt_bytes(st->bytes, a), st->total_ms,
+		 (unsigned long long)st->left_allocs, fmt_bytes(st->left_bytes, b));
+}

@@ -1,0 +1,636 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* alloc.c — the function's device allocations, as the library sees them.
+ *
+ * Movable memory is memory the library can unmap while keeping its address:
+ * memory made with the driver's VMM calls (cuMemAddressReserve, cuMemCreate,
+ * cuMemMap).  So cuMemAlloc of 2 MiB or more (THAW_GPUMEM_MIN_BYTES) is
+ * made that way here — an address range, a physical allocation mapped over
+ * it, read-write for its device and each device that can reach it as a peer
+ * (what cuMemAlloc memory is once peer access is on) — and the function's
+ * own VMM calls (PyTorch's expandable segments) are recorded.  Handles are
+ * the function's values: after a restore the physical memory is new and so
+ * is the driver's handle, and the table maps the old value to it.
+ *
+ * Left to the driver's checkpoint (counted, named in the status): smaller
+ * allocations, stream-ordered, managed and pitched ones, and any physical
+ * allocation that is exported or imported (another process may use it),
+ * mapped twice or in part.
+ */
+#include "interpose/gm.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define GM_EXPORT_FN GM_EXPORT CUresult
+
+pthread_mutex_t gm_lock = PTHREAD_MUTEX_INITIALIZER;
+struct gm_map *gm_maps;
+struct gm_left gm_left;
+size_t gm_min_bytes = 2u << 20;
+
+/* Physical allocations the function made or got, by its handle value. */
+static struct gm_handle **handles;
+static size_t nhandles, cap_handles;
+static CUmemGenericAllocationHandle next_virtual = 1ull << 62;
+
+/* Allocations left to the driver (pointer -> size), for the live count. */
+struct left_entry {
+	CUdeviceptr p;
+	size_t size;
+};
+static struct left_entry *lefts;
+static size_t nlefts, cap_lefts;
+
+static void *grow(void *a, size_t *cap, size_t n, size_t size)
+{
+	void *b;
+	size_t c;
+
+	if (n < *cap)
+		return a;
+	c = *cap ? *cap * 2 : 64;
+	b = realloc(a, c * size);
+	if (b)
+		*cap = c;
+	return b;
+}
+
+static void left_add(CUdeviceptr p, size_t size)
+{
+	struct left_entry *l;
+
+	pthread_mutex_lock(&gm_lock);
+	l = grow(lefts, &cap_lefts, nlefts, sizeof(*lefts));
+	if (l) {
+		lefts = l;
+		lefts[nlefts++] = (struct left_entry){ p, size };
+		gm_left.allocs++;
+		gm_left.bytes += size;
+	}
+	pthread_mutex_unlock(&gm_lock);
+}
+
+static void left_remove(CUdeviceptr p)
+{
+	pthread_mutex_lock(&gm_lock);
+	for (size_t i = 0; i < nlefts; i++) {
+		if (lefts[i].p != p)
+			continue;
+		gm_left.allocs--;
+		gm_left.bytes -= lefts[i].size;
+		lefts[i] = lefts[--nlefts];
+		break;
+	}
+	pthread_mutex_unlock(&gm_lock);
+}
+
+static struct gm_handle *handle_find(CUmemGenericAllocationHandle vh)
+{
+	for (size_t i = 0; i < nhandles; i++)
+		if (handles[i]->vh == vh && !handles[i]->dead)
+			return handles[i];
+	return NULL;
+}
+
+/* The driver's handle for the function's value (the value itself when the
+ * library never saw it). */
+static CUmemGenericAllocationHandle real_of(CUmemGenericAllocationHandle vh)
+{
+	struct gm_handle *h;
+	CUmemGenericAllocationHandle rh = vh;
+
+	pthread_mutex_lock(&gm_lock);
+	h = handle_find(vh);
+	if (h && h->rh)
+		rh = h->rh;
+	pthread_mutex_unlock(&gm_lock);
+	return rh;
+}
+
+/* Record a new physical allocation; its value for the function is the
+ * driver's, unless an older one the function still holds has that value. */
+static struct gm_handle *handle_add(CUmemGenericAllocationHandle rh, size_t size,
+				    const CUmemAllocationProp *prop)
+{
+	struct gm_handle *h = calloc(1, sizeof(*h)), **a;
+
+	if (!h)
+		return NULL;
+	a = grow(handles, &cap_handles, nhandles, sizeof(*handles));
+	if (!a) {
+		free(h);
+		return NULL;
+	}
+	handles = a;
+	h->rh = rh;
+	h->vh = handle_find(rh) ? next_virtual++ : rh;
+	h->size = size;
+	if (prop)
+		h->prop = *prop;
+	handles[nhandles++] = h;
+	return h;
+}
+
+static void handle_maybe_drop(struct gm_handle *h)
+{
+	if (!h->app_released || h->nmaps > 0)
+		return;
+	h->dead = true;
+	for (size_t i = 0; i < nhandles; i++) {
+		if (handles[i] != h)
+			continue;
+		handles[i] = handles[--nhandles];
+		free(h);
+		return;
+	}
+}
+
+static struct gm_map *map_add(CUdeviceptr va, size_t size, size_t offset, struct gm_handle *h)
+{
+	struct gm_map *m = calloc(1, sizeof(*m));
+
+	if (!m)
+		return NULL;
+	m->va = va;
+	m->size = size;
+	m->offset = offset;
+	m->h = h;
+	m->device = h ? h->prop.location.id : 0;
+	if (gm_real.ctx_get_current)
+		gm_real.ctx_get_current(&m->ctx);
+	m->next = gm_maps;
+	gm_maps = m;
+	if (h)
+		h->nmaps++;
+	return m;
+}
+
+static void map_free(struct gm_map **pp)
+{
+	struct gm_map *m = *pp;
+
+	*pp = m->next;
+	if (m->h) {
+		m->h->nmaps--;
+		handle_maybe_drop(m->h);
+	}
+	free(m);
+}
+
+/* --- cuMemAlloc made movable --- */
+
+static size_t granularity(const CUmemAllocationProp *prop)
+{
+	size_t g = 0;
+
+	if (gm_real.granularity(&g, prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS ||
+	    !g)
+		g = 2u << 20;
+	return g;
+}
+
+/* Read-write for dev and each device that can reach it as a peer. */
+static int access_for(int dev, CUmemAccessDesc *d)
+{
+	int n = 0, count = 0;
+
+	d[n++] = (CUmemAccessDesc){ { CU_MEM_LOCATION_TYPE_DEVICE, dev },
+				    CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+	if (gm_real.device_count(&count) != CUDA_SUCCESS)
+		return n;
+	for (int e = 0; e < count && n < GM_MAX_ACCESS; e++) {
+		int can = 0;
+
+		if (e != dev && gm_real.can_access_peer(&can, e, dev) == CUDA_SUCCESS && can)
+			d[n++] = (CUmemAccessDesc){ { CU_MEM_LOCATION_TYPE_DEVICE, e },
+						    CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+	}
+	return n;
+}
+
+/* 0, or the driver's error; nothing is left behind on an error. */
+static CUresult movable_alloc(CUdeviceptr *dptr, size_t bytes)
+{
+	CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+				     .location = { CU_MEM_LOCATION_TYPE_DEVICE, 0 } };
+	CUmemGenericAllocationHandle rh = 0;
+	CUmemAccessDesc acc[GM_MAX_ACCESS];
+	CUdeviceptr va = 0;
+	struct gm_handle *h;
+	struct gm_map *m;
+	size_t size;
+	CUresult r;
+	int nacc;
+
+	r = gm_real.ctx_get_device(&prop.location.id);
+	if (r != CUDA_SUCCESS)
+		return r;
+	size = (bytes + granularity(&prop) - 1) / granularity(&prop) * granularity(&prop);
+	r = gm_real.addr_reserve(&va, size, 0, 0, 0);
+	if (r != CUDA_SUCCESS)
+		return r;
+	r = gm_real.create(&rh, size, &prop, 0);
+	if (r != CUDA_SUCCESS)
+		goto free_va;
+	r = gm_real.map(va, size, 0, rh, 0);
+	if (r != CUDA_SUCCESS)
+		goto release;
+	nacc = access_for(prop.location.id, acc);
+	r = gm_real.set_access(va, size, acc, (size_t)nacc);
+	if (r != CUDA_SUCCESS)
+		goto unmap;
+	/* The memory dies with its unmap, as cuMemFree expects. */
+	r = gm_real.release(rh);
+	if (r != CUDA_SUCCESS)
+		goto unmap;
+	pthread_mutex_lock(&gm_lock);
+	h = handle_add(rh, size, &prop);
+	m = h ? map_add(va, size, 0, h) : NULL;
+	if (m) {
+		h->app_released = true;
+		m->ours = true;
+		m->reserved = size;
+		memcpy(m->access, acc, sizeof(acc));
+		m->naccess = nacc;
+	} else if (h) {
+		h->app_released = true;
+		handle_maybe_drop(h);
+	}
+	pthread_mutex_unlock(&gm_lock);
+	if (!m) {
+		gm_real.unmap(va, size);
+		gm_real.addr_free(va, size);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*dptr = va;
+	return CUDA_SUCCESS;
+unmap:
+	gm_real.unmap(va, size);
+release:
+	gm_real.release(rh);
+free_va:
+	gm_real.addr_free(va, size);
+	return r;
+}
+
+static CUresult own_mem_alloc(CUdeviceptr *dptr, size_t bytes)
+{
+	CUresult r;
+
+	gm_gate_enter();
+	r = bytes >= gm_min_bytes ? movable_alloc(dptr, bytes) : CUDA_ERROR_NOT_SUPPORTED;
+	if (r != CUDA_SUCCESS) {
+		/* Too small to be worth a mapping, or the VMM path refused:
+		 * the driver's own allocation, left to its checkpoint. */
+		r = gm_real.mem_alloc(dptr, bytes);
+		if (r == CUDA_SUCCESS)
+			left_add(*dptr, bytes);
+	}
+	gm_gate_exit();
+	return r;
+}
+
+static CUresult own_mem_free(CUdeviceptr p)
+{
+	struct gm_map **pp, *m = NULL;
+	size_t size = 0, reserved = 0;
+	CUresult r;
+
+	gm_gate_enter();
+	pthread_mutex_lock(&gm_lock);
+	for (pp = &gm_maps; *pp; pp = &(*pp)->next)
+		if ((*pp)->ours && (*pp)->va == p)
+			break;
+	if (*pp) {
+		m = *pp;
+		size = m->size;
+		reserved = m->reserved;
+		map_free(pp);
+	}
+	pthread_mutex_unlock(&gm_lock);
+	if (m) {
+		r = gm_real.unmap(p, size);
+		if (r == CUDA_SUCCESS)
+			r = gm_real.addr_free(p, reserved);
+	} else {
+		r = gm_real.mem_free(p);
+		if (r == CUDA_SUCCESS)
+			left_remove(p);
+	}
+	gm_gate_exit();
+	return r;
+}
+
+GM_EXPORT_FN cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes)
+{
+	if (gm_real_init())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	gm_control_start();
+	return own_mem_alloc(dptr, bytes);
+}
+
+GM_EXPORT_FN cuMemFree_v2(CUdeviceptr p)
+{
+	if (gm_real_init())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	return own_mem_free(p);
+}
+
+/* --- allocations left to the driver, counted --- */
+
+static CUresult counted(CUresult r, CUdeviceptr *dptr, size_t bytes)
+{
+	if (r == CUDA_SUCCESS && dptr)
+		left_add(*dptr, bytes);
+	return r;
+}
+
+#define LEFT_ALLOC(name, field, params, args, bytes)                                         \
+	static CUresult name params                                                           \
+	{                                                                                     \
+		CUresult r;                                                                   \
+		gm_gate_enter();                                                              \
+		r = counted(gm_real.field args, dptr, bytes);                                 \
+		gm_gate_exit();                                                               \
+		return r;                                                                     \
+	}
+LEFT_ALLOC(own_alloc_async, mem_alloc_async, (CUdeviceptr * dptr, size_t n, CUstream s),
+	   (dptr, n, s), n)
+LEFT_ALLOC(own_alloc_async_ptsz, mem_alloc_async_ptsz, (CUdeviceptr * dptr, size_t n, CUstream s),
+	   (dptr, n, s), n)
+LEFT_ALLOC(own_alloc_pool, mem_alloc_pool,
+	   (CUdeviceptr * dptr, size_t n, CUmemoryPool pool, CUstream s), (dptr, n, pool, s), n)
+LEFT_ALLOC(own_alloc_pool_ptsz, mem_alloc_pool_ptsz,
+	   (CUdeviceptr * dptr, size_t n, CUmemoryPool pool, CUstream s), (dptr, n, pool, s), n)
+LEFT_ALLOC(own_alloc_managed, mem_alloc_managed, (CUdeviceptr * dptr, size_t n, unsigned f),
+	   (dptr, n, f), n)
+LEFT_ALLOC(own_alloc_pitch, mem_alloc_pitch,
+	   (CUdeviceptr * dptr, size_t *pitch, size_t w, size_t h, unsigned e),
+	   (dptr, pitch, w, h, e), *pitch * h)
+
+static CUresult own_free_async(CUdeviceptr p, CUstream s)
+{
+	CUresult r;
+
+	gm_gate_enter();
+	r = gm_real.mem_free_async(p, s);
+	if (r == CUDA_SUCCESS)
+		left_remove(p);
+	gm_gate_exit();
+	return r;
+}
+
+static CUresult own_free_async_ptsz(CUdeviceptr p, CUstream s)
+{
+	CUresult r;
+
+	gm_gate_enter();
+	r = gm_real.mem_free_async_ptsz(p, s);
+	if (r == CUDA_SUCCESS)
+		left_remove(p);
+	gm_gate_exit();
+	return r;
+}
+
+/* --- the function's own VMM calls --- */
+
+static CUresult own_create(CUmemGenericAllocationHandle *handle, size_t size,
+			   const CUmemAllocationProp *prop, unsigned long long flags)
+{
+	struct gm_handle *h = NULL;
+	CUresult r;
+
+	gm_gate_enter();
+	r = gm_real.create(handle, size, prop, flags);
+	if (r == CUDA_SUCCESS) {
+		pthread_mutex_lock(&gm_lock);
+		h = handle_add(*handle, size, prop);
+		if (h) {
+			/* Asked to be shareable: another process may map it. */
+			h->shared = prop && prop->requestedHandleTypes != 0;
+			*handle = h->vh;
+		}
+		pthread_mutex_unlock(&gm_lock);
+	}
+	gm_gate_exit();
+	return r;
+}
+
+static CUresult own_release(CUmemGenericAllocationHandle vh)
+{
+	struct gm_handle *h;
+	CUresult r = CUDA_SUCCESS;
+
+	gm_gate_enter();
+	pthread_mutex_lock(&gm_lock);
+	h = handle_find(vh);
+	if (h && !h->rh) {
+		/* Saved: its memory is in the file; the value is all there is. */
+		h->app_released = true;
+		handle_maybe_drop(h);
+	} else {
+		r = gm_real.release(h ? h->rh : vh);
+		if (r == CUDA_SUCCESS && h) {
+			h->app_released = true;
+			handle_maybe_drop(h);
+		}
+	}
+	pthread_mutex_unlock(&gm_lock);
+	gm_gate_exit();
+	return r;
+}
+
+static CUresult own_map(CUdeviceptr va, size_t size, size_t offset,
+			CUmemGenericAllocationHandle vh, unsigned long long flags)
+{
+	struct gm_handle *h;
+	CUresult r;
+
+	gm_gate_enter();
+	pthread_mutex_lock(&gm_lock);
+	h = handle_find(vh);
+	r = gm_real.map(va, size, offset, h && h->rh ? h->rh : vh, flags);
+	if (r == CUDA_SUCCESS)
+		map_add(va, size, offset, h);
+	pthread_mutex_unlock(&gm_lock);
+	gm_gate_exit();
+	return r;
+}
+
+static CUresult own_unmap(CUdeviceptr va, size_t size)
+{
+	CUresult r;
+
+	gm_gate_enter();
+	pthread_mutex_lock(&gm_lock);
+	r = gm_real.unmap(va, size);
+	if (r == CUDA_SUCCESS)
+		for (struct gm_map **pp = &gm_maps; *pp;) {
+			if (!(*pp)->ours && (*pp)->va >= va && (*pp)->va < va + size)
+				map_free(pp);
+			else
+				pp = &(*pp)->next;
+		}
+	pthread_mutex_unlock(&gm_lock);
+	gm_gate_exit();
+	return r;
+}
+
+static CUresult own_set_access(CUdeviceptr va, size_t size, const CUmemAccessDesc *desc,
+			       size_t count)
+{
+	CUresult r;
+
+	gm_gate_enter();
+	r = gm_real.set_access(va, size, desc, count);
+	if (r == CUDA_SUCCESS) {
+		pthread_mutex_lock(&gm_lock);
+		for (struct gm_map *m = gm_maps; m; m = m->next) {
+			if (m->va + m->size <= va || m->va >= va + size)
+				continue;
+			for (size_t i = 0; i < count; i++) {
+				int k;
+
+				for (k = 0; k < m->naccess; k++)
+					if (m->access[k].location.id == desc[i].location.id &&
+					    m->access[k].location.type == desc[i].location.type)
+						break;
+				if (k < GM_MAX_ACCESS) {
+					m->access[k] = desc[i];
+					if (k == m->naccess)
+						m->naccess++;
+				}
+			}
+		}
+		pthread_mutex_unlock(&gm_lock);
+	}
+	gm_gate_exit();
+	return r;
+}
+
+static CUresult own_retain_handle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+	CUresult r;
+
+	gm_gate_enter();
+	r = gm_real.retain_handle(handle, addr);
+	if (r == CUDA_SUCCESS) {
+		pthread_mutex_lock(&gm_lock);
+		for (size_t i = 0; i < nhandles; i++)
+			if (handles[i]->rh == *handle) {
+				*handle = handles[i]->vh;
+				break;
+			}
+		pthread_mutex_unlock(&gm_lock);
+	}
+	gm_gate_exit();
+	return r;
+}
+
+static CUresult own_props_from_handle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle vh)
+{
+	CUresult r;
+
+	gm_gate_enter();
+	r = gm_real.props_from_handle(prop, real_of(vh));
+	gm_gate_exit();
+	return r;
+}
+
+static CUresult own_export_handle(void *out, CUmemGenericAllocationHandle vh, int type,
+				  unsigned long long flags)
+{
+	struct gm_handle *h;
+	CUresult r;
+
+	gm_gate_enter();
+	r = gm_real.export_handle(out, real_of(vh), type, flags);
+	pthread_mutex_lock(&gm_lock);
+	h = handle_find(vh);
+	if (h)
+		h->shared = true;
+	pthread_mutex_unlock(&gm_lock);
+	gm_gate_exit();
+	return r;
+}
+
+static CUresult own_import_handle(CUmemGenericAllocationHandle *handle, void *os, int type)
+{
+	struct gm_handle *h;
+	CUresult r;
+
+	gm_gate_enter();
+	r = gm_real.import_handle(handle, os, type);
+	if (r == CUDA_SUCCESS) {
+		pthread_mutex_lock(&gm_lock);
+		h = handle_add(*handle, 0, NULL);
+		if (h) {
+			h->shared = true;
+			*handle = h->vh;
+		}
+		pthread_mutex_unlock(&gm_lock);
+	}
+	gm_gate_exit();
+	return r;
+}
+
+/* The VMM calls are exported too, for programs linked against libcuda. */
+GM_EXPORT_FN cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
+			 const CUmemAllocationProp *prop, unsigned long long flags)
+{
+	return gm_real_init() ? CUDA_ERROR_NOT_INITIALIZED : own_create(h, size, prop, flags);
+}
+
+GM_EXPORT_FN cuMemRelease(CUmemGenericAllocationHandle h)
+{
+	return gm_real_init() ? CUDA_ERROR_NOT_INITIALIZED : own_release(h);
+}
+
+GM_EXPORT_FN cuMemMap(CUdeviceptr va, size_t size, size_t offset, CUmemGenericAllocationHandle h,
+		      unsigned long long flags)
+{
+	return gm_real_init() ? CUDA_ERROR_NOT_INITIALIZED : own_map(va, size, offset, h, flags);
+}
+
+GM_EXPORT_FN cuMemUnmap(CUdeviceptr va, size_t size)
+{
+	return gm_real_init() ? CUDA_ERROR_NOT_INITIALIZED : own_unmap(va, size);
+}
+
+GM_EXPORT_FN cuMemSetAccess(CUdeviceptr va, size_t size, const CUmemAccessDesc *d, size_t n)
+{
+	return gm_real_init() ? CUDA_ERROR_NOT_INITIALIZED : own_set_access(va, size, d, n);
+}
+
+/* The driver's address of each call the library implements, and its own. */
+void *gm_own(void *p)
+{
+	const struct {
+		void *real, *own;
+	} table[] = {
+		{ *(void **)&gm_real.mem_alloc, (void *)own_mem_alloc },
+		{ *(void **)&gm_real.mem_free, (void *)own_mem_free },
+		{ *(void **)&gm_real.mem_alloc_async, (void *)own_alloc_async },
+		{ *(void **)&gm_real.mem_alloc_async_ptsz, (void *)own_alloc_async_ptsz },
+		{ *(void **)&gm_real.mem_alloc_pool, (void *)own_alloc_pool },
+		{ *(void **)&gm_real.mem_alloc_pool_ptsz, (void *)own_alloc_pool_ptsz },
+		{ *(void **)&gm_real.mem_free_async, (void *)own_free_async },
+		{ *(void **)&gm_real.mem_free_async_ptsz, (void *)own_free_async_ptsz },
+		{ *(void **)&gm_real.mem_alloc_managed, (void *)own_alloc_managed },
+		{ *(void **)&gm_real.mem_alloc_pitch, (void *)own_alloc_pitch },
+		{ *(void **)&gm_real.create, (void *)own_create },
+		{ *(void **)&gm_real.release, (void *)own_release },
+		{ *(void **)&gm_real.map, (void *)own_map },
+		{ *(void **)&gm_real.unmap, (void *)own_unmap },
+		{ *(void **)&gm_real.set_access, (void *)own_set_access },
+		{ *(void **)&gm_real.retain_handle, (void *)own_retain_handle },
+		{ *(void **)&gm_real.props_from_handle, (void *)own_props_from_handle },
+		{ *(void **)&gm_real.export_handle, (void *)own_export_handle },
+		{ *(void **)&gm_real.import_handle, (void *)own_import_handle },
+	};
+
+	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
+		if (table[i].real && table[i].real == p)
+			return table[i].own;
+	return NULL;
+}

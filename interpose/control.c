@@ -1,0 +1,239 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* control.c — thawd's word reaches the library (common/gpumem_protocol.h).
+ *
+ * The constructor installs a handler for thaw's real-time signal when thaw
+ * started the process (THAW_GPUMEM_OUT is set).  The handler only posts a
+ * semaphore (async-signal-safe); the control thread, started when the
+ * process first uses CUDA through the library, waits on it and carries out
+ * the operation with the driver's entry points called directly, never
+ * through the gate it closes.  A process that never used CUDA through the
+ * library has no control thread: its handler answers at once, from the
+ * signal itself, that there is nothing to move.
+ */
+#include "interpose/gm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* A RESTORE's pinned slices are let go on RELEASE, or after this long. */
+#define RELEASE_AFTER_S 30
+
+static sem_t wake;
+static volatile sig_atomic_t pending_value;
+static volatile int started;
+static const char *in_dir, *out_dir;
+static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* Write the answer whole: a temporary file renamed over the name thawd
+ * reads.  Only calls that are async-signal-safe (the handler uses it). */
+static void put_status(const char *json, size_t len)
+{
+	char tmp[4200], path[4200];
+	int fd, pid = (int)getpid();
+	size_t k;
+
+	if (!out_dir)
+		return;
+	k = strlen(out_dir);
+	if (k > 4000)
+		return;
+	/* snprintf is not async-signal-safe; these paths are built by hand. */
+	memcpy(path, out_dir, k);
+	path[k++] = '/';
+	{
+		char num[16];
+		int n = 0, p = pid;
+
+		do {
+			num[n++] = (char)('0' + p % 10);
+			p /= 10;
+		} while (p && n < 15);
+		while (n)
+			path[k++] = num[--n];
+	}
+	memcpy(path + k, ".status", 8);
+	memcpy(tmp, path, k);
+	memcpy(tmp + k, ".tmp", 5);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return;
+	if (write(fd, json, len) == (ssize_t)len)
+		rename(tmp, path);
+	else
+		unlink(tmp);
+	close(fd);
+}
+
+static void answer(unsigned seq, const char *op, const struct gm_result *r)
+{
+	char buf[2048], err[600];
+	size_t j = 0;
+	int n;
+
+	/* The error as a JSON string: quotes and controls escaped. */
+	for (const char *p = r->error; *p && j < sizeof(err) - 8; p++) {
+		if (*p == '"' || *p == '\\')
+			err[j++] = '\\';
+		err[j++] = (unsigned char)*p < 0x20 ? ' ' : *p;
+	}
+	err[j] = '\0';
+	n = snprintf(buf, sizeof(buf),
+		     "{\"seq\": %u, \"op\": \"%s\", \"ok\": %s, \"error\": \"%s\", "
+		     "\"allocs\": %llu, \"bytes\": %llu, \"left_allocs\": %llu, "
+		     "\"left_bytes\": %llu, \"dev_bytes\": [%llu, %llu, %llu, %llu, %llu, %llu, "
+		     "%llu, %llu], \"ms\": {\"hold\": %.3f, \"sync\": %.3f, \"map\": %.3f, "
+		     "\"copy\": %.3f, \"total\": %.3f}, \"copy_threads\": %d}\n",
+		     seq, op, r->ok ? "true" : "false", err, r->allocs, r->bytes, r->left_allocs,
+		     r->left_bytes, r->dev_bytes[0], r->dev_bytes[1], r->dev_bytes[2],
+		     r->dev_bytes[3], r->dev_bytes[4], r->dev_bytes[5], r->dev_bytes[6],
+		     r->dev_bytes[7], r->hold_ms, r->sync_ms, r->map_ms, r->copy_ms, r->total_ms,
+		     r->copy_threads);
+	if (n > 0)
+		put_status(buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
+}
+
+static void *control_main(void *arg)
+{
+	bool pinned = false;
+
+	(void)arg;
+	for (;;) {
+		struct gm_result r;
+		struct timespec until;
+		unsigned v, op, seq;
+		int w;
+
+		if (pinned) {
+			clock_gettime(CLOCK_REALTIME, &until);
+			until.tv_sec += RELEASE_AFTER_S;
+			w = sem_timedwait(&wake, &until);
+		} else {
+			w = sem_wait(&wake);
+		}
+		if (w < 0 && errno == ETIMEDOUT) {
+			gm_release_pinned();
+			pinned = false;
+			continue;
+		}
+		if (w < 0)
+			continue;
+		v = (unsigned)pending_value;
+		op = GPUMEM_VALUE_OP(v);
+		seq = GPUMEM_VALUE_SEQ(v);
+		switch (op) {
+		case GPUMEM_OP_SAVE:
+			gm_save(out_dir, &r);
+			answer(seq, "save", &r);
+			break;
+		case GPUMEM_OP_RESTORE:
+			gm_restore(in_dir, &r);
+			pinned = r.ok;
+			answer(seq, "restore", &r);
+			break;
+		case GPUMEM_OP_RELEASE:
+			gm_release_pinned();
+			pinned = false;
+			break;
+		default:
+			break;
+		}
+	}
+	return NULL;
+}
+
+static void on_signal(int sig, siginfo_t *si, void *uc)
+{
+	(void)sig;
+	(void)uc;
+	pending_value = si->si_value.sival_int;
+	if (started) {
+		sem_post(&wake);
+		return;
+	}
+	if (GPUMEM_VALUE_OP(si->si_value.sival_int) != GPUMEM_OP_RELEASE) {
+		/* No CUDA went through the library here: say so now. */
+		char buf[256] = "{\"seq\": ";
+		char num[16];
+		unsigned s = GPUMEM_VALUE_SEQ(si->si_value.sival_int);
+		size_t k = strlen(buf);
+		int n = 0;
+		static const char rest[] =
+		    ", \"ok\": false, \"error\": \"no CUDA call of this process went through "
+		    "libthaw-cuda\", \"allocs\": 0, \"bytes\": 0}\n";
+
+		do {
+			num[n++] = (char)('0' + s % 10);
+			s /= 10;
+		} while (s && n < 15);
+		while (n)
+			buf[k++] = num[--n];
+		memcpy(buf + k, rest, sizeof(rest));
+		put_status(buf, k + sizeof(rest) - 1);
+	}
+}
+
+void gm_control_start(void)
+{
+	pthread_t t;
+	pthread_attr_t a;
+	sigset_t all, old;
+
+	if (__atomic_load_n(&started, __ATOMIC_ACQUIRE) || !out_dir)
+		return;
+	pthread_mutex_lock(&start_mu);
+	if (!started) {
+		/* The control thread takes no signal of the function's. */
+		sigfillset(&all);
+		pthread_sigmask(SIG_BLOCK, &all, &old);
+		pthread_attr_init(&a);
+		pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+		if (pthread_create(&t, &a, control_main, NULL) == 0) {
+			pthread_setname_np(t, "thaw-gpumem");
+			__atomic_store_n(&started, 1, __ATOMIC_RELEASE);
+		}
+		pthread_attr_destroy(&a);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+	}
+	pthread_mutex_unlock(&start_mu);
+}
+
+/* A child of fork has no control thread and none of the parent's CUDA. */
+static void after_fork_child(void)
+{
+	started = 0;
+	sem_init(&wake, 0, 0);
+	pthread_mutex_init(&start_mu, NULL);
+}
+
+__attribute__((constructor)) static void gm_init(void)
+{
+	struct sigaction sa = { 0 };
+	const char *s;
+	int sig = GPUMEM_SIGNAL_DEFAULT;
+
+	out_dir = getenv(GPUMEM_ENV_OUT);
+	in_dir = getenv(GPUMEM_ENV_IN);
+	if (!in_dir)
+		in_dir = out_dir;
+	s = getenv(GPUMEM_ENV_MIN_BYTES);
+	if (s && *s)
+		gm_min_bytes = strtoull(s, NULL, 0);
+	if (!out_dir)
+		return; /* not started by thaw: only a pass-through */
+	s = getenv(GPUMEM_ENV_SIGNAL);
+	if (s && *s)
+		sig = atoi(s);
+	sem_init(&wake, 0, 0);
+	sa.sa_sigaction = on_signal;
+	sa.sa_flags = SA_SIGINFO | SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	sigaction(sig, &sa, NULL);
+	pthread_atfork(NULL, NULL, after_fork_child);
+}

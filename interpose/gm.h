@@ -1,0 +1,172 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* gm.h — libthaw-cuda's parts and what they share (docs/DESIGN.md, "GPU
+ * memory").  The library is preloaded into a GPU function; it sees the
+ * function's device allocations, makes those it owns movable (memory made
+ * with the driver's VMM calls, at addresses it keeps), and on thawd's word
+ * saves them to a file and unmaps them before the driver's checkpoint, then
+ * maps and copies them back after the driver's restore.
+ *
+ *   hook.c     how calls reach the library: dlsym, cuGetProcAddress, exports
+ *   gate.S     one trampoline per driver entry point: holds calls while closed
+ *   alloc.c    the allocations it sees, and the memory calls it implements
+ *   move.c     save and copy back
+ *   control.c  thawd's signal, the control thread, the status file
+ *
+ * Nothing here links thaw's own libraries: a function's process gets only
+ * this library, libc and the driver it already uses.
+ */
+#ifndef THAW_INTERPOSE_GM_H
+#define THAW_INTERPOSE_GM_H
+
+#include "common/gpumem_protocol.h"
+#include "interpose/cu.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define GM_HIDDEN __attribute__((visibility("hidden")))
+#define GM_EXPORT __attribute__((visibility("default")))
+
+/* --- the driver, as the library calls it (never through the gate) --- */
+struct gm_real {
+	void *(*dlsym)(void *, const char *);
+	CUresult (*getproc)(const char *, void **, int, uint64_t);
+	CUresult (*getproc_v2)(const char *, void **, int, uint64_t, void *);
+	CUresult (*mem_alloc)(CUdeviceptr *, size_t);
+	CUresult (*mem_free)(CUdeviceptr);
+	CUresult (*mem_alloc_async)(CUdeviceptr *, size_t, CUstream);
+	CUresult (*mem_alloc_async_ptsz)(CUdeviceptr *, size_t, CUstream);
+	CUresult (*mem_alloc_pool)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+	CUresult (*mem_alloc_pool_ptsz)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+	CUresult (*mem_free_async)(CUdeviceptr, CUstream);
+	CUresult (*mem_free_async_ptsz)(CUdeviceptr, CUstream);
+	CUresult (*mem_alloc_managed)(CUdeviceptr *, size_t, unsigned);
+	CUresult (*mem_alloc_pitch)(CUdeviceptr *, size_t *, size_t, size_t, unsigned);
+	CUresult (*addr_reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+	CUresult (*addr_free)(CUdeviceptr, size_t);
+	CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+			   unsigned long long);
+	CUresult (*release)(CUmemGenericAllocationHandle);
+	CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+			unsigned long long);
+	CUresult (*unmap)(CUdeviceptr, size_t);
+	CUresult (*set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+	CUresult (*retain_handle)(CUmemGenericAllocationHandle *, void *);
+	CUresult (*props_from_handle)(CUmemAllocationProp *, CUmemGenericAllocationHandle);
+	CUresult (*export_handle)(void *, CUmemGenericAllocationHandle, int, unsigned long long);
+	CUresult (*import_handle)(CUmemGenericAllocationHandle *, void *, int);
+	CUresult (*granularity)(size_t *, const CUmemAllocationProp *, int);
+	CUresult (*ctx_get_current)(CUcontext *);
+	CUresult (*ctx_set_current)(CUcontext);
+	CUresult (*ctx_get_device)(CUdevice *);
+	CUresult (*ctx_synchronize)(void);
+	CUresult (*primary_retain)(CUcontext *, CUdevice);
+	CUresult (*device_count)(int *);
+	CUresult (*can_access_peer)(int *, CUdevice, CUdevice);
+	CUresult (*memcpy_dtoh)(void *, CUdeviceptr, size_t);
+	CUresult (*memcpy_htod_async)(CUdeviceptr, const void *, size_t, CUstream);
+	CUresult (*host_register)(void *, size_t, unsigned);
+	CUresult (*host_unregister)(void *);
+	CUresult (*host_alloc)(void **, size_t);
+	CUresult (*host_free)(void *);
+	CUresult (*stream_create)(CUstream *, unsigned);
+	CUresult (*stream_sync)(CUstream);
+	CUresult (*stream_destroy)(CUstream);
+	CUresult (*error_name)(CUresult, const char **);
+};
+extern struct gm_real gm_real GM_HIDDEN;
+
+/* Resolve gm_real from libcuda (once; a process without libcuda keeps
+ * NULLs).  0, or -1 when libcuda cannot be opened. */
+int gm_real_init(void) GM_HIDDEN;
+/* "CUDA_ERROR_OUT_OF_MEMORY" for r (the driver's name, else the number). */
+const char *gm_error_name(CUresult r, char *buf, size_t len) GM_HIDDEN;
+
+/* --- the gate (gate.S, hook.c) --- */
+#define GM_SLOTS 4096
+extern volatile int gm_gate_closed GM_HIDDEN;
+extern volatile long gm_gate_inflight GM_HIDDEN;
+extern void *gm_slot_real[GM_SLOTS] GM_HIDDEN;
+extern const char gm_slots[] GM_HIDDEN; /* slot i's code at gm_slots + 16 * i */
+/* Called by a held trampoline: returns once the gate is open. */
+void gm_gate_wait(void) GM_HIDDEN;
+/* The same protocol for the calls the library implements in C. */
+void gm_gate_enter(void) GM_HIDDEN;
+void gm_gate_exit(void) GM_HIDDEN;
+/* Close the gate and wait up to timeout_ms for the calls inside the driver
+ * to return: 0, or -1 (the gate is open again) when one did not. */
+int gm_gate_close(unsigned timeout_ms) GM_HIDDEN;
+void gm_gate_open(void) GM_HIDDEN;
+
+/* What the function gets for a driver entry point p named name: the
+ * library's own implementation, else p behind a trampoline of the gate
+ * (p itself when the slots are used up: correct, only not held). */
+void *gm_wrap(const char *name, void *p) GM_HIDDEN;
+/* The library's own implementation of the entry point whose driver address
+ * is p, or NULL. */
+void *gm_own(void *p) GM_HIDDEN;
+
+/* --- allocations (alloc.c) --- */
+#define GM_MAX_ACCESS 8
+
+struct gm_handle {
+	CUmemGenericAllocationHandle vh; /* the value the function holds */
+	CUmemGenericAllocationHandle rh; /* the driver's handle now; 0 while saved */
+	size_t size;
+	CUmemAllocationProp prop;
+	bool app_released; /* the function released it: it dies with its last unmap */
+	bool shared;       /* exported or imported: another process may use it */
+	bool dead;         /* released and no longer mapped */
+	int nmaps;
+};
+
+struct gm_map {
+	CUdeviceptr va;
+	size_t size, offset;
+	struct gm_handle *h;
+	CUcontext ctx;            /* a context of its device, for copies */
+	int device;
+	CUmemAccessDesc access[GM_MAX_ACCESS];
+	int naccess;
+	bool ours;                /* made by the library's cuMemAlloc */
+	size_t reserved;          /* ours: the address range reserved for it */
+	bool saved;               /* unmapped, its bytes at file_off */
+	bool restoring;           /* being copied back now */
+	uint64_t file_off;
+	struct gm_map *next;
+};
+
+extern pthread_mutex_t gm_lock GM_HIDDEN; /* the tables below */
+extern struct gm_map *gm_maps GM_HIDDEN;  /* every live mapping the library saw */
+
+/* What the library saw but leaves to the driver's checkpoint. */
+struct gm_left {
+	unsigned long long allocs, bytes; /* live now */
+};
+extern struct gm_left gm_left GM_HIDDEN;
+/* Allocations from this size up are made movable (THAW_GPUMEM_MIN_BYTES). */
+extern size_t gm_min_bytes GM_HIDDEN;
+
+/* --- save and copy back (move.c) --- */
+struct gm_result {
+	bool ok;
+	char error[256];
+	unsigned long long allocs, bytes;          /* moved */
+	unsigned long long left_allocs, left_bytes; /* left to the driver */
+	unsigned long long dev_bytes[8];            /* moved, per device ordinal */
+	double hold_ms, sync_ms, copy_ms, map_ms, total_ms;
+	int copy_threads;
+};
+void gm_save(const char *dir, struct gm_result *r) GM_HIDDEN;
+void gm_restore(const char *dir, struct gm_result *r) GM_HIDDEN;
+void gm_release_pinned(void) GM_HIDDEN;
+
+/* --- control (control.c) --- */
+/* Start the control thread once the process uses CUDA through the library. */
+void gm_control_start(void) GM_HIDDEN;
+
+double gm_now_ms(void) GM_HIDDEN;
+
+#endif

@@ -1,0 +1,311 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* hook.c — how the function's calls to the driver reach the library.
+ *
+ * Three ways in (../shared/VMM.md says what a PyTorch process was seen to
+ * do): the driver's exported symbols, which a program linked against
+ * libcuda binds to this preloaded library first (alloc.c defines the
+ * memory calls, exports.S a held stub for the others); dlsym on libcuda,
+ * which the CUDA runtime uses to find cuGetProcAddress; and cuGetProcAddress
+ * itself, through which the runtime resolves every other entry point.
+ * Whatever comes back to the function is either the library's own
+ * implementation (memory calls, cuGetProcAddress) or the driver's entry
+ * point behind a trampoline of the gate (gate.S), so that every call can be
+ * held while the function's device memory is away.
+ */
+#include "interpose/gm.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct gm_real gm_real;
+volatile int gm_gate_closed;
+volatile long gm_gate_inflight;
+void *gm_slot_real[GM_SLOTS];
+
+static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
+static pthread_mutex_t slot_mu = PTHREAD_MUTEX_INITIALIZER;
+static unsigned nslots;
+static void *libcuda;       /* our handle on libcuda.so.1 */
+
+double gm_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* --- the gate --- */
+
+void gm_gate_wait(void)
+{
+	pthread_mutex_lock(&gate_mu);
+	while (__atomic_load_n(&gm_gate_closed, __ATOMIC_SEQ_CST))
+		pthread_cond_wait(&gate_cv, &gate_mu);
+	pthread_mutex_unlock(&gate_mu);
+}
+
+void gm_gate_enter(void)
+{
+	for (;;) {
+		__atomic_add_fetch(&gm_gate_inflight, 1, __ATOMIC_SEQ_CST);
+		if (!__atomic_load_n(&gm_gate_closed, __ATOMIC_SEQ_CST))
+			return;
+		__atomic_sub_fetch(&gm_gate_inflight, 1, __ATOMIC_SEQ_CST);
+		gm_gate_wait();
+	}
+}
+
+void gm_gate_exit(void)
+{
+	__atomic_sub_fetch(&gm_gate_inflight, 1, __ATOMIC_SEQ_CST);
+}
+
+int gm_gate_close(unsigned timeout_ms)
+{
+	double until = gm_now_ms() + timeout_ms;
+
+	__atomic_exchange_n(&gm_gate_closed, 1, __ATOMIC_SEQ_CST);
+	while (__atomic_load_n(&gm_gate_inflight, __ATOMIC_SEQ_CST) > 0) {
+		if (gm_now_ms() > until) {
+			gm_gate_open();
+			return -1;
+		}
+		nanosleep(&(struct timespec){ 0, 200000 }, NULL);
+	}
+	return 0;
+}
+
+void gm_gate_open(void)
+{
+	pthread_mutex_lock(&gate_mu);
+	__atomic_store_n(&gm_gate_closed, 0, __ATOMIC_SEQ_CST);
+	pthread_cond_broadcast(&gate_cv);
+	pthread_mutex_unlock(&gate_mu);
+}
+
+/* --- the driver --- */
+
+static void *real_dlsym_of(void)
+{
+	void *p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+
+	return p ? p : dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+}
+
+#define RESOLVE(field, name) (*(void **)&gm_real.field = gm_real.dlsym(libcuda, name))
+
+static pthread_mutex_t real_mu = PTHREAD_MUTEX_INITIALIZER;
+static volatile int real_done;
+
+/* Only once the process has libcuda (RTLD_NOLOAD): the library never loads
+ * the driver into a process that does not use it. */
+static int real_init_locked(void)
+{
+	gm_real.dlsym = real_dlsym_of();
+	if (!gm_real.dlsym)
+		return -1;
+	libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	if (!libcuda)
+		return -1;
+	RESOLVE(getproc, "cuGetProcAddress");
+	RESOLVE(getproc_v2, "cuGetProcAddress_v2");
+	RESOLVE(mem_alloc, "cuMemAlloc_v2");
+	RESOLVE(mem_free, "cuMemFree_v2");
+	RESOLVE(mem_alloc_async, "cuMemAllocAsync");
+	RESOLVE(mem_alloc_async_ptsz, "cuMemAllocAsync_ptsz");
+	RESOLVE(mem_alloc_pool, "cuMemAllocFromPoolAsync");
+	RESOLVE(mem_alloc_pool_ptsz, "cuMemAllocFromPoolAsync_ptsz");
+	RESOLVE(mem_free_async, "cuMemFreeAsync");
+	RESOLVE(mem_free_async_ptsz, "cuMemFreeAsync_ptsz");
+	RESOLVE(mem_alloc_managed, "cuMemAllocManaged");
+	RESOLVE(mem_alloc_pitch, "cuMemAllocPitch_v2");
+	RESOLVE(addr_reserve, "cuMemAddressReserve");
+	RESOLVE(addr_free, "cuMemAddressFree");
+	RESOLVE(create, "cuMemCreate");
+	RESOLVE(release, "cuMemRelease");
+	RESOLVE(map, "cuMemMap");
+	RESOLVE(unmap, "cuMemUnmap");
+	RESOLVE(set_access, "cuMemSetAccess");
+	RESOLVE(retain_handle, "cuMemRetainAllocationHandle");
+	RESOLVE(props_from_handle, "cuMemGetAllocationPropertiesFromHandle");
+	RESOLVE(export_handle, "cuMemExportToShareableHandle");
+	RESOLVE(import_handle, "cuMemImportFromShareableHandle");
+	RESOLVE(granularity, "cuMemGetAllocationGranularity");
+	RESOLVE(ctx_get_current, "cuCtxGetCurrent");
+	RESOLVE(ctx_set_current, "cuCtxSetCurrent");
+	RESOLVE(ctx_get_device, "cuCtxGetDevice");
+	RESOLVE(ctx_synchronize, "cuCtxSynchronize");
+	RESOLVE(primary_retain, "cuDevicePrimaryCtxRetain");
+	RESOLVE(device_count, "cuDeviceGetCount");
+	RESOLVE(can_access_peer, "cuDeviceCanAccessPeer");
+	RESOLVE(memcpy_dtoh, "cuMemcpyDtoH_v2");
+	RESOLVE(memcpy_htod_async, "cuMemcpyHtoDAsync_v2");
+	RESOLVE(host_register, "cuMemHostRegister_v2");
+	RESOLVE(host_unregister, "cuMemHostUnregister");
+	RESOLVE(host_alloc, "cuMemAllocHost_v2");
+	RESOLVE(host_free, "cuMemFreeHost");
+	RESOLVE(stream_create, "cuStreamCreate");
+	RESOLVE(stream_sync, "cuStreamSynchronize");
+	RESOLVE(stream_destroy, "cuStreamDestroy_v2");
+	RESOLVE(error_name, "cuGetErrorName");
+	return 0;
+}
+
+int gm_real_init(void)
+{
+	int ret = 0;
+
+	if (__atomic_load_n(&real_done, __ATOMIC_ACQUIRE))
+		return 0;
+	pthread_mutex_lock(&real_mu);
+	if (!real_done) {
+		ret = real_init_locked();
+		if (!ret)
+			__atomic_store_n(&real_done, 1, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&real_mu);
+	return ret;
+}
+
+/* p lies in a library named libcuda.so*. */
+static bool in_libcuda(void *p)
+{
+	Dl_info info;
+	const char *base;
+
+	if (!dladdr(p, &info) || !info.dli_fname)
+		return false;
+	base = strrchr(info.dli_fname, '/');
+	base = base ? base + 1 : info.dli_fname;
+	return !strncmp(base, "libcuda.so", 10);
+}
+
+const char *gm_error_name(CUresult r, char *buf, size_t len)
+{
+	const char *s = NULL;
+
+	if (gm_real.error_name && gm_real.error_name(r, &s) == CUDA_SUCCESS && s)
+		return s;
+	snprintf(buf, len, "CUresult %d", r);
+	return buf;
+}
+
+/* --- wrapping what the function is given --- */
+
+/* A trampoline for p: the same slot for the same entry point. */
+static void *slot_for(void *p)
+{
+	void *out = p;
+	unsigned i;
+
+	pthread_mutex_lock(&slot_mu);
+	for (i = 0; i < nslots; i++)
+		if (gm_slot_real[i] == p)
+			break;
+	if (i == nslots && nslots < GM_SLOTS)
+		__atomic_store_n(&gm_slot_real[nslots++], p, __ATOMIC_RELEASE);
+	if (i < nslots)
+		out = (void *)(gm_slots + 16 * (size_t)i);
+	pthread_mutex_unlock(&slot_mu);
+	return out;
+}
+
+void *gm_wrap(const char *name, void *p)
+{
+	void *own;
+
+	if (!p || gm_real_init())
+		return p;
+	gm_control_start();
+	own = gm_own(p);
+	if (own)
+		return own;
+	/* The error-string calls are what a failure path uses: never held. */
+	if (name && (!strcmp(name, "cuGetErrorName") || !strcmp(name, "cuGetErrorString")))
+		return p;
+	return slot_for(p);
+}
+
+static CUresult own_getproc(const char *symbol, void **pfn, int version, uint64_t flags);
+static CUresult own_getproc_v2(const char *symbol, void **pfn, int version, uint64_t flags,
+			       void *status);
+
+/* cuGetProcAddress at 12000 and later has the 5-argument signature. */
+static void *getproc_for(int version)
+{
+	return version >= 12000 ? (void *)own_getproc_v2 : (void *)own_getproc;
+}
+
+static CUresult own_getproc_v2(const char *symbol, void **pfn, int version, uint64_t flags,
+			       void *status)
+{
+	CUresult r;
+
+	if (gm_real_init() || !gm_real.getproc_v2)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	r = gm_real.getproc_v2(symbol, pfn, version, flags, status);
+	if (r == CUDA_SUCCESS && pfn && *pfn && symbol) {
+		if (!strcmp(symbol, "cuGetProcAddress"))
+			*pfn = getproc_for(version);
+		else
+			*pfn = gm_wrap(symbol, *pfn);
+	}
+	return r;
+}
+
+static CUresult own_getproc(const char *symbol, void **pfn, int version, uint64_t flags)
+{
+	CUresult r;
+
+	if (gm_real_init() || !gm_real.getproc)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	r = gm_real.getproc(symbol, pfn, version, flags);
+	if (r == CUDA_SUCCESS && pfn && *pfn && symbol) {
+		if (!strcmp(symbol, "cuGetProcAddress"))
+			*pfn = getproc_for(version);
+		else
+			*pfn = gm_wrap(symbol, *pfn);
+	}
+	return r;
+}
+
+GM_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, uint64_t flags)
+{
+	return own_getproc(symbol, pfn, version, flags);
+}
+
+GM_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
+				       uint64_t flags, void *status)
+{
+	return own_getproc_v2(symbol, pfn, version, flags, status);
+}
+
+/* dlsym: libcuda's entry points come back wrapped.  Everything else, and
+ * every call before the driver is there, is glibc's dlsym's answer.  (A
+ * caller's RTLD_NEXT is resolved from this library, not from the caller:
+ * the one lookup an interposer of dlsym cannot reproduce.) */
+GM_EXPORT void *dlsym(void *handle, const char *name)
+{
+	static void *(*real)(void *, const char *);
+	void *p;
+
+	if (!real)
+		real = real_dlsym_of();
+	if (!real)
+		return NULL;
+	p = real(handle, name);
+	if (!p || name[0] != 'c' || name[1] != 'u')
+		return p;
+	if (!in_libcuda(p) || gm_real_init())
+		return p;
+	if (!strcmp(name, "cuGetProcAddress"))
+		return (void *)own_getproc;
+	if (!strcmp(name, "cuGetProcAddress_v2"))
+		return (void *)own_getproc_v2;
+	return gm_wrap(name, p);
+}

@@ -1,0 +1,423 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* move.c — the function's movable device memory saved to a file and copied
+ * back (../shared/VMM.md has the measurements this follows).
+ *
+ * Save (the gate closed, no call inside the driver): synchronise each
+ * context that has movable memory; copy each mapping into the file through
+ * two pinned 64 MiB buffers (an all-zero block is left a hole: the store
+ * never keeps zero runs anyway); then unmap each mapping — its physical
+ * memory freed, its address range kept — and give back the driver's
+ * handle where the function still holds one (its value maps to a new one
+ * after the restore).  Each mapping starts at a 2 MiB offset of the file,
+ * so that the copy back reads whole huge pages of the RAM tier.
+ *
+ * Copy back (after the driver's restore and unlock, the gate still closed):
+ * new physical memory mapped at every saved address with the access it had,
+ * then the file — the RAM tier's one page-cache copy, bound read-only into
+ * the container — mapped, cut into slices, each slice registered with the
+ * driver (pinned) and copied by its own thread on its own stream, so that
+ * pinning overlaps the copies: the link's speed, not one thread's.  The
+ * slices stay pinned until thawd says the start has answered (RELEASE):
+ * unpinning costs as much as pinning.
+ */
+#include "interpose/gm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define ALIGN_2M(x) (((x) + (2ull << 20) - 1) & ~((2ull << 20) - 1))
+#define BOUNCE_BYTES (64u << 20)
+#define MAX_THREADS 16
+#define SLICE_MIN (256ull << 20)
+
+/* The first failure is the one told: "what: CUDA_ERROR_…". */
+static void fail(struct gm_result *r, const char *what, CUresult cr)
+{
+	char buf[32];
+
+	if (r->error[0])
+		return;
+	r->ok = false;
+	snprintf(r->error, sizeof(r->error), "%s: %s", what, gm_error_name(cr, buf, sizeof(buf)));
+}
+
+/* The mapping can be carried: one whole mapping of memory no other
+ * process can see. */
+static bool movable(const struct gm_map *m)
+{
+	return m->h && !m->h->shared && m->h->nmaps == 1 && m->offset == 0 &&
+	       m->size == m->h->size && m->h->rh;
+}
+
+static void count_left(struct gm_result *r)
+{
+	r->left_allocs = gm_left.allocs;
+	r->left_bytes = gm_left.bytes;
+	for (struct gm_map *m = gm_maps; m; m = m->next)
+		if (!m->saved && !movable(m)) {
+			r->left_allocs++;
+			r->left_bytes += m->size;
+		}
+}
+
+static CUresult use_ctx(CUcontext ctx, int device)
+{
+	CUcontext c = ctx;
+	CUresult cr = CUDA_SUCCESS;
+
+	if (!c)
+		cr = gm_real.primary_retain(&c, device);
+	return cr == CUDA_SUCCESS ? gm_real.ctx_set_current(c) : cr;
+}
+
+static bool all_zero(const unsigned char *p, size_t n)
+{
+	const uint64_t *w = (const void *)p;
+
+	for (size_t i = 0; i < n / 8; i++)
+		if (w[i])
+			return false;
+	return true;
+}
+
+/* Copy m's bytes to fd at m->file_off. */
+static int save_one(int fd, struct gm_map *m, void *bounce, struct gm_result *r)
+{
+	for (size_t off = 0; off < m->size; off += BOUNCE_BYTES) {
+		size_t n = m->size - off < BOUNCE_BYTES ? m->size - off : BOUNCE_BYTES;
+		CUresult cr = gm_real.memcpy_dtoh(bounce, m->va + off, n);
+
+		if (cr != CUDA_SUCCESS) {
+			fail(r, "cuMemcpyDtoH of an allocation", cr);
+			return -1;
+		}
+		if (all_zero(bounce, n))
+			continue;
+		for (size_t w = 0; w < n;) {
+			ssize_t k = pwrite(fd, (char *)bounce + w, n - w, (off_t)(m->file_off + off + w));
+
+			if (k <= 0) {
+				snprintf(r->error, sizeof(r->error), "writing the saved memory: %s",
+					 k < 0 ? strerror(errno) : "short write");
+				r->ok = false;
+				return -1;
+			}
+			w += (size_t)k;
+		}
+	}
+	return 0;
+}
+
+static int unmap_one(struct gm_map *m, struct gm_result *r)
+{
+	CUresult cr = gm_real.unmap(m->va, m->size);
+
+	if (cr != CUDA_SUCCESS) {
+		fail(r, "cuMemUnmap", cr);
+		return -1;
+	}
+	/* Where the function still holds the handle, its memory would stay:
+	 * give it back too (the value will name new memory). */
+	if (!m->h->app_released)
+		gm_real.release(m->h->rh);
+	m->h->rh = 0;
+	m->saved = true;
+	return 0;
+}
+
+static int map_new(struct gm_map *m, struct gm_result *r);
+
+void gm_save(const char *dir, struct gm_result *r)
+{
+	char path[4096];
+	void *bounce = NULL;
+	uint64_t total = 0;
+	double t0 = gm_now_ms(), t;
+	int fd = -1;
+	CUresult cr;
+
+	memset(r, 0, sizeof(*r));
+	r->ok = true;
+	snprintf(path, sizeof(path), "%s/" GPUMEM_FILE_FMT, dir, (int)getpid());
+	if (gm_gate_close(10000)) {
+		snprintf(r->error, sizeof(r->error),
+			 "a CUDA call of the function did not return within 10 s");
+		r->ok = false;
+		return;
+	}
+	r->hold_ms = gm_now_ms() - t0;
+	pthread_mutex_lock(&gm_lock);
+	t = gm_now_ms();
+	for (struct gm_map *m = gm_maps; m; m = m->next) {
+		if (!movable(m))
+			continue;
+		cr = use_ctx(m->ctx, m->device);
+		if (cr == CUDA_SUCCESS)
+			cr = gm_real.ctx_synchronize();
+		if (cr != CUDA_SUCCESS) {
+			fail(r, "synchronising the function's context", cr);
+			goto out;
+		}
+	}
+	r->sync_ms = gm_now_ms() - t;
+	t = gm_now_ms();
+	for (struct gm_map *m = gm_maps; m; m = m->next) {
+		if (!movable(m))
+			continue;
+		m->file_off = total;
+		total = ALIGN_2M(total + m->size);
+	}
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0 || ftruncate(fd, (off_t)total) < 0) {
+		snprintf(r->error, sizeof(r->error), "%.200s: %s", path, strerror(errno));
+		r->ok = false;
+		goto out;
+	}
+	cr = total ? gm_real.host_alloc(&bounce, BOUNCE_BYTES) : CUDA_SUCCESS;
+	if (cr != CUDA_SUCCESS) {
+		fail(r, "cuMemAllocHost", cr);
+		goto out;
+	}
+	for (struct gm_map *m = gm_maps; m; m = m->next) {
+		if (!movable(m))
+			continue;
+		if (use_ctx(m->ctx, m->device) != CUDA_SUCCESS || save_one(fd, m, bounce, r))
+			goto out;
+	}
+	r->copy_ms = gm_now_ms() - t;
+	/* Everything is in the file: only now unmap.  A failure halfway maps
+	 * back what was unmapped, so the function keeps all of its memory. */
+	t = gm_now_ms();
+	for (struct gm_map *m = gm_maps; m; m = m->next) {
+		if (!movable(m))
+			continue;
+		if (unmap_one(m, r))
+			goto out;
+		r->allocs++;
+		r->bytes += m->size;
+		if (m->device >= 0 && m->device < 8)
+			r->dev_bytes[m->device] += m->size;
+	}
+	r->map_ms = gm_now_ms() - t;
+	count_left(r);
+out:
+	if (!r->ok) {
+		/* Put back what was unmapped, from the file. */
+		for (struct gm_map *m = gm_maps; m; m = m->next)
+			if (m->saved && map_new(m, r) == 0) {
+				int in = open(path, O_RDONLY | O_CLOEXEC);
+				void *buf = bounce;
+
+				for (size_t off = 0; in >= 0 && buf && off < m->size; off += BOUNCE_BYTES) {
+					size_t n = m->size - off < BOUNCE_BYTES ? m->size - off :
+										  BOUNCE_BYTES;
+
+					if (pread(in, buf, n, (off_t)(m->file_off + off)) != (ssize_t)n)
+						break;
+					gm_real.memcpy_htod_async(m->va + off, buf, n, NULL);
+					gm_real.ctx_synchronize();
+				}
+				if (in >= 0)
+					close(in);
+			}
+		r->allocs = r->bytes = 0;
+	}
+	if (bounce)
+		gm_real.host_free(bounce);
+	if (fd >= 0)
+		close(fd);
+	if (!r->ok)
+		unlink(path);
+	pthread_mutex_unlock(&gm_lock);
+	if (!r->ok)
+		gm_gate_open();
+	r->total_ms = gm_now_ms() - t0;
+}
+
+/* New physical memory at m's address, with its access. */
+static int map_new(struct gm_map *m, struct gm_result *r)
+{
+	CUmemGenericAllocationHandle rh = 0;
+	CUresult cr;
+
+	cr = gm_real.create(&rh, m->size, &m->h->prop, 0);
+	if (cr != CUDA_SUCCESS) {
+		fail(r, "cuMemCreate", cr);
+		return -1;
+	}
+	cr = gm_real.map(m->va, m->size, 0, rh, 0);
+	if (cr == CUDA_SUCCESS && m->naccess)
+		cr = gm_real.set_access(m->va, m->size, m->access, (size_t)m->naccess);
+	if (cr != CUDA_SUCCESS) {
+		gm_real.unmap(m->va, m->size);
+		gm_real.release(rh);
+		fail(r, "mapping new device memory at a saved address", cr);
+		return -1;
+	}
+	if (m->h->app_released)
+		gm_real.release(rh); /* dies with its unmap, as before */
+	else
+		m->h->rh = rh;
+	m->saved = false;
+	return 0;
+}
+
+/* The copy back: one thread per slice of the file. */
+struct slice {
+	char *base;      /* the file's mapping */
+	uint64_t off, len;
+	bool pinned;
+	CUresult cr;
+	char what[64];
+};
+
+static struct {
+	char *base;
+	size_t len;
+	struct slice s[MAX_THREADS];
+	int n;
+} pinned;
+
+static void *copy_slice(void *arg)
+{
+	struct slice *s = arg;
+	CUstream st = NULL;
+	CUresult cr;
+
+	s->pinned = gm_real.host_register(s->base + s->off, s->len,
+					  CU_MEMHOSTREGISTER_READ_ONLY) == CUDA_SUCCESS;
+	for (struct gm_map *m = gm_maps; m; m = m->next) {
+		uint64_t a, b;
+
+		if (!m->h || m->file_off + m->size <= s->off || m->file_off >= s->off + s->len ||
+		    !m->restoring)
+			continue;
+		if (!st) {
+			cr = use_ctx(m->ctx, m->device);
+			if (cr == CUDA_SUCCESS)
+				cr = gm_real.stream_create(&st, 1 /* non-blocking */);
+			if (cr != CUDA_SUCCESS) {
+				s->cr = cr;
+				snprintf(s->what, sizeof(s->what), "a copy stream");
+				return NULL;
+			}
+		}
+		a = m->file_off > s->off ? m->file_off : s->off;
+		b = m->file_off + m->size < s->off + s->len ? m->file_off + m->size : s->off + s->len;
+		cr = gm_real.memcpy_htod_async(m->va + (a - m->file_off), s->base + a, b - a, st);
+		if (cr != CUDA_SUCCESS) {
+			s->cr = cr;
+			snprintf(s->what, sizeof(s->what), "cuMemcpyHtoDAsync");
+			break;
+		}
+	}
+	if (st) {
+		cr = gm_real.stream_sync(st);
+		if (cr != CUDA_SUCCESS && !s->cr) {
+			s->cr = cr;
+			snprintf(s->what, sizeof(s->what), "cuStreamSynchronize");
+		}
+		gm_real.stream_destroy(st);
+	}
+	return NULL;
+}
+
+void gm_restore(const char *dir, struct gm_result *r)
+{
+	char path[4096];
+	pthread_t th[MAX_THREADS];
+	uint64_t total = 0, slice;
+	double t0 = gm_now_ms(), t;
+	struct stat st;
+	int fd = -1, n;
+
+	memset(r, 0, sizeof(*r));
+	r->ok = true;
+	gm_release_pinned();
+	snprintf(path, sizeof(path), "%s/" GPUMEM_FILE_FMT, dir, (int)getpid());
+	pthread_mutex_lock(&gm_lock);
+	t = gm_now_ms();
+	for (struct gm_map *m = gm_maps; m; m = m->next) {
+		m->restoring = false;
+		if (!m->saved)
+			continue;
+		if (map_new(m, r))
+			goto out;
+		m->restoring = true;
+		r->allocs++;
+		r->bytes += m->size;
+		if (m->device >= 0 && m->device < 8)
+			r->dev_bytes[m->device] += m->size;
+		if (m->file_off + m->size > total)
+			total = m->file_off + m->size;
+	}
+	r->map_ms = gm_now_ms() - t;
+	t = gm_now_ms();
+	if (total) {
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0 || fstat(fd, &st) < 0 || (uint64_t)st.st_size < total) {
+			snprintf(r->error, sizeof(r->error), "%.200s: %s", path,
+				 fd < 0 ? strerror(errno) : "shorter than the memory it holds");
+			r->ok = false;
+			goto out;
+		}
+		pinned.len = (size_t)st.st_size;
+		pinned.base = mmap(NULL, pinned.len, PROT_READ, MAP_SHARED, fd, 0);
+		if (pinned.base == MAP_FAILED) {
+			pinned.base = NULL;
+			snprintf(r->error, sizeof(r->error), "mmap %.200s: %s", path, strerror(errno));
+			r->ok = false;
+			goto out;
+		}
+		n = (int)((total + SLICE_MIN - 1) / SLICE_MIN);
+		n = n > MAX_THREADS ? MAX_THREADS : n < 1 ? 1 : n;
+		slice = ALIGN_2M((total + (uint64_t)n - 1) / (uint64_t)n);
+		pinned.n = 0;
+		for (uint64_t off = 0; off < total && pinned.n < MAX_THREADS; off += slice) {
+			struct slice *s = &pinned.s[pinned.n];
+
+			*s = (struct slice){ .base = pinned.base, .off = off,
+					     .len = off + slice > total ? total - off : slice };
+			if (pthread_create(&th[pinned.n], NULL, copy_slice, s)) {
+				copy_slice(s);
+				th[pinned.n] = 0;
+			}
+			pinned.n++;
+		}
+		for (int i = 0; i < pinned.n; i++) {
+			if (th[i])
+				pthread_join(th[i], NULL);
+			if (pinned.s[i].cr && r->ok)
+				fail(r, pinned.s[i].what, pinned.s[i].cr);
+		}
+		r->copy_threads = pinned.n;
+	}
+	r->copy_ms = gm_now_ms() - t;
+out:
+	if (fd >= 0)
+		close(fd);
+	count_left(r);
+	pthread_mutex_unlock(&gm_lock);
+	/* Only now may the function touch its memory again.  After a failure
+	 * the gate stays closed: thawd ends the instance. */
+	if (r->ok)
+		gm_gate_open();
+	r->total_ms = gm_now_ms() - t0;
+}
+
+void gm_release_pinned(void)
+{
+	for (int i = 0; i < pinned.n; i++)
+		if (pinned.s[i].pinned)
+			gm_real.host_unregister(pinned.base + pinned.s[i].off);
+	pinned.n = 0;
+	if (pinned.base)
+		munmap(pinned.base, pinned.len);
+	pinned.base = NULL;
+}

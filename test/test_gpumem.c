@@ -1,0 +1,269 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* test_gpumem.c — libthaw-cuda.so (interpose/) and thawd's side of it
+ * (common/gpumem.c), on the fake driver (test/cuda_mock.c).
+ *
+ * test/fixtures/gpumem_app.c is built against the fake libcuda.so.1 and run
+ * with the library preloaded; this program plays thawd: it asks for a SAVE,
+ * checks what moved and what was left to the driver, that the fake
+ * driver's device memory was given back and that the program's CUDA calls
+ * are held, then asks for a RESTORE (the copy back slowed down) and checks
+ * the calls are held until it ends, that every allocation holds its bytes
+ * again and that the handle the program kept still works.  Then the ways
+ * the library does not apply, each with its reason: a program that never
+ * used CUDA, a statically linked one.
+ */
+#include "common/gpumem.h"
+#include "common/util.h"
+#include "test/check.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MIB (1ull << 20)
+
+struct app {
+	pid_t pid;
+	FILE *in, *out;
+};
+
+static char dir[] = "/tmp/thaw-gpumem.XXXXXX", outdir[256], lib[1024];
+
+static void app_start(struct app *a, const char *prog, const char *arg, bool preload)
+{
+	int to[2], from[2];
+	char line[64];
+
+	REQUIRE(pipe(to) == 0 && pipe(from) == 0);
+	a->pid = fork();
+	REQUIRE(a->pid >= 0);
+	if (a->pid == 0) {
+		dup2(to[0], 0);
+		dup2(from[1], 1);
+		close(to[1]);
+		close(from[0]);
+		setenv("LD_LIBRARY_PATH", dir, 1);
+		if (preload)
+			setenv("LD_PRELOAD", lib, 1);
+		setenv(GPUMEM_ENV_OUT, outdir, 1);
+		setenv(GPUMEM_ENV_IN, outdir, 1);
+		setenv("MOCK_CUDA_HTOD_DELAY_MS", "100", 1);
+		execl(prog, prog, arg, (char *)NULL);
+		_exit(127);
+	}
+	close(to[0]);
+	close(from[1]);
+	a->in = fdopen(to[1], "w");
+	a->out = fdopen(from[0], "r");
+	setvbuf(a->in, NULL, _IOLBF, 0);
+	REQUIRE(fgets(line, sizeof(line), a->out));
+	REQUIRE(!strcmp(line, "ready\n"));
+}
+
+static void ask(struct app *a, const char *cmd, char *answer, size_t len)
+{
+	fprintf(a->in, "%s\n", cmd);
+	fflush(a->in);
+	answer[0] = '\0';
+	if (fgets(answer, (int)len, a->out))
+		answer[strcspn(answer, "\n")] = '\0';
+}
+
+static unsigned long count(struct app *a)
+{
+	char s[64];
+
+	ask(a, "count", s, sizeof(s));
+	return strtoul(s, NULL, 10);
+}
+
+static void app_end(struct app *a)
+{
+	int st;
+
+	fprintf(a->in, "quit\n");
+	fclose(a->in);
+	fclose(a->out);
+	if (waitpid(a->pid, &st, 0) == a->pid)
+		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+struct restore_call {
+	pid_t pid;
+	struct gpumem_status st;
+	int ret;
+};
+
+static void *do_restore(void *arg)
+{
+	struct restore_call *c = arg;
+
+	c->ret = gpumem_request(&c->pid, &c->pid, 1, GPUMEM_OP_RESTORE, outdir, 30000, &c->st);
+	return NULL;
+}
+
+/* The program's memory saved, held, copied back, byte for byte. */
+static void save_and_restore(const char *app_path)
+{
+	struct gpumem_status st;
+	struct restore_call rc = { 0 };
+	unsigned long long phys, plain, mapped;
+	unsigned long c1, c2, c3;
+	char s[256], file[512], why[512];
+	size_t moved = 0;
+	struct stat sb;
+	pthread_t t;
+	struct app a;
+
+	app_start(&a, app_path, NULL, true);
+	CHECK(gpumem_loaded(a.pid));
+	ask(&a, "mem", s, sizeof(s));
+	REQUIRE(sscanf(s, "%llu %llu %llu", &phys, &plain, &mapped) == 3);
+	/* A 8, B 6 (8), C 4+4, D 4, G 2 MiB movable; E 64 KiB and F 4 MiB not. */
+	CHECK_EQ(phys, 30 * MIB);
+	CHECK_EQ(plain, 4 * MIB + (64 << 10));
+
+	CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why, sizeof(why)),
+		 0);
+	CHECK(st.ok);
+	CHECK_EQ(moved, 1);
+	CHECK_STR(why, "");
+	CHECK_EQ(st.allocs, 6);
+	CHECK_EQ(st.bytes, 30 * MIB);
+	CHECK_EQ(st.dev_bytes[0], 30 * MIB);
+	CHECK_EQ(st.left_allocs, 2);
+	CHECK_EQ(st.left_bytes, 4 * MIB + (64 << 10));
+	/* The device memory is given back; what was left stays. */
+	ask(&a, "mem", s, sizeof(s));
+	REQUIRE(sscanf(s, "%llu %llu %llu", &phys, &plain, &mapped) == 3);
+	CHECK_EQ(phys, 0);
+	CHECK_EQ(mapped, 0);
+	CHECK_EQ(plain, 4 * MIB + (64 << 10));
+	snprintf(file, sizeof(file), "%s/" GPUMEM_FILE_FMT, outdir, (int)a.pid);
+	CHECK(stat(file, &sb) == 0 && sb.st_size >= (off_t)(30 * MIB));
+	/* Held: the background thread's calls wait. */
+	c1 = count(&a);
+	usleep(300000);
+	c2 = count(&a);
+	CHECK_EQ(c1, c2);
+
+	/* The copy back takes 100 ms a copy (6 of them): still held midway. */
+	rc.pid = a.pid;
+	REQUIRE(pthread_create(&t, NULL, do_restore, &rc) == 0);
+	usleep(250000);
+	c3 = count(&a);
+	CHECK_EQ(c3, c1);
+	pthread_join(t, NULL);
+	CHECK_EQ(rc.ret, 0);
+	CHECK(rc.st.ok);
+	if (!rc.st.ok)
+		fprintf(stderr, "restore: %s\n", rc.st.error);
+	CHECK_EQ(rc.st.allocs, 6);
+	CHECK_EQ(rc.st.bytes, 30 * MIB);
+	ask(&a, "mem", s, sizeof(s));
+	REQUIRE(sscanf(s, "%llu %llu %llu", &phys, &plain, &mapped) == 3);
+	CHECK_EQ(phys, 30 * MIB);
+	/* Let go, and byte for byte. */
+	for (int i = 0; i < 200 && count(&a) == c1; i++)
+		usleep(10000);
+	CHECK(count(&a) > c1);
+	ask(&a, "verify", s, sizeof(s));
+	CHECK_STR(s, "ok");
+	/* The handle the program kept names the new memory. */
+	ask(&a, "free", s, sizeof(s));
+	CHECK_STR(s, "ok");
+	gpumem_release(&a.pid, 1);
+	app_end(&a);
+}
+
+/* Where the library does not apply, the reason. */
+static void fallbacks(const char *app_path, const char *static_path)
+{
+	struct gpumem_status st;
+	char why[512];
+	size_t moved = 9;
+	struct app a;
+
+	/* Loaded, but no CUDA went through it. */
+	app_start(&a, app_path, "nocuda", true);
+	CHECK(gpumem_loaded(a.pid));
+	CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why, sizeof(why)),
+		 0);
+	CHECK_EQ(moved, 0);
+	CHECK(!st.ok);
+	CHECK(strstr(why, "no CUDA call of this process went through libthaw-cuda") != NULL);
+	app_end(&a);
+
+	/* Not preloaded (thaw's signal is never sent to it). */
+	app_start(&a, app_path, "nocuda", false);
+	CHECK(!gpumem_loaded(a.pid));
+	CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why, sizeof(why)),
+		 0);
+	CHECK_EQ(moved, 0);
+	CHECK(strstr(why, "is not loaded in process") != NULL);
+	app_end(&a);
+
+	/* Statically linked: LD_PRELOAD has no effect. */
+	if (static_path) {
+		app_start(&a, static_path, "nocuda", true);
+		CHECK(!gpumem_loaded(a.pid));
+		CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why,
+					 sizeof(why)),
+			 0);
+		CHECK(strstr(why, "statically linked") != NULL);
+		app_end(&a);
+	}
+}
+
+int main(void)
+{
+	const char *root = getenv("THAW_ROOT"), *build = getenv("THAW_BUILD");
+	char app[512], stat_app[512], cmd_src[1024], mock[1024];
+	bool have_static;
+
+	signal(SIGPIPE, SIG_IGN);
+	root = root && *root ? root : ".";
+	snprintf(lib, sizeof(lib), "%s/libthaw-cuda.so", build && *build ? build : "build");
+	if (access(lib, R_OK))
+		SKIP("no libthaw-cuda.so built");
+	if (system("command -v ${CC:-cc} >/dev/null"))
+		SKIP("no compiler for the fake driver");
+	REQUIRE(mkdtemp(dir));
+	snprintf(outdir, sizeof(outdir), "%s/out", dir);
+	REQUIRE(mkdir(outdir, 0755) == 0);
+	snprintf(mock, sizeof(mock), "%s/test/cuda_mock.c", root);
+	snprintf(cmd_src, sizeof(cmd_src), "%s/test/fixtures/gpumem_app.c", root);
+	snprintf(app, sizeof(app), "%s/app", dir);
+	snprintf(stat_app, sizeof(stat_app), "%s/app-static", dir);
+	{
+		char c[4096];
+
+		snprintf(c, sizeof(c), "${CC:-cc} -shared -fPIC -O1 -o %s/libcuda.so.1 %s", dir, mock);
+		REQUIRE(system(c) == 0);
+
+		snprintf(c, sizeof(c),
+			 "${CC:-cc} -O1 -o %s %s -L%s -l:libcuda.so.1 -Wl,-rpath,%s -ldl -lpthread",
+			 app, cmd_src, dir, dir);
+		REQUIRE(system(c) == 0);
+		/* The static one never calls the driver: only "nocuda". */
+		snprintf(c, sizeof(c),
+			 "${CC:-cc} -O1 -static -DGPUMEM_APP_STATIC -o %s -x c - 2>/dev/null <<'E'\n"
+			 "#include <stdio.h>\n#include <string.h>\n"
+			 "int main(void){char l[64];setvbuf(stdout,0,_IOLBF,0);puts(\"ready\");"
+			 "while(fgets(l,64,stdin)&&strncmp(l,\"quit\",4))puts(\"?\");return 0;}\nE",
+			 stat_app);
+		have_static = system(c) == 0;
+		if (!have_static)
+			printf("no static libc: the statically linked case is not run\n");
+	}
+	save_and_restore(app);
+	fallbacks(app, have_static ? stat_app : NULL);
+	rm_rf(dir);
+	return check_failures ? 1 : 0;
+}

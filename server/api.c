@@ -243,9 +243,13 @@ static int put_function(struct req *q)
 				   "function %s is being deleted; PUT it again once the delete is "
 				   "done (a delete that failed is finished by DELETE)",
 				   q->route.id);
-	if (ret)
-		return reply_error(q, 500, "internal", "cannot record function %s: %s",
+	if (ret) {
+		/* A full disk is 507 no_space here too, as everywhere. */
+		struct api_err e = api_err_from_errno(ret);
+
+		return reply_error(q, e.status, e.code, "cannot record function %s: %s",
 				   q->route.id, why(ret));
+	}
 	ret = registry_get_json(s->reg, q->route.id, &j);
 	if (ret)
 		return reply_error(q, 500, "internal", "%s", strerror(-ret));
@@ -366,9 +370,12 @@ static int delete_function(struct req *q)
 	if (ret == -EALREADY)
 		return reply_error(q, 409, "conflict",
 				   "function %s is being deleted by another request", fn);
-	if (ret)
-		return reply_error(q, 500, "internal", "cannot delete function %s: %s", fn,
+	if (ret) {
+		struct api_err e = api_err_from_errno(ret);
+
+		return reply_error(q, e.status, e.code, "cannot delete function %s: %s", fn,
 				   why(ret));
+	}
 	/* Starts that finish after this see the function gone and stop
 	 * their instance themselves (post_start). */
 	ret = stop_function_instances(s, fn, &stopped, failed);
@@ -496,6 +503,7 @@ static int post_snapshot(struct req *q)
 	struct server *s = q->srv;
 	struct snapshot_task *t = NULL;
 	struct job *job;
+	struct api_err e;
 	json_t *spec = NULL, *j = NULL;
 	char loc[64], jid[32];
 	bool wait;
@@ -518,7 +526,8 @@ static int post_snapshot(struct req *q)
 		if (ret == -ESHUTDOWN)
 			return reply_error_hdr(q, 503, "Retry-After", SNAPSHOT_RETRY_AFTER,
 					       "shutting_down", "thawd is stopping");
-		return reply_error(q, 500, "internal", "%s", strerror(-ret));
+		e = api_err_from_errno(ret);
+		return reply_error(q, e.status, e.code, "%s", strerror(-ret));
 	}
 	snprintf(jid, sizeof(jid), "%s", job_id(job));
 	ret = registry_snapshot_begin(s->reg, q->route.id, jid, &spec);
@@ -529,7 +538,9 @@ static int post_snapshot(struct req *q)
 		if (ret == -EBUSY)
 			return reply_error(q, 409, "conflict",
 					   "a snapshot of %s is already building", q->route.id);
-		return reply_error(q, 500, "internal", "%s", why(ret));
+		/* Recording it began (a full disk: 507 no_space). */
+		e = api_err_from_errno(ret);
+		return reply_error(q, e.status, e.code, "%s", why(ret));
 	}
 	t = calloc(1, sizeof(*t));
 	if (!t) {
@@ -560,10 +571,12 @@ static int post_snapshot(struct req *q)
 	if (jobs_get_json(s->jobs, jid, &j, &jerr))
 		return reply_error(q, 500, "internal", "job %s vanished", jid);
 	if (jerr) {
-		struct api_err e = api_err_from_errno(jerr);
 		const char *msg = json_string_value(
 			json_object_get(json_object_get(j, "error"), "message"));
-		int r = reply_error(q, e.status, e.code, "%s", msg ? msg : strerror(-jerr));
+		int r;
+
+		e = api_err_from_errno(jerr);
+		r = reply_error(q, e.status, e.code, "%s", msg ? msg : strerror(-jerr));
 
 		json_decref(j);
 		return r;
@@ -677,19 +690,12 @@ static int image_lost(struct req *q, int err)
 static int query_seconds(struct req *q, const char *key, double *out, char *why, size_t len)
 {
 	const char *v = req_query(q, key);
-	char *end = NULL;
-	double d;
 
-	if (!v)
-		return 0;
-	errno = 0;
-	d = strtod(v, &end);
-	if (!*v || errno || *end || !(d >= 0 && d <= SPEC_MAX_SECONDS)) {
-		snprintf(why, len, "%s: must be a number of seconds from 0 to %.0f", key,
-			 SPEC_MAX_SECONDS);
+	if (v && query_seconds_parse(v, SPEC_MAX_SECONDS, out)) {
+		snprintf(why, len, "%s: must be a number of seconds from 0 to %.0f (decimal digits)",
+			 key, SPEC_MAX_SECONDS);
 		return -EINVAL;
 	}
-	*out = d;
 	return 0;
 }
 
@@ -1008,6 +1014,15 @@ void api_give_image_source(void)
 
 /* ---- instances ---- */
 
+/* What a record may not show: a standby's snapshot_meta holds its
+ * function's spec, the values of its "env" among it (an API key), and the
+ * instance routes are the data plane's, which may not read a spec
+ * (docs/API.md, "Authentication").  Taking a standby reads it from disk. */
+static void record_for_client(json_t *rec)
+{
+	json_object_del(rec, "snapshot_meta");
+}
+
 static int get_instances(struct req *q, const char *one)
 {
 	json_t *list = NULL, *rec, *found = NULL;
@@ -1027,6 +1042,8 @@ static int get_instances(struct req *q, const char *one)
 
 		if (all && strcmp(all, "0") && strcmp(all, "false"))
 			instance_ended_list(&q->srv->cfg, list);
+		json_array_foreach(list, i, rec)
+			record_for_client(rec);
 		return reply_json(q, 200, json_pack("{s:o}", "instances", list));
 	}
 	json_array_foreach(list, i, rec)
@@ -1043,6 +1060,7 @@ static int get_instances(struct req *q, const char *one)
 		instance_ended_get(&q->srv->cfg, one, &found);
 	if (!found)
 		return reply_error(q, 404, "not_found", "no instance %s", one);
+	record_for_client(found);
 	return reply_json(q, 200, found);
 }
 

@@ -10,6 +10,7 @@
 #include <openssl/sha.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 int auth_load_kind(struct auth *a, enum auth_kind kind, const char *path)
 {
@@ -58,7 +59,7 @@ int auth_load(struct auth *a, const char *path)
 
 unsigned auth_scopes(const struct auth *a, const char *header)
 {
-	static const char scheme[] = "Bearer ";
+	static const char scheme[] = "Bearer";
 	static const unsigned opens[AUTH_KINDS] = {
 		[AUTH_FULL] = AUTH_SCOPE_ALL,
 		[AUTH_CONTROL] = AUTH_SCOPE_CONTROL,
@@ -69,9 +70,13 @@ unsigned auth_scopes(const struct auth *a, const char *header)
 
 	if (!a->enabled)
 		return AUTH_SCOPE_ALL;
-	if (!header || strncmp(header, scheme, sizeof(scheme) - 1))
+	/* The scheme is case-insensitive, and followed by one space or more
+	 * (RFC 9110, 11.4; RFC 6750, 2.1): "bearer x" is "Bearer x". */
+	if (!header || strncasecmp(header, scheme, sizeof(scheme) - 1) ||
+	    header[sizeof(scheme) - 1] != ' ')
 		return AUTH_SCOPE_NONE;
 	header += sizeof(scheme) - 1;
+	header += strspn(header, " ");
 	SHA256((const unsigned char *)header, strlen(header), d);
 	/* Every configured token is compared: which one matched (if any)
 	 * takes no more time than any other. */

@@ -6,7 +6,8 @@
  * (--control-token-file) the routes that change or read functions, snapshots
  * and jobs; the data token (--data-token-file) starts and instances, so that
  * a gateway can hold only that one.  A request's Authorization header is
- * "Bearer <token>"; it is compared with every configured token, each in the
+ * "Bearer <token>" (the scheme in any case, one space or more); the token is
+ * compared with every configured token, each in the
  * same time whatever the header holds (both sides are hashed with SHA-256
  * and the digests compared with CRYPTO_memcmp, none skipped), so timing
  * tells a client nothing about a token.

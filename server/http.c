@@ -46,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -312,6 +313,61 @@ static long target_bad_byte(struct req *q, const char *url, const char *version)
 	return -1;
 }
 
+/* The header lines that say where a request ends and whom it is for,
+ * counted: libmicrohttpd keeps every line, but answers a lookup with the
+ * first of a name. */
+struct framing {
+	unsigned content_length, transfer_encoding, host;
+	bool bad_length, not_chunked;
+};
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key,
+				     const char *value)
+{
+	struct framing *f = cls;
+
+	(void)kind;
+	if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
+		f->content_length++;
+		f->bad_length |= !value || !*value || value[strspn(value, "0123456789")];
+	} else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+		f->transfer_encoding++;
+		f->not_chunked |= !value || strcasecmp(value, "chunked");
+	} else if (!strcasecmp(key, MHD_HTTP_HEADER_HOST)) {
+		f->host++;
+	}
+	return MHD_YES;
+}
+
+/* Why the request's framing is one that two readers could take apart (a
+ * proxy before thawd, and libmicrohttpd, which is lenient with each: it
+ * took Content-Length: 0 with Transfer-Encoding: chunked, the first of two
+ * Content-Lengths, two Hosts), into why; false if it is sound.  Each is a
+ * 400 with the connection closed (RFC 9112, 6.3 and 3.2), whatever
+ * libmicrohttpd's version: what would follow on the connection is the
+ * smuggled request. */
+static bool framing_bad(struct req *q, char *why, size_t len)
+{
+	struct framing f = { 0 };
+
+	MHD_get_connection_values(q->conn, MHD_HEADER_KIND, count_framing, &f);
+	if (f.transfer_encoding && f.content_length)
+		snprintf(why, len, "both Transfer-Encoding and Content-Length: the body's end is "
+				   "ambiguous");
+	else if (f.content_length > 1)
+		snprintf(why, len, "%u Content-Length headers: the body's end is ambiguous",
+			 f.content_length);
+	else if (f.bad_length)
+		snprintf(why, len, "Content-Length is not a number of bytes");
+	else if (f.transfer_encoding > 1 || f.not_chunked)
+		snprintf(why, len, "a Transfer-Encoding other than one \"chunked\"");
+	else if (f.host > 1)
+		snprintf(why, len, "%u Host headers", f.host);
+	else
+		return false;
+	return true;
+}
+
 /* What can be decided from the request line and headers alone.  0 to go on
  * reading the body, or 1 when an answer was queued. */
 static int early(struct req *q, const char *url, const char *version)
@@ -330,6 +386,11 @@ static int early(struct req *q, const char *url, const char *version)
 			    "the request target has a control byte (0x%02x) at offset %ld: "
 			    "targets are printable",
 			    bad == (long)q->target_len ? 0 : (unsigned char)q->target[bad], bad);
+		return 1;
+	}
+	if (framing_bad(q, err, sizeof(err))) {
+		reply_error_hdr(q, 400, "Connection", "close", "bad_request",
+				"%s: refused, and the connection closed", err);
 		return 1;
 	}
 	/* Without a token, only loopback clients reach thawd, but a browser's
@@ -611,6 +672,34 @@ static int listen_errno(const struct addrinfo *ai)
 	return err;
 }
 
+/* Before server_new touches the data directory: an address another
+ * program listens on (a second thawd on the first one's port) or that is
+ * not this host's stops thawd here, leaving no data directory behind.
+ * server_start still says so if the address is taken in between.  0 or
+ * -errno (logged). */
+static int listen_precheck(const char *listen)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE }, *ai = NULL;
+	char host[128], port[8];
+	int err;
+
+	/* What cannot be parsed or resolved is server_start's to say. */
+	if (listen_addr_parse(listen, host, sizeof(host), port, sizeof(port)) ||
+	    getaddrinfo(host, port, &hints, &ai))
+		return 0;
+	err = listen_errno(ai);
+	freeaddrinfo(ai);
+	if (err == EADDRINUSE)
+		pr_err("cannot listen on %s: the address is in use (another thawd, or another "
+		       "program, listens there)",
+		       listen);
+	else if (err == EADDRNOTAVAIL)
+		pr_err("cannot listen on %s: not an address of this host", listen);
+	else
+		return 0; /* anything else: server_start tries, and says */
+	return -err;
+}
+
 int server_start(struct server *s)
 {
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE }, *ai = NULL;
@@ -754,6 +843,8 @@ struct server *server_new(const struct thaw_config *c, const struct server_opts 
 		goto err;
 	}
 	if (o->tls_cert_file && tls_load(&s->tls, o->tls_cert_file, o->tls_key_file))
+		goto err;
+	if (listen_precheck(s->listen))
 		goto err;
 
 	if (mkdir_p(c->data_dir, 0755))

@@ -61,8 +61,22 @@ static int take_id(const char *seg, size_t len, struct route *r, char *err, size
 	memcpy(r->id, seg, len);
 	r->id[len] = '\0';
 	if (!id_valid(r->id)) {
+		char shown[4 * sizeof(r->id)];
+		size_t n = 0;
+
+		/* Echoed as text: a byte that is not printable ASCII (a raw
+		 * 0xff, which no JSON string can hold) is shown as \xff. */
+		for (size_t i = 0; i < len && n + 5 < sizeof(shown); i++) {
+			unsigned char c = (unsigned char)seg[i];
+
+			if (c > ' ' && c < 0x7f)
+				shown[n++] = (char)c;
+			else
+				n += (size_t)snprintf(shown + n, sizeof(shown) - n, "\\x%02x", c);
+		}
+		shown[n] = '\0';
 		snprintf(err, errlen, "invalid id \"%s\": ids are [a-z0-9][a-z0-9._-]{0,62}",
-			 r->id);
+			 shown);
 		r->id[0] = '\0';
 		return -EINVAL;
 	}
@@ -201,6 +215,24 @@ int query_bool(const char *value, bool *out)
 		return 0;
 	}
 	return -EINVAL;
+}
+
+int query_seconds_parse(const char *value, double max, double *out)
+{
+	size_t digits = strspn(value, "0123456789"), frac = 0;
+	double d;
+
+	if (value[digits] == '.')
+		frac = strspn(value + digits + 1, "0123456789") + 1;
+	/* What a person writes: "8", "2.5", "0.25", "3."; one digit at least. */
+	if (value[digits + frac] || (!digits && frac < 2))
+		return -EINVAL;
+	errno = 0;
+	d = strtod(value, NULL);
+	if (errno || !(d >= 0 && d <= max))
+		return -EINVAL;
+	*out = d;
+	return 0;
 }
 
 int body_parse_object(const char *buf, size_t len, json_t **out, char *err, size_t errlen)

@@ -65,6 +65,10 @@ const char *route_name(enum route_kind kind);
 /* A boolean query parameter (?wait=1): NULL, "0", "false" → false; "", "1",
  * "true" → true; 0 and *out, -EINVAL for anything else. */
 int query_bool(const char *value, bool *out);
+/* A number of seconds in a query (?idle_s=2.5): decimal digits with at most
+ * one ".", nothing else (strtod would take "0x1p3", "1e3", " 8", "inf"),
+ * from 0 to max.  0 and *out, or -EINVAL. */
+int query_seconds_parse(const char *value, double max, double *out);
 
 /* Parse a request body as one JSON object.  0 and *out (a new reference), or
  * -EINVAL with jansson's message and position in err. */

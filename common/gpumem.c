@@ -202,6 +202,9 @@ void gpumem_release(const pid_t *pids, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		union sigval v = { .sival_int = GPUMEM_VALUE(GPUMEM_OP_RELEASE, 0) };
 
+		/* The signal would end a process without the library. */
+		if (!gpumem_loaded(pids[i]))
+			continue;
 		if (sigqueue(pids[i], GPUMEM_SIGNAL_DEFAULT, v) < 0 && errno != ESRCH)
 			pr_warn("release of process %d: %s", (int)pids[i], strerror(errno));
 	}

@@ -55,7 +55,10 @@ int gpumem_save_all(const pid_t *pids, const pid_t *ns_pids, size_t n, const cha
 		    unsigned timeout_ms, struct gpumem_status *st, size_t *moved, char *why,
 		    size_t whylen);
 
-/* RELEASE to each (no answer is awaited): the copy back's pinned memory
+/* A copy back is at the link's speed: seconds for the largest GPUs. */
+#define GPUMEM_RESTORE_TIMEOUT_MS (5 * 60 * 1000)
+
+/* RELEASE to each that has the library (no answer is awaited): the copy back's pinned memory
  * is let go, once the start has answered. */
 void gpumem_release(const pid_t *pids, size_t n);
 

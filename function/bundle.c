@@ -3,6 +3,7 @@
 #define LOG_PREFIX "bundle: "
 #include "function/bundle.h"
 #include "common/log.h"
+#include "common/gpumem_protocol.h"
 #include "common/oci.h"
 #include "function/confine.h"
 
@@ -16,9 +17,9 @@ int function_bundle_write(const struct function_bundle *b, const char *dir)
 {
 	static char *const no_argv[] = { "/bin/true", NULL };
 	const struct func_spec *spec = b->spec;
-	char cgroup[192], port_env[32], **env;
+	char cgroup[192], port_env[32], preload[PATH_MAX + 64], **env;
 	struct function_host_paths hp;
-	struct oci_bind binds[2];
+	struct oci_bind binds[4];
 	struct oci_spec o = { 0 };
 	bool has_port = false;
 	size_t nenv = 0;
@@ -34,7 +35,7 @@ int function_bundle_write(const struct function_bundle *b, const char *dir)
 	/* The function learns its port from $PORT unless the spec sets it. */
 	for (; spec->env && spec->env[nenv]; nenv++)
 		has_port |= !strncmp(spec->env[nenv], "PORT=", 5);
-	env = calloc(nenv + 2, sizeof(char *));
+	env = calloc(nenv + 5, sizeof(char *));
 	if (!env) {
 		pr_err("out of memory");
 		return -ENOMEM;
@@ -43,7 +44,19 @@ int function_bundle_write(const struct function_bundle *b, const char *dir)
 		memcpy(env, spec->env, nenv * sizeof(char *));
 	snprintf(port_env, sizeof(port_env), "PORT=%u", spec->port);
 	if (!has_port)
-		env[nenv] = port_env;
+		env[nenv++] = port_env;
+	if (b->gpumem_preload) {
+		size_t i;
+
+		/* Before whatever the function preloads itself. */
+		for (i = 0; i < nenv && strncmp(env[i], "LD_PRELOAD=", 11); i++)
+			;
+		snprintf(preload, sizeof(preload), "LD_PRELOAD=%s/%s%s%s", GPUMEM_IN_DEST,
+			 GPUMEM_LIB_NAME, i < nenv ? ":" : "", i < nenv ? env[i] + 11 : "");
+		env[i < nenv ? i : nenv++] = preload;
+		env[nenv++] = GPUMEM_ENV_IN "=" GPUMEM_IN_DEST;
+		env[nenv++] = GPUMEM_ENV_OUT "=" GPUMEM_OUT_DEST;
+	}
 
 	snprintf(cgroup, sizeof(cgroup), "thaw/%s", b->container_id);
 	o.argv = b->argv ? b->argv : spec->command && spec->command[0] ? spec->command : no_argv;
@@ -59,6 +72,10 @@ int function_bundle_write(const struct function_bundle *b, const char *dir)
 	 * the mount external and a restore can point it elsewhere). */
 	if (b->mapped_src)
 		binds[o.nbinds++] = (struct oci_bind){ b->mapped_src, OCI_MAPPED_DEST, false };
+	if (b->gpumem_in && b->gpumem_out) {
+		binds[o.nbinds++] = (struct oci_bind){ b->gpumem_in, GPUMEM_IN_DEST, false };
+		binds[o.nbinds++] = (struct oci_bind){ b->gpumem_out, GPUMEM_OUT_DEST, true };
+	}
 	o.gpu = spec->gpu;
 	o.gpu_minors = b->gpu_minors;
 	o.ngpu_minors = b->ngpu_minors;

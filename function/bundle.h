@@ -24,6 +24,13 @@ struct function_bundle {
 	const char *netns;        /* network namespace to join (path) */
 	const char *container_id; /* its cgroup is thaw/<container_id> */
 	const char *mapped_src;   /* bound read-only at OCI_MAPPED_DEST; NULL: nothing */
+	/* libthaw-cuda (common/gpumem.h): gpumem_in bound read-only at
+	 * GPUMEM_IN_DEST (the library, and at a restore the saved device
+	 * memory), gpumem_out writable at GPUMEM_OUT_DEST (what a save writes,
+	 * the library's answers).  With gpumem_preload the function's
+	 * processes preload the library.  NULL: none of it. */
+	const char *gpumem_in, *gpumem_out;
+	bool gpumem_preload;
 	char *const *argv;        /* NULL: the spec's command, else /bin/true (a restore
 				   * runs no command, but the bundle must name one) */
 	bool restore;             /* for runc restore (oci_spec.restore) */

@@ -16,9 +16,9 @@
 
 static const char *const known_keys[] = { "id",	   "command", "env",	 "cwd",	    "bundle",
 					  "port",  "ready",   "warmup",	 "prepare", "gpu", "gpus",
-					  "elide_zero", "lazy", "sandbox", "standby",
+					  "elide_zero", "gpu_memory", "lazy", "sandbox", "standby",
 					  "idle_s", "max_lifetime_s", "stop_grace_s", "max_instances",
-					  "image", "user" };
+					  "image", "user", "concurrency", "queue", "queue_timeout_s" };
 static const char *const sandbox_keys[] = { "writable_root", "seccomp", "no_new_privileges",
 					    "host_home", "capabilities" };
 
@@ -612,6 +612,11 @@ static int parse_fields(const json_t *j, const char *id, struct func_spec *s, ch
 	if (v && !json_is_boolean(v))
 		return fail(err, errlen, "elide_zero: must be true or false");
 	s->elide_zero = !v || json_is_true(v);
+	v = json_object_get(j, "gpu_memory");
+	if (v && (!json_is_string(v) || (strcmp(json_string_value(v), "thaw") &&
+					 strcmp(json_string_value(v), "driver"))))
+		return fail(err, errlen, "gpu_memory: must be \"thaw\" or \"driver\"");
+	s->gpu_memory_driver = v && !strcmp(json_string_value(v), "driver");
 	v = json_object_get(j, "lazy");
 	if (v && !json_is_null(v) && !json_is_boolean(v))
 		return fail(err, errlen, "lazy: must be true or false");
@@ -737,6 +742,8 @@ json_t *spec_to_json(const struct func_spec *s)
 	if (s->gpus > 1)
 		json_object_set_new(j, "gpus", json_integer(s->gpus));
 	json_object_set_new(j, "elide_zero", json_boolean(s->elide_zero));
+	if (s->gpu_memory_driver)
+		json_object_set_new(j, "gpu_memory", json_string("driver"));
 	if (s->lazy != SPEC_LAZY_UNSET)
 		json_object_set_new(j, "lazy", json_boolean(s->lazy == SPEC_LAZY));
 	if (s->standby)

@@ -61,6 +61,10 @@ struct func_spec {
 	/* Drop the image's all-zero private anonymous pages before storing it
 	 * (store/criu_elide.h); "elide_zero", default true. */
 	bool elide_zero;
+	/* "gpu_memory": "thaw" (default: libthaw-cuda carries the device
+	 * memory it can move, docs/DESIGN.md "GPU memory") or "driver" (all
+	 * of it in the CUDA driver's checkpoint). */
+	bool gpu_memory_driver;
 	enum spec_lazy lazy;  /* restore with CRIU lazy-pages (pages on demand) */
 	/* Lifetimes (seconds; 0: none): "idle_s", stop an instance after that
 	 * long with no bytes through its endpoint and no connection open;

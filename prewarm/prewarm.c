@@ -12,6 +12,7 @@
 #define LOG_PREFIX "prewarm: "
 #include "prewarm/prewarm.h"
 #include "common/cuda.h"
+#include "common/gpumem.h"
 #include "common/log.h"
 #include "common/logfile.h"
 #include "common/netns.h"
@@ -72,12 +73,26 @@ struct job {
 	/* GPU memory the checkpoint gave back, per device ordinal (what the
 	 * function holds, and so what a restore needs free); 0 unknown. */
 	uint64_t gpu_used[CUDA_MAX_DEVICES];
+	uint64_t gpu_saved[CUDA_MAX_DEVICES]; /* of it, saved by libthaw-cuda */
 	/* The GPUs the function's container is given (its spec's "gpus"),
 	 * chosen before its boot; and which of them each CUDA process held. */
 	struct cuda_device *gpu;
 	size_t ngpu, nhost_gpus;
 	json_t *cuda_procs;
+	/* libthaw-cuda (common/gpumem.h): its two directories when the
+	 * container preloads it; what moved, and why not where nothing did. */
+	bool gpumem;
+	char gpumem_in[PATH_MAX + 400], gpumem_out[PATH_MAX + 400];
+	char gpumem_why[600];
+	uint64_t gpumem_bytes, gpumem_allocs, gpumem_left;
+	size_t gpumem_moved;
+	pid_t gpumem_ns[64]; /* the moved processes' pids in the container */
+	double gpumem_save_ms;
 };
+
+/* A save copies the function's device memory to disk: minutes for the
+ * largest GPUs' worth, before the library gives up itself. */
+#define GPUMEM_SAVE_TIMEOUT_MS (15 * 60 * 1000)
 
 /* ---- the function's log ---------------------------------------------- */
 
@@ -428,6 +443,181 @@ static void free_argv(char **v)
 	free(v);
 }
 
+/* Copy a file (the library into the job's directories, then the image). */
+static int copy_file(const char *from, const char *to)
+{
+	int in = open(from, O_RDONLY | O_CLOEXEC), out = -1, ret = 0;
+	struct stat st;
+
+	if (in < 0 || fstat(in, &st) < 0) {
+		ret = -errno;
+		pr_perror("%s", from);
+		goto out;
+	}
+	out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (out < 0) {
+		ret = -errno;
+		pr_perror("%s", to);
+		goto out;
+	}
+	for (off_t left = st.st_size; left > 0;) {
+		ssize_t k = copy_file_range(in, NULL, out, NULL, (size_t)left, 0);
+
+		if (k <= 0) {
+			ret = k < 0 ? -errno : -EIO;
+			pr_err("copying %s to %s: %s", from, to, strerror(-ret));
+			goto out;
+		}
+		left -= k;
+	}
+out:
+	if (in >= 0)
+		close(in);
+	if (out >= 0)
+		close(out);
+	return ret;
+}
+
+/* A GPU function preloads libthaw-cuda unless its spec says "gpu_memory":
+ * "driver" or the library is not there (then why says so, and the driver
+ * carries all of its GPU memory, as before).  The library travels in the
+ * image: CRIU puts the restored process's mapping of it back from there. */
+static int gpumem_prepare(struct job *j)
+{
+	char lib[PATH_MAX], why[PATH_MAX + 64], to[2 * PATH_MAX];
+	int ret;
+
+	if (j->spec->gpu_memory_driver) {
+		snprintf(j->gpumem_why, sizeof(j->gpumem_why),
+			 "the spec asks for the driver's checkpoint (\"gpu_memory\": \"driver\")");
+		return 0;
+	}
+	if (gpumem_library(lib, sizeof(lib), why, sizeof(why))) {
+		snprintf(j->gpumem_why, sizeof(j->gpumem_why), "libthaw-cuda.so not found (%.400s)",
+			 why);
+		pr_warn("%s: %s", j->spec->id, j->gpumem_why);
+		return 0;
+	}
+	snprintf(j->gpumem_in, sizeof(j->gpumem_in), "%s/gpu-in", j->work);
+	snprintf(j->gpumem_out, sizeof(j->gpumem_out), "%s/gpu-out", j->work);
+	snprintf(to, sizeof(to), "%s/%s", j->gpumem_in, GPUMEM_LIB_NAME);
+	ret = mkdir_p(j->gpumem_in, 0755);
+	if (!ret)
+		ret = mkdir_p(j->gpumem_out, 0755);
+	if (!ret)
+		ret = copy_file(lib, to);
+	if (ret)
+		return ret;
+	j->gpumem = true;
+	return 0;
+}
+
+/* Before the driver's lock: each CUDA process saves and unmaps the device
+ * memory libthaw-cuda can move.  A process where it cannot (no library,
+ * nothing movable, a failure the library undid) is left to the driver. */
+static int gpumem_save(struct job *j, const pid_t *cuda, size_t ncuda)
+{
+	struct gpumem_status *st = calloc(ncuda + 1, sizeof(*st));
+	pid_t *ns = calloc(ncuda + 1, sizeof(*ns));
+	char line[256];
+	uint64_t t0;
+	int ret;
+
+	if (!st || !ns) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < ncuda; i++)
+		ns[i] = ns_pid(cuda[i]);
+	t0 = now_ns();
+	ret = gpumem_save_all(cuda, ns, ncuda, j->gpumem_out, GPUMEM_SAVE_TIMEOUT_MS, st,
+			      &j->gpumem_moved, j->gpumem_why, sizeof(j->gpumem_why));
+	j->gpumem_save_ms = ms_since(t0);
+	if (ret) {
+		for (size_t i = 0; i < ncuda; i++)
+			if (st[i].error[0])
+				log_set_error("libthaw-cuda: %s", st[i].error);
+		pr_err("%s", log_last_error());
+		goto out;
+	}
+	for (size_t i = 0; i < ncuda; i++) {
+		if (st[i].ok && st[i].allocs) {
+			size_t k = 0;
+
+			while (k < ARRAY_SIZE(j->gpumem_ns) && j->gpumem_ns[k])
+				k++;
+			if (k < ARRAY_SIZE(j->gpumem_ns))
+				j->gpumem_ns[k] = ns[i];
+			gpumem_describe(&st[i], line, sizeof(line));
+			pr_info("%s: process %d: %s", j->spec->id, (int)cuda[i], line);
+		} else {
+			pr_info("%s: process %d keeps its GPU memory in the driver's checkpoint: %s",
+				j->spec->id, (int)cuda[i], st[i].error);
+		}
+		j->gpumem_bytes += st[i].bytes;
+		j->gpumem_allocs += st[i].allocs;
+		j->gpumem_left += st[i].left_bytes;
+		/* What the restore needs free on each GPU: the memory the
+		 * driver gives back at its checkpoint, and this. */
+		for (size_t g = 0; g < j->ngpu && g < ARRAY_SIZE(st[i].dev_bytes); g++) {
+			int o = j->gpu[g].ordinal;
+
+			if (o >= 0 && o < CUDA_MAX_DEVICES)
+				j->gpu_saved[o] += st[i].dev_bytes[g];
+		}
+	}
+out:
+	free(st);
+	free(ns);
+	return ret;
+}
+
+/* After the dump: the saved memory and the library into the image. */
+static int gpumem_into_image(struct job *j)
+{
+	char from[2 * PATH_MAX], to[2 * PATH_MAX];
+	struct dirent *de;
+	DIR *d;
+	int ret;
+
+	snprintf(from, sizeof(from), "%s/%s", j->gpumem_in, GPUMEM_LIB_NAME);
+	snprintf(to, sizeof(to), "%s/%s", j->image, GPUMEM_LIB_NAME);
+	ret = copy_file(from, to);
+	if (ret)
+		return ret;
+	d = opendir(j->gpumem_out);
+	if (!d)
+		return 0;
+	while ((de = readdir(d))) {
+		if (strncmp(de->d_name, "gpu-", 4) || !strstr(de->d_name, ".mem"))
+			continue;
+		snprintf(from, sizeof(from), "%s/%s", j->gpumem_out, de->d_name);
+		snprintf(to, sizeof(to), "%s/%s", j->image, de->d_name);
+		if (rename(from, to) < 0) {
+			ret = -errno;
+			pr_perror("rename %s %s", from, to);
+			break;
+		}
+	}
+	closedir(d);
+	return ret;
+}
+
+/* The meta's "gpu_memory": who carries the device memory, and what a
+ * restore needs (the mounts, the processes that saved theirs). */
+static json_t *gpumem_meta(const struct job *j)
+{
+	bool thaw = j->gpumem_moved > 0;
+	json_t *ns = json_array();
+
+	for (size_t k = 0; ns && k < ARRAY_SIZE(j->gpumem_ns) && j->gpumem_ns[k]; k++)
+		json_array_append_new(ns, json_integer(j->gpumem_ns[k]));
+	return json_pack("{s:s, s:s, s:b, s:I, s:I, s:I, s:o}", "mode", thaw ? "thaw" : "driver",
+			 "why", thaw ? "" : j->gpumem_why, "mount", j->gpumem, "bytes",
+			 (json_int_t)j->gpumem_bytes, "allocs", (json_int_t)j->gpumem_allocs,
+			 "left_bytes", (json_int_t)j->gpumem_left, "ns_pids", ns);
+}
+
 static int write_bundle(struct job *j)
 {
 	const struct func_spec *spec = j->spec;
@@ -466,6 +656,8 @@ static int write_bundle(struct job *j)
 		defaults[nd++] = visible;
 	if (j->ngpu > 1)
 		defaults[nd++] = "NCCL_NVLS_ENABLE=0";
+	if (!ret && spec->gpu)
+		ret = gpumem_prepare(j);
 	if (!ret)
 		ret = function_bundle_write(
 			&(struct function_bundle){ .spec = spec, .netns = j->netns,
@@ -581,6 +773,11 @@ static int cuda_checkpoint_all(struct job *j)
 		goto out;
 	if (ncuda == 0)
 		pr_warn("%s: a GPU function with no CUDA process", j->spec->id);
+	if (j->gpumem && ncuda) {
+		ret = gpumem_save(j, cuda, ncuda);
+		if (ret)
+			goto out;
+	}
 	held = calloc(ncuda + 1, sizeof(*held));
 	if (!held) {
 		ret = -ENOMEM;
@@ -604,6 +801,9 @@ static int cuda_checkpoint_all(struct job *j)
 		goto out;
 	}
 	record_span(j, ncuda, NULL);
+	for (size_t o = 0; o < CUDA_MAX_DEVICES; o++)
+		if (j->gpu_saved[o])
+			j->gpu_used[o] += j->gpu_saved[o];
 	for (size_t i = 0; i < ncuda; i++) {
 		json_t *which = json_array();
 
@@ -646,6 +846,10 @@ static json_t *snapshot_meta(struct job *j, json_t *timings, uint64_t image_byte
 			 "image_bytes_before_elision", (json_int_t)bytes_before,
 			 "zero_pages_elided", (json_int_t)pages_elided, "created", created,
 			 "mapped_mount", OCI_MAPPED_DEST, "confined", 1);
+	if (meta && j->spec->gpu && json_object_set_new(meta, "gpu_memory", gpumem_meta(j))) {
+		json_decref(meta);
+		return NULL;
+	}
 	/* Which process held which of "gpus" (indices), where it could be told. */
 	if (meta && j->spec->gpu && json_array_size(j->cuda_procs))
 		json_object_set(meta, "cuda_processes", j->cuda_procs);
@@ -889,6 +1093,10 @@ int prewarm_snapshot_opts(const struct thaw_config *c, struct store *s,
 			phase_failed("cuda checkpoint", ret);
 			goto out;
 		}
+		/* The driver's own part, and libthaw-cuda's save before it. */
+		json_object_set_new(timings, "gpu_memory_save", json_real(j.gpumem_save_ms));
+		json_object_set_new(timings, "driver_checkpoint",
+				    json_real(ms_since(t) - j.gpumem_save_ms));
 	}
 	json_object_set_new(timings, "cuda_checkpoint", json_real(ms_since(t)));
 
@@ -900,6 +1108,13 @@ int prewarm_snapshot_opts(const struct thaw_config *c, struct store *s,
 		goto out;
 	}
 	json_object_set_new(timings, "criu_dump", json_real(ms_since(t)));
+	if (j.gpumem) {
+		ret = gpumem_into_image(&j);
+		if (ret) {
+			phase_failed("gpu memory", ret);
+			goto out;
+		}
+	}
 	ret = dir_bytes(j.image, &bytes_before);
 	if (ret)
 		goto out;

@@ -3,6 +3,7 @@
 #define LOG_PREFIX "gpu: "
 #include "restore/gpu_restore.h"
 #include "common/cuda.h"
+#include "common/gpumem.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -630,4 +631,97 @@ void gpu_quiesce(const pid_t *pids, size_t n)
 			pr_warn("could not checkpoint CUDA process %d before the kill: %s",
 				(int)pids[i], log_last_error());
 	}
+}
+
+/* The pid of host process pid inside its PID namespace (the last NSpid). */
+static pid_t inner_pid(pid_t pid)
+{
+	char path[64], line[256];
+	pid_t inner = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		char *p, *end;
+
+		if (strncmp(line, "NSpid:", 6))
+			continue;
+		for (p = line + 6;; p = end) {
+			long v = strtol(p, &end, 10);
+
+			if (end == p)
+				break;
+			inner = (pid_t)v;
+		}
+	}
+	fclose(f);
+	return inner;
+}
+
+int gpu_memory_restore(const json_t *meta, const pid_t *pids, size_t n, const char *out_dir,
+		       double *copy_ms)
+{
+	const json_t *gm = json_object_get(meta, "gpu_memory");
+	const json_t *want = json_object_get(gm, "ns_pids");
+	struct gpumem_status *st = NULL;
+	pid_t *ask = NULL, *ask_ns = NULL;
+	uint64_t t0 = now_ns();
+	size_t k = 0;
+	int ret = 0;
+
+	*copy_ms = 0;
+	if (!json_array_size(want) || !out_dir)
+		return 0;
+	ask = calloc(n + 1, sizeof(*ask));
+	ask_ns = calloc(n + 1, sizeof(*ask_ns));
+	st = calloc(n + 1, sizeof(*st));
+	if (!ask || !ask_ns || !st) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		pid_t inner = inner_pid(pids[i]);
+		size_t w;
+
+		for (w = 0; w < json_array_size(want); w++)
+			if (json_integer_value(json_array_get(want, w)) == inner)
+				break;
+		if (w == json_array_size(want) || !gpumem_loaded(pids[i]))
+			continue;
+		ask[k] = pids[i];
+		ask_ns[k++] = inner;
+	}
+	if (k < json_array_size(want)) {
+		log_set_error("%zu of the snapshot's %zu process(es) with saved GPU memory found "
+			      "with libthaw-cuda after the restore", k, json_array_size(want));
+		pr_err("%s", log_last_error());
+		ret = -ESRCH;
+		goto out;
+	}
+	ret = gpumem_request(ask, ask_ns, k, GPUMEM_OP_RESTORE, out_dir, GPUMEM_RESTORE_TIMEOUT_MS,
+			     st);
+	for (size_t i = 0; i < k; i++) {
+		char line[256];
+
+		if (st[i].ok) {
+			gpumem_describe(&st[i], line, sizeof(line));
+			pr_debug("process %d copied back: %s, %d threads, map %.1f ms, copy %.1f ms",
+				 (int)ask[i], line, st[i].copy_threads, st[i].map_ms, st[i].copy_ms);
+			continue;
+		}
+		log_set_error("the GPU memory of process %d could not be put back: %s",
+			      (int)ask[i], st[i].error[0] ? st[i].error : "no answer");
+		pr_err("%s", log_last_error());
+		if (!ret)
+			ret = -EIO;
+	}
+out:
+	*copy_ms = ms_since(t0);
+	free(ask);
+	free(ask_ns);
+	free(st);
+	return ret;
 }

@@ -69,6 +69,17 @@ int gpu_restore_container(const struct runner *r, const char *id, pid_t init,
 			  const json_t *meta, struct gpu_placement *place, pid_t **pids,
 			  size_t *n);
 
+/* After gpu_restore_container: each of the n restored processes pids
+ * whose device memory libthaw-cuda saved (the meta's "gpu_memory":
+ * "ns_pids") maps new memory at its addresses and copies it back from the
+ * RAM tier (the directory bound at GPUMEM_IN_DEST), then lets its CUDA
+ * calls go; it answers in out_dir (the host directory at GPUMEM_OUT_DEST).
+ * *copy_ms: how long that took.  0 (nothing to do for a snapshot whose
+ * memory the driver carried), or -errno with the reason set: the caller
+ * ends the instance (its calls stay held). */
+int gpu_memory_restore(const json_t *meta, const pid_t *pids, size_t n, const char *out_dir,
+		       double *copy_ms);
+
 /* Where the snapshot's GPUs ("gpus" of its meta) go on this host's devs:
  * choice[i] is the device index for snapshot GPU i.  Each goes to the GPU
  * of its model with the most free memory that has room for its recorded

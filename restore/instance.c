@@ -12,6 +12,7 @@
  */
 #define LOG_PREFIX "instance: "
 #include "restore/instance.h"
+#include "common/gpumem.h"
 #include "common/log.h"
 #include "common/netns.h"
 #include "common/oci.h"
@@ -98,6 +99,10 @@ struct start_ctx {
 	pid_t holder;
 	unsigned long long holder_start;
 	char mapped_empty[PATH_MAX + 16];
+	/* libthaw-cuda's mounts (the meta's "gpu_memory": "mount"): the tier
+	 * entry read-only, and <dir>/gpu-out for its answers. */
+	const char *gpumem_in;
+	char gpumem_out[PATH_MAX + 16];
 	/* A standby: its snapshot's meta (spec, GPUs, CUDA pids), recorded for
 	 * instance_activate, which then needs no manifest. */
 	const json_t *standby_meta;
@@ -172,6 +177,11 @@ static json_t *timings_json(const struct instance *in)
 			      "gpu_restore", ms3(t->gpu_restore), "ready", ms3(t->ready), "total",
 			      ms3(t->total));
 
+	if (j && t->gpu_copy > 0 &&
+	    json_object_set_new(j, "gpu_memory_copy", json_real(ms3(t->gpu_copy)))) {
+		json_decref(j);
+		return NULL;
+	}
 	if (j && t->resume > 0 && json_object_set_new(j, "resume", json_real(ms3(t->resume)))) {
 		json_decref(j);
 		return NULL;
@@ -220,6 +230,14 @@ json_t *instance_to_json(const struct instance *in)
 		json_decref(j);
 		return NULL;
 	}
+	/* A GPU function's device memory: who carried it, and why not thaw. */
+	if (j && in->gpu_memory &&
+	    (json_object_set_new(j, "gpu_memory", json_string(in->gpu_memory)) ||
+	     (in->gpu_memory_why[0] &&
+	      json_object_set_new(j, "gpu_memory_why", json_string(in->gpu_memory_why))))) {
+		json_decref(j);
+		return NULL;
+	}
 	/* Not mapped: why, so that a user can tell a fallback from a choice. */
 	if (j && in->pages_why[0] &&
 	    json_object_set_new(j, "pages_why", json_string(in->pages_why))) {
@@ -227,6 +245,18 @@ json_t *instance_to_json(const struct instance *in)
 		return NULL;
 	}
 	return j;
+}
+
+/* Who carries a GPU snapshot's device memory, from its meta. */
+static void set_gpu_memory(struct instance *in, const json_t *meta)
+{
+	const json_t *gm = json_object_get(meta, "gpu_memory");
+	const char *mode = json_string_value(json_object_get(gm, "mode"));
+
+	in->gpu_memory = mode && !strcmp(mode, "thaw") ? "thaw" : "driver";
+	snprintf(in->gpu_memory_why, sizeof(in->gpu_memory_why), "%s",
+		 !gm ? "the snapshot was made without libthaw-cuda" :
+		       json_string_value(json_object_get(gm, "why")) ?: "");
 }
 
 /* The GPUs of in: those of placement p. */
@@ -504,6 +534,10 @@ static int write_bundle(struct start_ctx *x, const struct func_spec *spec, const
 	return function_bundle_write(&(struct function_bundle){ .spec = spec, .netns = x->netns,
 								.container_id = id,
 								.mapped_src = mapped_src,
+								.gpumem_in = x->gpumem_in,
+								.gpumem_out = x->gpumem_in ?
+										      x->gpumem_out :
+										      NULL,
 								.restore = true,
 								.legacy_sandbox = !confined,
 								.gpu_minors = n ? minors : NULL,
@@ -763,6 +797,8 @@ static int start(const struct thaw_config *c, struct store *s, struct tier *t,
 		goto fail;
 	snprintf(in.function, sizeof(in.function), "%s", spec->id[0] ? spec->id : m->name);
 	x.gpu = spec->gpu;
+	if (spec->gpu)
+		set_gpu_memory(&in, m->meta);
 	/* Every GPU start counts, whatever decides its mode: each one loads the
 	 * machine.  Counted once here, uncounted once at out:. */
 	if (spec->gpu) {
@@ -884,6 +920,12 @@ static int start(const struct thaw_config *c, struct store *s, struct tier *t,
 		ret = mkdir_p(x.mapped_empty, 0755);
 		snprintf(mapped_src, sizeof(mapped_src), "%s", x.mapped_empty);
 	}
+	if (!ret && json_is_true(json_object_get(json_object_get(m->meta, "gpu_memory"), "mount"))) {
+		x.gpumem_in = tier_lease_path(lease);
+		ret = pathf(x.gpumem_out, sizeof(x.gpumem_out), "%s/gpu-out", x.dir);
+		if (!ret)
+			ret = mkdir_p(x.gpumem_out, 0755);
+	}
 	if (!ret)
 		ret = write_bundle(&x, spec, in.id, mapped_src[0] ? mapped_src : NULL, m, gp);
 	if (ret)
@@ -948,6 +990,13 @@ static int start(const struct thaw_config *c, struct store *s, struct tier *t,
 		tp = now_ns();
 		if (x.mapped)
 			prefault_mapped(in.pid, &faulted);
+		/* Its device memory is copied from the tier entry when it is
+		 * taken: the entry stays until the instance ends. */
+		if (x.gpumem_in && !x.mapped) {
+			ret = hold_lease(&x, tier_lease_fd(lease), in.pid);
+			if (ret)
+				goto fail;
+		}
 		tier_release(lease);
 		lease = NULL;
 		in.standby = true;
@@ -975,6 +1024,9 @@ static int start(const struct thaw_config *c, struct store *s, struct tier *t,
 		tp = now_ns();
 		ret = gpu_restore_container(&x.r, in.id, in.pid, m->meta, gp, &x.cuda_pids,
 					    &x.ncuda);
+		if (!ret)
+			ret = gpu_memory_restore(m->meta, x.cuda_pids, x.ncuda,
+						 x.gpumem_in ? x.gpumem_out : NULL, &in.t.gpu_copy);
 		in.t.gpu_restore = ms_since(tp);
 		if (ret)
 			goto fail;
@@ -997,6 +1049,9 @@ static int start(const struct thaw_config *c, struct store *s, struct tier *t,
 	ret = write_record(&x, &in, "running");
 	if (ret)
 		goto fail;
+	/* Its device memory is back and the start has its answer: unpin the
+	 * RAM tier's copy the library copied it from. */
+	gpumem_release(x.cuda_pids, x.ncuda);
 	pr_info("instance %s of %s: %s, pid %d, %s (%s), %.1f ms (materialize %.1f, "
 		"criu_restore %.1f, gpu_restore %.1f, ready %.1f)", in.id, in.function, in.endpoint,
 		(int)in.pid, in.pages, x.mapped ? "it applies" : in.pages_why, in.t.total,
@@ -1174,8 +1229,14 @@ static void instance_from_record(const json_t *rec, struct instance *in)
 	for (size_t i = 0; p && i < ARRAY_SIZE(pages); i++)
 		if (!strcmp(p, pages[i]))
 			in->pages = pages[i];
+	p = json_string_value(json_object_get(rec, "gpu_memory"));
+	if (p)
+		in->gpu_memory = !strcmp(p, "thaw") ? "thaw" : "driver";
+	snprintf(in->gpu_memory_why, sizeof(in->gpu_memory_why), "%s",
+		 json_string_value(json_object_get(rec, "gpu_memory_why")) ?: "");
 	in->standby = true;
 }
+
 
 /* Wake the standby's processes: the CPU function's container thawed, or
  * the GPU function's CUDA state restored (to a GPU with room: the same
@@ -1203,6 +1264,13 @@ static int wake(struct start_ctx *x, struct instance *in, const json_t *meta,
 		}
 	}
 	ret = gpu_restore_container(&x->r, in->id, in->pid, meta, gp, &x->cuda_pids, &x->ncuda);
+	if (!ret && json_is_true(json_object_get(json_object_get(meta, "gpu_memory"), "mount"))) {
+		ret = pathf(x->gpumem_out, sizeof(x->gpumem_out), "%s/instances/%s/gpu-out",
+			    x->c->data_dir, in->id);
+		if (!ret)
+			ret = gpu_memory_restore(meta, x->cuda_pids, x->ncuda, x->gpumem_out,
+						 &in->t.gpu_copy);
+	}
 	in->t.gpu_restore = ms_since(tp);
 	if (!ret)
 		set_gpus(in, gp);
@@ -1290,6 +1358,7 @@ int instance_activate_on(const struct thaw_config *c, const char *id, struct gpu
 	ret = write_file_atomic(x.record, text, strlen(text), 0644);
 	if (ret)
 		goto fail;
+	gpumem_release(x.cuda_pids, x.ncuda);
 	pr_info("standby %s of %s taken: %s, %.1f ms (resume %.1f, gpu_restore %.1f, ready %.1f)",
 		in.id, in.function, in.endpoint, in.t.total, in.t.resume, in.t.gpu_restore,
 		in.t.ready);

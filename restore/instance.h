@@ -24,6 +24,7 @@
 
 struct instance_timings {
 	double materialize, criu_restore, gpu_restore, ready, total; /* ms */
+	double gpu_copy; /* of gpu_restore: libthaw-cuda's copy back of device memory */
 	double load;     /* reading and checking the snapshot's manifest and spec */
 	double setup;    /* directory, record, network namespace, bundle */
 	double endpoint; /* the shim that gives the instance its host address */
@@ -65,6 +66,11 @@ struct instance {
 	bool lazy;         /* restored lazily */
 	const char *pages; /* "mapped", "lazy" or "eager" (a static string) */
 	char pages_why[256]; /* not mapped: why */
+	/* A GPU function: who carried its device memory, "thaw" (libthaw-cuda)
+	 * or "driver" (the CUDA driver's checkpoint: gpu_memory_why says why);
+	 * NULL for a CPU function. */
+	const char *gpu_memory;
+	char gpu_memory_why[256];
 	bool standby;      /* made by instance_make_standby (and taken, if running) */
 	char image[80];    /* a snapshot made on an image: its digest; else "" */
 	bool image_copied; /* that image was not in this host's cache: this start brought it */

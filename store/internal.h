@@ -127,6 +127,13 @@ void store_manifest_bin_put(struct store *s, const uint8_t hash[CHUNK_HASH_LEN],
 /* Path of manifest hash's binary form, into buf. */
 int store_manifest_bin_path(const struct store *s, const uint8_t hash[CHUNK_HASH_LEN], char *buf,
 			    size_t len);
+/* For verify: whether the binary form of manifest hash, made from the JSON
+ * file json_path, is sound.  0 (sound, none, or made from another version
+ * of the JSON: the next load makes it again), or -EBADMSG (damaged; a load
+ * reads the JSON then, and writes the binary form anew), the reason in
+ * log_last_error().  Reads only. */
+int store_manifest_bin_verify(struct store *s, const uint8_t hash[CHUNK_HASH_LEN],
+			      const char *json_path);
 /* Remove the binary forms whose manifest is gone (gc, store lock held
  * exclusively); the number removed, or -errno. */
 int store_manifest_bins_sweep(struct store *s);

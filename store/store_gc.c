@@ -575,6 +575,23 @@ static int verify_manifest(const uint8_t *hash, const char *path, const char *na
 		}
 	}
 	manifest_free(m);
+	/* Its binary form, what a load reads: a damaged one costs only the
+	 * JSON's read (and is written anew), but it is a damaged file. */
+	ret = store_manifest_bin_verify(v->s, hash, path);
+	if (ret == -EBADMSG) {
+		char bin[PATH_MAX];
+
+		snprintf(why, sizeof(why),
+			 "damaged binary form of manifest %s (%s): loads read its JSON, which is "
+			 "sound, and write it anew",
+			 mid, log_last_error());
+		store_manifest_bin_path(v->s, hash, bin, sizeof(bin));
+		report(v, bin, why);
+	} else if (ret < 0) {
+		snprintf(why, sizeof(why), "binary form of manifest %s unreadable: %s", mid,
+			 strerror(-ret));
+		report(v, mid, why);
+	}
 	return 0;
 }
 

@@ -303,6 +303,37 @@ static int bin_load(struct store *s, const uint8_t hash[CHUNK_HASH_LEN], const s
 	return ret;
 }
 
+int store_manifest_bin_verify(struct store *s, const uint8_t hash[CHUNK_HASH_LEN],
+			      const char *json_path)
+{
+	struct manifest_bin_source src;
+	struct manifest *m = NULL;
+	char path[PATH_MAX], *buf = NULL;
+	struct stat st;
+	size_t len;
+	int ret;
+
+	if (stat(json_path, &st) < 0)
+		return 0; /* deleted meanwhile: so is its binary form, at the next gc */
+	bin_source(&st, &src);
+	ret = store_manifest_bin_path(s, hash, path, sizeof(path));
+	if (ret == 0)
+		ret = read_file(path, &buf, &len, MANIFEST_MAX_SIZE);
+	if (ret == -ENOENT)
+		return 0;
+	if (ret == -EFBIG)
+		log_set_error("larger than any manifest");
+	if (ret == 0)
+		ret = manifest_bin_decode((const uint8_t *)buf, len, hash, &src, &m);
+	free(buf);
+	manifest_free(m);
+	if (ret == -ESTALE)
+		return 0;
+	if (ret == -EFBIG)
+		return -EBADMSG;
+	return ret;
+}
+
 uint64_t store_manifest_json_reads(struct store *s)
 {
 	return atomic_load(&s->manifest_json_reads);

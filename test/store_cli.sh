@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # store_cli.sh — `thaw store` end to end: put, get, ls, stat --json, verify
-# (clean, then a damaged chunk), gc, rm, and the exit codes of bad input.
+# (clean, a damaged binary manifest, a damaged chunk), gc, rm, and the exit
+# codes of bad input.
 set -u
 THAW=${THAW_BUILD:-build}/thaw
 work=$(mktemp -d /tmp/thaw-store-cli-XXXXXX)
@@ -40,6 +41,21 @@ assert s['chunks'] >= 2, s
 " "$json"
 check "verify clean" ts verify
 check "gc keeps what is used" bash -c "'$THAW' store --store '$st' gc | grep -q 'freed 0 chunks'"
+
+# Damage the manifest's binary form (what a load reads): verify says so,
+# naming the file, and exits 1; a load reads the JSON and writes the binary
+# form anew, after which verify is clean again.
+bin=$(find "$st/manifests-bin" -type f | head -n 1)
+check "a manifest has a binary form" [ -n "$bin" ]
+chmod u+w "$bin"
+printf 'XXXX' | dd of="$bin" bs=1 seek=100 conv=notrunc status=none
+out=$(ts verify 2>/dev/null); r=$?
+check "verify exits 1 on a damaged binary manifest" [ $r = 1 ]
+check "verify names the binary form" [ "$(echo "$out" | cut -f1)" = "$bin" ]
+check "verify says the JSON is sound" grep -q "binary form.*JSON, which is sound" <<<"$out"
+check "get reads the JSON" ts get "$id" "$work/out-bin"
+check "get gives the files back" cmp "$work/in/pages-1.img" "$work/out-bin/pages-1.img"
+check "verify clean after the load" ts verify
 
 # Damage one chunk: verify exits 1 and prints its id; get fails, leaves nothing.
 # The first chunk of a pack, from its index (store/pack.h: 24 bytes of

@@ -71,6 +71,8 @@ done
 # GPU_PACK_OLD=BINARY: a static thaw built at another commit travels as
 # build/thaw-old, for A/B steps such as bench-engine-qd (made by hand:
 # git worktree add DIR COMMIT && make -C DIR STATIC=1 build/static/thaw).
+# libthaw-cuda.so beside thawd, where thawd looks for it (common/gpumem.h).
+[ -f $S/libthaw-cuda.so ] && pack_bin $S/libthaw-cuda.so "$stage/build/libthaw-cuda.so"
 [ -n "${GPU_PACK_OLD:-}" ] && strip --strip-debug -o "$stage/build/thaw-old" "$GPU_PACK_OLD"
 for t in $S/test/test_*; do
 	[ -x "$t" ] && pack_bin "$t" "$stage/build/test/$(basename "$t")"

@@ -151,6 +151,9 @@ step doctor-json "$X/build/thaw" doctor --json
 step test_cuda "$X/build/test/test_cuda"
 step test_gpu_restore "$X/build/test/test_gpu_restore"
 step runc-criu-smoke bash scripts/gpu-run.sh --runc-smoke
+# libthaw-cuda on PyTorch processes, no container: saved, checkpointed and
+# restored by the driver, copied back; the driver alone as the baseline.
+step test_gpumem_gpu "$X/build/test/test_gpumem_gpu"
 # Several GPUs: the 2-process tensor-parallel function (skips, 77, on one GPU).
 step gpu-tp bash bench/gpu-tp-run.sh /var/tmp/thaw-gpu-tp
 

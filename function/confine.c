@@ -92,7 +92,7 @@ int function_host_paths(const struct thaw_config *c, const struct func_spec *spe
 		/* What the container gets as its root, not the bundle: runc
 		 * reads nothing else of it. */
 		rootfs_of(spec->bundle, rootfs, sizeof(rootfs));
-		ret = resolve(c, "bundle", rootfs, hp->rootfs);
+		ret = resolve(c, "the bundle's rootfs", rootfs, hp->rootfs);
 	} else if (!spec->image && spec->cwd && strcmp(spec->cwd, "/")) {
 		/* Without a rootfs of its own the function's directory is
 		 * bound from the host (with one, its cwd is a path in it,

@@ -10,7 +10,9 @@
 #   400 invalid_id             an id with a capital letter, in three routes
 #   401 unauthorized           no token, a wrong token (WWW-Authenticate)
 #   403 forbidden              the data token on a control route; a cwd outside the
-#                              allowed roots (Host without a token: e2e_gateway)
+#                              allowed roots (Host without a token: e2e_gateway; a
+#                              rootfs or cwd link out of them at PUT, snapshot and
+#                              start: e2e_confine_paths)
 #   404 not_found              unknown path, function, instance, job; a start whose
 #                              function is deleted during it (deterministically, and
 #                              a timing race repeated)
@@ -41,10 +43,12 @@
 #                              after SIGTERM, while a snapshot keeps thawd up
 #   504 timeout                a start not ready in time (also e2e_server); a
 #                              snapshot not ready in time
-#   505 (libmicrohttpd's)      HTTP/2.0 in the request line
+#   505 (libmicrohttpd's)      HTTP/2.0 in the request line (HTTP/1.2 served as
+#                              1.1: e2e_http_strict)
 #   507 no_space               a start on a RAM tier too small for the snapshot; a
 #                              snapshot whose CRIU dump fills its disk; a snapshot
-#                              whose ingest fills the store's disk
+#                              whose ingest fills the store's disk (PUT, DELETE and a
+#                              snapshot's begin on a full disk: e2e_no_space)
 #   (errno mapping of each code, and the ones no test can provoke, such as 503
 #   no_capacity from ENOMEM or EBUSY: test_server_units, test_errors)
 set -u

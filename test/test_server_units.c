@@ -112,6 +112,11 @@ static void test_routes(void)
 	}
 	route_parse("/functions/%2e%2e", &r, err, sizeof(err));
 	CHECK(strstr(err, "percent") != NULL);
+	/* A byte that is not UTF-8 is echoed as text a JSON answer can hold. */
+	CHECK_EQ(route_parse("/functions/a\xff\x80", &r, err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "\"a\\xff\\x80\"") != NULL);
+	for (const char *c = err; *c; c++)
+		CHECK(*c >= ' ' && *c <= '~');
 	memset(long_id, 'a', 64);
 	strcpy(long_id + 64, "");
 	char p[128];
@@ -147,6 +152,23 @@ static void test_query_body(void)
 	CHECK_EQ(query_bool("", &b), 0);
 	CHECK(b);
 	CHECK_EQ(query_bool("yes please", &b), -EINVAL);
+	{
+		/* Seconds are decimal: strtod would take 0x1p3 as 8 (issue 36). */
+		static const char *const bad[] = { "0x1p3", "1e3", "inf", "nan", " 8", "8 ", "+8",
+						   "-1", "", ".", "1.2.3", "0x10" };
+		double d = -1;
+
+		CHECK_EQ(query_seconds_parse("8", 100, &d), 0);
+		CHECK(d == 8);
+		CHECK_EQ(query_seconds_parse("2.5", 100, &d), 0);
+		CHECK(d == 2.5);
+		CHECK_EQ(query_seconds_parse(".25", 100, &d), 0);
+		CHECK_EQ(query_seconds_parse("3.", 100, &d), 0);
+		CHECK_EQ(query_seconds_parse("0", 100, &d), 0);
+		CHECK_EQ(query_seconds_parse("101", 100, &d), -EINVAL);
+		for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+			CHECK_EQ(query_seconds_parse(bad[i], 100, &d), -EINVAL);
+	}
 
 	CHECK_EQ(body_parse_object("{\"a\":1}", 7, &j, err, sizeof(err)), 0);
 	CHECK(json_is_object(j));
@@ -292,7 +314,7 @@ static void test_auth(void)
 	CHECK(!auth_check(&a, "Bearer s3cret-T0ke"));
 	CHECK(!auth_check(&a, "Bearer s3cret-T0ken2"));
 	CHECK(!auth_check(&a, "Bearer s3cret-T0ken\n"));
-	CHECK(!auth_check(&a, "bearer s3cret-T0ken"));
+	CHECK(auth_check(&a, "bearer s3cret-T0ken")); /* the scheme is case-insensitive */
 	CHECK(!auth_check(&a, "Basic s3cret-T0ken"));
 	CHECK(!auth_check(&a, "s3cret-T0ken"));
 	CHECK(!auth_check(&a, ""));
@@ -333,6 +355,12 @@ static void test_auth_scopes(void)
 	CHECK_EQ(auth_scopes(&a, "Bearer data-tok"), (unsigned)AUTH_SCOPE_DATA);
 	CHECK_EQ(auth_scopes(&a, "Bearer data-to"), (unsigned)AUTH_SCOPE_NONE);
 	CHECK_EQ(auth_scopes(&a, "Bearer "), (unsigned)AUTH_SCOPE_NONE);
+	/* The scheme in any case, one space or more; the token exactly. */
+	CHECK_EQ(auth_scopes(&a, "bearer data-tok"), (unsigned)AUTH_SCOPE_DATA);
+	CHECK_EQ(auth_scopes(&a, "BEARER  data-tok"), (unsigned)AUTH_SCOPE_DATA);
+	CHECK_EQ(auth_scopes(&a, "Bearer DATA-TOK"), (unsigned)AUTH_SCOPE_NONE);
+	CHECK_EQ(auth_scopes(&a, "Bearerdata-tok"), (unsigned)AUTH_SCOPE_NONE);
+	CHECK_EQ(auth_scopes(&a, "Basic data-tok"), (unsigned)AUTH_SCOPE_NONE);
 	CHECK(!auth_check(&a, "Bearer nope"));
 	CHECK(auth_check(&a, "Bearer data-tok"));
 	CHECK_EQ(auth_load_kind(&a, AUTH_KINDS, full), -EINVAL);
@@ -751,6 +779,9 @@ static void test_errors(void)
 	CHECK_EQ(api_err_from_errno(-EBUSY).status, 503);
 	CHECK_STR(api_err_from_errno(-ENOSYS).code, "unavailable");
 	CHECK_EQ(api_err_from_errno(-ENOSYS).status, 503);
+	/* A path not allowed where it is used (function/confine.h). */
+	CHECK_EQ(api_err_from_errno(-EACCES).status, 403);
+	CHECK_STR(api_err_from_errno(-EACCES).code, "forbidden");
 	/* ENOENT means nothing by itself: a start judges what was missing. */
 	CHECK_EQ(api_err_from_errno(-ENOENT).status, 500);
 	CHECK_STR(api_err_from_errno(-ENOENT).code, "internal");

@@ -24,6 +24,7 @@
 #include "server/logs.h"
 #include "server/lifetimes.h"
 #include "server/metrics.h"
+#include "server/pool.h"
 #include "server/registry.h"
 #include "server/remote_sync.h"
 #include "server/standby.h"
@@ -139,6 +140,8 @@ static int get_metrics(struct req *q)
 	g.standby_pools = pools;
 	g.gpus = gpu_gauges(s);
 	ret = metrics_render(s->metrics, &g, &text, &len);
+	if (!ret && s->pool)
+		ret = pool_metrics_append(s->pool, &text, &len);
 	json_decref(g.gpus);
 	json_decref(pools);
 	if (ret)
@@ -961,6 +964,19 @@ static int post_start(struct req *q)
 	return ret;
 }
 
+unsigned api_start_internal(struct server *s, const char *fn, json_t **answer)
+{
+	struct req q = { .srv = s, .method = METHOD_POST, .route.kind = ROUTE_FUNCTION_START,
+			 .start_ns = now_ns() };
+
+	snprintf(q.route.id, sizeof(q.route.id), "%s", fn);
+	snprintf(q.method_str, sizeof(q.method_str), "POST");
+	snprintf(q.path, sizeof(q.path), "/functions/%s/start", fn);
+	post_start(&q);
+	*answer = q.answer;
+	return q.answered ? q.status : 500;
+}
+
 /* ---- the image a start restores onto ---- */
 
 /* Where a start's copy of its image is, in thawd's log: each phase as it
@@ -1042,8 +1058,9 @@ static int get_instances(struct req *q, const char *one)
 
 		if (all && strcmp(all, "0") && strcmp(all, "false"))
 			instance_ended_list(&q->srv->cfg, list);
-		json_array_foreach(list, i, rec)
+		json_array_foreach(list, i, rec) {
 			record_for_client(rec);
+		}
 		return reply_json(q, 200, json_pack("{s:o}", "instances", list));
 	}
 	json_array_foreach(list, i, rec)
@@ -1218,6 +1235,7 @@ int api_dispatch(struct req *q)
 		return remote_sync_post_push(q);
 	case ROUTE_FUNCTION_PULL:
 		return remote_sync_post_pull(q);
+	case ROUTE_FUNCTION_PROXY: /* http.c hands these to proxy.c */
 	case ROUTE_NONE:
 		break;
 	}

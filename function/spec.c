@@ -636,6 +636,21 @@ static int parse_fields(const json_t *j, const char *id, struct func_spec *s, ch
 		  json_integer_value(v) > SPEC_MAX_STANDBY))
 		return fail(err, errlen, "standby: must be an integer from 0 to %d", SPEC_MAX_STANDBY);
 	s->standby = v ? (unsigned)json_integer_value(v) : 0;
+	v = json_object_get(j, "concurrency");
+	if (v && (!json_is_integer(v) || json_integer_value(v) < 1 ||
+		  json_integer_value(v) > SPEC_MAX_CONCURRENCY))
+		return fail(err, errlen, "concurrency: must be an integer from 1 to %d",
+			    SPEC_MAX_CONCURRENCY);
+	s->concurrency = v ? (unsigned)json_integer_value(v)
+			   : s->gpu ? SPEC_DEFAULT_CONCURRENCY_GPU : SPEC_DEFAULT_CONCURRENCY_CPU;
+	v = json_object_get(j, "queue");
+	if (v && (!json_is_integer(v) || json_integer_value(v) < 0 ||
+		  json_integer_value(v) > SPEC_MAX_QUEUE))
+		return fail(err, errlen, "queue: must be an integer from 0 to %d", SPEC_MAX_QUEUE);
+	s->queue = v ? (unsigned)json_integer_value(v) : SPEC_DEFAULT_QUEUE;
+	if ((ret = parse_seconds(j, "queue_timeout_s", SPEC_DEFAULT_QUEUE_TIMEOUT_S,
+				 &s->queue_timeout_s, err, errlen)))
+		return ret;
 	ret = parse_sandbox(json_object_get(j, "sandbox"), &s->sandbox, err, errlen);
 	/* One unpacked image is every function's on it: none may write to it. */
 	if (!ret && s->image && s->sandbox.writable_root)
@@ -756,6 +771,14 @@ json_t *spec_to_json(const struct func_spec *s)
 		json_object_set_new(j, "stop_grace_s", json_real(s->stop_grace_s));
 	if (s->max_instances)
 		json_object_set_new(j, "max_instances", json_integer(s->max_instances));
+	/* Only where they differ from the defaults, as stop_grace_s. */
+	if (s->concurrency !=
+	    (s->gpu ? SPEC_DEFAULT_CONCURRENCY_GPU : SPEC_DEFAULT_CONCURRENCY_CPU))
+		json_object_set_new(j, "concurrency", json_integer(s->concurrency));
+	if (s->queue != SPEC_DEFAULT_QUEUE)
+		json_object_set_new(j, "queue", json_integer(s->queue));
+	if (s->queue_timeout_s != SPEC_DEFAULT_QUEUE_TIMEOUT_S)
+		json_object_set_new(j, "queue_timeout_s", json_real(s->queue_timeout_s));
 	if (sandbox_loosened(&s->sandbox))
 		json_object_set_new(j, "sandbox", sandbox_to_json(&s->sandbox));
 	json_decref(cmd);

@@ -18,6 +18,16 @@ enum ready_kind { READY_HTTP, READY_TCP };
 #define SPEC_DEFAULT_STOP_GRACE_S 10.0
 #define SPEC_MAX_GPUS 8
 #define SPEC_MAX_SECONDS (365.0 * 86400)
+/* Routed requests (server/pool.h): a GPU instance answers one request's batch
+ * at a time, so a second request is better served by a second instance (up to
+ * "max_instances"); a CPU function's server usually overlaps a few. */
+#define SPEC_DEFAULT_CONCURRENCY_GPU 1
+#define SPEC_DEFAULT_CONCURRENCY_CPU 8
+#define SPEC_MAX_CONCURRENCY 10000
+#define SPEC_DEFAULT_QUEUE 100
+#define SPEC_MAX_QUEUE 100000
+/* Longer than a start from a snapshot takes, GPU ones included. */
+#define SPEC_DEFAULT_QUEUE_TIMEOUT_S 60.0
 /* "lazy": absent (thawd's or the start's choice), false, true. */
 enum spec_lazy { SPEC_LAZY_UNSET, SPEC_EAGER, SPEC_LAZY };
 
@@ -76,6 +86,15 @@ struct func_spec {
 	/* "standby": how many instances thawd keeps restored ahead of the
 	 * requests (server/standby.h); 0 to SPEC_MAX_STANDBY. */
 	unsigned standby;
+	/* Requests routed through thawd (/function/<id>/…, server/pool.h):
+	 * "concurrency", how many one instance serves at once (1 to
+	 * SPEC_MAX_CONCURRENCY; default SPEC_DEFAULT_CONCURRENCY_GPU or _CPU);
+	 * "queue", how many may wait beyond the slots of the instances being
+	 * started (0 to SPEC_MAX_QUEUE, default SPEC_DEFAULT_QUEUE);
+	 * "queue_timeout_s", how long one may wait for a slot (default
+	 * SPEC_DEFAULT_QUEUE_TIMEOUT_S). */
+	unsigned concurrency, queue;
+	double queue_timeout_s;
 	/* "sandbox": what is loosened for this function (all false: confined;
 	 * sandbox.capabilities is owned here). */
 	struct oci_sandbox sandbox;

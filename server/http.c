@@ -32,6 +32,8 @@
 #include "server/jobs.h"
 #include "server/lifetimes.h"
 #include "server/metrics.h"
+#include "server/pool.h"
+#include "server/proxy.h"
 #include "server/registry.h"
 #include "server/remote_sync.h"
 #include "server/standby.h"
@@ -224,13 +226,15 @@ static bool conn_request_in(struct req *q)
 
 const char *req_query(struct req *q, const char *key)
 {
-	return MHD_lookup_connection_value(q->conn, MHD_GET_ARGUMENT_KIND, key);
+	/* A request of thawd's own (no connection) has no query. */
+	return q->conn ? MHD_lookup_connection_value(q->conn, MHD_GET_ARGUMENT_KIND, key) : NULL;
 }
 
 bool req_client_gone(struct req *q)
 {
 	const union MHD_ConnectionInfo *ci =
-		MHD_get_connection_info(q->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+		q->conn ? MHD_get_connection_info(q->conn, MHD_CONNECTION_INFO_CONNECTION_FD)
+			: NULL;
 	struct pollfd p;
 
 	if (!ci)
@@ -267,6 +271,10 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 	q->target_ctl = -1;
 	if (uri) {
 		q->target_len = strlen(uri);
+		/* A routed request goes on with its query as it came: parsing
+		 * splits the target in place. */
+		if (!strncmp(uri, "/function/", 10))
+			q->raw_target = strdup(uri);
 		for (size_t i = 0; i < q->target_len; i++) {
 			unsigned char c = (unsigned char)uri[i];
 
@@ -437,6 +445,10 @@ static int early(struct req *q, const char *url, const char *version)
 		reply_error(q, 404, "not_found", "no such path: %s", q->path);
 		return 1;
 	}
+	/* A routed request's method and body are its function's business: the
+	 * body streams through to the instance, never held here. */
+	if (q->route.kind == ROUTE_FUNCTION_PROXY)
+		return 0;
 	if (!(route_methods(q->route.kind) & q->method)) {
 		reply_error_hdr(q, 405, "Allow", route_allow(q->route.kind), "method_not_allowed",
 				"%s is not allowed on %s (allowed: %s)", q->method_str, q->path,
@@ -517,6 +529,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		copy_for_log(q->path, sizeof(q->path), url);
 		if (early(q, url, version) || q->answered)
 			return MHD_YES;
+		if (q->route.kind == ROUTE_FUNCTION_PROXY) {
+			/* Its head came in time; its body goes to the instance
+			 * at the pace the instance takes it (server/proxy.h). */
+			if (!conn_request_in(q))
+				return MHD_NO;
+			return proxy_request(q, method, NULL, NULL) ? MHD_NO : MHD_YES;
+		}
 		return MHD_YES;
 	}
 	if (q->answered) {
@@ -524,6 +543,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		*upload_data_size = 0;
 		return MHD_YES;
 	}
+	if (q->route.kind == ROUTE_FUNCTION_PROXY)
+		return proxy_request(q, method, upload_data, upload_data_size) ? MHD_NO : MHD_YES;
 	if (*upload_data_size) {
 		if (append_body(q, upload_data, *upload_data_size)) {
 			*upload_data_size = 0;
@@ -582,16 +603,19 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	if (!q->conn) {
 		/* Refused by libmicrohttpd before it reached the access handler
 		 * (malformed headers): libmicrohttpd answered it. */
+		free(q->raw_target);
 		free(q);
 		*con_cls = NULL;
 		return;
 	}
+	proxy_request_done(q);
 	if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
-		pr_info("%s %s %u %.1f ms", q->method_str, q->path, q->status,
-			ms_since(q->start_ns));
+		pr_info("%s %s %u %.1f ms%s", q->method_str, q->path, q->status,
+			ms_since(q->start_ns), q->note);
 	else
-		pr_info("%s %s %u %.1f ms (connection ended early: %d)", q->method_str, q->path,
-			q->status, ms_since(q->start_ns), (int)toe);
+		pr_info("%s %s %u %.1f ms%s (connection ended early: %d)", q->method_str, q->path,
+			q->status, ms_since(q->start_ns), q->note, (int)toe);
+	free(q->raw_target);
 	free(q->body);
 	free(q);
 	*con_cls = NULL;
@@ -887,6 +911,9 @@ struct server *server_new(const struct thaw_config *c, const struct server_opts 
 		       c->ram_tier_dir);
 	else if (o->max_standby)
 		s->standby = standby_new(s);
+	s->pool = pool_new(s, proxy_link_free);
+	if (!s->pool)
+		pr_warn("out of memory: routed requests (/function/...) will answer 503");
 	if (lifetimes_start(s))
 		pr_warn("no idle or lifetime stops, no reaping of exited instances");
 	return s;
@@ -913,6 +940,8 @@ void server_shutdown(struct server *s)
 		jobs_drain(s->jobs);
 	/* Before the HTTP threads stop: a POST …/push?wait=1 waits on it. */
 	remote_sync_quiesce(s);
+	/* Routed requests waiting are refused; those being served may end. */
+	pool_shutdown(s->pool, POOL_DRAIN_MS);
 	if (atomic_load(&s->starts_running))
 		pr_info("waiting for %u start(s) to finish", atomic_load(&s->starts_running));
 	while (atomic_load(&s->starts_running))
@@ -941,6 +970,7 @@ void server_free(struct server *s)
 	reaper_stop(s);
 	lifetimes_finish(s);
 	standby_free(s->standby);
+	pool_free(s->pool);
 	jobs_free(s->jobs);
 	remote_sync_finish(s);
 	tier_close(s->tier);

@@ -30,6 +30,8 @@ struct standby;
 struct lifetimes;
 struct remote_sync;
 struct conn_track;
+struct pool;
+struct proxy_call;
 
 struct server {
 	struct thaw_config cfg;
@@ -47,6 +49,7 @@ struct server {
 	struct standby *standby; /* NULL: no standbys (--max-standby 0, no RAM tier) */
 	struct lifetimes *lifetimes; /* server/lifetimes.h; NULL until started */
 	struct remote_sync *remote_sync; /* server/remote_sync.h; NULL: no --remote */
+	struct pool *pool; /* server/pool.h: routed requests; NULL: none (no memory) */
 	struct MHD_Daemon *mhd;
 	int lock_fd; /* <data>/thawd.lock, flock()ed for thawd's life; -1 until taken */
 	uint16_t port;
@@ -92,6 +95,15 @@ struct req {
 	bool answered;
 	unsigned status;
 	uint64_t start_ns;
+	/* A routed request (/function/<id>/…, server/proxy.h): its target as
+	 * it came (on_uri's copy, query included), its forwarding, and what
+	 * the log line adds (the instance, the wait). */
+	char *raw_target;
+	struct proxy_call *proxy;
+	char note[112];
+	/* A request thawd makes itself (conn NULL, api_start_internal): its
+	 * answer's body is kept here rather than sent. */
+	json_t *answer;
 };
 
 /* Answers (http.c).  Each returns 0, or -ENOMEM when no answer could be
@@ -118,6 +130,12 @@ int api_dispatch(struct req *q);
  * may not include: called by server_new before anything restores (recovery,
  * the standby thread, the first request). */
 void api_give_image_source(void);
+/* A start of function fn that thawd makes itself (server/pool.c: routed
+ * requests found no free instance): POST /functions/<fn>/start, with its
+ * admission, standbys, limits, metrics and errors, answered into memory.
+ * The status, and the answer's body in *answer (a new reference: the
+ * start's answer, or {"error":{"code","message"}}; NULL out of memory). */
+unsigned api_start_internal(struct server *s, const char *fn, json_t **answer);
 
 /* Start-up recovery and shutdown (recover.c). */
 /* Take <data>/thawd.lock (exclusive, non-blocking, kept in s->lock_fd) and

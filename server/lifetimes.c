@@ -11,6 +11,7 @@
 #include "server/insts.h"
 #include "server/internal.h"
 #include "server/metrics.h"
+#include "server/pool.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -49,6 +50,8 @@ int lifetimes_stop_instance(struct server *s, const char *id, int grace_ms,
 
 	if (ret)
 		return ret;
+	/* Whatever stops it: no routed request goes to it any more. */
+	pool_forget(s->pool, id);
 	log_clear_error();
 	ret = instance_end(&s->cfg, id, grace_ms, end);
 	if (ret != -EBUSY) /* EBUSY: what is left stays recorded, and tracked */
@@ -106,6 +109,7 @@ static const char *due(const struct server *s, const struct inst_view *v, uint64
 	const struct inst_limits *l = &v->limits;
 	uint64_t last = 0;
 	unsigned open_conns = 0;
+	int routed;
 
 	memset(end, 0, sizeof(*end));
 	if (v->pid > 0 && !proc_alive(v->pid, v->pid_start)) {
@@ -129,8 +133,18 @@ static const char *due(const struct server *s, const struct inst_view *v, uint64
 		snprintf(end->why, sizeof(end->why), "lifetime %g s", l->lifetime_s);
 		return "lifetime";
 	}
-	if (l->idle_s > 0 && instance_activity(&s->cfg, v->ref.id, &last, &open_conns) == 0 &&
-	    !open_conns && now >= last + (uint64_t)(l->idle_s * 1000)) {
+	/* An instance of routed requests is idle from the end of the last one
+	 * (server/pool.h), or done with once its function has a new
+	 * snapshot; any other is idle from its endpoint's last use. */
+	routed = pool_idle(s->pool, v->ref.id, l->idle_s, now);
+	if (routed == 2) {
+		snprintf(end->why, sizeof(end->why), "idle, its function's snapshot replaced");
+		return "idle";
+	}
+	if (routed == 1 ||
+	    (routed == -ENOENT && l->idle_s > 0 &&
+	     instance_activity(&s->cfg, v->ref.id, &last, &open_conns) == 0 && !open_conns &&
+	     now >= last + (uint64_t)(l->idle_s * 1000))) {
 		snprintf(end->why, sizeof(end->why), "idle %g s", l->idle_s);
 		return "idle";
 	}

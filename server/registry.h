@@ -48,7 +48,8 @@ void registry_free(struct registry *r); /* NULL is fine */
  * *created tells which.  Replacing a spec with a different one forgets the
  * snapshot (it was taken of the old spec); the same spec, or one that
  * differs only in how instances are served ("standby", "idle_s",
- * "max_lifetime_s", "stop_grace_s", "max_instances"), keeps it.  forgot
+ * "max_lifetime_s", "stop_grace_s", "max_instances", "concurrency", "queue",
+ * "queue_timeout_s"), keeps it.  forgot
  * (may be NULL): the id of a ready snapshot forgotten so, else "".  -EBUSY
  * while a snapshot of it is building, -EINPROGRESS while it is being
  * deleted. */

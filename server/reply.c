@@ -19,6 +19,14 @@ static int queue(struct req *q, unsigned status, struct MHD_Response *r, const c
 {
 	enum MHD_Result ok;
 
+	if (!q->conn) {
+		/* A request of thawd's own: there is nobody to send it to. */
+		if (r)
+			MHD_destroy_response(r);
+		q->answered = true;
+		q->status = status;
+		return 0;
+	}
 	if (!r) {
 		pr_err("cannot make a response: out of memory");
 		return -ENOMEM;
@@ -70,12 +78,22 @@ static int reply_oom(struct req *q)
 int reply_json_hdr(struct req *q, unsigned status, json_t *body, const char *hname,
 		   const char *hvalue)
 {
-	/* Ten significant digits: timings in ms read 1234.567891, not 1234.5678910000001. */
-	char *text = body ? json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(10))
-			  : NULL;
+	char *text;
 	struct MHD_Response *r;
 	size_t len;
 
+	if (!q->conn) {
+		/* A request of thawd's own (api_start_internal): the answer is
+		 * kept, not sent. */
+		json_decref(q->answer);
+		q->answer = body;
+		q->answered = true;
+		q->status = status;
+		return 0;
+	}
+	/* Ten significant digits: timings in ms read 1234.567891, not 1234.5678910000001. */
+	text = body ? json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(10))
+		    : NULL;
 	json_decref(body);
 	if (!text)
 		return reply_oom(q);

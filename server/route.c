@@ -94,6 +94,20 @@ int route_parse(const char *path, struct route *r, char *err, size_t errlen)
 		err[0] = '\0';
 	if (!path || path[0] != '/' || strnlen(path, ROUTE_PATH_MAX + 1) > ROUTE_PATH_MAX)
 		return -ENOENT;
+	/* /function/<id> and all under it belong to the function (routed to
+	 * its instances): only the id is thawd's. */
+	if (!strncmp(path, "/function/", 10)) {
+		size_t l = strcspn(path + 10, "/");
+		int ret;
+
+		if (!l)
+			return -ENOENT;
+		ret = take_id(path + 10, l, r, err, errlen);
+		if (ret)
+			return ret;
+		r->kind = ROUTE_FUNCTION_PROXY;
+		return 0;
+	}
 	n = split(path, seg, len);
 	if (n < 0)
 		return n;
@@ -186,6 +200,9 @@ static const struct {
 	[ROUTE_JOB_LOGS] = { METHOD_GET, "GET", "job_logs" },
 	[ROUTE_FUNCTION_PUSH] = { METHOD_POST, "POST", "push" },
 	[ROUTE_FUNCTION_PULL] = { METHOD_POST, "POST", "pull" },
+	/* Any method: http.c does not check it against this mask. */
+	[ROUTE_FUNCTION_PROXY] = { METHOD_GET | METHOD_PUT | METHOD_POST | METHOD_DELETE, "any",
+				   "proxy" },
 };
 
 unsigned route_methods(enum route_kind kind)
@@ -336,6 +353,7 @@ unsigned route_scope(enum route_kind kind)
 	case ROUTE_HEALTHZ: return AUTH_SCOPE_NONE;
 	case ROUTE_METRICS: return AUTH_SCOPE_ALL;
 	case ROUTE_FUNCTION_START:
+	case ROUTE_FUNCTION_PROXY:
 	case ROUTE_INSTANCES:
 	case ROUTE_INSTANCE:
 	case ROUTE_INSTANCE_LOGS: return AUTH_SCOPE_DATA;

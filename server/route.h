@@ -34,6 +34,8 @@ enum route_kind {
 	ROUTE_JOB_LOGS,          /* /jobs/<jid>/logs */
 	ROUTE_FUNCTION_PUSH,     /* /functions/<id>/push (server/remote_sync.h) */
 	ROUTE_FUNCTION_PULL,     /* /functions/<id>/pull */
+	ROUTE_FUNCTION_PROXY,    /* /function/<id>[/<anything>]: routed to an instance
+				  * (server/proxy.h), any method */
 };
 
 enum http_method {

@@ -133,6 +133,24 @@ static void test_routes(void)
 	CHECK(route_methods(ROUTE_FUNCTION) & METHOD_PUT);
 	CHECK(!(route_methods(ROUTE_FUNCTION) & METHOD_POST));
 	CHECK(route_methods(ROUTE_FUNCTION_START) == METHOD_POST);
+
+	/* Routed requests: /function/<id> and anything under it, any depth;
+	 * only the id is checked. */
+	CHECK_EQ(route_of("/function/echo", &r), 0);
+	CHECK_EQ(r.kind, ROUTE_FUNCTION_PROXY);
+	CHECK_STR(r.id, "echo");
+	CHECK_EQ(route_of("/function/echo/a/b/c/d/e/f", &r), 0);
+	CHECK_EQ(r.kind, ROUTE_FUNCTION_PROXY);
+	CHECK_STR(r.id, "echo");
+	CHECK_EQ(route_of("/function/echo/", &r), 0);
+	CHECK_EQ(route_of("/function/echo//x/%41", &r), 0);
+	CHECK_EQ(route_of("/function/", &r), -ENOENT);
+	CHECK_EQ(route_of("/function", &r), -ENOENT);
+	CHECK_EQ(route_of("/function//x", &r), -ENOENT);
+	CHECK_EQ(route_of("/function/..", &r), -EINVAL);
+	CHECK_EQ(route_of("/function/%2e%2e/x", &r), -EINVAL);
+	CHECK_EQ(route_of("/function/A/x", &r), -EINVAL);
+	CHECK_EQ(route_scope(ROUTE_FUNCTION_PROXY), AUTH_SCOPE_DATA);
 	CHECK_STR(route_allow(ROUTE_FUNCTION), "GET, PUT, DELETE");
 	CHECK_STR(route_allow(ROUTE_INSTANCE), "GET, DELETE");
 }

@@ -134,6 +134,51 @@ static void check_image(void)
 	bad("{\"id\":\"a\",\"command\":[\"x\"]}", "port");
 }
 
+/* Routed requests' keys: "concurrency" (its default by "gpu"), "queue",
+ * "queue_timeout_s", written back only where they differ from the default. */
+static void check_routing(void)
+{
+	char err[256];
+	struct func_spec *s;
+	json_t *j;
+
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"concurrency\":0}", "concurrency");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"concurrency\":10001}", "concurrency");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"concurrency\":1.5}", "concurrency");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"queue\":-1}", "queue");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"queue\":\"4\"}", "queue");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"queue_timeout_s\":-2}",
+	    "queue_timeout_s");
+	s = parse("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80}", NULL, err, sizeof(err));
+	REQUIRE(s);
+	CHECK_EQ(s->concurrency, SPEC_DEFAULT_CONCURRENCY_CPU);
+	CHECK_EQ(s->queue, SPEC_DEFAULT_QUEUE);
+	CHECK(s->queue_timeout_s == SPEC_DEFAULT_QUEUE_TIMEOUT_S);
+	j = spec_to_json(s);
+	CHECK(!json_object_get(j, "concurrency") && !json_object_get(j, "queue") &&
+	      !json_object_get(j, "queue_timeout_s"));
+	json_decref(j);
+	spec_free(s);
+	s = parse("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"gpu\":true}", NULL, err,
+		  sizeof(err));
+	REQUIRE(s);
+	CHECK_EQ(s->concurrency, SPEC_DEFAULT_CONCURRENCY_GPU);
+	spec_free(s);
+	s = parse("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"concurrency\":4,\"queue\":0,"
+		  "\"queue_timeout_s\":2.5}",
+		  NULL, err, sizeof(err));
+	REQUIRE(s);
+	CHECK_EQ(s->concurrency, 4);
+	CHECK_EQ(s->queue, 0);
+	CHECK(s->queue_timeout_s == 2.5);
+	j = spec_to_json(s);
+	CHECK_EQ(json_integer_value(json_object_get(j, "concurrency")), 4);
+	CHECK_EQ(json_integer_value(json_object_get(j, "queue")), 0);
+	CHECK(json_number_value(json_object_get(j, "queue_timeout_s")) == 2.5);
+	json_decref(j);
+	spec_free(s);
+}
+
 int main(void)
 {
 	char err[256];
@@ -312,6 +357,7 @@ int main(void)
 	CHECK_EQ(json_integer_value(json_object_get(j1, "standby")), 2);
 	json_decref(j1);
 	spec_free(s);
+	check_routing();
 
 	return check_failures ? 1 : 0;
 }

@@ -1,0 +1,968 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* pool.c — see pool.h. */
+#define LOG_PREFIX "pool: "
+#include "server/pool.h"
+#include "common/log.h"
+#include "common/stats.h"
+#include "common/util.h"
+#include "function/spec.h"
+#include "restore/shim.h"
+#include "server/internal.h"
+#include "server/lifetimes.h"
+#include "server/metrics.h"
+#include "server/registry.h"
+#include "store/chunk.h"
+#include "store/manifest.h"
+#include "store/store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* A function's settings are read from the registry at most this often: a
+ * PUT that changes them is seen within it. */
+#define PARAMS_MAX_AGE_NS (1000ull * 1000 * 1000)
+/* How often a waiting request looks whether its client is still there. */
+#define WAIT_POLL_NS (50ull * 1000 * 1000)
+/* Ids of instances stopped before their start had put them here. */
+#define FORGOTTEN_KEPT 32
+/* Distinct statuses counted per function; the rest count as "other". */
+#define STATUSES_MAX 16
+
+static const double seconds_bounds[] = { 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+					 0.05,   0.1,   0.25,   0.5,   1,    2.5,
+					 5,      10,    30,     60,    120 };
+
+struct pool_fn;
+
+struct pool_inst {
+	struct pool_inst *next;
+	struct pool_fn *fn;
+	char id[64];
+	char snapshot[CHUNK_ID_LEN]; /* the snapshot it was restored from */
+	pid_t pid;
+	unsigned long long pid_start;
+	int netns_fd;
+	uint16_t port;
+	unsigned inflight;
+	bool draining;  /* takes no more requests: idle and being stopped, or unreachable */
+	bool forgotten; /* being stopped: goes with its last request */
+	uint64_t last_end_ms; /* CLOCK_REALTIME: when its last request ended */
+	void **links;         /* connections kept for later requests */
+	size_t nlinks;
+};
+
+/* A request waiting for a slot, on its own thread's stack. */
+struct waiter {
+	struct waiter *prev, *next;
+	pthread_cond_t cv;
+	struct pool_inst *got;  /* handed a slot of it */
+	bool failed;            /* refused meanwhile: why */
+	struct pool_refusal why;
+};
+
+struct params {
+	unsigned concurrency, queue, max_instances;
+	double queue_timeout_s;
+};
+
+struct pool_fn {
+	struct pool_fn *next;
+	char id[64];
+	struct params par;
+	char snapshot[CHUNK_ID_LEN]; /* its current one: newcomers go to its instances */
+	uint64_t params_ns; /* when read (now_ns) */
+	bool gone;          /* the registry has it no more */
+	struct pool_inst *insts;
+	unsigned starting;  /* starts in flight for its requests */
+	struct waiter *head, *tail;
+	unsigned waiting;
+	/* Metrics */
+	struct stats_hist latency, wait;
+	struct {
+		unsigned status; /* 0: other */
+		uint64_t n;
+	} statuses[STATUSES_MAX + 1];
+	size_t nstatuses;
+	uint64_t starts_ok, starts_failed;
+};
+
+struct pool {
+	struct server *srv;
+	void (*link_free)(void *link);
+	pthread_mutex_t lock;
+	pthread_condattr_t cattr; /* CLOCK_MONOTONIC, now_ns()'s */
+	pthread_cond_t cv;        /* a start thread ended, a request was released */
+	struct pool_fn *fns;
+	unsigned starters;        /* start threads running */
+	bool stopping;            /* no waiting, no starts */
+	atomic_bool abort;        /* requests being served should end */
+	char forgotten[FORGOTTEN_KEPT][64];
+	unsigned nforgotten;
+};
+
+static int refuse(struct pool_refusal *why, unsigned status, const char *code, bool retry,
+		  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static int refuse(struct pool_refusal *why, unsigned status, const char *code, bool retry,
+		  const char *fmt, ...)
+{
+	va_list ap;
+
+	why->status = status;
+	why->code = code;
+	why->retry_after = retry;
+	va_start(ap, fmt);
+	vsnprintf(why->msg, sizeof(why->msg), fmt, ap);
+	va_end(ap);
+	return -EAGAIN;
+}
+
+static void deadline_ts(uint64_t ns, struct timespec *ts)
+{
+	ts->tv_sec = (time_t)(ns / 1000000000ull);
+	ts->tv_nsec = (long)(ns % 1000000000ull);
+}
+
+/* ---- functions and instances (under the lock) ---- */
+
+static struct pool_fn *fn_find(struct pool *p, const char *id)
+{
+	for (struct pool_fn *f = p->fns; f; f = f->next)
+		if (!strcmp(f->id, id))
+			return f;
+	return NULL;
+}
+
+static struct pool_fn *fn_new(struct pool *p, const char *id)
+{
+	struct pool_fn *f = calloc(1, sizeof(*f));
+
+	if (!f)
+		return NULL;
+	if (stats_hist_init(&f->latency, seconds_bounds, ARRAY_SIZE(seconds_bounds)) ||
+	    stats_hist_init(&f->wait, seconds_bounds, ARRAY_SIZE(seconds_bounds))) {
+		stats_hist_release(&f->latency);
+		free(f);
+		return NULL;
+	}
+	snprintf(f->id, sizeof(f->id), "%s", id);
+	f->next = p->fns;
+	p->fns = f;
+	return f;
+}
+
+static void fn_free(struct pool_fn *f)
+{
+	stats_hist_release(&f->latency);
+	stats_hist_release(&f->wait);
+	free(f);
+}
+
+/* Instances that count against max_instances: all but those stopped. */
+static unsigned live(const struct pool_fn *f)
+{
+	unsigned n = 0;
+
+	for (const struct pool_inst *i = f->insts; i; i = i->next)
+		n += !i->forgotten;
+	return n;
+}
+
+/* Was i restored from a snapshot its function has replaced since? */
+static bool stale(const struct pool_inst *i)
+{
+	return i->fn->snapshot[0] && strcmp(i->snapshot, i->fn->snapshot);
+}
+
+/* The busiest instance of the current snapshot with a free slot (the
+ * oldest of equals: the list is newest first, and a later one wins only by
+ * being busier). */
+static struct pool_inst *pick(struct pool_fn *f)
+{
+	struct pool_inst *best = NULL;
+
+	for (struct pool_inst *i = f->insts; i; i = i->next) {
+		if (i->draining || i->inflight >= f->par.concurrency || stale(i))
+			continue;
+		if (!best || i->inflight >= best->inflight)
+			best = i;
+	}
+	return best;
+}
+
+static void take(struct pool_inst *i, struct pool_slot *slot)
+{
+	memset(slot, 0, sizeof(*slot));
+	slot->inst = i;
+	snprintf(slot->instance, sizeof(slot->instance), "%s", i->id);
+	slot->pid = i->pid;
+	slot->pid_start = i->pid_start;
+	slot->netns_fd = i->netns_fd;
+	slot->port = i->port;
+	if (i->nlinks)
+		slot->link = i->links[--i->nlinks];
+}
+
+static void dequeue(struct pool_fn *f, struct waiter *w)
+{
+	if (w->prev)
+		w->prev->next = w->next;
+	else
+		f->head = w->next;
+	if (w->next)
+		w->next->prev = w->prev;
+	else
+		f->tail = w->prev;
+	w->prev = w->next = NULL;
+	f->waiting--;
+}
+
+static void enqueue(struct pool_fn *f, struct waiter *w)
+{
+	w->prev = f->tail;
+	w->next = NULL;
+	if (f->tail)
+		f->tail->next = w;
+	else
+		f->head = w;
+	f->tail = w;
+	f->waiting++;
+}
+
+/* Free slots of i go to the requests waiting longest. */
+static void hand_slots(struct pool_fn *f, struct pool_inst *i)
+{
+	while (f->head && !i->draining && i->inflight < f->par.concurrency) {
+		struct waiter *w = f->head;
+
+		dequeue(f, w);
+		i->inflight++;
+		w->got = i;
+		pthread_cond_signal(&w->cv);
+	}
+}
+
+static void fail_waiters(struct pool_fn *f, const struct pool_refusal *why)
+{
+	while (f->head) {
+		struct waiter *w = f->head;
+
+		dequeue(f, w);
+		w->failed = true;
+		w->why = *why;
+		pthread_cond_signal(&w->cv);
+	}
+}
+
+/* Unlink instance i of its function (it is freed by the caller, outside
+ * the lock). */
+static void inst_unlink(struct pool_inst *i)
+{
+	struct pool_inst **pp = &i->fn->insts;
+
+	while (*pp && *pp != i)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = i->next;
+	i->next = NULL;
+}
+
+static void inst_free(struct pool *p, struct pool_inst *i)
+{
+	if (!i)
+		return;
+	for (size_t k = 0; k < i->nlinks; k++)
+		p->link_free(i->links[k]);
+	free(i->links);
+	if (i->netns_fd >= 0)
+		close(i->netns_fd);
+	free(i);
+}
+
+static struct pool_inst *inst_find(struct pool *p, const char *id)
+{
+	for (struct pool_fn *f = p->fns; f; f = f->next)
+		for (struct pool_inst *i = f->insts; i; i = i->next)
+			if (!strcmp(i->id, id))
+				return i;
+	return NULL;
+}
+
+/* ---- settings ---- */
+
+static void params_of(const json_t *fj, struct params *par, char snapshot[CHUNK_ID_LEN])
+{
+	const json_t *v;
+	const char *snap = json_string_value(json_object_get(json_object_get(fj, "snapshot"), "id"));
+
+	v = json_object_get(fj, "concurrency");
+	par->concurrency = v ? (unsigned)json_integer_value(v)
+			     : json_is_true(json_object_get(fj, "gpu")) ? SPEC_DEFAULT_CONCURRENCY_GPU
+									  : SPEC_DEFAULT_CONCURRENCY_CPU;
+	if (!par->concurrency)
+		par->concurrency = 1;
+	v = json_object_get(fj, "queue");
+	par->queue = v ? (unsigned)json_integer_value(v) : SPEC_DEFAULT_QUEUE;
+	v = json_object_get(fj, "queue_timeout_s");
+	par->queue_timeout_s = v ? json_number_value(v) : SPEC_DEFAULT_QUEUE_TIMEOUT_S;
+	par->max_instances = (unsigned)json_integer_value(json_object_get(fj, "max_instances"));
+	snprintf(snapshot, CHUNK_ID_LEN, "%s", snap ? snap : "");
+}
+
+/* Function fn's pool with its settings at most PARAMS_MAX_AGE_NS old:
+ * 0, -ENOENT (no such function: a pool left empty goes), or -ENOMEM. */
+static int refresh(struct pool *p, const char *fn)
+{
+	struct pool_fn *f;
+	struct params par = { 0 };
+	char snap[CHUNK_ID_LEN] = "";
+	json_t *fj = NULL;
+	bool fresh;
+	int ret;
+
+	pthread_mutex_lock(&p->lock);
+	f = fn_find(p, fn);
+	fresh = f && !f->gone && now_ns() - f->params_ns < PARAMS_MAX_AGE_NS;
+	pthread_mutex_unlock(&p->lock);
+	if (fresh)
+		return 0;
+	ret = registry_get_json(p->srv->reg, fn, &fj);
+	if (!ret)
+		params_of(fj, &par, snap);
+	json_decref(fj);
+	pthread_mutex_lock(&p->lock);
+	f = fn_find(p, fn);
+	if (ret == -ENOENT && f) {
+		f->gone = true;
+		if (!f->insts && !f->starting && !f->waiting) {
+			struct pool_fn **pp = &p->fns;
+
+			while (*pp != f)
+				pp = &(*pp)->next;
+			*pp = f->next;
+			fn_free(f);
+		}
+	}
+	if (!ret && !f && !(f = fn_new(p, fn)))
+		ret = -ENOMEM;
+	if (!ret) {
+		f->par = par;
+		memcpy(f->snapshot, snap, sizeof(snap));
+		f->params_ns = now_ns();
+		f->gone = false;
+	}
+	pthread_mutex_unlock(&p->lock);
+	return ret;
+}
+
+/* ---- starts ---- */
+
+struct start_arg {
+	struct pool *p;
+	char fn[64];
+};
+
+/* The function's port in its namespace: its snapshot's spec's (a spec on
+ * an image may leave it to the image; the snapshot has it resolved). */
+static int snapshot_port(struct pool *p, const char *snap, uint16_t *port)
+{
+	struct manifest *m = NULL;
+	json_int_t v;
+	int ret = store_manifest_load(p->srv->store, snap, &m, NULL);
+
+	if (ret)
+		return ret;
+	v = json_integer_value(json_object_get(json_object_get(m->meta, "spec"), "port"));
+	manifest_free(m);
+	if (v <= 0 || v > 65535)
+		return -ENOENT;
+	*port = (uint16_t)v;
+	return 0;
+}
+
+/* The instance a start answered, ready to take requests: 0 and *out, or
+ * -errno with why in msg. */
+static int inst_new(struct pool *p, const json_t *answer, struct pool_inst **out, char *msg,
+		    size_t len)
+{
+	const char *id = json_string_value(json_object_get(answer, "instance"));
+	const char *snap = json_string_value(json_object_get(answer, "snapshot"));
+	struct pool_inst *i = NULL;
+	char netns[PATH_MAX];
+	int ret;
+
+	*out = NULL;
+	if (!id || !snap) {
+		snprintf(msg, len, "the start answered no instance");
+		return -EINVAL;
+	}
+	i = calloc(1, sizeof(*i));
+	if (!i) {
+		snprintf(msg, len, "out of memory");
+		return -ENOMEM;
+	}
+	i->netns_fd = -1;
+	snprintf(i->id, sizeof(i->id), "%s", id);
+	snprintf(i->snapshot, sizeof(i->snapshot), "%s", snap);
+	i->pid = (pid_t)json_integer_value(json_object_get(answer, "pid"));
+	proc_start_time(i->pid, &i->pid_start);
+	ret = snapshot_port(p, snap, &i->port);
+	if (ret) {
+		snprintf(msg, len, "instance %s: its snapshot %s names no port", id, snap);
+		goto err;
+	}
+	/* Where restore/instance.c keeps its namespace (bound there for its
+	 * life): requests go straight to the function's port in it. */
+	ret = -ENAMETOOLONG;
+	if ((size_t)snprintf(netns, sizeof(netns), "%s/instances/%s/netns", p->srv->cfg.data_dir,
+			     id) < sizeof(netns)) {
+		i->netns_fd = open(netns, O_RDONLY | O_CLOEXEC);
+		ret = i->netns_fd < 0 ? -errno : 0;
+	}
+	if (ret) {
+		snprintf(msg, len, "instance %s: cannot open its network namespace: %s", id,
+			 strerror(-ret));
+		goto err;
+	}
+	*out = i;
+	return 0;
+err:
+	inst_free(p, i);
+	return ret;
+}
+
+/* The codes a start answers with (docs/API.md, "Errors"). */
+static const char *const start_codes[] = {
+	"not_found",	 "no_snapshot", "conflict",	"too_many_instances", "no_capacity",
+	"no_memory",	 "no_gpu_memory", "no_gpu",	"unavailable",	      "shutting_down",
+	"timeout",	 "no_space",	"damaged",	"remote_failed",      "image_unavailable",
+	"image_changed", "bad_request", "client_gone",
+};
+
+/* A start's refusal as the answer of the requests that waited for it: the
+ * start's own status and code (docs/API.md, POST /functions/<id>/start). */
+static void start_refusal(unsigned status, const json_t *answer, const char *fn,
+			  struct pool_refusal *why)
+{
+	const json_t *e = json_object_get(answer, "error");
+	const char *code = json_string_value(json_object_get(e, "code"));
+	const char *m = json_string_value(json_object_get(e, "message"));
+
+	refuse(why, status >= 400 ? status : 500, "internal", status == 429 || status == 503,
+	       "no instance of %s could be started: %s", fn, m ? m : "no answer");
+	/* The code outlives the answer: it is one of the start's own. */
+	for (size_t k = 0; code && k < ARRAY_SIZE(start_codes); k++)
+		if (!strcmp(code, start_codes[k]))
+			why->code = start_codes[k];
+}
+
+static bool was_forgotten(struct pool *p, const char *id)
+{
+	for (unsigned k = 0; k < FORGOTTEN_KEPT; k++)
+		if (!strcmp(p->forgotten[k], id))
+			return true;
+	return false;
+}
+
+static void *start_main(void *arg)
+{
+	struct start_arg *a = arg;
+	struct pool *p = a->p;
+	struct pool_inst *i = NULL, *drop = NULL;
+	struct pool_refusal why = { 0 };
+	struct pool_fn *f;
+	json_t *answer = NULL;
+	unsigned status;
+	char msg[256];
+
+	status = api_start_internal(p->srv, a->fn, &answer);
+	if (status == 201 && inst_new(p, answer, &i, msg, sizeof(msg))) {
+		const char *id = json_string_value(json_object_get(answer, "instance"));
+
+		pr_warn("start of %s for its requests: %s; the instance is stopped", a->fn, msg);
+		if (id)
+			lifetimes_stop_instance(p->srv, id, 0, NULL);
+		refuse(&why, 502, "instance_failed", false, "no instance of %s could be reached: %s",
+		       a->fn, msg);
+	} else if (status != 201) {
+		start_refusal(status, answer, a->fn, &why);
+	}
+	pthread_mutex_lock(&p->lock);
+	f = fn_find(p, a->fn); /* kept while it has starts */
+	f->starting--;
+	if (i && was_forgotten(p, i->id)) {
+		/* Stopped (its function deleted) before it got here. */
+		drop = i;
+		i = NULL;
+		refuse(&why, 404, "not_found", false, "function %s was deleted", a->fn);
+	}
+	if (i) {
+		i->fn = f;
+		i->last_end_ms = realtime_ms();
+		i->next = f->insts;
+		f->insts = i;
+		f->starts_ok++;
+		hand_slots(f, i);
+	} else {
+		f->starts_failed++;
+		/* Nothing left to serve them: the waiting requests are told why. */
+		if (!live(f) && !f->starting)
+			fail_waiters(f, &why);
+	}
+	p->starters--;
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->lock);
+	inst_free(p, drop);
+	json_decref(answer);
+	free(a);
+	return NULL;
+}
+
+/* Start instances of f until those starting have a slot for each of
+ * demand requests, within max_instances.  Under the lock. */
+static void start_for(struct pool *p, struct pool_fn *f, unsigned demand)
+{
+	const struct params *par = &f->par;
+
+	while (!p->stopping && demand > f->starting * par->concurrency &&
+	       (!par->max_instances || live(f) + f->starting < par->max_instances)) {
+		struct start_arg *a = calloc(1, sizeof(*a));
+		pthread_attr_t attr;
+		pthread_t t;
+		int ret;
+
+		if (!a)
+			break;
+		a->p = p;
+		snprintf(a->fn, sizeof(a->fn), "%s", f->id);
+		pthread_attr_init(&attr);
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		ret = pthread_create(&t, &attr, start_main, a);
+		pthread_attr_destroy(&attr);
+		if (ret) {
+			pr_warn("cannot start a thread for a start of %s: %s", f->id, strerror(ret));
+			free(a);
+			break;
+		}
+		f->starting++;
+		p->starters++;
+	}
+}
+
+/* ---- requests ---- */
+
+int pool_acquire(struct pool *p, const char *fn, pool_gone_fn gone, void *arg,
+		 struct pool_slot *slot, struct pool_refusal *why)
+{
+	struct waiter w = { 0 };
+	struct pool_fn *f;
+	struct pool_inst *i;
+	uint64_t t0 = now_ns(), deadline;
+	bool at_max;
+	int ret;
+
+	memset(slot, 0, sizeof(*slot));
+	slot->netns_fd = -1;
+	ret = refresh(p, fn);
+	if (ret == -ENOENT)
+		return refuse(why, 404, "not_found", false, "no function %s", fn);
+	if (ret)
+		return refuse(why, 503, "no_capacity", true, "out of memory");
+	pthread_mutex_lock(&p->lock);
+	f = fn_find(p, fn);
+	if (!f || f->gone) {
+		pthread_mutex_unlock(&p->lock);
+		return refuse(why, 404, "not_found", false, "no function %s", fn);
+	}
+	if (p->stopping) {
+		pthread_mutex_unlock(&p->lock);
+		return refuse(why, 503, "shutting_down", false, "thawd is stopping");
+	}
+	/* First come, first served: a slot goes to a newcomer only when
+	 * nobody waits. */
+	i = f->head ? NULL : pick(f);
+	if (i) {
+		i->inflight++;
+		take(i, slot);
+		pthread_mutex_unlock(&p->lock);
+		slot->wait_ms = ms_since(t0);
+		return 0;
+	}
+	start_for(p, f, f->waiting + 1);
+	if (f->waiting + 1 > f->starting * f->par.concurrency + f->par.queue) {
+		unsigned max = f->par.max_instances, waiting = f->waiting;
+
+		at_max = max && live(f) + f->starting >= max;
+		pthread_mutex_unlock(&p->lock);
+		if (at_max)
+			return refuse(why, 429, "too_many_instances", true,
+				      "function %s is at its max_instances (%u), their slots are "
+				      "busy and its queue is full (%u request(s) waiting)",
+				      fn, max, waiting);
+		return refuse(why, 503, "queue_full", true,
+			      "function %s has its queue full (%u request(s) waiting for an "
+			      "instance)",
+			      fn, waiting);
+	}
+	pthread_cond_init(&w.cv, &p->cattr);
+	enqueue(f, &w);
+	deadline = t0 + (uint64_t)(f->par.queue_timeout_s * 1e9);
+	for (;;) {
+		uint64_t now = now_ns(), until = now + WAIT_POLL_NS;
+		struct timespec ts;
+		bool left;
+
+		if (w.got || w.failed)
+			break;
+		if (p->stopping) {
+			dequeue(f, &w);
+			refuse(&w.why, 503, "shutting_down", false, "thawd is stopping");
+			w.failed = true;
+			break;
+		}
+		if (now >= deadline) {
+			dequeue(f, &w);
+			refuse(&w.why, 503, "queue_timeout", true,
+			       "no instance of %s was free within its queue_timeout_s (%g s)", fn,
+			       f->par.queue_timeout_s);
+			w.failed = true;
+			break;
+		}
+		if (gone) {
+			pthread_mutex_unlock(&p->lock);
+			left = gone(arg);
+			pthread_mutex_lock(&p->lock);
+			if (left && !w.got && !w.failed) {
+				dequeue(f, &w);
+				pthread_mutex_unlock(&p->lock);
+				pthread_cond_destroy(&w.cv);
+				return -ECONNABORTED;
+			}
+			if (w.got || w.failed)
+				break;
+		}
+		deadline_ts(until < deadline ? until : deadline, &ts);
+		pthread_cond_timedwait(&w.cv, &p->lock, &ts);
+	}
+	if (w.got)
+		take(w.got, slot);
+	pthread_mutex_unlock(&p->lock);
+	pthread_cond_destroy(&w.cv);
+	if (w.failed) {
+		*why = w.why;
+		return -EAGAIN;
+	}
+	slot->wait_ms = ms_since(t0);
+	return 0;
+}
+
+void pool_release(struct pool *p, struct pool_slot *slot, void *link, bool broken)
+{
+	struct pool_inst *i = slot->inst, *dead = NULL;
+	void *drop = link;
+
+	if (!i) {
+		if (link)
+			p->link_free(link);
+		return;
+	}
+	pthread_mutex_lock(&p->lock);
+	i->inflight--;
+	i->last_end_ms = realtime_ms();
+	if (broken)
+		i->draining = true;
+	/* At most one idle connection per slot. */
+	if (link && !i->forgotten && i->nlinks < i->fn->par.concurrency) {
+		void **l = realloc(i->links, (i->nlinks + 1) * sizeof(*l));
+
+		if (l) {
+			i->links = l;
+			i->links[i->nlinks++] = link;
+			drop = NULL;
+		}
+	}
+	hand_slots(i->fn, i);
+	if (i->forgotten && !i->inflight) {
+		inst_unlink(i);
+		dead = i;
+	}
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->lock);
+	if (drop)
+		p->link_free(drop);
+	inst_free(p, dead);
+	slot->inst = NULL;
+	slot->link = NULL;
+	slot->netns_fd = -1;
+}
+
+int pool_idle(struct pool *p, const char *id, double idle_s, uint64_t now_ms)
+{
+	struct pool_inst *i;
+	int ret = -ENOENT;
+
+	if (!p)
+		return -ENOENT;
+	pthread_mutex_lock(&p->lock);
+	i = inst_find(p, id);
+	if (i && !i->inflight && stale(i))
+		ret = 2;
+	else if (i)
+		ret = !i->inflight && idle_s > 0 &&
+		      now_ms >= i->last_end_ms + (uint64_t)(idle_s * 1000);
+	if (ret > 0)
+		i->draining = true;
+	pthread_mutex_unlock(&p->lock);
+	return ret;
+}
+
+void pool_forget(struct pool *p, const char *id)
+{
+	struct pool_inst *i, *dead = NULL;
+
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->lock);
+	i = inst_find(p, id);
+	if (i) {
+		i->draining = i->forgotten = true;
+		if (!i->inflight) {
+			inst_unlink(i);
+			dead = i;
+		}
+	} else {
+		/* Maybe a start of ours that has not put it here yet. */
+		snprintf(p->forgotten[p->nforgotten++ % FORGOTTEN_KEPT], 64, "%s", id);
+	}
+	pthread_mutex_unlock(&p->lock);
+	inst_free(p, dead);
+}
+
+/* ---- metrics ---- */
+
+void pool_count(struct pool *p, const char *fn, unsigned status, double total_ms,
+		double wait_ms)
+{
+	struct pool_fn *f;
+	size_t k;
+
+	pthread_mutex_lock(&p->lock);
+	f = fn_find(p, fn);
+	if (f) {
+		stats_hist_add(&f->latency, total_ms / 1000);
+		stats_hist_add(&f->wait, wait_ms / 1000);
+		for (k = 0; k < f->nstatuses && f->statuses[k].status != status; k++)
+			;
+		if (k == f->nstatuses && k < STATUSES_MAX)
+			f->statuses[f->nstatuses++].status = status;
+		else if (k == f->nstatuses)
+			k = STATUSES_MAX; /* "other" */
+		f->statuses[k].n++;
+	}
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* A histogram's series under the family's one HELP and TYPE (those
+ * stats_hist_write_prom writes would repeat per function). */
+static void write_hist(FILE *out, const char *name, const char *fn, const struct stats_hist *h)
+{
+	for (size_t k = 0; k <= h->nbounds; k++) {
+		if (k < h->nbounds)
+			fprintf(out, "%s_bucket{function=\"%s\",le=\"%g\"} %llu\n", name, fn,
+				h->bounds[k], (unsigned long long)stats_hist_cumulative(h, k));
+		else
+			fprintf(out, "%s_bucket{function=\"%s\",le=\"+Inf\"} %llu\n", name, fn,
+				(unsigned long long)h->total);
+	}
+	fprintf(out, "%s_sum{function=\"%s\"} %.9g\n", name, fn, h->sum);
+	fprintf(out, "%s_count{function=\"%s\"} %llu\n", name, fn, (unsigned long long)h->total);
+}
+
+static void family(FILE *out, const char *name, const char *type, const char *help)
+{
+	fprintf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static int write_metrics(struct pool *p, FILE *out)
+{
+	char e[256];
+
+	pthread_mutex_lock(&p->lock);
+	family(out, "thaw_routed_requests_total", "counter",
+	       "Requests routed to a function's instances (/function/<id>/...), by the status "
+	       "answered (other: past the 16 first statuses).");
+	for (struct pool_fn *f = p->fns; f; f = f->next) {
+		if (!metrics_escape_label(f->id, e, sizeof(e)))
+			continue;
+		for (size_t k = 0; k <= STATUSES_MAX; k++) {
+			if (!f->statuses[k].n)
+				continue;
+			if (k == STATUSES_MAX)
+				fprintf(out, "thaw_routed_requests_total{function=\"%s\",status=\"other\"} %llu\n",
+					e, (unsigned long long)f->statuses[k].n);
+			else
+				fprintf(out, "thaw_routed_requests_total{function=\"%s\",status=\"%u\"} %llu\n",
+					e, f->statuses[k].status, (unsigned long long)f->statuses[k].n);
+		}
+	}
+	family(out, "thaw_routed_request_seconds", "histogram",
+	       "Routed requests, from their arrival to the end of their answer.");
+	for (struct pool_fn *f = p->fns; f; f = f->next) {
+		if (metrics_escape_label(f->id, e, sizeof(e)))
+			write_hist(out, "thaw_routed_request_seconds", e, &f->latency);
+	}
+	family(out, "thaw_routed_wait_seconds", "histogram",
+	       "Time routed requests waited for an instance (a free slot).");
+	for (struct pool_fn *f = p->fns; f; f = f->next) {
+		if (metrics_escape_label(f->id, e, sizeof(e)))
+			write_hist(out, "thaw_routed_wait_seconds", e, &f->wait);
+	}
+	family(out, "thaw_routed_queue", "gauge", "Routed requests waiting for an instance now.");
+	for (struct pool_fn *f = p->fns; f; f = f->next)
+		if (metrics_escape_label(f->id, e, sizeof(e)))
+			fprintf(out, "thaw_routed_queue{function=\"%s\"} %u\n", e, f->waiting);
+	family(out, "thaw_routed_in_flight", "gauge",
+	       "Routed requests that instances are serving now.");
+	for (struct pool_fn *f = p->fns; f; f = f->next) {
+		unsigned n = 0;
+
+		for (struct pool_inst *i = f->insts; i; i = i->next)
+			n += i->inflight;
+		if (metrics_escape_label(f->id, e, sizeof(e)))
+			fprintf(out, "thaw_routed_in_flight{function=\"%s\"} %u\n", e, n);
+	}
+	family(out, "thaw_routed_instances", "gauge",
+	       "Instances taking routed requests (not being stopped).");
+	for (struct pool_fn *f = p->fns; f; f = f->next) {
+		unsigned n = 0;
+
+		for (struct pool_inst *i = f->insts; i; i = i->next)
+			n += !i->draining;
+		if (metrics_escape_label(f->id, e, sizeof(e)))
+			fprintf(out, "thaw_routed_instances{function=\"%s\"} %u\n", e, n);
+	}
+	family(out, "thaw_routed_starts_total", "counter",
+	       "Starts made because routed requests found no free instance, by result.");
+	for (struct pool_fn *f = p->fns; f; f = f->next) {
+		if (!metrics_escape_label(f->id, e, sizeof(e)))
+			continue;
+		fprintf(out, "thaw_routed_starts_total{function=\"%s\",result=\"ok\"} %llu\n", e,
+			(unsigned long long)f->starts_ok);
+		fprintf(out, "thaw_routed_starts_total{function=\"%s\",result=\"failed\"} %llu\n", e,
+			(unsigned long long)f->starts_failed);
+	}
+	pthread_mutex_unlock(&p->lock);
+	return ferror(out) ? -EIO : 0;
+}
+
+int pool_metrics_append(struct pool *p, char **text, size_t *len)
+{
+	char *buf = NULL, *t;
+	size_t n = 0;
+	FILE *f = open_memstream(&buf, &n);
+	int ret;
+
+	if (!f)
+		return -ENOMEM;
+	ret = write_metrics(p, f);
+	if (fclose(f) && !ret)
+		ret = -ENOMEM;
+	t = ret ? NULL : realloc(*text, *len + n + 1);
+	if (!ret && !t)
+		ret = -ENOMEM;
+	if (!ret) {
+		memcpy(t + *len, buf, n + 1);
+		*text = t;
+		*len += n;
+	}
+	free(buf);
+	return ret;
+}
+
+/* ---- life ---- */
+
+struct pool *pool_new(struct server *s, void (*link_free)(void *link))
+{
+	struct pool *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return NULL;
+	p->srv = s;
+	p->link_free = link_free;
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_condattr_init(&p->cattr);
+	pthread_condattr_setclock(&p->cattr, CLOCK_MONOTONIC);
+	pthread_cond_init(&p->cv, &p->cattr);
+	return p;
+}
+
+void pool_shutdown(struct pool *p, unsigned grace_ms)
+{
+	struct pool_refusal why;
+	uint64_t deadline = now_ns() + (uint64_t)grace_ms * 1000000ull;
+	unsigned busy;
+
+	if (!p)
+		return;
+	refuse(&why, 503, "shutting_down", false, "thawd is stopping");
+	pthread_mutex_lock(&p->lock);
+	p->stopping = true;
+	for (struct pool_fn *f = p->fns; f; f = f->next)
+		fail_waiters(f, &why);
+	/* A start in flight ends by itself: a restore under way finishes, a new
+	 * one is refused (thawd is stopping). */
+	while (p->starters)
+		pthread_cond_wait(&p->cv, &p->lock);
+	for (;;) {
+		struct timespec ts;
+
+		busy = 0;
+		for (struct pool_fn *f = p->fns; f; f = f->next)
+			for (struct pool_inst *i = f->insts; i; i = i->next)
+				busy += i->inflight;
+		if (!busy || now_ns() >= deadline)
+			break;
+		deadline_ts(deadline, &ts);
+		pthread_cond_timedwait(&p->cv, &p->lock, &ts);
+	}
+	pthread_mutex_unlock(&p->lock);
+	if (busy)
+		pr_info("%u routed request(s) still being served after %u ms: ended", busy,
+			grace_ms);
+	atomic_store(&p->abort, true);
+}
+
+bool pool_stopping(struct pool *p)
+{
+	return atomic_load(&p->abort);
+}
+
+void pool_free(struct pool *p)
+{
+	if (!p)
+		return;
+	while (p->fns) {
+		struct pool_fn *f = p->fns;
+
+		p->fns = f->next;
+		while (f->insts) {
+			struct pool_inst *i = f->insts;
+
+			f->insts = i->next;
+			inst_free(p, i);
+		}
+		fn_free(f);
+	}
+	pthread_cond_destroy(&p->cv);
+	pthread_condattr_destroy(&p->cattr);
+	pthread_mutex_destroy(&p->lock);
+	free(p);
+}

@@ -12,10 +12,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
-bool gpumem_loaded(pid_t pid)
+
+/* Whether pid's maps name a file whose path contains what. */
+static bool maps_have(pid_t pid, const char *what)
 {
 	char path[64], line[PATH_MAX + 128];
 	bool found = false;
@@ -26,9 +29,69 @@ bool gpumem_loaded(pid_t pid)
 	if (!f)
 		return false;
 	while (!found && fgets(line, sizeof(line), f))
-		found = strstr(line, "/" GPUMEM_LIB_NAME) != NULL;
+		found = strstr(line, what) != NULL;
 	fclose(f);
 	return found;
+}
+
+/* Why the library is not in pid, as far as can be told from outside: a
+ * statically linked program (no dynamic loader mapped), no LD_PRELOAD,
+ * secure-execution mode (AT_SECURE: ld.so ignores a preload path with a
+ * slash), or the library missing where the process looks. */
+static void why_not_loaded(pid_t pid, char *buf, size_t len)
+{
+	char path[128], env[8192], preload[256] = "", exe[256] = "", cause[160];
+	unsigned long aux[2];
+	bool secure = false, seen = false;
+	struct stat st;
+	size_t n = 0;
+	ssize_t k;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
+	f = fopen(path, "re");
+	if (f) {
+		n = fread(env, 1, sizeof(env) - 1, f);
+		fclose(f);
+	}
+	env[n] = '\0';
+	for (size_t i = 0; i < n; i += strlen(env + i) + 1)
+		if (!strncmp(env + i, "LD_PRELOAD=", 11)) {
+			snprintf(preload, sizeof(preload), "%s", env + i + 11);
+			seen = true;
+		}
+	snprintf(path, sizeof(path), "/proc/%d/auxv", (int)pid);
+	f = fopen(path, "re");
+	while (f && fread(aux, sizeof(aux), 1, f) == 1 && aux[0] != 0)
+		if (aux[0] == 23 /* AT_SECURE */)
+			secure = aux[1] != 0;
+	if (f)
+		fclose(f);
+	snprintf(path, sizeof(path), "/proc/%d/exe", (int)pid);
+	k = readlink(path, exe, sizeof(exe) - 1);
+	exe[k > 0 ? k : 0] = '\0';
+	snprintf(path, sizeof(path), "/proc/%d/root%s/%s", (int)pid, GPUMEM_IN_DEST,
+		 GPUMEM_LIB_NAME);
+	if (!maps_have(pid, "/ld-linux") && !maps_have(pid, "/ld-musl"))
+		snprintf(cause, sizeof(cause), "a statically linked program: LD_PRELOAD has no effect");
+	else if (!seen)
+		snprintf(cause, sizeof(cause), "no LD_PRELOAD in its environment");
+	else if (secure)
+		snprintf(cause, sizeof(cause), "it runs in secure-execution mode (AT_SECURE), where "
+			 "ld.so ignores LD_PRELOAD=%.60s", preload);
+	else if (stat(path, &st))
+		snprintf(cause, sizeof(cause), "%s/%s is not there as it sees it", GPUMEM_IN_DEST,
+			 GPUMEM_LIB_NAME);
+	else
+		snprintf(cause, sizeof(cause), "LD_PRELOAD=%.60s did not load (the function's log "
+			 "may say why)", preload);
+	snprintf(buf, len, "libthaw-cuda.so is not loaded in process %d (%s): %s", (int)pid,
+		 exe[0] ? exe : "?", cause);
+}
+
+bool gpumem_loaded(pid_t pid)
+{
+	return maps_have(pid, "/" GPUMEM_LIB_NAME);
 }
 
 static void status_path(const char *dir, pid_t ns_pid, char *buf, size_t len)
@@ -73,6 +136,9 @@ static int parse(const char *text, unsigned seq, struct gpumem_status *st)
 	st->copy_ms = json_number_value(json_object_get(ms, "copy"));
 	st->total_ms = json_number_value(json_object_get(ms, "total"));
 	st->copy_threads = (int)num(o, "copy_threads");
+	st->pinned_slices = (int)num(o, "pinned_slices");
+	snprintf(st->register_error, sizeof(st->register_error), "%s",
+		 json_string_value(json_object_get(o, "register_error")) ?: "");
 	json_decref(o);
 	return 1;
 }
@@ -169,9 +235,7 @@ int gpumem_save_all(const pid_t *pids, const pid_t *ns_pids, size_t n, const cha
 			continue;
 		}
 		st[i].answered = true;
-		snprintf(st[i].error, sizeof(st[i].error),
-			 "libthaw-cuda.so is not loaded in process %d (a statically linked "
-			 "program, or one that ignores LD_PRELOAD)", (int)pids[i]);
+		why_not_loaded(pids[i], st[i].error, sizeof(st[i].error));
 	}
 	if (k)
 		ret = gpumem_request(ask, ask_ns, k, GPUMEM_OP_SAVE, out_dir, timeout_ms, got);

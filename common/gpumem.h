@@ -30,6 +30,8 @@ struct gpumem_status {
 	uint64_t dev_bytes[8];            /* moved, per device ordinal in the process */
 	double hold_ms, sync_ms, map_ms, copy_ms, total_ms;
 	int copy_threads;
+	int pinned_slices;         /* of them, pinned by the driver */
+	char register_error[48];   /* why one was not ("" if all were) */
 };
 
 /* Whether the library is mapped into pid (it loaded there). */

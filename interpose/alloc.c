@@ -405,11 +405,10 @@ static CUresult own_create(CUmemGenericAllocationHandle *handle, size_t size,
 	if (r == CUDA_SUCCESS) {
 		pthread_mutex_lock(&gm_lock);
 		h = handle_add(*handle, size, prop);
-		if (h) {
-			/* Asked to be shareable: another process may map it. */
-			h->shared = prop && prop->requestedHandleTypes != 0;
+		/* Shareable (PyTorch asks for a file descriptor handle type)
+		 * is not shared: only an export makes it so. */
+		if (h)
 			*handle = h->vh;
-		}
 		pthread_mutex_unlock(&gm_lock);
 	}
 	gm_gate_exit();

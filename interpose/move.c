@@ -272,7 +272,9 @@ static int map_new(struct gm_map *m, struct gm_result *r)
 struct slice {
 	char *base;      /* the file's mapping */
 	uint64_t off, len;
+	bool writable;   /* the mapping is (the file could be opened read-write) */
 	bool pinned;
+	CUresult reg_cr; /* why it could not be pinned */
 	CUresult cr;
 	char what[64];
 };
@@ -290,8 +292,13 @@ static void *copy_slice(void *arg)
 	CUstream st = NULL;
 	CUresult cr;
 
-	s->pinned = gm_real.host_register(s->base + s->off, s->len,
-					  CU_MEMHOSTREGISTER_READ_ONLY) == CUDA_SUCCESS;
+	/* Pinned, the copy runs at the link's speed; not, the driver stages
+	 * it through its own buffers.  A read-only pin where the driver has
+	 * it; a read-write one where the mapping allows. */
+	s->reg_cr = gm_real.host_register(s->base + s->off, s->len, CU_MEMHOSTREGISTER_READ_ONLY);
+	if (s->reg_cr != CUDA_SUCCESS && s->writable)
+		s->reg_cr = gm_real.host_register(s->base + s->off, s->len, 0);
+	s->pinned = s->reg_cr == CUDA_SUCCESS;
 	for (struct gm_map *m = gm_maps; m; m = m->next) {
 		uint64_t a, b;
 
@@ -335,6 +342,7 @@ void gm_restore(const char *dir, struct gm_result *r)
 	uint64_t total = 0, slice;
 	double t0 = gm_now_ms(), t;
 	struct stat st;
+	bool writable = false;
 	int fd = -1, n;
 
 	memset(r, 0, sizeof(*r));
@@ -360,7 +368,12 @@ void gm_restore(const char *dir, struct gm_result *r)
 	r->map_ms = gm_now_ms() - t;
 	t = gm_now_ms();
 	if (total) {
-		fd = open(path, O_RDONLY | O_CLOEXEC);
+		/* Read-write where allowed (a test's own directory): a pin
+		 * then needs no read-only support from the driver. */
+		fd = open(path, O_RDWR | O_CLOEXEC);
+		writable = fd >= 0;
+		if (fd < 0)
+			fd = open(path, O_RDONLY | O_CLOEXEC);
 		if (fd < 0 || fstat(fd, &st) < 0 || (uint64_t)st.st_size < total) {
 			snprintf(r->error, sizeof(r->error), "%.200s: %s", path,
 				 fd < 0 ? strerror(errno) : "shorter than the memory it holds");
@@ -368,7 +381,8 @@ void gm_restore(const char *dir, struct gm_result *r)
 			goto out;
 		}
 		pinned.len = (size_t)st.st_size;
-		pinned.base = mmap(NULL, pinned.len, PROT_READ, MAP_SHARED, fd, 0);
+		pinned.base = mmap(NULL, pinned.len, PROT_READ | (writable ? PROT_WRITE : 0),
+				   MAP_SHARED, fd, 0);
 		if (pinned.base == MAP_FAILED) {
 			pinned.base = NULL;
 			snprintf(r->error, sizeof(r->error), "mmap %.200s: %s", path, strerror(errno));
@@ -382,7 +396,7 @@ void gm_restore(const char *dir, struct gm_result *r)
 		for (uint64_t off = 0; off < total && pinned.n < MAX_THREADS; off += slice) {
 			struct slice *s = &pinned.s[pinned.n];
 
-			*s = (struct slice){ .base = pinned.base, .off = off,
+			*s = (struct slice){ .base = pinned.base, .off = off, .writable = writable,
 					     .len = off + slice > total ? total - off : slice };
 			if (pthread_create(&th[pinned.n], NULL, copy_slice, s)) {
 				copy_slice(s);
@@ -395,6 +409,10 @@ void gm_restore(const char *dir, struct gm_result *r)
 				pthread_join(th[i], NULL);
 			if (pinned.s[i].cr && r->ok)
 				fail(r, pinned.s[i].what, pinned.s[i].cr);
+			if (pinned.s[i].pinned)
+				r->pinned_slices++;
+			else
+				r->register_error = pinned.s[i].reg_cr;
 		}
 		r->copy_threads = pinned.n;
 	}

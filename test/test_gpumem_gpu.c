@@ -28,7 +28,8 @@ struct proc {
 	FILE *in, *out;
 };
 
-static char dir[] = "/tmp/thaw-gpumem-gpu.XXXXXX", lib[1024], script[1024];
+/* On tmpfs, as the RAM tier is: the copy back reads its page cache. */
+static char dir[] = "/dev/shm/thaw-gpumem-gpu.XXXXXX", lib[1024], script[1024];
 
 static int spawn(struct proc *p, bool preload, const char *alloc_conf, double gib, bool worker)
 {
@@ -50,8 +51,10 @@ static int spawn(struct proc *p, bool preload, const char *alloc_conf, double gi
 		if (alloc_conf)
 			setenv("PYTORCH_CUDA_ALLOC_CONF", alloc_conf, 1);
 		snprintf(g, sizeof(g), "%g", gib);
-		execlp("python3", "python3", script, "--gib", g, worker ? "--worker" : "--gib", g,
-		       (char *)NULL);
+		if (worker)
+			execlp("python3", "python3", script, "--gib", g, "--worker", (char *)NULL);
+		else
+			execlp("python3", "python3", script, "--gib", g, (char *)NULL);
 		_exit(127);
 	}
 	close(to[0]);
@@ -142,10 +145,13 @@ static void run_case(const char *name, const char *alloc_conf, double gib, bool 
 	printf("%s %s: sum %s -> %s\n", name, thaw ? "thaw" : "driver", before, after);
 	printf("figure: gpumem %s %s moved_bytes %llu left_bytes %llu save_ms %.1f lock_ms %.1f "
 	       "driver_checkpoint_ms %.1f driver_restore_ms %.1f unlock_ms %.1f copy_ms %.1f "
-	       "gpu_back_ms %.1f copy_threads %d lib_copy_ms %.1f lib_map_ms %.1f\n",
+	       "gpu_back_ms %.1f copy_threads %d pinned %d register_error %s lib_copy_ms %.1f "
+	       "lib_map_ms %.1f GBps %.1f\n",
 	       name, thaw ? "thaw" : "driver", (unsigned long long)st.bytes,
 	       (unsigned long long)st.left_bytes, save_ms, lock_ms, ckpt_ms, restore_ms, unlock_ms,
-	       copy_ms, restore_ms + unlock_ms + copy_ms, rs.copy_threads, rs.copy_ms, rs.map_ms);
+	       copy_ms, restore_ms + unlock_ms + copy_ms, rs.copy_threads, rs.pinned_slices,
+	       rs.register_error[0] ? rs.register_error : "-", rs.copy_ms, rs.map_ms,
+	       rs.copy_ms > 0 ? rs.bytes / rs.copy_ms / 1e6 : 0.0);
 	fflush(stdout);
 	end(&p);
 }

@@ -179,6 +179,10 @@ int main(void)
 	run_case("worker-expandable", "expandable_segments:True", 2, true, true);
 	if (gib > 0) {
 		run_case("large", NULL, gib, false, true);
+		/* As in a container, where the tier is bound read-only. */
+		setenv("THAW_GPUMEM_READ_ONLY", "1", 1);
+		run_case("large-ro", NULL, gib, false, true);
+		unsetenv("THAW_GPUMEM_READ_ONLY");
 		run_case("large", NULL, gib, false, false);
 	}
 	rm_rf(dir);

@@ -198,6 +198,7 @@ int main(void)
 		      { "64KiB", 65536 },    { "2M", 2 << 20 },        { "1G", 1ull << 30 },
 		      { "3MB", 3 << 20 },    { "1T", 1ull << 40 } };
 	for (size_t i = 0; i < ARRAY_SIZE(sizes); i++) {
+		CASE("THAW_LOG_BYTES=\"%s\"", sizes[i].v);
 		setenv("THAW_LOG_BYTES", sizes[i].v, 1);
 		CHECK_EQ(init_with(&c, NULL, NULL, NULL), 0);
 		CHECK_EQ(c.log_bytes, sizes[i].bytes);
@@ -205,10 +206,12 @@ int main(void)
 	static const char *const bad_sizes[] = { "4095", "1K1", "0", "-4K", "4X", "2T", "K",
 						 " 4K", "4K ", "99999999999999999999999" };
 	for (size_t i = 0; i < ARRAY_SIZE(bad_sizes); i++) {
+		CASE("THAW_LOG_BYTES=\"%s\"", bad_sizes[i]);
 		setenv("THAW_LOG_BYTES", bad_sizes[i], 1);
 		CHECK_EQ(init_with(&c, NULL, NULL, NULL), -EINVAL);
 		CHECK(strstr(log_last_error(), "THAW_LOG_BYTES") != NULL);
 	}
+	CASE_END();
 	unsetenv("THAW_LOG_BYTES");
 
 	store_setting("THAW_STORE_LAYOUT", "loose", "packed");

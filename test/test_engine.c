@@ -409,6 +409,10 @@ static void test_bad_chunk(struct store *s, enum harm how, enum store_layout lay
 	for (size_t way = 0; way < sizeof(ways) / sizeof(ways[0]); way++) {
 		struct engine_opts o;
 
+		CASE("%s store, chunk %s, %s",
+		     layout == STORE_LAYOUT_PACK ? "packed" : "loose",
+		     how == FLIP_BYTE ? "flipped" : how == REMOVE ? "removed" : "cut short",
+		     ways[way]);
 		engine_opts_default(&o);
 		o.write = way == 2 ? ENGINE_WRITE_PWRITE : way == 4 ? ENGINE_WRITE_MMAP : o.write;
 		o.direct = way == 3 ? ENGINE_DIRECT_ON : way == 4 ? ENGINE_DIRECT_OFF : o.direct;
@@ -421,6 +425,7 @@ static void test_bad_chunk(struct store *s, enum harm how, enum store_layout lay
 		CHECK(strstr(log_last_error(), "victim.img") != NULL);
 		rm_rf(out);
 	}
+	CASE_END();
 	manifest_free(m);
 }
 

@@ -65,10 +65,10 @@ static void test_parse(void)
 	const char *bad[] = { "", "-1", "+1", "abc", "1x", " 1", "1 ", "10001", "100000",
 			      "99999999999999999999", "0x10", "1.5" };
 	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
-		if (logfile_parse_tail(bad[i], &n) != -EINVAL)
-			fprintf(stderr, "tail \"%s\" accepted\n", bad[i]);
+		CASE("tail \"%s\"", bad[i]);
 		CHECK_EQ(logfile_parse_tail(bad[i], &n), -EINVAL);
 	}
+	CASE_END();
 }
 
 /* Lines of varying length through a small bound: each file stays within it,
@@ -121,12 +121,14 @@ static void test_rotation(void)
 		const char *kept = all + alen - clen - olen;
 		const char *want = model_tail(kept, clen + olen, asks[k]);
 
+		CASE("the last %u lines", asks[k]);
 		t = tail(path, asks[k], &len);
 		REQUIRE(t);
 		CHECK_EQ(len, strlen(want));
 		CHECK(!strcmp(t, want));
 		free(t);
 	}
+	CASE_END();
 	/* The last 5 lines are whole lines, the last one 2000. */
 	t = tail(path, 5, &len);
 	CHECK(strstr(t, "line 1996 ") == t);

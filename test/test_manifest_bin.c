@@ -252,8 +252,11 @@ static void test_store(void)
 
 	/* Each damage: refused, the JSON read, the binary written anew. */
 	static const char *const hows[] = {"flip", "truncate", "version", "mismatch", "empty"};
-	for (size_t i = 0; i < sizeof(hows) / sizeof(hows[0]); i++)
+	for (size_t i = 0; i < sizeof(hows) / sizeof(hows[0]); i++) {
+		CASE("damage: %s", hows[i]);
 		check_fallback(dir, id, bin, want, hows[i]);
+	}
+	CASE_END();
 
 	/* The JSON changed (a write into it): the binary is not trusted, and a
 	 * damaged JSON fails the load as before. */

@@ -13,11 +13,8 @@
 #define CHECK_NEAR(a, b)                                                             \
 	do {                                                                         \
 		double _a = (a), _b = (b);                                           \
-		if (fabs(_a - _b) > 1e-9) {                                          \
-			fprintf(stderr, "%s:%d: %s == %s failed: %g != %g\n",        \
-				__FILE__, __LINE__, #a, #b, _a, _b);                 \
-			check_failures++;                                            \
-		}                                                                    \
+		if (fabs(_a - _b) > 1e-9)                                            \
+			CHECK_FAILED("%s == %s failed: %g != %g", #a, #b, _a, _b);   \
 	} while (0)
 
 static double pct(struct stats *s, double p)

@@ -76,7 +76,7 @@ FUZZ_SRCS := $(wildcard test/fuzz/fuzz_*.c)
 FUZZERS   := $(FUZZ_SRCS:test/fuzz/%.c=build/fuzz/%)
 HDRS      := $(wildcard */*.h)
 
-.PHONY: all deps test run clean lint format fuzz bench gpu-pack help
+.PHONY: all deps test run clean lint lint-changed format fuzz bench gpu-pack help
 # Keep objects make would otherwise treat as intermediate and delete.
 .SECONDARY:
 all: $(PROGS) $(TEST_PROGS) $(BENCHES)
@@ -87,11 +87,14 @@ help:
 	@echo "make deps       install what is missing (apt packages, CRIU 4.2 prefix in .deps/)"
 	@echo "make test       deps + build (DEVELOPER=1) + make lint + run every test"
 	@echo "                (ends with 'N passed, N failed, N skipped');"
-	@echo "                TESTS=word make test runs only the tests whose name contains word"
+	@echo "                TESTS=word make test runs only the tests whose name contains word;"
+	@echo "                tests run side by side (JOBS=N; JOBS=1 one at a time)"
 	@echo "make run        deps + build + start thawd on ./data (or thaw doctor before thawd exists)"
 	@echo "make bench      build the benchmarks only ($(B)/bench/)"
 	@echo "make fuzz       build the libFuzzer targets (clang, build/fuzz/)"
 	@echo "make lint       the include rule (scripts/check-includes.sh), clang-tidy, cppcheck"
+	@echo "                (again: only the sources changed since; make -j: side by side)"
+	@echo "make lint-changed  lint only the sources a change touches (git); TESTS=word make test runs it"
 	@echo "make format     clang-format -i every source and header"
 	@echo "make gpu-pack   pack .gpu/ for the GPU machine (scripts/gpu-pack.sh)"
 	@echo "make clean      remove build/ (every build directory under it)"
@@ -162,12 +165,16 @@ bench: $(BENCHES)
 deps:
 	@scripts/deps.sh
 
-# The plain build is a developer's: warnings fail it, and lint runs before
-# the tests (CI runs exactly this).  Sanitizer builds keep their own flags.
+# The plain build is a developer's: warnings fail it, and lint runs as a job
+# of run-tests.sh ("lint": its log $(B)/test-logs/lint.log) beside the tests
+# that share the machine, failing make test if it fails (CI runs exactly
+# this).  TESTS=word lints only what a change touches (lint-changed).
+# Sanitizer builds keep their own flags, and lint no part of them.
+NPROC := $(shell nproc 2>/dev/null || echo 1)
 test: deps
-	@$(MAKE) --no-print-directory $(if $(SANITIZE),,DEVELOPER=1) all fuzz
-	@$(if $(SANITIZE),true,$(MAKE) --no-print-directory lint >$(B)/lint.log 2>&1 || { tail -n 30 $(B)/lint.log; echo "make lint failed (all of it: $(B)/lint.log)"; exit 1; })
-	@B=$(B) scripts/run-tests.sh
+	@$(MAKE) --no-print-directory -j$(NPROC) $(if $(SANITIZE),,DEVELOPER=1) all fuzz
+	@B=$(B) LINT='$(if $(SANITIZE),,$(MAKE) --no-print-directory -j$(NPROC) DEVELOPER=1 B=$(B) $(if $(TESTS),lint-changed,lint))' \
+	  scripts/run-tests.sh
 
 run: deps
 	@$(MAKE) --no-print-directory all
@@ -176,11 +183,31 @@ run: deps
 gpu-pack:
 	@scripts/gpu-pack.sh
 
-lint:
+# make lint: the include rule on the whole tree, clang-tidy on each source
+# of the library and the command, cppcheck on those, bench/ and test/.  A
+# source's clang-tidy leaves a stamp, $(B)/lint/FILE.ok, that depends on its
+# object (rebuilt when the source, a header it includes or the flags change):
+# a second make lint checks only what changed since, and make -j checks
+# sources side by side.  make lint-changed: clang-tidy and cppcheck on the
+# sources a change in the work tree touches (scripts/changed-sources.sh).
+ifeq ($(LINT_SCOPE),changed)
+  LINT_CHANGED  := $(shell scripts/changed-sources.sh)
+  TIDY_SRCS     := $(filter $(LIB_SRCS) $(CLI_SRCS),$(LINT_CHANGED))
+  CPPCHECK_ARGS := $(LINT_CHANGED)
+else
+  TIDY_SRCS     := $(LIB_SRCS) $(CLI_SRCS)
+  CPPCHECK_ARGS := $(LIB_DIRS) cli bench test
+endif
+lint: $(TIDY_SRCS:%.c=$(B)/lint/%.ok)
 	scripts/check-includes.sh
-	clang-tidy $(LIB_SRCS) $(CLI_SRCS) -- $(CFLAGS)
-	cppcheck --quiet --error-exitcode=1 --enable=warning,portability --inline-suppr \
-	  -I. -D_GNU_SOURCE $(LIB_DIRS) cli bench test
+	$(if $(CPPCHECK_ARGS),cppcheck --quiet --error-exitcode=1 --enable=warning$(comma)portability \
+	  --inline-suppr -I. -D_GNU_SOURCE $(CPPCHECK_ARGS))
+lint-changed:
+	@$(MAKE) --no-print-directory LINT_SCOPE=changed lint
+$(B)/lint/%.ok: $(B)/obj/%.o
+	@mkdir -p $(dir $@)
+	clang-tidy --quiet $*.c -- $(filter-out -Werror,$(CFLAGS))
+	@touch $@
 
 format:
 	clang-format -i $(LIB_SRCS) $(CLI_SRCS) $(HDRS) $(TEST_SRCS) $(BENCH_SRCS) $(FUZZ_SRCS) $(wildcard bench/*/*.[ch])

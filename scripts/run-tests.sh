@@ -2,88 +2,214 @@
 # Run every test: each program $B/test/test_*, each script test/*.sh, each
 # fuzzer build/fuzz/fuzz_* for a short fixed time.  A test exits 0 (pass),
 # 77 (skip: e.g. no GPU) or anything else (fail); each runs under a timeout.
-# Ends with the line "N passed, N failed, N skipped".
+# Prints a PASS/FAIL/SKIP line per test as it ends and, last, the line
+# "N passed, N failed, N skipped".
+#
+# Tests run side by side, JOBS at a time (default: the CPUs + 1: most of an
+# end-to-end test's time is spent waiting on CRIU's I/O, a function's boot or
+# a sleep).  The tests that cannot share the machine are named in ALONE and
+# LOCKS below, each with why; every other test must keep to its own
+# resources (a mktemp directory and RAM tier, ports from the kernel, ids
+# with its pid), as test/lib/thawd_e2e.sh gives them.  JOBS=1 runs one at a
+# time.
+#
 # TESTS=word runs only the tests whose name contains word (`TESTS=store make
 # test`); it says how many match, and fails when none does.
+# LINT=command (the Makefile's `make test` sets it) runs that command as a
+# job of its own named "lint", beside the tests that share the machine.
+# A test's log is $B/test-logs/NAME.log; the times of the last run are kept
+# in $B/test-logs/times, and the next run starts the longest tests first.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 B=${B:-build}
 FUZZ_SECONDS=${FUZZ_SECONDS:-20}
 LOGDIR=$B/test-logs
-mkdir -p "$LOGDIR"
 export THAW_BUILD=$PWD/$B THAW_ROOT=$PWD
 # The tests' functions live in their own temporary directories: allow those
 # (thawd and thaw snapshot refuse a function's directory elsewhere), as an
 # operator would with THAW_ALLOW_ROOTS.  test/e2e_gateway.sh checks the refusal.
 export THAW_ALLOW_ROOTS=${THAW_ALLOW_ROOTS:-/tmp:/var/tmp:$PWD}
-pass=0 fail=0 skip=0 failed=""
+
+# Tests that run with no other test beside them, after all the others: they
+# hold time to a bound (a latency, a stop within a window, a start within a
+# timeout) that a machine busy with other tests would break.
+#   e2e_server: /healthz while starts run, the first start's manifest load;
+#   e2e_gateway: /healthz while slow clients hold connections;
+#   e2e_lifetimes: idle_s, max_lifetime_s and stop_grace_s stops, in windows;
+#   e2e_scale_to_zero: thaw-bench's idle stops on time (2-4 s after a use);
+#   test_thaw_bench: a fake thawd's good starts under 1 s, slow ones timed out.
+ALONE=" e2e_server e2e_gateway e2e_lifetimes e2e_scale_to_zero test_thaw_bench "
+# Tests that take a named lock: never two of one lock at once.
+#   ceph: a Ceph cluster each (test/lib/ceph_rgw.sh: a monitor, an OSD whose
+#     memstore holds up to 4 GiB, radosgw): memory and most of a core.
+#   lazy: thaw's lazy-pages daemons share the machine's copy slots (a System V
+#     semaphore, restore/lazy_pages.c); e2e_lazy checks that every slot is
+#     free once its daemons are gone, which a daemon of another test breaks.
+declare -A LOCKS=(
+	[test_s3_rgw]=ceph [e2e_remote]=ceph [e2e_fleet]=ceph [e2e_fleet_image]=ceph
+	[e2e_lazy]=lazy [e2e_lazy_mm]=lazy [e2e_mapped]=lazy [e2e_sparse]=lazy
+	[e2e_sparse_lazy]=lazy
+)
 
 matches() { case "$1" in *${TESTS:-}*) return 0 ;; esac; return 1; }
 
-# Every test's name, as run_one below gets it.
-all_names() {
+# Every test, "name limit kind path" a line: its timeout in seconds and how
+# it is run (prog, sh or fuzz).
+all_tests() {
 	local t
-	for t in "$B"/test/test_*; do [ -x "$t" ] && basename "$t"; done
-	for t in test/*.sh; do [ -f "$t" ] && basename "$t" .sh; done
-	for t in build/fuzz/fuzz_*; do [ -x "$t" ] && basename "$t"; done
+	for t in "$B"/test/test_*; do [ -x "$t" ] && echo "$(basename "$t") 600 prog $t"; done
+	for t in test/*.sh; do [ -f "$t" ] && echo "$(basename "$t" .sh) 1200 sh $t"; done
+	for t in build/fuzz/fuzz_*; do
+		[ -x "$t" ] && echo "$(basename "$t") $((FUZZ_SECONDS + 60)) fuzz $t"
+	done
 	return 0
 }
-total=0 matched=0
-while read -r n; do
+total=0
+names=() limits=() kinds=() paths=()
+while read -r n l k p; do
 	[ -n "$n" ] || continue
 	total=$((total + 1))
-	matches "$n" && matched=$((matched + 1))
-done < <(all_names)
+	matches "$n" || continue
+	names+=("$n") limits+=("$l") kinds+=("$k") paths+=("$p")
+done < <(all_tests)
+matched=${#names[@]}
 if [ -n "${TESTS:-}" ]; then
 	echo "TESTS=$TESTS: $matched of $total tests match"
-	if [ $matched = 0 ]; then
+	if [ "$matched" = 0 ]; then
 		echo "no test name contains '$TESTS'"
 		echo "0 passed, 0 failed, 0 skipped"
 		exit 1
 	fi
-else
-	echo "$total tests"
 fi
+mkdir -p "$LOGDIR"
+JOBS=${JOBS:-$(($(nproc 2>/dev/null || echo 1) + 1))}
+[ "$JOBS" -ge 1 ] 2>/dev/null || JOBS=1
+[ -n "${TESTS:-}" ] || echo "$total tests, $JOBS at a time"
 
-run_one() { # name timeout cmd...
-	local name=$1 limit=$2; shift 2
-	matches "$name" || return
-	local start=$SECONDS rc
-	timeout -k 10 "$limit" "$@" >"$LOGDIR/$name.log" 2>&1
+# The order: the longest first, so that no long test starts last: by the
+# last run's times; a test never run here by its kind (a script is long, a
+# program short, a fuzzer FUZZ_SECONDS).
+declare -A last
+if [ -f "$LOGDIR/times" ]; then
+	while read -r n s; do last[$n]=$s; done <"$LOGDIR/times"
+fi
+order=$(for i in "${!names[@]}"; do
+	n=${names[$i]}
+	case ${kinds[$i]} in
+	sh) guess=300 ;;
+	fuzz) guess=$FUZZ_SECONDS ;;
+	*) guess=10 ;;
+	esac
+	echo "${last[$n]:-$guess} $i"
+done | sort -s -rn -k1,1 | awk '{ print $2 }')
+shared=() alone=()
+for i in $order; do
+	case "$ALONE" in *" ${names[$i]} "*) alone+=("$i") ;; *) shared+=("$i") ;; esac
+done
+
+pass=0 fail=0 skip=0 failed=""
+declare -A running=() started=() held=()
+: >"$LOGDIR/times.new"
+
+# start I: run test I in the background (its own process group, so that a
+# timeout's kill reaches what it started).
+start() {
+	local i=$1 n=${names[$1]} pid
+	case ${kinds[$i]} in
+	prog) set -- "${paths[$i]}" ;;
+	sh) set -- bash "${paths[$i]}" ;;
+	fuzz)
+		local corpus=test/fuzz/corpus/${n#fuzz_} work
+		work=$(mktemp -d)
+		[ -d "$corpus" ] && cp -r "$corpus"/. "$work"/ 2>/dev/null
+		# A crash's input goes to the logs, not into the tree (libFuzzer
+		# writes crash-* into its working directory otherwise).
+		set -- sh -c '"$@"; rc=$?; rm -rf "$0"; exit $rc' "$work" "${paths[$i]}" \
+			-max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -timeout=10 \
+			-artifact_prefix="$LOGDIR/$n-" "$work"
+		;;
+	lint) set -- sh -c "$LINT" ;;
+	esac
+	timeout -k 10 "${limits[$i]}" "$@" >"$LOGDIR/$n.log" 2>&1 </dev/null &
+	pid=$!
+	running[$pid]=$i
+	started[$pid]=$SECONDS
+	[ -n "${LOCKS[$n]:-}" ] && held[${LOCKS[$n]}]=$n
+	return 0
+}
+
+# reap: wait for any test to end and report it.
+reap() {
+	local pid rc i n t
+	wait -n -p pid
 	rc=$?
-	local t=$((SECONDS - start))
+	[ -n "${pid:-}" ] && [ -n "${running[$pid]:-}" ] || return 0
+	i=${running[$pid]}
+	n=${names[$i]}
+	t=$((SECONDS - ${started[$pid]}))
+	unset "running[$pid]" "started[$pid]"
+	[ -n "${LOCKS[$n]:-}" ] && unset "held[${LOCKS[$n]}]"
+	[ "${kinds[$i]}" = lint ] || echo "$n $t" >>"$LOGDIR/times.new"
 	if [ $rc = 0 ]; then
-		pass=$((pass + 1)); printf 'PASS %-40s %4ds\n' "$name" "$t"
+		pass=$((pass + 1))
+		printf 'PASS %-40s %4ds\n' "$n" "$t"
 	elif [ $rc = 77 ]; then
-		skip=$((skip + 1)); printf 'SKIP %-40s %s\n' "$name" "$(tail -n1 "$LOGDIR/$name.log")"
+		skip=$((skip + 1))
+		printf 'SKIP %-40s %s\n' "$n" "$(tail -n1 "$LOGDIR/$n.log")"
 	else
-		fail=$((fail + 1)); failed="$failed $name"
-		[ $rc = 124 ] && echo "(timed out after ${limit}s)" >>"$LOGDIR/$name.log"
-		printf 'FAIL %-40s %4ds (exit %d)\n' "$name" "$t" "$rc"
-		tail -n 30 "$LOGDIR/$name.log" | sed 's/^/     | /'
+		fail=$((fail + 1))
+		failed="$failed $n"
+		[ $rc = 124 ] && echo "(timed out after ${limits[$i]}s)" >>"$LOGDIR/$n.log"
+		printf 'FAIL %-40s %4ds (exit %d)\n' "$n" "$t" "$rc"
+		tail -n 30 "$LOGDIR/$n.log" | sed 's/^/     | /'
 	fi
 }
 
-for t in "$B"/test/test_*; do
-	[ -x "$t" ] || continue
-	run_one "$(basename "$t")" 600 "$t"
-done
-for t in test/*.sh; do
-	[ -f "$t" ] || continue
-	run_one "$(basename "$t" .sh)" 1200 bash "$t"
-done
-for f in build/fuzz/fuzz_*; do
-	[ -x "$f" ] || continue
-	n=$(basename "$f")
-	corpus=test/fuzz/corpus/${n#fuzz_}
-	work=$(mktemp -d)
-	[ -d "$corpus" ] && cp -r "$corpus"/. "$work"/ 2>/dev/null
-	# A crash's input goes to the logs, not into the tree (libFuzzer writes
-	# crash-* into its working directory otherwise).
-	run_one "$n" $((FUZZ_SECONDS + 60)) "$f" -max_total_time="$FUZZ_SECONDS" \
-		-rss_limit_mb=2048 -timeout=10 -artifact_prefix="$LOGDIR/$n-" "$work"
-	rm -rf "$work"
-done
+# run_all JOBS INDEX...: run those tests, at most JOBS at a time, a test of a
+# lock only while no other test holds it; in the order given, but a test
+# that must wait for a lock lets the next ones by.
+run_all() {
+	local jobs=$1 i k lock
+	shift
+	local queue=("$@")
+	while [ ${#queue[@]} -gt 0 ] || [ ${#running[@]} -gt 0 ]; do
+		while [ ${#running[@]} -lt "$jobs" ]; do
+			k=""
+			for j in "${!queue[@]}"; do
+				i=${queue[$j]}
+				lock=${LOCKS[${names[$i]}]:-}
+				if [ -z "$lock" ] || [ -z "${held[$lock]:-}" ]; then
+					k=$j
+					break
+				fi
+			done
+			[ -n "$k" ] || break
+			start "${queue[$k]}"
+			unset "queue[$k]"
+			queue=("${queue[@]}")
+		done
+		[ ${#running[@]} -gt 0 ] && reap
+	done
+}
+
+# Lint, when asked for, beside the tests that share the machine (it is
+# CPU-bound, they mostly wait); the tests that run alone come after both.
+if [ -n "${LINT:-}" ]; then
+	names+=(lint) limits+=(3600) kinds+=(lint) paths+=("")
+	shared=("$((${#names[@]} - 1))" "${shared[@]}")
+fi
+run_all "$JOBS" "${shared[@]}"
+run_all 1 "${alone[@]}"
+
+# The times of this run, for the next one's order (those not run kept).
+if [ -f "$LOGDIR/times" ]; then
+	awk 'NR == FNR { seen[$1] = 1; print; next } !($1 in seen)' \
+		"$LOGDIR/times.new" "$LOGDIR/times" >"$LOGDIR/times.tmp" &&
+		mv "$LOGDIR/times.tmp" "$LOGDIR/times"
+else
+	mv "$LOGDIR/times.new" "$LOGDIR/times"
+fi
+rm -f "$LOGDIR/times.new"
 
 [ -n "$failed" ] && echo "failed:$failed (logs in $LOGDIR/)"
 echo "$pass passed, $fail failed, $skip skipped"

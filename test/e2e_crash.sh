@@ -430,7 +430,7 @@ check_leftovers() {
 	done)
 	[ -z "$c" ] || fail "in the runc root $DATA/runc, no instance explains: $c"
 	not_adopted() { local l w; while read -r l; do w=${l%% *}; case "$ADOPTED_PIDS" in *" $w "*) ;; *) echo "$l" ;; esac; done; }
-	for _ in $(seq 20); do # killed processes are reaped by init: a moment at most
+	for _ in $(seq 100); do # killed processes die in a moment, longer on a busy machine
 		p=$(own_procs | grep -v "^$THAWD_PID " | not_adopted)
 		[ -z "$p" ] && break
 		sleep 0.1

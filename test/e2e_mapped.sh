@@ -76,7 +76,8 @@ PY
 }
 
 # --- the original, outside any container --------------------------------------
-PORT=$((20000 + $$ % 20000))
+. "$ROOT/test/lib/free_port.sh"
+PORT=$(free_port)
 (cd "$FN_DIR" && MAPPED_DATA_MIB=$MIB PORT=$PORT exec setsid python3 mapped_fn.py) &
 REF_PID=$!
 for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break; sleep 0.1; done

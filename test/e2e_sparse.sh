@@ -59,7 +59,8 @@ export SPARSE_ZERO_MIB=$ZERO_MIB SPARSE_RANDOM_MIB=$RANDOM_MIB
 
 # --- the original, outside any container: the answer to expect ---------------
 # (it also writes the data file, sparse_data.bin, that the function maps)
-PORT=$((20000 + $$ % 20000))
+. "$ROOT/test/lib/free_port.sh"
+PORT=$(free_port)
 (cd "$FN_DIR" && PORT=$PORT exec setsid python3 sparse_fn.py) &
 REF_PID=$!
 for _ in $(seq 1 200); do curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break; sleep 0.1; done

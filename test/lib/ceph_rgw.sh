@@ -25,9 +25,10 @@
 # a CRUSH rule that chooses OSDs, not hosts; and deleted objects are otherwise
 # kept for two hours by rgw's gc.
 
-ceph_rgw_free_port() {
-	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
+# Ports below the ephemeral range, where no other test's connection can
+# take one between this choice and the daemon's bind (test/lib/free_port.sh).
+. "$(dirname "${BASH_SOURCE[0]}")/free_port.sh"
+ceph_rgw_free_port() { free_port; }
 
 ceph_rgw_install() {
 	command -v ceph-mon >/dev/null && command -v ceph-osd >/dev/null &&

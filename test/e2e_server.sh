@@ -5,7 +5,9 @@
 #      answers 201 with docs/API.md's fields, and GET /infer through each
 #      endpoint answers exactly what the function computes; the metrics count
 #      them; then DELETE each (204) and nothing is left;
-#   2. GET /healthz answers within 50 ms while 4 starts run (measured);
+#   2. GET /healthz is not held up while 4 starts run: each answer within
+#      50 ms, or within a quarter of the shortest start where the machine
+#      is so busy that the starts themselves take longer (measured);
 #   3. 504: a function that is ready only while a file exists in its cwd,
 #      removed after its snapshot, is not ready in time on restore;
 #   4. kill -9 of thawd during a snapshot (held at a known point by its runc,
@@ -57,8 +59,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# thawd's runc is test/lib/runc_hold: `hold run|checkpoint` makes the next
-# such runc call of a snapshot stop there, so that a kill lands at that point.
+# thawd's runc is test/lib/runc_hold: `hold run|checkpoint|restore` makes the
+# next such runc call stop there, so that a kill (or a client's leaving)
+# lands at that point.
 start_thawd() {
 	rm -f "$T/port"
 	RUNC_HOLD_DIR=$T "$THAWD" --runc "$R/test/lib/runc_hold" --listen 127.0.0.1:0 --port-file "$T/port" --data-dir "$DATA" \
@@ -234,7 +237,15 @@ read -r samples worst bad <<<"$(awk '{ n++; ms = $2 * 1000; if (ms > w) w = ms; 
 echo "figure: /healthz answered $samples times while 4 starts ran; worst $worst ms"
 [ "$samples" -ge 5 ] || fail "only $samples /healthz samples were taken while the starts ran"
 [ "$bad" = 0 ] || fail "$bad /healthz answers were not 200"
-awk -v w="$worst" 'BEGIN { exit !(w < 50) }' || fail "/healthz took $worst ms while 4 starts ran"
+# A /healthz held up by a start would take about as long as the start; one
+# that is not takes what the machine's load adds to any request.  So the
+# bound is 50 ms or, on a machine so busy that the starts themselves are
+# slow, a quarter of the shortest start (run-tests.sh runs this test alone,
+# but other work may share the machine).
+shortest=$(for i in 1 2 3 4; do jget "$T/hz.$i" "j['timings_ms']['total']"; done | sort -n | head -n1)
+bound=$(awk -v s="${shortest:-0}" 'BEGIN { b = s / 4; printf "%.1f", (b > 50 ? b : 50) }')
+awk -v w="$worst" -v b="$bound" 'BEGIN { exit !(w < b) }' ||
+	fail "/healthz took $worst ms while 4 starts ran (bound $bound ms; shortest start ${shortest:-?} ms)"
 # Those 4 instances are stopped by thawd at the end (SIGTERM).
 
 # ---- 3. 504: not ready in time after the restore ----
@@ -271,6 +282,7 @@ grep -q '^thaw_start_failures_total{function="slow",code="timeout"} 1$' "$T/body
 after_kill() {
 	local what=$1 state why c p lines
 	lines=$(wc -l <"$T/thawd.log")
+	RESTARTED_AT=$((lines + 1)) # the restarted thawd's first line in its log
 	start_thawd
 	# What the recovery did, for the log of this test.
 	tail -n +"$((lines + 1))" "$T/thawd.log" | grep -E "earlier run|marked failed" | sed 's/^/    /'
@@ -307,8 +319,8 @@ after_kill() {
 	adopted_ids=" $(jget "$T/body" "' '.join(i['instance'] for i in j['instances'])") "
 	adopted_pids=" $(jget "$T/body" "' '.join(str(i[k]) for i in j['instances'] for k in ('pid', 'shim_pid', 'lease_holder_pid', 'lazy_watcher_pid', 'lazy_daemon_pid') if i.get(k))") "
 	not_adopted() { local l w; while read -r l; do w=${l%% *}; case "$adopted_pids" in *" $w "*) ;; *) echo "$l" ;; esac; done; }
-	# Killed processes are reaped by init: a moment at most.
-	for _ in $(seq 10); do
+	# Killed processes die in a moment (longer on a busy machine).
+	for _ in $(seq 100); do
 		[ -z "$(own_procs | grep -v "^$THAWD_PID " | not_adopted)" ] && break
 		sleep 0.1
 	done
@@ -331,7 +343,7 @@ kill_thawd() {
 	wait "$THAWD_PID" 2>/dev/null
 	THAWD_PID=""
 }
-hold() { # run|checkpoint: hold the next snapshot's runc call of that kind
+hold() { # run|checkpoint|restore: hold the next runc call of that kind
 	rm -f "$T/held"
 	echo "$1" >"$T/hold"
 }
@@ -397,8 +409,9 @@ api GET /functions/cpu >/dev/null
 # The old snapshot of cpu still starts; big snapshots again.  The restarted
 # thawd read the ready snapshots' manifests ahead, so this first start does
 # not read its own.
-grep -q "[0-9] snapshot manifest(s) read ahead" "$T/thawd.log" ||
-	fail "the restarted thawd did not read cpu's manifest ahead"
+read_ahead() { tail -n +"$RESTARTED_AT" "$T/thawd.log" | grep -q "[0-9] snapshot manifest(s) read ahead"; }
+for _ in $(seq 300); do read_ahead && break; sleep 0.1; done
+read_ahead || fail "the restarted thawd did not read cpu's manifest ahead (30 s)"
 st=$(api POST /functions/cpu/start)
 [ "$st" = 201 ] || fail "start after restart: $st $(cat "$T/body")"
 load_ms=$(jget "$T/body" "j['timings_ms']['load']")
@@ -417,8 +430,12 @@ st=$(api POST '/functions/big/snapshot?wait=1')
 [ "$st" = 200 ] || fail "snapshot of big after restart: $st $(cat "$T/body")"
 
 # A client that gives up before the answer (a gateway's timeout) leaves no
-# instance behind: big's first start materialises its snapshot, ~0.5 s.
+# instance behind.  Its start is held at its runc restore until the client
+# has gone, however fast the machine (a start took ~0.5 s here, the client
+# gave up at 0.2 s), then let go.
+hold restore
 curl -s -o /dev/null --max-time 0.2 -H "Authorization: Bearer $TOKEN" -X POST "$URL/functions/big/start"
+held "a start whose client went away" && kill -CONT "$(awk '{ print $NF }' "$T/held")"
 for _ in $(seq 100); do
 	grep -q "client closed the connection before the answer" "$T/thawd.log" && break
 	sleep 0.1

@@ -296,7 +296,13 @@ static void *copy_slice(void *arg)
 
 	/* Pinned, the copy runs at the link's speed; not, the driver stages
 	 * it through its own buffers.  A read-only pin where the driver has
-	 * it; a read-write one where the mapping allows. */
+	 * it; a read-write one where the mapping allows.  Both need a
+	 * context current on this thread: the first mapping's. */
+	for (struct gm_map *m = gm_maps; m; m = m->next)
+		if (m->restoring) {
+			use_ctx(m->ctx, m->device);
+			break;
+		}
 	s->reg_cr = gm_real.host_register(s->base + s->off, s->len, CU_MEMHOSTREGISTER_READ_ONLY);
 	if (s->reg_cr != CUDA_SUCCESS && s->writable)
 		s->reg_cr = gm_real.host_register(s->base + s->off, s->len, 0);

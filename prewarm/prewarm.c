@@ -665,7 +665,9 @@ static int write_bundle(struct job *j)
 						   .mapped_src = mapped_src, .argv = argv,
 						   .gpu_minors = j->ngpu && minors_known ? minors : NULL,
 						   .ngpu_minors = j->ngpu, .env_defaults = defaults,
-						   .allow = j->c },
+						   .gpumem_in = j->gpumem ? j->gpumem_in : NULL,
+						   .gpumem_out = j->gpumem ? j->gpumem_out : NULL,
+						   .gpumem_preload = j->gpumem, .allow = j->c },
 			j->bundle);
 	free_argv(own_argv);
 	return ret;

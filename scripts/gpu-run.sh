@@ -214,6 +214,11 @@ done
 	step gpu-llm-thaw-bench bash bench/thaw-bench-run.sh "$THAW_GPU_EXAMPLE" gpu-example \
 		'POST /generate {"prompt_ids": [1, 450, 4996, 17354, 1701, 29916], "max_new_tokens": 32}' \
 		"\"tokens\": $E2E_GPU_TOKENS" "$THAW_FIGURES/thaw-bench" "${GPU_BURST:-8}"
+# libthaw-cuda against the driver carrying the device memory, same thawd: the
+# GPU example (one at a time, a burst of 8), a 16 GiB function, expandable
+# segments with a worker thread (bench/gpumem-run.sh).
+[ -n "${E2E_GPU_TOKENS:-}" ] &&
+	step gpumem-bench bash bench/gpumem-run.sh "$THAW_FIGURES/gpumem" "$E2E_GPU_TOKENS"
 # The same on a huge-page tier (thawd's default where it can mount one), without
 # the engine-alone probes.
 [ -n "${E2E_GPU_TOKENS:-}" ] &&

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# gpumem-run.sh — GPU starts with libthaw-cuda carrying the device memory
+# ("gpu_memory": "thaw", the default) against the CUDA driver carrying it
+# ("gpu_memory": "driver"): the same functions, the same thawd, the same run.
+# Run on the GPU machine (scripts/gpu-run.sh), as root:
+#
+#   bench/gpumem-run.sh OUTDIR TOKENS [PART...]
+#
+# TOKENS: the tokens the GPU example's cold process generated.  PARTs (all
+# by default, or $GPUMEM_PARTS): example (the GPU example, $THAW_GPU_EXAMPLE: 5 starts one at
+# a time, then a burst of 8, in each mode), big (bench/functions/gpu_big.py
+# holding 16 GiB, default allocator: 3 starts one at a time in each mode),
+# expandable (gpu_big with 4 GiB, expandable segments and a thread
+# launching matmuls throughout: 3 starts, thaw).  Every start must answer
+# as the cold process did (the tokens; "match": true).  Each scenario's
+# thaw-bench table goes to OUTDIR/<name>.txt; the snapshot jobs (their
+# driver_checkpoint and gpu_memory_save timings) to OUTDIR/snapshot-<fn>.json;
+# "figure:" lines summarise.  Exit 0 when every start was correct.
+set -u
+[ $# -ge 2 ] || { sed -n '2,20p' "$0" >&2; exit 2; }
+OUTDIR=$1 TOKENS=$2
+shift 2
+PARTS=${*:-${GPUMEM_PARTS:-big example expandable}}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+B=${THAW_BUILD:-$ROOT/build}
+BENCH=$B/bench/thaw-bench
+mkdir -p "$OUTDIR"
+W=$(mktemp -d /tmp/gpumem-run-XXXXXX)
+TIER=$(mktemp -d /dev/shm/gpumem-run-tier-XXXXXX)
+ID=none INFER="" EXPECT=""
+. "$ROOT/bench/lib/thawd.sh"
+start_thawd 0 || exit 1
+
+PYBIN=$(dirname "$(python3 -c 'import sys; print(sys.executable)')")
+sed -e "s|@THAW_ROOT@|$ROOT|g" -e "s|/opt/torch/.venv/bin|$PYBIN|" \
+	"$ROOT/bench/functions/gpu_big.json" >"$W/gpu_big.json"
+
+# figures FN: the snapshot's split of the CUDA checkpoint, and each scenario's rows.
+snap_figures() {
+	local f=$OUTDIR/snapshot-$1.json
+	echo "figure: gpumem $1 snapshot driver_checkpoint_ms $(jfield "$f" job result timings_ms driver_checkpoint)" \
+		"gpu_memory_save_ms $(jfield "$f" job result timings_ms gpu_memory_save)" \
+		"criu_dump_ms $(jfield "$f" job result timings_ms criu_dump)" \
+		"total_ms $(jfield "$f" job result timings_ms total)"
+}
+
+# one FN SPEC MODE [KEY=JSON...]: register, snapshot; ID set.
+one() {
+	local fn=$1 spec=$2 mode=$3
+	shift 3
+	ID=$fn
+	put_function "$fn" "$spec" "$W/$fn.json" "gpu_memory=\"$mode\"" "$@" || { bad=1; return 1; }
+	snapshot_function "$fn" "$OUTDIR/snapshot-$fn.json" || { bad=1; return 1; }
+	snap_figures "$fn"
+}
+
+case " $PARTS " in *" example "*)
+	INFER='POST /generate {"prompt_ids": [1, 450, 4996, 17354, 1701, 29916], "max_new_tokens": 32}'
+	EXPECT="\"tokens\": $TOKENS"
+	for mode in thaw driver; do
+		one "example-$mode" "$THAW_GPU_EXAMPLE" "$mode" || continue
+		run "example-$mode-prime" --burst 1
+		run "example-$mode-seq" --burst 1 --repeat 5
+		run "example-$mode-burst" --burst 8
+	done
+esac
+case " $PARTS " in *" big "*)
+	INFER='POST /check {}' EXPECT='"match": true'
+	for mode in thaw driver; do
+		one "big-$mode" "$W/gpu_big.json" "$mode" || continue
+		run "big-$mode-prime" --burst 1
+		run "big-$mode-seq" --burst 1 --repeat 3
+		# Its snapshot goes (store and tier): the next one needs the room.
+		curl -s -X DELETE "$URL/functions/big-$mode" >/dev/null
+		"$B/thaw" store --store "$W/data/store" gc >/dev/null 2>&1 || true
+	done
+esac
+case " $PARTS " in *" expandable "*)
+	INFER='POST /check {}' EXPECT='"match": true'
+	cmd="[\"python3\", \"$ROOT/bench/functions/gpu_big.py\", \"--port\", \"8000\", \"--gib\", \"4\", \"--worker\"]"
+	env="{\"PATH\": \"$PYBIN:/usr/bin:/bin\", \"PYTHONUNBUFFERED\": \"1\", \"PYTORCH_CUDA_ALLOC_CONF\": \"expandable_segments:True\"}"
+	if one "expandable-thaw" "$W/gpu_big.json" thaw "command=$cmd" "env=$env"; then
+		run "expandable-thaw-prime" --burst 1
+		run "expandable-thaw-seq" --burst 1 --repeat 3
+	fi
+esac
+# Every start's phases, as thawd logged them.
+grep -h "instance .* of .*: 127.0.0.1" "$OUTDIR/thawd.log" | tail -n 60 >"$OUTDIR/starts.txt"
+[ "$bad" = 0 ] && echo "gpumem-run: every start was correct" || echo "gpumem-run: failures"
+[ "$bad" = 0 ]

@@ -123,10 +123,11 @@ start() {
 		work=$(mktemp -d)
 		[ -d "$corpus" ] && cp -r "$corpus"/. "$work"/ 2>/dev/null
 		# A crash's input goes to the logs, not into the tree (libFuzzer
-		# writes crash-* into its working directory otherwise).
+		# writes crash-* into its working directory otherwise).  A crash
+		# exits 1: libFuzzer's own default, 77, is this runner's "skip".
 		set -- sh -c '"$@"; rc=$?; rm -rf "$0"; exit $rc' "$work" "${paths[$i]}" \
 			-max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -timeout=10 \
-			-artifact_prefix="$LOGDIR/$n-" "$work"
+			-error_exitcode=1 -artifact_prefix="$LOGDIR/$n-" "$work"
 		;;
 	lint) set -- sh -c "$LINT" ;;
 	esac

@@ -11,9 +11,16 @@ command -v make >/dev/null || { echo "no make"; exit 77; }
 unset MAKEFLAGS MFLAGS MAKELEVEL
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# The make runs of 1 and 2 get a build directory of their own: the Makefile
+# records its flags in $(B)/.cflags as it reads itself, and these runs'
+# flags (no DEVELOPER=1) written into the tree's build would make every
+# object stale for the next build, and for make lint beside this test.
+SCRATCH_B=$tmp/b
 
 # 1. make help lists every .PHONY target
-help=$(make --no-print-directory help) || bad "make help failed"
+help=$(make --no-print-directory B="$SCRATCH_B" help) || bad "make help failed"
 echo "$help"
 phony=$(sed -n 's/^\.PHONY:[[:space:]]*//p' Makefile)
 [ -n "$phony" ] || bad "no .PHONY line in the Makefile"
@@ -25,9 +32,9 @@ done
 # it was, not as some variable of the Makefile's
 # shellcheck disable=SC2016 # $$TESTS is for make, then the shell it runs
 probe='print-tests-filter: ; @echo "$$TESTS"'
-got=$(TESTS=store make --no-print-directory --eval "$probe" print-tests-filter)
+got=$(TESTS=store make --no-print-directory B="$SCRATCH_B" --eval "$probe" print-tests-filter)
 [ "$got" = store ] || bad "TESTS=store reached the recipe as '$got'"
-got=$(make --no-print-directory TESTS=store --eval "$probe" print-tests-filter)
+got=$(make --no-print-directory B="$SCRATCH_B" TESTS=store --eval "$probe" print-tests-filter)
 [ "$got" = store ] || bad "make TESTS=store: the recipe saw '$got'"
 
 # 3. run-tests.sh: a filter that matches nothing fails and says so
@@ -39,8 +46,6 @@ echo "$out" | grep -q "0 of [0-9]* tests match" || bad "no count of matching tes
 
 # 4. dependency files: in a scratch build directory, a header's change
 # rebuilds exactly the objects that include it.
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/src/common" "$tmp/src/store"
 cp Makefile "$tmp/src/"
 cat >"$tmp/src/common/a.h" <<'H'

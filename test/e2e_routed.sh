@@ -1,0 +1,270 @@
+#!/usr/bin/env bash
+# Requests routed through thawd (/function/<id>/…) to instances it starts on
+# demand, with real runc, CRIU and thawd, and test/fixtures/proxy_fn.py (HTTP/1.1,
+# one thread per connection; its gates are files the test creates):
+#   1. from zero: the first request starts an instance and is answered;
+#   2. hey, 16 concurrent, 2000 requests: every one 200; curl, 16 at a time,
+#      2000 requests: every body right; at most 4 instances (16 / concurrency 4);
+#   3. method, path, query and headers reach the function; thawd's token does not;
+#   4. a streamed answer's first bytes reach the client before its last exist;
+#      10 MB uploads (Content-Length and chunked) arrive whole;
+#   5. a burst of 12 beyond max_instances 2 x concurrency 2 + queue 4: exactly
+#      the 4 over get 429 with Retry-After, the 8 others 200;
+#   6. a client that goes away mid-stream frees its slot;
+#   7. an instance killed mid-request: 502; one killed between requests: the
+#      next request is answered all the same;
+#   8. after the load, every instance stops after idle_s: the functions are at
+#      zero, and nothing of an instance is left.
+# Nothing here waits for a time to pass and then checks: each step waits (with
+# a generous limit) for what it expects, in order.
+set -u
+B=${THAW_BUILD:-$PWD/build}
+ROOT=${THAW_ROOT:-$PWD}
+THAWD=$B/thawd
+THAW=$B/thaw
+. "$ROOT/test/lib/require.sh"
+require_restore_tools
+command -v python3 >/dev/null || skip "no python3"
+command -v hey >/dev/null || skip "no hey (apt-get install hey; make deps installs it)"
+
+NAME=routed
+. "$ROOT/test/lib/thawd_e2e.sh"
+FN=$T/fn
+mkdir -p "$FN" "$T/out"
+cp "$ROOT/test/fixtures/proxy_fn.py" "$FN/"
+echo routed-token >"$T/data-token"
+start_thawd
+
+# wait_for SECONDS COMMAND...: until COMMAND succeeds; 1 if it never does.
+wait_for() {
+	local limit=$1 i
+	shift
+	for i in $(seq $((limit * 10))); do
+		"$@" && return 0
+		sleep 0.1
+	done
+	return 1
+}
+# metric NAME LABELS: its value in /metrics (0 if absent).
+metric() {
+	curl -s "$URL/metrics" | awk -v n="$1{$2}" '$1 == n { print $2; found = 1 } END { if (!found) print 0 }'
+}
+# instances FUNCTION: how many instances of it are recorded.
+instances() {
+	curl -s "$URL/instances" | python3 -c "import json,sys
+print(sum(1 for i in json.load(sys.stdin)['instances'] if i.get('function') == '$1'))"
+}
+routed() { curl -s -o "$T/body" -D "$T/hdr" -w '%{http_code}' "$@"; }
+
+spec() { # spec ID EXTRA-KEYS
+	echo "{\"command\": [\"python3\", \"proxy_fn.py\"], \"cwd\": \"$FN\", \"port\": 8000,
+		\"ready\": {\"http\": \"/health\"}, \"idle_s\": 2, $2}"
+}
+st=$(api PUT /functions/r -d "$(spec r '"concurrency": 4, "max_instances": 4, "queue_timeout_s": 120')")
+[ "$st" = 201 ] || { fail "PUT r: $st $(cat "$T/body")"; exit 1; }
+st=$(api PUT /functions/b -d "$(spec b '"concurrency": 2, "max_instances": 2, "queue": 4, "queue_timeout_s": 120')")
+[ "$st" = 201 ] || { fail "PUT b: $st $(cat "$T/body")"; exit 1; }
+for f in r b; do
+	st=$(api POST "/functions/$f/snapshot?wait=1")
+	[ "$st" = 200 ] || { fail "snapshot $f: $st $(cat "$T/body")"; exit 1; }
+done
+st=$(routed "$URL/function/nope/x")
+[ "$st" = 404 ] && ok "an unknown function: 404" || fail "an unknown function: $st $(cat "$T/body")"
+
+# ---- 1. from zero ----
+[ "$(instances r)" = 0 ] || fail "r has instances before any request"
+lat=$(curl -s -o "$T/body" -w '%{time_total}' "$URL/function/r/hello?x=1")
+started=$(metric thaw_routed_starts_total 'function="r",result="ok"')
+if [ "$(cat "$T/body")" = "hello 1" ] && [ "$started" = 1 ] && [ "$(instances r)" = 1 ]; then
+	start_ms=$(grep -o 'instance r-[0-9a-f]* of r at [0-9.:]* in [0-9.]* ms' "$T/thawd.log" | head -1 |
+		awk '{ print $(NF-1) }')
+	ok "from zero: \"hello 1\" after $(awk -v s="$lat" 'BEGIN { printf "%.0f", s * 1000 }') ms, one start (${start_ms:-?} ms of it)"
+else
+	fail "from zero: body \"$(cat "$T/body")\", $started start(s), $(instances r) instance(s)"
+fi
+grep -q 'GET /function/r/hello 200 .* instance r-[0-9a-f]* waited [0-9.]* ms' "$T/thawd.log" &&
+	ok "the access log names the instance and the wait" ||
+	fail "no access log line with the instance: $(grep 'function/r/hello' "$T/thawd.log" | head -2)"
+
+# ---- 2. load ----
+before=$(metric thaw_routed_starts_total 'function="r",result="ok"')
+hey -n 2000 -c 16 -t 120 "$URL/function/r/hello?x=7" >"$T/hey.out" 2>&1
+peak=$(metric thaw_routed_instances 'function="r"')
+codes=$(awk '/^[ \t]+\[[0-9]+\]/ { gsub(/[\[\]]/, "", $1); print $1 ":" $2 }' "$T/hey.out" | tr '\n' ' ')
+n200=$(awk '/^[ \t]+\[200\]/ { print $2 }' "$T/hey.out")
+[ "${n200:-0}" = 2000 ] && ! grep -q 'Error distribution' "$T/hey.out" &&
+	ok "hey, 2000 at 16 concurrent: $codes" ||
+	fail "hey: $codes $(sed -n '/Error distribution/,$p' "$T/hey.out" | head -5)"
+curl -s -Z --parallel-max 16 "$URL/function/r/hello?x=[1-2000]" -o "$T/out/#1" 2>/dev/null
+wrong=0
+for x in $(seq 2000); do
+	[ "$(cat "$T/out/$x" 2>/dev/null)" = "hello $x" ] || wrong=$((wrong + 1))
+done
+[ $wrong = 0 ] && ok "curl, 2000 at 16 at a time: every body right" ||
+	fail "curl, 2000 at 16 at a time: $wrong wrong bodies, e.g. $(cat "$T/out/1")"
+during=$(($(metric thaw_routed_starts_total 'function="r",result="ok"') - before))
+[ "$during" -le 4 ] && [ "$peak" -le 4 ] &&
+	ok "the load took $during more start(s), $peak instance(s) at its end (16 / concurrency 4: at most 4)" ||
+	fail "the load took $during start(s), $peak instance(s) at its end: more than 16 / concurrency 4"
+[ "$(metric thaw_routed_requests_total 'function="r",status="200"')" -ge 4001 ] &&
+	ok "/metrics counts the routed requests by status" ||
+	fail "/metrics: $(curl -s "$URL/metrics" | grep '^thaw_routed_requests_total')"
+
+# ---- 3. what reaches the function ----
+st=$(routed -X PATCH -H 'X-Thing: 1' -H 'Content-Type: text/plain' --data-binary 'abc' \
+	"$URL/function/r/echo/a%20b//c?x=1&y&z=%2F")
+python3 - "$T/body" <<'EOF' && [ "$st" = 200 ] && ok "method, path, query, headers and body reach the function" || fail "echo: $st $(cat "$T/body")"
+import json, sys
+e = json.load(open(sys.argv[1]))
+h = {k.lower(): v for k, v in e["headers"].items()}
+ok = (e["method"] == "PATCH" and e["path"] == "/echo/a%20b//c?x=1&y&z=%2F" and
+      h.get("x-thing") == "1" and h.get("x-forwarded-for") == "127.0.0.1" and
+      h.get("x-forwarded-proto") == "http" and e["bytes"] == 3 and "expect" not in h)
+sys.exit(0 if ok else 1)
+EOF
+st=$(curl -s -I -o /dev/null -D "$T/hdr" -w '%{http_code} %{size_download}' "$URL/function/r/hello?x=5")
+[ "$st" = "200 0" ] && grep -qi '^content-length: 8' "$T/hdr" &&
+	ok "HEAD: the head (Content-Length: 8), no body" || fail "HEAD: $st $(cat "$T/hdr")"
+
+# ---- 4. streaming and uploads ----
+rm -f "$FN/g1"
+curl -sN "$URL/function/r/stream?gate=g1" >"$T/stream.out" &
+sp=$!
+if wait_for 60 grep -q first "$T/stream.out"; then
+	got=$(cat "$T/stream.out")
+	touch "$FN/g1"
+	wait $sp
+	[ "$got" = first ] && [ "$(cat "$T/stream.out")" = "$(printf 'first\nlast')" ] &&
+		ok "a streamed answer: \"first\" reached the client before \"last\" was written" ||
+		fail "streaming: before the gate \"$got\", after \"$(cat "$T/stream.out")\""
+else
+	fail "streaming: nothing arrived before the gate"
+	touch "$FN/g1"
+	wait $sp
+fi
+head -c 10000000 /dev/urandom >"$T/big"
+want=$(sha256sum "$T/big" | cut -c1-64)
+for how in length chunked; do
+	if [ $how = chunked ]; then
+		st=$(routed -X POST -H 'Transfer-Encoding: chunked' -T "$T/big" "$URL/function/r/upload")
+	else
+		st=$(routed -X POST -H 'Content-Type: application/octet-stream' --data-binary @"$T/big" \
+			"$URL/function/r/upload")
+	fi
+	[ "$st" = 200 ] && [ "$(jget "$T/body" "j['sha256']")" = "$want" ] &&
+		[ "$(jget "$T/body" "j['bytes']")" = 10000000 ] &&
+		ok "a 10 MB upload ($how) arrives whole" || fail "10 MB upload ($how): $st $(cat "$T/body")"
+done
+
+# ---- 5. a burst beyond what b may take ----
+rm -f "$FN/release"
+bp=()
+for i in $(seq 12); do
+	curl -s -o "$T/out/b$i" -D "$T/out/b$i.hdr" -w '%{http_code}\n' "$URL/function/b/hold" \
+		>"$T/out/b$i.code" &
+	bp+=($!)
+done
+refused() { [ "$(cat "$T"/out/b*.code 2>/dev/null | grep -c 429)" -ge 4 ]; }
+busy() { [ "$(metric thaw_routed_in_flight 'function="b"')" = 4 ]; }
+wait_for 120 refused && wait_for 120 busy
+queued=$(metric thaw_routed_queue 'function="b"')
+early=$(cat "$T"/out/b*.code 2>/dev/null | sort | uniq -c | tr -s ' \n' ' ')
+touch "$FN/release"
+wait "${bp[@]}"
+n429=$(cat "$T"/out/b*.code | grep -c 429)
+n200=$(cat "$T"/out/b*.code | grep -c 200)
+released=$(cat "$T"/out/b? "$T"/out/b1? 2>/dev/null | grep -c released)
+retry=$(grep -li '^retry-after: 1' "$T"/out/b*.hdr | wc -l)
+[ "$n429" = 4 ] && [ "$n200" = 8 ] && [ "$released" = 8 ] && [ "$retry" = 4 ] && [ "$queued" = 4 ] &&
+	ok "a burst of 12 on max_instances 2 x concurrency 2 + queue 4: 8 served (4 of them queued), 4 refused 429 with Retry-After" ||
+	fail "burst: before the release $early(queue $queued), after: $n200 x 200, $n429 x 429, $released released, $retry Retry-After"
+
+# ---- 6. a client that goes away ----
+rm -f "$FN/g2"
+curl -sN "$URL/function/r/stream?gate=g2" >"$T/gone.out" &
+gp=$!
+wait_for 60 grep -q first "$T/gone.out"
+inflight=$(metric thaw_routed_in_flight 'function="r"')
+kill $gp
+wait $gp 2>/dev/null
+freed() { [ "$(metric thaw_routed_in_flight 'function="r"')" = 0 ]; }
+[ "$inflight" = 1 ] && wait_for 30 freed &&
+	ok "a client gone mid-stream: its slot is freed" ||
+	fail "client gone: $inflight in flight while streaming, $(metric thaw_routed_in_flight 'function="r"') after"
+touch "$FN/g2"
+
+# ---- 7. instances killed ----
+# The instance of r the request is on: the one whose log says "blocked".
+rm -f "$FN/unblock"
+curl -s -o "$T/kill.body" -w '%{http_code}' "$URL/function/r/block" >"$T/kill.code" &
+kp=$!
+victim=""
+blocked() {
+	local id
+	for id in $(curl -s "$URL/instances" | python3 -c "import json,sys
+for i in json.load(sys.stdin)['instances']:
+    if i.get('function') == 'r': print(i['instance'])"); do
+		curl -s "$URL/instances/$id/logs" | grep -q blocked && { victim=$id; return 0; }
+	done
+	return 1
+}
+if wait_for 60 blocked; then
+	vpid=$(curl -s "$URL/instances/$victim" | python3 -c 'import json,sys; print(json.load(sys.stdin)["pid"])')
+	kill -9 "$vpid"
+	wait $kp
+	[ "$(cat "$T/kill.code")" = 502 ] && grep -q instance_failed "$T/kill.body" &&
+		ok "an instance killed mid-request: 502 ($(jget "$T/kill.body" "j['error']['message']"))" ||
+		fail "killed mid-request: $(cat "$T/kill.code") $(cat "$T/kill.body")"
+else
+	fail "the blocking request reached no instance"
+	touch "$FN/unblock"
+	wait $kp
+fi
+touch "$FN/unblock"
+# One killed while it serves nothing: the next request goes elsewhere.
+st=$(routed "$URL/function/r/hello?x=11")
+id=$(curl -s "$URL/instances" | python3 -c "import json,sys
+print([i['instance'] for i in json.load(sys.stdin)['instances'] if i.get('function') == 'r'][0])")
+vpid=$(curl -s "$URL/instances/$id" | python3 -c 'import json,sys; print(json.load(sys.stdin)["pid"])')
+kill -9 "$vpid"
+gone() { ! grep -qs '^State:.*[RSD]' "/proc/$vpid/status"; }
+wait_for 30 gone
+st=$(routed "$URL/function/r/hello?x=12")
+[ "$st" = 200 ] && [ "$(cat "$T/body")" = "hello 12" ] &&
+	ok "an instance killed between requests: the next one is answered ($(grep -c 'could not be reached' "$T/thawd.log") sent again)" ||
+	fail "after a kill between requests: $st $(cat "$T/body")"
+
+# ---- 8. back to zero ----
+zero() { [ "$(instances r)" = 0 ] && [ "$(instances b)" = 0 ]; }
+if wait_for 120 zero; then
+	ok "every instance stopped after idle_s: r and b are at zero"
+else
+	fail "not at zero: $(instances r) instance(s) of r, $(instances b) of b"
+fi
+api GET "/instances?all=1" >/dev/null
+python3 - "$T/body" <<'EOF' && ok "their ended records say idle (or killed, for the two)" || fail "ended records: $(head -c 400 "$T/body")"
+import json, sys
+ended = [i for i in json.load(open(sys.argv[1]))["instances"] if i.get("function") in ("r", "b")]
+idle = [i for i in ended if i.get("reason") == "stopped: idle 2 s"]
+other = [i.get("reason") for i in ended if i.get("reason") != "stopped: idle 2 s"]
+ok = len(idle) >= 3 and all(r and r.startswith("exited") for r in other) and len(other) <= 2
+if not ok:
+    print(len(idle), "idle,", other, file=sys.stderr)
+sys.exit(0 if ok else 1)
+EOF
+left=$(ls "$DATA/instances" 2>/dev/null; own_containers; own_mounts | grep '/instances/')
+[ -z "$left" ] && ok "nothing of an instance is left" || fail "left: $(echo "$left" | head -5)"
+
+# ---- the data-plane token opens the routes, and stays thawd's ----
+kill "$THAWD_PID"
+wait "$THAWD_PID" 2>/dev/null
+start_thawd --data-token-file "$T/data-token"
+st=$(routed "$URL/function/r/hello?x=1")
+[ "$st" = 401 ] && ok "behind a token, a routed request without it: 401" || fail "no token: $st"
+st=$(routed -H 'Authorization: Bearer routed-token' "$URL/function/r/echo")
+[ "$st" = 200 ] && ! grep -qi authorization "$T/body" &&
+	ok "with the data token: 200, and the token is not passed on" ||
+	fail "with the data token: $st $(cat "$T/body")"
+
+echo "$fails failure(s)"
+[ $fails = 0 ]

@@ -135,6 +135,8 @@ static int parse(const char *text, unsigned seq, struct gpumem_status *st)
 	st->map_ms = json_number_value(json_object_get(ms, "map"));
 	st->copy_ms = json_number_value(json_object_get(ms, "copy"));
 	st->total_ms = json_number_value(json_object_get(ms, "total"));
+	st->populate_ms = json_number_value(json_object_get(ms, "populate"));
+	st->register_ms = json_number_value(json_object_get(ms, "register"));
 	st->copy_threads = (int)num(o, "copy_threads");
 	st->pinned_slices = (int)num(o, "pinned_slices");
 	snprintf(st->register_error, sizeof(st->register_error), "%s",

@@ -29,6 +29,7 @@ struct gpumem_status {
 	uint64_t left_allocs, left_bytes; /* left to the driver's checkpoint */
 	uint64_t dev_bytes[8];            /* moved, per device ordinal in the process */
 	double hold_ms, sync_ms, map_ms, copy_ms, total_ms;
+	double populate_ms, register_ms; /* of copy_ms: the slowest copy thread's */
 	int copy_threads;
 	int pinned_slices;         /* of them, pinned by the driver */
 	char register_error[48];   /* why one was not ("" if all were) */

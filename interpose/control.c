@@ -89,12 +89,13 @@ static void answer(unsigned seq, const char *op, const struct gm_result *r)
 		     "\"allocs\": %llu, \"bytes\": %llu, \"left_allocs\": %llu, "
 		     "\"left_bytes\": %llu, \"dev_bytes\": [%llu, %llu, %llu, %llu, %llu, %llu, "
 		     "%llu, %llu], \"ms\": {\"hold\": %.3f, \"sync\": %.3f, \"map\": %.3f, "
-		     "\"copy\": %.3f, \"total\": %.3f}, \"copy_threads\": %d, \"pinned_slices\": %d, "
+		     "\"copy\": %.3f, \"total\": %.3f, \"populate\": %.3f, \"register\": %.3f}, \"copy_threads\": %d, \"pinned_slices\": %d, "
 		     "\"register_error\": \"%s\"}\n",
 		     seq, op, r->ok ? "true" : "false", err, r->allocs, r->bytes, r->left_allocs,
 		     r->left_bytes, r->dev_bytes[0], r->dev_bytes[1], r->dev_bytes[2],
 		     r->dev_bytes[3], r->dev_bytes[4], r->dev_bytes[5], r->dev_bytes[6],
 		     r->dev_bytes[7], r->hold_ms, r->sync_ms, r->map_ms, r->copy_ms, r->total_ms,
+		     r->populate_ms, r->register_ms,
 		     r->copy_threads, r->pinned_slices,
 		     r->register_error ? gm_error_name(r->register_error, ebuf, sizeof(ebuf)) : "");
 	if (n > 0)

@@ -158,7 +158,8 @@ struct gm_result {
 	unsigned long long dev_bytes[8];            /* moved, per device ordinal */
 	double hold_ms, sync_ms, copy_ms, map_ms, total_ms;
 	int copy_threads;
-	int pinned_slices;     /* of copy_threads, those the driver pinned */
+	int pinned_slices;     /* of copy_threads, those the driver pinned whole */
+	double populate_ms, register_ms; /* the slowest thread's */
 	CUresult register_error; /* why one was not pinned */
 };
 void gm_save(const char *dir, struct gm_result *r) GM_HIDDEN;

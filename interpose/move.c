@@ -270,15 +270,26 @@ static int map_new(struct gm_map *m, struct gm_result *r)
 	return 0;
 }
 
-/* The copy back: one thread per slice of the file. */
+/* The copy back: one thread per slice of the file, each slice pinned and
+ * copied a piece at a time, so that the copy of one piece runs while the
+ * next is pinned.  Pinning a range first walks its pages: they are
+ * populated by the slice's own thread beforehand (MADV_POPULATE_READ),
+ * in parallel, rather than faulted in one by one inside the driver. */
+#define PIECE (64ull << 20)
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+
 struct slice {
 	char *base;      /* the file's mapping */
 	uint64_t off, len;
 	bool writable;   /* the mapping is (the file could be opened read-write) */
-	bool pinned;
-	CUresult reg_cr; /* why it could not be pinned */
+	bool *pinned;    /* per piece: pinned (unpinned at RELEASE) */
+	int npinned, npieces;
+	CUresult reg_cr; /* why a piece could not be pinned */
 	CUresult cr;
 	char what[64];
+	double populate_ms, register_ms;
 };
 
 static struct {
@@ -288,58 +299,82 @@ static struct {
 	int n;
 } pinned;
 
+/* Queue the copies of the mappings' bytes that lie in [a, b) of the file. */
+static CUresult copy_range(struct slice *s, uint64_t a, uint64_t b, CUstream st)
+{
+	for (struct gm_map *m = gm_maps; m; m = m->next) {
+		uint64_t x, y;
+		CUresult cr;
+
+		if (!m->restoring || m->file_off + m->size <= a || m->file_off >= b)
+			continue;
+		x = m->file_off > a ? m->file_off : a;
+		y = m->file_off + m->size < b ? m->file_off + m->size : b;
+		cr = gm_real.memcpy_htod_async(m->va + (x - m->file_off), s->base + x, y - x, st);
+		if (cr != CUDA_SUCCESS)
+			return cr;
+	}
+	return CUDA_SUCCESS;
+}
+
 static void *copy_slice(void *arg)
 {
 	struct slice *s = arg;
 	CUstream st = NULL;
-	CUresult cr;
+	CUresult cr = CUDA_SUCCESS;
+	double t;
 
-	/* Pinned, the copy runs at the link's speed; not, the driver stages
-	 * it through its own buffers.  A read-only pin where the driver has
-	 * it; a read-write one where the mapping allows.  Both need a
-	 * context current on this thread: the first mapping's. */
+	/* Pinning and the stream need a context current on this thread:
+	 * the first mapping's (VMM memory is the process's, any will do). */
 	for (struct gm_map *m = gm_maps; m; m = m->next)
 		if (m->restoring) {
-			use_ctx(m->ctx, m->device);
+			cr = use_ctx(m->ctx, m->device);
 			break;
 		}
-	s->reg_cr = gm_real.host_register(s->base + s->off, s->len, CU_MEMHOSTREGISTER_READ_ONLY);
-	if (s->reg_cr != CUDA_SUCCESS && s->writable)
-		s->reg_cr = gm_real.host_register(s->base + s->off, s->len, 0);
-	s->pinned = s->reg_cr == CUDA_SUCCESS;
-	for (struct gm_map *m = gm_maps; m; m = m->next) {
-		uint64_t a, b;
+	if (cr == CUDA_SUCCESS)
+		cr = gm_real.stream_create(&st, 1 /* non-blocking */);
+	if (cr != CUDA_SUCCESS) {
+		s->cr = cr;
+		snprintf(s->what, sizeof(s->what), "a copy stream");
+		return NULL;
+	}
+	s->npieces = (int)((s->len + PIECE - 1) / PIECE);
+	s->pinned = calloc((size_t)s->npieces, sizeof(*s->pinned));
+	t = gm_now_ms();
+	madvise(s->base + s->off, s->len, MADV_POPULATE_READ);
+	s->populate_ms = gm_now_ms() - t;
+	for (int k = 0; k < s->npieces && s->pinned; k++) {
+		uint64_t a = s->off + (uint64_t)k * PIECE;
+		uint64_t n = s->off + s->len - a < PIECE ? s->off + s->len - a : PIECE;
+		CUresult rc;
 
-		if (!m->h || m->file_off + m->size <= s->off || m->file_off >= s->off + s->len ||
-		    !m->restoring)
-			continue;
-		if (!st) {
-			cr = use_ctx(m->ctx, m->device);
-			if (cr == CUDA_SUCCESS)
-				cr = gm_real.stream_create(&st, 1 /* non-blocking */);
-			if (cr != CUDA_SUCCESS) {
-				s->cr = cr;
-				snprintf(s->what, sizeof(s->what), "a copy stream");
-				return NULL;
-			}
+		/* Pinned, the copy runs at the link's speed; not, the driver
+		 * stages it through its own buffers.  A read-only pin where
+		 * the driver has it; a read-write one where the mapping allows. */
+		t = gm_now_ms();
+		rc = gm_real.host_register(s->base + a, n, CU_MEMHOSTREGISTER_READ_ONLY);
+		if (rc != CUDA_SUCCESS && s->writable)
+			rc = gm_real.host_register(s->base + a, n, 0);
+		s->register_ms += gm_now_ms() - t;
+		if (rc == CUDA_SUCCESS) {
+			s->pinned[k] = true;
+			s->npinned++;
+		} else {
+			s->reg_cr = rc;
 		}
-		a = m->file_off > s->off ? m->file_off : s->off;
-		b = m->file_off + m->size < s->off + s->len ? m->file_off + m->size : s->off + s->len;
-		cr = gm_real.memcpy_htod_async(m->va + (a - m->file_off), s->base + a, b - a, st);
+		cr = copy_range(s, a, a + n, st);
 		if (cr != CUDA_SUCCESS) {
 			s->cr = cr;
 			snprintf(s->what, sizeof(s->what), "cuMemcpyHtoDAsync");
 			break;
 		}
 	}
-	if (st) {
-		cr = gm_real.stream_sync(st);
-		if (cr != CUDA_SUCCESS && !s->cr) {
-			s->cr = cr;
-			snprintf(s->what, sizeof(s->what), "cuStreamSynchronize");
-		}
-		gm_real.stream_destroy(st);
+	cr = gm_real.stream_sync(st);
+	if (cr != CUDA_SUCCESS && !s->cr) {
+		s->cr = cr;
+		snprintf(s->what, sizeof(s->what), "cuStreamSynchronize");
 	}
+	gm_real.stream_destroy(st);
 	return NULL;
 }
 
@@ -417,10 +452,14 @@ void gm_restore(const char *dir, struct gm_result *r)
 				pthread_join(th[i], NULL);
 			if (pinned.s[i].cr && r->ok)
 				fail(r, pinned.s[i].what, pinned.s[i].cr);
-			if (pinned.s[i].pinned)
+			if (pinned.s[i].npinned == pinned.s[i].npieces)
 				r->pinned_slices++;
 			else
 				r->register_error = pinned.s[i].reg_cr;
+			if (pinned.s[i].populate_ms > r->populate_ms)
+				r->populate_ms = pinned.s[i].populate_ms;
+			if (pinned.s[i].register_ms > r->register_ms)
+				r->register_ms = pinned.s[i].register_ms;
 		}
 		r->copy_threads = pinned.n;
 	}
@@ -439,9 +478,15 @@ out:
 
 void gm_release_pinned(void)
 {
-	for (int i = 0; i < pinned.n; i++)
-		if (pinned.s[i].pinned)
-			gm_real.host_unregister(pinned.base + pinned.s[i].off);
+	for (int i = 0; i < pinned.n; i++) {
+		struct slice *sl = &pinned.s[i];
+
+		for (int k = 0; sl->pinned && k < sl->npieces; k++)
+			if (sl->pinned[k])
+				gm_real.host_unregister(pinned.base + sl->off + (uint64_t)k * PIECE);
+		free(sl->pinned);
+		sl->pinned = NULL;
+	}
 	pinned.n = 0;
 	if (pinned.base)
 		munmap(pinned.base, pinned.len);

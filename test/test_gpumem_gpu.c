@@ -146,12 +146,12 @@ static void run_case(const char *name, const char *alloc_conf, double gib, bool 
 	printf("figure: gpumem %s %s moved_bytes %llu left_bytes %llu save_ms %.1f lock_ms %.1f "
 	       "driver_checkpoint_ms %.1f driver_restore_ms %.1f unlock_ms %.1f copy_ms %.1f "
 	       "gpu_back_ms %.1f copy_threads %d pinned %d register_error %s lib_copy_ms %.1f "
-	       "lib_map_ms %.1f GBps %.1f\n",
+	       "lib_map_ms %.1f GBps %.1f populate_ms %.1f register_ms %.1f\n",
 	       name, thaw ? "thaw" : "driver", (unsigned long long)st.bytes,
 	       (unsigned long long)st.left_bytes, save_ms, lock_ms, ckpt_ms, restore_ms, unlock_ms,
 	       copy_ms, restore_ms + unlock_ms + copy_ms, rs.copy_threads, rs.pinned_slices,
 	       rs.register_error[0] ? rs.register_error : "-", rs.copy_ms, rs.map_ms,
-	       rs.copy_ms > 0 ? rs.bytes / rs.copy_ms / 1e6 : 0.0);
+	       rs.copy_ms > 0 ? rs.bytes / rs.copy_ms / 1e6 : 0.0, rs.populate_ms, rs.register_ms);
 	fflush(stdout);
 	end(&p);
 }

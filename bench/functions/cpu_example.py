@@ -119,6 +119,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 class Server(http.server.HTTPServer):
     allow_reuse_address = True
+    # socketserver's backlog is 5: more clients connecting at once would see
+    # SYNs dropped and retried a second later.
+    request_queue_size = 64
 
 
 if __name__ == "__main__":

@@ -733,11 +733,17 @@ void pool_forget(struct pool *p, const char *id)
 	pthread_mutex_lock(&p->lock);
 	i = inst_find(p, id);
 	if (i) {
+		struct pool_fn *f = i->fn;
+
 		i->draining = i->forgotten = true;
 		if (!i->inflight) {
 			inst_unlink(i);
 			dead = i;
 		}
+		/* Requests that waited on it (the instances of a replaced
+		 * snapshot, at max_instances) get an instance in its place. */
+		if (f->waiting)
+			start_for(p, f, f->waiting);
 	} else {
 		/* Maybe a start of ours that has not put it here yet. */
 		snprintf(p->forgotten[p->nforgotten++ % FORGOTTEN_KEPT], 64, "%s", id);

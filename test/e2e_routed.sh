@@ -13,7 +13,9 @@
 #   6. a client that goes away mid-stream frees its slot;
 #   7. an instance killed mid-request: 502; one killed between requests: the
 #      next request is answered all the same;
-#   8. after the load, every instance stops after idle_s: the functions are at
+#   8. after a new snapshot, requests go to an instance of it, and the old
+#      snapshot's instance stops;
+#   9. after the load, every instance stops after idle_s: the functions are at
 #      zero, and nothing of an instance is left.
 # Nothing here waits for a time to pass and then checks: each step waits (with
 # a generous limit) for what it expects, in order.
@@ -234,7 +236,28 @@ st=$(routed "$URL/function/r/hello?x=12")
 	ok "an instance killed between requests: the next one is answered ($(grep -c 'could not be reached' "$T/thawd.log") sent again)" ||
 	fail "after a kill between requests: $st $(cat "$T/body")"
 
-# ---- 8. back to zero ----
+# ---- 8. a new snapshot ----
+# A stream held open keeps an instance busy (never idle) while the snapshot
+# is made; a request beside it goes to that busiest instance.
+served() { grep -o 'GET /function/r/hello 200 .* instance r-[0-9a-f]*' "$T/thawd.log" | tail -1 | awk '{ print $NF }'; }
+rm -f "$FN/g3"
+curl -sN "$URL/function/r/stream?gate=g3" >"$T/held.out" &
+hp=$!
+wait_for 60 grep -q first "$T/held.out"
+st=$(routed "$URL/function/r/hello?x=20")
+before=$(served)
+st=$(api POST "/functions/r/snapshot?wait=1")
+[ "$st" = 200 ] || fail "re-snapshot of r: $st $(cat "$T/body")"
+moved() { routed "$URL/function/r/hello?x=21" >/dev/null; [ "$(served)" != "$before" ]; }
+retired() { grep -q "instance $before of r stopped: idle, its function's snapshot replaced" "$T/thawd.log"; }
+wait_for 60 moved
+touch "$FN/g3"
+wait $hp
+[ "$(cat "$T/held.out")" = "$(printf 'first\nlast')" ] && wait_for 60 retired &&
+	ok "after a new snapshot: requests go to $(served), and $before (the old snapshot's) stopped" ||
+	fail "after a new snapshot: served by $(served) (before: $before); $(grep "$before" "$T/thawd.log" | tail -2)"
+
+# ---- 9. back to zero ----
 zero() { [ "$(instances r)" = 0 ] && [ "$(instances b)" = 0 ]; }
 if wait_for 120 zero; then
 	ok "every instance stopped after idle_s: r and b are at zero"
@@ -242,12 +265,14 @@ else
 	fail "not at zero: $(instances r) instance(s) of r, $(instances b) of b"
 fi
 api GET "/instances?all=1" >/dev/null
-python3 - "$T/body" <<'EOF' && ok "their ended records say idle (or killed, for the two)" || fail "ended records: $(head -c 400 "$T/body")"
+python3 - "$T/body" <<'EOF' && ok "their ended records say idle (or killed, for the two; replaced, for one)" || fail "ended records: $(head -c 400 "$T/body")"
 import json, sys
 ended = [i for i in json.load(open(sys.argv[1]))["instances"] if i.get("function") in ("r", "b")]
 idle = [i for i in ended if i.get("reason") == "stopped: idle 2 s"]
-other = [i.get("reason") for i in ended if i.get("reason") != "stopped: idle 2 s"]
-ok = len(idle) >= 3 and all(r and r.startswith("exited") for r in other) and len(other) <= 2
+replaced = "stopped: idle, its function's snapshot replaced"
+other = [i.get("reason") for i in ended if i.get("reason") not in ("stopped: idle 2 s", replaced)]
+ok = (len(idle) >= 3 and all(r and r.startswith("exited") for r in other) and len(other) <= 2 and
+      sum(i.get("reason") == replaced for i in ended) >= 1)
 if not ok:
     print(len(idle), "idle,", other, file=sys.stderr)
 sys.exit(0 if ok else 1)

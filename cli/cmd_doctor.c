@@ -9,11 +9,13 @@
 #include "cli/cli.h"
 #include "common/config.h"
 #include "common/cuda.h"
+#include "common/gpumem.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "prewarm/span_record.h"
 #include "restore/tier.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <liburing.h>
@@ -469,6 +471,48 @@ static void check_gpu(struct doctor *d)
 	free(devs);
 }
 
+/* libthaw-cuda.so (common/gpumem.h): there beside thaw, and loadable (in
+ * a child: the library defines dlsym, which thaw has no use for). */
+static void check_gpumem(struct doctor *d)
+{
+	char lib[PATH_MAX], why[PATH_MAX + 64], err[512] = "";
+	int p[2], status = 0;
+	ssize_t k;
+	pid_t pid;
+
+	if (gpumem_library(lib, sizeof(lib), why, sizeof(why))) {
+		report(d, "gpumem", ST_WARN,
+		       "libthaw-cuda.so not found (%s): a GPU function's device memory goes through "
+		       "the driver's checkpoint (one thread, ~5-6 GB/s)", why);
+		return;
+	}
+	if (pipe2(p, O_CLOEXEC) < 0 || (pid = fork()) < 0) {
+		report(d, "gpumem", ST_WARN, "%s: cannot try it (%s)", lib, strerror(errno));
+		return;
+	}
+	if (pid == 0) {
+		void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+		const char *e = h ? "" : dlerror();
+
+		if (write(p[1], e, strlen(e)) < 0)
+			_exit(2);
+		_exit(h ? 0 : 1);
+	}
+	close(p[1]);
+	k = read(p[0], err, sizeof(err) - 1);
+	err[k > 0 ? k : 0] = '\0';
+	close(p[0]);
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		report(d, "gpumem", ST_FAIL, "%s does not load: %s", lib, err[0] ? err : "it crashed");
+	else
+		report(d, "gpumem", ST_OK,
+		       "%s loads: GPU functions' device memory is carried by thaw and copied back "
+		       "at the link's speed (a spec's \"gpu_memory\": \"driver\" opts out)%s",
+		       lib, cuda_available() ? "" : "; no GPU here");
+}
+
 /* A directory thaw writes into: created if missing, a file created and removed. */
 static void check_dir(struct doctor *d, const char *name, const char *dir)
 {
@@ -638,6 +682,7 @@ int cmd_doctor(int argc, char **argv)
 	check_runc(&d);
 	check_io_uring(&d);
 	check_gpu(&d);
+	check_gpumem(&d);
 	check_dir(&d, "data-dir", cli_data_dir());
 	check_dir(&d, "ram-tier", tier && *tier ? tier : CONFIG_RAM_TIER_DEFAULT);
 	check_tier_huge(&d, tier && *tier ? tier : CONFIG_RAM_TIER_DEFAULT);

@@ -23,7 +23,12 @@ static void start_usage(FILE *f)
 		   "  {\"instance\",\"function\",\"snapshot\",\"endpoint\":\"127.0.0.1:PORT\",\"pid\",\n"
 		   "   \"tier\":\"ram\"|\"disk\",\"pages\":\"mapped\"|\"lazy\"|\"eager\",\"pages_why\",\n"
 		   "   \"timings_ms\":{load,materialize,setup,criu_restore,endpoint,gpu_restore,\n"
-		   "   ready,total[,lazy_done]},\"lazy\"}\n"
+		   "   ready,total[,lazy_done][,gpu_memory_copy]},\"lazy\"\n"
+		   "   [,\"gpu_memory\":\"thaw\"|\"driver\",\"gpu_memory_why\"]}\n"
+		   "A GPU function's device memory, \"gpu_memory\": \"thaw\" where libthaw-cuda\n"
+		   "carried it (copied back from the RAM tier at the link's speed, in\n"
+		   "gpu_memory_copy of gpu_restore), else \"driver\" (the CUDA driver's\n"
+		   "checkpoint) and gpu_memory_why says why.\n"
 		   "How the memory comes back, \"pages\":\n"
 		   "  mapped  the default wherever it applies: the instance maps the snapshot's\n"
 		   "          memory files in the RAM tier (one copy shared by every instance,\n"
@@ -304,21 +309,25 @@ int cmd_ps(int argc, char **argv)
 		json_dumpf(list, stdout, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(10));
 		printf("\n");
 	} else {
-		printf("%-32s %-20s %-8s %-21s %8s %-5s %-6s %9s\n", "INSTANCE", "FUNCTION",
-		       "STATE", "ENDPOINT", "PID", "TIER", "PAGES", "START_MS");
+		printf("%-32s %-20s %-8s %-21s %8s %-5s %-6s %-7s %9s\n", "INSTANCE", "FUNCTION",
+		       "STATE", "ENDPOINT", "PID", "TIER", "PAGES", "GPU_MEM", "START_MS");
 		json_array_foreach(list, i, e) {
-			const char *v[6] = { "instance", "function", "state", "endpoint", "tier",
-					     "pages" };
+			const char *v[7] = { "instance", "function", "state", "endpoint", "tier",
+					     "pages", "gpu_memory" };
 			json_t *tm = json_object_get(json_object_get(e, "timings_ms"), "total");
+			const char *gwhy = json_string_value(json_object_get(e, "gpu_memory_why"));
 
-			for (int k = 0; k < 6; k++) {
+			for (int k = 0; k < 7; k++) {
 				v[k] = json_string_value(json_object_get(e, v[k]));
 				if (!v[k])
 					v[k] = "-";
 			}
-			printf("%-32s %-20s %-8s %-21s %8lld %-5s %-6s %9.1f\n", v[0], v[1], v[2],
+			printf("%-32s %-20s %-8s %-21s %8lld %-5s %-6s %-7s %9.1f\n", v[0], v[1], v[2],
 			       v[3], (long long)json_integer_value(json_object_get(e, "pid")), v[4],
-			       v[5], json_number_value(tm));
+			       v[5], v[6], json_number_value(tm));
+			/* The driver carried a GPU function's memory: why not thaw. */
+			if (gwhy && *gwhy)
+				printf("  gpu_memory: driver: %s\n", gwhy);
 			if (json_is_string(json_object_get(e, "error")))
 				printf("  error: %s\n",
 				       json_string_value(json_object_get(e, "error")));

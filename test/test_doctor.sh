@@ -32,6 +32,10 @@ fi
 if ! ls /dev/nvidia0 >/dev/null 2>&1; then
 	echo "$out" | grep -q "^warn  gpu .*no GPU: CPU functions only" || bad "no 'no GPU' warning"
 fi
+# libthaw-cuda: built beside thaw, it loads; missing, a warning that says so.
+echo "$out" | grep -q "^ok    gpumem .*libthaw-cuda.so loads" || bad "no 'ok gpumem' line"
+echo "$(THAW_GPUMEM_LIB=$tmp/none.so "$THAW" doctor 2>&1)" |
+	grep -q "^warn  gpumem    libthaw-cuda.so not found.*none.so" || bad "a missing libthaw-cuda.so not named"
 [ -d "$tmp/data" ] && [ -d "$tmp/tier" ] || bad "data dir or tier not created"
 [ -z "$(find "$tmp/data" "$tmp/tier" -mindepth 1)" ] || bad "doctor left its probe files behind"
 

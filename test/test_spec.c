@@ -286,6 +286,24 @@ int main(void)
 		  sizeof(err));
 	CHECK(s && s->elide_zero);
 	spec_free(s);
+	/* gpu_memory: thaw by default; "driver" opts out, and is written back. */
+	s = parse("{\"id\":\"a\",\"command\":[\"srv\"],\"port\":1,\"gpu\":true}", NULL, err,
+		  sizeof(err));
+	CHECK(s && !s->gpu_memory_driver);
+	spec_free(s);
+	s = parse("{\"id\":\"a\",\"command\":[\"srv\"],\"port\":1,\"gpu\":true,"
+		  "\"gpu_memory\":\"driver\"}", NULL, err, sizeof(err));
+	REQUIRE(s);
+	CHECK(s->gpu_memory_driver);
+	j1 = spec_to_json(s);
+	CHECK_STR(json_string_value(json_object_get(j1, "gpu_memory")), "driver");
+	json_decref(j1);
+	spec_free(s);
+	s = parse("{\"id\":\"a\",\"command\":[\"srv\"],\"port\":1,\"gpu_memory\":\"both\"}",
+		  NULL, err, sizeof(err));
+	CHECK(!s);
+	CHECK(strstr(err, "gpu_memory") != NULL);
+	spec_free(s);
 	/* A bundle may name the command itself. */
 	s = parse("{\"id\":\"a\",\"bundle\":\"/srv/b\",\"port\":80}", NULL, err, sizeof(err));
 	CHECK(s && !s->command && !strcmp(s->bundle, "/srv/b"));

@@ -19,11 +19,16 @@
 	.text
 
 	.p2align 4
+	.globl gm_common
+	.hidden gm_common
 	.type gm_common, @function
 gm_common:
 	lock incq gm_gate_inflight(%rip)
 	cmpl $0, gm_gate_closed(%rip)
 	jne .Lheld
+	lea gm_slot_real(%rip), %rax
+	cmpq $0, (%rax,%r11,8)
+	je .Lresolve
 	push %rbp
 	mov %rsp, %rbp
 	push %r11
@@ -58,6 +63,45 @@ gm_common:
 	movdqu %xmm6, 96(%rsp)
 	movdqu %xmm7, 112(%rsp)
 	call gm_gate_wait
+	movdqu 0(%rsp), %xmm0
+	movdqu 16(%rsp), %xmm1
+	movdqu 32(%rsp), %xmm2
+	movdqu 48(%rsp), %xmm3
+	movdqu 64(%rsp), %xmm4
+	movdqu 80(%rsp), %xmm5
+	movdqu 96(%rsp), %xmm6
+	movdqu 112(%rsp), %xmm7
+	add $128, %rsp
+	pop %r11
+	pop %r9
+	pop %r8
+	pop %rcx
+	pop %rdx
+	pop %rsi
+	pop %rdi
+	jmp gm_common
+.Lresolve:
+	/* An exported entry point's first call (exports.S): its driver
+	 * address by name, every argument register saved as above. */
+	lock decq gm_gate_inflight(%rip)
+	push %rdi
+	push %rsi
+	push %rdx
+	push %rcx
+	push %r8
+	push %r9
+	push %r11
+	sub $128, %rsp
+	movdqu %xmm0, 0(%rsp)
+	movdqu %xmm1, 16(%rsp)
+	movdqu %xmm2, 32(%rsp)
+	movdqu %xmm3, 48(%rsp)
+	movdqu %xmm4, 64(%rsp)
+	movdqu %xmm5, 80(%rsp)
+	movdqu %xmm6, 96(%rsp)
+	movdqu %xmm7, 112(%rsp)
+	mov %r11, %rdi
+	call gm_exports_resolve
 	movdqu 0(%rsp), %xmm0
 	movdqu 16(%rsp), %xmm1
 	movdqu 32(%rsp), %xmm2

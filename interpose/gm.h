@@ -90,6 +90,11 @@ extern volatile int gm_gate_closed GM_HIDDEN;
 extern volatile long gm_gate_inflight GM_HIDDEN;
 extern void *gm_slot_real[GM_SLOTS] GM_HIDDEN;
 extern const char gm_slots[] GM_HIDDEN; /* slot i's code at gm_slots + 16 * i */
+/* The top GM_EXPORTS slots are exports.S's named entry points. */
+#define GM_EXPORTS 28
+/* Fill slot's driver address by its exported name (gate.S, on the first
+ * call); a driver without it gets a stub that answers CUDA_ERROR_NOT_FOUND. */
+void gm_exports_resolve(unsigned long slot) GM_HIDDEN;
 /* Called by a held trampoline: returns once the gate is open. */
 void gm_gate_wait(void) GM_HIDDEN;
 /* The same protocol for the calls the library implements in C. */

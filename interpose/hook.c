@@ -195,6 +195,40 @@ const char *gm_error_name(CUresult r, char *buf, size_t len)
 	return buf;
 }
 
+/* --- exports.S's entry points --- */
+
+/* In exports.S's order: slot GM_SLOTS - 1 - k is names[k]. */
+static const char *const export_names[GM_EXPORTS] = {
+	"cuLaunchKernel",	"cuLaunchKernelEx",	"cuLaunchCooperativeKernel",
+	"cuGraphLaunch",	"cuMemcpy",		"cuMemcpyAsync",
+	"cuMemcpyHtoD_v2",	"cuMemcpyDtoH_v2",	"cuMemcpyDtoD_v2",
+	"cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoDAsync_v2",
+	"cuMemcpy2D_v2",	"cuMemcpy2DAsync_v2",	"cuMemcpy3D_v2",
+	"cuMemcpy3DAsync_v2",	"cuMemsetD8_v2",	"cuMemsetD16_v2",
+	"cuMemsetD32_v2",	"cuMemsetD8Async",	"cuMemsetD16Async",
+	"cuMemsetD32Async",	"cuStreamSynchronize",	"cuCtxSynchronize",
+	"cuEventRecord",	"cuEventSynchronize",	"cuStreamWaitEvent",
+	"cuMemPrefetchAsync",
+};
+
+static CUresult not_found(void)
+{
+	return CUDA_ERROR_NOT_FOUND;
+}
+
+void gm_exports_resolve(unsigned long slot)
+{
+	unsigned long k = GM_SLOTS - 1 - slot;
+	void *p = NULL;
+
+	if (k < GM_EXPORTS && gm_real_init() == 0)
+		p = gm_real.dlsym(libcuda, export_names[k]);
+	/* Only a program linked against libcuda calls these, so libcuda is
+	 * there; a driver without the entry point answers as it would. */
+	__atomic_store_n(&gm_slot_real[slot], p ? p : (void *)not_found, __ATOMIC_RELEASE);
+	gm_control_start();
+}
+
 /* --- wrapping what the function is given --- */
 
 /* A trampoline for p: the same slot for the same entry point. */
@@ -207,7 +241,7 @@ static void *slot_for(void *p)
 	for (i = 0; i < nslots; i++)
 		if (gm_slot_real[i] == p)
 			break;
-	if (i == nslots && nslots < GM_SLOTS)
+	if (i == nslots && nslots < GM_SLOTS - GM_EXPORTS)
 		__atomic_store_n(&gm_slot_real[nslots++], p, __ATOMIC_RELEASE);
 	if (i < nslots)
 		out = (void *)(gm_slots + 16 * (size_t)i);

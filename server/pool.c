@@ -559,14 +559,97 @@ static void start_for(struct pool *p, struct pool_fn *f, unsigned demand)
 
 /* ---- requests ---- */
 
+/* A slot of f for a request that arrived at t0, taken at once, or else the
+ * decision to wait for one (starting instances) or to refuse.  Under the
+ * lock: 0 and *slot; 1: wait; -EAGAIN and *why. */
+static int admit(struct pool *p, struct pool_fn *f, struct pool_slot *slot,
+		 struct pool_refusal *why)
+{
+	unsigned max = f->par.max_instances;
+	struct pool_inst *i;
+
+	if (p->stopping)
+		return refuse(why, 503, "shutting_down", false, "thawd is stopping");
+	/* First come, first served: a slot goes to a newcomer only when
+	 * nobody waits. */
+	i = f->head ? NULL : pick(f);
+	if (i) {
+		i->inflight++;
+		take(i, slot);
+		return 0;
+	}
+	start_for(p, f, f->waiting + 1);
+	if (f->waiting + 1 <= f->starting * f->par.concurrency + f->par.queue)
+		return 1;
+	if (max && live(f) + f->starting >= max)
+		return refuse(why, 429, "too_many_instances", true,
+			      "function %s is at its max_instances (%u), their slots are busy and "
+			      "its queue is full (%u request(s) waiting)",
+			      f->id, max, f->waiting);
+	return refuse(why, 503, "queue_full", true,
+		      "function %s has its queue full (%u request(s) waiting for an instance)",
+		      f->id, f->waiting);
+}
+
+/* Wait in f's queue, until t0 + its queue_timeout_s, for a slot handed over
+ * (0 and *slot), a refusal (-EAGAIN and *why), or the client's leaving
+ * (-ECONNABORTED), polling gone(arg).  Called, and returns, with the lock
+ * held; lets it go while it waits and while it polls. */
+static int wait_slot(struct pool *p, struct pool_fn *f, uint64_t t0, pool_gone_fn gone, void *arg,
+		     struct pool_slot *slot, struct pool_refusal *why)
+{
+	uint64_t deadline = t0 + (uint64_t)(f->par.queue_timeout_s * 1e9);
+	struct waiter w = { 0 };
+	int ret = -EAGAIN;
+
+	pthread_cond_init(&w.cv, &p->cattr);
+	enqueue(f, &w);
+	for (;;) {
+		uint64_t now = now_ns(), until = MIN(now + WAIT_POLL_NS, deadline);
+		struct timespec ts;
+		bool left = false;
+
+		if (w.got || w.failed)
+			break;
+		if (p->stopping) {
+			refuse(&w.why, 503, "shutting_down", false, "thawd is stopping");
+			break;
+		}
+		if (now >= deadline) {
+			refuse(&w.why, 503, "queue_timeout", true,
+			       "no instance of %s was free within its queue_timeout_s (%g s)", f->id,
+			       f->par.queue_timeout_s);
+			break;
+		}
+		if (gone) {
+			pthread_mutex_unlock(&p->lock);
+			left = gone(arg);
+			pthread_mutex_lock(&p->lock);
+		}
+		if (left && !w.got && !w.failed) {
+			ret = -ECONNABORTED;
+			break;
+		}
+		deadline_ts(until, &ts);
+		pthread_cond_timedwait(&w.cv, &p->lock, &ts);
+	}
+	if (w.got) {
+		take(w.got, slot);
+		ret = 0;
+	} else if (!w.failed) {
+		dequeue(f, &w); /* still queued: it gave up */
+	}
+	if (ret == -EAGAIN)
+		*why = w.why;
+	pthread_cond_destroy(&w.cv);
+	return ret;
+}
+
 int pool_acquire(struct pool *p, const char *fn, pool_gone_fn gone, void *arg,
 		 struct pool_slot *slot, struct pool_refusal *why)
 {
-	struct waiter w = { 0 };
+	uint64_t t0 = now_ns();
 	struct pool_fn *f;
-	struct pool_inst *i;
-	uint64_t t0 = now_ns(), deadline;
-	bool at_max;
 	int ret;
 
 	memset(slot, 0, sizeof(*slot));
@@ -578,90 +661,14 @@ int pool_acquire(struct pool *p, const char *fn, pool_gone_fn gone, void *arg,
 		return refuse(why, 503, "no_capacity", true, "out of memory");
 	pthread_mutex_lock(&p->lock);
 	f = fn_find(p, fn);
-	if (!f || f->gone) {
-		pthread_mutex_unlock(&p->lock);
-		return refuse(why, 404, "not_found", false, "no function %s", fn);
-	}
-	if (p->stopping) {
-		pthread_mutex_unlock(&p->lock);
-		return refuse(why, 503, "shutting_down", false, "thawd is stopping");
-	}
-	/* First come, first served: a slot goes to a newcomer only when
-	 * nobody waits. */
-	i = f->head ? NULL : pick(f);
-	if (i) {
-		i->inflight++;
-		take(i, slot);
-		pthread_mutex_unlock(&p->lock);
-		slot->wait_ms = ms_since(t0);
-		return 0;
-	}
-	start_for(p, f, f->waiting + 1);
-	if (f->waiting + 1 > f->starting * f->par.concurrency + f->par.queue) {
-		unsigned max = f->par.max_instances, waiting = f->waiting;
-
-		at_max = max && live(f) + f->starting >= max;
-		pthread_mutex_unlock(&p->lock);
-		if (at_max)
-			return refuse(why, 429, "too_many_instances", true,
-				      "function %s is at its max_instances (%u), their slots are "
-				      "busy and its queue is full (%u request(s) waiting)",
-				      fn, max, waiting);
-		return refuse(why, 503, "queue_full", true,
-			      "function %s has its queue full (%u request(s) waiting for an "
-			      "instance)",
-			      fn, waiting);
-	}
-	pthread_cond_init(&w.cv, &p->cattr);
-	enqueue(f, &w);
-	deadline = t0 + (uint64_t)(f->par.queue_timeout_s * 1e9);
-	for (;;) {
-		uint64_t now = now_ns(), until = now + WAIT_POLL_NS;
-		struct timespec ts;
-		bool left;
-
-		if (w.got || w.failed)
-			break;
-		if (p->stopping) {
-			dequeue(f, &w);
-			refuse(&w.why, 503, "shutting_down", false, "thawd is stopping");
-			w.failed = true;
-			break;
-		}
-		if (now >= deadline) {
-			dequeue(f, &w);
-			refuse(&w.why, 503, "queue_timeout", true,
-			       "no instance of %s was free within its queue_timeout_s (%g s)", fn,
-			       f->par.queue_timeout_s);
-			w.failed = true;
-			break;
-		}
-		if (gone) {
-			pthread_mutex_unlock(&p->lock);
-			left = gone(arg);
-			pthread_mutex_lock(&p->lock);
-			if (left && !w.got && !w.failed) {
-				dequeue(f, &w);
-				pthread_mutex_unlock(&p->lock);
-				pthread_cond_destroy(&w.cv);
-				return -ECONNABORTED;
-			}
-			if (w.got || w.failed)
-				break;
-		}
-		deadline_ts(until < deadline ? until : deadline, &ts);
-		pthread_cond_timedwait(&w.cv, &p->lock, &ts);
-	}
-	if (w.got)
-		take(w.got, slot);
+	if (!f || f->gone)
+		ret = refuse(why, 404, "not_found", false, "no function %s", fn);
+	else if ((ret = admit(p, f, slot, why)) == 1)
+		ret = wait_slot(p, f, t0, gone, arg, slot, why);
 	pthread_mutex_unlock(&p->lock);
-	pthread_cond_destroy(&w.cv);
-	if (w.failed) {
-		*why = w.why;
-		return -EAGAIN;
-	}
-	slot->wait_ms = ms_since(t0);
-	return 0;
+	if (!ret)
+		slot->wait_ms = ms_since(t0);
+	return ret;
 }
 
 void pool_release(struct pool *p, struct pool_slot *slot, void *link, bool broken)

@@ -76,6 +76,14 @@ static void check_route(const char *path)
 		/* The id is a segment of the path, as it came. */
 		FUZZ_ASSERT(strstr(path, r.id) != NULL);
 		break;
+	case ROUTE_FUNCTION_PROXY:
+		/* /function/<id>/<anything>: the id is checked like any other,
+		 * the rest is the function's own path, passed on as it came. */
+		FUZZ_ASSERT(id_valid(r.id));
+		FUZZ_ASSERT(!strchr(r.id, '/') && strcmp(r.id, ".") && strcmp(r.id, ".."));
+		FUZZ_ASSERT(!strncmp(path, "/function/", 10) &&
+			    !strncmp(path + 10, r.id, strlen(r.id)));
+		break;
 	default:
 		FUZZ_ASSERT(r.id[0] == '\0');
 	}

@@ -196,7 +196,7 @@ ifeq ($(LINT_SCOPE),changed)
   CPPCHECK_ARGS := $(LINT_CHANGED)
 else
   TIDY_SRCS     := $(LIB_SRCS) $(CLI_SRCS)
-  CPPCHECK_ARGS := $(LIB_DIRS) cli bench test
+  CPPCHECK_ARGS := $(LIB_DIRS) interpose cli bench test
 endif
 lint: $(TIDY_SRCS:%.c=$(B)/lint/%.ok)
 	scripts/check-includes.sh

@@ -78,6 +78,9 @@ gpu_main() {
 		echo "figure: e2e_restore_gpu start${i}_total_ms $(jget "$W/start$i.json" timings_ms total)"
 		echo "figure: e2e_restore_gpu start${i}_gpu_memory $(jget "$W/start$i.json" gpu_memory)" \
 			"copy_ms $(jget "$W/start$i.json" timings_ms gpu_memory_copy)"
+		# libthaw-cuda beside thaw carries the device memory (the default).
+		[ "$(jget "$W/start$i.json" gpu_memory)" = thaw ] ||
+			fail "instance $i: gpu_memory $(jget "$W/start$i.json" gpu_memory): $(jget "$W/start$i.json" gpu_memory_why)"
 		python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) > 0 else 1)' \
 			"$(jget "$W/start$i.json" timings_ms gpu_restore)" || fail "instance $i: no CUDA restore timed"
 		[ "$(jget "$D/instances/${ID[$i]}.json" cuda_pids | tr -d '[] ')" != "" ] ||

@@ -76,6 +76,9 @@ enum {
 	CU_ERR_TIMEOUT = 909,
 };
 
+/* CUdevice_attribute: CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, _MINOR. */
+enum { CU_ATTR_CC_MAJOR = 75, CU_ATTR_CC_MINOR = 76 };
+
 #ifdef THAW_CUDA_LAYOUT_CHECK
 #include <cuda.h>
 #include <stddef.h>
@@ -107,6 +110,8 @@ SAME_VALUE(CU_ERR_NOT_FOUND, CUDA_ERROR_NOT_FOUND);
 SAME_VALUE(CU_ERR_NOT_PERMITTED, CUDA_ERROR_NOT_PERMITTED);
 SAME_VALUE(CU_ERR_NOT_SUPPORTED, CUDA_ERROR_NOT_SUPPORTED);
 SAME_VALUE(CU_ERR_TIMEOUT, CUDA_ERROR_TIMEOUT);
+SAME_VALUE(CU_ATTR_CC_MAJOR, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+SAME_VALUE(CU_ATTR_CC_MINOR, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
 SAME_VALUE(CUDA_PROC_RUNNING, CU_PROCESS_STATE_RUNNING);
 SAME_VALUE(CUDA_PROC_LOCKED, CU_PROCESS_STATE_LOCKED);
 SAME_VALUE(CUDA_PROC_CHECKPOINTED, CU_PROCESS_STATE_CHECKPOINTED);
@@ -134,6 +139,7 @@ static struct {
 	cu_result (*device_get_name)(char *name, int len, cu_device dev);
 	cu_result (*device_get_uuid)(struct cu_uuid *uuid, cu_device dev);
 	cu_result (*device_total_mem)(size_t *bytes, cu_device dev);
+	cu_result (*device_get_attribute)(int *v, int attr, cu_device dev); /* may be NULL */
 	cu_result (*get_state)(int pid, int *state);
 	cu_result (*get_restore_thread_id)(int pid, int *tid);
 	cu_result (*lock)(int pid, struct cu_lock_args *args);
@@ -278,6 +284,7 @@ static void do_init(void)
 	if (!drv.device_get_uuid)
 		LOAD(device_get_uuid, "cuDeviceGetUuid");
 	LOAD(device_total_mem, "cuDeviceTotalMem_v2");
+	LOAD(device_get_attribute, "cuDeviceGetAttribute");
 	LOAD(get_state, "cuCheckpointProcessGetState");
 	LOAD(get_restore_thread_id, "cuCheckpointProcessGetRestoreThreadId");
 	LOAD(lock, "cuCheckpointProcessLock");
@@ -493,6 +500,13 @@ int cuda_devices(struct cuda_device **out, size_t *n)
 		}
 		d->ordinal = i;
 		d->name[sizeof(d->name) - 1] = '\0';
+		/* The compute capability a snapshot's kernels were built for
+		 * (prewarm/host_record.h); -1 where the driver does not say. */
+		d->cc_major = d->cc_minor = -1;
+		if (drv.device_get_attribute &&
+		    (drv.device_get_attribute(&d->cc_major, CU_ATTR_CC_MAJOR, dev) != CU_SUCCESS ||
+		     drv.device_get_attribute(&d->cc_minor, CU_ATTR_CC_MINOR, dev) != CU_SUCCESS))
+			d->cc_major = d->cc_minor = -1;
 		uuid_format(&uuid, d->uuid);
 		d->total_bytes = total;
 		d->minor = -1;

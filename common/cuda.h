@@ -31,6 +31,7 @@ struct cuda_device {
 	uint64_t total_bytes;
 	uint64_t free_bytes;
 	int minor;        /* N of /dev/nvidiaN (NVML, else /proc/driver/nvidia); -1 unknown */
+	int cc_major, cc_minor; /* compute capability (9.0 for an H100); -1 unknown */
 };
 
 struct cuda_gpu_pair {

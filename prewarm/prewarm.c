@@ -21,6 +21,7 @@
 #include "common/util.h"
 #include "function/bundle.h"
 #include "function/ready.h"
+#include "prewarm/host_record.h"
 #include "prewarm/image.h"
 #include "prewarm/span_record.h"
 #include "store/criu_elide.h"
@@ -956,7 +957,7 @@ int prewarm_snapshot_opts(const struct thaw_config *c, struct store *s,
 	struct store_put_stats st = { 0 };
 	uint64_t t0 = now_ns(), t, image_bytes = 0, bytes_before = 0;
 	struct criu_elide_stats est = { 0 };
-	json_t *timings = json_object(), *meta = NULL;
+	json_t *timings = json_object(), *meta = NULL, *host = NULL;
 	const char *paths[1];
 	unsigned n = atomic_fetch_add(&seq, 1);
 	int ret;
@@ -1151,6 +1152,14 @@ int prewarm_snapshot_opts(const struct thaw_config *c, struct store *s,
 		json_decref(meta);
 		meta = NULL;
 	}
+	/* What its restore depends on, compared before each start tries it
+	 * (host_record.h). */
+	if (meta && json_object_set_new(meta, "host",
+					host_record_snapshot(host = host_record_here(c), j.gpu,
+							     j.ngpu, im.digest))) {
+		json_decref(meta);
+		meta = NULL;
+	}
 	if (!meta) {
 		ret = -ENOMEM;
 		goto out;
@@ -1175,6 +1184,7 @@ out:
 	/* Held until the manifest that names the image is written: image_gc. */
 	image_release(&im);
 	json_decref(meta);
+	json_decref(host);
 	json_decref(timings);
 	if (ret) {
 		char msg[1024];

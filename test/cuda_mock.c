@@ -32,6 +32,12 @@
  * the driver gives it.  mock_cuda_mem() tells a test what is live.
  * Knob: MOCK_CUDA_HTOD_DELAY_MS sleeps in each cuMemcpyHtoDAsync (a slow
  * copy back, to see the function held while it runs).
+ *
+ * The host a snapshot depends on (prewarm/host_record.h), to make it
+ * another: MOCK_CUDA_DRIVER_VERSION (cuDriverGetVersion, default 13000),
+ * MOCK_NVML_DRIVER (the kernel driver's version, default 580.159.04),
+ * MOCK_CUDA_GPU_NAME (default "Mock GPU"), MOCK_CUDA_CC (the compute
+ * capability, default "9.0").
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -176,7 +182,9 @@ CUresult cuGetErrorName(CUresult e, const char **s)
 
 CUresult cuDriverGetVersion(int *v)
 {
-	*v = 13000;
+	const char *e = getenv("MOCK_CUDA_DRIVER_VERSION");
+
+	*v = e && *e ? atoi(e) : 13000;
 	return 0;
 }
 
@@ -202,7 +210,29 @@ CUresult cuDeviceGetName(char *name, int len, int dev)
 {
 	if (dev < 0 || dev >= NGPU)
 		return 101;
-	snprintf(name, len, "Mock GPU");
+	const char *e = getenv("MOCK_CUDA_GPU_NAME");
+
+	snprintf(name, len, "%s", e && *e ? e : "Mock GPU");
+	return 0;
+}
+
+/* The compute capability (attributes 75 and 76): $MOCK_CUDA_CC ("8.0"),
+ * else 9.0 as an H100's. */
+CUresult cuDeviceGetAttribute(int *v, int attr, int dev)
+{
+	const char *e = getenv("MOCK_CUDA_CC");
+	int major = 9, minor = 0;
+
+	if (dev < 0 || dev >= NGPU)
+		return 101;
+	if (e && *e)
+		sscanf(e, "%d.%d", &major, &minor);
+	if (attr == 75)
+		*v = major;
+	else if (attr == 76)
+		*v = minor;
+	else
+		return 1;
 	return 0;
 }
 
@@ -396,7 +426,9 @@ int nvmlDeviceGetMinorNumber(void *dev, unsigned int *minor)
 
 int nvmlSystemGetDriverVersion(char *buf, unsigned int len)
 {
-	snprintf(buf, len, "580.159.04");
+	const char *e = getenv("MOCK_NVML_DRIVER");
+
+	snprintf(buf, len, "%s", e && *e ? e : "580.159.04");
 	return 0;
 }
 

@@ -72,6 +72,9 @@ int store_index_add_pack(struct store *s, const char *name, uint64_t size,
 /* Whether hash is in a known pack; *loc its place (may be NULL). */
 bool store_index_find(struct store *s, const uint8_t hash[CHUNK_HASH_LEN],
 		      struct store_chunk_loc *loc);
+/* Take hash out of the index in memory (store_chunk_drop_damaged): whether
+ * it was there. */
+bool store_index_drop(struct store *s, const uint8_t hash[CHUNK_HASH_LEN]);
 /* Read packs/ again if it changed since (force: in any case): new indexes
  * are loaded, and if a known pack is gone the index is rebuilt from those
  * left.  0 or -errno. */

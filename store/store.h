@@ -107,6 +107,15 @@ int store_packs_refresh(struct store *s);
 int store_read_chunk(struct store *s, const uint8_t hash[CHUNK_HASH_LEN], uint8_t *obj,
 		     size_t cap, size_t *obj_len);
 
+/* A chunk a reader found damaged (a restore: it failed its check where the
+ * store said it lies): read and checked again, and if it is bad, taken out
+ * of the store's index (its pack's index file rewritten without it, crash-
+ * safely; a loose object removed), so that the next put meeting those bytes
+ * writes them anew instead of deduplicating against the damaged copy, which
+ * gc then reclaims.  1 dropped, 0 sound (nothing done), -ENOENT nowhere, or
+ * -errno. */
+int store_chunk_drop_damaged(struct store *s, const uint8_t hash[CHUNK_HASH_LEN]);
+
 /* Ingest files into a new manifest named name (meta: an object or NULL; the
  * store takes its own reference) and print its id into id.  Each path is a
  * regular file (stored under its base name) or a directory (its regular files,

@@ -263,7 +263,7 @@ static int gc_pack(const char *name, const struct pack_entry *e, size_t n, uint6
 		   void *arg)
 {
 	struct gc *g = arg;
-	uint64_t dead_bytes = 0, dead = 0;
+	uint64_t dead_bytes = 0, dead = 0, kept_bytes = 0;
 	bool leased = false, *keep = NULL;
 	char path[PATH_MAX];
 	int fd = -1, ret = 0;
@@ -281,15 +281,21 @@ static int gc_pack(const char *name, const struct pack_entry *e, size_t n, uint6
 		if (!keep[i]) {
 			dead++;
 			dead_bytes += ALIGN_UP(e[i].stored, PACK_ALIGN);
+		} else {
+			kept_bytes += ALIGN_UP(e[i].stored, PACK_ALIGN);
 		}
 	}
+	/* Bytes no entry names are garbage too: a damaged chunk dropped from
+	 * the index (store_chunk_drop_damaged). */
+	if (size > kept_bytes + dead_bytes)
+		dead_bytes = size - kept_bytes;
 	if (dead == n) {
 		remove_pack(g, name);
 		g->freed_chunks += dead;
 		g->freed_bytes += size;
 		goto out;
 	}
-	if (dead && !leased && dead_bytes * 100 >= size * GC_REPACK_PCT) {
+	if (dead_bytes && !leased && dead_bytes * 100 >= size * GC_REPACK_PCT) {
 		store_pack_file_path(g->s, name, "pack", path, sizeof(path));
 		fd = open(path, O_RDONLY | O_CLOEXEC);
 		if (fd < 0) {

@@ -118,6 +118,39 @@ bool store_index_find(struct store *s, const uint8_t hash[CHUNK_HASH_LEN],
 	return found;
 }
 
+bool store_index_drop(struct store *s, const uint8_t hash[CHUNK_HASH_LEN])
+{
+	size_t i, j, home, mask;
+	bool found = false;
+
+	pthread_rwlock_wrlock(&s->idx_lock);
+	if (!s->slots_cap)
+		goto out;
+	mask = s->slots_cap - 1;
+	i = slot_of(s, hash);
+	if (!s->slots[i].stored)
+		goto out;
+	found = true;
+	s->slots[i].stored = 0;
+	s->nslots--;
+	/* Linear probing: move back each later entry of the run that the hole
+	 * would now hide from its home slot. */
+	for (j = (i + 1) & mask; s->slots[j].stored; j = (j + 1) & mask) {
+		uint64_t k;
+
+		memcpy(&k, s->slots[j].hash, 8);
+		home = (size_t)k & mask;
+		if (((j - home) & mask) < ((j - i) & mask))
+			continue; /* its home lies between the hole and it */
+		s->slots[i] = s->slots[j];
+		s->slots[j].stored = 0;
+		i = j;
+	}
+out:
+	pthread_rwlock_unlock(&s->idx_lock);
+	return found;
+}
+
 /* Load the index file packs/<name>.idx; -ENOENT if it is gone, -EBADMSG if bad
  * (logged; the pack is then left out, and verify reports it). */
 static int load_index(struct store *s, const char *name)

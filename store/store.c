@@ -127,24 +127,10 @@ int store_manifest_path(const struct store *s, const uint8_t hash[CHUNK_HASH_LEN
 int store_lock(struct store *s, int how)
 {
 	char path[PATH_MAX];
-	int fd, ret;
 
-	snprintf(path, sizeof(path), "%s/lock", s->dir);
-	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		ret = -errno;
-		pr_perror("cannot open %s", path);
-		return ret;
-	}
-	while (flock(fd, how) < 0) {
-		if (errno == EINTR)
-			continue;
-		ret = -errno;
-		pr_perror("cannot lock %s", path);
-		close(fd);
-		return ret;
-	}
-	return fd;
+	if ((size_t)snprintf(path, sizeof(path), "%s/lock", s->dir) >= sizeof(path))
+		return -ENAMETOOLONG;
+	return lock_path(path, how, 0644);
 }
 
 /* Move tmp (relative to the store directory) to name under dfd: rename() over

@@ -1004,17 +1004,9 @@ static int rewrite_proc(struct build *b, struct proc *p)
 			if (v >= 0 && p->map[v]) {
 				ret = copy_add(&c, (size_t)v, mem_fd[v], ioff, a - base[v], stop - a);
 			} else {
-				struct criu_img_pagemap_entry ne = *e;
-				uint64_t pages = (stop - a) / CRIU_PAGE_SIZE;
+				struct criu_img_pagemap_entry ne;
 
-				ne.vaddr = a;
-				if (ne.has_nr_pages) {
-					ne.nr_pages = pages;
-				} else if (pages > UINT32_MAX) {
-					ret = -EOVERFLOW;
-				} else {
-					ne.compat_nr_pages = (uint32_t)pages;
-				}
+				ret = criu_img_pme_part(e, a, (stop - a) / CRIU_PAGE_SIZE, &ne);
 				if (!ret && cap == npm.n) {
 					struct criu_img_pagemap_entry *ge;
 

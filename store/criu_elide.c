@@ -221,8 +221,11 @@ struct plan {
 static int plan_add(struct plan *p, const struct criu_img_pagemap_entry *orig, uint64_t vaddr,
 		    uint64_t pages, uint64_t src)
 {
-	struct criu_img_pagemap_entry e = *orig;
+	struct criu_img_pagemap_entry e;
+	int ret = criu_img_pme_part(orig, vaddr, pages, &e);
 
+	if (ret)
+		return ret;
 	if (p->pm.n == p->cap) {
 		size_t ncap = p->cap ? p->cap * 2 : 64;
 		void *ne = realloc(p->pm.e, ncap * sizeof(*p->pm.e));
@@ -235,16 +238,6 @@ static int plan_add(struct plan *p, const struct criu_img_pagemap_entry *orig, u
 			return -ENOMEM;
 		p->src = ns;
 		p->cap = ncap;
-	}
-	e.vaddr = vaddr;
-	/* The count goes where CRIU put it: nr_pages (compat 0) in 4.x images,
-	 * compat_nr_pages in older ones; a part never exceeds the whole. */
-	if (e.has_nr_pages) {
-		e.nr_pages = pages;
-		if (e.compat_nr_pages)
-			e.compat_nr_pages = (uint32_t)pages;
-	} else {
-		e.compat_nr_pages = (uint32_t)pages;
 	}
 	p->pm.e[p->pm.n] = e;
 	p->src[p->pm.n] = src;

@@ -592,6 +592,22 @@ bool criu_img_pme_in_pages_file(const struct criu_img_pagemap_entry *e)
 	return (fl & CRIU_PE_PRESENT) && !(fl & CRIU_PE_PARENT);
 }
 
+int criu_img_pme_part(const struct criu_img_pagemap_entry *whole, uint64_t vaddr, uint64_t pages,
+		      struct criu_img_pagemap_entry *part)
+{
+	bool compat = !whole->has_nr_pages || whole->compat_nr_pages;
+
+	if (compat && pages > UINT32_MAX)
+		return -EOVERFLOW;
+	*part = *whole;
+	part->vaddr = vaddr;
+	if (part->has_nr_pages)
+		part->nr_pages = pages;
+	if (compat)
+		part->compat_nr_pages = (uint32_t)pages;
+	return 0;
+}
+
 int criu_img_pagemap_data_bytes(const struct criu_img_pagemap *pm, uint64_t *bytes)
 {
 	uint64_t pages = 0;

@@ -170,6 +170,14 @@ uint64_t criu_img_pme_pages(const struct criu_img_pagemap_entry *e);
 uint32_t criu_img_pme_flags(const struct criu_img_pagemap_entry *e);
 /* Whether the entry's pages are in pages-<pages_id>.img. */
 bool criu_img_pme_in_pages_file(const struct criu_img_pagemap_entry *e);
+/* Make *part a piece of whole: its pages pages from vaddr, whole's other
+ * fields kept.  The count goes where CRIU put it: nr_pages in 4.x images
+ * (and compat_nr_pages too where whole had one there), compat_nr_pages in
+ * older ones.  Both the elider and the mapped image's rewrite split entries
+ * with it.  Returns 0, or -EOVERFLOW where pages does not fit the 32-bit
+ * compat_nr_pages it must go in. */
+int criu_img_pme_part(const struct criu_img_pagemap_entry *whole, uint64_t vaddr, uint64_t pages,
+		      struct criu_img_pagemap_entry *part);
 /* Bytes of pages-<pages_id>.img that the pagemap describes (0, or -EOVERFLOW). */
 int criu_img_pagemap_data_bytes(const struct criu_img_pagemap *pm, uint64_t *bytes);
 

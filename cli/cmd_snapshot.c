@@ -124,7 +124,7 @@ static bool image_allowed(const struct thaw_config *c, const struct func_spec *s
 int cmd_snapshot(int argc, char **argv)
 {
 	const char *spec_path = NULL, *id = NULL, *data_dir = NULL, *key;
-	char err[1024], fid[64];
+	char err[1024], fid[64], mkey[48];
 	struct thaw_config c;
 	struct func_spec *spec = NULL;
 	struct snapshot_result res = { 0 };
@@ -180,6 +180,9 @@ int cmd_snapshot(int argc, char **argv)
 	/* As thawd's PUT: a function's rootfs and directory only where allowed
 	 * (and again where they are used, function/confine.h). */
 	key = function_paths_forbidden(&c, spec->bundle, spec->cwd, spec->image, err, sizeof(err));
+	if (!key)
+		key = function_mounts_forbidden(&c, json_object_get(j, "mounts"), mkey, sizeof(mkey),
+						err, sizeof(err));
 	if (key) {
 		fprintf(stderr, "thaw snapshot: %s: %s: %s\n", spec_path, key, err);
 		rc = 2;

@@ -17,10 +17,11 @@ int function_bundle_write(const struct function_bundle *b, const char *dir)
 {
 	static char *const no_argv[] = { "/bin/true", NULL };
 	const struct func_spec *spec = b->spec;
-	char cgroup[192], port_env[32], preload[PATH_MAX + 64], **env;
+	char cgroup[192], port_env[32], preload[PATH_MAX + 64], **env = NULL;
 	struct function_host_paths hp;
-	struct oci_bind binds[4];
+	struct oci_bind *binds = NULL;
 	struct oci_spec o = { 0 };
+	char (*msrc)[PATH_MAX] = NULL;
 	bool has_port = false;
 	size_t nenv = 0;
 	int ret;
@@ -30,6 +31,18 @@ int function_bundle_write(const struct function_bundle *b, const char *dir)
 	ret = function_host_paths(b->allow, spec, &hp);
 	if (ret)
 		return ret;
+	binds = calloc(4 + spec->nmounts, sizeof(*binds));
+	msrc = calloc(spec->nmounts + 1, sizeof(*msrc));
+	if (!binds || !msrc) {
+		pr_err("out of memory");
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < spec->nmounts; i++) {
+		ret = function_mount_source(b->allow, &spec->mounts[i], msrc[i]);
+		if (ret)
+			goto out;
+	}
 	if (hp.rootfs[0])
 		o.rootfs = hp.rootfs;
 	/* The function learns its port from $PORT unless the spec sets it. */
@@ -38,7 +51,8 @@ int function_bundle_write(const struct function_bundle *b, const char *dir)
 	env = calloc(nenv + 5, sizeof(char *));
 	if (!env) {
 		pr_err("out of memory");
-		return -ENOMEM;
+		ret = -ENOMEM;
+		goto out;
 	}
 	if (nenv)
 		memcpy(env, spec->env, nenv * sizeof(char *));
@@ -76,6 +90,10 @@ int function_bundle_write(const struct function_bundle *b, const char *dir)
 		binds[o.nbinds++] = (struct oci_bind){ b->gpumem_in, GPUMEM_IN_DEST, false };
 		binds[o.nbinds++] = (struct oci_bind){ b->gpumem_out, GPUMEM_OUT_DEST, true };
 	}
+	/* The spec's "mounts", from the sources checked above. */
+	for (size_t i = 0; i < spec->nmounts; i++)
+		binds[o.nbinds++] = (struct oci_bind){ msrc[i], spec->mounts[i].destination,
+						       !spec->mounts[i].readonly };
 	o.gpu = spec->gpu;
 	o.gpu_minors = b->gpu_minors;
 	o.ngpu_minors = b->ngpu_minors;
@@ -89,6 +107,9 @@ int function_bundle_write(const struct function_bundle *b, const char *dir)
 						  .host_home = true,
 						  .capabilities = oci_legacy_capabilities };
 	ret = oci_bundle_write(dir, &o);
+out:
 	free(env);
+	free(binds);
+	free(msrc);
 	return ret;
 }

@@ -101,3 +101,35 @@ int function_host_paths(const struct thaw_config *c, const struct func_spec *spe
 	}
 	return ret;
 }
+
+const char *function_mounts_forbidden(const struct thaw_config *c, const json_t *mounts,
+				      char *key, size_t key_len, char *why, size_t why_len)
+{
+	char r[PATH_MAX];
+
+	for (size_t i = 0; i < json_array_size(mounts); i++) {
+		const char *src =
+		    json_string_value(json_object_get(json_array_get(mounts, i), "source"));
+
+		if (src && !allowed(c, src, r, why, why_len)) {
+			snprintf(key, key_len, "mounts[%zu].source", i);
+			return key;
+		}
+	}
+	return NULL;
+}
+
+int function_mount_source(const struct thaw_config *c, const struct spec_mount *m,
+			  char out[PATH_MAX])
+{
+	struct stat st;
+	int ret = resolve(c, "mounts: source", m->source, out);
+
+	if (ret)
+		return ret;
+	if (stat(out, &st) || !S_ISDIR(st.st_mode)) {
+		pr_err("mounts: source %s (for %s) is not a directory", m->source, m->destination);
+		return -ENOTDIR;
+	}
+	return 0;
+}

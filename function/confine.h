@@ -25,6 +25,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <jansson.h>
+
 #include "common/config.h"
 #include "function/spec.h"
 
@@ -48,5 +50,17 @@ int function_host_paths(const struct thaw_config *c, const struct func_spec *spe
  * allowed; else the key at fault ("bundle" or "cwd"), why saying why. */
 const char *function_paths_forbidden(const struct thaw_config *c, const char *bundle,
 				     const char *cwd, bool image, char *why, size_t why_len);
+
+/* A spec's "mounts" (function/spec_mounts.h): each source a host directory
+ * under c's allowed roots.  At registration, over the spec's JSON array
+ * (NULL: none): NULL when allowed; else "mounts[i].source", why saying why.
+ * A source that does not exist yet is taken as written. */
+const char *function_mounts_forbidden(const struct thaw_config *c, const json_t *mounts,
+				      char *key, size_t key_len, char *why, size_t why_len);
+/* Where it is used (the bundle's writer): mount m's source resolved into out,
+ * which must be a directory, and checked against c (NULL: not checked).
+ * 0, -EACCES, -ENOTDIR or realpath's -errno (logged, naming the mount). */
+int function_mount_source(const struct thaw_config *c, const struct spec_mount *m,
+			  char out[PATH_MAX]);
 
 #endif

@@ -2,6 +2,7 @@
 /* spec.c — see spec.h. */
 #define LOG_PREFIX "spec: "
 #include "function/spec.h"
+#include "function/spec_mounts.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -18,7 +19,8 @@ static const char *const known_keys[] = { "id",	   "command", "env",	 "cwd",	   
 					  "port",  "ready",   "warmup",	 "prepare", "gpu", "gpus",
 					  "elide_zero", "gpu_memory", "lazy", "sandbox", "standby",
 					  "idle_s", "max_lifetime_s", "stop_grace_s", "max_instances",
-					  "image", "user", "concurrency", "queue", "queue_timeout_s" };
+					  "image", "user", "concurrency", "queue", "queue_timeout_s",
+					  "mounts", "on_restore_failure" };
 static const char *const sandbox_keys[] = { "writable_root", "seccomp", "no_new_privileges",
 					    "host_home", "capabilities" };
 
@@ -69,6 +71,7 @@ void spec_free(struct func_spec *s)
 		call_release(s->prepare);
 	free(s->prepare);
 	free_strv((char **)s->sandbox.capabilities);
+	spec_mounts_free(s);
 	free(s);
 }
 
@@ -651,6 +654,13 @@ static int parse_fields(const json_t *j, const char *id, struct func_spec *s, ch
 	if ((ret = parse_seconds(j, "queue_timeout_s", SPEC_DEFAULT_QUEUE_TIMEOUT_S,
 				 &s->queue_timeout_s, err, errlen)))
 		return ret;
+	v = json_object_get(j, "on_restore_failure");
+	if (v && (!json_is_string(v) || (strcmp(json_string_value(v), "boot") &&
+					 strcmp(json_string_value(v), "fail"))))
+		return fail(err, errlen, "on_restore_failure: must be \"boot\" or \"fail\"");
+	s->restore_failure_fails = v && !strcmp(json_string_value(v), "fail");
+	if ((ret = spec_mounts_parse(json_object_get(j, "mounts"), s, err, errlen)))
+		return ret;
 	ret = parse_sandbox(json_object_get(j, "sandbox"), &s->sandbox, err, errlen);
 	/* One unpacked image is every function's on it: none may write to it. */
 	if (!ret && s->image && s->sandbox.writable_root)
@@ -781,6 +791,10 @@ json_t *spec_to_json(const struct func_spec *s)
 		json_object_set_new(j, "queue_timeout_s", json_real(s->queue_timeout_s));
 	if (sandbox_loosened(&s->sandbox))
 		json_object_set_new(j, "sandbox", sandbox_to_json(&s->sandbox));
+	if (s->nmounts)
+		json_object_set_new(j, "mounts", spec_mounts_to_json(s));
+	if (s->restore_failure_fails)
+		json_object_set_new(j, "on_restore_failure", json_string("fail"));
 	json_decref(cmd);
 	return j;
 fail:

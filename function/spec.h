@@ -28,6 +28,8 @@ enum ready_kind { READY_HTTP, READY_TCP };
 #define SPEC_MAX_QUEUE 100000
 /* Longer than a start from a snapshot takes, GPU ones included. */
 #define SPEC_DEFAULT_QUEUE_TIMEOUT_S 60.0
+/* "mounts": host directories bound into the container (function/spec_mounts.h). */
+#define SPEC_MAX_MOUNTS 16
 /* "lazy": absent (thawd's or the start's choice), false, true. */
 enum spec_lazy { SPEC_LAZY_UNSET, SPEC_EAGER, SPEC_LAZY };
 
@@ -43,6 +45,12 @@ enum image_transport {
 	IMAGE_OCI,            /* oci:/path[:tag]: an OCI layout directory */
 	IMAGE_DOCKER_ARCHIVE, /* docker-archive:/path.tar[:name:tag]: what docker save writes */
 	IMAGE_OCI_ARCHIVE,    /* oci-archive:/path.tar[:tag]: an OCI layout as a tar */
+};
+
+struct spec_mount {
+	char *source;      /* a host directory */
+	char *destination; /* where the container sees it */
+	bool readonly;     /* "readonly", default true */
 };
 
 struct func_spec {
@@ -98,6 +106,13 @@ struct func_spec {
 	/* "sandbox": what is loosened for this function (all false: confined;
 	 * sandbox.capabilities is owned here). */
 	struct oci_sandbox sandbox;
+	/* "mounts" (function/spec_mounts.h). */
+	struct spec_mount *mounts;
+	size_t nmounts;
+	/* "on_restore_failure": "boot" (default: a start whose restore fails
+	 * for a reason of the snapshot or the host boots the function cold,
+	 * docs/DESIGN.md "Restore or boot") or "fail" (the start fails). */
+	bool restore_failure_fails;
 };
 
 /* Parse and check a spec; id (may be NULL) overrides/sets "id".  0 and *out

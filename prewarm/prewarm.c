@@ -21,6 +21,7 @@
 #include "common/util.h"
 #include "function/bundle.h"
 #include "function/ready.h"
+#include "function/visible.h"
 #include "prewarm/host_record.h"
 #include "prewarm/image.h"
 #include "prewarm/span_record.h"
@@ -698,7 +699,7 @@ static int boot(struct job *j)
 static int wait_ready(struct job *j)
 {
 	const struct func_spec *spec = j->spec;
-	char why[256], tail[LOG_TAIL_BYTES + 64];
+	char why[256], tail[LOG_TAIL_BYTES + 64], hidden[400];
 	int ret;
 
 	ret = ready_wait(j->netns, spec->port, spec->ready, spec->ready_path,
@@ -708,7 +709,12 @@ static int wait_ready(struct job *j)
 	/* Let the last words of a dying function reach the log. */
 	usleep(100000);
 	log_tail(j->log, tail, sizeof(tail));
-	if (ret == -ESRCH)
+	if (ret == -ESRCH && function_invisible_paths(spec, j->bundle, hidden, sizeof(hidden)))
+		pr_err("the function exited before it was ready; its spec names paths its sandbox "
+		       "does not have, though the host does: %s (bind them with \"mounts\"); its "
+		       "log ends: %s",
+		       hidden, tail[0] ? tail : "(empty)");
+	else if (ret == -ESRCH)
 		pr_err("the function exited before it was ready; its log ends: %s",
 		       tail[0] ? tail : "(empty)");
 	else

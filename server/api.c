@@ -187,12 +187,13 @@ static void forget_snapshot(struct server *s, const char *snap)
 		pr_warn("cannot delete snapshot %s: %s", snap, why(ret));
 }
 
-/* A function runs as root in its container: its rootfs, its directory and
- * a local image only where the operator allows (thawd --allow-root).  The
- * key at fault, with why in err, or NULL.  An image's function has its cwd
- * in the image.  Checked again where they are used (function/confine.h). */
-static const char *spec_path_forbidden(struct server *s, const json_t *spec, char *err,
-				       size_t errlen)
+/* A function runs as root in its container: its rootfs, its directory,
+ * its mounts' sources and a local image only where the operator allows
+ * (thawd --allow-root).  The key at fault (in mkey, for a mount), with why
+ * in err, or NULL.  An image's function has its cwd in the image.  Checked
+ * again where they are used (function/confine.h). */
+static const char *spec_path_forbidden(struct server *s, const json_t *spec, char *mkey,
+				       size_t mkey_len, char *err, size_t errlen)
 {
 	const char *image = json_string_value(json_object_get(spec, "image"));
 	enum image_transport t;
@@ -204,6 +205,10 @@ static const char *spec_path_forbidden(struct server *s, const json_t *spec, cha
 				       errlen);
 	if (key)
 		return key;
+	key = function_mounts_forbidden(&s->cfg, json_object_get(spec, "mounts"), mkey,
+					sizeof(mkey), err, errlen);
+	if (key)
+		return key;
 	if (image && !spec_image_ref(image, &t, local, sizeof(local), NULL, 0) &&
 	    t != IMAGE_DOCKER && !config_path_allowed(&s->cfg, local, err, errlen))
 		return "image";
@@ -213,7 +218,7 @@ static const char *spec_path_forbidden(struct server *s, const json_t *spec, cha
 static int put_function(struct req *q)
 {
 	struct server *s = q->srv;
-	char err[512] = "", loc[128], forgot[CHUNK_ID_LEN] = "";
+	char err[512] = "", loc[128], forgot[CHUNK_ID_LEN] = "", mkey[48];
 	json_t *spec = NULL, *j = NULL;
 	const char *key;
 	bool created = false;
@@ -225,7 +230,7 @@ static int put_function(struct req *q)
 	ret = function_body_parse(q->route.id, q->body, q->len, &spec, err, sizeof(err));
 	if (ret == -EINVAL)
 		return reply_error(q, 400, "bad_request", "%s", err);
-	if (!ret && (key = spec_path_forbidden(s, spec, err, sizeof(err)))) {
+	if (!ret && (key = spec_path_forbidden(s, spec, mkey, sizeof(mkey), err, sizeof(err)))) {
 		json_decref(spec);
 		return reply_error(q, 403, "forbidden", "%s: %s", key, err);
 	}

@@ -387,7 +387,7 @@ static bool same_but_serving(const json_t *a, const json_t *b)
 {
 	static const char *const serving[] = { "standby", "idle_s", "max_lifetime_s",
 					       "stop_grace_s", "max_instances", "concurrency",
-					       "queue", "queue_timeout_s" };
+					       "queue", "queue_timeout_s", "on_restore_failure" };
 	json_t *ca = json_copy((json_t *)a), *cb = json_copy((json_t *)b);
 	bool same = ca && cb;
 

@@ -423,13 +423,16 @@ static int pulled_spec(struct server *s, const char *function, const char *text,
 {
 	int ret = function_body_parse(function, text, strlen(text), spec, err, errlen);
 	const char *key;
-	char why[1024];
+	char why[1024], mkey[48];
 
 	key = ret ? NULL
 		  : function_paths_forbidden(
 			    &s->cfg, json_string_value(json_object_get(*spec, "bundle")),
 			    json_string_value(json_object_get(*spec, "cwd")),
 			    json_object_get(*spec, "image") != NULL, why, sizeof(why));
+	if (!ret && !key)
+		key = function_mounts_forbidden(&s->cfg, json_object_get(*spec, "mounts"), mkey,
+						sizeof(mkey), why, sizeof(why));
 	if (key) {
 		snprintf(err, errlen, "the remote's spec of %s: %s: %s", function, key, why);
 		ret = -EACCES;

@@ -179,6 +179,68 @@ static void check_routing(void)
 	spec_free(s);
 }
 
+/* "mounts": each checked (absolute, clean, not the container's own paths,
+ * not twice), read-only by default, written back with every key; and
+ * "on_restore_failure": "boot" (the default, not written back) or "fail". */
+static void check_mounts(void)
+{
+	char err[256] = "";
+	struct func_spec *s;
+	json_t *j, *m;
+
+#define FN "{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,"
+	s = parse(FN "\"mounts\":[{\"source\":\"/srv/models\",\"destination\":\"/models\"},"
+		     "{\"source\":\"/srv/cache\",\"destination\":\"/var/cache/x\","
+		     "\"readonly\":false}],\"on_restore_failure\":\"fail\"}",
+		  NULL, err, sizeof(err));
+	REQUIRE(s);
+	CHECK_EQ(s->nmounts, 2);
+	CHECK_STR(s->mounts[0].source, "/srv/models");
+	CHECK_STR(s->mounts[0].destination, "/models");
+	CHECK(s->mounts[0].readonly);
+	CHECK(!s->mounts[1].readonly);
+	CHECK(s->restore_failure_fails);
+	j = spec_to_json(s);
+	m = json_object_get(j, "mounts");
+	CHECK_EQ(json_array_size(m), 2);
+	CHECK(json_is_true(json_object_get(json_array_get(m, 0), "readonly")));
+	CHECK(json_is_false(json_object_get(json_array_get(m, 1), "readonly")));
+	CHECK_STR(json_string_value(json_object_get(j, "on_restore_failure")), "fail");
+	json_decref(j);
+	spec_free(s);
+	s = parse(FN "\"mounts\":[],\"on_restore_failure\":\"boot\"}", NULL, err, sizeof(err));
+	REQUIRE(s);
+	CHECK_EQ(s->nmounts, 0);
+	CHECK(!s->restore_failure_fails);
+	j = spec_to_json(s);
+	CHECK(!json_object_get(j, "mounts") && !json_object_get(j, "on_restore_failure"));
+	json_decref(j);
+	spec_free(s);
+	bad(FN "\"on_restore_failure\":\"retry\"}", "on_restore_failure");
+	bad(FN "\"on_restore_failure\":true}", "on_restore_failure");
+	bad(FN "\"mounts\":{}}", "mounts");
+	bad(FN "\"mounts\":[\"/srv\"]}", "mounts[0]");
+	bad(FN "\"mounts\":[{\"source\":\"srv\",\"destination\":\"/m\"}]}", "mounts[0].source");
+	bad(FN "\"mounts\":[{\"source\":\"/\",\"destination\":\"/m\"}]}", "mounts[0].source");
+	bad(FN "\"mounts\":[{\"source\":\"/srv/../etc\",\"destination\":\"/m\"}]}",
+	    "mounts[0].source");
+	bad(FN "\"mounts\":[{\"source\":\"/srv\"}]}", "mounts[0].destination");
+	bad(FN "\"mounts\":[{\"source\":\"/srv\",\"destination\":\"/m/\"}]}",
+	    "mounts[0].destination");
+	bad(FN "\"mounts\":[{\"source\":\"/srv\",\"destination\":\"/proc/x\"}]}",
+	    "mounts[0].destination");
+	bad(FN "\"mounts\":[{\"source\":\"/srv\",\"destination\":\"/.thaw\"}]}",
+	    "mounts[0].destination");
+	bad(FN "\"mounts\":[{\"source\":\"/a\",\"destination\":\"/m\"},"
+	       "{\"source\":\"/b\",\"destination\":\"/m\"}]}",
+	    "mounts[1].destination");
+	bad(FN "\"mounts\":[{\"source\":\"/a\",\"destination\":\"/m\",\"readonly\":1}]}",
+	    "mounts[0].readonly");
+	bad(FN "\"mounts\":[{\"source\":\"/a\",\"destination\":\"/m\",\"type\":\"bind\"}]}",
+	    "mounts[0]: unknown key");
+#undef FN
+}
+
 int main(void)
 {
 	char err[256];
@@ -376,6 +438,7 @@ int main(void)
 	json_decref(j1);
 	spec_free(s);
 	check_routing();
+	check_mounts();
 
 	return check_failures ? 1 : 0;
 }

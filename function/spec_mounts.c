@@ -1,0 +1,151 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* spec_mounts.c — see spec_mounts.h. */
+#include "function/spec_mounts.h"
+#include "common/gpumem_protocol.h"
+#include "common/oci.h"
+#include "common/util.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const mount_keys[] = { "source", "destination", "readonly" };
+/* Where thaw or the kernel already mount something of their own. */
+static const char *const reserved[] = { "/proc", "/sys", "/dev", OCI_MAPPED_DEST, GPUMEM_IN_DEST,
+					GPUMEM_OUT_DEST };
+
+static int __attribute__((format(printf, 3, 4))) fail(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err && errlen) {
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return -EINVAL;
+}
+
+/* An absolute path without ".", ".." or empty components, not "/", without
+ * a trailing '/', at most PATH_MAX - 1 bytes. */
+static bool clean_path(const char *p)
+{
+	size_t n = strlen(p);
+
+	if (p[0] != '/' || n < 2 || n >= PATH_MAX || p[n - 1] == '/' || strstr(p, "//"))
+		return false;
+	for (const char *c = p; c; c = strchr(c + 1, '/'))
+		if (!strncmp(c, "/./", 3) || !strcmp(c, "/.") || !strncmp(c, "/../", 4) ||
+		    !strcmp(c, "/.."))
+			return false;
+	return !strpbrk(p, "\n\r\t");
+}
+
+/* Whether path is dir or lies under it. */
+static bool under(const char *path, const char *dir)
+{
+	size_t n = strlen(dir);
+
+	return !strncmp(path, dir, n) && (path[n] == '\0' || path[n] == '/');
+}
+
+static int parse_one(const json_t *o, size_t i, struct spec_mount *m, char *err, size_t errlen)
+{
+	const json_t *src = json_object_get(o, "source"), *dst = json_object_get(o, "destination");
+	const json_t *ro = json_object_get(o, "readonly");
+	const char *key;
+	json_t *v;
+
+	if (!json_is_object(o))
+		return fail(err, errlen, "mounts[%zu]: must be {\"source\", \"destination\", "
+					 "\"readonly\"}", i);
+	json_object_foreach((json_t *)o, key, v) {
+		bool known = false;
+
+		for (size_t k = 0; k < ARRAY_SIZE(mount_keys); k++)
+			known |= !strcmp(key, mount_keys[k]);
+		if (!known)
+			return fail(err, errlen, "mounts[%zu]: unknown key \"%s\"", i, key);
+	}
+	if (!json_is_string(src) || !clean_path(json_string_value(src)))
+		return fail(err, errlen, "mounts[%zu].source: must be an absolute path of a host "
+					 "directory (not /, without . or ..)", i);
+	if (!json_is_string(dst) || !clean_path(json_string_value(dst)))
+		return fail(err, errlen, "mounts[%zu].destination: must be an absolute path in the "
+					 "container (not /, without . or ..)", i);
+	for (size_t k = 0; k < ARRAY_SIZE(reserved); k++)
+		if (under(json_string_value(dst), reserved[k]))
+			return fail(err, errlen, "mounts[%zu].destination: %s is the container's "
+						 "own",
+				    i, reserved[k]);
+	if (ro && !json_is_boolean(ro))
+		return fail(err, errlen, "mounts[%zu].readonly: must be true or false", i);
+	m->source = strdup(json_string_value(src));
+	m->destination = strdup(json_string_value(dst));
+	m->readonly = !ro || json_is_true(ro);
+	if (!m->source || !m->destination)
+		return fail(err, errlen, "mounts: out of memory");
+	return 0;
+}
+
+int spec_mounts_parse(const json_t *v, struct func_spec *s, char *err, size_t errlen)
+{
+	size_t n;
+	int ret;
+
+	if (!v || json_is_null(v))
+		return 0;
+	n = json_array_size(v);
+	if (!json_is_array(v) || n > SPEC_MAX_MOUNTS)
+		return fail(err, errlen, "mounts: must be an array of at most %d {\"source\", "
+					 "\"destination\", \"readonly\"}",
+			    SPEC_MAX_MOUNTS);
+	if (!n)
+		return 0;
+	s->mounts = calloc(n, sizeof(*s->mounts));
+	if (!s->mounts)
+		return fail(err, errlen, "mounts: out of memory");
+	for (size_t i = 0; i < n; i++) {
+		s->nmounts = i + 1;
+		ret = parse_one(json_array_get(v, i), i, &s->mounts[i], err, errlen);
+		if (ret)
+			return ret;
+		for (size_t k = 0; k < i; k++)
+			if (!strcmp(s->mounts[k].destination, s->mounts[i].destination))
+				return fail(err, errlen, "mounts[%zu].destination: %s twice", i,
+					    s->mounts[i].destination);
+	}
+	return 0;
+}
+
+json_t *spec_mounts_to_json(const struct func_spec *s)
+{
+	json_t *a;
+
+	if (!s->nmounts)
+		return NULL;
+	a = json_array();
+	for (size_t i = 0; a && i < s->nmounts; i++)
+		if (json_array_append_new(a, json_pack("{s:s, s:s, s:b}", "source",
+						       s->mounts[i].source, "destination",
+						       s->mounts[i].destination, "readonly",
+						       s->mounts[i].readonly))) {
+			json_decref(a);
+			return NULL;
+		}
+	return a;
+}
+
+void spec_mounts_free(struct func_spec *s)
+{
+	for (size_t i = 0; i < s->nmounts; i++) {
+		free(s->mounts[i].source);
+		free(s->mounts[i].destination);
+	}
+	free(s->mounts);
+	s->mounts = NULL;
+	s->nmounts = 0;
+}

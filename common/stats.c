@@ -3,6 +3,7 @@
 #define LOG_PREFIX "stats: "
 #include "common/stats.h"
 #include "common/log.h"
+#include "common/util.h"
 
 #include <errno.h>
 #include <math.h>
@@ -25,15 +26,8 @@ int stats_add(struct stats *s, double x)
 {
 	if (isnan(x))
 		return -EINVAL;
-	if (s->n == s->cap) {
-		size_t cap = s->cap ? s->cap * 2 : 64;
-		double *v = realloc(s->v, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		s->v = v;
-		s->cap = cap;
-	}
+	if (ARRAY_GROW(s->v, s->cap, s->n + 1, 64))
+		return -ENOMEM;
 	if (s->n && x < s->v[s->n - 1])
 		s->sorted = false;
 	s->v[s->n++] = x;

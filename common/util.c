@@ -123,6 +123,28 @@ static int rm_rf_at(int dirfd, const char *name, dev_t dev)
 	return unlinkat(dirfd, name, 0) < 0 && errno != ENOENT ? -errno : 0;
 }
 
+int array_grow(void **items, size_t *cap, size_t need, size_t size, size_t first)
+{
+	size_t ncap = *cap ? *cap : MAX(first, 1), bytes;
+	void *p;
+
+	if (need <= *cap)
+		return 0;
+	if (*cap && __builtin_mul_overflow(ncap, 2, &ncap))
+		return -ENOMEM;
+	while (ncap < need)
+		if (__builtin_mul_overflow(ncap, 2, &ncap))
+			return -ENOMEM;
+	if (__builtin_mul_overflow(ncap, size, &bytes))
+		return -ENOMEM;
+	p = realloc(*items, bytes);
+	if (!p)
+		return -ENOMEM;
+	*items = p;
+	*cap = ncap;
+	return 0;
+}
+
 int lock_path(const char *path, int how, mode_t mode)
 {
 	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, mode), ret;

@@ -23,6 +23,22 @@
 #define MAX(a, b)     ((a) > (b) ? (a) : (b))
 #define ALIGN_UP(x, a) (((x) + (a)-1) / (a) * (a))
 
+/* Make room for need items of size bytes in the array *items, which has room
+ * for *cap now (git's ALLOC_GROW): where need > *cap, realloc() it to twice
+ * *cap (to first where *cap is 0), doubled again until need fits.  The items
+ * there are kept, the new room is not cleared.  0, or -ENOMEM with *items and
+ * *cap as they were.  Call it through ARRAY_GROW. */
+int array_grow(void **items, size_t *cap, size_t need, size_t size, size_t first);
+/* array_grow for an array of any type, whose size_t capacity is cap:
+ *	if (ARRAY_GROW(v, cap, n + 1, 64)) return -ENOMEM;  v[n++] = x; */
+#define ARRAY_GROW(items, cap, need, first)                                                        \
+	({                                                                                         \
+		void *ag_items_ = (items);                                                         \
+		int ag_ret_ = array_grow(&ag_items_, &(cap), (need), sizeof(*(items)), (first));   \
+		(items) = ag_items_;                                                               \
+		ag_ret_;                                                                           \
+	})
+
 /* Monotonic clock in nanoseconds, and milliseconds elapsed since such a reading. */
 uint64_t now_ns(void);
 double ms_since(uint64_t start_ns);

@@ -1280,18 +1280,11 @@ static void live_roots(struct root_ids *r)
 		snprintf(p, sizeof(p), "/proc/%s/root", de->d_name);
 		if (stat(p, &st) < 0)
 			continue;
-		if (r->n == r->cap) {
-			size_t cap = r->cap ? 2 * r->cap : 256;
-			dev_t *dv = realloc(r->dev, cap * sizeof(*dv));
-			ino_t *in = dv ? realloc(r->ino, cap * sizeof(*in)) : NULL;
+		size_t dev_cap = r->cap; /* dev and ino grow together */
 
-			if (dv)
-				r->dev = dv;
-			if (!in)
-				break;
-			r->ino = in;
-			r->cap = cap;
-		}
+		if (ARRAY_GROW(r->dev, dev_cap, r->n + 1, 256) ||
+		    ARRAY_GROW(r->ino, r->cap, r->n + 1, 256))
+			break;
 		r->dev[r->n] = st.st_dev;
 		r->ino[r->n++] = st.st_ino;
 	}

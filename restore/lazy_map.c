@@ -3,6 +3,7 @@
 #define LOG_PREFIX "lazy-map: "
 #include "restore/lazy_map.h"
 #include "common/log.h"
+#include "common/util.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -10,20 +11,7 @@
 
 static int piece_reserve(struct lazy_map *m, size_t more)
 {
-	struct lazy_piece *p;
-	size_t cap;
-
-	if (m->npieces + more <= m->cap)
-		return 0;
-	cap = m->cap ? m->cap * 2 : 64;
-	while (cap < m->npieces + more)
-		cap *= 2;
-	p = realloc(m->pieces, cap * sizeof(*p));
-	if (!p)
-		return -ENOMEM;
-	m->pieces = p;
-	m->cap = cap;
-	return 0;
+	return ARRAY_GROW(m->pieces, m->cap, m->npieces + more, 64);
 }
 
 static int piece_insert(struct lazy_map *m, size_t at, const struct lazy_piece *p)
@@ -63,15 +51,8 @@ static int block_add(struct lazy_map *m, size_t *cap, uint64_t img, uint64_t len
 {
 	struct lazy_piece p = { .addr = img, .len = len, .img = img };
 
-	if (m->nblocks == *cap) {
-		size_t n = *cap ? *cap * 2 : 64;
-		struct lazy_block *b = realloc(m->blocks, n * sizeof(*b));
-
-		if (!b)
-			return -ENOMEM;
-		m->blocks = b;
-		*cap = n;
-	}
+	if (ARRAY_GROW(m->blocks, *cap, m->nblocks + 1, 64))
+		return -ENOMEM;
 	if (m->npieces && m->pieces[m->npieces - 1].addr + m->pieces[m->npieces - 1].len > img) {
 		pr_err("lazy pagemap entries are not in address order at 0x%llx",
 		       (unsigned long long)img);

@@ -488,16 +488,9 @@ static int proc_add(struct lp_daemon *d, struct lp_proc *p)
 	int ret = 0;
 
 	pthread_mutex_lock(&d->mu);
-	if (d->nprocs == d->pcap) {
-		size_t n = d->pcap ? d->pcap * 2 : 16;
-		struct lp_proc **v = realloc(d->procs, n * sizeof(*v));
-
-		if (!v) {
-			ret = -ENOMEM;
-			goto out;
-		}
-		d->procs = v;
-		d->pcap = n;
+	if (ARRAY_GROW(d->procs, d->pcap, d->nprocs + 1, 16)) {
+		ret = -ENOMEM;
+		goto out;
 	}
 	p->idx = d->nprocs;
 	ev.data.u64 = EV_PROC0 + p->idx;
@@ -849,15 +842,8 @@ static int handle_socket(struct lp_daemon *d)
 
 static int queue_fault(struct lp_proc *p, uint64_t addr, long block)
 {
-	if (p->nfaults == p->fcap) {
-		size_t n = p->fcap ? p->fcap * 2 : 16;
-		struct lp_fault *v = realloc(p->faults, n * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		p->faults = v;
-		p->fcap = n;
-	}
+	if (ARRAY_GROW(p->faults, p->fcap, p->nfaults + 1, 16))
+		return -ENOMEM;
 	p->faults[p->nfaults++] =
 		(struct lp_fault){ .addr = addr, .block = block, .read_ns = now_ns() };
 	return 0;

@@ -425,15 +425,8 @@ static int copy_add(struct copy *c, size_t i, int fd, uint64_t ioff, uint64_t oo
 		last->len += len;
 		return 0;
 	}
-	if (!d->p || d->n == d->cap) {
-		size_t cap = d->cap ? d->cap * 2 : 16;
-		struct piece *g = realloc(d->p, cap * sizeof(*g));
-
-		if (!g)
-			return -ENOMEM;
-		d->p = g;
-		d->cap = cap;
-	}
+	if (ARRAY_GROW(d->p, d->cap, d->n + 1, 16))
+		return -ENOMEM;
 	d->p[d->n++] = (struct piece){ ioff, ooff, len };
 	return 0;
 }
@@ -601,15 +594,8 @@ static int larger_first(const void *a, const void *b)
 
 static int add_work(struct copy *c, struct work w)
 {
-	if (c->nw == c->wcap) {
-		size_t cap = c->wcap ? c->wcap * 2 : 64;
-		struct work *g = realloc(c->w, cap * sizeof(*g));
-
-		if (!g)
-			return -ENOMEM;
-		c->w = g;
-		c->wcap = cap;
-	}
+	if (ARRAY_GROW(c->w, c->wcap, c->nw + 1, 64))
+		return -ENOMEM;
 	c->w[c->nw++] = w;
 	return 0;
 }
@@ -1007,16 +993,8 @@ static int rewrite_proc(struct build *b, struct proc *p)
 				struct criu_img_pagemap_entry ne;
 
 				ret = criu_img_pme_part(e, a, (stop - a) / CRIU_PAGE_SIZE, &ne);
-				if (!ret && cap == npm.n) {
-					struct criu_img_pagemap_entry *ge;
-
-					cap = cap ? cap * 2 : 64;
-					ge = realloc(npm.e, cap * sizeof(*npm.e));
-					if (!ge)
-						ret = -ENOMEM;
-					else
-						npm.e = ge;
-				}
+				if (!ret && ARRAY_GROW(npm.e, cap, npm.n + 1, 64))
+					ret = -ENOMEM;
 				if (!ret) {
 					npm.e[npm.n++] = ne;
 					if (in_file) {

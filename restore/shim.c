@@ -128,18 +128,11 @@ static void accept_all(struct shim *s)
 			close(cfd);
 			continue;
 		}
-		if (s->nconns == s->cap) {
-			size_t ncap = s->cap ? 2 * s->cap : 16;
-			struct conn **n = realloc(s->conns, ncap * sizeof(*n));
-
-			if (!n) {
-				pr_err("out of memory: connection refused");
-				close(cfd);
-				close(ufd);
-				continue;
-			}
-			s->conns = n;
-			s->cap = ncap;
+		if (ARRAY_GROW(s->conns, s->cap, s->nconns + 1, 16)) {
+			pr_err("out of memory: connection refused");
+			close(cfd);
+			close(ufd);
+			continue;
 		}
 		c = calloc(1, sizeof(*c));
 		if (!c) {

@@ -413,14 +413,9 @@ static int list_entries(struct tier *t, struct tier_entry **out, size_t *n, uint
 		}
 		if (len != HEX_LEN + 5 || strcmp(nm + HEX_LEN, ".meta") || !is_hex(nm, HEX_LEN))
 			continue;
-		if (*n == cap) {
-			cap = cap ? 2 * cap : 16;
-			struct tier_entry *nv = realloc(v, cap * sizeof(*v));
-			if (!nv) {
-				ret = -ENOMEM;
-				break;
-			}
-			v = nv;
+		if (ARRAY_GROW(v, cap, *n + 1, 16)) {
+			ret = -ENOMEM;
+			break;
 		}
 		memcpy(v[*n].hex, nm, HEX_LEN);
 		v[*n].hex[HEX_LEN] = '\0';

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* insts.c — see insts.h. */
 #include "server/insts.h"
+#include "common/util.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -60,16 +61,9 @@ int insts_add(struct insts *t, const char *id, const char *function, pid_t pid,
 	int ret = 0;
 
 	pthread_mutex_lock(&t->lock);
-	if (t->n == t->cap) {
-		size_t cap = t->cap ? t->cap * 2 : 32;
-		struct entry *e = realloc(t->e, cap * sizeof(*e));
-
-		if (!e) {
-			ret = -ENOMEM;
-			goto out;
-		}
-		t->e = e;
-		t->cap = cap;
+	if (ARRAY_GROW(t->e, t->cap, t->n + 1, 32)) {
+		ret = -ENOMEM;
+		goto out;
 	}
 	struct entry *e = &t->e[t->n++];
 	memset(e, 0, sizeof(*e));
@@ -169,16 +163,9 @@ int insts_claim(struct insts *t, const char *id)
 			goto out;
 		}
 	}
-	if (t->nclaimed == t->capclaimed) {
-		size_t cap = t->capclaimed ? t->capclaimed * 2 : 16;
-		char(*c)[64] = realloc(t->claimed, cap * sizeof(*c));
-
-		if (!c) {
-			ret = -ENOMEM;
-			goto out;
-		}
-		t->claimed = c;
-		t->capclaimed = cap;
+	if (ARRAY_GROW(t->claimed, t->capclaimed, t->nclaimed + 1, 16)) {
+		ret = -ENOMEM;
+		goto out;
 	}
 	snprintf(t->claimed[t->nclaimed++], sizeof(t->claimed[0]), "%s", id);
 out:
@@ -223,16 +210,9 @@ int insts_reserve(struct insts *t, const char *function, unsigned max, unsigned 
 		goto out;
 	}
 	if (!p) {
-		if (t->npend == t->cappend) {
-			size_t cap = t->cappend ? t->cappend * 2 : 8;
-			struct pending *v = realloc(t->pend, cap * sizeof(*v));
-
-			if (!v) {
-				ret = -ENOMEM;
-				goto out;
-			}
-			t->pend = v;
-			t->cappend = cap;
+		if (ARRAY_GROW(t->pend, t->cappend, t->npend + 1, 8)) {
+			ret = -ENOMEM;
+			goto out;
 		}
 		p = &t->pend[t->npend++];
 		snprintf(p->function, sizeof(p->function), "%s", function);

@@ -136,16 +136,9 @@ struct job *jobs_reserve(struct jobs *js, const char *kind, const char *function
 		*err = -EAGAIN;
 		goto out;
 	}
-	if (js->n == js->cap) {
-		size_t cap = js->cap ? js->cap * 2 : 32;
-		struct job **n = realloc(js->j, cap * sizeof(*n));
-
-		if (!n) {
-			*err = -ENOMEM;
-			goto out;
-		}
-		js->j = n;
-		js->cap = cap;
+	if (ARRAY_GROW(js->j, js->cap, js->n + 1, 32)) {
+		*err = -ENOMEM;
+		goto out;
 	}
 	j = calloc(1, sizeof(*j));
 	if (!j) {

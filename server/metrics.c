@@ -146,15 +146,8 @@ static int bump(struct metrics *m, enum family fam, const char *labels, uint64_t
 		m->warned_full = true;
 		return -ENOSPC;
 	}
-	if (m->n == m->cap) {
-		size_t cap = m->cap ? m->cap * 2 : 16;
-		struct series *s = realloc(m->s, cap * sizeof(*s));
-
-		if (!s)
-			return -ENOMEM;
-		m->s = s;
-		m->cap = cap;
-	}
+	if (ARRAY_GROW(m->s, m->cap, m->n + 1, 16))
+		return -ENOMEM;
 	char *l = strdup(labels);
 	if (!l)
 		return -ENOMEM;

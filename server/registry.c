@@ -189,15 +189,8 @@ static struct entry *find(struct registry *r, const char *id)
 
 static int add(struct registry *r, struct entry *e)
 {
-	if (r->n == r->cap) {
-		size_t cap = r->cap ? r->cap * 2 : 16;
-		struct entry **n = realloc(r->e, cap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		r->e = n;
-		r->cap = cap;
-	}
+	if (ARRAY_GROW(r->e, r->cap, r->n + 1, 16))
+		return -ENOMEM;
 	r->e[r->n++] = e;
 	return 0;
 }

@@ -105,15 +105,8 @@ static struct push *get_push(struct remote_sync *rs, const char *function)
 
 	if (p)
 		return p;
-	if (rs->n == rs->cap) {
-		size_t cap = rs->cap ? rs->cap * 2 : 16;
-
-		p = realloc(rs->p, cap * sizeof(*p));
-		if (!p)
-			return NULL;
-		rs->p = p;
-		rs->cap = cap;
-	}
+	if (ARRAY_GROW(rs->p, rs->cap, rs->n + 1, 16))
+		return NULL;
 	p = &rs->p[rs->n++];
 	memset(p, 0, sizeof(*p));
 	snprintf(p->function, sizeof(p->function), "%s", function);

@@ -203,16 +203,7 @@ static int retry_later(struct standby *p, const struct want *w, bool fetch, cons
 	const char *what = fetch ? "fetch its snapshot from the remote" : "restore it";
 	struct standby_retry *r = retry_of(p, w);
 
-	if (!r && p->nr == p->rcap) {
-		size_t cap = p->rcap ? p->rcap * 2 : 8;
-		struct standby_retry *v = realloc(p->r, cap * sizeof(*v));
-
-		if (v) {
-			p->r = v;
-			p->rcap = cap;
-		}
-	}
-	if (!r && p->nr < p->rcap) {
+	if (!r && !ARRAY_GROW(p->r, p->rcap, p->nr + 1, 8)) {
 		r = &p->r[p->nr++];
 		memset(r, 0, sizeof(*r));
 		snprintf(r->function, sizeof(r->function), "%s", w->function);
@@ -270,15 +261,8 @@ static const struct want *pick_short(struct standby *p, const struct want *w, si
 
 static int add_entry(struct standby *p, const struct standby_entry *e)
 {
-	if (p->n == p->cap) {
-		size_t cap = p->cap ? p->cap * 2 : 8;
-		struct standby_entry *v = realloc(p->v, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		p->v = v;
-		p->cap = cap;
-	}
+	if (ARRAY_GROW(p->v, p->cap, p->n + 1, 8))
+		return -ENOMEM;
 	p->v[p->n++] = *e;
 	return 0;
 }

@@ -3,6 +3,7 @@
 #define LOG_PREFIX "criu_cuts: "
 #include "store/criu_cuts.h"
 #include "common/log.h"
+#include "common/util.h"
 #include "store/criu_image.h"
 
 #include <dirent.h>
@@ -14,14 +15,8 @@
 
 static int push(uint64_t **v, size_t *n, size_t *cap, uint64_t x)
 {
-	if (*n == *cap) {
-		size_t nc = *cap ? *cap * 2 : 256;
-		uint64_t *nv = realloc(*v, nc * sizeof(**v));
-		if (!nv)
-			return -ENOMEM;
-		*v = nv;
-		*cap = nc;
-	}
+	if (ARRAY_GROW(*v, *cap, *n + 1, 256))
+		return -ENOMEM;
 	(*v)[(*n)++] = x;
 	return 0;
 }

@@ -151,16 +151,9 @@ static int ancestor_ranges(const struct proc *procs, size_t nprocs, size_t self,
 
 			if (!(v->status & (CRIU_VMA_ANON_PRIVATE | CRIU_VMA_FILE_PRIVATE)))
 				continue;
-			if (n == cap) {
-				size_t ncap = cap ? cap * 2 : 64;
-				struct range *nr = realloc(r, ncap * sizeof(*r));
-
-				if (!nr) {
-					free(r);
-					return -ENOMEM;
-				}
-				r = nr;
-				cap = ncap;
+			if (ARRAY_GROW(r, cap, n + 1, 64)) {
+				free(r);
+				return -ENOMEM;
 			}
 			r[n++] = (struct range){v->start, v->end};
 		}
@@ -226,19 +219,11 @@ static int plan_add(struct plan *p, const struct criu_img_pagemap_entry *orig, u
 
 	if (ret)
 		return ret;
-	if (p->pm.n == p->cap) {
-		size_t ncap = p->cap ? p->cap * 2 : 64;
-		void *ne = realloc(p->pm.e, ncap * sizeof(*p->pm.e));
+	size_t e_cap = p->cap; /* pm.e and src grow together */
 
-		if (!ne)
-			return -ENOMEM;
-		p->pm.e = ne;
-		void *ns = realloc(p->src, ncap * sizeof(*p->src));
-		if (!ns)
-			return -ENOMEM;
-		p->src = ns;
-		p->cap = ncap;
-	}
+	if (ARRAY_GROW(p->pm.e, e_cap, p->pm.n + 1, 64) ||
+	    ARRAY_GROW(p->src, p->cap, p->pm.n + 1, 64))
+		return -ENOMEM;
 	p->pm.e[p->pm.n] = e;
 	p->src[p->pm.n] = src;
 	p->pm.n++;

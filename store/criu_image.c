@@ -9,6 +9,7 @@
 #define LOG_PREFIX "criu_image: "
 #include "store/criu_image.h"
 #include "common/log.h"
+#include "common/util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -220,19 +221,11 @@ static int rd_message(struct rd *r, struct rd *msg)
  * bounded by the input's length: every element took at least one byte of it. */
 static int grow(void **arr, size_t *cap, size_t n, size_t sz)
 {
-	if (n < *cap)
-		return 0;
-	size_t ncap = *cap ? *cap * 2 : 16;
-	if (ncap > SIZE_MAX / sz)
-		return -ENOMEM;
-	void *a = realloc(*arr, ncap * sz);
-	if (!a) {
-		pr_err("out of memory for %zu image entries", ncap);
-		return -ENOMEM;
-	}
-	*arr = a;
-	*cap = ncap;
-	return 0;
+	int ret = array_grow(arr, cap, n + 1, sz, 16);
+
+	if (ret)
+		pr_err("out of memory for %zu image entries", n + 1);
+	return ret;
 }
 
 int criu_img_read_file(const char *path, size_t max, uint8_t **buf, size_t *len)

@@ -295,14 +295,8 @@ int pack_writer_add(struct pack_writer *w, struct chunk_codec *codec,
 	if ((w->pending + room > PACK_WRITE_BYTES || w->niov + 2 > PACK_MAX_IOV) &&
 	    (ret = flush(w)))
 		return ret;
-	if (w->n == w->cap) {
-		size_t c = w->cap ? w->cap * 2 : 1024;
-		struct pack_entry *v = realloc(w->e, c * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		w->e = v;
-		w->cap = c;
-	}
+	if (ARRAY_GROW(w->e, w->cap, w->n + 1, 1024))
+		return -ENOMEM;
 	/* Encoded straight into the write buffer: a zstd payload is written
 	 * there by zstd, a raw one copied once, or, bare, not at all. */
 	o = w->buf + w->fill;
@@ -339,15 +333,7 @@ int pack_writer_add(struct pack_writer *w, struct chunk_codec *codec,
 /* Room for one more entry in the pack being written. */
 static int grow_entries(struct pack_writer *w)
 {
-	if (w->n < w->cap)
-		return 0;
-	size_t c = w->cap ? w->cap * 2 : 1024;
-	struct pack_entry *v = realloc(w->e, c * sizeof(*v));
-	if (!v)
-		return -ENOMEM;
-	w->e = v;
-	w->cap = c;
-	return 0;
+	return ARRAY_GROW(w->e, w->cap, w->n + 1, 1024);
 }
 
 int pack_writer_add_object(struct pack_writer *w, const uint8_t hash[CHUNK_HASH_LEN],

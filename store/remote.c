@@ -215,14 +215,8 @@ static struct rpack *rindex_pack(struct rindex *x, const char *name)
 	for (size_t i = 0; i < x->npacks; i++)
 		if (!strcmp(x->packs[i].name, name))
 			return &x->packs[i];
-	if (x->npacks == x->cap) {
-		size_t c = x->cap ? x->cap * 2 : 64;
-		struct rpack *v = realloc(x->packs, c * sizeof(*v));
-		if (!v)
-			return NULL;
-		x->packs = v;
-		x->cap = c;
-	}
+	if (ARRAY_GROW(x->packs, x->cap, x->npacks + 1, 64))
+		return NULL;
 	struct rpack *p = &x->packs[x->npacks++];
 	memset(p, 0, sizeof(*p));
 	snprintf(p->name, sizeof(p->name), "%s", name);
@@ -607,14 +601,8 @@ static int push_add_chunk(struct push *p, const struct manifest_chunk *c)
 	if (p->fill + ALIGN_UP(len, PACK_ALIGN) > REMOTE_PACK_BYTES + (size_t)PACK_ALIGN &&
 	    (ret = push_flush_pack(p)))
 		return ret;
-	if (p->n == p->cap) {
-		size_t nc = p->cap ? p->cap * 2 : 1024;
-		struct pack_entry *v = realloc(p->e, nc * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		p->e = v;
-		p->cap = nc;
-	}
+	if (ARRAY_GROW(p->e, p->cap, p->n + 1, 1024))
+		return -ENOMEM;
 	struct pack_entry *e = &p->e[p->n++];
 	memcpy(e->hash, c->hash, CHUNK_HASH_LEN);
 	e->off = p->fill;
@@ -1584,14 +1572,8 @@ static int collect_object(const struct s3_object *o, void *arg)
 	if (!strncmp(o->key, l->skip1, strlen(l->skip1)) ||
 	    !strncmp(o->key, l->skip2, strlen(l->skip2)))
 		return 0;
-	if (l->n == l->cap) {
-		size_t c = l->cap ? l->cap * 2 : 256;
-		struct s3_object *v = realloc(l->v, c * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		l->v = v;
-		l->cap = c;
-	}
+	if (ARRAY_GROW(l->v, l->cap, l->n + 1, 256))
+		return -ENOMEM;
 	l->v[l->n++] = *o;
 	return 0;
 }
@@ -1606,14 +1588,8 @@ struct reach {
 
 static int reach_add(struct reach *rc, const char *key)
 {
-	if (rc->n == rc->cap) {
-		size_t c = rc->cap ? rc->cap * 2 : 256;
-		char **v = realloc(rc->keys, c * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		rc->keys = v;
-		rc->cap = c;
-	}
+	if (ARRAY_GROW(rc->keys, rc->cap, rc->n + 1, 256))
+		return -ENOMEM;
 	return (rc->keys[rc->n] = strdup(key)) ? (rc->n++, 0) : -ENOMEM;
 }
 

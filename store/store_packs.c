@@ -61,14 +61,8 @@ static int add_pack_locked(struct store *s, const char *name, uint64_t size,
 	for (size_t i = 0; i < s->npacks; i++)
 		if (!s->packs[i].gone && !strcmp(s->packs[i].name, name))
 			return 0; /* known already */
-	if (s->npacks == s->packs_cap) {
-		size_t c = s->packs_cap ? s->packs_cap * 2 : 16;
-		struct store_pack *v = realloc(s->packs, c * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		s->packs = v;
-		s->packs_cap = c;
-	}
+	if (ARRAY_GROW(s->packs, s->packs_cap, s->npacks + 1, 16))
+		return -ENOMEM;
 	if (s->npacks >= STORE_LOOSE || grow(s, s->nslots + n) < 0)
 		return -ENOMEM;
 	no = (uint32_t)s->npacks++;
@@ -211,16 +205,10 @@ static int list_indexes(struct store *s, char (**names)[PACK_NAME_LEN + 1], size
 	while ((de = readdir(d))) {
 		if (!is_index_name(de->d_name, name))
 			continue;
-		if (*n == cap) {
-			size_t c = cap ? cap * 2 : 64;
-			void *nv = realloc(v, c * sizeof(*v));
-			if (!nv) {
-				free(v);
-				closedir(d);
-				return -ENOMEM;
-			}
-			v = nv;
-			cap = c;
+		if (ARRAY_GROW(v, cap, *n + 1, 64)) {
+			free(v);
+			closedir(d);
+			return -ENOMEM;
 		}
 		memcpy(v[(*n)++], name, sizeof(name));
 	}

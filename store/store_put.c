@@ -407,14 +407,8 @@ static void buf_put(struct put *p, struct put_buf *b)
 
 static int file_append(struct manifest_file *f, size_t *cap, const struct manifest_chunk *c)
 {
-	if (f->nchunks == *cap) {
-		size_t n = *cap ? *cap * 2 : 64;
-		struct manifest_chunk *v = realloc(f->chunks, n * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		f->chunks = v;
-		*cap = n;
-	}
+	if (ARRAY_GROW(f->chunks, *cap, f->nchunks + 1, 64))
+		return -ENOMEM;
 	f->chunks[f->nchunks++] = *c;
 	return 0;
 }
@@ -435,14 +429,8 @@ static int emit(struct put *p, size_t fi, size_t *cap, struct put_buf *b, const 
 		}
 		return file_append(f, cap, &c);
 	}
-	if (p->njobs == p->jobs_cap) {
-		size_t n = p->jobs_cap ? p->jobs_cap * 2 : 1024;
-		struct put_job **v = realloc(p->jobs, n * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		p->jobs = v;
-		p->jobs_cap = n;
-	}
+	if (ARRAY_GROW(p->jobs, p->jobs_cap, p->njobs + 1, 1024))
+		return -ENOMEM;
 	j = calloc(1, sizeof(*j));
 	if (!j || file_append(f, cap, &c) < 0) {
 		free(j);
@@ -703,14 +691,8 @@ out:
 
 static int add_input(struct put_input **v, size_t *n, size_t *cap, const char *src, const char *rel)
 {
-	if (*n == *cap) {
-		size_t c = *cap ? *cap * 2 : 16;
-		struct put_input *nv = realloc(*v, c * sizeof(*nv));
-		if (!nv)
-			return -ENOMEM;
-		*v = nv;
-		*cap = c;
-	}
+	if (ARRAY_GROW(*v, *cap, *n + 1, 16))
+		return -ENOMEM;
 	(*v)[*n].src = strdup(src);
 	(*v)[*n].rel = strdup(rel);
 	if (!(*v)[*n].src || !(*v)[*n].rel) {

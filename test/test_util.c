@@ -65,10 +65,35 @@ static void test_files(void)
 	CHECK_EQ(rm_rf(dir), 0);
 }
 
+static void test_array_grow(void)
+{
+	uint32_t *v = NULL;
+	size_t cap = 0;
+
+	CHECK_EQ(ARRAY_GROW(v, cap, 0, 8), 0);
+	CHECK(!v && cap == 0);
+	CHECK_EQ(ARRAY_GROW(v, cap, 1, 8), 0);
+	CHECK(v && cap == 8);
+	for (uint32_t i = 0; i < 8; i++)
+		v[i] = i;
+	CHECK_EQ(ARRAY_GROW(v, cap, 8, 8), 0);
+	CHECK_EQ(cap, 8);
+	CHECK_EQ(ARRAY_GROW(v, cap, 9, 8), 0);
+	CHECK_EQ(cap, 16);
+	CHECK_EQ(v[7], 7);
+	CHECK_EQ(ARRAY_GROW(v, cap, 100, 8), 0);
+	CHECK_EQ(cap, 128);
+	CHECK_EQ(ARRAY_GROW(v, cap, SIZE_MAX / 2, 8), -ENOMEM);
+	CHECK_EQ(cap, 128);
+	CHECK_EQ(v[7], 7);
+	free(v);
+}
+
 int main(void)
 {
 	test_ids();
 	test_hex();
 	test_files();
+	test_array_grow();
 	return check_failures ? 1 : 0;
 }

@@ -11,6 +11,7 @@
 #include "common/cuda.h"
 #include "common/gpumem.h"
 #include "common/log.h"
+#include "common/spawn.h"
 #include "common/util.h"
 #include "prewarm/span_record.h"
 #include "restore/tier.h"
@@ -79,60 +80,47 @@ static void report(struct doctor *d, const char *name, enum status st, const cha
 
 /* Run argv with stdout and stderr into out (NUL-terminated, truncated to len),
  * killing it after timeout_ms.  Returns its exit status, 127 if it could not
- * start, or -ETIMEDOUT. */
+ * start, -ETIMEDOUT, or -errno where it could not be forked. */
 static int run_capture(char *const argv[], char *out, size_t len, int timeout_ms)
 {
-	int p[2] = { -1, -1 }, status = 0, ret;
+	struct spawn sp = SPAWN_INIT;
+	int status = 0, ret;
 	size_t n = 0;
 	uint64_t start = now_ns();
-	pid_t pid;
 
 	out[0] = '\0';
-	if (pipe2(p, O_CLOEXEC))
-		return -errno;
-	pid = fork();
-	if (pid < 0) {
-		ret = -errno;
-		close(p[0]);
-		close(p[1]);
+	sp.argv = (const char *const *)argv;
+	sp.out = SPAWN_PIPE;
+	sp.err = SPAWN_OUT;
+	ret = spawn_start(&sp);
+	if (ret)
 		return ret;
-	}
-	if (pid == 0) {
-		int null = open("/dev/null", O_RDONLY);
-
-		dup2(null, 0);
-		dup2(p[1], 1);
-		dup2(p[1], 2);
-		execvp(argv[0], argv);
-		_exit(127);
-	}
-	close(p[1]);
 	for (;;) {
-		struct pollfd pf = { .fd = p[0], .events = POLLIN };
+		struct pollfd pf = { .fd = sp.pipe_out, .events = POLLIN };
 		char sink[4096];
 		int left = timeout_ms - (int)ms_since(start);
 		ssize_t r;
 
 		if (left <= 0 || poll(&pf, 1, left) <= 0) {
-			kill(pid, SIGKILL);
-			waitpid(pid, NULL, 0);
-			close(p[0]);
+			close(sp.pipe_out);
+			spawn_wait(&sp, 0, NULL); /* killed, unless it has just ended */
 			return -ETIMEDOUT;
 		}
 		/* keep the first len-1 bytes, drain the rest so the child never blocks */
 		if (n + 1 < len)
-			r = read(p[0], out + n, len - 1 - n);
+			r = read(sp.pipe_out, out + n, len - 1 - n);
 		else
-			r = read(p[0], sink, sizeof(sink));
+			r = read(sp.pipe_out, sink, sizeof(sink));
 		if (r <= 0)
 			break;
 		if (n + 1 < len)
 			n += r;
 	}
 	out[n] = '\0';
-	close(p[0]);
-	if (waitpid(pid, &status, 0) < 0)
-		return -errno;
+	close(sp.pipe_out);
+	ret = spawn_wait(&sp, -1, &status);
+	if (ret)
+		return ret;
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 

@@ -9,19 +9,18 @@
 #define LOG_PREFIX "runner: "
 #include "common/runner.h"
 #include "common/log.h"
+#include "common/spawn.h"
 #include "common/util.h"
 
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -145,8 +144,8 @@ static char *read_memfd(int fd)
 static int runc_exec(const struct runner *r, const char *const *args, struct runc_call *call)
 {
 	const char *argv[48];
-	int memfd[3] = { -1, -1, -1 }, pidfd = -1, ret = 0, n = 0, status;
-	pid_t pid;
+	int memfd[3] = { -1, -1, -1 }, ret = 0, n = 0, status;
+	struct spawn sp = SPAWN_INIT;
 
 	argv[n++] = r->runc;
 	argv[n++] = "--root";
@@ -181,73 +180,24 @@ static int runc_exec(const struct runner *r, const char *const *args, struct run
 	if (ret)
 		goto out;
 
-	pid = fork();
-	if (pid < 0) {
-		ret = -errno;
-		pr_perror("fork");
+	sp.argv = argv;
+	sp.in = call->fd[0] >= 0 ? call->fd[0] : SPAWN_NULL;
+	sp.out = call->fd[1] >= 0 ? call->fd[1] : memfd[1];
+	sp.err = call->fd[2] >= 0 ? call->fd[2] : memfd[2];
+	sp.new_pgrp = true; /* so that a hung runc dies with its CRIU */
+	ret = spawn_start(&sp);
+	if (ret)
 		goto out;
-	}
-	if (pid == 0) {
-		int fds[3];
-
-		/* Own process group, so a hung runc dies with its CRIU. */
-		setpgid(0, 0);
-		fds[0] = call->fd[0] >= 0 ? call->fd[0] : open("/dev/null", O_RDONLY);
-		fds[1] = call->fd[1] >= 0 ? call->fd[1] : memfd[1];
-		fds[2] = call->fd[2] >= 0 ? call->fd[2] : memfd[2];
-		/* Move them above 2 first, so that dup2 cannot overwrite one we still need. */
-		for (int i = 0; i < 3; i++)
-			fds[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
-		for (int i = 0; i < 3; i++)
-			if (fds[i] < 0 || dup2(fds[i], i) < 0)
-				_exit(126);
-		syscall(SYS_close_range, 3, ~0U, 0);
-		signal(SIGPIPE, SIG_DFL);
-		execvp(argv[0], (char *const *)argv);
-		_exit(127);
-	}
-
-	pidfd = syscall(SYS_pidfd_open, pid, 0);
-	if (pidfd >= 0) {
-		struct pollfd p = { .fd = pidfd, .events = POLLIN };
-		int pr;
-
-		do
-			pr = poll(&p, 1, call->timeout_s * 1000);
-		while (pr < 0 && errno == EINTR);
-		if (pr == 0) {
-			pr_err("runc %s timed out after %d s; killed", args[0], call->timeout_s);
-			kill(-pid, SIGKILL);
-			kill(pid, SIGKILL);
-			ret = -ETIMEDOUT;
-		}
-	} else {
-		/* No pidfd (old kernel): poll the child. */
-		uint64_t start = now_ns();
-
-		while (waitpid(pid, &status, WNOHANG) == 0) {
-			if (ms_since(start) > call->timeout_s * 1000.0) {
-				pr_err("runc %s timed out after %d s; killed", args[0],
-				       call->timeout_s);
-				kill(-pid, SIGKILL);
-				kill(pid, SIGKILL);
-				ret = -ETIMEDOUT;
-				break;
-			}
-			usleep(5000);
-		}
-	}
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-		;
-	if (!ret)
+	ret = spawn_wait(&sp, call->timeout_s * 1000, &status);
+	if (ret == -ETIMEDOUT)
+		pr_err("runc %s timed out after %d s; killed", args[0], call->timeout_s);
+	else
 		call->status = status;
 	if (memfd[1] >= 0)
 		call->out = read_memfd(memfd[1]);
 	if (memfd[2] >= 0)
 		call->err = read_memfd(memfd[2]);
 out:
-	if (pidfd >= 0)
-		close(pidfd);
 	for (int i = 1; i < 3; i++)
 		if (memfd[i] >= 0)
 			close(memfd[i]);

@@ -9,6 +9,7 @@
 #define LOG_PREFIX "image: "
 #include "prewarm/image.h"
 #include "common/log.h"
+#include "common/spawn.h"
 #include "common/util.h"
 #include "store/manifest.h"
 
@@ -127,42 +128,24 @@ static char **child_env(const char *tmpdir)
  * run at all; -EIO otherwise (what it printed is in t->tail). */
 static int tool_run(struct tool *t)
 {
-	int out[2] = { -1, -1 }, err[2] = { -1, -1 }, status = 0, ret = 0;
 	char **env = child_env(t->tmpdir), buf[8192];
 	uint64_t last_tick = now_ns();
+	struct spawn sp = SPAWN_INIT;
 	struct pollfd fds[2];
-	pid_t pid;
+	int status = 0, ret;
 
 	t->tail_len = 0;
 	t->tail[0] = '\0';
 	if (!env)
 		return -ENOMEM;
-	if (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) {
-		ret = -errno;
-		pr_perror("pipe");
+	sp.argv = t->argv;
+	sp.env = env;
+	sp.out = sp.err = SPAWN_PIPE;
+	ret = spawn_start(&sp);
+	if (ret)
 		goto out;
-	}
-	pid = fork();
-	if (pid < 0) {
-		ret = -errno;
-		pr_perror("fork");
-		goto out;
-	}
-	if (pid == 0) {
-		int devnull = open("/dev/null", O_RDONLY);
-
-		if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(out[1], 1) < 0 ||
-		    dup2(err[1], 2) < 0)
-			_exit(126);
-		syscall(SYS_close_range, 3u, ~0u, 0u);
-		execvpe(t->argv[0], (char *const *)t->argv, env);
-		_exit(127);
-	}
-	close(out[1]);
-	close(err[1]);
-	out[1] = err[1] = -1;
-	fds[0] = (struct pollfd){ .fd = out[0], .events = POLLIN };
-	fds[1] = (struct pollfd){ .fd = err[0], .events = POLLIN };
+	fds[0] = (struct pollfd){ .fd = sp.pipe_out, .events = POLLIN };
+	fds[1] = (struct pollfd){ .fd = sp.pipe_err, .events = POLLIN };
 	while (fds[0].fd >= 0 || fds[1].fd >= 0) {
 		int r = poll(fds, 2, TICK_MS);
 
@@ -200,8 +183,9 @@ static int tool_run(struct tool *t)
 			t->on_tick(t->arg);
 		}
 	}
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-		;
+	close(sp.pipe_out);
+	close(sp.pipe_err);
+	spawn_wait(&sp, -1, &status);
 	if (!ret && WIFEXITED(status) && WEXITSTATUS(status) == 127) {
 		ret = -ENOENT;
 		pr_err("%s cannot be run (not installed? make deps installs it)", t->argv[0]);
@@ -209,12 +193,6 @@ static int tool_run(struct tool *t)
 		ret = -EIO;
 	}
 out:
-	for (int i = 0; i < 2; i++) {
-		if (out[i] >= 0)
-			close(out[i]);
-		if (err[i] >= 0)
-			close(err[i]);
-	}
 	if (t->tmpdir) {
 		for (size_t i = 0; env[i]; i++)
 			if (!strncmp(env[i], "TMPDIR=", 7))

@@ -3,6 +3,7 @@
 #define LOG_PREFIX "lazy-watch: "
 #include "restore/lazy_watch.h"
 #include "common/log.h"
+#include "common/spawn.h"
 #include "common/util.h"
 
 #include <errno.h>
@@ -47,7 +48,8 @@ static void lazy_write_status(const struct lazy_plan *p, const char *text)
  * lease, 0-2 /dev/null.  Never returns. */
 static void lazy_watcher(const struct lazy_plan *p)
 {
-	pid_t pids[2] = { getpid(), 0 }, d, k;
+	pid_t pids[2] = { getpid(), 0 }, d;
+	struct spawn kill_sp = SPAWN_INIT;
 	char text[256];
 	int st;
 
@@ -86,13 +88,8 @@ static void lazy_watcher(const struct lazy_plan *p)
 	/* The status first, then the kill: a starter that reads no status
 	 * after runc restore returned has a container this kill reaches. */
 	lazy_write_status(p, text);
-	k = fork();
-	if (k == 0) {
-		execvp(p->kill_argv[0], (char *const *)p->kill_argv);
-		_exit(127);
-	}
-	while (k > 0 && waitpid(k, &st, 0) < 0 && errno == EINTR)
-		;
+	kill_sp.argv = p->kill_argv;
+	spawn_run(&kill_sp, -1, NULL);
 	_exit(0);
 }
 

@@ -18,6 +18,7 @@
 #include "common/netns.h"
 #include "common/oci.h"
 #include "common/runner.h"
+#include "common/spawn.h"
 #include "common/util.h"
 #include "function/bundle.h"
 #include "function/ready.h"
@@ -206,32 +207,21 @@ static void log_tail(const char *path, char *buf, size_t len)
 /* The first line of a program's output (its --version), into buf; "" if it fails. */
 static void first_line_of(const char *prog, const char *arg, char *buf, size_t len)
 {
-	int fds[2] = { -1, -1 }, status;
-	pid_t pid;
+	const char *argv[] = { prog, arg, NULL };
+	struct spawn sp = SPAWN_INIT;
 	ssize_t n = 0, r;
 
 	buf[0] = '\0';
-	if (pipe2(fds, O_CLOEXEC) < 0)
+	sp.argv = argv;
+	sp.out = SPAWN_PIPE;
+	if (spawn_start(&sp))
 		return;
-	pid = fork();
-	if (pid == 0) {
-		int devnull = open("/dev/null", O_RDWR);
-
-		dup2(fds[1], 1);
-		dup2(devnull, 0);
-		dup2(devnull, 2);
-		execlp(prog, prog, arg, (char *)NULL);
-		_exit(127);
-	}
-	close(fds[1]);
-	while (pid > 0 && (size_t)n < len - 1 &&
-	       ((r = read(fds[0], buf + n, len - 1 - n)) > 0 || (r < 0 && errno == EINTR)))
+	while ((size_t)n < len - 1 &&
+	       ((r = read(sp.pipe_out, buf + n, len - 1 - n)) > 0 || (r < 0 && errno == EINTR)))
 		n += r > 0 ? r : 0;
 	buf[n] = '\0';
-	close(fds[0]);
-	if (pid > 0)
-		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-			;
+	close(sp.pipe_out);
+	spawn_wait(&sp, -1, NULL);
 	buf[strcspn(buf, "\n")] = '\0';
 }
 

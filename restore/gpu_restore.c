@@ -502,15 +502,9 @@ int pidns_members(pid_t init, pid_t **pids, size_t *n)
 		got[len] = '\0';
 		if (strcmp(got, want))
 			continue;
-		if (*n == cap) {
-			pid_t *np = realloc(*pids, 2 * cap * sizeof(**pids));
-
-			if (!np) {
-				ret = -ENOMEM;
-				goto out;
-			}
-			*pids = np;
-			cap *= 2;
+		if (ARRAY_GROW(*pids, cap, *n + 1, 16)) {
+			ret = -ENOMEM;
+			goto out;
 		}
 		(*pids)[(*n)++] = (pid_t)v;
 	}

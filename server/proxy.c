@@ -465,18 +465,8 @@ static size_t on_write(char *data, size_t size, size_t n, void *arg)
 		c->len -= c->off;
 		c->off = 0;
 	}
-	if (c->len + len > c->cap) {
-		size_t cap = c->cap ? c->cap : 16384;
-		char *b;
-
-		while (cap < c->len + len)
-			cap *= 2;
-		b = realloc(c->buf, cap);
-		if (!b)
-			return 0; /* out of memory: the transfer fails */
-		c->buf = b;
-		c->cap = cap;
-	}
+	if (ARRAY_GROW(c->buf, c->cap, c->len + len, 16384))
+		return 0; /* out of memory: the transfer fails */
 	memcpy(c->buf + c->len, data, len);
 	c->len += len;
 	return len;

@@ -726,23 +726,9 @@ static void wr_bytes(struct wr *w, const void *b, size_t n)
 {
 	if (w->err)
 		return;
-	if (n > w->cap - w->len) {
-		size_t ncap = w->cap ? w->cap : 256;
-
-		while (n > ncap - w->len) {
-			if (ncap > SIZE_MAX / 2) {
-				w->err = -ENOMEM;
-				return;
-			}
-			ncap *= 2;
-		}
-		uint8_t *np = realloc(w->p, ncap);
-		if (!np) {
-			w->err = -ENOMEM;
-			return;
-		}
-		w->p = np;
-		w->cap = ncap;
+	if (n > SIZE_MAX - w->len || ARRAY_GROW(w->p, w->cap, w->len + n, 256)) {
+		w->err = -ENOMEM;
+		return;
 	}
 	memcpy(w->p + w->len, b, n);
 	w->len += n;

@@ -452,19 +452,9 @@ static void text_add(struct text *t, const char *p, size_t n)
 {
 	if (t->failed)
 		return;
-	if (t->len + n + 1 > t->cap) {
-		size_t cap = t->cap ? t->cap : 4096;
-		char *s;
-
-		while (cap < t->len + n + 1)
-			cap *= 2;
-		s = realloc(t->s, cap);
-		if (!s) {
-			t->failed = true;
-			return;
-		}
-		t->s = s;
-		t->cap = cap;
+	if (ARRAY_GROW(t->s, t->cap, t->len + n + 1, 4096)) {
+		t->failed = true;
+		return;
 	}
 	memcpy(t->s + t->len, p, n);
 	t->len += n;

@@ -23,6 +23,7 @@
 #include "function/spec.h"
 #include "restore/gpu_restore.h"
 #include "restore/instance_ended.h"
+#include "restore/instance_internal.h"
 #include "restore/lazy_watch.h"
 #include "restore/prefault.h"
 #include "restore/shim.h"
@@ -64,57 +65,6 @@ void instance_set_image_source(instance_image_fn get)
 {
 	image_source = get;
 }
-
-/* Everything a start builds, so that one function can undo any prefix of it. */
-struct start_ctx {
-	const struct thaw_config *c;
-	struct runner r;
-	char runc_root[PATH_MAX];
-	char dir[PATH_MAX];    /* <data>/instances/<id> */
-	char record[PATH_MAX + 16]; /* <data>/instances/<id>.json */
-	char netns[PATH_MAX + 16];
-	char bundle[PATH_MAX + 16];
-	char work[PATH_MAX + 16];
-	char log[PATH_MAX + 16];
-	bool have_dir, have_netns, have_container;
-	pid_t shim_pid;
-	unsigned long long shim_start, pid_start;
-	uint16_t port;
-	struct runner_stdio stdio;
-	pid_t *cuda_pids;
-	size_t ncuda;
-	bool gpu;
-	/* Lazy restore: the daemon (in x.work, where runc restore --lazy-pages
-	 * looks for lazy-pages.socket) and its watcher. */
-	bool lazy;
-	struct lazy_watch lz;
-	unsigned long long lz_watcher_start, lz_daemon_start;
-	char lazy_log[PATH_MAX + 16];
-	char lazy_status[PATH_MAX + 16];
-	char activity[PATH_MAX + 16]; /* the shim's activity file (restore/shim.h) */
-	/* Mapped restore: the process that holds the tier lease for the
-	 * instance's life, and the directory bound at OCI_MAPPED_DEST when the
-	 * instance does not map (the snapshot's mount must be given one). */
-	bool mapped;
-	pid_t holder;
-	unsigned long long holder_start;
-	char mapped_empty[PATH_MAX + 16];
-	/* libthaw-cuda's mounts (the meta's "gpu_memory": "mount"): the tier
-	 * entry read-only, and <dir>/gpu-out for its answers. */
-	const char *gpumem_in;
-	char gpumem_out[PATH_MAX + 16];
-	/* A standby: its snapshot's meta (spec, GPUs, CUDA pids), recorded for
-	 * instance_activate, which then needs no manifest. */
-	const json_t *standby_meta;
-	/* A graceful stop: the container's first process (host pid) gets
-	 * SIGTERM and this long to exit before SIGKILL. */
-	pid_t init;
-	int grace_ms;
-	/* A stop that keeps what ended (restore/instance_ended.h): how, and
-	 * the record as it was; NULL: nothing kept. */
-	const struct instance_end *end;
-	const json_t *end_rec;
-};
 
 /* A path into buf; -ENAMETOOLONG (logged) if it does not fit. */
 static int __attribute__((format(printf, 3, 4))) pathf(char *buf, size_t len, const char *fmt, ...)
@@ -171,12 +121,15 @@ static double ms3(double ms)
 static json_t *timings_json(const struct instance *in)
 {
 	const struct instance_timings *t = &in->t;
-	json_t *j = json_pack("{s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f}", "load", ms3(t->load),
-			      "materialize", ms3(t->materialize), "setup", ms3(t->setup),
-			      "criu_restore", ms3(t->criu_restore), "endpoint", ms3(t->endpoint),
-			      "gpu_restore", ms3(t->gpu_restore), "ready", ms3(t->ready), "total",
-			      ms3(t->total));
+	json_t *j;
 
+	if (in->booted)
+		return instance_boot_timings(in);
+	j = json_pack("{s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f}", "load", ms3(t->load),
+		    "materialize", ms3(t->materialize), "setup", ms3(t->setup),
+		    "criu_restore", ms3(t->criu_restore), "endpoint", ms3(t->endpoint),
+		    "gpu_restore", ms3(t->gpu_restore), "ready", ms3(t->ready), "total",
+		    ms3(t->total));
 	if (j && t->gpu_copy > 0 &&
 	    json_object_set_new(j, "gpu_memory_copy", json_real(ms3(t->gpu_copy)))) {
 		json_decref(j);
@@ -235,6 +188,13 @@ json_t *instance_to_json(const struct instance *in)
 	    (json_object_set_new(j, "gpu_memory", json_string(in->gpu_memory)) ||
 	     (in->gpu_memory_why[0] &&
 	      json_object_set_new(j, "gpu_memory_why", json_string(in->gpu_memory_why))))) {
+		json_decref(j);
+		return NULL;
+	}
+	/* Restored, or booted cold: why (docs/DESIGN.md, "Restore or boot"). */
+	if (j && (json_object_set_new(j, "restored", json_boolean(!in->booted)) ||
+		  (in->booted &&
+		   json_object_set_new(j, "restore_failure", json_string(in->boot_why))))) {
 		json_decref(j);
 		return NULL;
 	}
@@ -1234,6 +1194,9 @@ static void instance_from_record(const json_t *rec, struct instance *in)
 		in->gpu_memory = !strcmp(p, "thaw") ? "thaw" : "driver";
 	snprintf(in->gpu_memory_why, sizeof(in->gpu_memory_why), "%s",
 		 json_string_value(json_object_get(rec, "gpu_memory_why")) ?: "");
+	in->booted = json_is_false(json_object_get(rec, "restored"));
+	snprintf(in->boot_why, sizeof(in->boot_why), "%s",
+		 json_string_value(json_object_get(rec, "restore_failure")) ?: "");
 	in->standby = true;
 }
 
@@ -1559,4 +1522,59 @@ int instance_list(const struct thaw_config *c, json_t **out)
 	closedir(d);
 	*out = arr;
 	return 0;
+}
+
+/* ---- for instance_boot.c (instance_internal.h) ---- */
+
+int instance_ctx_dir(struct start_ctx *x, struct instance *in)
+{
+	char dir[PATH_MAX];
+	int ret;
+
+	ret = instances_dir(x->c, dir, sizeof(dir));
+	if (!ret)
+		ret = runc_root(x->c, x->runc_root, sizeof(x->runc_root));
+	if (!ret)
+		ret = mkdir_p(dir, 0755);
+	if (ret)
+		return ret;
+	for (int tries = 0;; tries++) {
+		make_id(in->function, in->id);
+		ret = pathf(x->dir, sizeof(x->dir), "%s/%s", dir, in->id);
+		if (ret)
+			return ret;
+		if (mkdir(x->dir, 0700) == 0)
+			break;
+		if (errno != EEXIST || tries == 8) {
+			ret = -errno;
+			pr_perror("mkdir %s", x->dir);
+			return ret;
+		}
+	}
+	x->have_dir = true;
+	record_path(x->c, in->id, x->record, sizeof(x->record));
+	x->r = (struct runner){ .runc = x->c->runc, .criu = x->c->criu, .state_dir = x->runc_root,
+				.lazy_daemon = x->c->lazy_daemon };
+	snprintf(x->netns, sizeof(x->netns), "%s/netns", x->dir);
+	snprintf(x->bundle, sizeof(x->bundle), "%s/bundle", x->dir);
+	snprintf(x->work, sizeof(x->work), "%s/criu", x->dir);
+	snprintf(x->log, sizeof(x->log), "%s/function.log", x->dir);
+	snprintf(x->activity, sizeof(x->activity), "%s/activity", x->dir);
+	return 0;
+}
+
+int instance_ctx_record(struct start_ctx *x, const struct instance *in, const char *state)
+{
+	return write_record(x, in, state);
+}
+
+int instance_ctx_ready(struct start_ctx *x, const struct func_spec *spec, struct instance *in,
+		       const char *who)
+{
+	return await_ready(x, spec, in, who);
+}
+
+int instance_ctx_teardown(struct start_ctx *x, const char *id)
+{
+	return teardown(x, id);
 }

@@ -35,6 +35,8 @@ struct instance_timings {
 	double resume;    /* a CPU standby taken: runc resume (the cgroup freezer) */
 	double image;     /* a snapshot made on an image: finding that image in this
 			   * host's cache, or bringing it there (instance_image_fn) */
+	double boot, warmup; /* a booted instance (instance_boot): runc run, the
+			      * spec's warm-up calls */
 };
 
 /* How the pages come back.  Mapped (restore/mapped.h): runc restore of the
@@ -77,6 +79,10 @@ struct instance {
 	const char *failed; /* a start that failed: the step it failed at ("image",
 			     * "materialize", …; a static string), else NULL */
 	struct instance_timings t;
+	/* Booted cold from its spec rather than restored (instance_boot), and
+	 * why: the restore's failure, or the difference of the host. */
+	bool booted;
+	char boot_why[768];
 	/* A GPU function's GPUs, where its CUDA state was restored (none for a
 	 * standby not taken yet). */
 	size_t ngpus;
@@ -135,6 +141,26 @@ int instance_activate(const struct thaw_config *c, const char *id, struct instan
  * container may open every GPU of the host: its GPUs are chosen here. */
 int instance_activate_on(const struct thaw_config *c, const char *id, struct gpu_placement *gp,
 			 struct instance *out);
+/* An instance booted cold from its spec instead of restored from a snapshot
+ * (docs/DESIGN.md, "Restore or boot"), as the snapshot job boots it: its
+ * own directory, record, network namespace and bundle (function/bundle.h,
+ * restore false), runc run, the endpoint, readiness and the spec's warm-up
+ * calls; a GPU function onto its spec's number of GPUs, those with the most
+ * free memory.  It is then an instance like any other (instance_list,
+ * instance_stop, lifetimes), its answer "restored": false with why. */
+struct instance_boot {
+	const struct func_spec *spec; /* runnable: an image's applied, bundle its rootfs */
+	char *const *argv;            /* NULL: the spec's command */
+	const char *snapshot;         /* the snapshot it stands in for; NULL or "": none */
+	const char *why;              /* why it was booted rather than restored */
+	const char *image;            /* its image's digest; NULL or "": none */
+	bool standby;                 /* a CPU function's standby: frozen once warm */
+};
+/* Boot b->spec as instance *out.  On failure nothing is left behind and the
+ * error says which step failed (the function's log ending it). */
+int instance_boot(const struct thaw_config *c, const struct instance_boot *b,
+		  struct instance *out);
+
 /* Stop instance id (locking and checkpointing its CUDA processes first) and
  * remove its container, namespace, work directory and record. */
 int instance_stop(const struct thaw_config *c, const char *id);

@@ -18,6 +18,7 @@
 #include "restore/shim.h"
 #include "restore/tier.h"
 #include "server/errors.h"
+#include "server/fallback.h"
 #include "server/insts.h"
 #include "server/internal.h"
 #include "server/jobs.h"
@@ -205,8 +206,8 @@ static const char *spec_path_forbidden(struct server *s, const json_t *spec, cha
 				       errlen);
 	if (key)
 		return key;
-	key = function_mounts_forbidden(&s->cfg, json_object_get(spec, "mounts"), mkey,
-					sizeof(mkey), err, errlen);
+	key = function_mounts_forbidden(&s->cfg, json_object_get(spec, "mounts"), mkey, mkey_len,
+					err, errlen);
 	if (key)
 		return key;
 	if (image && !spec_image_ref(image, &t, local, sizeof(local), NULL, 0) &&
@@ -506,13 +507,65 @@ out:
 	return ret;
 }
 
+/* Where snapshot_launch failed. */
+enum launch_step { LAUNCH_RESERVE, LAUNCH_BEGIN, LAUNCH_RUN };
+
+/* A snapshot job of fn, reserved (--max-snapshots), begun in the registry
+ * (its state "building") and running on its thread; its id in jid.  0, or
+ * -errno and *step: at LAUNCH_RESERVE -EAGAIN (the jobs are full) or
+ * -ESHUTDOWN; at LAUNCH_BEGIN -ENOENT (no such function), -EBUSY (one is
+ * building) or the registry's write error; at LAUNCH_RUN the thread's. */
+static int snapshot_launch(struct server *s, const char *fn, char jid[32],
+			   enum launch_step *step)
+{
+	struct snapshot_task *t = NULL;
+	struct job *job;
+	json_t *spec = NULL;
+	int ret;
+
+	*step = LAUNCH_RESERVE;
+	job = jobs_reserve(s->jobs, "snapshot", fn, &ret);
+	if (!job)
+		return ret;
+	snprintf(jid, 32, "%s", job_id(job));
+	*step = LAUNCH_BEGIN;
+	ret = registry_snapshot_begin(s->reg, fn, jid, &spec);
+	if (ret) {
+		jobs_unreserve(s->jobs, job);
+		return ret;
+	}
+	*step = LAUNCH_RUN;
+	t = calloc(1, sizeof(*t));
+	if (!t) {
+		json_decref(spec);
+		jobs_unreserve(s->jobs, job);
+		registry_snapshot_end(s->reg, fn, jid, NULL, 0, 0, NULL, "out of memory", NULL);
+		return -ENOMEM;
+	}
+	t->srv = s;
+	snprintf(t->function, sizeof(t->function), "%s", fn);
+	snprintf(t->job, sizeof(t->job), "%s", jid);
+	t->spec = spec;
+	ret = jobs_run(s->jobs, job, snapshot_run, t, snapshot_task_free);
+	if (ret)
+		registry_snapshot_end(s->reg, fn, jid, NULL, 0, 0, NULL, "cannot start a thread",
+				      NULL);
+	return ret;
+}
+
+int api_snapshot_launch(struct server *s, const char *fn, char jid[32])
+{
+	enum launch_step step;
+
+	return snapshot_launch(s, fn, jid, &step);
+}
+
 static int post_snapshot(struct req *q)
 {
 	struct server *s = q->srv;
-	struct snapshot_task *t = NULL;
-	struct job *job;
+	enum launch_step step;
 	struct api_err e;
-	json_t *spec = NULL, *j = NULL;
+	json_t *j = NULL;
 	char loc[64], jid[32];
 	bool wait;
 	int ret, jerr = 0;
@@ -524,8 +577,8 @@ static int post_snapshot(struct req *q)
 	if (atomic_load(&s->stopping))
 		return reply_error_hdr(q, 503, "Retry-After", SNAPSHOT_RETRY_AFTER,
 				       "shutting_down", "thawd is stopping");
-	job = jobs_reserve(s->jobs, "snapshot", q->route.id, &ret);
-	if (!job) {
+	ret = snapshot_launch(s, q->route.id, jid, &step);
+	if (ret && step == LAUNCH_RESERVE) {
 		if (ret == -EAGAIN)
 			return reply_error_hdr(q, 503, "Retry-After", SNAPSHOT_RETRY_AFTER,
 					       "no_capacity",
@@ -537,10 +590,7 @@ static int post_snapshot(struct req *q)
 		e = api_err_from_errno(ret);
 		return reply_error(q, e.status, e.code, "%s", strerror(-ret));
 	}
-	snprintf(jid, sizeof(jid), "%s", job_id(job));
-	ret = registry_snapshot_begin(s->reg, q->route.id, jid, &spec);
-	if (ret) {
-		jobs_unreserve(s->jobs, job);
+	if (ret && step == LAUNCH_BEGIN) {
 		if (ret == -ENOENT)
 			return reply_error(q, 404, "not_found", "no function %s", q->route.id);
 		if (ret == -EBUSY)
@@ -550,25 +600,9 @@ static int post_snapshot(struct req *q)
 		e = api_err_from_errno(ret);
 		return reply_error(q, e.status, e.code, "%s", why(ret));
 	}
-	t = calloc(1, sizeof(*t));
-	if (!t) {
-		json_decref(spec);
-		jobs_unreserve(s->jobs, job);
-		registry_snapshot_end(s->reg, q->route.id, jid, NULL, 0, 0, NULL, "out of memory",
-				      NULL);
-		return reply_error(q, 500, "internal", "out of memory");
-	}
-	t->srv = s;
-	snprintf(t->function, sizeof(t->function), "%s", q->route.id);
-	snprintf(t->job, sizeof(t->job), "%s", jid);
-	t->spec = spec;
-	ret = jobs_run(s->jobs, job, snapshot_run, t, snapshot_task_free);
-	if (ret) {
-		registry_snapshot_end(s->reg, q->route.id, jid, NULL, 0, 0, NULL,
-				      "cannot start a thread", NULL);
+	if (ret)
 		return reply_error(q, 500, "internal", "cannot start the snapshot: %s",
 				   strerror(-ret));
-	}
 	snprintf(loc, sizeof(loc), "/jobs/%s", jid);
 	if (!wait) {
 		if (jobs_get_json(s->jobs, jid, &j, NULL))
@@ -665,10 +699,15 @@ static int start_lost(struct req *q, const char *snap, int err)
 	}
 	e = api_err_from_errno(err);
 	if (err == -EBADMSG) {
+		uint8_t h[CHUNK_HASH_LEN];
+
 		ret = registry_snapshot_damaged(s->reg, fn, snap, msg);
 		if (ret && ret != -ENOENT)
 			pr_warn("function %s: cannot mark snapshot %s damaged: %s", fn, snap,
 				strerror(-ret));
+		/* Out of the index: a new snapshot writes it anew. */
+		if (!fallback_damaged_chunk(msg, h))
+			store_chunk_drop_damaged(s->store, h);
 	}
 	return start_failed(q, e.status, e.code, e.status == 503 ? "Retry-After" : NULL,
 			    START_RETRY_AFTER, msg);
@@ -690,6 +729,25 @@ static int image_lost(struct req *q, int err)
 	e = api_err_from_errno(err);
 	if (e.status == 500)
 		e = (struct api_err){ 502, "image_unavailable" };
+	return start_failed(q, e.status, e.code, e.status == 503 ? "Retry-After" : NULL,
+			    START_RETRY_AFTER, msg);
+}
+
+/* A start that booted, its snapshot unable to serve (boot_why), and whose
+ * boot failed with err: the boot's error, saying both.  A function deleted
+ * meanwhile is a 404, as for any start. */
+static int boot_lost(struct req *q, const char *boot_why, int err)
+{
+	char msg[1024];
+	struct api_err e;
+
+	snprintf(msg, sizeof(msg), "its snapshot cannot serve (%.400s), and booting it failed: %s",
+		 boot_why, why(err));
+	pr_warn("start of %s failed: %s", q->route.id, msg);
+	if (!registry_exists(q->srv->reg, q->route.id))
+		return start_failed(q, 404, "not_found", NULL, NULL,
+				    "the function was deleted during the start");
+	e = api_err_from_errno(err);
 	return start_failed(q, e.status, e.code, e.status == 503 ? "Retry-After" : NULL,
 			    START_RETRY_AFTER, msg);
 }
@@ -820,18 +878,51 @@ static int take_standby(struct server *s, const char *fn, const json_t *f, const
 	return ret;
 }
 
+/* Restore snap onto gp into *in, or, when that fails for a reason of the
+ * snapshot or the host (fallback_applies) and fails is false, boot fn cold
+ * instead (*reason says why).  A snapshot whose boot worked is marked, and
+ * its re-snapshot launched (fallback_mark), as is a damaged one whether the
+ * boot worked or not.  0, or the restore's -errno, its error then saying
+ * why the boot did not answer either. */
+static int restore_or_boot(struct server *s, const char *fn, const char *snap, bool fails,
+			   struct gpu_placement *gp, struct instance *in, const char **reason)
+{
+	char why[768], msg[1024];
+	int ret, boot;
+
+	ret = instance_start_on(&s->cfg, s->store, s->tier, snap, INSTANCE_MODE_AUTO, gp, in);
+	if (!ret || fails || !fallback_applies(s, fn, snap, ret, in, reason, why, sizeof(why)))
+		return ret;
+	snprintf(msg, sizeof(msg), "%s", log_last_error());
+	pr_warn("start of %s: its snapshot did not restore (%s): booting it instead", fn, why);
+	/* What is left half-made is gone (instance_start's promise). */
+	gpu_release(gp);
+	boot = fallback_boot(s, fn, snap, why, false, in);
+	if (!strcmp(*reason, FALLBACK_DAMAGED) && registry_snapshot_damaged(s->reg, fn, snap, why))
+		pr_warn("function %s: cannot mark snapshot %s damaged", fn, snap);
+	if (!boot || !strcmp(*reason, FALLBACK_DAMAGED))
+		fallback_mark(s, fn, snap, why);
+	if (!boot)
+		return 0;
+	log_set_error("%s; booting it instead failed too: %.300s", msg, log_last_error());
+	return ret;
+}
+
 /* A start of q's function, whose GET /functions/<id> object f (NULL if it
  * is gone) gives its limits, standbys and snapshot's size. */
 static int start_function(struct req *q, const json_t *f)
 {
 	struct server *s = q->srv;
 	const char *fn = q->route.id;
-	char snap[CHUNK_ID_LEN], loc[128], msg[768];
+	char snap[CHUNK_ID_LEN], loc[128], msg[768], boot_why[768] = "";
 	enum snap_state st = SNAP_NONE;
 	struct inst_limits lim;
 	struct instance in;
 	struct gpu_placement gp;
-	const char *code = NULL;
+	const char *code = NULL, *boot_reason = NULL;
+	/* "on_restore_failure": "fail" (docs/DESIGN.md, "Restore or boot") */
+	bool fails = !strcmp(json_string_value(json_object_get(f, "on_restore_failure")) ?: "",
+			     "fail");
 	double fetch_ms = 0;
 	json_t *answer;
 	unsigned running, max_instances, have, status;
@@ -859,7 +950,13 @@ static int start_function(struct req *q, const json_t *f)
 		return start_failed(q, 400, "bad_request", NULL, NULL, msg);
 	if (!memory_admits(s, fn, f, msg, sizeof(msg)))
 		return start_failed(q, 503, "no_memory", "Retry-After", START_RETRY_AFTER, msg);
-	status = place_gpus(q, f, snap, &gp, &code, msg, sizeof(msg));
+	/* Its snapshot marked, or made on a host unlike this one: boot (or,
+	 * "on_restore_failure": "fail", say why not), restoring nothing. */
+	if (fallback_precheck(s, fn, snap, fails, &boot_reason, boot_why, sizeof(boot_why)) &&
+	    fails)
+		return start_failed(q, 500, "host_mismatch", NULL, NULL, boot_why);
+	memset(&gp, 0, sizeof(gp));
+	status = boot_why[0] ? 0 : place_gpus(q, f, snap, &gp, &code, msg, sizeof(msg));
 	if (status)
 		return start_failed(q, status, code, status == 503 ? "Retry-After" : NULL,
 				    START_RETRY_AFTER, msg);
@@ -880,7 +977,7 @@ static int start_function(struct req *q, const json_t *f)
 		return start_failed(q, 503, "no_capacity", "Retry-After", START_RETRY_AFTER, msg);
 	}
 	/* A function pulled without its chunks (?fetch=0) gets them now. */
-	ret = remote_sync_fetch(s, snap, &fetch_ms);
+	ret = boot_why[0] ? 0 : remote_sync_fetch(s, snap, &fetch_ms);
 	if (ret) {
 		atomic_fetch_sub(&s->starts_running, 1);
 		insts_unreserve(s->insts, fn);
@@ -901,9 +998,10 @@ static int start_function(struct req *q, const json_t *f)
 		return start_failed(q, status, code, status == 503 ? "Retry-After" : NULL,
 				    START_RETRY_AFTER, msg);
 	}
-	if (ret)
-		ret = instance_start_on(&s->cfg, s->store, s->tier, snap, INSTANCE_MODE_AUTO, &gp,
-					&in);
+	if (ret && boot_why[0])
+		ret = fallback_boot(s, fn, snap, boot_why, false, &in);
+	else if (ret)
+		ret = restore_or_boot(s, fn, snap, fails, &gp, &in, &boot_reason);
 	gpu_release(&gp);
 	atomic_fetch_sub(&s->starts_running, 1);
 	standby_kick(s->standby); /* a refill waits for no start in flight */
@@ -916,6 +1014,8 @@ static int start_function(struct req *q, const json_t *f)
 			pr_warn("instance %s is not tracked (out of memory)", in.id);
 	}
 	insts_unreserve(s->insts, fn);
+	if (ret && boot_why[0])
+		return boot_lost(q, boot_why, ret);
 	if (ret && in.failed && !strcmp(in.failed, "image"))
 		return image_lost(q, ret);
 	if (ret)
@@ -944,10 +1044,13 @@ static int start_function(struct req *q, const json_t *f)
 		return start_failed(q, 499, "client_gone", NULL, NULL,
 				    "the client closed the connection");
 	}
-	metrics_restore_phases(s->metrics, (double[PHASE_COUNT]){ in.t.materialize,
-								   in.t.criu_restore,
-								   in.t.gpu_restore, in.t.ready,
-								   in.t.total });
+	if (in.booted)
+		metrics_start_booted(s->metrics, fn, boot_reason ? boot_reason : FALLBACK_MARKED);
+	else
+		metrics_restore_phases(s->metrics,
+				       (double[PHASE_COUNT]){ in.t.materialize, in.t.criu_restore,
+							      in.t.gpu_restore, in.t.ready,
+							      in.t.total });
 	pr_info("instance %s of %s at %s in %.1f ms (%s, %s)", in.id, fn, in.endpoint, in.t.total,
 		in.tier_hit ? "ram" : "disk", in.lazy ? "lazy" : "eager");
 	snprintf(loc, sizeof(loc), "/instances/%s", in.id);

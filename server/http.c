@@ -27,6 +27,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "restore/tier.h"
+#include "server/fallback.h"
 #include "server/insts.h"
 #include "server/internal.h"
 #include "server/jobs.h"
@@ -901,6 +902,9 @@ struct server *server_new(const struct thaw_config *c, const struct server_opts 
 	recover_preload_manifests(s);
 	if (remote_sync_start(s))
 		goto err;
+	s->fallback = fallback_new();
+	if (!s->fallback)
+		goto err;
 	if (tier_root_prepare(c->ram_tier_dir, c->ram_tier_bytes, c->tier_huge, NULL) == 0)
 		s->tier = tier_open(c->ram_tier_dir, c->ram_tier_bytes, s->store, NULL);
 	if (s->tier)
@@ -972,6 +976,7 @@ void server_free(struct server *s)
 	standby_free(s->standby);
 	pool_free(s->pool);
 	jobs_free(s->jobs);
+	fallback_free(s->fallback);
 	remote_sync_finish(s);
 	tier_close(s->tier);
 	store_close(s->store);

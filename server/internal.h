@@ -50,6 +50,7 @@ struct server {
 	struct lifetimes *lifetimes; /* server/lifetimes.h; NULL until started */
 	struct remote_sync *remote_sync; /* server/remote_sync.h; NULL: no --remote */
 	struct pool *pool; /* server/pool.h: routed requests; NULL: none (no memory) */
+	struct fallback *fallback; /* server/fallback.h: restore or boot */
 	struct MHD_Daemon *mhd;
 	int lock_fd; /* <data>/thawd.lock, flock()ed for thawd's life; -1 until taken */
 	uint16_t port;
@@ -136,6 +137,11 @@ void api_give_image_source(void);
  * The status, and the answer's body in *answer (a new reference: the
  * start's answer, or {"error":{"code","message"}}; NULL out of memory). */
 unsigned api_start_internal(struct server *s, const char *fn, json_t **answer);
+/* A snapshot job of fn, as POST /functions/<fn>/snapshot makes (a
+ * re-snapshot, server/fallback.h): its id in jid.  0, or -EAGAIN
+ * (--max-snapshots jobs), -ESHUTDOWN, -ENOENT (no such function), -EBUSY
+ * (one is building), or another -errno. */
+int api_snapshot_launch(struct server *s, const char *fn, char jid[32]);
 
 /* Start-up recovery and shutdown (recover.c). */
 /* Take <data>/thawd.lock (exclusive, non-blocking, kept in s->lock_fd) and

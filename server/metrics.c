@@ -22,6 +22,7 @@ enum family {
 	FAM_SNAPSHOTS,
 	FAM_STANDBY,
 	FAM_STOPPED,
+	FAM_BOOTS,
 	FAM_COUNT
 };
 
@@ -42,6 +43,10 @@ static const struct {
 	[FAM_STOPPED] = { "thaw_instances_stopped_total",
 			  "Instances that ended, by reason: exited (its process died), idle, "
 			  "lifetime, delete (DELETE /instances/<id>), function_deleted." },
+	[FAM_BOOTS] = { "thaw_start_boots_total",
+			"Starts answered by booting the function cold instead of restoring its "
+			"snapshot, by reason: marked (its snapshot marked unrestorable before), "
+			"host (this host differs from the snapshot's), damaged, restore, ready." },
 };
 
 static const char *const phase_names[PHASE_COUNT] = {
@@ -192,6 +197,11 @@ int metrics_standby(struct metrics *m, const char *function, bool hit)
 int metrics_instance_stopped(struct metrics *m, const char *reason)
 {
 	return count(m, FAM_STOPPED, "reason", reason, NULL, NULL);
+}
+
+int metrics_start_booted(struct metrics *m, const char *function, const char *reason)
+{
+	return count(m, FAM_BOOTS, "function", function, "reason", reason);
 }
 
 int metrics_start_refused(struct metrics *m, const char *reason)

@@ -14,6 +14,8 @@
  *	thaw_standby_instances{function}             standbys waiting (a gauge)
  *	thaw_instances_stopped_total{reason}         ended: exited, idle, lifetime,
  *	                                             delete, function_deleted
+ *	thaw_start_boots_total{function,reason}      starts answered by a cold boot
+ *	                                             (server/fallback.h)
  *	thaw_ram_tier_bytes, thaw_ram_tier_budget_bytes, thaw_store_bytes{kind},
  *	thaw_instances_running                       gauges the caller supplies
  *
@@ -63,6 +65,9 @@ int metrics_start_failed(struct metrics *m, const char *function, const char *co
 void metrics_restore_phases(struct metrics *m, const double ms[PHASE_COUNT]);
 /* A start of a function that keeps standbys took one (hit) or found none. */
 int metrics_standby(struct metrics *m, const char *function, bool hit);
+/* A start answered by booting the function rather than restoring it, and
+ * why (FALLBACK_MARKED, _HOST, _DAMAGED, _RESTORE, _READY). */
+int metrics_start_booted(struct metrics *m, const char *function, const char *reason);
 /* A start refused before anything was restored, by its error code. */
 int metrics_start_refused(struct metrics *m, const char *reason);
 /* An instance ended: "exited", "idle", "lifetime" (thawd stopped it by

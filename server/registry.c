@@ -33,6 +33,10 @@ struct entry {
 	 * when (RFC 3339) and what; "" and NULL when it did not. */
 	char damaged_at[32];
 	char *damaged_what;
+	/* The current snapshot cannot serve starts (registry.h): when and
+	 * why; "" and NULL when it can. */
+	char unrestorable_at[32];
+	char *unrestorable_why;
 	/* Being deleted (registry_delete_begin): gone to clients, recorded in
 	 * its file until the delete is done.  claimed: a request of this
 	 * thawd is doing it now (not recorded). */
@@ -73,15 +77,20 @@ static void entry_free(struct entry *e)
 	json_decref(e->timings);
 	free(e->error);
 	free(e->damaged_what);
+	free(e->unrestorable_why);
 	free(e);
 }
 
-/* The current snapshot is no longer marked damaged (a new one, or none). */
+/* The current snapshot is no longer marked damaged, nor unrestorable (a
+ * new one, or none). */
 static void entry_clear_damaged(struct entry *e)
 {
 	e->damaged_at[0] = '\0';
 	free(e->damaged_what);
 	e->damaged_what = NULL;
+	e->unrestorable_at[0] = '\0';
+	free(e->unrestorable_why);
+	e->unrestorable_why = NULL;
 }
 
 /* Forget the snapshot state of e (back to "none"). */
@@ -109,13 +118,17 @@ static json_t *snapshot_json(const struct entry *e)
 	json_t *damaged =
 	    e->damaged_what ? json_pack("{s:s, s:s}", "at", e->damaged_at, "what", e->damaged_what)
 			    : json_null();
+	json_t *unrestorable = e->unrestorable_why ? json_pack("{s:s, s:s}", "at",
+							       e->unrestorable_at, "why",
+							       e->unrestorable_why)
+						   : json_null();
 
 	/* json_pack's "o" steals the references it is given, also on failure. */
-	return json_pack("{s:s, s:o, s:o, s:o, s:I, s:I, s:o, s:o}", "state",
+	return json_pack("{s:s, s:o, s:o, s:o, s:I, s:I, s:o, s:o, s:o}", "state",
 			 snap_state_name(e->state), "id", str_or_null(e->snap_id), "error",
 			 str_or_null(e->error), "job", str_or_null(e->job), "image_bytes",
 			 (json_int_t)e->image_bytes, "stored_bytes", (json_int_t)e->stored_bytes,
-			 "timings_ms", timings, "damaged", damaged);
+			 "timings_ms", timings, "damaged", damaged, "unrestorable", unrestorable);
 }
 
 /* What GET /functions/<id> answers: the spec's fields plus "snapshot". */
@@ -272,6 +285,14 @@ static struct entry *entry_load(const char *path, const char *id)
 		snprintf(e->damaged_at, sizeof(e->damaged_at), "%s",
 			 json_string_value(json_object_get(v, "at")));
 		if (!(e->damaged_what = strdup(json_string_value(json_object_get(v, "what")))))
+			goto bad;
+	}
+	v = json_object_get(snap, "unrestorable");
+	if (e->snap_id[0] && json_is_string(json_object_get(v, "why")) &&
+	    json_is_string(json_object_get(v, "at"))) {
+		snprintf(e->unrestorable_at, sizeof(e->unrestorable_at), "%s",
+			 json_string_value(json_object_get(v, "at")));
+		if (!(e->unrestorable_why = strdup(json_string_value(json_object_get(v, "why")))))
 			goto bad;
 	}
 	e->deleting = json_is_true(json_object_get(j, "deleting"));
@@ -753,6 +774,52 @@ out:
 	pthread_mutex_unlock(&r->lock);
 	free(copy);
 	return ret;
+}
+
+int registry_snapshot_unrestorable(struct registry *r, const char *id, const char *snapshot_id,
+				   const char *why)
+{
+	char at[32], *copy = strdup(why && *why ? why : "it cannot be restored");
+	time_t now = time(NULL);
+	struct tm tm;
+	struct entry *e;
+	int ret = 0;
+
+	if (!copy)
+		return -ENOMEM;
+	if (!gmtime_r(&now, &tm) || !strftime(at, sizeof(at), "%Y-%m-%dT%H:%M:%SZ", &tm))
+		snprintf(at, sizeof(at), "1970-01-01T00:00:00Z");
+	pthread_mutex_lock(&r->lock);
+	e = find(r, id);
+	if (!e || strcmp(e->snap_id, snapshot_id)) {
+		ret = -ENOENT;
+		goto out;
+	}
+	if (e->unrestorable_why)
+		goto out; /* marked already: the first reason stays */
+	e->unrestorable_why = copy;
+	copy = NULL;
+	snprintf(e->unrestorable_at, sizeof(e->unrestorable_at), "%s", at);
+	ret = entry_persist(r, e);
+out:
+	pthread_mutex_unlock(&r->lock);
+	free(copy);
+	return ret;
+}
+
+bool registry_unrestorable(struct registry *r, const char *id, const char *snapshot_id,
+			   char *why, size_t len)
+{
+	struct entry *e;
+	bool yes;
+
+	pthread_mutex_lock(&r->lock);
+	e = find(r, id);
+	yes = e && e->unrestorable_why && !strcmp(e->snap_id, snapshot_id);
+	if (yes && why && len)
+		snprintf(why, len, "%s", e->unrestorable_why);
+	pthread_mutex_unlock(&r->lock);
+	return yes;
 }
 
 int registry_ready_snapshot(struct registry *r, const char *id, char out[CHUNK_ID_LEN],

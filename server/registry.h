@@ -8,7 +8,8 @@
  *	 "snapshot":{"state":"none|building|ready|failed", "id":"sha256:…"|null,
  *	             "error":"…"|null, "job":"…"|null, "image_bytes":N,
  *	             "stored_bytes":N, "timings_ms":{…}|null,
- *	             "damaged":{"at":"<RFC 3339>","what":"…"}|null},
+ *	             "damaged":{"at":"<RFC 3339>","what":"…"}|null,
+ *	             "unrestorable":{"at":"<RFC 3339>","why":"…"}|null},
  *	 "deleting":true}                 (only while a delete is under way)
  *
  * and GET /functions/<id> answers the spec's fields plus "snapshot".  On open,
@@ -97,6 +98,18 @@ int registry_snapshot_end(struct registry *r, const char *id, const char *job_id
  * -ENOENT if id is gone or its current snapshot is another one by now. */
 int registry_snapshot_damaged(struct registry *r, const char *id, const char *snapshot_id,
 			      const char *what);
+/* The current snapshot snapshot_id of id cannot serve starts (why: the
+ * restore's failure, or where this host differs from the one that made it):
+ * starts boot the function instead, until a new snapshot replaces it or
+ * the spec changes (docs/DESIGN.md, "Restore or boot").  A mark there
+ * already is kept.  -ENOENT if id is gone or its current snapshot is
+ * another one by now. */
+int registry_snapshot_unrestorable(struct registry *r, const char *id, const char *snapshot_id,
+				   const char *why);
+/* Is snapshot_id, id's current snapshot, marked so?  why (may be NULL): the
+ * mark's reason. */
+bool registry_unrestorable(struct registry *r, const char *id, const char *snapshot_id,
+			   char *why, size_t len);
 /* The current snapshot of id into out (there is one while a re-snapshot
  * builds or after one failed); -ENOENT unknown function, -ENODATA none
  * (*state says the state of the latest attempt). */

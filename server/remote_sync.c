@@ -7,6 +7,7 @@
 #include "function/confine.h"
 #include "restore/tier.h"
 #include "server/errors.h"
+#include "server/fallback.h"
 #include "server/internal.h"
 #include "server/jobs.h"
 #include "server/registry.h"
@@ -446,10 +447,10 @@ static int pull_run(void *arg, json_t **result, char *err, size_t errlen)
 	struct manifest_totals tot = { 0 };
 	struct manifest *m = NULL;
 	struct fetching me;
-	char snap[CHUNK_ID_LEN], forgot[CHUNK_ID_LEN] = "";
+	char snap[CHUNK_ID_LEN], forgot[CHUNK_ID_LEN] = "", why[1024] = "";
 	json_t *spec = NULL, *old = NULL;
 	char *text = NULL;
-	bool created, building = false;
+	bool created, building = false, differs;
 	int ret;
 
 	log_clear_error();
@@ -501,11 +502,22 @@ static int pull_run(void *arg, json_t **result, char *err, size_t errlen)
 	}
 	if (forgot[0] && strcmp(forgot, snap))
 		store_manifest_delete(s->store, forgot);
+	/* Checked before its first start as a start would (server/fallback.h):
+	 * a snapshot of a host unlike this one is marked, and boots. */
+	differs = fallback_pulled(
+		s, t->function, snap, m->meta,
+		!strcmp(json_string_value(json_object_get(spec, "on_restore_failure")) ?: "", "fail"),
+		why, sizeof(why));
 	*result = json_pack("{s:s, s:I, s:b, s:I, s:I, s:I, s:f}", "snapshot", snap,
 			    "image_bytes", (json_int_t)tot.logical_bytes, "fetched", t->fetch,
 			    "chunks", (json_int_t)st.chunks, "chunks_fetched",
 			    (json_int_t)st.chunks_fetched, "bytes_fetched",
 			    (json_int_t)st.bytes_fetched, "fetch_seconds", st.seconds);
+	if (*result) {
+		json_object_set_new(*result, "restorable", json_boolean(!differs));
+		if (differs)
+			json_object_set_new(*result, "why", json_string(why));
+	}
 	pr_info("pulled %s from %s: snapshot %s, %llu of %llu chunks fetched (%llu bytes) in %.1f s",
 		t->function, remote_describe(rs->remote), snap,
 		(unsigned long long)st.chunks_fetched, (unsigned long long)st.chunks,

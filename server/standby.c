@@ -5,6 +5,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "restore/instance.h"
+#include "server/fallback.h"
 #include "server/internal.h"
 #include "server/registry.h"
 #include "server/remote_sync.h"
@@ -70,6 +71,7 @@ struct want {
 	char function[64];
 	char snapshot[CHUNK_ID_LEN];
 	unsigned n;
+	bool gpu;
 };
 
 static bool record_exists(const struct server *s, const char *id)
@@ -110,6 +112,7 @@ static struct want *wanted(struct server *s, size_t *n)
 		if (registry_ready_snapshot(s->reg, id, w[*n].snapshot, &st))
 			continue;
 		w[*n].n = (unsigned)k;
+		w[*n].gpu = json_is_true(json_object_get(f, "gpu"));
 		(*n)++;
 	}
 	json_decref(list);
@@ -279,9 +282,25 @@ static int make_one(struct standby *p, const struct want *w)
 	struct standby_entry e = { 0 };
 	struct instance in;
 	double fetch_ms = 0;
+	char why[768];
 	int ret;
 
 	log_clear_error();
+	memset(&in, 0, sizeof(in));
+	/* Its snapshot cannot serve (server/fallback.h): a CPU function's
+	 * standbys boot, frozen once warm, until the new snapshot is ready; a
+	 * GPU function's wait for it (a booted process's GPU state would be
+	 * held all the while). */
+	if (registry_unrestorable(s->reg, w->function, w->snapshot, why, sizeof(why))) {
+		ret = w->gpu ? -EAGAIN : fallback_boot(s, w->function, w->snapshot, why, true, &in);
+		if (ret)
+			return retry_later(p, w, false,
+					   w->gpu ? "its snapshot cannot serve and a GPU function's "
+						    "standbys wait for the new one"
+					   : log_last_error()[0] ? log_last_error()
+								 : strerror(-ret));
+		goto made;
+	}
 	ret = remote_sync_fetch(s, w->snapshot, &fetch_ms);
 	if (ret)
 		return retry_later(p, w, true,
@@ -291,12 +310,12 @@ static int make_one(struct standby *p, const struct want *w)
 			fetch_ms);
 		return 0;
 	}
-	memset(&in, 0, sizeof(in));
 	log_clear_error();
 	ret = instance_make_standby(&s->cfg, s->store, s->tier, w->snapshot, &in);
 	if (ret)
 		return retry_later(p, w, false,
 				   log_last_error()[0] ? log_last_error() : strerror(-ret));
+made:
 	retry_done(p, w);
 	snprintf(e.id, sizeof(e.id), "%s", in.id);
 	snprintf(e.function, sizeof(e.function), "%s", w->function);

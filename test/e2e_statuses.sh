@@ -31,6 +31,10 @@
 #                              gone: each names what, marks the snapshot damaged in
 #                              GET /functions/<id> and GET /functions; thaw store
 #                              verify names the chunk; a re-snapshot clears it
+#                              (each with "on_restore_failure": "fail"; without,
+#                              the start boots: test/e2e_fallback.sh)
+#   500 host_mismatch          test/e2e_fallback.sh (a snapshot whose record
+#                              names a newer CRIU, or another driver)
 #   500 internal               a snapshot of a function that exits before ready
 #   503 no_capacity            --max-starts 0 (start), --max-snapshots 0 (snapshot),
 #                              with their Retry-After
@@ -175,6 +179,10 @@ EOF
 spec() {
 	echo "{\"command\":[\"python3\",\"app.py\"],\"cwd\":\"$T/fn\",\"port\":8000,\"env\":${1:-{\}},\"ready\":{\"http\":\"/health\",\"timeout_s\":${2:-30}}}"
 }
+# failing SPEC: the spec with "on_restore_failure": "fail": a start whose
+# snapshot is damaged answers the error instead of booting the function
+# (docs/DESIGN.md, "Restore or boot"; booting is test/e2e_fallback.sh's).
+failing() { echo "$1" | sed 's/}$/,"on_restore_failure":"fail"}/'; }
 put_snap() { # ID SPEC: register and snapshot (?wait=1); true on 200
 	local st
 	st=$(api PUT "/functions/$1" -d "$2")
@@ -379,7 +387,7 @@ damaged_mark() { api GET "/functions/$1" >/dev/null; jget "$T/body" "(j['snapsho
 
 # (a) a flipped byte in a chunk of the snapshot's own pack.
 packs >"$T/packs.0"
-put_snap dmg1 "$(spec '{"STATE_MIB":"4"}')"
+put_snap dmg1 "$(failing "$(spec '{"STATE_MIB":"4"}')")"
 pack=$(new_packs "$T/packs.0" | head -n1)
 chunk=$(python3 - "$DATA/store/packs/${pack%.pack}" <<'EOF'
 import struct, sys
@@ -414,7 +422,7 @@ api GET /metrics >/dev/null
 grep -q '^thaw_start_failures_total{function="dmg1",code="damaged"} 1$' "$T/body" || fail "metrics: $(grep failures "$T/body")"
 
 # (b) a manifest gone from the store while its function says ready.
-put_snap dmg3 "$(spec '{"STATE_MIB":"1"}')"
+put_snap dmg3 "$(failing "$(spec '{"STATE_MIB":"1"}')")"
 api GET /functions/dmg3 >/dev/null
 snap=$(jget "$T/body" "j['snapshot']['id']")
 rm -f "$DATA/store/manifests/${snap#sha256:}"
@@ -427,7 +435,7 @@ damaged_mark dmg3 | grep -q "manifest is missing" && ok "GET /functions/dmg3: da
 # starts, so after a restart the pack's chunks are nowhere; that is damage,
 # not "no snapshot".
 packs >"$T/packs.1"
-put_snap dmg2 "$(spec '{"STATE_MIB":"4"}')"
+put_snap dmg2 "$(failing "$(spec '{"STATE_MIB":"4"}')")"
 idx=$DATA/store/packs/$(new_packs "$T/packs.1" | head -n1 | sed 's/\.pack$/.idx/')
 chmod 644 "$idx" && printf X | dd of="$idx" bs=1 seek=30 conv=notrunc 2>/dev/null
 stop_thawd || fail "SIGTERM before the restart: thawd did not exit 0"

@@ -3,17 +3,16 @@
 #define LOG_PREFIX "host_record: "
 #include "prewarm/host_record.h"
 #include "common/log.h"
+#include "common/spawn.h"
 #include "common/util.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/utsname.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -47,32 +46,21 @@ static uint64_t xfeatures(void)
 /* The first line prog prints for --version, into buf; "" if it fails. */
 static void version_of(const char *prog, char *buf, size_t len)
 {
-	int fds[2] = { -1, -1 }, status;
+	const char *argv[] = { prog, "--version", NULL };
+	struct spawn sp = SPAWN_INIT;
 	ssize_t n = 0, r;
-	pid_t pid;
 
 	buf[0] = '\0';
-	if (pipe2(fds, O_CLOEXEC) < 0)
+	sp.argv = argv;
+	sp.out = SPAWN_PIPE;
+	if (spawn_start(&sp))
 		return;
-	pid = fork();
-	if (pid == 0) {
-		int devnull = open("/dev/null", O_RDWR);
-
-		dup2(fds[1], 1);
-		dup2(devnull, 0);
-		dup2(devnull, 2);
-		execlp(prog, prog, "--version", (char *)NULL);
-		_exit(127);
-	}
-	close(fds[1]);
-	while (pid > 0 && (size_t)n < len - 1 &&
-	       ((r = read(fds[0], buf + n, len - 1 - n)) > 0 || (r < 0 && errno == EINTR)))
+	while ((size_t)n < len - 1 &&
+	       ((r = read(sp.pipe_out, buf + n, len - 1 - n)) > 0 || (r < 0 && errno == EINTR)))
 		n += r > 0 ? r : 0;
 	buf[n] = '\0';
-	close(fds[0]);
-	if (pid > 0)
-		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-			;
+	close(sp.pipe_out);
+	spawn_wait(&sp, -1, NULL);
 	buf[strcspn(buf, "\n")] = '\0';
 }
 

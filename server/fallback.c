@@ -60,15 +60,8 @@ static struct verdict *verdict_of(struct fallback *f, const char *snap)
 	for (size_t i = 0; i < f->n; i++)
 		if (!strcmp(f->v[i].snap, snap))
 			return &f->v[i];
-	if (f->n == f->cap) {
-		size_t cap = f->cap ? f->cap * 2 : 16;
-		struct verdict *v = realloc(f->v, cap * sizeof(*v));
-
-		if (!v)
-			return NULL;
-		f->v = v;
-		f->cap = cap;
-	}
+	if (ARRAY_GROW(f->v, f->cap, f->n + 1, 16))
+		return NULL;
 	memset(&f->v[f->n], 0, sizeof(f->v[f->n]));
 	snprintf(f->v[f->n].snap, sizeof(f->v[f->n].snap), "%s", snap);
 	return &f->v[f->n++];

@@ -13,8 +13,10 @@
 #include "common/log.h"
 #include "common/spawn.h"
 #include "common/util.h"
+#include "prewarm/host_record.h"
 #include "prewarm/span_record.h"
 #include "restore/tier.h"
+#include "store/store.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -621,13 +623,69 @@ static void check_cgroup(struct doctor *d)
 	report(d, "cgroup", ST_FAIL, "no cgroup hierarchy under /sys/fs/cgroup (runc needs one)");
 }
 
+/* The store's snapshots that cannot be restored on this host: each one
+ * whose record differs from this host where its restore depends on it
+ * (prewarm/host_record.h), with the difference.  A warning: thawd boots
+ * such a function instead, and re-snapshots it (docs/DESIGN.md, "Restore
+ * or boot").  The store is only read, never made. */
+static void check_snapshots(struct doctor *d)
+{
+	char manifests[PATH_MAX + 16], why[1024];
+	struct thaw_config c;
+	struct store *s = NULL;
+	json_t *list = NULL, *here = NULL, *e;
+	size_t i, n = 0, bad = 0;
+
+	snprintf(manifests, sizeof(manifests), "%s/manifests", cli_store_dir());
+	if (access(manifests, F_OK)) {
+		report(d, "snapshots", ST_OK, "no store at %s yet", cli_store_dir());
+		return;
+	}
+	if (config_init(&c, cli_data_dir()) || !(s = store_open_with(cli_store_dir(), &c.store)) ||
+	    store_list(s, &list) || !(here = host_record_here(&c))) {
+		report(d, "snapshots", ST_WARN, "cannot read the store %s: %s", cli_store_dir(),
+		       log_last_error());
+		goto out;
+	}
+	json_array_foreach(list, i, e) {
+		const char *id = json_string_value(json_object_get(e, "id"));
+		struct manifest *m = NULL;
+		char name[64];
+
+		if (!id || store_manifest_load(s, id, &m, NULL))
+			continue;
+		if (json_is_object(json_object_get(m->meta, "spec"))) {
+			n++;
+			if (host_record_compare(m->meta, here, why, sizeof(why)) == 1) {
+				snprintf(name, sizeof(name), "snapshot-%.19s", id + 7);
+				report(d, name, ST_WARN, "%s (function %s) cannot be restored here: %s",
+				       id, m->name, why);
+				bad++;
+			}
+		}
+		manifest_free(m);
+	}
+	if (!bad)
+		report(d, "snapshots", ST_OK, "%zu snapshot%s in %s, none made on a host unlike "
+			  "this one", n, n == 1 ? "" : "s", cli_store_dir());
+	else
+		report(d, "snapshots", ST_WARN, "%zu of %zu snapshots cannot be restored here "
+			  "(listed above); thawd boots their functions and re-snapshots them",
+		       bad, n);
+out:
+	json_decref(here);
+	json_decref(list);
+	store_close(s);
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: thaw doctor [--json]\n\n"
 		   "Check that this host can snapshot and restore: CRIU >= 4.2 and `criu check`\n"
 		   "(and whether CRIU can keep its kernel-probe cache, which saves ~40 ms of a\n"
 		   "start), runc, io_uring, the CUDA driver and its GPUs, the data directory and\n"
-		   "the RAM tier (writable, free space), the kernel and cgroups.  Exit 0 when\n"
+		   "the RAM tier (writable, free space), the kernel and cgroups, and the local\n"
+		   "snapshots that cannot be restored on this host (a warning).  Exit 0 when\n"
 		   "all that thaw needs holds; a missing GPU is only a warning (CPU functions\n"
 		   "work).\n\n"
 		   "  --json   print one JSON object: {\"ok\": bool, \"checks\": [{name, status, detail}]}\n\n"
@@ -677,6 +735,7 @@ int cmd_doctor(int argc, char **argv)
 	check_kernel(&d);
 	check_thp(&d);
 	check_cgroup(&d);
+	check_snapshots(&d);
 
 	if (json) {
 		json_t *o = json_pack("{s:b, s:i, s:i, s:o}", "ok", d.failures == 0, "failures",

@@ -14,7 +14,7 @@
 #      boot, no re-snapshot, no mark;
 #   3. a snapshot whose record says CRIU 99.0 (made with a criu that says so):
 #      no restore tried, the start boots naming the difference (reason
-#      "host"); with "fail", 500 host_mismatch naming it;
+#      "host"); with "fail", 500 host_mismatch naming it; thaw doctor lists it;
 #   4. "mounts": a model-like file read by the function at its boot and again
 #      after its restore (same bytes, read-only: a write is refused); a mount
 #      outside the allowed roots is 403 at PUT;
@@ -245,6 +245,12 @@ st=$(start hmf)
 [ "$st" = 500 ] && [ "$(errcode)" = host_mismatch ] && errmsg | grep -q "older than the 99.0" &&
 	ok "start of hmf (fail): 500 host_mismatch: $(errmsg)" || fail "start of hmf: $st $(cat "$T/body")"
 [ "$(mark_of hmf)" = None ] || fail "hmf is marked"
+# thaw doctor lists the local snapshots that cannot run here (a warning).
+hmf_snap=$(snap_of hmf)
+"$THAW" --data-dir "$DATA" doctor >"$T/doctor" 2>&1
+grep -q "^warn  snapshot-.*$hmf_snap (function hmf) cannot be restored here: CRIU .* older than the 99.0" "$T/doctor" &&
+	grep -q "^warn  snapshots .* snapshots cannot be restored here" "$T/doctor" &&
+	ok "thaw doctor names hmf's snapshot" || fail "thaw doctor: $(grep snapshot "$T/doctor")"
 api DELETE /functions/hm >/dev/null # its re-snapshot may still run: deleted with it
 
 # ---- 4. "mounts" ----

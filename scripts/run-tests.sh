@@ -47,6 +47,7 @@ ALONE=" e2e_server e2e_gateway e2e_lifetimes e2e_scale_to_zero test_thaw_bench "
 #     free once its daemons are gone, which a daemon of another test breaks.
 declare -A LOCKS=(
 	[test_s3_rgw]=ceph [e2e_remote]=ceph [e2e_fleet]=ceph [e2e_fleet_image]=ceph
+	[e2e_fallback_remote]=ceph
 	[e2e_lazy]=lazy [e2e_lazy_mm]=lazy [e2e_mapped]=lazy [e2e_sparse]=lazy
 	[e2e_sparse_lazy]=lazy
 )

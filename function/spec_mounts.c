@@ -113,8 +113,8 @@ int spec_mounts_parse(const json_t *v, struct func_spec *s, char *err, size_t er
 		ret = parse_one(json_array_get(v, i), i, &s->mounts[i], err, errlen);
 		if (ret)
 			return ret;
-		for (size_t k = 0; k < i; k++)
-			if (!strcmp(s->mounts[k].destination, s->mounts[i].destination))
+		for (size_t k = 0; k < i && s->mounts[i].destination; k++)
+			if (!strcmp(s->mounts[k].destination ?: "", s->mounts[i].destination))
 				return fail(err, errlen, "mounts[%zu].destination: %s twice", i,
 					    s->mounts[i].destination);
 	}

@@ -201,6 +201,9 @@ export E2E_GPU_TOKENS
 # The same restored eagerly, and lazily (thaw's lazy-pages daemon serving the image while CUDA restores).
 [ -f test/e2e_restore.sh ] && step e2e-restore-gpu env THAW_MAPPED=0 THAW_LAZY=0 bash test/e2e_restore.sh --gpu
 [ -f test/e2e_restore.sh ] && step e2e-restore-gpu-lazy env THAW_MAPPED=0 THAW_LAZY=1 bash test/e2e_restore.sh --gpu
+# Among them e2e_fallback_gpu (restore or boot): the GPU example with its
+# snapshot made unrestorable (its record says a newer CRIU) boots, generates
+# the cold process's tokens, and its re-snapshot restores again.
 for t in test/*gpu*.sh; do
 	[ -f "$t" ] && step "$(basename "$t" .sh)" bash "$t"
 done

@@ -35,7 +35,7 @@ static void test_json_shape(void)
 			       .endpoint = "127.0.0.1:4242", .pid = 77, .tier_hit = true,
 			       .t = { 1.5, 2.25, 0, 3, 6.75 } };
 	const char *keys[] = { "instance", "function", "snapshot", "endpoint", "pid", "tier",
-			       "pages", "lazy", "standby", "timings_ms" };
+			       "pages", "lazy", "standby", "timings_ms", "restored" };
 	const char *tkeys[] = { "load",	   "materialize", "setup", "criu_restore",
 				"endpoint", "gpu_restore", "ready", "total" };
 	json_t *j = instance_to_json(&in), *t;
@@ -53,7 +53,29 @@ static void test_json_shape(void)
 	for (size_t i = 0; i < ARRAY_SIZE(tkeys); i++)
 		CHECK(json_is_number(json_object_get(t, tkeys[i])));
 	CHECK(json_number_value(json_object_get(t, "criu_restore")) == 2.25);
+	CHECK(json_is_true(json_object_get(j, "restored")));
+	CHECK(!json_object_get(j, "restore_failure"));
 	json_decref(j);
+	/* Booted instead of restored (instance_boot): why, and the boot's times. */
+	{
+		const char *bkeys[] = { "setup", "boot", "endpoint", "ready", "warmup", "total" };
+		struct instance b = in;
+
+		b.booted = true;
+		b.t.boot = 40.5;
+		snprintf(b.boot_why, sizeof(b.boot_why), "chunk sha256:ab damaged");
+		j = instance_to_json(&b);
+		REQUIRE(j);
+		CHECK(json_is_false(json_object_get(j, "restored")));
+		CHECK_STR(json_string_value(json_object_get(j, "restore_failure")),
+			  "chunk sha256:ab damaged");
+		t = json_object_get(j, "timings_ms");
+		CHECK_EQ(json_object_size(t), ARRAY_SIZE(bkeys));
+		for (size_t i = 0; i < ARRAY_SIZE(bkeys); i++)
+			CHECK(json_is_number(json_object_get(t, bkeys[i])));
+		CHECK(json_number_value(json_object_get(t, "boot")) == 40.5);
+		json_decref(j);
+	}
 	in.tier_hit = false;
 	j = instance_to_json(&in);
 	CHECK_STR(json_string_value(json_object_get(j, "tier")), "disk");

@@ -158,3 +158,24 @@ int spawn_run(struct spawn *sp, int timeout_ms, int *status)
 
 	return ret ? ret : spawn_wait(sp, timeout_ms, status);
 }
+
+int spawn_detached(const int *keep, size_t n, void (*fn)(void *arg), void *arg)
+{
+	pid_t mid = fork();
+	int st;
+
+	if (mid < 0) {
+		int ret = -errno;
+
+		pr_perror("fork");
+		return ret;
+	}
+	if (mid == 0) {
+		detach_child(keep, n);
+		fn(arg);
+		_exit(0);
+	}
+	while (waitpid(mid, &st, 0) < 0 && errno == EINTR)
+		;
+	return 0;
+}

@@ -12,14 +12,15 @@
  *	... read sp.pipe_out to EOF, close it ...
  *	ret = spawn_wait(&sp, 30000, &status);
  *
- * A child that must outlive thaw (a detached holder or watcher: see
- * detach_child in util.h) or that runs thaw's own code rather than a program
- * (the namespace helper, the shim) is forked where it is needed.
+ * A child that must outlive thaw starts through spawn_detached.  One that runs
+ * thaw's own code and talks to it on a pipe (the namespace helper, the shim)
+ * is forked where it is needed.
  */
 #ifndef THAW_SPAWN_H
 #define THAW_SPAWN_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <sys/types.h>
 
 /* What the child's stdin, stdout or stderr is: one of thaw's fds (>= 0; the
@@ -61,5 +62,14 @@ int spawn_start(struct spawn *sp);
 int spawn_wait(struct spawn *sp, int timeout_ms, int *status);
 /* spawn_start then spawn_wait, for a child with no pipes. */
 int spawn_run(struct spawn *sp, int timeout_ms, int *status);
+
+/* Start a child that must outlive thaw (a lease holder, a lazy-pages
+ * watcher): forked, detached by detach_child (util.h: a session of its own,
+ * not thaw's child, the n descriptors of keep at 3, 4, …, nothing else
+ * open), then fn(arg).  fn runs in a copy of a process that may have other
+ * threads: async-signal-safe calls only, until it execs or exits; it should
+ * not return (the child exits 0 if it does).  The middle process is reaped
+ * before this returns.  0, or -errno (logged). */
+int spawn_detached(const int *keep, size_t n, void (*fn)(void *arg), void *arg);
 
 #endif

@@ -17,6 +17,7 @@
 #include "common/netns.h"
 #include "common/oci.h"
 #include "common/runner.h"
+#include "common/spawn.h"
 #include "common/util.h"
 #include "function/bundle.h"
 #include "function/ready.h"
@@ -576,42 +577,42 @@ static int parse_spec(const struct manifest *m, const char *snapshot, struct fun
  * (a flock lasts while any descriptor of it is open) until the instance's
  * first process has exited, so that no eviction removes the files it maps
  * while it runs, whatever happens to thawd.  Its pid is recorded; a stop
- * kills it after the container.  0, or -errno (logged). */
+ * kills it after the container. */
+static void lease_holder(void *arg)
+{
+	/* Detached, holding nothing of the starter's but the pidfd (3) and
+	 * the lease (4); it tells its pid on the pipe (5). */
+	struct pollfd pf = { .fd = 3, .events = POLLIN };
+	pid_t me;
+
+	prctl(PR_SET_NAME, "thaw-lease", 0, 0, 0);
+	me = getpid();
+	if (write(5, &me, sizeof(me)) != sizeof(me))
+		_exit(1);
+	close(5);
+	while (poll(&pf, 1, -1) < 0 && errno == EINTR)
+		;
+	_exit(0);
+}
+
+/* Start the holder of lease_fd for the instance whose first process is
+ * pid.  0, or -errno (logged). */
 static int hold_lease(struct start_ctx *x, int lease_fd, pid_t pid)
 {
-	int pidfd = (int)syscall(SYS_pidfd_open, pid, 0), p[2] = { -1, -1 }, ret = 0, st;
-	pid_t mid, holder = 0;
+	int pidfd = (int)syscall(SYS_pidfd_open, pid, 0), p[2] = { -1, -1 }, keep[3], ret = 0;
+	pid_t holder = 0;
 
 	if (pidfd < 0 || pipe2(p, O_CLOEXEC) < 0) {
 		ret = -errno;
 		pr_perror("tier lease holder: %s", pidfd < 0 ? "pidfd_open" : "pipe");
 		goto out;
 	}
-	mid = fork();
-	if (mid < 0) {
-		ret = -errno;
-		pr_perror("fork");
+	keep[0] = pidfd;
+	keep[1] = lease_fd;
+	keep[2] = p[1];
+	ret = spawn_detached(keep, 3, lease_holder, NULL);
+	if (ret)
 		goto out;
-	}
-	if (mid == 0) {
-		/* Detached, holding nothing of the starter's but the pidfd (3)
-		 * and the lease (4); it tells its pid on the pipe (5). */
-		int keep[3] = { pidfd, lease_fd, p[1] };
-		struct pollfd pf = { .fd = 3, .events = POLLIN };
-		pid_t me;
-
-		detach_child(keep, 3);
-		prctl(PR_SET_NAME, "thaw-lease", 0, 0, 0);
-		me = getpid();
-		if (write(5, &me, sizeof(me)) != sizeof(me))
-			_exit(1);
-		close(5);
-		while (poll(&pf, 1, -1) < 0 && errno == EINTR)
-			;
-		_exit(0);
-	}
-	while (waitpid(mid, &st, 0) < 0 && errno == EINTR)
-		;
 	close(p[1]);
 	p[1] = -1;
 	if (read(p[0], &holder, sizeof(holder)) != sizeof(holder) || holder <= 0) {

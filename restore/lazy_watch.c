@@ -45,9 +45,10 @@ static void lazy_write_status(const struct lazy_plan *p, const char *text)
 
 /* The watcher: fds 3 ready (write end, handed to the daemon as its
  * --status-fd), 4 info (our pid and the daemon's to the starter), 5 the
- * lease, 0-2 /dev/null.  Never returns. */
-static void lazy_watcher(const struct lazy_plan *p)
+ * lease, 0-2 /dev/null; arg the lazy_plan.  Never returns. */
+static void lazy_watcher(void *arg)
 {
+	const struct lazy_plan *p = arg;
 	pid_t pids[2] = { getpid(), 0 }, d;
 	struct spawn kill_sp = SPAWN_INIT;
 	char text[256];
@@ -122,8 +123,8 @@ int lazy_watch_start(const struct runner *r, const char *id, const char *image_d
 		     int keep_fd, uint64_t t0_ns, struct lazy_watch *out)
 {
 	struct lazy_plan p = { .status_path = status_path, .t0_ns = t0_ns };
-	int ready[2] = { -1, -1 }, info[2] = { -1, -1 }, ret = 0, n = 0, st;
-	pid_t pids[2] = { 0, 0 }, mid;
+	int ready[2] = { -1, -1 }, info[2] = { -1, -1 }, fds[3], ret = 0, n = 0;
+	pid_t pids[2] = { 0, 0 };
 	struct pollfd pfd;
 	char byte, tail[RUNNER_LOG_TAIL_MAX + 1];
 	ssize_t got;
@@ -165,22 +166,14 @@ int lazy_watch_start(const struct runner *r, const char *id, const char *image_d
 		pr_perror("lazy-pages daemon: pipe");
 		goto out;
 	}
-	mid = fork();
-	if (mid < 0) {
-		ret = -errno;
-		pr_perror("fork");
+	/* Detached, so that a `thaw start` that exits or a thawd that never
+	 * waits for it leaves neither it nor a zombie. */
+	fds[0] = ready[1];
+	fds[1] = info[1];
+	fds[2] = keep_fd;
+	ret = spawn_detached(fds, 3, lazy_watcher, &p);
+	if (ret)
 		goto out;
-	}
-	if (mid == 0) {
-		int fds[3] = { ready[1], info[1], keep_fd };
-
-		/* Detached, so that a `thaw start` that exits or a thawd that
-		 * never waits for it leaves neither it nor a zombie. */
-		detach_child(fds, 3);
-		lazy_watcher(&p);
-	}
-	while (waitpid(mid, &st, 0) < 0 && errno == EINTR)
-		;
 	close(ready[1]);
 	close(info[1]);
 	ready[1] = info[1] = -1;

@@ -2,7 +2,8 @@
 /* test_spawn: common/spawn runs a program with its stdio wired (pipes,
  * /dev/null, stderr into stdout, a given fd), with nothing else of ours
  * open, and reports its status, a program it cannot run (127) and a
- * timeout (the child and its process group killed). */
+ * timeout (the child and its process group killed); spawn_detached's child
+ * is in a session of its own and not ours. */
 #include "common/spawn.h"
 #include "common/util.h"
 #include "test/check.h"
@@ -160,6 +161,31 @@ static void test_timeout(void)
 	CHECK(grandchild <= 0 || dead(grandchild));
 }
 
+/* The detached child: its pid and session on fd 3. */
+static void detached_body(void *arg)
+{
+	pid_t v[2] = { getpid(), getsid(0) };
+
+	(void)arg;
+	if (write(3, v, sizeof(v)) != (ssize_t)sizeof(v))
+		_exit(1);
+	_exit(0);
+}
+
+static void test_detached(void)
+{
+	int p[2] = { -1, -1 };
+	pid_t v[2] = { 0, 0 };
+
+	REQUIRE(pipe2(p, O_CLOEXEC) == 0);
+	CHECK_EQ(spawn_detached(&p[1], 1, detached_body, NULL), 0);
+	close(p[1]);
+	CHECK_EQ(read(p[0], v, sizeof(v)), (ssize_t)sizeof(v));
+	close(p[0]);
+	CHECK(v[0] > 0 && v[1] > 0 && v[1] != getsid(0)); /* a session of its own */
+	CHECK(waitpid(v[0], NULL, WNOHANG) < 0 && errno == ECHILD); /* not our child */
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN); /* thawd's way: the child gets it back */
@@ -168,5 +194,6 @@ int main(void)
 	test_given_fd();
 	test_not_run();
 	test_timeout();
+	test_detached();
 	return check_failures ? 1 : 0;
 }

@@ -487,17 +487,8 @@ static int append_body(struct req *q, const char *data, size_t n)
 		q->len = q->cap = 0;
 		return 0;
 	}
-	if (q->len + n + 1 > q->cap) {
-		size_t cap = q->cap ? q->cap : 4096;
-
-		while (cap < q->len + n + 1)
-			cap *= 2;
-		char *b = realloc(q->body, cap);
-		if (!b)
-			return -ENOMEM;
-		q->body = b;
-		q->cap = cap;
-	}
+	if (ARRAY_GROW(q->body, q->cap, q->len + n + 1, 4096))
+		return -ENOMEM;
 	memcpy(q->body + q->len, data, n);
 	q->len += n;
 	q->body[q->len] = '\0';

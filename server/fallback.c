@@ -35,12 +35,15 @@ struct fallback {
 	size_t n, cap;
 };
 
-struct fallback *fallback_new(void)
+struct fallback *fallback_new(const struct thaw_config *c)
 {
 	struct fallback *f = calloc(1, sizeof(*f));
 
-	if (f)
-		pthread_mutex_init(&f->lock, NULL);
+	if (!f)
+		return NULL;
+	pthread_mutex_init(&f->lock, NULL);
+	/* Now rather than at the first start: criu --version, the driver. */
+	f->here = host_record_here(c);
 	return f;
 }
 

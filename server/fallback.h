@@ -22,6 +22,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "common/config.h"
 #include "restore/instance.h"
 
 struct server;
@@ -40,9 +41,10 @@ struct fallback;
  * ten minutes, not one per start. */
 #define FALLBACK_RESNAPSHOT_RETRY_S 600
 
-/* The state of s's fallbacks (this host's record, each snapshot's verdict,
- * the re-snapshots launched).  NULL when out of memory. */
-struct fallback *fallback_new(void);
+/* The state of a server's fallbacks (this host's record, made now with c's
+ * criu; each snapshot's verdict; the re-snapshots launched).  NULL when out
+ * of memory. */
+struct fallback *fallback_new(const struct thaw_config *c);
 void fallback_free(struct fallback *f); /* NULL is fine */
 
 /* Before a start of fn restores snap: must it boot instead?  true with

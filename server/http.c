@@ -893,7 +893,7 @@ struct server *server_new(const struct thaw_config *c, const struct server_opts 
 	recover_preload_manifests(s);
 	if (remote_sync_start(s))
 		goto err;
-	s->fallback = fallback_new();
+	s->fallback = fallback_new(c);
 	if (!s->fallback)
 		goto err;
 	if (tier_root_prepare(c->ram_tier_dir, c->ram_tier_bytes, c->tier_huge, NULL) == 0)

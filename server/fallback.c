@@ -323,11 +323,14 @@ static void resnapshot(struct server *s, const char *fn, const char *snap)
 	if (ret != -EBUSY)
 		pr_warn("function %s: no re-snapshot now (%s); the next start tries again", fn,
 			ret == -EAGAIN ? "--max-snapshots jobs are running" : strerror(-ret));
-	/* Building already (one at a time), or not launched: not counted. */
+	/* Building already (one at a time): counted as launched.  Not launched
+	 * (the jobs full, thawd stopping): tried again by a start in a while,
+	 * not by every start. */
 	pthread_mutex_lock(&f->lock);
 	v = verdict_of(f, snap);
-	if (v)
-		v->resnapshot_ns = ret == -EBUSY ? now : 0;
+	if (v && ret != -EBUSY)
+		v->resnapshot_ns =
+			now - (FALLBACK_RESNAPSHOT_RETRY_S - FALLBACK_LAUNCH_RETRY_S) * 1000000000ull;
 	pthread_mutex_unlock(&f->lock);
 }
 

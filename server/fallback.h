@@ -40,6 +40,9 @@ struct fallback;
  * before this long: a function that cannot be snapshotted costs a boot every
  * ten minutes, not one per start. */
 #define FALLBACK_RESNAPSHOT_RETRY_S 600
+/* One that could not be launched (--max-snapshots jobs running) is tried
+ * again by a start after this long. */
+#define FALLBACK_LAUNCH_RETRY_S 30
 
 /* The state of a server's fallbacks (this host's record, made now with c's
  * criu; each snapshot's verdict; the re-snapshots launched).  NULL when out

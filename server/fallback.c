@@ -19,6 +19,8 @@
 #include <string.h>
 #include <time.h>
 
+#define FALLBACK_VERDICTS_MAX 4096
+
 /* What is known of one snapshot: whether this host can restore it (and
  * why not), and when its re-snapshot was last launched. */
 struct verdict {
@@ -63,6 +65,13 @@ static struct verdict *verdict_of(struct fallback *f, const char *snap)
 	for (size_t i = 0; i < f->n; i++)
 		if (!strcmp(f->v[i].snap, snap))
 			return &f->v[i];
+	/* Bounded: the oldest snapshots' verdicts go first (a snapshot is
+	 * judged again, at worst, if it ever comes back). */
+	if (f->n >= FALLBACK_VERDICTS_MAX) {
+		memmove(f->v, f->v + FALLBACK_VERDICTS_MAX / 4,
+			(f->n - FALLBACK_VERDICTS_MAX / 4) * sizeof(*f->v));
+		f->n -= FALLBACK_VERDICTS_MAX / 4;
+	}
 	if (ARRAY_GROW(f->v, f->cap, f->n + 1, 16))
 		return NULL;
 	memset(&f->v[f->n], 0, sizeof(f->v[f->n]));

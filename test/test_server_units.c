@@ -7,6 +7,7 @@
 #include "common/util.h"
 #include "server/auth.h"
 #include "server/errors.h"
+#include "server/fallback.h"
 #include "server/insts.h"
 #include "server/jobs.h"
 #include "server/metrics.h"
@@ -898,6 +899,81 @@ static void test_registry_damaged(void)
 	json_decref(spec2);
 }
 
+/* The unrestorable mark (server/fallback.h): only on the current snapshot,
+ * its first reason kept, persisted, kept by a failed re-snapshot and by a
+ * change of a serving key ("on_restore_failure" among them), cleared by a
+ * new snapshot or a new spec; and the chunk a start's words name. */
+static void test_registry_unrestorable(void)
+{
+	char dir[256], why[256];
+	uint8_t h[CHUNK_HASH_LEN];
+	json_t *spec = json_pack("{s:[s], s:i}", "command", "x", "port", 8000);
+	json_t *spec_fail = json_pack("{s:[s], s:i, s:s}", "command", "x", "port", 8000,
+				      "on_restore_failure", "fail");
+	json_t *spec2 = json_pack("{s:[s], s:i}", "command", "y", "port", 8000);
+	json_t *j, *u, *sp = NULL;
+	struct registry *r;
+	bool created;
+
+	snprintf(dir, sizeof(dir), "%s/functions-unrestorable", tmpdir);
+	r = registry_open(dir);
+	REQUIRE(r);
+	REQUIRE(registry_put(r, "fn", spec, &created, NULL) == 0);
+	CHECK_EQ(registry_snapshot_unrestorable(r, "fn", SNAP1, "x"), -ENOENT); /* none yet */
+	REQUIRE(registry_snapshot_begin(r, "fn", "job-1", &sp) == 0);
+	json_decref(sp);
+	REQUIRE(registry_snapshot_end(r, "fn", "job-1", SNAP1, 1, 1, NULL, NULL, NULL) == 0);
+	CHECK(!registry_unrestorable(r, "fn", SNAP1, why, sizeof(why)));
+	CHECK_EQ(registry_snapshot_unrestorable(r, "fn", SNAP2, "x"), -ENOENT); /* not current */
+	CHECK_EQ(registry_snapshot_unrestorable(r, "fn", SNAP1, "CRIU 4.1 here is older"), 0);
+	CHECK_EQ(registry_snapshot_unrestorable(r, "fn", SNAP1, "a second reason"), 0);
+	registry_free(r);
+
+	r = registry_open(dir);
+	REQUIRE(r);
+	CHECK(registry_unrestorable(r, "fn", SNAP1, why, sizeof(why)));
+	CHECK_STR(why, "CRIU 4.1 here is older");
+	CHECK(!registry_unrestorable(r, "fn", SNAP2, NULL, 0));
+	CHECK_EQ(registry_get_json(r, "fn", &j), 0);
+	u = json_object_get(json_object_get(j, "snapshot"), "unrestorable");
+	CHECK_STR(json_string_value(json_object_get(u, "why")), "CRIU 4.1 here is older");
+	CHECK(json_is_string(json_object_get(u, "at")));
+	json_decref(j);
+	/* A failed re-snapshot keeps it; so does a serving key's change. */
+	REQUIRE(registry_snapshot_begin(r, "fn", "job-2", &sp) == 0);
+	json_decref(sp);
+	REQUIRE(registry_snapshot_end(r, "fn", "job-2", NULL, 0, 0, NULL, "it broke", NULL) == 0);
+	REQUIRE(registry_put(r, "fn", spec_fail, &created, NULL) == 0);
+	CHECK(registry_unrestorable(r, "fn", SNAP1, NULL, 0));
+	/* A new snapshot clears it. */
+	REQUIRE(registry_snapshot_begin(r, "fn", "job-3", &sp) == 0);
+	json_decref(sp);
+	REQUIRE(registry_snapshot_end(r, "fn", "job-3", SNAP2, 1, 1, NULL, NULL, NULL) == 0);
+	CHECK(!registry_unrestorable(r, "fn", SNAP2, NULL, 0));
+	CHECK_EQ(registry_get_json(r, "fn", &j), 0);
+	CHECK(json_is_null(json_object_get(json_object_get(j, "snapshot"), "unrestorable")));
+	json_decref(j);
+	/* So does a new spec. */
+	CHECK_EQ(registry_snapshot_unrestorable(r, "fn", SNAP2, "x"), 0);
+	REQUIRE(registry_put(r, "fn", spec2, &created, NULL) == 0);
+	CHECK(!registry_unrestorable(r, "fn", SNAP2, NULL, 0));
+	registry_free(r);
+	json_decref(spec);
+	json_decref(spec_fail);
+	json_decref(spec2);
+
+#define CHUNK_HEX "1123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	CHECK_EQ(fallback_damaged_chunk("materialize: chunk sha256:" CHUNK_HEX " (pages-1.img "
+					"at offset 0): corrupt", h), 0);
+	CHECK_EQ(h[0], 0x11);
+	h[0] = 0;
+	CHECK_EQ(fallback_damaged_chunk("chunk sha256:12 short; chunk sha256:" CHUNK_HEX, h), 0);
+	CHECK_EQ(h[0], 0x11);
+#undef CHUNK_HEX
+	CHECK_EQ(fallback_damaged_chunk("its manifest is missing from the store", h), -ENOENT);
+	CHECK_EQ(fallback_damaged_chunk(NULL, h), -ENOENT);
+}
+
 int main(void)
 {
 	log_set_level(LOG_ERR);
@@ -915,6 +991,7 @@ int main(void)
 	test_errors();
 	test_insts_claim();
 	test_registry_damaged();
+	test_registry_unrestorable();
 	rm_rf(tmpdir);
 	return check_failures ? 1 : 0;
 }

@@ -38,10 +38,16 @@ static double ms3(double ms)
 json_t *instance_boot_timings(const struct instance *in)
 {
 	const struct instance_timings *t = &in->t;
+	json_t *j = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f}", "setup", ms3(t->setup), "boot",
+			      ms3(t->boot), "endpoint", ms3(t->endpoint), "ready", ms3(t->ready),
+			      "warmup", ms3(t->warmup), "total", ms3(t->total));
 
-	return json_pack("{s:f, s:f, s:f, s:f, s:f, s:f}", "setup", ms3(t->setup), "boot",
-			 ms3(t->boot), "endpoint", ms3(t->endpoint), "ready", ms3(t->ready),
-			 "warmup", ms3(t->warmup), "total", ms3(t->total));
+	/* A booted standby taken: its thaw (runc resume), as a restored one's. */
+	if (j && t->resume > 0 && json_object_set_new(j, "resume", json_real(ms3(t->resume)))) {
+		json_decref(j);
+		return NULL;
+	}
+	return j;
 }
 
 /* The GPUs a GPU function boots on: its spec's number of them, those with

@@ -72,7 +72,13 @@ done
 # build/thaw-old, for A/B steps such as bench-engine-qd (made by hand:
 # git worktree add DIR COMMIT && make -C DIR STATIC=1 build/static/thaw).
 # libthaw-cuda.so beside thawd, where thawd looks for it (common/gpumem.h).
-[ -f $S/libthaw-cuda.so ] && pack_bin $S/libthaw-cuda.so "$stage/build/libthaw-cuda.so"
+# Not pack_bin: it does not link libthaw.a, so it may well be older than it.
+if [ -f $S/libthaw-cuda.so ]; then
+	strip --strip-debug -o "$stage/build/libthaw-cuda.so" $S/libthaw-cuda.so
+else
+	echo "gpu-pack: $S/libthaw-cuda.so did not build (log: $S.log)" >&2
+	exit 1
+fi
 [ -n "${GPU_PACK_OLD:-}" ] && strip --strip-debug -o "$stage/build/thaw-old" "$GPU_PACK_OLD"
 for t in $S/test/test_*; do
 	[ -x "$t" ] && pack_bin "$t" "$stage/build/test/$(basename "$t")"

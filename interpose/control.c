@@ -31,13 +31,30 @@ static volatile int started;
 static const char *in_dir, *out_dir;
 static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
 
+/* v in decimal at p; the number of digits.  The signal handler's paths
+ * and answer are built with this: snprintf is not async-signal-safe. */
+static size_t put_uint(char *p, unsigned long v)
+{
+	char num[24];
+	size_t n = 0, k = 0;
+
+	do {
+		num[n++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v && n < sizeof(num));
+	while (n)
+		p[k++] = num[--n];
+	return k;
+}
+
 /* Write the answer whole: a temporary file renamed over the name thawd
  * reads.  Only calls that are async-signal-safe (the handler uses it). */
 static void put_status(const char *json, size_t len)
 {
 	char tmp[4200], path[4200];
-	int fd, pid = (int)getpid();
+	pid_t pid = getpid();
 	size_t k;
+	int fd;
 
 	if (!out_dir)
 		return;
@@ -47,17 +64,7 @@ static void put_status(const char *json, size_t len)
 	/* snprintf is not async-signal-safe; these paths are built by hand. */
 	memcpy(path, out_dir, k);
 	path[k++] = '/';
-	{
-		char num[16];
-		int n = 0, p = pid;
-
-		do {
-			num[n++] = (char)('0' + p % 10);
-			p /= 10;
-		} while (p && n < 15);
-		while (n)
-			path[k++] = num[--n];
-	}
+	k += put_uint(path + k, (unsigned long)pid);
 	memcpy(path + k, ".status", 8);
 	memcpy(tmp, path, k);
 	memcpy(tmp + k, ".tmp", 5);
@@ -163,20 +170,12 @@ static void on_signal(int sig, siginfo_t *si, void *uc)
 	if (GPUMEM_VALUE_OP(si->si_value.sival_int) != GPUMEM_OP_RELEASE) {
 		/* No CUDA went through the library here: say so now. */
 		char buf[256] = "{\"seq\": ";
-		char num[16];
-		unsigned s = GPUMEM_VALUE_SEQ(si->si_value.sival_int);
 		size_t k = strlen(buf);
-		int n = 0;
 		static const char rest[] =
 		    ", \"ok\": false, \"error\": \"no CUDA call of this process went through "
 		    "libthaw-cuda\", \"allocs\": 0, \"bytes\": 0}\n";
 
-		do {
-			num[n++] = (char)('0' + s % 10);
-			s /= 10;
-		} while (s && n < 15);
-		while (n)
-			buf[k++] = num[--n];
+		k += put_uint(buf + k, GPUMEM_VALUE_SEQ(si->si_value.sival_int));
 		memcpy(buf + k, rest, sizeof(rest));
 		put_status(buf, k + sizeof(rest) - 1);
 	}

@@ -4,12 +4,11 @@
  * The function reaches each driver entry point through a slot: slot i puts
  * i in r11 (a scratch register no call passes arguments in) and jumps to
  * the common code, which counts the call as in flight and, while the gate
- * is open, calls gm_slot_real[i] with the caller's registers untouched and
+ * is open (and the slot has its driver address), calls gm_slot_real[i] with the caller's registers untouched and
  * its first 16 stack arguments copied (more than any driver call takes;
  * the words above the caller's are its own frame, always mapped), then
- * counts it out and returns its result.  While the gate is closed it
- * waits in gm_gate_wait with every argument register saved, and tries
- * again.  The count and the gate are read in the order that lets
+ * counts it out and returns its result.  Otherwise it calls gm_gate_slow
+ * with every argument register saved, and tries again.  The count and the gate are read in the order that lets
  * gm_gate_close know, once the count is 0, that no call is inside the
  * driver and none will enter: a slot increments (a locked instruction, a
  * full barrier) before it reads the gate; the closer writes the gate
@@ -25,10 +24,10 @@
 gm_common:
 	lock incq gm_gate_inflight(%rip)
 	cmpl $0, gm_gate_closed(%rip)
-	jne .Lheld
+	jne .Lslow
 	lea gm_slot_real(%rip), %rax
 	cmpq $0, (%rax,%r11,8)
-	je .Lresolve
+	je .Lslow
 	push %rbp
 	mov %rsp, %rbp
 	push %r11
@@ -44,7 +43,10 @@ gm_common:
 	lock decq gm_gate_inflight(%rip)
 	leave
 	ret
-.Lheld:
+.Lslow:
+	/* The gate is closed, or an exported entry point's first call
+	 * (exports.S) has no driver address yet: gm_gate_slow deals with
+	 * both, every argument register saved, then the call starts over. */
 	lock decq gm_gate_inflight(%rip)
 	push %rdi
 	push %rsi
@@ -62,46 +64,8 @@ gm_common:
 	movdqu %xmm5, 80(%rsp)
 	movdqu %xmm6, 96(%rsp)
 	movdqu %xmm7, 112(%rsp)
-	call gm_gate_wait
-	movdqu 0(%rsp), %xmm0
-	movdqu 16(%rsp), %xmm1
-	movdqu 32(%rsp), %xmm2
-	movdqu 48(%rsp), %xmm3
-	movdqu 64(%rsp), %xmm4
-	movdqu 80(%rsp), %xmm5
-	movdqu 96(%rsp), %xmm6
-	movdqu 112(%rsp), %xmm7
-	add $128, %rsp
-	pop %r11
-	pop %r9
-	pop %r8
-	pop %rcx
-	pop %rdx
-	pop %rsi
-	pop %rdi
-	jmp gm_common
-.Lresolve:
-	/* An exported entry point's first call (exports.S): its driver
-	 * address by name, every argument register saved as above. */
-	lock decq gm_gate_inflight(%rip)
-	push %rdi
-	push %rsi
-	push %rdx
-	push %rcx
-	push %r8
-	push %r9
-	push %r11
-	sub $128, %rsp
-	movdqu %xmm0, 0(%rsp)
-	movdqu %xmm1, 16(%rsp)
-	movdqu %xmm2, 32(%rsp)
-	movdqu %xmm3, 48(%rsp)
-	movdqu %xmm4, 64(%rsp)
-	movdqu %xmm5, 80(%rsp)
-	movdqu %xmm6, 96(%rsp)
-	movdqu %xmm7, 112(%rsp)
 	mov %r11, %rdi
-	call gm_exports_resolve
+	call gm_gate_slow
 	movdqu 0(%rsp), %xmm0
 	movdqu 16(%rsp), %xmm1
 	movdqu 32(%rsp), %xmm2

@@ -92,10 +92,13 @@ extern void *gm_slot_real[GM_SLOTS] GM_HIDDEN;
 extern const char gm_slots[] GM_HIDDEN; /* slot i's code at gm_slots + 16 * i */
 /* The top GM_EXPORTS slots are exports.S's named entry points. */
 #define GM_EXPORTS 28
-/* Fill slot's driver address by its exported name (gate.S, on the first
- * call); a driver without it gets a stub that answers CUDA_ERROR_NOT_FOUND. */
+/* Fill slot's driver address by its exported name (on the first call);
+ * a driver without it gets a stub that answers CUDA_ERROR_NOT_FOUND. */
 void gm_exports_resolve(unsigned long slot) GM_HIDDEN;
-/* Called by a held trampoline: returns once the gate is open. */
+/* gate.S's slow path: the slot's driver address filled in if it has none,
+ * then a wait until the gate is open. */
+void gm_gate_slow(unsigned long slot) GM_HIDDEN;
+/* Returns once the gate is open. */
 void gm_gate_wait(void) GM_HIDDEN;
 /* The same protocol for the calls the library implements in C. */
 void gm_gate_enter(void) GM_HIDDEN;

@@ -49,6 +49,13 @@ void gm_gate_wait(void)
 	pthread_mutex_unlock(&gate_mu);
 }
 
+void gm_gate_slow(unsigned long slot)
+{
+	if (slot < GM_SLOTS && !__atomic_load_n(&gm_slot_real[slot], __ATOMIC_ACQUIRE))
+		gm_exports_resolve(slot);
+	gm_gate_wait();
+}
+
 void gm_gate_enter(void)
 {
 	for (;;) {

@@ -70,6 +70,10 @@ static void check_route(const char *path)
 	case ROUTE_FUNCTION_START:
 	case ROUTE_INSTANCE:
 	case ROUTE_JOB:
+	case ROUTE_INSTANCE_LOGS:
+	case ROUTE_JOB_LOGS:
+	case ROUTE_FUNCTION_PUSH:
+	case ROUTE_FUNCTION_PULL:
 		FUZZ_ASSERT(id_valid(r.id));
 		FUZZ_ASSERT(!strchr(r.id, '/') && strcmp(r.id, ".") && strcmp(r.id, ".."));
 		FUZZ_ASSERT(!strchr(path, '%'));

@@ -171,10 +171,13 @@ deps:
 # this).  TESTS=word lints only what a change touches (lint-changed).
 # Sanitizer builds keep their own flags, and lint no part of them.
 NPROC := $(shell nproc 2>/dev/null || echo 1)
+# The lint job's command, for run-tests.sh to run.  A variable of its own:
+# a recipe line that names $(MAKE) itself runs even under `make -n`, and
+# this one runs the tests.
+LINT_CMD = $(if $(SANITIZE),,$(MAKE) --no-print-directory -j$(NPROC) DEVELOPER=1 B=$(B) $(if $(TESTS),lint-changed,lint))
 test: deps
 	@$(MAKE) --no-print-directory -j$(NPROC) $(if $(SANITIZE),,DEVELOPER=1) all fuzz
-	@B=$(B) LINT='$(if $(SANITIZE),,$(MAKE) --no-print-directory -j$(NPROC) DEVELOPER=1 B=$(B) $(if $(TESTS),lint-changed,lint))' \
-	  scripts/run-tests.sh
+	@B=$(B) LINT='$(LINT_CMD)' scripts/run-tests.sh
 
 run: deps
 	@$(MAKE) --no-print-directory all

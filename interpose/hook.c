@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* hook.c — how the function's calls to the driver reach the library.
  *
- * Three ways in (../shared/VMM.md says what a PyTorch process was seen to
- * do): the driver's exported symbols, which a program linked against
+ * Three ways in (docs/DESIGN.md, "GPU memory", says what a PyTorch process
+ * was seen to do): the driver's exported symbols, which a program linked against
  * libcuda binds to this preloaded library first (alloc.c defines the
  * memory calls, exports.S a held stub for the others); dlsym on libcuda,
  * which the CUDA runtime uses to find cuGetProcAddress; and cuGetProcAddress

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* move.c — the function's movable device memory saved to a file and copied
- * back (../shared/VMM.md has the measurements this follows).
+ * back (docs/DESIGN.md, "GPU memory", has the measurements this follows).
  *
  * Save (the gate closed, no call inside the driver): synchronise each
  * context that has movable memory; copy each mapping into the file through

@@ -172,7 +172,7 @@ static void test_query_body(void)
 	CHECK(b);
 	CHECK_EQ(query_bool("yes please", &b), -EINVAL);
 	{
-		/* Seconds are decimal: strtod would take 0x1p3 as 8 (issue 36). */
+		/* Seconds are decimal: strtod would take 0x1p3 as 8. */
 		static const char *const bad[] = { "0x1p3", "1e3", "inf", "nan", " 8", "8 ", "+8",
 						   "-1", "", ".", "1.2.3", "0x10" };
 		double d = -1;

@@ -77,12 +77,6 @@ state_of() { api GET "/functions/$1" >/dev/null && jget "$T/body" "j['snapshot']
 snapshot_jobs() { # FN: its snapshot jobs in this thawd
 	api GET /jobs >/dev/null && jget "$T/body" "sum(1 for x in j['jobs'] if x['function'] == '$1' and x['kind'] == 'snapshot')"
 }
-stop_thawd() {
-	kill -TERM "$THAWD_PID"
-	for _ in $(seq 600); do kill -0 "$THAWD_PID" 2>/dev/null || break; sleep 0.1; done
-	wait "$THAWD_PID"
-	THAWD_PID=""
-}
 # chunks_of SNAPSHOT: the ids of its manifest's chunks, one a line.
 chunks_of() {
 	python3 - "$DATA/store" "$1" <<'EOF'

@@ -37,12 +37,6 @@ wait_for() { # SECONDS COMMAND...: until COMMAND succeeds; 1 if it never does
 	done
 	return 1
 }
-stop_thawd() {
-	kill -TERM "$THAWD_PID"
-	for _ in $(seq 1200); do kill -0 "$THAWD_PID" 2>/dev/null || break; sleep 0.1; done
-	wait "$THAWD_PID"
-	THAWD_PID=""
-}
 tokens() { # ENDPOINT: the tokens it generates for BODY
 	curl -sf --max-time 300 -X POST -d "$BODY" "http://$1/generate" |
 		python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])'
@@ -66,7 +60,7 @@ st=$(api PUT /functions/gx -d @"$THAW_GPU_EXAMPLE")
 st=$(curl -s -o "$T/body" -w '%{http_code}' --max-time 1200 -X POST "$URL/functions/gx/snapshot?wait=1")
 [ "$st" = 200 ] || { fail "snapshot of gx: $st $(cat "$T/body")"; exit 1; }
 snap=$(jget "$T/body" "j['job']['result']['snapshot']")
-stop_thawd
+stop_thawd 120
 
 # ---- 1. the start boots ----
 start_thawd --max-standby 0 --ram-tier-bytes 16G
@@ -101,7 +95,7 @@ toks2=$(tokens "$(jget "$T/start" "j['endpoint']")")
 [ -n "$toks2" ] && [ "$toks2" = "$toks" ] && ok "the restored instance generates the same tokens" ||
 	fail "restored tokens $toks2, booted $toks"
 api DELETE "/instances/$(jget "$T/start" "j['instance']")" >/dev/null
-stop_thawd
+stop_thawd 120
 
 # ---- 3. nothing left ----
 c=$(own_containers)

@@ -49,12 +49,6 @@ spec() { # [EXTRA-KEYS]
 	echo "{\"command\": [\"python3\", \"fallback_fn.py\"], \"cwd\": \"$FN\", \"port\": 8000,
 		\"ready\": {\"http\": \"/health\", \"timeout_s\": 60}, \"env\": {\"SEED\": \"21\"} ${1:+, $1}}"
 }
-stop_thawd() {
-	kill -TERM "$THAWD_PID"
-	for _ in $(seq 600); do kill -0 "$THAWD_PID" 2>/dev/null || break; sleep 0.1; done
-	wait "$THAWD_PID"
-	THAWD_PID=""
-}
 pushed() { # FN: its push is done
 	api GET "/functions/$1" >/dev/null && [ "$(jget "$T/body" "(j.get('push') or {}).get('state')")" = done ]
 }

@@ -30,68 +30,34 @@ THAW=$B/thaw
 require_restore_tools
 command -v python3 >/dev/null || skip "no python3"
 
-T=$(mktemp -d /tmp/thaw-e2e-logs-XXXXXX)
-SHM=$(mktemp -d /dev/shm/thaw-e2e-logs-XXXXXX)
-DATA=$T/data
-TOKEN=e2e-$RANDOM-$RANDOM
-DTOKEN=data-$RANDOM-$RANDOM
-echo "$TOKEN" >"$T/token"
-echo "$DTOKEN" >"$T/dtoken"
+NAME=logs
+RAM_TIER_BYTES=2G
+. "$ROOT/test/lib/thawd_e2e.sh"
+e2e_tokens
 BOUND=4096
-THAWD_PID=""
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-ok() { echo "ok: $*"; }
 
-. "$ROOT/test/lib/own_procs.sh"
-own_mounts() { awk -v t="$T" 'index($5, t) == 1 { print $5 }' /proc/self/mountinfo; }
-own_containers() { [ -d "$DATA/runc" ] && runc --root "$DATA/runc" list -q 2>/dev/null; }
-
-cleanup() {
+# Instances `thaw start` made are stopped through thaw (thawd is gone by then).
+e2e_cleanup_hook() {
 	local r
-	[ -n "$THAWD_PID" ] && kill -9 "$THAWD_PID" 2>/dev/null
 	for r in "$DATA"/instances/*.json; do
 		[ -f "$r" ] && THAW_RAM_TIER=$SHM "$THAW" --data-dir "$DATA" stop \
 			"$(basename "$r" .json)" >/dev/null 2>&1
 	done
-	for c in $(own_containers); do runc --root "$DATA/runc" delete -f "$c" >/dev/null 2>&1; done
-	own_procs | awk '{print $1}' | xargs -r kill -9 2>/dev/null
-	for m in $(own_mounts | sort -r); do umount -l "$m" 2>/dev/null; done
-	[ $fails != 0 ] && [ -f "$T/thawd.log" ] && { echo "--- thawd.log (tail)"; tail -n 40 "$T/thawd.log"; }
-	rm -rf "$T" "$SHM"
-}
-trap cleanup EXIT
-
-start_thawd() {
-	rm -f "$T/port"
-	"$THAWD" --listen 127.0.0.1:0 --port-file "$T/port" --data-dir "$DATA" \
-		--ram-tier "$SHM" --ram-tier-bytes 2G --token-file "$T/token" \
-		--data-token-file "$T/dtoken" --log-bytes 4K "$@" >>"$T/thawd.log" 2>&1 &
-	THAWD_PID=$!
-	for _ in $(seq 200); do [ -s "$T/port" ] && break; sleep 0.05; done
-	[ -s "$T/port" ] || { echo "thawd did not start"; tail "$T/thawd.log"; exit 1; }
-	URL=http://127.0.0.1:$(cat "$T/port")
 }
 
-stop_thawd() {
-	local rc
-	kill -TERM "$THAWD_PID"
-	for _ in $(seq 600); do kill -0 "$THAWD_PID" 2>/dev/null || break; sleep 0.1; done
-	wait "$THAWD_PID"
-	rc=$?
-	THAWD_PID=""
-	return $rc
+start_thawd_logs() {
+	start_thawd --token-file "$T/token" --data-token-file "$T/dtoken" --log-bytes 4K "$@"
 }
 
 # api METHOD PATH [curl args…]: the status on stdout, the body in $T/body,
-# the headers in $T/headers.
+# the headers in $T/hdr (its own: no JSON type, and --path-as-is for the
+# traversal ids).
 api() {
 	local m=$1 p=$2
 	shift 2
-	curl -s --path-as-is -o "$T/body" -D "$T/headers" -w '%{http_code}' \
+	curl -s --path-as-is -o "$T/body" -D "$T/hdr" -w '%{http_code}' \
 		-H "Authorization: Bearer $TOKEN" -X "$m" "$URL$p" "$@"
 }
-jget() { python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1" 2>/dev/null; }
 err_code() { jget "$T/body" "j['error']['code']"; }
 
 # wait_log PATH WANT: GET PATH (a logs route) until its body ends with the
@@ -122,7 +88,7 @@ print(json.dumps({"command": cmd, "cwd": d, "port": 8000,
 EOF
 }
 
-start_thawd
+start_thawd_logs
 
 # ---- 1. the snapshot's job keeps the boot output ----
 spec >"$T/logs.json"
@@ -141,7 +107,7 @@ cmp -s "$T/body" "$T/boot" || fail "job log: $(head -c 300 "$T/body")"
 st=$(api GET "/jobs/$JID/logs?tail=5")
 [ "$st" = 200 ] && [ "$(cat "$T/body")" = "$(seq 16 20 | sed 's/^/line /')" ] ||
 	fail "job log ?tail=5: $st $(cat "$T/body")"
-grep -qi '^content-type: text/plain; charset=utf-8' "$T/headers" || fail "job log type: $(cat "$T/headers")"
+grep -qi '^content-type: text/plain; charset=utf-8' "$T/hdr" || fail "job log type: $(cat "$T/hdr")"
 [ $fails = 0 ] && ok "job $JID keeps the boot output (20 lines, tail=5 the last 5)"
 
 # ---- 2. an instance's log: what it prints after its restore ----
@@ -154,8 +120,8 @@ wait_log "/instances/$IID/logs" "after 8" || fail "instance log: $(cat "$T/body"
 st=$(api GET "/instances/$IID/logs?tail=5")
 [ "$st" = 200 ] && [ "$(cat "$T/body")" = "$(seq 4 8 | sed 's/^/after /')" ] ||
 	fail "instance log ?tail=5: $st $(cat "$T/body")"
-grep -qi '^content-type: text/plain; charset=utf-8' "$T/headers" ||
-	fail "instance log type: $(cat "$T/headers")"
+grep -qi '^content-type: text/plain; charset=utf-8' "$T/hdr" ||
+	fail "instance log type: $(cat "$T/hdr")"
 # No tail: the default 100, so all 8 and nothing of the boot.
 st=$(api GET "/instances/$IID/logs")
 [ "$(cat "$T/body")" = "$(seq 1 8 | sed 's/^/after /')" ] || fail "instance log, all: $(cat "$T/body")"
@@ -289,7 +255,7 @@ st=$(api GET "/jobs/$BJID/logs")
 
 # ---- 7. a restart: no job logs of the earlier run; nothing left ----
 stop_thawd || fail "thawd did not exit 0 on SIGTERM"
-start_thawd
+start_thawd_logs
 [ -z "$(ls -A "$DATA/jobs" 2>/dev/null)" ] || fail "job logs left from the earlier run: $(ls "$DATA/jobs")"
 st=$(api GET "/jobs/$JID/logs")
 [ "$st" = 404 ] || fail "a job of the earlier run: $st"

@@ -66,59 +66,27 @@ for c in runc python3 curl; do
 	command -v $c >/dev/null || { echo "skipped: no $c"; exit 77; }
 done
 
-T=$(mktemp -d /tmp/thaw-e2e-statuses-XXXXXX)
-SHM=$(mktemp -d /dev/shm/thaw-e2e-statuses-XXXXXX)
-DATA=$T/data
-TOKEN=full-$RANDOM-$RANDOM
-DTOKEN=data-$RANDOM-$RANDOM
-echo "$TOKEN" >"$T/token"
-echo "$DTOKEN" >"$T/dtoken"
-THAWD_PID=""
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-ok() { echo "ok: $*"; }
+ROOT=${THAW_ROOT:-$PWD}
+NAME=statuses
+. "$ROOT/test/lib/thawd_e2e.sh"
+e2e_tokens
 
-. "${THAW_ROOT:-$PWD}/test/lib/own_procs.sh"
-own_mounts() { awk -v t="$T" 'index($5, t) == 1 { print $5 }' /proc/self/mountinfo; }
-# Containers of every data directory this test used.
-own_containers() {
+# Containers of both data directories this test uses, as "RUNC-ROOT NAME".
+own_container_pairs() {
 	local d
 	for d in "$T"/data "$T"/tiny/data; do
 		[ -d "$d/runc" ] && runc --root "$d/runc" list -q 2>/dev/null | sed "s|^|$d/runc |"
 	done
 }
-
-cleanup() {
+e2e_cleanup_hook() {
 	local c d
-	[ -n "$THAWD_PID" ] && kill -9 "$THAWD_PID" 2>/dev/null
-	own_containers | while read -r d c; do runc --root "$d" delete -f "$c" >/dev/null 2>&1; done
-	own_procs | awk '{print $1}' | xargs -r kill -9 2>/dev/null
-	for m in $(own_mounts | sort -r); do umount -l "$m" 2>/dev/null; done
-	[ $fails != 0 ] && [ -f "$T/thawd.log" ] && { echo "--- thawd.log (tail)"; tail -n 40 "$T/thawd.log"; }
-	rm -rf "$T" "$SHM"
-}
-trap cleanup EXIT
-
-# start_thawd [thawd args…]: thawd on the test's data unless told otherwise.
-start_thawd() {
-	rm -f "$T/port"
-	"$THAWD" --listen 127.0.0.1:0 --port-file "$T/port" --data-dir "$DATA" \
-		--ram-tier "$SHM/tier" --ram-tier-bytes 1G --token-file "$T/token" \
-		--data-token-file "$T/dtoken" --max-body 64K "$@" >>"$T/thawd.log" 2>&1 &
-	THAWD_PID=$!
-	for _ in $(seq 200); do [ -s "$T/port" ] && break; sleep 0.05; done
-	[ -s "$T/port" ] || { echo "thawd did not start"; tail "$T/thawd.log"; exit 1; }
-	URL=http://127.0.0.1:$(cat "$T/port")
+	own_container_pairs | while read -r d c; do runc --root "$d" delete -f "$c" >/dev/null 2>&1; done
 }
 
-stop_thawd() { # SIGTERM; true if it exited 0 within 60 s
-	local rc
-	kill -TERM "$THAWD_PID"
-	for _ in $(seq 600); do kill -0 "$THAWD_PID" 2>/dev/null || break; sleep 0.1; done
-	wait "$THAWD_PID"
-	rc=$?
-	THAWD_PID=""
-	return $rc
+# start_thawd_full [thawd args…]: thawd on the test's data unless told otherwise.
+start_thawd_full() {
+	start_thawd --ram-tier "$SHM/tier" --token-file "$T/token" \
+		--data-token-file "$T/dtoken" --max-body 64K "$@"
 }
 
 # api METHOD PATH [curl args…]: the status on stdout; body in $T/body, headers in $T/hdr.
@@ -128,8 +96,6 @@ api() {
 	curl -s --max-time 60 -D "$T/hdr" -o "$T/body" -w '%{http_code}' \
 		-H "Authorization: Bearer $TOKEN" -X "$m" "$URL$p" "$@"
 }
-# jget FILE EXPR: a Python expression over the JSON j of FILE.
-jget() { python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1" 2>/dev/null; }
 errcode() { jget "${1:-$T/body}" "j['error']['code']"; }
 errmsg() { jget "${1:-$T/body}" "j['error']['message']"; }
 header() { tr -d '\r' <"$T/hdr" | awk -v h="$1" 'tolower($1) == tolower(h) ":" { $1 = ""; sub(/^ /, ""); print }'; }
@@ -148,7 +114,7 @@ expect() {
 
 nothing_left() { # what: fails for each leftover (thawd itself aside)
 	local what=$1 c p m
-	c=$(own_containers)
+	c=$(own_container_pairs)
 	[ -z "$c" ] || fail "$what: containers left: $c"
 	p=$(own_procs | grep -v "^${THAWD_PID:-x} ")
 	[ -z "$p" ] || fail "$what: processes left: $p"
@@ -191,7 +157,7 @@ put_snap() { # ID SPEC: register and snapshot (?wait=1); true on 200
 	[ "$st" = 200 ] || { fail "snapshot of $1: $st $(cat "$T/body")"; return 1; }
 }
 
-start_thawd
+start_thawd_full
 
 # ---- 400, 401, 403, 404, 405, 413, 415: the request itself ----
 expect "PUT malformed JSON" 400 "$(api PUT /functions/x -H 'Content-Type: application/json' -d '{"command":')" bad_request
@@ -439,7 +405,7 @@ put_snap dmg2 "$(failing "$(spec '{"STATE_MIB":"4"}')")"
 idx=$DATA/store/packs/$(new_packs "$T/packs.1" | head -n1 | sed 's/\.pack$/.idx/')
 chmod 644 "$idx" && printf X | dd of="$idx" bs=1 seek=30 conv=notrunc 2>/dev/null
 stop_thawd || fail "SIGTERM before the restart: thawd did not exit 0"
-start_thawd
+start_thawd_full
 st=$(api POST /functions/dmg2/start)
 expect "start of dmg2 (its pack index corrupt)" 500 "$st" damaged
 errmsg | grep -q "chunk sha256:[0-9a-f]\{64\}.*missing" && ok "the message names a missing chunk: $(errmsg)" || fail "dmg2: $(errmsg)"
@@ -457,7 +423,7 @@ nothing_left "after the damaged starts"
 
 # ---- 503 no_capacity, 503 unavailable, 507 no_space: thawd's limits ----
 stop_thawd || fail "SIGTERM: thawd did not exit 0"
-start_thawd --max-starts 0 --max-snapshots 0
+start_thawd_full --max-starts 0 --max-snapshots 0
 st=$(api POST /functions/dmg2/start)
 expect "start with --max-starts 0" 503 "$st" no_capacity
 [ "$(header Retry-After)" = 1 ] || fail "no Retry-After: 1 on a start's 503"
@@ -467,12 +433,12 @@ expect "snapshot with --max-snapshots 0" 503 "$st" no_capacity
 stop_thawd || fail "SIGTERM: thawd did not exit 0"
 
 touch "$T/a-file"
-start_thawd --ram-tier "$T/a-file/tier"
+start_thawd_full --ram-tier "$T/a-file/tier"
 expect "start with no RAM tier" 503 "$(api POST /functions/dmg2/start)" unavailable
 stop_thawd || fail "SIGTERM: thawd did not exit 0"
 
 # A RAM tier of 1 MiB: dmg2's snapshot (~10 MB) cannot be materialised.
-start_thawd --ram-tier "$SHM/tiny" --ram-tier-bytes 1M
+start_thawd_full --ram-tier "$SHM/tiny" --ram-tier-bytes 1M
 expect "start on a RAM tier too small" 507 "$(api POST /functions/dmg2/start)" no_space
 stop_thawd || fail "SIGTERM: thawd did not exit 0"
 
@@ -480,7 +446,7 @@ stop_thawd || fail "SIGTERM: thawd did not exit 0"
 mkdir -p "$T/tiny"
 if mount -t tmpfs -o size=2m tmpfs "$T/tiny"; then
 	export THAW_STORE=$T/tiny/store
-	start_thawd
+	start_thawd_full
 	unset THAW_STORE
 	st=$(api POST '/functions/dmg2/snapshot?wait=1')
 	expect "snapshot into a full store" 507 "$st" no_space
@@ -491,7 +457,7 @@ if mount -t tmpfs -o size=2m tmpfs "$T/tiny"; then
 	# A data directory on that disk: CRIU's dump itself runs out of room.
 	rm -rf "${T:?}/tiny/store"
 	mkdir -p "$T/tiny/data"
-	start_thawd --data-dir "$T/tiny/data"
+	start_thawd_full --data-dir "$T/tiny/data"
 	api PUT /functions/big -d "$(spec '{"STATE_MIB":"8"}')" >/dev/null
 	expect "snapshot whose dump fills its disk" 507 "$(api POST '/functions/big/snapshot?wait=1')" no_space
 	grep -q "No space left on device" "$T/body" || fail "the dump's 507 does not say why: $(cat "$T/body")"
@@ -502,7 +468,7 @@ else
 fi
 
 # ---- 503 shutting_down: new work on a connection still open after SIGTERM ----
-start_thawd
+start_thawd_full
 HOLD=$T/fn/hold-flag
 api PUT /functions/hold -d "$(spec "{\"READY_FLAG\":\"$HOLD\"}" 20)" >/dev/null
 expect "snapshot of hold (kept building)" 202 "$(api POST /functions/hold/snapshot)"

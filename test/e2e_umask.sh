@@ -41,11 +41,6 @@ thawd_under() {
 	start_thawd
 	umask "$was"
 }
-stop_thawd() {
-	kill -TERM "$THAWD_PID"
-	wait "$THAWD_PID"
-	THAWD_PID=""
-}
 standbys() {
 	api GET /instances >/dev/null
 	jget "$T/body" "sum(1 for i in j['instances'] if i['state'] == 'standby')"

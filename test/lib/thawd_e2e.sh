@@ -3,16 +3,22 @@
 # short name) and B, ROOT, THAWD set.  It makes T (the test's directory, data
 # in DATA = $T/data) and SHM (its RAM tier), and gives:
 #   ok / fail (counting failures in $fails), jget FILE EXPR,
-#   start_thawd [THAWD-OPTIONS...] (URL set; its log $T/thawd.log),
+#   start_thawd [THAWD-OPTIONS...] (URL set; its log $T/thawd.log; the RAM
+#     tier $SHM of RAM_TIER_BYTES, default 1G),
+#   stop_thawd [SECONDS] (SIGTERM, waits up to SECONDS, default 60, and
+#     returns thawd's exit status),
+#   e2e_tokens (TOKEN and DTOKEN made and written to $T/token, $T/dtoken),
 #   api METHOD PATH [curl args] (status on stdout, body in $T/body, headers in
-#     $T/hdr, a JSON content type),
+#     $T/hdr, a JSON content type, TOKEN as the bearer where it is set),
 #   own_procs / own_mounts / own_containers (what the test made),
-# and an EXIT trap that kills thawd and removes every container, process and
-# mount of the test (the tail of thawd's log printed when a check failed).
+# and an EXIT trap that kills thawd, runs the test's e2e_cleanup_hook if it
+# defines one, and removes every container, process and mount of the test
+# (the tail of thawd's log printed when a check failed).
 T=$(mktemp -d "/tmp/thaw-e2e-$NAME-XXXXXX")
 SHM=$(mktemp -d "/dev/shm/thaw-e2e-$NAME-XXXXXX")
 DATA=$T/data
 THAWD_PID=""
+TOKEN="" DTOKEN="" # e2e_tokens sets them; never the environment's
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 ok() { echo "ok: $*"; }
@@ -24,6 +30,7 @@ own_containers() { [ -d "$DATA/runc" ] && runc --root "$DATA/runc" list -q 2>/de
 
 thawd_e2e_cleanup() {
 	[ -n "$THAWD_PID" ] && kill -9 "$THAWD_PID" 2>/dev/null
+	[ "$(type -t e2e_cleanup_hook)" = function ] && e2e_cleanup_hook
 	for c in $(own_containers); do runc --root "$DATA/runc" delete -f "$c" >/dev/null 2>&1; done
 	own_procs | awk '{print $1}' | xargs -r kill -9 2>/dev/null
 	for m in $(own_mounts | sort -r); do umount -l "$m" 2>/dev/null; done
@@ -35,16 +42,34 @@ trap thawd_e2e_cleanup EXIT
 start_thawd() {
 	rm -f "$T/port"
 	"$THAWD" --listen 127.0.0.1:0 --port-file "$T/port" --data-dir "$DATA" --ram-tier "$SHM" \
-		--ram-tier-bytes 1G "$@" >>"$T/thawd.log" 2>&1 &
+		--ram-tier-bytes "${RAM_TIER_BYTES:-1G}" "$@" >>"$T/thawd.log" 2>&1 &
 	THAWD_PID=$!
 	for _ in $(seq 200); do [ -s "$T/port" ] && break; sleep 0.05; done
 	[ -s "$T/port" ] || { echo "thawd did not start"; tail "$T/thawd.log"; exit 1; }
 	URL=http://127.0.0.1:$(head -n1 "$T/port")
 }
 
+stop_thawd() {
+	local rc
+	kill -TERM "$THAWD_PID"
+	for _ in $(seq $((${1:-60} * 10))); do kill -0 "$THAWD_PID" 2>/dev/null || break; sleep 0.1; done
+	wait "$THAWD_PID"
+	rc=$?
+	THAWD_PID=""
+	return $rc
+}
+
+e2e_tokens() {
+	TOKEN=full-$RANDOM-$RANDOM
+	DTOKEN=data-$RANDOM-$RANDOM
+	echo "$TOKEN" >"$T/token"
+	echo "$DTOKEN" >"$T/dtoken"
+}
+
 api() {
 	local m=$1 p=$2
 	shift 2
 	curl -s -D "$T/hdr" -o "$T/body" -w '%{http_code}' -X "$m" \
+		${TOKEN:+-H "Authorization: Bearer $TOKEN"} \
 		-H 'Content-Type: application/json' "$URL$p" "$@"
 }

@@ -87,7 +87,7 @@ help:
 	@echo "make deps       install what is missing (apt packages, CRIU 4.2 prefix in .deps/)"
 	@echo "make test       deps + build (DEVELOPER=1) + make lint + run every test"
 	@echo "                (ends with 'N passed, N failed, N skipped');"
-	@echo "                TESTS=word make test runs only the tests whose name contains word;"
+	@echo "                TESTS='word ...' make test runs only the tests whose name contains a word;"
 	@echo "                tests run side by side (JOBS=N; JOBS=1 one at a time)"
 	@echo "make run        deps + build + start thawd on ./data (or thaw doctor before thawd exists)"
 	@echo "make bench      build the benchmarks only ($(B)/bench/)"

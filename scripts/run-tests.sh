@@ -13,8 +13,9 @@
 # with its pid), as test/lib/thawd_e2e.sh gives them.  JOBS=1 runs one at a
 # time.
 #
-# TESTS=word runs only the tests whose name contains word (`TESTS=store make
-# test`); it says how many match, and fails when none does.
+# TESTS="word ..." runs only the tests whose name contains one of the words
+# (`TESTS=store make test`, `TESTS="e2e_logs umask" make test`); it says how
+# many match, and fails when none does.
 # LINT=command (the Makefile's `make test` sets it) runs that command as a
 # job of its own named "lint", beside the tests that share the machine.
 # A test's log is $B/test-logs/NAME.log; the times of the last run are kept
@@ -52,7 +53,15 @@ declare -A LOCKS=(
 	[e2e_sparse_lazy]=lazy
 )
 
-matches() { case "$1" in *${TESTS:-}*) return 0 ;; esac; return 1; }
+# matches NAME: NAME contains one of TESTS's words (all match when it is empty).
+matches() {
+	local w
+	[ -n "${TESTS:-}" ] || return 0
+	for w in $TESTS; do
+		case "$1" in *"$w"*) return 0 ;; esac
+	done
+	return 1
+}
 
 # Every test, "name limit kind path" a line: its timeout in seconds and how
 # it is run (prog, sh or fuzz).
@@ -77,7 +86,7 @@ matched=${#names[@]}
 if [ -n "${TESTS:-}" ]; then
 	echo "TESTS=$TESTS: $matched of $total tests match"
 	if [ "$matched" = 0 ]; then
-		echo "no test name contains '$TESTS'"
+		echo "no test name contains any of '$TESTS'"
 		echo "0 passed, 0 failed, 0 skipped"
 		exit 1
 	fi

@@ -702,8 +702,12 @@ int gpu_memory_restore(const json_t *meta, const pid_t *pids, size_t n, const ch
 
 		if (st[i].ok) {
 			gpumem_describe(&st[i], line, sizeof(line));
-			pr_debug("process %d copied back: %s, %d threads, map %.1f ms, copy %.1f ms",
-				 (int)ask[i], line, st[i].copy_threads, st[i].map_ms, st[i].copy_ms);
+			/* At info: where a start's copy went (map, fault in, pin,
+			 * the whole copy on N threads) is what tuning it needs. */
+			pr_info("process %d copied back: %s, %d threads, %d slices pinned, map %.1f ms, "
+				"populate %.1f ms, pin %.1f ms, copy %.1f ms",
+				(int)ask[i], line, st[i].copy_threads, st[i].pinned_slices, st[i].map_ms,
+				st[i].populate_ms, st[i].register_ms, st[i].copy_ms);
 			continue;
 		}
 		log_set_error("the GPU memory of process %d could not be put back: %s",

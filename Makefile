@@ -1,6 +1,6 @@
 # thaw — build, test, run.  `make help` lists the targets.
 #
-# Layout: every .c under common/ store/ function/ restore/ prewarm/ server/ goes
+# Layout: every .c under common/ criu/ store/ function/ restore/ prewarm/ server/ goes
 # into libthaw.a, except files named *_main.c, which are programs.  Each test/test_*.c
 # is a test program, each test/*.sh an end-to-end test script, each
 # test/fuzz/fuzz_*.c a libFuzzer target.  Adding a file needs no edit here.
@@ -57,7 +57,7 @@ else
   LDLIBS := $(LDLIBS_DYN)
 endif
 
-LIB_DIRS  := common store function restore prewarm server
+LIB_DIRS  := common criu store function restore prewarm server
 LIB_SRCS  := $(filter-out %_main.c,$(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c)))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(B)/obj/%.o)
 LIB       := $(B)/libthaw.a

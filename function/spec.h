@@ -77,7 +77,7 @@ struct func_spec {
 	 * SPEC_MAX_GPUS, default 1; "gpus" alone implies "gpu": true). */
 	unsigned gpus;
 	/* Drop the image's all-zero private anonymous pages before storing it
-	 * (store/criu_elide.h); "elide_zero", default true. */
+	 * (criu/criu_elide.h); "elide_zero", default true. */
 	bool elide_zero;
 	/* "gpu_memory": "thaw" (default: libthaw-cuda carries the device
 	 * memory it can move, docs/DESIGN.md "GPU memory") or "driver" (all

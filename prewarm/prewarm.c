@@ -26,7 +26,7 @@
 #include "prewarm/host_record.h"
 #include "prewarm/image.h"
 #include "prewarm/span_record.h"
-#include "store/criu_elide.h"
+#include "criu/criu_elide.h"
 
 #include <dirent.h>
 #include <fcntl.h>

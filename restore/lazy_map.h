@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "store/criu_image.h"
+#include "criu/criu_image.h"
 
 enum lazy_block_state { LAZY_TODO = 0, LAZY_CLAIMED = 1, LAZY_DONE = 2 };
 

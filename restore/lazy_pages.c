@@ -16,7 +16,7 @@
 #include "restore/lazy_map.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "store/criu_image.h"
+#include "criu/criu_image.h"
 
 #include <errno.h>
 #include <fcntl.h>

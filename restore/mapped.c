@@ -36,7 +36,7 @@
 #include "common/log.h"
 #include "common/oci.h"
 #include "common/util.h"
-#include "store/criu_image.h"
+#include "criu/criu_image.h"
 
 #include <dirent.h>
 #include <errno.h>

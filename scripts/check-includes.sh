@@ -6,18 +6,19 @@
 # include of any directory not listed on its line (bench/, test/, a module
 # named nowhere) is forbidden too.  This table is the rule.  docs/DESIGN.md
 # ("Modules and the rule between them") orders the modules in one chain,
-# server, cli -> prewarm -> restore -> function -> store -> common; the table
-# allows only the edges the code uses of that order (no function -> store,
-# no prewarm -> restore): widen a line here when one is truly needed.
+# server, cli -> prewarm -> restore -> function -> store -> criu -> common;
+# the table allows only the edges the code uses of that order (no function ->
+# store, no prewarm -> restore): widen a line here when one is truly needed.
 RULES='
 common:
 interpose: common
-store:    common
+criu:     common
+store:    common criu
 function: common
-restore:  common store function
-prewarm:  common store function
-server:   common store function restore prewarm
-cli:      common store function restore prewarm
+restore:  common criu store function
+prewarm:  common criu store function
+server:   common criu store function restore prewarm
+cli:      common criu store function restore prewarm
 '
 # interpose/ is libthaw-cuda.so, loaded into functions: it may include
 # common/'s headers for their constants, and links nothing of common.

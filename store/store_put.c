@@ -20,7 +20,7 @@
  */
 #define LOG_PREFIX "store: "
 #include "store/chunker.h"
-#include "store/criu_cuts.h"
+#include "criu/criu_cuts.h"
 #include "store/internal.h"
 #include "common/log.h"
 #include "common/sigbus.h"

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* criu_pb.h — for tests: CRIU image files written by hand, a protobuf field
- * at a time (what store/criu_image.c decodes).  Static helpers, included by
+ * at a time (what criu/criu_image.c decodes).  Static helpers, included by
  * the tests that build images. */
 #ifndef THAW_TEST_CRIU_PB_H
 #define THAW_TEST_CRIU_PB_H
 
-#include "store/criu_image.h"
+#include "criu/criu_image.h"
 
 #include <stddef.h>
 #include <stdint.h>

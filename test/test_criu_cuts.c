@@ -2,8 +2,8 @@
 /* test_criu_cuts: a CRIU pages file's cut points are its pagemap entries'
  * boundaries (only entries whose pages are in the file count); a pagemap that does not add up is refused; store_put cuts
  * a pages file there, and cuts a file that only looks like one by content. */
-#include "store/criu_cuts.h"
-#include "store/criu_image.h"
+#include "criu/criu_cuts.h"
+#include "criu/criu_image.h"
 #include "store/store.h"
 #include "test/check.h"
 

@@ -12,8 +12,8 @@
  */
 #include "common/log.h"
 #include "common/util.h"
-#include "store/criu_elide.h"
-#include "store/criu_image.h"
+#include "criu/criu_elide.h"
+#include "criu/criu_image.h"
 #include "test/check.h"
 
 #include <limits.h>

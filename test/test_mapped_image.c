@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* test_mapped_image.c — the image rewrites of a mapped restore, on images
- * built here field by field (store/criu_image.h):
+ * built here field by field (criu/criu_image.h):
  *   - criu_img_mm_remap turns one private anonymous VMA into a private file
  *     mapping (status, flags without MAP_ANONYMOUS, shmid, pgoff, fdflags),
  *     keeps its other fields (madv) and every other byte, and refuses a VMA
@@ -10,7 +10,7 @@
  *   - criu_img_mount_id finds a mount by its mountpoint, and only that one.
  * The whole path on real CRIU images is test/e2e_mapped.sh.
  */
-#include "store/criu_image.h"
+#include "criu/criu_image.h"
 #include "test/check.h"
 #include "test/criu_pb.h"
 

@@ -28,7 +28,7 @@
 #include "common/oci.h"
 #include "common/util.h"
 #include "restore/mapped.h"
-#include "store/criu_image.h"
+#include "criu/criu_image.h"
 #include "test/check.h"
 #include "test/criu_pb.h"
 

@@ -10,7 +10,7 @@
  * The decoders log every refusal with pr_err; stderr is closed for the target
  * (libFuzzer's -close_fd_mask=2) unless THAW_LOG is set (fuzz_common.h).
  */
-#include "store/criu_image.h"
+#include "criu/criu_image.h"
 
 #include <errno.h>
 #include <stdint.h>

@@ -13,8 +13,8 @@
  * field or a truncated message, and log what was wrong, in which file, at
  * which offset.  They return 0 or -EINVAL (-ENOMEM when out of memory).
  */
-#ifndef THAW_STORE_CRIU_IMAGE_H
-#define THAW_STORE_CRIU_IMAGE_H
+#ifndef THAW_CRIU_CRIU_IMAGE_H
+#define THAW_CRIU_CRIU_IMAGE_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -6,8 +6,8 @@
  * read zero for a page missing from the pagemap — a private anonymous mapping
  * that CRIU maps afresh — the page need not be stored nor read back at all.
  */
-#ifndef THAW_STORE_CRIU_ELIDE_H
-#define THAW_STORE_CRIU_ELIDE_H
+#ifndef THAW_CRIU_CRIU_ELIDE_H
+#define THAW_CRIU_CRIU_ELIDE_H
 
 #include <stdint.h>
 

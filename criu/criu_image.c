@@ -7,7 +7,7 @@
  * (vaddr 1, compat_nr_pages 2, in_parent 3, flags 4, nr_pages 5).
  */
 #define LOG_PREFIX "criu_image: "
-#include "store/criu_image.h"
+#include "criu/criu_image.h"
 #include "common/log.h"
 #include "common/util.h"
 

@@ -7,8 +7,8 @@
  * entry's change out of its neighbours' chunks, and within an entry the
  * content-defined chunker (chunker.h), which survives shifts, takes over.
  */
-#ifndef THAW_STORE_CRIU_CUTS_H
-#define THAW_STORE_CRIU_CUTS_H
+#ifndef THAW_CRIU_CRIU_CUTS_H
+#define THAW_CRIU_CRIU_CUTS_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* criu_cuts.c — see criu_cuts.h. */
 #define LOG_PREFIX "criu_cuts: "
-#include "store/criu_cuts.h"
+#include "criu/criu_cuts.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "store/criu_image.h"
+#include "criu/criu_image.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -34,8 +34,8 @@
  * file, which nothing names).
  */
 #define LOG_PREFIX "criu_elide: "
-#include "store/criu_elide.h"
-#include "store/criu_image.h"
+#include "criu/criu_elide.h"
+#include "criu/criu_image.h"
 #include "common/log.h"
 #include "common/util.h"
 

@@ -36,6 +36,7 @@
 #define LOG_PREFIX "criu_elide: "
 #include "criu/criu_elide.h"
 #include "criu/criu_image.h"
+#include "criu/criu_pagemap.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -204,112 +205,116 @@ static int copy_range(int in, uint64_t off, int out, uint64_t len, uint8_t *buf,
 	return 0;
 }
 
-struct plan {
-	struct criu_img_pagemap pm; /* the new pagemap */
-	uint64_t *src;		    /* per new entry in the pages file: its offset in the old one */
-	size_t cap;
+/* What the scan of one process's pages file needs, and what it counts. */
+struct scan {
+	const char *pages_path;
+	int fd;
+	uint8_t *buf; /* SCAN_PAGES pages */
+	const struct criu_img_mm *mm;
+	const struct range *anc; /* the ancestors' private mappings */
+	size_t nanc;
+	struct criu_elide_stats *st;
 	uint64_t elided;
 };
 
-static int plan_add(struct plan *p, const struct criu_img_pagemap_entry *orig, uint64_t vaddr,
-		    uint64_t pages, uint64_t src)
+/* Why page va stays (ELIDABLE: it may go if it is zero). */
+static enum keep_why page_kind(const struct scan *s, uint64_t va)
 {
-	struct criu_img_pagemap_entry e;
-	int ret = criu_img_pme_part(orig, vaddr, pages, &e);
+	const struct criu_img_vma *v = vma_at(s->mm, va);
+	enum keep_why why = v ? vma_kind(v) : KEEP_NO_VMA;
 
-	if (ret)
-		return ret;
-	size_t e_cap = p->cap; /* pm.e and src grow together */
-
-	if (ARRAY_GROW(p->pm.e, e_cap, p->pm.n + 1, 64) ||
-	    ARRAY_GROW(p->src, p->cap, p->pm.n + 1, 64))
-		return -ENOMEM;
-	p->pm.e[p->pm.n] = e;
-	p->src[p->pm.n] = src;
-	p->pm.n++;
-	return 0;
+	if (why == ELIDABLE && s->nanc && overlaps(s->anc, s->nanc, va, va + CRIU_PAGE_SIZE))
+		why = KEEP_INHERITED;
+	return why;
 }
 
-/* Decide, page by page, what stays: fills p (the new pagemap and where each
- * kept run comes from) and the kept-counts of st. */
-static int scan(const char *pages_path, int fd, const struct criu_img_pagemap *pm,
-		const struct criu_img_mm *mm, const struct range *anc, size_t nanc, struct plan *p,
-		struct criu_elide_stats *st)
+static void count_kept_zero(struct criu_elide_stats *st, enum keep_why why)
 {
-	uint8_t *buf = malloc((size_t)SCAN_PAGES * CRIU_PAGE_SIZE);
-	uint64_t off = 0;
-	int ret = 0;
+	st->kept_file_private += why == KEEP_FILE_PRIVATE;
+	st->kept_shared += why == KEEP_SHARED;
+	st->kept_special += why == KEEP_SPECIAL;
+	st->kept_inherited += why == KEEP_INHERITED;
+	st->kept_no_vma += why == KEEP_NO_VMA;
+}
 
-	if (!buf)
-		return -ENOMEM;
-	p->pm.pages_id = pm->pages_id;
-	for (size_t i = 0; i < pm->n; i++) {
-		const struct criu_img_pagemap_entry *e = &pm->e[i];
-		uint64_t pages = criu_img_pme_pages(e);
-		uint64_t run_start = 0, run_len = 0, run_src = 0;
+/* n pages at off of the pages file, into s->buf. */
+static int read_pages(struct scan *s, uint64_t off, size_t n)
+{
+	ssize_t r;
 
-		if (!criu_img_pme_in_pages_file(e)) {
-			ret = plan_add(p, e, e->vaddr, pages, 0);
-			if (ret)
-				goto out;
-			continue;
-		}
-		for (uint64_t done = 0; done < pages;) {
-			size_t n = pages - done < SCAN_PAGES ? (size_t)(pages - done) : SCAN_PAGES;
-			ssize_t r = pread(fd, buf, n * CRIU_PAGE_SIZE, (off_t)off);
+	do
+		r = pread(s->fd, s->buf, n * CRIU_PAGE_SIZE, (off_t)off);
+	while (r < 0 && errno == EINTR);
+	if (r == (ssize_t)(n * CRIU_PAGE_SIZE))
+		return 0;
+	pr_err("%s: cannot read %zu pages at offset %llu: %s", s->pages_path, n,
+	       (unsigned long long)off, r < 0 ? strerror(errno) : "short file");
+	return r < 0 ? -errno : -EINVAL;
+}
 
-			if (r < 0 && errno == EINTR)
-				continue;
-			if (r != (ssize_t)(n * CRIU_PAGE_SIZE)) {
-				ret = r < 0 ? -errno : -EINVAL;
-				pr_err("%s: cannot read %zu pages at offset %llu: %s", pages_path,
-				       n, (unsigned long long)off,
-				       r < 0 ? strerror(errno) : "short file");
-				goto out;
-			}
-			for (size_t k = 0; k < n; k++) {
-				uint64_t va = e->vaddr + (done + k) * CRIU_PAGE_SIZE;
-				const struct criu_img_vma *v = vma_at(mm, va);
-				enum keep_why why = v ? vma_kind(v) : KEEP_NO_VMA;
-				bool zero = page_is_zero(buf + k * CRIU_PAGE_SIZE);
+/* The pagemap walk's step (criu_pagemap.h): e's pages, page by page, kept
+ * in runs of those that are not zero or may not go. */
+static int scan_entry(struct criu_pagemap_rewrite *rw, const struct criu_img_pagemap_entry *e,
+		      uint64_t off, void *arg)
+{
+	struct scan *s = arg;
+	uint64_t pages = criu_img_pme_pages(e);
+	uint64_t run_start = 0, run_len = 0;
+	int ret;
 
-				if (why == ELIDABLE && nanc &&
-				    overlaps(anc, nanc, va, va + CRIU_PAGE_SIZE))
-					why = KEEP_INHERITED;
-				if (zero && why == ELIDABLE) {
-					p->elided++;
-					if (run_len) {
-						ret = plan_add(p, e, run_start, run_len, run_src);
-						if (ret)
-							goto out;
-						run_len = 0;
-					}
-				} else {
-					if (!run_len) {
-						run_start = va;
-						run_src = off + k * CRIU_PAGE_SIZE;
-					}
-					run_len++;
+	if (!criu_img_pme_in_pages_file(e))
+		return criu_pagemap_keep(rw, e->vaddr, pages, NULL);
+	for (uint64_t done = 0; done < pages;) {
+		size_t n = pages - done < SCAN_PAGES ? (size_t)(pages - done) : SCAN_PAGES;
+
+		ret = read_pages(s, off, n);
+		if (ret)
+			return ret;
+		for (size_t k = 0; k < n; k++) {
+			uint64_t va = e->vaddr + (done + k) * CRIU_PAGE_SIZE;
+			enum keep_why why = page_kind(s, va);
+			bool zero = page_is_zero(s->buf + k * CRIU_PAGE_SIZE);
+
+			if (zero && why == ELIDABLE) {
+				s->elided++;
+				if (run_len) {
+					ret = criu_pagemap_keep(rw, run_start, run_len, NULL);
+					if (ret)
+						return ret;
+					run_len = 0;
 				}
-				if (!zero)
-					continue;
-				st->kept_file_private += why == KEEP_FILE_PRIVATE;
-				st->kept_shared += why == KEEP_SHARED;
-				st->kept_special += why == KEEP_SPECIAL;
-				st->kept_inherited += why == KEEP_INHERITED;
-				st->kept_no_vma += why == KEEP_NO_VMA;
+				continue;
 			}
-			done += n;
-			off += n * CRIU_PAGE_SIZE;
+			if (!run_len)
+				run_start = va;
+			run_len++;
+			if (zero)
+				count_kept_zero(s->st, why);
 		}
-		if (run_len) {
-			ret = plan_add(p, e, run_start, run_len, run_src);
-			if (ret)
-				goto out;
-		}
+		done += n;
+		off += n * CRIU_PAGE_SIZE;
 	}
-out:
-	free(buf);
+	return run_len ? criu_pagemap_keep(rw, run_start, run_len, NULL) : 0;
+}
+
+/* Decide, page by page, what stays: fills rw (the new pagemap and where each
+ * kept run comes from), *elided and the kept-counts of st. */
+static int scan(const char *pages_path, int fd, const struct criu_img_pagemap *pm,
+		const struct criu_img_mm *mm, const struct range *anc, size_t nanc,
+		struct criu_pagemap_rewrite *rw, uint64_t *elided, struct criu_elide_stats *st)
+{
+	struct scan s = {pages_path, fd, NULL, mm, anc, nanc, st, 0};
+	int ret;
+
+	s.buf = malloc((size_t)SCAN_PAGES * CRIU_PAGE_SIZE);
+	if (!s.buf) {
+		memset(rw, 0, sizeof(*rw));
+		ret = -ENOMEM;
+	} else {
+		ret = criu_pagemap_rewrite(pm, scan_entry, &s, rw);
+	}
+	free(s.buf);
+	*elided = s.elided;
 	if (ret == -ENOMEM)
 		pr_err("out of memory planning the elision of %s", pages_path);
 	return ret;
@@ -321,7 +326,8 @@ static int elide_proc(const char *dir, struct proc *procs, size_t nprocs, size_t
 {
 	char pm_path[PATH_MAX], old_pages[PATH_MAX], new_pages[PATH_MAX];
 	struct criu_img_pagemap pm = {0};
-	struct plan p = {0};
+	struct criu_pagemap_rewrite rw = {0};
+	uint64_t elided = 0;
 	struct range *anc = NULL;
 	size_t nanc = 0, len = 0;
 	uint8_t *raw = NULL, *enc = NULL, *cbuf = NULL;
@@ -367,11 +373,11 @@ static int elide_proc(const char *dir, struct proc *procs, size_t nprocs, size_t
 	ret = ancestor_ranges(procs, nprocs, self, &anc, &nanc);
 	if (ret)
 		goto out;
-	ret = scan(old_pages, fd, &pm, &procs[self].mm, anc, nanc, &p, st);
+	ret = scan(old_pages, fd, &pm, &procs[self].mm, anc, nanc, &rw, &elided, st);
 	if (ret)
 		goto out;
-	if (p.elided < MIN_ELIDE_PAGES) {
-		st->kept_too_few += p.elided;
+	if (elided < MIN_ELIDE_PAGES) {
+		st->kept_too_few += elided;
 		st->bytes_after += want;
 		goto out;
 	}
@@ -382,8 +388,8 @@ static int elide_proc(const char *dir, struct proc *procs, size_t nprocs, size_t
 		pr_err("%s: no pages id left", dir);
 		goto out;
 	}
-	p.pm.pages_id = (*next_id)++;
-	snprintf(new_pages, sizeof(new_pages), "%s/pages-%u.img", dir, p.pm.pages_id);
+	rw.to.pages_id = (*next_id)++;
+	snprintf(new_pages, sizeof(new_pages), "%s/pages-%u.img", dir, rw.to.pages_id);
 	nfd = open(new_pages, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, sb.st_mode & 07777);
 	if (nfd < 0) {
 		ret = -errno;
@@ -396,13 +402,13 @@ static int elide_proc(const char *dir, struct proc *procs, size_t nprocs, size_t
 		ret = -ENOMEM;
 		goto out;
 	}
-	for (size_t i = 0; i < p.pm.n; i++) {
-		const struct criu_img_pagemap_entry *e = &p.pm.e[i];
+	for (size_t i = 0; i < rw.to.n; i++) {
+		const struct criu_img_pagemap_entry *e = &rw.to.e[i];
 		uint64_t bytes = criu_img_pme_pages(e) * CRIU_PAGE_SIZE;
 
 		if (!criu_img_pme_in_pages_file(e))
 			continue;
-		ret = copy_range(fd, p.src[i], nfd, bytes, cbuf, 1 << 20);
+		ret = copy_range(fd, rw.src[i], nfd, bytes, cbuf, 1 << 20);
 		if (ret) {
 			pr_err("copy pages into %s: %s", new_pages, strerror(-ret));
 			goto out;
@@ -414,7 +420,7 @@ static int elide_proc(const char *dir, struct proc *procs, size_t nprocs, size_t
 		pr_perror("fsync %s", new_pages);
 		goto out;
 	}
-	ret = criu_img_encode_pagemap(&p.pm, &enc, &len);
+	ret = criu_img_encode_pagemap(&rw.to, &enc, &len);
 	if (ret)
 		goto out;
 	/* The commit: the pagemap now names the new pages file. */
@@ -427,11 +433,11 @@ static int elide_proc(const char *dir, struct proc *procs, size_t nprocs, size_t
 			old_pages, strerror(errno));
 	fsync_dir(dir);
 	st->bytes_after += after;
-	st->pages_elided += p.elided;
+	st->pages_elided += elided;
 	st->processes_rewritten++;
 	pr_info(
 	    "process %u: %llu zero pages elided, pages-%u.img -> pages-%u.img (%llu -> %llu bytes)",
-	    procs[self].pid, (unsigned long long)p.elided, pm.pages_id, p.pm.pages_id,
+	    procs[self].pid, (unsigned long long)elided, pm.pages_id, rw.to.pages_id,
 	    (unsigned long long)want, (unsigned long long)after);
 out:
 	if (made_new && unlink(new_pages))
@@ -445,8 +451,7 @@ out:
 	free(enc);
 	free(raw);
 	free(anc);
-	free(p.src);
-	criu_img_pagemap_release(&p.pm);
+	criu_pagemap_rewrite_release(&rw);
 	criu_img_pagemap_release(&pm);
 	return ret;
 }

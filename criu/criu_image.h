@@ -130,7 +130,7 @@ int criu_img_decode_pagemap(const uint8_t *buf, size_t len, const char *name,
  * unknown fields, -EINVAL for an entry that would not decode, -ENOMEM. */
 int criu_img_encode_pagemap(const struct criu_img_pagemap *pm, uint8_t **buf, size_t *len);
 
-/* --- rewriting an image for a mapped restore (restore/mapped.c) --- */
+/* --- rewriting an image for a mapped restore (criu_mapped.h, restore/mapped.c) --- */
 
 /* One private anonymous VMA of an mm image to become a private mapping of a
  * file: VmaEntry status REGULAR|FILE_PRIVATE, flags without MAP_ANONYMOUS,
@@ -173,8 +173,8 @@ bool criu_img_pme_in_pages_file(const struct criu_img_pagemap_entry *e);
 /* Make *part a piece of whole: its pages pages from vaddr, whole's other
  * fields kept.  The count goes where CRIU put it: nr_pages in 4.x images
  * (and compat_nr_pages too where whole had one there), compat_nr_pages in
- * older ones.  Both the elider and the mapped image's rewrite split entries
- * with it.  Returns 0, or -EOVERFLOW where pages does not fit the 32-bit
+ * older ones.  The pagemap rewriter (criu_pagemap.h), which the elider and
+ * the mapped image's rewrite share, splits entries with it.  Returns 0, or -EOVERFLOW where pages does not fit the 32-bit
  * compat_nr_pages it must go in. */
 int criu_img_pme_part(const struct criu_img_pagemap_entry *whole, uint64_t vaddr, uint64_t pages,
 		      struct criu_img_pagemap_entry *part);

@@ -1,28 +1,18 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* mapped.c — the mapped variant of a snapshot's image; see mapped.h.
  *
- * Which VMAs.  Only a VMA whose status is exactly REGULAR|ANON_PRIVATE, with
- * HEAP at most (no stack, vdso or other kernel area), mapped MAP_PRIVATE|MAP_ANONYMOUS
- * without MAP_GROWSDOWN, whose pages are all in the pages file (none in a
- * parent image) and hold at least min_bytes.  And none that another process
- * of the image maps privately too: CRIU restores a forked child's VMA that
- * its parent also has by inheriting the parent's across fork, and a child
- * whose VMA became a file mapping while its parent's stayed anonymous (or
- * the other way round) would lose that sharing or read the wrong pages.
- *
- * The heap.  The brk heap (most of a Python process's memory) is mapped too:
- * CRIU restores the brk pointers with prctl whatever backs the VMA, a brk()
- * that grows the heap then adds anonymous memory after the file mapping (zero,
- * as glibc expects of fresh brk memory), and one that shrinks it unmaps.
+ * Which VMAs are mapped, and the pagemap without their pages, are the CRIU
+ * image's side: criu/criu_mapped.c.  Here: the memory files, the copy or
+ * the windows that fill them, and the image's other rewrites.
  *
  * The rewrite.  A mapped VMA's VmaEntry becomes a private file mapping
  * (criu_img_mm_remap) of a new REG FileEntry appended to files.img, naming
  * /.thaw/<pid>-<addr> on the mount at OCI_MAPPED_DEST with the file's size
  * and mode (CRIU checks both at restore); its pagemap entries are dropped
  * (split where an entry straddles the VMA's ends) and its pages leave the
- * pages file.  CRIU then maps the file and copies nothing.  MAP_ANONYMOUS
- * must go from the flags too: left there, CRIU maps zeroed anonymous memory
- * and reports no error (docs/MAPPED.md).
+ * pages file (criu_mapped_pagemap).  CRIU then maps the file and copies
+ * nothing.  MAP_ANONYMOUS must go from the flags too: left there, CRIU maps
+ * zeroed anonymous memory and reports no error (docs/MAPPED.md).
  *
  * Growth.  A process may mremap() a mapping larger (glibc's realloc of a
  * large block does): an anonymous mapping grows with zero pages, a file
@@ -37,6 +27,7 @@
 #include "common/oci.h"
 #include "common/util.h"
 #include "criu/criu_image.h"
+#include "criu/criu_mapped.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -57,21 +48,10 @@
 #define GROW_SLACK (64ull << 30)
 #define MEM_MODE   0644
 
-struct proc {
-	uint32_t pid;
-	struct criu_img_mm mm;
-	struct criu_img_pagemap pm;
-	bool has_mm;
-	bool *map;    /* per VMA: mapped */
-	uint64_t *data; /* per VMA: bytes of its pages in the pages file */
-	bool *bad;    /* per VMA: a page not in the pages file */
-};
-
 struct build {
 	const char *image_dir, *out_dir;
 	char img[PATH_MAX], mem[PATH_MAX];
-	struct proc *procs;
-	size_t nprocs;
+	struct criu_mapped_image im;
 	uint32_t mnt_id;
 	uint8_t *files; /* files.img, growing */
 	size_t files_len;
@@ -81,174 +61,12 @@ struct build {
 	size_t maps;		    /* mappings the windows hold so far */
 };
 
-static bool candidate(const struct criu_img_vma *v)
-{
-	uint32_t st = v->status & ~CRIU_VMA_AREA_HEAP;
-
-	return st == (CRIU_VMA_AREA_REGULAR | CRIU_VMA_ANON_PRIVATE) &&
-	       (v->flags & (MAP_PRIVATE | MAP_ANONYMOUS)) == (MAP_PRIVATE | MAP_ANONYMOUS) &&
-	       !(v->flags & (MAP_GROWSDOWN | MAP_SHARED));
-}
-
-static bool is_private(const struct criu_img_vma *v)
-{
-	return (v->status & (CRIU_VMA_ANON_PRIVATE | CRIU_VMA_FILE_PRIVATE)) != 0;
-}
-
-/* Does a process of the image other than self map [start, end) privately? */
-static bool shared_with_other(const struct build *b, size_t self, uint64_t start, uint64_t end)
-{
-	for (size_t i = 0; i < b->nprocs; i++) {
-		const struct criu_img_mm *mm = &b->procs[i].mm;
-
-		if (i == self || !b->procs[i].has_mm)
-			continue;
-		for (size_t k = 0; k < mm->nvmas; k++)
-			if (is_private(&mm->vmas[k]) && mm->vmas[k].start < end &&
-			    start < mm->vmas[k].end)
-				return true;
-	}
-	return false;
-}
-
-/* The VMA index holding addr, or -1. */
-static long vma_index(const struct criu_img_mm *mm, uint64_t addr)
-{
-	size_t lo = 0, hi = mm->nvmas;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (addr < mm->vmas[mid].start)
-			hi = mid;
-		else if (addr >= mm->vmas[mid].end)
-			lo = mid + 1;
-		else
-			return (long)mid;
-	}
-	return -1;
-}
-
 static int read_image(const struct build *b, const char *name, uint8_t **buf, size_t *len)
 {
 	char path[PATH_MAX + 64];
 
 	snprintf(path, sizeof(path), "%s/%s", b->image_dir, name);
 	return criu_img_read_file(path, CRIU_IMG_MAX_FILE, buf, len);
-}
-
-/* Read pstree, every process's mm and pagemap; count each VMA's data. */
-static int load(struct build *b)
-{
-	struct criu_img_pstree t = { 0 };
-	uint8_t *buf = NULL;
-	size_t len;
-	int ret;
-
-	ret = read_image(b, "pstree.img", &buf, &len);
-	if (!ret)
-		ret = criu_img_decode_pstree(buf, len, "pstree.img", &t);
-	free(buf);
-	if (ret)
-		return ret;
-	b->procs = calloc(t.n, sizeof(*b->procs));
-	if (!b->procs) {
-		criu_img_pstree_release(&t);
-		return -ENOMEM;
-	}
-	b->nprocs = t.n;
-	for (size_t i = 0; i < t.n; i++)
-		b->procs[i].pid = t.e[i].pid;
-	criu_img_pstree_release(&t);
-
-	for (size_t i = 0; i < b->nprocs; i++) {
-		struct proc *p = &b->procs[i];
-		char name[64];
-
-		snprintf(name, sizeof(name), "mm-%u.img", p->pid);
-		ret = read_image(b, name, &buf, &len);
-		if (ret == -ENOENT)
-			continue; /* a zombie, or a process CRIU keeps no memory of */
-		if (!ret)
-			ret = criu_img_decode_mm(buf, len, name, &p->mm);
-		free(buf);
-		buf = NULL;
-		if (ret)
-			return ret;
-		p->has_mm = true;
-		snprintf(name, sizeof(name), "pagemap-%u.img", p->pid);
-		ret = read_image(b, name, &buf, &len);
-		if (!ret)
-			ret = criu_img_decode_pagemap(buf, len, name, &p->pm);
-		free(buf);
-		buf = NULL;
-		if (ret)
-			return ret;
-		p->map = calloc(p->mm.nvmas + 1, sizeof(*p->map));
-		p->data = calloc(p->mm.nvmas + 1, sizeof(*p->data));
-		p->bad = calloc(p->mm.nvmas + 1, sizeof(*p->bad));
-		if (!p->map || !p->data || !p->bad)
-			return -ENOMEM;
-		for (size_t k = 0; k < p->pm.n; k++) {
-			const struct criu_img_pagemap_entry *e = &p->pm.e[k];
-			uint64_t a = e->vaddr, end = a + criu_img_pme_pages(e) * CRIU_PAGE_SIZE;
-			bool in_file = criu_img_pme_in_pages_file(e);
-
-			while (a < end) {
-				long v = vma_index(&p->mm, a);
-				uint64_t stop = v < 0 ? a + CRIU_PAGE_SIZE
-						      : (p->mm.vmas[v].end < end ? p->mm.vmas[v].end
-										  : end);
-
-				if (v >= 0 && in_file)
-					p->data[v] += stop - a;
-				else if (v >= 0)
-					p->bad[v] = true;
-				a = stop;
-			}
-		}
-	}
-	return 0;
-}
-
-/* Choose the VMAs to map; 0, or -ENODATA with res->why when there are none. */
-static int choose(struct build *b, uint64_t min_bytes)
-{
-	struct mapped_result *res = b->res;
-	uint64_t largest = 0;
-
-	for (size_t i = 0; i < b->nprocs; i++) {
-		struct proc *p = &b->procs[i];
-		bool any = false;
-
-		for (size_t k = 0; p->has_mm && k < p->mm.nvmas; k++) {
-			const struct criu_img_vma *v = &p->mm.vmas[k];
-
-			if (!candidate(v) || p->bad[k] || p->data[k] < min_bytes)
-				continue;
-			if (shared_with_other(b, i, v->start, v->end)) {
-				res->vmas_shared++;
-				continue;
-			}
-			if (p->data[k] > largest)
-				largest = p->data[k];
-			p->map[k] = any = true;
-			res->vmas++;
-			res->mapped_bytes += p->data[k];
-		}
-		res->processes += any;
-	}
-	if (res->vmas)
-		return 0;
-	if (res->vmas_shared)
-		snprintf(res->why, sizeof(res->why),
-			 "its %u large private mappings are each shared with a forked process",
-			 res->vmas_shared);
-	else
-		snprintf(res->why, sizeof(res->why),
-			 "no private anonymous mapping holds %llu KiB of pages or more",
-			 (unsigned long long)(min_bytes >> 10));
-	return -ENODATA;
 }
 
 int mapped_mount_id(const char *image_dir, uint32_t *mnt_id)
@@ -276,6 +94,21 @@ int mapped_mount_id(const char *image_dir, uint32_t *mnt_id)
 		free(buf);
 	}
 	closedir(d);
+	return ret;
+}
+
+/* Choose the VMAs to map (criu_mapped_choose) into the result; 0, or
+ * -ENODATA with res->why when there are none. */
+static int choose(struct build *b, uint64_t min_bytes)
+{
+	struct criu_mapped_choice c = { 0 };
+	struct mapped_result *res = b->res;
+	int ret = criu_mapped_choose(&b->im, min_bytes, &c, res->why, sizeof(res->why));
+
+	res->vmas = c.vmas;
+	res->processes = c.processes;
+	res->vmas_shared = c.vmas_shared;
+	res->mapped_bytes = c.mapped_bytes;
 	return ret;
 }
 
@@ -902,197 +735,218 @@ static int write_whole(const char *path, const uint8_t *buf, size_t len)
 	return write_file_atomic(path, (const char *)buf, len, 0644);
 }
 
-/* One process with mapped VMAs: its memory files, pagemap, pages file, mm. */
-static int rewrite_proc(struct build *b, struct proc *p)
+/* --- One process's rewrite ---------------------------------------------------
+ *
+ * A process with mapped VMAs gets, in this order: a memory file per mapped
+ * VMA (and its FileEntry in files.img), the plan of where each run of its
+ * pages goes (criu_mapped_pagemap), the pages put there (a window, or the
+ * copy), then its new pagemap and mm.
+ */
+
+/* What one process's rewrite opened and made so far. */
+struct proc_rewrite {
+	const struct criu_mapped_proc *p;
+	int *mem_fd;		       /* per VMA: its memory file, or -1 */
+	uint64_t *base;		       /* per VMA: the address byte 0 of its memory file holds */
+	struct criu_img_vma_remap *rm; /* the VMAs for criu_img_mm_remap, nrm of them */
+	size_t nrm;
+	int in, out; /* the pages file, and the new one in image/ */
+	struct copy c;
+	struct criu_img_pagemap npm; /* the new pagemap */
+	uint64_t kept;		     /* bytes of the new pages file */
+};
+
+static int proc_rewrite_init(struct proc_rewrite *r, const struct criu_mapped_proc *p)
 {
-	struct criu_img_vma_remap *rm = NULL;
-	struct criu_img_pagemap npm = { .pages_id = p->pm.pages_id };
-	struct copy c = { 0 };
-	int *mem_fd = NULL, in = -1, out = -1, ret = 0;
-	uint64_t *base = NULL, ioff = 0, ooff = 0;
-	size_t nrm = 0, cap = 0, len;
-	char path[PATH_MAX + 64];
-	uint8_t *buf = NULL;
+	memset(r, 0, sizeof(*r));
+	r->p = p;
+	r->in = r->out = -1;
+	r->mem_fd = malloc(p->mm.nvmas * sizeof(*r->mem_fd));
+	for (size_t k = 0; r->mem_fd && k < p->mm.nvmas; k++)
+		r->mem_fd[k] = -1;
+	r->base = calloc(p->mm.nvmas, sizeof(*r->base));
+	r->rm = calloc(p->mm.nvmas, sizeof(*r->rm));
+	return r->mem_fd && r->base && r->rm ? 0 : -ENOMEM;
+}
 
-	mem_fd = malloc(p->mm.nvmas * sizeof(*mem_fd));
-	for (size_t k = 0; mem_fd && k < p->mm.nvmas; k++)
-		mem_fd[k] = -1; /* before any goto out, which closes them */
-	base = calloc(p->mm.nvmas, sizeof(*base));
-	rm = calloc(p->mm.nvmas, sizeof(*rm));
-	if (!mem_fd || !base || !rm) {
-		ret = -ENOMEM;
-		goto out;
+static void proc_rewrite_release(struct proc_rewrite *r)
+{
+	copy_release(&r->c);
+	for (size_t k = 0; r->mem_fd && k < r->p->mm.nvmas; k++)
+		if (r->mem_fd[k] >= 0)
+			close(r->mem_fd[k]);
+	if (r->in >= 0)
+		close(r->in);
+	if (r->out >= 0)
+		close(r->out);
+	criu_img_pagemap_release(&r->npm);
+	free(r->mem_fd);
+	free(r->base);
+	free(r->rm);
+}
+
+/* Mapped VMA k's memory file (holes, its size GROW_SLACK past the VMA) and
+ * the FileEntry that names it where the restored process sees it. */
+static int make_mem_file(struct build *b, struct proc_rewrite *r, size_t k)
+{
+	const struct criu_img_vma *v = &r->p->mm.vmas[k];
+	char name[64], inner[128], path[PATH_MAX + 64];
+	uint64_t size;
+	struct stat st;
+	int fd, ret;
+
+	r->base[k] = v->start & ~(HUGE_ALIGN - 1);
+	size = v->end - r->base[k] + GROW_SLACK;
+	snprintf(name, sizeof(name), "%u-%llx", r->p->pid, (unsigned long long)v->start);
+	snprintf(path, sizeof(path), "%s/%s", b->mem, name);
+	fd = r->mem_fd[k] = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, MEM_MODE);
+	if (fd < 0 || fchmod(fd, MEM_MODE) || ftruncate(fd, (off_t)size) || fstat(fd, &st)) {
+		ret = -errno;
+		pr_perror("memory file %s", path);
+		return ret;
 	}
-	/* The memory files, and their file entries. */
-	for (size_t k = 0; k < p->mm.nvmas; k++) {
-		const struct criu_img_vma *v = &p->mm.vmas[k];
-		char name[64], inner[128];
-		uint64_t size;
-		struct stat st;
+	snprintf(inner, sizeof(inner), "%s/%s", OCI_MAPPED_DEST, name);
+	r->rm[r->nrm] = (struct criu_img_vma_remap){ v->start, b->next_id, v->start - r->base[k] };
+	ret = criu_img_files_append_reg(&b->files, &b->files_len, b->next_id, inner,
+					(int32_t)b->mnt_id, size, st.st_mode);
+	if (ret)
+		return ret;
+	b->next_id++;
+	r->nrm++;
+	return 0;
+}
 
-		if (!p->map[k])
-			continue;
-		base[k] = v->start & ~(HUGE_ALIGN - 1);
-		size = v->end - base[k] + GROW_SLACK;
-		snprintf(name, sizeof(name), "%u-%llx", p->pid, (unsigned long long)v->start);
-		snprintf(path, sizeof(path), "%s/%s", b->mem, name);
-		mem_fd[k] = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, MEM_MODE);
-		if (mem_fd[k] < 0 || fchmod(mem_fd[k], MEM_MODE) || ftruncate(mem_fd[k], (off_t)size) ||
-		    fstat(mem_fd[k], &st)) {
-			ret = -errno;
-			pr_perror("memory file %s", path);
-			goto out;
-		}
-		snprintf(inner, sizeof(inner), "%s/%s", OCI_MAPPED_DEST, name);
-		rm[nrm] = (struct criu_img_vma_remap){ v->start, b->next_id, v->start - base[k] };
-		ret = criu_img_files_append_reg(&b->files, &b->files_len, b->next_id, inner,
-						(int32_t)b->mnt_id, size, st.st_mode);
+static int make_mem_files(struct build *b, struct proc_rewrite *r)
+{
+	for (size_t k = 0; k < r->p->mm.nvmas; k++) {
+		int ret = r->p->map[k] ? make_mem_file(b, r, k) : 0;
+
 		if (ret)
-			goto out;
-		b->next_id++;
-		nrm++;
+			return ret;
 	}
-	/* The pages: into the memory files, or kept in the new pages file (planned
-	 * here, copied below). */
-	snprintf(path, sizeof(path), "%s/pages-%u.img", b->image_dir, p->pm.pages_id);
-	in = open(path, O_RDONLY | O_CLOEXEC);
-	if (in < 0) {
+	return 0;
+}
+
+/* Open the pages file and create the new one; the copy's destinations are
+ * VMA k's memory file as k, the new pages file as the last. */
+static int open_pages(struct build *b, struct proc_rewrite *r)
+{
+	char path[PATH_MAX + 64];
+	int ret;
+
+	snprintf(path, sizeof(path), "%s/pages-%u.img", b->image_dir, r->p->pm.pages_id);
+	r->in = open(path, O_RDONLY | O_CLOEXEC);
+	if (r->in < 0) {
 		ret = -errno;
 		pr_perror("open %s", path);
-		goto out;
+		return ret;
 	}
-	/* Destinations: VMA k's memory file is k, the new pages file the last. */
-	ret = copy_init(&c, in, p->mm.nvmas + 1);
+	ret = copy_init(&r->c, r->in, r->p->mm.nvmas + 1);
 	if (ret)
-		goto out;
-	snprintf(path, sizeof(path), "%s/pages-%u.img", b->img, p->pm.pages_id);
-	out = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644); /* RDWR: a window maps it */
-	if (out < 0) {
+		return ret;
+	snprintf(path, sizeof(path), "%s/pages-%u.img", b->img, r->p->pm.pages_id);
+	r->out = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644); /* RDWR: a window maps it */
+	if (r->out < 0) {
 		ret = -errno;
 		pr_perror("create %s", path);
-		goto out;
+		return ret;
 	}
-	for (size_t i = 0; i < p->pm.n; i++) {
-		const struct criu_img_pagemap_entry *e = &p->pm.e[i];
-		uint64_t a = e->vaddr, end = a + criu_img_pme_pages(e) * CRIU_PAGE_SIZE;
-		bool in_file = criu_img_pme_in_pages_file(e);
+	return 0;
+}
 
-		/* Split at VMA ends: each piece is mapped or kept whole. */
-		while (a < end) {
-			long v = vma_index(&p->mm, a);
-			uint64_t stop = v < 0 ? end : (p->mm.vmas[v].end < end ? p->mm.vmas[v].end : end);
+/* criu_mapped_pagemap's runs, planned as pieces of the copy. */
+static int plan_run(void *arg, long vma, uint64_t ioff, uint64_t off, uint64_t len)
+{
+	struct proc_rewrite *r = arg;
 
-			if (v < 0) { /* no VMA (CRIU would refuse): kept up to the next VMA */
-				for (size_t k = 0; k < p->mm.nvmas; k++)
-					if (p->mm.vmas[k].start > a && p->mm.vmas[k].start < stop)
-						stop = p->mm.vmas[k].start;
-			}
-			if (v >= 0 && p->map[v]) {
-				ret = copy_add(&c, (size_t)v, mem_fd[v], ioff, a - base[v], stop - a);
-			} else {
-				struct criu_img_pagemap_entry ne;
+	if (vma >= 0)
+		return copy_add(&r->c, (size_t)vma, r->mem_fd[vma], ioff, off, len);
+	return copy_add(&r->c, r->p->mm.nvmas, r->out, ioff, off, len);
+}
 
-				ret = criu_img_pme_part(e, a, (stop - a) / CRIU_PAGE_SIZE, &ne);
-				if (!ret && ARRAY_GROW(npm.e, cap, npm.n + 1, 64))
-					ret = -ENOMEM;
-				if (!ret) {
-					npm.e[npm.n++] = ne;
-					if (in_file) {
-						ret = copy_add(&c, p->mm.nvmas, out, ioff, ooff,
-							       stop - a);
-						ooff += stop - a;
-						b->res->kept_bytes += stop - a;
-					}
-				}
-			}
-			if (ret)
-				goto out;
-			if (in_file)
-				ioff += stop - a;
-			a = stop;
-		}
-	}
-	if (b->win) {
-		char name[64];
+/* The new pagemap, and the plan of where the pages go. */
+static int plan_pages(struct build *b, struct proc_rewrite *r)
+{
+	int ret = criu_mapped_pagemap(r->p, r->base, plan_run, r, &r->npm, &r->kept);
 
-		snprintf(name, sizeof(name), "pages-%u.img", p->pm.pages_id);
-		ret = ftruncate(out, (off_t)ooff) < 0 ? -errno : 0;
-		if (!ret)
-			ret = make_window(b, &c, in, name);
-	} else {
-		ret = copy_run(&c);
-	}
-	if (ret)
-		goto out;
-	b->res->new_bytes += ooff;
-	/* The new pagemap and mm. */
-	ret = criu_img_encode_pagemap(&npm, &buf, &len);
-	if (ret)
-		goto out;
-	snprintf(path, sizeof(path), "%s/pagemap-%u.img", b->img, p->pid);
-	ret = write_whole(path, buf, len);
-	free(buf);
-	buf = NULL;
-	if (ret)
-		goto out;
-	{
-		uint8_t *mm = NULL, *nmm = NULL;
-		size_t mlen, nlen;
-		char name[64];
-
-		snprintf(name, sizeof(name), "mm-%u.img", p->pid);
-		ret = read_image(b, name, &mm, &mlen);
-		if (!ret)
-			ret = criu_img_mm_remap(mm, mlen, name, rm, nrm, &nmm, &nlen);
-		free(mm);
-		if (!ret) {
-			snprintf(path, sizeof(path), "%s/%s", b->img, name);
-			ret = write_whole(path, nmm, nlen);
-		}
-		free(nmm);
-	}
-out:
-	copy_release(&c);
-	for (size_t k = 0; mem_fd && k < p->mm.nvmas; k++)
-		if (mem_fd[k] >= 0)
-			close(mem_fd[k]);
-	if (in >= 0)
-		close(in);
-	if (out >= 0)
-		close(out);
-	free(npm.e);
-	free(mem_fd);
-	free(base);
-	free(rm);
+	if (!ret)
+		b->res->kept_bytes += r->kept;
 	return ret;
 }
 
-/* Was name written by the rewrite (so not to be linked from the original)? */
-static bool rewritten(const struct build *b, const char *name)
+/* The pages where the plan puts them: copied now, or a window to write
+ * them through (the new pages file made its size first: it is a hole). */
+static int place_pages(struct build *b, struct proc_rewrite *r)
 {
-	char own[64];
+	char name[64];
 
-	if (!strcmp(name, "files.img"))
-		return true;
-	for (size_t i = 0; i < b->nprocs; i++) {
-		const struct proc *p = &b->procs[i];
-		bool any = false;
+	if (!b->win)
+		return copy_run(&r->c);
+	snprintf(name, sizeof(name), "pages-%u.img", r->p->pm.pages_id);
+	if (ftruncate(r->out, (off_t)r->kept) < 0)
+		return -errno;
+	return make_window(b, &r->c, r->in, name);
+}
 
-		for (size_t k = 0; p->has_mm && k < p->mm.nvmas; k++)
-			any |= p->map[k];
-		if (!any)
-			continue;
-		snprintf(own, sizeof(own), "mm-%u.img", p->pid);
-		if (!strcmp(name, own))
-			return true;
-		snprintf(own, sizeof(own), "pagemap-%u.img", p->pid);
-		if (!strcmp(name, own))
-			return true;
-		snprintf(own, sizeof(own), "pages-%u.img", p->pm.pages_id);
-		if (!strcmp(name, own))
-			return true;
+static int write_pagemap(struct build *b, struct proc_rewrite *r)
+{
+	char path[PATH_MAX + 64];
+	uint8_t *buf = NULL;
+	size_t len;
+	int ret;
+
+	ret = criu_img_encode_pagemap(&r->npm, &buf, &len);
+	if (ret)
+		return ret;
+	snprintf(path, sizeof(path), "%s/pagemap-%u.img", b->img, r->p->pid);
+	ret = write_whole(path, buf, len);
+	free(buf);
+	return ret;
+}
+
+/* The mm image with the mapped VMAs as private mappings of their files. */
+static int write_mm(struct build *b, struct proc_rewrite *r)
+{
+	char name[64], path[PATH_MAX + 64];
+	uint8_t *mm = NULL, *nmm = NULL;
+	size_t mlen, nlen;
+	int ret;
+
+	snprintf(name, sizeof(name), "mm-%u.img", r->p->pid);
+	ret = read_image(b, name, &mm, &mlen);
+	if (!ret)
+		ret = criu_img_mm_remap(mm, mlen, name, r->rm, r->nrm, &nmm, &nlen);
+	free(mm);
+	if (!ret) {
+		snprintf(path, sizeof(path), "%s/%s", b->img, name);
+		ret = write_whole(path, nmm, nlen);
 	}
-	return false;
+	free(nmm);
+	return ret;
+}
+
+/* One process with mapped VMAs: its memory files, pages, pagemap and mm. */
+static int rewrite_proc(struct build *b, const struct criu_mapped_proc *p)
+{
+	struct proc_rewrite r;
+	int ret = proc_rewrite_init(&r, p);
+
+	if (!ret)
+		ret = make_mem_files(b, &r);
+	if (!ret)
+		ret = open_pages(b, &r);
+	if (!ret)
+		ret = plan_pages(b, &r);
+	if (!ret)
+		ret = place_pages(b, &r);
+	if (!ret) {
+		b->res->new_bytes += r.kept;
+		ret = write_pagemap(b, &r);
+	}
+	if (!ret)
+		ret = write_mm(b, &r);
+	proc_rewrite_release(&r);
+	return ret;
 }
 
 /* Every file of the original that the rewrite left alone, hard-linked. */
@@ -1113,7 +967,7 @@ static int link_rest(struct build *b)
 
 		snprintf(from, sizeof(from), "%s/%s", b->image_dir, de->d_name);
 		if (de->d_name[0] == '.' || lstat(from, &st) || !S_ISREG(st.st_mode) ||
-		    rewritten(b, de->d_name))
+		    criu_mapped_rewritten(&b->im, de->d_name))
 			continue;
 		snprintf(to, sizeof(to), "%s/%s", b->img, de->d_name);
 		if (link(from, to) < 0) {
@@ -1127,14 +981,7 @@ static int link_rest(struct build *b)
 
 static void free_build(struct build *b)
 {
-	for (size_t i = 0; i < b->nprocs; i++) {
-		criu_img_mm_release(&b->procs[i].mm);
-		criu_img_pagemap_release(&b->procs[i].pm);
-		free(b->procs[i].map);
-		free(b->procs[i].data);
-		free(b->procs[i].bad);
-	}
-	free(b->procs);
+	criu_mapped_release(&b->im);
 	free(b->files);
 }
 
@@ -1158,7 +1005,7 @@ static int build_mapped(const char *image_dir, const char *out_dir, uint64_t min
 		snprintf(res->why, sizeof(res->why), "not a CRIU image (no pstree.img)");
 		return 0;
 	}
-	ret = load(&b);
+	ret = criu_mapped_load(image_dir, &b.im);
 	if (ret)
 		goto out;
 	ret = find_mount(&b);
@@ -1189,14 +1036,9 @@ static int build_mapped(const char *image_dir, const char *out_dir, uint64_t min
 		pr_perror("mkdir under %s", out_dir);
 		goto out;
 	}
-	for (size_t i = 0; i < b.nprocs && !ret; i++) {
-		bool any = false;
-
-		for (size_t k = 0; b.procs[i].has_mm && k < b.procs[i].mm.nvmas; k++)
-			any |= b.procs[i].map[k];
-		if (any)
-			ret = rewrite_proc(&b, &b.procs[i]);
-	}
+	for (size_t i = 0; i < b.im.nprocs && !ret; i++)
+		if (criu_mapped_proc_any(&b.im.procs[i]))
+			ret = rewrite_proc(&b, &b.im.procs[i]);
 	if (ret)
 		goto out;
 	snprintf(path, sizeof(path), "%s/files.img", b.img);

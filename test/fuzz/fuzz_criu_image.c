@@ -5,12 +5,16 @@
  * is, none may crash, leak or read past len.  An accepted pagemap must encode
  * (unless it has fields the codec does not know), decode back to the same
  * entries, and encode again to the same bytes; its entries must be what the
- * decoder promises (page-aligned, not empty, not wrapping).
+ * decoder promises (page-aligned, not empty, not wrapping).  The pagemap
+ * rewriter (criu_pagemap.h) then keeps each entry whole, and the upper half
+ * of each: its new pagemap must be what was kept, in order, at the offsets
+ * the old pages file had them, and encode as the decoded one did.
  *
  * The decoders log every refusal with pr_err; stderr is closed for the target
  * (libFuzzer's -close_fd_mask=2) unless THAW_LOG is set (fuzz_common.h).
  */
 #include "criu/criu_image.h"
+#include "criu/criu_pagemap.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -77,6 +81,52 @@ static void check_pagemap(const struct criu_img_pagemap *pm)
 	free(b1);
 }
 
+/* The rewriter's callback: keep e whole (arg NULL) or its upper half. */
+static int keep_some(struct criu_pagemap_rewrite *rw, const struct criu_img_pagemap_entry *e,
+		     uint64_t ioff, void *arg)
+{
+	uint64_t pages = criu_img_pme_pages(e), skip = arg ? pages / 2 : 0;
+
+	(void)ioff;
+	return criu_pagemap_keep(rw, e->vaddr + skip * CRIU_PAGE_SIZE, pages - skip, NULL);
+}
+
+static void check_rewrite(const struct criu_img_pagemap *pm, bool half)
+{
+	struct criu_pagemap_rewrite rw;
+	uint64_t ioff = 0, kept = 0;
+	uint8_t *b = NULL;
+	size_t l;
+	int ret = criu_pagemap_rewrite(pm, keep_some, half ? (void *)1 : NULL, &rw);
+
+	/* A count that must go in compat_nr_pages and does not fit: refused. */
+	FUZZ_ASSERT(ret == 0 || ret == -EOVERFLOW || ret == -ENOMEM);
+	if (ret) {
+		criu_pagemap_rewrite_release(&rw);
+		return;
+	}
+	FUZZ_ASSERT(rw.to.n == pm->n && rw.to.pages_id == pm->pages_id);
+	for (size_t i = 0; i < pm->n; i++) {
+		const struct criu_img_pagemap_entry *a = &pm->e[i], *k = &rw.to.e[i];
+		uint64_t pages = criu_img_pme_pages(a), skip = half ? pages / 2 : 0;
+		bool in_file = criu_img_pme_in_pages_file(a);
+
+		FUZZ_ASSERT(k->vaddr == a->vaddr + skip * CRIU_PAGE_SIZE);
+		FUZZ_ASSERT(criu_img_pme_pages(k) == pages - skip);
+		FUZZ_ASSERT(criu_img_pme_flags(k) == criu_img_pme_flags(a));
+		FUZZ_ASSERT(!in_file || rw.src[i] == ioff + skip * CRIU_PAGE_SIZE);
+		if (in_file) {
+			ioff += pages * CRIU_PAGE_SIZE;
+			kept += (pages - skip) * CRIU_PAGE_SIZE;
+		}
+	}
+	FUZZ_ASSERT(rw.kept_bytes == kept);
+	ret = criu_img_encode_pagemap(&rw.to, &b, &l);
+	FUZZ_ASSERT(ret == 0 || ret == -ENOTSUP || ret == -ENOMEM);
+	free(b);
+	criu_pagemap_rewrite_release(&rw);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct criu_img_inventory inv;
@@ -107,6 +157,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	FUZZ_ASSERT(ret == 0 || ret == -EINVAL || ret == -ENOMEM);
 	if (!ret) {
 		check_pagemap(&pm);
+		check_rewrite(&pm, false);
+		check_rewrite(&pm, true);
 		criu_img_pagemap_release(&pm);
 	}
 	return 0;

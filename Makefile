@@ -1,8 +1,8 @@
 # thaw — build, test, run.  `make help` lists the targets.
 #
-# Layout: every .c under common/ criu/ store/ function/ restore/ prewarm/ server/ goes
-# into libthaw.a, except files named *_main.c, which are programs.  Each test/test_*.c
-# is a test program, each test/*.sh an end-to-end test script, each
+# Layout: every .c under common/ criu/ store/ remote/ function/ restore/ prewarm/
+# server/ goes into libthaw.a, except files named *_main.c, which are programs.
+# Each test/test_*.c is a test program, each test/*.sh an end-to-end test script, each
 # test/fuzz/fuzz_*.c a libFuzzer target.  Adding a file needs no edit here.
 #
 # Each object depends on the headers it includes (-MMD -MP: the compiler
@@ -27,7 +27,7 @@ ifneq ($(DEVELOPER),)
   CFLAGS += -Werror
 endif
 DEPFLAGS := -MMD -MP
-# libcurl: thaw-bench's load generator and the S3 client of the remote tier (store/s3.c).
+# libcurl: thaw-bench's load generator and the S3 client of the remote tier (remote/s3.c).
 CURL_LIBS  := $(shell pkg-config --libs libcurl 2>/dev/null || echo -lcurl)
 LDLIBS_DYN := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -luring -lzstd -ljansson -lmicrohttpd -lcrypto) $(CURL_LIBS) -ldl -lm
 
@@ -57,7 +57,7 @@ else
   LDLIBS := $(LDLIBS_DYN)
 endif
 
-LIB_DIRS  := common criu store function restore prewarm server
+LIB_DIRS  := common criu store remote function restore prewarm server
 LIB_SRCS  := $(filter-out %_main.c,$(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c)))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(B)/obj/%.o)
 LIB       := $(B)/libthaw.a

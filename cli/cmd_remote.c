@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* cmd_remote.c — `thaw remote`: push, pull, fetch, gc, ls between a chunk
- * store and its remote tier on an S3-compatible object store (store/remote.h). */
+ * store and its remote tier on an S3-compatible object store (remote/remote.h). */
 #include "cli/cli.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "store/remote.h"
-#include "store/s3.h"
+#include "remote/remote.h"
+#include "remote/s3.h"
 #include "store/store.h"
 
 #include <stdlib.h>

@@ -70,7 +70,7 @@ void tier_set_mapped(struct tier *t, uint64_t min_bytes);
 int tier_acquire(struct tier *t, const char *snapshot_id, struct tier_lease **out);
 /* tier_acquire of a snapshot that the store may lack (in part, or its
  * manifest too): its chunks the store lacks are fetched from the remote r
- * (store/remote.h) and written into the entry as they arrive, while the
+ * (remote/remote.h) and written into the entry as they arrive, while the
  * engine reads the others from the store; they join the store as well,
  * then the manifest.  fst (may be NULL): the fetch's figures.  Where the
  * entry is complete already, nothing is fetched: the store may still lack

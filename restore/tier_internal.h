@@ -8,7 +8,7 @@
 #include "restore/mapped.h"
 #include "restore/tier.h"
 #include "store/manifest.h"
-#include "store/remote.h"
+#include "remote/remote.h"
 
 /* Reserve need bytes of t's budget for the build of hex (the file resv
  * holds the figure until it is removed), evicting what nobody leases. */

@@ -12,7 +12,7 @@
 #include "server/jobs.h"
 #include "server/registry.h"
 #include "store/manifest.h"
-#include "store/remote.h"
+#include "remote/remote.h"
 #include "store/store.h"
 
 #include <errno.h>

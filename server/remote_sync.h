@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* remote_sync.h — thawd and the remote tier (store/remote.h): a fleet's
+/* remote_sync.h — thawd and the remote tier (remote/remote.h): a fleet's
  * functions on an S3-compatible object store (thawd --remote).
  *
  *   push   After each snapshot, and on POST /functions/<id>/push, one

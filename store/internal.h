@@ -4,6 +4,7 @@
 #define THAW_STORE_INTERNAL_H
 
 #include "store/store.h"
+#include "store/fill.h"
 #include "store/pack.h"
 
 #include <limits.h>
@@ -92,20 +93,6 @@ int store_foreach_pack(struct store *s, store_pack_fn fn, void *arg);
 int store_pack_file_path(struct store *s, const char *name, const char *ext, char *buf,
 			 size_t len);
 
-/* Take the store's lock file (LOCK_SH for puts and leases, LOCK_EX for gc);
- * returns the fd that holds it, or -errno.  Close it to release. */
-int store_lock(struct store *s, int how);
-
-/* Write len bytes as the object at path, crash-safely: an unnamed file
- * (O_TMPFILE) in path's directory, fsynced if sync (else its writeback is only
- * started), then linked to path, which it never replaces (its directory
- * created if missing).  If replace, or where the filesystem has no O_TMPFILE:
- * a unique O_EXCL file in tmp/, then renamed to path (over it if replace;
- * else RENAME_NOREPLACE, or link() where that is not supported).
- * Returns 1 if written, 0 if path already existed, or -errno. */
-int store_write_object(struct store *s, const char *path, const void *buf, size_t len, bool sync,
-		       bool replace);
-
 /* A chunk's name relative to the store directory: "chunks/<2 hex>/<62 hex>". */
 #define STORE_CHUNK_NAME_LEN (7 + 2 * CHUNK_HASH_LEN + 2)
 int store_chunk_name(const uint8_t hash[CHUNK_HASH_LEN], char name[STORE_CHUNK_NAME_LEN]);
@@ -143,24 +130,10 @@ int store_manifest_bins_sweep(struct store *s);
 /* How many loads of this store object read and checked the JSON. */
 uint64_t store_manifest_json_reads(struct store *s);
 
-/* Manifests being filled: a fetch from the remote tier (remote.c) writes the
- * manifest it fetches chunks for here first, and removes it once the real
- * manifest is written, after all its chunks.  gc keeps the chunks of a
- * pending manifest younger than STORE_PENDING_MAX_AGE_S (a fetch that was
- * killed can go on where it stopped) and removes older ones. */
-#define STORE_PENDING_DIR "pending"
-#define STORE_PENDING_MAX_AGE_S (24 * 3600)
-int store_pending_put(struct store *s, const uint8_t hash[CHUNK_HASH_LEN], const void *json,
-		      size_t len);
-void store_pending_drop(struct store *s, const uint8_t hash[CHUNK_HASH_LEN]);
-
 /* <store>/<dir>/<64 hex of hash> into buf (manifests, their binary forms,
  * pending manifests); -ENAMETOOLONG. */
 int store_hash_path(const struct store *s, const char *dir, const uint8_t hash[CHUNK_HASH_LEN],
 		    char *buf, size_t len);
-/* Path of manifest hash, into buf. */
-int store_manifest_path(const struct store *s, const uint8_t hash[CHUNK_HASH_LEN], char *buf,
-			size_t len);
 /* Turn a manifest id or unique hex prefix (>= 12 digits) into its hash. */
 int store_manifest_resolve(struct store *s, const char *id, uint8_t hash[CHUNK_HASH_LEN]);
 /* Read and parse the manifest file at path, checking that its bytes hash to
@@ -180,17 +153,5 @@ int store_foreach_manifest(struct store *s, store_chunk_fn fn, void *arg);
 int store_read_object(const char *path, uint8_t *obj, size_t cap, size_t *obj_len);
 /* raw_len from a chunk object's header, or -EBADMSG. */
 long store_object_raw_len(const uint8_t *obj, size_t obj_len);
-
-/* A set of chunk hashes. */
-struct hash_set {
-	uint8_t (*slots)[CHUNK_HASH_LEN];
-	bool *used;
-	size_t cap, n;
-};
-void hash_set_init(struct hash_set *h);
-void hash_set_release(struct hash_set *h);
-int hash_set_add(struct hash_set *h,
-		 const uint8_t hash[CHUNK_HASH_LEN]); /* 1 new, 0 had, -ENOMEM */
-bool hash_set_has(const struct hash_set *h, const uint8_t hash[CHUNK_HASH_LEN]);
 
 #endif

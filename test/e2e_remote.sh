@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# e2e_remote: the remote tier (store/remote.c, `thaw remote`) against a real
+# e2e_remote: the remote tier (remote/, `thaw remote`) against a real
 # S3 server, a single-node Ceph RGW (test/lib/ceph_rgw.sh):
 #   - a store's snapshot pushed, then pulled into an empty second store and
 #     written out byte-identical, the second store verified clean;

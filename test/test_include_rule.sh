@@ -54,7 +54,11 @@ expect_fail cli/thaw.c '#include "server/internal.h"' 'cli -> server'
 # 6. no library module includes test/ or bench/
 expect_fail function/spec.c '#include "test/check.h"' 'function -> test'
 
-# 7. an allowed edge added still passes
+# 7. the remote tier sits on the store, never under it; prewarm/ does not use it
+expect_fail store/store.c '#include "remote/remote.h"' 'store -> remote'
+expect_fail prewarm/prewarm.c '#include "remote/remote.h"' 'prewarm -> remote'
+
+# 8. an allowed edge added still passes
 copy
 echo '#include "function/spec.h"' >>"$tmp/tree/restore/engine.c"
 "$CHECK" "$tmp/tree" >/dev/null 2>&1 || bad "an allowed edge restore -> function was refused"

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* test_s3_rgw.c — the S3 client (store/s3.h) against a real S3 server: put,
+/* test_s3_rgw.c — the S3 client (remote/s3.h) against a real S3 server: put,
  * get, ranged get, head, list (paged), delete, multipart from memory and from
  * a file, many ranges with a retry asked for, and the errors of wrong keys,
  * a missing bucket, no keys, a bad endpoint and a server that is not there.
@@ -10,7 +10,7 @@
  * prefix test-s3/.  Exit 77 where the Ceph packages cannot be installed.
  */
 #include "check.h"
-#include "store/s3.h"
+#include "remote/s3.h"
 #include "common/log.h"
 #include "common/util.h"
 

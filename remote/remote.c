@@ -2,9 +2,11 @@
 /* remote.c — the remote tier (remote.h): push, pull, fetch and gc of a
  * store's snapshots on an S3-compatible object store. */
 #define LOG_PREFIX "remote: "
-#include "store/remote.h"
-#include "store/internal.h"
-#include "store/s3.h"
+#include "remote/remote.h"
+#include "remote/s3.h"
+#include "store/fill.h"
+#include "store/manifest.h"
+#include "store/pack.h"
 #include "common/log.h"
 #include "common/util.h"
 

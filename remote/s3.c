@@ -2,7 +2,7 @@
 /* s3.c — the S3 client (s3.h): requests as curl transfers driven by one
  * curl multi handle per call, retried with backoff, signed by curl. */
 #define LOG_PREFIX "s3: "
-#include "store/s3.h"
+#include "remote/s3.h"
 #include "store/chunk.h"
 #include "common/log.h"
 #include "common/util.h"

@@ -38,8 +38,8 @@
  * An s3 object is read-only once open: any number of threads may use one at
  * once (each call makes its own curl handles).
  */
-#ifndef THAW_STORE_S3_H
-#define THAW_STORE_S3_H
+#ifndef THAW_REMOTE_S3_H
+#define THAW_REMOTE_S3_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -22,8 +22,8 @@
  * (remote/<16 hex of the remote's URL and endpoint>/), as packs never change.
  * Functions return 0 or -errno and log the reason (log_last_error()).
  */
-#ifndef THAW_STORE_REMOTE_H
-#define THAW_STORE_REMOTE_H
+#ifndef THAW_REMOTE_REMOTE_H
+#define THAW_REMOTE_REMOTE_H
 
 #include "store/chunk.h"
 

@@ -4,12 +4,12 @@
  * headed, deleted and listed, in one bucket.
  *
  * Signing is curl's own SigV4 (CURLOPT_AWS_SIGV4), the maintained
- * implementation every curl user shares; this file adds what curl 7.88 leaves
- * to its caller: the x-amz-content-sha256 header (the body's SHA-256 where the
- * body is in memory, else UNSIGNED-PAYLOAD; without it RGW answers
- * SignatureDoesNotMatch), query strings sorted and percent-encoded (curl signs
- * them as given), and bodies of a known length (RGW answers a chunked upload
- * 411).
+ * implementation every curl user shares; this client (s3_xfer.c) adds what
+ * curl 7.88 leaves to its caller: the x-amz-content-sha256 header (the body's
+ * SHA-256 where the body is in memory, else UNSIGNED-PAYLOAD; without it RGW
+ * answers SignatureDoesNotMatch), query strings sorted and percent-encoded
+ * (curl signs them as given), and bodies of a known length (RGW answers a
+ * chunked upload 411).
  *
  * Settings, the way the AWS tools find them:
  *	endpoint   the argument, else $AWS_ENDPOINT_URL, else

@@ -244,6 +244,23 @@ int pwrite_all(int fd, const void *buf, size_t len, off_t off)
 	return 0;
 }
 
+ssize_t pread_upto(int fd, void *buf, size_t len, off_t off)
+{
+	size_t got = 0;
+
+	while (got < len) {
+		ssize_t n = pread(fd, (char *)buf + got, len - got, off + (off_t)got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			break;
+		got += (size_t)n;
+	}
+	return (ssize_t)got;
+}
+
 int write_file_atomic(const char *path, const void *buf, size_t len, mode_t mode)
 {
 	char tmp[PATH_MAX], dir[PATH_MAX];
@@ -278,52 +295,77 @@ int write_file_atomic(const char *path, const void *buf, size_t len, mode_t mode
 	return fsync_dir(".");
 }
 
-int read_file(const char *path, char **buf, size_t *len, size_t max)
+/* Open path to read it whole: *fd and *size, or -EFBIG where it is larger
+ * than max (nothing left open), or -errno. */
+static int open_sized(const char *path, size_t max, int *fd, size_t *size)
 {
-	int fd = -1, ret = 0;
-	char *data = NULL;
 	struct stat st;
+	int ret;
 
-	*buf = NULL;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
+	*fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (*fd < 0)
 		return -errno;
-	if (fstat(fd, &st) < 0) {
+	if (fstat(*fd, &st) < 0) {
 		ret = -errno;
-		goto out;
+		goto fail;
 	}
 	if ((uint64_t)st.st_size > max) {
 		ret = -EFBIG;
-		goto out;
+		goto fail;
 	}
-	data = malloc((size_t)st.st_size + 1);
+	*size = (size_t)st.st_size;
+	return 0;
+fail:
+	close(*fd);
+	*fd = -1;
+	return ret;
+}
+
+int read_file(const char *path, char **buf, size_t *len, size_t max)
+{
+	char *data = NULL;
+	size_t size = 0;
+	ssize_t got;
+	int fd, ret;
+
+	*buf = NULL;
+	if ((ret = open_sized(path, max, &fd, &size)))
+		return ret;
+	data = malloc(size + 1);
 	if (!data) {
 		ret = -ENOMEM;
 		goto out;
 	}
-	size_t got = 0;
-	while (got < (size_t)st.st_size) {
-		ssize_t n = read(fd, data + got, (size_t)st.st_size - got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			ret = -errno;
-			goto out;
-		}
-		if (n == 0)
-			break; /* shrank under us: return what is there */
-		got += (size_t)n;
+	got = pread_upto(fd, data, size, 0);
+	if (got < 0) {
+		ret = (int)got;
+		goto out;
 	}
 	data[got] = '\0';
 	*buf = data;
 	data = NULL;
 	if (len)
-		*len = got;
+		*len = (size_t)got;
 out:
 	free(data);
-	if (fd >= 0)
-		close(fd);
+	close(fd);
 	return ret;
+}
+
+int read_file_into(const char *path, void *buf, size_t cap, size_t *len)
+{
+	size_t size = 0;
+	ssize_t got;
+	int fd, ret;
+
+	if ((ret = open_sized(path, cap, &fd, &size)))
+		return ret;
+	got = pread_upto(fd, buf, size, 0);
+	close(fd);
+	if (got < 0)
+		return (int)got;
+	*len = (size_t)got;
+	return 0;
 }
 
 bool id_valid(const char *id)

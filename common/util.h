@@ -73,6 +73,9 @@ int write_file_atomic(const char *path, const void *buf, size_t len, mode_t mode
 /* Read a whole file of at most max bytes into a new NUL-terminated buffer
  * (you own *buf); -EFBIG if it is larger. */
 int read_file(const char *path, char **buf, size_t *len, size_t max);
+/* Read a whole file of at most cap bytes into buf; *len its size.  -EFBIG
+ * if it is larger, else 0 or -errno (-ENOENT: no such file). */
+int read_file_into(const char *path, void *buf, size_t cap, size_t *len);
 /* Populate the pages under len bytes at p of a shared writable mapping
  * (MADV_POPULATE_WRITE) before they are written: a full tmpfs is then
  * -ENOSPC here, never a SIGBUS at the write.  0 or -errno (-EINVAL: a
@@ -81,6 +84,9 @@ int populate_write(void *p, size_t len);
 /* Write/read all of buf, retrying short transfers and EINTR. */
 int write_all(int fd, const void *buf, size_t len);
 int pwrite_all(int fd, const void *buf, size_t len, off_t off);
+/* Read up to len bytes at off into buf, retrying short reads and EINTR: the
+ * count (less than len only where the file ends first), or -errno. */
+ssize_t pread_upto(int fd, void *buf, size_t len, off_t off);
 
 /* len bytes aligned to 2 MiB and asked to be backed by huge pages (where the
  * kernel's THP setting is madvise or always): for buffers that are copied

@@ -341,36 +341,9 @@ int store_write_chunk(struct store *s, const char *name, const void *head, size_
 
 int store_read_object(const char *path, uint8_t *obj, size_t cap, size_t *obj_len)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC), ret = 0;
-	struct stat st;
-	size_t got = 0;
+	int ret = read_file_into(path, obj, cap, obj_len);
 
-	if (fd < 0)
-		return -errno;
-	if (fstat(fd, &st) < 0) {
-		ret = -errno;
-		goto out;
-	}
-	if ((uint64_t)st.st_size > cap) {
-		ret = -EBADMSG;
-		goto out;
-	}
-	while (got < (size_t)st.st_size) {
-		ssize_t n = read(fd, obj + got, (size_t)st.st_size - got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			ret = -errno;
-			goto out;
-		}
-		if (n == 0)
-			break;
-		got += (size_t)n;
-	}
-	*obj_len = got;
-out:
-	close(fd);
-	return ret;
+	return ret == -EFBIG ? -EBADMSG : ret;
 }
 
 long store_object_raw_len(const uint8_t *obj, size_t obj_len)

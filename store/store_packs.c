@@ -322,22 +322,6 @@ int store_pack_path(struct store *s, uint32_t pack, char *buf, size_t len)
 	return ret;
 }
 
-static int pread_full(int fd, uint8_t *buf, size_t len, uint64_t off, size_t *got)
-{
-	*got = 0;
-	while (*got < len) {
-		ssize_t n = pread(fd, buf + *got, len - *got, (off_t)(off + *got));
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			break;
-		*got += (size_t)n;
-	}
-	return 0;
-}
-
 int store_read_chunk(struct store *s, const uint8_t hash[CHUNK_HASH_LEN], uint8_t *obj,
 		     size_t cap, size_t *obj_len)
 {
@@ -366,11 +350,12 @@ int store_read_chunk(struct store *s, const uint8_t hash[CHUNK_HASH_LEN], uint8_
 			return -errno;
 		store_packs_refresh(s);
 	}
-	ret = pread_full(fd, obj, loc.stored, loc.off, obj_len);
+	ssize_t got = pread_upto(fd, obj, loc.stored, (off_t)loc.off);
 	close(fd);
-	if (ret == 0 && *obj_len < loc.stored)
-		ret = -EBADMSG; /* the pack was cut short */
-	return ret;
+	if (got < 0)
+		return (int)got;
+	*obj_len = (size_t)got;
+	return *obj_len < loc.stored ? -EBADMSG : 0; /* less: the pack was cut short */
 }
 
 void store_set_pack_direct(struct store *s, bool direct)

@@ -357,17 +357,20 @@ long store_object_raw_len(const uint8_t *obj, size_t obj_len)
 	return v > CHUNK_MAX_RAW ? -EBADMSG : (long)v;
 }
 
-static int foreach_in(const char *dir, const char *rel, store_chunk_fn fn, void *arg,
-		      const char *prefix)
+/* Call fn for each entry of dir but those whose name starts with '.': its
+ * path (an entry whose path does not fit is passed over) and its name.  A
+ * dir that does not exist has no entries where missing_ok, else it is an
+ * error (logged).  A non-zero return of fn stops the walk and is returned. */
+static int foreach_entry(const char *dir, bool missing_ok,
+			 int (*fn)(const char *path, const char *name, void *arg), void *arg)
 {
-	char path[PATH_MAX], name[PATH_MAX], hex[2 * CHUNK_HASH_LEN + 1];
-	uint8_t hash[CHUNK_HASH_LEN];
+	char path[PATH_MAX];
 	struct dirent *de;
 	DIR *d = opendir(dir);
 	int ret = 0;
 
 	if (!d) {
-		if (errno == ENOENT)
+		if (errno == ENOENT && missing_ok)
 			return 0;
 		ret = -errno;
 		pr_perror("cannot read %s", dir);
@@ -376,14 +379,9 @@ static int foreach_in(const char *dir, const char *rel, store_chunk_fn fn, void 
 	while ((de = readdir(d))) {
 		if (de->d_name[0] == '.')
 			continue;
-		if (snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) >= (int)sizeof(path) ||
-		    snprintf(name, sizeof(name), "%s/%s", rel, de->d_name) >= (int)sizeof(name))
+		if (snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) >= (int)sizeof(path))
 			continue;
-		bool ok =
-		    snprintf(hex, sizeof(hex), "%s%s", prefix, de->d_name) == 2 * CHUNK_HASH_LEN &&
-		    strspn(hex, "0123456789abcdef") == 2 * CHUNK_HASH_LEN &&
-		    hex_decode(hex, hash, CHUNK_HASH_LEN) == 0;
-		ret = fn(ok ? hash : NULL, path, name, arg);
+		ret = fn(path, de->d_name, arg);
 		if (ret)
 			break;
 	}
@@ -391,36 +389,58 @@ static int foreach_in(const char *dir, const char *rel, store_chunk_fn fn, void 
 	return ret;
 }
 
+/* A walk of a directory of objects named by their hash. */
+struct foreach_walk {
+	const char *rel;    /* the directory, relative to the store */
+	const char *prefix; /* the hash's hex digits that the directory's name holds */
+	store_chunk_fn fn;
+	void *arg;
+};
+
+/* An object of such a directory: fn with its hash if its name, after
+ * prefix, is the rest of one. */
+static int foreach_object(const char *path, const char *entry, void *arg)
+{
+	struct foreach_walk *w = arg;
+	char name[PATH_MAX], hex[2 * CHUNK_HASH_LEN + 1];
+	uint8_t hash[CHUNK_HASH_LEN];
+
+	if (snprintf(name, sizeof(name), "%s/%s", w->rel, entry) >= (int)sizeof(name))
+		return 0;
+	bool ok = snprintf(hex, sizeof(hex), "%s%s", w->prefix, entry) == 2 * CHUNK_HASH_LEN &&
+		  strspn(hex, "0123456789abcdef") == 2 * CHUNK_HASH_LEN &&
+		  hex_decode(hex, hash, CHUNK_HASH_LEN) == 0;
+	return w->fn(ok ? hash : NULL, path, name, w->arg);
+}
+
+static int foreach_in(const char *dir, const char *rel, store_chunk_fn fn, void *arg,
+		      const char *prefix)
+{
+	struct foreach_walk w = { rel, prefix, fn, arg };
+
+	return foreach_entry(dir, true, foreach_object, &w);
+}
+
+/* An entry of chunks/: a fan-out directory (two hex digits) walked in
+ * turn, or anything else handed to fn as not a chunk. */
+static int foreach_fanout(const char *path, const char *entry, void *arg)
+{
+	struct foreach_walk *w = arg;
+	char rel[64];
+
+	snprintf(rel, sizeof(rel), "chunks/%.8s", entry);
+	if (strlen(entry) != 2 || strspn(entry, "0123456789abcdef") != 2)
+		return w->fn(NULL, path, rel, w->arg);
+	return foreach_in(path, rel, w->fn, w->arg, entry);
+}
+
 int store_foreach_chunk(struct store *s, store_chunk_fn fn, void *arg)
 {
-	char dir[PATH_MAX], sub[PATH_MAX], rel[64];
-	struct dirent *de;
-	DIR *d;
-	int ret = 0;
+	char dir[PATH_MAX];
+	struct foreach_walk w = { NULL, NULL, fn, arg };
 
 	snprintf(dir, sizeof(dir), "%s/chunks", s->dir);
-	d = opendir(dir);
-	if (!d) {
-		ret = -errno;
-		pr_perror("cannot read %s", dir);
-		return ret;
-	}
-	while ((de = readdir(d))) {
-		if (de->d_name[0] == '.')
-			continue;
-		if (snprintf(sub, sizeof(sub), "%s/%s", dir, de->d_name) >= (int)sizeof(sub))
-			continue;
-		snprintf(rel, sizeof(rel), "chunks/%.8s", de->d_name);
-		if (strlen(de->d_name) != 2 || strspn(de->d_name, "0123456789abcdef") != 2) {
-			ret = fn(NULL, sub, rel, arg);
-		} else {
-			ret = foreach_in(sub, rel, fn, arg, de->d_name);
-		}
-		if (ret)
-			break;
-	}
-	closedir(d);
-	return ret;
+	return foreach_entry(dir, false, foreach_fanout, &w);
 }
 
 int store_foreach_manifest(struct store *s, store_chunk_fn fn, void *arg)

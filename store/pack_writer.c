@@ -272,6 +272,36 @@ static void queue(struct pack_writer *w, const void *p, size_t len)
 	w->pending += len;
 }
 
+/* Ready w for one more object: the pack finished first if pack_bytes more
+ * would take it past PACK_MAX_BYTES, a pack opened if none is, what is
+ * pending written if buf_bytes more would not fit the write buffer, and
+ * room for its entry.  0 or -errno. */
+static int make_room(struct pack_writer *w, size_t pack_bytes, size_t buf_bytes)
+{
+	int ret;
+
+	if (w->fd >= 0 && w->flushed + w->pending + pack_bytes > PACK_MAX_BYTES &&
+	    (ret = finish_pack(w)))
+		return ret;
+	if (w->fd < 0 && (ret = open_pack(w)))
+		return ret;
+	/* buf's objects are part of what is pending, so this bounds buf too. */
+	if ((w->pending + buf_bytes > PACK_WRITE_BYTES || w->niov + 2 > PACK_MAX_IOV) &&
+	    (ret = flush(w)))
+		return ret;
+	return ARRAY_GROW(w->e, w->cap, w->n + 1, 1024);
+}
+
+/* The entry of the object about to be queued (make_room() made its room). */
+static struct pack_entry *new_entry(struct pack_writer *w, const uint8_t hash[CHUNK_HASH_LEN])
+{
+	struct pack_entry *e = &w->e[w->n++];
+
+	memcpy(e->hash, hash, CHUNK_HASH_LEN);
+	e->off = w->flushed + w->pending;
+	return e;
+}
+
 int pack_writer_add(struct pack_writer *w, struct chunk_codec *codec,
 		    const uint8_t hash[CHUNK_HASH_LEN], const void *raw, size_t raw_len,
 		    uint32_t *stored, void *hold, bool *held)
@@ -284,19 +314,8 @@ int pack_writer_add(struct pack_writer *w, struct chunk_codec *codec,
 
 	if (held)
 		*held = false;
-	if (w->fd >= 0 && w->flushed + w->pending + bound > PACK_MAX_BYTES) {
-		ret = finish_pack(w);
-		if (ret)
-			return ret;
-	}
-	if (w->fd < 0 && (ret = open_pack(w)))
+	if ((ret = make_room(w, bound, room)))
 		return ret;
-	/* buf's objects are part of what is pending, so this bounds buf too. */
-	if ((w->pending + room > PACK_WRITE_BYTES || w->niov + 2 > PACK_MAX_IOV) &&
-	    (ret = flush(w)))
-		return ret;
-	if (ARRAY_GROW(w->e, w->cap, w->n + 1, 1024))
-		return -ENOMEM;
 	/* Encoded straight into the write buffer: a zstd payload is written
 	 * there by zstd, a raw one copied once, or, bare, not at all. */
 	o = w->buf + w->fill;
@@ -305,9 +324,7 @@ int pack_writer_add(struct pack_writer *w, struct chunk_codec *codec,
 		pr_err("cannot encode a chunk of %zu bytes: %s", raw_len, strerror((int)-n));
 		return (int)n;
 	}
-	struct pack_entry *e = &w->e[w->n++];
-	memcpy(e->hash, hash, CHUNK_HASH_LEN);
-	e->off = w->flushed + w->pending;
+	struct pack_entry *e = new_entry(w, hash);
 	e->raw_len = (uint32_t)raw_len;
 	if (payload == raw && hold && held && w->release && chunk_is_bare(raw_len, raw_len) &&
 	    (uintptr_t)raw % PACK_ALIGN == 0) {
@@ -330,12 +347,6 @@ int pack_writer_add(struct pack_writer *w, struct chunk_codec *codec,
 	return 0;
 }
 
-/* Room for one more entry in the pack being written. */
-static int grow_entries(struct pack_writer *w)
-{
-	return ARRAY_GROW(w->e, w->cap, w->n + 1, 1024);
-}
-
 int pack_writer_add_object(struct pack_writer *w, const uint8_t hash[CHUNK_HASH_LEN],
 			   const void *obj, uint32_t stored, uint32_t raw_len)
 {
@@ -344,22 +355,12 @@ int pack_writer_add_object(struct pack_writer *w, const uint8_t hash[CHUNK_HASH_
 
 	if (!chunk_object_size_possible(stored, raw_len) && !chunk_is_bare(stored, raw_len))
 		return -EINVAL;
-	if (w->fd >= 0 && w->flushed + w->pending + room > PACK_MAX_BYTES &&
-	    (ret = finish_pack(w)))
-		return ret;
-	if (w->fd < 0 && (ret = open_pack(w)))
-		return ret;
-	if ((w->pending + room > PACK_WRITE_BYTES || w->niov + 2 > PACK_MAX_IOV) &&
-	    (ret = flush(w)))
-		return ret;
-	if ((ret = grow_entries(w)))
+	if ((ret = make_room(w, room, room)))
 		return ret;
 	uint8_t *o = w->buf + w->fill;
 	memcpy(o, obj, stored);
 	memset(o + stored, 0, room - stored);
-	struct pack_entry *e = &w->e[w->n++];
-	memcpy(e->hash, hash, CHUNK_HASH_LEN);
-	e->off = w->flushed + w->pending;
+	struct pack_entry *e = new_entry(w, hash);
 	e->stored = stored;
 	e->raw_len = raw_len;
 	queue(w, o, room);

@@ -144,7 +144,8 @@ uint64_t store_manifest_reads(struct store *s);
 
 /* Write the files of manifest id under outdir (created if needed), holes as
  * holes.  Each file is written aside and renamed into place when complete, so
- * a failure leaves no half-written file; a bad chunk fails with its id named. */
+ * a failure leaves no half-written file, nor a directory it made in outdir; a
+ * bad chunk fails with its id named. */
 int store_get(struct store *s, const char *id, const char *outdir, bool progress);
 
 /* Manifests as a JSON array of {"id","name","created","files","logical_bytes"}. */

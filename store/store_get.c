@@ -4,7 +4,8 @@
  * Every file is written to a temp name beside its final one (truncated to its
  * size first, so holes stay holes), chunk by chunk, fsynced; only when all of
  * them are complete are they renamed into place.  On any error every temp file
- * is removed: a failed get leaves no file behind.  The get holds a lease on
+ * is removed, and every directory it made under outdir: a failed get leaves
+ * no file behind.  The get holds a lease on
  * its manifest, so a concurrent gc keeps its chunks.
  */
 #define LOG_PREFIX "store: "
@@ -14,6 +15,7 @@
 
 #include <fcntl.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -22,6 +24,50 @@ struct get_out {
 	char final[PATH_MAX];
 	char tmp[PATH_MAX];
 };
+
+/* The directories a get made, to be removed again if it fails. */
+struct made_dirs {
+	char **paths; /* parents before children */
+	size_t n, cap;
+};
+
+/* mkdir_p(path), noting in md each directory of it that did not exist. */
+static int mkdir_noted(const char *path, struct made_dirs *md)
+{
+	char prefix[PATH_MAX];
+	size_t len = strlen(path);
+	struct stat st;
+
+	if (len >= sizeof(prefix))
+		return -ENAMETOOLONG;
+	for (size_t i = 1; i <= len; i++) {
+		if (i < len && path[i] != '/')
+			continue;
+		memcpy(prefix, path, i);
+		prefix[i] = '\0';
+		if (lstat(prefix, &st) == 0 || errno != ENOENT)
+			continue;
+		if (ARRAY_GROW(md->paths, md->cap, md->n + 1, 8))
+			return -ENOMEM;
+		md->paths[md->n] = strdup(prefix);
+		if (!md->paths[md->n])
+			return -ENOMEM;
+		md->n++;
+	}
+	return mkdir_p(path, 0755);
+}
+
+/* Remove what mkdir_noted made (children first); with undo false, only
+ * forget it. */
+static void made_dirs_release(struct made_dirs *md, bool undo)
+{
+	for (size_t i = md->n; i-- > 0;) {
+		if (undo)
+			rmdir(md->paths[i]);
+		free(md->paths[i]);
+	}
+	free(md->paths);
+}
 
 static int get_file(struct store *s, struct chunk_codec *codec, const struct manifest_file *f,
 		    struct get_out *o, uint8_t *obj, uint8_t *raw, struct progress *prog,
@@ -98,6 +144,7 @@ int store_get(struct store *s, const char *id, const char *outdir, bool show_pro
 	uint8_t *obj = NULL, *raw = NULL;
 	uint64_t done = 0;
 	size_t made = 0;
+	struct made_dirs dirs = { 0 };
 	int ret;
 
 	ret = store_manifest_load(s, id, &m, full);
@@ -109,6 +156,7 @@ int store_get(struct store *s, const char *id, const char *outdir, bool show_pro
 		ret = -EIO;
 		goto out;
 	}
+	/* outdir itself stays: the caller named it. */
 	ret = mkdir_p(outdir, 0755);
 	if (ret < 0)
 		goto out;
@@ -144,7 +192,7 @@ int store_get(struct store *s, const char *id, const char *outdir, bool show_pro
 			char dir[PATH_MAX];
 			snprintf(dir, sizeof(dir), "%s/%.*s", outdir, (int)(slash - f->path),
 				 f->path);
-			ret = mkdir_p(dir, 0755);
+			ret = mkdir_noted(dir, &dirs);
 			if (ret < 0)
 				goto out;
 		}
@@ -169,6 +217,7 @@ out:
 			if (outs[i].tmp[0])
 				unlink(outs[i].tmp);
 	}
+	made_dirs_release(&dirs, ret < 0);
 	free(outs);
 	free(raw);
 	free(obj);

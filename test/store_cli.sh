@@ -58,16 +58,21 @@ check "get gives the files back" cmp "$work/in/pages-1.img" "$work/out-bin/pages
 check "verify clean after the load" ts verify
 
 # Damage one chunk: verify exits 1 and prints its id; get fails, leaves nothing.
-# The first chunk of a pack, from its index (store/pack.h: 24 bytes of
-# header, then entries of hash[32], u64 offset, u32 stored, u32 raw_len).
+# sub/core.img's chunk ("hello"), found in the packs' indexes (store/pack.h:
+# 24 bytes of header, then entries of hash[32], u64 offset, u32 stored, u32
+# raw_len): its get fails after making sub/, which must go too.
 read -r obj seek bad < <(python3 - "$st/packs" <<'PY'
-import glob, struct, sys
-idx = sorted(glob.glob(sys.argv[1] + "/*.idx"))[0]
-b = open(idx, "rb").read()
-h, off = b[24:56], struct.unpack("<Q", b[56:64])[0]
-print(idx[:-4] + ".pack", off + 20, "sha256:" + h.hex())
+import glob, hashlib, struct, sys
+want = hashlib.sha256(b"hello").digest()
+for idx in sorted(glob.glob(sys.argv[1] + "/*.idx")):
+    b = open(idx, "rb").read()
+    for e in range(24, len(b) - 47, 48):
+        if b[e:e + 32] == want:
+            off = struct.unpack("<Q", b[e + 32:e + 40])[0]
+            print(idx[:-4] + ".pack", off + 20, "sha256:" + want.hex())
 PY
 )
+check "sub/core.img's chunk found in a pack" [ -n "${obj:-}" ]
 chmod u+w "$obj"
 printf 'X' | dd of="$obj" bs=1 seek="$seek" conv=notrunc status=none
 out=$(ts verify 2>/dev/null); r=$?

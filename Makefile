@@ -57,7 +57,7 @@ else
   LDLIBS := $(LDLIBS_DYN)
 endif
 
-LIB_DIRS  := common criu store remote function restore prewarm server
+LIB_DIRS  := common criu store remote function images restore prewarm server
 LIB_SRCS  := $(filter-out %_main.c,$(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c)))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(B)/obj/%.o)
 LIB       := $(B)/libthaw.a

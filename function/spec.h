@@ -61,7 +61,7 @@ struct func_spec {
 	char *bundle;         /* optional: a user's OCI bundle or rootfs directory */
 	/* optional, instead of bundle: an image reference (spec_image_ref);
 	 * its config gives command, env, cwd, port and user where the spec
-	 * says nothing (prewarm/image.h). */
+	 * says nothing (images/image.h). */
 	char *image;
 	char *user;           /* optional, with image: its user instead of the image's */
 	uint16_t port;        /* the port the function listens on in its namespace;

@@ -23,8 +23,8 @@
 #include "function/bundle.h"
 #include "function/ready.h"
 #include "function/visible.h"
+#include "images/image.h"
 #include "prewarm/host_record.h"
-#include "prewarm/image.h"
 #include "prewarm/span_record.h"
 #include "criu/criu_elide.h"
 

@@ -41,7 +41,7 @@ int prewarm_snapshot_with(const struct thaw_config *c, struct store *s,
 			  const char *log_path, struct snapshot_result *out);
 
 /* Progress of the long work before the boot, a spec's image being pulled and
- * unpacked (prewarm/image.h): phase "pull" (bytes) or "unpack" (layers),
+ * unpacked (images/image.h): phase "pull" (bytes) or "unpack" (layers),
  * done of total (0: unknown). */
 typedef void (*prewarm_progress_fn)(void *arg, const char *phase, uint64_t done, uint64_t total);
 

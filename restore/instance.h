@@ -93,7 +93,7 @@ struct instance {
 	} gpus[GPU_MAX];
 };
 
-/* A snapshot of a function on an image (prewarm/image.h) records the image
+/* A snapshot of a function on an image (images/image.h) records the image
  * in its meta ("image": the spec's "reference", the manifest's "digest")
  * and restores onto this host's copy of that very image: a start, or the
  * making of a standby, of a snapshot that another host made brings it into

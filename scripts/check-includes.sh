@@ -6,9 +6,9 @@
 # include of any directory not listed on its line (bench/, test/, a module
 # named nowhere) is forbidden too.  This table is the rule.  docs/DESIGN.md
 # ("Modules and the rule between them") orders the modules in one chain,
-# server, cli -> prewarm -> restore -> function -> remote -> store -> criu ->
-# common; the table allows only the edges the code uses of that order (no
-# function -> store, no prewarm -> restore, no prewarm -> remote): widen a
+# server, cli -> prewarm -> restore -> images -> function -> remote -> store ->
+# criu -> common; the table allows only the edges the code uses of that order
+# (no function -> store, no prewarm -> restore, no prewarm -> remote): widen a
 # line here when one is truly needed.
 RULES='
 common:
@@ -17,10 +17,11 @@ criu:     common
 store:    common criu
 remote:   common store
 function: common
-restore:  common criu store remote function
-prewarm:  common criu store function
-server:   common criu store remote function restore prewarm
-cli:      common criu store remote function restore prewarm
+images:   common store function
+restore:  common criu store remote function images
+prewarm:  common criu store function images
+server:   common criu store remote function images restore prewarm
+cli:      common criu store remote function images restore prewarm
 '
 # interpose/ is libthaw-cuda.so, loaded into functions: it may include
 # common/'s headers for their constants, and links nothing of common.

@@ -18,7 +18,7 @@ APT_PKGS="build-essential pkg-config clang libclang-rt-14-dev liburing-dev libzs
 # ceph-mon ceph-osd radosgw: the tests' S3 server (test/lib/ceph_rgw.sh), started
 # by hand under a temporary directory; no systemd unit of theirs is used.
 # skopeo, umoci: a spec's "image" is copied and unpacked with them
-# (prewarm/image.c); busybox-static: the tests build an image from it.
+# (images/image.c); busybox-static: the tests build an image from it.
 
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo

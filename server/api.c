@@ -8,7 +8,7 @@
 #define LOG_PREFIX "thawd: "
 #include "common/log.h"
 #include "common/util.h"
-#include "prewarm/image.h"
+#include "images/image.h"
 #include "prewarm/prewarm.h"
 #include "function/confine.h"
 #include "function/spec.h"

@@ -38,7 +38,7 @@
 #include "common/netns.h"
 #include "common/runner.h"
 #include "common/util.h"
-#include "prewarm/image.h"
+#include "images/image.h"
 #include "restore/instance.h"
 #include "restore/instance_ended.h"
 #include "restore/shim.h"
@@ -677,7 +677,7 @@ int recover_startup(struct server *s)
 		pr_warn("store gc: %s", log_last_error());
 	}
 	/* Images no snapshot names any more (their functions deleted or
-	 * re-snapshotted on another image): prewarm/image.h. */
+	 * re-snapshotted on another image): images/image.h. */
 	if (image_gc(&s->cfg, s->store, NULL))
 		pr_warn("image gc: %s", log_last_error());
 	return 0;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Functions from OCI images (prewarm/image.h), with real skopeo, umoci, runc,
+# Functions from OCI images (images/image.h), with real skopeo, umoci, runc,
 # CRIU and thawd, and no network: an image is built here from busybox-static
 # (its httpd serves the working directory; a CGI script prints $GREETING),
 # written as an OCI layout and, by skopeo, as a docker-archive (what

@@ -47,6 +47,8 @@ expect_fail() {
 expect_fail store/chunk.c '#include "server/server.h"' 'store -> server'
 # 3. the edge this rule was made against: restore -> prewarm
 expect_fail restore/instance.c '#include "prewarm/prewarm.h"' 'restore -> prewarm'
+# 3b. the image cache serves both paths and includes neither
+expect_fail images/image.c '#include "prewarm/prewarm.h"' 'images -> prewarm'
 # 4. common/ uses nothing of ours, not even through a header; spaces after '#'
 expect_fail common/util.h '#  include "store/store.h"' 'common -> store'
 # 5. cli and server never include each other

@@ -22,8 +22,8 @@
  * it was.  gc (image_gc) removes what no snapshot in the store names,
  * no snapshot in progress holds and no live process has as its root.
  */
-#ifndef THAW_PREWARM_IMAGE_H
-#define THAW_PREWARM_IMAGE_H
+#ifndef THAW_IMAGES_IMAGE_H
+#define THAW_IMAGES_IMAGE_H
 
 #include <jansson.h>
 #include <limits.h>

@@ -7,7 +7,7 @@
  * What they print on failure is kept (its end) and turned into the reason.
  */
 #define LOG_PREFIX "image: "
-#include "prewarm/image.h"
+#include "images/image.h"
 #include "common/log.h"
 #include "common/spawn.h"
 #include "common/util.h"

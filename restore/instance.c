@@ -22,6 +22,7 @@
 #include "function/bundle.h"
 #include "function/ready.h"
 #include "function/spec.h"
+#include "images/image.h"
 #include "restore/gpu_restore.h"
 #include "restore/instance_ended.h"
 #include "restore/instance_internal.h"
@@ -57,15 +58,6 @@
  * returning (thawd runs many at once): what THAW_LAZY=auto weighs, since a
  * burst of lazy GPU starts is slower than the same burst eager. */
 static atomic_uint gpu_starts_in_flight;
-
-/* The way to this host's image cache (instance_set_image_source): set once,
- * before any start. */
-static instance_image_fn image_source;
-
-void instance_set_image_source(instance_image_fn get)
-{
-	image_source = get;
-}
 
 /* A path into buf; -ENAMETOOLONG (logged) if it does not fit. */
 static int __attribute__((format(printf, 3, 4))) pathf(char *buf, size_t len, const char *fmt, ...)
@@ -507,6 +499,30 @@ static int write_bundle(struct start_ctx *x, const struct func_spec *spec, const
 				     x->bundle);
 }
 
+/* Where a start's copy of its image is, in the log: each phase as it
+ * begins, then every few seconds. */
+struct image_progress {
+	const char *digest;
+	const char *phase;
+	uint64_t last_ns;
+};
+
+static void image_progress_log(void *arg, const char *phase, uint64_t done, uint64_t total)
+{
+	struct image_progress *p = arg;
+	char a[32];
+
+	if (p->phase && !strcmp(p->phase, phase) && now_ns() - p->last_ns < 2000000000ull)
+		return;
+	p->phase = phase;
+	p->last_ns = now_ns();
+	if (!strcmp(phase, "pull"))
+		pr_info("start: image %s: copying, %s so far", p->digest, fmt_bytes(done, a));
+	else
+		pr_info("start: image %s: %s, %llu of %llu layers", p->digest, phase,
+			(unsigned long long)done, (unsigned long long)total);
+}
+
 /* A snapshot made on an image (its meta's "image"; none: 0, nothing to
  * do): the spec's bundle made this host's copy of that image, brought into
  * the image cache if it is not there, and held against the cache's gc in
@@ -517,42 +533,36 @@ static int write_bundle(struct start_ctx *x, const struct func_spec *spec, const
 static int use_image(const struct thaw_config *c, const struct manifest *m,
 		     struct func_spec *spec, struct instance *in, int *lock_fd)
 {
-	const json_t *im = json_object_get(m->meta, "image");
-	const char *ref = json_string_value(json_object_get(im, "reference"));
-	const char *digest = json_string_value(json_object_get(im, "digest"));
-	struct instance_image got = { .lock_fd = -1 };
-	struct stat st;
+	const json_t *meta = json_object_get(m->meta, "image");
+	const char *ref = json_string_value(json_object_get(meta, "reference"));
+	const char *digest = json_string_value(json_object_get(meta, "digest"));
+	struct image_progress p = { .digest = digest };
+	struct image im;
 	char *bundle;
 	int ret;
 
-	if (!im)
+	if (!meta)
 		return 0;
 	if (!ref || !digest || strlen(digest) >= sizeof(in->image) || !spec->bundle) {
 		pr_err("snapshot %s: its meta's \"image\" is incomplete", in->snapshot);
 		return -EINVAL;
 	}
 	snprintf(in->image, sizeof(in->image), "%s", digest);
-	if (!image_source) {
-		if (stat(spec->bundle, &st) == 0)
-			return 0;
-		pr_err("image %s (%s): its rootfs %s is not on this host (thawd brings an image "
-		       "into its cache; this program does not)",
-		       digest, ref, spec->bundle);
-		return -ENOENT;
-	}
-	ret = image_source(c, ref, digest, &got);
+	ret = image_get_digest(c, ref, digest, c->registry_auth, image_progress_log, &p, &im);
 	if (ret)
 		return ret;
-	bundle = strdup(got.bundle);
+	bundle = strdup(im.bundle);
 	if (!bundle) {
-		close(got.lock_fd);
+		image_release(&im);
 		pr_err("out of memory");
 		return -ENOMEM;
 	}
 	free(spec->bundle);
 	spec->bundle = bundle;
-	in->image_copied = got.copied;
-	*lock_fd = got.lock_fd;
+	in->image_copied = !im.cached;
+	*lock_fd = im.lock_fd;
+	im.lock_fd = -1;
+	image_release(&im);
 	return 0;
 }
 

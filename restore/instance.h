@@ -34,7 +34,7 @@ struct instance_timings {
 			   * for that before the CUDA restore */
 	double resume;    /* a CPU standby taken: runc resume (the cgroup freezer) */
 	double image;     /* a snapshot made on an image: finding that image in this
-			   * host's cache, or bringing it there (instance_image_fn) */
+			   * host's cache, or bringing it there (image_get_digest) */
 	double boot, warmup; /* a booted instance (instance_boot): runc run, the
 			      * spec's warm-up calls */
 };
@@ -97,20 +97,8 @@ struct instance {
  * in its meta ("image": the spec's "reference", the manifest's "digest")
  * and restores onto this host's copy of that very image: a start, or the
  * making of a standby, of a snapshot that another host made brings it into
- * this host's image cache first (its timing "image").  The image cache is
- * prewarm's, which restore/ may not include: the program gives the way to
- * it here, once, before any start (thawd does).  Unset, a start restores
- * onto the bundle the snapshot names, which must be on this host. */
-struct instance_image {
-	char bundle[PATH_MAX]; /* the image's bundle (its rootfs/) in this host's cache */
-	bool copied;           /* it was not there: copied and unpacked now */
-	int lock_fd;           /* holds it against the cache's gc; the start closes it */
-};
-/* The image of digest ("sha256:<hex>") from ref, ready: 0 and *out, or
- * -errno with the reason set, naming the digest. */
-typedef int (*instance_image_fn)(const struct thaw_config *c, const char *ref,
-				 const char *digest, struct instance_image *out);
-void instance_set_image_source(instance_image_fn get);
+ * this host's image cache first (image_get_digest; its timing "image"), and
+ * holds it there against the cache's gc until the instance ends. */
 
 /* Start an instance of snapshot_id.  On failure nothing is left behind, and
  * out->failed names the step that failed (the rest of out untouched). */

@@ -8,7 +8,6 @@
 #define LOG_PREFIX "thawd: "
 #include "common/log.h"
 #include "common/util.h"
-#include "images/image.h"
 #include "prewarm/prewarm.h"
 #include "function/confine.h"
 #include "function/spec.h"
@@ -714,7 +713,7 @@ static int start_lost(struct req *q, const char *snap, int err)
 }
 
 /* A start whose snapshot's image this host could not have (instance.h,
- * instance_image_fn): its source lacks it, refuses, cannot be reached, or
+ * image_get_digest): its source lacks it, refuses, cannot be reached, or
  * holds another image now (409 image_changed: a new snapshot takes that
  * one).  The reason names the image by its digest. */
 static int image_lost(struct req *q, int err)
@@ -1086,55 +1085,6 @@ unsigned api_start_internal(struct server *s, const char *fn, json_t **answer)
 }
 
 /* ---- the image a start restores onto ---- */
-
-/* Where a start's copy of its image is, in thawd's log: each phase as it
- * begins, then every few seconds. */
-struct image_progress {
-	const char *digest;
-	const char *phase;
-	uint64_t last_ns;
-};
-
-static void start_image_progress(void *arg, const char *phase, uint64_t done, uint64_t total)
-{
-	struct image_progress *p = arg;
-	char a[32];
-
-	if (p->phase && !strcmp(p->phase, phase) && now_ns() - p->last_ns < 2000000000ull)
-		return;
-	p->phase = phase;
-	p->last_ns = now_ns();
-	if (!strcmp(phase, "pull"))
-		pr_info("start: image %s: copying, %s so far", p->digest, fmt_bytes(done, a));
-	else
-		pr_info("start: image %s: %s, %llu of %llu layers", p->digest, phase,
-			(unsigned long long)done, (unsigned long long)total);
-}
-
-/* instance_image_fn: the snapshot's image from this host's cache, brought
- * there by its digest if it is not (a snapshot another host made). */
-static int start_image(const struct thaw_config *c, const char *ref, const char *digest,
-		       struct instance_image *out)
-{
-	struct image_progress p = { .digest = digest };
-	struct image im;
-	int ret;
-
-	ret = image_get_digest(c, ref, digest, c->registry_auth, start_image_progress, &p, &im);
-	if (ret)
-		return ret;
-	snprintf(out->bundle, sizeof(out->bundle), "%s", im.bundle);
-	out->copied = !im.cached;
-	out->lock_fd = im.lock_fd;
-	im.lock_fd = -1;
-	image_release(&im);
-	return 0;
-}
-
-void api_give_image_source(void)
-{
-	instance_set_image_source(start_image);
-}
 
 /* ---- instances ---- */
 

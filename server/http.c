@@ -887,7 +887,6 @@ struct server *server_new(const struct thaw_config *c, const struct server_opts 
 		pr_err("cannot open the store %s: %s", c->store_dir, log_last_error());
 		goto err;
 	}
-	api_give_image_source();
 	if (recover_startup(s))
 		goto err;
 	recover_preload_manifests(s);

@@ -127,10 +127,6 @@ bool req_client_gone(struct req *q);
 
 /* The request, routed, authorised and with its body (api.c). */
 int api_dispatch(struct req *q);
-/* Give restore/ the way to this host's image cache (instance.h), which it
- * may not include: called by server_new before anything restores (recovery,
- * the standby thread, the first request). */
-void api_give_image_source(void);
 /* A start of function fn that thawd makes itself (server/pool.c: routed
  * requests found no free instance): POST /functions/<fn>/start, with its
  * admission, standbys, limits, metrics and errors, answered into memory.

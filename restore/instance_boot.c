@@ -126,7 +126,6 @@ int instance_boot(const struct thaw_config *c, const struct instance_boot *b,
 	const struct func_spec *spec = b->spec;
 	struct start_ctx x = { .c = c, .stdio = { -1, -1 } };
 	struct instance in = { 0 };
-	struct shim_opts so;
 	char visible[64 * GPUS_MAX + 32], runc_log[PATH_MAX + 32];
 	char *defaults[3] = { NULL };
 	int minors[GPUS_MAX];
@@ -187,20 +186,9 @@ int instance_boot(const struct thaw_config *c, const struct instance_boot *b,
 
 	/* The shim first: it drains the function's output while we wait. */
 	phase = "endpoint";
-	tp = now_ns();
-	so = (struct shim_opts){ .netns_path = x.netns, .port = spec->port,
-				 .activity_path = x.activity, .out_fd = x.stdio.out_r,
-				 .err_fd = x.stdio.err_r, .log_path = x.log,
-				 .max_log_bytes = c->log_bytes };
-	ret = shim_start(&so, &x.shim_pid, &x.port);
+	ret = instance_ctx_endpoint(&x, spec, &in);
 	if (ret)
 		goto fail;
-	proc_start_time(x.shim_pid, &x.shim_start);
-	close(x.stdio.out_r);
-	close(x.stdio.err_r);
-	x.stdio.out_r = x.stdio.err_r = -1;
-	snprintf(in.endpoint, sizeof(in.endpoint), "127.0.0.1:%u", x.port);
-	in.t.endpoint = ms_since(tp);
 	ret = instance_ctx_record(&x, &in, "starting");
 	if (ret)
 		goto fail;

@@ -1,17 +1,21 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* instance_internal.h — what instance.c shares with instance_boot.c (an
- * instance booted cold rather than restored, made and stopped the same
+/* instance_internal.h — what the instance files share: instance.c (the
+ * start), instance_record.c (directory, id, record), instance_stop.c (stop
+ * and teardown), instance_standby.c (a standby taken) and instance_boot.c
+ * (an instance booted cold rather than restored, made and stopped the same
  * way); not for other modules.
  */
 #ifndef THAW_RESTORE_INSTANCE_INTERNAL_H
 #define THAW_RESTORE_INSTANCE_INTERNAL_H
 
+#include <jansson.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <sys/types.h>
 
 #include "common/runner.h"
 #include "function/spec.h"
+#include "restore/gpu_restore.h"
 #include "restore/instance.h"
 #include "restore/lazy_watch.h"
 
@@ -66,15 +70,47 @@ struct start_ctx {
 	const json_t *end_rec;
 };
 
-/* instance.c's steps, for instance_boot.c: the new instance's id, directory
- * and record path (x->dir, x->record, x->runc_root, x->r set; x->have_dir);
- * its record written in state; its readiness awaited (who: "the booted
- * function"); and whatever x holds undone, newest first. */
+/* A start's steps, shared by every way an instance is made or ended.  The
+ * new instance's id, directory and paths (x->dir, x->record, x->runc_root,
+ * x->netns, x->bundle, x->work, x->log, x->activity; x->r; x->have_dir):
+ * 0 or -errno (logged). */
 int instance_ctx_dir(struct start_ctx *x, struct instance *in);
+/* x->r: the runner of x->c's runc and CRIU in x->runc_root. */
+void instance_ctx_runner(struct start_ctx *x);
+/* The record (what instance_to_json says, and what stop needs) written in
+ * state: 0 or -errno (logged). */
 int instance_ctx_record(struct start_ctx *x, const struct instance *in, const char *state);
+/* The endpoint shim started on the function's stdout and stderr (which it
+ * drains into x->log from now on): in->endpoint, in->t.endpoint.  0 or
+ * -errno. */
+int instance_ctx_endpoint(struct start_ctx *x, const struct func_spec *spec, struct instance *in);
+/* The spec's readiness check of in, timed into in->t.ready; on failure the
+ * error says why, with the end of the function's log (who: "the restored
+ * function", "the standby", "the booted function"). */
 int instance_ctx_ready(struct start_ctx *x, const struct func_spec *spec, struct instance *in,
 		       const char *who);
+/* Undo whatever x holds, newest first.  0, or the first error (logged)
+ * with what is left named. */
 int instance_ctx_teardown(struct start_ctx *x, const char *id);
+
+/* ---- paths and records (instance_record.c) ---- */
+
+/* A path into buf; -ENAMETOOLONG (logged) if it does not fit. */
+int __attribute__((format(printf, 3, 4))) instance_path(char *buf, size_t len, const char *fmt,
+							 ...);
+/* <data>/instances/<id>.json into buf; -ENAMETOOLONG (logged). */
+int instance_record_path(const struct thaw_config *c, const char *id, char *buf, size_t len);
+/* thaw's runc root, <data>/runc, into buf; -ENAMETOOLONG (logged). */
+int instance_runc_root(const struct thaw_config *c, char *buf, size_t len);
+/* The record at path: 0 and *out (you own it), -ENOENT, or -EINVAL (logged)
+ * if it is not a JSON object. */
+int instance_record_load(const char *path, json_t **out);
+/* rec's integer key into *v: true, or false if it has none. */
+bool instance_record_num(const json_t *rec, const char *key, long long *v);
+/* in->t as the record's "timings_ms" (a new reference), or NULL. */
+json_t *instance_timings_json(const struct instance *in);
+/* The GPUs of in: those of placement p. */
+void instance_set_gpus(struct instance *in, const struct gpu_placement *p);
 /* The timings of a booted instance (instance_boot.c), for instance_to_json. */
 json_t *instance_boot_timings(const struct instance *in);
 

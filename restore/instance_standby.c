@@ -1,0 +1,196 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* instance_standby.c — a standby taken (instance_activate): its processes
+ * woken, its readiness checked, its record a running instance's.
+ */
+#define LOG_PREFIX "instance: "
+#include "restore/instance.h"
+#include "common/gpumem.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "function/spec.h"
+#include "restore/gpu_restore.h"
+#include "restore/instance_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The instance a standby's record describes (what instance_to_json wrote). */
+static void instance_from_record(const json_t *rec, struct instance *in)
+{
+	static const char *const pages[] = { "mapped", "lazy", "eager" };
+	const char *p = json_string_value(json_object_get(rec, "pages"));
+	long long v = 0;
+
+	memset(in, 0, sizeof(*in));
+	snprintf(in->id, sizeof(in->id), "%s", json_string_value(json_object_get(rec, "instance")) ?: "");
+	snprintf(in->function, sizeof(in->function), "%s",
+		 json_string_value(json_object_get(rec, "function")) ?: "");
+	snprintf(in->snapshot, sizeof(in->snapshot), "%s",
+		 json_string_value(json_object_get(rec, "snapshot")) ?: "");
+	snprintf(in->endpoint, sizeof(in->endpoint), "%s",
+		 json_string_value(json_object_get(rec, "endpoint")) ?: "");
+	snprintf(in->pages_why, sizeof(in->pages_why), "%s",
+		 json_string_value(json_object_get(rec, "pages_why")) ?: "");
+	in->pid = instance_record_num(rec, "pid", &v) ? (pid_t)v : 0;
+	in->tier_hit = !strcmp(json_string_value(json_object_get(rec, "tier")) ?: "", "ram");
+	in->lazy = json_is_true(json_object_get(rec, "lazy"));
+	for (size_t i = 0; p && i < ARRAY_SIZE(pages); i++)
+		if (!strcmp(p, pages[i]))
+			in->pages = pages[i];
+	p = json_string_value(json_object_get(rec, "gpu_memory"));
+	if (p)
+		in->gpu_memory = !strcmp(p, "thaw") ? "thaw" : "driver";
+	snprintf(in->gpu_memory_why, sizeof(in->gpu_memory_why), "%s",
+		 json_string_value(json_object_get(rec, "gpu_memory_why")) ?: "");
+	in->booted = json_is_false(json_object_get(rec, "restored"));
+	snprintf(in->boot_why, sizeof(in->boot_why), "%s",
+		 json_string_value(json_object_get(rec, "restore_failure")) ?: "");
+	in->standby = true;
+}
+
+/* Wake the standby's processes: the CPU function's container thawed, or
+ * the GPU function's CUDA state restored (to a GPU with room: the same
+ * mapping and free-memory check as a start's). */
+static int wake(struct start_ctx *x, struct instance *in, const json_t *meta,
+		struct gpu_placement *gp)
+{
+	struct gpu_placement own = { 0 };
+	char why[512];
+	uint64_t tp = now_ns();
+	int ret;
+
+	if (!x->gpu) {
+		ret = runner_resume(&x->r, in->id);
+		in->t.resume = ms_since(tp);
+		return ret;
+	}
+	if (!gp || !gp->held) {
+		gp = &own;
+		ret = gpu_place(meta, NULL, 0, gp, why, sizeof(why));
+		if (ret) {
+			log_set_error("%s", why);
+			pr_err("%s", why);
+			return ret;
+		}
+	}
+	ret = gpu_restore_container(&x->r, in->id, in->pid, meta, gp, &x->cuda_pids, &x->ncuda);
+	if (!ret && json_is_true(json_object_get(json_object_get(meta, "gpu_memory"), "mount"))) {
+		ret = instance_path(x->gpumem_out, sizeof(x->gpumem_out), "%s/instances/%s/gpu-out",
+			    x->c->data_dir, in->id);
+		if (!ret)
+			ret = gpu_memory_restore(meta, x->cuda_pids, x->ncuda, x->gpumem_out,
+						 &in->t.gpu_copy);
+	}
+	in->t.gpu_restore = ms_since(tp);
+	if (!ret)
+		instance_set_gpus(in, gp);
+	gpu_release(&own);
+	return ret;
+}
+
+int instance_activate(const struct thaw_config *c, const char *id, struct instance *out)
+{
+	return instance_activate_on(c, id, NULL, out);
+}
+
+int instance_activate_on(const struct thaw_config *c, const char *id, struct gpu_placement *gp,
+			 struct instance *out)
+{
+	struct start_ctx x = { .c = c, .stdio = { -1, -1 } };
+	struct func_spec *spec = NULL;
+	struct instance in;
+	json_t *rec = NULL, *meta, *cuda = NULL;
+	char err[256], *text = NULL;
+	uint64_t t0 = now_ns();
+	const char *s;
+	int ret;
+
+	if (!id_valid(id))
+		return -EINVAL;
+	ret = instance_record_path(c, id, x.record, sizeof(x.record));
+	if (!ret)
+		ret = instance_record_load(x.record, &rec);
+	if (ret)
+		return ret;
+	s = json_string_value(json_object_get(rec, "state"));
+	meta = json_object_get(rec, "snapshot_meta");
+	if (!s || strcmp(s, "standby") || !json_is_object(meta)) {
+		json_decref(rec);
+		return -EBUSY;
+	}
+	instance_from_record(rec, &in);
+	x.gpu = json_is_true(json_object_get(rec, "gpu"));
+	s = json_string_value(json_object_get(rec, "runc_root"));
+	ret = s ? instance_path(x.runc_root, sizeof(x.runc_root), "%s", s)
+		: instance_runc_root(c, x.runc_root, sizeof(x.runc_root));
+	if (!ret)
+		ret = instance_path(x.netns, sizeof(x.netns), "%s/instances/%s/netns", c->data_dir,
+				    id);
+	if (!ret)
+		ret = instance_path(x.log, sizeof(x.log), "%s/instances/%s/function.log",
+				    c->data_dir, id);
+	if (!ret && spec_parse(json_object_get(meta, "spec"), NULL, &spec, err, sizeof(err))) {
+		pr_err("standby %s: its snapshot's spec: %s", id, err);
+		ret = -EINVAL;
+	}
+	if (ret)
+		goto fail;
+	instance_ctx_runner(&x);
+	ret = wake(&x, &in, meta, gp);
+	if (ret)
+		goto fail;
+	ret = instance_ctx_ready(&x, spec, &in, "the standby");
+	if (ret)
+		goto fail;
+	in.t.total = ms_since(t0);
+	/* The record is a running instance's now (stop quiesces its CUDA
+	 * processes), keeping what the standby's making recorded. */
+	cuda = json_array();
+	for (size_t i = 0; cuda && i < x.ncuda; i++)
+		json_array_append_new(cuda, json_integer(x.cuda_pids[i]));
+	json_object_del(rec, "snapshot_meta");
+	if (in.ngpus) {
+		json_t *now = instance_to_json(&in);
+
+		if (!now || json_object_set(rec, "gpus", json_object_get(now, "gpus")))
+			ret = -ENOMEM;
+		json_decref(now);
+		if (ret)
+			goto fail;
+	}
+	if (!cuda || json_object_set_new(rec, "state", json_string("running")) ||
+	    json_object_set_new(rec, "standby", json_true()) ||
+	    json_object_set_new(rec, "timings_ms", instance_timings_json(&in)) ||
+	    json_object_set(rec, "cuda_pids", cuda) ||
+	    !(text = json_dumps(rec, JSON_INDENT(1) | JSON_SORT_KEYS | JSON_REAL_PRECISION(10)))) {
+		ret = -ENOMEM;
+		goto fail;
+	}
+	ret = write_file_atomic(x.record, text, strlen(text), 0644);
+	if (ret)
+		goto fail;
+	gpumem_release(x.cuda_pids, x.ncuda);
+	pr_info("standby %s of %s taken: %s, %.1f ms (resume %.1f, gpu_restore %.1f, ready %.1f)",
+		in.id, in.function, in.endpoint, in.t.total, in.t.resume, in.t.gpu_restore,
+		in.t.ready);
+	*out = in;
+	goto out;
+fail:
+	{
+		char msg[1024];
+
+		snprintf(msg, sizeof(msg), "%s", log_last_error());
+		pr_err("standby %s could not be taken: %s", id, msg);
+		instance_stop(c, id);
+		log_set_error("%s", msg);
+	}
+out:
+	free(text);
+	free(x.cuda_pids);
+	json_decref(cuda);
+	json_decref(rec);
+	spec_free(spec);
+	return ret;
+}

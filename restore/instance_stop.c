@@ -1,0 +1,281 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* instance_stop.c — an instance stopped and its remains reaped: whatever
+ * its record (or a failed start) names undone, newest first (instance.h,
+ * instance_internal.h).
+ */
+#define LOG_PREFIX "instance: "
+#include "restore/instance.h"
+#include "common/log.h"
+#include "common/netns.h"
+#include "common/util.h"
+#include "restore/gpu_restore.h"
+#include "restore/instance_ended.h"
+#include "restore/instance_internal.h"
+#include "restore/shim.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define SHIM_STOP_MS 3000
+#define LAZY_STOP_MS 3000
+
+/* netns_create makes the directory that holds the namespace file a private
+ * mount where mounts propagate; unmount that too, or rm_rf stops at it. */
+static void umount_dir(const char *dir)
+{
+	if (umount2(dir, MNT_DETACH) < 0 && errno != EINVAL && errno != ENOENT)
+		pr_warn("umount %s: %s", dir, strerror(errno));
+}
+
+/* SIGKILL a helper of ours (pid with its start time, so that a reused pid is
+ * left alone) and wait until it is gone.  0, or -EBUSY (logged). */
+static int kill_helper(const char *what, pid_t pid, unsigned long long start)
+{
+	uint64_t t0 = now_ns();
+
+	if (pid <= 0 || !start || !proc_alive(pid, start))
+		return 0;
+	kill(pid, SIGKILL);
+	while (proc_alive(pid, start)) {
+		waitpid(pid, NULL, WNOHANG); /* not ours (detached), but harmless */
+		if (ms_since(t0) > LAZY_STOP_MS) {
+			pr_err("%s %d is still alive after SIGKILL", what, (int)pid);
+			return -EBUSY;
+		}
+		usleep(2000);
+	}
+	return 0;
+}
+
+/* Has process pid a handler for SIGTERM (SigCgt of /proc/<pid>/status)? */
+static bool catches_sigterm(pid_t pid)
+{
+	char path[64], line[256];
+	unsigned long long mask = 0;
+	bool found = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f))
+		found = sscanf(line, "SigCgt: %llx", &mask) == 1;
+	fclose(f);
+	return found && (mask & (1ull << (SIGTERM - 1)));
+}
+
+/* SIGTERM the container's first process and wait up to x->grace_ms for it
+ * to exit (a function that finishes its requests and leaves); what is left
+ * then is killed by runner_delete. */
+static void ask_to_exit(struct start_ctx *x, const char *id)
+{
+	uint64_t t0 = now_ns();
+
+	if (x->init <= 0 || !proc_alive(x->init, x->pid_start))
+		return;
+	/* The first process is its PID namespace's init: the kernel gives it
+	 * only the signals it has a handler for.  Without one for SIGTERM
+	 * (Python's default) waiting would only delay the kill. */
+	if (!catches_sigterm(x->init)) {
+		pr_debug("instance %s has no SIGTERM handler: killed at once", id);
+		return;
+	}
+	if (runner_kill(&x->r, id, "TERM"))
+		return;
+	while (ms_since(t0) < x->grace_ms && proc_alive(x->init, x->pid_start))
+		usleep(20 * 1000);
+	if (proc_alive(x->init, x->pid_start))
+		pr_info("instance %s did not exit within %d ms of SIGTERM: killed", id, x->grace_ms);
+}
+
+/* Undo whatever x holds, newest first.  0, or the first error (logged)
+ * with what is left named. */
+int instance_ctx_teardown(struct start_ctx *x, const char *id)
+{
+	bool oom = false;
+	int ret = 0, r;
+
+	for (int i = 0; i < 2; i++) {
+		int *fd = i ? &x->stdio.err_r : &x->stdio.out_r;
+
+		if (*fd >= 0)
+			close(*fd);
+		*fd = -1;
+	}
+	/* The watcher before the container: killing the container may end
+	 * the daemon, and a watcher still there would take that for a lost
+	 * page source and write into a directory that is being removed. */
+	r = kill_helper("lazy-pages watcher", x->lz.watcher, x->lz_watcher_start);
+	if (r)
+		return r;
+	x->lz.watcher = 0;
+	if (x->have_container) {
+		if (x->gpu)
+			gpu_quiesce(x->cuda_pids, x->ncuda);
+		if (x->grace_ms > 0)
+			ask_to_exit(x, id);
+		/* Before runc delete takes its cgroup with it. */
+		if (x->end && x->end->exited)
+			oom = instance_ended_oom(x->runc_root, id);
+		r = runner_delete(&x->r, id);
+		if (r) {
+			/* The container may still be in the namespace: keep the
+			 * namespace, the directory and the record for a later stop. */
+			pr_err("container %s could not be deleted (left in runc root %s, with "
+			       "%s): %s", id, x->runc_root, x->dir, log_last_error());
+			return r;
+		}
+		x->have_container = false;
+	}
+	/* The daemon after the container: its pages are no longer wanted. */
+	r = kill_helper("lazy-pages daemon", x->lz.daemon, x->lz_daemon_start);
+	if (r)
+		return r;
+	x->lz.daemon = 0;
+	/* The lease after the container: nothing maps the tier's files now. */
+	r = kill_helper("tier lease holder", x->holder, x->holder_start);
+	if (r)
+		return r;
+	x->holder = 0;
+	/* The endpoint after the container: a client sees its connection
+	 * close rather than refused while the function still runs. */
+	if (x->shim_pid > 0) {
+		r = shim_stop(x->shim_pid, x->shim_start, SHIM_STOP_MS);
+		if (r && !ret)
+			ret = r;
+		x->shim_pid = 0;
+	}
+	if (x->have_netns) {
+		r = netns_remove(x->netns);
+		if (r && !ret)
+			ret = r;
+		x->have_netns = false;
+	}
+	if (x->have_dir) {
+		umount_dir(x->dir);
+		if (x->end)
+			instance_ended_keep_logs(x->c, id, x->dir);
+		r = rm_rf(x->dir);
+		if (r) {
+			pr_err("could not remove %s: %s", x->dir, strerror(-r));
+			if (!ret)
+				ret = r;
+		}
+		x->have_dir = false;
+	}
+	if (!ret && unlink(x->record) < 0 && errno != ENOENT) {
+		ret = -errno;
+		pr_perror("unlink %s", x->record);
+	}
+	if (!ret && x->end)
+		instance_ended_write(x->c, id, x->end_rec, x->end, oom);
+	return ret;
+}
+
+int instance_stop(const struct thaw_config *c, const char *id)
+{
+	return instance_stop_graceful(c, id, 0);
+}
+
+int instance_stop_graceful(const struct thaw_config *c, const char *id, int grace_ms)
+{
+	return instance_end(c, id, grace_ms, NULL);
+}
+
+/* A helper process the record names (NAME_pid, NAME_start) into *pid and
+ * *start; both left as they are if it names none. */
+static void helper_from_record(const json_t *rec, const char *name, pid_t *pid,
+			       unsigned long long *start)
+{
+	char key[64];
+	long long v;
+
+	snprintf(key, sizeof(key), "%s_pid", name);
+	if (!instance_record_num(rec, key, &v) || v <= 0)
+		return;
+	*pid = (pid_t)v;
+	snprintf(key, sizeof(key), "%s_start", name);
+	*start = instance_record_num(rec, key, &v) ? (unsigned long long)v : 0;
+}
+
+/* The processes a stop ends, as the record names them. */
+static void processes_from_record(struct start_ctx *x, const json_t *rec)
+{
+	json_t *cuda = json_object_get(rec, "cuda_pids");
+	long long v, v2;
+
+	helper_from_record(rec, "shim", &x->shim_pid, &x->shim_start);
+	/* Without a start time to tell it from a reused pid, leave it be. */
+	if (!x->shim_start)
+		x->shim_pid = 0;
+	helper_from_record(rec, "lazy_watcher", &x->lz.watcher, &x->lz_watcher_start);
+	helper_from_record(rec, "lease_holder", &x->holder, &x->holder_start);
+	helper_from_record(rec, "lazy_daemon", &x->lz.daemon, &x->lz_daemon_start);
+	x->gpu = json_is_true(json_object_get(rec, "gpu"));
+	if (instance_record_num(rec, "pid", &v) && v > 0 &&
+	    instance_record_num(rec, "pid_start", &v2) && v2 > 0) {
+		x->init = (pid_t)v;
+		x->pid_start = (unsigned long long)v2;
+	}
+	if (x->gpu && json_array_size(cuda)) {
+		x->cuda_pids = calloc(json_array_size(cuda), sizeof(pid_t));
+		if (x->cuda_pids)
+			for (size_t i = 0; i < json_array_size(cuda); i++)
+				if (json_is_integer(json_array_get(cuda, i)))
+					x->cuda_pids[x->ncuda++] =
+						(pid_t)json_integer_value(json_array_get(cuda, i));
+	}
+}
+
+int instance_end(const struct thaw_config *c, const char *id, int grace_ms,
+		 const struct instance_end *end)
+{
+	struct start_ctx x = { .c = c, .stdio = { -1, -1 }, .grace_ms = grace_ms, .end = end };
+	json_t *rec = NULL;
+	const char *s;
+	int ret;
+
+	if (!id_valid(id)) {
+		pr_err("'%s' is not an instance id", id);
+		return -EINVAL;
+	}
+	ret = instance_record_path(c, id, x.record, sizeof(x.record));
+	if (ret)
+		return ret;
+	ret = instance_record_load(x.record, &rec);
+	if (ret == -ENOENT) {
+		pr_err("no instance %s (no record in %s/instances)", id, c->data_dir);
+		return ret;
+	}
+	if (ret)
+		return ret;
+	/* The paths are ours whatever the record says: a damaged record
+	 * must not point the rm_rf elsewhere. */
+	ret = instance_path(x.dir, sizeof(x.dir), "%s/instances/%s", c->data_dir, id);
+	if (ret)
+		goto out;
+	snprintf(x.netns, sizeof(x.netns), "%s/netns", x.dir);
+	s = json_string_value(json_object_get(rec, "runc_root"));
+	if (s)
+		ret = instance_path(x.runc_root, sizeof(x.runc_root), "%s", s);
+	else
+		ret = instance_runc_root(c, x.runc_root, sizeof(x.runc_root));
+	if (ret)
+		goto out;
+	instance_ctx_runner(&x);
+	processes_from_record(&x, rec);
+	x.have_container = x.have_netns = x.have_dir = true;
+	x.end_rec = rec;
+	ret = instance_ctx_teardown(&x, id);
+out:
+	free(x.cuda_pids);
+	json_decref(rec);
+	return ret;
+}

@@ -2,6 +2,7 @@
 /* spec.c — see spec.h. */
 #define LOG_PREFIX "spec: "
 #include "function/spec.h"
+#include "function/spec_internal.h"
 #include "function/spec_mounts.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -15,18 +16,10 @@
 #define DEFAULT_READY_TIMEOUT_S 60.0
 #define MAX_ARGS 4096
 
-static const char *const known_keys[] = { "id",	   "command", "env",	 "cwd",	    "bundle",
-					  "port",  "ready",   "warmup",	 "prepare", "gpu", "gpus",
-					  "elide_zero", "gpu_memory", "lazy", "sandbox", "standby",
-					  "idle_s", "max_lifetime_s", "stop_grace_s", "max_instances",
-					  "image", "user", "concurrency", "queue", "queue_timeout_s",
-					  "mounts", "on_restore_failure" };
 static const char *const sandbox_keys[] = { "writable_root", "seccomp", "no_new_privileges",
 					    "host_home", "capabilities" };
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...)
+int spec_fail(char *err, size_t errlen, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -103,19 +96,20 @@ static int parse_call(const json_t *j, const char *field, struct http_call *c, c
 	json_t *v;
 
 	if (!json_is_object(j))
-		return fail(err, errlen, "%s: must be an object {method, path, body}", field);
+		return spec_fail(err, errlen, "%s: must be an object {method, path, body}", field);
 	json_object_foreach((json_t *)j, key, v) {
 		if (strcmp(key, "method") && strcmp(key, "path") && strcmp(key, "body"))
-			return fail(err, errlen, "%s: unknown key \"%s\"", field, key);
+			return spec_fail(err, errlen, "%s: unknown key \"%s\"", field, key);
 	}
 	v = json_object_get(j, "method");
 	if (v && (!json_is_string(v) || !method_ok(json_string_value(v))))
-		return fail(err, errlen, "%s.method: must be an HTTP method such as \"GET\"", field);
+		return spec_fail(err, errlen, "%s.method: must be an HTTP method such as \"GET\"",
+				 field);
 	c->method = strdup(v ? json_string_value(v) : "GET");
 	v = json_object_get(j, "path");
 	if (!json_is_string(v) || !http_path_ok(json_string_value(v)))
-		return fail(err, errlen, "%s.path: must be a string starting with '/', no spaces",
-			    field);
+		return spec_fail(err, errlen,
+				 "%s.path: must be a string starting with '/', no spaces", field);
 	c->path = strdup(json_string_value(v));
 	v = json_object_get(j, "body");
 	if (json_is_string(v))
@@ -124,7 +118,7 @@ static int parse_call(const json_t *j, const char *field, struct http_call *c, c
 		/* A JSON body given as JSON: sent as its text. */
 		c->body = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
 	if (!c->method || !c->path || (v && !json_is_null(v) && !c->body))
-		return fail(err, errlen, "%s: out of memory", field);
+		return spec_fail(err, errlen, "%s: out of memory", field);
 	return 0;
 }
 
@@ -133,20 +127,20 @@ static int parse_command(const json_t *v, struct func_spec *s, char *err, size_t
 	size_t n = json_array_size(v);
 
 	if (!json_is_array(v) || n == 0 || n > MAX_ARGS)
-		return fail(err, errlen, "command: must be a non-empty array of strings");
+		return spec_fail(err, errlen, "command: must be a non-empty array of strings");
 	s->command = calloc(n + 1, sizeof(char *));
 	if (!s->command)
-		return fail(err, errlen, "command: out of memory");
+		return spec_fail(err, errlen, "command: out of memory");
 	for (size_t i = 0; i < n; i++) {
 		json_t *a = json_array_get(v, i);
 
 		if (!json_is_string(a))
-			return fail(err, errlen, "command[%zu]: must be a string", i);
+			return spec_fail(err, errlen, "command[%zu]: must be a string", i);
 		if (i == 0 && !*json_string_value(a))
-			return fail(err, errlen, "command[0]: must not be empty");
+			return spec_fail(err, errlen, "command[0]: must not be empty");
 		s->command[i] = strdup(json_string_value(a));
 		if (!s->command[i])
-			return fail(err, errlen, "command: out of memory");
+			return spec_fail(err, errlen, "command: out of memory");
 	}
 	return 0;
 }
@@ -158,18 +152,18 @@ static int parse_env(const json_t *v, struct func_spec *s, char *err, size_t err
 	size_t i = 0;
 
 	if (!json_is_object(v))
-		return fail(err, errlen, "env: must be an object of strings");
+		return spec_fail(err, errlen, "env: must be an object of strings");
 	s->env = calloc(json_object_size(v) + 1, sizeof(char *));
 	if (!s->env)
-		return fail(err, errlen, "env: out of memory");
+		return spec_fail(err, errlen, "env: out of memory");
 	json_object_foreach((json_t *)v, key, val) {
 		if (!*key || strchr(key, '='))
-			return fail(err, errlen, "env: bad variable name \"%s\"", key);
+			return spec_fail(err, errlen, "env: bad variable name \"%s\"", key);
 		if (!json_is_string(val))
-			return fail(err, errlen, "env.%s: must be a string", key);
+			return spec_fail(err, errlen, "env.%s: must be a string", key);
 		if (asprintf(&s->env[i], "%s=%s", key, json_string_value(val)) < 0) {
 			s->env[i] = NULL;
-			return fail(err, errlen, "env: out of memory");
+			return spec_fail(err, errlen, "env: out of memory");
 		}
 		i++;
 	}
@@ -184,32 +178,34 @@ static int parse_ready(const json_t *v, struct func_spec *s, char *err, size_t e
 	json_t *val;
 
 	if (!json_is_object(v))
-		return fail(err, errlen, "ready: must be {\"http\":\"/path\"} or {\"tcp\":true}");
+		return spec_fail(err, errlen,
+				 "ready: must be {\"http\":\"/path\"} or {\"tcp\":true}");
 	json_object_foreach((json_t *)v, key, val) {
 		if (strcmp(key, "http") && strcmp(key, "tcp") && strcmp(key, "timeout_s"))
-			return fail(err, errlen, "ready: unknown key \"%s\"", key);
+			return spec_fail(err, errlen, "ready: unknown key \"%s\"", key);
 	}
 	if (http && tcp)
-		return fail(err, errlen, "ready: give either http or tcp, not both");
+		return spec_fail(err, errlen, "ready: give either http or tcp, not both");
 	if (http) {
 		if (!json_is_string(http) || !http_path_ok(json_string_value(http)))
-			return fail(err, errlen,
+			return spec_fail(err, errlen,
 				    "ready.http: must be a path starting with '/', no spaces");
 		s->ready = READY_HTTP;
 		s->ready_path = strdup(json_string_value(http));
 		if (!s->ready_path)
-			return fail(err, errlen, "ready: out of memory");
+			return spec_fail(err, errlen, "ready: out of memory");
 	} else if (tcp) {
 		if (!json_is_true(tcp))
-			return fail(err, errlen, "ready.tcp: must be true");
+			return spec_fail(err, errlen, "ready.tcp: must be true");
 		s->ready = READY_TCP;
 	} else {
-		return fail(err, errlen, "ready: give http (a path) or tcp (true)");
+		return spec_fail(err, errlen, "ready: give http (a path) or tcp (true)");
 	}
 	if (t) {
 		if (!json_is_number(t) || json_number_value(t) <= 0 ||
 		    json_number_value(t) > 24 * 3600)
-			return fail(err, errlen, "ready.timeout_s: must be a number of seconds > 0");
+			return spec_fail(err, errlen,
+					 "ready.timeout_s: must be a number of seconds > 0");
 		s->ready_timeout_s = json_number_value(t);
 	}
 	return 0;
@@ -219,23 +215,21 @@ static int parse_abs_path(const json_t *v, const char *field, char **out, char *
 			  size_t errlen)
 {
 	if (!json_is_string(v) || json_string_value(v)[0] != '/')
-		return fail(err, errlen, "%s: must be an absolute path", field);
+		return spec_fail(err, errlen, "%s: must be an absolute path", field);
 	*out = strdup(json_string_value(v));
-	return *out ? 0 : fail(err, errlen, "%s: out of memory", field);
+	return *out ? 0 : spec_fail(err, errlen, "%s: out of memory", field);
 }
 
-/* A number of seconds, 0 to a year, or absent (def). */
-static int parse_seconds(const json_t *j, const char *key, double def, double *out, char *err,
+/* v, the value of key: a number of seconds, 0 to a year, or absent (def). */
+static int parse_seconds(const json_t *v, const char *key, double def, double *out, char *err,
 			 size_t errlen)
 {
-	const json_t *v = json_object_get(j, key);
-
 	*out = def;
 	if (!v || json_is_null(v))
 		return 0;
 	if (!json_is_number(v) || json_number_value(v) < 0 ||
 	    json_number_value(v) > SPEC_MAX_SECONDS)
-		return fail(err, errlen, "%s: must be a number of seconds from 0 to %.0f", key,
+		return spec_fail(err, errlen, "%s: must be a number of seconds from 0 to %.0f", key,
 			    SPEC_MAX_SECONDS);
 	*out = json_number_value(v);
 	return 0;
@@ -246,21 +240,21 @@ static int parse_capabilities(const json_t *v, struct oci_sandbox *sb, char *err
 	char **caps;
 
 	if (!json_is_array(v))
-		return fail(err, errlen, "sandbox.capabilities: must be an array of names");
+		return spec_fail(err, errlen, "sandbox.capabilities: must be an array of names");
 	caps = calloc(json_array_size(v) + 1, sizeof(char *));
 	if (!caps)
-		return fail(err, errlen, "sandbox.capabilities: out of memory");
+		return spec_fail(err, errlen, "sandbox.capabilities: out of memory");
 	sb->capabilities = caps;
 	for (size_t i = 0; i < json_array_size(v); i++) {
 		const char *name = json_string_value(json_array_get(v, i));
 
 		if (!name || !oci_capability_known(name))
-			return fail(err, errlen,
+			return spec_fail(err, errlen,
 				    "sandbox.capabilities[%zu]: not one of the default set "
 				    "(CAP_CHOWN, CAP_NET_BIND_SERVICE, ...; docs/API.md)", i);
 		caps[i] = strdup(name);
 		if (!caps[i])
-			return fail(err, errlen, "sandbox.capabilities: out of memory");
+			return spec_fail(err, errlen, "sandbox.capabilities: out of memory");
 	}
 	return 0;
 }
@@ -275,7 +269,7 @@ static int sandbox_flag(const json_t *sb, const char *key, bool confined, bool *
 	if (!v)
 		return 0;
 	if (!json_is_boolean(v))
-		return fail(err, errlen, "sandbox.%s: must be true or false", key);
+		return spec_fail(err, errlen, "sandbox.%s: must be true or false", key);
 	*loosened = json_is_true(v) != confined;
 	return 0;
 }
@@ -289,14 +283,14 @@ static int parse_sandbox(const json_t *v, struct oci_sandbox *sb, char *err, siz
 	if (!v || json_is_null(v))
 		return 0;
 	if (!json_is_object(v))
-		return fail(err, errlen, "sandbox: must be an object");
+		return spec_fail(err, errlen, "sandbox: must be an object");
 	json_object_foreach((json_t *)v, key, val) {
 		bool known = false;
 
 		for (size_t i = 0; i < ARRAY_SIZE(sandbox_keys); i++)
 			known |= !strcmp(key, sandbox_keys[i]);
 		if (!known)
-			return fail(err, errlen, "sandbox: unknown key \"%s\"", key);
+			return spec_fail(err, errlen, "sandbox: unknown key \"%s\"", key);
 	}
 	if ((ret = sandbox_flag(v, "writable_root", false, &sb->writable_root, err, errlen)) ||
 	    (ret = sandbox_flag(v, "seccomp", true, &sb->no_seccomp, err, errlen)) ||
@@ -378,10 +372,12 @@ static int docker_ref_ok(const char *r, char *err, size_t errlen)
 		const char *h = at + 1;
 
 		if (strncmp(h, "sha256:", 7) || strlen(h + 7) != 64)
-			return fail(err, errlen, "image: the digest must be @sha256:<64 hex digits>");
+			return spec_fail(err, errlen,
+					 "image: the digest must be @sha256:<64 hex digits>");
 		for (h += 7; *h; h++)
 			if (!((*h >= '0' && *h <= '9') || (*h >= 'a' && *h <= 'f')))
-				return fail(err, errlen, "image: the digest must be lowercase hex");
+				return spec_fail(err, errlen,
+						 "image: the digest must be lowercase hex");
 	}
 	/* The tag: after the last ':' that follows the last '/'. */
 	slash = NULL;
@@ -396,24 +392,28 @@ static int docker_ref_ok(const char *r, char *err, size_t errlen)
 		size_t n = (size_t)(end - colon - 1);
 
 		if (!n || n > 128)
-			return fail(err, errlen, "image: a tag is 1 to 128 characters");
+			return spec_fail(err, errlen, "image: a tag is 1 to 128 characters");
 		for (p = colon + 1; p < end; p++)
 			if (!(lower_alnum(*p) || (*p >= 'A' && *p <= 'Z') || *p == '_' ||
 			      (p > colon + 1 && (*p == '.' || *p == '-'))))
-				return fail(err, errlen, "image: bad tag \"%.*s\"", (int)n, colon + 1);
+				return spec_fail(err, errlen, "image: bad tag \"%.*s\"", (int)n,
+						 colon + 1);
 		end = colon;
 	}
 	if (end == r)
-		return fail(err, errlen, "image: docker:// needs a name, e.g. docker://registry/name:tag");
+		return spec_fail(err, errlen,
+				 "image: docker:// needs a name, e.g. docker://registry/name:tag");
 	/* The first component is a registry host if it looks like one. */
 	p = r;
 	slash = memchr(r, '/', (size_t)(end - r));
 	if (slash) {
 		size_t n = (size_t)(slash - r);
 
-		if (memchr(r, '.', n) || memchr(r, ':', n) || (n == 9 && !strncmp(r, "localhost", 9))) {
+		if (memchr(r, '.', n) || memchr(r, ':', n) ||
+		    (n == 9 && !strncmp(r, "localhost", 9))) {
 			if (!domain_ok(r, n))
-				return fail(err, errlen, "image: bad registry host \"%.*s\"", (int)n, r);
+				return spec_fail(err, errlen, "image: bad registry host \"%.*s\"",
+						 (int)n, r);
 			p = slash + 1;
 		}
 	}
@@ -423,10 +423,11 @@ static int docker_ref_ok(const char *r, char *err, size_t errlen)
 		if (!e)
 			e = end;
 		if (!repo_component_ok(p, (size_t)(e - p)))
-			return fail(err, errlen,
-				    "image: bad repository name \"%.*s\" (lowercase letters, digits "
-				    "and . _ - between them)",
-				    (int)(end - r), r);
+			return spec_fail(
+			    err, errlen,
+			    "image: bad repository name \"%.*s\" (lowercase letters, digits "
+			    "and . _ - between them)",
+			    (int)(end - r), r);
 		p = e + 1;
 	}
 	return 0;
@@ -446,11 +447,11 @@ int spec_image_ref(const char *ref, enum image_transport *t, char *path, size_t 
 	size_t n;
 
 	if (!ref || !*ref || strlen(ref) > IMAGE_REF_MAX)
-		return fail(err, errlen, "image: must be a reference of 1 to %d characters",
+		return spec_fail(err, errlen, "image: must be a reference of 1 to %d characters",
 			    IMAGE_REF_MAX);
 	for (p = ref; *p; p++)
 		if ((unsigned char)*p <= ' ' || *p == 0x7f)
-			return fail(err, errlen, "image: no spaces or control characters");
+			return spec_fail(err, errlen, "image: no spaces or control characters");
 	for (size_t i = 0; i < ARRAY_SIZE(transports); i++) {
 		if (!strncmp(ref, transports[i].prefix, strlen(transports[i].prefix))) {
 			*t = transports[i].t;
@@ -459,7 +460,7 @@ int spec_image_ref(const char *ref, enum image_transport *t, char *path, size_t 
 		}
 	}
 	if (!rest)
-		return fail(err, errlen,
+		return spec_fail(err, errlen,
 			    "image: \"%.64s\" has no transport: give docker://registry/name:tag, "
 			    "oci:/layout[:tag], docker-archive:/file.tar or oci-archive:/file.tar",
 			    ref);
@@ -468,14 +469,14 @@ int spec_image_ref(const char *ref, enum image_transport *t, char *path, size_t 
 	/* A local image: an absolute path up to the first ':' (skopeo's split). */
 	n = strcspn(rest, ":");
 	if (rest[0] != '/' || n < 2)
-		return fail(err, errlen, "image: the path of a local image must be absolute");
+		return spec_fail(err, errlen, "image: the path of a local image must be absolute");
 	if (strstr(rest, "/../") || (n >= 3 && !strncmp(rest + n - 3, "/..", 3)))
-		return fail(err, errlen, "image: the path must not contain \"..\"");
+		return spec_fail(err, errlen, "image: the path must not contain \"..\"");
 	if (rest[n] == ':' && !rest[n + 1])
-		return fail(err, errlen, "image: an empty name after the path");
+		return spec_fail(err, errlen, "image: an empty name after the path");
 	if (path && pathlen) {
 		if (n >= pathlen)
-			return fail(err, errlen, "image: the path is too long");
+			return spec_fail(err, errlen, "image: the path is too long");
 		memcpy(path, rest, n);
 		path[n] = '\0';
 	}
@@ -483,6 +484,355 @@ int spec_image_ref(const char *ref, enum image_transport *t, char *path, size_t 
 }
 
 /* ---- the spec ---- */
+
+/* The parser of one key's value: v is the spec's value of it, NULL where
+ * the spec does not give it (then the default is set); j the whole spec. */
+typedef int (*spec_key_fn)(const json_t *j, const json_t *v, struct func_spec *s, char *err,
+			   size_t errlen);
+
+static int key_bundle(const json_t *j, const json_t *v, struct func_spec *s, char *err,
+		      size_t errlen)
+{
+	return v ? parse_abs_path(v, "bundle", &s->bundle, err, errlen) : 0;
+}
+
+static int key_image(const json_t *j, const json_t *v, struct func_spec *s, char *err,
+		     size_t errlen)
+{
+	enum image_transport t;
+	int ret;
+
+	if (!v)
+		return 0;
+	if (s->bundle)
+		return spec_fail(err, errlen, "image: give an image or a bundle, not both");
+	if (!json_is_string(v))
+		return spec_fail(err, errlen, "image: must be a string such as "
+					 "\"docker://registry/name:tag\"");
+	if ((ret = spec_image_ref(json_string_value(v), &t, NULL, 0, err, errlen)))
+		return ret;
+	if (!(s->image = strdup(json_string_value(v))))
+		return spec_fail(err, errlen, "image: out of memory");
+	return 0;
+}
+
+static int key_user(const json_t *j, const json_t *v, struct func_spec *s, char *err,
+		    size_t errlen)
+{
+	const char *u = json_string_value(v);
+
+	if (!v)
+		return 0;
+	if (!s->image)
+		return spec_fail(err, errlen,
+				 "user: only with \"image\" (it replaces the image's user)");
+	if (!u || !*u || strlen(u) > 64 || strpbrk(u, " \t\n\r/"))
+		return spec_fail(err, errlen,
+				 "user: must be a user name or uid[:gid], e.g. \"root\"");
+	if (!(s->user = strdup(u)))
+		return spec_fail(err, errlen, "user: out of memory");
+	return 0;
+}
+
+static int key_command(const json_t *j, const json_t *v, struct func_spec *s, char *err,
+		       size_t errlen)
+{
+	if (v)
+		return parse_command(v, s, err, errlen);
+	if (!s->bundle && !s->image)
+		return spec_fail(
+		    err, errlen,
+		    "command: missing (an array of strings, e.g. [\"python3\", \"app.py\"])");
+	return 0;
+}
+
+static int key_env(const json_t *j, const json_t *v, struct func_spec *s, char *err,
+		   size_t errlen)
+{
+	if (v)
+		return parse_env(v, s, err, errlen);
+	if (!(s->env = calloc(1, sizeof(char *))))
+		return spec_fail(err, errlen, "env: out of memory");
+	return 0;
+}
+
+static int key_cwd(const json_t *j, const json_t *v, struct func_spec *s, char *err,
+		   size_t errlen)
+{
+	return v ? parse_abs_path(v, "cwd", &s->cwd, err, errlen) : 0;
+}
+
+static int key_port(const json_t *j, const json_t *v, struct func_spec *s, char *err,
+		    size_t errlen)
+{
+	if (!v && !s->image)
+		return spec_fail(err, errlen, "port: missing (the port the function listens on)");
+	if (v && (!json_is_integer(v) || json_integer_value(v) < 1 ||
+		  json_integer_value(v) > 65535))
+		return spec_fail(err, errlen, "port: must be an integer in 1..65535");
+	s->port = v ? (uint16_t)json_integer_value(v) : 0;
+	return 0;
+}
+
+static int key_ready(const json_t *j, const json_t *v, struct func_spec *s, char *err,
+		     size_t errlen)
+{
+	s->ready = READY_TCP;
+	s->ready_timeout_s = DEFAULT_READY_TIMEOUT_S;
+	return v ? parse_ready(v, s, err, errlen) : 0;
+}
+
+static int key_warmup(const json_t *j, const json_t *v, struct func_spec *s, char *err,
+		      size_t errlen)
+{
+	int ret;
+
+	if (!v)
+		return 0;
+	if (!json_is_array(v) || json_array_size(v) > 1000)
+		return spec_fail(err, errlen, "warmup: must be an array of {method, path, body}");
+	s->warmup = calloc(json_array_size(v) + 1, sizeof(*s->warmup));
+	if (!s->warmup)
+		return spec_fail(err, errlen, "warmup: out of memory");
+	for (size_t i = 0; i < json_array_size(v); i++) {
+		char field[32];
+
+		snprintf(field, sizeof(field), "warmup[%zu]", i);
+		s->nwarmup = i + 1;
+		if ((ret = parse_call(json_array_get(v, i), field, &s->warmup[i], err, errlen)))
+			return ret;
+	}
+	return 0;
+}
+
+static int key_prepare(const json_t *j, const json_t *v, struct func_spec *s, char *err,
+		       size_t errlen)
+{
+	if (!v || json_is_null(v))
+		return 0;
+	s->prepare = calloc(1, sizeof(*s->prepare));
+	if (!s->prepare)
+		return spec_fail(err, errlen, "prepare: out of memory");
+	return parse_call(v, "prepare", s->prepare, err, errlen);
+}
+
+static int key_gpu(const json_t *j, const json_t *v, struct func_spec *s, char *err,
+		   size_t errlen)
+{
+	if (v && !json_is_boolean(v))
+		return spec_fail(err, errlen, "gpu: must be true or false");
+	s->gpu = json_is_true(v);
+	s->gpus = s->gpu ? 1 : 0;
+	return 0;
+}
+
+static int key_gpus(const json_t *j, const json_t *v, struct func_spec *s, char *err,
+		    size_t errlen)
+{
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+	    json_integer_value(v) > SPEC_MAX_GPUS)
+		return spec_fail(err, errlen, "gpus: must be a whole number from 1 to %d",
+				 SPEC_MAX_GPUS);
+	if (json_is_false(json_object_get(j, "gpu")))
+		return spec_fail(err, errlen, "gpus: a function with \"gpu\": false has none");
+	s->gpu = true;
+	s->gpus = (unsigned)json_integer_value(v);
+	return 0;
+}
+
+static int key_elide_zero(const json_t *j, const json_t *v, struct func_spec *s, char *err,
+			  size_t errlen)
+{
+	if (v && !json_is_boolean(v))
+		return spec_fail(err, errlen, "elide_zero: must be true or false");
+	s->elide_zero = !v || json_is_true(v);
+	return 0;
+}
+
+static int key_gpu_memory(const json_t *j, const json_t *v, struct func_spec *s, char *err,
+			  size_t errlen)
+{
+	if (v && (!json_is_string(v) || (strcmp(json_string_value(v), "thaw") &&
+					 strcmp(json_string_value(v), "driver"))))
+		return spec_fail(err, errlen, "gpu_memory: must be \"thaw\" or \"driver\"");
+	s->gpu_memory_driver = v && !strcmp(json_string_value(v), "driver");
+	return 0;
+}
+
+static int key_lazy(const json_t *j, const json_t *v, struct func_spec *s, char *err,
+		    size_t errlen)
+{
+	if (v && !json_is_null(v) && !json_is_boolean(v))
+		return spec_fail(err, errlen, "lazy: must be true or false");
+	s->lazy = !v || json_is_null(v) ? SPEC_LAZY_UNSET
+		  : json_is_true(v)	? SPEC_LAZY
+					: SPEC_EAGER;
+	return 0;
+}
+
+static int key_idle_s(const json_t *j, const json_t *v, struct func_spec *s, char *err,
+		      size_t errlen)
+{
+	return parse_seconds(v, "idle_s", 0, &s->idle_s, err, errlen);
+}
+
+static int key_max_lifetime_s(const json_t *j, const json_t *v, struct func_spec *s, char *err,
+			      size_t errlen)
+{
+	return parse_seconds(v, "max_lifetime_s", 0, &s->max_lifetime_s, err, errlen);
+}
+
+static int key_stop_grace_s(const json_t *j, const json_t *v, struct func_spec *s, char *err,
+			    size_t errlen)
+{
+	return parse_seconds(v, "stop_grace_s", SPEC_DEFAULT_STOP_GRACE_S, &s->stop_grace_s, err,
+			     errlen);
+}
+
+static int key_max_instances(const json_t *j, const json_t *v, struct func_spec *s, char *err,
+			     size_t errlen)
+{
+	if (v && (!json_is_integer(v) || json_integer_value(v) < 0 ||
+		  json_integer_value(v) > 100000))
+		return spec_fail(err, errlen,
+				 "max_instances: must be an integer from 0 (no limit) to 100000");
+	s->max_instances = v ? (unsigned)json_integer_value(v) : 0;
+	return 0;
+}
+
+static int key_standby(const json_t *j, const json_t *v, struct func_spec *s, char *err,
+		       size_t errlen)
+{
+	if (v && (!json_is_integer(v) || json_integer_value(v) < 0 ||
+		  json_integer_value(v) > SPEC_MAX_STANDBY))
+		return spec_fail(err, errlen, "standby: must be an integer from 0 to %d",
+				 SPEC_MAX_STANDBY);
+	s->standby = v ? (unsigned)json_integer_value(v) : 0;
+	return 0;
+}
+
+static int key_concurrency(const json_t *j, const json_t *v, struct func_spec *s, char *err,
+			   size_t errlen)
+{
+	if (v && (!json_is_integer(v) || json_integer_value(v) < 1 ||
+		  json_integer_value(v) > SPEC_MAX_CONCURRENCY))
+		return spec_fail(err, errlen, "concurrency: must be an integer from 1 to %d",
+			    SPEC_MAX_CONCURRENCY);
+	s->concurrency = v ? (unsigned)json_integer_value(v)
+			   : s->gpu ? SPEC_DEFAULT_CONCURRENCY_GPU : SPEC_DEFAULT_CONCURRENCY_CPU;
+	return 0;
+}
+
+static int key_queue(const json_t *j, const json_t *v, struct func_spec *s, char *err,
+		     size_t errlen)
+{
+	if (v && (!json_is_integer(v) || json_integer_value(v) < 0 ||
+		  json_integer_value(v) > SPEC_MAX_QUEUE))
+		return spec_fail(err, errlen, "queue: must be an integer from 0 to %d",
+				 SPEC_MAX_QUEUE);
+	s->queue = v ? (unsigned)json_integer_value(v) : SPEC_DEFAULT_QUEUE;
+	return 0;
+}
+
+static int key_queue_timeout_s(const json_t *j, const json_t *v, struct func_spec *s, char *err,
+			       size_t errlen)
+{
+	return parse_seconds(v, "queue_timeout_s", SPEC_DEFAULT_QUEUE_TIMEOUT_S,
+			     &s->queue_timeout_s, err, errlen);
+}
+
+static int key_on_restore_failure(const json_t *j, const json_t *v, struct func_spec *s,
+				  char *err, size_t errlen)
+{
+	if (v && (!json_is_string(v) || (strcmp(json_string_value(v), "boot") &&
+					 strcmp(json_string_value(v), "fail"))))
+		return spec_fail(err, errlen, "on_restore_failure: must be \"boot\" or \"fail\"");
+	s->restore_failure_fails = v && !strcmp(json_string_value(v), "fail");
+	return 0;
+}
+
+static int key_mounts(const json_t *j, const json_t *v, struct func_spec *s, char *err,
+		      size_t errlen)
+{
+	return spec_mounts_parse(v, s, err, errlen);
+}
+
+static int key_sandbox(const json_t *j, const json_t *v, struct func_spec *s, char *err,
+		       size_t errlen)
+{
+	int ret = parse_sandbox(v, &s->sandbox, err, errlen);
+
+	/* One unpacked image is every function's on it: none may write to it. */
+	if (!ret && s->image && s->sandbox.writable_root)
+		return spec_fail(err, errlen,
+				 "sandbox.writable_root: not with an image (its rootfs is "
+				 "shared by every function on it; write under /tmp)");
+	return ret;
+}
+
+/* Every key a spec may give, in the order they are parsed (a key's parser
+ * may read what an earlier one set: "image" the bundle, "port" the image,
+ * "concurrency" the GPU).  "id" is parse_fields' own. */
+static const struct {
+	const char *name;
+	spec_key_fn parse;
+} spec_keys[] = {
+	{ "id", NULL },
+	{ "bundle", key_bundle },
+	{ "image", key_image },
+	{ "user", key_user },
+	{ "command", key_command },
+	{ "env", key_env },
+	{ "cwd", key_cwd },
+	{ "port", key_port },
+	{ "ready", key_ready },
+	{ "warmup", key_warmup },
+	{ "prepare", key_prepare },
+	{ "gpu", key_gpu },
+	{ "gpus", key_gpus },
+	{ "elide_zero", key_elide_zero },
+	{ "gpu_memory", key_gpu_memory },
+	{ "lazy", key_lazy },
+	{ "idle_s", key_idle_s },
+	{ "max_lifetime_s", key_max_lifetime_s },
+	{ "stop_grace_s", key_stop_grace_s },
+	{ "max_instances", key_max_instances },
+	{ "standby", key_standby },
+	{ "concurrency", key_concurrency },
+	{ "queue", key_queue },
+	{ "queue_timeout_s", key_queue_timeout_s },
+	{ "on_restore_failure", key_on_restore_failure },
+	{ "mounts", key_mounts },
+	{ "sandbox", key_sandbox },
+};
+
+static bool spec_key_known(const char *key)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(spec_keys); i++)
+		if (!strcmp(key, spec_keys[i].name))
+			return true;
+	return false;
+}
+
+/* The function's id: the caller's (id), else the spec's "id". */
+static int parse_id(const json_t *j, const char *id, struct func_spec *s, char *err,
+		    size_t errlen)
+{
+	const json_t *v = json_object_get(j, "id");
+
+	if (v && !json_is_string(v))
+		return spec_fail(err, errlen, "id: must be a string");
+	if (!id)
+		id = v ? json_string_value(v) : NULL;
+	if (!id)
+		return spec_fail(err, errlen, "id: missing");
+	if (!id_valid(id))
+		return spec_fail(err, errlen, "id: \"%.64s\" is not [a-z0-9][a-z0-9._-]{0,62}", id);
+	snprintf(s->id, sizeof(s->id), "%s", id);
+	return 0;
+}
 
 static int parse_fields(const json_t *j, const char *id, struct func_spec *s, char *err,
 			size_t errlen)
@@ -492,180 +842,16 @@ static int parse_fields(const json_t *j, const char *id, struct func_spec *s, ch
 	int ret;
 
 	if (!json_is_object(j))
-		return fail(err, errlen, "the function must be a JSON object");
+		return spec_fail(err, errlen, "the function must be a JSON object");
 	json_object_foreach((json_t *)j, key, v) {
-		bool known = false;
-
-		for (size_t i = 0; i < ARRAY_SIZE(known_keys); i++)
-			known |= !strcmp(key, known_keys[i]);
-		if (!known)
-			return fail(err, errlen, "unknown key \"%s\"", key);
+		if (!spec_key_known(key))
+			return spec_fail(err, errlen, "unknown key \"%s\"", key);
 	}
-
-	v = json_object_get(j, "id");
-	if (v && !json_is_string(v))
-		return fail(err, errlen, "id: must be a string");
-	if (!id)
-		id = v ? json_string_value(v) : NULL;
-	if (!id)
-		return fail(err, errlen, "id: missing");
-	if (!id_valid(id))
-		return fail(err, errlen, "id: \"%.64s\" is not [a-z0-9][a-z0-9._-]{0,62}", id);
-	snprintf(s->id, sizeof(s->id), "%s", id);
-
-	if ((v = json_object_get(j, "bundle")) && (ret = parse_abs_path(v, "bundle", &s->bundle,
-									 err, errlen)))
-		return ret;
-	if ((v = json_object_get(j, "image"))) {
-		enum image_transport t;
-
-		if (s->bundle)
-			return fail(err, errlen, "image: give an image or a bundle, not both");
-		if (!json_is_string(v))
-			return fail(err, errlen, "image: must be a string such as "
-						 "\"docker://registry/name:tag\"");
-		if ((ret = spec_image_ref(json_string_value(v), &t, NULL, 0, err, errlen)))
-			return ret;
-		if (!(s->image = strdup(json_string_value(v))))
-			return fail(err, errlen, "image: out of memory");
-	}
-	if ((v = json_object_get(j, "user"))) {
-		const char *u = json_string_value(v);
-
-		if (!s->image)
-			return fail(err, errlen, "user: only with \"image\" (it replaces the image's user)");
-		if (!u || !*u || strlen(u) > 64 || strpbrk(u, " \t\n\r/"))
-			return fail(err, errlen, "user: must be a user name or uid[:gid], e.g. \"root\"");
-		if (!(s->user = strdup(u)))
-			return fail(err, errlen, "user: out of memory");
-	}
-	v = json_object_get(j, "command");
-	if (v) {
-		if ((ret = parse_command(v, s, err, errlen)))
-			return ret;
-	} else if (!s->bundle && !s->image) {
-		return fail(err, errlen, "command: missing (an array of strings, e.g. [\"python3\", \"app.py\"])");
-	}
-	v = json_object_get(j, "env");
-	if (v) {
-		if ((ret = parse_env(v, s, err, errlen)))
-			return ret;
-	} else if (!(s->env = calloc(1, sizeof(char *)))) {
-		return fail(err, errlen, "env: out of memory");
-	}
-	if ((v = json_object_get(j, "cwd")) && (ret = parse_abs_path(v, "cwd", &s->cwd, err,
-								     errlen)))
-		return ret;
-
-	v = json_object_get(j, "port");
-	if (!v && !s->image)
-		return fail(err, errlen, "port: missing (the port the function listens on)");
-	if (v && (!json_is_integer(v) || json_integer_value(v) < 1 ||
-		  json_integer_value(v) > 65535))
-		return fail(err, errlen, "port: must be an integer in 1..65535");
-	s->port = v ? (uint16_t)json_integer_value(v) : 0;
-
-	s->ready = READY_TCP;
-	s->ready_timeout_s = DEFAULT_READY_TIMEOUT_S;
-	if ((v = json_object_get(j, "ready")) && (ret = parse_ready(v, s, err, errlen)))
-		return ret;
-
-	v = json_object_get(j, "warmup");
-	if (v) {
-		if (!json_is_array(v) || json_array_size(v) > 1000)
-			return fail(err, errlen, "warmup: must be an array of {method, path, body}");
-		s->warmup = calloc(json_array_size(v) + 1, sizeof(*s->warmup));
-		if (!s->warmup)
-			return fail(err, errlen, "warmup: out of memory");
-		for (size_t i = 0; i < json_array_size(v); i++) {
-			char field[32];
-
-			snprintf(field, sizeof(field), "warmup[%zu]", i);
-			s->nwarmup = i + 1;
-			if ((ret = parse_call(json_array_get(v, i), field, &s->warmup[i], err,
-					      errlen)))
-				return ret;
-		}
-	}
-	v = json_object_get(j, "prepare");
-	if (v && !json_is_null(v)) {
-		s->prepare = calloc(1, sizeof(*s->prepare));
-		if (!s->prepare)
-			return fail(err, errlen, "prepare: out of memory");
-		if ((ret = parse_call(v, "prepare", s->prepare, err, errlen)))
-			return ret;
-	}
-	v = json_object_get(j, "gpu");
-	if (v && !json_is_boolean(v))
-		return fail(err, errlen, "gpu: must be true or false");
-	s->gpu = json_is_true(v);
-	s->gpus = s->gpu ? 1 : 0;
-	v = json_object_get(j, "gpus");
-	if (v && !json_is_null(v)) {
-		if (!json_is_integer(v) || json_integer_value(v) < 1 ||
-		    json_integer_value(v) > SPEC_MAX_GPUS)
-			return fail(err, errlen, "gpus: must be a whole number from 1 to %d",
-				    SPEC_MAX_GPUS);
-		if (json_is_false(json_object_get(j, "gpu")))
-			return fail(err, errlen, "gpus: a function with \"gpu\": false has none");
-		s->gpu = true;
-		s->gpus = (unsigned)json_integer_value(v);
-	}
-	v = json_object_get(j, "elide_zero");
-	if (v && !json_is_boolean(v))
-		return fail(err, errlen, "elide_zero: must be true or false");
-	s->elide_zero = !v || json_is_true(v);
-	v = json_object_get(j, "gpu_memory");
-	if (v && (!json_is_string(v) || (strcmp(json_string_value(v), "thaw") &&
-					 strcmp(json_string_value(v), "driver"))))
-		return fail(err, errlen, "gpu_memory: must be \"thaw\" or \"driver\"");
-	s->gpu_memory_driver = v && !strcmp(json_string_value(v), "driver");
-	v = json_object_get(j, "lazy");
-	if (v && !json_is_null(v) && !json_is_boolean(v))
-		return fail(err, errlen, "lazy: must be true or false");
-	s->lazy = !v || json_is_null(v) ? SPEC_LAZY_UNSET : json_is_true(v) ? SPEC_LAZY : SPEC_EAGER;
-	if ((ret = parse_seconds(j, "idle_s", 0, &s->idle_s, err, errlen)) ||
-	    (ret = parse_seconds(j, "max_lifetime_s", 0, &s->max_lifetime_s, err, errlen)) ||
-	    (ret = parse_seconds(j, "stop_grace_s", SPEC_DEFAULT_STOP_GRACE_S, &s->stop_grace_s,
-				 err, errlen)))
-		return ret;
-	v = json_object_get(j, "max_instances");
-	if (v && (!json_is_integer(v) || json_integer_value(v) < 0 ||
-		  json_integer_value(v) > 100000))
-		return fail(err, errlen, "max_instances: must be an integer from 0 (no limit) to 100000");
-	s->max_instances = v ? (unsigned)json_integer_value(v) : 0;
-	v = json_object_get(j, "standby");
-	if (v && (!json_is_integer(v) || json_integer_value(v) < 0 ||
-		  json_integer_value(v) > SPEC_MAX_STANDBY))
-		return fail(err, errlen, "standby: must be an integer from 0 to %d", SPEC_MAX_STANDBY);
-	s->standby = v ? (unsigned)json_integer_value(v) : 0;
-	v = json_object_get(j, "concurrency");
-	if (v && (!json_is_integer(v) || json_integer_value(v) < 1 ||
-		  json_integer_value(v) > SPEC_MAX_CONCURRENCY))
-		return fail(err, errlen, "concurrency: must be an integer from 1 to %d",
-			    SPEC_MAX_CONCURRENCY);
-	s->concurrency = v ? (unsigned)json_integer_value(v)
-			   : s->gpu ? SPEC_DEFAULT_CONCURRENCY_GPU : SPEC_DEFAULT_CONCURRENCY_CPU;
-	v = json_object_get(j, "queue");
-	if (v && (!json_is_integer(v) || json_integer_value(v) < 0 ||
-		  json_integer_value(v) > SPEC_MAX_QUEUE))
-		return fail(err, errlen, "queue: must be an integer from 0 to %d", SPEC_MAX_QUEUE);
-	s->queue = v ? (unsigned)json_integer_value(v) : SPEC_DEFAULT_QUEUE;
-	if ((ret = parse_seconds(j, "queue_timeout_s", SPEC_DEFAULT_QUEUE_TIMEOUT_S,
-				 &s->queue_timeout_s, err, errlen)))
-		return ret;
-	v = json_object_get(j, "on_restore_failure");
-	if (v && (!json_is_string(v) || (strcmp(json_string_value(v), "boot") &&
-					 strcmp(json_string_value(v), "fail"))))
-		return fail(err, errlen, "on_restore_failure: must be \"boot\" or \"fail\"");
-	s->restore_failure_fails = v && !strcmp(json_string_value(v), "fail");
-	if ((ret = spec_mounts_parse(json_object_get(j, "mounts"), s, err, errlen)))
-		return ret;
-	ret = parse_sandbox(json_object_get(j, "sandbox"), &s->sandbox, err, errlen);
-	/* One unpacked image is every function's on it: none may write to it. */
-	if (!ret && s->image && s->sandbox.writable_root)
-		return fail(err, errlen, "sandbox.writable_root: not with an image (its rootfs is "
-					 "shared by every function on it; write under /tmp)");
+	ret = parse_id(j, id, s, err, errlen);
+	for (size_t i = 0; !ret && i < ARRAY_SIZE(spec_keys); i++)
+		if (spec_keys[i].parse)
+			ret = spec_keys[i].parse(j, json_object_get(j, spec_keys[i].name), s, err,
+						 errlen);
 	return ret;
 }
 
@@ -678,7 +864,7 @@ int spec_parse(const json_t *j, const char *id, struct func_spec **out, char *er
 	if (err && errlen)
 		err[0] = '\0';
 	if (!s)
-		return fail(err, errlen, "out of memory");
+		return spec_fail(err, errlen, "out of memory");
 	ret = parse_fields(j, id, s, err, errlen);
 	if (ret) {
 		spec_free(s);

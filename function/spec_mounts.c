@@ -4,10 +4,10 @@
 #include "common/gpumem_protocol.h"
 #include "common/oci.h"
 #include "common/util.h"
+#include "function/spec_internal.h"
 
 #include <errno.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,18 +16,6 @@ static const char *const mount_keys[] = { "source", "destination", "readonly" };
 /* Where thaw or the kernel already mount something of their own. */
 static const char *const reserved[] = { "/proc", "/sys", "/dev", OCI_MAPPED_DEST, GPUMEM_IN_DEST,
 					GPUMEM_OUT_DEST };
-
-static int __attribute__((format(printf, 3, 4))) fail(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return -EINVAL;
-}
 
 /* An absolute path without ".", ".." or empty components, not "/", without
  * a trailing '/', at most PATH_MAX - 1 bytes. */
@@ -60,7 +48,7 @@ static int parse_one(const json_t *o, size_t i, struct spec_mount *m, char *err,
 	json_t *v;
 
 	if (!json_is_object(o))
-		return fail(err, errlen, "mounts[%zu]: must be {\"source\", \"destination\", "
+		return spec_fail(err, errlen, "mounts[%zu]: must be {\"source\", \"destination\", "
 					 "\"readonly\"}", i);
 	json_object_foreach((json_t *)o, key, v) {
 		bool known = false;
@@ -68,26 +56,31 @@ static int parse_one(const json_t *o, size_t i, struct spec_mount *m, char *err,
 		for (size_t k = 0; k < ARRAY_SIZE(mount_keys); k++)
 			known |= !strcmp(key, mount_keys[k]);
 		if (!known)
-			return fail(err, errlen, "mounts[%zu]: unknown key \"%s\"", i, key);
+			return spec_fail(err, errlen, "mounts[%zu]: unknown key \"%s\"", i, key);
 	}
 	if (!json_is_string(src) || !clean_path(json_string_value(src)))
-		return fail(err, errlen, "mounts[%zu].source: must be an absolute path of a host "
-					 "directory (not /, without . or ..)", i);
+		return spec_fail(err, errlen,
+				 "mounts[%zu].source: must be an absolute path of a host "
+				 "directory (not /, without . or ..)",
+				 i);
 	if (!json_is_string(dst) || !clean_path(json_string_value(dst)))
-		return fail(err, errlen, "mounts[%zu].destination: must be an absolute path in the "
-					 "container (not /, without . or ..)", i);
+		return spec_fail(err, errlen,
+				 "mounts[%zu].destination: must be an absolute path in the "
+				 "container (not /, without . or ..)",
+				 i);
 	for (size_t k = 0; k < ARRAY_SIZE(reserved); k++)
 		if (under(json_string_value(dst), reserved[k]))
-			return fail(err, errlen, "mounts[%zu].destination: %s is the container's "
-						 "own",
-				    i, reserved[k]);
+			return spec_fail(err, errlen,
+					 "mounts[%zu].destination: %s is the container's "
+					 "own",
+					 i, reserved[k]);
 	if (ro && !json_is_boolean(ro))
-		return fail(err, errlen, "mounts[%zu].readonly: must be true or false", i);
+		return spec_fail(err, errlen, "mounts[%zu].readonly: must be true or false", i);
 	m->source = strdup(json_string_value(src));
 	m->destination = strdup(json_string_value(dst));
 	m->readonly = !ro || json_is_true(ro);
 	if (!m->source || !m->destination)
-		return fail(err, errlen, "mounts: out of memory");
+		return spec_fail(err, errlen, "mounts: out of memory");
 	return 0;
 }
 
@@ -100,14 +93,14 @@ int spec_mounts_parse(const json_t *v, struct func_spec *s, char *err, size_t er
 		return 0;
 	n = json_array_size(v);
 	if (!json_is_array(v) || n > SPEC_MAX_MOUNTS)
-		return fail(err, errlen, "mounts: must be an array of at most %d {\"source\", "
+		return spec_fail(err, errlen, "mounts: must be an array of at most %d {\"source\", "
 					 "\"destination\", \"readonly\"}",
 			    SPEC_MAX_MOUNTS);
 	if (!n)
 		return 0;
 	s->mounts = calloc(n, sizeof(*s->mounts));
 	if (!s->mounts)
-		return fail(err, errlen, "mounts: out of memory");
+		return spec_fail(err, errlen, "mounts: out of memory");
 	for (size_t i = 0; i < n; i++) {
 		s->nmounts = i + 1;
 		ret = parse_one(json_array_get(v, i), i, &s->mounts[i], err, errlen);
@@ -115,8 +108,8 @@ int spec_mounts_parse(const json_t *v, struct func_spec *s, char *err, size_t er
 			return ret;
 		for (size_t k = 0; k < i && s->mounts[i].destination; k++)
 			if (!strcmp(s->mounts[k].destination ?: "", s->mounts[i].destination))
-				return fail(err, errlen, "mounts[%zu].destination: %s twice", i,
-					    s->mounts[i].destination);
+				return spec_fail(err, errlen, "mounts[%zu].destination: %s twice",
+						 i, s->mounts[i].destination);
 	}
 	return 0;
 }

@@ -323,6 +323,39 @@ static void stdio_close(struct runner_stdio *stdio)
 	stdio->out_r = stdio->err_r = -1;
 }
 
+/* Run runc's what (run, restore: args and call) that starts container id
+ * detached: its stdio into sio (closed here on failure, or when owned: the
+ * caller keeps none), its pid read from pidfile (removed).  On failure the
+ * container is deleted: runc may have created it before failing.  crit:
+ * CRIU's log, for the failure's words (NULL: none). */
+static int start_detached(const struct runner *r, const char *const *args,
+			  struct runc_call *call, const char *what, const char *id,
+			  const char *crit, const char *pidfile, struct runner_stdio *sio,
+			  bool owned, pid_t *pid)
+{
+	int ret = make_stdio(call->fd, sio);
+
+	if (ret)
+		return ret;
+	ret = runc_exec(r, args, call);
+	close_fds(call->fd);
+	if (ret)
+		goto out;
+	if (!call_ok(call)) {
+		ret = report_failure(what, id, call, crit);
+		goto out;
+	}
+	ret = read_pid_file(pidfile, pid);
+out:
+	unlink(pidfile);
+	call_release(call);
+	if (ret || owned)
+		stdio_close(sio);
+	if (ret)
+		runner_delete(r, id);
+	return ret;
+}
+
 int runner_run(const struct runner *r, const char *bundle, const char *id, const char *log_path,
 	       struct runner_stdio *stdio, pid_t *pid)
 {
@@ -331,32 +364,12 @@ int runner_run(const struct runner *r, const char *bundle, const char *id, const
 	struct runc_call call = { .log_path = log_path, .fd = { -1, -1, -1 },
 				  .timeout_s = RUN_TIMEOUT_S };
 	const char *args[] = { "run", "-d", "-b", bundle, "--pid-file", pidfile, id, NULL };
-	int ret;
 
 	sio->out_r = sio->err_r = -1;
 	if (snprintf(pidfile, sizeof(pidfile), "%s/%s.pid", bundle, id) >= (int)sizeof(pidfile))
 		return -ENAMETOOLONG;
 	unlink(pidfile);
-	ret = make_stdio(call.fd, sio);
-	if (ret)
-		return ret;
-	ret = runc_exec(r, args, &call);
-	close_fds(call.fd);
-	if (ret)
-		goto out;
-	if (!call_ok(&call)) {
-		ret = report_failure("run", id, &call, NULL);
-		goto out;
-	}
-	ret = read_pid_file(pidfile, pid);
-out:
-	unlink(pidfile);
-	call_release(&call);
-	if (ret || sio == &own)
-		stdio_close(sio);
-	if (ret)
-		runner_delete(r, id); /* runc may have created it before failing */
-	return ret;
+	return start_detached(r, args, &call, "run", id, NULL, pidfile, sio, sio == &own, pid);
 }
 
 int runner_checkpoint(const struct runner *r, const char *id, const char *image_dir,
@@ -409,26 +422,7 @@ int runner_restore(const struct runner *r, const char *bundle, const char *id,
 		args[n++] = "--lazy-pages";
 	args[n++] = id;
 	args[n] = NULL;
-	ret = make_stdio(call.fd, sio);
-	if (ret)
-		return ret;
-	ret = runc_exec(r, args, &call);
-	close_fds(call.fd);
-	if (ret)
-		goto out;
-	if (!call_ok(&call)) {
-		ret = report_failure("restore", id, &call, crit);
-		goto out;
-	}
-	ret = read_pid_file(pidfile, pid);
-out:
-	unlink(pidfile);
-	call_release(&call);
-	if (ret || sio == &own)
-		stdio_close(sio);
-	if (ret)
-		runner_delete(r, id);
-	return ret;
+	return start_detached(r, args, &call, "restore", id, crit, pidfile, sio, sio == &own, pid);
 }
 
 /* Does runc know container id?  (runc state fails for a missing one.) */

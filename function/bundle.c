@@ -113,3 +113,29 @@ out:
 	free(msrc);
 	return ret;
 }
+
+char **function_bundle_args(const char *bundle)
+{
+	char p[PATH_MAX + 16];
+	json_error_t jerr;
+	json_t *cfg, *args;
+	char **argv = NULL;
+	size_t n;
+
+	snprintf(p, sizeof(p), "%s/config.json", bundle);
+	cfg = json_load_file(p, 0, &jerr);
+	args = json_object_get(json_object_get(cfg, "process"), "args");
+	n = json_array_size(args);
+	if (n && (argv = calloc(n + 1, sizeof(char *))))
+		for (size_t i = 0; i < n; i++)
+			argv[i] = strdup(json_string_value(json_array_get(args, i)) ?: "");
+	json_decref(cfg);
+	return argv;
+}
+
+void function_argv_free(char **argv)
+{
+	for (size_t i = 0; argv && argv[i]; i++)
+		free(argv[i]);
+	free(argv);
+}

@@ -54,5 +54,11 @@ struct function_bundle {
  * 0 or -errno (logged): -EACCES when b->allow does not allow where it
  * reaches. */
 int function_bundle_write(const struct function_bundle *b, const char *dir);
+/* The argv of a user's bundle (its config.json's process.args), for a spec
+ * that gives no command: NULL-terminated (free it with function_argv_free),
+ * or NULL if it has none or cannot be read. */
+char **function_bundle_args(const char *bundle);
+/* Free an argv of function_bundle_args; NULL does nothing. */
+void function_argv_free(char **argv);
 
 #endif

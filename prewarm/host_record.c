@@ -43,8 +43,7 @@ static uint64_t xfeatures(void)
 #endif
 }
 
-/* The first line prog prints for --version, into buf; "" if it fails. */
-static void version_of(const char *prog, char *buf, size_t len)
+void host_record_version(const char *prog, char *buf, size_t len)
 {
 	const char *argv[] = { prog, "--version", NULL };
 	struct spawn sp = SPAWN_INIT;
@@ -89,7 +88,7 @@ json_t *host_record_here(const struct thaw_config *c)
 		json_object_set_new(o, "kernel", json_string(u.release));
 		json_object_set_new(o, "arch", json_string(u.machine));
 	}
-	version_of(c->criu, criu, sizeof(criu));
+	host_record_version(c->criu, criu, sizeof(criu));
 	/* "Version: 4.2.1" */
 	v = strncmp(criu, "Version: ", 9) ? criu : criu + 9;
 	json_object_set_new(o, "criu", json_string(v));

@@ -45,6 +45,9 @@
  * object, or NULL out of memory.  Forks criu: a caller that asks often
  * keeps it. */
 json_t *host_record_here(const struct thaw_config *c);
+/* The first line prog prints for --version (runc's, CRIU's), into buf; ""
+ * if it cannot be run. */
+void host_record_version(const char *prog, char *buf, size_t len);
 
 /* The record a snapshot keeps: here's (host_record_here), with only gpus
  * (the function's n GPUs; n 0: none) and the image digest (NULL or "":

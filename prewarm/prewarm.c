@@ -204,27 +204,6 @@ static void log_tail(const char *path, char *buf, size_t len)
 
 /* ---- facts for the manifest -------------------------------------------- */
 
-/* The first line of a program's output (its --version), into buf; "" if it fails. */
-static void first_line_of(const char *prog, const char *arg, char *buf, size_t len)
-{
-	const char *argv[] = { prog, arg, NULL };
-	struct spawn sp = SPAWN_INIT;
-	ssize_t n = 0, r;
-
-	buf[0] = '\0';
-	sp.argv = argv;
-	sp.out = SPAWN_PIPE;
-	if (spawn_start(&sp))
-		return;
-	while ((size_t)n < len - 1 &&
-	       ((r = read(sp.pipe_out, buf + n, len - 1 - n)) > 0 || (r < 0 && errno == EINTR)))
-		n += r > 0 ? r : 0;
-	buf[n] = '\0';
-	close(sp.pipe_out);
-	spawn_wait(&sp, -1, NULL);
-	buf[strcspn(buf, "\n")] = '\0';
-}
-
 static json_t *versions(const struct thaw_config *c)
 {
 	struct utsname u;
@@ -236,11 +215,11 @@ static json_t *versions(const struct thaw_config *c)
 		return NULL;
 	if (uname(&u) == 0)
 		json_object_set_new(o, "kernel", json_string(u.release));
-	first_line_of(c->runc, "--version", runc, sizeof(runc));
+	host_record_version(c->runc, runc, sizeof(runc));
 	/* "runc version 1.1.5+ds1" */
 	v = strncmp(runc, "runc version ", 13) ? runc : runc + 13;
 	json_object_set_new(o, "runc", json_string(v));
-	first_line_of(c->criu, "--version", criu, sizeof(criu));
+	host_record_version(c->criu, criu, sizeof(criu));
 	/* "Version: 4.2.1" */
 	v = strncmp(criu, "Version: ", 9) ? criu : criu + 9;
 	json_object_set_new(o, "criu", json_string(v));
@@ -406,33 +385,6 @@ static int phase_failed(const char *phase, int ret)
 		snprintf(msg, sizeof(msg), "%s", strerror(-ret));
 	log_set_error("%s: %s", phase, msg);
 	return ret;
-}
-
-/* The argv of a user bundle's config.json, when the spec gives none. */
-static char **bundle_args(const char *bundle)
-{
-	char p[PATH_MAX + 16];
-	json_error_t jerr;
-	json_t *cfg, *args;
-	char **argv = NULL;
-	size_t n;
-
-	snprintf(p, sizeof(p), "%s/config.json", bundle);
-	cfg = json_load_file(p, 0, &jerr);
-	args = json_object_get(json_object_get(cfg, "process"), "args");
-	n = json_array_size(args);
-	if (n && (argv = calloc(n + 1, sizeof(char *))))
-		for (size_t i = 0; i < n; i++)
-			argv[i] = strdup(json_string_value(json_array_get(args, i)) ?: "");
-	json_decref(cfg);
-	return argv;
-}
-
-static void free_argv(char **v)
-{
-	for (size_t i = 0; v && v[i]; i++)
-		free(v[i]);
-	free(v);
 }
 
 /* Copy a file (the library into the job's directories, then the image). */
@@ -622,11 +574,11 @@ static int write_bundle(struct job *j)
 
 	visible[0] = '\0';
 	if (spec->bundle && !argv)
-		argv = own_argv = bundle_args(spec->bundle);
+		argv = own_argv = function_bundle_args(spec->bundle);
 	if (!argv || !argv[0]) {
 		pr_err("no command to run (the spec has none, nor has %s/config.json)",
 		       spec->bundle ? spec->bundle : "a bundle");
-		free_argv(own_argv);
+		function_argv_free(own_argv);
 		return -EINVAL;
 	}
 	/* The mount a mapped restore puts the snapshot's memory files at: it
@@ -661,7 +613,7 @@ static int write_bundle(struct job *j)
 						   .gpumem_out = j->gpumem ? j->gpumem_out : NULL,
 						   .gpumem_preload = j->gpumem, .allow = j->c },
 			j->bundle);
-	free_argv(own_argv);
+	function_argv_free(own_argv);
 	return ret;
 }
 

@@ -4,6 +4,7 @@
 #include "server/fallback.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "function/bundle.h"
 #include "function/spec.h"
 #include "images/image.h"
 #include "prewarm/host_record.h"
@@ -217,27 +218,6 @@ bool fallback_applies(struct server *s, const char *fn, const char *snap, int er
 	return true;
 }
 
-/* argv of a user's bundle (its config.json's process.args), for a spec
- * without a command: as the snapshot job reads it.  NULL if none. */
-static char **bundle_argv(const char *bundle)
-{
-	char p[PATH_MAX + 16];
-	json_error_t jerr;
-	json_t *cfg, *args;
-	char **argv = NULL;
-	size_t n;
-
-	snprintf(p, sizeof(p), "%s/config.json", bundle);
-	cfg = json_load_file(p, 0, &jerr);
-	args = json_object_get(json_object_get(cfg, "process"), "args");
-	n = json_array_size(args);
-	if (n && (argv = calloc(n + 1, sizeof(char *))))
-		for (size_t i = 0; i < n; i++)
-			argv[i] = strdup(json_string_value(json_array_get(args, i)) ?: "");
-	json_decref(cfg);
-	return argv;
-}
-
 int fallback_boot(struct server *s, const char *fn, const char *snap, const char *why,
 		  bool standby, struct instance *in)
 {
@@ -268,16 +248,14 @@ int fallback_boot(struct server *s, const char *fn, const char *snap, const char
 			goto out;
 	}
 	if (!(run ? run : spec)->command && (run ? run : spec)->bundle)
-		argv = bundle_argv((run ? run : spec)->bundle);
+		argv = function_bundle_args((run ? run : spec)->bundle);
 	ret = instance_boot(&s->cfg,
 			    &(struct instance_boot){ .spec = run ? run : spec, .argv = argv,
 						     .snapshot = snap, .why = why,
 						     .image = im.digest, .standby = standby },
 			    in);
 out:
-	for (size_t i = 0; argv && argv[i]; i++)
-		free(argv[i]);
-	free(argv);
+	function_argv_free(argv);
 	/* Held until the boot is done: a running container keeps its root,
 	 * which the cache's gc respects. */
 	image_release(&im);

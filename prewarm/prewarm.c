@@ -7,26 +7,24 @@
  * rotated at the configured bound, common/logfile.h), image/ (the CRIU image)
  * and criu/ (CRIU's work dir and logs).  Everything there, the container and
  * the namespace are removed at the end, on success and on failure alike; a
- * log the caller placed elsewhere stays.
+ * log the caller placed elsewhere stays.  Its GPU part: prewarm_gpu.c.
  */
 #define LOG_PREFIX "prewarm: "
 #include "prewarm/prewarm.h"
 #include "common/cuda.h"
-#include "common/gpumem.h"
 #include "common/log.h"
 #include "common/logfile.h"
 #include "common/netns.h"
 #include "common/oci.h"
 #include "common/runner.h"
-#include "common/spawn.h"
 #include "common/util.h"
+#include "criu/criu_elide.h"
 #include "function/bundle.h"
 #include "function/ready.h"
 #include "function/visible.h"
 #include "images/image.h"
 #include "prewarm/host_record.h"
-#include "prewarm/span_record.h"
-#include "criu/criu_elide.h"
+#include "prewarm/prewarm_internal.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -45,57 +43,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CUDA_LOCK_TIMEOUT_MS 10000
 #define GPU_BOOT_MAX SPEC_MAX_GPUS
 #define CALL_TIMEOUT_MS	     300000 /* a warm-up call may run a first inference */
 #define LOG_TAIL_LINES	     12
 #define LOG_TAIL_BYTES	     600
-
-struct job {
-	const struct thaw_config *c;
-	const struct func_spec *spec;
-	struct runner r;
-	char state_dir[PATH_MAX + 16];
-	char work[PATH_MAX + 256];
-	char netns[PATH_MAX + 300];
-	char bundle[PATH_MAX + 300];
-	char image[PATH_MAX + 300];
-	char criu_work[PATH_MAX + 300];
-	char log[PATH_MAX + 300];
-	char runc_log[PATH_MAX + 300];
-	char cid[128];
-	bool netns_made, container_made;
-	pid_t pid;
-	/* The drain thread: container stdout/stderr into function.log. */
-	struct runner_stdio stdio;
-	struct logfile out;
-	int stop_fd;
-	pthread_t drain;
-	bool drain_started;
-	json_t *cuda_pids, *cuda_ns_pids;
-	/* GPU memory the checkpoint gave back, per device ordinal (what the
-	 * function holds, and so what a restore needs free); 0 unknown. */
-	uint64_t gpu_used[CUDA_MAX_DEVICES];
-	uint64_t gpu_saved[CUDA_MAX_DEVICES]; /* of it, saved by libthaw-cuda */
-	/* The GPUs the function's container is given (its spec's "gpus"),
-	 * chosen before its boot; and which of them each CUDA process held. */
-	struct cuda_device *gpu;
-	size_t ngpu, nhost_gpus;
-	json_t *cuda_procs;
-	/* libthaw-cuda (common/gpumem.h): its two directories when the
-	 * container preloads it; what moved, and why not where nothing did. */
-	bool gpumem;
-	char gpumem_in[PATH_MAX + 400], gpumem_out[PATH_MAX + 400];
-	char gpumem_why[600];
-	uint64_t gpumem_bytes, gpumem_allocs, gpumem_left;
-	size_t gpumem_moved;
-	pid_t gpumem_ns[64]; /* the moved processes' pids in the container */
-	double gpumem_save_ms;
-};
-
-/* A save copies the function's device memory to disk: minutes for the
- * largest GPUs' worth, before the library gives up itself. */
-#define GPUMEM_SAVE_TIMEOUT_MS (15 * 60 * 1000)
 
 /* ---- the function's log ---------------------------------------------- */
 
@@ -232,92 +183,6 @@ static json_t *versions(const struct thaw_config *c)
 	return o;
 }
 
-/* The GPUs the function was given, with what it held on each. */
-static json_t *gpus(const struct job *j)
-{
-	json_t *a = json_array();
-
-	for (size_t i = 0; a && i < j->ngpu; i++) {
-		const struct cuda_device *d = &j->gpu[i];
-		json_t *g = json_pack("{s:s, s:s, s:I, s:i}", "uuid", d->uuid, "name", d->name,
-				      "total_bytes", (json_int_t)d->total_bytes, "index", d->ordinal);
-		int o = d->ordinal;
-
-		if (g && o >= 0 && o < CUDA_MAX_DEVICES && j->gpu_used[o])
-			json_object_set_new(g, "used_bytes", json_integer((json_int_t)j->gpu_used[o]));
-		json_array_append_new(a, g);
-	}
-	return a;
-}
-
-/* The GPUs for the function's boot: its spec's "gpus" of them, those with
- * the most free memory (the lower index on a tie). */
-static int choose_boot_gpus(struct job *j)
-{
-	struct cuda_device *d = NULL;
-	size_t n = 0, want = j->spec->gpus ? j->spec->gpus : 1;
-	int ret = cuda_devices(&d, &n);
-
-	if (ret)
-		return ret;
-	if (n < want) {
-		pr_err("%s asks for %zu GPU(s); this host has %zu", j->spec->id, want, n);
-		free(d);
-		return -ENODEV;
-	}
-	j->gpu = calloc(want, sizeof(*j->gpu));
-	if (!j->gpu) {
-		free(d);
-		return -ENOMEM;
-	}
-	for (size_t k = 0; k < want; k++) {
-		size_t best = n;
-
-		for (size_t i = 0; i < n; i++)
-			if (d[i].ordinal >= 0 && (best == n || d[i].free_bytes > d[best].free_bytes))
-				best = i;
-		j->gpu[k] = d[best];
-		d[best].ordinal = -1; /* taken */
-	}
-	j->ngpu = want;
-	j->nhost_gpus = n;
-	free(d);
-	return 0;
-}
-
-/* The pid of a host process as its own PID namespace sees it (restore maps
- * CUDA processes by it); 0 if unknown. */
-static pid_t ns_pid(pid_t pid)
-{
-	char path[64], buf[4096], *l;
-	long v = 0;
-	ssize_t n;
-	int fd;
-
-	/* read_file() trusts st_size, which is 0 for /proc files. */
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = '\0';
-	l = strstr(buf, "\nNSpid:");
-	if (l) {
-		char *end = strchr(l + 1, '\n'), *last = NULL;
-
-		if (end)
-			*end = '\0';
-		for (char *t = strtok(l + 7, " \t"); t; t = strtok(NULL, " \t"))
-			last = t;
-		if (last)
-			v = strtol(last, NULL, 10);
-	}
-	return (pid_t)v;
-}
-
 static int dir_bytes(const char *dir, uint64_t *bytes)
 {
 	DIR *d = opendir(dir);
@@ -387,181 +252,6 @@ static int phase_failed(const char *phase, int ret)
 	return ret;
 }
 
-/* Copy a file (the library into the job's directories, then the image). */
-static int copy_file(const char *from, const char *to)
-{
-	int in = open(from, O_RDONLY | O_CLOEXEC), out = -1, ret = 0;
-	struct stat st;
-
-	if (in < 0 || fstat(in, &st) < 0) {
-		ret = -errno;
-		pr_perror("%s", from);
-		goto out;
-	}
-	out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (out < 0) {
-		ret = -errno;
-		pr_perror("%s", to);
-		goto out;
-	}
-	for (off_t left = st.st_size; left > 0;) {
-		ssize_t k = copy_file_range(in, NULL, out, NULL, (size_t)left, 0);
-
-		if (k <= 0) {
-			ret = k < 0 ? -errno : -EIO;
-			pr_err("copying %s to %s: %s", from, to, strerror(-ret));
-			goto out;
-		}
-		left -= k;
-	}
-out:
-	if (in >= 0)
-		close(in);
-	if (out >= 0)
-		close(out);
-	return ret;
-}
-
-/* A GPU function preloads libthaw-cuda unless its spec says "gpu_memory":
- * "driver" or the library is not there (then why says so, and the driver
- * carries all of its GPU memory, as before).  The library travels in the
- * image: CRIU puts the restored process's mapping of it back from there. */
-static int gpumem_prepare(struct job *j)
-{
-	char lib[PATH_MAX], why[PATH_MAX + 64], to[2 * PATH_MAX];
-	int ret;
-
-	if (j->spec->gpu_memory_driver) {
-		snprintf(j->gpumem_why, sizeof(j->gpumem_why),
-			 "the spec asks for the driver's checkpoint (\"gpu_memory\": \"driver\")");
-		return 0;
-	}
-	if (gpumem_library(lib, sizeof(lib), why, sizeof(why))) {
-		snprintf(j->gpumem_why, sizeof(j->gpumem_why), "libthaw-cuda.so not found (%.400s)",
-			 why);
-		pr_warn("%s: %s", j->spec->id, j->gpumem_why);
-		return 0;
-	}
-	snprintf(j->gpumem_in, sizeof(j->gpumem_in), "%s/gpu-in", j->work);
-	snprintf(j->gpumem_out, sizeof(j->gpumem_out), "%s/gpu-out", j->work);
-	snprintf(to, sizeof(to), "%s/%s", j->gpumem_in, GPUMEM_LIB_NAME);
-	ret = mkdir_p(j->gpumem_in, 0755);
-	if (!ret)
-		ret = mkdir_p(j->gpumem_out, 0755);
-	if (!ret)
-		ret = copy_file(lib, to);
-	if (ret)
-		return ret;
-	j->gpumem = true;
-	return 0;
-}
-
-/* Before the driver's lock: each CUDA process saves and unmaps the device
- * memory libthaw-cuda can move.  A process where it cannot (no library,
- * nothing movable, a failure the library undid) is left to the driver. */
-static int gpumem_save(struct job *j, const pid_t *cuda, size_t ncuda)
-{
-	struct gpumem_status *st = calloc(ncuda + 1, sizeof(*st));
-	pid_t *ns = calloc(ncuda + 1, sizeof(*ns));
-	char line[256];
-	uint64_t t0;
-	int ret;
-
-	if (!st || !ns) {
-		ret = -ENOMEM;
-		goto out;
-	}
-	for (size_t i = 0; i < ncuda; i++)
-		ns[i] = ns_pid(cuda[i]);
-	t0 = now_ns();
-	ret = gpumem_save_all(cuda, ns, ncuda, j->gpumem_out, GPUMEM_SAVE_TIMEOUT_MS, st,
-			      &j->gpumem_moved, j->gpumem_why, sizeof(j->gpumem_why));
-	j->gpumem_save_ms = ms_since(t0);
-	if (ret) {
-		for (size_t i = 0; i < ncuda; i++)
-			if (st[i].error[0])
-				log_set_error("libthaw-cuda: %s", st[i].error);
-		pr_err("%s", log_last_error());
-		goto out;
-	}
-	for (size_t i = 0; i < ncuda; i++) {
-		if (st[i].ok && st[i].allocs) {
-			size_t k = 0;
-
-			while (k < ARRAY_SIZE(j->gpumem_ns) && j->gpumem_ns[k])
-				k++;
-			if (k < ARRAY_SIZE(j->gpumem_ns))
-				j->gpumem_ns[k] = ns[i];
-			gpumem_describe(&st[i], line, sizeof(line));
-			pr_info("%s: process %d: %s", j->spec->id, (int)cuda[i], line);
-		} else {
-			pr_info("%s: process %d keeps its GPU memory in the driver's checkpoint: %s",
-				j->spec->id, (int)cuda[i], st[i].error);
-		}
-		j->gpumem_bytes += st[i].bytes;
-		j->gpumem_allocs += st[i].allocs;
-		j->gpumem_left += st[i].left_bytes;
-		/* What the restore needs free on each GPU: the memory the
-		 * driver gives back at its checkpoint, and this. */
-		for (size_t g = 0; g < j->ngpu && g < ARRAY_SIZE(st[i].dev_bytes); g++) {
-			int o = j->gpu[g].ordinal;
-
-			if (o >= 0 && o < CUDA_MAX_DEVICES)
-				j->gpu_saved[o] += st[i].dev_bytes[g];
-		}
-	}
-out:
-	free(st);
-	free(ns);
-	return ret;
-}
-
-/* After the dump: the saved memory and the library into the image. */
-static int gpumem_into_image(struct job *j)
-{
-	char from[2 * PATH_MAX], to[2 * PATH_MAX];
-	struct dirent *de;
-	DIR *d;
-	int ret;
-
-	snprintf(from, sizeof(from), "%s/%s", j->gpumem_in, GPUMEM_LIB_NAME);
-	snprintf(to, sizeof(to), "%s/%s", j->image, GPUMEM_LIB_NAME);
-	ret = copy_file(from, to);
-	if (ret)
-		return ret;
-	d = opendir(j->gpumem_out);
-	if (!d)
-		return 0;
-	while ((de = readdir(d))) {
-		if (strncmp(de->d_name, "gpu-", 4) || !strstr(de->d_name, ".mem"))
-			continue;
-		snprintf(from, sizeof(from), "%s/%s", j->gpumem_out, de->d_name);
-		snprintf(to, sizeof(to), "%s/%s", j->image, de->d_name);
-		if (rename(from, to) < 0) {
-			ret = -errno;
-			pr_perror("rename %s %s", from, to);
-			break;
-		}
-	}
-	closedir(d);
-	return ret;
-}
-
-/* The meta's "gpu_memory": who carries the device memory, and what a
- * restore needs (the mounts, the processes that saved theirs). */
-static json_t *gpumem_meta(const struct job *j)
-{
-	bool thaw = j->gpumem_moved > 0;
-	json_t *ns = json_array();
-
-	for (size_t k = 0; ns && k < ARRAY_SIZE(j->gpumem_ns) && j->gpumem_ns[k]; k++)
-		json_array_append_new(ns, json_integer(j->gpumem_ns[k]));
-	return json_pack("{s:s, s:s, s:b, s:I, s:I, s:I, s:o}", "mode", thaw ? "thaw" : "driver",
-			 "why", thaw ? "" : j->gpumem_why, "mount", j->gpumem, "bytes",
-			 (json_int_t)j->gpumem_bytes, "allocs", (json_int_t)j->gpumem_allocs,
-			 "left_bytes", (json_int_t)j->gpumem_left, "ns_pids", ns);
-}
-
 static int write_bundle(struct job *j)
 {
 	const struct func_spec *spec = j->spec;
@@ -601,7 +291,7 @@ static int write_bundle(struct job *j)
 	if (j->ngpu > 1)
 		defaults[nd++] = "NCCL_NVLS_ENABLE=0";
 	if (!ret && spec->gpu)
-		ret = gpumem_prepare(j);
+		ret = prewarm_gpumem_prepare(j);
 	if (!ret)
 		ret = function_bundle_write(
 			&(struct function_bundle){ .spec = spec, .netns = j->netns,
@@ -692,91 +382,6 @@ static int call(struct job *j, const struct http_call *hc, const char *what)
 	return ret;
 }
 
-/* A function of several CUDA processes or GPUs: what the driver did with its
- * checkpoint, for thaw doctor (span_record.h).  refusal: the driver's words,
- * or NULL when it worked. */
-static void record_span(struct job *j, size_t ncuda, const char *refusal)
-{
-	struct span_record r = { .refused = refusal != NULL, .processes = (unsigned)ncuda,
-				 .gpus = (unsigned)j->ngpu };
-
-	if (ncuda < 2 && j->ngpu < 2)
-		return;
-	if (cuda_kernel_driver_version(r.driver, sizeof(r.driver)))
-		snprintf(r.driver, sizeof(r.driver), "unknown");
-	snprintf(r.function, sizeof(r.function), "%s", j->spec->id);
-	snprintf(r.error, sizeof(r.error), "%s", refusal ? refusal : "");
-	span_record_write(j->c->data_dir, &r);
-}
-
-static int cuda_checkpoint_all(struct job *j)
-{
-	pid_t *pids = NULL, *cuda = NULL, failed = 0;
-	uint32_t *held = NULL;
-	size_t n = 0, ncuda = 0;
-	int ret;
-
-	ret = runner_pids(&j->r, j->cid, &pids, &n);
-	if (ret)
-		goto out;
-	ret = cuda_filter_processes(pids, n, &cuda, &ncuda);
-	if (ret)
-		goto out;
-	if (ncuda == 0)
-		pr_warn("%s: a GPU function with no CUDA process", j->spec->id);
-	if (j->gpumem && ncuda) {
-		ret = gpumem_save(j, cuda, ncuda);
-		if (ret)
-			goto out;
-	}
-	held = calloc(ncuda + 1, sizeof(*held));
-	if (!held) {
-		ret = -ENOMEM;
-		goto out;
-	}
-	/* Every process locked before any is checkpointed, all or none; what
-	 * each checkpoint frees on each GPU is what the function holds there:
-	 * the figure a restore checks free memory against (gpu_restore.c). */
-	ret = cuda_checkpoint_group(cuda, ncuda, CUDA_LOCK_TIMEOUT_MS, held, j->gpu_used,
-				    &failed);
-	if (ret) {
-		char drv[64] = "unknown", cause[512];
-
-		snprintf(cause, sizeof(cause), "%s", log_last_error());
-		cuda_kernel_driver_version(drv, sizeof(drv));
-		log_set_error("the driver (%s) refused to checkpoint CUDA process %d of %zu: %s; "
-			      "no snapshot of %s is made on this host", drv, (int)failed, ncuda,
-			      cause[0] ? cause : strerror(-ret), j->spec->id);
-		pr_err("%s", log_last_error());
-		record_span(j, ncuda, cause[0] ? cause : strerror(-ret));
-		goto out;
-	}
-	record_span(j, ncuda, NULL);
-	for (size_t o = 0; o < CUDA_MAX_DEVICES; o++)
-		if (j->gpu_saved[o])
-			j->gpu_used[o] += j->gpu_saved[o];
-	for (size_t i = 0; i < ncuda; i++) {
-		json_t *which = json_array();
-
-		for (size_t g = 0; which && g < j->ngpu; g++) {
-			int o = j->gpu[g].ordinal;
-
-			if (o >= 0 && o < 32 && (held[i] & (1u << o)))
-				json_array_append_new(which, json_integer((json_int_t)g));
-		}
-		json_array_append_new(j->cuda_pids, json_integer(cuda[i]));
-		json_array_append_new(j->cuda_ns_pids, json_integer(ns_pid(cuda[i])));
-		json_array_append_new(j->cuda_procs,
-				      json_pack("{s:i, s:i, s:o}", "pid", (int)cuda[i], "ns_pid",
-						(int)ns_pid(cuda[i]), "gpus", which));
-	}
-out:
-	free(held);
-	free(pids);
-	free(cuda);
-	return ret;
-}
-
 /* image_bytes is the image as stored (after elision); before, the dump's.
  * extra: the caller's members (prewarm_snapshot_with), or NULL. */
 static json_t *snapshot_meta(struct job *j, json_t *timings, uint64_t image_bytes,
@@ -792,12 +397,12 @@ static json_t *snapshot_meta(struct job *j, json_t *timings, uint64_t image_byte
 	meta = json_pack("{s:s, s:o, s:o, s:o, s:O, s:O, s:O, s:I, s:I, s:I, s:s, s:s, s:b}",
 			 "function",
 			 j->spec->id, "spec", spec_to_json(j->spec), "versions", versions(j->c),
-			 "gpus", gpus(j), "cuda_pids", j->cuda_pids, "cuda_ns_pids", j->cuda_ns_pids,
+			 "gpus", prewarm_gpus_json(j), "cuda_pids", j->cuda_pids, "cuda_ns_pids", j->cuda_ns_pids,
 			 "timings_ms", timings, "image_bytes", (json_int_t)image_bytes,
 			 "image_bytes_before_elision", (json_int_t)bytes_before,
 			 "zero_pages_elided", (json_int_t)pages_elided, "created", created,
 			 "mapped_mount", OCI_MAPPED_DEST, "confined", 1);
-	if (meta && j->spec->gpu && json_object_set_new(meta, "gpu_memory", gpumem_meta(j))) {
+	if (meta && j->spec->gpu && json_object_set_new(meta, "gpu_memory", prewarm_gpumem_meta(j))) {
 		json_decref(meta);
 		return NULL;
 	}
@@ -936,7 +541,7 @@ int prewarm_snapshot_opts(const struct thaw_config *c, struct store *s,
 			       ret == -ENODEV ? "none on this host" : strerror(-ret));
 			goto out;
 		}
-		ret = choose_boot_gpus(&j);
+		ret = prewarm_choose_gpus(&j);
 		if (ret)
 			goto out;
 	}
@@ -1039,7 +644,7 @@ int prewarm_snapshot_opts(const struct thaw_config *c, struct store *s,
 	phase_begins(o, "cuda_checkpoint");
 	t = now_ns();
 	if (spec->gpu) {
-		ret = cuda_checkpoint_all(&j);
+		ret = prewarm_cuda_checkpoint(&j);
 		if (ret) {
 			phase_failed("cuda checkpoint", ret);
 			goto out;
@@ -1060,7 +665,7 @@ int prewarm_snapshot_opts(const struct thaw_config *c, struct store *s,
 	}
 	json_object_set_new(timings, "criu_dump", json_real(ms_since(t)));
 	if (j.gpumem) {
-		ret = gpumem_into_image(&j);
+		ret = prewarm_gpumem_into_image(&j);
 		if (ret) {
 			phase_failed("gpu memory", ret);
 			goto out;

@@ -1,8 +1,17 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* errors.c — see errors.h. */
 #include "server/errors.h"
+#include "common/log.h"
 
 #include <errno.h>
+#include <string.h>
+
+const char *api_why(int err)
+{
+	const char *m = log_last_error();
+
+	return m && *m ? m : strerror(err < 0 ? -err : err);
+}
 
 struct api_err api_err_from_errno(int err)
 {

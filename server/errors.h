@@ -20,5 +20,8 @@ struct api_err {
  * ENOMEM, EMFILE, ENFILE 503 no_capacity; ENOSYS, EOPNOTSUPP, ENODEV 503
  * unavailable; anything else (ENOENT included) 500 internal. */
 struct api_err api_err_from_errno(int err);
+/* The words of a failure: log_last_error(), the place that failed, else
+ * strerror of err (-errno or errno). */
+const char *api_why(int err);
 
 #endif

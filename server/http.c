@@ -1,7 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* http.c — thawd's HTTP plumbing over libmicrohttpd: the daemon, the request
- * life cycle (route, token, body, answer), one log line per request.  What
- * each request does is api.c's.
+/* http.c — thawd's HTTP transport over libmicrohttpd (http.h): the daemon,
+ * the connections and their deadlines, the request life cycle (target,
+ * framing, route, token, body), one log line per request.  What a request
+ * does is its handler's, found through the route table (route_table.h);
+ * a routed request (/function/<id>/…) streams through proxy.h.  Those are
+ * its only calls into the server: thawd.c builds the components and starts
+ * and stops this transport, and the handlers answer through reply.c.
  *
  * What a client can hold: at most --max-connections connections, at most
  * --max-connections-per-ip of them from one address (libmicrohttpd refuses
@@ -24,27 +28,18 @@
  * reaper like any other that sends no whole request in time.
  */
 #define LOG_PREFIX "thawd: "
+#include "server/http.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "restore/tier.h"
-#include "server/fallback.h"
-#include "server/insts.h"
 #include "server/internal.h"
-#include "server/jobs.h"
-#include "server/lifetimes.h"
-#include "server/metrics.h"
-#include "server/pool.h"
 #include "server/proxy.h"
-#include "server/registry.h"
-#include "server/remote_sync.h"
-#include "server/standby.h"
+#include "server/route_table.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,20 +48,6 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
-
-void server_opts_default(struct server_opts *o)
-{
-	memset(o, 0, sizeof(*o));
-	o->listen = SERVER_DEFAULT_LISTEN;
-	o->max_body = SERVER_DEFAULT_MAX_BODY;
-	o->max_starts = SERVER_DEFAULT_MAX_STARTS;
-	o->max_standby = SERVER_DEFAULT_MAX_STANDBY;
-	o->max_snapshots = SERVER_DEFAULT_MAX_SNAPSHOTS;
-	o->max_conns = SERVER_DEFAULT_MAX_CONNS;
-	o->max_conns_per_ip = SERVER_DEFAULT_MAX_CONNS_PER_IP;
-	o->request_timeout = SERVER_DEFAULT_REQUEST_TIMEOUT;
-	o->keep_ended_s = SERVER_DEFAULT_KEEP_ENDED_S;
-}
 
 /* ---- connections and their deadlines ---- */
 
@@ -223,27 +204,6 @@ static bool conn_request_in(struct req *q)
 		q->ct->deadline = 0;
 	pthread_mutex_unlock(&s->conn_lock);
 	return ok;
-}
-
-const char *req_query(struct req *q, const char *key)
-{
-	/* A request of thawd's own (no connection) has no query. */
-	return q->conn ? MHD_lookup_connection_value(q->conn, MHD_GET_ARGUMENT_KIND, key) : NULL;
-}
-
-bool req_client_gone(struct req *q)
-{
-	const union MHD_ConnectionInfo *ci =
-		q->conn ? MHD_get_connection_info(q->conn, MHD_CONNECTION_INFO_CONNECTION_FD)
-			: NULL;
-	struct pollfd p;
-
-	if (!ci)
-		return false;
-	p = (struct pollfd){ .fd = ci->connect_fd, .events = POLLRDHUP };
-	/* An HTTP client does not shut down its sending side while it waits
-	 * for the answer: RDHUP or HUP means it closed the connection. */
-	return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
 /* ---- the request life cycle ---- */
@@ -570,7 +530,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			return reply_error(q, 415, "unsupported_media_type", "%s", err) ? MHD_NO
 											  : MHD_YES;
 	}
-	api_dispatch(q);
+	route_table_dispatch(q);
 	if (!q->answered && reply_error(q, 500, "internal", "no answer was made"))
 		return MHD_NO;
 	return MHD_YES;
@@ -668,7 +628,44 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 		pr_warn("libmicrohttpd: %s", msg);
 }
 
-/* ---- the server ---- */
+/* ---- the daemon ---- */
+
+void http_init(struct server *s)
+{
+	pthread_condattr_t ca;
+
+	pthread_mutex_init(&s->conn_lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* now_ns()'s clock */
+	pthread_cond_init(&s->conn_cv, &ca);
+	pthread_condattr_destroy(&ca);
+}
+
+void http_release(struct server *s)
+{
+	pthread_cond_destroy(&s->conn_cv);
+	pthread_mutex_destroy(&s->conn_lock);
+}
+
+void http_quiesce(struct server *s)
+{
+	MHD_socket fd;
+
+	if (!s->mhd)
+		return;
+	fd = MHD_quiesce_daemon(s->mhd);
+	if (fd != MHD_INVALID_SOCKET)
+		close(fd);
+}
+
+void http_stop(struct server *s)
+{
+	if (s->mhd) {
+		MHD_stop_daemon(s->mhd);
+		s->mhd = NULL;
+	}
+	reaper_stop(s);
+}
 
 /* Why the address cannot be listened on: bind a socket of our own to it, as
  * libmicrohttpd does (SO_REUSEADDR, which lets no two sockets listen on one
@@ -688,12 +685,7 @@ static int listen_errno(const struct addrinfo *ai)
 	return err;
 }
 
-/* Before server_new touches the data directory: an address another
- * program listens on (a second thawd on the first one's port) or that is
- * not this host's stops thawd here, leaving no data directory behind.
- * server_start still says so if the address is taken in between.  0 or
- * -errno (logged). */
-static int listen_precheck(const char *listen)
+int http_listen_precheck(const char *listen)
 {
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE }, *ai = NULL;
 	char host[128], port[8];
@@ -716,7 +708,7 @@ static int listen_precheck(const char *listen)
 	return -err;
 }
 
-int server_start(struct server *s)
+int http_start(struct server *s)
 {
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE }, *ai = NULL;
 	char host[128], port[8];
@@ -785,200 +777,6 @@ int server_start(struct server *s)
 	pr_info("listening on %s://%s%s%s:%u, data in %s", s->tls.cert ? "https" : "http",
 		strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "", s->port,
 		s->cfg.data_dir);
-	if (s->port_file[0]) {
-		/* The port alone on the first line, as readers have always
-		 * found it; "https" on a second line says how to talk to it. */
-		char buf[16];
-		int n = snprintf(buf, sizeof(buf), "%u\n%s", s->port, s->tls.cert ? "https\n" : "");
-
-		ret = write_file_atomic(s->port_file, buf, (size_t)n, 0644);
-		if (ret)
-			return ret;
-	}
 	return 0;
 }
 
-uint16_t server_port(const struct server *s)
-{
-	return s->port;
-}
-
-struct server *server_new(const struct thaw_config *c, const struct server_opts *o)
-{
-	struct server *s = calloc(1, sizeof(*s));
-	char dir[PATH_MAX + 16];
-
-	if (!s) {
-		pr_err("out of memory");
-		return NULL;
-	}
-	pthread_condattr_t ca;
-
-	s->cfg = *c;
-	s->opts = *o;
-	s->lock_fd = -1;
-	pthread_mutex_init(&s->stat_lock, NULL);
-	pthread_mutex_init(&s->conn_lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* now_ns()'s clock */
-	pthread_cond_init(&s->conn_cv, &ca);
-	pthread_condattr_destroy(&ca);
-	snprintf(s->listen, sizeof(s->listen), "%s", o->listen ? o->listen : SERVER_DEFAULT_LISTEN);
-	s->opts.listen = s->listen;
-	if (o->port_file)
-		snprintf(s->port_file, sizeof(s->port_file), "%s", o->port_file);
-	s->opts.port_file = NULL;
-	s->opts.token_file = s->opts.control_token_file = s->opts.data_token_file = NULL;
-	s->opts.tls_cert_file = s->opts.tls_key_file = NULL;
-	if ((o->token_file && auth_load_kind(&s->auth, AUTH_FULL, o->token_file)) ||
-	    (o->control_token_file &&
-	     auth_load_kind(&s->auth, AUTH_CONTROL, o->control_token_file)) ||
-	    (o->data_token_file && auth_load_kind(&s->auth, AUTH_DATA, o->data_token_file)))
-		goto err;
-	/* Before anything is touched: without a token, thawd answers anyone
-	 * who can reach it, so it listens only where nobody else can. */
-	if (!s->auth.enabled) {
-		char host[128], port[8];
-
-		if (listen_addr_parse(s->listen, host, sizeof(host), port, sizeof(port)) == 0 &&
-		    !host_is_loopback(host)) {
-			pr_err("--listen %s is not a loopback address (127.0.0.0/8, ::1, localhost): a "
-			       "token is required there (--token-file / THAW_TOKEN_FILE, or "
-			       "--control-token-file / THAW_CONTROL_TOKEN_FILE and "
-			       "--data-token-file / THAW_DATA_TOKEN_FILE)",
-			       s->listen);
-			goto err;
-		}
-	}
-	/* Before anything is touched too: a certificate or a key that cannot
-	 * be served stops thawd here, not once it has recovered and listens.
-	 * TLS does not stand in for a token off loopback (checked above). */
-	if (!o->tls_cert_file != !o->tls_key_file) {
-		pr_err("%s without %s: TLS needs both", o->tls_cert_file ? "--tls-cert" : "--tls-key",
-		       o->tls_cert_file ? "--tls-key" : "--tls-cert");
-		goto err;
-	}
-	if (o->tls_cert_file && tls_load(&s->tls, o->tls_cert_file, o->tls_key_file))
-		goto err;
-	if (listen_precheck(s->listen))
-		goto err;
-
-	if (mkdir_p(c->data_dir, 0755))
-		goto err;
-	/* Before anything reads or changes what the data directory holds. */
-	if (recover_lock_data_dir(s))
-		goto err;
-	s->metrics = metrics_new();
-	s->insts = insts_new();
-	s->jobs = jobs_new(o->max_snapshots);
-	if (!s->metrics || !s->insts || !s->jobs) {
-		pr_err("out of memory");
-		goto err;
-	}
-	snprintf(dir, sizeof(dir), "%s/jobs", c->data_dir);
-	if (jobs_set_log_dir(s->jobs, dir))
-		goto err;
-	snprintf(dir, sizeof(dir), "%s/functions", c->data_dir);
-	s->reg = registry_open(dir);
-	if (!s->reg)
-		goto err;
-	s->store = store_open(c->store_dir);
-	if (!s->store) {
-		pr_err("cannot open the store %s: %s", c->store_dir, log_last_error());
-		goto err;
-	}
-	if (recover_startup(s))
-		goto err;
-	recover_preload_manifests(s);
-	if (remote_sync_start(s))
-		goto err;
-	s->fallback = fallback_new(c);
-	if (!s->fallback)
-		goto err;
-	if (tier_root_prepare(c->ram_tier_dir, c->ram_tier_bytes, c->tier_huge, NULL) == 0)
-		s->tier = tier_open(c->ram_tier_dir, c->ram_tier_bytes, s->store, NULL);
-	if (s->tier)
-		tier_set_mapped(s->tier, c->mapped_min);
-	if (!s->tier)
-		pr_err("cannot open the RAM tier %s: starts will answer 503 until thawd is "
-		       "restarted with a working --ram-tier",
-		       c->ram_tier_dir);
-	else if (o->max_standby)
-		s->standby = standby_new(s);
-	s->pool = pool_new(s, proxy_link_free);
-	if (!s->pool)
-		pr_warn("out of memory: routed requests (/function/...) will answer 503");
-	if (lifetimes_start(s))
-		pr_warn("no idle or lifetime stops, no reaping of exited instances");
-	return s;
-err:
-	server_free(s);
-	return NULL;
-}
-
-void server_shutdown(struct server *s)
-{
-	MHD_socket fd;
-
-	if (!s)
-		return;
-	atomic_store(&s->stopping, true);
-	if (s->mhd) {
-		/* Stop accepting; connections already open are served (new
-		 * work on them answers 503). */
-		fd = MHD_quiesce_daemon(s->mhd);
-		if (fd != MHD_INVALID_SOCKET)
-			close(fd);
-	}
-	if (s->jobs)
-		jobs_drain(s->jobs);
-	/* Before the HTTP threads stop: a POST …/push?wait=1 waits on it. */
-	remote_sync_quiesce(s);
-	/* Routed requests waiting are refused; those being served may end. */
-	pool_shutdown(s->pool, POOL_DRAIN_MS);
-	if (atomic_load(&s->starts_running))
-		pr_info("waiting for %u start(s) to finish", atomic_load(&s->starts_running));
-	while (atomic_load(&s->starts_running))
-		usleep(20 * 1000);
-	if (s->mhd) {
-		MHD_stop_daemon(s->mhd);
-		s->mhd = NULL;
-	}
-	reaper_stop(s);
-	lifetimes_finish(s);
-	standby_free(s->standby);
-	s->standby = NULL;
-	stop_own_instances(s);
-}
-
-void server_free(struct server *s)
-{
-	if (!s)
-		return;
-	if (s->preload_started) {
-		atomic_store(&s->stopping, true);
-		pthread_join(s->preload, NULL);
-	}
-	if (s->mhd)
-		MHD_stop_daemon(s->mhd);
-	reaper_stop(s);
-	lifetimes_finish(s);
-	standby_free(s->standby);
-	pool_free(s->pool);
-	jobs_free(s->jobs);
-	fallback_free(s->fallback);
-	remote_sync_finish(s);
-	tier_close(s->tier);
-	store_close(s->store);
-	registry_free(s->reg);
-	insts_free(s->insts);
-	metrics_free(s->metrics);
-	tls_release(&s->tls);
-	pthread_mutex_destroy(&s->stat_lock);
-	pthread_cond_destroy(&s->conn_cv);
-	pthread_mutex_destroy(&s->conn_lock);
-	/* Last: the next thawd on this data directory may start now. */
-	if (s->lock_fd >= 0)
-		close(s->lock_fd);
-	free(s);
-}

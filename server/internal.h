@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* internal.h — the server's state, shared by its files (http.c: the HTTP
- * plumbing; api.c: the requests; recover.c: start-up and shutdown).  Not for
- * use outside server/.
+/* internal.h — the server's state, shared by its files (thawd.c: start-up,
+ * the components, shutdown; http.c: the HTTP transport; reply.c: a
+ * request's helpers; route_table.c and the api*.c files: the requests;
+ * recover.c: recovery of an earlier run).  Not for use outside server/.
  */
 #ifndef THAW_SERVER_INTERNAL_H
 #define THAW_SERVER_INTERNAL_H
@@ -107,8 +108,9 @@ struct req {
 	json_t *answer;
 };
 
-/* Answers (http.c).  Each returns 0, or -ENOMEM when no answer could be
- * queued (the connection is then closed). */
+/* A request's helpers, for its handler (reply.c).  The answers each return
+ * 0, or -ENOMEM when no answer could be queued (the connection is then
+ * closed). */
 int reply_json(struct req *q, unsigned status, json_t *body); /* steals body */
 int reply_error(struct req *q, unsigned status, const char *code, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
@@ -120,23 +122,27 @@ int reply_empty(struct req *q, unsigned status);
 /* Add a header to the next reply_json (Location). */
 int reply_json_hdr(struct req *q, unsigned status, json_t *body, const char *hname,
 		   const char *hvalue);
+/* The value of query parameter key, or NULL (none, or a request of thawd's
+ * own). */
 const char *req_query(struct req *q, const char *key);
+/* Query parameter key as a number of seconds, 0 to a year, into *out (left
+ * as it is when absent): 0, or -EINVAL with why. */
+int req_query_seconds(struct req *q, const char *key, double *out, char *why, size_t len);
 /* true if the client has closed its end of the connection (it gave up
  * waiting): an answer would reach nobody. */
 bool req_client_gone(struct req *q);
 
-/* The request, routed, authorised and with its body (api.c). */
-int api_dispatch(struct req *q);
 /* A start of function fn that thawd makes itself (server/pool.c: routed
  * requests found no free instance): POST /functions/<fn>/start, with its
  * admission, standbys, limits, metrics and errors, answered into memory.
  * The status, and the answer's body in *answer (a new reference: the
- * start's answer, or {"error":{"code","message"}}; NULL out of memory). */
+ * start's answer, or {"error":{"code","message"}}; NULL out of memory).
+ * (api.c) */
 unsigned api_start_internal(struct server *s, const char *fn, json_t **answer);
 /* A snapshot job of fn, as POST /functions/<fn>/snapshot makes (a
  * re-snapshot, server/fallback.h): its id in jid.  0, or -EAGAIN
  * (--max-snapshots jobs), -ESHUTDOWN, -ENOENT (no such function), -EBUSY
- * (one is building), or another -errno. */
+ * (one is building), or another -errno.  (api_functions.c) */
 int api_snapshot_launch(struct server *s, const char *fn, char jid[32]);
 
 /* Start-up recovery and shutdown (recover.c). */

@@ -6,7 +6,6 @@
 #include "common/util.h"
 #include "function/confine.h"
 #include "restore/tier.h"
-#include "server/errors.h"
 #include "server/fallback.h"
 #include "server/internal.h"
 #include "server/jobs.h"
@@ -20,8 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define PULL_RETRY_AFTER "10"
 
 /* The latest push of one function. */
 struct push {
@@ -534,90 +531,35 @@ out:
 	return ret;
 }
 
-/* ---- routes ---- */
+/* ---- what the routes ask (server/api_remote.c) ---- */
 
-static int no_remote(struct req *q)
+int remote_sync_push_now(struct server *s, const char *function, bool wait, json_t **push)
 {
-	return reply_error(q, 409, "no_remote",
-			   "thawd has no remote (start it with --remote s3://BUCKET/PREFIX)");
-}
-
-int remote_sync_post_push(struct req *q)
-{
-	struct server *s = q->srv;
 	struct remote_sync *rs = s->remote_sync;
-	const char *fn = q->route.id;
-	char snap[CHUNK_ID_LEN];
-	enum snap_state st;
 	unsigned long long gen;
 	struct push *p;
-	json_t *j;
-	bool wait;
-	int ret;
+	bool failed;
 
-	if (query_bool(req_query(q, "wait"), &wait))
-		return reply_error(q, 400, "bad_request", "wait must be 0 or 1");
-	if (!rs)
-		return no_remote(q);
-	ret = registry_ready_snapshot(s->reg, fn, snap, &st);
-	if (ret == -ENOENT)
-		return reply_error(q, 404, "not_found", "no function %s", fn);
-	if (ret)
-		return reply_error(q, 409, "no_snapshot", "function %s has no ready snapshot to push",
-				   fn);
+	*push = NULL;
 	pthread_mutex_lock(&rs->lock);
-	p = queue_push(rs, fn);
+	p = queue_push(rs, function);
 	if (!p) {
 		pthread_mutex_unlock(&rs->lock);
-		return reply_error(q, 500, "internal", "out of memory");
+		return -ENOMEM;
 	}
 	/* The push that answers is the one after every push now queued or
 	 * running: one that is uploading now may predate the snapshot. */
 	gen = p->generation + (strcmp(p->state, "uploading") ? 1 : 2);
-	while (wait && (p = find_push(rs, fn)) && p->generation < gen && !atomic_load(&s->stopping))
+	while (wait && (p = find_push(rs, function)) && p->generation < gen &&
+	       !atomic_load(&s->stopping))
 		pthread_cond_wait(&rs->cv, &rs->lock);
-	p = find_push(rs, fn);
-	j = p ? push_json(p) : NULL;
-	ret = p && wait && !strcmp(p->state, "failed");
+	p = find_push(rs, function);
+	*push = p ? push_json(p) : NULL;
+	failed = p && wait && !strcmp(p->state, "failed");
 	pthread_mutex_unlock(&rs->lock);
-	if (!j)
-		return reply_error(q, 500, "internal", "out of memory");
-	if (ret) {
-		int r = reply_error(q, 502, "remote_failed", "push of %s failed: %s", fn,
-				    json_string_value(json_object_get(j, "error")) ?: "?");
-
-		json_decref(j);
-		return r;
-	}
-	return reply_json(q, wait ? 200 : 202, json_pack("{s:o}", "push", j));
-}
-
-/* A pull's failure as an answer: what the remote lacks is a 404, a spec
- * naming a directory this host does not allow a 403, a function busy here a
- * 409, the remote failing (unreachable, refusing, corrupt) a 502. */
-static struct api_err pull_error(int err)
-{
-	switch (-err) {
-	case ENOENT:
-		return (struct api_err){ 404, "not_found" };
-	case EACCES:
-		return (struct api_err){ 403, "forbidden" };
-	case EBUSY:
-	case EINPROGRESS:
-		return (struct api_err){ 409, "conflict" };
-	case EIO:
-	case EBADMSG:
-	case EPROTO:
-	case ECONNREFUSED:
-	case ECONNRESET:
-	case EHOSTUNREACH:
-	case ENETUNREACH:
-	case ETIMEDOUT:
-	case ENOKEY:
-		return (struct api_err){ 502, "remote_failed" };
-	default:
-		return api_err_from_errno(err);
-	}
+	if (!*push)
+		return -ENOMEM;
+	return failed ? -EIO : 0;
 }
 
 static void pull_task_free(void *p)
@@ -625,58 +567,29 @@ static void pull_task_free(void *p)
 	free(p);
 }
 
-int remote_sync_post_pull(struct req *q)
+int remote_sync_pull(struct server *s, const char *function, bool fetch, char jid[32],
+		     bool *reserved)
 {
-	struct server *s = q->srv;
 	struct pull_task *t;
 	struct job *job;
-	json_t *j = NULL;
-	char loc[64], jid[32];
-	bool wait, fetch = true;
-	int ret, jerr = 0;
+	int ret;
 
-	if (query_bool(req_query(q, "wait"), &wait) ||
-	    (req_query(q, "fetch") && query_bool(req_query(q, "fetch"), &fetch)))
-		return reply_error(q, 400, "bad_request", "wait and fetch must be 0 or 1");
-	if (!s->remote_sync)
-		return no_remote(q);
-	if (atomic_load(&s->stopping))
-		return reply_error_hdr(q, 503, "Retry-After", PULL_RETRY_AFTER, "shutting_down",
-				       "thawd is stopping");
 	/* A pull is a snapshot made elsewhere: it takes a snapshot's place. */
-	job = jobs_reserve(s->jobs, "pull", q->route.id, &ret);
+	*reserved = false;
+	job = jobs_reserve(s->jobs, "pull", function, &ret);
 	if (!job)
-		return reply_error_hdr(q, 503, "Retry-After", PULL_RETRY_AFTER,
-				       ret == -ESHUTDOWN ? "shutting_down" : "no_capacity",
-				       "%s", ret == -EAGAIN ? "--max-snapshots snapshots or pulls are "
-							      "running already" : strerror(-ret));
+		return ret;
+	*reserved = true;
 	t = calloc(1, sizeof(*t));
 	if (!t) {
 		jobs_unreserve(s->jobs, job);
-		return reply_error(q, 500, "internal", "out of memory");
+		return -ENOMEM;
 	}
-	snprintf(jid, sizeof(jid), "%s", job_id(job));
+	snprintf(jid, 32, "%s", job_id(job));
 	*t = (struct pull_task){ .srv = s, .fetch = fetch };
-	snprintf(t->function, sizeof(t->function), "%s", q->route.id);
+	snprintf(t->function, sizeof(t->function), "%s", function);
 	snprintf(t->job, sizeof(t->job), "%s", jid);
-	ret = jobs_run(s->jobs, job, pull_run, t, pull_task_free);
-	if (ret)
-		return reply_error(q, 500, "internal", "cannot start the pull: %s", strerror(-ret));
-	snprintf(loc, sizeof(loc), "/jobs/%s", jid);
-	if (wait)
-		jobs_wait(s->jobs, jid);
-	if (jobs_get_json(s->jobs, jid, &j, &jerr))
-		return reply_error(q, 500, "internal", "job %s vanished", jid);
-	if (jerr) {
-		struct api_err e = pull_error(jerr);
-		const char *msg =
-		    json_string_value(json_object_get(json_object_get(j, "error"), "message"));
-		int r = reply_error(q, e.status, e.code, "%s", msg ? msg : strerror(-jerr));
-
-		json_decref(j);
-		return r;
-	}
-	return reply_json_hdr(q, wait ? 200 : 202, json_pack("{s:o}", "job", j), "Location", loc);
+	return jobs_run(s->jobs, job, pull_run, t, pull_task_free);
 }
 
 /* ---- life ---- */

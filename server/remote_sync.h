@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* remote_sync.h — thawd and the remote tier (remote/remote.h): a fleet's
- * functions on an S3-compatible object store (thawd --remote).
+ * functions on an S3-compatible object store (thawd --remote).  A
+ * background service: thawd.c starts and stops it, the starts, snapshots,
+ * deletes and standbys call it, and its routes are server/api_remote.c.
  *
  *   push   After each snapshot, and on POST /functions/<id>/push, one
  *          background thread uploads the function's spec and current
@@ -24,9 +26,9 @@
 #define THAW_SERVER_REMOTE_SYNC_H
 
 #include <jansson.h>
+#include <stdbool.h>
 
 struct server;
-struct req;
 
 /* Open the remote of s->opts (nothing when none is set) and start the push
  * thread.  0, or -errno (logged: a bad URL, no keys). */
@@ -53,8 +55,19 @@ void remote_sync_describe(struct server *s, const char *function, json_t *f);
  * how long the fetch took (0: none was needed). */
 int remote_sync_fetch(struct server *s, const char *snap, double *ms);
 
-/* The routes. */
-int remote_sync_post_push(struct req *q);
-int remote_sync_post_pull(struct req *q);
+/* What the routes (server/api_remote.c) ask; both need a remote
+ * (s->remote_sync not NULL). */
+/* Queue a push of function's current snapshot and, with wait, wait until
+ * it is done (or thawd stops).  0 and *push (its "push" object, a new
+ * reference), -EIO when it was waited for and failed (*push says why), or
+ * -ENOMEM. */
+int remote_sync_push_now(struct server *s, const char *function, bool wait, json_t **push);
+/* A pull job of function (its id in jid), which takes a --max-snapshots
+ * place: reads its ref, fetches its snapshot's chunks (or only the
+ * manifest, fetch false) and registers it.  0, or -errno with *reserved
+ * false when no job could be reserved (-EAGAIN: the jobs are full,
+ * -ESHUTDOWN), true when its thread could not be started. */
+int remote_sync_pull(struct server *s, const char *function, bool fetch, char jid[32],
+		     bool *reserved);
 
 #endif

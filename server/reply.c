@@ -1,18 +1,56 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* reply.c — thawd's answers: JSON bodies, the error shape of docs/API.md
- * ({"error":{"code","message"}}), empty and text answers, each with the
- * headers it needs, queued on the request's connection (internal.h). */
+/* reply.c — what a handler may ask of its request (internal.h): its query,
+ * whether its client is still there, and its answers: JSON bodies, the
+ * error shape of docs/API.md ({"error":{"code","message"}}), empty and text
+ * answers, each with the headers it needs, queued on the request's
+ * connection.  It calls nothing of the server's: the transport (http.c) and
+ * the handlers (api.h) both use it. */
 #define LOG_PREFIX "thawd: "
 #include "common/log.h"
+#include "function/spec.h"
 #include "server/internal.h"
 
 #include <errno.h>
 #include <jansson.h>
 #include <microhttpd.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+const char *req_query(struct req *q, const char *key)
+{
+	/* A request of thawd's own (no connection) has no query. */
+	return q->conn ? MHD_lookup_connection_value(q->conn, MHD_GET_ARGUMENT_KIND, key) : NULL;
+}
+
+int req_query_seconds(struct req *q, const char *key, double *out, char *why, size_t len)
+{
+	const char *v = req_query(q, key);
+
+	if (v && query_seconds_parse(v, SPEC_MAX_SECONDS, out)) {
+		snprintf(why, len, "%s: must be a number of seconds from 0 to %.0f (decimal digits)",
+			 key, SPEC_MAX_SECONDS);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+bool req_client_gone(struct req *q)
+{
+	const union MHD_ConnectionInfo *ci =
+		q->conn ? MHD_get_connection_info(q->conn, MHD_CONNECTION_INFO_CONNECTION_FD)
+			: NULL;
+	struct pollfd p;
+
+	if (!ci)
+		return false;
+	p = (struct pollfd){ .fd = ci->connect_fd, .events = POLLRDHUP };
+	/* An HTTP client does not shut down its sending side while it waits
+	 * for the answer: RDHUP or HUP means it closed the connection. */
+	return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
 
 static int queue(struct req *q, unsigned status, struct MHD_Response *r, const char *ctype,
 		 const char *hname, const char *hvalue)

@@ -23,6 +23,7 @@
 #include "server/standby.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -298,156 +299,267 @@ static int restore_or_boot(struct server *s, const char *fn, const char *snap, b
 	return ret;
 }
 
-/* A start of q's function, whose GET /functions/<id> object f (NULL if it
- * is gone) gives its limits, standbys and snapshot's size. */
-static int start_function(struct req *q, const json_t *f)
-{
-	struct server *s = q->srv;
-	const char *fn = q->route.id;
-	char snap[CHUNK_ID_LEN], loc[128], msg[768], boot_why[768] = "";
-	enum snap_state st = SNAP_NONE;
-	struct inst_limits lim;
-	struct instance in;
-	struct gpu_placement gp;
-	const char *code = NULL, *boot_reason = NULL;
+/* One start as it goes, step by step (start_function): what each step
+ * took is recorded here, so that one undo (start_release) gives back
+ * whatever the start holds, whichever step it ended at. */
+struct start {
+	struct req *q;
+	struct server *s;
+	const json_t *f; /* its GET /functions/<id> object; NULL if it is gone */
+	const char *fn;
+	char snap[CHUNK_ID_LEN];
 	/* "on_restore_failure": "fail" (docs/DESIGN.md, "Restore or boot") */
-	bool fails = !strcmp(json_string_value(json_object_get(f, "on_restore_failure")) ?: "",
-			     "fail");
-	double fetch_ms = 0;
-	json_t *answer;
-	unsigned running, max_instances, have, status;
-	bool placed;
-	int ret;
+	bool fails;
+	/* Set when its snapshot cannot serve here: it boots, restoring nothing. */
+	char boot_why[768];
+	const char *boot_reason;
+	unsigned max_instances;
+	struct inst_limits lim;
+	/* Taken: given back by start_release. */
+	struct gpu_placement gp;
+	bool reserved; /* an instance place of its function (insts_reserve) */
+	bool counted;  /* one of s->starts_running (--max-starts) */
+	double fetch_ms;
+	struct instance in;
+	int err; /* the standby's, restore's or boot's result */
+	/* A step's refusal: the answer start_refused gives. */
+	unsigned status;
+	const char *code;
+	bool retry; /* with Retry-After */
+	char msg[768];
+};
 
-	ret = registry_ready_snapshot(s->reg, fn, snap, &st);
-	if (ret == -ENOENT)
-		return reply_error(q, 404, "not_found", "no function %s", fn);
-	metrics_start(s->metrics, fn);
-	if (ret) {
-		snprintf(msg, sizeof(msg), "no ready snapshot (snapshot state: %s)%s",
-			 snap_state_name(st),
-			 st == SNAP_BUILDING ? "" : "; POST /functions/<id>/snapshot first");
-		return start_failed(q, 409, "no_snapshot", NULL, NULL, msg);
-	}
+/* Refuse the start with status and code (Retry-After with retry), its
+ * message already in st->msg: the step that calls it returns what this
+ * does, -1. */
+static int refused(struct start *st, unsigned status, const char *code, bool retry)
+{
+	st->status = status;
+	st->code = code;
+	st->retry = retry;
+	return -1;
+}
+
+/* refused(), with the message made from fmt. */
+__attribute__((format(printf, 5, 6)))
+static int refuse(struct start *st, unsigned status, const char *code, bool retry,
+		  const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(st->msg, sizeof(st->msg), fmt, ap);
+	va_end(ap);
+	return refused(st, status, code, retry);
+}
+
+/* Place the start's GPUs (a GPU function's, or one asking ?gpu=): 0, or -1
+ * refused (a 400 for a bad request, a 503 for no room). */
+static int start_place(struct start *st)
+{
+	unsigned status = place_gpus(st->q, st->f, st->snap, &st->gp, &st->code, st->msg,
+				     sizeof(st->msg));
+
+	return status ? refused(st, status, st->code, status == 503) : 0;
+}
+
+/* Whether the start may go on at all (nothing is taken yet): a ready
+ * snapshot, thawd not stopping, a RAM tier, its limits and ?query, the
+ * memory it needs; a snapshot that cannot serve here boots (boot_why), or
+ * with "on_restore_failure": "fail" is refused.  0, or -1 refused. */
+static int start_admit(struct start *st, int ready, enum snap_state state)
+{
+	struct server *s = st->s;
+
+	if (ready)
+		return refuse(st, 409, "no_snapshot", false,
+			      "no ready snapshot (snapshot state: %s)%s", snap_state_name(state),
+			      state == SNAP_BUILDING ? "" : "; POST /functions/<id>/snapshot first");
 	if (atomic_load(&s->stopping))
-		return start_failed(q, 503, "shutting_down", "Retry-After", START_RETRY_AFTER,
-				    "thawd is stopping");
+		return refuse(st, 503, "shutting_down", true, "thawd is stopping");
 	if (!s->tier)
-		return start_failed(q, 503, "unavailable", "Retry-After", START_RETRY_AFTER,
-				    "the RAM tier is not open (see thawd's log)");
-	ret = start_limits(q, f, &max_instances, &lim, msg, sizeof(msg));
-	if (ret)
-		return start_failed(q, 400, "bad_request", NULL, NULL, msg);
-	if (!memory_admits(s, fn, f, msg, sizeof(msg)))
-		return start_failed(q, 503, "no_memory", "Retry-After", START_RETRY_AFTER, msg);
+		return refuse(st, 503, "unavailable", true,
+			      "the RAM tier is not open (see thawd's log)");
+	if (start_limits(st->q, st->f, &st->max_instances, &st->lim, st->msg, sizeof(st->msg)))
+		return refused(st, 400, "bad_request", false);
+	if (!memory_admits(s, st->fn, st->f, st->msg, sizeof(st->msg)))
+		return refused(st, 503, "no_memory", true);
 	/* Its snapshot marked, or made on a host unlike this one: boot (or,
 	 * "on_restore_failure": "fail", say why not), restoring nothing. */
-	if (fallback_precheck(s, fn, snap, fails, &boot_reason, boot_why, sizeof(boot_why)) &&
-	    fails)
-		return start_failed(q, 500, "host_mismatch", NULL, NULL, boot_why);
-	memset(&gp, 0, sizeof(gp));
-	status = boot_why[0] ? 0 : place_gpus(q, f, snap, &gp, &code, msg, sizeof(msg));
-	if (status)
-		return start_failed(q, status, code, status == 503 ? "Retry-After" : NULL,
-				    START_RETRY_AFTER, msg);
-	if (insts_reserve(s->insts, fn, max_instances, &have)) {
-		gpu_release(&gp);
-		snprintf(msg, sizeof(msg), "function %s has %u instance(s), its max_instances", fn,
-			 have);
-		return start_failed(q, 429, "too_many_instances", "Retry-After", START_RETRY_AFTER,
-				    msg);
-	}
-	running = atomic_fetch_add(&s->starts_running, 1);
-	if (running >= s->opts.max_starts) {
-		atomic_fetch_sub(&s->starts_running, 1);
-		insts_unreserve(s->insts, fn);
-		gpu_release(&gp);
-		snprintf(msg, sizeof(msg), "%u start(s) are running already (--max-starts %u)",
-			 running, s->opts.max_starts);
-		return start_failed(q, 503, "no_capacity", "Retry-After", START_RETRY_AFTER, msg);
-	}
-	/* A function pulled without its chunks (?fetch=0) gets them now. */
-	ret = boot_why[0] ? 0 : remote_sync_fetch(s, snap, &fetch_ms);
-	if (ret) {
-		atomic_fetch_sub(&s->starts_running, 1);
-		insts_unreserve(s->insts, fn);
-		gpu_release(&gp);
-		snprintf(msg, sizeof(msg), "its snapshot is not in the store and the remote could "
-			 "not give it: %s", log_last_error());
-		return start_failed(q, 502, "remote_failed", NULL, NULL, msg);
-	}
-	memset(&in, 0, sizeof(in));
-	log_clear_error();
-	placed = gp.held;
-	ret = take_standby(s, fn, f, snap, &gp, &in);
-	/* A standby that failed gave its GPUs back: placed again, as asked. */
-	if (ret && placed && !gp.held &&
-	    (status = place_gpus(q, f, snap, &gp, &code, msg, sizeof(msg)))) {
-		atomic_fetch_sub(&s->starts_running, 1);
-		insts_unreserve(s->insts, fn);
-		return start_failed(q, status, code, status == 503 ? "Retry-After" : NULL,
-				    START_RETRY_AFTER, msg);
-	}
-	if (ret && boot_why[0])
-		ret = fallback_boot(s, fn, snap, boot_why, false, &in);
-	else if (ret)
-		ret = restore_or_boot(s, fn, snap, fails, &gp, &in, &boot_reason);
-	gpu_release(&gp);
-	atomic_fetch_sub(&s->starts_running, 1);
-	standby_kick(s->standby); /* a refill waits for no start in flight */
-	if (!ret) {
-		unsigned long long pid_start = 0;
+	if (fallback_precheck(s, st->fn, st->snap, st->fails, &st->boot_reason, st->boot_why,
+			      sizeof(st->boot_why)) &&
+	    st->fails)
+		return refuse(st, 500, "host_mismatch", false, "%s", st->boot_why);
+	return st->boot_why[0] ? 0 : start_place(st);
+}
 
-		snprintf(in.function, sizeof(in.function), "%s", fn);
-		proc_start_time(in.pid, &pid_start);
-		if (insts_add(s->insts, in.id, fn, in.pid, pid_start, false))
-			pr_warn("instance %s is not tracked (out of memory)", in.id);
-	}
-	insts_unreserve(s->insts, fn);
-	if (ret && boot_why[0])
-		return boot_lost(q, boot_why, ret);
-	if (ret && in.failed && !strcmp(in.failed, "image"))
-		return image_lost(q, ret);
-	if (ret)
-		return start_lost(q, snap, ret);
-	lim.started_ms = realtime_ms();
-	insts_set_limits(s->insts, in.id, &lim);
-	if (instance_set_limits(&s->cfg, in.id, lim.idle_s, lim.lifetime_s, lim.grace_s))
-		pr_warn("instance %s: its limits are not recorded", in.id);
+/* Take an instance place of its function (max_instances) and a start
+ * place (--max-starts): 0, or -1 refused (429, 503). */
+static int start_reserve(struct start *st)
+{
+	struct server *s = st->s;
+	unsigned have, running;
+
+	if (insts_reserve(s->insts, st->fn, st->max_instances, &have))
+		return refuse(st, 429, "too_many_instances", true,
+			      "function %s has %u instance(s), its max_instances", st->fn, have);
+	st->reserved = true;
+	running = atomic_fetch_add(&s->starts_running, 1);
+	st->counted = true;
+	if (running >= s->opts.max_starts)
+		return refuse(st, 503, "no_capacity", true,
+			      "%u start(s) are running already (--max-starts %u)", running,
+			      s->opts.max_starts);
+	return 0;
+}
+
+/* A function pulled without its chunks (?fetch=0) gets them now: 0, or -1
+ * refused (502). */
+static int start_fetch(struct start *st)
+{
+	if (st->boot_why[0] || !remote_sync_fetch(st->s, st->snap, &st->fetch_ms))
+		return 0;
+	return refuse(st, 502, "remote_failed", false,
+		      "its snapshot is not in the store and the remote could not give it: %s",
+		      log_last_error());
+}
+
+/* The instance: a standby if one waits, else a restore (or a cold boot),
+ * its result in st->err.  0, or -1 refused: a standby that failed gave its
+ * GPUs back, and they could not be placed again. */
+static int start_run(struct start *st)
+{
+	struct server *s = st->s;
+	bool placed = st->gp.held;
+
+	log_clear_error();
+	st->err = take_standby(s, st->fn, st->f, st->snap, &st->gp, &st->in);
+	if (st->err && placed && !st->gp.held && start_place(st))
+		return -1;
+	if (st->err && st->boot_why[0])
+		st->err = fallback_boot(s, st->fn, st->snap, st->boot_why, false, &st->in);
+	else if (st->err)
+		st->err = restore_or_boot(s, st->fn, st->snap, st->fails, &st->gp, &st->in,
+					  &st->boot_reason);
+	return 0;
+}
+
+/* The one undo: give back what the steps took, in reverse. */
+static void start_release(struct start *st)
+{
+	if (st->counted)
+		atomic_fetch_sub(&st->s->starts_running, 1);
+	if (st->reserved)
+		insts_unreserve(st->s->insts, st->fn);
+	gpu_release(&st->gp);
+	st->counted = st->reserved = false;
+}
+
+static int start_refused(struct start *st)
+{
+	return start_failed(st->q, st->status, st->code, st->retry ? "Retry-After" : NULL,
+			    START_RETRY_AFTER, st->msg);
+}
+
+/* The instance made: tracked (before its instance place is given back, so
+ * that max_instances holds throughout). */
+static void start_track(struct start *st)
+{
+	unsigned long long pid_start = 0;
+
+	snprintf(st->in.function, sizeof(st->in.function), "%s", st->fn);
+	proc_start_time(st->in.pid, &pid_start);
+	if (insts_add(st->s->insts, st->in.id, st->fn, st->in.pid, pid_start, false))
+		pr_warn("instance %s is not tracked (out of memory)", st->in.id);
+}
+
+/* The answer to a start whose instance is running: its limits recorded,
+ * unless its function was deleted or its client left meanwhile (then it is
+ * stopped), its metrics, 201. */
+static int start_answer_made(struct start *st)
+{
+	struct server *s = st->s;
+	struct instance *in = &st->in;
+	const char *fn = st->fn;
+	char loc[128];
+	json_t *answer;
+
+	st->lim.started_ms = realtime_ms();
+	insts_set_limits(s->insts, in->id, &st->lim);
+	if (instance_set_limits(&s->cfg, in->id, st->lim.idle_s, st->lim.lifetime_s,
+				st->lim.grace_s))
+		pr_warn("instance %s: its limits are not recorded", in->id);
 	if (!registry_exists(s->reg, fn)) {
 		/* Deleted while we restored: the delete left this start's
 		 * instance to it (own_start), or is stopping it now. */
-		insts_remove(s->insts, in.id);
-		api_stop_instance(s, in.id, "function_deleted", "its function was deleted during its start");
-		return start_failed(q, 404, "not_found", NULL, NULL,
+		insts_remove(s->insts, in->id);
+		api_stop_instance(s, in->id, "function_deleted",
+				  "its function was deleted during its start");
+		return start_failed(st->q, 404, "not_found", NULL, NULL,
 				    "the function was deleted during the start; its instance "
 				    "is stopped");
 	}
-	if (req_client_gone(q)) {
+	if (req_client_gone(st->q)) {
 		/* The gateway gave up (its timeout): nobody will ever use or
 		 * delete this instance, so it must not outlive the request. */
-		insts_remove(s->insts, in.id);
-		api_stop_instance(s, in.id, "client_gone", "its client gave up waiting for the start");
+		insts_remove(s->insts, in->id);
+		api_stop_instance(s, in->id, "client_gone",
+				  "its client gave up waiting for the start");
 		pr_warn("start of %s: the client closed the connection before the answer; "
 			"instance %s stopped",
-			fn, in.id);
-		return start_failed(q, 499, "client_gone", NULL, NULL,
+			fn, in->id);
+		return start_failed(st->q, 499, "client_gone", NULL, NULL,
 				    "the client closed the connection");
 	}
-	if (in.booted)
-		metrics_start_booted(s->metrics, fn, boot_reason ? boot_reason : FALLBACK_MARKED);
+	if (in->booted)
+		metrics_start_booted(s->metrics, fn,
+				     st->boot_reason ? st->boot_reason : FALLBACK_MARKED);
 	else
 		metrics_restore_phases(s->metrics,
-				       (double[PHASE_COUNT]){ in.t.materialize, in.t.criu_restore,
-							      in.t.gpu_restore, in.t.ready,
-							      in.t.total });
-	pr_info("instance %s of %s at %s in %.1f ms (%s, %s)", in.id, fn, in.endpoint, in.t.total,
-		in.tier_hit ? "ram" : "disk", in.lazy ? "lazy" : "eager");
-	snprintf(loc, sizeof(loc), "/instances/%s", in.id);
-	answer = start_answer(&in);
-	if (answer && fetch_ms > 0)
-		json_object_set_new(answer, "remote_fetch_ms", json_real(fetch_ms));
-	return reply_json_hdr(q, 201, answer, "Location", loc);
+				       (double[PHASE_COUNT]){ in->t.materialize, in->t.criu_restore,
+							      in->t.gpu_restore, in->t.ready,
+							      in->t.total });
+	pr_info("instance %s of %s at %s in %.1f ms (%s, %s)", in->id, fn, in->endpoint,
+		in->t.total, in->tier_hit ? "ram" : "disk", in->lazy ? "lazy" : "eager");
+	snprintf(loc, sizeof(loc), "/instances/%s", in->id);
+	answer = start_answer(in);
+	if (answer && st->fetch_ms > 0)
+		json_object_set_new(answer, "remote_fetch_ms", json_real(st->fetch_ms));
+	return reply_json_hdr(st->q, 201, answer, "Location", loc);
+}
+
+/* A start of q's function, whose GET /functions/<id> object f (NULL if it
+ * is gone) gives its limits, standbys and snapshot's size: admitted,
+ * placed, reserved, fetched, run; whatever step refuses it, start_release
+ * gives back what the others took. */
+static int start_function(struct req *q, const json_t *f)
+{
+	struct start st = { .q = q, .s = q->srv, .f = f, .fn = q->route.id };
+	enum snap_state state = SNAP_NONE;
+	int ready;
+
+	st.fails = !strcmp(json_string_value(json_object_get(f, "on_restore_failure")) ?: "",
+			   "fail");
+	ready = registry_ready_snapshot(st.s->reg, st.fn, st.snap, &state);
+	if (ready == -ENOENT)
+		return reply_error(q, 404, "not_found", "no function %s", st.fn);
+	metrics_start(st.s->metrics, st.fn);
+	if (start_admit(&st, ready, state) || start_reserve(&st) || start_fetch(&st) ||
+	    start_run(&st)) {
+		start_release(&st);
+		return start_refused(&st);
+	}
+	if (!st.err)
+		start_track(&st);
+	start_release(&st);
+	standby_kick(st.s->standby); /* a refill waits for no start in flight */
+	if (st.err && st.boot_why[0])
+		return boot_lost(q, st.boot_why, st.err);
+	if (st.err && st.in.failed && !strcmp(st.in.failed, "image"))
+		return image_lost(q, st.err);
+	if (st.err)
+		return start_lost(q, st.snap, st.err);
+	return start_answer_made(&st);
 }
 
 int api_post_start(struct req *q)

@@ -30,9 +30,20 @@ static int reply_failed(struct req *q, const char *what, int err)
 			   m && *m ? m : strerror(-err));
 }
 
-int logs_get_instance(struct req *q)
+/* What a log's reader found of its instance or job. */
+enum log_owner { LOG_OWNER_THERE, LOG_OWNER_GONE, LOG_OWNER_BAD_ID };
+
+/* A log's reader: the last lines of q->route.id's log into *text, *len:
+ * 0, or -errno with *owner saying whether that is because its owner is
+ * not there (404) or its id is not one (400). */
+typedef int (*log_tail_fn)(struct req *q, unsigned lines, char **text, size_t *len,
+			   enum log_owner *owner);
+
+/* GET of the log of q->route.id, a what ("instance", "job"), read by tail. */
+static int get_log(struct req *q, const char *what, log_tail_fn tail)
 {
 	const char *id = q->route.id;
+	enum log_owner owner = LOG_OWNER_THERE;
 	unsigned lines;
 	char *text = NULL;
 	size_t len = 0;
@@ -41,34 +52,45 @@ int logs_get_instance(struct req *q)
 	if (logfile_parse_tail(req_query(q, "tail"), &lines))
 		return bad_tail(q);
 	log_clear_error();
-	ret = instance_log_tail(&q->srv->cfg, id, lines, &text, &len);
-	if (ret == -ENOENT)
-		return reply_error(q, 404, "not_found", "no instance %s", id);
-	if (ret == -EINVAL)
+	ret = tail(q, lines, &text, &len, &owner);
+	if (ret && owner == LOG_OWNER_GONE)
+		return reply_error(q, 404, "not_found", "no %s %s", what, id);
+	if (ret && owner == LOG_OWNER_BAD_ID)
 		return reply_error(q, 400, "invalid_id", "invalid id \"%s\"", id);
 	if (ret)
 		return reply_failed(q, id, ret);
 	return reply_text(q, 200, TEXT_PLAIN, text, len);
 }
 
+static int instance_tail(struct req *q, unsigned lines, char **text, size_t *len,
+			 enum log_owner *owner)
+{
+	int ret = instance_log_tail(&q->srv->cfg, q->route.id, lines, text, len);
+
+	*owner = ret == -ENOENT ? LOG_OWNER_GONE : ret == -EINVAL ? LOG_OWNER_BAD_ID
+								  : LOG_OWNER_THERE;
+	return ret;
+}
+
+static int job_tail(struct req *q, unsigned lines, char **text, size_t *len,
+		    enum log_owner *owner)
+{
+	char path[PATH_MAX];
+	int ret = jobs_log_path(q->srv->jobs, q->route.id, path, sizeof(path));
+
+	if (ret) {
+		*owner = ret == -ENOENT ? LOG_OWNER_GONE : LOG_OWNER_THERE;
+		return ret;
+	}
+	return logfile_tail(path, lines, text, len);
+}
+
+int logs_get_instance(struct req *q)
+{
+	return get_log(q, "instance", instance_tail);
+}
+
 int logs_get_job(struct req *q)
 {
-	const char *id = q->route.id;
-	char path[PATH_MAX];
-	unsigned lines;
-	char *text = NULL;
-	size_t len = 0;
-	int ret;
-
-	if (logfile_parse_tail(req_query(q, "tail"), &lines))
-		return bad_tail(q);
-	log_clear_error();
-	ret = jobs_log_path(q->srv->jobs, id, path, sizeof(path));
-	if (ret == -ENOENT)
-		return reply_error(q, 404, "not_found", "no job %s", id);
-	if (!ret)
-		ret = logfile_tail(path, lines, &text, &len);
-	if (ret)
-		return reply_failed(q, id, ret);
-	return reply_text(q, 200, TEXT_PLAIN, text, len);
+	return get_log(q, "job", job_tail);
 }

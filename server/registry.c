@@ -18,6 +18,14 @@
 #define REGISTRY_VERSION  1
 #define REGISTRY_FILE_MAX (4u << 20) /* a function file larger than this is damaged */
 
+/* A mark on a function's current snapshot: when (RFC 3339) and what;
+ * "" and NULL when there is none.  In its file as {"at", KEY} (KEY "what"
+ * of "damaged", "why" of "unrestorable"). */
+struct snap_mark {
+	char at[32];
+	char *what;
+};
+
 struct entry {
 	char id[64];
 	json_t *spec;
@@ -29,14 +37,10 @@ struct entry {
 	char job[64];
 	uint64_t image_bytes, stored_bytes;
 	json_t *timings; /* NULL if none */
-	/* The current snapshot's stored data failed a start (registry.h):
-	 * when (RFC 3339) and what; "" and NULL when it did not. */
-	char damaged_at[32];
-	char *damaged_what;
-	/* The current snapshot cannot serve starts (registry.h): when and
-	 * why; "" and NULL when it can. */
-	char unrestorable_at[32];
-	char *unrestorable_why;
+	/* The current snapshot's stored data failed a start (registry.h). */
+	struct snap_mark damaged;
+	/* The current snapshot cannot serve starts (registry.h). */
+	struct snap_mark unrestorable;
 	/* Being deleted (registry_delete_begin): gone to clients, recorded in
 	 * its file until the delete is done.  claimed: a request of this
 	 * thawd is doing it now (not recorded). */
@@ -76,21 +80,42 @@ static void entry_free(struct entry *e)
 	json_decref(e->spec);
 	json_decref(e->timings);
 	free(e->error);
-	free(e->damaged_what);
-	free(e->unrestorable_why);
+	free(e->damaged.what);
+	free(e->unrestorable.what);
 	free(e);
+}
+
+static void mark_clear(struct snap_mark *m)
+{
+	m->at[0] = '\0';
+	free(m->what);
+	m->what = NULL;
+}
+
+/* m as its file and GET /functions/<id> show it, its text under key; null
+ * when it is not set. */
+static json_t *mark_json(const struct snap_mark *m, const char *key)
+{
+	return m->what ? json_pack("{s:s, s:s}", "at", m->at, key, m->what) : json_null();
+}
+
+/* m from v, its form in a function's file: 0 (a mark without either part
+ * is dropped), or -ENOMEM. */
+static int mark_load(struct snap_mark *m, const json_t *v, const char *key)
+{
+	if (!json_is_string(json_object_get(v, key)) || !json_is_string(json_object_get(v, "at")))
+		return 0;
+	snprintf(m->at, sizeof(m->at), "%s", json_string_value(json_object_get(v, "at")));
+	m->what = strdup(json_string_value(json_object_get(v, key)));
+	return m->what ? 0 : -ENOMEM;
 }
 
 /* The current snapshot is no longer marked damaged, nor unrestorable (a
  * new one, or none). */
 static void entry_clear_damaged(struct entry *e)
 {
-	e->damaged_at[0] = '\0';
-	free(e->damaged_what);
-	e->damaged_what = NULL;
-	e->unrestorable_at[0] = '\0';
-	free(e->unrestorable_why);
-	e->unrestorable_why = NULL;
+	mark_clear(&e->damaged);
+	mark_clear(&e->unrestorable);
 }
 
 /* Forget the snapshot state of e (back to "none"). */
@@ -115,13 +140,8 @@ static json_t *str_or_null(const char *s)
 static json_t *snapshot_json(const struct entry *e)
 {
 	json_t *timings = e->timings ? json_deep_copy(e->timings) : json_null();
-	json_t *damaged =
-	    e->damaged_what ? json_pack("{s:s, s:s}", "at", e->damaged_at, "what", e->damaged_what)
-			    : json_null();
-	json_t *unrestorable = e->unrestorable_why ? json_pack("{s:s, s:s}", "at",
-							       e->unrestorable_at, "why",
-							       e->unrestorable_why)
-						   : json_null();
+	json_t *damaged = mark_json(&e->damaged, "what");
+	json_t *unrestorable = mark_json(&e->unrestorable, "why");
 
 	/* json_pack's "o" steals the references it is given, also on failure. */
 	return json_pack("{s:s, s:o, s:o, s:o, s:I, s:I, s:o, s:o, s:o}", "state",
@@ -279,22 +299,10 @@ static struct entry *entry_load(const char *path, const char *id)
 		goto bad;
 	/* A mark of damage belongs to a current snapshot; one without either
 	 * part is dropped rather than the function. */
-	v = json_object_get(snap, "damaged");
-	if (e->snap_id[0] && json_is_string(json_object_get(v, "what")) &&
-	    json_is_string(json_object_get(v, "at"))) {
-		snprintf(e->damaged_at, sizeof(e->damaged_at), "%s",
-			 json_string_value(json_object_get(v, "at")));
-		if (!(e->damaged_what = strdup(json_string_value(json_object_get(v, "what")))))
-			goto bad;
-	}
-	v = json_object_get(snap, "unrestorable");
-	if (e->snap_id[0] && json_is_string(json_object_get(v, "why")) &&
-	    json_is_string(json_object_get(v, "at"))) {
-		snprintf(e->unrestorable_at, sizeof(e->unrestorable_at), "%s",
-			 json_string_value(json_object_get(v, "at")));
-		if (!(e->unrestorable_why = strdup(json_string_value(json_object_get(v, "why")))))
-			goto bad;
-	}
+	if (e->snap_id[0] &&
+	    (mark_load(&e->damaged, json_object_get(snap, "damaged"), "what") ||
+	     mark_load(&e->unrestorable, json_object_get(snap, "unrestorable"), "why")))
+		goto bad;
 	e->deleting = json_is_true(json_object_get(j, "deleting"));
 	json_decref(j);
 	free(buf);
@@ -497,7 +505,10 @@ static int cmp_entry(const void *a, const void *b)
 	return strcmp((*(struct entry *const *)a)->id, (*(struct entry *const *)b)->id);
 }
 
-int registry_list_json(struct registry *r, json_t **out)
+/* The functions being deleted (deleting) or the others, in the order of
+ * their ids, each as item makes it, into *out: 0 or -ENOMEM. */
+static int list_json(struct registry *r, bool deleting, json_t *(*item)(const struct entry *e),
+		     json_t **out)
 {
 	json_t *arr = json_array();
 	int ret = 0;
@@ -509,7 +520,7 @@ int registry_list_json(struct registry *r, json_t **out)
 	if (r->n) /* r->e is NULL with no function, and qsort's may not be */
 		qsort(r->e, r->n, sizeof(*r->e), cmp_entry);
 	for (size_t i = 0; i < r->n && !ret; i++) {
-		if (!r->e[i]->deleting && json_array_append_new(arr, entry_api_json(r->e[i])))
+		if (r->e[i]->deleting == deleting && json_array_append_new(arr, item(r->e[i])))
 			ret = -ENOMEM;
 	}
 	pthread_mutex_unlock(&r->lock);
@@ -519,6 +530,11 @@ int registry_list_json(struct registry *r, json_t **out)
 	}
 	*out = arr;
 	return 0;
+}
+
+int registry_list_json(struct registry *r, json_t **out)
+{
+	return list_json(r, false, entry_api_json, out);
 }
 
 int registry_delete(struct registry *r, const char *id, char *forgot)
@@ -596,26 +612,14 @@ void registry_delete_release(struct registry *r, const char *id)
 	pthread_mutex_unlock(&r->lock);
 }
 
+static json_t *entry_id_json(const struct entry *e)
+{
+	return json_string(e->id);
+}
+
 int registry_list_deleting(struct registry *r, json_t **out)
 {
-	json_t *arr = json_array();
-	int ret = 0;
-
-	*out = NULL;
-	if (!arr)
-		return -ENOMEM;
-	pthread_mutex_lock(&r->lock);
-	for (size_t i = 0; i < r->n && !ret; i++) {
-		if (r->e[i]->deleting && json_array_append_new(arr, json_string(r->e[i]->id)))
-			ret = -ENOMEM;
-	}
-	pthread_mutex_unlock(&r->lock);
-	if (ret) {
-		json_decref(arr);
-		return ret;
-	}
-	*out = arr;
-	return 0;
+	return list_json(r, true, entry_id_json, out);
 }
 
 json_t *registry_snapshot_tag(struct registry *r, const char *id, const char *job_id)
@@ -746,11 +750,16 @@ out:
 	return ret;
 }
 
-int registry_snapshot_damaged(struct registry *r, const char *id, const char *snapshot_id,
-			      const char *what)
+/* Mark function id's snapshot snapshot_id with what, stamped now: the
+ * unrestorable mark if unrestorable (its first reason stays), else the
+ * damaged one (the latest stays).  0, -ENOENT (no such function, or
+ * another snapshot), -ENOMEM, or the write's error. */
+static int snapshot_mark(struct registry *r, const char *id, const char *snapshot_id,
+			 bool unrestorable, const char *what)
 {
-	char at[32], *copy = strdup(what && *what ? what : "damaged");
+	char at[32], *copy = strdup(what);
 	time_t now = time(NULL);
+	struct snap_mark *m;
 	struct tm tm;
 	struct entry *e;
 	int ret = 0;
@@ -765,10 +774,13 @@ int registry_snapshot_damaged(struct registry *r, const char *id, const char *sn
 		ret = -ENOENT;
 		goto out;
 	}
-	free(e->damaged_what);
-	e->damaged_what = copy;
+	m = unrestorable ? &e->unrestorable : &e->damaged;
+	if (unrestorable && m->what)
+		goto out; /* marked already: the first reason stays */
+	free(m->what);
+	m->what = copy;
 	copy = NULL;
-	snprintf(e->damaged_at, sizeof(e->damaged_at), "%s", at);
+	snprintf(m->at, sizeof(m->at), "%s", at);
 	ret = entry_persist(r, e);
 out:
 	pthread_mutex_unlock(&r->lock);
@@ -776,35 +788,17 @@ out:
 	return ret;
 }
 
+int registry_snapshot_damaged(struct registry *r, const char *id, const char *snapshot_id,
+			      const char *what)
+{
+	return snapshot_mark(r, id, snapshot_id, false, what && *what ? what : "damaged");
+}
+
 int registry_snapshot_unrestorable(struct registry *r, const char *id, const char *snapshot_id,
 				   const char *why)
 {
-	char at[32], *copy = strdup(why && *why ? why : "it cannot be restored");
-	time_t now = time(NULL);
-	struct tm tm;
-	struct entry *e;
-	int ret = 0;
-
-	if (!copy)
-		return -ENOMEM;
-	if (!gmtime_r(&now, &tm) || !strftime(at, sizeof(at), "%Y-%m-%dT%H:%M:%SZ", &tm))
-		snprintf(at, sizeof(at), "1970-01-01T00:00:00Z");
-	pthread_mutex_lock(&r->lock);
-	e = find(r, id);
-	if (!e || strcmp(e->snap_id, snapshot_id)) {
-		ret = -ENOENT;
-		goto out;
-	}
-	if (e->unrestorable_why)
-		goto out; /* marked already: the first reason stays */
-	e->unrestorable_why = copy;
-	copy = NULL;
-	snprintf(e->unrestorable_at, sizeof(e->unrestorable_at), "%s", at);
-	ret = entry_persist(r, e);
-out:
-	pthread_mutex_unlock(&r->lock);
-	free(copy);
-	return ret;
+	return snapshot_mark(r, id, snapshot_id, true,
+			     why && *why ? why : "it cannot be restored");
 }
 
 bool registry_unrestorable(struct registry *r, const char *id, const char *snapshot_id,
@@ -815,9 +809,9 @@ bool registry_unrestorable(struct registry *r, const char *id, const char *snaps
 
 	pthread_mutex_lock(&r->lock);
 	e = find(r, id);
-	yes = e && e->unrestorable_why && !strcmp(e->snap_id, snapshot_id);
+	yes = e && e->unrestorable.what && !strcmp(e->snap_id, snapshot_id);
 	if (yes && why && len)
-		snprintf(why, len, "%s", e->unrestorable_why);
+		snprintf(why, len, "%s", e->unrestorable.what);
 	pthread_mutex_unlock(&r->lock);
 	return yes;
 }

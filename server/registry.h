@@ -73,7 +73,8 @@ int registry_delete(struct registry *r, const char *id, char *forgot);
  * write error. */
 int registry_delete_begin(struct registry *r, const char *id, char *forgot);
 void registry_delete_release(struct registry *r, const char *id);
-/* The ids of the functions marked "deleting": a new array of strings. */
+/* The ids of the functions marked "deleting", in order: a new array of
+ * strings. */
 int registry_list_deleting(struct registry *r, json_t **out);
 bool registry_exists(struct registry *r, const char *id);
 

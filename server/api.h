@@ -37,13 +37,11 @@ int api_get_function(struct req *q);
 int api_put_function(struct req *q);
 /* Mark it deleting, stop its instances, forget its snapshot, remove it: 204. */
 int api_delete_function(struct req *q);
-/* A snapshot job of the function: 202 with the job, or 200 once done with
- * ?wait=1. */
+/* A snapshot job of the function (server/snapshots.h): 202 with the job,
+ * or 200 once done with ?wait=1. */
 int api_post_snapshot(struct req *q);
 int api_get_jobs(struct req *q);
 int api_get_job(struct req *q);
-/* api_snapshot_launch (internal.h): the same job, for server/fallback.c. */
-
 /* ---- api.c: POST /functions/<id>/start ---- */
 
 /* A start of the function: 201 with the instance, or the error of the step

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* api_functions.c — the control plane's routes (server/api.h): functions
  * (GET, PUT, DELETE /functions[/<id>]), their snapshots (POST
- * /functions/<id>/snapshot, run as jobs on their own threads) and the jobs
+ * /functions/<id>/snapshot: a job of server/snapshots.h) and the jobs
  * (GET /jobs[/<jid>]).
  */
 #define LOG_PREFIX "thawd: "
@@ -10,7 +10,6 @@
 #include "function/confine.h"
 #include "function/spec.h"
 #include "images/image.h"
-#include "prewarm/prewarm.h"
 #include "server/api.h"
 #include "server/errors.h"
 #include "server/internal.h"
@@ -18,6 +17,7 @@
 #include "server/metrics.h"
 #include "server/registry.h"
 #include "server/remote_sync.h"
+#include "server/snapshots.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -51,17 +51,6 @@ int api_get_function(struct req *q)
 	return reply_json(q, 200, j);
 }
 
-/* Drop a snapshot nobody points at any more: its chunks go at the next gc. */
-static void forget_snapshot(struct server *s, const char *snap)
-{
-	int ret;
-
-	if (!snap[0])
-		return;
-	ret = store_manifest_delete(s->store, snap);
-	if (ret && ret != -ENOENT)
-		pr_warn("cannot delete snapshot %s: %s", snap, api_why(ret));
-}
 
 /* A function runs as root in its container: its rootfs, its directory,
  * its mounts' sources and a local image only where the operator allows
@@ -117,7 +106,7 @@ int api_put_function(struct req *q)
 	}
 	ret = registry_put(s->reg, q->route.id, spec, &created, forgot);
 	json_decref(spec);
-	forget_snapshot(s, forgot);
+	snapshots_forget(s, forgot);
 	if (ret == -EBUSY)
 		return reply_error(q, 409, "conflict",
 				   "function %s has a snapshot building; try again when it is done",
@@ -178,7 +167,7 @@ int api_delete_function(struct req *q)
 				   "finish",
 				   fn, failed, api_why(ret));
 	}
-	forget_snapshot(s, snap);
+	snapshots_forget(s, snap);
 	ret = registry_delete(s->reg, fn, NULL);
 	if (ret) {
 		registry_delete_release(s->reg, fn);
@@ -194,157 +183,11 @@ int api_delete_function(struct req *q)
 
 /* ---- snapshots ---- */
 
-struct snapshot_task {
-	struct server *srv;
-	char function[64];
-	char job[32];
-	json_t *spec;
-};
-
-static void snapshot_task_free(void *p)
-{
-	struct snapshot_task *t = p;
-
-	json_decref(t->spec);
-	free(t);
-}
-
-/* Where a snapshot is (its image's pull and unpack, then its phases): its job's "progress". */
-static void snapshot_progress(void *arg, const char *phase, uint64_t done, uint64_t total)
-{
-	struct snapshot_task *t = arg;
-
-	jobs_progress(t->srv->jobs, t->job, phase, done, total);
-}
-
-static int snapshot_run(void *arg, json_t **result, char *err, size_t errlen)
-{
-	struct snapshot_task *t = arg;
-	struct server *s = t->srv;
-	struct snapshot_result res = { 0 };
-	struct func_spec *spec = NULL;
-	char perr[512] = "", forgot[CHUNK_ID_LEN] = "", log[PATH_MAX];
-	json_t *tag = NULL;
-	int ret;
-
-	log_clear_error();
-	ret = spec_parse(t->spec, t->function, &spec, perr, sizeof(perr));
-	if (ret) {
-		snprintf(err, errlen, "the recorded spec does not parse: %s",
-			 perr[0] ? perr : strerror(-ret));
-		goto out;
-	}
-	/* Tagged as this thawd's, so that a manifest a crash leaves unnamed is
-	 * known as such at the next start-up (recover.c). */
-	tag = json_pack("{s:o}", "thawd", registry_snapshot_tag(s->reg, t->function, t->job));
-	if (!tag) {
-		ret = -ENOMEM;
-		snprintf(err, errlen, "out of memory");
-		goto out;
-	}
-	pr_info("snapshot of %s (%s) begins", t->function, t->job);
-	log_clear_error();
-	/* The function's output goes to the job's log (GET /jobs/<jid>/logs). */
-	ret = prewarm_snapshot_opts(
-		&s->cfg, s->store, spec,
-		&(struct prewarm_opts){
-			.extra_meta = tag,
-			.log_path = jobs_log_path(s->jobs, t->job, log, sizeof(log)) ? NULL : log,
-			.progress = snapshot_progress,
-			.progress_arg = t },
-		&res);
-	if (ret) {
-		snprintf(err, errlen, "%s", api_why(ret));
-		goto out;
-	}
-	*result = json_pack("{s:s, s:I, s:I, s:O}", "snapshot", res.snapshot_id, "image_bytes",
-			    (json_int_t)res.image_bytes, "stored_bytes",
-			    (json_int_t)res.stored_bytes, "timings_ms",
-			    res.timings_ms ? res.timings_ms : json_null());
-	if (*result && res.image_digest[0])
-		json_object_set_new(*result, "image", json_string(res.image_digest));
-	if (registry_snapshot_end(s->reg, t->function, t->job, res.snapshot_id, res.image_bytes,
-				  res.stored_bytes, res.timings_ms, NULL, forgot) == -ENOENT) {
-		pr_warn("function %s was deleted or changed during its snapshot: snapshot %s "
-			"is dropped",
-			t->function, res.snapshot_id);
-		forget_snapshot(s, res.snapshot_id);
-	}
-	/* The snapshot this one replaced: nothing starts from it any more (a
-	 * start in flight holds a lease on it, a mapped instance its tier entry). */
-	forget_snapshot(s, forgot);
-	pr_info("snapshot of %s ready: %s, %llu bytes of image", t->function, res.snapshot_id,
-		(unsigned long long)res.image_bytes);
-	remote_sync_push(s, t->function); /* with a remote: the fleet's, in the background */
-out:
-	if (ret) {
-		pr_warn("snapshot of %s failed: %s", t->function, err);
-		registry_snapshot_end(s->reg, t->function, t->job, NULL, 0, 0, NULL, err, NULL);
-	}
-	metrics_snapshot(s->metrics, ret ? "failed" : "ok");
-	snapshot_result_release(&res);
-	spec_free(spec);
-	json_decref(tag);
-	return ret;
-}
-
-/* Where snapshot_launch failed. */
-enum launch_step { LAUNCH_RESERVE, LAUNCH_BEGIN, LAUNCH_RUN };
-
-/* A snapshot job of fn, reserved (--max-snapshots), begun in the registry
- * (its state "building") and running on its thread; its id in jid.  0, or
- * -errno and *step: at LAUNCH_RESERVE -EAGAIN (the jobs are full) or
- * -ESHUTDOWN; at LAUNCH_BEGIN -ENOENT (no such function), -EBUSY (one is
- * building) or the registry's write error; at LAUNCH_RUN the thread's. */
-static int snapshot_launch(struct server *s, const char *fn, char jid[32],
-			   enum launch_step *step)
-{
-	struct snapshot_task *t = NULL;
-	struct job *job;
-	json_t *spec = NULL;
-	int ret;
-
-	*step = LAUNCH_RESERVE;
-	job = jobs_reserve(s->jobs, "snapshot", fn, &ret);
-	if (!job)
-		return ret;
-	snprintf(jid, 32, "%s", job_id(job));
-	*step = LAUNCH_BEGIN;
-	ret = registry_snapshot_begin(s->reg, fn, jid, &spec);
-	if (ret) {
-		jobs_unreserve(s->jobs, job);
-		return ret;
-	}
-	*step = LAUNCH_RUN;
-	t = calloc(1, sizeof(*t));
-	if (!t) {
-		json_decref(spec);
-		jobs_unreserve(s->jobs, job);
-		registry_snapshot_end(s->reg, fn, jid, NULL, 0, 0, NULL, "out of memory", NULL);
-		return -ENOMEM;
-	}
-	t->srv = s;
-	snprintf(t->function, sizeof(t->function), "%s", fn);
-	snprintf(t->job, sizeof(t->job), "%s", jid);
-	t->spec = spec;
-	ret = jobs_run(s->jobs, job, snapshot_run, t, snapshot_task_free);
-	if (ret)
-		registry_snapshot_end(s->reg, fn, jid, NULL, 0, 0, NULL, "cannot start a thread",
-				      NULL);
-	return ret;
-}
-
-int api_snapshot_launch(struct server *s, const char *fn, char jid[32])
-{
-	enum launch_step step;
-
-	return snapshot_launch(s, fn, jid, &step);
-}
 
 int api_post_snapshot(struct req *q)
 {
 	struct server *s = q->srv;
-	enum launch_step step;
+	enum snapshots_step step;
 	struct api_err e;
 	json_t *j = NULL;
 	char loc[64], jid[32];
@@ -358,8 +201,8 @@ int api_post_snapshot(struct req *q)
 	if (atomic_load(&s->stopping))
 		return reply_error_hdr(q, 503, "Retry-After", SNAPSHOT_RETRY_AFTER,
 				       "shutting_down", "thawd is stopping");
-	ret = snapshot_launch(s, q->route.id, jid, &step);
-	if (ret && step == LAUNCH_RESERVE) {
+	ret = snapshots_launch(s, q->route.id, jid, &step);
+	if (ret && step == SNAPSHOTS_RESERVE) {
 		if (ret == -EAGAIN)
 			return reply_error_hdr(q, 503, "Retry-After", SNAPSHOT_RETRY_AFTER,
 					       "no_capacity",
@@ -371,7 +214,7 @@ int api_post_snapshot(struct req *q)
 		e = api_err_from_errno(ret);
 		return reply_error(q, e.status, e.code, "%s", strerror(-ret));
 	}
-	if (ret && step == LAUNCH_BEGIN) {
+	if (ret && step == SNAPSHOTS_BEGIN) {
 		if (ret == -ENOENT)
 			return reply_error(q, 404, "not_found", "no function %s", q->route.id);
 		if (ret == -EBUSY)

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* internal.h — the server's state, shared by its files (thawd.c: start-up,
  * the components, shutdown; http.c: the HTTP transport; reply.c: a
- * request's helpers; route_table.c and the api*.c files: the requests;
- * recover.c: recovery of an earlier run).  Not for use outside server/.
+ * request's helpers; route_table.c, the api*.c files and logs.c: the
+ * requests; recover.c: recovery of an earlier run; the components).  Not
+ * for use outside server/.
  */
 #ifndef THAW_SERVER_INTERNAL_H
 #define THAW_SERVER_INTERNAL_H
@@ -142,7 +143,7 @@ unsigned api_start_internal(struct server *s, const char *fn, json_t **answer);
 /* A snapshot job of fn, as POST /functions/<fn>/snapshot makes (a
  * re-snapshot, server/fallback.h): its id in jid.  0, or -EAGAIN
  * (--max-snapshots jobs), -ESHUTDOWN, -ENOENT (no such function), -EBUSY
- * (one is building), or another -errno.  (api_functions.c) */
+ * (one is building), or another -errno.  (snapshots.c) */
 int api_snapshot_launch(struct server *s, const char *fn, char jid[32]);
 
 /* Start-up recovery and shutdown (recover.c). */

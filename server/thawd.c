@@ -8,8 +8,9 @@
  * them calls back into it.
  *
  *	thawd_main.c → thawd.c → http.c → route_table.c → api*.c, logs.c
- *	                       ↘ the components (registry, jobs, insts, standby,
- *	                         remote_sync, fallback, pool, lifetimes, recover)
+ *	                       ↘ the components (registry, jobs, snapshots, insts,
+ *	                         standby, remote_sync, fallback, pool, lifetimes,
+ *	                         recover), which the handlers call too
  */
 #define LOG_PREFIX "thawd: "
 #include "common/log.h"

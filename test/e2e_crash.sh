@@ -41,7 +41,7 @@
 #     manifest) and registry_snapshot_end leaves a manifest that no function
 #     names, and so does a kill between the registry's update and
 #     forget_snapshot in PUT (a changed spec), in a snapshot that replaces
-#     another, and in DELETE /functions/<id> (server/api.c): thawd tags its
+#     another, and in DELETE /functions/<id> (server/api_functions.c): thawd tags its
 #     manifests, and its start-up recovery deletes those of its own that no
 #     function names.
 #   THAW_CRASH_CHECK_DELETED: no instance of a deleted function outlives it.

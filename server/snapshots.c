@@ -1,0 +1,169 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* snapshots.c — see snapshots.h. */
+#define LOG_PREFIX "thawd: "
+#include "server/snapshots.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "function/spec.h"
+#include "prewarm/prewarm.h"
+#include "server/errors.h"
+#include "server/internal.h"
+#include "server/jobs.h"
+#include "server/metrics.h"
+#include "server/registry.h"
+#include "server/remote_sync.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void snapshots_forget(struct server *s, const char *snap)
+{
+	int ret;
+
+	if (!snap[0])
+		return;
+	ret = store_manifest_delete(s->store, snap);
+	if (ret && ret != -ENOENT)
+		pr_warn("cannot delete snapshot %s: %s", snap, api_why(ret));
+}
+
+struct snapshot_task {
+	struct server *srv;
+	char function[64];
+	char job[32];
+	json_t *spec;
+};
+
+static void snapshot_task_free(void *p)
+{
+	struct snapshot_task *t = p;
+
+	json_decref(t->spec);
+	free(t);
+}
+
+/* Where a snapshot is (its image's pull and unpack, then its phases): its job's "progress". */
+static void snapshot_progress(void *arg, const char *phase, uint64_t done, uint64_t total)
+{
+	struct snapshot_task *t = arg;
+
+	jobs_progress(t->srv->jobs, t->job, phase, done, total);
+}
+
+static int snapshot_run(void *arg, json_t **result, char *err, size_t errlen)
+{
+	struct snapshot_task *t = arg;
+	struct server *s = t->srv;
+	struct snapshot_result res = { 0 };
+	struct func_spec *spec = NULL;
+	char perr[512] = "", forgot[CHUNK_ID_LEN] = "", log[PATH_MAX];
+	json_t *tag = NULL;
+	int ret;
+
+	log_clear_error();
+	ret = spec_parse(t->spec, t->function, &spec, perr, sizeof(perr));
+	if (ret) {
+		snprintf(err, errlen, "the recorded spec does not parse: %s",
+			 perr[0] ? perr : strerror(-ret));
+		goto out;
+	}
+	/* Tagged as this thawd's, so that a manifest a crash leaves unnamed is
+	 * known as such at the next start-up (recover.c). */
+	tag = json_pack("{s:o}", "thawd", registry_snapshot_tag(s->reg, t->function, t->job));
+	if (!tag) {
+		ret = -ENOMEM;
+		snprintf(err, errlen, "out of memory");
+		goto out;
+	}
+	pr_info("snapshot of %s (%s) begins", t->function, t->job);
+	log_clear_error();
+	/* The function's output goes to the job's log (GET /jobs/<jid>/logs). */
+	ret = prewarm_snapshot_opts(
+		&s->cfg, s->store, spec,
+		&(struct prewarm_opts){
+			.extra_meta = tag,
+			.log_path = jobs_log_path(s->jobs, t->job, log, sizeof(log)) ? NULL : log,
+			.progress = snapshot_progress,
+			.progress_arg = t },
+		&res);
+	if (ret) {
+		snprintf(err, errlen, "%s", api_why(ret));
+		goto out;
+	}
+	*result = json_pack("{s:s, s:I, s:I, s:O}", "snapshot", res.snapshot_id, "image_bytes",
+			    (json_int_t)res.image_bytes, "stored_bytes",
+			    (json_int_t)res.stored_bytes, "timings_ms",
+			    res.timings_ms ? res.timings_ms : json_null());
+	if (*result && res.image_digest[0])
+		json_object_set_new(*result, "image", json_string(res.image_digest));
+	if (registry_snapshot_end(s->reg, t->function, t->job, res.snapshot_id, res.image_bytes,
+				  res.stored_bytes, res.timings_ms, NULL, forgot) == -ENOENT) {
+		pr_warn("function %s was deleted or changed during its snapshot: snapshot %s "
+			"is dropped",
+			t->function, res.snapshot_id);
+		snapshots_forget(s, res.snapshot_id);
+	}
+	/* The snapshot this one replaced: nothing starts from it any more (a
+	 * start in flight holds a lease on it, a mapped instance its tier entry). */
+	snapshots_forget(s, forgot);
+	pr_info("snapshot of %s ready: %s, %llu bytes of image", t->function, res.snapshot_id,
+		(unsigned long long)res.image_bytes);
+	remote_sync_push(s, t->function); /* with a remote: the fleet's, in the background */
+out:
+	if (ret) {
+		pr_warn("snapshot of %s failed: %s", t->function, err);
+		registry_snapshot_end(s->reg, t->function, t->job, NULL, 0, 0, NULL, err, NULL);
+	}
+	metrics_snapshot(s->metrics, ret ? "failed" : "ok");
+	snapshot_result_release(&res);
+	spec_free(spec);
+	json_decref(tag);
+	return ret;
+}
+
+int snapshots_launch(struct server *s, const char *fn, char jid[32],
+			   enum snapshots_step *step)
+{
+	struct snapshot_task *t = NULL;
+	struct job *job;
+	json_t *spec = NULL;
+	int ret;
+
+	*step = SNAPSHOTS_RESERVE;
+	job = jobs_reserve(s->jobs, "snapshot", fn, &ret);
+	if (!job)
+		return ret;
+	snprintf(jid, 32, "%s", job_id(job));
+	*step = SNAPSHOTS_BEGIN;
+	ret = registry_snapshot_begin(s->reg, fn, jid, &spec);
+	if (ret) {
+		jobs_unreserve(s->jobs, job);
+		return ret;
+	}
+	*step = SNAPSHOTS_RUN;
+	t = calloc(1, sizeof(*t));
+	if (!t) {
+		json_decref(spec);
+		jobs_unreserve(s->jobs, job);
+		registry_snapshot_end(s->reg, fn, jid, NULL, 0, 0, NULL, "out of memory", NULL);
+		return -ENOMEM;
+	}
+	t->srv = s;
+	snprintf(t->function, sizeof(t->function), "%s", fn);
+	snprintf(t->job, sizeof(t->job), "%s", jid);
+	t->spec = spec;
+	ret = jobs_run(s->jobs, job, snapshot_run, t, snapshot_task_free);
+	if (ret)
+		registry_snapshot_end(s->reg, fn, jid, NULL, 0, 0, NULL, "cannot start a thread",
+				      NULL);
+	return ret;
+}
+
+int api_snapshot_launch(struct server *s, const char *fn, char jid[32])
+{
+	enum snapshots_step step;
+
+	return snapshots_launch(s, fn, jid, &step);
+}

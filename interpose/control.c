@@ -26,7 +26,13 @@
 #define RELEASE_AFTER_S 30
 
 static sem_t wake;
-static volatile sig_atomic_t pending_value;
+/* What the signals asked, taken by the control thread.  A SAVE or RESTORE
+ * is one at a time (thawd waits for its answer), so one slot holds it; a
+ * RELEASE is sent without waiting, so it has a flag of its own: sharing
+ * the slot, a RELEASE and the request thawd sent right after it would be
+ * one value, and the request's signal would run it twice. */
+static int pending_value; /* 0: none */
+static int release_pending;
 static volatile int started;
 static const char *in_dir, *out_dir;
 static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -134,7 +140,14 @@ static void *control_main(void *arg)
 		}
 		if (w < 0)
 			continue;
-		v = (unsigned)pending_value;
+		/* A RELEASE was sent before any request pending now. */
+		if (__atomic_exchange_n(&release_pending, 0, __ATOMIC_ACQ_REL)) {
+			gm_release_pinned();
+			pinned = false;
+		}
+		v = (unsigned)__atomic_exchange_n(&pending_value, 0, __ATOMIC_ACQ_REL);
+		if (!v)
+			continue;
 		op = GPUMEM_VALUE_OP(v);
 		seq = GPUMEM_VALUE_SEQ(v);
 		switch (op) {
@@ -147,10 +160,6 @@ static void *control_main(void *arg)
 			pinned = r.ok;
 			answer(seq, "restore", &r);
 			break;
-		case GPUMEM_OP_RELEASE:
-			gm_release_pinned();
-			pinned = false;
-			break;
 		default:
 			break;
 		}
@@ -162,8 +171,11 @@ static void on_signal(int sig, siginfo_t *si, void *uc)
 {
 	(void)sig;
 	(void)uc;
-	pending_value = si->si_value.sival_int;
 	if (started) {
+		if (GPUMEM_VALUE_OP(si->si_value.sival_int) == GPUMEM_OP_RELEASE)
+			__atomic_store_n(&release_pending, 1, __ATOMIC_RELEASE);
+		else
+			__atomic_store_n(&pending_value, si->si_value.sival_int, __ATOMIC_RELEASE);
 		sem_post(&wake);
 		return;
 	}

@@ -262,10 +262,12 @@ static int map_new(struct gm_map *m, struct gm_result *r)
 		fail(r, "mapping new device memory at a saved address", cr);
 		return -1;
 	}
+	/* Kept in h->rh either way, as at the allocation: a handle the
+	 * function had released is released again (its memory dies with its
+	 * unmap) but still names it, so the mapping stays movable. */
 	if (m->h->app_released)
-		gm_real.release(rh); /* dies with its unmap, as before */
-	else
-		m->h->rh = rh;
+		gm_real.release(rh);
+	m->h->rh = rh;
 	m->saved = false;
 	return 0;
 }

@@ -166,6 +166,9 @@ static void save_and_restore(const char *app_path)
 		fprintf(stderr, "restore: %s\n", rc.st.error);
 	CHECK_EQ(rc.st.allocs, 6);
 	CHECK_EQ(rc.st.bytes, 30 * MIB);
+	/* What the driver kept is what it kept before, no more. */
+	CHECK_EQ(rc.st.left_allocs, 2);
+	CHECK_EQ(rc.st.left_bytes, 4 * MIB + (64 << 10));
 	ask(&a, "mem", s, sizeof(s));
 	REQUIRE(sscanf(s, "%llu %llu %llu", &phys, &plain, &mapped) == 3);
 	CHECK_EQ(phys, 30 * MIB);
@@ -173,6 +176,21 @@ static void save_and_restore(const char *app_path)
 	for (int i = 0; i < 200 && count(&a) == c1; i++)
 		usleep(10000);
 	CHECK(count(&a) > c1);
+	ask(&a, "verify", s, sizeof(s));
+	CHECK_STR(s, "ok");
+	/* Copied back, the memory is as movable as it was: a second save
+	 * moves all of it again. */
+	gpumem_release(&a.pid, 1);
+	CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why, sizeof(why)),
+		 0);
+	CHECK_EQ(st.allocs, 6);
+	CHECK_EQ(st.bytes, 30 * MIB);
+	CHECK_EQ(st.left_allocs, 2);
+	do_restore(&rc);
+	CHECK_EQ(rc.ret, 0);
+	CHECK(rc.st.ok);
+	if (!rc.st.ok)
+		fprintf(stderr, "second restore: %s\n", rc.st.error);
 	ask(&a, "verify", s, sizeof(s));
 	CHECK_STR(s, "ok");
 	/* The handle the program kept names the new memory. */

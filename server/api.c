@@ -520,7 +520,8 @@ static int start_answer_made(struct start *st)
 							      in->t.gpu_restore, in->t.ready,
 							      in->t.total });
 	pr_info("instance %s of %s at %s in %.1f ms (%s, %s)", in->id, fn, in->endpoint,
-		in->t.total, in->tier_hit ? "ram" : "disk", in->lazy ? "lazy" : "eager");
+		in->t.total, in->tier_hit ? "ram" : "disk",
+		in->pages ? in->pages : in->lazy ? "lazy" : "eager");
 	snprintf(loc, sizeof(loc), "/instances/%s", in->id);
 	answer = start_answer(in);
 	if (answer && st->fetch_ms > 0)

@@ -17,6 +17,7 @@
 #include "server/fallback.h"
 #include "server/insts.h"
 #include "server/internal.h"
+#include "server/lifetimes.h"
 #include "server/metrics.h"
 #include "server/registry.h"
 #include "server/remote_sync.h"
@@ -493,8 +494,8 @@ static int start_answer_made(struct start *st)
 		/* Deleted while we restored: the delete left this start's
 		 * instance to it (own_start), or is stopping it now. */
 		insts_remove(s->insts, in->id);
-		api_stop_instance(s, in->id, "function_deleted",
-				  "its function was deleted during its start");
+		lifetimes_stop_now(s, in->id, "function_deleted",
+				   "its function was deleted during its start");
 		return start_failed(st->q, 404, "not_found", NULL, NULL,
 				    "the function was deleted during the start; its instance "
 				    "is stopped");
@@ -503,8 +504,8 @@ static int start_answer_made(struct start *st)
 		/* The gateway gave up (its timeout): nobody will ever use or
 		 * delete this instance, so it must not outlive the request. */
 		insts_remove(s->insts, in->id);
-		api_stop_instance(s, in->id, "client_gone",
-				  "its client gave up waiting for the start");
+		lifetimes_stop_now(s, in->id, "client_gone",
+				   "its client gave up waiting for the start");
 		pr_warn("start of %s: the client closed the connection before the answer; "
 			"instance %s stopped",
 			fn, in->id);

@@ -59,11 +59,6 @@ int api_get_instance(struct req *q);
 int api_delete_instance(struct req *q);
 /* The id an instance record rec names ("instance", else "id"), or NULL. */
 const char *api_record_id(json_t *rec);
-/* Stop instance id, unless another request is stopping it: 0, -EALREADY
- * (another is: it will be gone when that one is done), or instance_stop's
- * error (-ENOENT: no record, already stopped).  Counted in /metrics under
- * label; why is kept with its ended record. */
-int api_stop_instance(struct server *s, const char *id, const char *label, const char *why);
 /* Stop the instances of function (all of them: its standbys, this thawd's,
  * and those on disk that name it), but for those its starts in progress are
  * making.  *stopped: how many were stopped.  0 once none is left (or only

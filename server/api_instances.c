@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* api_instances.c — the data plane's instance routes (server/api.h): GET
  * /instances[/<iid>], DELETE /instances/<iid>; and the stops that a
- * function's delete and a start that lost its client make.
+ * function's delete makes.
  */
 #define LOG_PREFIX "thawd: "
 #include "common/log.h"
@@ -40,18 +40,6 @@ static bool own_start(json_t *rec)
 	       json_integer_value(pid) == getpid();
 }
 
-int api_stop_instance(struct server *s, const char *id, const char *label, const char *why)
-{
-	struct instance_end end = { 0 };
-	int ret;
-
-	snprintf(end.why, sizeof(end.why), "%s", why);
-	ret = lifetimes_stop_instance(s, id, 0, &end);
-	if (ret == 0)
-		metrics_instance_stopped(s->metrics, label);
-	return ret;
-}
-
 int api_stop_function_instances(struct server *s, const char *function, size_t *stopped,
 				   char failed[128])
 {
@@ -65,7 +53,8 @@ int api_stop_function_instances(struct server *s, const char *function, size_t *
 	standby_retire_function(s->standby, function);
 	if (insts_take(s->insts, function, &refs, &n) == 0) {
 		for (i = 0; i < n; i++) {
-			ret = api_stop_instance(s, refs[i].id, "function_deleted", "its function was deleted");
+			ret = lifetimes_stop_now(s, refs[i].id, "function_deleted",
+						 "its function was deleted");
 			if (ret == 0)
 				(*stopped)++;
 			else if (ret != -EALREADY && ret != -ENOENT)
@@ -91,7 +80,8 @@ int api_stop_function_instances(struct server *s, const char *function, size_t *
 
 		if (!fn || !id || strcmp(fn, function) || !id_valid(id) || own_start(rec))
 			continue;
-		ret = api_stop_instance(s, id, "function_deleted", "its function was deleted");
+		ret = lifetimes_stop_now(s, id, "function_deleted",
+					 "its function was deleted");
 		if (ret == 0) {
 			(*stopped)++;
 		} else if (ret != -EALREADY && ret != -ENOENT) {

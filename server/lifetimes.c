@@ -60,6 +60,18 @@ int lifetimes_stop_instance(struct server *s, const char *id, int grace_ms,
 	return ret;
 }
 
+int lifetimes_stop_now(struct server *s, const char *id, const char *label, const char *why)
+{
+	struct instance_end end = { 0 };
+	int ret;
+
+	snprintf(end.why, sizeof(end.why), "%s", why);
+	ret = lifetimes_stop_instance(s, id, 0, &end);
+	if (ret == 0)
+		metrics_instance_stopped(s->metrics, label);
+	return ret;
+}
+
 static void *stop_thread(void *arg)
 {
 	struct stop_job *j = arg;

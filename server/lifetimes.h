@@ -35,5 +35,11 @@ void lifetimes_finish(struct server *s);
 struct instance_end;
 int lifetimes_stop_instance(struct server *s, const char *id, int grace_ms,
 			    const struct instance_end *end);
+/* Stop instance id now (no grace), as a function's delete or a start whose
+ * client left does, unless another is stopping it: 0, -EALREADY (another
+ * is: it will be gone when that one is done), or instance_stop's error
+ * (-ENOENT: no record, already stopped).  Counted in /metrics under label;
+ * why is kept with its ended record. */
+int lifetimes_stop_now(struct server *s, const char *id, const char *label, const char *why);
 
 #endif

@@ -4,6 +4,8 @@
 #include "common/log.h"
 
 #include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
 #include <string.h>
 
 const char *api_why(int err)
@@ -48,7 +50,69 @@ struct api_err api_err_from_errno(int err)
 		return (struct api_err){ 503, "unavailable" };
 	default:
 		/* ENOENT among them: what is missing decides what it means (a
-		 * start judges it itself: api.c, start_lost). */
+		 * start judges it itself: starts.c, start_lost). */
 		return (struct api_err){ 500, "internal" };
 	}
+}
+
+/* The length of the UTF-8 sequence at s as JSON takes it (no overlong form,
+ * no surrogate, nothing above U+10FFFF), or 0 if it is not one. */
+static size_t utf8_len(const unsigned char *s)
+{
+	unsigned char lo = 0x80, hi = 0xbf;
+	size_t n;
+
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		n = 2;
+	else if (s[0] >= 0xe0 && s[0] <= 0xef)
+		n = 3;
+	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+		n = 4;
+	else
+		return 0;
+	if (s[0] == 0xe0)
+		lo = 0xa0;
+	else if (s[0] == 0xed)
+		hi = 0x9f;
+	else if (s[0] == 0xf0)
+		lo = 0x90;
+	else if (s[0] == 0xf4)
+		hi = 0x8f;
+	if (s[1] < lo || s[1] > hi)
+		return 0;
+	for (size_t i = 2; i < n; i++)
+		if (s[i] < 0x80 || s[i] > 0xbf)
+			return 0;
+	return n;
+}
+
+/* An error's message may echo what a client sent (an id, a Content-Type)
+ * or what a tool printed: a byte that is not UTF-8 becomes '?', so that
+ * the JSON answer can hold it and a refusal stays what it is, never the
+ * answer of a failure to write it. */
+static void utf8_clean(char *msg)
+{
+	unsigned char *s = (unsigned char *)msg;
+
+	while (*s) {
+		size_t n = utf8_len(s);
+
+		if (n) {
+			s += n;
+		} else {
+			*s = '?';
+			s++;
+		}
+	}
+}
+
+json_t *api_error_json(const char *code, const char *msg)
+{
+	char clean[1024];
+
+	snprintf(clean, sizeof(clean), "%s", msg);
+	utf8_clean(clean);
+	return json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", clean);
 }

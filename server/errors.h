@@ -9,6 +9,8 @@
 #ifndef THAW_SERVER_ERRORS_H
 #define THAW_SERVER_ERRORS_H
 
+#include <jansson.h>
+
 struct api_err {
 	unsigned status;
 	const char *code;
@@ -23,5 +25,9 @@ struct api_err api_err_from_errno(int err);
 /* The words of a failure: log_last_error(), the place that failed, else
  * strerror of err (-errno or errno). */
 const char *api_why(int err);
+/* The error answer's body, {"error":{"code","message"}}: msg (at most 1023
+ * bytes of it), each byte that is not UTF-8 made '?', so that a refusal
+ * that echoes what a client sent stays what it is.  NULL out of memory. */
+json_t *api_error_json(const char *code, const char *msg);
 
 #endif

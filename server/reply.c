@@ -3,11 +3,13 @@
  * whether its client is still there, and its answers: JSON bodies, the
  * error shape of docs/API.md ({"error":{"code","message"}}), empty and text
  * answers, each with the headers it needs, queued on the request's
- * connection.  It calls nothing of the server's: the transport (http.c) and
- * the handlers (api.h) both use it. */
+ * connection.  It calls nothing of the server's but the error body
+ * (errors.h): the transport (http.c) and the handlers (api.h) both use
+ * it. */
 #define LOG_PREFIX "thawd: "
 #include "common/log.h"
 #include "function/spec.h"
+#include "server/errors.h"
 #include "server/internal.h"
 
 #include <errno.h>
@@ -157,69 +159,13 @@ int reply_json(struct req *q, unsigned status, json_t *body)
 	return reply_json_hdr(q, status, body, NULL, NULL);
 }
 
-/* The length of the UTF-8 sequence at s as JSON takes it (no overlong form,
- * no surrogate, nothing above U+10FFFF), or 0 if it is not one. */
-static size_t utf8_len(const unsigned char *s)
-{
-	unsigned char lo = 0x80, hi = 0xbf;
-	size_t n;
-
-	if (s[0] < 0x80)
-		return 1;
-	if (s[0] >= 0xc2 && s[0] <= 0xdf)
-		n = 2;
-	else if (s[0] >= 0xe0 && s[0] <= 0xef)
-		n = 3;
-	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
-		n = 4;
-	else
-		return 0;
-	if (s[0] == 0xe0)
-		lo = 0xa0;
-	else if (s[0] == 0xed)
-		hi = 0x9f;
-	else if (s[0] == 0xf0)
-		lo = 0x90;
-	else if (s[0] == 0xf4)
-		hi = 0x8f;
-	if (s[1] < lo || s[1] > hi)
-		return 0;
-	for (size_t i = 2; i < n; i++)
-		if (s[i] < 0x80 || s[i] > 0xbf)
-			return 0;
-	return n;
-}
-
-/* An error's message may echo what a client sent (an id, a Content-Type)
- * or what a tool printed: a byte that is not UTF-8 becomes '?', so that
- * the JSON answer can hold it and a refusal stays what it is, never the
- * answer of a failure to write it. */
-static void utf8_clean(char *msg)
-{
-	unsigned char *s = (unsigned char *)msg;
-
-	while (*s) {
-		size_t n = utf8_len(s);
-
-		if (n) {
-			s += n;
-		} else {
-			*s = '?';
-			s++;
-		}
-	}
-}
-
 static int reply_verror(struct req *q, unsigned status, const char *hname, const char *hvalue,
 			const char *code, const char *fmt, va_list ap)
 {
 	char msg[1024];
 
 	vsnprintf(msg, sizeof(msg), fmt, ap);
-	utf8_clean(msg);
-	return reply_json_hdr(q, status,
-			      json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", msg),
-			      hname, hvalue);
+	return reply_json_hdr(q, status, api_error_json(code, msg), hname, hvalue);
 }
 
 int reply_error(struct req *q, unsigned status, const char *code, const char *fmt, ...)

@@ -44,10 +44,10 @@ int api_get_jobs(struct req *q);
 int api_get_job(struct req *q);
 /* ---- api.c: POST /functions/<id>/start ---- */
 
-/* A start of the function: 201 with the instance, or the error of the step
- * that refused or failed it. */
+/* A start of the function (server/starts.h) with what the query asks
+ * (?gpu=, ?idle_s=, ?max_lifetime_s=): 201 with the instance, or the
+ * error of the step that refused or failed it. */
 int api_post_start(struct req *q);
-/* api_start_internal (internal.h): the same start, for server/pool.c. */
 
 /* ---- api_instances.c: /instances, /instances/<iid> ---- */
 

@@ -9,7 +9,7 @@
  * standbys, boot directly, while one re-snapshot runs in the background; the
  * new snapshot serves once it is ready, and clears the mark.
  *
- * What this file decides; server/api.c's start path asks it, in order:
+ * What this file decides; the start (server/starts.c) asks it, in order:
  * fallback_precheck before anything is restored (a mark, or a host that
  * differs from the snapshot's record: prewarm/host_record.h, compared once
  * per snapshot), fallback_applies after a restore failed, fallback_boot to

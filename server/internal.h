@@ -104,9 +104,6 @@ struct req {
 	char *raw_target;
 	struct proxy_call *proxy;
 	char note[112];
-	/* A request thawd makes itself (conn NULL, api_start_internal): its
-	 * answer's body is kept here rather than sent. */
-	json_t *answer;
 };
 
 /* A request's helpers, for its handler (reply.c).  The answers each return
@@ -123,8 +120,7 @@ int reply_empty(struct req *q, unsigned status);
 /* Add a header to the next reply_json (Location). */
 int reply_json_hdr(struct req *q, unsigned status, json_t *body, const char *hname,
 		   const char *hvalue);
-/* The value of query parameter key, or NULL (none, or a request of thawd's
- * own). */
+/* The value of query parameter key, or NULL. */
 const char *req_query(struct req *q, const char *key);
 /* Query parameter key as a number of seconds, 0 to a year, into *out (left
  * as it is when absent): 0, or -EINVAL with why. */
@@ -133,13 +129,6 @@ int req_query_seconds(struct req *q, const char *key, double *out, char *why, si
  * waiting): an answer would reach nobody. */
 bool req_client_gone(struct req *q);
 
-/* A start of function fn that thawd makes itself (server/pool.c: routed
- * requests found no free instance): POST /functions/<fn>/start, with its
- * admission, standbys, limits, metrics and errors, answered into memory.
- * The status, and the answer's body in *answer (a new reference: the
- * start's answer, or {"error":{"code","message"}}; NULL out of memory).
- * (api.c) */
-unsigned api_start_internal(struct server *s, const char *fn, json_t **answer);
 /* A snapshot job of fn, as POST /functions/<fn>/snapshot makes (a
  * re-snapshot, server/fallback.h): its id in jid.  0, or -EAGAIN
  * (--max-snapshots jobs), -ESHUTDOWN, -ENOENT (no such function), -EBUSY

@@ -11,6 +11,7 @@
 #include "server/lifetimes.h"
 #include "server/metrics.h"
 #include "server/registry.h"
+#include "server/starts.h"
 #include "store/chunk.h"
 #include "store/manifest.h"
 #include "store/store.h"
@@ -479,11 +480,12 @@ static void *start_main(void *arg)
 	struct pool_inst *i = NULL, *drop = NULL;
 	struct pool_refusal why = { 0 };
 	struct pool_fn *f;
+	struct start_header hdr;
 	json_t *answer = NULL;
 	unsigned status;
 	char msg[256];
 
-	status = api_start_internal(p->srv, a->fn, &answer);
+	status = starts_run(p->srv, a->fn, NULL, &answer, &hdr);
 	if (status == 201 && inst_new(p, answer, &i, msg, sizeof(msg))) {
 		const char *id = json_string_value(json_object_get(answer, "instance"));
 

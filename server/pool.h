@@ -16,9 +16,9 @@
  * No free slot: the request waits, first come first served, for the first
  * slot that frees or appears.  As many starts are made at once as the
  * waiting requests need (one per "concurrency" of them: the burst path), up
- * to "max_instances"; each is a POST /functions/<id>/start made from inside
- * (api_start_internal), so a standby is taken where there is one, and
- * admission, limits and metrics are a gateway's start's.  At most "queue"
+ * to "max_instances"; each is the start that POST /functions/<id>/start
+ * makes (server/starts.h, with no query), so a standby is taken where there
+ * is one, and admission, limits and metrics are a gateway's start's.  At most "queue"
  * requests wait beyond the slots of the instances being started, each at
  * most "queue_timeout_s": beyond, a request is refused (429 when the
  * function is at max_instances, else 503), as is one that waited too long

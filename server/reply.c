@@ -23,7 +23,7 @@
 
 const char *req_query(struct req *q, const char *key)
 {
-	/* A request of thawd's own (no connection) has no query. */
+	/* A request not on a connection (none yet) has no query. */
 	return q->conn ? MHD_lookup_connection_value(q->conn, MHD_GET_ARGUMENT_KIND, key) : NULL;
 }
 
@@ -60,7 +60,7 @@ static int queue(struct req *q, unsigned status, struct MHD_Response *r, const c
 	enum MHD_Result ok;
 
 	if (!q->conn) {
-		/* A request of thawd's own: there is nobody to send it to. */
+		/* No connection: there is nobody to send it to. */
 		if (r)
 			MHD_destroy_response(r);
 		q->answered = true;
@@ -122,15 +122,6 @@ int reply_json_hdr(struct req *q, unsigned status, json_t *body, const char *hna
 	struct MHD_Response *r;
 	size_t len;
 
-	if (!q->conn) {
-		/* A request of thawd's own (api_start_internal): the answer is
-		 * kept, not sent. */
-		json_decref(q->answer);
-		q->answer = body;
-		q->answered = true;
-		q->status = status;
-		return 0;
-	}
 	/* Ten significant digits: timings in ms read 1234.567891, not 1234.5678910000001. */
 	text = body ? json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(10))
 		    : NULL;

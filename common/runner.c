@@ -410,8 +410,8 @@ static double criu_log_span_s(const char *path)
 	if (fd < 0)
 		return -1;
 	size = lseek(fd, 0, SEEK_END);
-	n = size < 0 ? -1 : pread(fd, tail, sizeof(tail) - 1, size > (off_t)sizeof(tail) - 1
-							       ? size - (off_t)sizeof(tail) + 1 : 0);
+	n = size < 0 ? -1 : pread_upto(fd, tail, sizeof(tail) - 1,
+				      size > (off_t)sizeof(tail) - 1 ? size - (off_t)sizeof(tail) + 1 : 0);
 	close(fd);
 	if (n <= 0)
 		return -1;

@@ -31,8 +31,9 @@ struct made_dirs {
 	size_t n, cap;
 };
 
-/* mkdir_p(path), noting in md each directory of it that did not exist. */
-static int mkdir_noted(const char *path, struct made_dirs *md)
+/* mkdir_p(path), noting in md each directory of it below its first base
+ * bytes (outdir, made already) that did not exist. */
+static int mkdir_noted(const char *path, size_t base, struct made_dirs *md)
 {
 	char prefix[PATH_MAX];
 	size_t len = strlen(path);
@@ -40,7 +41,7 @@ static int mkdir_noted(const char *path, struct made_dirs *md)
 
 	if (len >= sizeof(prefix))
 		return -ENAMETOOLONG;
-	for (size_t i = 1; i <= len; i++) {
+	for (size_t i = base + 1; i <= len; i++) {
 		if (i < len && path[i] != '/')
 			continue;
 		memcpy(prefix, path, i);
@@ -192,7 +193,7 @@ int store_get(struct store *s, const char *id, const char *outdir, bool show_pro
 			char dir[PATH_MAX];
 			snprintf(dir, sizeof(dir), "%s/%.*s", outdir, (int)(slash - f->path),
 				 f->path);
-			ret = mkdir_noted(dir, &dirs);
+			ret = mkdir_noted(dir, strlen(outdir), &dirs);
 			if (ret < 0)
 				goto out;
 		}

@@ -13,6 +13,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -226,6 +228,17 @@ static int grow(void **arr, size_t *cap, size_t n, size_t sz)
 	if (ret)
 		pr_err("out of memory for %zu image entries", n + 1);
 	return ret;
+}
+
+int criu_img_read_in(const char *dir, const char *name, uint8_t **buf, size_t *len)
+{
+	char path[PATH_MAX];
+
+	*buf = NULL;
+	*len = 0;
+	if (snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path))
+		return -ENAMETOOLONG;
+	return criu_img_read_file(path, CRIU_IMG_MAX_FILE, buf, len);
 }
 
 int criu_img_read_file(const char *path, size_t max, uint8_t **buf, size_t *len)

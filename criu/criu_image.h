@@ -114,6 +114,9 @@ struct criu_img_pagemap {
 /* Read a whole image file of at most max bytes: 0 and *buf (you own it; free()),
  * or -errno (logged). */
 int criu_img_read_file(const char *path, size_t max, uint8_t **buf, size_t *len);
+/* criu_img_read_file of dir/name, at most CRIU_IMG_MAX_FILE bytes
+ * (-ENAMETOOLONG where the path does not fit). */
+int criu_img_read_in(const char *dir, const char *name, uint8_t **buf, size_t *len);
 
 int criu_img_decode_inventory(const uint8_t *buf, size_t len, const char *name,
 			      struct criu_img_inventory *out);

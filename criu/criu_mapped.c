@@ -80,13 +80,6 @@ static long vma_index(const struct criu_img_mm *mm, uint64_t addr)
 	return -1;
 }
 
-static int read_image(const char *image_dir, const char *name, uint8_t **buf, size_t *len)
-{
-	char path[PATH_MAX + 64];
-
-	snprintf(path, sizeof(path), "%s/%s", image_dir, name);
-	return criu_img_read_file(path, CRIU_IMG_MAX_FILE, buf, len);
-}
 
 /* The pids of pstree.img, one criu_mapped_proc each. */
 static int load_pstree(const char *image_dir, struct criu_mapped_image *im)
@@ -96,7 +89,7 @@ static int load_pstree(const char *image_dir, struct criu_mapped_image *im)
 	size_t len;
 	int ret;
 
-	ret = read_image(image_dir, "pstree.img", &buf, &len);
+	ret = criu_img_read_in(image_dir, "pstree.img", &buf, &len);
 	if (!ret)
 		ret = criu_img_decode_pstree(buf, len, "pstree.img", &t);
 	free(buf);
@@ -147,7 +140,7 @@ static int load_proc(const char *image_dir, struct criu_mapped_proc *p)
 	int ret;
 
 	snprintf(name, sizeof(name), "mm-%u.img", p->pid);
-	ret = read_image(image_dir, name, &buf, &len);
+	ret = criu_img_read_in(image_dir, name, &buf, &len);
 	if (ret == -ENOENT)
 		return 0; /* a zombie, or a process CRIU keeps no memory of */
 	if (!ret)
@@ -158,7 +151,7 @@ static int load_proc(const char *image_dir, struct criu_mapped_proc *p)
 		return ret;
 	p->has_mm = true;
 	snprintf(name, sizeof(name), "pagemap-%u.img", p->pid);
-	ret = read_image(image_dir, name, &buf, &len);
+	ret = criu_img_read_in(image_dir, name, &buf, &len);
 	if (!ret)
 		ret = criu_img_decode_pagemap(buf, len, name, &p->pm);
 	free(buf);

@@ -611,15 +611,6 @@ out:
 	return ret;
 }
 
-static int read_image(struct lp_daemon *d, const char *name, uint8_t **buf, size_t *len)
-{
-	char path[PATH_MAX];
-
-	if (snprintf(path, sizeof(path), "%s/%s", d->o->images_dir, name) >= (int)sizeof(path))
-		return -ENAMETOOLONG;
-	return criu_img_read_file(path, CRIU_IMG_MAX_FILE, buf, len);
-}
-
 /* What process pid owes: its mm and pagemap images, its pages file. */
 static int proc_load(struct lp_daemon *d, struct lp_proc *p)
 {
@@ -632,7 +623,7 @@ static int proc_load(struct lp_daemon *d, struct lp_proc *p)
 	int ret;
 
 	snprintf(name, sizeof(name), "mm-%d.img", p->pid);
-	ret = read_image(d, name, &buf, &len);
+	ret = criu_img_read_in(d->o->images_dir, name, &buf, &len);
 	if (!ret)
 		ret = criu_img_decode_mm(buf, len, name, &mm);
 	free(buf);
@@ -640,7 +631,7 @@ static int proc_load(struct lp_daemon *d, struct lp_proc *p)
 	if (ret)
 		goto out;
 	snprintf(name, sizeof(name), "pagemap-%d.img", p->pid);
-	ret = read_image(d, name, &buf, &len);
+	ret = criu_img_read_in(d->o->images_dir, name, &buf, &len);
 	if (!ret)
 		ret = criu_img_decode_pagemap(buf, len, name, &pm);
 	if (ret)
@@ -738,7 +729,7 @@ static int task_count(struct lp_daemon *d, size_t *n)
 	size_t len;
 	int ret;
 
-	ret = read_image(d, "pstree.img", &buf, &len);
+	ret = criu_img_read_in(d->o->images_dir, "pstree.img", &buf, &len);
 	if (!ret)
 		ret = criu_img_decode_pstree(buf, len, "pstree.img", &t);
 	*n = t.n;

@@ -61,13 +61,6 @@ struct build {
 	size_t maps;		    /* mappings the windows hold so far */
 };
 
-static int read_image(const struct build *b, const char *name, uint8_t **buf, size_t *len)
-{
-	char path[PATH_MAX + 64];
-
-	snprintf(path, sizeof(path), "%s/%s", b->image_dir, name);
-	return criu_img_read_file(path, CRIU_IMG_MAX_FILE, buf, len);
-}
 
 int mapped_mount_id(const char *image_dir, uint32_t *mnt_id)
 {
@@ -913,7 +906,7 @@ static int write_mm(struct build *b, struct proc_rewrite *r)
 	int ret;
 
 	snprintf(name, sizeof(name), "mm-%u.img", r->p->pid);
-	ret = read_image(b, name, &mm, &mlen);
+	ret = criu_img_read_in(b->image_dir, name, &mm, &mlen);
 	if (!ret)
 		ret = criu_img_mm_remap(mm, mlen, name, r->rm, r->nrm, &nmm, &nlen);
 	free(mm);

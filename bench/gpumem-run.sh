@@ -57,6 +57,16 @@ snap_figures() {
 		"total_ms $(jfield "$f" job result timings_ms total)"
 }
 
+# keep_criu_logs NAME: one more start, its CRIU and runc logs kept in
+# OUTDIR/criu-NAME (where a start's criu_restore goes), then stopped.
+keep_criu_logs() {
+	local r=$W/keep.json iid
+	curl -s -X POST "$URL/functions/$ID/start" >"$r"
+	iid=$(jfield "$r" instance) || { echo "keep_criu_logs: no instance: $(cat "$r")"; return 0; }
+	cp -r "$W/data/instances/$iid/criu" "$OUTDIR/criu-$1" 2>/dev/null
+	curl -s -X DELETE "$URL/instances/$iid" >/dev/null
+}
+
 # one FN SPEC MODE [KEY=JSON...]: register, snapshot; ID set.
 one() {
 	local fn=$1 spec=$2 mode=$3
@@ -74,6 +84,7 @@ case " $PARTS " in *" example "*)
 		one "example-$mode" "$THAW_GPU_EXAMPLE" "$mode" || continue
 		run "example-$mode-prime" --burst 1
 		run "example-$mode-seq" --burst 1 --repeat 5
+		keep_criu_logs "example-$mode"
 		run "example-$mode-burst" --burst 8
 	done
 esac

@@ -321,6 +321,11 @@ int cuda_init(void)
 	return drv.init_err;
 }
 
+void *cuda_sym(const char *name)
+{
+	return cuda_init() || !drv.lib ? NULL : dlsym(drv.lib, name);
+}
+
 bool cuda_available(void)
 {
 	return cuda_init() == 0;

@@ -42,6 +42,10 @@ struct cuda_gpu_pair {
 /* Load the driver and cuInit(0), once.  0, or -ENODEV with the reason logged at info. */
 int cuda_init(void);
 bool cuda_available(void);
+/* The driver's entry point name (after cuda_init), or NULL: for the few
+ * callers that use more of the driver API than the checkpoint calls
+ * (restore/gpu_prefill.c). */
+void *cuda_sym(const char *name);
 /* Why cuda_init failed, in words ("libcuda.so.1: cannot open shared object
  * file…", "cuInit: CUDA_ERROR_NO_DEVICE"); "" when the driver is usable. */
 const char *cuda_unavailable_reason(void);

@@ -141,6 +141,9 @@ static int parse(const char *text, unsigned seq, struct gpumem_status *st)
 	st->pinned_slices = (int)num(o, "pinned_slices");
 	snprintf(st->register_error, sizeof(st->register_error), "%s",
 		 json_string_value(json_object_get(o, "register_error")) ?: "");
+	st->prefilled_allocs = num(o, "prefilled_allocs");
+	st->prefilled_bytes = num(o, "prefilled_bytes");
+	st->prefill_ms = json_number_value(json_object_get(o, "prefill_ms"));
 	json_decref(o);
 	return 1;
 }

@@ -33,6 +33,9 @@ struct gpumem_status {
 	int copy_threads;
 	int pinned_slices;         /* of them, pinned by the driver */
 	char register_error[48];   /* why one was not ("" if all were) */
+	/* Of those moved back, mapped from memory thawd filled (prefill). */
+	uint64_t prefilled_allocs, prefilled_bytes;
+	double prefill_ms;
 };
 
 /* Whether the library is mapped into pid (it loaded there). */

@@ -39,6 +39,30 @@ enum gpumem_op {
 #define GPUMEM_OUT_DEST "/.thaw-gpu-out" /* writable: what a save writes, the answers */
 #define GPUMEM_FILE_FMT "gpu-%d.mem"     /* per process, by its pid in the container */
 #define GPUMEM_STATUS_FMT "%d.status"
+/* Beside the saved memory, what thawd needs to fill device memory for a
+ * restore itself: text, the first line GPUMEM_LAYOUT_MAGIC, then one line
+ * per saved allocation: "<file offset> <size> <device ordinal>
+ * <compression type> <GPUDirect RDMA capable> <usage>" (decimal). */
+#define GPUMEM_LAYOUT_FMT "gpu-%d.layout"
+#define GPUMEM_LAYOUT_MAGIC "thaw-gpumem-layout 1"
+
+/* Prefill: device memory thawd made and filled from the saved file while
+ * CRIU and the driver restored.  Where thawd has it, it listens on this
+ * socket in the out directory before asking RESTORE; the library connects
+ * and receives messages of struct gpumem_prefill_msg, each with its n
+ * allocations' POSIX file descriptors (cuMemExportToShareableHandle) as
+ * SCM_RIGHTS, until one with n == 0.  An allocation received is imported
+ * and mapped at its saved address instead of copied; one not received
+ * (or that fails) is copied as before. */
+#define GPUMEM_PREFILL_FMT "%d.prefill"
+#define GPUMEM_POSIX_FD_HANDLE 1 /* CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR */
+#define GPUMEM_PREFILL_BATCH 64
+struct gpumem_prefill_msg {
+	unsigned int n, reserved;
+	struct {
+		unsigned long long file_off, size;
+	} e[GPUMEM_PREFILL_BATCH];
+};
 
 /* The environment thaw gives the function (the library reads it once). */
 #define GPUMEM_ENV_IN "THAW_GPUMEM_IN"

@@ -103,14 +103,16 @@ static void answer(unsigned seq, const char *op, const struct gm_result *r)
 		     "\"left_bytes\": %llu, \"dev_bytes\": [%llu, %llu, %llu, %llu, %llu, %llu, "
 		     "%llu, %llu], \"ms\": {\"hold\": %.3f, \"sync\": %.3f, \"map\": %.3f, "
 		     "\"copy\": %.3f, \"total\": %.3f, \"populate\": %.3f, \"register\": %.3f}, \"copy_threads\": %d, \"pinned_slices\": %d, "
-		     "\"register_error\": \"%s\"}\n",
+		     "\"register_error\": \"%s\", \"prefilled_allocs\": %llu, "
+		     "\"prefilled_bytes\": %llu, \"prefill_ms\": %.3f}\n",
 		     seq, op, r->ok ? "true" : "false", err, r->allocs, r->bytes, r->left_allocs,
 		     r->left_bytes, r->dev_bytes[0], r->dev_bytes[1], r->dev_bytes[2],
 		     r->dev_bytes[3], r->dev_bytes[4], r->dev_bytes[5], r->dev_bytes[6],
 		     r->dev_bytes[7], r->hold_ms, r->sync_ms, r->map_ms, r->copy_ms, r->total_ms,
 		     r->populate_ms, r->register_ms,
 		     r->copy_threads, r->pinned_slices,
-		     r->register_error ? gm_error_name(r->register_error, ebuf, sizeof(ebuf)) : "");
+		     r->register_error ? gm_error_name(r->register_error, ebuf, sizeof(ebuf)) : "",
+		     r->prefilled_allocs, r->prefilled_bytes, r->prefill_ms);
 	if (n > 0)
 		put_status(buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
 }
@@ -156,7 +158,7 @@ static void *control_main(void *arg)
 			answer(seq, "save", &r);
 			break;
 		case GPUMEM_OP_RESTORE:
-			gm_restore(in_dir, &r);
+			gm_restore(in_dir, out_dir, &r);
 			pinned = r.ok;
 			answer(seq, "restore", &r);
 			break;

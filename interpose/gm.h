@@ -10,6 +10,7 @@
  *   gate.S     one trampoline per driver entry point: holds calls while closed
  *   alloc.c    the allocations it sees, and the memory calls it implements
  *   move.c     save and copy back
+ *   prefill.c  the saved layout for thawd, and the memory thawd filled
  *   control.c  thawd's signal, the control thread, the status file
  *
  * Nothing here links thaw's own libraries: a function's process gets only
@@ -169,10 +170,27 @@ struct gm_result {
 	int pinned_slices;     /* of copy_threads, those the driver pinned whole */
 	double populate_ms, register_ms; /* the slowest thread's */
 	CUresult register_error; /* why one was not pinned */
+	/* Of those moved back, taken from thawd ready-filled (prefill.c). */
+	unsigned long long prefilled_allocs, prefilled_bytes;
+	double prefill_ms;
 };
 void gm_save(const char *dir, struct gm_result *r) GM_HIDDEN;
-void gm_restore(const char *dir, struct gm_result *r) GM_HIDDEN;
+/* in_dir: the saved file's; out_dir: where thawd's prefill socket is. */
+void gm_restore(const char *in_dir, const char *out_dir, struct gm_result *r) GM_HIDDEN;
 void gm_release_pinned(void) GM_HIDDEN;
+
+/* --- thawd's fill (prefill.c) --- */
+/* After a save: dir/gpu-<pid>.layout for the saved mappings; 0 or -1 (r
+ * says why).  Under gm_lock. */
+int gm_layout_write(const char *dir, struct gm_result *r) GM_HIDDEN;
+/* At a restore, before anything is mapped: each saved mapping thawd sent
+ * ready-filled memory for is mapped from it and no longer saved.  Nothing
+ * (no socket, a refusal) leaves the mappings to the copy.  Under gm_lock. */
+void gm_prefill_take(const char *dir, struct gm_result *r) GM_HIDDEN;
+/* New physical memory at m's address with its access (move.c). */
+int gm_map_new(struct gm_map *m, struct gm_result *r) GM_HIDDEN;
+/* Map handle rh at m's address with m's access, as the memory m names now. */
+CUresult gm_map_handle(struct gm_map *m, CUmemGenericAllocationHandle rh) GM_HIDDEN;
 
 /* --- control (control.c) --- */
 /* Start the control thread once the process uses CUDA through the library. */

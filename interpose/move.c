@@ -133,8 +133,6 @@ static int unmap_one(struct gm_map *m, struct gm_result *r)
 	return 0;
 }
 
-static int map_new(struct gm_map *m, struct gm_result *r);
-
 void gm_save(const char *dir, struct gm_result *r)
 {
 	char path[4096];
@@ -208,11 +206,13 @@ void gm_save(const char *dir, struct gm_result *r)
 	}
 	r->map_ms = gm_now_ms() - t;
 	count_left(r);
+	/* Without it a restore still works: the library copies. */
+	gm_layout_write(dir, r);
 out:
 	if (!r->ok) {
 		/* Put back what was unmapped, from the file. */
 		for (struct gm_map *m = gm_maps; m; m = m->next)
-			if (m->saved && map_new(m, r) == 0) {
+			if (m->saved && gm_map_new(m, r) == 0) {
 				int in = open(path, O_RDONLY | O_CLOEXEC);
 				void *buf = bounce;
 
@@ -242,8 +242,28 @@ out:
 	r->total_ms = gm_now_ms() - t0;
 }
 
+CUresult gm_map_handle(struct gm_map *m, CUmemGenericAllocationHandle rh)
+{
+	CUresult cr = gm_real.map(m->va, m->size, 0, rh, 0);
+
+	if (cr == CUDA_SUCCESS && m->naccess)
+		cr = gm_real.set_access(m->va, m->size, m->access, (size_t)m->naccess);
+	if (cr != CUDA_SUCCESS) {
+		gm_real.unmap(m->va, m->size);
+		return cr;
+	}
+	/* Kept in h->rh either way, as at the allocation: a handle the
+	 * function had released is released again (its memory dies with its
+	 * unmap) but still names it, so the mapping stays movable. */
+	if (m->h->app_released)
+		gm_real.release(rh);
+	m->h->rh = rh;
+	m->saved = false;
+	return CUDA_SUCCESS;
+}
+
 /* New physical memory at m's address, with its access. */
-static int map_new(struct gm_map *m, struct gm_result *r)
+int gm_map_new(struct gm_map *m, struct gm_result *r)
 {
 	CUmemGenericAllocationHandle rh = 0;
 	CUresult cr;
@@ -253,22 +273,12 @@ static int map_new(struct gm_map *m, struct gm_result *r)
 		fail(r, "cuMemCreate", cr);
 		return -1;
 	}
-	cr = gm_real.map(m->va, m->size, 0, rh, 0);
-	if (cr == CUDA_SUCCESS && m->naccess)
-		cr = gm_real.set_access(m->va, m->size, m->access, (size_t)m->naccess);
+	cr = gm_map_handle(m, rh);
 	if (cr != CUDA_SUCCESS) {
-		gm_real.unmap(m->va, m->size);
 		gm_real.release(rh);
 		fail(r, "mapping new device memory at a saved address", cr);
 		return -1;
 	}
-	/* Kept in h->rh either way, as at the allocation: a handle the
-	 * function had released is released again (its memory dies with its
-	 * unmap) but still names it, so the mapping stays movable. */
-	if (m->h->app_released)
-		gm_real.release(rh);
-	m->h->rh = rh;
-	m->saved = false;
 	return 0;
 }
 
@@ -380,7 +390,7 @@ static void *copy_slice(void *arg)
 	return NULL;
 }
 
-void gm_restore(const char *dir, struct gm_result *r)
+void gm_restore(const char *dir, const char *out_dir, struct gm_result *r)
 {
 	char path[4096];
 	pthread_t th[MAX_THREADS];
@@ -395,12 +405,16 @@ void gm_restore(const char *dir, struct gm_result *r)
 	gm_release_pinned();
 	snprintf(path, sizeof(path), "%s/" GPUMEM_FILE_FMT, dir, (int)getpid());
 	pthread_mutex_lock(&gm_lock);
+	for (struct gm_map *m = gm_maps; m; m = m->next)
+		m->restoring = false;
+	/* What thawd filled while CRIU and the driver restored: mapped, not
+	 * copied.  What is still saved after it is copied here. */
+	gm_prefill_take(out_dir, r);
 	t = gm_now_ms();
 	for (struct gm_map *m = gm_maps; m; m = m->next) {
-		m->restoring = false;
 		if (!m->saved)
 			continue;
-		if (map_new(m, r))
+		if (gm_map_new(m, r))
 			goto out;
 		m->restoring = true;
 		r->allocs++;

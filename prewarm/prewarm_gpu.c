@@ -242,6 +242,13 @@ out:
 	return ret;
 }
 
+static bool ends_with(const char *s, const char *suffix)
+{
+	size_t a = strlen(s), b = strlen(suffix);
+
+	return a >= b && !strcmp(s + a - b, suffix);
+}
+
 /* After the dump: the saved memory and the library into the image. */
 int prewarm_gpumem_into_image(struct job *j)
 {
@@ -259,7 +266,10 @@ int prewarm_gpumem_into_image(struct job *j)
 	if (!d)
 		return 0;
 	while ((de = readdir(d))) {
-		if (strncmp(de->d_name, "gpu-", 4) || !strstr(de->d_name, ".mem"))
+		/* The saved memory and its layout (GPUMEM_FILE_FMT,
+		 * GPUMEM_LAYOUT_FMT); not a temporary file left behind. */
+		if (strncmp(de->d_name, "gpu-", 4) ||
+		    (!ends_with(de->d_name, ".mem") && !ends_with(de->d_name, ".layout")))
 			continue;
 		snprintf(from, sizeof(from), "%s/%s", j->gpumem_out, de->d_name);
 		snprintf(to, sizeof(to), "%s/%s", j->image, de->d_name);

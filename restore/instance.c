@@ -24,6 +24,7 @@
 #include "function/ready.h"
 #include "function/spec.h"
 #include "images/image.h"
+#include "restore/gpu_prefill.h"
 #include "restore/gpu_restore.h"
 #include "restore/instance_internal.h"
 #include "restore/lazy_watch.h"
@@ -557,6 +558,10 @@ static int set_up(struct start *st)
 				   st->gp);
 	if (ret)
 		return ret;
+	/* The device memory is filled while CRIU and the driver restore. */
+	if (x->gpumem_in && !st->standby && st->gp && st->gp->n == 1)
+		x->prefill = gpu_prefill_start(st->m->meta, x->gpumem_in, x->gpumem_out,
+					       st->gp->dev[0].ordinal);
 	st->in.t.setup = ms_since(tp);
 	return 0;
 }
@@ -670,9 +675,26 @@ static int gpu_restore(struct start *st)
 		return 0;
 	ret = gpu_restore_container(&x->r, in->id, in->pid, st->m->meta, st->gp, &x->cuda_pids,
 				    &x->ncuda);
-	if (!ret)
+	if (!ret && x->prefill) {
+		uint64_t tw = now_ns();
+		double waited;
+		char line[160];
+
+		/* Filled by now, or nearly: offered before RESTORE is asked.
+		 * A failed fill offers nothing and the library copies. */
+		if (gpu_prefill_ready(x->prefill))
+			pr_warn("thawd could not fill the device memory of %s: the library copies it",
+				in->id);
+		waited = ms_since(tw);
 		ret = gpu_memory_restore(st->m->meta, x->cuda_pids, x->ncuda,
 					 x->gpumem_in ? x->gpumem_out : NULL, &in->t.gpu_copy);
+		gpu_prefill_end(x->prefill, line, sizeof(line));
+		x->prefill = NULL;
+		pr_info("%s: %s; the start waited %.1f ms for it", in->id, line, waited);
+	} else if (!ret) {
+		ret = gpu_memory_restore(st->m->meta, x->cuda_pids, x->ncuda,
+					 x->gpumem_in ? x->gpumem_out : NULL, &in->t.gpu_copy);
+	}
 	in->t.gpu_restore = ms_since(tp);
 	if (!ret && st->gp)
 		instance_set_gpus(in, st->gp);
@@ -741,6 +763,7 @@ static void start_end(struct start *st)
 	 * rootfs as its root, which the cache's gc respects. */
 	if (st->image_lock >= 0)
 		close(st->image_lock);
+	gpu_prefill_end(st->x.prefill, NULL, 0);
 	gpu_release(&st->own);
 	if (st->counted)
 		atomic_fetch_sub(&gpu_starts_in_flight, 1);

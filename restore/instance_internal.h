@@ -57,6 +57,8 @@ struct start_ctx {
 	 * entry read-only, and <dir>/gpu-out for its answers. */
 	const char *gpumem_in;
 	char gpumem_out[PATH_MAX + 16];
+	/* Its device memory being filled by thawd meanwhile (gpu_prefill.h). */
+	struct gpu_prefill *prefill;
 	/* A standby: its snapshot's meta (spec, GPUs, CUDA pids), recorded for
 	 * instance_activate, which then needs no manifest. */
 	const json_t *standby_meta;

@@ -222,6 +222,11 @@ done
 # segments with a worker thread (bench/gpumem-run.sh).
 [ -n "${E2E_GPU_TOKENS:-}" ] &&
 	step gpumem-bench bash bench/gpumem-run.sh "$THAW_FIGURES/gpumem" "$E2E_GPU_TOKENS"
+# The same with thawd not filling the device memory itself (THAW_GPU_PREFILL=0:
+# the library copies it back after the driver's restore), for the comparison.
+[ -n "${E2E_GPU_TOKENS:-}" ] &&
+	step gpumem-bench-noprefill env THAW_GPU_PREFILL=0 bash bench/gpumem-run.sh \
+		"$THAW_FIGURES/gpumem-noprefill" "$E2E_GPU_TOKENS"
 # The same on a huge-page tier (thawd's default where it can mount one), without
 # the engine-alone probes.
 [ -n "${E2E_GPU_TOKENS:-}" ] &&

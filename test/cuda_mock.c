@@ -433,8 +433,10 @@ int nvmlSystemGetDriverVersion(char *buf, unsigned int len)
 }
 
 /* ---- device memory ---- */
+#include <fcntl.h>
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -586,6 +588,14 @@ CUresult cuMemAddressFree(CUdeviceptr p, size_t size)
 	return munmap((void *)p, size) ? 1 : 0;
 }
 
+static int handle_ok_locked(CUhandle h)
+{
+	for (int i = 0; i < nmade; i++)
+		if ((CUhandle)(uintptr_t)made[i] == h)
+			return 1;
+	return 0;
+}
+
 CUresult cuMemCreate(CUhandle *h, size_t size, const void *prop, unsigned long long flags)
 {
 	struct phys *ph = calloc(1, sizeof(*ph));
@@ -607,13 +617,49 @@ CUresult cuMemCreate(CUhandle *h, size_t size, const void *prop, unsigned long l
 	return 0;
 }
 
+/* POSIX file descriptor handles (type 1): the memfd itself, so that memory
+ * exported by one process and imported by another is the same bytes. */
+CUresult cuMemExportToShareableHandle(void *out, CUhandle h, int type, unsigned long long flags)
+{
+	struct phys *ph = (struct phys *)(uintptr_t)h;
+	int fd;
+
+	if (type != 1)
+		return 1;
+	pthread_mutex_lock(&mem_mu);
+	fd = handle_ok_locked(h) ? fcntl(ph->fd, F_DUPFD_CLOEXEC, 0) : -1;
+	pthread_mutex_unlock(&mem_mu);
+	if (fd < 0)
+		return 1;
+	*(int *)out = fd;
+	return 0;
+}
+
+CUresult cuMemImportFromShareableHandle(CUhandle *h, void *os, int type)
+{
+	int fd = (int)(intptr_t)os;
+	struct phys *ph;
+	struct stat sb;
+
+	if (type != 1 || fstat(fd, &sb) || !sb.st_size)
+		return 1;
+	ph = calloc(1, sizeof(*ph));
+	if (!ph)
+		return 2;
+	ph->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	ph->size = (size_t)sb.st_size;
+	pthread_mutex_lock(&mem_mu);
+	if (nmade < 4096)
+		made[nmade++] = ph;
+	live_phys_bytes += ph->size;
+	pthread_mutex_unlock(&mem_mu);
+	*h = (CUhandle)(uintptr_t)ph;
+	return 0;
+}
 
 static int handle_ok(CUhandle h)
 {
-	for (int i = 0; i < nmade; i++)
-		if ((CUhandle)(uintptr_t)made[i] == h)
-			return 1;
-	return 0;
+	return handle_ok_locked(h);
 }
 
 static void handle_forget(struct phys *ph)
@@ -799,6 +845,8 @@ CUresult cuGetProcAddress(const char *name, void **pfn, int version, unsigned lo
 		{ "cuMemSetAccess", 0, (void *)cuMemSetAccess, NULL },
 		{ "cuMemGetAllocationGranularity", 0, (void *)cuMemGetAllocationGranularity, NULL },
 		{ "cuMemRetainAllocationHandle", 0, (void *)cuMemRetainAllocationHandle, NULL },
+		{ "cuMemExportToShareableHandle", 0, (void *)cuMemExportToShareableHandle, NULL },
+		{ "cuMemImportFromShareableHandle", 0, (void *)cuMemImportFromShareableHandle, NULL },
 		{ "cuMemcpyDtoH", 3020, NULL, (void *)cuMemcpyDtoH_v2 },
 		{ "cuMemcpyHtoD", 3020, NULL, (void *)cuMemcpyHtoD_v2 },
 		{ "cuMemcpyHtoDAsync", 3020, NULL, (void *)cuMemcpyHtoDAsync_v2 },

@@ -29,7 +29,16 @@
 
 /* N float64 values 0..N-1: every partial sum is an integer below 2^53, so
  * the sum is exact, whatever order the GPU adds them in: N(N-1)/2. */
-#define TENSOR_N (32ULL << 20) /* 256 MiB on the GPU */
+/* 256 MiB on the GPU; THAW_TEST_CUDA_MIB sets another size (a small one
+ * shows the driver's fixed cost of a checkpoint and a restore). */
+static unsigned long long tensor_n(void)
+{
+	const char *s = getenv("THAW_TEST_CUDA_MIB");
+	unsigned long long mib = s && *s ? strtoull(s, NULL, 10) : 256;
+
+	return (mib ? mib : 1) << 17; /* float64: 2^17 per MiB */
+}
+#define TENSOR_N tensor_n()
 
 #define PY_SCRIPT \
 	"import sys, torch\n" \
@@ -192,7 +201,7 @@ static void cycle(const struct cuda_gpu_pair *pairs, size_t npairs)
 	CHECK_EQ(state_of(child), CUDA_PROC_LOCKED);
 	t = now_ns();
 	CHECK_EQ(cuda_checkpoint(child), 0);
-	printf("figure: cuda_%s checkpoint_ms %.1f (256 MiB tensor)\n", how, ms_since(t));
+	printf("figure: cuda_%s checkpoint_ms %.1f (%llu MiB tensor)\n", how, ms_since(t), TENSOR_N >> 17);
 	CHECK_EQ(state_of(child), CUDA_PROC_CHECKPOINTED);
 	t = now_ns();
 	CHECK_EQ(cuda_restore(child, pairs, npairs), 0);

@@ -13,6 +13,7 @@
  * used CUDA, a statically linked one.
  */
 #include "common/gpumem.h"
+#include "restore/gpu_prefill.h"
 #include "common/util.h"
 #include "test/check.h"
 
@@ -200,6 +201,90 @@ static void save_and_restore(const char *app_path)
 	app_end(&a);
 }
 
+/* thawd fills the device memory itself (restore/gpu_prefill.c) and the
+ * library maps it instead of copying; where thawd cannot, the library
+ * copies.  Run in a child of ours that has the fake driver on its library
+ * path: thawd's side (common/cuda.c) opens libcuda.so.1 by name. */
+static void prefill(const char *app_path)
+{
+	json_t *meta = json_pack("{s:[{s:s}], s:{s:[]}}", "gpus", "uuid", "GPU-mock",
+				 "gpu_memory", "ns_pids");
+	struct gpumem_status st;
+	struct restore_call rc = { 0 };
+	unsigned long long phys, plain, mapped;
+	char s[256], why[512], line[256], sock[600], layout[600];
+	struct gpu_prefill *pf;
+	size_t moved = 0;
+	FILE *f;
+	struct app a;
+	int lines = 0;
+
+	app_start(&a, app_path, NULL, true);
+	json_array_append_new(json_object_get(json_object_get(meta, "gpu_memory"), "ns_pids"),
+			      json_integer(a.pid));
+	CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why, sizeof(why)),
+		 0);
+	CHECK_EQ(st.allocs, 6);
+	/* The layout of what was saved, one line per allocation. */
+	snprintf(layout, sizeof(layout), "%s/" GPUMEM_LAYOUT_FMT, outdir, (int)a.pid);
+	f = fopen(layout, "r");
+	CHECK(f != NULL);
+	while (f && fgets(line, sizeof(line), f))
+		lines++;
+	if (f)
+		fclose(f);
+	CHECK_EQ(lines, 1 + 6);
+
+	/* Filled and offered, then taken: nothing copied by the library. */
+	pf = gpu_prefill_start(meta, outdir, outdir, 0);
+	REQUIRE(pf != NULL);
+	CHECK_EQ(gpu_prefill_ready(pf), 0);
+	snprintf(sock, sizeof(sock), "%s/" GPUMEM_PREFILL_FMT, outdir, (int)a.pid);
+	CHECK(access(sock, F_OK) == 0);
+	rc.pid = a.pid;
+	do_restore(&rc);
+	CHECK_EQ(rc.ret, 0);
+	CHECK(rc.st.ok);
+	CHECK_EQ(rc.st.allocs, 6);
+	CHECK_EQ(rc.st.bytes, 30 * MIB);
+	CHECK_EQ(rc.st.prefilled_allocs, 6);
+	CHECK_EQ(rc.st.prefilled_bytes, 30 * MIB);
+	CHECK_EQ(rc.st.copy_threads, 0);
+	gpu_prefill_end(pf, line, sizeof(line));
+	CHECK(strstr(line, "filled 6 allocation(s)") != NULL);
+	CHECK(access(sock, F_OK) != 0);
+	/* thawd gave its handles back: the memory is the program's alone,
+	 * byte for byte, and as movable as before. */
+	ask(&a, "mem", s, sizeof(s));
+	REQUIRE(sscanf(s, "%llu %llu %llu", &phys, &plain, &mapped) == 3);
+	CHECK_EQ(phys, 30 * MIB);
+	ask(&a, "verify", s, sizeof(s));
+	CHECK_STR(s, "ok");
+	CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why, sizeof(why)),
+		 0);
+	CHECK_EQ(st.allocs, 6);
+
+	/* A layout thawd cannot use: nothing offered, the library copies. */
+	f = fopen(layout, "w");
+	REQUIRE(f != NULL);
+	fputs(GPUMEM_LAYOUT_MAGIC "\n12345 77 0 0 0 0\n", f);
+	fclose(f);
+	CHECK(gpu_prefill_start(meta, outdir, outdir, 0) == NULL);
+	do_restore(&rc);
+	CHECK(rc.st.ok);
+	CHECK_EQ(rc.st.prefilled_allocs, 0);
+	CHECK_EQ(rc.st.allocs, 6);
+	ask(&a, "verify", s, sizeof(s));
+	CHECK_STR(s, "ok");
+	/* Turned off: the same. */
+	setenv("THAW_GPU_PREFILL", "0", 1);
+	CHECK(gpu_prefill_start(meta, outdir, outdir, 0) == NULL);
+	unsetenv("THAW_GPU_PREFILL");
+	gpumem_release(&a.pid, 1);
+	app_end(&a);
+	json_decref(meta);
+}
+
 /* Where the library does not apply, the reason. */
 static void fallbacks(const char *app_path, const char *static_path)
 {
@@ -239,13 +324,41 @@ static void fallbacks(const char *app_path, const char *static_path)
 	}
 }
 
-int main(void)
+/* The prefill case in a child that opens the fake driver by name. */
+static void prefill_in_child(const char *self, const char *app_path)
+{
+	char ld[1200];
+	pid_t pid;
+	int st;
+
+	snprintf(ld, sizeof(ld), "%s%s%s", dir, getenv("LD_LIBRARY_PATH") ? ":" : "",
+		 getenv("LD_LIBRARY_PATH") ?: "");
+	pid = fork();
+	REQUIRE(pid >= 0);
+	if (pid == 0) {
+		setenv("LD_LIBRARY_PATH", ld, 1);
+		unsetenv("THAW_NO_GPU");
+		execl(self, self, "--prefill", dir, app_path, lib, (char *)NULL);
+		_exit(127);
+	}
+	REQUIRE(waitpid(pid, &st, 0) == pid);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+int main(int argc, char **argv)
 {
 	const char *root = getenv("THAW_ROOT"), *build = getenv("THAW_BUILD");
 	char app[512], stat_app[512], cmd_src[1024], mock[1024];
 	bool have_static;
 
 	signal(SIGPIPE, SIG_IGN);
+	if (argc == 5 && !strcmp(argv[1], "--prefill")) {
+		snprintf(dir, sizeof(dir), "%s", argv[2]);
+		snprintf(outdir, sizeof(outdir), "%s/out", dir);
+		snprintf(lib, sizeof(lib), "%s", argv[4]);
+		prefill(argv[3]);
+		return check_failures ? 1 : 0;
+	}
 	root = root && *root ? root : ".";
 	snprintf(lib, sizeof(lib), "%s/libthaw-cuda.so", build && *build ? build : "build");
 	if (access(lib, R_OK))
@@ -281,6 +394,7 @@ int main(void)
 			printf("no static libc: the statically linked case is not run\n");
 	}
 	save_and_restore(app);
+	prefill_in_child(argv[0], app);
 	fallbacks(app, have_static ? stat_app : NULL);
 	rm_rf(dir);
 	return check_failures ? 1 : 0;

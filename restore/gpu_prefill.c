@@ -1,0 +1,575 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* gpu_prefill.c — see gpu_prefill.h.
+ *
+ * thawd keeps one primary context per GPU it has filled memory on (made at
+ * the first fill: ~0.2 s and some GPU memory, once).  A fill makes each
+ * allocation exportable (POSIX file descriptor), maps them all into one
+ * address range of thawd's, and copies the tier's file into it on several
+ * threads, each pinning its slice of the file a piece at a time (as the
+ * library's copy back does), then unmaps them again: only the handles and
+ * their descriptors are kept until the library has taken them.
+ */
+#define LOG_PREFIX "gpu: "
+#include "restore/gpu_prefill.h"
+#include "common/cuda.h"
+#include "common/gpumem_protocol.h"
+#include "common/log.h"
+#include "common/util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define PIECE (64ull << 20)
+#define SLICE_MIN (256ull << 20)
+#define MAX_THREADS 16
+#define ALIGN_2M(x) (((x) + (2ull << 20) - 1) & ~((2ull << 20) - 1))
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+/* How long an offer waits for the library to connect after it is ready. */
+#define SERVE_TIMEOUT_MS 60000
+
+typedef unsigned long long cu_ptr;
+typedef unsigned long long cu_handle;
+typedef void *cu_ctx;
+typedef void *cu_stream;
+
+/* CUmemAllocationProp and CUmemAccessDesc, as cuda.h lays them out. */
+struct cu_prop {
+	int type, handle_types;
+	struct {
+		int type, id;
+	} location;
+	void *win32;
+	struct {
+		unsigned char compression, rdma;
+		unsigned short usage;
+		unsigned char reserved[4];
+	} flags;
+};
+struct cu_access {
+	struct {
+		int type, id;
+	} location;
+	int flags;
+};
+
+static struct {
+	int (*device_get)(int *, int);
+	int (*primary_retain)(cu_ctx *, int);
+	int (*ctx_set_current)(cu_ctx);
+	int (*create)(cu_handle *, size_t, const struct cu_prop *, unsigned long long);
+	int (*release)(cu_handle);
+	int (*reserve)(cu_ptr *, size_t, size_t, cu_ptr, unsigned long long);
+	int (*addr_free)(cu_ptr, size_t);
+	int (*map)(cu_ptr, size_t, size_t, cu_handle, unsigned long long);
+	int (*unmap)(cu_ptr, size_t);
+	int (*set_access)(cu_ptr, size_t, const struct cu_access *, size_t);
+	int (*export_fd)(void *, cu_handle, int, unsigned long long);
+	int (*host_register)(void *, size_t, unsigned);
+	int (*host_unregister)(void *);
+	int (*copy)(cu_ptr, const void *, size_t, cu_stream);
+	int (*stream_create)(cu_stream *, unsigned);
+	int (*stream_sync)(cu_stream);
+	int (*stream_destroy)(cu_stream);
+	bool ok;
+} cu;
+static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
+static cu_ctx ctxs[CUDA_MAX_DEVICES];
+
+static void load_driver(void)
+{
+#define SYM(f, name) (cu.f = (__typeof__(cu.f))cuda_sym(name))
+	cu.ok = SYM(device_get, "cuDeviceGet") && SYM(primary_retain, "cuDevicePrimaryCtxRetain") &&
+		SYM(ctx_set_current, "cuCtxSetCurrent") && SYM(create, "cuMemCreate") &&
+		SYM(release, "cuMemRelease") && SYM(reserve, "cuMemAddressReserve") &&
+		SYM(addr_free, "cuMemAddressFree") && SYM(map, "cuMemMap") &&
+		SYM(unmap, "cuMemUnmap") && SYM(set_access, "cuMemSetAccess") &&
+		SYM(export_fd, "cuMemExportToShareableHandle") &&
+		SYM(host_register, "cuMemHostRegister_v2") &&
+		SYM(host_unregister, "cuMemHostUnregister") &&
+		SYM(copy, "cuMemcpyHtoDAsync_v2") && SYM(stream_create, "cuStreamCreate") &&
+		SYM(stream_sync, "cuStreamSynchronize") && SYM(stream_destroy, "cuStreamDestroy_v2");
+#undef SYM
+}
+
+/* thawd's context on device ordinal, current on this thread. */
+static int use_device(int ordinal)
+{
+	int dev, r = 0;
+
+	if (ordinal < 0 || ordinal >= CUDA_MAX_DEVICES)
+		return -EINVAL;
+	pthread_mutex_lock(&ctx_lock);
+	if (!ctxs[ordinal]) {
+		r = cu.device_get(&dev, ordinal);
+		if (!r)
+			r = cu.primary_retain(&ctxs[ordinal], dev);
+	}
+	pthread_mutex_unlock(&ctx_lock);
+	if (!r)
+		r = cu.ctx_set_current(ctxs[ordinal]);
+	return r ? -EIO : 0;
+}
+
+struct pf_alloc {
+	uint64_t off, size;
+	cu_handle h; /* 0: could not be made, not offered */
+	int fd;      /* its export, -1 none */
+	bool mapped; /* in thawd's range, for the copy */
+};
+
+struct pf_proc {
+	int ns_pid;
+	struct pf_alloc *a;
+	size_t n;
+	uint64_t len; /* the file's bytes the allocations span */
+	char *base;   /* the file, mapped */
+	int listen_fd;
+	char sock[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	bool served;
+};
+
+struct gpu_prefill {
+	int ordinal;
+	char tier_dir[PATH_MAX], out_dir[PATH_MAX];
+	struct pf_proc *p;
+	size_t np;
+	pthread_t thread;
+	bool started;
+	int wake[2]; /* gpu_prefill_end writes: stop serving */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int state; /* 0 filling, 1 offered, <0 -errno */
+	uint64_t bytes, offered_allocs;
+	double fill_ms;
+};
+
+/* Read dir/gpu-<ns>.layout into p. */
+static int read_layout(const char *dir, struct pf_proc *p)
+{
+	char path[PATH_MAX + 64], line[256];
+	size_t cap = 0;
+	FILE *f;
+	int ret = 0, dev0 = -1;
+
+	snprintf(path, sizeof(path), "%s/" GPUMEM_LAYOUT_FMT, dir, p->ns_pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	if (!fgets(line, sizeof(line), f) || strncmp(line, GPUMEM_LAYOUT_MAGIC, strlen(GPUMEM_LAYOUT_MAGIC))) {
+		fclose(f);
+		return -EINVAL;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long long off, size;
+		unsigned c, rdma, usage;
+		int dev;
+
+		if (sscanf(line, "%llu %llu %d %u %u %u", &off, &size, &dev, &c, &rdma, &usage) != 6 ||
+		    !size || off % (2ull << 20) || (dev0 >= 0 && dev != dev0) || c) {
+			/* Not what a fill handles (several devices, compressed
+			 * memory) or not a layout: the library copies it all. */
+			ret = -EINVAL;
+			break;
+		}
+		dev0 = dev;
+		if (ARRAY_GROW(p->a, cap, p->n + 1, 64)) {
+			ret = -ENOMEM;
+			break;
+		}
+		p->a[p->n++] = (struct pf_alloc){ .off = off, .size = size, .fd = -1 };
+		if (off + size > p->len)
+			p->len = off + size;
+	}
+	fclose(f);
+	return ret;
+}
+
+/* The allocations made, exportable, on the device, and mapped into one
+ * range of thawd's at their file offsets.  *va, the range. */
+static int make_allocs(struct gpu_prefill *pf, struct pf_proc *p, cu_ptr *va)
+{
+	struct cu_prop prop = { .type = 1, .handle_types = GPUMEM_POSIX_FD_HANDLE,
+				.location = { 1, pf->ordinal } };
+	struct cu_access acc = { .location = { 1, pf->ordinal }, .flags = 3 };
+
+	if (cu.reserve(va, ALIGN_2M(p->len), 2ull << 20, 0, 0))
+		return -ENOMEM;
+	for (size_t i = 0; i < p->n; i++) {
+		struct pf_alloc *a = &p->a[i];
+
+		if (cu.create(&a->h, a->size, &prop, 0)) {
+			a->h = 0;
+			continue;
+		}
+		if (cu.map(*va + a->off, a->size, 0, a->h, 0))
+			continue;
+		a->mapped = true;
+		if (cu.set_access(*va + a->off, a->size, &acc, 1)) {
+			cu.unmap(*va + a->off, a->size);
+			a->mapped = false;
+		}
+	}
+	return 0;
+}
+
+struct slice {
+	struct pf_proc *p;
+	cu_ptr va;
+	uint64_t off, len;
+	int ordinal, err;
+};
+
+/* Copy the file's bytes of [s->off, s->off + s->len) into the allocations
+ * that lie there: pinned a piece at a time, so that a piece's copy runs
+ * while the next is pinned; unpinned once all have landed. */
+static void *copy_slice(void *arg)
+{
+	struct slice *s = arg;
+	int npieces = (int)((s->len + PIECE - 1) / PIECE), k;
+	bool *pinned = calloc((size_t)npieces + 1, sizeof(bool));
+	cu_stream st = NULL;
+
+	if (!pinned || use_device(s->ordinal) || cu.stream_create(&st, 1)) {
+		s->err = -EIO;
+		free(pinned);
+		return NULL;
+	}
+	madvise(s->p->base + s->off, s->len, MADV_POPULATE_READ);
+	for (k = 0; k < npieces && !s->err; k++) {
+		uint64_t a = s->off + (uint64_t)k * PIECE, b = a + PIECE;
+
+		if (b > s->off + s->len)
+			b = s->off + s->len;
+		pinned[k] = cu.host_register(s->p->base + a, b - a, 0x08 /* read-only */) == 0;
+		for (size_t i = 0; i < s->p->n; i++) {
+			const struct pf_alloc *al = &s->p->a[i];
+			uint64_t x = al->off > a ? al->off : a;
+			uint64_t y = al->off + al->size < b ? al->off + al->size : b;
+
+			if (!al->mapped || x >= y)
+				continue;
+			if (cu.copy(s->va + x, s->p->base + x, y - x, st))
+				s->err = -EIO;
+		}
+	}
+	if (cu.stream_sync(st))
+		s->err = -EIO;
+	cu.stream_destroy(st);
+	for (k = 0; k < npieces; k++)
+		if (pinned[k])
+			cu.host_unregister(s->p->base + s->off + (uint64_t)k * PIECE);
+	free(pinned);
+	return NULL;
+}
+
+/* The tier's file copied into p's allocations. */
+static int copy_file(struct gpu_prefill *pf, struct pf_proc *p, cu_ptr va)
+{
+	struct slice s[MAX_THREADS];
+	pthread_t th[MAX_THREADS];
+	uint64_t slice;
+	int n, made = 0, ret = 0;
+
+	n = (int)((p->len + SLICE_MIN - 1) / SLICE_MIN);
+	n = n > MAX_THREADS ? MAX_THREADS : n < 1 ? 1 : n;
+	slice = ALIGN_2M((p->len + (uint64_t)n - 1) / (uint64_t)n);
+	for (uint64_t off = 0; off < p->len && made < MAX_THREADS; off += slice, made++) {
+		s[made] = (struct slice){ .p = p, .va = va, .off = off, .ordinal = pf->ordinal,
+					  .len = off + slice > p->len ? p->len - off : slice };
+		if (pthread_create(&th[made], NULL, copy_slice, &s[made])) {
+			copy_slice(&s[made]);
+			th[made] = 0;
+		}
+	}
+	for (int i = 0; i < made; i++) {
+		if (th[i])
+			pthread_join(th[i], NULL);
+		if (s[i].err)
+			ret = s[i].err;
+	}
+	return ret;
+}
+
+/* Fill one process's allocations; on success each filled one has its
+ * export descriptor and is offered on its socket. */
+static int fill_proc(struct gpu_prefill *pf, struct pf_proc *p)
+{
+	char path[PATH_MAX + 64];
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct stat sb;
+	cu_ptr va = 0;
+	int fd, ret;
+
+	snprintf(path, sizeof(path), "%s/" GPUMEM_FILE_FMT, pf->tier_dir, p->ns_pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &sb) < 0 || (uint64_t)sb.st_size < p->len) {
+		close(fd);
+		return -EINVAL;
+	}
+	p->base = mmap(NULL, p->len, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (p->base == MAP_FAILED) {
+		p->base = NULL;
+		return -errno;
+	}
+	ret = make_allocs(pf, p, &va);
+	if (!ret)
+		ret = copy_file(pf, p, va);
+	for (size_t i = 0; va && i < p->n; i++)
+		if (p->a[i].mapped) {
+			cu.unmap(va + p->a[i].off, p->a[i].size);
+			p->a[i].mapped = false;
+		} else if (p->a[i].h) {
+			/* Made but not mapped: never filled, not offered. */
+			cu.release(p->a[i].h);
+			p->a[i].h = 0;
+		}
+	if (va)
+		cu.addr_free(va, ALIGN_2M(p->len));
+	munmap(p->base, p->len);
+	p->base = NULL;
+	if (ret)
+		return ret;
+	for (size_t i = 0; i < p->n; i++) {
+		struct pf_alloc *a = &p->a[i];
+
+		if (a->h && cu.export_fd(&a->fd, a->h, GPUMEM_POSIX_FD_HANDLE, 0)) {
+			a->fd = -1;
+			cu.release(a->h);
+			a->h = 0;
+		}
+		if (a->fd >= 0) {
+			/* Never into a child (spawn closes them too). */
+			fcntl(a->fd, F_SETFD, FD_CLOEXEC);
+			pf->bytes += a->size;
+			pf->offered_allocs++;
+		}
+	}
+	/* The socket last: the library takes what it finds there. */
+	if (snprintf(p->sock, sizeof(p->sock), "%s/" GPUMEM_PREFILL_FMT, pf->out_dir, p->ns_pid) >=
+	    (int)sizeof(p->sock)) {
+		p->sock[0] = '\0';
+		return -ENAMETOOLONG; /* a socket's path is short: the library copies */
+	}
+	memcpy(sa.sun_path, p->sock, sizeof(sa.sun_path));
+	unlink(p->sock);
+	p->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (p->listen_fd < 0 || bind(p->listen_fd, (struct sockaddr *)&sa, sizeof(sa)) ||
+	    chmod(p->sock, 0666) || listen(p->listen_fd, 4))
+		return -errno;
+	return 0;
+}
+
+/* Send p's allocations to the library that connected on c. */
+static void serve_one(struct pf_proc *p, int c)
+{
+	struct gpumem_prefill_msg msg;
+	size_t i = 0;
+
+	do {
+		char ctl[CMSG_SPACE(sizeof(int) * GPUMEM_PREFILL_BATCH)];
+		struct iovec iov = { &msg, sizeof(msg) };
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+		int fds[GPUMEM_PREFILL_BATCH];
+
+		memset(&msg, 0, sizeof(msg));
+		memset(ctl, 0, sizeof(ctl));
+		for (; i < p->n && msg.n < GPUMEM_PREFILL_BATCH; i++)
+			if (p->a[i].fd >= 0) {
+				msg.e[msg.n].file_off = p->a[i].off;
+				msg.e[msg.n].size = p->a[i].size;
+				fds[msg.n++] = p->a[i].fd;
+			}
+		if (msg.n) {
+			struct cmsghdr *cm;
+
+			mh.msg_control = ctl;
+			mh.msg_controllen = CMSG_SPACE(sizeof(int) * msg.n);
+			cm = CMSG_FIRSTHDR(&mh);
+			cm->cmsg_level = SOL_SOCKET;
+			cm->cmsg_type = SCM_RIGHTS;
+			cm->cmsg_len = CMSG_LEN(sizeof(int) * msg.n);
+			memcpy(CMSG_DATA(cm), fds, sizeof(int) * msg.n);
+		}
+		if (sendmsg(c, &mh, MSG_NOSIGNAL) != (ssize_t)sizeof(msg))
+			break;
+	} while (msg.n);
+}
+
+/* Until each process was served, or gpu_prefill_end. */
+static void serve(struct gpu_prefill *pf)
+{
+	struct pollfd *pfd = calloc(pf->np + 1, sizeof(*pfd));
+	size_t left = 0;
+
+	if (!pfd)
+		return;
+	for (;;) {
+		left = 0;
+		pfd[0] = (struct pollfd){ .fd = pf->wake[0], .events = POLLIN };
+		for (size_t i = 0; i < pf->np; i++) {
+			pfd[i + 1] = (struct pollfd){ .fd = -1 };
+			if (!pf->p[i].served && pf->p[i].listen_fd >= 0) {
+				pfd[i + 1].fd = pf->p[i].listen_fd;
+				pfd[i + 1].events = POLLIN;
+				left++;
+			}
+		}
+		if (!left || poll(pfd, pf->np + 1, SERVE_TIMEOUT_MS) <= 0 || pfd[0].revents)
+			break;
+		for (size_t i = 0; i < pf->np; i++) {
+			int c;
+
+			if (!(pfd[i + 1].revents & POLLIN))
+				continue;
+			c = accept4(pf->p[i].listen_fd, NULL, NULL, SOCK_CLOEXEC);
+			if (c < 0)
+				continue;
+			serve_one(&pf->p[i], c);
+			close(c);
+			pf->p[i].served = true;
+		}
+	}
+	free(pfd);
+}
+
+static void set_state(struct gpu_prefill *pf, int state)
+{
+	pthread_mutex_lock(&pf->mu);
+	pf->state = state;
+	pthread_cond_broadcast(&pf->cv);
+	pthread_mutex_unlock(&pf->mu);
+}
+
+static void *prefill_main(void *arg)
+{
+	struct gpu_prefill *pf = arg;
+	uint64_t t0 = now_ns();
+	int ret = use_device(pf->ordinal);
+
+	for (size_t i = 0; !ret && i < pf->np; i++)
+		ret = fill_proc(pf, &pf->p[i]);
+	pf->fill_ms = ms_since(t0);
+	set_state(pf, ret ? ret : 1);
+	if (!ret)
+		serve(pf);
+	return NULL;
+}
+
+struct gpu_prefill *gpu_prefill_start(const json_t *meta, const char *tier_dir,
+				      const char *out_dir, int ordinal)
+{
+	const json_t *ns = json_object_get(json_object_get(meta, "gpu_memory"), "ns_pids");
+	const char *env = getenv("THAW_GPU_PREFILL");
+	struct gpu_prefill *pf;
+	const json_t *v;
+	size_t i;
+
+	if ((env && !strcmp(env, "0")) || !tier_dir || !out_dir || !json_array_size(ns) ||
+	    json_array_size(json_object_get(meta, "gpus")) != 1 || cuda_init())
+		return NULL;
+	pthread_once(&cu_once, load_driver);
+	if (!cu.ok)
+		return NULL;
+	pf = calloc(1, sizeof(*pf));
+	if (!pf)
+		return NULL;
+	pf->ordinal = ordinal;
+	pf->wake[0] = pf->wake[1] = -1;
+	snprintf(pf->tier_dir, sizeof(pf->tier_dir), "%s", tier_dir);
+	snprintf(pf->out_dir, sizeof(pf->out_dir), "%s", out_dir);
+	pthread_mutex_init(&pf->mu, NULL);
+	pthread_cond_init(&pf->cv, NULL);
+	pf->p = calloc(json_array_size(ns), sizeof(*pf->p));
+	if (!pf->p || pipe2(pf->wake, O_CLOEXEC))
+		goto fail;
+	json_array_foreach(ns, i, v) {
+		struct pf_proc *p = &pf->p[pf->np++];
+
+		p->ns_pid = (int)json_integer_value(v);
+		p->listen_fd = -1;
+		/* A snapshot whose library wrote no layout (an older one)
+		 * copies as it did. */
+		if (read_layout(tier_dir, p))
+			goto fail;
+	}
+	if (pthread_create(&pf->thread, NULL, prefill_main, pf))
+		goto fail;
+	pf->started = true;
+	return pf;
+fail:
+	pf->state = -EINVAL;
+	gpu_prefill_end(pf, NULL, 0);
+	return NULL;
+}
+
+int gpu_prefill_ready(struct gpu_prefill *p)
+{
+	int st;
+
+	if (!p)
+		return 0;
+	pthread_mutex_lock(&p->mu);
+	while (!p->state)
+		pthread_cond_wait(&p->cv, &p->mu);
+	st = p->state;
+	pthread_mutex_unlock(&p->mu);
+	return st < 0 ? st : 0;
+}
+
+void gpu_prefill_end(struct gpu_prefill *pf, char *summary, size_t len)
+{
+	if (!pf)
+		return;
+	if (pf->started) {
+		if (write(pf->wake[1], "x", 1) < 0)
+			pr_debug("waking the prefill thread: %s", strerror(errno));
+		pthread_join(pf->thread, NULL);
+	}
+	if (summary && len) {
+		char b[32];
+
+		snprintf(summary, len, "thawd filled %llu allocation(s), %s, in %.1f ms%s",
+			 (unsigned long long)pf->offered_allocs, fmt_bytes(pf->bytes, b), pf->fill_ms,
+			 pf->state < 0 ? " (failed: the library copied)" : "");
+	}
+	for (size_t i = 0; pf->p && i < pf->np; i++) {
+		struct pf_proc *p = &pf->p[i];
+
+		if (p->listen_fd >= 0)
+			close(p->listen_fd);
+		if (p->sock[0])
+			unlink(p->sock);
+		/* The processes that mapped the memory hold it now. */
+		for (size_t k = 0; k < p->n; k++) {
+			if (p->a[k].fd >= 0)
+				close(p->a[k].fd);
+			if (p->a[k].h)
+				cu.release(p->a[k].h);
+		}
+		free(p->a);
+	}
+	free(pf->p);
+	for (int k = 0; k < 2; k++)
+		if (pf->wake[k] >= 0)
+			close(pf->wake[k]);
+	pthread_mutex_destroy(&pf->mu);
+	pthread_cond_destroy(&pf->cv);
+	free(pf);
+}

@@ -106,6 +106,9 @@ static void load_driver(void)
 }
 
 /* thawd's context on device ordinal, current on this thread. */
+struct pinned_file;
+static void pin_put(struct pinned_file *f);
+
 static int use_device(int ordinal)
 {
 	int dev, r = 0;
@@ -136,7 +139,8 @@ struct pf_proc {
 	struct pf_alloc *a;
 	size_t n;
 	uint64_t len; /* the file's bytes the allocations span */
-	char *base;   /* the file, mapped */
+	char *base;   /* the file, mapped (the pin cache's mapping) */
+	struct pinned_file *pin;
 	int listen_fd;
 	char sock[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	bool served;
@@ -226,6 +230,223 @@ static int make_allocs(struct gpu_prefill *pf, struct pf_proc *p, cu_ptr *va)
 	return 0;
 }
 
+/* The tier's files, mapped and pinned once for every fill that copies
+ * from them: pinning is most of a fill (~25 ms a GiB, under the driver's
+ * own lock), and a burst of starts of one function would pin the same
+ * pages once each, one after another.  The pages are the tier's page
+ * cache: pinning them costs no memory while the file lives.  An entry no
+ * fill has used for PIN_IDLE_S, or whose file is gone or replaced, is let
+ * go by the reaper (so that a deleted file's pages are not held). */
+#define PIN_IDLE_S 30
+struct pinned_file {
+	char path[PATH_MAX + 64];
+	dev_t dev;
+	ino_t ino;
+	struct timespec mtime; /* a file rewritten in place is another file */
+	size_t len;
+	char *base;
+	bool *pinned; /* per PIECE */
+	size_t npieces;
+	int ordinal; /* the device whose context pinned it */
+	int users;
+	int state; /* 0 pinning, 1 ready */
+	uint64_t last_used;
+	struct pinned_file *next;
+};
+static pthread_mutex_t pin_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pin_cv = PTHREAD_COND_INITIALIZER;
+static struct pinned_file *pins;
+static bool reaper_started;
+
+struct pin_job {
+	struct pinned_file *f;
+	size_t first, last; /* pieces */
+	int ordinal;
+};
+
+static void *pin_pieces(void *arg)
+{
+	struct pin_job *j = arg;
+	struct pinned_file *f = j->f;
+
+	if (use_device(j->ordinal))
+		return NULL;
+	for (size_t k = j->first; k < j->last; k++) {
+		size_t a = k * PIECE, n = f->len - a < PIECE ? f->len - a : PIECE;
+
+		madvise(f->base + a, n, MADV_POPULATE_READ);
+		/* Read-only, and for every context (portable): a fill onto
+		 * another GPU copies from the same pages. */
+		f->pinned[k] = cu.host_register(f->base + a, n, 0x08 | 0x01) == 0;
+	}
+	return NULL;
+}
+
+/* Map and pin f's file on up to MAX_THREADS threads (populating in
+ * parallel: the driver then only pins). */
+static int pin_file(struct pinned_file *f, int fd, int ordinal)
+{
+	struct pin_job jobs[MAX_THREADS];
+	pthread_t th[MAX_THREADS];
+	size_t per;
+	int n;
+
+	f->base = mmap(NULL, f->len, PROT_READ, MAP_SHARED, fd, 0);
+	if (f->base == MAP_FAILED) {
+		f->base = NULL;
+		return -errno;
+	}
+	f->npieces = (f->len + PIECE - 1) / PIECE;
+	f->pinned = calloc(f->npieces, sizeof(bool));
+	if (!f->pinned)
+		return -ENOMEM;
+	n = (int)((f->len + SLICE_MIN - 1) / SLICE_MIN);
+	n = n > MAX_THREADS ? MAX_THREADS : n < 1 ? 1 : n;
+	per = (f->npieces + (size_t)n - 1) / (size_t)n;
+	for (int i = 0; i < n; i++) {
+		jobs[i] = (struct pin_job){ f, i * per, (i + 1) * per, ordinal };
+		if (jobs[i].last > f->npieces)
+			jobs[i].last = f->npieces;
+		if (pthread_create(&th[i], NULL, pin_pieces, &jobs[i])) {
+			pin_pieces(&jobs[i]);
+			th[i] = 0;
+		}
+	}
+	for (int i = 0; i < n; i++)
+		if (th[i])
+			pthread_join(th[i], NULL);
+	return 0;
+}
+
+static void pin_free(struct pinned_file *f)
+{
+	for (size_t k = 0; f->pinned && k < f->npieces; k++)
+		if (f->pinned[k])
+			cu.host_unregister(f->base + k * PIECE);
+	if (f->base)
+		munmap(f->base, f->len);
+	free(f->pinned);
+	free(f);
+}
+
+static bool same_file(const struct pinned_file *f, const struct stat *sb)
+{
+	return sb->st_dev == f->dev && sb->st_ino == f->ino && (size_t)sb->st_size == f->len &&
+	       sb->st_mtim.tv_sec == f->mtime.tv_sec && sb->st_mtim.tv_nsec == f->mtime.tv_nsec;
+}
+
+/* Is f's file still the one it mapped? */
+static bool pin_current(const struct pinned_file *f)
+{
+	struct stat sb;
+
+	return !stat(f->path, &sb) && same_file(f, &sb);
+}
+
+static void *pin_reaper(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		struct pinned_file *gone = NULL, **pp;
+
+		sleep(5);
+		pthread_mutex_lock(&pin_mu);
+		for (pp = &pins; *pp;) {
+			struct pinned_file *f = *pp;
+
+			if (f->users || f->state != 1 ||
+			    (now_ns() - f->last_used < PIN_IDLE_S * 1000000000ull && pin_current(f))) {
+				pp = &f->next;
+				continue;
+			}
+			*pp = f->next;
+			f->next = gone;
+			gone = f;
+		}
+		pthread_mutex_unlock(&pin_mu);
+		while (gone) {
+			struct pinned_file *f = gone;
+
+			gone = f->next;
+			/* Unpinned in a context of the device that pinned it. */
+			use_device(f->ordinal);
+			pin_free(f);
+		}
+	}
+	return NULL;
+}
+
+/* The pinned mapping of path (at least len bytes), made if none; NULL when
+ * it cannot be mapped.  pin_put when done. */
+static struct pinned_file *pin_get(const char *path, int ordinal)
+{
+	struct pinned_file *f;
+	struct stat sb;
+	int fd = open(path, O_RDONLY | O_CLOEXEC), ret;
+
+	if (fd < 0)
+		return NULL;
+	if (fstat(fd, &sb) < 0 || !sb.st_size) {
+		close(fd);
+		return NULL;
+	}
+	pthread_mutex_lock(&pin_mu);
+	if (!reaper_started) {
+		pthread_t t;
+
+		reaper_started = pthread_create(&t, NULL, pin_reaper, NULL) == 0;
+		if (reaper_started)
+			pthread_detach(t);
+	}
+	for (f = pins; f; f = f->next)
+		if (same_file(f, &sb))
+			break;
+	if (f) {
+		f->users++;
+		while (f->state == 0)
+			pthread_cond_wait(&pin_cv, &pin_mu);
+		pthread_mutex_unlock(&pin_mu);
+		close(fd);
+		return f;
+	}
+	f = calloc(1, sizeof(*f));
+	if (!f) {
+		pthread_mutex_unlock(&pin_mu);
+		close(fd);
+		return NULL;
+	}
+	snprintf(f->path, sizeof(f->path), "%s", path);
+	f->dev = sb.st_dev;
+	f->ino = sb.st_ino;
+	f->mtime = sb.st_mtim;
+	f->len = (size_t)sb.st_size;
+	f->ordinal = ordinal;
+	f->users = 1;
+	f->next = pins;
+	pins = f;
+	pthread_mutex_unlock(&pin_mu);
+	ret = pin_file(f, fd, ordinal);
+	close(fd);
+	pthread_mutex_lock(&pin_mu);
+	f->state = 1;
+	f->last_used = now_ns();
+	pthread_cond_broadcast(&pin_cv);
+	pthread_mutex_unlock(&pin_mu);
+	if (ret || !f->base) {
+		pin_put(f);
+		return NULL;
+	}
+	return f;
+}
+
+static void pin_put(struct pinned_file *f)
+{
+	pthread_mutex_lock(&pin_mu);
+	f->users--;
+	f->last_used = now_ns();
+	pthread_mutex_unlock(&pin_mu);
+}
+
 struct slice {
 	struct pf_proc *p;
 	cu_ptr va;
@@ -254,7 +475,10 @@ static void *copy_slice(void *arg)
 
 		if (b > s->off + s->len)
 			b = s->off + s->len;
-		pinned[k] = cu.host_register(s->p->base + a, b - a, 0x08 /* read-only */) == 0;
+		/* Pieces are PIECE-aligned in the file: the cache's, where it
+		 * pinned them; else pinned here for this copy only. */
+		if (!s->p->pin || !s->p->pin->pinned[a / PIECE])
+			pinned[k] = cu.host_register(s->p->base + a, b - a, 0x08) == 0;
 		for (size_t i = 0; i < s->p->n; i++) {
 			const struct pf_alloc *al = &s->p->a[i];
 			uint64_t x = al->off > a ? al->off : a;
@@ -310,24 +534,16 @@ static int fill_proc(struct gpu_prefill *pf, struct pf_proc *p)
 {
 	char path[PATH_MAX + 64];
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	struct stat sb;
 	cu_ptr va = 0;
-	int fd, ret;
+	int ret;
 
 	snprintf(path, sizeof(path), "%s/" GPUMEM_FILE_FMT, pf->tier_dir, p->ns_pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	if (fstat(fd, &sb) < 0 || (uint64_t)sb.st_size < p->len) {
-		close(fd);
+	p->pin = pin_get(path, pf->ordinal);
+	if (!p->pin)
+		return -EIO;
+	if (p->pin->len < p->len)
 		return -EINVAL;
-	}
-	p->base = mmap(NULL, p->len, PROT_READ, MAP_SHARED, fd, 0);
-	close(fd);
-	if (p->base == MAP_FAILED) {
-		p->base = NULL;
-		return -errno;
-	}
+	p->base = p->pin->base;
 	ret = make_allocs(pf, p, &va);
 	if (!ret)
 		ret = copy_file(pf, p, va);
@@ -342,8 +558,6 @@ static int fill_proc(struct gpu_prefill *pf, struct pf_proc *p)
 		}
 	if (va)
 		cu.addr_free(va, ALIGN_2M(p->len));
-	munmap(p->base, p->len);
-	p->base = NULL;
 	if (ret)
 		return ret;
 	for (size_t i = 0; i < p->n; i++) {
@@ -552,6 +766,8 @@ void gpu_prefill_end(struct gpu_prefill *pf, char *summary, size_t len)
 	for (size_t i = 0; pf->p && i < pf->np; i++) {
 		struct pf_proc *p = &pf->p[i];
 
+		if (p->pin)
+			pin_put(p->pin);
 		if (p->listen_fd >= 0)
 			close(p->listen_fd);
 		if (p->sock[0])

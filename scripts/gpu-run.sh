@@ -80,6 +80,30 @@ if [ "${1:-}" = --runc-smoke ]; then # a step of this script, run under its time
 	exit
 fi
 
+# --run-tmpfs: make /run a tmpfs, as it is on a systemd host, where it is not
+# (the GPU machine): CRIU keeps its kernel-probe cache (/run/criu.kdat) only on
+# one, and without it every restore probes the kernel again (~50 ms of a GPU
+# start there; thaw doctor's criu-kdat warns of it).  What /run held stays
+# reachable: each entry bound back into the new tmpfs.  Ephemeral machines only.
+if [ "${1:-}" = --run-tmpfs ]; then
+	[ "$(stat -f -c %T /run)" = tmpfs ] && { echo "/run is a tmpfs already"; exit 0; }
+	old=/tmp/thaw-host-run
+	mkdir -p "$old" && mount --bind /run "$old" && mount -t tmpfs -o mode=755 tmpfs /run || exit 1
+	for e in "$old"/* "$old"/.[!.]*; do
+		[ -e "$e" ] || [ -L "$e" ] || continue
+		n=${e##*/}
+		if [ -L "$e" ]; then
+			cp -a "$e" /run/
+		elif [ -d "$e" ]; then
+			mkdir -p "/run/$n" && mount --bind "$e" "/run/$n"
+		else
+			touch "/run/$n" && mount --bind "$e" "/run/$n"
+		fi
+	done
+	echo "/run is now a tmpfs ($(ls /run | wc -l) entries bound back from the old one)"
+	exit 0
+fi
+
 OUT=${OUT:-$ROOT/gpu-out}
 X=$ROOT/.gpu/x
 mkdir -p "$OUT/logs" "$OUT/figures"

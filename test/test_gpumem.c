@@ -263,6 +263,19 @@ static void prefill(const char *app_path)
 	CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why, sizeof(why)),
 		 0);
 	CHECK_EQ(st.allocs, 6);
+	/* Saved again (the file rewritten in place): filled again from the
+	 * new bytes, not from what an earlier fill had mapped. */
+	pf = gpu_prefill_start(meta, outdir, outdir, 0);
+	REQUIRE(pf != NULL);
+	CHECK_EQ(gpu_prefill_ready(pf), 0);
+	do_restore(&rc);
+	CHECK(rc.st.ok);
+	CHECK_EQ(rc.st.prefilled_allocs, 6);
+	gpu_prefill_end(pf, NULL, 0);
+	ask(&a, "verify", s, sizeof(s));
+	CHECK_STR(s, "ok");
+	CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why, sizeof(why)),
+		 0);
 
 	/* A layout thawd cannot use: nothing offered, the library copies. */
 	f = fopen(layout, "w");

@@ -510,7 +510,10 @@ static int copy_file(struct gpu_prefill *pf, struct pf_proc *p, cu_ptr va)
 
 	n = (int)((p->len + SLICE_MIN - 1) / SLICE_MIN);
 	n = n > MAX_THREADS ? MAX_THREADS : n < 1 ? 1 : n;
-	slice = ALIGN_2M((p->len + (uint64_t)n - 1) / (uint64_t)n);
+	/* Whole pieces, as the cache pinned them: a copy that straddled two
+	 * pinned ranges is refused by the driver. */
+	slice = (p->len + (uint64_t)n - 1) / (uint64_t)n;
+	slice = (slice + PIECE - 1) / PIECE * PIECE;
 	for (uint64_t off = 0; off < p->len && made < MAX_THREADS; off += slice, made++) {
 		s[made] = (struct slice){ .p = p, .va = va, .off = off, .ordinal = pf->ordinal,
 					  .len = off + slice > p->len ? p->len - off : slice };

@@ -92,6 +92,9 @@ if [ "${1:-}" = --run-tmpfs ]; then
 	for e in "$old"/* "$old"/.[!.]*; do
 		[ -e "$e" ] || [ -L "$e" ] || continue
 		n=${e##*/}
+		# CRIU's own cache: a criu.kdat.tmp left behind stops it from ever
+		# writing one (it creates it O_EXCL).
+		case $n in criu.kdat*) continue ;; esac
 		if [ -L "$e" ]; then
 			cp -a "$e" /run/
 		elif [ -d "$e" ]; then

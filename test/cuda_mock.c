@@ -767,9 +767,14 @@ CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
 	memcpy((void *)dst, src, n);
 	return 0;
 }
+static int straddles_pinned(const char *src, size_t n);
+
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *stream)
 {
 	const char *d = getenv("MOCK_CUDA_HTOD_DELAY_MS");
+
+	if (straddles_pinned(src, n))
+		return 1;
 
 	if (d)
 		usleep((useconds_t)atoi(d) * 1000);
@@ -782,13 +787,53 @@ CUresult cuMemsetD32_v2(CUdeviceptr dst, unsigned v, size_t n)
 		((unsigned *)dst)[i] = v;
 	return 0;
 }
+/* Pinned ranges: a copy from host memory that straddles the end of one
+ * is refused, as the driver refuses it. */
+static struct {
+	const char *p;
+	size_t n;
+} pinned_ranges[256];
+
 CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags)
 {
+	pthread_mutex_lock(&mem_mu);
+	for (int i = 0; i < 256; i++)
+		if (!pinned_ranges[i].p) {
+			pinned_ranges[i].p = p;
+			pinned_ranges[i].n = n;
+			break;
+		}
+	pthread_mutex_unlock(&mem_mu);
 	return 0;
 }
 CUresult cuMemHostUnregister(void *p)
 {
-	return 0;
+	CUresult r = 1;
+
+	pthread_mutex_lock(&mem_mu);
+	for (int i = 0; i < 256; i++)
+		if (pinned_ranges[i].p == p) {
+			pinned_ranges[i].p = NULL;
+			r = 0;
+			break;
+		}
+	pthread_mutex_unlock(&mem_mu);
+	return r;
+}
+
+static int straddles_pinned(const char *src, size_t n)
+{
+	int bad = 0;
+
+	pthread_mutex_lock(&mem_mu);
+	for (int i = 0; i < 256 && !bad; i++) {
+		const char *a = pinned_ranges[i].p, *b = a + pinned_ranges[i].n;
+
+		if (a && src < b && src + n > a && (src < a || src + n > b))
+			bad = 1;
+	}
+	pthread_mutex_unlock(&mem_mu);
+	return bad;
 }
 CUresult cuMemAllocHost_v2(void **p, size_t n)
 {

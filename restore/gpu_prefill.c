@@ -157,6 +157,7 @@ struct gpu_prefill {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	int state; /* 0 filling, 1 offered, <0 -errno */
+	char why[160]; /* the first failure, for the log */
 	uint64_t bytes, offered_allocs;
 	double fill_ms;
 };
@@ -452,6 +453,7 @@ struct slice {
 	cu_ptr va;
 	uint64_t off, len;
 	int ordinal, err;
+	int cr; /* the driver's error */
 };
 
 /* Copy the file's bytes of [s->off, s->off + s->len) into the allocations
@@ -486,7 +488,7 @@ static void *copy_slice(void *arg)
 
 			if (!al->mapped || x >= y)
 				continue;
-			if (cu.copy(s->va + x, s->p->base + x, y - x, st))
+			if ((s->cr = cu.copy(s->va + x, s->p->base + x, y - x, st)))
 				s->err = -EIO;
 		}
 	}
@@ -525,8 +527,10 @@ static int copy_file(struct gpu_prefill *pf, struct pf_proc *p, cu_ptr va)
 	for (int i = 0; i < made; i++) {
 		if (th[i])
 			pthread_join(th[i], NULL);
-		if (s[i].err)
+		if (s[i].err && !ret) {
 			ret = s[i].err;
+			snprintf(pf->why, sizeof(pf->why), "copying: CUDA error %d", s[i].cr);
+		}
 	}
 	return ret;
 }
@@ -542,12 +546,15 @@ static int fill_proc(struct gpu_prefill *pf, struct pf_proc *p)
 
 	snprintf(path, sizeof(path), "%s/" GPUMEM_FILE_FMT, pf->tier_dir, p->ns_pid);
 	p->pin = pin_get(path, pf->ordinal);
-	if (!p->pin)
+	if (!p->pin || p->pin->len < p->len) {
+		snprintf(pf->why, sizeof(pf->why), "cannot map %.100s whole", path);
 		return -EIO;
-	if (p->pin->len < p->len)
-		return -EINVAL;
+	}
 	p->base = p->pin->base;
 	ret = make_allocs(pf, p, &va);
+	if (ret)
+		snprintf(pf->why, sizeof(pf->why), "no address range of %llu bytes",
+			 (unsigned long long)p->len);
 	if (!ret)
 		ret = copy_file(pf, p, va);
 	for (size_t i = 0; va && i < p->n; i++)
@@ -588,8 +595,10 @@ static int fill_proc(struct gpu_prefill *pf, struct pf_proc *p)
 	unlink(p->sock);
 	p->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (p->listen_fd < 0 || bind(p->listen_fd, (struct sockaddr *)&sa, sizeof(sa)) ||
-	    chmod(p->sock, 0666) || listen(p->listen_fd, 4))
+	    chmod(p->sock, 0666) || listen(p->listen_fd, 4)) {
+		snprintf(pf->why, sizeof(pf->why), "socket %.100s: %s", p->sock, strerror(errno));
 		return -errno;
+	}
 	return 0;
 }
 
@@ -680,6 +689,9 @@ static void *prefill_main(void *arg)
 	uint64_t t0 = now_ns();
 	int ret = use_device(pf->ordinal);
 
+	if (ret)
+		snprintf(pf->why, sizeof(pf->why), "no CUDA context on GPU %d", pf->ordinal);
+
 	for (size_t i = 0; !ret && i < pf->np; i++)
 		ret = fill_proc(pf, &pf->p[i]);
 	pf->fill_ms = ms_since(t0);
@@ -762,9 +774,10 @@ void gpu_prefill_end(struct gpu_prefill *pf, char *summary, size_t len)
 	if (summary && len) {
 		char b[32];
 
-		snprintf(summary, len, "thawd filled %llu allocation(s), %s, in %.1f ms%s",
+		snprintf(summary, len, "thawd filled %llu allocation(s), %s, in %.1f ms%s%s%s",
 			 (unsigned long long)pf->offered_allocs, fmt_bytes(pf->bytes, b), pf->fill_ms,
-			 pf->state < 0 ? " (failed: the library copied)" : "");
+			 pf->state < 0 ? " (failed: " : "", pf->state < 0 ? pf->why : "",
+			 pf->state < 0 ? "; the library copied)" : "");
 	}
 	for (size_t i = 0; pf->p && i < pf->np; i++) {
 		struct pf_proc *p = &pf->p[i];

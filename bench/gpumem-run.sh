@@ -8,7 +8,7 @@
 #
 # TOKENS: the tokens the GPU example's cold process generated.  PARTs (all
 # by default, or $GPUMEM_PARTS): example (the GPU example, $THAW_GPU_EXAMPLE: 5 starts one at
-# a time, then a burst of 8, in each mode), big (bench/functions/gpu_big.py
+# a time ($GPUMEM_REPEAT), then a burst of 8, in each mode), big (bench/functions/gpu_big.py
 # holding 16 GiB, default allocator: 3 starts one at a time in each mode),
 # expandable (gpu_big with 4 GiB, expandable segments and a thread
 # launching matmuls throughout: 3 starts, thaw).  Every start must answer
@@ -83,7 +83,7 @@ case " $PARTS " in *" example "*)
 	for mode in thaw driver; do
 		one "example-$mode" "$THAW_GPU_EXAMPLE" "$mode" || continue
 		run "example-$mode-prime" --burst 1
-		run "example-$mode-seq" --burst 1 --repeat 5
+		run "example-$mode-seq" --burst 1 --repeat "${GPUMEM_REPEAT:-5}"
 		keep_criu_logs "example-$mode"
 		run "example-$mode-burst" --burst 8
 	done

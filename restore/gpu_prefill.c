@@ -11,6 +11,7 @@
  */
 #define LOG_PREFIX "gpu: "
 #include "restore/gpu_prefill.h"
+#include "restore/gpu_restore.h"
 #include "common/cuda.h"
 #include "common/gpumem_protocol.h"
 #include "common/log.h"
@@ -804,4 +805,25 @@ void gpu_prefill_end(struct gpu_prefill *pf, char *summary, size_t len)
 	pthread_mutex_destroy(&pf->mu);
 	pthread_cond_destroy(&pf->cv);
 	free(pf);
+}
+
+int gpu_prefill_restore(struct gpu_prefill *pf, const json_t *meta, const pid_t *pids, size_t n,
+			const char *out_dir, const char *id, double *copy_ms)
+{
+	uint64_t t0 = now_ns();
+	char line[300];
+	double waited;
+	int ret;
+
+	if (!pf)
+		return gpu_memory_restore(meta, pids, n, out_dir, copy_ms);
+	/* Filled by now, or nearly: offered before RESTORE is asked.  A
+	 * failed fill offers nothing and the library copies. */
+	if (gpu_prefill_ready(pf))
+		pr_warn("thawd could not fill the device memory of %s: the library copies it", id);
+	waited = ms_since(t0);
+	ret = gpu_memory_restore(meta, pids, n, out_dir, copy_ms);
+	gpu_prefill_end(pf, line, sizeof(line));
+	pr_info("%s: %s; the start waited %.1f ms for it", id, line, waited);
+	return ret;
 }

@@ -19,6 +19,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 struct gpu_prefill;
 
@@ -37,5 +38,11 @@ int gpu_prefill_ready(struct gpu_prefill *p);
  * processes that mapped it), remove the sockets, free p.  summary (len > 0)
  * gets one line for the log.  NULL is fine. */
 void gpu_prefill_end(struct gpu_prefill *p, char *summary, size_t len);
+
+/* gpu_memory_restore (gpu_restore.h) with what pf filled offered first,
+ * then pf ended; pf NULL: gpu_memory_restore alone.  id names the instance
+ * in the log. */
+int gpu_prefill_restore(struct gpu_prefill *pf, const json_t *meta, const pid_t *pids, size_t n,
+			const char *out_dir, const char *id, double *copy_ms);
 
 #endif

@@ -675,25 +675,11 @@ static int gpu_restore(struct start *st)
 		return 0;
 	ret = gpu_restore_container(&x->r, in->id, in->pid, st->m->meta, st->gp, &x->cuda_pids,
 				    &x->ncuda);
-	if (!ret && x->prefill) {
-		uint64_t tw = now_ns();
-		double waited;
-		char line[160];
-
-		/* Filled by now, or nearly: offered before RESTORE is asked.
-		 * A failed fill offers nothing and the library copies. */
-		if (gpu_prefill_ready(x->prefill))
-			pr_warn("thawd could not fill the device memory of %s: the library copies it",
-				in->id);
-		waited = ms_since(tw);
-		ret = gpu_memory_restore(st->m->meta, x->cuda_pids, x->ncuda,
-					 x->gpumem_in ? x->gpumem_out : NULL, &in->t.gpu_copy);
-		gpu_prefill_end(x->prefill, line, sizeof(line));
+	if (!ret) {
+		/* Ends the fill either way; a failed start ends it in start_end. */
+		ret = gpu_prefill_restore(x->prefill, st->m->meta, x->cuda_pids, x->ncuda,
+					  x->gpumem_in ? x->gpumem_out : NULL, in->id, &in->t.gpu_copy);
 		x->prefill = NULL;
-		pr_info("%s: %s; the start waited %.1f ms for it", in->id, line, waited);
-	} else if (!ret) {
-		ret = gpu_memory_restore(st->m->meta, x->cuda_pids, x->ncuda,
-					 x->gpumem_in ? x->gpumem_out : NULL, &in->t.gpu_copy);
 	}
 	in->t.gpu_restore = ms_since(tp);
 	if (!ret && st->gp)

@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "function/spec.h"
+#include "restore/gpu_prefill.h"
 #include "restore/gpu_restore.h"
 #include "restore/instance_internal.h"
 
@@ -57,9 +58,11 @@ static int wake(struct start_ctx *x, struct instance *in, const json_t *meta,
 		struct gpu_placement *gp)
 {
 	struct gpu_placement own = { 0 };
-	char why[512];
+	bool mem = json_is_true(json_object_get(json_object_get(meta, "gpu_memory"), "mount"));
+	struct gpu_prefill *pf = NULL;
+	char why[512], tier[64];
 	uint64_t tp = now_ns();
-	int ret;
+	int ret = 0;
 
 	if (!x->gpu) {
 		ret = runner_resume(&x->r, in->id);
@@ -75,14 +78,24 @@ static int wake(struct start_ctx *x, struct instance *in, const json_t *meta,
 			return ret;
 		}
 	}
-	ret = gpu_restore_container(&x->r, in->id, in->pid, meta, gp, &x->cuda_pids, &x->ncuda);
-	if (!ret && json_is_true(json_object_get(json_object_get(meta, "gpu_memory"), "mount"))) {
+	if (mem) {
 		ret = instance_path(x->gpumem_out, sizeof(x->gpumem_out), "%s/instances/%s/gpu-out",
-			    x->c->data_dir, in->id);
-		if (!ret)
-			ret = gpu_memory_restore(meta, x->cuda_pids, x->ncuda, x->gpumem_out,
-						 &in->t.gpu_copy);
+				    x->c->data_dir, in->id);
+		/* Its device memory filled while the driver restores, from
+		 * the tier entry its container sees (and its lease holds). */
+		snprintf(tier, sizeof(tier), "/proc/%d/root%s", (int)in->pid, GPUMEM_IN_DEST);
+		if (!ret && gp->n == 1)
+			pf = gpu_prefill_start(meta, tier, x->gpumem_out, gp->dev[0].ordinal);
 	}
+	if (!ret)
+		ret = gpu_restore_container(&x->r, in->id, in->pid, meta, gp, &x->cuda_pids,
+					    &x->ncuda);
+	if (!ret && mem) {
+		ret = gpu_prefill_restore(pf, meta, x->cuda_pids, x->ncuda, x->gpumem_out, in->id,
+					  &in->t.gpu_copy);
+		pf = NULL;
+	}
+	gpu_prefill_end(pf, NULL, 0);
 	in->t.gpu_restore = ms_since(tp);
 	if (!ret)
 		instance_set_gpus(in, gp);

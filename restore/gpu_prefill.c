@@ -185,9 +185,11 @@ static int read_layout(const char *dir, struct pf_proc *p)
 		int dev;
 
 		if (sscanf(line, "%llu %llu %d %u %u %u", &off, &size, &dev, &c, &rdma, &usage) != 6 ||
-		    !size || off % (2ull << 20) || (dev0 >= 0 && dev != dev0) || c) {
+		    !size || size > (1ull << 48) || off > (1ull << 48) || off % (2ull << 20) ||
+		    (dev0 >= 0 && dev != dev0) || c) {
 			/* Not what a fill handles (several devices, compressed
-			 * memory) or not a layout: the library copies it all. */
+			 * memory) or not a layout (sizes beyond any GPU's, which
+			 * would overflow): the library copies it all. */
 			ret = -EINVAL;
 			break;
 		}
@@ -536,12 +538,13 @@ static int copy_file(struct gpu_prefill *pf, struct pf_proc *p, cu_ptr va)
 	return ret;
 }
 
+static int offer(struct gpu_prefill *pf, struct pf_proc *p);
+
 /* Fill one process's allocations; on success each filled one has its
  * export descriptor and is offered on its socket. */
 static int fill_proc(struct gpu_prefill *pf, struct pf_proc *p)
 {
 	char path[PATH_MAX + 64];
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	cu_ptr va = 0;
 	int ret;
 
@@ -586,18 +589,36 @@ static int fill_proc(struct gpu_prefill *pf, struct pf_proc *p)
 			pf->offered_allocs++;
 		}
 	}
-	/* The socket last: the library takes what it finds there. */
+	return offer(pf, p);
+}
+
+/* p's socket, listening at out_dir/<ns pid>.prefill: the library takes
+ * what it finds there.  The out directory is the function's to write, so
+ * the socket is made and given its mode in thawd's own directory above
+ * it, and only then renamed into place (a rename replaces whatever the
+ * function put at that name, and follows no link). */
+static int offer(struct gpu_prefill *pf, struct pf_proc *p)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char own[sizeof(sa.sun_path)];
+	const char *slash = strrchr(pf->out_dir, '/');
+	int n;
+
 	if (snprintf(p->sock, sizeof(p->sock), "%s/" GPUMEM_PREFILL_FMT, pf->out_dir, p->ns_pid) >=
-	    (int)sizeof(p->sock)) {
+		    (int)sizeof(p->sock) || !slash ||
+	    (n = snprintf(own, sizeof(own), "%.*s/.prefill-%d.sock", (int)(slash - pf->out_dir),
+			  pf->out_dir, p->ns_pid)) < 0 || (size_t)n >= sizeof(own)) {
 		p->sock[0] = '\0';
+		snprintf(pf->why, sizeof(pf->why), "the socket's path is too long");
 		return -ENAMETOOLONG; /* a socket's path is short: the library copies */
 	}
-	memcpy(sa.sun_path, p->sock, sizeof(sa.sun_path));
-	unlink(p->sock);
+	memcpy(sa.sun_path, own, sizeof(own));
+	unlink(own);
 	p->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (p->listen_fd < 0 || bind(p->listen_fd, (struct sockaddr *)&sa, sizeof(sa)) ||
-	    chmod(p->sock, 0666) || listen(p->listen_fd, 4)) {
+	    chmod(own, 0666) || listen(p->listen_fd, 4) || rename(own, p->sock)) {
 		snprintf(pf->why, sizeof(pf->why), "socket %.100s: %s", p->sock, strerror(errno));
+		unlink(own);
 		return -errno;
 	}
 	return 0;

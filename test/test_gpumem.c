@@ -212,8 +212,9 @@ static void prefill(const char *app_path)
 	struct gpumem_status st;
 	struct restore_call rc = { 0 };
 	unsigned long long phys, plain, mapped;
-	char s[256], why[512], line[256], sock[600], layout[600];
+	char s[256], why[512], line[256], sock[600], layout[600], target[600];
 	struct gpu_prefill *pf;
+	struct stat sb;
 	size_t moved = 0;
 	FILE *f;
 	struct app a;
@@ -235,12 +236,21 @@ static void prefill(const char *app_path)
 		fclose(f);
 	CHECK_EQ(lines, 1 + 6);
 
+	/* The out directory is the function's to write: a link it left at
+	 * the socket's name is replaced, and what it points to untouched. */
+	snprintf(sock, sizeof(sock), "%s/" GPUMEM_PREFILL_FMT, outdir, (int)a.pid);
+	snprintf(target, sizeof(target), "%s/not-thawds", dir);
+	f = fopen(target, "w");
+	REQUIRE(f != NULL);
+	fclose(f);
+	REQUIRE(chmod(target, 0600) == 0 && symlink(target, sock) == 0);
+
 	/* Filled and offered, then taken: nothing copied by the library. */
 	pf = gpu_prefill_start(meta, outdir, outdir, 0);
 	REQUIRE(pf != NULL);
 	CHECK_EQ(gpu_prefill_ready(pf), 0);
-	snprintf(sock, sizeof(sock), "%s/" GPUMEM_PREFILL_FMT, outdir, (int)a.pid);
-	CHECK(access(sock, F_OK) == 0);
+	CHECK(lstat(sock, &sb) == 0 && S_ISSOCK(sb.st_mode));
+	CHECK(stat(target, &sb) == 0 && (sb.st_mode & 0777) == 0600);
 	rc.pid = a.pid;
 	do_restore(&rc);
 	CHECK_EQ(rc.ret, 0);

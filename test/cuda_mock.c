@@ -827,9 +827,12 @@ static int straddles_pinned(const char *src, size_t n)
 
 	pthread_mutex_lock(&mem_mu);
 	for (int i = 0; i < 256 && !bad; i++) {
-		const char *a = pinned_ranges[i].p, *b = a + pinned_ranges[i].n;
+		const char *a = pinned_ranges[i].p, *b;
 
-		if (a && src < b && src + n > a && (src < a || src + n > b))
+		if (!a)
+			continue;
+		b = a + pinned_ranges[i].n;
+		if (src < b && src + n > a && (src < a || src + n > b))
 			bad = 1;
 	}
 	pthread_mutex_unlock(&mem_mu);

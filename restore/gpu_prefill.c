@@ -796,7 +796,7 @@ void gpu_prefill_end(struct gpu_prefill *pf, char *summary, size_t len)
 	if (summary && len) {
 		char b[32];
 
-		snprintf(summary, len, "thawd filled %llu allocation(s), %s, in %.1f ms%s%s%s",
+		snprintf(summary, len, "thaw filled %llu allocation(s), %s, in %.1f ms%s%s%s",
 			 (unsigned long long)pf->offered_allocs, fmt_bytes(pf->bytes, b), pf->fill_ms,
 			 pf->state < 0 ? " (failed: " : "", pf->state < 0 ? pf->why : "",
 			 pf->state < 0 ? "; the library copied)" : "");

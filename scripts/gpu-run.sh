@@ -23,7 +23,8 @@
 # Settings: OUT (default ./gpu-out); GPU_STEPS, names of the steps to run,
 # space-separated (a word matches any step containing it, "=name" that step
 # only); STEP_TIMEOUT (seconds per step, default 600); GPU_ALL_TESTS=1 also
-# runs every CPU test; GPU_LLM_SKIP=1 skips building the GPU example's model.
+# runs every CPU test; GPU_LLM_SKIP=1 skips building the GPU example's model;
+# GPU_RUN_TMPFS=0 leaves /run as it is (by default it is made a tmpfs: --run-tmpfs).
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -149,6 +150,9 @@ command -v nvidia-smi >/dev/null &&
 	say "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -4 | tr '\n' ';')"
 say "thp: enabled $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null), defrag $(cat /sys/kernel/mm/transparent_hugepage/defrag 2>/dev/null)"
 say "runc: $(runc --version | head -1); criu: $("$THAW_CRIU" --version | awk '/^Version/ {print $2}')"
+# The figures are those of a host whose /run is a tmpfs (a systemd host), as
+# bench/RESULTS.md says: GPU_RUN_TMPFS=0 keeps the machine's /run as it is.
+[ "${GPU_RUN_TMPFS:-1}" = 0 ] || say "run: $(bash "$ROOT/scripts/gpu-run.sh" --run-tmpfs 2>&1 | tail -1)"
 
 # step NAME CMD...: run one step under a timeout; PASS/SKIP/FAIL into the summary.
 step() {

@@ -149,6 +149,7 @@ struct pf_proc {
 
 struct gpu_prefill {
 	int ordinal;
+	struct gpu_placement *placement; /* whose claim the fill takes its bytes from */
 	char tier_dir[PATH_MAX], out_dir[PATH_MAX];
 	struct pf_proc *p;
 	size_t np;
@@ -556,6 +557,14 @@ static int fill_proc(struct gpu_prefill *pf, struct pf_proc *p)
 	}
 	p->base = p->pin->base;
 	ret = make_allocs(pf, p, &va);
+	if (!ret) {
+		uint64_t made = 0;
+
+		for (size_t i = 0; i < p->n; i++)
+			made += p->a[i].h ? p->a[i].size : 0;
+		/* On the GPU now: the placement no longer holds them back. */
+		gpu_claim_taken(pf->placement, 0, made);
+	}
 	if (ret)
 		snprintf(pf->why, sizeof(pf->why), "no address range of %llu bytes",
 			 (unsigned long long)p->len);
@@ -724,7 +733,7 @@ static void *prefill_main(void *arg)
 }
 
 struct gpu_prefill *gpu_prefill_start(const json_t *meta, const char *tier_dir,
-				      const char *out_dir, int ordinal)
+				      const char *out_dir, struct gpu_placement *placement)
 {
 	const json_t *ns = json_object_get(json_object_get(meta, "gpu_memory"), "ns_pids");
 	const char *env = getenv("THAW_GPU_PREFILL");
@@ -733,7 +742,8 @@ struct gpu_prefill *gpu_prefill_start(const json_t *meta, const char *tier_dir,
 	size_t i;
 
 	if ((env && !strcmp(env, "0")) || !tier_dir || !out_dir || !json_array_size(ns) ||
-	    json_array_size(json_object_get(meta, "gpus")) != 1 || cuda_init())
+	    !placement || placement->n != 1 || json_array_size(json_object_get(meta, "gpus")) != 1 ||
+	    cuda_init())
 		return NULL;
 	pthread_once(&cu_once, load_driver);
 	if (!cu.ok)
@@ -741,7 +751,8 @@ struct gpu_prefill *gpu_prefill_start(const json_t *meta, const char *tier_dir,
 	pf = calloc(1, sizeof(*pf));
 	if (!pf)
 		return NULL;
-	pf->ordinal = ordinal;
+	pf->ordinal = placement->dev[0].ordinal;
+	pf->placement = placement;
 	pf->wake[0] = pf->wake[1] = -1;
 	snprintf(pf->tier_dir, sizeof(pf->tier_dir), "%s", tier_dir);
 	snprintf(pf->out_dir, sizeof(pf->out_dir), "%s", out_dir);

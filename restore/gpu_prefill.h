@@ -23,12 +23,15 @@
 
 struct gpu_prefill;
 
+struct gpu_placement;
+
 /* Start filling, in a thread, for the snapshot's processes (meta's
- * "gpu_memory"."ns_pids") whose layout is in tier_dir, on CUDA device
- * ordinal; offered on out_dir/<ns pid>.prefill once filled.  NULL where it
- * does not apply. */
+ * "gpu_memory"."ns_pids") whose layout is in tier_dir, on the one GPU of
+ * placement (whose claim the memory made is then taken from: it lives until
+ * gpu_prefill_end); offered on out_dir/<ns pid>.prefill once filled.  NULL
+ * where it does not apply. */
 struct gpu_prefill *gpu_prefill_start(const json_t *meta, const char *tier_dir,
-				      const char *out_dir, int ordinal);
+				      const char *out_dir, struct gpu_placement *placement);
 
 /* Wait until the memory is filled and offered (before RESTORE is asked).
  * 0, or -errno: nothing is offered then.  NULL: 0. */

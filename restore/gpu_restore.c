@@ -383,6 +383,20 @@ void gpu_release(struct gpu_placement *p)
 	pthread_mutex_unlock(&claims_lock);
 }
 
+void gpu_claim_taken(struct gpu_placement *p, size_t i, uint64_t bytes)
+{
+	pthread_mutex_lock(&claims_lock);
+	if (p && p->held && i < p->n) {
+		int o = p->dev[i].ordinal;
+		uint64_t k = bytes < p->claim[i] ? bytes : p->claim[i];
+
+		p->claim[i] -= k;
+		if (o >= 0 && o < CUDA_MAX_DEVICES)
+			claimed[o] = claimed[o] > k ? claimed[o] - k : 0;
+	}
+	pthread_mutex_unlock(&claims_lock);
+}
+
 json_t *gpu_placement_json(const struct gpu_placement *p)
 {
 	json_t *a = json_array();

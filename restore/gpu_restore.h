@@ -51,6 +51,10 @@ int gpu_place(const json_t *meta, const char *request, uint64_t reserve,
 int gpu_place_devices(const json_t *gpus, const char *request, const struct cuda_device *devs,
 		      size_t ndevs, uint64_t reserve, struct gpu_placement *p, char *why,
 		      size_t whylen);
+/* bytes of placement p's GPU i are allocated now (NVML's free figure
+ * shows them: thaw filled them before the driver's restore): no longer held
+ * back, so that no other placement counts them twice. */
+void gpu_claim_taken(struct gpu_placement *p, size_t i, uint64_t bytes);
 /* Give back what p holds.  Twice, or on a placement that holds nothing: nothing. */
 void gpu_release(struct gpu_placement *p);
 /* [{"index","uuid","name"}] of p's GPUs (a start's answer); NULL on ENOMEM. */

@@ -559,9 +559,8 @@ static int set_up(struct start *st)
 	if (ret)
 		return ret;
 	/* The device memory is filled while CRIU and the driver restore. */
-	if (x->gpumem_in && !st->standby && st->gp && st->gp->n == 1)
-		x->prefill = gpu_prefill_start(st->m->meta, x->gpumem_in, x->gpumem_out,
-					       st->gp->dev[0].ordinal);
+	if (x->gpumem_in && !st->standby)
+		x->prefill = gpu_prefill_start(st->m->meta, x->gpumem_in, x->gpumem_out, st->gp);
 	st->in.t.setup = ms_since(tp);
 	return 0;
 }

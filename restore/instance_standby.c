@@ -84,8 +84,8 @@ static int wake(struct start_ctx *x, struct instance *in, const json_t *meta,
 		/* Its device memory filled while the driver restores, from
 		 * the tier entry its container sees (and its lease holds). */
 		snprintf(tier, sizeof(tier), "/proc/%d/root%s", (int)in->pid, GPUMEM_IN_DEST);
-		if (!ret && gp->n == 1)
-			pf = gpu_prefill_start(meta, tier, x->gpumem_out, gp->dev[0].ordinal);
+		if (!ret)
+			pf = gpu_prefill_start(meta, tier, x->gpumem_out, gp);
 	}
 	if (!ret)
 		ret = gpu_restore_container(&x->r, in->id, in->pid, meta, gp, &x->cuda_pids,

@@ -143,6 +143,18 @@ static int mock_checks(const char *pairs_log)
 	CHECK(!p[2].moved);
 	for (int i = 0; i < 3; i++)
 		gpu_release(&p[i]);
+	/* Memory a start has made already (thaw's fill) is no longer held
+	 * back: the next placement sees GPU 1's whole free figure again. */
+	CHECK_EQ(gpu_place(meta, NULL, 0, &p[0], why, sizeof(why)), 0);
+	CHECK_EQ(p[0].dev[0].ordinal, 1);
+	gpu_claim_taken(&p[0], 0, 4000 * MIB);
+	CHECK_EQ(p[0].claim[0], 6000 * MIB);
+	CHECK_EQ(gpu_place(meta, NULL, 0, &p[1], why, sizeof(why)), 0);
+	CHECK_EQ(p[1].dev[0].free_bytes, 54000 * MIB);
+	gpu_release(&p[1]);
+	gpu_release(&p[0]);
+	gpu_claim_taken(&p[0], 0, 1); /* released: nothing */
+	CHECK_EQ(p[0].claim[0], 6000 * MIB);
 	/* Asked for: GPU 0 by index, GPU 1 by UUID; a GPU that is not here. */
 	CHECK_EQ(gpu_place(meta, "0", 0, &p[0], why, sizeof(why)), 0);
 	CHECK_EQ(p[0].dev[0].ordinal, 0);

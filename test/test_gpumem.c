@@ -14,6 +14,7 @@
  */
 #include "common/gpumem.h"
 #include "restore/gpu_prefill.h"
+#include "restore/gpu_restore.h"
 #include "common/util.h"
 #include "test/check.h"
 
@@ -214,6 +215,8 @@ static void prefill(const char *app_path)
 	unsigned long long phys, plain, mapped;
 	char s[256], why[512], line[256], sock[600], layout[600], target[600];
 	struct gpu_prefill *pf;
+	/* The GPU the start placed it on, holding back its memory. */
+	struct gpu_placement place = { .n = 1, .held = true, .claim = { 40 * MIB } };
 	struct stat sb;
 	size_t moved = 0;
 	FILE *f;
@@ -246,10 +249,12 @@ static void prefill(const char *app_path)
 	REQUIRE(chmod(target, 0600) == 0 && symlink(target, sock) == 0);
 
 	/* Filled and offered, then taken: nothing copied by the library. */
-	pf = gpu_prefill_start(meta, outdir, outdir, 0);
+	pf = gpu_prefill_start(meta, outdir, outdir, &place);
 	REQUIRE(pf != NULL);
 	CHECK_EQ(gpu_prefill_ready(pf), 0);
 	CHECK(lstat(sock, &sb) == 0 && S_ISSOCK(sb.st_mode));
+	/* What it made is on the GPU: no longer held back as well. */
+	CHECK_EQ(place.claim[0], 10 * MIB);
 	CHECK(stat(target, &sb) == 0 && (sb.st_mode & 0777) == 0600);
 	rc.pid = a.pid;
 	do_restore(&rc);
@@ -275,7 +280,7 @@ static void prefill(const char *app_path)
 	CHECK_EQ(st.allocs, 6);
 	/* Saved again (the file rewritten in place): filled again from the
 	 * new bytes, not from what an earlier fill had mapped. */
-	pf = gpu_prefill_start(meta, outdir, outdir, 0);
+	pf = gpu_prefill_start(meta, outdir, outdir, &place);
 	REQUIRE(pf != NULL);
 	CHECK_EQ(gpu_prefill_ready(pf), 0);
 	do_restore(&rc);
@@ -292,7 +297,7 @@ static void prefill(const char *app_path)
 	REQUIRE(f != NULL);
 	fputs(GPUMEM_LAYOUT_MAGIC "\n12345 77 0 0 0 0\n", f);
 	fclose(f);
-	CHECK(gpu_prefill_start(meta, outdir, outdir, 0) == NULL);
+	CHECK(gpu_prefill_start(meta, outdir, outdir, &place) == NULL);
 	do_restore(&rc);
 	CHECK(rc.st.ok);
 	CHECK_EQ(rc.st.prefilled_allocs, 0);
@@ -301,7 +306,7 @@ static void prefill(const char *app_path)
 	CHECK_STR(s, "ok");
 	/* Turned off: the same. */
 	setenv("THAW_GPU_PREFILL", "0", 1);
-	CHECK(gpu_prefill_start(meta, outdir, outdir, 0) == NULL);
+	CHECK(gpu_prefill_start(meta, outdir, outdir, &place) == NULL);
 	unsetenv("THAW_GPU_PREFILL");
 	gpumem_release(&a.pid, 1);
 	app_end(&a);

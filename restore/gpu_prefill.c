@@ -254,7 +254,8 @@ struct pinned_file {
 	size_t npieces;
 	int ordinal; /* the device whose context pinned it */
 	int users;
-	int state; /* 0 pinning, 1 ready */
+	int state; /* 0 pinning, 1 done (pinned, or failed) */
+	bool failed;
 	uint64_t last_used;
 	struct pinned_file *next;
 };
@@ -360,7 +361,8 @@ static void *pin_reaper(void *arg)
 			struct pinned_file *f = *pp;
 
 			if (f->users || f->state != 1 ||
-			    (now_ns() - f->last_used < PIN_IDLE_S * 1000000000ull && pin_current(f))) {
+			    (!f->failed && now_ns() - f->last_used < PIN_IDLE_S * 1000000000ull &&
+			     pin_current(f))) {
 				pp = &f->next;
 				continue;
 			}
@@ -404,12 +406,16 @@ static struct pinned_file *pin_get(const char *path, int ordinal)
 			pthread_detach(t);
 	}
 	for (f = pins; f; f = f->next)
-		if (same_file(f, &sb))
+		if (!f->failed && same_file(f, &sb))
 			break;
 	if (f) {
 		f->users++;
 		while (f->state == 0)
 			pthread_cond_wait(&pin_cv, &pin_mu);
+		if (f->failed) {
+			f->users--;
+			f = NULL;
+		}
 		pthread_mutex_unlock(&pin_mu);
 		close(fd);
 		return f;
@@ -434,14 +440,15 @@ static struct pinned_file *pin_get(const char *path, int ordinal)
 	close(fd);
 	pthread_mutex_lock(&pin_mu);
 	f->state = 1;
+	/* A failed entry is found by no one from now on; the reaper frees
+	 * it once those who waited for it have gone. */
+	f->failed = ret || !f->base;
 	f->last_used = now_ns();
+	if (f->failed)
+		f->users--;
 	pthread_cond_broadcast(&pin_cv);
 	pthread_mutex_unlock(&pin_mu);
-	if (ret || !f->base) {
-		pin_put(f);
-		return NULL;
-	}
-	return f;
+	return f->failed ? NULL : f;
 }
 
 static void pin_put(struct pinned_file *f)
@@ -722,9 +729,16 @@ static void *prefill_main(void *arg)
 
 	if (ret)
 		snprintf(pf->why, sizeof(pf->why), "no CUDA context on GPU %d", pf->ordinal);
-
 	for (size_t i = 0; !ret && i < pf->np; i++)
 		ret = fill_proc(pf, &pf->p[i]);
+	/* All or nothing: a library that found a socket no one serves would
+	 * wait for it. */
+	for (size_t i = 0; ret && i < pf->np; i++)
+		if (pf->p[i].listen_fd >= 0) {
+			close(pf->p[i].listen_fd);
+			pf->p[i].listen_fd = -1;
+			unlink(pf->p[i].sock);
+		}
 	pf->fill_ms = ms_since(t0);
 	set_state(pf, ret ? ret : 1);
 	if (!ret)

@@ -38,6 +38,15 @@
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22
 #endif
+/* The driver's constants used here, as cuda.h names them. */
+enum {
+	CU_MEM_ALLOCATION_TYPE_PINNED = 1,
+	CU_MEM_LOCATION_TYPE_DEVICE = 1,
+	CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3,
+	CU_MEMHOSTREGISTER_PORTABLE = 0x01,
+	CU_MEMHOSTREGISTER_READ_ONLY = 0x08,
+	CU_STREAM_NON_BLOCKING = 1,
+};
 /* How long an offer waits for the library to connect after it is ready. */
 #define SERVE_TIMEOUT_MS 60000
 
@@ -211,9 +220,11 @@ static int read_layout(const char *dir, struct pf_proc *p)
  * range of thawd's at their file offsets.  *va, the range. */
 static int make_allocs(struct gpu_prefill *pf, struct pf_proc *p, cu_ptr *va)
 {
-	struct cu_prop prop = { .type = 1, .handle_types = GPUMEM_POSIX_FD_HANDLE,
-				.location = { 1, pf->ordinal } };
-	struct cu_access acc = { .location = { 1, pf->ordinal }, .flags = 3 };
+	struct cu_prop prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+				.handle_types = GPUMEM_POSIX_FD_HANDLE,
+				.location = { CU_MEM_LOCATION_TYPE_DEVICE, pf->ordinal } };
+	struct cu_access acc = { .location = { CU_MEM_LOCATION_TYPE_DEVICE, pf->ordinal },
+				 .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
 
 	if (cu.reserve(va, ALIGN_2M(p->len), 2ull << 20, 0, 0))
 		return -ENOMEM;
@@ -233,6 +244,41 @@ static int make_allocs(struct gpu_prefill *pf, struct pf_proc *p, cu_ptr *va)
 		}
 	}
 	return 0;
+}
+
+/* The threads for len bytes of the file: one per SLICE_MIN, 1 to
+ * MAX_THREADS. */
+static int threads_for(uint64_t len)
+{
+	uint64_t n = (len + SLICE_MIN - 1) / SLICE_MIN;
+
+	return n > MAX_THREADS ? MAX_THREADS : n < 1 ? 1 : (int)n;
+}
+
+/* fn on each of the n jobs (size bytes apart from jobs) on a thread of its
+ * own, or here where a thread cannot start; returns when all have ended. */
+static void run_jobs(void *(*fn)(void *), void *jobs, size_t size, int n)
+{
+	pthread_t th[MAX_THREADS];
+	bool started[MAX_THREADS];
+
+	for (int i = 0; i < n && i < MAX_THREADS; i++) {
+		started[i] = pthread_create(&th[i], NULL, fn, (char *)jobs + i * size) == 0;
+		if (!started[i])
+			fn((char *)jobs + i * size);
+	}
+	for (int i = 0; i < n && i < MAX_THREADS; i++)
+		if (started[i])
+			pthread_join(th[i], NULL);
+}
+
+/* Pin [p, p + n) of the file's mapping read-only, its pages populated
+ * first by this thread (in parallel with the others': the driver then
+ * only pins, under its own lock). */
+static bool pin_piece(char *p, size_t n, unsigned flags)
+{
+	madvise(p, n, MADV_POPULATE_READ);
+	return cu.host_register(p, n, CU_MEMHOSTREGISTER_READ_ONLY | flags) == 0;
 }
 
 /* The tier's files, mapped and pinned once for every fill that copies
@@ -277,23 +323,20 @@ static void *pin_pieces(void *arg)
 
 	if (use_device(j->ordinal))
 		return NULL;
+	/* For every context (portable): a fill onto another GPU copies
+	 * from the same pages. */
 	for (size_t k = j->first; k < j->last; k++) {
 		size_t a = k * PIECE, n = f->len - a < PIECE ? f->len - a : PIECE;
 
-		madvise(f->base + a, n, MADV_POPULATE_READ);
-		/* Read-only, and for every context (portable): a fill onto
-		 * another GPU copies from the same pages. */
-		f->pinned[k] = cu.host_register(f->base + a, n, 0x08 | 0x01) == 0;
+		f->pinned[k] = pin_piece(f->base + a, n, CU_MEMHOSTREGISTER_PORTABLE);
 	}
 	return NULL;
 }
 
-/* Map and pin f's file on up to MAX_THREADS threads (populating in
- * parallel: the driver then only pins). */
+/* Map and pin f's file on up to MAX_THREADS threads. */
 static int pin_file(struct pinned_file *f, int fd, int ordinal)
 {
 	struct pin_job jobs[MAX_THREADS];
-	pthread_t th[MAX_THREADS];
 	size_t per;
 	int n;
 
@@ -306,21 +349,14 @@ static int pin_file(struct pinned_file *f, int fd, int ordinal)
 	f->pinned = calloc(f->npieces, sizeof(bool));
 	if (!f->pinned)
 		return -ENOMEM;
-	n = (int)((f->len + SLICE_MIN - 1) / SLICE_MIN);
-	n = n > MAX_THREADS ? MAX_THREADS : n < 1 ? 1 : n;
+	n = threads_for(f->len);
 	per = (f->npieces + (size_t)n - 1) / (size_t)n;
 	for (int i = 0; i < n; i++) {
 		jobs[i] = (struct pin_job){ f, i * per, (i + 1) * per, ordinal };
 		if (jobs[i].last > f->npieces)
 			jobs[i].last = f->npieces;
-		if (pthread_create(&th[i], NULL, pin_pieces, &jobs[i])) {
-			pin_pieces(&jobs[i]);
-			th[i] = 0;
-		}
 	}
-	for (int i = 0; i < n; i++)
-		if (th[i])
-			pthread_join(th[i], NULL);
+	run_jobs(pin_pieces, jobs, sizeof(jobs[0]), n);
 	return 0;
 }
 
@@ -468,8 +504,9 @@ struct slice {
 };
 
 /* Copy the file's bytes of [s->off, s->off + s->len) into the allocations
- * that lie there: pinned a piece at a time, so that a piece's copy runs
- * while the next is pinned; unpinned once all have landed. */
+ * that lie there, a piece at a time.  A piece the cache could not pin is
+ * pinned here, so that its copy runs while the next is pinned, and
+ * unpinned once all have landed. */
 static void *copy_slice(void *arg)
 {
 	struct slice *s = arg;
@@ -477,21 +514,19 @@ static void *copy_slice(void *arg)
 	bool *pinned = calloc((size_t)npieces + 1, sizeof(bool));
 	cu_stream st = NULL;
 
-	if (!pinned || use_device(s->ordinal) || cu.stream_create(&st, 1)) {
+	if (!pinned || use_device(s->ordinal) || cu.stream_create(&st, CU_STREAM_NON_BLOCKING)) {
 		s->err = -EIO;
 		free(pinned);
 		return NULL;
 	}
-	madvise(s->p->base + s->off, s->len, MADV_POPULATE_READ);
 	for (k = 0; k < npieces && !s->err; k++) {
 		uint64_t a = s->off + (uint64_t)k * PIECE, b = a + PIECE;
 
 		if (b > s->off + s->len)
 			b = s->off + s->len;
-		/* Pieces are PIECE-aligned in the file: the cache's, where it
-		 * pinned them; else pinned here for this copy only. */
-		if (!s->p->pin || !s->p->pin->pinned[a / PIECE])
-			pinned[k] = cu.host_register(s->p->base + a, b - a, 0x08) == 0;
+		/* Pieces are PIECE-aligned in the file, as the cache's are. */
+		if (!s->p->pin->pinned[a / PIECE])
+			pinned[k] = pin_piece(s->p->base + a, b - a, 0);
 		for (size_t i = 0; i < s->p->n; i++) {
 			const struct pf_alloc *al = &s->p->a[i];
 			uint64_t x = al->off > a ? al->off : a;
@@ -517,27 +552,18 @@ static void *copy_slice(void *arg)
 static int copy_file(struct gpu_prefill *pf, struct pf_proc *p, cu_ptr va)
 {
 	struct slice s[MAX_THREADS];
-	pthread_t th[MAX_THREADS];
 	uint64_t slice;
-	int n, made = 0, ret = 0;
+	int n = threads_for(p->len), made = 0, ret = 0;
 
-	n = (int)((p->len + SLICE_MIN - 1) / SLICE_MIN);
-	n = n > MAX_THREADS ? MAX_THREADS : n < 1 ? 1 : n;
 	/* Whole pieces, as the cache pinned them: a copy that straddled two
 	 * pinned ranges is refused by the driver. */
 	slice = (p->len + (uint64_t)n - 1) / (uint64_t)n;
 	slice = (slice + PIECE - 1) / PIECE * PIECE;
-	for (uint64_t off = 0; off < p->len && made < MAX_THREADS; off += slice, made++) {
+	for (uint64_t off = 0; off < p->len && made < MAX_THREADS; off += slice, made++)
 		s[made] = (struct slice){ .p = p, .va = va, .off = off, .ordinal = pf->ordinal,
 					  .len = off + slice > p->len ? p->len - off : slice };
-		if (pthread_create(&th[made], NULL, copy_slice, &s[made])) {
-			copy_slice(&s[made]);
-			th[made] = 0;
-		}
-	}
+	run_jobs(copy_slice, s, sizeof(s[0]), made);
 	for (int i = 0; i < made; i++) {
-		if (th[i])
-			pthread_join(th[i], NULL);
 		if (s[i].err && !ret) {
 			ret = s[i].err;
 			snprintf(pf->why, sizeof(pf->why), "copying: CUDA error %d", s[i].cr);

@@ -180,16 +180,15 @@ void gm_restore(const char *in_dir, const char *out_dir, struct gm_result *r) GM
 void gm_release_pinned(void) GM_HIDDEN;
 
 /* --- thawd's fill (prefill.c) --- */
-/* After a save: dir/gpu-<pid>.layout for the saved mappings; 0 or -1 (r
- * says why).  Under gm_lock. */
-int gm_layout_write(const char *dir, struct gm_result *r) GM_HIDDEN;
+/* After a save: dir/gpu-<pid>.layout for the saved mappings; 0 or -1
+ * (none written: the save stands, a restore copies).  Under gm_lock. */
+int gm_layout_write(const char *dir) GM_HIDDEN;
 /* At a restore, before anything is mapped: each saved mapping thawd sent
  * ready-filled memory for is mapped from it and no longer saved.  Nothing
  * (no socket, a refusal) leaves the mappings to the copy.  Under gm_lock. */
 void gm_prefill_take(const char *dir, struct gm_result *r) GM_HIDDEN;
-/* New physical memory at m's address with its access (move.c). */
-int gm_map_new(struct gm_map *m, struct gm_result *r) GM_HIDDEN;
-/* Map handle rh at m's address with m's access, as the memory m names now. */
+/* Map handle rh at m's address with m's access, as the memory m names now
+ * (move.c). */
 CUresult gm_map_handle(struct gm_map *m, CUmemGenericAllocationHandle rh) GM_HIDDEN;
 
 /* --- control (control.c) --- */

@@ -133,6 +133,8 @@ static int unmap_one(struct gm_map *m, struct gm_result *r)
 	return 0;
 }
 
+static int map_new(struct gm_map *m, struct gm_result *r);
+
 void gm_save(const char *dir, struct gm_result *r)
 {
 	char path[4096];
@@ -207,12 +209,12 @@ void gm_save(const char *dir, struct gm_result *r)
 	r->map_ms = gm_now_ms() - t;
 	count_left(r);
 	/* Without it a restore still works: the library copies. */
-	gm_layout_write(dir, r);
+	gm_layout_write(dir);
 out:
 	if (!r->ok) {
 		/* Put back what was unmapped, from the file. */
 		for (struct gm_map *m = gm_maps; m; m = m->next)
-			if (m->saved && gm_map_new(m, r) == 0) {
+			if (m->saved && map_new(m, r) == 0) {
 				int in = open(path, O_RDONLY | O_CLOEXEC);
 				void *buf = bounce;
 
@@ -263,7 +265,7 @@ CUresult gm_map_handle(struct gm_map *m, CUmemGenericAllocationHandle rh)
 }
 
 /* New physical memory at m's address, with its access. */
-int gm_map_new(struct gm_map *m, struct gm_result *r)
+static int map_new(struct gm_map *m, struct gm_result *r)
 {
 	CUmemGenericAllocationHandle rh = 0;
 	CUresult cr;
@@ -414,7 +416,7 @@ void gm_restore(const char *dir, const char *out_dir, struct gm_result *r)
 	for (struct gm_map *m = gm_maps; m; m = m->next) {
 		if (!m->saved)
 			continue;
-		if (gm_map_new(m, r))
+		if (map_new(m, r))
 			goto out;
 		m->restoring = true;
 		r->allocs++;

@@ -14,7 +14,6 @@
  */
 #include "interpose/gm.h"
 
-#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -23,7 +22,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-int gm_layout_write(const char *dir, struct gm_result *r)
+int gm_layout_write(const char *dir)
 {
 	char path[4096], tmp[4200];
 	FILE *f;
@@ -32,10 +31,8 @@ int gm_layout_write(const char *dir, struct gm_result *r)
 	snprintf(path, sizeof(path), "%s/" GPUMEM_LAYOUT_FMT, dir, (int)getpid());
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
 	f = fopen(tmp, "we");
-	if (!f) {
-		snprintf(r->error, sizeof(r->error), "%.200s: %s", tmp, strerror(errno));
+	if (!f)
 		return -1;
-	}
 	fprintf(f, "%s\n", GPUMEM_LAYOUT_MAGIC);
 	for (struct gm_map *m = gm_maps; m; m = m->next)
 		if (m->saved)

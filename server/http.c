@@ -337,9 +337,123 @@ static bool framing_bad(struct req *q, char *why, size_t len)
 	return true;
 }
 
+/* The header fields, each as another reader of the same bytes would take
+ * it: libmicrohttpd (0.9.75) passes on a bare CR inside a value ("X-A:
+ * a\rContent-Length: 0", which python's http.server reads as two fields),
+ * keeps whitespace before a colon in the name ("Transfer-Encoding :"),
+ * cuts a value at a NUL, joins a folded line onto the name ("X-A: one\r\n
+ * two" arrives as "X-Atwo: one") and ends a line at a bare LF.  A request
+ * whose head two readers would split differently is refused (RFC 9110,
+ * 5.5; RFC 9112, 5.1 and 5.2), whatever the route: a routed one goes on
+ * to a function's own parser.
+ *
+ * Names and values are checked as they arrived.  The rest is seen from
+ * where libmicrohttpd left them: it parses the head in place, each line's
+ * CRLF made two NULs and each name's colon one, so a sound head is the
+ * request line, then per field its name, a NUL, spaces or tabs, its value
+ * and two NULs, and after the last one two more NULs (the empty line),
+ * ending header_size bytes after the method.  A folded field's name was
+ * moved; a NUL in a value or a bare LF leaves a gap that is not two NULs. */
+struct fields {
+	const char *end;             /* the head's end; NULL: its layout is unknown */
+	const char *line_end;        /* the previous line's last byte but its CRLF */
+	char why[200];
+};
+
+#define TOKEN_CHARS "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!#$%&'*+-.^_`|~"
+#define OWS_MAX     256
+
+/* The line ending at p (the previous line's end) is followed by CRLF, then
+ * by next. */
+static bool crlf_then(const char *p, const char *next)
+{
+	return next == p + 2 && p[0] == '\0' && p[1] == '\0';
+}
+
+static enum MHD_Result check_field(void *cls, enum MHD_ValueKind kind, const char *key,
+				   const char *value)
+{
+	struct fields *f = cls;
+	char name[64];
+	size_t kl, vl;
+
+	(void)kind;
+	if (!key || !value)
+		return MHD_YES;
+	kl = strlen(key);
+	vl = strlen(value);
+	copy_for_log(name, sizeof(name), key);
+	if (!kl || key[strspn(key, TOKEN_CHARS)]) {
+		snprintf(f->why, sizeof(f->why),
+			 "the header name \"%s\" is not a token (whitespace before its colon?)",
+			 name);
+		return MHD_NO;
+	}
+	for (size_t i = 0; i < vl; i++) {
+		unsigned char c = (unsigned char)value[i];
+
+		if ((c < 0x20 && c != '\t') || c == 0x7f) {
+			snprintf(f->why, sizeof(f->why),
+				 "header %s has a control byte (0x%02x) in its value", name, c);
+			return MHD_NO;
+		}
+	}
+	if (!f->end)
+		return MHD_YES;
+	if (f->line_end && !crlf_then(f->line_end, key)) {
+		snprintf(f->why, sizeof(f->why),
+			 "the line before header %s does not end in CRLF (a bare LF, a NUL in a "
+			 "value, or a folded line)",
+			 name);
+		return MHD_NO;
+	}
+	if (value <= key + kl || value - (key + kl) > OWS_MAX ||
+	    strspn(key + kl + 1, " \t") < (size_t)(value - (key + kl) - 1)) {
+		snprintf(f->why, sizeof(f->why),
+			 "header %s is not one line of \"name: value\" (a folded line?)", name);
+		return MHD_NO;
+	}
+	f->line_end = value + vl;
+	return MHD_YES;
+}
+
+/* Why the request's header fields are not sound, into why; false if they
+ * are.  method and version: the access handler's. */
+static bool fields_bad(struct req *q, const char *method, const char *version, char *why,
+		       size_t len)
+{
+	static atomic_bool warned;
+	struct fields f = { .why = "" };
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(q->conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+	bool layout = MHD_VERSION < 0x01000000 && ci && method && version;
+
+	/* The request line ends in its version; a version libmicrohttpd does
+	 * not keep in place leaves the layout unknown. */
+	if (layout && version > method && version < method + ci->header_size) {
+		f.end = method + ci->header_size;
+		f.line_end = version + strlen(version);
+	} else if (!atomic_exchange(&warned, true)) {
+		pr_warn("this libmicrohttpd does not show how a request head was laid out: a "
+			"folded header line, a NUL in a value or a bare LF is not detected");
+	}
+	if (MHD_get_connection_values(q->conn, MHD_HEADER_KIND, check_field, &f) < 0 || f.why[0])
+		goto bad;
+	if (f.end && f.line_end && !(f.end == f.line_end + 4 && !memcmp(f.line_end, "\0\0\0", 4))) {
+		snprintf(f.why, sizeof(f.why),
+			 "the head's last line does not end in CRLF (a bare LF, a NUL in a value, "
+			 "or a folded line)");
+		goto bad;
+	}
+	return false;
+bad:
+	snprintf(why, len, "%s", f.why[0] ? f.why : "the header fields cannot be read");
+	return true;
+}
+
 /* What can be decided from the request line and headers alone.  0 to go on
  * reading the body, or 1 when an answer was queued. */
-static int early(struct req *q, const char *url, const char *version)
+static int early(struct req *q, const char *url, const char *method, const char *version)
 {
 	struct server *s = q->srv;
 	char err[256];
@@ -357,7 +471,7 @@ static int early(struct req *q, const char *url, const char *version)
 			    bad == (long)q->target_len ? 0 : (unsigned char)q->target[bad], bad);
 		return 1;
 	}
-	if (framing_bad(q, err, sizeof(err))) {
+	if (fields_bad(q, method, version, err, sizeof(err)) || framing_bad(q, err, sizeof(err))) {
 		reply_error_hdr(q, 400, "Connection", "close", "bad_request",
 				"%s: refused, and the connection closed", err);
 		return 1;
@@ -479,7 +593,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		q->method = method_parse(method);
 		copy_for_log(q->method_str, sizeof(q->method_str), method);
 		copy_for_log(q->path, sizeof(q->path), url);
-		if (early(q, url, version) || q->answered)
+		if (early(q, url, method, version) || q->answered)
 			return MHD_YES;
 		if (q->route.kind == ROUTE_FUNCTION_PROXY) {
 			/* Its head came in time; its body goes to the instance

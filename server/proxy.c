@@ -102,6 +102,11 @@ struct proxy_call {
 	bool stuck;           /* this thread is left in an instance's network namespace */
 	bool in_eof, read_paused;
 	bool headers_done, write_paused;
+	/* Whether the connection may take another request after this one: the
+	 * answer's end was given by its framing (Content-Length or chunked, or
+	 * no body), and it came after the whole request had gone. */
+	bool answer_framed;
+	bool answered_early;
 };
 
 /* ---- this host's network namespace, and libcurl ---- */
@@ -406,6 +411,7 @@ static size_t on_header(char *b, size_t size, size_t n, void *arg)
 	if (len >= 5 && !memcmp(b, "HTTP/", 5)) {
 		/* A status line: a new head (after a 100 Continue, say). */
 		headers_clear(c);
+		c->answer_framed = false;
 		return len;
 	}
 	if (len && (b[0] == '\r' || b[0] == '\n')) {
@@ -415,6 +421,10 @@ static size_t on_header(char *b, size_t size, size_t n, void *arg)
 		if (code >= 200) {
 			c->status = code;
 			c->headers_done = true;
+			if (c->head || code == 204 || code == 304)
+				c->answer_framed = true;
+			if (c->has_body && !c->in_eof)
+				c->answered_early = true;
 			curl_easy_getinfo(c->link->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T,
 					  &c->answer_len);
 		}
@@ -424,6 +434,9 @@ static size_t on_header(char *b, size_t size, size_t n, void *arg)
 	if (!colon || colon == b || b[0] == ' ' || b[0] == '\t' || c->nh >= HEADERS_MAX)
 		return len;
 	nl = (size_t)(colon - b);
+	if ((nl == 14 && !strncasecmp(b, "content-length", nl)) ||
+	    (nl == 17 && !strncasecmp(b, "transfer-encoding", nl)))
+		c->answer_framed = true; /* libcurl refuses what it cannot frame */
 	if (hop_by_hop(b, nl))
 		return len;
 	for (v = colon + 1; v < end && (*v == ' ' || *v == '\t'); v++)
@@ -490,6 +503,7 @@ static int transfer_begin(struct proxy_call *c)
 	curl_easy_reset(e);
 	snprintf(url, sizeof(url), "http://127.0.0.1:%u", c->slot.port);
 	c->sent = c->done = c->headers_done = c->read_paused = c->write_paused = false;
+	c->answer_framed = c->answered_early = false;
 	c->result = CURLE_OK;
 	c->status = 0;
 	c->answer_len = -1;
@@ -544,8 +558,22 @@ static int transfer_begin(struct proxy_call *c)
 	return 0;
 }
 
+/* Whether the link's connection may carry another request: only after an
+ * exchange whose every byte is accounted for.  Anything else (a failure, a
+ * transfer cut, an answer that ends only with the connection, an answer
+ * that came before the whole body had gone, which the function may not
+ * have read) leaves bytes on it that the next request would be read with:
+ * the next client's request would be parsed as the end of this one, and
+ * this one's tail as the next (request smuggling, issue 44). */
+static bool link_reusable(const struct proxy_call *c)
+{
+	return c->done && c->result == CURLE_OK && !c->cut && c->answer_framed &&
+	       !c->answered_early;
+}
+
 /* The transfer is over, or given up: out of the multi; the slot, and the
- * link with it, go back (broken: the instance could not be reached). */
+ * link with it if its connection is sound, go back (broken: the instance
+ * could not be reached). */
 static void transfer_end(struct proxy_call *c, bool broken)
 {
 	if (c->active) {
@@ -555,7 +583,11 @@ static void transfer_end(struct proxy_call *c, bool broken)
 	if (c->link && c->link->err[0] && !c->err[0])
 		snprintf(c->err, sizeof(c->err), "%s", c->link->err);
 	if (c->have_slot) {
-		pool_release(c->srv->pool, &c->slot, c->link, broken);
+		struct link *keep = link_reusable(c) ? c->link : NULL;
+
+		if (!keep)
+			proxy_link_free(c->link); /* its connection closes with it */
+		pool_release(c->srv->pool, &c->slot, keep, broken);
 		c->have_slot = false;
 		c->link = NULL;
 	}

@@ -1,0 +1,217 @@
+#!/usr/bin/env bash
+# Requests routed through thawd from the attack side (issue 44), with real runc,
+# CRIU and thawd, and test/fixtures/hostile_fn.py (python's http.server,
+# HTTP/1.1 keep-alive, recording every request it parses):
+#   1. request smuggling: a bare CR in a header value hiding a second
+#      Content-Length, the body holding a second request: the attacker gets
+#      400, the next client (over the same kept connection) gets its own
+#      answer, and the function never sees the hidden request nor the
+#      victim's Cookie in another request; a bare CR, NUL, another control
+#      byte, obs-fold, whitespace before the colon, a name that is not a
+#      token, a bare LF ending a line: each 400 and the function never sees
+#      it.
+# Nothing waits for a time and then checks: each step waits for what it
+# expects, with a generous limit.
+set -u
+B=${THAW_BUILD:-$PWD/build}
+ROOT=${THAW_ROOT:-$PWD}
+THAWD=$B/thawd
+THAW=$B/thaw
+. "$ROOT/test/lib/require.sh"
+require_restore_tools
+command -v python3 >/dev/null || skip "no python3"
+
+NAME=routed-hostile
+. "$ROOT/test/lib/thawd_e2e.sh"
+FN=$T/fn
+FN2=$T/fn2
+mkdir -p "$FN" "$FN2"
+cp "$ROOT/test/fixtures/hostile_fn.py" "$FN/"
+cp "$ROOT/test/fixtures/hostile_fn.py" "$FN2/"
+export THAW_ALLOW_ROOTS=$FN:$FN2
+start_thawd --request-timeout 3
+
+spec() { # spec DIR EXTRA-KEYS
+	echo "{\"command\": [\"python3\", \"hostile_fn.py\"], \"cwd\": \"$1\", \"port\": 8000,
+		\"ready\": {\"http\": \"/health\"}, \"idle_s\": 600, $2}"
+}
+st=$(api PUT /functions/h -d "$(spec "$FN" '"concurrency": 4, "max_instances": 1, "queue_timeout_s": 120')")
+[ "$st" = 201 ] || { fail "PUT h: $st $(cat "$T/body")"; exit 1; }
+st=$(api PUT /functions/g -d "$(spec "$FN2" '"concurrency": 1, "max_instances": 1')")
+[ "$st" = 201 ] || { fail "PUT g: $st $(cat "$T/body")"; exit 1; }
+for f in h g; do
+	st=$(api POST "/functions/$f/snapshot?wait=1")
+	[ "$st" = 200 ] || { fail "snapshot $f: $st $(cat "$T/body")"; exit 1; }
+done
+st=$(curl -s -o "$T/body" -w '%{http_code}' "$URL/function/h/health")
+[ "$st" = 200 ] || { fail "first routed request: $st $(cat "$T/body")"; exit 1; }
+
+# Sections 1 to 5, over raw sockets.
+python3 - "$(head -n1 "$T/port")" <<'EOF' || fails=$((fails + 1))
+import json, socket, sys, time
+
+port = int(sys.argv[1])
+fails = 0
+
+
+def report(good, what, detail=""):
+    global fails
+    fails += not good
+    print("%s %s%s" % ("ok:" if good else "FAIL:", what, (": " + detail) if detail else ""))
+
+
+class Conn:
+    def __init__(self, timeout=30.0):
+        self.s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.buf = b""
+        self.closed = False
+
+    def fill(self):
+        try:
+            d = self.s.recv(65536)
+        except (socket.timeout, ConnectionResetError):
+            d = b""
+        if not d:
+            self.closed = True
+        self.buf += d
+        return bool(d)
+
+    def line(self):
+        while b"\r\n" not in self.buf:
+            if not self.fill():
+                return None
+        l, self.buf = self.buf.split(b"\r\n", 1)
+        return l
+
+    def take(self, n):
+        while len(self.buf) < n:
+            if not self.fill():
+                break
+        d, self.buf = self.buf[:n], self.buf[n:]
+        return d
+
+    def answer(self):
+        """One answer: (status, [(name, value)], body, complete), status 0
+        if none came."""
+        l = self.line()
+        if not l:
+            return 0, [], b"", False
+        status = int(l.split()[1])
+        hdrs = []
+        while True:
+            l = self.line()
+            if l is None:
+                return status, hdrs, b"", False
+            if l == b"":
+                break
+            k, _, v = l.decode("latin-1").partition(":")
+            hdrs.append((k.strip().lower(), v.strip()))
+        h = dict(hdrs)
+        if "content-length" in h:
+            n = int(h["content-length"])
+            body = self.take(n)
+            return status, hdrs, body, len(body) == n
+        if h.get("transfer-encoding", "").lower() == "chunked":
+            body = b""
+            while True:
+                l = self.line()
+                if l is None:
+                    return status, hdrs, body, False
+                n = int(l.split(b";")[0], 16)
+                if n == 0:
+                    trailers = []
+                    while True:
+                        l = self.line()
+                        if l is None:
+                            return status, hdrs, body, False
+                        if l == b"":
+                            return status, hdrs + [("(trailer)", t) for t in trailers], body, True
+                        trailers.append(l.decode("latin-1"))
+                body += self.take(n)
+                self.take(2)
+        while self.fill():
+            pass
+        return status, hdrs, self.buf, False
+
+    def close(self):
+        self.s.close()
+
+
+def one(raw, timeout=30.0):
+    c = Conn(timeout)
+    c.s.sendall(raw)
+    r = c.answer()
+    c.close()
+    return r
+
+
+def routed(path, extra=b"", method=b"GET"):
+    return one(method + b" /function/h" + path + b" HTTP/1.1\r\nHost: localhost\r\n" + extra +
+               b"Connection: close\r\n\r\n")
+
+
+def seen():
+    st, _, body, _ = routed(b"/seen")
+    return json.loads(body) if st == 200 else None
+
+
+# ---- 1. smuggling ----
+hidden = (b"GET /echo/smuggled HTTP/1.1\r\nHost: localhost\r\nX-Smuggled: 1\r\n"
+          b"Content-Length: 80\r\n\r\n")
+attack = (b"POST /function/h/echo/attacker HTTP/1.1\r\nHost: localhost\r\n"
+          b"X-A: a\rContent-Length: 0\r\nContent-Length: " + str(len(hidden)).encode() +
+          b"\r\n\r\n" + hidden)
+a = Conn()
+a.s.sendall(attack)
+ast, _, abody, _ = a.answer()
+a.close()
+vst, _, vbody, _ = routed(b"/echo/victim", b"Cookie: session=victim-secret-42\r\n")
+try:
+    vpath = json.loads(vbody)["path"]
+except ValueError:
+    vpath = repr(vbody[:120])
+log = seen() or []
+leaked = [r["path"] for r in log if "victim-secret-42" in json.dumps(r) and
+          (r["path"] != "/echo/victim" or "victim-secret-42" in r["body"])]
+smuggled = [r["path"] for r in log if "smuggled" in r["path"]]
+report(ast == 400 and vst == 200 and vpath == "/echo/victim" and not leaked and not smuggled,
+       "a bare CR hiding a Content-Length (and a request in the body): the attacker gets 400, "
+       "the next client its own answer",
+       "attacker %d, victim %d %s, the function saw the victim's cookie in %s, smuggled %s" %
+       (ast, vst, vpath, leaked, smuggled))
+
+bad = [
+    (b"bare CR in a value", b"X-A: a\rb\r\n"),
+    (b"NUL in a value", b"X-A: a\x00b\r\n"),
+    (b"control byte in a value", b"X-A: a\x01b\r\n"),
+    (b"obs-fold", b"X-A: one\r\n two\r\n"),
+    (b"space before the colon", b"Transfer-Encoding : chunked\r\n"),
+    (b"tab before the colon", b"X-A\t: 1\r\n"),
+    (b"a name that is not a token", b"X(A): 1\r\n"),
+    (b"a line ended by a bare LF", b"X-A: 1\nX-B: 2\r\n"),
+]
+for i, (what, line) in enumerate(bad):
+    raw = (b"GET /function/h/echo/bad-%d HTTP/1.1\r\nHost: localhost\r\n" % i + line +
+           b"Content-Length: 5\r\n\r\n0\r\n\r\n")
+    c = Conn()
+    c.s.sendall(raw)
+    st, hdrs, body, _ = c.answer()
+    while c.fill():
+        pass
+    c.close()
+    report(st == 400 and c.closed, "%s: 400, connection closed" % what.decode(),
+           "%d %s" % (st, body[:160]))
+log = seen() or []
+report(log and not [r for r in log if "/bad-" in r["path"]],
+       "none of them reached the function",
+       str([r["path"] for r in log if "/bad-" in r["path"]]))
+st, _, body, _ = routed(b"/echo/fine", b"X-Tab: a\tb\r\nX-Space: c  \r\nX-Empty:\r\n")
+h = dict((k.lower(), v) for k, v in json.loads(body)["headers"]) if st == 200 else {}
+report(st == 200 and h.get("x-tab") == "a\tb" and "x-empty" in h,
+       "a tab inside a value, trailing spaces and an empty value are fine", "%d %s" % (st, body[:200]))
+
+sys.exit(1 if fails else 0)
+EOF
+
+echo "$fails failure(s)"
+[ $fails = 0 ]

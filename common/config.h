@@ -55,7 +55,7 @@ struct config_store {
 #define CONFIG_LOG_BYTES_MIN     (4ull << 10)
 #define CONFIG_LOG_BYTES_MAX     (1ull << 40)
 
-/* Directories a function's "bundle" and "cwd" may lie under (config_path_allowed). */
+/* Directories a function's "bundle", "cwd" and mounts may lie under (config_path_allowed). */
 #define CONFIG_MAX_ROOTS 16
 
 struct thaw_config {
@@ -81,11 +81,13 @@ struct thaw_config {
 				      * VMAs holding at least this many bytes of pages:
 				      * $THAW_MAPPED 1|0 (default 1), $THAW_MAPPED_MIN_KIB
 				      * (default 1024); 0: never mapped */
-	/* Where a function's "bundle" and "cwd" may be: the data directory, the
+	/* Where a function's "bundle", "cwd" and mounts' sources may be: the
 	 * tree's example functions (bench/functions beside the build), and
 	 * $THAW_ALLOW_ROOTS (DIR:DIR) or thawd --allow-root DIR.  A spec that
 	 * names a directory elsewhere (/usr, /etc, /) is refused: a function
-	 * runs as root in its container and could read or write it. */
+	 * runs as root in its container and could read or write it.  Never
+	 * the data directory, the store or the RAM tier, nor a directory that
+	 * holds one, whatever the roots (function/confine.h). */
 	char allow_roots[CONFIG_MAX_ROOTS][PATH_MAX];
 	size_t nallow_roots;
 	bool lazy_gpu_after_fill;    /* a lazy GPU start waits for the daemon to have

@@ -28,7 +28,7 @@ int function_bundle_write(const struct function_bundle *b, const char *dir)
 
 	/* Where it reaches on the host, resolved and checked now, as it is
 	 * used: runc gets the paths that were checked. */
-	ret = function_host_paths(b->allow, spec, &hp);
+	ret = function_host_paths(b->allow, spec, b->image, &hp);
 	if (ret)
 		return ret;
 	binds = calloc(4 + spec->nmounts, sizeof(*binds));

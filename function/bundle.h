@@ -48,6 +48,10 @@ struct function_bundle {
 	/* The allowed roots its rootfs and cwd are checked against, here where
 	 * they are used (function/confine.h); NULL: resolved, not checked. */
 	const struct thaw_config *allow;
+	/* spec->bundle is thaw's image cache's, put there from the spec's
+	 * image (images/image.h): the one bundle under the data directory
+	 * allowed, and only that exact path. */
+	bool image;
 };
 
 /* Write dir/config.json (and its rootfs skeleton and CRIU config) for b.

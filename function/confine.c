@@ -9,6 +9,82 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+/* Whether path is dir or lies under it ("/" holds everything). */
+static bool under(const char *path, const char *dir)
+{
+	size_t n = strlen(dir);
+
+	if (n == 1 && dir[0] == '/')
+		return path[0] == '/';
+	return !strncmp(path, dir, n) && (path[n] == '\0' || path[n] == '/');
+}
+
+/* path absolute, its links resolved, into out; as written (made absolute)
+ * when it does not exist. */
+static void absolute(const char *path, char out[PATH_MAX])
+{
+	char cwd[PATH_MAX];
+
+	if (realpath(path, out))
+		return;
+	if (path[0] != '/' && getcwd(cwd, sizeof(cwd)) &&
+	    snprintf(out, PATH_MAX, "%s/%s", cwd, path) < PATH_MAX)
+		return;
+	snprintf(out, PATH_MAX, "%s", path);
+}
+
+/* Whether r (resolved) is, lies in or holds one of the places thawd keeps
+ * its state: a function that reached one could read every other function's
+ * spec and every snapshot's memory, or write runc's state of its own
+ * container and have thawd's `runc delete` run a hook on the host as root.
+ * Whatever the allowed roots say; why says which. */
+static bool thaws_own(const struct thaw_config *c, const char *r, char *why, size_t why_len)
+{
+	const struct {
+		const char *what, *path;
+	} own[] = {
+		{ "thawd's data directory", c->data_dir },
+		{ "thawd's store", c->store_dir },
+		{ "thawd's RAM tier", c->ram_tier_dir },
+		{ "the registry credentials", c->registry_auth },
+	};
+	char d[PATH_MAX];
+
+	for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++) {
+		if (!own[i].path[0])
+			continue;
+		absolute(own[i].path, d);
+		if (!under(r, d) && !under(d, r))
+			continue;
+		if (why && why_len &&
+		    snprintf(why, why_len,
+			     "%s %s %s (%s): a function may never reach thaw's own state "
+			     "(other functions' specs, snapshots' memory, runc's state)",
+			     r, !strcmp(r, d) ? "is" : under(r, d) ? "lies in" : "holds", own[i].what, d) >= (int)why_len)
+			why[why_len - 1] = '\0';
+		return true;
+	}
+	return false;
+}
+
+/* Whether bundle is a rootfs of thaw's image cache, <data>/images/rootfs/<hex>
+ * (images/image.h): the one place under the data directory a container may
+ * have as its root, read-only, when thaw itself put it there from an image. */
+static bool image_bundle(const struct thaw_config *c, const char *bundle)
+{
+	char d[PATH_MAX], r[PATH_MAX];
+	size_t n;
+
+	absolute(c->data_dir, d);
+	absolute(bundle, r);
+	n = strlen(d);
+	if (strncmp(r, d, n) || strncmp(r + n, "/images/rootfs/", 15))
+		return false;
+	n += 15;
+	return strlen(r + n) == 64 && strspn(r + n, "0123456789abcdef") == 64;
+}
 
 /* The root a container of bundle gets, as function/bundle.c gives it to runc:
  * <bundle>/rootfs when that is a directory (through a link or not), else
@@ -30,9 +106,8 @@ static bool allowed(const struct thaw_config *c, const char *path, char r[PATH_M
 {
 	char w[1024];
 
-	if (!realpath(path, r))
-		snprintf(r, PATH_MAX, "%s", path);
-	if (config_path_allowed(c, r, w, sizeof(w)))
+	absolute(path, r);
+	if (config_path_allowed(c, r, w, sizeof(w)) && !thaws_own(c, r, w, sizeof(w)))
 		return true;
 	if (why && why_len && strcmp(r, path))
 		snprintf(why, why_len, "%s resolves to %s: %s", path, r, w);
@@ -81,7 +156,7 @@ static int resolve(const struct thaw_config *c, const char *key, const char *pat
 	return 0;
 }
 
-int function_host_paths(const struct thaw_config *c, const struct func_spec *spec,
+int function_host_paths(const struct thaw_config *c, const struct func_spec *spec, bool image,
 			struct function_host_paths *hp)
 {
 	char rootfs[PATH_MAX + 16];
@@ -92,7 +167,13 @@ int function_host_paths(const struct thaw_config *c, const struct func_spec *spe
 		/* What the container gets as its root, not the bundle: runc
 		 * reads nothing else of it. */
 		rootfs_of(spec->bundle, rootfs, sizeof(rootfs));
-		ret = resolve(c, "the bundle's rootfs", rootfs, hp->rootfs);
+		if (image && c && !image_bundle(c, spec->bundle)) {
+			pr_err("the image's bundle %s is not in thaw's image cache", spec->bundle);
+			return -EACCES;
+		}
+		/* An image's rootfs is thaw's own, under the data directory
+		 * that no function may otherwise reach, and read-only. */
+		ret = resolve(image ? NULL : c, "the bundle's rootfs", rootfs, hp->rootfs);
 	} else if (!spec->image && spec->cwd && strcmp(spec->cwd, "/")) {
 		/* Without a rootfs of its own the function's directory is
 		 * bound from the host (with one, its cwd is a path in it,

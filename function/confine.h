@@ -7,7 +7,13 @@
  * config_path_allowed): its rootfs, which is "<bundle>/rootfs" when that is
  * a directory and "<bundle>" otherwise, and, for a function without a bundle
  * or an image, its cwd, bound read-only at the same path.  Both are resolved
- * (symlinks followed) the way runc will follow them.
+ * (symlinks followed) the way runc will follow them.  None may be, lie in
+ * or hold thaw's own state (the data directory, the store, the RAM tier,
+ * the registry credentials), whatever the roots: a function that reached
+ * it could read other functions' specs and snapshots' memory, or write
+ * runc's state of its container, whose hooks thawd's `runc delete` runs
+ * on the host as root.  The one exception is an image's rootfs in thaw's
+ * image cache, read-only, given by thaw itself (image below).
  *
  * They are checked twice (docs/DESIGN.md, "Confinement"): when a spec is
  * registered (PUT, pull, thaw snapshot), to refuse it early; and where a
@@ -38,10 +44,12 @@ struct function_host_paths {
 
 /* Resolve where a container of spec reaches (above) into *hp and, with c,
  * check it against c's allowed roots (c NULL: resolved only, for the
- * benchmark's baselines, which run what the operator hands them).  0;
+ * benchmark's baselines, which run what the operator hands them).  image:
+ * spec->bundle is thaw's image cache's (function_bundle.image), allowed as
+ * exactly <data>/images/rootfs/<hex> and not checked further.  0;
  * -EACCES when a path lies outside them; or realpath's -errno (a path that
  * does not exist).  Logged, naming the spec's key ("bundle", "cwd"). */
-int function_host_paths(const struct thaw_config *c, const struct func_spec *spec,
+int function_host_paths(const struct thaw_config *c, const struct func_spec *spec, bool image,
 			struct function_host_paths *hp);
 
 /* The registration's check, over a spec's strings: bundle (and its rootfs)

@@ -301,7 +301,8 @@ static int write_bundle(struct job *j)
 						   .ngpu_minors = j->ngpu, .env_defaults = defaults,
 						   .gpumem_in = j->gpumem ? j->gpumem_in : NULL,
 						   .gpumem_out = j->gpumem ? j->gpumem_out : NULL,
-						   .gpumem_preload = j->gpumem, .allow = j->c },
+						   .gpumem_preload = j->gpumem, .allow = j->c,
+						   .image = j->on_image },
 			j->bundle);
 	function_argv_free(own_argv);
 	return ret;
@@ -552,6 +553,7 @@ int prewarm_snapshot_opts(const struct thaw_config *c, struct store *s,
 		if (ret)
 			goto out;
 		j.spec = spec = run_spec;
+		j.on_image = true;
 	}
 
 	snprintf(j.state_dir, sizeof(j.state_dir), "%s/runc", c->data_dir);

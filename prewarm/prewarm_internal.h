@@ -23,6 +23,7 @@
 struct job {
 	const struct thaw_config *c;
 	const struct func_spec *spec;
+	bool on_image; /* spec is image_apply's: its bundle is the image cache's */
 	struct runner r;
 	char state_dir[PATH_MAX + 16];
 	char work[PATH_MAX + 256];

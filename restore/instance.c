@@ -100,7 +100,9 @@ static int write_bundle(struct start_ctx *x, const struct func_spec *spec, const
 								.legacy_sandbox = !confined,
 								.gpu_minors = n ? minors : NULL,
 								.ngpu_minors = n,
-								.allow = x->c },
+								.allow = x->c,
+								.image = json_object_get(m->meta,
+											 "image") },
 				     x->bundle);
 }
 

@@ -168,7 +168,7 @@ int instance_boot(const struct thaw_config *c, const struct instance_boot *b,
 					   .argv = b->argv,
 					   .gpu_minors = spec->gpu && minors_known ? minors : NULL,
 					   .ngpu_minors = in.ngpus, .env_defaults = defaults,
-					   .allow = c },
+					   .allow = c, .image = b->image && b->image[0] },
 		x.bundle);
 	if (ret)
 		goto fail;

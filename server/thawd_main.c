@@ -149,9 +149,10 @@ static const struct thawd_opt opts[] = {
 		"spec's \"lazy\"), the start's answer says why in\n"
 		"\"pages_why\" and --lazy/--no-lazy decide" },
 	{ .name = "allow-root", .arg = "DIR", .kind = OPT_ALLOW_ROOT,
-	  .help = "a function's \"bundle\" and \"cwd\" may lie under DIR\n"
-		"(repeatable; THAW_ALLOW_ROOTS=DIR:DIR); always allowed:\n"
-		"the data directory and the tree's bench/functions;\n"
+	  .help = "a function's \"bundle\", \"cwd\" and mounts may lie\n"
+		"under DIR (repeatable; THAW_ALLOW_ROOTS=DIR:DIR); always\n"
+		"allowed: the tree's bench/functions; never the data\n"
+		"directory, store or RAM tier, nor a directory holding one;\n"
 		"a spec naming any other directory is 403 forbidden" },
 	{ .name = "lazy", .kind = OPT_LAZY, .label = "--lazy, --no-lazy",
 	  .help = "where mapping does not apply: restore pages on demand\n"

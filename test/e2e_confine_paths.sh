@@ -11,8 +11,8 @@
 #      roots afterwards: the snapshot is 403, and no container ran;
 #   4. a function snapshotted under an --allow-root (with a standby), then
 #      thawd restarted without it: its snapshot and its start are 403
-#      forbidden and no standby is made, while a function under the data
-#      directory still snapshots and starts;
+#      forbidden and no standby is made, while a function under a root it
+#      still allows snapshots and starts;
 #   5. nothing is left: no container, process or mount of the test.
 set -u
 B=${THAW_BUILD:-$PWD/build}
@@ -30,8 +30,9 @@ NAME=confine-paths
 . "$ROOT/test/lib/thawd_e2e.sh"
 A=$T/allowed   # the operator's --allow-root
 E=$T/elsewhere # outside every allowed root ($T itself is not one)
-mkdir -p "$A" "$E"
-start_thawd --allow-root "$A"
+K=$T/kept      # allowed by both thawds of part 4
+mkdir -p "$A" "$E" "$K"
+start_thawd --allow-root "$A" --allow-root "$K"
 
 # A function that serves HTTP from its directory.
 app() {
@@ -90,11 +91,11 @@ grep -q "$E/dir3" "$T/body" || fail "the 403 does not say where the cwd goes: $(
 
 # ---- 4. a thawd restarted without the --allow-root ----
 app "$A/fn"
-app "$DATA/fns/ok"
+app "$K/ok"
 expect "PUT fn (cwd under --allow-root, a standby)" 201 \
 	"$(api PUT /functions/fn -d "$(spec "\"cwd\": \"$A/fn\", \"standby\": 1")")"
-expect "PUT ok (cwd under the data directory)" 201 \
-	"$(api PUT /functions/ok -d "$(spec "\"cwd\": \"$DATA/fns/ok\"")")"
+expect "PUT ok (cwd under an allowed root kept)" 201 \
+	"$(api PUT /functions/ok -d "$(spec "\"cwd\": \"$K/ok\"")")"
 expect "snapshot fn, allowed" 200 "$(api POST '/functions/fn/snapshot?wait=1')"
 expect "snapshot ok" 200 "$(api POST '/functions/ok/snapshot?wait=1')"
 standbys() {
@@ -105,7 +106,7 @@ for _ in $(seq 100); do [ "$(standbys)" = 1 ] && break; sleep 0.1; done
 [ "$(standbys)" = 1 ] && ok "fn has its standby" || fail "fn's standby was not made: $(cat "$T/body")"
 kill -TERM "$THAWD_PID"
 wait "$THAWD_PID"
-start_thawd
+start_thawd --allow-root "$K"
 expect "snapshot of fn without its --allow-root" 403 "$(api POST '/functions/fn/snapshot?wait=1')" forbidden
 expect "start of fn without its --allow-root" 403 "$(api POST /functions/fn/start)" forbidden
 grep -q "$A/fn" "$T/body" || fail "the start's 403 does not name the directory: $(cat "$T/body")"
@@ -113,10 +114,10 @@ sleep 3
 [ "$(standbys)" = 0 ] && ok "no standby of fn was made" || fail "a standby of fn was made: $(cat "$T/body")"
 grep -q "outside the directories functions may use" "$T/thawd.log" ||
 	fail "thawd's log does not say why fn's standby is not made"
-expect "start of ok (under the data directory)" 201 "$(api POST /functions/ok/start)"
+expect "start of ok (under the root still allowed)" 201 "$(api POST /functions/ok/start)"
 ep=$(jget "$T/body" "j['endpoint']")
-[ "$(curl -s --max-time 10 "http://$ep/")" = "$DATA/fns/ok" ] && ok "ok answers from its directory" ||
-	fail "ok's instance does not answer from $DATA/fns/ok"
+[ "$(curl -s --max-time 10 "http://$ep/")" = "$K/ok" ] && ok "ok answers from its directory" ||
+	fail "ok's instance does not answer from $K/ok"
 
 # ---- 5. nothing left ----
 for f in b2 c3 fn ok; do

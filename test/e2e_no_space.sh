@@ -31,7 +31,7 @@ trap cleanup EXIT
 mkdir -p "$T/disk"
 mount -t tmpfs -o size=4m tmpfs "$T/disk" || { echo "skipped: cannot mount a tmpfs"; exit 77; }
 DATA=$T/disk/data
-mkdir -p "$DATA/fn"
+mkdir -p "$DATA" "$T/fn" # the function outside the data directory, which no function may reach
 "$THAWD" --listen 127.0.0.1:0 --port-file "$T/port" --data-dir "$DATA" --ram-tier "$SHM/tier" \
 	--ram-tier-bytes 64M >>"$T/thawd.log" 2>&1 &
 PID=$!
@@ -43,7 +43,7 @@ api() {
 	shift 2
 	curl -s -o "$T/body" -w '%{http_code}' -X "$m" -H 'Content-Type: application/json' "$URL$p" "$@"
 }
-spec() { echo "{\"command\": [\"python3\", \"-c\", \"pass\"], \"port\": $1, \"cwd\": \"$DATA/fn\"}"; }
+spec() { echo "{\"command\": [\"python3\", \"-c\", \"pass\"], \"port\": $1, \"cwd\": \"$T/fn\"}"; }
 expect() { # WHAT WANT GOT [CODE]
 	if [ "$3" != "$2" ]; then
 		fail "$1: $3, not $2: $(head -c 300 "$T/body")"

@@ -19,7 +19,7 @@ command -v python3 >/dev/null || skip "no python3"
 
 NAME=umask
 . "$ROOT/test/lib/thawd_e2e.sh"
-FN=$DATA/fns/u # under the data directory: allowed whatever THAW_ALLOW_ROOTS says
+FN=$T/fns/u # outside the data directory, which no function may reach
 mkdir -p "$FN"
 cat >"$FN/app.py" <<'PY'
 import http.server, os
@@ -38,7 +38,7 @@ thawd_under() {
 	local was
 	was=$(umask)
 	umask "$1"
-	start_thawd
+	start_thawd --allow-root "$T/fns"
 	umask "$was"
 }
 standbys() {

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# No function reaches thaw's own state (issue 44, C1), with real runc, CRIU
+# and thawd, the attack done from inside a function (test/fixtures/reach_fn.py).
+# thawd runs with --allow-root $T, the directory that holds its data
+# directory, as a test run's THAW_ALLOW_ROOTS=/tmp does:
+#   1. a mount, bundle or cwd that is, lies in or holds the data directory,
+#      its runc state or the RAM tier is refused at the PUT (403 forbidden,
+#      saying it is thaw's), a link to one too; were one accepted (the bug),
+#      the function is run and hooks runc's state.json of its container,
+#      whose poststop hook thawd's `runc delete` would run on the host;
+#   2. a function with a legitimate read-write mount finds no runc state in
+#      it, and the links it makes there to the data directory are refused:
+#      at the PUT of a function naming one, and, made after a PUT, at the
+#      snapshot (403) where the bundle is written;
+#   3. the hook's marker never appears, and nothing is left.
+set -u
+B=${THAW_BUILD:-$PWD/build}
+ROOT=${THAW_ROOT:-$PWD}
+THAWD=$B/thawd
+THAW=$B/thaw
+. "$ROOT/test/lib/require.sh"
+require_restore_tools
+command -v python3 >/dev/null || skip "no python3"
+unset THAW_ALLOW_ROOTS
+
+NAME=confine-state
+. "$ROOT/test/lib/thawd_e2e.sh"
+MARKER=$T/pwned
+mkdir -p "$T/fn" "$T/m"
+cp "$ROOT/test/fixtures/reach_fn.py" "$T/fn/"
+start_thawd --allow-root "$T" --allow-root "$SHM"
+
+# spec JSON-FIELDS: reach_fn.py from $T/fn (or $CWD), with more fields.
+spec() {
+	echo "{\"command\": [\"python3\", \"$T/fn/reach_fn.py\"], \"cwd\": \"${CWD:-$T/fn}\", \"port\": 8000,
+	  \"env\": {\"MARKER\": \"$MARKER\"}, \"ready\": {\"http\": \"/health\", \"timeout_s\": 60}${1:+, $1}}"
+}
+mount_of() { echo "\"mounts\": [{\"source\": \"$1\", \"destination\": \"/m\", \"readonly\": false}]"; }
+# refused WHAT JSON-FIELDS: the PUT is 403 forbidden, saying the path is thaw's.
+refused() {
+	local st
+	st=$(api PUT /functions/bad -d "$(spec "${2:-}")")
+	if [ "$st" = 403 ] && grep -q '"code":"forbidden"' "$T/body" && grep -q "thaw's own state" "$T/body"; then
+		ok "$1 refused: $(head -c 300 "$T/body")"
+		return
+	fi
+	fail "$1: $st, not 403 forbidden (thaw's own): $(head -c 300 "$T/body")"
+	[ "$st" = 201 ] && run_attack bad
+	api DELETE /functions/bad >/dev/null
+}
+# run_attack FN: snapshot FN, start it, have it hook every runc state it
+# finds under /m, then stop it (thawd's runc delete).
+run_attack() {
+	local st iid
+	st=$(api POST "/functions/$1/snapshot?wait=1")
+	[ "$st" = 200 ] || { echo "  ($1: snapshot $st $(head -c 200 "$T/body"))"; return; }
+	st=$(api POST "/functions/$1/start")
+	[ "$st" = 201 ] || { echo "  ($1: start $st $(head -c 200 "$T/body"))"; return; }
+	iid=$(jget "$T/body" "j['instance']")
+	echo "  ($1 from inside: $(curl -s --max-time 60 "http://$(jget "$T/body" "j['endpoint']")/attack?dir=/m"))"
+	api DELETE "/instances/$iid" >/dev/null
+}
+
+# ---- 1. thaw's own places, at the PUT ----
+refused "a read-write mount of the data directory" "$(mount_of "$DATA")"
+refused "a mount of runc's state" "$(mount_of "$DATA/runc")"
+refused "a mount of the directory holding the data directory" "$(mount_of "$T")"
+refused "a mount of the RAM tier" "$(mount_of "$SHM")"
+ln -s "$DATA" "$T/to-data"
+refused "a mount of a link to the data directory" "$(mount_of "$T/to-data")"
+refused "a writable bundle in the data directory" \
+	"\"bundle\": \"$DATA\", \"sandbox\": {\"writable_root\": true}"
+refused "a bundle holding the data directory" "\"bundle\": \"$T\""
+mkdir -p "$DATA/fns"
+CWD=$DATA/fns refused "a cwd in the data directory"
+
+# ---- 2. a legitimate read-write mount ----
+st=$(api PUT /functions/legit -d "$(spec "$(mount_of "$T/m")")")
+[ "$st" = 201 ] || fail "PUT legit (a read-write mount of $T/m): $st $(cat "$T/body")"
+st=$(api POST "/functions/legit/snapshot?wait=1")
+[ "$st" = 200 ] || fail "snapshot legit: $st $(head -c 400 "$T/body")"
+st=$(api POST /functions/legit/start)
+[ "$st" = 201 ] || fail "start legit: $st $(head -c 400 "$T/body")"
+EP=$(jget "$T/body" "j['endpoint']")
+IID=$(jget "$T/body" "j['instance']")
+got=$(curl -s --max-time 60 "http://$EP/attack?dir=/")
+[ "$(echo "$got" | jget /dev/stdin "j['state_files']")" = 0 ] &&
+	ok "legit finds no runc state from its root: $got" || fail "legit reached runc's state: $got"
+curl -s --max-time 20 "http://$EP/link?at=/m/esc&to=$DATA" >/dev/null
+[ -L "$T/m/esc" ] || fail "legit did not make its link $T/m/esc"
+st=$(api PUT /functions/via -d "$(spec "$(mount_of "$T/m/esc")")")
+[ "$st" = 403 ] && grep -q "thaw's own state" "$T/body" &&
+	ok "a mount of the link legit made is refused: $(head -c 300 "$T/body")" ||
+	fail "a mount of $T/m/esc (a link to the data directory): $st $(head -c 300 "$T/body")"
+mkdir -p "$T/m/later"
+st=$(api PUT /functions/late -d "$(spec "$(mount_of "$T/m/later")")")
+[ "$st" = 201 ] || fail "PUT late (its mount a plain directory then): $st $(cat "$T/body")"
+curl -s --max-time 20 "http://$EP/link?at=/m/later&to=$DATA" >/dev/null
+[ -L "$T/m/later" ] || fail "legit did not turn $T/m/later into a link"
+st=$(api POST "/functions/late/snapshot?wait=1")
+[ "$st" = 403 ] && grep -q "thaw's own state" "$T/body" &&
+	ok "late, its mount now a link to the data directory, is refused at the snapshot" ||
+	{ fail "snapshot of late: $st $(head -c 300 "$T/body")"; [ "$st" = 200 ] && run_attack late; }
+api DELETE "/instances/$IID" >/dev/null
+
+# ---- 3. no hook ran, nothing left ----
+[ -e "$MARKER" ] && fail "a function's hook ran on the host as root: $MARKER exists"
+for f in legit late; do api DELETE "/functions/$f" >/dev/null; done
+[ -z "$(own_containers)" ] || fail "containers left: $(own_containers)"
+[ -e "$MARKER" ] && fail "a function's hook ran on the host as root: $MARKER exists"
+
+echo "$fails failure(s)"
+[ $fails = 0 ]

@@ -92,7 +92,9 @@ int instance_ctx_endpoint(struct start_ctx *x, const struct func_spec *spec, str
 int instance_ctx_ready(struct start_ctx *x, const struct func_spec *spec, struct instance *in,
 		       const char *who);
 /* Undo whatever x holds, newest first.  0, or the first error (logged)
- * with what is left named. */
+ * with what is left named.  Failing for want of descriptors or memory
+ * (EMFILE, ENFILE, ENOMEM, ENOBUFS, EAGAIN), it goes on with what is left
+ * for up to 30 s: a start that failed for that want leaves nothing. */
 int instance_ctx_teardown(struct start_ctx *x, const char *id);
 
 /* ---- paths and records (instance_record.c) ---- */

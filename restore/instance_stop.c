@@ -24,6 +24,10 @@
 
 #define SHIM_STOP_MS 3000
 #define LAZY_STOP_MS 3000
+/* How long a teardown that failed for want of descriptors or memory goes on
+ * trying, and how long it waits between tries. */
+#define TEARDOWN_RETRY_MS 30000
+#define TEARDOWN_RETRY_WAIT_MS 50
 
 /* netns_create makes the directory that holds the namespace file a private
  * mount where mounts propagate; unmount that too, or rm_rf stops at it. */
@@ -96,8 +100,9 @@ static void ask_to_exit(struct start_ctx *x, const char *id)
 }
 
 /* Undo whatever x holds, newest first.  0, or the first error (logged)
- * with what is left named. */
-int instance_ctx_teardown(struct start_ctx *x, const char *id)
+ * with what is left named; what was undone is marked so in x, so that a
+ * second call goes on with what is left. */
+static int teardown_once(struct start_ctx *x, const char *id)
 {
 	bool oom = false;
 	int ret = 0, r;
@@ -150,13 +155,15 @@ int instance_ctx_teardown(struct start_ctx *x, const char *id)
 		r = shim_stop(x->shim_pid, x->shim_start, SHIM_STOP_MS);
 		if (r && !ret)
 			ret = r;
-		x->shim_pid = 0;
+		if (!r)
+			x->shim_pid = 0;
 	}
 	if (x->have_netns) {
 		r = netns_remove(x->netns);
 		if (r && !ret)
 			ret = r;
-		x->have_netns = false;
+		if (!r)
+			x->have_netns = false;
 	}
 	if (x->have_dir) {
 		umount_dir(x->dir);
@@ -167,8 +174,9 @@ int instance_ctx_teardown(struct start_ctx *x, const char *id)
 			pr_err("could not remove %s: %s", x->dir, strerror(-r));
 			if (!ret)
 				ret = r;
+		} else {
+			x->have_dir = false;
 		}
-		x->have_dir = false;
 	}
 	if (!ret && unlink(x->record) < 0 && errno != ENOENT) {
 		ret = -errno;
@@ -176,6 +184,30 @@ int instance_ctx_teardown(struct start_ctx *x, const char *id)
 	}
 	if (!ret && x->end)
 		instance_ended_write(x->c, id, x->end_rec, x->end, oom);
+	return ret;
+}
+
+/* Is err the want of this process's own resources (descriptors, memory),
+ * which passes as other work gives them back? */
+static bool transient(int err)
+{
+	return err == -EMFILE || err == -ENFILE || err == -ENOMEM || err == -ENOBUFS ||
+	       err == -EAGAIN;
+}
+
+int instance_ctx_teardown(struct start_ctx *x, const char *id)
+{
+	uint64_t t0 = now_ns();
+	int ret;
+
+	/* A teardown cut short by the want of descriptors would leave a
+	 * record "starting" (or running) that nothing ever removes, and a
+	 * directory, namespace or container with it: it goes on with what is
+	 * left once they come back, for a while. */
+	while (transient(ret = teardown_once(x, id)) && ms_since(t0) < TEARDOWN_RETRY_MS) {
+		x->grace_ms = 0; /* asked once already */
+		usleep(TEARDOWN_RETRY_WAIT_MS * 1000);
+	}
 	return ret;
 }
 

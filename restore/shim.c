@@ -534,12 +534,24 @@ bool proc_alive(pid_t pid, unsigned long long start)
 {
 	unsigned long long now;
 	char buf[1024], *p;
+	int ret;
 
-	if (pid <= 0 || proc_start_time(pid, &now))
+	if (pid <= 0)
+		return false;
+	ret = proc_start_time(pid, &now);
+	/* /proc not read for want of our own descriptors or memory says
+	 * nothing of the process: one that kill(2) still finds counts as
+	 * alive, never as exited (its instance is then not torn down). */
+	if (ret && ret != -ESRCH && ret != -EINVAL)
+		return kill(pid, 0) == 0 || errno == EPERM;
+	if (ret)
 		return false;
 	if (start && now != start)
 		return false;
-	if (read_stat(pid, buf, sizeof(buf), &p))
+	ret = read_stat(pid, buf, sizeof(buf), &p);
+	if (ret && ret != -ESRCH && ret != -EINVAL)
+		return kill(pid, 0) == 0 || errno == EPERM;
+	if (ret)
 		return false;
 	return p[2] != 'Z' && p[2] != 'X'; /* a zombie is gone but for its parent's wait */
 }

@@ -45,7 +45,9 @@ int shim_start(const struct shim_opts *o, pid_t *pid, uint16_t *port);
  * recorded pid that was reused is never signalled.  0 or -errno (-ESRCH if
  * there is no such process). */
 int proc_start_time(pid_t pid, unsigned long long *start);
-/* Is pid alive and still the process that had start time start (0: any)? */
+/* Is pid alive and still the process that had start time start (0: any)?
+ * When /proc cannot be read for want of descriptors or memory, alive if
+ * kill(2) finds it: a local error never says that a process has exited. */
 bool proc_alive(pid_t pid, unsigned long long start);
 
 /* SIGTERM the shim pid (if it is still the process with that start time, 0:

@@ -58,6 +58,12 @@ struct server {
 	uint16_t port;
 	atomic_uint starts_running;
 	atomic_bool stopping;
+	/* What the file descriptor limit allows (server_fd_budget): routed
+	 * requests' connections to instances (proxy.c's links, in use or kept)
+	 * at most links_max; more answer 503. */
+	unsigned fd_limit;
+	unsigned links_max;
+	atomic_uint links;
 	pthread_t preload; /* recover_preload_manifests(), if preload_started */
 	bool preload_started;
 

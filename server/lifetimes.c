@@ -54,7 +54,10 @@ int lifetimes_stop_instance(struct server *s, const char *id, int grace_ms,
 	pool_forget(s->pool, id);
 	log_clear_error();
 	ret = instance_end(&s->cfg, id, grace_ms, end);
-	if (ret != -EBUSY) /* EBUSY: what is left stays recorded, and tracked */
+	/* A stop that failed leaves the instance (or what is left of it)
+	 * recorded: it stays tracked, counted against its max_instances and
+	 * stopped again later, never forgotten while it may still run. */
+	if (!ret || ret == -ENOENT || ret == -EINVAL)
 		insts_remove(s->insts, id);
 	insts_release(s->insts, id);
 	return ret;

@@ -29,7 +29,8 @@ int lifetimes_start(struct server *s);
 void lifetimes_finish(struct server *s);
 /* Stop instance id once (concurrent stops of one instance: -EALREADY),
  * giving its first process grace_ms after SIGTERM; drops it from the table
- * unless something of it stays recorded (-EBUSY).  end: how it ended, kept
+ * once it is gone (0, or -ENOENT: no record): one whose stop failed stays
+ * tracked, counted against its max_instances, and is stopped again.  end: how it ended, kept
  * with its record and output for --keep-ended (restore/instance_ended.h);
  * NULL keeps nothing. */
 struct instance_end;

@@ -45,6 +45,7 @@
 #define CONNECT_TIMEOUT_MS 10000L
 
 struct link {
+	struct server *srv; /* counted in its links (server_fd_budget) */
 	CURLM *multi;
 	CURL *easy;
 	char err[CURL_ERROR_SIZE];
@@ -100,6 +101,8 @@ struct proxy_call {
 	bool cut;             /* ended by thawd: the client left, or thawd stops */
 	bool gone;            /* the client left */
 	bool stuck;           /* this thread is left in an instance's network namespace */
+	bool local;           /* failed for want of thawd's own resources (descriptors,
+			       * memory, ports): not the instance's failure */
 	bool in_eof, read_paused;
 	bool headers_done, write_paused;
 	/* Whether the connection may take another request after this one: the
@@ -113,29 +116,67 @@ struct proxy_call {
 
 static int home_netns = -1;
 static pthread_once_t home_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t home_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* thawd's own namespace is its main thread's: no thread of thawd but one
- * making a socket below ever leaves it. */
-static void home_open(void)
+static void curl_init(void)
 {
 	curl_global_init(CURL_GLOBAL_DEFAULT);
-	home_netns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
-	if (home_netns < 0)
-		pr_perror("open /proc/self/ns/net: routed requests will answer 503");
+}
+
+/* thawd's own namespace is its main thread's: no thread of thawd but one
+ * making a socket below ever leaves it.  Opened by the first routed
+ * request, or by a later one where that failed: a failure for want of
+ * descriptors passes, and must not end routing for good. */
+static int home_open(void)
+{
+	int fd;
+
+	pthread_once(&home_once, curl_init);
+	pthread_mutex_lock(&home_lock);
+	if (home_netns < 0) {
+		fd = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			pr_perror("open /proc/self/ns/net: this routed request answers 503");
+		home_netns = fd;
+	}
+	fd = home_netns;
+	pthread_mutex_unlock(&home_lock);
+	return fd;
 }
 
 /* ---- links ---- */
 
-static struct link *link_new(void)
+/* Is err thawd's own want (of descriptors, memory, buffers, local ports),
+ * which says nothing of the instance? */
+static bool local_errno(int err)
 {
-	struct link *l = calloc(1, sizeof(*l));
+	return err == EMFILE || err == ENFILE || err == ENOMEM || err == ENOBUFS ||
+	       err == EADDRNOTAVAIL;
+}
 
-	if (!l)
+/* A new link, counted against srv's links_max: NULL with errno EAGAIN when
+ * that many are open already, ENOMEM when out of memory (or descriptors). */
+static struct link *link_new(struct server *srv)
+{
+	struct link *l;
+
+	if (atomic_fetch_add(&srv->links, 1) >= srv->links_max) {
+		atomic_fetch_sub(&srv->links, 1);
+		errno = EAGAIN;
 		return NULL;
+	}
+	l = calloc(1, sizeof(*l));
+	if (!l) {
+		atomic_fetch_sub(&srv->links, 1);
+		errno = ENOMEM;
+		return NULL;
+	}
+	l->srv = srv;
 	l->multi = curl_multi_init();
 	l->easy = curl_easy_init();
 	if (!l->multi || !l->easy) {
 		proxy_link_free(l);
+		errno = ENOMEM;
 		return NULL;
 	}
 	return l;
@@ -151,6 +192,7 @@ void proxy_link_free(void *p)
 		curl_easy_cleanup(l->easy);
 	if (l->multi)
 		curl_multi_cleanup(l->multi);
+	atomic_fetch_sub(&l->srv->links, 1);
 	free(l);
 }
 
@@ -349,6 +391,7 @@ static curl_socket_t open_socket(void *arg, curlsocktype purpose, struct curl_so
 	int fd, err;
 
 	if (setns(c->slot.netns_fd, CLONE_NEWNET)) {
+		c->local = local_errno(errno);
 		snprintf(c->err, sizeof(c->err), "cannot enter the network namespace of instance %s: %s",
 			 c->instance, strerror(errno));
 		return CURL_SOCKET_BAD;
@@ -370,6 +413,7 @@ static curl_socket_t open_socket(void *arg, curlsocktype purpose, struct curl_so
 		usleep(1000);
 	}
 	if (fd < 0) {
+		c->local = local_errno(err);
 		snprintf(c->err, sizeof(c->err), "socket: %s", strerror(err));
 		return CURL_SOCKET_BAD;
 	}
@@ -487,16 +531,17 @@ static size_t on_write(char *data, size_t size, size_t n, void *arg)
 
 /* ---- transfers ---- */
 
+/* 0, -EAGAIN (links_max links are open), or -ENOMEM. */
 static int transfer_begin(struct proxy_call *c)
 {
-	struct link *l = c->slot.link ? c->slot.link : link_new();
+	struct link *l = c->slot.link ? c->slot.link : link_new(c->srv);
 	char url[64];
 	CURL *e;
 	CURLcode rc = CURLE_OK;
 
 	c->slot.link = NULL;
 	if (!l)
-		return -ENOMEM;
+		return errno == EAGAIN ? -EAGAIN : -ENOMEM;
 	c->link = l;
 	e = l->easy;
 	l->err[0] = '\0';
@@ -504,6 +549,7 @@ static int transfer_begin(struct proxy_call *c)
 	snprintf(url, sizeof(url), "http://127.0.0.1:%u", c->slot.port);
 	c->sent = c->done = c->headers_done = c->read_paused = c->write_paused = false;
 	c->answer_framed = c->answered_early = false;
+	c->local = false;
 	c->result = CURLE_OK;
 	c->status = 0;
 	c->answer_len = -1;
@@ -582,6 +628,12 @@ static void transfer_end(struct proxy_call *c, bool broken)
 	}
 	if (c->link && c->link->err[0] && !c->err[0])
 		snprintf(c->err, sizeof(c->err), "%s", c->link->err);
+	/* A connection is kept for a later request only while half the links
+	 * are free: the others are for requests now. */
+	if (c->link && atomic_load(&c->srv->links) > c->srv->links_max / 2) {
+		proxy_link_free(c->link);
+		c->link = NULL;
+	}
 	if (c->have_slot) {
 		struct link *keep = link_reusable(c) ? c->link : NULL;
 
@@ -647,8 +699,17 @@ static void drive(struct proxy_call *c, enum until u)
 			snprintf(c->err, sizeof(c->err), "%s", curl_multi_strerror(mc));
 		}
 		if (c->done) {
+			long os_err = 0;
+
+			/* thawd's own want (descriptors, memory, local ports) is no
+			 * failure of the instance's. */
+			if (c->result == CURLE_OUT_OF_MEMORY ||
+			    (c->result != CURLE_OK && !c->sent &&
+			     curl_easy_getinfo(l->easy, CURLINFO_OS_ERRNO, &os_err) == CURLE_OK &&
+			     local_errno((int)os_err)))
+				c->local = true;
 			/* Nothing went to the instance: it could not be reached. */
-			transfer_end(c, c->result != CURLE_OK && !c->sent);
+			transfer_end(c, c->result != CURLE_OK && !c->sent && !c->local);
 			break;
 		}
 		if (reached(c, u))
@@ -717,15 +778,22 @@ static int forward(struct proxy_call *c, enum until u)
 			ret = take_slot(c);
 			if (ret)
 				return ret;
-			if (transfer_begin(c)) {
+			ret = transfer_begin(c);
+			if (ret) {
 				transfer_end(c, false);
 				return reply_error_hdr(c->q, 503, "Retry-After", RETRY_AFTER,
-						       "no_capacity", "out of memory") ? -EIO : 1;
+						       "no_capacity", "%s",
+						       ret == -EAGAIN ? "thawd has as many connections to "
+								"instances open as its file "
+								"descriptor limit allows"
+								      : "out of memory")
+					       ? -EIO
+					       : 1;
 			}
 		}
 		drive(c, u);
 		if (!c->done || c->result == CURLE_OK || c->sent || c->cut || c->stuck ||
-		    c->attempts >= 2)
+		    c->local || c->attempts >= 2)
 			return 0;
 		pr_warn("%s %s: instance %s could not be reached (%s): the request goes to "
 			"another",
@@ -745,6 +813,14 @@ static int answer_failure(struct proxy_call *c)
 		return -ECONNRESET;
 	if (c->cut)
 		return reply_error(q, 503, "shutting_down", "thawd is stopping") ? -EIO : 1;
+	if (c->local)
+		return reply_error_hdr(q, 503, "Retry-After", RETRY_AFTER, "no_capacity",
+				       "thawd could not reach instance %s of %s for want of its own "
+				       "resources: %s",
+				       c->instance, c->fn,
+				       c->err[0] ? c->err : curl_easy_strerror(c->result))
+			       ? -EIO
+			       : 1;
 	if (c->slot.pid > 0 && !proc_alive(c->slot.pid, c->slot.pid_start))
 		snprintf(how, sizeof(how), " (its process has exited)");
 	if (!c->sent)
@@ -847,13 +923,12 @@ static int begin(struct req *q, const char *method)
 	const union MHD_ConnectionInfo *ci;
 	int ret;
 
-	pthread_once(&home_once, home_open);
 	if (!method_ok(method) || !strcmp(method, "CONNECT"))
 		return reply_error_hdr(q, 405, "Allow", "any method but CONNECT",
 				       "method_not_allowed", "%s is not forwarded", q->method_str)
 			       ? -EIO
 			       : 0;
-	if (home_netns < 0 || !q->srv->pool)
+	if (home_open() < 0 || !q->srv->pool)
 		return reply_error_hdr(q, 503, "Retry-After", RETRY_AFTER, "unavailable",
 				       "thawd cannot route requests (see its log)")
 			       ? -EIO

@@ -72,6 +72,9 @@ struct server *server_new(const struct thaw_config *c, const struct server_opts 
 /* Listen and serve on libmicrohttpd's threads, over TLS if a certificate
  * was given.  0 or -errno. */
 int server_start(struct server *s);
+/* Concurrent starts it admits: --max-starts, lowered to what the file
+ * descriptor limit allows. */
+unsigned server_max_starts(const struct server *s);
 /* The port it listens on (after server_start). */
 uint16_t server_port(const struct server *s);
 /* Stop accepting, answer 503 to new work, wait for running starts and

@@ -29,11 +29,24 @@
 #include "server/remote_sync.h"
 #include "server/standby.h"
 
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
+
+/* File descriptors thawd holds whatever it serves: its logs, the data
+ * directory's lock, the store's and the tier's files, the listening socket,
+ * libmicrohttpd's and the keeper's pipes, the routed instances' namespaces. */
+#define FDS_BASE 64
+/* Those a start holds at once (pipes to runc and CRIU, the image's and the
+ * tier's files, the namespace, the record being written). */
+#define FDS_PER_START 16
+/* A routed request's connection to its instance (proxy.c's link): the
+ * socket, and the pair libcurl's multi handle wakes itself with. */
+#define FDS_PER_LINK 3
 
 void server_opts_default(struct server_opts *o)
 {
@@ -47,6 +60,43 @@ void server_opts_default(struct server_opts *o)
 	o->max_conns_per_ip = SERVER_DEFAULT_MAX_CONNS_PER_IP;
 	o->request_timeout = SERVER_DEFAULT_REQUEST_TIMEOUT;
 	o->keep_ended_s = SERVER_DEFAULT_KEEP_ENDED_S;
+}
+
+/* What the file descriptor limit allows, so that running out of them
+ * never fails a start half-way nor passes for an instance's failure: from
+ * what FDS_BASE leaves, a quarter for starts (--max-starts lowered to fit),
+ * then half of the rest for client connections (--max-connections lowered
+ * to fit: libmicrohttpd takes no more), the other half for connections to
+ * instances (links_max: a routed request beyond answers 503). */
+static void fd_budget(struct server *s)
+{
+	unsigned long long lim = 1024, avail, rest, starts, conns, links;
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
+		lim = rl.rlim_cur == RLIM_INFINITY ? 1ull << 20 : (unsigned long long)rl.rlim_cur;
+	avail = lim > 2 * FDS_BASE ? lim - FDS_BASE : lim / 2;
+	starts = MIN((unsigned long long)s->opts.max_starts, MAX(1ull, avail / 4 / FDS_PER_START));
+	rest = avail - starts * FDS_PER_START;
+	conns = MIN((unsigned long long)s->opts.max_conns, MAX(1ull, rest / 2));
+	links = MAX(1ull, (rest - MIN(rest, conns)) / FDS_PER_LINK);
+	s->fd_limit = (unsigned)MIN(lim, (unsigned long long)UINT_MAX);
+	s->links_max = (unsigned)MIN(links, (unsigned long long)UINT_MAX);
+	if (starts < s->opts.max_starts || conns < s->opts.max_conns)
+		pr_warn("%llu file descriptors (the limit): at most %llu connections (not %u), "
+			"%llu starts at once (not %u); raise the limit (ulimit -n, LimitNOFILE=) "
+			"for more",
+			lim, conns, s->opts.max_conns, starts, s->opts.max_starts);
+	s->opts.max_starts = (unsigned)starts;
+	s->opts.max_conns = (unsigned)conns;
+	pr_info("%llu file descriptors: at most %u connections, %u connections to instances, "
+		"%u starts at once",
+		lim, s->opts.max_conns, s->links_max, s->opts.max_starts);
+}
+
+unsigned server_max_starts(const struct server *s)
+{
+	return s->opts.max_starts;
 }
 
 int server_start(struct server *s)
@@ -94,6 +144,7 @@ struct server *server_new(const struct thaw_config *c, const struct server_opts 
 	s->opts.port_file = NULL;
 	s->opts.token_file = s->opts.control_token_file = s->opts.data_token_file = NULL;
 	s->opts.tls_cert_file = s->opts.tls_key_file = NULL;
+	fd_budget(s);
 	if ((o->token_file && auth_load_kind(&s->auth, AUTH_FULL, o->token_file)) ||
 	    (o->control_token_file &&
 	     auth_load_kind(&s->auth, AUTH_CONTROL, o->control_token_file)) ||

@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 /* How an option's value is taken, and where it goes. */
@@ -619,6 +620,24 @@ static const char *default_modes(const struct thaw_config *c, char *buf, size_t 
 	return buf;
 }
 
+/* The soft limit on file descriptors up to the hard one.  The default soft
+ * limit (1024) is far below what a server holding one descriptor per
+ * connection, more per routed request and per start needs; what thawd then
+ * takes on is bounded by the limit it has (server_new: connections, routed
+ * transfers and starts), so that running out never fails a start half-way
+ * or passes for an instance's failure. */
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur >= rl.rlim_max)
+		return;
+	rl.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl))
+		pr_warn("cannot raise the file descriptor limit to %llu: %s",
+			(unsigned long long)rl.rlim_max, strerror(errno));
+}
+
 int main(int argc, char **argv)
 {
 	struct server_opts o;
@@ -657,6 +676,7 @@ int main(int argc, char **argv)
 		if (is_number(opts[i].kind) && g.val[i] && apply_number(i, g.val[i], &o, &c))
 			return 2;
 
+	raise_fd_limit();
 	/* Before any thread exists: from here on this is the server, and the
 	 * process started waits for it and reaps what it leaves (exits.h). */
 	exits_start_keeper();
@@ -681,7 +701,7 @@ int main(int argc, char **argv)
 	}
 	pr_info("ready: runc %s, criu %s, RAM tier %s (%llu bytes), max %u starts, %u snapshots, "
 		"%s restores by default", c.runc, c.criu, c.ram_tier_dir,
-		(unsigned long long)c.ram_tier_bytes, o.max_starts, o.max_snapshots,
+		(unsigned long long)c.ram_tier_bytes, server_max_starts(s), o.max_snapshots,
 		default_modes(&c, modes, sizeof(modes)));
 
 	if (sigwait(&sigs, &sig) == 0)

@@ -311,11 +311,12 @@ static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const c
 /* Why the request's framing is one that two readers could take apart (a
  * proxy before thawd, and libmicrohttpd, which is lenient with each: it
  * took Content-Length: 0 with Transfer-Encoding: chunked, the first of two
- * Content-Lengths, two Hosts), into why; false if it is sound.  Each is a
+ * Content-Lengths, two Hosts), or a request of HTTP/1.1 with no Host (whom
+ * it is for is then a guess), into why; false if it is sound.  Each is a
  * 400 with the connection closed (RFC 9112, 6.3 and 3.2), whatever
  * libmicrohttpd's version: what would follow on the connection is the
  * smuggled request. */
-static bool framing_bad(struct req *q, char *why, size_t len)
+static bool framing_bad(struct req *q, const char *version, char *why, size_t len)
 {
 	struct framing f = { 0 };
 
@@ -332,6 +333,8 @@ static bool framing_bad(struct req *q, char *why, size_t len)
 		snprintf(why, len, "a Transfer-Encoding other than one \"chunked\"");
 	else if (f.host > 1)
 		snprintf(why, len, "%u Host headers", f.host);
+	else if (!f.host && version && strcmp(version, MHD_HTTP_VERSION_1_0))
+		snprintf(why, len, "an HTTP/1.1 request without Host (RFC 9112, 3.2)");
 	else
 		return false;
 	return true;
@@ -471,7 +474,8 @@ static int early(struct req *q, const char *url, const char *method, const char 
 			    bad == (long)q->target_len ? 0 : (unsigned char)q->target[bad], bad);
 		return 1;
 	}
-	if (fields_bad(q, method, version, err, sizeof(err)) || framing_bad(q, err, sizeof(err))) {
+	if (fields_bad(q, method, version, err, sizeof(err)) ||
+	    framing_bad(q, version, err, sizeof(err))) {
 		reply_error_hdr(q, 400, "Connection", "close", "bad_request",
 				"%s: refused, and the connection closed", err);
 		return 1;

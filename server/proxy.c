@@ -18,6 +18,7 @@
 #include "server/pool.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -41,6 +42,12 @@
 #define ANSWER_HELD_MAX (256 * 1024)
 #define ANSWER_BLOCK    (32 * 1024)
 #define HEADERS_MAX     128
+/* An instance's answer head: a longer line, or more in all, is no answer
+ * (502), not something to pass on cut. */
+#define HEAD_LINE_MAX   (16 * 1024)
+#define HEAD_MAX        (64 * 1024)
+/* The names a Connection header lists, kept for the filter: ",a,b," */
+#define CONN_NAMES_MAX  512
 #define RETRY_AFTER     "1"
 #define CONNECT_TIMEOUT_MS 10000L
 
@@ -78,6 +85,10 @@ struct proxy_call {
 	curl_off_t answer_len; /* -1: not known */
 	char **names, **values; /* its headers, less the hop-by-hop ones */
 	size_t nh;
+	size_t head_bytes;
+	long long answer_cl; /* its Content-Length, -1: none */
+	bool answer_chunked;
+	char conn_names[CONN_NAMES_MAX]; /* what its Connection header names */
 	char *buf;
 	size_t off, len, cap;
 	atomic_int refs; /* the request's, and its answer's while libmicrohttpd has it */
@@ -245,11 +256,72 @@ static bool hop_by_hop(const char *name, size_t len)
 	return false;
 }
 
+/* Add the names a Connection header's value lists to set (",a,b,",
+ * lowercase): they are hop-by-hop too (RFC 9110, 7.6.1).  false when set
+ * is full: the message then cannot be passed on faithfully. */
+static bool conn_names_add(char *set, size_t size, const char *v, size_t vl)
+{
+	size_t n = strlen(set);
+
+	if (!n && size > 1)
+		set[n++] = ',', set[n] = '\0';
+	for (size_t i = 0; i < vl;) {
+		size_t j = i, k;
+
+		while (j < vl && v[j] != ',')
+			j++;
+		k = j;
+		while (i < k && (v[i] == ' ' || v[i] == '\t'))
+			i++;
+		while (k > i && (v[k - 1] == ' ' || v[k - 1] == '\t'))
+			k--;
+		if (k > i) {
+			if (n + (k - i) + 2 > size)
+				return false;
+			for (size_t m = i; m < k; m++)
+				set[n++] = (char)tolower((unsigned char)v[m]);
+			set[n++] = ',';
+			set[n] = '\0';
+		}
+		i = j + 1;
+	}
+	return true;
+}
+
+/* Whether set (conn_names_add's) lists the name of len bytes. */
+static bool conn_named(const char *set, const char *name, size_t len)
+{
+	for (const char *p = set; p && *p; p = strchr(p + 1, ',')) {
+		if (p[0] == ',' && !strncasecmp(p + 1, name, len) && p[1 + len] == ',')
+			return true;
+	}
+	return false;
+}
+
+/* The forwarding headers thawd writes itself: a client's own are dropped,
+ * so that the function can trust what it reads there. */
+static bool forwarding(const char *name)
+{
+	return !strncasecmp(name, "x-forwarded-", 12) || !strcasecmp(name, "forwarded") ||
+	       !strcasecmp(name, "x-real-ip");
+}
+
 struct head_walk {
 	struct proxy_call *c;
-	const char *xff; /* the client's X-Forwarded-For */
+	char conn_names[CONN_NAMES_MAX]; /* what the client's Connection names */
 	bool accept, failed;
 };
+
+static enum MHD_Result collect_connection(void *cls, enum MHD_ValueKind kind, const char *key,
+					  const char *value)
+{
+	struct head_walk *w = cls;
+
+	if (key && value && !strcasecmp(key, "connection") &&
+	    !conn_names_add(w->conn_names, sizeof(w->conn_names), value, strlen(value)))
+		w->failed = true;
+	return MHD_YES;
+}
 
 static bool append_raw(struct proxy_call *c, const char *line)
 {
@@ -280,42 +352,40 @@ static enum MHD_Result add_header(void *cls, enum MHD_ValueKind kind, const char
 {
 	struct head_walk *w = cls;
 
-	if (!key || !value || hop_by_hop(key, strlen(key)) || !strcasecmp(key, "expect"))
+	if (!key || !value || hop_by_hop(key, strlen(key)) || !strcasecmp(key, "expect") ||
+	    conn_named(w->conn_names, key, strlen(key)) || forwarding(key))
 		return MHD_YES;
 	/* Behind a token, Authorization is thawd's: never the function's. */
 	if (w->c->srv->auth.enabled && !strcasecmp(key, "authorization"))
 		return MHD_YES;
-	if (!strcasecmp(key, "x-forwarded-for")) {
-		w->xff = value;
-		return MHD_YES;
-	}
 	if (!strcasecmp(key, "accept"))
 		w->accept = true;
 	add_line(w, key, value);
 	return MHD_YES;
 }
 
-/* The headers for the instance: the client's but the hop-by-hop ones, and
- * where the request came from.  0 or -ENOMEM. */
+/* The headers for the instance: the client's but the hop-by-hop ones (and
+ * those its Connection names) and the forwarding ones, and thawd's own
+ * forwarding ones: where the request came from.  0, -EINVAL (a Connection
+ * header listing too much), or -ENOMEM. */
 static int request_headers(struct proxy_call *c, struct MHD_Connection *conn)
 {
 	const union MHD_ConnectionInfo *ci =
 		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
 	struct head_walk w = { .c = c };
-	char ip[INET6_ADDRSTRLEN] = "", *xff = NULL;
+	char ip[INET6_ADDRSTRLEN] = "";
 
+	MHD_get_connection_values(conn, MHD_HEADER_KIND, collect_connection, &w);
+	if (w.failed)
+		return -EINVAL;
 	MHD_get_connection_values(conn, MHD_HEADER_KIND, add_header, &w);
 	if (ci && ci->client_addr)
 		getnameinfo(ci->client_addr,
 			    ci->client_addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
 								   : sizeof(struct sockaddr_in),
 			    ip, sizeof(ip), NULL, 0, NI_NUMERICHOST);
-	if (ip[0] || w.xff) {
-		if (asprintf(&xff, "%s%s%s", w.xff ? w.xff : "", w.xff && ip[0] ? ", " : "", ip) < 0)
-			return -ENOMEM;
-		add_line(&w, "X-Forwarded-For", xff);
-		free(xff);
-	}
+	if (ip[0])
+		add_line(&w, "X-Forwarded-For", ip);
 	add_line(&w, "X-Forwarded-Proto", c->srv->tls.cert ? "https" : "http");
 	/* "Name:" drops what libcurl would add of its own: an Accept the client
 	 * did not send, and Expect: 100-continue (the body is on its way). */
@@ -341,14 +411,18 @@ static char *target_of(const struct req *q)
 	return t;
 }
 
-static struct proxy_call *call_new(struct req *q, const char *method)
+/* The call for request q: 0 and *out, -EINVAL (a Connection header that
+ * lists too much to be filtered) or -ENOMEM. */
+static int call_new(struct req *q, const char *method, struct proxy_call **out)
 {
 	struct proxy_call *c = calloc(1, sizeof(*c));
 	const union MHD_ConnectionInfo *ci;
 	const char *cl, *te;
+	int ret;
 
+	*out = NULL;
 	if (!c)
-		return NULL;
+		return -ENOMEM;
 	atomic_init(&c->refs, 1);
 	c->srv = q->srv;
 	c->q = q;
@@ -374,11 +448,13 @@ static struct proxy_call *call_new(struct req *q, const char *method)
 	ci = MHD_get_connection_info(q->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 	if (ci)
 		c->client_fd = ci->connect_fd;
-	if (!c->target || request_headers(c, q->conn)) {
+	ret = c->target ? request_headers(c, q->conn) : -ENOMEM;
+	if (ret) {
 		call_put(c);
-		return NULL;
+		return ret;
 	}
-	return c;
+	*out = c;
+	return 0;
 }
 
 /* ---- libcurl's callbacks ---- */
@@ -445,6 +521,18 @@ static size_t on_read(char *buf, size_t size, size_t n, void *arg)
 	return CURL_READFUNC_PAUSE;
 }
 
+/* The answer cannot be passed on as the instance wrote it: the transfer
+ * fails (502 before the answer began). */
+static size_t head_refused(struct proxy_call *c, const char *why, size_t n)
+{
+	snprintf(c->err, sizeof(c->err), "its answer's head %s (%zu)", why, n);
+	return 0;
+}
+
+/* libcurl hands over the answer's head a line at a time: the status line,
+ * the fields, the empty line; after the body, the trailers, which are
+ * dropped (never made headers: a trailer is what the instance could not
+ * vouch for before the body). */
 static size_t on_header(char *b, size_t size, size_t n, void *arg)
 {
 	struct proxy_call *c = arg;
@@ -452,10 +540,19 @@ static size_t on_header(char *b, size_t size, size_t n, void *arg)
 	const char *colon, *v, *end = b + len;
 	char **names, **values;
 
+	if (c->headers_done)
+		return len; /* a trailer */
+	c->head_bytes += len;
+	if (len > HEAD_LINE_MAX)
+		return head_refused(c, "has a line longer than 16 KiB", len);
+	if (c->head_bytes > HEAD_MAX)
+		return head_refused(c, "is longer than 64 KiB", c->head_bytes);
 	if (len >= 5 && !memcmp(b, "HTTP/", 5)) {
 		/* A status line: a new head (after a 100 Continue, say). */
 		headers_clear(c);
-		c->answer_framed = false;
+		c->conn_names[0] = '\0';
+		c->answer_framed = c->answer_chunked = false;
+		c->answer_cl = -1;
 		return len;
 	}
 	if (len && (b[0] == '\r' || b[0] == '\n')) {
@@ -469,26 +566,46 @@ static size_t on_header(char *b, size_t size, size_t n, void *arg)
 				c->answer_framed = true;
 			if (c->has_body && !c->in_eof)
 				c->answered_early = true;
-			curl_easy_getinfo(c->link->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T,
-					  &c->answer_len);
+			c->answer_len = c->answer_chunked ? -1 : c->answer_cl;
 		}
 		return len;
 	}
 	colon = memchr(b, ':', len);
-	if (!colon || colon == b || b[0] == ' ' || b[0] == '\t' || c->nh >= HEADERS_MAX)
+	if (!colon || colon == b || b[0] == ' ' || b[0] == '\t')
 		return len;
+	if (c->nh >= HEADERS_MAX)
+		return head_refused(c, "has more than 128 fields", c->nh + 1);
 	nl = (size_t)(colon - b);
-	if ((nl == 14 && !strncasecmp(b, "content-length", nl)) ||
-	    (nl == 17 && !strncasecmp(b, "transfer-encoding", nl)))
-		c->answer_framed = true; /* libcurl refuses what it cannot frame */
-	if (hop_by_hop(b, nl))
-		return len;
 	for (v = colon + 1; v < end && (*v == ' ' || *v == '\t'); v++)
 		;
 	for (vl = (size_t)(end - v); vl && (v[vl - 1] == '\r' || v[vl - 1] == '\n' ||
 					    v[vl - 1] == ' ' || v[vl - 1] == '\t');
 	     vl--)
 		;
+	/* Where the body ends, read here rather than from libcurl (which knows
+	 * a Content-Length only once the head is over). */
+	if (nl == 14 && !strncasecmp(b, "content-length", nl)) {
+		char num[24];
+		char *e;
+		long long cl;
+
+		snprintf(num, sizeof(num), "%.*s", (int)MIN(vl, sizeof(num) - 1), v);
+		errno = 0;
+		cl = strtoll(num, &e, 10);
+		if (!vl || vl >= sizeof(num) || *e || errno || cl < 0 ||
+		    (c->answer_cl >= 0 && c->answer_cl != cl))
+			return head_refused(c, "has a Content-Length that is not one number", vl);
+		c->answer_cl = cl;
+		c->answer_framed = true;
+	} else if (nl == 17 && !strncasecmp(b, "transfer-encoding", nl)) {
+		/* libcurl reads chunked, and refuses what it cannot frame. */
+		c->answer_chunked = c->answer_framed = true;
+	} else if (nl == 10 && !strncasecmp(b, "connection", nl) &&
+		   !conn_names_add(c->conn_names, sizeof(c->conn_names), v, vl)) {
+		return head_refused(c, "has a Connection header that lists too much", vl);
+	}
+	if (hop_by_hop(b, nl))
+		return len;
 	names = realloc(c->names, (c->nh + 1) * sizeof(*names));
 	if (names)
 		c->names = names;
@@ -548,8 +665,11 @@ static int transfer_begin(struct proxy_call *c)
 	curl_easy_reset(e);
 	snprintf(url, sizeof(url), "http://127.0.0.1:%u", c->slot.port);
 	c->sent = c->done = c->headers_done = c->read_paused = c->write_paused = false;
-	c->answer_framed = c->answered_early = false;
+	c->answer_framed = c->answered_early = c->answer_chunked = false;
 	c->local = false;
+	c->answer_cl = -1;
+	c->head_bytes = 0;
+	c->conn_names[0] = '\0';
 	c->result = CURLE_OK;
 	c->status = 0;
 	c->answer_len = -1;
@@ -902,9 +1022,13 @@ static int answer_stream(struct proxy_call *c)
 		return reply_error(q, 503, "no_capacity", "out of memory") ? -EIO : 1;
 	if (!empty && !whole)
 		atomic_fetch_add(&c->refs, 1); /* answer_free's */
-	for (size_t i = 0; i < c->nh; i++)
+	for (size_t i = 0; i < c->nh; i++) {
+		/* Those its Connection names are hop-by-hop too. */
+		if (conn_named(c->conn_names, c->names[i], strlen(c->names[i])))
+			continue;
 		if (MHD_add_response_header(r, c->names[i], c->values[i]) != MHD_YES)
 			pr_debug("%s %s: header %s not passed on", c->method, c->fn, c->names[i]);
+	}
 	if (MHD_queue_response(q->conn, (unsigned)c->status, r) != MHD_YES) {
 		MHD_destroy_response(r);
 		return -EIO;
@@ -933,8 +1057,14 @@ static int begin(struct req *q, const char *method)
 				       "thawd cannot route requests (see its log)")
 			       ? -EIO
 			       : 0;
-	c = call_new(q, method);
-	if (!c)
+	ret = call_new(q, method, &c);
+	if (ret == -EINVAL)
+		return reply_error(q, 400, "bad_request",
+				   "the Connection header lists more than %d bytes of names",
+				   CONN_NAMES_MAX - 2)
+			       ? -EIO
+			       : 0;
+	if (ret)
 		return reply_error_hdr(q, 503, "Retry-After", RETRY_AFTER, "no_capacity",
 				       "out of memory")
 			       ? -EIO
@@ -995,7 +1125,10 @@ static int finish(struct proxy_call *c)
 	ret = forward(c, UNTIL_HEADERS);
 	if (ret)
 		return ret < 0 ? ret : 0;
-	if (c->headers_done)
+	/* An answer that failed before any of it went to the client (cut
+	 * short: shorter than its Content-Length, say) is no answer: 502,
+	 * never a head that promises what will not come. */
+	if (c->headers_done && !(c->done && c->result != CURLE_OK))
 		ret = answer_stream(c);
 	else
 		ret = answer_failure(c);

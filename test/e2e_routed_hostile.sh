@@ -8,8 +8,16 @@
 #      answer, and the function never sees the hidden request nor the
 #      victim's Cookie in another request; a bare CR, NUL, another control
 #      byte, obs-fold, whitespace before the colon, a name that is not a
-#      token, a bare LF ending a line: each 400 and the function never sees
-#      it.
+#      token, a bare LF ending a line, HTTP/1.1 without Host: each 400 and
+#      the function never sees it;
+#   2. forwarding headers a client sends (X-Forwarded-*, Forwarded,
+#      X-Real-IP) never reach the function: thawd's own do;
+#   3. hop-by-hop: headers named in the client's or the instance's
+#      Connection are dropped; the instance's trailers never become the
+#      client's headers;
+#   4. an instance's 100 KB status line: 502; an instance's Content-Length
+#      longer than what it sends, then close: 502, or a cut connection, never
+#      a complete-looking answer.
 # Nothing waits for a time and then checks: each step waits for what it
 # expects, with a generous limit.
 set -u
@@ -201,14 +209,53 @@ for i, (what, line) in enumerate(bad):
     c.close()
     report(st == 400 and c.closed, "%s: 400, connection closed" % what.decode(),
            "%d %s" % (st, body[:160]))
+st, _, body, _ = one(b"GET /function/h/echo/nohost HTTP/1.1\r\nConnection: close\r\n\r\n")
+report(st == 400, "HTTP/1.1 without Host: 400", "%d %s" % (st, body[:160]))
 log = seen() or []
-report(log and not [r for r in log if "/bad-" in r["path"]],
+report(log and not [r for r in log if "/bad-" in r["path"] or "nohost" in r["path"]],
        "none of them reached the function",
-       str([r["path"] for r in log if "/bad-" in r["path"]]))
+       str([r["path"] for r in log if "/bad-" in r["path"] or "nohost" in r["path"]]))
 st, _, body, _ = routed(b"/echo/fine", b"X-Tab: a\tb\r\nX-Space: c  \r\nX-Empty:\r\n")
 h = dict((k.lower(), v) for k, v in json.loads(body)["headers"]) if st == 200 else {}
 report(st == 200 and h.get("x-tab") == "a\tb" and "x-empty" in h,
        "a tab inside a value, trailing spaces and an empty value are fine", "%d %s" % (st, body[:200]))
+
+# ---- 2. forwarding headers ----
+st, _, body, _ = routed(b"/echo/fwd", b"X-Forwarded-Proto: https\r\nX-Forwarded-For: 6.6.6.6\r\n"
+                        b"X-Forwarded-Host: evil.example\r\nForwarded: for=6.6.6.6;proto=https\r\n"
+                        b"X-Real-IP: 6.6.6.6\r\n")
+hl = [(k.lower(), v) for k, v in json.loads(body)["headers"]] if st == 200 else []
+want = [("x-forwarded-for", "127.0.0.1"), ("x-forwarded-proto", "http")]
+got = [(k, v) for k, v in hl if k.startswith("x-forwarded") or k in ("forwarded", "x-real-ip")]
+report(st == 200 and sorted(got) == want and "6.6.6.6" not in body.decode() and
+       "evil" not in body.decode(),
+       "a client's X-Forwarded-*, Forwarded, X-Real-IP are dropped; thawd's own reach the function",
+       "%d %s" % (st, got))
+
+# ---- 3. hop-by-hop ----
+st, _, body, _ = routed(b"/echo/hop", b"Connection: X-Hop, keep-alive\r\nX-Hop: secret\r\n"
+                        b"X-Stay: 1\r\n")
+hn = [k.lower() for k, _ in json.loads(body)["headers"]] if st == 200 else []
+report(st == 200 and "x-hop" not in hn and "x-stay" in hn,
+       "a header the client's Connection names is not forwarded", "%d %s" % (st, hn))
+st, hdrs, body, _ = routed(b"/connhdr")
+names = [k for k, _ in hdrs]
+report(st == 200 and "x-secret" not in names and "x-kept" in names,
+       "a header the instance's Connection names is not passed back", "%d %s" % (st, hdrs))
+st, hdrs, body, complete = routed(b"/trailers")
+cookies = [v for k, v in hdrs if k == "set-cookie"]
+dates = [v for k, v in hdrs if k == "date"]
+report(st == 200 and body == b"hello" and not cookies and "1970" not in " ".join(dates) and
+       "x-t" not in [k for k, _ in hdrs],
+       "the instance's trailers are not made the client's headers", "%d %s %r" % (st, hdrs, body))
+
+# ---- 4. broken answers ----
+st, hdrs, body, _ = routed(b"/bigstatus")
+report(st == 502, "an instance's 100 KB status line: 502", "%d %s" % (st, body[:200]))
+st, hdrs, body, complete = routed(b"/short")
+report(st == 502 or (st == 200 and not complete),
+       "an instance's answer shorter than its Content-Length: 502 or a cut connection",
+       "%d complete=%s %d bytes %s" % (st, complete, len(body), hdrs))
 
 sys.exit(1 if fails else 0)
 EOF

@@ -14,7 +14,10 @@
  * or of its previous answer: a reaper thread closes one that is late,
  * however steadily it trickles bytes in (libmicrohttpd's own timeout only
  * counts idle time).  A request's processing is not counted: a start or a
- * snapshot with ?wait=1 takes what it takes.
+ * snapshot with ?wait=1 takes what it takes.  Nor is, for a routed request,
+ * the time thawd takes between reading the parts of its body (a wait for a
+ * slot, an instance taking a part): the rest of its head and body is, and a
+ * body trickled a byte at a time is cut like any other.
  *
  * Request targets are checked raw: libmicrohttpd hands the URL on as a C
  * string, so "DELETE /functions/f\0/start" would arrive as "DELETE
@@ -204,6 +207,43 @@ static bool conn_request_in(struct req *q)
 		q->ct->deadline = 0;
 	pthread_mutex_unlock(&s->conn_lock);
 	return ok;
+}
+
+/* A routed request's time in thawd (waiting for a slot, or for the
+ * instance to take a part of its body) is not its client's: its deadline
+ * stops meanwhile.  false if the reaper already closed the connection or
+ * the deadline has passed; else *left holds what is left of it (0: none). */
+static bool conn_hold(struct req *q, uint64_t *left)
+{
+	struct server *s = q->srv;
+	uint64_t now = now_ns();
+	bool ok = true;
+
+	*left = 0;
+	if (!q->ct)
+		return true;
+	pthread_mutex_lock(&s->conn_lock);
+	if (q->ct->cut || (q->ct->deadline && q->ct->deadline <= now)) {
+		ok = false;
+	} else if (q->ct->deadline) {
+		*left = q->ct->deadline - now;
+		q->ct->deadline = 0;
+	}
+	pthread_mutex_unlock(&s->conn_lock);
+	return ok;
+}
+
+/* The client is read again: its deadline goes on with what was left. */
+static void conn_resume(struct req *q, uint64_t left)
+{
+	struct server *s = q->srv;
+
+	if (!q->ct || !left)
+		return;
+	pthread_mutex_lock(&s->conn_lock);
+	if (!q->ct->cut)
+		conn_set_deadline(s, q->ct, now_ns() + left);
+	pthread_mutex_unlock(&s->conn_lock);
 }
 
 /* ---- the request life cycle ---- */
@@ -573,6 +613,30 @@ static int append_body(struct req *q, const char *data, size_t n)
 	return 0;
 }
 
+/* A step of a routed request (server/proxy.h): its head in, a part of its
+ * body, its end.  Its head and body must come within --request-timeout, as
+ * any request's (a client trickling its body a byte at a time would hold an
+ * instance's slot for as long as it likes), but not the time thawd itself
+ * takes between reading them: that stops the clock (conn_hold).  After the
+ * last step the request is all in, and its processing is not counted. */
+static enum MHD_Result proxy_step(struct req *q, const char *method, const char *data,
+				  size_t *size)
+{
+	bool last = size && !*size;
+	uint64_t left;
+	int ret;
+
+	if (!conn_hold(q, &left)) {
+		pr_warn("%s %s: the request took more than %u s to arrive: connection closed",
+			q->method_str, q->path, q->srv->opts.request_timeout);
+		return MHD_NO;
+	}
+	ret = proxy_request(q, method, data, size);
+	if (!ret && !last)
+		conn_resume(q, left);
+	return ret ? MHD_NO : MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
 				  const char *method, const char *version,
 				  const char *upload_data, size_t *upload_data_size, void **con_cls)
@@ -599,13 +663,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		copy_for_log(q->path, sizeof(q->path), url);
 		if (early(q, url, method, version) || q->answered)
 			return MHD_YES;
-		if (q->route.kind == ROUTE_FUNCTION_PROXY) {
-			/* Its head came in time; its body goes to the instance
-			 * at the pace the instance takes it (server/proxy.h). */
-			if (!conn_request_in(q))
-				return MHD_NO;
-			return proxy_request(q, method, NULL, NULL) ? MHD_NO : MHD_YES;
-		}
+		if (q->route.kind == ROUTE_FUNCTION_PROXY)
+			return proxy_step(q, method, NULL, NULL);
 		return MHD_YES;
 	}
 	if (q->answered) {
@@ -614,7 +673,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		return MHD_YES;
 	}
 	if (q->route.kind == ROUTE_FUNCTION_PROXY)
-		return proxy_request(q, method, upload_data, upload_data_size) ? MHD_NO : MHD_YES;
+		return proxy_step(q, method, upload_data, upload_data_size);
 	if (*upload_data_size) {
 		if (append_body(q, upload_data, *upload_data_size)) {
 			*upload_data_size = 0;

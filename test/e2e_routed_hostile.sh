@@ -17,7 +17,9 @@
 #      client's headers;
 #   4. an instance's 100 KB status line: 502; an instance's Content-Length
 #      longer than what it sends, then close: 502, or a cut connection, never
-#      a complete-looking answer.
+#      a complete-looking answer;
+#   5. --request-timeout cuts a routed body trickled a byte at a time, and
+#      the slot is free again.
 # Nothing waits for a time and then checks: each step waits for what it
 # expects, with a generous limit.
 set -u
@@ -257,6 +259,54 @@ report(st == 502 or (st == 200 and not complete),
        "an instance's answer shorter than its Content-Length: 502 or a cut connection",
        "%d complete=%s %d bytes %s" % (st, complete, len(body), hdrs))
 
+# ---- 5. slow clients ----
+# Each request below must be cut by thawd (--request-timeout 3) long before
+# its sender would be done (a byte every 0.2 s of 100000).
+def trickle(head, body_bytes):
+    c = Conn(timeout=5)
+    end = time.monotonic() + 120
+    cut = False
+    try:
+        for b in head:
+            c.s.sendall(bytes([b]))
+            time.sleep(0.01)
+        while time.monotonic() < end:
+            c.s.sendall(b"x")
+            time.sleep(0.2)
+            c.s.setblocking(False)
+            try:
+                d = c.s.recv(65536)
+                if not d or d:
+                    cut = True
+                    break
+            except BlockingIOError:
+                pass
+            finally:
+                c.s.setblocking(True)
+    except (BrokenPipeError, ConnectionResetError):
+        cut = True
+    c.close()
+    return cut
+
+
+cut = trickle(b"POST /function/h/echo/slow HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100000\r\n\r\n",
+              100000)
+report(cut, "a routed body trickled a byte every 0.2 s: thawd cuts it (--request-timeout 3)")
+c = Conn(timeout=5)
+cut = False
+try:
+    for b in b"GET /function/h/echo/slowhead HTTP/1.1\r\nHost: localhost\r\nX-Pad: " + b"y" * 1000:
+        c.s.sendall(bytes([b]))
+        time.sleep(0.2)
+except (BrokenPipeError, ConnectionResetError):
+    cut = True
+c.close()
+report(cut, "a routed head trickled a byte every 0.2 s: thawd cuts it")
+ok = 0
+for k in range(4):
+    st, _, _, _ = routed(b"/echo/after-slow-%d" % k)
+    ok += st == 200
+report(ok == 4, "after them, requests are served", "%d of 4" % ok)
 sys.exit(1 if fails else 0)
 EOF
 

@@ -57,6 +57,7 @@ struct server {
 	int lock_fd; /* <data>/thawd.lock, flock()ed for thawd's life; -1 until taken */
 	uint16_t port;
 	atomic_uint starts_running;
+	atomic_uint routed_open; /* routed requests not yet over (proxy.c) */
 	atomic_bool stopping;
 	/* What the file descriptor limit allows (server_fd_budget): routed
 	 * requests' connections to instances (proxy.c's links, in use or kept)

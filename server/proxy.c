@@ -1070,6 +1070,7 @@ static int begin(struct req *q, const char *method)
 			       ? -EIO
 			       : 0;
 	q->proxy = c;
+	atomic_fetch_add(&q->srv->routed_open, 1);
 	/* Waiting for a slot or for the instance's answer is not idleness:
 	 * libmicrohttpd would close the connection on return from a long one.
 	 * thawd's own deadline (http.c) keeps watching idle connections. */
@@ -1179,4 +1180,19 @@ void proxy_request_done(struct req *q)
 	c->q = NULL;
 	q->proxy = NULL;
 	call_put(c);
+	atomic_fetch_sub(&q->srv->routed_open, 1);
+}
+
+void proxy_drain(struct server *s, unsigned ms)
+{
+	uint64_t until = now_ns() + (uint64_t)ms * 1000000ull;
+	unsigned n = atomic_load(&s->routed_open);
+
+	if (!n)
+		return;
+	pr_info("waiting for %u routed answer(s) to reach their clients", n);
+	while ((n = atomic_load(&s->routed_open)) && now_ns() < until)
+		usleep(10 * 1000);
+	if (n)
+		pr_info("%u routed answer(s) still being sent after %u ms: cut", n, ms);
 }

@@ -30,6 +30,7 @@
 #include <stddef.h>
 
 struct req;
+struct server;
 
 /* Free a connection kept between requests (pool_new's link_free). */
 void proxy_link_free(void *link);
@@ -45,5 +46,9 @@ int proxy_request(struct req *q, const char *method, const char *data, size_t *s
  * says, for the access log, which instance served it and how long it
  * waited. */
 void proxy_request_done(struct req *q);
+/* Wait, at most ms, for the routed requests not yet over to end: after
+ * pool_shutdown, an answer the instance has made is still on its way to
+ * its client, and libmicrohttpd's stop would cut it. */
+void proxy_drain(struct server *s, unsigned ms);
 
 #endif

@@ -244,6 +244,7 @@ void server_shutdown(struct server *s)
 	remote_sync_quiesce(s);
 	/* Routed requests waiting are refused; those being served may end. */
 	pool_shutdown(s->pool, POOL_DRAIN_MS);
+	proxy_drain(s, POOL_DRAIN_MS);
 	if (atomic_load(&s->starts_running))
 		pr_info("waiting for %u start(s) to finish", atomic_load(&s->starts_running));
 	while (atomic_load(&s->starts_running))

@@ -19,7 +19,9 @@
 #      longer than what it sends, then close: 502, or a cut connection, never
 #      a complete-looking answer;
 #   5. --request-timeout cuts a routed body trickled a byte at a time, and
-#      the slot is free again.
+#      the slot is free again;
+#   6. SIGTERM while a routed request is being served: its answer reaches
+#      the client before thawd exits.
 # Nothing waits for a time and then checks: each step waits for what it
 # expects, with a generous limit.
 set -u
@@ -309,6 +311,26 @@ for k in range(4):
 report(ok == 4, "after them, requests are served", "%d of 4" % ok)
 sys.exit(1 if fails else 0)
 EOF
+
+# ---- 6. SIGTERM while a request is served ----
+# A request that takes 3 s, then SIGTERM once the function has it: the answer
+# must reach the client, whole, before thawd exits.
+for round in 1 2 3; do
+	rm -f "$T/sleep.out"
+	curl -s -o "$T/sleep.out" -w '%{http_code}' "$URL/function/h/sleep?ms=3000&r=$round" >"$T/sleep.code" &
+	cp=$!
+	for _ in $(seq 600); do
+		curl -s "$URL/function/h/seen" | grep -q "sleep?ms=3000&r=$round" && break
+		sleep 0.1
+	done
+	stop_thawd 60
+	wait $cp
+	code=$(cat "$T/sleep.code")
+	[ "$code" = 200 ] && [ "$(cat "$T/sleep.out")" = slept ] &&
+		ok "SIGTERM during a routed request (round $round): its answer reached the client" ||
+		fail "SIGTERM during a routed request (round $round): $code \"$(cat "$T/sleep.out" 2>/dev/null)\""
+	start_thawd --request-timeout 3
+done
 
 echo "$fails failure(s)"
 [ $fails = 0 ]

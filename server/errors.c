@@ -55,6 +55,41 @@ struct api_err api_err_from_errno(int err)
 	}
 }
 
+/* Every code an error answer may have, with its status (docs/API.md,
+ * "Errors"), the first of a status its default. */
+static const struct api_err known[] = {
+	{ 400, "bad_request" },	      { 400, "invalid_id" },
+	{ 401, "unauthorized" },      { 403, "forbidden" },
+	{ 404, "not_found" },	      { 405, "method_not_allowed" },
+	{ 409, "conflict" },	      { 409, "no_snapshot" },
+	{ 409, "no_remote" },	      { 413, "too_large" },
+	{ 415, "unsupported_media_type" }, { 429, "too_many_instances" },
+	{ 499, "client_gone" },	      { 500, "internal" },
+	{ 500, "damaged" },	      { 500, "host_mismatch" },
+	{ 502, "instance_failed" },   { 502, "remote_failed" },
+	{ 502, "image_unavailable" }, { 409, "image_changed" },
+	{ 503, "unavailable" },	      { 503, "no_capacity" },
+	{ 503, "no_memory" },	      { 503, "no_gpu_memory" },
+	{ 503, "no_gpu" },	      { 503, "queue_full" },
+	{ 503, "queue_timeout" },     { 503, "shutting_down" },
+	{ 504, "timeout" },	      { 507, "no_space" },
+};
+
+struct api_err api_err_known(unsigned status, const char *code)
+{
+	const struct api_err *dflt = NULL;
+
+	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++) {
+		if (known[i].status != status)
+			continue;
+		if (code && !strcmp(code, known[i].code))
+			return known[i];
+		if (!dflt)
+			dflt = &known[i];
+	}
+	return dflt ? *dflt : (struct api_err){ 500, "internal" };
+}
+
 /* The length of the UTF-8 sequence at s as JSON takes it (no overlong form,
  * no surrogate, nothing above U+10FFFF), or 0 if it is not one. */
 static size_t utf8_len(const unsigned char *s)

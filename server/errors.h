@@ -25,6 +25,13 @@ struct api_err api_err_from_errno(int err);
 /* The words of a failure: log_last_error(), the place that failed, else
  * strerror of err (-errno or errno). */
 const char *api_why(int err);
+/* An error answer of another's (a start's, passed on to the routed
+ * requests that waited for it) as thawd's own: its status, and the code
+ * that goes with it in docs/API.md's table, a static string.  A code that
+ * is not one of the table's, or that another status goes with, is replaced
+ * by the status's first code (status 500 "internal" for one that has
+ * none): the two always agree. */
+struct api_err api_err_known(unsigned status, const char *code);
 /* The error answer's body, {"error":{"code","message"}}: msg (at most 1023
  * bytes of it), each byte that is not UTF-8 made '?', so that a refusal
  * that echoes what a client sent stays what it is.  NULL out of memory. */

@@ -7,6 +7,7 @@
 #include "common/util.h"
 #include "function/spec.h"
 #include "restore/shim.h"
+#include "server/errors.h"
 #include "server/internal.h"
 #include "server/lifetimes.h"
 #include "server/metrics.h"
@@ -372,7 +373,9 @@ struct start_arg {
 };
 
 /* The function's port in its namespace: its snapshot's spec's (a spec on
- * an image may leave it to the image; the snapshot has it resolved). */
+ * an image may leave it to the image; the snapshot has it resolved).  0,
+ * -EINVAL (its spec has none), or the manifest load's -errno (-ENOENT: the
+ * snapshot is gone, replaced or deleted since the start began). */
 static int snapshot_port(struct pool *p, const char *snap, uint16_t *port)
 {
 	struct manifest *m = NULL;
@@ -384,7 +387,7 @@ static int snapshot_port(struct pool *p, const char *snap, uint16_t *port)
 	v = json_integer_value(json_object_get(json_object_get(m->meta, "spec"), "port"));
 	manifest_free(m);
 	if (v <= 0 || v > 65535)
-		return -ENOENT;
+		return -EINVAL;
 	*port = (uint16_t)v;
 	return 0;
 }
@@ -416,10 +419,15 @@ static int inst_new(struct pool *p, const json_t *answer, struct pool_inst **out
 	i->pid = (pid_t)json_integer_value(json_object_get(answer, "pid"));
 	proc_start_time(i->pid, &i->pid_start);
 	ret = snapshot_port(p, snap, &i->port);
-	if (ret) {
+	if (ret == -EINVAL)
 		snprintf(msg, len, "instance %s: its snapshot %s names no port", id, snap);
+	else if (ret)
+		snprintf(msg, len,
+			 "instance %s: its snapshot %s is gone (the function was deleted or "
+			 "snapshotted again during the start): %s",
+			 id, snap, strerror(-ret));
+	if (ret)
 		goto err;
-	}
 	/* Where restore/instance.c keeps its namespace (bound there for its
 	 * life): requests go straight to the function's port in it. */
 	ret = -ENAMETOOLONG;
@@ -440,29 +448,19 @@ err:
 	return ret;
 }
 
-/* The codes a start answers with (docs/API.md, "Errors"). */
-static const char *const start_codes[] = {
-	"not_found",	 "no_snapshot", "conflict",	"too_many_instances", "no_capacity",
-	"no_memory",	 "no_gpu_memory", "no_gpu",	"unavailable",	      "shutting_down",
-	"timeout",	 "no_space",	"damaged",	"remote_failed",      "image_unavailable",
-	"image_changed", "bad_request", "client_gone",
-};
-
 /* A start's refusal as the answer of the requests that waited for it: the
- * start's own status and code (docs/API.md, POST /functions/<id>/start). */
+ * start's own status and code (docs/API.md, POST /functions/<id>/start),
+ * the code one that goes with the status (errors.h). */
 static void start_refusal(unsigned status, const json_t *answer, const char *fn,
 			  struct pool_refusal *why)
 {
 	const json_t *e = json_object_get(answer, "error");
-	const char *code = json_string_value(json_object_get(e, "code"));
 	const char *m = json_string_value(json_object_get(e, "message"));
+	struct api_err k = api_err_known(status >= 400 ? status : 500,
+					 json_string_value(json_object_get(e, "code")));
 
-	refuse(why, status >= 400 ? status : 500, "internal", status == 429 || status == 503,
+	refuse(why, k.status, k.code, k.status == 429 || k.status == 503,
 	       "no instance of %s could be started: %s", fn, m ? m : "no answer");
-	/* The code outlives the answer: it is one of the start's own. */
-	for (size_t k = 0; code && k < ARRAY_SIZE(start_codes); k++)
-		if (!strcmp(code, start_codes[k]))
-			why->code = start_codes[k];
 }
 
 static bool was_forgotten(struct pool *p, const char *id)
@@ -484,16 +482,25 @@ static void *start_main(void *arg)
 	json_t *answer = NULL;
 	unsigned status;
 	char msg[256];
+	int ret = 0;
 
 	status = starts_run(p->srv, a->fn, NULL, &answer, &hdr);
-	if (status == 201 && inst_new(p, answer, &i, msg, sizeof(msg))) {
+	if (status == 201)
+		ret = inst_new(p, answer, &i, msg, sizeof(msg));
+	if (ret) {
 		const char *id = json_string_value(json_object_get(answer, "instance"));
 
 		pr_warn("start of %s for its requests: %s; the instance is stopped", a->fn, msg);
 		if (id)
 			lifetimes_stop_instance(p->srv, id, 0, NULL);
-		refuse(&why, 502, "instance_failed", false, "no instance of %s could be reached: %s",
-		       a->fn, msg);
+		/* A race lost to a DELETE or a new snapshot is no failure of an
+		 * instance: the next request starts one of what is there now. */
+		if (ret == -ENOENT)
+			refuse(&why, 503, "unavailable", true,
+			       "no instance of %s could be started: %s", a->fn, msg);
+		else
+			refuse(&why, 502, "instance_failed", false,
+			       "no instance of %s could be reached: %s", a->fn, msg);
 	} else if (status != 201) {
 		start_refusal(status, answer, a->fn, &why);
 	}

@@ -21,7 +21,9 @@
 #   5. --request-timeout cuts a routed body trickled a byte at a time, and
 #      the slot is free again;
 #   6. SIGTERM while a routed request is being served: its answer reaches
-#      the client before thawd exits.
+#      the client before thawd exits;
+#   7. a start refused 403 (a root no longer allowed) answers 403 forbidden
+#      to the routed request, not 403 internal.
 # Nothing waits for a time and then checks: each step waits for what it
 # expects, with a generous limit.
 set -u
@@ -329,8 +331,18 @@ for round in 1 2 3; do
 	[ "$code" = 200 ] && [ "$(cat "$T/sleep.out")" = slept ] &&
 		ok "SIGTERM during a routed request (round $round): its answer reached the client" ||
 		fail "SIGTERM during a routed request (round $round): $code \"$(cat "$T/sleep.out" 2>/dev/null)\""
+	# The next round's thawd (and the last one's, for section 7) allows FN
+	# only: g's root is no longer one.
+	[ $round = 3 ] && export THAW_ALLOW_ROOTS=$FN
 	start_thawd --request-timeout 3
 done
+
+# ---- 7. a start's refusal, routed ----
+st=$(curl -s -o "$T/body" -w '%{http_code}' "$URL/function/g/health")
+code=$(jget "$T/body" "j['error']['code']")
+[ "$st" = 403 ] && [ "$code" = forbidden ] &&
+	ok "a start refused 403 (its root no longer allowed): the routed request gets 403 forbidden" ||
+	fail "a start refused for its root: $st $code $(cat "$T/body")"
 
 echo "$fails failure(s)"
 [ $fails = 0 ]

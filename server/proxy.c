@@ -707,9 +707,11 @@ static int transfer_begin(struct proxy_call *c)
 	SET(CURLOPT_HEADERDATA, c);
 	SET(CURLOPT_WRITEFUNCTION, on_write);
 	SET(CURLOPT_WRITEDATA, c);
+	/* The method by name whenever there is a body: libcurl's upload is a
+	 * PUT, which a GET with a body would become. */
 	if (c->head)
 		SET(CURLOPT_NOBODY, 1L);
-	else if (strcmp(c->method, "GET"))
+	else if (strcmp(c->method, "GET") || c->has_body || c->zero_length)
 		SET(CURLOPT_CUSTOMREQUEST, c->method);
 	if (!c->head && (c->has_body || c->zero_length)) {
 		SET(CURLOPT_UPLOAD, 1L);

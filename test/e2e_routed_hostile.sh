@@ -10,6 +10,7 @@
 #      byte, obs-fold, whitespace before the colon, a name that is not a
 #      token, a bare LF ending a line, HTTP/1.1 without Host: each 400 and
 #      the function never sees it;
+#      A GET with a body stays a GET;
 #   2. forwarding headers a client sends (X-Forwarded-*, Forwarded,
 #      X-Real-IP) never reach the function: thawd's own do;
 #   3. hop-by-hop: headers named in the client's or the instance's
@@ -225,6 +226,12 @@ st, _, body, _ = routed(b"/echo/fine", b"X-Tab: a\tb\r\nX-Space: c  \r\nX-Empty:
 h = dict((k.lower(), v) for k, v in json.loads(body)["headers"]) if st == 200 else {}
 report(st == 200 and h.get("x-tab") == "a\tb" and "x-empty" in h,
        "a tab inside a value, trailing spaces and an empty value are fine", "%d %s" % (st, body[:200]))
+
+st, _, body, _ = one(b"GET /function/h/echo/getbody HTTP/1.1\r\nHost: localhost\r\n"
+                     b"Content-Length: 3\r\nConnection: close\r\n\r\nabc")
+e = json.loads(body) if st == 200 else {}
+report(e.get("method") == "GET" and e.get("body") == "abc", "a GET with a body reaches the function as a GET",
+       "%d %s %r" % (st, e.get("method"), e.get("body")))
 
 # ---- 2. forwarding headers ----
 st, _, body, _ = routed(b"/echo/fwd", b"X-Forwarded-Proto: https\r\nX-Forwarded-For: 6.6.6.6\r\n"

@@ -169,9 +169,12 @@ int instance_activity(const struct thaw_config *c, const char *id, uint64_t *las
 		      unsigned *open_conns);
 /* Record when thawd stops instance id by itself (0: never) and the grace of
  * its stops, from now on; instance_list then shows "last_activity_ms",
- * "open_connections", "stop_at_ms" and "stop_why" (idle, lifetime). */
+ * "open_connections", "stop_at_ms" and "stop_why" (idle, lifetime).
+ * routed: it serves requests routed through thawd (/function/<id>/...),
+ * recorded as "routed": true, so that a thawd that adopts it routes to it
+ * again. */
 int instance_set_limits(const struct thaw_config *c, const char *id, double idle_s,
-			double max_lifetime_s, double stop_grace_s);
+			double max_lifetime_s, double stop_grace_s, bool routed);
 /* Instances recorded under the data directory, as a JSON array; "state" is
  * starting, running, exited, abandoned, or failed (with "error": why, e.g.
  * its lazy-pages daemon died before it had served every page). */

@@ -289,7 +289,7 @@ int instance_activity(const struct thaw_config *c, const char *id, uint64_t *las
 }
 
 int instance_set_limits(const struct thaw_config *c, const char *id, double idle_s,
-			double max_lifetime_s, double stop_grace_s)
+			double max_lifetime_s, double stop_grace_s, bool routed)
 {
 	char path[PATH_MAX + 16], *text = NULL;
 	json_t *rec = NULL;
@@ -306,6 +306,7 @@ int instance_set_limits(const struct thaw_config *c, const char *id, double idle
 	    json_object_set_new(rec, "max_lifetime_s", json_real(max_lifetime_s)) ||
 	    json_object_set_new(rec, "stop_grace_s", json_real(stop_grace_s)) ||
 	    json_object_set_new(rec, "started_ms", json_integer((json_int_t)realtime_ms())) ||
+	    (routed && json_object_set_new(rec, "routed", json_true())) ||
 	    !(text = json_dumps(rec, JSON_INDENT(1) | JSON_SORT_KEYS | JSON_REAL_PRECISION(10))))
 		ret = -ENOMEM;
 	if (!ret)

@@ -154,6 +154,10 @@ int recover_startup(struct server *s);
  * after a restart does not read and check its manifest (~0.3 s for a 3 GB
  * image).  A failure only costs that time later.  server_free() joins it. */
 void recover_preload_manifests(struct server *s);
+/* The instances adopted from an earlier run (recover_startup) that served
+ * routed requests ("routed" in their record) take them again (pool_adopt):
+ * once s->pool exists. */
+void recover_route_adopted(struct server *s);
 void stop_own_instances(struct server *s);
 
 #endif

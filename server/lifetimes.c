@@ -57,8 +57,10 @@ int lifetimes_stop_instance(struct server *s, const char *id, int grace_ms,
 	/* A stop that failed leaves the instance (or what is left of it)
 	 * recorded: it stays tracked, counted against its max_instances and
 	 * stopped again later, never forgotten while it may still run. */
-	if (!ret || ret == -ENOENT || ret == -EINVAL)
+	if (!ret || ret == -ENOENT || ret == -EINVAL) {
 		insts_remove(s->insts, id);
+		pool_gone(s->pool, id);
+	}
 	insts_release(s->insts, id);
 	return ret;
 }

@@ -85,6 +85,8 @@ struct pool_fn {
 	bool gone;          /* the registry has it no more */
 	struct pool_inst *insts;
 	unsigned starting;  /* starts in flight for its requests */
+	unsigned stopping;  /* its instances being stopped: until they are gone they
+			     * count against max_instances (insts_reserve) */
 	struct waiter *head, *tail;
 	unsigned waiting;
 	/* Metrics */
@@ -109,6 +111,12 @@ struct pool {
 	atomic_bool abort;        /* requests being served should end */
 	char forgotten[FORGOTTEN_KEPT][64];
 	unsigned nforgotten;
+	/* Instances being stopped (pool_forget) until pool_gone: id, function. */
+	struct stop_ref {
+		char id[64];
+		char fn[64];
+	} *stops;
+	size_t nstops, capstops;
 };
 
 static int refuse(struct pool_refusal *why, unsigned status, const char *code, bool retry,
@@ -168,7 +176,8 @@ static void fn_free(struct pool_fn *f)
 	free(f);
 }
 
-/* Instances that count against max_instances: all but those stopped. */
+/* Instances that take requests or will: all but those being stopped
+ * (f->stopping counts those). */
 static unsigned live(const struct pool_fn *f)
 {
 	unsigned n = 0;
@@ -484,7 +493,8 @@ static void *start_main(void *arg)
 	char msg[256];
 	int ret = 0;
 
-	status = starts_run(p->srv, a->fn, NULL, &answer, &hdr);
+	static const struct start_opts routed = { .idle_s = -1, .lifetime_s = -1, .routed = true };
+	status = starts_run(p->srv, a->fn, &routed, &answer, &hdr);
 	if (status == 201)
 		ret = inst_new(p, answer, &i, msg, sizeof(msg));
 	if (ret) {
@@ -522,8 +532,11 @@ static void *start_main(void *arg)
 		hand_slots(f, i);
 	} else {
 		f->starts_failed++;
-		/* Nothing left to serve them: the waiting requests are told why. */
-		if (!live(f) && !f->starting)
+		/* Nothing left to serve them: the waiting requests are told why.
+		 * An instance being stopped (at max_instances, the start was
+		 * refused for it) gives its place once gone: they wait for it
+		 * (pool_gone starts one then). */
+		if (!live(f) && !f->starting && !f->stopping)
 			fail_waiters(f, &why);
 	}
 	p->starters--;
@@ -535,6 +548,40 @@ static void *start_main(void *arg)
 	return NULL;
 }
 
+int pool_adopt(struct pool *p, const char *fn, const json_t *rec)
+{
+	struct pool_inst *i = NULL;
+	struct pool_fn *f;
+	char msg[256];
+	int ret;
+
+	if (!p)
+		return -ENOENT;
+	/* A record has what a start's answer has: its id, snapshot, pid. */
+	ret = inst_new(p, rec, &i, msg, sizeof(msg));
+	if (ret) {
+		pr_warn("adopted instance of %s: %s: no routed request goes to it", fn, msg);
+		return ret;
+	}
+	pthread_mutex_lock(&p->lock);
+	f = fn_find(p, fn);
+	if (!f)
+		f = fn_new(p, fn); /* its settings are read at its first request */
+	if (f) {
+		i->fn = f;
+		i->last_end_ms = realtime_ms();
+		i->next = f->insts;
+		f->insts = i;
+		i = NULL;
+	}
+	pthread_mutex_unlock(&p->lock);
+	if (i) {
+		inst_free(p, i);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
 /* Start instances of f until those starting have a slot for each of
  * demand requests, within max_instances.  Under the lock. */
 static void start_for(struct pool *p, struct pool_fn *f, unsigned demand)
@@ -542,7 +589,8 @@ static void start_for(struct pool *p, struct pool_fn *f, unsigned demand)
 	const struct params *par = &f->par;
 
 	while (!p->stopping && demand > f->starting * par->concurrency &&
-	       (!par->max_instances || live(f) + f->starting < par->max_instances)) {
+	       (!par->max_instances ||
+		live(f) + f->stopping + f->starting < par->max_instances)) {
 		struct start_arg *a = calloc(1, sizeof(*a));
 		pthread_attr_t attr;
 		pthread_t t;
@@ -590,7 +638,7 @@ static int admit(struct pool *p, struct pool_fn *f, struct pool_slot *slot,
 	start_for(p, f, f->waiting + 1);
 	if (f->waiting + 1 <= f->starting * f->par.concurrency + f->par.queue)
 		return 1;
-	if (max && live(f) + f->starting >= max)
+	if (max && live(f) + f->stopping + f->starting >= max)
 		return refuse(why, 429, "too_many_instances", true,
 			      "function %s is at its max_instances (%u), their slots are busy and "
 			      "its queue is full (%u request(s) waiting)",
@@ -751,21 +799,56 @@ void pool_forget(struct pool *p, const char *id)
 	if (i) {
 		struct pool_fn *f = i->fn;
 
+		bool known = false;
+
+		for (size_t k = 0; k < p->nstops && !known; k++)
+			known = !strcmp(p->stops[k].id, id);
+		/* Until pool_gone it still counts against max_instances, as
+		 * insts_reserve counts it: a start made for it now would be
+		 * refused. */
+		if (!known && !ARRAY_GROW(p->stops, p->capstops, p->nstops + 1, 8)) {
+			snprintf(p->stops[p->nstops].id, 64, "%s", id);
+			snprintf(p->stops[p->nstops].fn, 64, "%s", f->id);
+			p->nstops++;
+			f->stopping++;
+		}
 		i->draining = i->forgotten = true;
 		if (!i->inflight) {
 			inst_unlink(i);
 			dead = i;
 		}
-		/* Requests that waited on it (the instances of a replaced
-		 * snapshot, at max_instances) get an instance in its place. */
-		if (f->waiting)
-			start_for(p, f, f->waiting);
 	} else {
 		/* Maybe a start of ours that has not put it here yet. */
 		snprintf(p->forgotten[p->nforgotten++ % FORGOTTEN_KEPT], 64, "%s", id);
 	}
 	pthread_mutex_unlock(&p->lock);
 	inst_free(p, dead);
+}
+
+void pool_gone(struct pool *p, const char *id)
+{
+	struct pool_fn *f;
+
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->lock);
+	for (size_t k = 0; k < p->nstops; k++) {
+		if (strcmp(p->stops[k].id, id))
+			continue;
+		f = fn_find(p, p->stops[k].fn);
+		p->stops[k] = p->stops[--p->nstops];
+		if (!f)
+			break;
+		f->stopping--;
+		/* Requests that waited on it (the instances of a replaced
+		 * snapshot, at max_instances) get an instance in its place. */
+		if (f->waiting)
+			start_for(p, f, f->waiting);
+		else if (!live(f) && !f->starting && !f->stopping)
+			pthread_cond_broadcast(&p->cv);
+		break;
+	}
+	pthread_mutex_unlock(&p->lock);
 }
 
 /* ---- metrics ---- */
@@ -983,6 +1066,7 @@ void pool_free(struct pool *p)
 		}
 		fn_free(f);
 	}
+	free(p->stops);
 	pthread_cond_destroy(&p->cv);
 	pthread_condattr_destroy(&p->cattr);
 	pthread_mutex_destroy(&p->lock);

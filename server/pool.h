@@ -29,6 +29,7 @@
 #ifndef THAW_SERVER_POOL_H
 #define THAW_SERVER_POOL_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -92,6 +93,12 @@ int pool_acquire(struct pool *p, const char *fn, pool_gone_fn gone, void *arg,
  * reached at all; it takes no more requests. */
 void pool_release(struct pool *p, struct pool_slot *slot, void *link, bool broken);
 
+/* Instance rec (its record: restore/instance.h) of function fn, started
+ * for routed requests by an earlier thawd and adopted (server/recover.c):
+ * it takes the function's routed requests again, as one started here
+ * would.  0, or -errno (logged: it then takes none). */
+int pool_adopt(struct pool *p, const char *fn, const json_t *rec);
+
 /* The lifetimes thread's question about instance id with "idle_s" idle_s at
  * now_ms (CLOCK_REALTIME), when it is one of the pool's and serves no
  * request: 1 when it has served none for idle_s (0: never idle), 2 when its
@@ -100,8 +107,15 @@ void pool_release(struct pool *p, struct pool_slot *slot, void *link, bool broke
  * caller stops it).  0 when neither; -ENOENT when it is not the pool's. */
 int pool_idle(struct pool *p, const char *id, double idle_s, uint64_t now_ms);
 /* Instance id is being stopped (whatever the reason): it takes no more
- * requests, and goes once the requests it serves are done. */
+ * requests, and goes once the requests it serves are done.  It counts
+ * against its function's max_instances until pool_gone. */
 void pool_forget(struct pool *p, const char *id);
+/* Instance id is gone (its stop is done, it is out of thawd's table): its
+ * place goes to the requests waiting, if any (an instance is started for
+ * them).  As max_instances is counted by the starts, an instance being
+ * stopped keeps its place until then, and requests wait (queue) for it
+ * rather than be refused. */
+void pool_gone(struct pool *p, const char *id);
 
 /* A routed request to fn ended with status after total_ms, of which it
  * waited wait_ms for a slot: counted for /metrics. */

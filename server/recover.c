@@ -45,6 +45,7 @@
 #include "server/exits.h"
 #include "server/insts.h"
 #include "server/internal.h"
+#include "server/pool.h"
 #include "server/registry.h"
 #include "store/manifest.h"
 
@@ -287,6 +288,33 @@ static void adopt_recorded_instances(struct server *s)
 	if (adopted)
 		pr_info("%zu instance(s) of an earlier run adopted", adopted);
 	json_decref(list);
+}
+
+void recover_route_adopted(struct server *s)
+{
+	struct inst_view *v = NULL;
+	json_t *list = NULL, *rec;
+	size_t n = 0, i, routed = 0;
+
+	if (!s->pool || insts_list(s->insts, &v, &n) || !n || instance_list(&s->cfg, &list)) {
+		free(v);
+		return;
+	}
+	json_array_foreach(list, i, rec)
+	{
+		const char *id = json_string_value(json_object_get(rec, "instance"));
+
+		if (!id || !json_is_true(json_object_get(rec, "routed")))
+			continue;
+		for (size_t k = 0; k < n; k++)
+			if (v[k].adopted && !strcmp(v[k].ref.id, id) &&
+			    pool_adopt(s->pool, v[k].ref.function, rec) == 0)
+				routed++;
+	}
+	if (routed)
+		pr_info("%zu adopted instance(s) take routed requests again", routed);
+	json_decref(list);
+	free(v);
 }
 
 /* The pid of a record's temporary file <id>.json.tmp.<pid>

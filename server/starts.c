@@ -514,7 +514,7 @@ static unsigned start_answer_made(struct start *st)
 	st->lim.started_ms = realtime_ms();
 	insts_set_limits(s->insts, in->id, &st->lim);
 	if (instance_set_limits(&s->cfg, in->id, st->lim.idle_s, st->lim.lifetime_s,
-				st->lim.grace_s))
+				st->lim.grace_s, st->o->routed))
 		pr_warn("instance %s: its limits are not recorded", in->id);
 	if (!registry_exists(s->reg, fn)) {
 		/* Deleted while we restored: the delete left this start's

@@ -34,6 +34,9 @@ struct start_opts {
 	 * never. */
 	bool (*client_gone)(void *arg);
 	void *client_arg;
+	/* For requests routed through thawd (server/pool.c): recorded so
+	 * (instance_set_limits), for a later thawd that adopts it. */
+	bool routed;
 };
 
 /* A header the answer carries: Location (201) or Retry-After (a refusal

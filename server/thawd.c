@@ -223,6 +223,7 @@ struct server *server_new(const struct thaw_config *c, const struct server_opts 
 	s->pool = pool_new(s, proxy_link_free);
 	if (!s->pool)
 		pr_warn("out of memory: routed requests (/function/...) will answer 503");
+	recover_route_adopted(s);
 	if (lifetimes_start(s))
 		pr_warn("no idle or lifetime stops, no reaping of exited instances");
 	return s;

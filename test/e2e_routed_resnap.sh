@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Routed requests across a new snapshot at max_instances (issue 44, L8),
+# with real runc, CRIU and thawd, and test/fixtures/proxy_fn.py:
+#   1. q (max_instances 1, concurrency 1, queue 8) serves a held stream on
+#      its instance A; a new snapshot of q is made meanwhile; the stream
+#      ends, and A is being stopped (its snapshot replaced): its function
+#      takes its time to exit on SIGTERM (proxy_fn.py's TERM_GATE);
+#   2. four requests arrive meanwhile: A still counts against max_instances
+#      until it is gone, so no instance may start yet: they wait in q's queue
+#      (docs/API.md), none refused 429;
+#   3. A exits: an instance of the new snapshot takes its place, and the four
+#      are answered 200 by it.
+# Nothing waits for a time to pass: each step waits (with a generous limit)
+# for what it expects.
+set -u
+B=${THAW_BUILD:-$PWD/build}
+ROOT=${THAW_ROOT:-$PWD}
+THAWD=$B/thawd
+THAW=$B/thaw
+. "$ROOT/test/lib/require.sh"
+require_restore_tools
+command -v python3 >/dev/null || skip "no python3"
+
+NAME=routed-resnap
+. "$ROOT/test/lib/thawd_e2e.sh"
+FN=$T/fn
+mkdir -p "$FN" "$T/out"
+cp "$ROOT/test/fixtures/proxy_fn.py" "$FN/"
+start_thawd
+
+wait_for() {
+	local limit=$1 i
+	shift
+	for i in $(seq $((limit * 10))); do
+		"$@" && return 0
+		sleep 0.1
+	done
+	return 1
+}
+metric() {
+	curl -s "$URL/metrics" | awk -v n="$1{$2}" '$1 == n { print $2; found = 1 } END { if (!found) print 0 }'
+}
+ids() {
+	curl -s "$URL/instances" | python3 -c "import json,sys
+print(' '.join(i['instance'] for i in json.load(sys.stdin)['instances'] if i.get('function') == 'q'))"
+}
+
+st=$(api PUT /functions/q -d "{\"command\": [\"python3\", \"proxy_fn.py\"], \"cwd\": \"$FN\",
+	\"port\": 8000, \"ready\": {\"http\": \"/health\"}, \"idle_s\": 300, \"max_instances\": 1,
+	\"concurrency\": 1, \"queue\": 8, \"queue_timeout_s\": 300, \"stop_grace_s\": 300,
+	\"env\": {\"TERM_GATE\": \"term\"}}")
+[ "$st" = 201 ] || { fail "PUT q: $st $(cat "$T/body")"; exit 1; }
+st=$(api POST "/functions/q/snapshot?wait=1")
+[ "$st" = 200 ] || { fail "snapshot q: $st $(cat "$T/body")"; exit 1; }
+
+# ---- 1. A holds a stream; a new snapshot; A is being stopped ----
+rm -f "$FN/g1" "$FN/term"
+curl -sN "$URL/function/q/stream?gate=g1" >"$T/held.out" &
+hp=$!
+wait_for 120 grep -q first "$T/held.out" || { fail "the stream never began"; exit 1; }
+A=$(ids)
+st=$(api POST "/functions/q/snapshot?wait=1")
+[ "$st" = 200 ] || { fail "re-snapshot of q: $st $(cat "$T/body")"; exit 1; }
+# A request after the new snapshot: the pool sees it (and waits for A's
+# slot, at max_instances); it is answered once the stream ends.
+curl -s -o "$T/out/0" "$URL/function/q/hello?x=0" &
+zp=$!
+queued1() { [ "$(metric thaw_routed_queue 'function="q"')" = 1 ]; }
+wait_for 120 queued1 || fail "the request after the new snapshot did not wait"
+touch "$FN/g1"
+wait $hp
+wait $zp
+terminating() { curl -s "$URL/instances/$A/logs" | grep -q terminating; }
+wait_for 120 terminating && ok "the stream ended; $A (the old snapshot's) is being stopped" ||
+	fail "$A was not stopped: $(grep "$A" "$T/thawd.log" | tail -2)"
+
+# ---- 2. four requests meanwhile ----
+rp=()
+for x in 1 2 3 4; do
+	curl -s -o "$T/out/$x" -w '%{http_code}\n' "$URL/function/q/hello?x=$x" >"$T/out/$x.code" &
+	rp+=($!)
+done
+queued() { [ "$(metric thaw_routed_queue 'function="q"')" = 4 ]; }
+answered() { [ "$(cat "$T"/out/?.code 2>/dev/null | wc -l)" = 4 ]; }
+for _ in $(seq 1200); do queued || answered && break; sleep 0.1; done
+queued && [ "$(ids)" = "$A" ] &&
+	ok "the 4 wait in q's queue while $A is being stopped, no other instance started" ||
+	fail "not queued: queue $(metric thaw_routed_queue 'function="q"'), instances $(ids), codes $(cat "$T"/out/?.code 2>/dev/null | tr '\n' ' ')"
+
+# ---- 3. A exits ----
+touch "$FN/term"
+wait "${rp[@]}"
+codes=$(cat "$T"/out/?.code | tr '\n' ' ')
+right=0
+for x in 1 2 3 4; do [ "$(cat "$T/out/$x")" = "hello $x" ] && right=$((right + 1)); done
+B_=$(ids)
+[ "$codes" = "200 200 200 200 " ] && [ $right = 4 ] && [ -n "$B_" ] && [ "$B_" != "$A" ] &&
+	grep -q "instance $A of q stopped: idle, its function's snapshot replaced" "$T/thawd.log" &&
+	ok "$A stopped, and the 4 were answered 200 by $B_ (an instance of the new snapshot), none refused" ||
+	fail "after $A: codes $codes, $right right bodies, instances $B_ (A was $A); $(grep -m2 'too_many' "$T/thawd.log")"
+
+echo "$fails failure(s)"
+[ $fails = 0 ]

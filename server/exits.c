@@ -32,6 +32,9 @@ static struct exit_msg kept[EXITS_KEPT];
 static size_t nkept, next_slot;
 
 static const int passed_on[] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT };
+/* Signals whose default would end the keeper, and the server with it (its
+ * instances left running), that mean nothing to thawd: taken and dropped. */
+static const int ignored[] = { SIGUSR1, SIGUSR2, SIGALRM };
 
 /* The keeper's end: reap every child that has exited; the server last of
  * all, whose end is the keeper's. */
@@ -74,9 +77,13 @@ static void __attribute__((noreturn)) keep(pid_t server, int to_server, const si
 	for (;;) {
 		int sig = sigwaitinfo(set, NULL);
 
+		bool drop = false;
+
+		for (size_t i = 0; i < sizeof(ignored) / sizeof(ignored[0]); i++)
+			drop |= sig == ignored[i];
 		if (sig == SIGCHLD)
 			reap(server, to_server);
-		else if (sig > 0)
+		else if (sig > 0 && !drop)
 			kill(server, sig);
 	}
 }
@@ -102,6 +109,8 @@ int exits_start_keeper(void)
 	sigaddset(&set, SIGCHLD);
 	for (size_t i = 0; i < sizeof(passed_on) / sizeof(passed_on[0]); i++)
 		sigaddset(&set, passed_on[i]);
+	for (size_t i = 0; i < sizeof(ignored) / sizeof(ignored[0]); i++)
+		sigaddset(&set, ignored[i]);
 	sigprocmask(SIG_BLOCK, &set, &old);
 	server = fork();
 	if (server < 0) {

@@ -274,9 +274,10 @@ static const char usage_tail[] =
 	"Two processes: the one started keeps the server (a child it forks) and\n"
 	"reaps what the server leaves behind, so that an instance's exit status is\n"
 	"known; it passes SIGTERM, SIGINT, SIGHUP and SIGQUIT on and exits as the\n"
-	"server does; killing it kills the server too.\n"
+	"server does; killing it kills the server too.  SIGUSR1, SIGUSR2 and SIGALRM\n"
+	"are ignored.\n"
 	"\n"
-	"Stopping: on SIGTERM or SIGINT thawd stops accepting connections, answers\n"
+	"Stopping: on SIGTERM, SIGINT or SIGHUP thawd stops accepting connections, answers\n"
 	"503 to new work on open ones, waits for the starts and snapshots that are\n"
 	"running to finish, then stops every instance it started and exits 0.  A\n"
 	"second signal ends it at once; so does kill -9.  Either way, the next thawd\n"
@@ -682,10 +683,17 @@ int main(int argc, char **argv)
 	exits_start_keeper();
 
 	/* Signals are taken by sigwait() below: blocked here, before any
-	 * thread exists, so that every thread inherits the mask. */
+	 * thread exists, so that every thread inherits the mask.  SIGHUP
+	 * stops thawd as SIGTERM does (its default would end it at once,
+	 * its instances left running); SIGUSR1, SIGUSR2 and SIGALRM mean
+	 * nothing to thawd and are dropped, for the same reason. */
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGTERM);
 	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGHUP);
+	sigaddset(&sigs, SIGUSR1);
+	sigaddset(&sigs, SIGUSR2);
+	sigaddset(&sigs, SIGALRM);
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
@@ -704,11 +712,21 @@ int main(int argc, char **argv)
 		(unsigned long long)c.ram_tier_bytes, server_max_starts(s), o.max_snapshots,
 		default_modes(&c, modes, sizeof(modes)));
 
-	if (sigwait(&sigs, &sig) == 0)
-		pr_info("%s: stopping", strsignal(sig));
+	for (;;) {
+		if (sigwait(&sigs, &sig))
+			sig = SIGTERM;
+		if (sig != SIGUSR1 && sig != SIGUSR2 && sig != SIGALRM)
+			break;
+		pr_info("%s: ignored", strsignal(sig));
+	}
+	pr_info("%s: stopping", strsignal(sig));
 	/* A second signal ends thawd at once. */
 	signal(SIGTERM, SIG_DFL);
 	signal(SIGINT, SIG_DFL);
+	signal(SIGHUP, SIG_DFL);
+	sigdelset(&sigs, SIGUSR1);
+	sigdelset(&sigs, SIGUSR2);
+	sigdelset(&sigs, SIGALRM);
 	pthread_sigmask(SIG_UNBLOCK, &sigs, NULL);
 
 	server_shutdown(s);

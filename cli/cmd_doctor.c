@@ -510,7 +510,7 @@ static void check_dir(struct doctor *d, const char *name, const char *dir)
 	struct statvfs vfs;
 	int fd, ret;
 
-	ret = mkdir_p(dir, 0755);
+	ret = mkdir_p(dir, 0700); /* as thawd makes it: private */
 	if (ret) {
 		report(d, name, ST_FAIL, "%s: cannot create: %s", dir, strerror(-ret));
 		return;

@@ -37,7 +37,7 @@ static void usage(FILE *f)
 
 static int open_log(const char *path)
 {
-	int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 
 	if (fd < 0 || dup2(fd, STDERR_FILENO) < 0) {
 		fprintf(stderr, "thaw lazy-pages: %s: %s\n", path, strerror(errno));

@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char *data_dir_opt;
 static const char *store_dir_opt;
@@ -90,6 +91,9 @@ int main(int argc, char **argv)
 {
 	int i = 1;
 
+	/* As thawd: what thaw writes into a data directory is private
+	 * whatever the umask (docs/DESIGN.md, "Where the data lives"). */
+	umask(077);
 	for (; i < argc && argv[i][0] == '-'; i++) {
 		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
 			usage(stdout);

@@ -46,7 +46,7 @@ int logfile_open(struct logfile *lf, const char *path, uint64_t max, bool trunca
 		return ret;
 	}
 	lf->fd =
-	    open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (truncate ? O_TRUNC : 0), 0644);
+	    open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (truncate ? O_TRUNC : 0), 0600);
 	if (lf->fd < 0) {
 		ret = -errno;
 		pr_perror("open %s", path);
@@ -68,7 +68,7 @@ static int rotate(struct logfile *lf)
 	if (!ret && rename(lf->path, old) < 0)
 		ret = -errno;
 	if (!ret) {
-		fd = open(lf->path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_TRUNC, 0644);
+		fd = open(lf->path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_TRUNC, 0600);
 		if (fd >= 0) {
 			close(lf->fd);
 			lf->fd = fd;

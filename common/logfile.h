@@ -34,7 +34,7 @@ struct logfile {
 	char path[PATH_MAX];
 };
 
-/* Open path for appending (created 0644; emptied first with truncate, and
+/* Open path for appending (created 0600; emptied first with truncate, and
  * path.1 removed then too), bounded by max bytes (0: no bound).  0, or
  * -errno (logged), lf->fd then -1. */
 int logfile_open(struct logfile *lf, const char *path, uint64_t max, bool truncate);

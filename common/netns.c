@@ -138,7 +138,7 @@ int netns_create(const char *path)
 			return ret;
 	}
 
-	fd = open(path, O_RDONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
+	fd = open(path, O_RDONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0400);
 	if (fd < 0) {
 		ret = -errno;
 		pr_perror("create %s", path);

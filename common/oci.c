@@ -416,7 +416,7 @@ int oci_bundle_write(const char *dir, const struct oci_spec *spec)
 		pr_err("bundle %s: no process to run", dir);
 		return -EINVAL;
 	}
-	ret = mkdir_p(dir, 0755);
+	ret = mkdir_p(dir, 0700); /* its rootfs: make_rootfs */
 	if (ret)
 		return ret;
 	if (!realpath(dir, absdir)) {

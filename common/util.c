@@ -89,6 +89,40 @@ int mkdir_p(const char *path, mode_t mode)
 	return ret == -EEXIST ? 0 : ret;
 }
 
+int dir_make_private(const char *path)
+{
+	struct stat st;
+	int fd = -1, ret;
+
+	ret = mkdir_p(path, 0700);
+	if (ret)
+		return ret;
+	fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		ret = -errno;
+		pr_perror("open %s", path);
+		goto out;
+	}
+	if ((st.st_mode & 07777) == 0700)
+		goto out;
+	if (st.st_uid != geteuid()) {
+		pr_warn("%s is mode %04o and owned by uid %u, not this process's: left as it is",
+			path, (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid);
+		goto out;
+	}
+	if (fchmod(fd, 0700) < 0) {
+		ret = -errno;
+		pr_perror("chmod %s to 0700", path);
+		goto out;
+	}
+	pr_info("%s was mode %04o: made 0700 (it holds secrets)", path,
+		(unsigned)(st.st_mode & 07777));
+out:
+	if (fd >= 0)
+		close(fd);
+	return ret;
+}
+
 static int rm_rf_at(int dirfd, const char *name, dev_t dev)
 {
 	struct stat st;

@@ -48,6 +48,12 @@ uint64_t realtime_ms(void);
 /* mkdir -p; existing directories are fine (left as they are), those it makes
  * have exactly mode, whatever the umask.  0 or -errno (logged). */
 int mkdir_p(const char *path, mode_t mode);
+/* mkdir_p(path, 0700), and an existing directory path that this process's
+ * user owns made 0700 too: thawd's data directory, its parts and its RAM tier
+ * hold every function's secrets and every snapshot's memory, and an older
+ * thawd (or a umask) may have left them open to other users.  A directory
+ * someone else owns is left as it is (logged).  0 or -errno (logged). */
+int dir_make_private(const char *path);
 /* rm -rf; a missing path is fine.  Does not cross into other mounts. */
 int rm_rf(const char *path);
 /* Open path (created with mode if missing) and flock it with how (LOCK_SH,

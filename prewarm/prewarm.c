@@ -274,7 +274,7 @@ static int write_bundle(struct job *j)
 	/* The mount a mapped restore puts the snapshot's memory files at: it
 	 * must be in the image already (restore/mapped.c).  Empty now. */
 	snprintf(mapped_src, sizeof(mapped_src), "%s.mapped", j->bundle);
-	ret = mkdir_p(mapped_src, 0755);
+	ret = mkdir_p(mapped_src, 0700);
 	/* A GPU function opens only its own GPUs; where the host has others,
 	 * CUDA is told which (by UUID: a restore onto other GPUs maps them),
 	 * and NCCL leaves NVLink SHARP alone, whose state the driver's

@@ -124,8 +124,10 @@ static int copy_file(const char *from, const char *to)
 		pr_perror("%s", from);
 		goto out;
 	}
+	/* 0644 whatever the umask: the function preloads this copy of a public
+	 * library, and an image's user need not be root. */
 	out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (out < 0) {
+	if (out < 0 || fchmod(out, 0644) < 0) {
 		ret = -errno;
 		pr_perror("%s", to);
 		goto out;

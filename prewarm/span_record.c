@@ -36,7 +36,7 @@ int span_record_write(const char *data_dir, struct span_record *r)
 	if (!text)
 		return -ENOMEM;
 	record_path(data_dir, path, sizeof(path));
-	ret = write_file_atomic(path, text, strlen(text), 0644);
+	ret = write_file_atomic(path, text, strlen(text), 0600);
 	if (ret)
 		pr_warn("could not record the checkpoint of %s in %s: %s", r->function, path,
 			strerror(-ret));

@@ -25,7 +25,7 @@ static int create_one(const char *outdir, const struct manifest_file *f, int *fd
 	char *slash = strrchr(path + strlen(outdir) + 1, '/');
 	if (slash) {
 		*slash = '\0';
-		ret = mkdir_p(path, 0755);
+		ret = mkdir_p(path, 0700);
 		*slash = '/';
 		if (ret)
 			return ret;
@@ -43,7 +43,9 @@ static int create_one(const char *outdir, const struct manifest_file *f, int *fd
 		pr_perror("truncate %s to %llu bytes", path, (unsigned long long)f->size);
 		goto out;
 	}
-	if (fchmod(fd, f->mode & 07777) < 0) {
+	/* The owner's bits only: an image holds a process's memory, and only
+	 * CRIU (root) reads it. */
+	if (fchmod(fd, f->mode & 0700) < 0) {
 		ret = -errno;
 		pr_perror("chmod %s", path);
 		goto out;
@@ -63,7 +65,7 @@ int engine_create_files(const struct manifest *m, const char *outdir, int *fds)
 
 	for (i = 0; i < m->nfiles; i++)
 		fds[i] = -1;
-	ret = mkdir_p(outdir, 0755);
+	ret = mkdir_p(outdir, 0700);
 	if (ret)
 		return ret;
 	for (i = 0; i < m->nfiles; i++) {

@@ -520,14 +520,14 @@ static int mounts_for_bundle(struct start *st, char *src, size_t len)
 		ret = instance_path(src, len, "%s/mem", tier_lease_mapped(st->lease));
 	} else if (json_is_string(json_object_get(meta, "mapped_mount"))) {
 		snprintf(x->mapped_empty, sizeof(x->mapped_empty), "%s/mapped-empty", x->dir);
-		ret = mkdir_p(x->mapped_empty, 0755);
+		ret = mkdir_p(x->mapped_empty, 0700);
 		snprintf(src, len, "%s", x->mapped_empty);
 	}
 	if (!ret && json_is_true(json_object_get(json_object_get(meta, "gpu_memory"), "mount"))) {
 		x->gpumem_in = tier_lease_path(st->lease);
 		ret = instance_path(x->gpumem_out, sizeof(x->gpumem_out), "%s/gpu-out", x->dir);
 		if (!ret)
-			ret = mkdir_p(x->gpumem_out, 0755);
+			ret = mkdir_p(x->gpumem_out, 0700);
 	}
 	return ret;
 }

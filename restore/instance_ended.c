@@ -34,7 +34,7 @@ static int ended_dir(const struct thaw_config *c, char *buf, size_t len)
 {
 	if ((size_t)snprintf(buf, len, "%s/ended", c->data_dir) >= len)
 		return -ENAMETOOLONG;
-	return mkdir_p(buf, 0755);
+	return mkdir_p(buf, 0700);
 }
 
 void instance_ended_keep_logs(const struct thaw_config *c, const char *id, const char *dir)
@@ -155,7 +155,7 @@ int instance_ended_write(const struct thaw_config *c, const char *id, const json
 	if (!ret && !text)
 		ret = -ENOMEM;
 	if (!ret)
-		ret = write_file_atomic(path, text, strlen(text), 0644);
+		ret = write_file_atomic(path, text, strlen(text), 0600);
 	if (ret)
 		pr_err("cannot keep the record of ended instance %s: %s", id, strerror(-ret));
 	free(text);

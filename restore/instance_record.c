@@ -224,7 +224,7 @@ int instance_ctx_record(struct start_ctx *x, const struct instance *in, const ch
 	text = json_dumps(j, JSON_INDENT(1) | JSON_SORT_KEYS | JSON_REAL_PRECISION(10));
 	if (!text)
 		goto out;
-	ret = write_file_atomic(x->record, text, strlen(text), 0644);
+	ret = write_file_atomic(x->record, text, strlen(text), 0600);
 out:
 	if (ret == -ENOMEM)
 		pr_err("out of memory writing %s", x->record);
@@ -310,7 +310,7 @@ int instance_set_limits(const struct thaw_config *c, const char *id, double idle
 	    !(text = json_dumps(rec, JSON_INDENT(1) | JSON_SORT_KEYS | JSON_REAL_PRECISION(10))))
 		ret = -ENOMEM;
 	if (!ret)
-		ret = write_file_atomic(path, text, strlen(text), 0644);
+		ret = write_file_atomic(path, text, strlen(text), 0600);
 	free(text);
 	json_decref(rec);
 	return ret;
@@ -453,7 +453,7 @@ int instance_ctx_dir(struct start_ctx *x, struct instance *in)
 	if (!ret)
 		ret = instance_runc_root(x->c, x->runc_root, sizeof(x->runc_root));
 	if (!ret)
-		ret = mkdir_p(dir, 0755);
+		ret = mkdir_p(dir, 0700);
 	if (ret)
 		return ret;
 	for (int tries = 0;; tries++) {

@@ -181,7 +181,7 @@ int instance_activate_on(const struct thaw_config *c, const char *id, struct gpu
 		ret = -ENOMEM;
 		goto fail;
 	}
-	ret = write_file_atomic(x.record, text, strlen(text), 0644);
+	ret = write_file_atomic(x.record, text, strlen(text), 0600);
 	if (ret)
 		goto fail;
 	gpumem_release(x.cuda_pids, x.ncuda);

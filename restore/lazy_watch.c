@@ -34,7 +34,7 @@ struct lazy_plan {
 /* Write the status file whole (temp file, rename): a reader never sees half. */
 static void lazy_write_status(const struct lazy_plan *p, const char *text)
 {
-	int fd = open(p->status_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	int fd = open(p->status_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 
 	if (fd < 0)
 		return;

@@ -46,7 +46,7 @@
 
 #define HUGE_ALIGN (2ull << 20)
 #define GROW_SLACK (64ull << 30)
-#define MEM_MODE   0644
+#define MEM_MODE   0600
 
 struct build {
 	const char *image_dir, *out_dir;
@@ -725,7 +725,7 @@ const struct mapped_window *mapped_window_of(const struct mapped_windows *win, c
 
 static int write_whole(const char *path, const uint8_t *buf, size_t len)
 {
-	return write_file_atomic(path, (const char *)buf, len, 0644);
+	return write_file_atomic(path, (const char *)buf, len, 0600);
 }
 
 /* --- One process's rewrite ---------------------------------------------------
@@ -838,7 +838,7 @@ static int open_pages(struct build *b, struct proc_rewrite *r)
 	if (ret)
 		return ret;
 	snprintf(path, sizeof(path), "%s/pages-%u.img", b->img, r->p->pm.pages_id);
-	r->out = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644); /* RDWR: a window maps it */
+	r->out = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600); /* RDWR: a window maps it */
 	if (r->out < 0) {
 		ret = -errno;
 		pr_perror("create %s", path);
@@ -1018,13 +1018,13 @@ static int build_mapped(const char *image_dir, const char *out_dir, uint64_t min
 	if (ret)
 		goto out;
 	b.next_id = max_id + 1;
-	if (mkdir(out_dir, 0755) < 0) {
+	if (mkdir(out_dir, 0700) < 0) {
 		ret = -errno;
 		pr_perror("mkdir %s", out_dir);
 		goto out;
 	}
 	made = true;
-	if (mkdir(b.img, 0755) < 0 || mkdir(b.mem, 0755) < 0) {
+	if (mkdir(b.img, 0700) < 0 || mkdir(b.mem, 0700) < 0) {
 		ret = -errno;
 		pr_perror("mkdir under %s", out_dir);
 		goto out;

@@ -256,7 +256,7 @@ static void note_activity(struct shim *s, const struct pollfd *conn_fds, size_t 
 /* Map the activity file (created, 16 bytes), its time now. */
 static void map_activity(struct shim *s, const char *path)
 {
-	int fd = path ? open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644) : -1;
+	int fd = path ? open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600) : -1;
 	void *m;
 
 	if (fd < 0)

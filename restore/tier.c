@@ -201,7 +201,7 @@ static int meta_write(struct tier *t, const char *hex, const char *id, uint64_t 
 	if (j)
 		s = json_dumps(j, JSON_COMPACT);
 	if (s)
-		ret = write_file_atomic(path, s, strlen(s), 0644);
+		ret = write_file_atomic(path, s, strlen(s), 0600);
 	free(s);
 	json_decref(j);
 	return ret;
@@ -353,7 +353,7 @@ struct tier *tier_open(const char *dir, uint64_t budget_bytes, struct store *s,
 	else
 		engine_opts_default(&t->opts);
 	pthread_mutex_init(&t->mu, NULL);
-	if (mkdir_p(path, 0700))
+	if (dir_make_private(path))
 		goto err;
 	lock = lock_take(t, "tier", LOCK_EX);
 	if (lock < 0)
@@ -525,7 +525,7 @@ void tier_record_unmapped(const char *bdir, const char *why)
 	char path[PATH_MAX + 16];
 
 	snprintf(path, sizeof(path), "%s/.mapped-why", bdir);
-	if (write_file_atomic(path, why, strlen(why), 0644))
+	if (write_file_atomic(path, why, strlen(why), 0600))
 		pr_warn("could not record why %s has no mapped image: %s", bdir, why);
 }
 

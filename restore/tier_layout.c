@@ -166,7 +166,7 @@ static int write_elided(const char *bdir, const struct manifest *m, const struct
 		s = json_dumps(list, JSON_COMPACT);
 	snprintf(path, sizeof(path), "%s/" TIER_ELIDED, bdir);
 	if (s)
-		ret = write_file_atomic(path, s, strlen(s), 0644);
+		ret = write_file_atomic(path, s, strlen(s), 0600);
 	free(s);
 	json_decref(list);
 	return ret;

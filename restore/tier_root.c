@@ -289,7 +289,7 @@ int tier_root_prepare(const char *dir, uint64_t budget, enum config_huge mode,
 	enum tier_root_kind kind = TIER_ROOT_PLAIN;
 	int lock = -1, ret;
 
-	ret = mkdir_p(dir, 0700);
+	ret = dir_make_private(dir);
 	if (ret)
 		return ret;
 	if (!realpath(dir, real)) {

@@ -50,7 +50,7 @@ declare -A LOCKS=(
 	[test_s3_rgw]=ceph [e2e_remote]=ceph [e2e_fleet]=ceph [e2e_fleet_image]=ceph
 	[e2e_fallback_remote]=ceph
 	[e2e_lazy]=lazy [e2e_lazy_mm]=lazy [e2e_mapped]=lazy [e2e_sparse]=lazy
-	[e2e_sparse_lazy]=lazy
+	[e2e_sparse_lazy]=lazy [e2e_private]=lazy
 )
 
 # matches NAME: NAME contains one of TESTS's words (all match when it is empty).

@@ -174,7 +174,7 @@ int jobs_set_log_dir(struct jobs *js, const char *dir)
 	}
 	ret = rm_rf(dir);
 	if (!ret)
-		ret = mkdir_p(dir, 0755);
+		ret = mkdir_p(dir, 0700);
 	if (ret) {
 		pr_err("cannot empty the job log directory %s: %s", dir, strerror(-ret));
 		js->log_dir[0] = '\0';

@@ -190,7 +190,7 @@ static int entry_persist(struct registry *r, const struct entry *e)
 		ret = -ENAMETOOLONG;
 		goto out;
 	}
-	ret = write_file_atomic(path, text, strlen(text), 0644);
+	ret = write_file_atomic(path, text, strlen(text), 0600);
 out:
 	if (ret == -ENOMEM)
 		pr_err("out of memory writing function %s", e->id);
@@ -378,7 +378,7 @@ struct registry *registry_open(const char *dir)
 		pr_err("path too long: %s", dir);
 		goto err;
 	}
-	if (mkdir_p(dir, 0755))
+	if (dir_make_private(dir))
 		goto err;
 	if (!realpath(dir, r->real))
 		snprintf(r->real, sizeof(r->real), "%s", dir);

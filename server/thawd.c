@@ -178,7 +178,7 @@ struct server *server_new(const struct thaw_config *c, const struct server_opts 
 	if (http_listen_precheck(s->listen))
 		goto err;
 
-	if (mkdir_p(c->data_dir, 0755))
+	if (dir_make_private(c->data_dir))
 		goto err;
 	/* Before anything reads or changes what the data directory holds. */
 	if (recover_lock_data_dir(s))

@@ -649,6 +649,11 @@ int main(int argc, char **argv)
 	sigset_t sigs;
 	int sig, ret;
 
+	/* What thawd writes (specs with their env, snapshots' memory, logs)
+	 * is its own, whatever umask it was started under: every file it or
+	 * its children (runc, CRIU, the shim) create is private unless it is
+	 * made otherwise on purpose (docs/DESIGN.md, "Where the data lives"). */
+	umask(077);
 	ret = parse_args(argc, argv, &g);
 	if (ret >= 0)
 		return ret;

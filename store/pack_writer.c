@@ -63,12 +63,12 @@ static int open_new(struct pack_writer *w, const char *dir, int flags)
 	static atomic_ulong counter;
 
 	w->tmp[0] = '\0';
-	w->fd = open(dir, O_TMPFILE | flags, 0444);
+	w->fd = open(dir, O_TMPFILE | flags, 0400);
 	if (w->fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL))
 		return w->fd;
 	snprintf(w->tmp, sizeof(w->tmp), "tmp/pack.%d.%d.%lu", getpid(), gettid(),
 		 atomic_fetch_add(&counter, 1));
-	w->fd = openat(w->s->dirfd, w->tmp, O_CREAT | O_EXCL | flags, 0444);
+	w->fd = openat(w->s->dirfd, w->tmp, O_CREAT | O_EXCL | flags, 0400);
 	if (w->fd < 0)
 		w->tmp[0] = '\0';
 	return w->fd;

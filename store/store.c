@@ -49,15 +49,15 @@ struct store *store_open_with(const char *dir, const struct config_store *settin
 	s->layout = st.loose ? STORE_LAYOUT_LOOSE : STORE_LAYOUT_PACK;
 	s->direct = st.direct;
 	s->map_input = st.map_input;
-	if (mkdir_p(dir, 0755) < 0)
+	if (dir_make_private(dir) < 0)
 		goto err;
 	for (size_t i = 0; i < ARRAY_SIZE(store_dirs); i++) {
 		snprintf(path, sizeof(path), "%s/%s", dir, store_dirs[i]);
-		if (mkdir_p(path, 0755) < 0)
+		if (mkdir_p(path, 0700) < 0)
 			goto err;
 	}
 	snprintf(path, sizeof(path), "%s/lock", dir);
-	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		pr_perror("cannot create %s", path);
 		goto err;
@@ -130,7 +130,7 @@ int store_lock(struct store *s, int how)
 
 	if ((size_t)snprintf(path, sizeof(path), "%s/lock", s->dir) >= sizeof(path))
 		return -ENAMETOOLONG;
-	return lock_path(path, how, 0644);
+	return lock_path(path, how, 0600);
 }
 
 /* Move tmp (relative to the store directory) to name under dfd: rename() over
@@ -192,7 +192,7 @@ static int make_dir_of(int dfd, const char *name)
 	char dir[PATH_MAX];
 
 	dir_of(name, dir);
-	return mkdirat(dfd, dir, 0755) < 0 && errno != EEXIST ? -errno : 0;
+	return mkdirat(dfd, dir, 0700) < 0 && errno != EEXIST ? -errno : 0;
 }
 
 /* An object's bytes into fd: fsynced if sync, else its writeback started now,
@@ -223,12 +223,12 @@ static int write_unnamed(struct store *s, int dfd, const char *name, struct iove
 	int fd, ret, r;
 
 	dir_of(name, dir);
-	fd = openat(dfd, dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0444);
+	fd = openat(dfd, dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0400);
 	if (fd < 0 && errno == ENOENT) {
 		ret = make_dir_of(dfd, name);
 		if (ret)
 			return ret;
-		fd = openat(dfd, dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0444);
+		fd = openat(dfd, dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0400);
 	}
 	if (fd < 0)
 		return errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL ? -EOPNOTSUPP : -errno;
@@ -273,7 +273,7 @@ static int write_at(struct store *s, int dfd, const char *name, struct iovec *io
 	}
 	snprintf(tmp, sizeof(tmp), "tmp/%d.%d.%lu", getpid(), gettid(),
 		 atomic_fetch_add(&counter, 1));
-	fd = openat(s->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
+	fd = openat(s->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0400);
 	if (fd < 0) {
 		ret = -errno;
 		pr_perror("cannot create %s/%s", s->dir, tmp);

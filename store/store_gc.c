@@ -382,7 +382,7 @@ int store_gc(struct store *s, uint64_t *freed_chunks, uint64_t *freed_bytes)
 		/* No put runs while we hold the lock: every temp file is left over. */
 		snprintf(tmp, sizeof(tmp), "%s/tmp", s->dir);
 		rm_rf(tmp);
-		ret = mkdir_p(tmp, 0755);
+		ret = mkdir_p(tmp, 0700);
 	}
 	if (ret == 0) {
 		int r = store_manifest_bins_sweep(s);

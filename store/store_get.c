@@ -55,7 +55,7 @@ static int mkdir_noted(const char *path, size_t base, struct made_dirs *md)
 			return -ENOMEM;
 		md->n++;
 	}
-	return mkdir_p(path, 0755);
+	return mkdir_p(path, 0700);
 }
 
 /* Remove what mkdir_noted made (children first); with undo false, only
@@ -158,7 +158,7 @@ int store_get(struct store *s, const char *id, const char *outdir, bool show_pro
 		goto out;
 	}
 	/* outdir itself stays: the caller named it. */
-	ret = mkdir_p(outdir, 0755);
+	ret = mkdir_p(outdir, 0700);
 	if (ret < 0)
 		goto out;
 	codec = chunk_codec_new();

@@ -19,6 +19,13 @@ void cli_set_store_dir(const char *dir);
 /* A count from an option or the environment: decimal digits only, 1 to max.
  * 0 or -EINVAL; *out holds what the digits read as either way. */
 int cli_parse_count(const char *s, unsigned long long max, unsigned long long *out);
+/* The functions of the data directory (<data dir>/functions/<id>.json) whose
+ * snapshot's manifest is not in the store at store_dir: each through
+ * bad("function <id>", why, arg).  Only where store_dir is the data
+ * directory's own store (the one thawd keeps their snapshots in); elsewhere
+ * none.  How many, or -errno. */
+int cli_verify_functions(const char *store_dir,
+			 void (*bad)(const char *what, const char *why, void *arg), void *arg);
 
 int cmd_store(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);

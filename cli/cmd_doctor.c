@@ -678,17 +678,78 @@ out:
 	store_close(s);
 }
 
+/* What check_store collects: how many bad objects, the first few. */
+struct store_bad {
+	int n;
+	char first[600];
+};
+
+static void note_bad(const char *what, const char *why, void *arg)
+{
+	struct store_bad *b = arg;
+	size_t len = strlen(b->first);
+
+	if (b->n++ < 3 && len < sizeof(b->first) - 1)
+		snprintf(b->first + len, sizeof(b->first) - len, "%s%s: %.160s", len ? "; " : "",
+			 what, why);
+}
+
+/* The store's verification (issue 44, L6): by default store_check, which
+ * reads the manifests, the pack indexes and the packs' lengths but no chunk
+ * (seconds on a large store, where reading every chunk takes as long as
+ * reading the store); with full, store_verify, which reads every chunk.
+ * Then every function's snapshot must have its manifest.  Any bad object is
+ * a failure: a start of it fails or boots instead.  The store is only read. */
+static void check_store(struct doctor *d, bool full)
+{
+	char manifests[PATH_MAX + 16];
+	struct store_bad b = { 0 };
+	struct thaw_config c;
+	struct store *s = NULL;
+	int n, f;
+
+	snprintf(manifests, sizeof(manifests), "%s/manifests", cli_store_dir());
+	if (access(manifests, F_OK)) {
+		report(d, "store", ST_OK, "no store at %s yet", cli_store_dir());
+		return;
+	}
+	if (config_init(&c, cli_data_dir()) || !(s = store_open_with(cli_store_dir(), &c.store))) {
+		report(d, "store", ST_FAIL, "cannot open the store %s: %s", cli_store_dir(),
+		       log_last_error());
+		return;
+	}
+	n = full ? store_verify(s, note_bad, &b) : store_check(s, note_bad, &b);
+	f = n < 0 ? 0 : cli_verify_functions(cli_store_dir(), note_bad, &b);
+	if (n < 0 || f < 0)
+		report(d, "store", ST_FAIL, "cannot verify the store %s: %s", cli_store_dir(),
+		       strerror(-(n < 0 ? n : f)));
+	else if (b.n)
+		report(d, "store", ST_FAIL,
+		       "%d bad object%s in %s (%s); `thaw store verify` lists them all: %s", b.n,
+		       b.n == 1 ? "" : "s", cli_store_dir(),
+		       full ? "every chunk read" : "manifests, pack indexes and lengths", b.first);
+	else
+		report(d, "store", ST_OK,
+		       "%s: %s sound, every function's snapshot there%s", cli_store_dir(),
+		       full ? "every chunk and manifest" : "manifests, pack indexes and lengths",
+		       full ? "" : " (chunks not read: thaw doctor --full, or thaw store verify)");
+	store_close(s);
+}
+
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: thaw doctor [--json]\n\n"
+	fprintf(f, "usage: thaw doctor [--json] [--full]\n\n"
 		   "Check that this host can snapshot and restore: CRIU >= 4.2 and `criu check`\n"
 		   "(and whether CRIU can keep its kernel-probe cache, which saves ~40 ms of a\n"
 		   "start), runc, io_uring, the CUDA driver and its GPUs, the data directory and\n"
-		   "the RAM tier (writable, free space), the kernel and cgroups, and the local\n"
-		   "snapshots that cannot be restored on this host (a warning).  Exit 0 when\n"
-		   "all that thaw needs holds; a missing GPU is only a warning (CPU functions\n"
-		   "work).\n\n"
-		   "  --json   print one JSON object: {\"ok\": bool, \"checks\": [{name, status, detail}]}\n\n"
+		   "the RAM tier (writable, free space), the kernel and cgroups, the local\n"
+		   "snapshots that cannot be restored on this host (a warning), and the store:\n"
+		   "its manifests, pack indexes and packs' lengths, and every function's snapshot\n"
+		   "there (no chunk is read; --full reads every one, as thaw store verify).\n"
+		   "Exit 0 when all that thaw needs holds; a missing GPU is only a warning (CPU\n"
+		   "functions work).\n\n"
+		   "  --json   print one JSON object: {\"ok\": bool, \"checks\": [{name, status, detail}]}\n"
+		   "  --full   verify the store by reading every chunk (as long as reading the store)\n\n"
 		   "environment:\n"
 		   "  THAW_CRIU      criu to check (default: .deps/criu-wrapper beside the build, else PATH)\n"
 		   "  THAW_RUNC      runc to check (default: runc on PATH)\n"
@@ -702,11 +763,13 @@ int cmd_doctor(int argc, char **argv)
 {
 	struct doctor d = { 0 };
 	const char *tier = getenv("THAW_RAM_TIER");
-	bool json = false;
+	bool json = false, full = false;
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--json")) {
 			json = true;
+		} else if (!strcmp(argv[i], "--full")) {
+			full = true;
 		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
 			usage(stdout);
 			return 0;
@@ -736,6 +799,7 @@ int cmd_doctor(int argc, char **argv)
 	check_thp(&d);
 	check_cgroup(&d);
 	check_snapshots(&d);
+	check_store(&d, full);
 
 	if (json) {
 		json_t *o = json_pack("{s:b, s:i, s:i, s:o}", "ok", d.failures == 0, "failures",

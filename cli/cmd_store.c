@@ -5,7 +5,12 @@
 #include "common/util.h"
 #include "store/store.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -199,9 +204,73 @@ static void print_bad(const char *id, const char *why, void *arg)
 	fflush(stdout);
 }
 
+/* Whether store_dir is <data dir>/store, the same directory. */
+static bool is_data_dir_store(const char *store_dir)
+{
+	char own[PATH_MAX + 8];
+	struct stat a, b;
+
+	snprintf(own, sizeof(own), "%s/store", cli_data_dir());
+	return stat(store_dir, &a) == 0 && stat(own, &b) == 0 && a.st_dev == b.st_dev &&
+	       a.st_ino == b.st_ino;
+}
+
+/* The snapshot id ("sha256:<64 hex>") function file path names, in id;
+ * false where it names none (none yet, or not a function file). */
+static bool function_snapshot(const char *path, char *id, size_t len)
+{
+	json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, NULL);
+	const char *v = json_string_value(json_object_get(json_object_get(j, "snapshot"), "id"));
+	bool ok = v && !strncmp(v, "sha256:", 7) && strlen(v) == 7 + 64 &&
+		  strspn(v + 7, "0123456789abcdef") == 64;
+
+	if (ok)
+		snprintf(id, len, "%s", v);
+	json_decref(j);
+	return ok;
+}
+
+int cli_verify_functions(const char *store_dir,
+			 void (*bad)(const char *what, const char *why, void *arg), void *arg)
+{
+	char dir[PATH_MAX], path[PATH_MAX + 300], id[80], what[300], why[PATH_MAX + 200];
+	struct dirent *de;
+	int n = 0;
+	DIR *d;
+
+	if (!is_data_dir_store(store_dir))
+		return 0;
+	snprintf(dir, sizeof(dir), "%s/functions", cli_data_dir());
+	d = opendir(dir);
+	if (!d)
+		return errno == ENOENT ? 0 : -errno;
+	while ((de = readdir(d))) {
+		size_t len = strlen(de->d_name);
+
+		if (de->d_name[0] == '.' || len <= 5 || strcmp(de->d_name + len - 5, ".json"))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		if (!function_snapshot(path, id, sizeof(id)))
+			continue;
+		snprintf(path, sizeof(path), "%s/manifests/%s", store_dir, id + 7);
+		if (access(path, F_OK) == 0 || errno != ENOENT)
+			continue;
+		snprintf(what, sizeof(what), "function %.*s", (int)(len - 5), de->d_name);
+		snprintf(why, sizeof(why),
+			 "its snapshot %s has no manifest in %s: it cannot be restored (thawd "
+			 "boots it, or fetches it where a remote has it; snapshot it again)",
+			 id, store_dir);
+		if (bad)
+			bad(what, why, arg);
+		n++;
+	}
+	closedir(d);
+	return n;
+}
+
 static int do_verify(struct store *s, int argc, char **argv)
 {
-	int i = parse_opts(argc, argv, NULL, NULL, NULL), n;
+	int i = parse_opts(argc, argv, NULL, NULL, NULL), n, f;
 
 	if (i < 0)
 		return 2;
@@ -211,11 +280,16 @@ static int do_verify(struct store *s, int argc, char **argv)
 	n = store_verify(s, print_bad, NULL);
 	if (n < 0)
 		return fail("cannot verify");
+	f = cli_verify_functions(store_path(s), print_bad, NULL);
+	if (f < 0)
+		return fail("cannot read the functions");
+	n += f;
 	if (n > 0) {
 		fprintf(stderr, "thaw store verify: %d bad object%s\n", n, n == 1 ? "" : "s");
 		return 1;
 	}
-	fprintf(stderr, "thaw store verify: every chunk and manifest is sound\n");
+	fprintf(stderr, "thaw store verify: every chunk and manifest is sound, and every "
+			"function's snapshot is there\n");
 	return 0;
 }
 
@@ -266,8 +340,9 @@ static const struct sub subs[] = {
      "{\"logical_bytes\",\"unique_bytes\",\"stored_bytes\",\"zero_bytes\",\"chunks\"}.",
      false},
     {"verify", do_verify, "",
-     "read and check every chunk and manifest; prints each bad one's id and why on\n"
-     "stdout and exits 1 if there is any.",
+     "read and check every chunk and manifest, and (on the data directory's own\n"
+     "store) that every function's snapshot has its manifest; prints each bad one's\n"
+     "id (or \"function ID\") and why on stdout and exits 1 if there is any.",
      false},
     {"gc", do_gc, "",
      "delete chunks that no manifest and no live lease uses, stale leases and temp\n"

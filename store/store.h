@@ -156,6 +156,13 @@ int store_stat(struct store *s, struct store_stats *st);
  * bad() (may be NULL) and logged.  Returns the number of bad chunks (>= 0), or -errno. */
 int store_verify(struct store *s, void (*bad)(const char *chunk_id, const char *why, void *arg),
 		 void *arg);
+/* store_verify's cheap half, reading no chunk object: every manifest and
+ * its binary form parse, every chunk a manifest names is in a usable pack
+ * index or loose, and every pack is as long as its index says.  A chunk
+ * whose bytes are damaged in place passes (store_verify finds it).  Returns
+ * the number of bad objects (>= 0), or -errno. */
+int store_check(struct store *s, void (*bad)(const char *chunk_id, const char *why, void *arg),
+		void *arg);
 
 /* Delete chunks no manifest references and no live lease protects, and stale
  * temp files.  freed_* may be NULL. */

@@ -324,12 +324,12 @@ static int lazy_wait_fill(struct start_ctx *x, struct instance *in, int timeout_
 }
 
 /* The spec's readiness check of in, timed into in->t.ready; on failure the
- * error says why, with the end of the function's log (who: "the restored
- * function", "the standby"). */
+ * error says why, and where the function's output is kept (see
+ * instance_internal.h). */
 int instance_ctx_ready(struct start_ctx *x, const struct func_spec *spec, struct instance *in,
 		       const char *who)
 {
-	char why[512] = "", tail[512];
+	char why[512] = "";
 	uint64_t tp = now_ns();
 	int ret = ready_wait(x->netns, spec->port, spec->ready, spec->ready_path,
 			     spec->ready_timeout_s > 0 ? spec->ready_timeout_s : 60, in->pid, why,
@@ -338,10 +338,13 @@ int instance_ctx_ready(struct start_ctx *x, const struct func_spec *spec, struct
 	in->t.ready = ms_since(tp);
 	if (!ret)
 		return 0;
-	runner_log_tail(x->log, tail, sizeof(tail));
-	log_set_error("%s %s after %.0f ms (%s)%s%s", who,
-		      ret == -ESRCH ? "exited" : "was not ready", in->t.ready,
-		      why[0] ? why : strerror(-ret), tail[0] ? "; its log: " : "", tail);
+	/* The output goes to the ended instance's log, which the control
+	 * plane reads; the error names it only (issue 44, L7). */
+	x->keep_output = true;
+	log_set_error("%s %s after %.0f ms (%s); its output is kept as instance %s's: GET "
+		      "/instances/%s/logs",
+		      who, ret == -ESRCH ? "exited" : "was not ready", in->t.ready,
+		      why[0] ? why : strerror(-ret), in->id, in->id);
 	return ret;
 }
 

@@ -70,6 +70,10 @@ struct start_ctx {
 	 * the record as it was; NULL: nothing kept. */
 	const struct instance_end *end;
 	const json_t *end_rec;
+	/* A start that failed its readiness check (instance_ctx_ready): its
+	 * output is kept as an ended instance's by the teardown, not put in
+	 * the start's error, which reaches the data plane. */
+	bool keep_output;
 };
 
 /* A start's steps, shared by every way an instance is made or ended.  The
@@ -87,8 +91,9 @@ int instance_ctx_record(struct start_ctx *x, const struct instance *in, const ch
  * -errno. */
 int instance_ctx_endpoint(struct start_ctx *x, const struct func_spec *spec, struct instance *in);
 /* The spec's readiness check of in, timed into in->t.ready; on failure the
- * error says why, with the end of the function's log (who: "the restored
- * function", "the standby", "the booted function"). */
+ * error says why and names the instance whose output is kept (who: "the
+ * restored function", "the standby", "the booted function"): never the
+ * output itself, which may hold the function's secrets. */
 int instance_ctx_ready(struct start_ctx *x, const struct func_spec *spec, struct instance *in,
 		       const char *who);
 /* Undo whatever x holds, newest first.  0, or the first error (logged)

@@ -197,9 +197,22 @@ static bool transient(int err)
 
 int instance_ctx_teardown(struct start_ctx *x, const char *id)
 {
+	struct instance_end e = { .exited = false };
+	bool keep = x->keep_output && !x->end && x->have_dir;
+	json_t *rec = NULL;
 	uint64_t t0 = now_ns();
 	int ret;
 
+	/* A start that failed its readiness check ends as an instance that
+	 * thawd stopped, its record and output kept (instance_ended.h) for the
+	 * operator, and named by the start's error instead of the output. */
+	if (keep) {
+		snprintf(e.why, sizeof(e.why), "its start failed: not ready");
+		if (instance_record_load(x->record, &rec) == 0) {
+			x->end = &e;
+			x->end_rec = rec;
+		}
+	}
 	/* A teardown cut short by the want of descriptors would leave a
 	 * record "starting" (or running) that nothing ever removes, and a
 	 * directory, namespace or container with it: it goes on with what is
@@ -207,6 +220,11 @@ int instance_ctx_teardown(struct start_ctx *x, const char *id)
 	while (transient(ret = teardown_once(x, id)) && ms_since(t0) < TEARDOWN_RETRY_MS) {
 		x->grace_ms = 0; /* asked once already */
 		usleep(TEARDOWN_RETRY_WAIT_MS * 1000);
+	}
+	if (keep) {
+		x->end = NULL;
+		x->end_rec = NULL;
+		json_decref(rec);
 	}
 	return ret;
 }

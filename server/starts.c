@@ -337,7 +337,7 @@ static int take_standby(struct server *s, const char *fn, const json_t *f, const
 static int restore_or_boot(struct server *s, const char *fn, const char *snap, bool fails,
 			   struct gpu_placement *gp, struct instance *in, const char **reason)
 {
-	char why[768], msg[1024];
+	char why[768], msg[1024], boot_err[512];
 	int ret, boot;
 
 	ret = instance_start_on(&s->cfg, s->store, s->tier, snap, INSTANCE_MODE_AUTO, gp, in);
@@ -348,13 +348,15 @@ static int restore_or_boot(struct server *s, const char *fn, const char *snap, b
 	/* What is left half-made is gone (instance_start's promise). */
 	gpu_release(gp);
 	boot = fallback_boot(s, fn, snap, why, false, in);
+	/* Before marking the snapshot, which may set an error of its own. */
+	snprintf(boot_err, sizeof(boot_err), "%s", log_last_error());
 	if (!strcmp(*reason, FALLBACK_DAMAGED) && registry_snapshot_damaged(s->reg, fn, snap, why))
 		pr_warn("function %s: cannot mark snapshot %s damaged", fn, snap);
 	if (!boot || !strcmp(*reason, FALLBACK_DAMAGED))
 		fallback_mark(s, fn, snap, why);
 	if (!boot)
 		return 0;
-	log_set_error("%s; booting it instead failed too: %.300s", msg, log_last_error());
+	log_set_error("%s; booting it instead failed too: %.300s", msg, boot_err);
 	return ret;
 }
 

@@ -104,7 +104,10 @@ int api_put_function(struct req *q)
 
 		return reply_error(q, e.status, e.code, "cannot check the spec: %s", err);
 	}
-	ret = registry_put(s->reg, q->route.id, spec, &created, forgot);
+	/* The answer is what this PUT recorded, read under its own lock: a
+	 * DELETE racing it may remove the function the moment after, and
+	 * that is no error of this PUT's. */
+	ret = registry_put_get(s->reg, q->route.id, spec, &created, forgot, &j);
 	json_decref(spec);
 	snapshots_forget(s, forgot);
 	if (ret == -EBUSY)
@@ -123,9 +126,6 @@ int api_put_function(struct req *q)
 		return reply_error(q, e.status, e.code, "cannot record function %s: %s",
 				   q->route.id, api_why(ret));
 	}
-	ret = registry_get_json(s->reg, q->route.id, &j);
-	if (ret)
-		return reply_error(q, 500, "internal", "%s", strerror(-ret));
 	snprintf(loc, sizeof(loc), "/functions/%s", q->route.id);
 	return reply_json_hdr(q, created ? 201 : 200, j, "Location", loc);
 }

@@ -31,6 +31,7 @@ struct insts;
 struct standby;
 struct lifetimes;
 struct remote_sync;
+struct collector;
 struct conn_track;
 struct pool;
 struct proxy_call;
@@ -53,6 +54,7 @@ struct server {
 	struct remote_sync *remote_sync; /* server/remote_sync.h; NULL: no --remote */
 	struct pool *pool; /* server/pool.h: routed requests; NULL: none (no memory) */
 	struct fallback *fallback; /* server/fallback.h: restore or boot */
+	struct collector *collector; /* server/snapshots.h: the store's gc; NULL: none */
 	struct MHD_Daemon *mhd;
 	int lock_fd; /* <data>/thawd.lock, flock()ed for thawd's life; -1 until taken */
 	uint16_t port;

@@ -428,10 +428,18 @@ static bool same_but_serving(const json_t *a, const json_t *b)
 int registry_put(struct registry *r, const char *id, const json_t *spec, bool *created,
 		 char *forgot)
 {
+	return registry_put_get(r, id, spec, created, forgot, NULL);
+}
+
+int registry_put_get(struct registry *r, const char *id, const json_t *spec, bool *created,
+		     char *forgot, json_t **out)
+{
 	struct entry *e, *fresh = NULL;
 	json_t *copy = json_deep_copy(spec);
 	int ret = 0;
 
+	if (out)
+		*out = NULL;
 	if (forgot)
 		forgot[0] = '\0';
 	if (!copy)
@@ -459,6 +467,8 @@ int registry_put(struct registry *r, const char *id, const json_t *spec, bool *c
 			copy = NULL;
 		}
 		ret = entry_persist(r, e);
+		if (!ret && out && !(*out = entry_api_json(e)))
+			ret = -ENOMEM;
 		goto out;
 	}
 	*created = true;
@@ -476,6 +486,8 @@ int registry_put(struct registry *r, const char *id, const json_t *spec, bool *c
 	ret = add(r, fresh);
 	if (ret)
 		goto out;
+	if (out && !(*out = entry_api_json(fresh)))
+		ret = -ENOMEM; /* recorded all the same: a retry's PUT finds it */
 	fresh = NULL;
 out:
 	pthread_mutex_unlock(&r->lock);

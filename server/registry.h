@@ -56,6 +56,11 @@ void registry_free(struct registry *r); /* NULL is fine */
  * deleted. */
 int registry_put(struct registry *r, const char *id, const json_t *spec, bool *created,
 		 char *forgot);
+/* registry_put, and *out (a new object, as registry_get_json's) the function
+ * as this put left it, taken under the same lock: a DELETE that runs right
+ * after cannot make the put's own answer fail.  *out is NULL on error. */
+int registry_put_get(struct registry *r, const char *id, const json_t *spec, bool *created,
+		     char *forgot, json_t **out);
 /* GET /functions/<id>: a new object; -ENOENT. */
 int registry_get_json(struct registry *r, const char *id, json_t **out);
 /* GET /functions: a new array, sorted by id. */

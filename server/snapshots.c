@@ -14,9 +14,98 @@
 #include "server/remote_sync.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+struct collector {
+	struct server *srv;
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool wanted, stop;
+};
+
+static void collector_kick(struct collector *c)
+{
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->mu);
+	c->wanted = true;
+	pthread_cond_signal(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+}
+
+static void *collector_main(void *arg)
+{
+	struct collector *c = arg;
+	uint64_t chunks, bytes;
+
+	pthread_mutex_lock(&c->mu);
+	for (;;) {
+		while (!c->wanted && !c->stop)
+			pthread_cond_wait(&c->cv, &c->mu);
+		if (c->stop)
+			break;
+		/* Drops that come while it runs ask for one more. */
+		c->wanted = false;
+		pthread_mutex_unlock(&c->mu);
+		chunks = bytes = 0;
+		if (store_gc(c->srv->store, &chunks, &bytes) == 0)
+			pr_info("store gc in the background: %llu chunk(s), %llu bytes freed",
+				(unsigned long long)chunks, (unsigned long long)bytes);
+		else
+			pr_warn("store gc in the background: %s; the next drop or start-up "
+				"tries again",
+				log_last_error());
+		pthread_mutex_lock(&c->mu);
+	}
+	pthread_mutex_unlock(&c->mu);
+	return NULL;
+}
+
+int snapshots_collector_start(struct server *s)
+{
+	struct collector *c = calloc(1, sizeof(*c));
+	int ret;
+
+	if (!c) {
+		pr_err("out of memory");
+		return -ENOMEM;
+	}
+	c->srv = s;
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_cond_init(&c->cv, NULL);
+	ret = -pthread_create(&c->thread, NULL, collector_main, c);
+	if (ret) {
+		pr_err("cannot start the store's collector: %s", strerror(-ret));
+		pthread_cond_destroy(&c->cv);
+		pthread_mutex_destroy(&c->mu);
+		free(c);
+		return ret;
+	}
+	s->collector = c;
+	return 0;
+}
+
+void snapshots_collector_stop(struct server *s)
+{
+	struct collector *c = s ? s->collector : NULL;
+
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->mu);
+	c->stop = true;
+	pthread_cond_signal(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+	pthread_join(c->thread, NULL);
+	pthread_cond_destroy(&c->cv);
+	pthread_mutex_destroy(&c->mu);
+	free(c);
+	s->collector = NULL;
+}
 
 void snapshots_forget(struct server *s, const char *snap)
 {
@@ -27,6 +116,8 @@ void snapshots_forget(struct server *s, const char *snap)
 	ret = store_manifest_delete(s->store, snap);
 	if (ret && ret != -ENOENT)
 		pr_warn("cannot delete snapshot %s: %s", snap, api_why(ret));
+	else
+		collector_kick(s->collector);
 }
 
 struct snapshot_task {

@@ -22,7 +22,18 @@ enum snapshots_step { SNAPSHOTS_RESERVE, SNAPSHOTS_BEGIN, SNAPSHOTS_RUN };
 int snapshots_launch(struct server *s, const char *fn, char jid[32], enum snapshots_step *step);
 
 /* Drop snapshot snap (a manifest id; "" is nothing) that nobody points at
- * any more: its chunks go at the next gc.  A failure is logged. */
+ * any more, and wake the collector: its chunks go in the background, off
+ * the request's path.  A failure is logged. */
 void snapshots_forget(struct server *s, const char *snap);
+
+/* The collector: a thread that runs the store's gc (store_gc) each time
+ * snapshots_forget dropped a snapshot, once for any number of drops that
+ * came while it ran.  gc is safe beside snapshots and starts (it takes the
+ * store lock exclusively: a put in progress finishes first, a start's lease
+ * keeps its chunks).  0, or -errno (thawd then collects only at start-up). */
+int snapshots_collector_start(struct server *s);
+/* Stop it (a gc in progress finishes first); NULL-safe, and safe when it
+ * never started. */
+void snapshots_collector_stop(struct server *s);
 
 #endif

@@ -27,6 +27,7 @@
 #include "server/proxy.h"
 #include "server/registry.h"
 #include "server/remote_sync.h"
+#include "server/snapshots.h"
 #include "server/standby.h"
 
 #include <limits.h>
@@ -205,6 +206,8 @@ struct server *server_new(const struct thaw_config *c, const struct server_opts 
 	if (recover_startup(s))
 		goto err;
 	recover_preload_manifests(s);
+	if (snapshots_collector_start(s))
+		pr_warn("no store gc in the background: only at start-up");
 	if (remote_sync_start(s))
 		goto err;
 	s->fallback = fallback_new(c);
@@ -272,6 +275,7 @@ void server_free(struct server *s)
 	jobs_free(s->jobs);
 	fallback_free(s->fallback);
 	remote_sync_finish(s);
+	snapshots_collector_stop(s); /* before the store it collects */
 	tier_close(s->tier);
 	store_close(s->store);
 	registry_free(s->reg);

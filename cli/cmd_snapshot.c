@@ -123,7 +123,7 @@ static bool image_allowed(const struct thaw_config *c, const struct func_spec *s
 
 int cmd_snapshot(int argc, char **argv)
 {
-	const char *spec_path = NULL, *id = NULL, *data_dir = NULL, *key;
+	const char *spec_path = NULL, *id = NULL, *data_dir = NULL;
 	char err[1024], fid[64], mkey[48];
 	struct thaw_config c;
 	struct func_spec *spec = NULL;
@@ -179,12 +179,8 @@ int cmd_snapshot(int argc, char **argv)
 	}
 	/* As thawd's PUT: a function's rootfs and directory only where allowed
 	 * (and again where they are used, function/confine.h). */
-	key = function_paths_forbidden(&c, spec->bundle, spec->cwd, spec->image, err, sizeof(err));
-	if (!key)
-		key = function_mounts_forbidden(&c, json_object_get(j, "mounts"), mkey, sizeof(mkey),
-						err, sizeof(err));
-	if (key) {
-		fprintf(stderr, "thaw snapshot: %s: %s: %s\n", spec_path, key, err);
+	if (function_spec_check(&c, spec->id, j, NULL, mkey, sizeof(mkey), err, sizeof(err))) {
+		fprintf(stderr, "thaw snapshot: %s: %s: %s\n", spec_path, mkey, err);
 		rc = 2;
 		goto out;
 	}

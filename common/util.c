@@ -130,8 +130,17 @@ static int rm_rf_at(int dirfd, const char *name, dev_t dev)
 	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return errno == ENOENT ? 0 : -errno;
 	if (S_ISDIR(st.st_mode)) {
+		struct statx stx;
+
 		if (st.st_dev != dev)
 			return -EXDEV; /* a mount point: never delete into it */
+		/* A bind mount of the same filesystem (a function's directory
+		 * staged for runc, function/confine.h) has the same st_dev:
+		 * below the top, never delete into one either. */
+		if (dirfd != AT_FDCWD && statx(dirfd, name, AT_SYMLINK_NOFOLLOW, 0, &stx) == 0 &&
+		    (stx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) &&
+		    (stx.stx_attributes & STATX_ATTR_MOUNT_ROOT))
+			return -EXDEV;
 		int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (fd < 0)
 			return -errno;

@@ -13,38 +13,33 @@
 #include <stdlib.h>
 #include <string.h>
 
-int function_bundle_write(const struct function_bundle *b, const char *dir)
+int function_bundle_write(const struct function_bundle *b, const char *dir,
+			  struct function_host_paths *hp)
 {
 	static char *const no_argv[] = { "/bin/true", NULL };
 	const struct func_spec *spec = b->spec;
 	char cgroup[192], port_env[32], preload[PATH_MAX + 64], **env = NULL;
-	struct function_host_paths hp;
 	struct oci_bind *binds = NULL;
 	struct oci_spec o = { 0 };
-	char (*msrc)[PATH_MAX] = NULL;
+	char (*src)[PATH_MAX + 32] = NULL; /* the cwd's, then each mount's */
 	bool has_port = false;
 	size_t nenv = 0;
 	int ret;
 
-	/* Where it reaches on the host, resolved and checked now, as it is
-	 * used: runc gets the paths that were checked. */
-	ret = function_host_paths(b->allow, spec, b->image, &hp);
+	/* Where it reaches on the host, opened and checked now, as it is
+	 * used: runc binds the directories that were checked. */
+	ret = function_host_paths(b->allow, spec, b->image, dir, hp);
 	if (ret)
 		return ret;
 	binds = calloc(4 + spec->nmounts, sizeof(*binds));
-	msrc = calloc(spec->nmounts + 1, sizeof(*msrc));
-	if (!binds || !msrc) {
+	src = calloc(spec->nmounts + 1, sizeof(*src));
+	if (!binds || !src) {
 		pr_err("out of memory");
 		ret = -ENOMEM;
 		goto out;
 	}
-	for (size_t i = 0; i < spec->nmounts; i++) {
-		ret = function_mount_source(b->allow, &spec->mounts[i], msrc[i]);
-		if (ret)
-			goto out;
-	}
-	if (hp.rootfs[0])
-		o.rootfs = hp.rootfs;
+	if (hp->rootfs[0])
+		o.rootfs = hp->rootfs;
 	/* The function learns its port from $PORT unless the spec sets it. */
 	for (; spec->env && spec->env[nenv]; nenv++)
 		has_port |= !strncmp(spec->env[nenv], "PORT=", 5);
@@ -79,8 +74,10 @@ int function_bundle_write(const struct function_bundle *b, const char *dir)
 	o.netns_path = b->netns;
 	o.binds = binds;
 	/* The function's own directory, read-only at the same path. */
-	if (hp.cwd[0])
-		binds[o.nbinds++] = (struct oci_bind){ hp.cwd, spec->cwd, false };
+	if (hp->cwd) {
+		snprintf(src[spec->nmounts], sizeof(src[0]), "%s/cwd", hp->stage);
+		binds[o.nbinds++] = (struct oci_bind){ src[spec->nmounts], spec->cwd, false };
+	}
 	/* restore/mapped.h: the snapshot's memory files at a mapped restore,
 	 * an empty directory otherwise (at the snapshot, so that runc declares
 	 * the mount external and a restore can point it elsewhere). */
@@ -91,9 +88,11 @@ int function_bundle_write(const struct function_bundle *b, const char *dir)
 		binds[o.nbinds++] = (struct oci_bind){ b->gpumem_out, GPUMEM_OUT_DEST, true };
 	}
 	/* The spec's "mounts", from the sources checked above. */
-	for (size_t i = 0; i < spec->nmounts; i++)
-		binds[o.nbinds++] = (struct oci_bind){ msrc[i], spec->mounts[i].destination,
+	for (size_t i = 0; i < spec->nmounts; i++) {
+		snprintf(src[i], sizeof(src[i]), "%s/%zu", hp->stage, i);
+		binds[o.nbinds++] = (struct oci_bind){ src[i], spec->mounts[i].destination,
 						       !spec->mounts[i].readonly };
+	}
 	o.gpu = spec->gpu;
 	o.gpu_minors = b->gpu_minors;
 	o.ngpu_minors = b->ngpu_minors;
@@ -108,9 +107,11 @@ int function_bundle_write(const struct function_bundle *b, const char *dir)
 						  .capabilities = oci_legacy_capabilities };
 	ret = oci_bundle_write(dir, &o);
 out:
+	if (ret)
+		function_host_paths_close(hp);
 	free(env);
 	free(binds);
-	free(msrc);
+	free(src);
 	return ret;
 }
 

@@ -15,6 +15,7 @@
 
 #include <stdbool.h>
 
+#include "function/confine.h"
 #include "function/spec.h"
 
 struct thaw_config;
@@ -55,9 +56,13 @@ struct function_bundle {
 };
 
 /* Write dir/config.json (and its rootfs skeleton and CRIU config) for b.
- * 0 or -errno (logged): -EACCES when b->allow does not allow where it
- * reaches. */
-int function_bundle_write(const struct function_bundle *b, const char *dir);
+ * The host directories it binds are opened and checked now and named by
+ * their /proc/<pid>/fd/N (function/confine.h): hp holds them, and must be
+ * kept until runc run or restore has returned, then closed
+ * (function_host_paths_close).  0 or -errno (logged, nothing held):
+ * -EACCES when b->allow does not allow where it reaches. */
+int function_bundle_write(const struct function_bundle *b, const char *dir,
+			  struct function_host_paths *hp);
 /* The argv of a user's bundle (its config.json's process.args), for a spec
  * that gives no command: NULL-terminated (free it with function_argv_free),
  * or NULL if it has none or cannot be read. */

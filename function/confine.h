@@ -1,28 +1,31 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* confine.h — where a function's container reaches on the host, and whether
- * the operator allows it there.
+ * it may.
  *
  * A function runs as uid 0 in its container, so the host directories it
  * reaches must lie under the operator's allowed roots (common/config.h,
  * config_path_allowed): its rootfs, which is "<bundle>/rootfs" when that is
- * a directory and "<bundle>" otherwise, and, for a function without a bundle
- * or an image, its cwd, bound read-only at the same path.  Both are resolved
- * (symlinks followed) the way runc will follow them.  None may be, lie in
- * or hold thaw's own state (the data directory, the store, the RAM tier,
- * the registry credentials), whatever the roots: a function that reached
- * it could read other functions' specs and snapshots' memory, or write
- * runc's state of its container, whose hooks thawd's `runc delete` runs
- * on the host as root.  The one exception is an image's rootfs in thaw's
- * image cache, read-only, given by thaw itself (image below).
+ * a directory (a link there is refused) and "<bundle>" otherwise; for a
+ * function without a bundle or an image, its cwd, bound read-only at the
+ * same path; and its mounts' sources.  None of them may be, lie in or hold
+ * thaw's own state (the data directory, the store, the RAM tier, the
+ * registry credentials), whatever the roots: a function that reached it
+ * could read other functions' specs and snapshots' memory, or write runc's
+ * state of its container, whose hooks thawd's `runc delete` runs as root.
+ * A directory a function may write (a read-write mount, a writable root)
+ * holds, and lies in, no other path a function reaches, its own or
+ * another's: no function can then change what another path leads to, nor
+ * write what another function runs.
  *
- * They are checked twice (docs/DESIGN.md, "Confinement"): when a spec is
- * registered (PUT, pull, thaw snapshot), to refuse it early; and where a
- * path is used (the bundle written for a snapshot, a restore or a standby,
- * function/bundle.h), because a path may change in between: a cwd that did
- * not exist at the PUT may become a link to anywhere, and a thawd restarted
- * without an --allow-root must not run what it no longer allows.  The
- * bundle is then written with the resolved paths, so that runc is given
- * what was checked.
+ * Checked twice (docs/DESIGN.md, "Confinement"): when a spec is registered
+ * (PUT, pull, thaw snapshot), to refuse it early; and where the paths are
+ * used (the bundle written for a snapshot, a restore or a standby,
+ * function/bundle.h), because a path may change in between.  There each
+ * directory is opened once, from its allowed root down with no link
+ * followed, checked where the kernel says it is, and held open: runc (and
+ * CRIU at a restore, through runc's external bind mounts) bind that very
+ * directory through /proc/<thawd>/fd/N, so a link swapped in after the
+ * check leads nowhere.
  */
 #ifndef THAW_FUNCTION_CONFINE_H
 #define THAW_FUNCTION_CONFINE_H
@@ -36,39 +39,52 @@
 #include "common/config.h"
 #include "function/spec.h"
 
-/* The host paths a container of a spec reaches, resolved. */
+/* The host directories a container of a spec reaches, opened and checked,
+ * as runc is given them: its root by the path the kernel gives the opened
+ * directory (runc refuses a link there), and the directories it binds
+ * (its cwd, its mounts' sources) each bound, from the opened directory, at
+ * <stage>/cwd and <stage>/<i> (i: the index in spec->mounts), which runc
+ * then binds into the container. */
 struct function_host_paths {
-	char rootfs[PATH_MAX]; /* its root; "" without a bundle (the host's dirs) */
-	char cwd[PATH_MAX];    /* bound read-only at spec->cwd; "": nothing bound */
+	char rootfs[PATH_MAX];        /* its root, where it is; "" without a bundle */
+	char stage[PATH_MAX];         /* <dir>/binds; "" when nothing is bound */
+	bool cwd;                     /* its cwd is bound, from <stage>/cwd */
+	bool stage_mounted;
+	int fds[SPEC_MAX_MOUNTS + 2]; /* the directories opened */
+	size_t nfds;
 };
 
-/* Resolve where a container of spec reaches (above) into *hp and, with c,
- * check it against c's allowed roots (c NULL: resolved only, for the
- * benchmark's baselines, which run what the operator hands them).  image:
- * spec->bundle is thaw's image cache's (function_bundle.image), allowed as
- * exactly <data>/images/rootfs/<hex> and not checked further.  0;
- * -EACCES when a path lies outside them; or realpath's -errno (a path that
- * does not exist).  Logged, naming the spec's key ("bundle", "cwd"). */
+/* Open where a container of spec reaches (above) into *hp, staging its
+ * binds under dir (the bundle's directory), and, with c, check it (c NULL:
+ * opened only, for the benchmark's baselines, which run what the operator
+ * hands them).  image: spec->bundle is thaw's image
+ * cache's, put there from the spec's image, the one path under the data
+ * directory allowed (read-only), and only as that exact path.  0 and *hp,
+ * to be closed with function_host_paths_close once runc has returned (its
+ * binds are the container's own then); or
+ * -EACCES (a path not allowed, or changed under the check), -ENOTDIR or
+ * -ENOENT, logged naming the spec's key, with nothing held. */
 int function_host_paths(const struct thaw_config *c, const struct func_spec *spec, bool image,
-			struct function_host_paths *hp);
+			const char *dir, struct function_host_paths *hp);
+/* Undo what a process killed between function_host_paths and its close
+ * left staged under dir: before dir is removed.  Nothing staged: nothing. */
+void function_host_paths_unstage(const char *dir);
+/* An empty *hp, which function_host_paths_close may be given. */
+void function_host_paths_init(struct function_host_paths *hp);
+/* Undo the binds of hp's stage and close what hp holds; again, or on an
+ * empty one, does nothing. */
+void function_host_paths_close(struct function_host_paths *hp);
 
-/* The registration's check, over a spec's strings: bundle (and its rootfs)
- * and, unless image, cwd (NULL: absent).  A path that does not exist yet is
- * taken as written: it is checked again where it is used.  NULL when
- * allowed; else the key at fault ("bundle" or "cwd"), why saying why. */
-const char *function_paths_forbidden(const struct thaw_config *c, const char *bundle,
-				     const char *cwd, bool image, char *why, size_t why_len);
-
-/* A spec's "mounts" (function/spec_mounts.h): each source a host directory
- * under c's allowed roots.  At registration, over the spec's JSON array
- * (NULL: none): NULL when allowed; else "mounts[i].source", why saying why.
- * A source that does not exist yet is taken as written. */
-const char *function_mounts_forbidden(const struct thaw_config *c, const json_t *mounts,
-				      char *key, size_t key_len, char *why, size_t why_len);
-/* Where it is used (the bundle's writer): mount m's source resolved into out,
- * which must be a directory, and checked against c (NULL: not checked).
- * 0, -EACCES, -ENOTDIR or realpath's -errno (logged, naming the mount). */
-int function_mount_source(const struct thaw_config *c, const struct spec_mount *m,
-			  char out[PATH_MAX]);
+/* The registration's check of spec (a spec's JSON, function id), against
+ * c and the other registered functions (others: their specs' array, each
+ * with its "id"; id's own skipped; NULL: none).  A path that does not
+ * exist yet is taken as written, but a mount's source must be a directory
+ * now.  0; -EACCES (403) when a path is not allowed, is thaw's or clashes
+ * with another (this function's or another function's, named); -EINVAL
+ * (400) when a mount's source is missing or not a directory; -ENOMEM.
+ * On failure key names the spec's key at fault and why says why. */
+int function_spec_check(const struct thaw_config *c, const char *id, const json_t *spec,
+			const json_t *others, char *key, size_t key_len, char *why,
+			size_t why_len);
 
 #endif

@@ -303,7 +303,7 @@ static int write_bundle(struct job *j)
 						   .gpumem_out = j->gpumem ? j->gpumem_out : NULL,
 						   .gpumem_preload = j->gpumem, .allow = j->c,
 						   .image = j->on_image },
-			j->bundle);
+			j->bundle, &j->held);
 	function_argv_free(own_argv);
 	return ret;
 }
@@ -432,6 +432,7 @@ static void cleanup(struct job *j)
 	if (j->stdio.err_r >= 0)
 		close(j->stdio.err_r);
 	logfile_close(&j->out);
+	function_host_paths_close(&j->held);
 	if (j->stop_fd >= 0)
 		close(j->stop_fd);
 	if (j->netns_made && netns_remove(j->netns))

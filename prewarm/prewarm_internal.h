@@ -17,6 +17,7 @@
 #include "common/cuda.h"
 #include "common/logfile.h"
 #include "common/runner.h"
+#include "function/confine.h"
 #include "function/spec.h"
 
 /* One snapshot in progress: its paths, its container, its log, its GPUs. */
@@ -24,6 +25,7 @@ struct job {
 	const struct thaw_config *c;
 	const struct func_spec *spec;
 	bool on_image; /* spec is image_apply's: its bundle is the image cache's */
+	struct function_host_paths held; /* the bundle's host directories, until the job ends */
 	struct runner r;
 	char state_dir[PATH_MAX + 16];
 	char work[PATH_MAX + 256];

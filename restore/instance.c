@@ -103,7 +103,7 @@ static int write_bundle(struct start_ctx *x, const struct func_spec *spec, const
 								.allow = x->c,
 								.image = json_object_get(m->meta,
 											 "image") },
-				     x->bundle);
+				     x->bundle, &x->held);
 }
 
 /* Where a start's copy of its image is, in the log: each phase as it
@@ -593,6 +593,8 @@ static int criu_restore(struct start *st)
 	ret = runner_restore(&x->r, x->bundle, in->id,
 			     x->mapped ? image : tier_lease_path(st->lease), x->work, &x->stdio,
 			     &in->pid);
+	/* CRIU has bound the spec's host directories: no longer held. */
+	function_host_paths_close(&x->held);
 	in->t.criu_restore = ms_since(tp);
 	if (!ret)
 		ret = lazy_check(x, in);

@@ -169,7 +169,7 @@ int instance_boot(const struct thaw_config *c, const struct instance_boot *b,
 					   .gpu_minors = spec->gpu && minors_known ? minors : NULL,
 					   .ngpu_minors = in.ngpus, .env_defaults = defaults,
 					   .allow = c, .image = b->image && b->image[0] },
-		x.bundle);
+		x.bundle, &x.held);
 	if (ret)
 		goto fail;
 	in.t.setup = ms_since(tp);
@@ -179,6 +179,7 @@ int instance_boot(const struct thaw_config *c, const struct instance_boot *b,
 	snprintf(runc_log, sizeof(runc_log), "%s/runc-run.log", x.dir);
 	x.have_container = true; /* a failed run leaves nothing; runc delete is harmless */
 	ret = runner_run(&x.r, x.bundle, in.id, runc_log, &x.stdio, &in.pid);
+	function_host_paths_close(&x.held); /* runc has bound them */
 	if (ret)
 		goto fail;
 	proc_start_time(in.pid, &x.pid_start);

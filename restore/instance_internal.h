@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include "common/runner.h"
+#include "function/confine.h"
 #include "function/spec.h"
 #include "restore/gpu_restore.h"
 #include "restore/instance.h"
@@ -31,6 +32,9 @@ struct start_ctx {
 	char work[PATH_MAX + 16];
 	char log[PATH_MAX + 16];
 	bool have_dir, have_netns, have_container;
+	/* The host directories the bundle binds (function/confine.h), held
+	 * until runc has returned. */
+	struct function_host_paths held;
 	pid_t shim_pid;
 	unsigned long long shim_start, pid_start;
 	uint16_t port;

@@ -107,6 +107,7 @@ static int teardown_once(struct start_ctx *x, const char *id)
 	bool oom = false;
 	int ret = 0, r;
 
+	function_host_paths_close(&x->held);
 	for (int i = 0; i < 2; i++) {
 		int *fd = i ? &x->stdio.err_r : &x->stdio.out_r;
 
@@ -166,6 +167,13 @@ static int teardown_once(struct start_ctx *x, const char *id)
 			x->have_netns = false;
 	}
 	if (x->have_dir) {
+		char bundle[PATH_MAX + 16];
+
+		/* A start killed while runc bound the spec's directories left
+		 * them staged in its bundle (function/confine.h); x->bundle
+		 * is not set for an instance of an earlier run. */
+		snprintf(bundle, sizeof(bundle), "%s/bundle", x->dir);
+		function_host_paths_unstage(bundle);
 		umount_dir(x->dir);
 		if (x->end)
 			instance_ended_keep_logs(x->c, id, x->dir);

@@ -54,30 +54,31 @@ int api_get_function(struct req *q)
 
 /* A function runs as root in its container: its rootfs, its directory,
  * its mounts' sources and a local image only where the operator allows
- * (thawd --allow-root).  The key at fault (in mkey, for a mount), with why
- * in err, or NULL.  An image's function has its cwd in the image.  Checked
- * again where they are used (function/confine.h). */
-static const char *spec_path_forbidden(struct server *s, const json_t *spec, char *mkey,
-				       size_t mkey_len, char *err, size_t errlen)
+ * (thawd --allow-root), never thaw's own state, and a directory it writes
+ * reached by nothing else (function/confine.h, against every registered
+ * function).  0, or function_spec_check's -EACCES or -EINVAL with the key
+ * at fault in key and why in err.  Checked again where they are used. */
+static int spec_path_check(struct server *s, const char *id, const json_t *spec, char *key,
+			   size_t key_len, char *err, size_t errlen)
 {
 	const char *image = json_string_value(json_object_get(spec, "image"));
 	enum image_transport t;
 	char local[PATH_MAX];
-	const char *key;
+	json_t *others = NULL;
+	int ret;
 
-	key = function_paths_forbidden(&s->cfg, json_string_value(json_object_get(spec, "bundle")),
-				       json_string_value(json_object_get(spec, "cwd")), image, err,
-				       errlen);
-	if (key)
-		return key;
-	key = function_mounts_forbidden(&s->cfg, json_object_get(spec, "mounts"), mkey, mkey_len,
-					err, errlen);
-	if (key)
-		return key;
+	/* Without the list (out of memory), the others are not compared. */
+	registry_list_json(s->reg, &others);
+	ret = function_spec_check(&s->cfg, id, spec, others, key, key_len, err, errlen);
+	json_decref(others);
+	if (ret)
+		return ret;
 	if (image && !spec_image_ref(image, &t, local, sizeof(local), NULL, 0) &&
-	    t != IMAGE_DOCKER && !config_path_allowed(&s->cfg, local, err, errlen))
-		return "image";
-	return NULL;
+	    t != IMAGE_DOCKER && !config_path_allowed(&s->cfg, local, err, errlen)) {
+		snprintf(key, key_len, "image");
+		return -EACCES;
+	}
+	return 0;
 }
 
 int api_put_function(struct req *q)
@@ -85,7 +86,6 @@ int api_put_function(struct req *q)
 	struct server *s = q->srv;
 	char err[512] = "", loc[128], forgot[CHUNK_ID_LEN] = "", mkey[48];
 	json_t *spec = NULL, *j = NULL;
-	const char *key;
 	bool created = false;
 	int ret;
 
@@ -95,9 +95,14 @@ int api_put_function(struct req *q)
 	ret = function_body_parse(q->route.id, q->body, q->len, &spec, err, sizeof(err));
 	if (ret == -EINVAL)
 		return reply_error(q, 400, "bad_request", "%s", err);
-	if (!ret && (key = spec_path_forbidden(s, spec, mkey, sizeof(mkey), err, sizeof(err)))) {
+	if (!ret && (ret = spec_path_check(s, q->route.id, spec, mkey, sizeof(mkey), err,
+					   sizeof(err)))) {
 		json_decref(spec);
-		return reply_error(q, 403, "forbidden", "%s: %s", key, err);
+		if (ret == -EINVAL)
+			return reply_error(q, 400, "bad_request", "%s: %s", mkey, err);
+		if (ret == -EACCES)
+			return reply_error(q, 403, "forbidden", "%s: %s", mkey, err);
+		return reply_error(q, 500, "internal", "%s: %s", mkey, err);
 	}
 	if (ret) {
 		struct api_err e = api_err_from_errno(ret);

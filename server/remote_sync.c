@@ -413,20 +413,16 @@ static int pulled_spec(struct server *s, const char *function, const char *text,
 		       char *err, size_t errlen)
 {
 	int ret = function_body_parse(function, text, strlen(text), spec, err, errlen);
-	const char *key;
-	char why[1024], mkey[48];
+	json_t *others = NULL;
+	char why[1024], key[48];
 
-	key = ret ? NULL
-		  : function_paths_forbidden(
-			    &s->cfg, json_string_value(json_object_get(*spec, "bundle")),
-			    json_string_value(json_object_get(*spec, "cwd")),
-			    json_object_get(*spec, "image") != NULL, why, sizeof(why));
-	if (!ret && !key)
-		key = function_mounts_forbidden(&s->cfg, json_object_get(*spec, "mounts"), mkey,
-						sizeof(mkey), why, sizeof(why));
-	if (key) {
-		snprintf(err, errlen, "the remote's spec of %s: %s: %s", function, key, why);
-		ret = -EACCES;
+	if (!ret) {
+		registry_list_json(s->reg, &others);
+		ret = function_spec_check(&s->cfg, function, *spec, others, key, sizeof(key), why,
+					  sizeof(why));
+		json_decref(others);
+		if (ret)
+			snprintf(err, errlen, "the remote's spec of %s: %s: %s", function, key, why);
 	}
 	if (ret && *spec) {
 		json_decref(*spec);

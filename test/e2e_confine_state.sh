@@ -9,9 +9,11 @@
 #      the function is run and hooks runc's state.json of its container,
 #      whose poststop hook thawd's `runc delete` would run on the host;
 #   2. a function with a legitimate read-write mount finds no runc state in
-#      it, and the links it makes there to the data directory are refused:
-#      at the PUT of a function naming one, and, made after a PUT, at the
-#      snapshot (403) where the bundle is written;
+#      it, and the links it makes there to the data directory are refused
+#      at the PUT of a function naming one; a function whose source lies in
+#      that read-write mount is refused too (403, naming the writer); and a
+#      source made a link to the data directory after its PUT is refused at
+#      the snapshot (403) where the bundle is written;
 #   3. the hook's marker never appears, and nothing is left.
 set -u
 B=${THAW_BUILD:-$PWD/build}
@@ -94,18 +96,29 @@ st=$(api PUT /functions/via -d "$(spec "$(mount_of "$T/m/esc")")")
 	fail "a mount of $T/m/esc (a link to the data directory): $st $(head -c 300 "$T/body")"
 mkdir -p "$T/m/later"
 st=$(api PUT /functions/late -d "$(spec "$(mount_of "$T/m/later")")")
-[ "$st" = 201 ] || fail "PUT late (its mount a plain directory then): $st $(cat "$T/body")"
-curl -s --max-time 20 "http://$EP/link?at=/m/later&to=$DATA" >/dev/null
-[ -L "$T/m/later" ] || fail "legit did not turn $T/m/later into a link"
-st=$(api POST "/functions/late/snapshot?wait=1")
+[ "$st" = 403 ] && grep -q "function legit" "$T/body" &&
+	ok "a mount inside legit's read-write one is refused, naming legit" ||
+	{ fail "PUT late (its mount in legit's read-write one): $st $(head -c 300 "$T/body")"
+	  if [ "$st" = 201 ]; then
+		curl -s --max-time 20 "http://$EP/link?at=/m/later&to=$DATA" >/dev/null
+		api POST "/functions/late/snapshot?wait=1" >/dev/null
+		[ "$(cat "$T/body" | head -c 12)" = '{"job":{"id"' ] && run_attack late
+	  fi; }
+# A link made after the PUT, where no function writes: refused where the
+# bundle is written.
+mkdir -p "$T/later"
+st=$(api PUT /functions/later -d "$(spec "$(mount_of "$T/later")")")
+[ "$st" = 201 ] || fail "PUT later (its mount a plain directory then): $st $(cat "$T/body")"
+rmdir "$T/later" && ln -s "$DATA" "$T/later"
+st=$(api POST "/functions/later/snapshot?wait=1")
 [ "$st" = 403 ] && grep -q "thaw's own state" "$T/body" &&
-	ok "late, its mount now a link to the data directory, is refused at the snapshot" ||
-	{ fail "snapshot of late: $st $(head -c 300 "$T/body")"; [ "$st" = 200 ] && run_attack late; }
+	ok "later, its mount now a link to the data directory, is refused at the snapshot" ||
+	{ fail "snapshot of later: $st $(head -c 300 "$T/body")"; [ "$st" = 200 ] && run_attack later; }
 api DELETE "/instances/$IID" >/dev/null
 
 # ---- 3. no hook ran, nothing left ----
 [ -e "$MARKER" ] && fail "a function's hook ran on the host as root: $MARKER exists"
-for f in legit late; do api DELETE "/functions/$f" >/dev/null; done
+for f in legit late later; do api DELETE "/functions/$f" >/dev/null; done
 [ -z "$(own_containers)" ] || fail "containers left: $(own_containers)"
 [ -e "$MARKER" ] && fail "a function's hook ran on the host as root: $MARKER exists"
 

@@ -129,12 +129,12 @@ out:
 /* The bundle as prewarm writes it (function/bundle.h): CRIU restores only
  * into the mounts the image was dumped with. */
 static int write_fn_bundle(const struct func_spec *spec, const char *dir, const char *ns,
-			   const char *cid, const char *mapped_src)
+			   const char *cid, const char *mapped_src, struct function_host_paths *held)
 {
 	return function_bundle_write(&(struct function_bundle){ .spec = spec, .netns = ns,
 								.container_id = cid,
 								.mapped_src = mapped_src },
-				     dir);
+				     dir, held);
 }
 
 /* The container's stdout and stderr, read until they close: a pipe nobody
@@ -303,6 +303,7 @@ static int baseline_once(struct bench *b, struct baseline *bl, const struct func
 	uint32_t mnt_id;
 	struct runner_stdio sio = { -1, -1 };
 	struct drain d = { .fd = { -1, -1 } };
+	struct function_host_paths held = { .nfds = 0 };
 	const char *kind = "setup";
 	bool have_dir = false, have_ns = false, have_ctr = false;
 	const char *tmp;
@@ -334,7 +335,8 @@ static int baseline_once(struct bench *b, struct baseline *bl, const struct func
 	ret = mkdir(empty, 0755) < 0 ? -errno : 0;
 	if (!ret)
 		ret = write_fn_bundle(f, bundle, ns, cid,
-				      !image || mapped_mount_id(image, &mnt_id) == 0 ? empty : NULL);
+				      !image || mapped_mount_id(image, &mnt_id) == 0 ? empty : NULL,
+				      &held);
 	if (ret < 0)
 		goto out;
 	t0 = now_ns();
@@ -345,6 +347,7 @@ static int baseline_once(struct bench *b, struct baseline *bl, const struct func
 		kind = "run";
 		ret = runner_run(r, bundle, cid, log_path, &sio, &init);
 	}
+	function_host_paths_close(&held);
 	if (ret < 0)
 		goto out;
 	have_ctr = true;
@@ -370,6 +373,7 @@ out:
 			cuda_quiesce_container(init);
 		runner_delete(r, cid);
 	}
+	function_host_paths_close(&held);
 	drain_stop(&d);
 	if (sio.out_r >= 0 && !d.started)
 		close(sio.out_r);

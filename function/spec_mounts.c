@@ -16,6 +16,11 @@ static const char *const mount_keys[] = { "source", "destination", "readonly" };
 /* Where thaw or the kernel already mount something of their own. */
 static const char *const reserved[] = { "/proc", "/sys", "/dev", OCI_MAPPED_DEST, GPUMEM_IN_DEST,
 					GPUMEM_OUT_DEST };
+/* What thaw binds read-only from the host into a container without a root
+ * of its own (common/oci.c): a mount there would be shadowed, or need a
+ * mount point made in a read-only bind, and fail at the snapshot. */
+static const char *const host_bound[] = { "/usr", "/etc", "/opt", "/root", "/bin", "/sbin",
+					  "/lib", "/lib32", "/lib64", "/libx32" };
 
 /* An absolute path without ".", ".." or empty components, not "/", without
  * a trailing '/', at most PATH_MAX - 1 bytes. */
@@ -40,7 +45,8 @@ static bool under(const char *path, const char *dir)
 	return !strncmp(path, dir, n) && (path[n] == '\0' || path[n] == '/');
 }
 
-static int parse_one(const json_t *o, size_t i, struct spec_mount *m, char *err, size_t errlen)
+static int parse_one(const json_t *o, size_t i, const struct func_spec *s, struct spec_mount *m,
+		     char *err, size_t errlen)
 {
 	const json_t *src = json_object_get(o, "source"), *dst = json_object_get(o, "destination");
 	const json_t *ro = json_object_get(o, "readonly");
@@ -74,6 +80,24 @@ static int parse_one(const json_t *o, size_t i, struct spec_mount *m, char *err,
 					 "mounts[%zu].destination: %s is the container's "
 					 "own",
 					 i, reserved[k]);
+	if (!strcmp(json_string_value(dst), "/tmp"))
+		return spec_fail(err, errlen,
+				 "mounts[%zu].destination: /tmp is the container's own tmpfs; "
+				 "mount under it instead",
+				 i);
+	for (size_t k = 0; !s->bundle && !s->image && k < ARRAY_SIZE(host_bound); k++)
+		if (under(json_string_value(dst), host_bound[k]))
+			return spec_fail(err, errlen,
+					 "mounts[%zu].destination: thaw binds the host's %s "
+					 "there read-only (a function without a bundle runs on "
+					 "the host's directories); choose another path",
+					 i, host_bound[k]);
+	if (!s->bundle && !s->image && s->cwd && strcmp(s->cwd, "/") &&
+	    (under(json_string_value(dst), s->cwd) || under(s->cwd, json_string_value(dst))))
+		return spec_fail(err, errlen,
+				 "mounts[%zu].destination: %s is where thaw binds the "
+				 "function's cwd (%s), read-only; choose another path",
+				 i, json_string_value(dst), s->cwd);
 	if (ro && !json_is_boolean(ro))
 		return spec_fail(err, errlen, "mounts[%zu].readonly: must be true or false", i);
 	m->source = strdup(json_string_value(src));
@@ -103,13 +127,23 @@ int spec_mounts_parse(const json_t *v, struct func_spec *s, char *err, size_t er
 		return spec_fail(err, errlen, "mounts: out of memory");
 	for (size_t i = 0; i < n; i++) {
 		s->nmounts = i + 1;
-		ret = parse_one(json_array_get(v, i), i, &s->mounts[i], err, errlen);
+		ret = parse_one(json_array_get(v, i), i, s, &s->mounts[i], err, errlen);
 		if (ret)
 			return ret;
-		for (size_t k = 0; k < i && s->mounts[i].destination; k++)
-			if (!strcmp(s->mounts[k].destination ?: "", s->mounts[i].destination))
+		/* One inside another would need its mount point made in the
+		 * other's source, on the host (or fail in a read-only one). */
+		for (size_t k = 0; k < i && s->mounts[i].destination; k++) {
+			const char *a = s->mounts[k].destination ?: "", *b = s->mounts[i].destination;
+
+			if (!strcmp(a, b))
 				return spec_fail(err, errlen, "mounts[%zu].destination: %s twice",
-						 i, s->mounts[i].destination);
+						 i, b);
+			if (under(a, b) || under(b, a))
+				return spec_fail(err, errlen,
+						 "mounts[%zu].destination: %s and mounts[%zu]'s %s "
+						 "nest; give each its own path",
+						 i, b, k, a);
+		}
 	}
 	return 0;
 }

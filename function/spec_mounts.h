@@ -5,9 +5,14 @@
  *	"mounts": [{"source": "/srv/models", "destination": "/models",
  *	            "readonly": true}]
  *
- * Read-only unless "readonly" is false.  Each source must lie under an
- * allowed root (function/confine.h: checked at registration and again where
- * the bundle is written).  They are part of what the function runs: recorded
+ * Read-only unless "readonly" is false.  Each source must be a directory
+ * under an allowed root, away from thaw's own state, and a read-write one
+ * must hold and lie in no other path a function reaches (function/confine.h:
+ * checked at registration and again where the bundle is written, where the
+ * very directory checked is bound).  A destination may not be the
+ * container's own (/proc, /sys, /dev, thaw's), /tmp, where thaw binds the
+ * host's directories for a function without a bundle or an image (/usr,
+ * /etc, /opt, …) or its cwd, nor nest with another mount's.  They are part of what the function runs: recorded
  * in its snapshot's spec and bound again, from the same sources, at every
  * restore (CRIU restores a container only into the mounts it was dumped
  * with; runc hands it the binds as external mounts).

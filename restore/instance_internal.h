@@ -18,6 +18,7 @@
 #include "function/spec.h"
 #include "restore/gpu_restore.h"
 #include "restore/instance.h"
+#include "restore/instance_ended.h"
 #include "restore/lazy_watch.h"
 
 /* Everything a start builds, so that one function can undo any prefix of it. */
@@ -78,6 +79,9 @@ struct start_ctx {
 	 * output is kept as an ended instance's by the teardown, not put in
 	 * the start's error, which reaches the data plane. */
 	bool keep_output;
+	/* Where the teardown writes that failed start's end (end points here):
+	 * the context's own, as it outlives every use of end. */
+	struct instance_end failed_start_end;
 };
 
 /* A start's steps, shared by every way an instance is made or ended.  The

@@ -205,7 +205,6 @@ static bool transient(int err)
 
 int instance_ctx_teardown(struct start_ctx *x, const char *id)
 {
-	struct instance_end e = { .exited = false };
 	bool keep = x->keep_output && !x->end && x->have_dir;
 	json_t *rec = NULL;
 	uint64_t t0 = now_ns();
@@ -215,9 +214,12 @@ int instance_ctx_teardown(struct start_ctx *x, const char *id)
 	 * thawd stopped, its record and output kept (instance_ended.h) for the
 	 * operator, and named by the start's error instead of the output. */
 	if (keep) {
-		snprintf(e.why, sizeof(e.why), "its start failed: not ready");
+		struct instance_end *e = &x->failed_start_end;
+
+		*e = (struct instance_end){ .exited = false };
+		snprintf(e->why, sizeof(e->why), "its start failed: not ready");
 		if (instance_record_load(x->record, &rec) == 0) {
-			x->end = &e;
+			x->end = e;
 			x->end_rec = rec;
 		}
 	}

@@ -759,6 +759,9 @@ int main(void)
 	const char *paths[1];
 	struct store *s;
 
+	/* As thaw and thawd run (cli/thaw.c, server/thawd_main.c): what they
+	 * create is the owner's only, store_get's files as the engine's. */
+	umask(077);
 	/* A disk filesystem, not tmpfs, so that O_DIRECT is exercised. */
 	snprintf(root, sizeof(root), "/var/tmp/thaw-test-engine-XXXXXX");
 	REQUIRE(mkdtemp(root));

@@ -20,6 +20,7 @@
 #include "server/snapshots.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +82,11 @@ static int spec_path_check(struct server *s, const char *id, const json_t *spec,
 	return 0;
 }
 
+/* From a PUT's path check to its registry write, one PUT at a time: two
+ * functions whose paths clash (a directory one writes that the other
+ * reaches) are then never both let in, each checked before the other. */
+static pthread_mutex_t put_check_lock = PTHREAD_MUTEX_INITIALIZER;
+
 int api_put_function(struct req *q)
 {
 	struct server *s = q->srv;
@@ -95,8 +101,10 @@ int api_put_function(struct req *q)
 	ret = function_body_parse(q->route.id, q->body, q->len, &spec, err, sizeof(err));
 	if (ret == -EINVAL)
 		return reply_error(q, 400, "bad_request", "%s", err);
+	pthread_mutex_lock(&put_check_lock);
 	if (!ret && (ret = spec_path_check(s, q->route.id, spec, mkey, sizeof(mkey), err,
 					   sizeof(err)))) {
+		pthread_mutex_unlock(&put_check_lock);
 		json_decref(spec);
 		if (ret == -EINVAL)
 			return reply_error(q, 400, "bad_request", "%s: %s", mkey, err);
@@ -107,12 +115,14 @@ int api_put_function(struct req *q)
 	if (ret) {
 		struct api_err e = api_err_from_errno(ret);
 
+		pthread_mutex_unlock(&put_check_lock);
 		return reply_error(q, e.status, e.code, "cannot check the spec: %s", err);
 	}
 	/* The answer is what this PUT recorded, read under its own lock: a
 	 * DELETE racing it may remove the function the moment after, and
 	 * that is no error of this PUT's. */
 	ret = registry_put_get(s->reg, q->route.id, spec, &created, forgot, &j);
+	pthread_mutex_unlock(&put_check_lock);
 	json_decref(spec);
 	snapshots_forget(s, forgot);
 	if (ret == -EBUSY)

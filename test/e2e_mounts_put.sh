@@ -10,7 +10,8 @@
 #      function reaches (its cwd, its other mounts); or one of another
 #      function's paths (the message naming it), either way round;
 #   3. 201: read-only mounts that nest, and the same read-only source in two
-#      functions.
+#      functions;
+#   4. two clashing PUTs at once are never both registered.
 set -u
 B=${THAW_BUILD:-$PWD/build}
 ROOT=${THAW_ROOT:-$PWD}
@@ -69,6 +70,24 @@ put second 403 forbidden "\"mounts\": [$(m "$A/m" /m false)]" "function writer"
 put roshare 201 "" "\"mounts\": [$(m "$A/shared" /a true), $(m "$A/other" /b true)]"
 put roshare2 201 "" "\"mounts\": [$(m "$A/shared" /a true)]"
 put writer 200 "" "\"mounts\": [$(m "$A/m" /m false)]" # its own PUT again: no clash with itself
+
+# Two PUTs at once whose paths clash: never both let in.
+both=0
+for i in $(seq 10); do
+	mkdir -p "$A/race$i/sub"
+	pids=""
+	for f in a b; do
+		[ $f = a ] && src=$A/race$i || src=$A/race$i/sub
+		curl -s -o /dev/null -w '%{http_code}\n' -X PUT -H 'Content-Type: application/json' \
+			"$URL/functions/race$i$f" -d "{\"command\": [\"true\"], \"port\": 8000,
+			  \"cwd\": \"$A/fn\", \"mounts\": [$(m "$src" /r false)]}" >"$T/race.$f" &
+		pids="$pids $!"
+	done
+	wait $pids
+	[ "$(cat "$T/race.a")" = 201 ] && [ "$(cat "$T/race.b")" = 201 ] && both=$((both + 1))
+done
+[ $both = 0 ] && ok "10 pairs of clashing PUTs at once: never both registered" ||
+	fail "$both of 10 pairs of clashing PUTs at once were both registered"
 
 [ "$(api GET /functions/file)" = 404 ] || fail "a refused function was registered"
 echo "$fails failure(s)"

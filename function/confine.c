@@ -421,7 +421,7 @@ static int stage_open(struct function_host_paths *hp, const char *dir)
 	snprintf(hp->stage, sizeof(hp->stage), "%s/binds", dir);
 	/* One a killed thawd left: what it holds is detached with it. */
 	umount2(hp->stage, MNT_DETACH);
-	err = mkdir_p(dir, 0755);
+	err = mkdir_p(dir, 0700);
 	if (err) {
 		hp->stage[0] = '\0';
 		return err;

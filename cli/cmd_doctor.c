@@ -694,7 +694,7 @@ static void note_bad(const char *what, const char *why, void *arg)
 			 what, why);
 }
 
-/* The store's verification (issue 44, L6): by default store_check, which
+/* The store's verification: by default store_check, which
  * reads the manifests, the pack indexes and the packs' lengths but no chunk
  * (seconds on a large store, where reading every chunk takes as long as
  * reading the store); with full, store_verify, which reads every chunk.

@@ -339,7 +339,7 @@ int instance_ctx_ready(struct start_ctx *x, const struct func_spec *spec, struct
 	if (!ret)
 		return 0;
 	/* The output goes to the ended instance's log, which the control
-	 * plane reads; the error names it only (issue 44, L7). */
+	 * plane reads; the error names it only. */
 	x->keep_output = true;
 	log_set_error("%s %s after %.0f ms (%s); its output is kept as instance %s's: GET "
 		      "/instances/%s/logs",

@@ -732,7 +732,7 @@ static int transfer_begin(struct proxy_call *c)
  * that came before the whole body had gone, which the function may not
  * have read) leaves bytes on it that the next request would be read with:
  * the next client's request would be parsed as the end of this one, and
- * this one's tail as the next (request smuggling, issue 44). */
+ * this one's tail as the next (request smuggling). */
 static bool link_reusable(const struct proxy_call *c)
 {
 	return c->done && c->result == CURLE_OK && !c->cut && c->answer_framed &&

@@ -549,3 +549,8 @@ void detach_child(const int *keep, size_t n)
 		dup2(null_fd, i);
 	syscall(SYS_close_range, (unsigned int)base, ~0U, 0);
 }
+
+bool errno_own_want(int err)
+{
+	return err == EMFILE || err == ENFILE || err == ENOMEM || err == ENOBUFS;
+}

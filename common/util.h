@@ -104,6 +104,11 @@ void *alloc_huge(size_t len);
  * one path component (no '/', never "." or ".."). */
 bool id_valid(const char *id);
 
+/* Whether err (a positive errno) is this process's own want of descriptors,
+ * memory or buffers: it says nothing of what the call was about, and passes
+ * as other work gives them back. */
+bool errno_own_want(int err);
+
 /* Lowercase hex of n bytes into out (2n+1 bytes with the NUL). */
 void hex_encode(const uint8_t *in, size_t n, char *out);
 /* Exactly 2n hex digits into n bytes; -EINVAL otherwise. */

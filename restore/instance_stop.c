@@ -199,8 +199,7 @@ static int teardown_once(struct start_ctx *x, const char *id)
  * which passes as other work gives them back? */
 static bool transient(int err)
 {
-	return err == -EMFILE || err == -ENFILE || err == -ENOMEM || err == -ENOBUFS ||
-	       err == -EAGAIN;
+	return errno_own_want(-err) || err == -EAGAIN;
 }
 
 int instance_ctx_teardown(struct start_ctx *x, const char *id)

@@ -161,8 +161,7 @@ static int home_open(void)
  * which says nothing of the instance? */
 static bool local_errno(int err)
 {
-	return err == EMFILE || err == ENFILE || err == ENOMEM || err == ENOBUFS ||
-	       err == EADDRNOTAVAIL;
+	return errno_own_want(err) || err == EADDRNOTAVAIL;
 }
 
 /* A new link, counted against srv's links_max: NULL with errno EAGAIN when

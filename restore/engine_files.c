@@ -2,6 +2,7 @@
 /* engine_files.c — the target side of both engines: create the image files. */
 #define LOG_PREFIX "engine: "
 #include "restore/engine.h"
+#include "common/gpumem_protocol.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -44,8 +45,14 @@ static int create_one(const char *outdir, const struct manifest_file *f, int *fd
 		goto out;
 	}
 	/* The owner's bits only: an image holds a process's memory, and only
-	 * CRIU (root) reads it. */
-	if (fchmod(fd, f->mode & 0700) < 0) {
+	 * CRIU (root) reads it.  But libthaw-cuda's copy (prewarm/prewarm_gpu.c)
+	 * is a public library the restored process maps from the image, and
+	 * CRIU checks that file's mode against the dump's ("bad mode 0100600
+	 * (expect 0100644)" failed every GPU restore): it keeps its read and
+	 * execute bits. */
+	mode_t mode = strcmp(f->path, GPUMEM_LIB_NAME) ? f->mode & 0700 : f->mode & 0755;
+
+	if (fchmod(fd, mode) < 0) {
 		ret = -errno;
 		pr_perror("chmod %s", path);
 		goto out;

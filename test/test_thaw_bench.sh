@@ -198,6 +198,33 @@ EOF
 	else
 		fail "thaw snapshot/materialize of the CPU example failed"
 	fi
+	# The same function as a GPU one, under the CUDA mock (test/cuda_mock.c):
+	# its container binds libthaw-cuda's directories (/.thaw-gpu and
+	# /.thaw-gpu-out), which CRIU dumps as external mounts; a plain restore
+	# whose bundle lacks them fails ("No mapping for N:(null) mountpoint").
+	if command -v "${CC:-cc}" >/dev/null && [ -e "$B/libthaw-cuda.so" ]; then
+		mkdir -p "$T/mock"
+		"${CC:-cc}" -shared -fPIC -O1 -o "$T/mock/libcuda.so.1" "$R/test/cuda_mock.c" &&
+			ln -s libcuda.so.1 "$T/mock/libnvidia-ml.so.1" || fail "cannot build the fake driver"
+		sed 's/"port": 8000,/"port": 8000, "gpu": true,/' "$T/fn.json" >"$T/gfn.json"
+		rm -rf "$IMG"
+		gsnap=$(LD_LIBRARY_PATH=$T/mock MOCK_NVML_FREE_MIB=40000,60000 THAW_NO_GPU= \
+			"$B/thaw" --data-dir "$T/data" snapshot --id fn-g "$T/gfn.json" |
+			python3 -c 'import json,sys; print(json.load(sys.stdin)["snapshot"])')
+		if [ -n "$gsnap" ] && "$B/thaw" --data-dir "$T/data" materialize --out "$IMG" "$gsnap" >/dev/null; then
+			start_fake --plan ok --delay-ms 1
+			LD_LIBRARY_PATH=$T/mock MOCK_NVML_FREE_MIB=40000,60000 THAW_NO_GPU= TMPDIR=$T/tmp \
+				"$BENCH" --url "$URL" --function fn-g --burst 1 \
+				--infer "GET /infer?x=7" --expect '"x": 7, "y": ' --runc-root "$T/runc" \
+				--baseline-plain "$IMG" --baseline-cold "$T/gfn.json" --baseline-runs 1 \
+				--json "$T/g.json" >"$T/g.out" 2>&1
+			got=$(jget "$T/g.json" '(j["baselines"]["plain_restore"]["available"], j["baselines"]["plain_restore"].get("latency_ms", {}).get("n"))')
+			[ "$got" = "(True, 1)" ] ||
+				fail "plain restore of a GPU snapshot: $got: $(grep -m1 'plain restore .*not available' "$T/g.out")"
+		else
+			fail "thaw snapshot/materialize of the CPU example as a GPU function failed"
+		fi
+	fi
 	[ -z "$(runc --root "$T/runc" list -q 2>/dev/null)" ] || fail "containers left"
 	grep -q "$T/tmp" /proc/mounts && fail "namespaces left mounted"
 	[ -z "$(ls -A "$T/tmp" 2>/dev/null)" ] || fail "temp dirs left: $(ls "$T/tmp")"

@@ -5,18 +5,20 @@
 
 #include "common/config.h"
 #include "common/cuda.h"
+#include "common/gpumem_protocol.h"
 #include "common/log.h"
 #include "common/netns.h"
 #include "common/oci.h"
 #include "common/runner.h"
 #include "common/util.h"
+#include "criu/criu_image.h"
 #include "function/bundle.h"
 #include "function/ready.h"
 #include "function/spec.h"
 #include "restore/gpu_restore.h"
-#include "restore/mapped.h"
 #include "restore/tier.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <libgen.h>
 #include <poll.h>
@@ -126,15 +128,90 @@ out:
 	return ret;
 }
 
-/* The bundle as prewarm writes it (function/bundle.h): CRIU restores only
- * into the mounts the image was dumped with. */
-static int write_fn_bundle(const struct func_spec *spec, const char *dir, const char *ns,
-			   const char *cid, const char *mapped_src, struct function_host_paths *held)
+/* Was the image dumped with a mount at mountpoint (its mountpoints-*.img)? */
+static bool image_has_mount(const char *image, const char *mountpoint)
 {
-	return function_bundle_write(&(struct function_bundle){ .spec = spec, .netns = ns,
-								.container_id = cid,
-								.mapped_src = mapped_src },
-				     dir, held);
+	DIR *d = opendir(image);
+	struct dirent *de;
+	int ret = -ENOENT;
+
+	while (d && ret == -ENOENT && (de = readdir(d))) {
+		char path[PATH_MAX + 256];
+		uint8_t *buf = NULL;
+		uint32_t id;
+		size_t len;
+
+		if (strncmp(de->d_name, "mountpoints-", 12))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", image, de->d_name);
+		ret = criu_img_read_file(path, CRIU_IMG_MAX_FILE, &buf, &len);
+		if (!ret)
+			ret = criu_img_mount_id(buf, len, de->d_name, mountpoint, &id);
+		free(buf);
+	}
+	if (d)
+		closedir(d);
+	return ret == 0;
+}
+
+/* The bundle as thawd's restore writes it (restore/instance.c), from the
+ * mounts the image was dumped with: CRIU restores only into those, and runc
+ * names each bind to CRIU as an external mount; one the bundle lacks fails
+ * the restore ("mnt: No mapping for N:(null) mountpoint").  So the mapped
+ * image's mount gets an empty directory, and libthaw-cuda's (a GPU
+ * function's, common/gpumem_protocol.h) the image itself, which holds the
+ * library and the saved device memory, and gpumem_out for its answers. */
+static int write_fn_bundle(const struct func_spec *spec, const char *dir, const char *ns,
+			   const char *cid, const char *image, const char *empty,
+			   const char *gpumem_out, struct function_host_paths *held)
+{
+	bool gpumem = image && image_has_mount(image, GPUMEM_IN_DEST);
+
+	return function_bundle_write(
+		&(struct function_bundle){ .spec = spec, .netns = ns, .container_id = cid,
+					   .mapped_src = !image || image_has_mount(image, OCI_MAPPED_DEST) ?
+								 empty : NULL,
+					   .gpumem_in = gpumem ? image : NULL,
+					   .gpumem_out = gpumem ? gpumem_out : NULL },
+		dir, held);
+}
+
+/* After the CUDA restore of the processes of the container whose first
+ * process is init: each one whose device memory libthaw-cuda saved into
+ * the image (gpu-<pid in the container>.mem) copies it back, and only then
+ * are its CUDA calls let through (docs/DESIGN.md, "GPU memory").  0 where
+ * the image holds none. */
+static int gpumem_copy_back(const char *image, pid_t init, const char *out_dir)
+{
+	json_t *meta = json_pack("{s:{s:[]}}", "gpu_memory", "ns_pids");
+	json_t *ns = json_object_get(json_object_get(meta, "gpu_memory"), "ns_pids");
+	pid_t *pids = NULL;
+	struct dirent *de;
+	size_t n = 0;
+	double ms = 0;
+	DIR *d;
+	int ret = 0;
+
+	if (!meta)
+		return -ENOMEM;
+	d = opendir(image);
+	while (d && (de = readdir(d))) {
+		int pid, end = 0;
+
+		if (sscanf(de->d_name, GPUMEM_FILE_FMT "%n", &pid, &end) == 1 && end > 0 &&
+		    !de->d_name[end])
+			json_array_append_new(ns, json_integer(pid));
+	}
+	if (d)
+		closedir(d);
+	if (json_array_size(ns)) {
+		ret = pidns_members(init, &pids, &n);
+		if (!ret)
+			ret = gpu_memory_restore(meta, pids, n, out_dir, &ms);
+	}
+	free(pids);
+	json_decref(meta);
+	return ret;
 }
 
 /* The container's stdout and stderr, read until they close: a pipe nobody
@@ -299,8 +376,7 @@ static int baseline_once(struct bench *b, struct baseline *bl, const struct func
 			 const struct runner *r, const char *image, int run, double *ms)
 {
 	char dir[3100], ns[PATH_MAX], bundle[PATH_MAX], work[PATH_MAX], empty[PATH_MAX];
-	char log_path[PATH_MAX], cid[64];
-	uint32_t mnt_id;
+	char log_path[PATH_MAX], cid[64], gpu_out[PATH_MAX];
 	struct runner_stdio sio = { -1, -1 };
 	struct drain d = { .fd = { -1, -1 } };
 	struct function_host_paths held = { .nfds = 0 };
@@ -332,11 +408,10 @@ static int baseline_once(struct bench *b, struct baseline *bl, const struct func
 	have_ns = true;
 	kind = "bundle";
 	snprintf(empty, sizeof(empty), "%s/mapped-empty", dir);
-	ret = mkdir(empty, 0755) < 0 ? -errno : 0;
+	snprintf(gpu_out, sizeof(gpu_out), "%s/gpu-out", dir);
+	ret = mkdir(empty, 0755) < 0 || mkdir(gpu_out, 0700) < 0 ? -errno : 0;
 	if (!ret)
-		ret = write_fn_bundle(f, bundle, ns, cid,
-				      !image || mapped_mount_id(image, &mnt_id) == 0 ? empty : NULL,
-				      &held);
+		ret = write_fn_bundle(f, bundle, ns, cid, image, empty, gpu_out, &held);
 	if (ret < 0)
 		goto out;
 	t0 = now_ns();
@@ -355,6 +430,10 @@ static int baseline_once(struct bench *b, struct baseline *bl, const struct func
 	if (image && f->gpu) {
 		kind = "cuda_restore";
 		ret = cuda_thaw_container(init);
+		if (ret < 0)
+			goto out;
+		kind = "gpu_memory";
+		ret = gpumem_copy_back(image, init, gpu_out);
 		if (ret < 0)
 			goto out;
 	}

@@ -713,6 +713,29 @@ static int key_standby(const json_t *j, const json_t *v, struct func_spec *s, ch
 	return 0;
 }
 
+/* "standby_gpu": what a GPU function's standby holds on the GPU while it
+ * waits: "none" (its CUDA state checkpointed: no GPU memory, bound to no
+ * GPU) or "context" (the driver's restore done, its contexts on one GPU,
+ * none of the device memory thaw carries: a take is the fill alone). */
+static int key_standby_gpu(const json_t *j, const json_t *v, struct func_spec *s, char *err,
+			   size_t errlen)
+{
+	const char *w = json_string_value(v);
+
+	if (v && (!w || (strcmp(w, "none") && strcmp(w, "context"))))
+		return spec_fail(err, errlen, "standby_gpu: must be \"none\" or \"context\"");
+	s->standby_gpu_context = w && !strcmp(w, "context");
+	/* "gpu" and "gpu_memory" are parsed before (spec_keys' order). */
+	if (s->standby_gpu_context && !s->gpu)
+		return spec_fail(err, errlen, "standby_gpu: \"context\" is for a GPU function "
+				 "(\"gpu\": true)");
+	if (s->standby_gpu_context && s->gpu_memory_driver)
+		return spec_fail(err, errlen, "standby_gpu: \"context\" needs the device memory "
+				 "carried by thaw (\"gpu_memory\": \"thaw\"): the driver's "
+				 "restore would bring all of it back");
+	return 0;
+}
+
 static int key_concurrency(const json_t *j, const json_t *v, struct func_spec *s, char *err,
 			   size_t errlen)
 {
@@ -800,6 +823,7 @@ static const struct {
 	{ "stop_grace_s", key_stop_grace_s },
 	{ "max_instances", key_max_instances },
 	{ "standby", key_standby },
+	{ "standby_gpu", key_standby_gpu },
 	{ "concurrency", key_concurrency },
 	{ "queue", key_queue },
 	{ "queue_timeout_s", key_queue_timeout_s },
@@ -959,6 +983,8 @@ json_t *spec_to_json(const struct func_spec *s)
 		json_object_set_new(j, "lazy", json_boolean(s->lazy == SPEC_LAZY));
 	if (s->standby)
 		json_object_set_new(j, "standby", json_integer(s->standby));
+	if (s->standby_gpu_context)
+		json_object_set_new(j, "standby_gpu", json_string("context"));
 	if (s->idle_s > 0)
 		json_object_set_new(j, "idle_s", json_real(s->idle_s));
 	if (s->max_lifetime_s > 0)

@@ -94,6 +94,9 @@ struct func_spec {
 	/* "standby": how many instances thawd keeps restored ahead of the
 	 * requests (server/standby.h); 0 to SPEC_MAX_STANDBY. */
 	unsigned standby;
+	/* "standby_gpu": "context", a GPU function's standbys hold their
+	 * contexts on a GPU (the driver's restore done ahead), not nothing. */
+	bool standby_gpu_context;
 	/* Requests routed through thawd (/function/<id>/…, server/pool.h):
 	 * "concurrency", how many one instance serves at once (1 to
 	 * SPEC_MAX_CONCURRENCY; default SPEC_DEFAULT_CONCURRENCY_GPU or _CPU);

@@ -22,6 +22,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,6 +169,9 @@ struct gpu_prefill {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	int state; /* 0 filling, 1 offered, <0 -errno */
+	struct gpu_prefill *queue_next; /* in its GPU's fill queue, while queued */
+	bool queued, copying;
+	uint64_t queued_ns, copy_begin_ns, copy_end_ns; /* now_ns(); 0: not yet */
 	char why[160]; /* the first failure, for the log */
 	uint64_t bytes, offered_allocs;
 	double fill_ms;
@@ -310,6 +314,16 @@ static pthread_cond_t pin_cv = PTHREAD_COND_INITIALIZER;
 static struct pinned_file *pins;
 static bool reaper_started;
 
+/* Files kept pinned for a context standby (gpu_prefill_keep) while the
+ * process holder lives: a use each, so the reaper leaves them. */
+struct pin_keep {
+	pid_t holder;
+	struct pinned_file *f;
+	struct pin_keep *next;
+};
+static struct pin_keep *keeps;
+static void pin_put(struct pinned_file *f);
+
 struct pin_job {
 	struct pinned_file *f;
 	size_t first, last; /* pieces */
@@ -393,6 +407,19 @@ static void *pin_reaper(void *arg)
 
 		sleep(5);
 		pthread_mutex_lock(&pin_mu);
+		/* A standby stopped without its take (its holder is gone). */
+		for (struct pin_keep **kp = &keeps; *kp;) {
+			struct pin_keep *k = *kp;
+
+			if (kill(k->holder, 0) == 0 || errno != ESRCH) {
+				kp = &k->next;
+				continue;
+			}
+			*kp = k->next;
+			k->f->users--;
+			k->f->last_used = now_ns();
+			free(k);
+		}
 		for (pp = &pins; *pp;) {
 			struct pinned_file *f = *pp;
 
@@ -572,6 +599,57 @@ static int copy_file(struct gpu_prefill *pf, struct pf_proc *p, cu_ptr va)
 	return ret;
 }
 
+/* The fills of one GPU copy one at a time, in the order their starts asked
+ * (gpu_prefill_start): one fill alone runs at the link's speed (16 threads,
+ * a stream each), and fills side by side share it so that every start of a
+ * burst would finish last.  In turn, the first start gets its bytes after
+ * its own bytes' time, the k-th after k of them.  Pinning and making the
+ * allocations run outside the turn. */
+static pthread_mutex_t queue_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t queue_cv = PTHREAD_COND_INITIALIZER;
+static struct gpu_prefill *queue_head[CUDA_MAX_DEVICES];
+
+static void queue_join(struct gpu_prefill *pf)
+{
+	struct gpu_prefill **pp;
+
+	pthread_mutex_lock(&queue_mu);
+	for (pp = &queue_head[pf->ordinal]; *pp; pp = &(*pp)->queue_next)
+		;
+	*pp = pf;
+	pf->queue_next = NULL;
+	pf->queued = true;
+	pf->queued_ns = now_ns();
+	pthread_mutex_unlock(&queue_mu);
+}
+
+/* Wait until pf is the first of its GPU's queue. */
+static void queue_wait_turn(struct gpu_prefill *pf)
+{
+	pthread_mutex_lock(&queue_mu);
+	while (pf->queued && queue_head[pf->ordinal] != pf)
+		pthread_cond_wait(&queue_cv, &queue_mu);
+	pthread_mutex_unlock(&queue_mu);
+	pf->copying = true;
+	pf->copy_begin_ns = now_ns();
+}
+
+/* pf leaves its queue (done, failed or never copied): the next goes. */
+static void queue_leave(struct gpu_prefill *pf)
+{
+	struct gpu_prefill **pp;
+
+	pthread_mutex_lock(&queue_mu);
+	for (pp = &queue_head[pf->ordinal]; pf->queued && *pp; pp = &(*pp)->queue_next)
+		if (*pp == pf) {
+			*pp = pf->queue_next;
+			break;
+		}
+	pf->queued = false;
+	pthread_cond_broadcast(&queue_cv);
+	pthread_mutex_unlock(&queue_mu);
+}
+
 static int offer(struct gpu_prefill *pf, struct pf_proc *p);
 
 /* Fill one process's allocations; on success each filled one has its
@@ -601,6 +679,8 @@ static int fill_proc(struct gpu_prefill *pf, struct pf_proc *p)
 	if (ret)
 		snprintf(pf->why, sizeof(pf->why), "no address range of %llu bytes",
 			 (unsigned long long)p->len);
+	if (!ret && !pf->copying)
+		queue_wait_turn(pf);
 	if (!ret)
 		ret = copy_file(pf, p, va);
 	for (size_t i = 0; va && i < p->n; i++)
@@ -757,6 +837,9 @@ static void *prefill_main(void *arg)
 		snprintf(pf->why, sizeof(pf->why), "no CUDA context on GPU %d", pf->ordinal);
 	for (size_t i = 0; !ret && i < pf->np; i++)
 		ret = fill_proc(pf, &pf->p[i]);
+	if (pf->copying)
+		pf->copy_end_ns = now_ns();
+	queue_leave(pf);
 	/* All or nothing: a library that found a socket no one serves would
 	 * wait for it. */
 	for (size_t i = 0; ret && i < pf->np; i++)
@@ -792,6 +875,10 @@ struct gpu_prefill *gpu_prefill_start(const json_t *meta, const char *tier_dir,
 	if (!pf)
 		return NULL;
 	pf->ordinal = placement->dev[0].ordinal;
+	if (pf->ordinal < 0 || pf->ordinal >= CUDA_MAX_DEVICES) {
+		free(pf);
+		return NULL;
+	}
 	pf->placement = placement;
 	pf->wake[0] = pf->wake[1] = -1;
 	snprintf(pf->tier_dir, sizeof(pf->tier_dir), "%s", tier_dir);
@@ -811,14 +898,23 @@ struct gpu_prefill *gpu_prefill_start(const json_t *meta, const char *tier_dir,
 		if (read_layout(tier_dir, p))
 			goto fail;
 	}
-	if (pthread_create(&pf->thread, NULL, prefill_main, pf))
+	queue_join(pf);
+	if (pthread_create(&pf->thread, NULL, prefill_main, pf)) {
+		queue_leave(pf);
 		goto fail;
+	}
 	pf->started = true;
 	return pf;
 fail:
 	pf->state = -EINVAL;
 	gpu_prefill_end(pf, NULL, 0);
 	return NULL;
+}
+
+void gpu_prefill_copy_span(const struct gpu_prefill *p, uint64_t *begin, uint64_t *end)
+{
+	*begin = p ? p->copy_begin_ns : 0;
+	*end = p ? p->copy_end_ns : 0;
 }
 
 int gpu_prefill_ready(struct gpu_prefill *p)
@@ -847,8 +943,11 @@ void gpu_prefill_end(struct gpu_prefill *pf, char *summary, size_t len)
 	if (summary && len) {
 		char b[32];
 
-		snprintf(summary, len, "thaw filled %llu allocation(s), %s, in %.1f ms%s%s%s",
+		snprintf(summary, len, "thaw filled %llu allocation(s), %s, in %.1f ms (its GPU's "
+			 "turn after %.1f ms, the copy %.1f ms)%s%s%s",
 			 (unsigned long long)pf->offered_allocs, fmt_bytes(pf->bytes, b), pf->fill_ms,
+			 pf->copy_begin_ns ? (pf->copy_begin_ns - pf->queued_ns) / 1e6 : 0.0,
+			 pf->copy_end_ns ? (pf->copy_end_ns - pf->copy_begin_ns) / 1e6 : 0.0,
 			 pf->state < 0 ? " (failed: " : "", pf->state < 0 ? pf->why : "",
 			 pf->state < 0 ? "; the library copied)" : "");
 	}
@@ -897,5 +996,81 @@ int gpu_prefill_restore(struct gpu_prefill *pf, const json_t *meta, const pid_t 
 	ret = gpu_memory_restore(meta, pids, n, out_dir, copy_ms);
 	gpu_prefill_end(pf, line, sizeof(line));
 	pr_info("%s: %s; the start waited %.1f ms for it", id, line, waited);
+	return ret;
+}
+
+void gpu_prefill_keep(pid_t holder, const json_t *meta, const char *tier_dir, int ordinal)
+{
+	const json_t *ns = json_object_get(json_object_get(meta, "gpu_memory"), "ns_pids");
+	const json_t *v;
+	size_t i;
+
+	if (!tier_dir || !json_array_size(ns) || ordinal < 0 || ordinal >= CUDA_MAX_DEVICES ||
+	    cuda_init())
+		return;
+	pthread_once(&cu_once, load_driver);
+	if (!cu.ok)
+		return;
+	json_array_foreach(ns, i, v) {
+		char path[PATH_MAX + 64];
+		struct pinned_file *f;
+		struct pin_keep *k;
+
+		snprintf(path, sizeof(path), "%s/" GPUMEM_FILE_FMT, tier_dir,
+			 (int)json_integer_value(v));
+		f = pin_get(path, ordinal);
+		k = f ? calloc(1, sizeof(*k)) : NULL;
+		if (!k) {
+			if (f)
+				pin_put(f);
+			continue; /* the take pins it, as a start does */
+		}
+		k->holder = holder;
+		k->f = f;
+		pthread_mutex_lock(&pin_mu);
+		k->next = keeps;
+		keeps = k;
+		pthread_mutex_unlock(&pin_mu);
+	}
+}
+
+void gpu_prefill_unkeep(pid_t holder)
+{
+	pthread_mutex_lock(&pin_mu);
+	for (struct pin_keep **kp = &keeps; *kp;) {
+		struct pin_keep *k = *kp;
+
+		if (k->holder != holder) {
+			kp = &k->next;
+			continue;
+		}
+		*kp = k->next;
+		k->f->users--;
+		k->f->last_used = now_ns();
+		free(k);
+	}
+	pthread_mutex_unlock(&pin_mu);
+}
+
+int gpu_context_take(const json_t *meta, int ordinal, const char *uuid, const pid_t *pids,
+		     size_t n, const char *tier_dir, const char *out_dir, const char *id,
+		     double *copy_ms)
+{
+	const json_t *gm = json_object_get(meta, "gpu_memory");
+	uint64_t need = (uint64_t)json_integer_value(json_object_get(gm, "bytes"));
+	struct gpu_placement own = { 0 };
+	char why[512];
+	int ret;
+
+	*copy_ms = 0;
+	ret = gpu_place_on(ordinal, uuid, need, 0, &own, why, sizeof(why));
+	if (ret) {
+		log_set_error("%s", why);
+		pr_err("%s: %s", id, why);
+		return ret;
+	}
+	ret = gpu_prefill_restore(gpu_prefill_start(meta, tier_dir, out_dir, &own), meta, pids, n,
+				  out_dir, id, copy_ms);
+	gpu_release(&own);
 	return ret;
 }

@@ -19,6 +19,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 struct gpu_prefill;
@@ -37,6 +38,11 @@ struct gpu_prefill *gpu_prefill_start(const json_t *meta, const char *tier_dir,
  * 0, or -errno: nothing is offered then.  NULL: 0. */
 int gpu_prefill_ready(struct gpu_prefill *p);
 
+/* When p's copy began and ended (now_ns()'s clock; 0: not yet, or it did
+ * not copy).  The fills of one GPU copy one after another, in the order
+ * gpu_prefill_start was called: the first start gets its bytes first. */
+void gpu_prefill_copy_span(const struct gpu_prefill *p, uint64_t *begin, uint64_t *end);
+
 /* Stop offering, give back thawd's handles (the memory lives on in the
  * processes that mapped it), remove the sockets, free p.  summary (len > 0)
  * gets one line for the log.  NULL is fine. */
@@ -47,5 +53,26 @@ void gpu_prefill_end(struct gpu_prefill *p, char *summary, size_t len);
  * in the log. */
 int gpu_prefill_restore(struct gpu_prefill *pf, const json_t *meta, const pid_t *pids, size_t n,
 			const char *out_dir, const char *id, double *copy_ms);
+
+/* The take of a standby that holds its contexts (restored and unlocked by
+ * the driver when it was made, its device memory unmapped and its calls
+ * held): on GPU ordinal, which must still be uuid, room checked for the
+ * device memory thaw carries (meta's "gpu_memory" "bytes"), that memory
+ * filled from tier_dir and mapped by each of the n processes pids, whose
+ * calls then go on (gpu_prefill_restore).  No driver call but the fill's.
+ * 0, or -errno with the reason set (-EAGAIN: no room on that GPU now). */
+int gpu_context_take(const json_t *meta, int ordinal, const char *uuid, const pid_t *pids,
+		     size_t n, const char *tier_dir, const char *out_dir, const char *id,
+		     double *copy_ms);
+
+/* Keep the tier's files of the snapshot's saved device memory (meta's
+ * processes, in tier_dir) pinned for GPU ordinal while process holder lives
+ * or until gpu_prefill_unkeep: a context standby's take then copies
+ * without pinning (~25 ms a GiB).  Best effort: what cannot be pinned now
+ * is pinned by the take's fill, as a start's is. */
+void gpu_prefill_keep(pid_t holder, const json_t *meta, const char *tier_dir, int ordinal);
+/* What holder kept is no longer kept (its take filled from it, or it
+ * stopped; a holder that is gone is let go by itself within seconds). */
+void gpu_prefill_unkeep(pid_t holder);
 
 #endif

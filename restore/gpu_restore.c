@@ -365,6 +365,54 @@ int gpu_place(const json_t *meta, const char *request, uint64_t reserve,
 	return ret;
 }
 
+uint64_t gpu_free_bytes(int ordinal)
+{
+	struct cuda_device *devs = NULL;
+	uint64_t v = 0;
+	size_t n = 0;
+
+	if (cuda_init() || cuda_devices(&devs, &n))
+		return 0;
+	for (size_t d = 0; d < n; d++)
+		if (devs[d].ordinal == ordinal)
+			v = devs[d].free_bytes;
+	free(devs);
+	return v;
+}
+
+int gpu_place_on(int ordinal, const char *uuid, uint64_t need, uint64_t reserve,
+		 struct gpu_placement *p, char *why, size_t whylen)
+{
+	struct cuda_device *devs = NULL;
+	json_t *gpus = NULL;
+	char asked[16];
+	size_t ndevs = 0, d;
+	int ret;
+
+	memset(p, 0, sizeof(*p));
+	if (cuda_init() || cuda_devices(&devs, &ndevs)) {
+		snprintf(why, whylen, "cannot list this host's GPUs: %s", cuda_unavailable_reason());
+		return -ENODEV;
+	}
+	for (d = 0; d < ndevs; d++)
+		if (devs[d].ordinal == ordinal)
+			break;
+	if (d == ndevs || strcmp(devs[d].uuid, uuid)) {
+		snprintf(why, whylen, "GPU %d is no longer %s", ordinal, uuid);
+		ret = -ENODEV;
+		goto out;
+	}
+	/* As if the snapshot had used this GPU and need bytes on it. */
+	gpus = json_pack("[{s:s, s:s, s:I}]", "uuid", devs[d].uuid, "name", devs[d].name,
+			 "used_bytes", (json_int_t)need);
+	snprintf(asked, sizeof(asked), "%d", ordinal);
+	ret = gpus ? gpu_place_devices(gpus, asked, devs, ndevs, reserve, p, why, whylen) : -ENOMEM;
+out:
+	json_decref(gpus);
+	free(devs);
+	return ret;
+}
+
 void gpu_release(struct gpu_placement *p)
 {
 	if (!p || !p->held)

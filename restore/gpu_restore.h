@@ -51,10 +51,18 @@ int gpu_place(const json_t *meta, const char *request, uint64_t reserve,
 int gpu_place_devices(const json_t *gpus, const char *request, const struct cuda_device *devs,
 		      size_t ndevs, uint64_t reserve, struct gpu_placement *p, char *why,
 		      size_t whylen);
+/* A placement of one GPU, device ordinal with uuid (checked: the GPU a
+ * standby holds its contexts on must still be that one), holding need
+ * bytes back: what a context standby's take fills.  -EAGAIN (why) when it
+ * has not need + reserve free, -ENODEV when this host has no such GPU. */
+int gpu_place_on(int ordinal, const char *uuid, uint64_t need, uint64_t reserve,
+		 struct gpu_placement *p, char *why, size_t whylen);
 /* bytes of placement p's GPU i are allocated now (NVML's free figure
  * shows them: thaw filled them before the driver's restore): no longer held
  * back, so that no other placement counts them twice. */
 void gpu_claim_taken(struct gpu_placement *p, size_t i, uint64_t bytes);
+/* NVML's free memory of the GPU of device ordinal now; 0 if unknown. */
+uint64_t gpu_free_bytes(int ordinal);
 /* Give back what p holds.  Twice, or on a placement that holds nothing: nothing. */
 void gpu_release(struct gpu_placement *p);
 /* [{"index","uuid","name"}] of p's GPUs (a start's answer); NULL on ENOMEM. */

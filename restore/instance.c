@@ -357,6 +357,7 @@ struct start {
 	const char *snapshot_id;
 	enum instance_mode mode;
 	bool standby;            /* made to wait for a request (instance_make_standby) */
+	bool gpu_context;        /* a GPU standby that holds its contexts */
 	struct start_ctx x;      /* what is built, for instance_ctx_teardown */
 	struct gpu_placement own; /* GPUs this start placed itself */
 	struct gpu_placement *gp; /* the GPUs it restores onto; NULL: none yet (a standby) */
@@ -616,9 +617,61 @@ static int open_endpoint(struct start *st)
 	return instance_ctx_endpoint(&st->x, st->spec, &st->in);
 }
 
+/* Why a standby asked to hold its contexts cannot ("": it can). */
+static const char *no_context_why(const struct start *st)
+{
+	const json_t *meta = st->m->meta;
+
+	if (!st->x.gpumem_in || strcmp(st->in.gpu_memory ?: "", "thaw"))
+		return "libthaw-cuda saved none of its device memory (gpu_memory_why)";
+	if (json_array_size(json_object_get(meta, "gpus")) != 1)
+		return "its snapshot spans several GPUs";
+	return "";
+}
+
+/* A GPU standby that holds its contexts: the driver's restore and unlock
+ * now, onto a GPU with room for all of the snapshot's memory (the take
+ * fills it there); the device memory thaw carries stays unmapped and the
+ * function's CUDA calls held at the library's gate until then.  The tier's
+ * files of that memory are kept pinned for the take. */
+static int hold_contexts(struct start *st)
+{
+	struct start_ctx *x = &st->x;
+	struct instance *in = &st->in;
+	const json_t *meta = st->m->meta;
+	const char *no = no_context_why(st);
+	uint64_t before, after;
+	char why[512];
+	int ret;
+
+	if (no[0]) {
+		pr_info("standby %s of %s holds no GPU context: %s", in->id, in->function, no);
+		return 0;
+	}
+	st->gp = &st->own;
+	ret = gpu_place(meta, NULL, 0, st->gp, why, sizeof(why));
+	if (ret) {
+		log_set_error("%s", why);
+		pr_err("%s", why);
+		return ret;
+	}
+	before = gpu_free_bytes(st->gp->dev[0].ordinal);
+	ret = gpu_restore_container(&x->r, in->id, in->pid, meta, st->gp, &x->cuda_pids,
+				    &x->ncuda);
+	if (ret)
+		return ret;
+	after = gpu_free_bytes(st->gp->dev[0].ordinal);
+	in->standby_context = true;
+	in->standby_gpu_bytes = before > after ? before - after : 0;
+	instance_set_gpus(in, st->gp);
+	gpu_prefill_keep(in->pid, meta, x->gpumem_in, st->gp->dev[0].ordinal);
+	return 0;
+}
+
 /* Step "standby": everything but the part that needs the GPU (or the
  * CPU): a CPU function waits frozen; a GPU function's CUDA state is still
- * checkpointed and locked, so it does nothing. */
+ * checkpointed and locked, so it does nothing, or holds its contexts
+ * (hold_contexts). */
 static int park_standby(struct start *st)
 {
 	struct start_ctx *x = &st->x;
@@ -628,6 +681,8 @@ static int park_standby(struct start *st)
 
 	if (!st->spec->gpu)
 		ret = runner_pause(&x->r, in->id);
+	else if (st->gpu_context)
+		ret = hold_contexts(st);
 	if (ret)
 		return ret;
 	tp = now_ns();
@@ -649,8 +704,12 @@ static int park_standby(struct start *st)
 	if (ret)
 		return ret;
 	pr_info("standby %s of %s: pid %d, %s, made in %.1f ms (%.1f MiB of mapped pages "
-		"faulted in, %.1f ms)", in->id, in->function, (int)in->pid, in->pages, in->t.total,
-		faulted / 1048576.0, ms_since(tp));
+		"faulted in, %.1f ms)%s", in->id, in->function, (int)in->pid, in->pages, in->t.total,
+		faulted / 1048576.0, ms_since(tp), in->standby_context ? ", holding its contexts" : "");
+	if (in->standby_context)
+		pr_info("standby %s of %s holds %.1f MiB on GPU %d (NVML's free figure fell that "
+			"much over the driver's restore)", in->id, in->function,
+			in->standby_gpu_bytes / 1048576.0, in->gpus[0].index);
 	return 0;
 }
 
@@ -768,10 +827,10 @@ static void start_end(struct start *st)
 /* The start path (docs/DESIGN.md, "The start path, step by step"). */
 static int start(const struct thaw_config *c, struct store *s, struct tier *t,
 		 const char *snapshot_id, enum instance_mode mode, bool standby,
-		 struct gpu_placement *asked, struct instance *out)
+		 bool gpu_context, struct gpu_placement *asked, struct instance *out)
 {
 	struct start st = { .c = c, .s = s, .t = t, .snapshot_id = snapshot_id, .mode = mode,
-			    .standby = standby, .x = { .c = c, .stdio = { -1, -1 } }, .gp = asked,
+			    .standby = standby, .gpu_context = gpu_context, .x = { .c = c, .stdio = { -1, -1 } }, .gp = asked,
 			    .image_lock = -1, .t0 = now_ns(), .phase = "load" };
 	int ret;
 
@@ -802,20 +861,20 @@ out:
 int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 		   const char *snapshot_id, enum instance_mode mode, struct instance *out)
 {
-	return start(c, s, t, snapshot_id, mode, false, NULL, out);
+	return start(c, s, t, snapshot_id, mode, false, false, NULL, out);
 }
 
 int instance_start_on(const struct thaw_config *c, struct store *s, struct tier *t,
 		      const char *snapshot_id, enum instance_mode mode, struct gpu_placement *gp,
 		      struct instance *out)
 {
-	return start(c, s, t, snapshot_id, mode, false, gp, out);
+	return start(c, s, t, snapshot_id, mode, false, false, gp, out);
 }
 
 int instance_make_standby(const struct thaw_config *c, struct store *s, struct tier *t,
-			  const char *snapshot_id, struct instance *out)
+			  const char *snapshot_id, bool gpu_context, struct instance *out)
 {
-	return start(c, s, t, snapshot_id, INSTANCE_MODE_AUTO, true, NULL, out);
+	return start(c, s, t, snapshot_id, INSTANCE_MODE_AUTO, true, gpu_context, NULL, out);
 }
 
 int instance_ctx_endpoint(struct start_ctx *x, const struct func_spec *spec, struct instance *in)

@@ -74,6 +74,11 @@ struct instance {
 	const char *gpu_memory;
 	char gpu_memory_why[256];
 	bool standby;      /* made by instance_make_standby (and taken, if running) */
+	/* A GPU standby that holds its contexts ("standby_gpu": "context"):
+	 * the driver's restore done when it was made, on gpus[0]; and the GPU
+	 * memory that cost, as NVML's free figure fell meanwhile. */
+	bool standby_context;
+	uint64_t standby_gpu_bytes;
 	char image[80];    /* a snapshot made on an image: its digest; else "" */
 	bool image_copied; /* that image was not in this host's cache: this start brought it */
 	const char *failed; /* a start that failed: the step it failed at ("image",
@@ -114,11 +119,15 @@ int instance_start_on(const struct thaw_config *c, struct store *s, struct tier 
 		      struct instance *out);
 /* A standby instance of snapshot_id: instance_start up to the endpoint, then,
  * for a CPU function, its container frozen (runc pause); a GPU function's
- * CUDA state stays checkpointed and locked, holding no GPU memory.  Its
- * record's state is "standby"; it takes no traffic until activated.  The
- * timings are its own making's.  On failure nothing is left behind. */
+ * CUDA state stays checkpointed and locked, holding no GPU memory, unless
+ * gpu_context: then the driver restores its contexts now, onto a GPU with
+ * room for all of its memory, and the device memory thaw carries stays
+ * unmapped, its CUDA calls held, until the take fills it (where that cannot
+ * apply, the log says why and it holds nothing).  Its record's state is
+ * "standby"; it takes no traffic until activated.  The timings are its own
+ * making's.  On failure nothing is left behind. */
 int instance_make_standby(const struct thaw_config *c, struct store *s, struct tier *t,
-			  const char *snapshot_id, struct instance *out);
+			  const char *snapshot_id, bool gpu_context, struct instance *out);
 /* Bring standby id to life: runc resume, or CUDA restore and unlock (the
  * free-memory check first); readiness; its record says "running".  out: the
  * instance, standby true, timed from the call (resume or gpu_restore, ready,
@@ -126,7 +135,10 @@ int instance_make_standby(const struct thaw_config *c, struct store *s, struct t
  * failure the standby is stopped and removed. */
 int instance_activate(const struct thaw_config *c, const char *id, struct instance *out);
 /* The same onto the GPUs of gp (as instance_start_on).  A standby's
- * container may open every GPU of the host: its GPUs are chosen here. */
+ * container may open every GPU of the host: its GPUs are chosen here.  A
+ * standby that holds its contexts goes on its own GPU whatever gp says (gp
+ * is given back): its take fills the device memory there, with no driver
+ * restore, and fails (-EAGAIN) when that GPU has no room for it. */
 int instance_activate_on(const struct thaw_config *c, const char *id, struct gpu_placement *gp,
 			 struct instance *out);
 /* An instance booted cold from its spec instead of restored from a snapshot

@@ -150,6 +150,13 @@ json_t *instance_to_json(const struct instance *in)
 		json_decref(j);
 		return NULL;
 	}
+	/* A standby holding its contexts: what that holds on its GPU. */
+	if (j && in->standby_context &&
+	    (json_object_set_new(j, "standby_gpu", json_string("context")) ||
+	     json_object_set_new(j, "standby_gpu_bytes", json_integer((json_int_t)in->standby_gpu_bytes)))) {
+		json_decref(j);
+		return NULL;
+	}
 	/* Restored, or booted cold: why (docs/DESIGN.md, "Restore or boot"). */
 	if (j && (json_object_set_new(j, "restored", json_boolean(!in->booted)) ||
 		  (in->booted &&

@@ -17,6 +17,44 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The GPUs a record names ([{"index","uuid","name"}]) into in. */
+static void gpus_from_record(const json_t *gpus, struct instance *in)
+{
+	const json_t *g;
+	size_t i;
+
+	json_array_foreach(gpus, i, g) {
+		struct instance_gpu *d = &in->gpus[in->ngpus];
+
+		if (in->ngpus >= GPU_MAX || !json_is_integer(json_object_get(g, "index")))
+			break;
+		d->index = (int)json_integer_value(json_object_get(g, "index"));
+		snprintf(d->uuid, sizeof(d->uuid), "%s",
+			 json_string_value(json_object_get(g, "uuid")) ?: "");
+		snprintf(d->name, sizeof(d->name), "%s",
+			 json_string_value(json_object_get(g, "name")) ?: "");
+		in->ngpus++;
+	}
+}
+
+/* A record's "cuda_pids" into x (a standby that holds its contexts has
+ * them restored already). */
+static int cuda_pids_from_record(const json_t *rec, struct start_ctx *x)
+{
+	const json_t *a = json_object_get(rec, "cuda_pids"), *v;
+	size_t i;
+
+	if (!json_array_size(a))
+		return 0;
+	x->cuda_pids = calloc(json_array_size(a), sizeof(pid_t));
+	if (!x->cuda_pids)
+		return -ENOMEM;
+	json_array_foreach(a, i, v)
+		if (json_integer_value(v) > 0)
+			x->cuda_pids[x->ncuda++] = (pid_t)json_integer_value(v);
+	return 0;
+}
+
 /* The instance a standby's record describes (what instance_to_json wrote). */
 static void instance_from_record(const json_t *rec, struct instance *in)
 {
@@ -45,15 +83,46 @@ static void instance_from_record(const json_t *rec, struct instance *in)
 		in->gpu_memory = !strcmp(p, "thaw") ? "thaw" : "driver";
 	snprintf(in->gpu_memory_why, sizeof(in->gpu_memory_why), "%s",
 		 json_string_value(json_object_get(rec, "gpu_memory_why")) ?: "");
+	in->standby_context = !strcmp(json_string_value(json_object_get(rec, "standby_gpu")) ?: "",
+				      "context");
+	in->standby_gpu_bytes = instance_record_num(rec, "standby_gpu_bytes", &v) ? (uint64_t)v : 0;
+	gpus_from_record(json_object_get(rec, "gpus"), in);
 	in->booted = json_is_false(json_object_get(rec, "restored"));
 	snprintf(in->boot_why, sizeof(in->boot_why), "%s",
 		 json_string_value(json_object_get(rec, "restore_failure")) ?: "");
 	in->standby = true;
 }
 
+/* Take a standby that holds its contexts: on its own GPU (gp, the start's
+ * choice, is given back), room checked for the device memory thaw carries,
+ * that memory filled from the tier entry its container sees and mapped by
+ * each process, whose calls then go on.  No driver restore: it was done
+ * when the standby was made. */
+static int take_contexts(struct start_ctx *x, struct instance *in, const json_t *meta,
+			 struct gpu_placement *gp)
+{
+	char tier[64];
+	int ret;
+
+	gpu_release(gp);
+	if (!in->ngpus || !x->ncuda) {
+		log_set_error("the standby's record names no GPU or CUDA process");
+		return -EINVAL;
+	}
+	ret = instance_path(x->gpumem_out, sizeof(x->gpumem_out), "%s/instances/%s/gpu-out",
+			    x->c->data_dir, in->id);
+	snprintf(tier, sizeof(tier), "/proc/%d/root%s", (int)in->pid, GPUMEM_IN_DEST);
+	if (!ret)
+		ret = gpu_context_take(meta, in->gpus[0].index, in->gpus[0].uuid, x->cuda_pids,
+				       x->ncuda, tier, x->gpumem_out, in->id, &in->t.gpu_copy);
+	gpu_prefill_unkeep(in->pid);
+	return ret;
+}
+
 /* Wake the standby's processes: the CPU function's container thawed, or
  * the GPU function's CUDA state restored (to a GPU with room: the same
- * mapping and free-memory check as a start's). */
+ * mapping and free-memory check as a start's), or, holding its contexts,
+ * its device memory filled (take_contexts). */
 static int wake(struct start_ctx *x, struct instance *in, const json_t *meta,
 		struct gpu_placement *gp)
 {
@@ -67,6 +136,11 @@ static int wake(struct start_ctx *x, struct instance *in, const json_t *meta,
 	if (!x->gpu) {
 		ret = runner_resume(&x->r, in->id);
 		in->t.resume = ms_since(tp);
+		return ret;
+	}
+	if (in->standby_context) {
+		ret = take_contexts(x, in, meta, gp);
+		in->t.gpu_restore = ms_since(tp);
 		return ret;
 	}
 	if (!gp || !gp->held) {
@@ -151,7 +225,9 @@ int instance_activate_on(const struct thaw_config *c, const char *id, struct gpu
 	if (ret)
 		goto fail;
 	instance_ctx_runner(&x);
-	ret = wake(&x, &in, meta, gp);
+	ret = cuda_pids_from_record(rec, &x);
+	if (!ret)
+		ret = wake(&x, &in, meta, gp);
 	if (ret)
 		goto fail;
 	ret = instance_ctx_ready(&x, spec, &in, "the standby");

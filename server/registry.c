@@ -407,7 +407,7 @@ void registry_free(struct registry *r)
  * those do not change. */
 static bool same_but_serving(const json_t *a, const json_t *b)
 {
-	static const char *const serving[] = { "standby", "idle_s", "max_lifetime_s",
+	static const char *const serving[] = { "standby", "standby_gpu", "idle_s", "max_lifetime_s",
 					       "stop_grace_s", "max_instances", "concurrency",
 					       "queue", "queue_timeout_s", "on_restore_failure" };
 	json_t *ca = json_copy((json_t *)a), *cb = json_copy((json_t *)b);

@@ -72,6 +72,7 @@ struct want {
 	char snapshot[CHUNK_ID_LEN];
 	unsigned n;
 	bool gpu;
+	bool gpu_context; /* "standby_gpu": "context" */
 };
 
 static bool record_exists(const struct server *s, const char *id)
@@ -113,6 +114,10 @@ static struct want *wanted(struct server *s, size_t *n)
 			continue;
 		w[*n].n = (unsigned)k;
 		w[*n].gpu = json_is_true(json_object_get(f, "gpu"));
+		/* The function's word now, not its snapshot's: how it is served
+		 * changes without a new snapshot. */
+		w[*n].gpu_context = !strcmp(json_string_value(json_object_get(f, "standby_gpu")) ?: "",
+					    "context");
 		(*n)++;
 	}
 	json_decref(list);
@@ -311,7 +316,8 @@ static int make_one(struct standby *p, const struct want *w)
 		return 0;
 	}
 	log_clear_error();
-	ret = instance_make_standby(&s->cfg, s->store, s->tier, w->snapshot, &in);
+	ret = instance_make_standby(&s->cfg, s->store, s->tier, w->snapshot, w->gpu_context,
+				    &in);
 	if (ret)
 		return retry_later(p, w, false,
 				   log_last_error()[0] ? log_last_error() : strerror(-ret));

@@ -313,6 +313,133 @@ static void prefill(const char *app_path)
 	json_decref(meta);
 }
 
+/* The mock's first GPU (test/cuda_mock.c), as NVML names it. */
+#define MOCK_GPU0 "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"
+
+struct take_call {
+	const json_t *meta;
+	pid_t pid;
+	const char *uuid;
+	double copy_ms;
+	int ret;
+};
+
+static void *do_take(void *arg)
+{
+	struct take_call *c = arg;
+
+	c->ret = gpu_context_take(c->meta, 0, c->uuid, &c->pid, 1, outdir, outdir, "take-test",
+				  &c->copy_ms);
+	return NULL;
+}
+
+/* The take of a standby that holds its contexts (gpu_context_take): no
+ * driver restore on its path (the fake driver logs every one), the
+ * function's calls held until thawd's fill is mapped, then let go, byte for
+ * byte; a GPU without room for the memory, or no longer the standby's, is
+ * a refusal that leaves the process held. */
+static void context_take(const char *app_path)
+{
+	json_t *meta = json_pack("{s:[{s:s, s:s}], s:{s:[], s:I}}", "gpus", "uuid", MOCK_GPU0,
+				 "name", "Mock GPU", "gpu_memory", "ns_pids", "bytes",
+				 (json_int_t)(30 * MIB));
+	struct take_call tc = { .meta = meta, .uuid = MOCK_GPU0 };
+	char s[256], why[512], pairs[600];
+	struct gpumem_status st;
+	unsigned long c1;
+	size_t moved = 0;
+	struct stat sb;
+	pthread_t t;
+	struct app a;
+
+	snprintf(pairs, sizeof(pairs), "%s/restores.log", dir);
+	setenv("MOCK_CUDA_PAIRS_LOG", pairs, 1);
+	app_start(&a, app_path, NULL, true);
+	tc.pid = a.pid;
+	json_array_append_new(json_object_get(json_object_get(meta, "gpu_memory"), "ns_pids"),
+			      json_integer(a.pid));
+	CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why, sizeof(why)),
+		 0);
+	CHECK_EQ(st.allocs, 6);
+	c1 = count(&a);
+
+	/* No room on its GPU: refused, still held. */
+	setenv("MOCK_NVML_FREE_MIB", "20,1000", 1);
+	do_take(&tc);
+	CHECK_EQ(tc.ret, -EAGAIN);
+	/* Its GPU is another one now (the uuid it recorded is not GPU 0's). */
+	setenv("MOCK_NVML_FREE_MIB", "1000,1000", 1);
+	tc.uuid = "GPU-ffffffff-0405-0607-0809-0a0b0c0d0e0f";
+	do_take(&tc);
+	CHECK_EQ(tc.ret, -ENODEV);
+	CHECK_EQ(count(&a), c1);
+
+	/* Taken: thawd's fill copies slowly (100 ms a copy, 6 of them), and
+	 * the calls stay held until the library has mapped it. */
+	tc.uuid = MOCK_GPU0;
+	setenv("MOCK_CUDA_HTOD_DELAY_MS", "100", 1);
+	REQUIRE(pthread_create(&t, NULL, do_take, &tc) == 0);
+	usleep(300000);
+	CHECK_EQ(count(&a), c1);
+	pthread_join(t, NULL);
+	unsetenv("MOCK_CUDA_HTOD_DELAY_MS");
+	CHECK_EQ(tc.ret, 0);
+	for (int i = 0; i < 200 && count(&a) == c1; i++)
+		usleep(10000);
+	CHECK(count(&a) > c1);
+	ask(&a, "verify", s, sizeof(s));
+	CHECK_STR(s, "ok");
+	/* thawd filled it all: the library copied nothing itself. */
+	ask(&a, "mem", s, sizeof(s));
+	CHECK(!strncmp(s, "31457280 ", 9));
+	CHECK(stat(pairs, &sb) != 0 || sb.st_size == 0);
+	gpumem_release(&a.pid, 1);
+	app_end(&a);
+	unsetenv("MOCK_CUDA_PAIRS_LOG");
+	json_decref(meta);
+}
+
+/* Two fills of one GPU copy one after the other, in the order they were
+ * started, however the threads run: the first start gets its bytes first. */
+static void fill_order(const char *app_path)
+{
+	json_t *meta = json_pack("{s:[{s:s}], s:{s:[]}}", "gpus", "uuid", MOCK_GPU0,
+				 "gpu_memory", "ns_pids");
+	struct gpu_placement pa = { .n = 1, .held = true }, pb = { .n = 1, .held = true };
+	uint64_t a0, a1, b0, b1;
+	char out2[600], why[512];
+	struct gpu_prefill *fa, *fb;
+	struct gpumem_status st;
+	size_t moved = 0;
+	struct app a;
+
+	app_start(&a, app_path, NULL, true);
+	json_array_append_new(json_object_get(json_object_get(meta, "gpu_memory"), "ns_pids"),
+			      json_integer(a.pid));
+	CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why, sizeof(why)),
+		 0);
+	snprintf(out2, sizeof(out2), "%s/out2", dir);
+	REQUIRE(mkdir(out2, 0700) == 0 || errno == EEXIST);
+	setenv("MOCK_CUDA_HTOD_DELAY_MS", "50", 1);
+	fa = gpu_prefill_start(meta, outdir, outdir, &pa);
+	fb = gpu_prefill_start(meta, outdir, out2, &pb);
+	REQUIRE(fa && fb);
+	CHECK_EQ(gpu_prefill_ready(fb), 0);
+	CHECK_EQ(gpu_prefill_ready(fa), 0);
+	unsetenv("MOCK_CUDA_HTOD_DELAY_MS");
+	gpu_prefill_copy_span(fa, &a0, &a1);
+	gpu_prefill_copy_span(fb, &b0, &b1);
+	CHECK(a0 && a1 && b0 && b1);
+	CHECK(a1 <= b0);
+	if (a1 > b0)
+		fprintf(stderr, "the second fill copied from +%.1f ms, the first until +%.1f ms\n",
+			(double)((int64_t)(b0 - a0)) / 1e6, (double)((int64_t)(a1 - a0)) / 1e6);
+	gpu_prefill_end(fa, NULL, 0);
+	gpu_prefill_end(fb, NULL, 0);
+	app_end(&a);
+	json_decref(meta);
+}
+
 /* Where the library does not apply, the reason. */
 static void fallbacks(const char *app_path, const char *static_path)
 {
@@ -365,6 +492,8 @@ static void prefill_in_child(const char *self, const char *app_path)
 	REQUIRE(pid >= 0);
 	if (pid == 0) {
 		setenv("LD_LIBRARY_PATH", ld, 1);
+		/* NVML's free memory, for the placements of a take. */
+		setenv("MOCK_NVML_FREE_MIB", "1000,1000", 1);
 		unsetenv("THAW_NO_GPU");
 		execl(self, self, "--prefill", dir, app_path, lib, (char *)NULL);
 		_exit(127);
@@ -385,6 +514,8 @@ int main(int argc, char **argv)
 		snprintf(outdir, sizeof(outdir), "%s/out", dir);
 		snprintf(lib, sizeof(lib), "%s", argv[4]);
 		prefill(argv[3]);
+		fill_order(argv[3]);
+		context_take(argv[3]);
 		return check_failures ? 1 : 0;
 	}
 	root = root && *root ? root : ".";
@@ -403,7 +534,8 @@ int main(int argc, char **argv)
 	{
 		char c[4096];
 
-		snprintf(c, sizeof(c), "${CC:-cc} -shared -fPIC -O1 -o %s/libcuda.so.1 %s", dir, mock);
+		snprintf(c, sizeof(c), "${CC:-cc} -shared -fPIC -O1 -o %s/libcuda.so.1 %s && "
+			 "ln -s libcuda.so.1 %s/libnvidia-ml.so.1", dir, mock, dir);
 		REQUIRE(system(c) == 0);
 
 		snprintf(c, sizeof(c),

@@ -285,6 +285,15 @@ done
 	step gpu-llm-mapped-burst bash bench/mapped-burst-run.sh "$THAW_GPU_EXAMPLE" gpu-example \
 		'POST /generate {"prompt_ids": [1, 450, 4996, 17354, 1701, 29916], "max_new_tokens": 32}' \
 		"\"tokens\": $E2E_GPU_TOKENS" "$THAW_FIGURES/mapped-burst" "${GPU_BURST:-8}" "${MAPPED_ROUNDS:-2}"
+# Bursts against their floors (bench/gpu-burst-run.sh): normal starts one at a time
+# and 8 at once against the driver's own burst floor on the same processes; standby
+# takes holding nothing and holding their contexts, one at a time and 8 at once;
+# routed requests from zero; 4 context takes of the 16 GiB function against the
+# link's speed.  GPU_BURST_PARTS picks parts (example routed big).
+[ -n "${E2E_GPU_TOKENS:-}" ] && [ -f bench/gpu-burst-run.sh ] &&
+	step gpu-burst bash bench/gpu-burst-run.sh "$THAW_GPU_EXAMPLE" gpu-example \
+		'POST /generate {"prompt_ids": [1, 450, 4996, 17354, 1701, 29916], "max_new_tokens": 32}' \
+		"\"tokens\": $E2E_GPU_TOKENS" "$THAW_FIGURES/gpu-burst" ${GPU_BURST_PARTS:-}
 # Standby starts (bench/standby-run.sh): STANDBY_ROUNDS (default 10) starts one at a
 # time taking a standby (restored ahead, CUDA state checkpointed: no GPU memory held),
 # against normal mapped starts and the plain restore, and what a waiting standby holds.

@@ -39,6 +39,7 @@ struct standby_entry {
 	char id[64];
 	char function[64];
 	char snapshot[CHUNK_ID_LEN];
+	bool gpu_context; /* made as its function asked: holding its contexts */
 };
 
 /* A function's snapshot whose last try failed: not tried again before
@@ -150,6 +151,11 @@ static size_t pick_stale(struct standby *p, const struct want *w, size_t nw,
 			why[nout] = "the function is gone or wants none";
 		else if (strcmp(x->snapshot, e->snapshot))
 			why[nout] = "its snapshot is no longer current";
+		else if (x->gpu_context != e->gpu_context)
+			why[nout] = x->gpu_context ? "the function wants standbys that hold their "
+						     "GPU contexts"
+						   : "the function wants standbys that hold "
+						     "nothing on the GPU";
 		else if (same >= x->n)
 			why[nout] = "more than the function wants";
 		else if (!record_exists(p->srv, e->id))
@@ -326,6 +332,7 @@ made:
 	snprintf(e.id, sizeof(e.id), "%s", in.id);
 	snprintf(e.function, sizeof(e.function), "%s", w->function);
 	snprintf(e.snapshot, sizeof(e.snapshot), "%s", w->snapshot);
+	e.gpu_context = w->gpu_context;
 	pthread_mutex_lock(&p->lock);
 	ret = p->stop ? -ECANCELED : add_entry(p, &e);
 	pthread_mutex_unlock(&p->lock);

@@ -1,0 +1,255 @@
+#!/usr/bin/env bash
+# gpu-burst-run.sh — bursts of GPU starts against their floors, in one run,
+# one private thawd configured as by default (standbys hold nothing on the
+# GPU unless a spec asks "standby_gpu": "context"; fills of one GPU in the
+# order their starts asked).  Run on the GPU machine (scripts/gpu-run.sh):
+#
+#   bench/gpu-burst-run.sh SPEC.json ID "INFER" EXPECT OUTDIR [PART...]
+#
+# PARTs (default: example routed big):
+#   example  the function SPEC: normal starts one at a time (ROUNDS, default
+#            5) and in bursts of 8 (2 bursts); the driver's own burst floor
+#            on 8 of its checkpointed processes (build/bench/driver-burst:
+#            one restore, 8 one after another, 8 from 8 threads); standby
+#            takes one at a time, holding nothing (today's) and holding their
+#            contexts; bursts of 8 context-standby takes (2 bursts); what one
+#            context standby holds on the GPU (its record's standby_gpu_bytes,
+#            and nvidia-smi with 8 waiting against none)
+#   routed   requests through /function/ID/… from zero (no instance
+#            running; concurrency 1, 8 context standbys waiting): one at a
+#            time (3), then 8 at once (2 rounds); every answer must hold EXPECT
+#   big      bench/functions/gpu_big.py holding 16 GiB: the link's speed with
+#            pinned buffers as the fill copies (build/bench/link-speed), one
+#            context-standby take at a time (3) and bursts of 4 (2)
+# A start counts once its first inference answers EXPECT.  OUTDIR gets each
+# scenario's thaw-bench files, driver-burst.txt, link-speed.txt, routed-*.txt,
+# thawd.log and summary.txt (with "figure:" lines and each of the issue's
+# bounds, met or not).  Exit 0 when every start and answer was correct.
+set -u
+if [ $# -lt 5 ]; then
+	sed -n '2,27p' "$0" >&2
+	exit 2
+fi
+SPEC=$1 ID=$2 INFER=$3 EXPECT=$4 OUTDIR=$5
+shift 5
+PARTS=" ${*:-example routed big} "
+ROUNDS=${ROUNDS:-5}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+B=${THAW_BUILD:-$ROOT/build}
+mkdir -p "$OUTDIR"
+W=$(mktemp -d /tmp/gpu-burst-XXXXXX)
+TIER=$(mktemp -d /dev/shm/gpu-burst-tier-XXXXXX)
+. "$ROOT/bench/lib/thawd.sh"
+EX_INFER=$INFER EX_EXPECT=$EXPECT
+start_thawd 0 --max-standby 16 || exit 1
+
+pool() { # FN: standbys waiting
+	curl -s "$URL/metrics" | sed -n "s/^thaw_standby_instances{function=\"$1\"} //p"
+}
+cat >"$W/wait-pool.sh" <<SH
+#!/bin/sh
+# wait-pool.sh FN N: until FN's pool holds N standbys (180 s at most).
+for i in \$(seq 1800); do
+	[ "\$(curl -s "$URL/metrics" | sed -n "s/^thaw_standby_instances{function=\"\$1\"} //p")" = "\$2" ] && exit 0
+	sleep 0.1
+done
+echo "pool of \$1: not \$2 after 180 s" >&2; exit 1
+SH
+chmod +x "$W/wait-pool.sh"
+standbys() { # FN SRC N MODE [KEY=JSON...]: the function's pool asked to hold N (mode none|context)
+	local fn=$1 src=$2 n=$3 mode=$4
+	shift 4
+	put_function "$fn" "$src" "$W/$fn.json" standby="$n" standby_gpu="\"$mode\"" lazy=null "$@"
+}
+stop_running() { # FN: every running instance of FN deleted
+	curl -s "$URL/instances" | python3 -c '
+import json, sys
+fn = sys.argv[1]
+j = json.load(sys.stdin)
+for i in (j.get("instances", j) if isinstance(j, dict) else j):
+    if i.get("function") == fn and i.get("state") == "running":
+        print(i["instance"])' "$1" | while read -r iid; do
+		curl -s -o /dev/null -X DELETE "$URL/instances/$iid" &
+	done
+	wait
+}
+
+case $PARTS in *" example "*)
+	put_function "$ID" "$SPEC" "$W/$ID.json" standby=0 lazy=null || exit 1
+	snapshot_function "$ID" "$OUTDIR/snapshot-example.json" || exit 1
+	run prime --burst 1
+	run normal-one --burst 1 --repeat "$ROUNDS"
+	run normal-burst --burst 8 --repeat 2
+	# The driver's floor, on this function's own checkpointed processes.
+	standbys "$ID" "$SPEC" 8 none && "$W/wait-pool.sh" "$ID" 8 && {
+		pids=$(for r in "$W"/data/instances/*.json; do
+			[ "$(jfield "$r" state)" = standby ] && jfield "$r" pid; done)
+		# shellcheck disable=SC2086
+		"$B/bench/driver-burst" $pids 2>&1 | tee "$OUTDIR/driver-burst.txt"
+	}
+	standbys "$ID" "$SPEC" 1 none && run standby-none-one --burst 1 --repeat "$ROUNDS" \
+		--round-cmd "$W/wait-pool.sh $ID 1"
+	standbys "$ID" "$SPEC" 1 context && run context-one --burst 1 --repeat "$ROUNDS" \
+		--round-cmd "$W/wait-pool.sh $ID 1"
+	standbys "$ID" "$SPEC" 0 none && "$W/wait-pool.sh" "$ID" 0 && sleep 2
+	without=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -n1)
+	standbys "$ID" "$SPEC" 8 context && "$W/wait-pool.sh" "$ID" 8 && sleep 2
+	with=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -n1)
+	held=$(for r in "$W"/data/instances/*.json; do
+		[ "$(jfield "$r" state)" = standby ] && jfield "$r" standby_gpu_bytes; done | tr '\n' ' ')
+	echo "{\"gpu_used_mib_8_waiting\": \"${with:-}\", \"gpu_used_mib_none\": \"${without:-}\", \"standby_gpu_bytes\": [${held// /, }0]}" |
+		sed 's/, 0]/]/; s/\[0\]/[]/' >"$OUTDIR/context-held.json"
+	run context-burst --burst 8 --repeat 2 --round-cmd "$W/wait-pool.sh $ID 8"
+esac
+
+case $PARTS in *" routed "*)
+	read -r METHOD RPATH BODY <<<"$EX_INFER"
+	routed() { # NAME N: N requests at once through /function/ID, from zero
+		local name=$1 n=$2 k
+		stop_running "$ID"
+		"$W/wait-pool.sh" "$ID" 8 || { bad=1; return; }
+		for k in $(seq "$n"); do
+			curl -s -o "$W/routed-$k.out" -w '%{http_code} %{time_total}\n' -X "$METHOD" \
+				-H 'Content-Type: application/json' ${BODY:+-d "$BODY"} \
+				"$URL/function/$ID$RPATH" >"$W/routed-$k.code" &
+		done
+		wait
+		for k in $(seq "$n"); do
+			if grep -qF -- "$EX_EXPECT" "$W/routed-$k.out"; then
+				echo "$name $(cat "$W/routed-$k.code") ok"
+			else
+				echo "$name $(cat "$W/routed-$k.code") WRONG $(head -c 200 "$W/routed-$k.out")"
+				bad=1
+			fi
+		done >>"$OUTDIR/routed.txt"
+	}
+	standbys "$ID" "$SPEC" 8 context concurrency=1 || bad=1
+	: >"$OUTDIR/routed.txt"
+	for _ in 1 2 3; do routed routed-one 1; done
+	for _ in 1 2; do routed routed-burst 8; done
+	stop_running "$ID"
+	cat "$OUTDIR/routed.txt"
+esac
+
+case $PARTS in *" big "*)
+	standbys "$ID" "$SPEC" 0 none >/dev/null 2>&1
+	"$W/wait-pool.sh" "$ID" 0 >/dev/null 2>&1
+	stop_running "$ID"
+	"$B/bench/link-speed" 0 4 3 2>&1 | tee "$OUTDIR/link-speed.txt"
+	PYBIN=$(dirname "$(python3 -c 'import sys; print(sys.executable)')")
+	sed -e "s|@THAW_ROOT@|$ROOT|g" -e "s|/opt/torch/.venv/bin|$PYBIN|" \
+		"$ROOT/bench/functions/gpu_big.json" >"$W/gpu_big.json"
+	ID=big INFER='POST /check {}' EXPECT='"match": true'
+	put_function big "$W/gpu_big.json" "$W/big.json" standby=0 lazy=null &&
+		snapshot_function big "$OUTDIR/snapshot-big.json" && {
+		run big-prime --burst 1
+		standbys big "$W/gpu_big.json" 1 context &&
+			run big-context-one --burst 1 --repeat 3 --round-cmd "$W/wait-pool.sh big 1"
+		standbys big "$W/gpu_big.json" 4 context &&
+			run big-context-burst --burst 4 --repeat 2 --round-cmd "$W/wait-pool.sh big 4"
+		standbys big "$W/gpu_big.json" 0 none
+	}
+esac
+grep -h "thaw filled\|restored and unlocked\|holds .* MiB on GPU" "$OUTDIR/thawd.log" | tail -n 80 >"$OUTDIR/fills.txt"
+stop_thawd
+
+python3 - "$OUTDIR" <<'PY' | tee "$OUTDIR/summary.txt"
+import json, os, re, sys
+out = sys.argv[1]
+def load(name):
+    try:
+        return json.load(open(os.path.join(out, name + ".json")))
+    except (OSError, ValueError):
+        return None
+def lat(name):
+    j = load(name)
+    return j["start_latency_ms"] if j and j["start_latency_ms"].get("n") else None
+def figures(name):
+    f = {}
+    try:
+        for line in open(os.path.join(out, name)):
+            m = re.match(r"figure: (\S+) (.*)", line)
+            if m:
+                parts = m.group(2).split()
+                for k, v in zip(parts[::2], parts[1::2]):
+                    f[m.group(1) + "." + k] = float(v)
+    except OSError:
+        pass
+    return f
+def gpu_bytes(j):
+    if isinstance(j, dict):
+        g = j.get("gpu_memory")
+        if isinstance(g, dict) and isinstance(g.get("bytes"), int):
+            return g["bytes"]
+        for v in j.values():
+            b = gpu_bytes(v)
+            if b:
+                return b
+    elif isinstance(j, list):
+        for v in j:
+            b = gpu_bytes(v)
+            if b:
+                return b
+    return 0
+def bound(what, value, limit):
+    ok = value <= limit
+    print("%-70s %8.1f <= %8.1f  %s" % (what, value, limit, "met" if ok else "NOT met"))
+print("request -> first correct answer (ms): p50 / p99 / n")
+for name in ("normal-one", "normal-burst", "standby-none-one", "context-one", "context-burst",
+             "big-prime", "big-context-one", "big-context-burst"):
+    l = lat(name)
+    if l:
+        print("%-20s %8.1f %8.1f %4d" % (name, l["p50"], l["p99"], l["n"]))
+        print("figure: gpu_burst %s p50_ms %.1f p99_ms %.1f" % (name, l["p50"], l["p99"]))
+d = figures("driver-burst.txt")
+if d:
+    print("driver's own: one restore %.1f ms, 8 one after another %.1f ms, 8 at once %.1f ms" % (
+        d.get("driver_burst.one_ms", 0), d.get("driver_burst.serial_ms", 0),
+        d.get("driver_burst.parallel_ms", 0)))
+one, ctx1, ctxb, none1, nb = (lat(n) for n in ("normal-one", "context-one", "context-burst",
+                                               "standby-none-one", "normal-burst"))
+if ctx1 and ctxb:
+    bound("8 context takes: p99 <= 2x one take's p50", ctxb["p99"], 2 * ctx1["p50"])
+if ctx1 and none1:
+    print("one context take p50 %.1f ms against today's standby take p50 %.1f ms (%.2fx)" % (
+        ctx1["p50"], none1["p50"], ctx1["p50"] / none1["p50"]))
+if one and nb and d.get("driver_burst.parallel_ms"):
+    other = one["p50"] - d.get("driver_burst.one_ms", 0)
+    bound("8 normal starts: p99 <= 1.2x (driver's burst floor + one start's other phases)",
+          nb["p99"], 1.2 * (d["driver_burst.parallel_ms"] + other))
+if one and nb:
+    bound("8 normal starts: p99 <= 2.5x one start's p50", nb["p99"], 2.5 * one["p50"])
+try:
+    rows = [l.split() for l in open(os.path.join(out, "routed.txt"))]
+    def p50(name):
+        v = sorted(float(r[2]) * 1000 for r in rows if r[0] == name)
+        return v[(len(v) + 1) // 2 - 1] if v else None
+    r1, r8 = p50("routed-one"), p50("routed-burst")
+    if r1 and r8:
+        print("routed from zero: one p50 %.1f ms, 8 at once p50 %.1f ms" % (r1, r8))
+        print("figure: gpu_burst routed_one_p50_ms %.1f routed_burst_p50_ms %.1f" % (r1, r8))
+        bound("8 routed requests from zero: p50 <= 1.5x one request's", r8, 1.5 * r1)
+    print("routed answers correct: %d of %d" % (sum(r[-1] == "ok" for r in rows), len(rows)))
+except OSError:
+    pass
+h = load("context-held")
+if h:
+    held = h.get("standby_gpu_bytes") or []
+    if held:
+        print("one context standby holds %.1f MiB on the GPU (its record, mean of %d); "
+              "nvidia-smi: %s MiB with 8 waiting, %s MiB with none" % (
+              sum(held) / len(held) / 2**20, len(held), h["gpu_used_mib_8_waiting"],
+              h["gpu_used_mib_none"]))
+        print("figure: gpu_burst context_standby_held_mib %.1f" % (sum(held) / len(held) / 2**20))
+ls = figures("link-speed.txt")
+big1, bigb = lat("big-context-one"), lat("big-context-burst")
+snap = load("snapshot-big")
+nbytes = gpu_bytes(snap) if snap else 0
+if ls.get("link_speed.threads16_gbs") and big1 and bigb and nbytes:
+    floor = 4 * nbytes / (ls["link_speed.threads16_gbs"] * 1e9) * 1000
+    print("16 GiB function: %.2f GiB of device memory; link %.1f GB/s; 4 fills' floor %.1f ms" % (
+        nbytes / 2**30, ls["link_speed.threads16_gbs"], floor))
+    bound("4 context takes of the 16 GiB function: p99 <= 1.2x (4 x bytes/link + one take's p50)",
+          bigb["p99"], 1.2 * (floor + big1["p50"]))
+PY
+exit $bad

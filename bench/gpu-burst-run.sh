@@ -68,16 +68,18 @@ fn = sys.argv[1]
 j = json.load(sys.stdin)
 for i in (j.get("instances", j) if isinstance(j, dict) else j):
     if i.get("function") == fn and i.get("state") == "running":
-        print(i["instance"])' "$1" | while read -r iid; do
-		curl -s -o /dev/null -X DELETE "$URL/instances/$iid" &
-	done
-	wait
+        print(i["instance"])' "$1" | xargs -r -P 16 -I{} curl -s -o /dev/null -X DELETE "$URL/instances/{}"
+}
+
+snapped=""
+snapshot_example() { # the function SPEC registered and snapshotted, once
+	[ -n "$snapped" ] && return 0
+	put_function "$ID" "$SPEC" "$W/$ID.json" standby=0 lazy=null &&
+		snapshot_function "$ID" "$OUTDIR/snapshot-example.json" && snapped=1 && run prime --burst 1
 }
 
 case $PARTS in *" example "*)
-	put_function "$ID" "$SPEC" "$W/$ID.json" standby=0 lazy=null || exit 1
-	snapshot_function "$ID" "$OUTDIR/snapshot-example.json" || exit 1
-	run prime --burst 1
+	snapshot_example || exit 1
 	run normal-one --burst 1 --repeat "$ROUNDS"
 	run normal-burst --burst 8 --repeat 2
 	# The driver's floor, on this function's own checkpointed processes.
@@ -93,27 +95,32 @@ case $PARTS in *" example "*)
 		--round-cmd "$W/wait-pool.sh $ID 1"
 	standbys "$ID" "$SPEC" 0 none && "$W/wait-pool.sh" "$ID" 0 && sleep 2
 	without=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -n1)
-	standbys "$ID" "$SPEC" 8 context && "$W/wait-pool.sh" "$ID" 8 && sleep 2
-	with=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -n1)
-	held=$(for r in "$W"/data/instances/*.json; do
-		[ "$(jfield "$r" state)" = standby ] && jfield "$r" standby_gpu_bytes; done | tr '\n' ' ')
-	echo "{\"gpu_used_mib_8_waiting\": \"${with:-}\", \"gpu_used_mib_none\": \"${without:-}\", \"standby_gpu_bytes\": [${held// /, }0]}" |
-		sed 's/, 0]/]/; s/\[0\]/[]/' >"$OUTDIR/context-held.json"
-	run context-burst --burst 8 --repeat 2 --round-cmd "$W/wait-pool.sh $ID 8"
+	if standbys "$ID" "$SPEC" 8 context && "$W/wait-pool.sh" "$ID" 8; then
+		sleep 2
+		with=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -n1)
+		held=$(for r in "$W"/data/instances/*.json; do
+			[ "$(jfield "$r" state)" = standby ] && jfield "$r" standby_gpu_bytes; done | paste -sd,)
+		echo "{\"gpu_used_mib_8_waiting\": \"${with:-}\", \"gpu_used_mib_none\": \"${without:-}\", \"standby_gpu_bytes\": [$held]}" \
+			>"$OUTDIR/context-held.json"
+		run context-burst --burst 8 --repeat 2 --round-cmd "$W/wait-pool.sh $ID 8"
+	else
+		bad=1
+	fi
 esac
 
 case $PARTS in *" routed "*)
 	read -r METHOD RPATH BODY <<<"$EX_INFER"
 	routed() { # NAME N: N requests at once through /function/ID, from zero
-		local name=$1 n=$2 k
+		local name=$1 n=$2 k pids=()
 		stop_running "$ID"
 		"$W/wait-pool.sh" "$ID" 8 || { bad=1; return; }
 		for k in $(seq "$n"); do
 			curl -s -o "$W/routed-$k.out" -w '%{http_code} %{time_total}\n' -X "$METHOD" \
 				-H 'Content-Type: application/json' ${BODY:+-d "$BODY"} \
 				"$URL/function/$ID$RPATH" >"$W/routed-$k.code" &
+			pids+=($!)
 		done
-		wait
+		wait "${pids[@]}" # not thawd, a child of this shell too
 		for k in $(seq "$n"); do
 			if grep -qF -- "$EX_EXPECT" "$W/routed-$k.out"; then
 				echo "$name $(cat "$W/routed-$k.code") ok"
@@ -123,10 +130,14 @@ case $PARTS in *" routed "*)
 			fi
 		done >>"$OUTDIR/routed.txt"
 	}
-	standbys "$ID" "$SPEC" 8 context concurrency=1 || bad=1
 	: >"$OUTDIR/routed.txt"
-	for _ in 1 2 3; do routed routed-one 1; done
-	for _ in 1 2; do routed routed-burst 8; done
+	# ROUTED_STANDBY_GPU=none: the same with standbys that hold nothing.
+	if snapshot_example && standbys "$ID" "$SPEC" 8 "${ROUTED_STANDBY_GPU:-context}" concurrency=1; then
+		for _ in 1 2 3; do routed routed-one 1; done
+		for _ in 1 2; do routed routed-burst 8; done
+	else
+		bad=1
+	fi
 	stop_running "$ID"
 	cat "$OUTDIR/routed.txt"
 esac

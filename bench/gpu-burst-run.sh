@@ -48,9 +48,11 @@ pool() { # FN: standbys waiting
 }
 cat >"$W/wait-pool.sh" <<SH
 #!/bin/sh
-# wait-pool.sh FN N: until FN's pool holds N standbys (180 s at most).
+# wait-pool.sh FN N: until FN's pool holds N standbys (180 s at most; an
+# empty pool has no line in /metrics).
 for i in \$(seq 1800); do
-	[ "\$(curl -s "$URL/metrics" | sed -n "s/^thaw_standby_instances{function=\"\$1\"} //p")" = "\$2" ] && exit 0
+	n=\$(curl -s "$URL/metrics" | sed -n "s/^thaw_standby_instances{function=\"\$1\"} //p")
+	[ "\${n:-0}" = "\$2" ] && exit 0
 	sleep 0.1
 done
 echo "pool of \$1: not \$2 after 180 s" >&2; exit 1
@@ -69,6 +71,39 @@ j = json.load(sys.stdin)
 for i in (j.get("instances", j) if isinstance(j, dict) else j):
     if i.get("function") == fn and i.get("state") == "running":
         print(i["instance"])' "$1" | xargs -r -P 16 -I{} curl -s -o /dev/null -X DELETE "$URL/instances/{}"
+}
+
+# warm_burst: what 8 requests at once cost with nothing to start: 8 running
+# instances (their starts untimed), 8 requests at once to their endpoints, 2
+# rounds: the inference's own floor in a burst (the GPU shared by 8 processes).
+warm_burst() {
+	local k r pids eps=()
+	read -r METHOD RPATH BODY <<<"$EX_INFER"
+	for k in $(seq 8); do
+		curl -s -X POST "$URL/functions/$ID/start" -o "$W/warm-$k.json"
+		eps+=("$(jfield "$W/warm-$k.json" endpoint)")
+	done
+	: >"$OUTDIR/warm-burst.txt"
+	for r in 0 1 2; do # round 0 warms each instance up: not counted
+		pids=()
+		for k in $(seq 8); do
+			curl -s -o "$W/warm-$k.out" -w '%{http_code} %{time_total}\n' -X "$METHOD" \
+				-H 'Content-Type: application/json' ${BODY:+-d "$BODY"} \
+				"http://${eps[$((k - 1))]}$RPATH" >"$W/warm-$k.code" &
+			pids+=($!)
+		done
+		wait "${pids[@]}"
+		[ "$r" = 0 ] && continue
+		for k in $(seq 8); do
+			grep -qF -- "$EX_EXPECT" "$W/warm-$k.out" && echo "warm-burst $(cat "$W/warm-$k.code") ok" ||
+				{ echo "warm-burst $(cat "$W/warm-$k.code") WRONG"; bad=1; }
+		done >>"$OUTDIR/warm-burst.txt"
+	done
+	for k in $(seq 8); do
+		curl -s -o /dev/null -X DELETE "$URL/instances/$(jfield "$W/warm-$k.json" instance)" &
+	done
+	wait "${pids[@]}" 2>/dev/null
+	sleep 1
 }
 
 snapped=""
@@ -103,6 +138,7 @@ case $PARTS in *" example "*)
 		echo "{\"gpu_used_mib_8_waiting\": \"${with:-}\", \"gpu_used_mib_none\": \"${without:-}\", \"standby_gpu_bytes\": [$held]}" \
 			>"$OUTDIR/context-held.json"
 		run context-burst --burst 8 --repeat 2 --round-cmd "$W/wait-pool.sh $ID 8"
+		warm_burst
 	else
 		bad=1
 	fi
@@ -230,6 +266,28 @@ if one and nb and d.get("driver_burst.parallel_ms"):
           nb["p99"], 1.2 * (d["driver_burst.parallel_ms"] + other))
 if one and nb:
     bound("8 normal starts: p99 <= 2.5x one start's p50", nb["p99"], 2.5 * one["p50"])
+def latfile(name, key):
+    try:
+        v = sorted(float(l.split()[2]) * 1000 for l in open(os.path.join(out, name))
+                   if l.startswith(key))
+    except OSError:
+        return None
+    if not v:
+        return None
+    rank = lambda p: v[max(0, -(-p * len(v) // 100) - 1)]
+    return {"p50": rank(50), "p99": rank(99), "n": len(v)}
+warm = latfile("warm-burst.txt", "warm-burst")
+if warm:
+    print("8 requests at once to 8 running instances (the inference's own burst floor): "
+          "p50 %.1f ms, p99 %.1f ms (n %d)" % (warm["p50"], warm["p99"], warm["n"]))
+    print("figure: gpu_burst warm_burst p50_ms %.1f p99_ms %.1f" % (warm["p50"], warm["p99"]))
+    cb = load("context-burst")
+    if cb and ctx1:
+        ans = cb.get("start_answer_ms")
+        if ans:
+            print("8 context takes: answered p99 %.1f ms + the inference's burst p99 %.1f ms = %.1f ms "
+                  "against their first answers' p99 %.1f ms" % (ans["p99"], warm["p99"],
+                  ans["p99"] + warm["p99"], ctxb["p99"]))
 try:
     rows = [l.split() for l in open(os.path.join(out, "routed.txt"))]
     def p50(name):
@@ -256,6 +314,14 @@ ls = figures("link-speed.txt")
 big1, bigb = lat("big-context-one"), lat("big-context-burst")
 snap = load("snapshot-big")
 nbytes = gpu_bytes(snap) if snap else 0
+if not nbytes:  # thawd's own words: "big-…: thaw filled N allocation(s), X GiB"
+    try:
+        for line in open(os.path.join(out, "fills.txt")):
+            m = re.search(r"big-\S+: thaw filled \d+ allocation\(s\), ([\d.]+) GiB", line)
+            if m:
+                nbytes = float(m.group(1)) * 2**30
+    except OSError:
+        pass
 if ls.get("link_speed.threads16_gbs") and big1 and bigb and nbytes:
     floor = 4 * nbytes / (ls["link_speed.threads16_gbs"] * 1e9) * 1000
     print("16 GiB function: %.2f GiB of device memory; link %.1f GB/s; 4 fills' floor %.1f ms" % (

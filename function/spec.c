@@ -714,9 +714,16 @@ static int key_standby(const json_t *j, const json_t *v, struct func_spec *s, ch
 }
 
 /* "standby_gpu": what a GPU function's standby holds on the GPU while it
- * waits: "none" (its CUDA state checkpointed: no GPU memory, bound to no
- * GPU) or "context" (the driver's restore done, its contexts on one GPU,
- * none of the device memory thaw carries: a take is the fill alone). */
+ * waits: "context" (the driver's restore done, its contexts on one GPU, none
+ * of the device memory thaw carries: a take is the fill alone) or "none"
+ * (its CUDA state checkpointed: no GPU memory, bound to no GPU).  "context"
+ * by default where it applies: a GPU function whose memory thaw carries
+ * (docs/DESIGN.md, "Standby instances", says why). */
+bool spec_standby_gpu_default(const struct func_spec *s)
+{
+	return s->gpu && !s->gpu_memory_driver;
+}
+
 static int key_standby_gpu(const json_t *j, const json_t *v, struct func_spec *s, char *err,
 			   size_t errlen)
 {
@@ -724,15 +731,15 @@ static int key_standby_gpu(const json_t *j, const json_t *v, struct func_spec *s
 
 	if (v && (!w || (strcmp(w, "none") && strcmp(w, "context"))))
 		return spec_fail(err, errlen, "standby_gpu: must be \"none\" or \"context\"");
-	s->standby_gpu_context = w && !strcmp(w, "context");
 	/* "gpu" and "gpu_memory" are parsed before (spec_keys' order). */
-	if (s->standby_gpu_context && !s->gpu)
+	if (w && !strcmp(w, "context") && !s->gpu)
 		return spec_fail(err, errlen, "standby_gpu: \"context\" is for a GPU function "
 				 "(\"gpu\": true)");
-	if (s->standby_gpu_context && s->gpu_memory_driver)
+	if (w && !strcmp(w, "context") && s->gpu_memory_driver)
 		return spec_fail(err, errlen, "standby_gpu: \"context\" needs the device memory "
 				 "carried by thaw (\"gpu_memory\": \"thaw\"): the driver's "
 				 "restore would bring all of it back");
+	s->standby_gpu_context = w ? !strcmp(w, "context") : spec_standby_gpu_default(s);
 	return 0;
 }
 
@@ -983,8 +990,10 @@ json_t *spec_to_json(const struct func_spec *s)
 		json_object_set_new(j, "lazy", json_boolean(s->lazy == SPEC_LAZY));
 	if (s->standby)
 		json_object_set_new(j, "standby", json_integer(s->standby));
-	if (s->standby_gpu_context)
-		json_object_set_new(j, "standby_gpu", json_string("context"));
+	/* Only where it differs from the default. */
+	if (s->standby_gpu_context != spec_standby_gpu_default(s))
+		json_object_set_new(j, "standby_gpu",
+				    json_string(s->standby_gpu_context ? "context" : "none"));
 	if (s->idle_s > 0)
 		json_object_set_new(j, "idle_s", json_real(s->idle_s));
 	if (s->max_lifetime_s > 0)

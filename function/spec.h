@@ -94,8 +94,9 @@ struct func_spec {
 	/* "standby": how many instances thawd keeps restored ahead of the
 	 * requests (server/standby.h); 0 to SPEC_MAX_STANDBY. */
 	unsigned standby;
-	/* "standby_gpu": "context", a GPU function's standbys hold their
-	 * contexts on a GPU (the driver's restore done ahead), not nothing. */
+	/* "standby_gpu": "context" (the default where it applies:
+	 * spec_standby_gpu_default), a GPU function's standbys hold their
+	 * contexts on a GPU (the driver's restore done ahead); "none": nothing. */
 	bool standby_gpu_context;
 	/* Requests routed through thawd (/function/<id>/…, server/pool.h):
 	 * "concurrency", how many one instance serves at once (1 to
@@ -130,5 +131,9 @@ int spec_image_ref(const char *ref, enum image_transport *t, char *path, size_t 
 /* The spec as JSON (a new reference). */
 json_t *spec_to_json(const struct func_spec *s);
 void spec_free(struct func_spec *s); /* NULL is fine */
+
+/* "standby_gpu"'s default for s: "context" (true) for a GPU function whose
+ * device memory thaw carries, else "none". */
+bool spec_standby_gpu_default(const struct func_spec *s);
 
 #endif

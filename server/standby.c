@@ -91,6 +91,19 @@ static void stop_standby(struct server *s, const struct standby_entry *e, const 
 		pr_warn("stop standby %s: %s", e->id, log_last_error());
 }
 
+/* Whether function f (its stored spec) wants standbys that hold their GPU
+ * contexts: "standby_gpu", else its default (function/spec.h), "context"
+ * for a GPU function whose memory thaw carries. */
+static bool want_context(const json_t *f)
+{
+	const char *w = json_string_value(json_object_get(f, "standby_gpu"));
+	const char *mem = json_string_value(json_object_get(f, "gpu_memory"));
+
+	if (w)
+		return !strcmp(w, "context");
+	return json_is_true(json_object_get(f, "gpu")) && !(mem && !strcmp(mem, "driver"));
+}
+
 /* Every function with "standby" > 0 and a current snapshot.  *n is their
  * count; the array is yours. */
 static struct want *wanted(struct server *s, size_t *n)
@@ -117,8 +130,7 @@ static struct want *wanted(struct server *s, size_t *n)
 		w[*n].gpu = json_is_true(json_object_get(f, "gpu"));
 		/* The function's word now, not its snapshot's: how it is served
 		 * changes without a new snapshot. */
-		w[*n].gpu_context = !strcmp(json_string_value(json_object_get(f, "standby_gpu")) ?: "",
-					    "context");
+		w[*n].gpu_context = want_context(f);
 		(*n)++;
 	}
 	json_decref(list);

@@ -182,6 +182,51 @@ static void check_routing(void)
 /* "mounts": each checked (absolute, clean, not the container's own paths,
  * not twice), read-only by default, written back with every key; and
  * "on_restore_failure": "boot" (the default, not written back) or "fail". */
+/* "standby_gpu": "context" by default for a GPU function whose memory thaw
+ * carries, "none" otherwise; written out only where it is not the default;
+ * "context" refused where it cannot apply. */
+static void check_standby_gpu(void)
+{
+	static const struct {
+		const char *extra;
+		bool context;
+		const char *written; /* NULL: not written */
+	} ok[] = {
+		{ "", false, NULL },
+		{ ",\"gpu\":true", true, NULL },
+		{ ",\"gpu\":true,\"standby_gpu\":\"none\"", false, "none" },
+		{ ",\"gpu\":true,\"standby_gpu\":\"context\"", true, NULL },
+		{ ",\"gpu\":true,\"gpu_memory\":\"driver\"", false, NULL },
+		{ ",\"standby_gpu\":\"none\"", false, NULL },
+	};
+	char text[256], err[256];
+
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		struct func_spec *s;
+		json_t *j;
+
+		snprintf(text, sizeof(text), "{\"id\":\"a\",\"command\":[\"x\"],\"port\":80%s}",
+			 ok[i].extra);
+		s = parse(text, NULL, err, sizeof(err));
+		REQUIRE(s);
+		CHECK_EQ(s->standby_gpu_context, ok[i].context);
+		j = spec_to_json(s);
+		if (ok[i].written)
+			CHECK_STR(json_string_value(json_object_get(j, "standby_gpu")) ?: "",
+				  ok[i].written);
+		else
+			CHECK(json_object_get(j, "standby_gpu") == NULL);
+		json_decref(j);
+		spec_free(s);
+	}
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"standby_gpu\":\"context\"}",
+	    "standby_gpu");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"gpu\":true,"
+	    "\"gpu_memory\":\"driver\",\"standby_gpu\":\"context\"}", "standby_gpu");
+	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"standby_gpu\":\"all\"}",
+	    "standby_gpu");
+}
+
 static void check_mounts(void)
 {
 	char err[256] = "";
@@ -439,6 +484,7 @@ int main(void)
 	spec_free(s);
 	check_routing();
 	check_mounts();
+	check_standby_gpu();
 
 	return check_failures ? 1 : 0;
 }

@@ -161,12 +161,19 @@ struct instance_boot {
 int instance_boot(const struct thaw_config *c, const struct instance_boot *b,
 		  struct instance *out);
 
-/* Stop instance id (locking and checkpointing its CUDA processes first) and
- * remove its container, namespace, work directory and record. */
+/* The first half of a stop, quick: instance id's record says "stopping"
+ * with "stop": {"requested_ms", "why"}, its endpoint is closed (the shim
+ * drains its output still) and "unreachable_ms" is added once its port
+ * refuses connections.  instance_end (or instance_stop) does the rest; a
+ * thawd restart finishes a stop begun (server/recover.c).  0 or -errno
+ * (-ENOENT: no record). */
+int instance_stop_begin(const struct thaw_config *c, const char *id, const char *why);
+/* Stop instance id (locking its CUDA processes first) and remove its
+ * container, namespace, work directory and record. */
 int instance_stop(const struct thaw_config *c, const char *id);
 /* The same, but the container's first process gets SIGTERM and grace_ms to
  * exit before it is killed (after a GPU function's CUDA processes are
- * checkpointed); 0: killed at once. */
+ * locked); 0: killed at once. */
 int instance_stop_graceful(const struct thaw_config *c, const char *id, int grace_ms);
 /* The same, keeping what ended (restore/instance_ended.h): the record with
  * how it ended (end) and its output, under <data>/ended.  end NULL: as

@@ -145,8 +145,18 @@ int instance_ended_write(const struct thaw_config *c, const char *id, const json
 		if (v)
 			json_object_set(out, kept_keys[i], v);
 	}
+	json_t *stop = json_deep_copy(json_object_get(rec, "stop"));
+	json_int_t now = (json_int_t)realtime_ms();
+
 	json_object_set_new(out, "instance", json_string(id));
-	json_object_set_new(out, "ended_ms", json_integer((json_int_t)realtime_ms()));
+	json_object_set_new(out, "ended_ms", json_integer(now));
+	/* A stop's steps (instance_stop_begin), ended now. */
+	if (json_is_object(stop)) {
+		json_object_set_new(stop, "ended_ms", json_integer(now));
+		json_object_set_new(out, "stop", stop);
+	} else {
+		json_decref(stop);
+	}
 	describe(out, e, oom);
 	ret = ended_dir(c, d, sizeof(d));
 	if (!ret)

@@ -399,6 +399,9 @@ static const char *record_state(const json_t *rec)
 		return pid > 0 && proc_alive((pid_t)pid, (unsigned long long)start) ? "starting"
 										  : "abandoned";
 	}
+	/* Being stopped (instance_stop_begin), its process alive or not. */
+	if (st && !strcmp(st, "stopping"))
+		return "stopping";
 	instance_record_num(rec, "pid", &pid);
 	instance_record_num(rec, "pid_start", &start);
 	if (!(pid > 0 && proc_alive((pid_t)pid, (unsigned long long)start)))

@@ -58,11 +58,17 @@ struct shim {
 	size_t nconns, cap;
 };
 
-static volatile sig_atomic_t stop_requested;
+static volatile sig_atomic_t stop_requested, close_requested;
 
 static void on_term(int sig)
 {
 	stop_requested = 1;
+}
+
+/* SHIM_CLOSE_SIGNAL: the instance is being stopped. */
+static void on_close(int sig)
+{
+	close_requested = 1;
 }
 
 static void conn_free(struct conn *c)
@@ -272,6 +278,26 @@ static void map_activity(struct shim *s, const char *path)
 	close(fd);
 }
 
+/* The endpoint closed at once, while the log drain goes on (shim.h,
+ * SHIM_CLOSE_SIGNAL): the listening socket (connections not yet accepted
+ * are refused with it) and every connection.  Once the container's pipes
+ * close too, the loop ends. */
+static void close_endpoint(struct shim *s)
+{
+	if (!close_requested || s->lfd < 0)
+		return;
+	close(s->lfd);
+	s->lfd = -1;
+	for (size_t i = 0; i < s->nconns; i++)
+		conn_free(s->conns[i]);
+	s->nconns = 0;
+	if (s->act)
+		s->act[1] = 0;
+	/* A shim that drains nothing has nothing left to do. */
+	if (!s->had_pipes)
+		stop_requested = 1;
+}
+
 static int shim_loop(struct shim *s)
 {
 	struct pollfd *pfd = NULL;
@@ -281,7 +307,10 @@ static int shim_loop(struct shim *s)
 
 	sigemptyset(&empty);
 	while (!stop_requested) {
-		size_t n = 3 + 2 * s->nconns;
+		size_t n;
+
+		close_endpoint(s);
+		n = 3 + 2 * s->nconns;
 
 		if (s->had_pipes && s->pipes[0] < 0 && s->pipes[1] < 0 && s->nconns == 0)
 			break; /* the container is gone and nobody is talking */
@@ -319,6 +348,9 @@ static int shim_loop(struct shim *s)
 			pr_perror("poll");
 			break;
 		}
+		/* Not one more connection once the endpoint is to close. */
+		if (close_requested && s->lfd >= 0)
+			continue;
 		for (int i = 0; i < 2; i++)
 			if (pfd[1 + i].fd >= 0 && pfd[1 + i].revents)
 				drain_pipe(s, i);
@@ -382,9 +414,11 @@ static void shim_child(const struct shim_opts *o, int report)
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);
+	sigaddset(&set, SHIM_CLOSE_SIGNAL);
 	sigprocmask(SIG_SETMASK, &set, NULL);
 	sigaction(SIGTERM, &act, NULL);
 	sigaction(SIGINT, &act, NULL);
+	sigaction(SHIM_CLOSE_SIGNAL, &(struct sigaction){ .sa_handler = on_close }, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	signal(SIGHUP, SIG_IGN);
 	signal(SIGCHLD, SIG_DFL);
@@ -569,6 +603,46 @@ static bool wait_gone(pid_t pid, unsigned long long start, int timeout_ms)
 			return false;
 		usleep(5000);
 	}
+}
+
+/* Does 127.0.0.1:port refuse a connection now? */
+static bool port_refuses(uint16_t port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	bool refused;
+
+	if (fd < 0)
+		return false;
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	refused = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 && errno == ECONNREFUSED;
+	close(fd);
+	return refused;
+}
+
+int shim_close_endpoint(pid_t pid, unsigned long long start, uint16_t port, int timeout_ms)
+{
+	uint64_t t0 = now_ns();
+
+	if (pid <= 0 || !proc_alive(pid, start))
+		return 0;
+	if (kill(pid, SHIM_CLOSE_SIGNAL) < 0 && errno != ESRCH) {
+		int err = -errno;
+
+		pr_perror("kill %d", (int)pid);
+		return err;
+	}
+	/* The listening socket is closed by the time a connection to its port
+	 * is refused: no other word comes back from the shim. */
+	while (port && !port_refuses(port) && proc_alive(pid, start)) {
+		if (ms_since(t0) >= timeout_ms) {
+			pr_warn("shim %d still accepts on port %u after %d ms: stopping it", (int)pid,
+				port, timeout_ms);
+			return shim_stop(pid, start, timeout_ms);
+		}
+		usleep(2000);
+	}
+	return 0;
 }
 
 int shim_stop(pid_t pid, unsigned long long start, int timeout_ms)

@@ -10,16 +10,22 @@
  *  - appends the container's stdout and stderr to a log file, rotated to
  *    <log>.1 when it reaches max_log_bytes (common/logfile.h).
  * It exits on SIGTERM, or once the container's pipes have closed (the
- * container is gone) and no connection remains.  Its comm is "thaw-shim".
+ * container is gone) and no connection remains.  On SHIM_CLOSE_SIGNAL it
+ * closes the endpoint (the listening socket and every connection) and goes
+ * on draining the log: a function that is being stopped can no longer be
+ * reached, and what it prints while it leaves is kept.  Its comm is
+ * "thaw-shim".
  */
 #ifndef THAW_RESTORE_SHIM_H
 #define THAW_RESTORE_SHIM_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
 #define SHIM_COMM "thaw-shim"
+#define SHIM_CLOSE_SIGNAL SIGUSR1
 
 struct shim_opts {
 	const char *netns_path; /* the instance's network namespace (nsfs bind mount) */
@@ -49,6 +55,12 @@ int proc_start_time(pid_t pid, unsigned long long *start);
  * When /proc cannot be read for want of descriptors or memory, alive if
  * kill(2) finds it: a local error never says that a process has exited. */
 bool proc_alive(pid_t pid, unsigned long long start);
+
+/* Close the endpoint of shim pid (if it is still the process with that start
+ * time) and wait until 127.0.0.1:port refuses connections, up to timeout_ms;
+ * a shim that does not close it by then is stopped (shim_stop).  A shim
+ * already gone is fine: 0, or -errno. */
+int shim_close_endpoint(pid_t pid, unsigned long long start, uint16_t port, int timeout_ms);
 
 /* SIGTERM the shim pid (if it is still the process with that start time, 0:
  * don't check), wait up to timeout_ms for it to go (reaping it if it is our

@@ -191,7 +191,7 @@ static int no_instance(struct req *q, const char *id)
 int api_delete_instance(struct req *q)
 {
 	const char *id = q->route.id;
-	const char *state;
+	const char *state, *wait;
 	json_t *rec = NULL;
 	double recorded_grace, grace_s;
 	struct instance_end end = { 0 };
@@ -224,10 +224,18 @@ int api_delete_instance(struct req *q)
 	grace_s = recorded_grace;
 	if (req_query_seconds(q, "grace_s", &grace_s, msg, sizeof(msg)))
 		return reply_error(q, 400, "bad_request", "%s", msg);
+	wait = req_query(q, "wait");
 	snprintf(end.why, sizeof(end.why), "DELETE");
-	ret = lifetimes_stop_instance(q->srv, id, (int)(grace_s * 1000), &end);
-	if (ret == 0)
-		metrics_instance_stopped(q->srv->metrics, "delete");
+	/* The answer once the instance cannot be reached; its grace, the kill
+	 * and the teardown go on behind it (?wait=1: answered once it is all
+	 * gone). */
+	if (wait && strcmp(wait, "0") && strcmp(wait, "false")) {
+		ret = lifetimes_stop_instance(q->srv, id, (int)(grace_s * 1000), &end);
+		if (ret == 0)
+			metrics_instance_stopped(q->srv->metrics, "delete");
+	} else {
+		ret = lifetimes_stop_background(q->srv, id, (int)(grace_s * 1000), &end, "delete");
+	}
 	if (ret == -EALREADY)
 		return reply_error(q, 409, "conflict",
 				   "instance %s is being stopped by another request", id);

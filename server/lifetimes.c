@@ -41,17 +41,43 @@ struct stop_job {
 	const char *reason; /* the metric's label */
 	struct instance_end end;
 	int grace_ms;
+	bool begun; /* stop_begin done: the thread finishes it */
 };
 
-int lifetimes_stop_instance(struct server *s, const char *id, int grace_ms,
-			    const struct instance_end *end)
+/* The quick half of a stop of instance id: claimed (-EALREADY: another
+ * stop has it), no routed request sent to it any more, its record saying
+ * "stopping" and its endpoint closed (instance_stop_begin).  0, or -ENOENT
+ * (no record: nothing claimed). */
+static int stop_begin(struct server *s, const char *id, const struct instance_end *end)
 {
 	int ret = insts_claim(s->insts, id);
 
 	if (ret)
 		return ret;
-	/* Whatever stops it: no routed request goes to it any more. */
 	pool_forget(s->pool, id);
+	log_clear_error();
+	ret = instance_stop_begin(&s->cfg, id, end && end->why[0] ? end->why : "stopped");
+	if (ret == -ENOENT || ret == -EINVAL) {
+		insts_remove(s->insts, id);
+		pool_gone(s->pool, id);
+		insts_release(s->insts, id);
+		return ret;
+	}
+	/* Anything else (a record not written, a shim that would not go):
+	 * the teardown still ends what is there, and says what it could not. */
+	if (ret)
+		pr_warn("instance %s: the stop goes on: %s", id,
+			log_last_error()[0] ? log_last_error() : strerror(-ret));
+	return 0;
+}
+
+/* The rest of a stop that stop_begin began: everything torn down, the
+ * instance dropped from the table once it is gone, the claim released. */
+static int stop_finish(struct server *s, const char *id, int grace_ms,
+		       const struct instance_end *end)
+{
+	int ret;
+
 	log_clear_error();
 	ret = instance_end(&s->cfg, id, grace_ms, end);
 	/* A stop that failed leaves the instance (or what is left of it)
@@ -63,6 +89,14 @@ int lifetimes_stop_instance(struct server *s, const char *id, int grace_ms,
 	}
 	insts_release(s->insts, id);
 	return ret;
+}
+
+int lifetimes_stop_instance(struct server *s, const char *id, int grace_ms,
+			    const struct instance_end *end)
+{
+	int ret = stop_begin(s, id, end);
+
+	return ret ? ret : stop_finish(s, id, grace_ms, end);
 }
 
 int lifetimes_stop_now(struct server *s, const char *id, const char *label, const char *why)
@@ -80,7 +114,8 @@ int lifetimes_stop_now(struct server *s, const char *id, const char *label, cons
 static void *stop_thread(void *arg)
 {
 	struct stop_job *j = arg;
-	int ret = lifetimes_stop_instance(j->srv, j->id, j->grace_ms, &j->end);
+	int ret = j->begun ? stop_finish(j->srv, j->id, j->grace_ms, &j->end) :
+			     lifetimes_stop_instance(j->srv, j->id, j->grace_ms, &j->end);
 
 	if (ret == 0) {
 		pr_info("instance %s of %s %s: %s", j->id, j->function,
@@ -95,12 +130,29 @@ static void *stop_thread(void *arg)
 	return NULL;
 }
 
+/* Run j on a thread of its own; 0, or -errno (j freed, nothing run). */
+static int spawn_job(struct lifetimes *lt, struct stop_job *j)
+{
+	pthread_attr_t attr;
+	pthread_t t;
+	int ret;
+
+	atomic_fetch_add(&lt->stops_running, 1);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	ret = pthread_create(&t, &attr, stop_thread, j);
+	if (ret) {
+		atomic_fetch_sub(&lt->stops_running, 1);
+		free(j);
+	}
+	pthread_attr_destroy(&attr);
+	return -ret;
+}
+
 static void spawn_stop(struct lifetimes *lt, const struct inst_view *v, const char *reason,
 		       const struct instance_end *end, int grace_ms)
 {
 	struct stop_job *j = calloc(1, sizeof(*j));
-	pthread_attr_t attr;
-	pthread_t t;
 
 	if (!j)
 		return;
@@ -108,14 +160,39 @@ static void spawn_stop(struct lifetimes *lt, const struct inst_view *v, const ch
 				.grace_ms = grace_ms };
 	snprintf(j->id, sizeof(j->id), "%s", v->ref.id);
 	snprintf(j->function, sizeof(j->function), "%s", v->ref.function);
-	atomic_fetch_add(&lt->stops_running, 1);
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	if (pthread_create(&t, &attr, stop_thread, j)) {
-		atomic_fetch_sub(&lt->stops_running, 1);
-		free(j);
+	spawn_job(lt, j);
+}
+
+int lifetimes_stop_background(struct server *s, const char *id, int grace_ms,
+			      const struct instance_end *end, const char *label)
+{
+	struct lifetimes *lt = s->lifetimes;
+	struct stop_job *j = lt ? calloc(1, sizeof(*j)) : NULL;
+	int ret;
+
+	if (!j) {
+		ret = lifetimes_stop_instance(s, id, grace_ms, end);
+		if (ret == 0)
+			metrics_instance_stopped(s->metrics, label);
+		return ret;
 	}
-	pthread_attr_destroy(&attr);
+	ret = stop_begin(s, id, end);
+	if (ret) {
+		free(j);
+		return ret;
+	}
+	*j = (struct stop_job){ .srv = s, .lt = lt, .reason = label, .end = *end,
+				.grace_ms = grace_ms, .begun = true };
+	snprintf(j->id, sizeof(j->id), "%s", id);
+	if (insts_function(s->insts, id, j->function))
+		snprintf(j->function, sizeof(j->function), "?");
+	/* Without a thread the stop is finished here: late, never lost. */
+	if (spawn_job(lt, j)) {
+		ret = stop_finish(s, id, grace_ms, end);
+		if (ret == 0)
+			metrics_instance_stopped(s->metrics, label);
+	}
+	return ret;
 }
 
 /* Why instance v is due to stop now (the metric's label, with how it ended

@@ -36,6 +36,14 @@ void lifetimes_finish(struct server *s);
 struct instance_end;
 int lifetimes_stop_instance(struct server *s, const char *id, int grace_ms,
 			    const struct instance_end *end);
+/* The same, answering sooner: the instance is unreachable when this
+ * returns (its record "stopping", its endpoint closed, no routed request
+ * sent to it: instance_stop_begin), and the rest of the stop (the grace,
+ * the kill, the teardown) runs on a thread of its own, counted in /metrics
+ * under label when it is done.  0, or what stop_begin or (with no thread)
+ * the stop gave: -EALREADY, -ENOENT. */
+int lifetimes_stop_background(struct server *s, const char *id, int grace_ms,
+			      const struct instance_end *end, const char *label);
 /* Stop instance id now (no grace), as a function's delete or a start whose
  * client left does, unless another is stopping it: 0, -EALREADY (another
  * is: it will be gone when that one is done), or instance_stop's error

@@ -276,7 +276,20 @@ static void adopt_recorded_instances(struct server *s)
 			adopted++;
 			continue;
 		}
-		ret = instance_end(&s->cfg, id, 0, st && !strcmp(st, "exited") ? &ended : NULL);
+		/* A stop an earlier thawd began (restore/instance.h,
+		 * instance_stop_begin) is finished, without the rest of its
+		 * grace: its endpoint was closed already. */
+		if (st && !strcmp(st, "stopping")) {
+			struct instance_end stopped = { .exited = false };
+			const char *why = json_string_value(
+				json_object_get(json_object_get(rec, "stop"), "why"));
+
+			snprintf(stopped.why, sizeof(stopped.why), "%s", why ? why : "stopped");
+			ret = instance_end(&s->cfg, id, 0, &stopped);
+		} else {
+			ret = instance_end(&s->cfg, id, 0,
+					   st && !strcmp(st, "exited") ? &ended : NULL);
+		}
 		if (ret && ret != -ENOENT)
 			pr_err("instance %s of %s from an earlier run (%s) could not be "
 			       "stopped: %s",

@@ -10,7 +10,10 @@
 #      with Retry-After and takes nothing;
 #   4. stops are graceful: a function whose SIGTERM handler exits is gone at
 #      once on DELETE; one whose handler ignores it is killed after its
-#      "stop_grace_s" (2 s); ?grace_s=0 kills at once; one without a handler
+#      "stop_grace_s" (2 s), the DELETE answered before that, once its
+#      endpoint refuses connections, and its ended record says when each
+#      step happened; a thawd killed -9 during such a grace finishes the
+#      stop at its restart; ?grace_s=0 kills at once; one without a handler
 #      (its namespace's init never sees SIGTERM) is killed at once;
 #   5. an instance whose process is killed from outside (kill -9) is cleaned
 #      up within 2 s, and /metrics counts it (reason "exited"); its record
@@ -37,6 +40,7 @@ mkdir -p "$T/fn"
 cp "$ROOT/test/fixtures/term_fn.py" "$T/fn/"
 start_thawd
 now_ms() { date +%s%3N; }
+alive() { [ -e "/proc/$1" ] && ! grep -q '^[0-9]* (.*) [ZX] ' "/proc/$1/stat" 2>/dev/null; } # not a zombie
 
 # fn ID MODE EXTRA-JSON: PUT and snapshot a term_fn function.
 fn() {
@@ -142,10 +146,23 @@ t0=$(now_ms); st=$(api DELETE "/instances/$IID"); d=$(($(now_ms) - t0))
 	fail "handler that exits: DELETE $st in ${d} ms"
 fn stubborn ignore ', "stop_grace_s": 2' || exit 1
 start stubborn || exit 1
-t0=$(now_ms); st=$(api DELETE "/instances/$IID"); d=$(($(now_ms) - t0))
-[ "$st" = 204 ] && [ $d -ge 1900 ] && [ $d -lt 5000 ] && gone "$IID" &&
-	ok "SIGTERM ignored: killed after its 2 s grace (DELETE in ${d} ms)" ||
-	fail "SIGTERM ignored: DELETE $st in ${d} ms"
+# The answer comes once the instance cannot be reached, its grace and the
+# kill after it: while its process lives, its endpoint refuses connections.
+st=$(api DELETE "/instances/$IID?wait=0")
+alive=no; alive "$PID" && alive=yes
+curl -s --max-time 5 "http://$EP/hello" >/dev/null; refused=$?
+[ "$st" = 204 ] && [ $refused = 7 ] &&
+	ok "SIGTERM ignored: DELETE answered before the kill (process alive then: $alive), endpoint refused" ||
+	fail "SIGTERM ignored: DELETE $st, curl to the endpoint after it: $refused (7: refused)"
+if wait_gone "$IID" 30 >/dev/null; then
+	api GET "/instances/$IID" >/dev/null
+	stop=$(jget "$T/body" "[j['stop'][k] - j['stop']['requested_ms'] for k in ('unreachable_ms', 'ended_ms')] + [j['reason']]")
+	jget "$T/body" "j['stop']['requested_ms'] <= j['stop']['unreachable_ms'] <= j['stop']['ended_ms'] and j['stop']['ended_ms'] - j['stop']['requested_ms'] >= 2000" |
+		grep -qx True && ok "then killed after its 2 s grace, nothing left; the record: $stop" ||
+		fail "the ended record of the SIGTERM-ignoring instance: $(head -c 600 "$T/body")"
+else
+	fail "SIGTERM ignored: not gone 30 s after its DELETE"
+fi
 start stubborn || exit 1
 t0=$(now_ms); st=$(api DELETE "/instances/$IID?grace_s=0"); d=$(($(now_ms) - t0))
 [ "$st" = 204 ] && [ $d -lt 1500 ] && ok "?grace_s=0: killed at once (${d} ms)" ||
@@ -188,6 +205,29 @@ done
 grep -q '^thaw_starts_refused_total{reason="too_many_instances"} 1$' "$T/body" &&
 	ok "/metrics: refused too_many_instances 1" || fail "/metrics: $(grep refused_total "$T/body")"
 
+# ---- 5b. a thawd killed during a stop (after the metrics above: it restarts) ----
+# A thawd killed while a stop waits out the grace: its restart finishes it.
+fn stubborn60 ignore ', "stop_grace_s": 60' || exit 1
+start stubborn60 || exit 1
+st=$(api DELETE "/instances/$IID?wait=0")
+api GET "/instances/$IID" >/dev/null
+[ "$st" = 204 ] && alive "$PID" && [ "$(jget "$T/body" "j['state']")" = stopping ] &&
+	! curl -s --max-time 5 "http://$EP/hello" >/dev/null &&
+	ok "grace 60 s: DELETE answered, the process alive, the record 'stopping', the endpoint closed" ||
+	fail "grace 60 s: DELETE $st, GET: $(head -c 400 "$T/body")"
+kill -9 "$THAWD_PID"
+wait "$THAWD_PID" 2>/dev/null
+start_thawd
+if wait_gone "$IID" 30 >/dev/null && ! alive "$PID"; then
+	api GET "/instances/$IID" >/dev/null
+	[ "$(jget "$T/body" "j['reason']")" = "stopped: DELETE" ] &&
+		jget "$T/body" "j['stop']['ended_ms'] > 0" | grep -qx True &&
+		ok "thawd killed during the stop's grace: its restart finished the stop" ||
+		fail "the ended record after the restart: $(head -c 600 "$T/body")"
+else
+	fail "thawd killed during the stop's grace: the instance outlived its restart"
+fi
+
 # ---- 6. admission by memory ----
 kill -TERM "$THAWD_PID"
 wait "$THAWD_PID" 2>/dev/null
@@ -209,7 +249,7 @@ api GET /metrics >/dev/null
 grep -q '^thaw_starts_refused_total{reason="no_memory"} 1$' "$T/body" &&
 	ok "/metrics: refused no_memory 1" || fail "/metrics: $(grep refused_total "$T/body")"
 
-for f in idle life capped leaves stubborn nohandler; do api DELETE "/functions/$f" >/dev/null; done
+for f in idle life capped leaves stubborn stubborn60 nohandler; do api DELETE "/functions/$f" >/dev/null; done
 c=$(own_containers)
 [ -z "$c" ] || fail "containers left: $c"
 echo "$fails failure(s)"

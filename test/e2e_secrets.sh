@@ -91,7 +91,7 @@ st=$(as "$DT" POST /functions/sec/start)
 IID=$(jget "$T/body" "j['instance']")
 st=$(as "$DT" GET "/instances/$IID")
 [ "$st" = 200 ] && clean "data token: GET /instances/$IID (running)" || fail "GET /instances/$IID: $st"
-st=$(as "$DT" DELETE "/instances/$IID")
+st=$(as "$DT" DELETE "/instances/$IID?wait=1")
 [ "$st" = 204 ] || fail "DELETE /instances/$IID: $st $(cat "$T/body")"
 st=$(as "$DT" GET '/instances?all=1')
 [ "$st" = 200 ] && clean "data token: GET /instances?all=1 (an ended one listed)" ||

@@ -273,7 +273,7 @@ iid=$(jget "$T/s1" "j['instance']")
 # Two DELETEs of one instance at once: one stops it, the other loses (409 or 404).
 dp=""
 for i in 1 2; do
-	curl -s -o "$T/d$i" -w '%{http_code}' -H "Authorization: Bearer $TOKEN" -X DELETE "$URL/instances/$iid" >"$T/d$i.code" &
+	curl -s -o "$T/d$i" -w '%{http_code}' -H "Authorization: Bearer $TOKEN" -X DELETE "$URL/instances/$iid?wait=1" >"$T/d$i.code" &
 	dp="$dp $!"
 done
 wait $dp

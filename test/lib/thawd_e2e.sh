@@ -9,7 +9,9 @@
 #     returns thawd's exit status),
 #   e2e_tokens (TOKEN and DTOKEN made and written to $T/token, $T/dtoken),
 #   api METHOD PATH [curl args] (status on stdout, body in $T/body, headers in
-#     $T/hdr, a JSON content type, TOKEN as the bearer where it is set),
+#     $T/hdr, a JSON content type, TOKEN as the bearer where it is set; a
+#     DELETE of an instance with ?wait=1 unless PATH says wait=: answered
+#     once the instance is gone, not once it is unreachable),
 #   own_procs / own_mounts / own_containers (what the test made),
 # and an EXIT trap that kills thawd, runs the test's e2e_cleanup_hook if it
 # defines one, and removes every container, process and mount of the test
@@ -69,6 +71,9 @@ e2e_tokens() {
 api() {
 	local m=$1 p=$2
 	shift 2
+	if [ "$m" = DELETE ] && [[ $p == /instances/* ]] && [[ $p != *wait=* ]]; then
+		[[ $p == *\?* ]] && p="$p&wait=1" || p="$p?wait=1"
+	fi
 	curl -s -D "$T/hdr" -o "$T/body" -w '%{http_code}' -X "$m" \
 		${TOKEN:+-H "Authorization: Bearer $TOKEN"} \
 		-H 'Content-Type: application/json' "$URL$p" "$@"

@@ -27,6 +27,11 @@ int api_get_healthz(struct req *q);
 /* The counters of server/metrics.h with the gauges of the moment (RAM
  * tier, store, instances, standbys, GPUs, routed pools), as Prometheus text. */
 int api_get_metrics(struct req *q);
+/* The thread that reads /metrics' slow gauges (api_metrics.c): 0 or -errno
+ * (then the scrapes show no store or GPU figures); finish stops it (safe if
+ * never started). */
+int api_metrics_start(struct server *s);
+void api_metrics_finish(struct server *s);
 
 /* ---- api_functions.c: /functions, /functions/<id>, …/snapshot, /jobs ---- */
 

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* api_metrics.c — GET /healthz and GET /metrics (server/api.h): the
- * counters of server/metrics.h with the gauges read at each scrape (the RAM
- * tier, the store, at most STAT_MAX_AGE_NS old, instances, standbys, GPUs,
- * routed pools). */
+ * counters of server/metrics.h with the gauges: read at each scrape (the RAM
+ * tier, instances, standbys, routed pools, the GPUs' instances) or, where
+ * reading is slow (the store's walk, the GPUs' free memory), by a thread of
+ * their own while someone scrapes, at most STORE_MAX_AGE_NS and
+ * GPUS_MAX_AGE_NS old (docs/API.md says how stale). */
 #define LOG_PREFIX "thawd: "
 #include "common/cuda.h"
 #include "common/log.h"
@@ -20,43 +22,125 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define STAT_MAX_AGE_NS (5ull * 1000 * 1000 * 1000)
+/* How old a slow gauge may get while someone scrapes: the store's figures
+ * (a walk of every manifest, pack and chunk: 0.3 s for 1.5 GiB of chunks on
+ * a small VM, most of a second on a GPU host with a few large snapshots)
+ * and the GPUs' free memory (NVML, a millisecond or so on the H200, but a
+ * driver may hang).  A thread reads them; a scrape only copies them. */
+#define STORE_MAX_AGE_NS (10ull * 1000 * 1000 * 1000)
+#define GPUS_MAX_AGE_NS (2ull * 1000 * 1000 * 1000)
+/* Nobody scraped for this long: nothing is read until someone does. */
+#define SCRAPED_RECENTLY_NS (60ull * 1000 * 1000 * 1000)
+#define GAUGES_TICK_MS 1000
 
 int api_get_healthz(struct req *q)
 {
 	return reply_json(q, 200, json_pack("{s:s}", "status", "ok"));
 }
 
-static void refresh_store_stat(struct server *s)
-{
-	pthread_mutex_lock(&s->stat_lock);
-	if (!s->stat_ns || now_ns() - s->stat_ns > STAT_MAX_AGE_NS) {
-		struct store_stats st;
-
-		s->stat_ok = store_stat(s->store, &st) == 0;
-		if (s->stat_ok)
-			s->stat = st;
-		s->stat_ns = now_ns();
-	}
-	pthread_mutex_unlock(&s->stat_lock);
-}
-
-/* The GPUs for /metrics: each one's free memory and the instances (running
- * ones, whose record names their GPUs) on it; NULL on a host without. */
-static json_t *gpu_gauges(struct server *s)
+/* Each GPU's index, uuid and free memory (NULL on a host without). */
+static json_t *read_gpus(void)
 {
 	struct cuda_device *devs = NULL;
-	json_t *out = NULL, *list = NULL, *rec, *g;
-	size_t n = 0, i, k;
+	json_t *out = NULL;
+	size_t n = 0;
 
 	if (!cuda_available() || cuda_devices(&devs, &n) || !n)
 		goto out;
 	out = json_array();
 	for (size_t d = 0; out && d < n; d++)
-		json_array_append_new(out, json_pack("{s:i, s:s, s:I, s:i}", "index",
-						     devs[d].ordinal, "uuid", devs[d].uuid,
-						     "free_bytes", (json_int_t)devs[d].free_bytes,
-						     "instances", 0));
+		json_array_append_new(out, json_pack("{s:i, s:s, s:I}", "index", devs[d].ordinal,
+						     "uuid", devs[d].uuid, "free_bytes",
+						     (json_int_t)devs[d].free_bytes));
+out:
+	free(devs);
+	return out;
+}
+
+static void *gauges_thread(void *arg)
+{
+	struct server *s = arg;
+
+	pthread_mutex_lock(&s->stat_lock);
+	while (!s->stat_stop) {
+		uint64_t now = now_ns();
+		bool scraped = now - s->scraped_ns < SCRAPED_RECENTLY_NS;
+		bool gpus = scraped && (!s->gpus_ns || now - s->gpus_ns >= GPUS_MAX_AGE_NS);
+		bool store = scraped && (!s->stat_ns || now - s->stat_ns >= STORE_MAX_AGE_NS);
+		struct timespec until;
+
+		if (gpus || store) {
+			struct store_stats st;
+			json_t *g = NULL;
+			bool ok = false;
+
+			pthread_mutex_unlock(&s->stat_lock);
+			if (gpus)
+				g = read_gpus();
+			if (store)
+				ok = store_stat(s->store, &st) == 0;
+			pthread_mutex_lock(&s->stat_lock);
+			if (gpus) {
+				json_decref(s->gpus);
+				s->gpus = g;
+				s->gpus_ns = now_ns();
+			}
+			if (store) {
+				s->stat_ok = ok;
+				if (ok)
+					s->stat = st;
+				s->stat_ns = now_ns();
+			}
+			continue;
+		}
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += GAUGES_TICK_MS / 1000;
+		pthread_cond_timedwait(&s->stat_cv, &s->stat_lock, &until);
+	}
+	pthread_mutex_unlock(&s->stat_lock);
+	return NULL;
+}
+
+int api_metrics_start(struct server *s)
+{
+	int ret;
+
+	/* Read once at the start, so that the first scrape has figures. */
+	s->scraped_ns = now_ns();
+	ret = pthread_create(&s->stat_thread, NULL, gauges_thread, s);
+	if (ret) {
+		pr_err("cannot start the metrics thread: %s", strerror(ret));
+		return -ret;
+	}
+	s->stat_started = true;
+	return 0;
+}
+
+void api_metrics_finish(struct server *s)
+{
+	if (!s->stat_started)
+		return;
+	pthread_mutex_lock(&s->stat_lock);
+	s->stat_stop = true;
+	pthread_cond_signal(&s->stat_cv);
+	pthread_mutex_unlock(&s->stat_lock);
+	pthread_join(s->stat_thread, NULL);
+	s->stat_started = false;
+	json_decref(s->gpus);
+	s->gpus = NULL;
+}
+
+/* The GPUs for /metrics: each one's free memory (as last read) and the
+ * instances (running ones, whose record names their GPUs) on it; NULL on a
+ * host without, or before the first read.  Takes gpus (a copy). */
+static json_t *gpu_gauges(struct server *s, json_t *out)
+{
+	json_t *list = NULL, *rec, *g, *v;
+	size_t i, k, d;
+
+	json_array_foreach(out, d, v) {
+		json_object_set_new(v, "instances", json_integer(0));
+	}
 	if (!out || instance_list(&s->cfg, &list))
 		goto out;
 	json_array_foreach(list, i, rec) {
@@ -66,8 +150,6 @@ static json_t *gpu_gauges(struct server *s)
 			continue;
 		json_array_foreach(json_object_get(rec, "gpus"), k, g) {
 			const char *uuid = json_string_value(json_object_get(g, "uuid"));
-			size_t d;
-			json_t *v;
 
 			json_array_foreach(out, d, v) {
 				if (uuid && !strcmp(uuid, json_string_value(json_object_get(v, "uuid"))))
@@ -78,7 +160,6 @@ static json_t *gpu_gauges(struct server *s)
 	}
 out:
 	json_decref(list);
-	free(devs);
 	return out;
 }
 
@@ -86,8 +167,9 @@ int api_get_metrics(struct req *q)
 {
 	struct server *s = q->srv;
 	struct metrics_gauges g = { 0 };
-	json_t *pools;
+	json_t *pools, *gpus;
 	size_t alive = 0, len = 0;
+	uint64_t now;
 	char *text = NULL;
 	int ret;
 
@@ -96,7 +178,6 @@ int api_get_metrics(struct req *q)
 		g.ram_tier_bytes = tier_used_bytes(s->tier);
 		g.ram_tier_budget_bytes = tier_budget_bytes(s->tier);
 	}
-	refresh_store_stat(s);
 	pthread_mutex_lock(&s->stat_lock);
 	if (s->stat_ok) {
 		g.have_store = true;
@@ -104,12 +185,19 @@ int api_get_metrics(struct req *q)
 		g.store_unique = s->stat.unique_bytes;
 		g.store_stored = s->stat.stored_bytes;
 	}
+	gpus = json_deep_copy(s->gpus);
+	/* Figures going stale while nobody scraped: read anew now, for the
+	 * next scrape (this one answers with what there is). */
+	now = now_ns();
+	if (now - s->gpus_ns >= GPUS_MAX_AGE_NS || now - s->stat_ns >= STORE_MAX_AGE_NS)
+		pthread_cond_signal(&s->stat_cv);
+	s->scraped_ns = now;
 	pthread_mutex_unlock(&s->stat_lock);
 	insts_count(s->insts, &alive);
 	g.instances_running = alive;
 	pools = s->standby ? standby_pool_sizes(s->standby) : NULL;
 	g.standby_pools = pools;
-	g.gpus = gpu_gauges(s);
+	g.gpus = gpu_gauges(s, gpus);
 	ret = metrics_render(s->metrics, &g, &text, &len);
 	if (!ret && s->pool)
 		ret = pool_metrics_append(s->pool, &text, &len);

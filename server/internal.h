@@ -78,12 +78,19 @@ struct server {
 	pthread_t reaper;
 	bool reaper_started, reaper_stop, reaper_idle;
 
-	/* store_stat walks the store: /metrics uses a copy at most a few
-	 * seconds old. */
+	/* /metrics' slow gauges, read by a thread of their own and never on
+	 * a scrape (server/api_metrics.c): store_stat walks the whole store,
+	 * and the GPUs' free memory is the driver's to give. */
 	pthread_mutex_t stat_lock;
+	pthread_cond_t stat_cv;
+	pthread_t stat_thread;
+	bool stat_started, stat_stop;
 	struct store_stats stat;
-	uint64_t stat_ns;
+	uint64_t stat_ns; /* when stat was read; 0: never */
 	bool stat_ok;
+	json_t *gpus;      /* each GPU's index, uuid, free_bytes; NULL: none (yet) */
+	uint64_t gpus_ns;  /* when gpus was read; 0: never */
+	uint64_t scraped_ns; /* the last scrape (or the start) */
 };
 
 /* One request. */

@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "restore/tier.h"
+#include "server/api.h"
 #include "server/fallback.h"
 #include "server/http.h"
 #include "server/insts.h"
@@ -137,6 +138,7 @@ struct server *server_new(const struct thaw_config *c, const struct server_opts 
 	s->opts = *o;
 	s->lock_fd = -1;
 	pthread_mutex_init(&s->stat_lock, NULL);
+	pthread_cond_init(&s->stat_cv, NULL);
 	http_init(s);
 	snprintf(s->listen, sizeof(s->listen), "%s", o->listen ? o->listen : SERVER_DEFAULT_LISTEN);
 	s->opts.listen = s->listen;
@@ -229,6 +231,8 @@ struct server *server_new(const struct thaw_config *c, const struct server_opts 
 	recover_route_adopted(s);
 	if (lifetimes_start(s))
 		pr_warn("no idle or lifetime stops, no reaping of exited instances");
+	if (api_metrics_start(s))
+		pr_warn("/metrics will show no store or GPU figures");
 	return s;
 err:
 	server_free(s);
@@ -270,6 +274,7 @@ void server_free(struct server *s)
 	}
 	http_stop(s);
 	lifetimes_finish(s);
+	api_metrics_finish(s); /* before the store it reads */
 	standby_free(s->standby);
 	pool_free(s->pool);
 	jobs_free(s->jobs);
@@ -283,6 +288,7 @@ void server_free(struct server *s)
 	metrics_free(s->metrics);
 	tls_release(&s->tls);
 	pthread_mutex_destroy(&s->stat_lock);
+	pthread_cond_destroy(&s->stat_cv);
 	http_release(s);
 	/* Last: the next thawd on this data directory may start now. */
 	if (s->lock_fd >= 0)

@@ -32,6 +32,7 @@
  * the driver gives it.  mock_cuda_mem() tells a test what is live.
  * Knob: MOCK_CUDA_HTOD_DELAY_MS sleeps in each cuMemcpyHtoDAsync (a slow
  * copy back, to see the function held while it runs).
+ * Knob: MOCK_NVML_BLOCK_FILE (nvml_block): a hung nvmlDeviceGetMemoryInfo.
  *
  * The host a snapshot depends on (prewarm/host_record.h), to make it
  * another: MOCK_CUDA_DRIVER_VERSION (cuDriverGetVersion, default 13000),
@@ -46,6 +47,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef int CUresult;
 
@@ -385,6 +387,26 @@ int nvmlDeviceGetHandleByUUID(const char *uuid, void **dev)
 	return 1;
 }
 
+/* MOCK_NVML_BLOCK_FILE: while that file exists, nvmlDeviceGetMemoryInfo
+ * does not return (a driver that hangs), and <file>.waiting exists while a
+ * call waits in it; the figures are answered once the file is gone. */
+static void nvml_block(void)
+{
+	const char *f = getenv("MOCK_NVML_BLOCK_FILE");
+	char waiting[4096];
+	FILE *w;
+
+	if (!f || access(f, F_OK))
+		return;
+	snprintf(waiting, sizeof(waiting), "%s.waiting", f);
+	w = fopen(waiting, "w");
+	if (w)
+		fclose(w);
+	while (access(f, F_OK) == 0)
+		usleep(10 * 1000);
+	unlink(waiting);
+}
+
 int nvmlDeviceGetMemoryInfo(void *dev, struct nvml_memory *m)
 {
 	int g = (int)(intptr_t)dev - 1;
@@ -396,6 +418,7 @@ int nvmlDeviceGetMemoryInfo(void *dev, struct nvml_memory *m)
 
 	if (g < 0 || g >= NGPU)
 		return 1;
+	nvml_block();
 	snprintf(buf, sizeof(buf), "%s", list ? list : "");
 	for (char *t = strtok_r(buf, ",", &save); t && n < 16; t = strtok_r(NULL, ",", &save), n++) {
 		int pid = atoi(t), st = RUNNING;

@@ -294,6 +294,12 @@ done
 	step gpu-burst bash bench/gpu-burst-run.sh "$THAW_GPU_EXAMPLE" gpu-example \
 		'POST /generate {"prompt_ids": [1, 450, 4996, 17354, 1701, 29916], "max_new_tokens": 32}' \
 		"\"tokens\": $E2E_GPU_TOKENS" "$THAW_FIGURES/gpu-burst" ${GPU_BURST_PARTS:-}
+# GET /metrics with GPU instances running, and DELETE of each (the answer's time, and
+# when the instance was unreachable, its GPU memory released, its stop ended):
+# bench/stop-metrics-run.sh, 2 instances of the GPU example.
+[ -n "${E2E_GPU_TOKENS:-}" ] && [ -f bench/stop-metrics-run.sh ] &&
+	step stop-metrics bash bench/stop-metrics-run.sh "$THAW_GPU_EXAMPLE" gpu-example \
+		"$THAW_FIGURES/stop-metrics" 2
 # Standby starts (bench/standby-run.sh): STANDBY_ROUNDS (default 10) starts one at a
 # time taking a standby (restored ahead, CUDA state checkpointed: no GPU memory held),
 # against normal mapped starts and the plain restore, and what a waiting standby holds.

@@ -6,7 +6,10 @@
 #      containers are paused (frozen);
 #   2. a start answers 201 with "standby": true (timings: resume, ready) and
 #      its endpoint answers /infer as the function computes; the pool refills
-#      to 2;
+#      to 2; a standby answered its readiness check before it was frozen (its
+#      record's timings_ms.ready), and a take runs no runc (thawd thaws the
+#      container's cgroup itself: runc's log of calls names no resume), after
+#      which runc says the container is running;
 #   3. two starts in a row both come from the pool;
 #   4. a re-snapshot retires the stale standbys: the pool refills with the
 #      new snapshot's, and the next start (a standby) is of the new snapshot;
@@ -73,7 +76,14 @@ start_one() {
 	echo "$(jget "$T/start" "j['standby']") $(jget "$T/start" "j['snapshot']") $(jget "$T/start" "j['instance']")"
 }
 
-start_thawd
+# runc, each call logged: a take must make none.
+cat >"$T/runc" <<EOF
+#!/bin/sh
+echo "\$*" >>"$T/runc.calls"
+exec runc "\$@"
+EOF
+chmod +x "$T/runc"
+start_thawd --runc "$T/runc"
 
 # ---- 1. the pool fills ----
 spec 2 >"$T/spec.json"
@@ -90,6 +100,10 @@ grep -q '^thaw_standby_instances{function="sb"} 2$' "$T/body" && ok "/metrics: 2
 for id in $(standbys | awk '{print $1}'); do
 	s=$(runc --root "$DATA/runc" state "$id" 2>/dev/null | jget /dev/stdin "j['status']")
 	[ "$s" = paused ] || fail "standby $id: container is '$s', not paused"
+	api GET "/instances/$id" >/dev/null
+	[ "$(jget "$T/body" "j['timings_ms'].get('ready', 0) > 0")" = True ] &&
+		ok "standby $id answered its readiness check before it was frozen" ||
+		fail "standby $id was frozen before its readiness check: timings $(jget "$T/body" "j['timings_ms']")"
 done
 
 # ---- 2. a start takes one; the pool refills ----
@@ -101,6 +115,13 @@ else
 fi
 [ "$(jget "$T/start" "'resume' in j['timings_ms']")" = True ] || fail "no resume timing"
 FIRST=${3:-}
+if [ -n "$FIRST" ]; then
+	grep -q "resume $FIRST" "$T/runc.calls" &&
+		fail "the take of $FIRST ran runc: $(grep "resume $FIRST" "$T/runc.calls")" ||
+		ok "the take of $FIRST ran no runc"
+	s=$(runc --root "$DATA/runc" state "$FIRST" 2>/dev/null | jget /dev/stdin "j['status']")
+	[ "$s" = running ] && ok "runc says $FIRST is running" || fail "runc says $FIRST is '$s'"
+fi
 if wait_pool 2 "$SNAP1"; then ok "the pool refilled to 2"; else fail "no refill: $(standbys)"; fi
 
 # ---- 3. two starts in a row ----

@@ -158,6 +158,19 @@ if "normal" in lat and "standby" in lat:
     r = lat["standby"]["p50"] / lat["normal"]["p50"]
     print("standby / normal, p50: %.3f (aim: at most 0.25)" % r)
     print("figure: standby standby_over_normal_p50 %.3f" % r)
+# The takes as thawd timed them (its log: "standby <id> of <fn> taken: ..., T ms
+# (resume R, gpu_restore G, ready D)"): what a take waits for, by phase.
+import re, statistics
+takes = [tuple(float(x) for x in m) for m in re.findall(
+    r"standby \S+ of \S+ taken: \S+, ([\d.]+) ms \(resume ([\d.]+), gpu_restore ([\d.]+), ready ([\d.]+)\)",
+    open(os.path.join(out, "thawd.log")).read())]
+if takes:
+    med = [statistics.median(t[i] for t in takes) for i in range(4)]
+    print("takes in thawd (n=%d), p50 ms: total %.1f (resume %.1f, gpu_restore %.1f, ready %.1f), max total %.1f" %
+          (len(takes), med[0], med[1], med[2], med[3], max(t[0] for t in takes)))
+    print("figure: standby take_thawd_p50_ms %.1f" % med[0])
+    print("figure: standby take_resume_p50_ms %.1f" % med[1])
+    print("figure: standby take_ready_p50_ms %.1f" % med[3])
 for name, what in (("refill", "a miss right after a take"),
                    ("collide", "a miss while a refill runs")):
     if "normal" in lat and name in lat:

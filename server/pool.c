@@ -96,7 +96,13 @@ struct pool_fn {
 		uint64_t n;
 	} statuses[STATUSES_MAX + 1];
 	size_t nstatuses;
-	uint64_t starts_ok, starts_failed;
+	/* Its starts' results (thaw_routed_starts_total): an instance; a
+	 * start refused before anything was restored (429 or 503 with
+	 * Retry-After: max_instances, --max-starts, no room on the GPUs or in
+	 * memory), which the requests outlive by waiting for the instances
+	 * there are; and a start that failed, or whose instance could not be
+	 * used. */
+	uint64_t starts_ok, starts_refused, starts_failed;
 };
 
 struct pool {
@@ -490,6 +496,7 @@ static void *start_main(void *arg)
 	struct start_header hdr;
 	json_t *answer = NULL;
 	unsigned status;
+	bool refused;
 	char msg[256];
 	int ret = 0;
 
@@ -514,6 +521,12 @@ static void *start_main(void *arg)
 	} else if (status != 201) {
 		start_refusal(status, answer, a->fn, &why);
 	}
+	/* Nothing was restored: no failure, though the requests it was made
+	 * for may wait longer (a start that failed has said why in the log). */
+	refused = status != 201 && (status == 429 || status == 503) && hdr.name &&
+		  !strcmp(hdr.name, "Retry-After");
+	if (refused)
+		pr_info("a start of %s for its requests was refused: %s", a->fn, why.msg);
 	pthread_mutex_lock(&p->lock);
 	f = fn_find(p, a->fn); /* kept while it has starts */
 	f->starting--;
@@ -531,7 +544,10 @@ static void *start_main(void *arg)
 		f->starts_ok++;
 		hand_slots(f, i);
 	} else {
-		f->starts_failed++;
+		if (refused)
+			f->starts_refused++;
+		else
+			f->starts_failed++;
 		/* Nothing left to serve them: the waiting requests are told why.
 		 * An instance being stopped (at max_instances, the start was
 		 * refused for it) gives its place once gone: they wait for it
@@ -955,12 +971,15 @@ static int write_metrics(struct pool *p, FILE *out)
 			fprintf(out, "thaw_routed_instances{function=\"%s\"} %u\n", e, n);
 	}
 	family(out, "thaw_routed_starts_total", "counter",
-	       "Starts made because routed requests found no free instance, by result.");
+	       "Starts made because routed requests found no free instance, by result (refused: "
+	       "nothing was restored, e.g. at max_instances or without room on a GPU).");
 	for (struct pool_fn *f = p->fns; f; f = f->next) {
 		if (!metrics_escape_label(f->id, e, sizeof(e)))
 			continue;
 		fprintf(out, "thaw_routed_starts_total{function=\"%s\",result=\"ok\"} %llu\n", e,
 			(unsigned long long)f->starts_ok);
+		fprintf(out, "thaw_routed_starts_total{function=\"%s\",result=\"refused\"} %llu\n", e,
+			(unsigned long long)f->starts_refused);
 		fprintf(out, "thaw_routed_starts_total{function=\"%s\",result=\"failed\"} %llu\n", e,
 			(unsigned long long)f->starts_failed);
 	}

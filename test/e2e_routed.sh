@@ -3,6 +3,11 @@
 # demand, with real runc, CRIU and thawd, and test/fixtures/proxy_fn.py (HTTP/1.1,
 # one thread per connection; its gates are files the test creates):
 #   1. from zero: the first request starts an instance and is answered;
+#      a burst of 6 from zero to z (concurrency 1, max_instances 6, one of
+#      them taken by an instance POST /start made): 6 starts at once (in
+#      thawd's log, each begins before any ends), 5 instances, the start
+#      beyond max_instances counted result="refused", none "failed", every
+#      answer right;
 #   2. hey, 16 concurrent, 2000 requests: every one 200; curl, 16 at a time,
 #      2000 requests: every body right; at most 4 instances (16 / concurrency 4);
 #   3. method, path, query and headers reach the function; thawd's token does not;
@@ -66,7 +71,9 @@ st=$(api PUT /functions/r -d "$(spec r '"concurrency": 4, "max_instances": 4, "q
 [ "$st" = 201 ] || { fail "PUT r: $st $(cat "$T/body")"; exit 1; }
 st=$(api PUT /functions/b -d "$(spec b '"concurrency": 2, "max_instances": 2, "queue": 4, "queue_timeout_s": 120')")
 [ "$st" = 201 ] || { fail "PUT b: $st $(cat "$T/body")"; exit 1; }
-for f in r b; do
+st=$(api PUT /functions/z -d "$(spec z '"concurrency": 1, "max_instances": 6, "queue_timeout_s": 120')")
+[ "$st" = 201 ] || { fail "PUT z: $st $(cat "$T/body")"; exit 1; }
+for f in r b z; do
 	st=$(api POST "/functions/$f/snapshot?wait=1")
 	[ "$st" = 200 ] || { fail "snapshot $f: $st $(cat "$T/body")"; exit 1; }
 done
@@ -87,6 +94,50 @@ fi
 grep -q 'GET /function/r/hello 200 .* instance r-[0-9a-f]* waited [0-9.]* ms' "$T/thawd.log" &&
 	ok "the access log names the instance and the wait" ||
 	fail "no access log line with the instance: $(grep 'function/r/hello' "$T/thawd.log" | head -2)"
+
+# A burst from zero.  An instance of z that is not the pool's holds one of
+# its 6 places.
+st=$(api POST "/functions/z/start?idle_s=600")
+other=$(jget "$T/body" "j['instance']")
+[ "$st" = 201 ] || fail "POST start of z: $st $(cat "$T/body")"
+zp=()
+for x in $(seq 6); do
+	curl -s -o "$T/out/z$x" "$URL/function/z/hello?x=$x" &
+	zp+=($!)
+done
+wait "${zp[@]}"
+zstarts() {
+	echo $(($(metric thaw_routed_starts_total 'function="z",result="ok"') +
+		$(metric thaw_routed_starts_total 'function="z",result="refused"') +
+		$(metric thaw_routed_starts_total 'function="z",result="failed"')))
+}
+settled() { [ "$(zstarts)" -ge 6 ]; }
+wait_for 120 settled
+right=0
+for x in $(seq 6); do [ "$(cat "$T/out/z$x")" = "hello $x" ] && right=$((right + 1)); done
+zok=$(metric thaw_routed_starts_total 'function="z",result="ok"')
+zref=$(metric thaw_routed_starts_total 'function="z",result="refused"')
+zfail=$(metric thaw_routed_starts_total 'function="z",result="failed"')
+[ $right = 6 ] && [ "$zok" = 5 ] && [ "$zref" = 1 ] && [ "$zfail" = 0 ] &&
+	grep -q "a start of z for its requests was refused: .*max_instances" "$T/thawd.log" &&
+	ok "6 from zero: every answer right; 5 starts, the 6th refused at max_instances (logged), none failed" ||
+	fail "6 from zero: $right right; starts ok $zok, refused $zref, failed $zfail"
+# Each routed start's span from thawd's log (its end, less its time): in
+# flight together when every one began before any ended.
+grep "info: instance: instance z-.* of z: " "$T/thawd.log" | grep -v "instance $other " |
+	python3 -c '
+import re, sys
+spans = []
+for l in sys.stdin:
+    m = re.match(r"(\d+):(\d+):([\d.]+) .* ([\d.]+) ms \(materialize", l)
+    end = (int(m.group(1)) * 60 + int(m.group(2))) * 60 + float(m.group(3))
+    spans.append((end - float(m.group(4)) / 1000, end))
+ok = len(spans) == 5 and max(b for b, _ in spans) < min(e for _, e in spans)
+print(len(spans), "starts" if ok else "starts, not all in flight together:", spans if not ok else "")
+sys.exit(0 if ok else 1)' >"$T/spans" &&
+	ok "the 5 starts of the burst were in flight together" ||
+	fail "the burst's starts: $(cat "$T/spans")"
+api DELETE "/instances/$other" >/dev/null
 
 # ---- 2. load ----
 before=$(metric thaw_routed_starts_total 'function="r",result="ok"')
@@ -258,11 +309,11 @@ wait $hp
 	fail "after a new snapshot: served by $(served) (before: $before); $(grep "$before" "$T/thawd.log" | tail -2)"
 
 # ---- 9. back to zero ----
-zero() { [ "$(instances r)" = 0 ] && [ "$(instances b)" = 0 ]; }
+zero() { [ "$(instances r)" = 0 ] && [ "$(instances b)" = 0 ] && [ "$(instances z)" = 0 ]; }
 if wait_for 120 zero; then
-	ok "every instance stopped after idle_s: r and b are at zero"
+	ok "every instance stopped after idle_s: r, b and z are at zero"
 else
-	fail "not at zero: $(instances r) instance(s) of r, $(instances b) of b"
+	fail "not at zero: $(instances r) instance(s) of r, $(instances b) of b, $(instances z) of z"
 fi
 api GET "/instances?all=1" >/dev/null
 python3 - "$T/body" <<'EOF' && ok "their ended records say idle (or killed, for the two; replaced, for one)" || fail "ended records: $(head -c 400 "$T/body")"

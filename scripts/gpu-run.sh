@@ -300,6 +300,11 @@ done
 [ -n "${E2E_GPU_TOKENS:-}" ] && [ -f bench/stop-metrics-run.sh ] &&
 	step stop-metrics bash bench/stop-metrics-run.sh "$THAW_GPU_EXAMPLE" gpu-example \
 		"$THAW_FIGURES/stop-metrics" 2
+# CPU standby takes against normal starts of the CPU example on this host's cgroup v2
+# (bench/standby-run.sh, 10 each, no plain baseline): a take should be <= 0.25x.
+[ -f bench/standby-run.sh ] &&
+	step cpu-standby env STANDBY_PLAIN_RUNS=0 bash bench/standby-run.sh bench/functions/cpu_example.json \
+		cpu-example 'GET /infer?x=7' '"y": 34689' "$THAW_FIGURES/cpu-standby" 10
 # Standby starts (bench/standby-run.sh): STANDBY_ROUNDS (default 10) starts one at a
 # time taking a standby (restored ahead, CUDA state checkpointed: no GPU memory held),
 # against normal mapped starts and the plain restore, and what a waiting standby holds.

@@ -124,6 +124,9 @@ int instance_runc_root(const struct thaw_config *c, char *buf, size_t len);
 int instance_record_load(const char *path, json_t **out);
 /* rec's integer key into *v: true, or false if it has none. */
 bool instance_record_num(const json_t *rec, const char *key, long long *v);
+/* rec's "cuda_pids" (those that are positive integers) into *pids (you own
+ * it; NULL when there are none) and *n.  -ENOMEM. */
+int instance_record_cuda_pids(const json_t *rec, pid_t **pids, size_t *n);
 /* in->t as the record's "timings_ms" (a new reference), or NULL. */
 json_t *instance_timings_json(const struct instance *in);
 /* The GPUs of in: those of placement p. */

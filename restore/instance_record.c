@@ -271,6 +271,24 @@ bool instance_record_num(const json_t *rec, const char *key, long long *v)
 	return true;
 }
 
+int instance_record_cuda_pids(const json_t *rec, pid_t **pids, size_t *n)
+{
+	const json_t *a = json_object_get(rec, "cuda_pids"), *v;
+	size_t i;
+
+	*pids = NULL;
+	*n = 0;
+	if (!json_array_size(a))
+		return 0;
+	*pids = calloc(json_array_size(a), sizeof(pid_t));
+	if (!*pids)
+		return -ENOMEM;
+	json_array_foreach(a, i, v)
+		if (json_is_integer(v) && json_integer_value(v) > 0)
+			(*pids)[(*n)++] = (pid_t)json_integer_value(v);
+	return 0;
+}
+
 int instance_activity(const struct thaw_config *c, const char *id, uint64_t *last_ms,
 		      unsigned *open_conns)
 {

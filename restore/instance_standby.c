@@ -37,24 +37,6 @@ static void gpus_from_record(const json_t *gpus, struct instance *in)
 	}
 }
 
-/* A record's "cuda_pids" into x (a standby that holds its contexts has
- * them restored already). */
-static int cuda_pids_from_record(const json_t *rec, struct start_ctx *x)
-{
-	const json_t *a = json_object_get(rec, "cuda_pids"), *v;
-	size_t i;
-
-	if (!json_array_size(a))
-		return 0;
-	x->cuda_pids = calloc(json_array_size(a), sizeof(pid_t));
-	if (!x->cuda_pids)
-		return -ENOMEM;
-	json_array_foreach(a, i, v)
-		if (json_integer_value(v) > 0)
-			x->cuda_pids[x->ncuda++] = (pid_t)json_integer_value(v);
-	return 0;
-}
-
 /* The instance a standby's record describes (what instance_to_json wrote). */
 static void instance_from_record(const json_t *rec, struct instance *in)
 {
@@ -225,7 +207,7 @@ int instance_activate_on(const struct thaw_config *c, const char *id, struct gpu
 	if (ret)
 		goto fail;
 	instance_ctx_runner(&x);
-	ret = cuda_pids_from_record(rec, &x);
+	ret = instance_record_cuda_pids(rec, &x.cuda_pids, &x.ncuda);
 	if (!ret)
 		ret = wake(&x, &in, meta, gp);
 	if (ret)

@@ -361,7 +361,6 @@ static void helper_from_record(const json_t *rec, const char *name, pid_t *pid,
 /* The processes a stop ends, as the record names them. */
 static void processes_from_record(struct start_ctx *x, const json_t *rec)
 {
-	json_t *cuda = json_object_get(rec, "cuda_pids");
 	long long v, v2;
 
 	helper_from_record(rec, "shim", &x->shim_pid, &x->shim_start);
@@ -377,14 +376,10 @@ static void processes_from_record(struct start_ctx *x, const json_t *rec)
 		x->init = (pid_t)v;
 		x->pid_start = (unsigned long long)v2;
 	}
-	if (x->gpu && json_array_size(cuda)) {
-		x->cuda_pids = calloc(json_array_size(cuda), sizeof(pid_t));
-		if (x->cuda_pids)
-			for (size_t i = 0; i < json_array_size(cuda); i++)
-				if (json_is_integer(json_array_get(cuda, i)))
-					x->cuda_pids[x->ncuda++] =
-						(pid_t)json_integer_value(json_array_get(cuda, i));
-	}
+	/* Out of memory: no CUDA process is locked before the kill. */
+	if (x->gpu && instance_record_cuda_pids(rec, &x->cuda_pids, &x->ncuda))
+		pr_warn("out of memory reading the CUDA processes of %s",
+			json_string_value(json_object_get(rec, "instance")) ?: "an instance");
 }
 
 int instance_end(const struct thaw_config *c, const char *id, int grace_ms,

@@ -235,10 +235,13 @@ static const char *due(const struct server *s, const struct inst_view *v, uint64
 		snprintf(end->why, sizeof(end->why), "idle, its function's snapshot replaced");
 		return "idle";
 	}
+	/* Never idle from before its start answered: the endpoint is made
+	 * earlier (a standby's long before its take, a start's while CRIU
+	 * and the driver restore), and nobody could use it until then. */
 	if (routed == 1 ||
 	    (routed == -ENOENT && l->idle_s > 0 &&
 	     instance_activity(&s->cfg, v->ref.id, &last, &open_conns) == 0 && !open_conns &&
-	     now >= last + (uint64_t)(l->idle_s * 1000))) {
+	     now >= (last > l->started_ms ? last : l->started_ms) + (uint64_t)(l->idle_s * 1000))) {
 		snprintf(end->why, sizeof(end->why), "idle %g s", l->idle_s);
 		return "idle";
 	}

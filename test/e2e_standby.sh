@@ -10,7 +10,8 @@
 #      record's timings_ms.ready), and a take runs no runc (thawd thaws the
 #      container's cgroup itself: runc's log of calls names no resume), after
 #      which runc says the container is running;
-#   3. two starts in a row both come from the pool;
+#   3. two starts in a row both come from the pool; one taken with idle_s 10
+#      after the standbys waited longer than that still runs a second later;
 #   4. a re-snapshot retires the stale standbys: the pool refills with the
 #      new snapshot's, and the next start (a standby) is of the new snapshot;
 #   5. PUT of the same spec with another "standby" keeps the snapshot; 0
@@ -131,6 +132,20 @@ b=$(start_one "third start" | awk '{print $1}')
 	fail "two starts in a row: standby $a, $b"
 wait_pool 2 "$SNAP1" || fail "no refill after two starts: $(standbys)"
 
+# ---- 3b. a taken standby is idle from its take, not from its making ----
+# The pool's standbys are older than idle_s by now; one taken with idle_s 10
+# and not called yet must still run a second later (idle counted from its
+# endpoint's making stopped it at the lifetimes thread's next tick).
+sleep 11
+st=$(api POST '/functions/sb/start?idle_s=10')
+iid=$(jget "$T/body" "j['instance']")
+sleep 1
+[ "$st" = 201 ] && [ "$(api GET "/instances/$iid" >/dev/null; jget "$T/body" "j['state']")" = running ] &&
+	ok "a standby taken with idle_s 10 after waiting longer still runs a second later" ||
+	fail "standby taken with idle_s 10: $st, then: $(head -c 300 "$T/body")"
+api DELETE "/instances/$iid" >/dev/null
+wait_pool 2 "$SNAP1" || fail "no refill after the idle take: $(standbys)"
+
 # ---- 4. a re-snapshot retires the stale standbys ----
 st=$(api POST '/functions/sb/snapshot?wait=1')
 [ "$st" = 200 ] || fail "re-snapshot: $st $(cat "$T/body")"
@@ -161,7 +176,7 @@ r=$(start_one "start without standbys") && set -- $r
 [ "${1:-}" = False ] && ok "without standbys a start restores as usual" || fail "standby 0: ${1:-}"
 api GET /metrics >/dev/null
 hits=$(sed -n 's/^thaw_standby_starts_total{function="sb",result="hit"} //p' "$T/body")
-[ "$hits" = 4 ] && ok "/metrics: 4 standby hits" || fail "/metrics hits: '$hits'"
+[ "$hits" = 5 ] && ok "/metrics: 5 standby hits" || fail "/metrics hits: '$hits'"
 api PUT /functions/sb -d @"$T/spec.json" >/dev/null
 wait_pool 2 "$SNAP2" || fail "standby 2 again: $(standbys)"
 

@@ -19,7 +19,11 @@
 # LINT=command (the Makefile's `make test` sets it) runs that command as a
 # job of its own named "lint", beside the tests that share the machine.
 # A test's log is $B/test-logs/NAME.log; the times of the last run are kept
-# in $B/test-logs/times, and the next run starts the longest tests first.
+# in $B/test-logs/times ("name wall-seconds cpu-seconds" a line), and the
+# next run starts the longest tests first.  A test's CPU time (its
+# processes', the thawd, daemons and containers it started included) is
+# counted where a cpuacct cgroup can be made; "-" elsewhere.  The last line
+# before the summary says how busy the machine was over the run.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 B=${B:-build}
@@ -101,7 +105,7 @@ JOBS=${JOBS:-$(($(nproc 2>/dev/null || echo 1) + 1))}
 # program short, a fuzzer FUZZ_SECONDS).
 declare -A last
 if [ -f "$LOGDIR/times" ]; then
-	while read -r n s; do last[$n]=$s; done <"$LOGDIR/times"
+	while read -r n s _; do last[$n]=$s; done <"$LOGDIR/times"
 fi
 order=$(for i in "${!names[@]}"; do
 	n=${names[$i]}
@@ -120,6 +124,38 @@ done
 pass=0 fail=0 skip=0 failed=""
 declare -A running=() started=() held=()
 : >"$LOGDIR/times.new"
+
+# A cpuacct cgroup a test, under one of this run's, where the machine has
+# cgroup v1's cpuacct and lets us write it (root).  A container a test
+# starts lands in its cgroup too: runc makes a relative cgroupsPath
+# (thaw/<instance>) under its own cgroup.
+CGROOT=/sys/fs/cgroup/cpuacct/thaw-tests.$$
+if mkdir "$CGROOT" 2>/dev/null; then
+	trap 'cg_remove "$CGROOT"' EXIT
+else
+	CGROOT=""
+fi
+# cg_cpu N: "cpu-seconds sys-seconds" of test N's cgroup, or "- -".
+cg_cpu() {
+	local u s
+	if [ -n "$CGROOT" ] && read -r u <"$CGROOT/$1/cpuacct.usage_user" &&
+		read -r s <"$CGROOT/$1/cpuacct.usage_sys"; then
+		echo "$(((u + s) / 1000000000)) $((s / 1000000000))"
+	else
+		echo "- -"
+	fi 2>/dev/null
+}
+# cg_remove DIR: it and the cgroups below it, emptied as tests end (a
+# directory a process is still in stays: rmdir refuses it).
+cg_remove() { [ -d "$1" ] && find "$1" -depth -type d -exec rmdir {} + 2>/dev/null; return 0; }
+# cpu_busy: "user-seconds sys-seconds idle-seconds" of the whole machine
+# since boot, from /proc/stat (USER_HZ ticks; iowait counted as idle).
+cpu_busy() {
+	local hz
+	hz=$(getconf CLK_TCK 2>/dev/null || echo 100)
+	awk -v hz="$hz" '$1 == "cpu" { printf "%d %d %d\n", ($2 + $3) / hz, ($4 + $7 + $8) / hz, ($5 + $6) / hz }' /proc/stat
+}
+read -r busy_user0 busy_sys0 busy_idle0 < <(cpu_busy)
 
 # start I: run test I in the background (its own process group, so that a
 # timeout's kill reaches what it started).
@@ -141,7 +177,11 @@ start() {
 		;;
 	lint) set -- sh -c "$LINT" ;;
 	esac
-	timeout -k 10 "${limits[$i]}" "$@" >"$LOGDIR/$n.log" 2>&1 </dev/null &
+	set -- timeout -k 10 "${limits[$i]}" "$@"
+	# shellcheck disable=SC2016 # $$ and $0 are the inner shell's
+	[ -n "$CGROOT" ] && mkdir "$CGROOT/$n" 2>/dev/null &&
+		set -- sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$CGROOT/$n" "$@"
+	"$@" >"$LOGDIR/$n.log" 2>&1 </dev/null &
 	pid=$!
 	running[$pid]=$i
 	started[$pid]=$SECONDS
@@ -151,19 +191,21 @@ start() {
 
 # reap: wait for any test to end and report it.
 reap() {
-	local pid rc i n t
+	local pid rc i n t cpu sys
 	wait -n -p pid
 	rc=$?
 	[ -n "${pid:-}" ] && [ -n "${running[$pid]:-}" ] || return 0
 	i=${running[$pid]}
 	n=${names[$i]}
 	t=$((SECONDS - ${started[$pid]}))
+	read -r cpu sys < <(cg_cpu "$n")
+	[ -n "$CGROOT" ] && cg_remove "$CGROOT/$n"
 	unset "running[$pid]" "started[$pid]"
 	[ -n "${LOCKS[$n]:-}" ] && unset "held[${LOCKS[$n]}]"
-	[ "${kinds[$i]}" = lint ] || echo "$n $t" >>"$LOGDIR/times.new"
+	[ "${kinds[$i]}" = lint ] || echo "$n $t $cpu" >>"$LOGDIR/times.new"
 	if [ $rc = 0 ]; then
 		pass=$((pass + 1))
-		printf 'PASS %-40s %4ds\n' "$n" "$t"
+		printf 'PASS %-40s %4ds  cpu %4ss (sys %ss)\n' "$n" "$t" "$cpu" "$sys"
 	elif [ $rc = 77 ]; then
 		skip=$((skip + 1))
 		printf 'SKIP %-40s %s\n' "$n" "$(tail -n1 "$LOGDIR/$n.log")"
@@ -171,7 +213,7 @@ reap() {
 		fail=$((fail + 1))
 		failed="$failed $n"
 		[ $rc = 124 ] && echo "(timed out after ${limits[$i]}s)" >>"$LOGDIR/$n.log"
-		printf 'FAIL %-40s %4ds (exit %d)\n' "$n" "$t" "$rc"
+		printf 'FAIL %-40s %4ds  cpu %4ss (sys %ss) (exit %d)\n' "$n" "$t" "$cpu" "$sys" "$rc"
 		tail -n 30 "$LOGDIR/$n.log" | sed 's/^/     | /'
 	fi
 }
@@ -222,6 +264,9 @@ else
 fi
 rm -f "$LOGDIR/times.new"
 
+read -r busy_user busy_sys busy_idle < <(cpu_busy)
+echo "the machine over the run: user $((busy_user - busy_user0)) s, sys $((busy_sys - busy_sys0)) s," \
+	"idle $((busy_idle - busy_idle0)) s, $SECONDS s of wall on $(nproc) CPUs"
 [ -n "$failed" ] && echo "failed:$failed (logs in $LOGDIR/)"
 echo "$pass passed, $fail failed, $skip skipped"
 [ $fail = 0 ]

@@ -4,19 +4,41 @@
 # of the thawd the test started, $THAWD_PID: server/exits.h) is not listed:
 # it goes with that thawd; the test excludes $THAWD_PID itself where it
 # means to.
+#
+# One python3 for the whole of /proc, not a readlink, tr, cat and awk for
+# each process: a process costs ~10 ms of CPU to start on the machines the
+# tests run on, and a test that waits for its processes to go calls this in
+# a loop.  Neither the shell ($$) nor that python3 (whose arguments name $T)
+# is listed.
 own_procs() {
-	local p r cmd pid
-	for p in /proc/[0-9]*; do
-		pid=${p#/proc/}
-		[ "$pid" = "$$" ] && continue
-		r=$(readlink "$p/root" 2>/dev/null) || continue
-		cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null)
-		if [ -n "${THAWD_PID:-}" ] && [ "$(cat "$p/comm" 2>/dev/null)" = thawd ] &&
-			[ "$(awk '/^PPid:/ {print $2}' "$p/status" 2>/dev/null)" = "$THAWD_PID" ]; then
-			continue
-		fi
-		case "$r" in "$T"/*) echo "$pid $cmd"; continue ;; esac
-		case "$cmd" in *"$T"*) echo "$pid $cmd"; continue ;; esac
-		[ -n "${SHM:-}" ] && case "$cmd" in *"$SHM"*) echo "$pid $cmd" ;; esac
-	done
+	python3 - "$$" "$T" "${SHM:-}" "${THAWD_PID:-}" <<'EOF'
+import os, sys
+
+shell, t, shm, thawd = sys.argv[1:5]
+me = str(os.getpid())
+
+
+def read(pid, name):
+    try:
+        with open("/proc/%s/%s" % (pid, name), "rb") as f:
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+for pid in sorted(p for p in os.listdir("/proc") if p.isdigit()):
+    if pid in (shell, me):
+        continue
+    try:
+        root = os.readlink("/proc/%s/root" % pid)
+    except OSError:
+        continue
+    cmd = read(pid, "cmdline").replace("\0", " ")
+    if thawd and read(pid, "comm").strip() == "thawd":
+        ppid = [l.split()[1] for l in read(pid, "status").splitlines() if l.startswith("PPid:")]
+        if ppid == [thawd]:
+            continue
+    if root.startswith(t + "/") or t in cmd or (shm and shm in cmd):
+        print(pid, cmd)
+EOF
 }

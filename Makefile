@@ -201,6 +201,14 @@ else
   TIDY_SRCS     := $(LIB_SRCS) $(CLI_SRCS)
   CPPCHECK_ARGS := $(LIB_DIRS) interpose cli bench test
 endif
+# clang-tidy's checks: its defaults less what .clang-tidy turns off.
+# TIDY_NODES: how far the static analyzer explores each function (its
+# exploded graph's nodes).  Its default, 225000, cost 535 s of CPU for the
+# tree (~4.5 s a source), most of it in functions that use the budget up
+# and find nothing more; at 100000 it reports the same warnings on the tree,
+# and finds again those that led to fixes (re-run on their parents), for a
+# third of the CPU.
+TIDY_NODES := 100000
 lint: $(TIDY_SRCS:%.c=$(B)/lint/%.ok)
 	scripts/check-includes.sh
 	$(if $(CPPCHECK_ARGS),cppcheck --quiet --error-exitcode=1 --enable=warning$(comma)portability \
@@ -209,7 +217,8 @@ lint-changed:
 	@$(MAKE) --no-print-directory LINT_SCOPE=changed lint
 $(B)/lint/%.ok: $(B)/obj/%.o
 	@mkdir -p $(dir $@)
-	clang-tidy --quiet $*.c -- $(filter-out -Werror,$(CFLAGS))
+	clang-tidy --quiet $*.c -- $(filter-out -Werror,$(CFLAGS)) \
+	  -Xclang -analyzer-config -Xclang max-nodes=$(TIDY_NODES)
 	@touch $@
 
 format:

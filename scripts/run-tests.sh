@@ -185,7 +185,10 @@ start() {
 			-max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -timeout=10 \
 			-error_exitcode=1 -artifact_prefix="$LOGDIR/$n-" "$work"
 		;;
-	lint) set -- sh -c "$LINT" ;;
+	# Lint at the lowest priority: it is all CPU, the tests beside it
+	# mostly wait, and one that wakes to a deadline should find the CPU
+	# free; lint takes what they leave.
+	lint) set -- nice -n 19 sh -c "$LINT" ;;
 	esac
 	set -- timeout -k 10 "${limits[$i]}" "$@"
 	# shellcheck disable=SC2016 # $$ and $0 are the inner shell's

@@ -84,9 +84,15 @@ stop_thawd() { # SIGTERM; true if it exited 0 within 60 s
 }
 
 # api METHOD PATH [curl args…]: the status on stdout, the body in $T/body.
+# A DELETE of an instance with ?wait=1 (as test/lib/thawd_e2e.sh's api):
+# answered once the instance is gone, not once it is unreachable, so that
+# "nothing left" can be checked right after it.
 api() {
 	local m=$1 p=$2
 	shift 2
+	if [ "$m" = DELETE ] && [[ $p == /instances/* ]] && [[ $p != *wait=* ]]; then
+		[[ $p == *\?* ]] && p="$p&wait=1" || p="$p?wait=1"
+	fi
 	curl -s -o "$T/body" -w '%{http_code}' -H "Authorization: Bearer $TOKEN" -X "$m" "$URL$p" "$@"
 }
 # jget FILE EXPR: a Python expression over the JSON j of FILE.

@@ -182,7 +182,9 @@ api_bg() {
 	OP_PID=$!
 }
 # jget FILE EXPR: a Python expression over the JSON j of FILE.
-jget() { python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1" 2>/dev/null; }
+# python3 -S here and below: the standard library only, and half the
+# start-up CPU without site-packages (test/lib/thawd_e2e.sh says why).
+jget() { python3 -S -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1" 2>/dev/null; }
 
 spec_for() { # GEN [STANDBY] → the CPU example's spec, with its cwd absolute and a generation in env
 	python3 - "$R/bench/functions" "$MIB" "$1" "${2:-0}" <<'EOF'
@@ -201,7 +203,7 @@ EOF
 # infer EP: y of /infer?x=3 through endpoint EP, or nothing.
 infer() {
 	curl -s --max-time 20 "http://$1/infer?x=3" |
-		python3 -c 'import json,sys; print(json.load(sys.stdin)["y"])' 2>/dev/null
+		python3 -S -c 'import json,sys; print(json.load(sys.stdin)["y"])' 2>/dev/null
 }
 
 # ---- the model: what must exist ----
@@ -278,7 +280,7 @@ echo "figure: durations (ms): put $T_PUT, snapshot $T_SNAP, start $T_START, stop
 # What this thawd says: "fn state id gen" lines, "-" for none.
 functions_now() {
 	api GET /functions >/dev/null
-	python3 - "$T/body" <<'EOF'
+	python3 -S - "$T/body" <<'EOF'
 import json, sys
 for f in json.load(open(sys.argv[1]))["functions"]:
     s = f["snapshot"]
@@ -288,7 +290,7 @@ EOF
 # "iid state function endpoint pid…" lines.
 instances_now() {
 	api GET /instances >/dev/null
-	python3 - "$T/body" <<'EOF'
+	python3 -S - "$T/body" <<'EOF'
 import json, sys
 for i in json.load(open(sys.argv[1]))["instances"]:
     pids = [str(i[k]) for k in ("pid", "shim_pid", "lease_holder_pid", "lazy_watcher_pid",
@@ -480,7 +482,7 @@ check_store() {
 	[ "$CHECK_MANIFESTS" = 1 ] || return 0
 	local want=" ${SNAP[*]} " id
 	for id in $("$THAW" store --store "$STORE" ls --json |
-		python3 -c 'import json,sys; print(" ".join(m["id"] for m in json.load(sys.stdin)))'); do
+		python3 -S -c 'import json,sys; print(" ".join(m["id"] for m in json.load(sys.stdin)))'); do
 		case "$want" in *" $id "*) ;; *) fail "manifest $id is no function's snapshot" ;; esac
 	done
 }

@@ -96,7 +96,9 @@ api() {
 	curl -s -o "$T/body" -w '%{http_code}' -H "Authorization: Bearer $TOKEN" -X "$m" "$URL$p" "$@"
 }
 # jget FILE EXPR: a Python expression over the JSON j of FILE.
-jget() { python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1" 2>/dev/null; }
+# python3 -S: the standard library only, and half the start-up CPU
+# without site-packages (test/lib/thawd_e2e.sh says why).
+jget() { python3 -S -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1" 2>/dev/null; }
 
 nothing_left() { # what: fails for each leftover
 	local what=$1 c p m
@@ -167,7 +169,7 @@ for i in $(seq 16); do
 	got=""
 	for x in 3 7 1000; do
 		y=$(curl -s --max-time 20 "http://$ep/infer?x=$x" |
-			python3 -c 'import json,sys; print(json.load(sys.stdin)["y"])' 2>/dev/null)
+			python3 -S -c 'import json,sys; print(json.load(sys.stdin)["y"])' 2>/dev/null)
 		got="$got $y"
 	done
 	if [ "${got# }" = "$expect" ]; then

@@ -9,8 +9,8 @@ fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 ok() { echo "ok: $*"; }
 
-jget() { # file key...: a value from a JSON file
-	python3 -c 'import json,sys
+jget() { # file key...: a value from a JSON file (python3 -S: as thawd_e2e.sh's)
+	python3 -S -c 'import json,sys
 v = json.load(open(sys.argv[1]))
 for k in sys.argv[2:]: v = v[k]
 print(v)' "$@"

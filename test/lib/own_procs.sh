@@ -9,9 +9,10 @@
 # each process: a process costs ~10 ms of CPU to start on the machines the
 # tests run on, and a test that waits for its processes to go calls this in
 # a loop.  Neither the shell ($$) nor that python3 (whose arguments name $T)
-# is listed.
+# is listed.  python3 -S: it needs no site-packages, and starts in half the
+# time without them.
 own_procs() {
-	python3 - "$$" "$T" "${SHM:-}" "${THAWD_PID:-}" <<'EOF'
+	python3 -S - "$$" "$T" "${SHM:-}" "${THAWD_PID:-}" <<'EOF'
 import os, sys
 
 shell, t, shm, thawd = sys.argv[1:5]

@@ -47,7 +47,8 @@ fi
 
 # Tests that run with no other test beside them, after all the others: they
 # hold time to a bound (a latency, a stop within a window, a start within a
-# timeout) that a machine busy with other tests would break.
+# timeout) that a machine busy with other tests would break.  (Lint, at
+# nice 19, may still run beside them: it takes only what they leave.)
 #   e2e_server: /healthz while starts run, the first start's manifest load;
 #   e2e_gateway: /healthz while slow clients hold connections;
 #   e2e_scale_to_zero: thaw-bench's idle stops on time (2-4 s after a use);
@@ -131,7 +132,7 @@ for i in $order; do
 done
 
 pass=0 fail=0 skip=0 failed=""
-declare -A running=() started=() held=()
+declare -A running=() started=() held=() background=()
 : >"$LOGDIR/times.new"
 
 # A cpuacct cgroup a test, under one of this run's, where the machine has
@@ -212,7 +213,7 @@ reap() {
 	t=$((SECONDS - ${started[$pid]}))
 	read -r cpu sys < <(cg_cpu "$n")
 	[ -n "$CGROOT" ] && cg_remove "$CGROOT/$n"
-	unset "running[$pid]" "started[$pid]"
+	unset "running[$pid]" "started[$pid]" "background[$pid]"
 	[ -n "${LOCKS[$n]:-}" ] && unset "held[${LOCKS[$n]}]"
 	[ "${kinds[$i]}" = lint ] || echo "$n $t $cpu" >>"$LOGDIR/times.new"
 	if [ $rc = 0 ]; then
@@ -232,13 +233,14 @@ reap() {
 
 # run_all JOBS INDEX...: run those tests, at most JOBS at a time, a test of a
 # lock only while no other test holds it; in the order given, but a test
-# that must wait for a lock lets the next ones by.
+# that must wait for a lock lets the next ones by.  A background job (lint)
+# takes no place and is not waited for.
 run_all() {
 	local jobs=$1 i k lock
 	shift
 	local queue=("$@")
-	while [ ${#queue[@]} -gt 0 ] || [ ${#running[@]} -gt 0 ]; do
-		while [ ${#running[@]} -lt "$jobs" ]; do
+	while [ ${#queue[@]} -gt 0 ] || [ $((${#running[@]} - ${#background[@]})) -gt 0 ]; do
+		while [ $((${#running[@]} - ${#background[@]})) -lt "$jobs" ]; do
 			k=""
 			for j in "${!queue[@]}"; do
 				i=${queue[$j]}
@@ -253,18 +255,21 @@ run_all() {
 			unset "queue[$k]"
 			queue=("${queue[@]}")
 		done
-		[ ${#running[@]} -gt 0 ] && reap
+		[ $((${#running[@]} - ${#background[@]})) -gt 0 ] && reap
 	done
 }
 
-# Lint, when asked for, beside the tests that share the machine (it is
-# CPU-bound, they mostly wait); the tests that run alone come after both.
+# Lint, when asked for, first and in the background: beside the tests, in
+# no test's place (it is all CPU at nice 19 and takes what the tests leave),
+# and on, if it must, while the tests that run alone run; then waited for.
 if [ -n "${LINT:-}" ]; then
 	names+=(lint) limits+=(3600) kinds+=(lint) paths+=("")
-	shared=("$((${#names[@]} - 1))" "${shared[@]}")
+	start "$((${#names[@]} - 1))"
+	background[$!]=1
 fi
 run_all "$JOBS" "${shared[@]}"
 run_all 1 "${alone[@]}"
+while [ ${#running[@]} -gt 0 ]; do reap; done
 
 # The times of this run, for the next one's order (those not run kept).
 if [ -f "$LOGDIR/times" ]; then

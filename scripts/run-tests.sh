@@ -27,7 +27,11 @@
 set -u
 cd "$(dirname "$0")/.." || exit 1
 B=${B:-build}
-FUZZ_SECONDS=${FUZZ_SECONDS:-20}
+# Each fuzzer runs its corpus (test/fuzz/corpus/: the inputs that found bugs
+# and what grew from them), then new inputs, FUZZ_SECONDS in all: a
+# regression run.  Fuzzing at length is a run of its own
+# (FUZZ_SECONDS=3600 TESTS=fuzz make test).
+FUZZ_SECONDS=${FUZZ_SECONDS:-10}
 LOGDIR=$B/test-logs
 export THAW_BUILD=$PWD/$B THAW_ROOT=$PWD
 # The tests' functions live in their own temporary directories: allow those

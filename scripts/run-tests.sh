@@ -55,9 +55,9 @@ fi
 # nice 19, may still run beside them: it takes only what they leave.)
 #   e2e_server: /healthz while starts run, the first start's manifest load;
 #   e2e_gateway: /healthz while slow clients hold connections;
-#   e2e_scale_to_zero: thaw-bench's idle stops on time (2-4 s after a use);
+#   e2e_idle_bench: thaw-bench's idle stops on time (2-4 s after a use);
 #   test_thaw_bench: a fake thawd's good starts under 1 s, slow ones timed out.
-ALONE=" e2e_server e2e_gateway e2e_scale_to_zero test_thaw_bench "
+ALONE=" e2e_server e2e_gateway e2e_idle_bench test_thaw_bench "
 # Tests that take a named lock: never two of one lock at once.
 #   ceph: a Ceph cluster each (test/lib/ceph_rgw.sh: a monitor, an OSD whose
 #     memstore holds up to 4 GiB, radosgw): memory and most of a core.

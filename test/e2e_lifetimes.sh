@@ -32,8 +32,8 @@
 # that starts that clock) and is waited for 30 s past it; "without waiting
 # the grace" is within half a grace of 30 s or more.  So this test shares
 # the machine with the others (scripts/run-tests.sh).  How promptly a stop
-# follows idle_s is e2e_scale_to_zero's, which runs alone (thaw-bench's
-# idle stops: 0-2 s after idle_s).
+# follows idle_s is e2e_idle_bench's, which runs alone (thaw-bench's idle
+# stops: 0-2 s after idle_s).
 set -u
 B=${THAW_BUILD:-$PWD/build}
 ROOT=${THAW_ROOT:-$PWD}

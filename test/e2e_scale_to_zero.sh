@@ -1,23 +1,20 @@
 #!/usr/bin/env bash
 # Scale to zero under load, with real runc, CRIU and thawd, a small CPU
 # function (test/fixtures/term_fn.py) whose spec has "idle_s": 2 and
-# "max_instances": 24:
-#   1. hey (Debian's HTTP load generator) drives 200 starts, 8 concurrent
-#      (each worker at most 4 a second, so that the run outlasts idle_s and
-#      instances go while others come):
-#      every answer is 201 or a clean 429/503 with an error code, none a
-#      transport error; 10 s after the run no instance, container, network
-#      namespace, shim or record of one is left, and thawd's ended records
-#      say each was stopped for being idle;
-#   2. thaw-bench's idle-stop scenario (--burst 8 --idle-stop 2): each
-#      instance, used once, is stopped 2-4 s after that use and none is left
-#      (thaw-bench exits 3 otherwise).
+# "max_instances": 24: hey (Debian's HTTP load generator) drives 64 starts,
+# 8 concurrent (each worker at most 2 a second, so that the run lasts 4 s
+# or more, twice idle_s, and instances go while others come): every answer
+# is 201 or a clean 429/503 with an error code, none a transport error;
+# /metrics counts each refusal by its reason; after the run every instance
+# goes (within 60 s: no instance, container, network namespace, shim or
+# record of one is left), and thawd's ended records say each was stopped
+# for being idle.  How promptly an idle instance is stopped is
+# test/e2e_idle_bench.sh's (it runs alone).
 set -u
 B=${THAW_BUILD:-$PWD/build}
 ROOT=${THAW_ROOT:-$PWD}
 THAWD=$B/thawd
 THAW=$B/thaw
-BENCH=$B/bench/thaw-bench
 . "$ROOT/test/lib/require.sh"
 require_restore_tools
 command -v python3 >/dev/null || skip "no python3"
@@ -45,29 +42,35 @@ leftovers() {
 	own_procs | grep -v "^$THAWD_PID " | sed 's/^/process /'
 }
 
-# ---- 1. hey: 200 starts, 8 concurrent ----
-hey -n 200 -c 8 -q 4 -m POST -t 120 "$URL/functions/z/start" >"$T/hey.out" 2>&1
+# ---- hey: 64 starts, 8 concurrent ----
+# Each start is a real restore (~1 s of CPU): 8 at a time load thawd as
+# 200 did, and 64 keep it so for the whole run.
+N=64
+hey -n $N -c 8 -q 2 -m POST -t 120 "$URL/functions/z/start" >"$T/hey.out" 2>&1
 sed -n '/Status code distribution/,$p' "$T/hey.out"
 codes=$(awk '/^[ \t]+\[[0-9]+\]/ { gsub(/[\[\]]/, "", $1); print $1 ":" $2 }' "$T/hey.out" | tr '\n' ' ')
 total=$(awk '/^[ \t]+\[[0-9]+\]/ { n += $2 } END { print n + 0 }' "$T/hey.out")
 bad=$(awk '/^[ \t]+\[[0-9]+\]/ { gsub(/[\[\]]/, "", $1); if ($1 != 201 && $1 != 429 && $1 != 503) print $1 }' "$T/hey.out")
 n201=$(awk '/^[ \t]+\[201\]/ { print $2 }' "$T/hey.out")
-if [ "$total" = 200 ] && [ -z "$bad" ] && ! grep -q 'Error distribution' "$T/hey.out" &&
+if [ "$total" = $N ] && [ -z "$bad" ] && ! grep -q 'Error distribution' "$T/hey.out" &&
 	[ "${n201:-0}" -gt 0 ]; then
-	ok "hey: 200 starts, 8 concurrent: $codes"
+	ok "hey: $N starts, 8 concurrent: $codes"
 else
 	fail "hey: $total answers ($codes), unexpected: ${bad:-none}; $(sed -n '/Error distribution/,$p' "$T/hey.out" | head -5)"
 fi
 # Every refusal is a clean one: thawd counted each by its reason.
 api GET /metrics >/dev/null
 refused=$(awk '/^thaw_starts_refused_total/ { n += $2 } END { print n + 0 }' "$T/body")
-n_refused=$((200 - ${n201:-0}))
+n_refused=$((N - ${n201:-0}))
 [ "$refused" = "$n_refused" ] && ok "/metrics: $refused start(s) refused, by reason: $(grep '^thaw_starts_refused_total' "$T/body" | tr '\n' ' ')" ||
 	fail "/metrics counts $refused refusal(s), hey saw $n_refused non-201"
-sleep 10
-left=$(leftovers)
-[ -z "$left" ] && ok "10 s after the run: no instance, container, netns or process left" ||
-	fail "10 s after the run, left: $(echo "$left" | head -10)"
+# Every instance goes by its idle stop, 2 s after its last use: waited
+# for, 60 s at most, however slow the machine (the ended records below say
+# each was stopped for being idle, not by anything else).
+t0=$SECONDS
+until left=$(leftovers) && [ -z "$left" ] || [ $((SECONDS - t0)) -ge 60 ]; do sleep 0.5; done
+[ -z "$left" ] && ok "$((SECONDS - t0)) s after the run: no instance, container, netns or process left" ||
+	fail "60 s after the run, left: $(echo "$left" | head -10)"
 api GET "/instances?all=1" >/dev/null
 python3 - "$T/body" "${n201:-0}" <<'EOF' && ok "the ${n201:-0} instances ended \"stopped: idle 2 s\"" || fail "ended records: $(head -c 300 "$T/body")"
 import json, sys
@@ -78,18 +81,6 @@ if not ok:
     print(len(insts), "ended records, reasons", reasons, file=sys.stderr)
 sys.exit(0 if ok else 1)
 EOF
-
-# ---- 2. thaw-bench's idle-stop scenario ----
-"$BENCH" --url "$URL" --function z --burst 8 --idle-stop 2 --infer "GET /hello" \
-	--expect hello --json "$T/bench.json" >"$T/bench.out" 2>&1
-rc=$?
-cat "$T/bench.out"
-on_time=$(jget "$T/bench.json" "j['idle_stop']['on_time']")
-[ $rc = 0 ] && [ "$on_time" = 8 ] && [ "$(jget "$T/bench.json" "j['idle_stop']['left_running']")" = 0 ] &&
-	ok "thaw-bench --idle-stop 2: 8 of 8 stopped on time, none left" ||
-	fail "thaw-bench --idle-stop 2: exit $rc, on time ${on_time:-?}"
-left=$(leftovers)
-[ -z "$left" ] || fail "after thaw-bench, left: $(echo "$left" | head -10)"
 
 api DELETE /functions/z >/dev/null
 echo "$fails failure(s)"

@@ -53,11 +53,11 @@ fi
 # hold time to a bound (a latency, a stop within a window, a start within a
 # timeout) that a machine busy with other tests would break.  (Lint, at
 # nice 19, may still run beside them: it takes only what they leave.)
-#   e2e_server: /healthz while starts run, the first start's manifest load;
+#   e2e_server_healthz: /healthz while starts run;
 #   e2e_gateway: /healthz while slow clients hold connections;
 #   e2e_idle_bench: thaw-bench's idle stops on time (2-4 s after a use);
 #   test_thaw_bench: a fake thawd's good starts under 1 s, slow ones timed out.
-ALONE=" e2e_server e2e_gateway e2e_idle_bench test_thaw_bench "
+ALONE=" e2e_server_healthz e2e_gateway e2e_idle_bench test_thaw_bench "
 # Tests that take a named lock: never two of one lock at once.
 #   ceph: a Ceph cluster each (test/lib/ceph_rgw.sh: a monitor, an OSD whose
 #     memstore holds up to 4 GiB, radosgw): memory and most of a core.

@@ -5,9 +5,7 @@
 #      answers 201 with docs/API.md's fields, and GET /infer through each
 #      endpoint answers exactly what the function computes; the metrics count
 #      them; then DELETE each (204) and nothing is left;
-#   2. GET /healthz is not held up while 4 starts run: each answer within
-#      50 ms, or within a quarter of the shortest start where the machine
-#      is so busy that the starts themselves take longer (measured);
+#   2. (GET /healthz while starts run: test/e2e_server_healthz.sh, alone)
 #   3. 504: a function that is ready only while a file exists in its cwd,
 #      removed after its snapshot, is not ready in time on restore;
 #   4. kill -9 of thawd during a snapshot (held at a known point by its runc,
@@ -216,46 +214,6 @@ p=$(own_procs | grep -v "^$THAWD_PID ")
 [ -z "$p" ] || fail "processes left after DELETE: $p"
 [ -z "$(own_mounts)" ] || fail "mounts left after DELETE: $(own_mounts)"
 
-# ---- 2. /healthz while 4 starts run ----
-# A second function, so that the 4 starts also materialise its snapshot
-# into the RAM tier (a warm start here takes ~0.2 s: too short to watch).
-spec_for 64 >"$T/cpu4.json"
-api PUT /functions/cpu4 -d @"$T/cpu4.json" >/dev/null
-st=$(api POST '/functions/cpu4/snapshot?wait=1')
-[ "$st" = 200 ] || fail "snapshot of cpu4: $st $(cat "$T/body")"
-pids=""
-for i in 1 2 3 4; do
-	curl -s -o "$T/hz.$i" -w '%{http_code}' -H "Authorization: Bearer $TOKEN" \
-		-X POST "$URL/functions/cpu4/start" >"$T/hzcode.$i" &
-	pids="$pids $!"
-done
-sleep 0.05
-still() { for p in $pids; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
-: >"$T/hz"
-while still; do
-	curl -s -o /dev/null -w '%{http_code} %{time_total}\n' "$URL/healthz" >>"$T/hz"
-	sleep 0.02
-done
-wait $pids
-for i in 1 2 3 4; do
-	[ "$(cat "$T/hzcode.$i")" = 201 ] || fail "start $i of cpu4: $(cat "$T/hzcode.$i") $(cat "$T/hz.$i")"
-done
-read -r samples worst bad <<<"$(awk '{ n++; ms = $2 * 1000; if (ms > w) w = ms; if ($1 != 200) b++ }
-	END { printf "%d %.1f %d\n", n, w, b }' "$T/hz")"
-echo "figure: /healthz answered $samples times while 4 starts ran; worst $worst ms"
-[ "$samples" -ge 5 ] || fail "only $samples /healthz samples were taken while the starts ran"
-[ "$bad" = 0 ] || fail "$bad /healthz answers were not 200"
-# A /healthz held up by a start would take about as long as the start; one
-# that is not takes what the machine's load adds to any request.  So the
-# bound is 50 ms or, on a machine so busy that the starts themselves are
-# slow, a quarter of the shortest start (run-tests.sh runs this test alone,
-# but other work may share the machine).
-shortest=$(for i in 1 2 3 4; do jget "$T/hz.$i" "j['timings_ms']['total']"; done | sort -n | head -n1)
-bound=$(awk -v s="${shortest:-0}" 'BEGIN { b = s / 4; printf "%.1f", (b > 50 ? b : 50) }')
-awk -v w="$worst" -v b="$bound" 'BEGIN { exit !(w < b) }' ||
-	fail "/healthz took $worst ms while 4 starts ran (bound $bound ms; shortest start ${shortest:-?} ms)"
-# Those 4 instances are stopped by thawd at the end (SIGTERM).
-
 # ---- 3. 504: not ready in time after the restore ----
 mkdir -p "$T/fn504"
 cat >"$T/fn504/app.py" <<'EOF'
@@ -415,16 +373,13 @@ api GET /functions/cpu >/dev/null
 	fail "cpu after a killed re-snapshot: $(cat "$T/body")"
 
 # The old snapshot of cpu still starts; big snapshots again.  The restarted
-# thawd read the ready snapshots' manifests ahead, so this first start does
-# not read its own.
+# thawd read the ready snapshots' manifests ahead (how fast the first start
+# then loads its own: test/e2e_server_healthz.sh, alone).
 read_ahead() { tail -n +"$RESTARTED_AT" "$T/thawd.log" | grep -q "[0-9] snapshot manifest(s) read ahead"; }
 for _ in $(seq 300); do read_ahead && break; sleep 0.1; done
 read_ahead || fail "the restarted thawd did not read cpu's manifest ahead (30 s)"
 st=$(api POST /functions/cpu/start)
 [ "$st" = 201 ] || fail "start after restart: $st $(cat "$T/body")"
-load_ms=$(jget "$T/body" "j['timings_ms']['load']")
-python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < 50 else 1)" "$load_ms" ||
-	fail "first start after a restart spent $load_ms ms loading its snapshot"
 cpu_iid=$(jget "$T/body" "j['instance']")
 # thaw-bench against this real thawd (its starts and DELETEs pass thawd's
 # request rules: no form type on a bodiless POST), 2 starts at once.
@@ -444,7 +399,7 @@ st=$(api POST '/functions/big/snapshot?wait=1')
 hold restore
 curl -s -o /dev/null --max-time 0.2 -H "Authorization: Bearer $TOKEN" -X POST "$URL/functions/big/start"
 held "a start whose client went away" && kill -CONT "$(awk '{ print $NF }' "$T/held")"
-for _ in $(seq 100); do
+for _ in $(seq 300); do
 	grep -q "client closed the connection before the answer" "$T/thawd.log" && break
 	sleep 0.1
 done

@@ -28,15 +28,6 @@ NAME=fallback-gpu
 . "$ROOT/test/lib/thawd_e2e.sh"
 BODY='{"prompt_ids": [1, 450, 4996, 17354, 1701, 29916], "max_new_tokens": 32}'
 
-wait_for() { # SECONDS COMMAND...: until COMMAND succeeds; 1 if it never does
-	local limit=$1 i
-	shift
-	for i in $(seq $((limit * 10))); do
-		"$@" && return 0
-		sleep 0.1
-	done
-	return 1
-}
 tokens() { # ENDPOINT: the tokens it generates for BODY
 	curl -sf --max-time 300 -X POST -d "$BODY" "http://$1/generate" |
 		python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])'

@@ -33,15 +33,6 @@ FN=$T/fn
 mkdir -p "$FN"
 cp "$ROOT/test/fixtures/fallback_fn.py" "$FN/"
 
-wait_for() { # SECONDS COMMAND...: until COMMAND succeeds; 1 if it never does
-	local limit=$1 i
-	shift
-	for i in $(seq $((limit * 10))); do
-		"$@" && return 0
-		sleep 0.1
-	done
-	return 1
-}
 metric() { # NAME LABELS: its value in /metrics (0 if absent)
 	curl -s "$URL/metrics" | awk -v n="$1{$2}" '$1 == n { print $2; found = 1 } END { if (!found) print 0 }'
 }

@@ -40,15 +40,6 @@ NCLIENTS=500
 # timeout closes it: the connections weigh on the descriptors all along.
 start_thawd --max-connections 4096 --max-connections-per-ip 0 --request-timeout 5
 
-wait_for() {
-	local limit=$1 i
-	shift
-	for i in $(seq $((limit * 10))); do
-		"$@" && return 0
-		sleep 0.1
-	done
-	return 1
-}
 metric() {
 	curl -s "$URL/metrics" | awk -v n="$1{$2}" '$1 == n { print $2; found = 1 } END { if (!found) print 0 }'
 }

@@ -119,16 +119,19 @@ s3curl() { # METHOD KEY [curl args]: a signed request to the bucket
 		-H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$@" "$AWS_ENDPOINT_URL/thaw/$k"
 }
 packs() { s3curl GET "?list-type=2&prefix=fleet%2Fpacks%2F" | grep -o '<Key>[^<]*\.pack</Key>' | sed 's/<[^>]*>//g' | sort; }
-# snap_wait ID: snapshot on A, then wait for its background push; PUSH: its state.
+# push_ended ID: its background push is done or failed (GET into $T/body).
+push_ended() {
+	api GET "/functions/$1" >/dev/null
+	case "$(jget "$T/body" "(j.get('push') or {}).get('state')")" in done | failed) return 0 ;; esac
+	return 1
+}
+# snap_push ID: snapshot on A, then wait for its background push (60 s at
+# most); $T/push.json: the function as it was then.
 snap_push() {
-	local st i
+	local st
 	st=$(api POST "/functions/$1/snapshot?wait=1")
 	[ "$st" = 200 ] || { fail "snapshot $1: $st $(cat "$T/body")"; return 1; }
-	for i in $(seq 600); do
-		api GET "/functions/$1" >/dev/null
-		case "$(jget "$T/body" "(j.get('push') or {}).get('state')")" in done | failed) break ;; esac
-		sleep 0.1
-	done
+	wait_for 60 push_ended "$1"
 	cp "$T/body" "$T/push.json"
 }
 chunks_of() { python3 -c "

@@ -64,11 +64,12 @@ st=$(api POST "/functions/img/snapshot?wait=1")
 [ "$st" = 200 ] || { fail "snapshot on A: $st $(cat "$T/body")"; exit 1; }
 DIGEST=$(jget "$T/body" "j['job']['result']['image']")
 HEX=${DIGEST#sha256:}
-for _ in $(seq 300); do
+push_ended() {
 	api GET /functions/img >/dev/null
-	case "$(jget "$T/body" "(j.get('push') or {}).get('state')")" in done | failed) break ;; esac
-	sleep 0.1
-done
+	case "$(jget "$T/body" "(j.get('push') or {}).get('state')")" in done | failed) return 0 ;; esac
+	return 1
+}
+wait_for 30 push_ended
 [ "$(jget "$T/body" "j['push']['state']")" = done ] &&
 	ok "A snapshotted img on oci:…/lay:t (image ${DIGEST:0:19}…) and pushed it" ||
 	{ fail "A's push: $(head -c 400 "$T/body")"; exit 1; }

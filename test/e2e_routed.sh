@@ -42,16 +42,6 @@ cp "$ROOT/test/fixtures/proxy_fn.py" "$FN/"
 echo routed-token >"$T/data-token"
 start_thawd
 
-# wait_for SECONDS COMMAND...: until COMMAND succeeds; 1 if it never does.
-wait_for() {
-	local limit=$1 i
-	shift
-	for i in $(seq $((limit * 10))); do
-		"$@" && return 0
-		sleep 0.1
-	done
-	return 1
-}
 # metric NAME LABELS: its value in /metrics (0 if absent).
 metric() {
 	curl -s "$URL/metrics" | awk -v n="$1{$2}" '$1 == n { print $2; found = 1 } END { if (!found) print 0 }'

@@ -26,15 +26,6 @@ mkdir -p "$FN"
 cp "$ROOT/test/fixtures/proxy_fn.py" "$FN/"
 start_thawd
 
-wait_for() {
-	local limit=$1 i
-	shift
-	for i in $(seq $((limit * 10))); do
-		"$@" && return 0
-		sleep 0.1
-	done
-	return 1
-}
 routed() { curl -s -o "$T/out" -w '%{http_code}' "$@"; }
 ids() { # the ids of r's instances
 	curl -s "$URL/instances" | python3 -c "import json,sys

@@ -28,15 +28,6 @@ mkdir -p "$FN" "$T/out"
 cp "$ROOT/test/fixtures/proxy_fn.py" "$FN/"
 start_thawd
 
-wait_for() {
-	local limit=$1 i
-	shift
-	for i in $(seq $((limit * 10))); do
-		"$@" && return 0
-		sleep 0.1
-	done
-	return 1
-}
 metric() {
 	curl -s "$URL/metrics" | awk -v n="$1{$2}" '$1 == n { print $2; found = 1 } END { if (!found) print 0 }'
 }

@@ -13,6 +13,7 @@
 #     DELETE of an instance with ?wait=1 unless PATH says wait=: answered
 #     once the instance is gone, not once it is unreachable),
 #   own_procs / own_mounts / own_containers (what the test made),
+#   wait_for SECONDS COMMAND... (until COMMAND succeeds, SECONDS at most),
 # and an EXIT trap that kills thawd, runs the test's e2e_cleanup_hook if it
 # defines one, and removes every container, process and mount of the test
 # (the tail of thawd's log printed when a check failed).
@@ -62,6 +63,23 @@ stop_thawd() {
 	rc=$?
 	THAWD_PID=""
 	return $rc
+}
+
+# wait_for SECONDS COMMAND...: run COMMAND until it succeeds, for SECONDS of
+# wall time at most; 0 once it has, 1 if it never did.  The pause between
+# tries grows from 0.05 s to 0.5 s: what is there at once costs no wait, and
+# a long wait costs two tries a second, not ten (a try is a curl, a python3
+# or more: tens of ms of CPU each on the 2-core machines the tests share).
+# COMMAND must stay true once it is (a state the test holds, a count that
+# only grows): a state it could pass through between two tries is missed.
+wait_for() {
+	local end=$((SECONDS + $1)) pause=0.05
+	shift
+	until "$@"; do
+		[ $SECONDS -lt $end ] || return 1
+		sleep $pause
+		case $pause in 0.05) pause=0.1 ;; 0.1) pause=0.2 ;; 0.2) pause=0.5 ;; esac
+	done
 }
 
 e2e_tokens() {

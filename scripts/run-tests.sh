@@ -115,12 +115,18 @@ JOBS=${JOBS:-$(($(nproc 2>/dev/null || echo 1) + 1))}
 [ -n "${TESTS:-}" ] || echo "$total tests, $JOBS at a time"
 
 # The order: the longest first, so that no long test starts last: by the
-# last run's times; a test never run here by its kind (a script is long, a
-# program short, a fuzzer FUZZ_SECONDS).
+# last run's times; where this build has none (a fresh clone, as CI's),
+# by test/durations (a full run's times, kept in the tree for that); a
+# test in neither by its kind (a script is long, a program short, a fuzzer
+# FUZZ_SECONDS).
 declare -A last
-if [ -f "$LOGDIR/times" ]; then
-	while read -r n s _; do last[$n]=$s; done <"$LOGDIR/times"
-fi
+for f in test/durations "$LOGDIR/times"; do
+	[ -f "$f" ] || continue
+	while read -r n s _; do
+		case $n in '' | '#'*) continue ;; esac
+		last[$n]=$s
+	done <"$f"
+done
 order=$(for i in "${!names[@]}"; do
 	n=${names[$i]}
 	case ${kinds[$i]} in

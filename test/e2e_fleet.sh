@@ -108,7 +108,7 @@ start_b() {
 	"$THAWD" --listen 127.0.0.1:0 --port-file "$T/port-b" --data-dir "$DATA_B" --ram-tier "$SHM_B" \
 		--ram-tier-bytes 1G --remote "$REMOTE" >>"$T/thawd-b.log" 2>&1 &
 	PID_B=$!
-	for _ in $(seq 200); do [ -s "$T/port-b" ] && break; sleep 0.05; done
+	wait_port "$T/port-b" "$PID_B"
 	URL_B=http://127.0.0.1:$(head -n1 "$T/port-b")
 }
 s3curl() { # METHOD KEY [curl args]: a signed request to the bucket

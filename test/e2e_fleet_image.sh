@@ -91,7 +91,7 @@ trap 'stop_b; thawd_e2e_cleanup; ceph_rgw_stop' EXIT
 "$THAWD" --listen 127.0.0.1:0 --port-file "$T/port-b" --data-dir "$DATA_B" --ram-tier "$SHM_B" \
 	--ram-tier-bytes 1G --remote "$REMOTE" >>"$T/thawd-b.log" 2>&1 &
 PID_B=$!
-for _ in $(seq 200); do [ -s "$T/port-b" ] && break; sleep 0.05; done
+wait_port "$T/port-b" "$PID_B"
 URL_A=$URL URL_B=http://127.0.0.1:$(head -n1 "$T/port-b")
 apib() { URL=$URL_B api "$@"; }
 cache_b() { # what B's image cache holds

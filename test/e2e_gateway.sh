@@ -38,6 +38,7 @@
 set -u
 B=${THAW_BUILD:-$PWD/build}
 THAWD=$B/thawd
+. "${THAW_ROOT:-$PWD}/test/lib/wait_port.sh"
 [ -x "$THAWD" ] || { echo "no $THAWD"; exit 1; }
 for c in python3 curl timeout; do
 	command -v $c >/dev/null || { echo "skipped: no $c"; exit 77; }
@@ -70,8 +71,7 @@ start_a() {
 		--ram-tier "$SHM/a" --ram-tier-bytes 64M --token-file "$T/token" \
 		--request-timeout 3 "$@" >>"$T/a.log" 2>&1 &
 	PID_A=$!
-	for _ in $(seq 200); do [ -s "$T/a.port" ] && break; sleep 0.05; done
-	[ -s "$T/a.port" ] || { echo "thawd did not start"; tail "$T/a.log"; exit 1; }
+	wait_port "$T/a.port" "$PID_A" || { echo "thawd did not start"; tail "$T/a.log"; exit 1; }
 	PORT=$(cat "$T/a.port")
 	URL=http://127.0.0.1:$PORT
 }
@@ -424,7 +424,7 @@ done
 THAW_DATA_TOKEN_FILE=$T/data "$THAWD" --listen 0.0.0.0:0 --port-file "$T/n.port" \
 	--data-dir "$T/n" --ram-tier "$SHM/n" --ram-tier-bytes 64M >"$T/n.out" 2>&1 &
 PID_N=$!
-for _ in $(seq 200); do [ -s "$T/n.port" ] && break; sleep 0.05; done
+wait_port "$T/n.port" "$PID_N"
 if [ -s "$T/n.port" ]; then
 	NURL=http://127.0.0.1:$(cat "$T/n.port")
 	st=$(curl -s -o "$T/body" -w '%{http_code}' "$NURL/instances")
@@ -443,7 +443,7 @@ rm -rf "$T/n" "$SHM/n" "$T/n.port"
 "$THAWD" --listen 127.0.0.1:0 --port-file "$T/n.port" --data-dir "$T/n" --ram-tier "$SHM/n" \
 	--ram-tier-bytes 64M >"$T/n.out" 2>&1 &
 PID_N=$!
-for _ in $(seq 200); do [ -s "$T/n.port" ] && break; sleep 0.05; done
+wait_port "$T/n.port" "$PID_N"
 NPORT=$(cat "$T/n.port" 2>/dev/null)
 NURL=http://127.0.0.1:$NPORT
 # napi METHOD PATH [curl args…]: no token; the status, the body in $T/body.

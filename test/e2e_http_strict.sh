@@ -21,6 +21,7 @@
 set -u
 B=${THAW_BUILD:-$PWD/build}
 THAWD=$B/thawd
+. "${THAW_ROOT:-$PWD}/test/lib/wait_port.sh"
 [ -x "$THAWD" ] || { echo "no $THAWD"; exit 1; }
 for c in python3 curl timeout; do
 	command -v $c >/dev/null || { echo "skipped: no $c"; exit 77; }
@@ -45,8 +46,7 @@ mkdir -p "$T/fn"
 "$THAWD" --listen 127.0.0.1:0 --port-file "$T/port" --data-dir "$T/data" --ram-tier "$SHM/a" \
 	--ram-tier-bytes 64M --token-file "$T/token" --allow-root "$T/fn" >>"$T/thawd.log" 2>&1 &
 PID=$!
-for _ in $(seq 200); do [ -s "$T/port" ] && break; sleep 0.05; done
-[ -s "$T/port" ] || { echo "thawd did not start"; tail "$T/thawd.log"; exit 1; }
+wait_port "$T/port" "$PID" || { echo "thawd did not start"; tail "$T/thawd.log"; exit 1; }
 PORT=$(head -n1 "$T/port")
 
 python3 - "$PORT" "$TOKEN" "$T/fn" <<'EOF'

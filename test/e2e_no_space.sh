@@ -10,6 +10,7 @@
 set -u
 B=${THAW_BUILD:-$PWD/build}
 THAWD=$B/thawd
+. "${THAW_ROOT:-$PWD}/test/lib/wait_port.sh"
 [ -x "$THAWD" ] || { echo "no $THAWD"; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "skipped: needs root (a tmpfs mount)"; exit 77; }
 for c in python3 curl; do command -v $c >/dev/null || { echo "skipped: no $c"; exit 77; }; done
@@ -35,8 +36,7 @@ mkdir -p "$DATA" "$T/fn" # the function outside the data directory, which no fun
 "$THAWD" --listen 127.0.0.1:0 --port-file "$T/port" --data-dir "$DATA" --ram-tier "$SHM/tier" \
 	--ram-tier-bytes 64M >>"$T/thawd.log" 2>&1 &
 PID=$!
-for _ in $(seq 200); do [ -s "$T/port" ] && break; sleep 0.05; done
-[ -s "$T/port" ] || { echo "thawd did not start"; tail "$T/thawd.log"; exit 1; }
+wait_port "$T/port" "$PID" || { echo "thawd did not start"; tail "$T/thawd.log"; exit 1; }
 URL=http://127.0.0.1:$(head -n1 "$T/port")
 api() {
 	local m=$1 p=$2

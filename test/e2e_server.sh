@@ -44,6 +44,7 @@ ok() { echo "ok: $*"; }
 # Processes that belong to this test's data: rooted in it (containers) or
 # naming it on their command line (thawd and the shims it forks).
 . "$R/test/lib/own_procs.sh"
+. "$R/test/lib/wait_port.sh"
 own_mounts() { awk -v t="$T" 'index($5, t) == 1 { print $5 }' /proc/self/mountinfo; }
 own_containers() { [ -d "$DATA/runc" ] && runc --root "$DATA/runc" list -q 2>/dev/null; }
 
@@ -66,8 +67,7 @@ start_thawd() {
 		--ram-tier "$SHM" --ram-tier-bytes 2G --token-file "$T/token" "$@" \
 		>>"$T/thawd.log" 2>&1 &
 	THAWD_PID=$!
-	for _ in $(seq 200); do [ -s "$T/port" ] && break; sleep 0.05; done
-	[ -s "$T/port" ] || { echo "thawd did not start"; tail "$T/thawd.log"; exit 1; }
+	wait_port "$T/port" "$THAWD_PID" || { echo "thawd did not start"; tail "$T/thawd.log"; exit 1; }
 	URL=http://127.0.0.1:$(cat "$T/port")
 }
 

@@ -26,6 +26,7 @@
 set -u
 B=${THAW_BUILD:-$PWD/build}
 THAWD=$B/thawd
+. "${THAW_ROOT:-$PWD}/test/lib/wait_port.sh"
 [ -x "$THAWD" ] || { echo "no $THAWD"; exit 1; }
 OPENSSL=$(command -v openssl) || { echo "skipped: no openssl"; exit 77; }
 for c in python3 curl timeout; do
@@ -69,8 +70,7 @@ start() {
 		--ram-tier "$SHM/$name" --ram-tier-bytes 64M --token-file "$T/token" \
 		--request-timeout 2 "$@" >"$T/thawd.log" 2>&1 &
 	PID=$!
-	for _ in $(seq 200); do [ -s "$T/$name.port" ] && break; sleep 0.05; done
-	[ -s "$T/$name.port" ] || { echo "thawd did not start"; tail "$T/thawd.log"; exit 1; }
+	wait_port "$T/$name.port" "$PID" || { echo "thawd did not start"; tail "$T/thawd.log"; exit 1; }
 	PORT=$(head -n 1 "$T/$name.port")
 }
 

@@ -31,6 +31,7 @@ ok() { echo "ok: $*"; }
 jget() { python3 -S -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1" 2>/dev/null; }
 
 . "$ROOT/test/lib/own_procs.sh"
+. "$ROOT/test/lib/wait_port.sh"
 own_mounts() { awk -v t="$T" 'index($5, t) == 1 { print $5 }' /proc/self/mountinfo; }
 own_containers() { [ -d "$DATA/runc" ] && runc --root "$DATA/runc" list -q 2>/dev/null; }
 
@@ -50,8 +51,7 @@ start_thawd() {
 	"$THAWD" --listen 127.0.0.1:0 --port-file "$T/port" --data-dir "$DATA" --ram-tier "$SHM" \
 		--ram-tier-bytes "${RAM_TIER_BYTES:-1G}" "$@" >>"$T/thawd.log" 2>&1 &
 	THAWD_PID=$!
-	for _ in $(seq 200); do [ -s "$T/port" ] && break; sleep 0.05; done
-	[ -s "$T/port" ] || { echo "thawd did not start"; tail "$T/thawd.log"; exit 1; }
+	wait_port "$T/port" "$THAWD_PID" || { echo "thawd did not start"; tail "$T/thawd.log"; exit 1; }
 	URL=http://127.0.0.1:$(head -n1 "$T/port")
 }
 

@@ -48,7 +48,11 @@ void instance_ended_keep_logs(const struct thaw_config *c, const char *id, const
 		if ((size_t)snprintf(from, sizeof(from), "%s/%s", dir, names[i]) >= sizeof(from) ||
 		    instance_ended_path(c, id, log_suffixes[i], to, sizeof(to)))
 			continue;
-		if (rename(from, to) < 0 && errno != ENOENT)
+		/* A link, not a rename: the live name stays until the directory
+		 * goes, after the ended record is written (instance_log_tail). */
+		if (unlink(to) < 0 && errno != ENOENT)
+			pr_warn("cannot replace %s: %s", to, strerror(errno));
+		if (link(from, to) < 0 && errno != ENOENT)
 			pr_warn("cannot keep %s as %s: %s", from, to, strerror(errno));
 	}
 }

@@ -5,7 +5,7 @@
  * exits by itself is torn down at once: container, namespace, shim, lease,
  * tier hold.  What an operator needs afterwards stays for a while: its record
  * with how it ended ("stopped: idle 300 s", "exited 137: OOM-killed") in
- * <data>/ended/<id>.json, and its output, moved to <data>/ended/<id>.log
+ * <data>/ended/<id>.json, and its output, kept as <data>/ended/<id>.log
  * (and .log.1).  instance_ended_expire removes them after their time.
  */
 #ifndef THAW_RESTORE_INSTANCE_ENDED_H
@@ -31,9 +31,10 @@ struct instance_end {
 int instance_ended_path(const struct thaw_config *c, const char *id, const char *suffix,
 			char *buf, size_t len);
 
-/* Before instance id's directory goes: move its function.log (and .1) out of
- * dir into <data>/ended.  A shim still writing keeps writing into the moved
- * file (same inode).  Failures are logged: the logs are then lost. */
+/* Before instance id's ended record is written and its directory goes: link
+ * its function.log (and .1) in dir as <data>/ended/<id>.log (and .log.1).  A
+ * shim still writing keeps writing into the same inode.  Failures are logged:
+ * the logs are then lost. */
 void instance_ended_keep_logs(const struct thaw_config *c, const char *id, const char *dir);
 
 /* Did the container whose runc state is under runc_root/id have a process

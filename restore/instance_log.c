@@ -8,6 +8,7 @@
 #include "common/util.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 
 int instance_log_path(const struct thaw_config *c, const char *id, char *buf, size_t len)
@@ -19,6 +20,22 @@ int instance_log_path(const struct thaw_config *c, const char *id, char *buf, si
 		return -ENAMETOOLONG;
 	}
 	return 0;
+}
+
+/* The output of ended instance id, if it has an ended record: 0 (and *out),
+ * -ENOENT when it has none, another -errno. */
+static int ended_log_tail(const struct thaw_config *c, const char *id, unsigned lines,
+			  char **out, size_t *len)
+{
+	char rec[PATH_MAX], log[PATH_MAX];
+	struct stat st;
+
+	if (instance_ended_path(c, id, ".json", rec, sizeof(rec)) ||
+	    instance_ended_path(c, id, ".log", log, sizeof(log)))
+		return -ENAMETOOLONG;
+	if (stat(rec, &st) < 0)
+		return -errno;
+	return logfile_tail(log, lines, out, len);
 }
 
 int instance_log_tail(const struct thaw_config *c, const char *id, unsigned lines, char **out,
@@ -39,17 +56,41 @@ int instance_log_tail(const struct thaw_config *c, const char *id, unsigned line
 		pr_err("path too long: %s/instances/%s.json", c->data_dir, id);
 		return -ENAMETOOLONG;
 	}
+	/* A stop links the logs into ended/, writes the ended record, then
+	 * removes the directory and the live record (teardown_once).
+	 * So: an ended record means its logs are whole there; a live log read
+	 * before any ended record appeared was read before its directory went. */
+	ret = ended_log_tail(c, id, lines, out, len);
+	if (ret != -ENOENT)
+		return ret;
 	if (stat(rec, &st) < 0) {
 		ret = -errno;
-		/* An ended instance's output stays while its record does. */
-		if (ret == -ENOENT && !instance_ended_path(c, id, ".json", rec, sizeof(rec)) &&
-		    stat(rec, &st) == 0 && !instance_ended_path(c, id, ".log", log, sizeof(log)))
-			return logfile_tail(log, lines, out, len);
-		if (ret == -ENOENT)
-			pr_err("no instance %s (no record in %s/instances)", id, c->data_dir);
-		else
+		if (ret == -ENOENT) {
+			/* Ended between the two looks? */
+			ret = ended_log_tail(c, id, lines, out, len);
+			if (ret == -ENOENT)
+				pr_err("no instance %s (no record in %s/instances)", id,
+				       c->data_dir);
+		} else {
 			pr_perror("stat %s", rec);
+		}
 		return ret;
 	}
-	return logfile_tail(log, lines, out, len);
+	ret = logfile_tail(log, lines, out, len);
+	if (ret)
+		return ret;
+	/* An ended record now: the stop may have removed the directory during
+	 * the read, and the ended copy is whole.  None: it was there all
+	 * through the read. */
+	char *live = *out;
+	size_t live_len = *len;
+
+	ret = ended_log_tail(c, id, lines, out, len);
+	if (ret != -ENOENT) {
+		free(live);
+		return ret;
+	}
+	*out = live;
+	*len = live_len;
+	return 0;
 }

@@ -215,8 +215,17 @@ static int teardown_once(struct start_ctx *x, const char *id)
 		snprintf(bundle, sizeof(bundle), "%s/bundle", x->dir);
 		function_host_paths_unstage(bundle);
 		umount_dir(x->dir);
-		if (x->end)
+	}
+	/* The logs, then the ended record, then the directory, then the live
+	 * record: a reader that finds no ended record after reading the live
+	 * log read it whole (instance_log_tail), and one that finds neither
+	 * record is asking for an instance that is not there. */
+	if (!ret && x->end) {
+		if (x->have_dir)
 			instance_ended_keep_logs(x->c, id, x->dir);
+		instance_ended_write(x->c, id, x->end_rec, x->end, oom);
+	}
+	if (x->have_dir) {
 		r = rm_rf(x->dir);
 		if (r) {
 			pr_err("could not remove %s: %s", x->dir, strerror(-r));
@@ -230,8 +239,6 @@ static int teardown_once(struct start_ctx *x, const char *id)
 		ret = -errno;
 		pr_perror("unlink %s", x->record);
 	}
-	if (!ret && x->end)
-		instance_ended_write(x->c, id, x->end_rec, x->end, oom);
 	return ret;
 }
 

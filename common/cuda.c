@@ -2,10 +2,9 @@
 /* cuda.c — the CUDA driver API through dlopen("libcuda.so.1").
  *
  * thaw must build and run where there is no CUDA at all (CI, the development
- * machines), so nothing here needs cuda.h: the few types the checkpoint API
- * takes are declared below with the layout of CUDA 12.8+/13.0's cuda.h.
- * Compiling this file with -DTHAW_CUDA_LAYOUT_CHECK and cuda.h on the include
- * path checks them against the real header (test_cuda does that where nvcc is).
+ * machines), so nothing here needs cuda.h: the driver's types and entry
+ * points are common/cuda_abi.h's, checked against the real header where
+ * there is one (test_cuda).
  *
  * cuInit runs once per process: each separate driver attach costs seconds, so
  * the long-lived daemon holds it.  Free GPU memory is read through NVML, which
@@ -13,6 +12,7 @@
  */
 #define LOG_PREFIX "cuda: "
 #include "common/cuda.h"
+#include "common/cuda_abi.h"
 #include "common/log.h"
 
 #include <dirent.h>
@@ -24,99 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-/* The driver's types, as cuda.h declares them (names of our own, so that
- * the layout check can include the real header beside them). */
-typedef int cu_result;
-typedef int cu_device;
-typedef unsigned long long cu_u64;
-
-struct cu_uuid {
-	unsigned char bytes[16];
-};
-
-struct cu_lock_args {
-	unsigned int timeout_ms;
-	unsigned int reserved0;
-	cu_u64 reserved1[7];
-};
-
-struct cu_checkpoint_args {
-	cu_u64 reserved[8];
-};
-
-struct cu_gpu_pair {
-	struct cu_uuid old_uuid;
-	struct cu_uuid new_uuid;
-};
-
-struct cu_restore_args {
-	struct cu_gpu_pair *gpu_pairs;
-	unsigned int gpu_pairs_count;
-	char reserved[52 - sizeof(struct cu_gpu_pair *)];
-	cu_u64 reserved1;
-};
-
-struct cu_unlock_args {
-	cu_u64 reserved[8];
-};
-
-/* The CUresult values this file gives a meaning to. */
-enum {
-	CU_SUCCESS = 0,
-	CU_ERR_INVALID_VALUE = 1,
-	CU_ERR_OUT_OF_MEMORY = 2,
-	CU_ERR_NOT_INITIALIZED = 3,
-	CU_ERR_DEINITIALIZED = 4,
-	CU_ERR_NO_DEVICE = 100,
-	CU_ERR_INVALID_DEVICE = 101,
-	CU_ERR_NOT_FOUND = 500,
-	CU_ERR_NOT_PERMITTED = 800,
-	CU_ERR_NOT_SUPPORTED = 801,
-	CU_ERR_TIMEOUT = 909,
-};
-
-/* CUdevice_attribute: CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, _MINOR. */
-enum { CU_ATTR_CC_MAJOR = 75, CU_ATTR_CC_MINOR = 76 };
-
-#ifdef THAW_CUDA_LAYOUT_CHECK
-#include <cuda.h>
-#include <stddef.h>
-#define SAME_LAYOUT(ours, theirs) \
-	_Static_assert(sizeof(ours) == sizeof(theirs), #ours " differs from " #theirs)
-SAME_LAYOUT(struct cu_uuid, CUuuid);
-SAME_LAYOUT(struct cu_lock_args, CUcheckpointLockArgs);
-SAME_LAYOUT(struct cu_checkpoint_args, CUcheckpointCheckpointArgs);
-SAME_LAYOUT(struct cu_gpu_pair, CUcheckpointGpuPair);
-SAME_LAYOUT(struct cu_restore_args, CUcheckpointRestoreArgs);
-SAME_LAYOUT(struct cu_unlock_args, CUcheckpointUnlockArgs);
-SAME_LAYOUT(cu_result, CUresult);
-SAME_LAYOUT(cu_device, CUdevice);
-_Static_assert(offsetof(struct cu_lock_args, reserved0) == offsetof(CUcheckpointLockArgs, reserved0), "lock");
-_Static_assert(offsetof(struct cu_lock_args, reserved1) == offsetof(CUcheckpointLockArgs, reserved1), "lock");
-_Static_assert(offsetof(struct cu_gpu_pair, new_uuid) == offsetof(CUcheckpointGpuPair, newUuid), "pair");
-_Static_assert(offsetof(struct cu_restore_args, gpu_pairs_count) ==
-		       offsetof(CUcheckpointRestoreArgs, gpuPairsCount), "restore");
-_Static_assert(offsetof(struct cu_restore_args, reserved1) ==
-		       offsetof(CUcheckpointRestoreArgs, reserved1), "restore");
-#define SAME_VALUE(ours, theirs) _Static_assert((int)(ours) == (int)(theirs), #ours)
-SAME_VALUE(CU_ERR_INVALID_VALUE, CUDA_ERROR_INVALID_VALUE);
-SAME_VALUE(CU_ERR_OUT_OF_MEMORY, CUDA_ERROR_OUT_OF_MEMORY);
-SAME_VALUE(CU_ERR_NOT_INITIALIZED, CUDA_ERROR_NOT_INITIALIZED);
-SAME_VALUE(CU_ERR_DEINITIALIZED, CUDA_ERROR_DEINITIALIZED);
-SAME_VALUE(CU_ERR_NO_DEVICE, CUDA_ERROR_NO_DEVICE);
-SAME_VALUE(CU_ERR_INVALID_DEVICE, CUDA_ERROR_INVALID_DEVICE);
-SAME_VALUE(CU_ERR_NOT_FOUND, CUDA_ERROR_NOT_FOUND);
-SAME_VALUE(CU_ERR_NOT_PERMITTED, CUDA_ERROR_NOT_PERMITTED);
-SAME_VALUE(CU_ERR_NOT_SUPPORTED, CUDA_ERROR_NOT_SUPPORTED);
-SAME_VALUE(CU_ERR_TIMEOUT, CUDA_ERROR_TIMEOUT);
-SAME_VALUE(CU_ATTR_CC_MAJOR, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
-SAME_VALUE(CU_ATTR_CC_MINOR, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
-SAME_VALUE(CUDA_PROC_RUNNING, CU_PROCESS_STATE_RUNNING);
-SAME_VALUE(CUDA_PROC_LOCKED, CU_PROCESS_STATE_LOCKED);
-SAME_VALUE(CUDA_PROC_CHECKPOINTED, CU_PROCESS_STATE_CHECKPOINTED);
-SAME_VALUE(CUDA_PROC_FAILED, CU_PROCESS_STATE_FAILED);
-#endif
 
 /* NVML, for free memory without a context. */
 typedef int nvml_return;
@@ -131,21 +38,21 @@ static struct {
 	void *lib;
 	void *nvml;
 	int init_err; /* cuda_init's answer, set once */
-	cu_result (*init)(unsigned int flags);
-	cu_result (*get_error_name)(cu_result err, const char **name);
-	cu_result (*driver_get_version)(int *version);
-	cu_result (*device_get_count)(int *count);
-	cu_result (*device_get)(cu_device *dev, int ordinal);
-	cu_result (*device_get_name)(char *name, int len, cu_device dev);
-	cu_result (*device_get_uuid)(struct cu_uuid *uuid, cu_device dev);
-	cu_result (*device_total_mem)(size_t *bytes, cu_device dev);
-	cu_result (*device_get_attribute)(int *v, int attr, cu_device dev); /* may be NULL */
-	cu_result (*get_state)(int pid, int *state);
-	cu_result (*get_restore_thread_id)(int pid, int *tid);
-	cu_result (*lock)(int pid, struct cu_lock_args *args);
-	cu_result (*checkpoint)(int pid, struct cu_checkpoint_args *args);
-	cu_result (*restore)(int pid, struct cu_restore_args *args);
-	cu_result (*unlock)(int pid, struct cu_unlock_args *args);
+	cu_fn_cuInit *init;
+	cu_fn_cuGetErrorName *get_error_name;
+	cu_fn_cuDriverGetVersion *driver_get_version;
+	cu_fn_cuDeviceGetCount *device_get_count;
+	cu_fn_cuDeviceGet *device_get;
+	cu_fn_cuDeviceGetName *device_get_name;
+	cu_fn_cuDeviceGetUuid_v2 *device_get_uuid;
+	cu_fn_cuDeviceTotalMem_v2 *device_total_mem;
+	cu_fn_cuDeviceGetAttribute *device_get_attribute; /* may be NULL */
+	cu_fn_cuCheckpointProcessGetState *get_state;
+	cu_fn_cuCheckpointProcessGetRestoreThreadId *get_restore_thread_id;
+	cu_fn_cuCheckpointProcessLock *lock;
+	cu_fn_cuCheckpointProcessCheckpoint *checkpoint;
+	cu_fn_cuCheckpointProcessRestore *restore;
+	cu_fn_cuCheckpointProcessUnlock *unlock;
 	nvml_return (*nvml_init)(void);
 	nvml_return (*nvml_by_uuid)(const char *uuid, nvml_device *dev);
 	nvml_return (*nvml_memory)(nvml_device dev, struct nvml_memory *mem);
@@ -352,7 +259,7 @@ int cuda_driver_version(int *version)
 	return cu_check(drv.driver_get_version(version), "cuDriverGetVersion", 0);
 }
 
-static void uuid_format(const struct cu_uuid *u, char out[48])
+static void uuid_format(const cu_uuid *u, char out[48])
 {
 	const unsigned char *b = u->bytes;
 
@@ -363,7 +270,7 @@ static void uuid_format(const struct cu_uuid *u, char out[48])
 }
 
 /* "GPU-xxxxxxxx-xxxx-…" (the prefix optional) into 16 bytes. */
-static int uuid_parse(const char *s, struct cu_uuid *u)
+static int uuid_parse(const char *s, cu_uuid *u)
 {
 	size_t n = 0;
 
@@ -487,7 +394,7 @@ int cuda_devices(struct cuda_device **out, size_t *n)
 		return -ENOMEM;
 	for (int i = 0; i < count; i++) {
 		struct cuda_device *d = &devs[i];
-		struct cu_uuid uuid;
+		cu_uuid uuid;
 		cu_device dev;
 		size_t total = 0;
 
@@ -573,7 +480,7 @@ int cuda_restore_thread_id(pid_t pid, int *tid)
 
 int cuda_lock(pid_t pid, unsigned timeout_ms)
 {
-	struct cu_lock_args args = { .timeout_ms = timeout_ms };
+	cu_lock_args args = { .timeoutMs = timeout_ms };
 	int ret = ckpt_ready(drv.lock, "cuCheckpointProcessLock");
 
 	if (ret)
@@ -583,7 +490,7 @@ int cuda_lock(pid_t pid, unsigned timeout_ms)
 
 int cuda_checkpoint(pid_t pid)
 {
-	struct cu_checkpoint_args args = { { 0 } };
+	cu_checkpoint_args args = { { 0 } };
 	int ret = ckpt_ready(drv.checkpoint, "cuCheckpointProcessCheckpoint");
 
 	if (ret)
@@ -593,8 +500,8 @@ int cuda_checkpoint(pid_t pid)
 
 int cuda_restore(pid_t pid, const struct cuda_gpu_pair *pairs, size_t npairs)
 {
-	struct cu_restore_args args;
-	struct cu_gpu_pair *cp = NULL;
+	cu_restore_args args;
+	cu_gpu_pair *cp = NULL;
 	int ret = ckpt_ready(drv.restore, "cuCheckpointProcessRestore");
 
 	if (ret)
@@ -605,16 +512,16 @@ int cuda_restore(pid_t pid, const struct cuda_gpu_pair *pairs, size_t npairs)
 		if (!cp)
 			return -ENOMEM;
 		for (size_t i = 0; i < npairs; i++) {
-			if (uuid_parse(pairs[i].old_uuid, &cp[i].old_uuid) ||
-			    uuid_parse(pairs[i].new_uuid, &cp[i].new_uuid)) {
+			if (uuid_parse(pairs[i].old_uuid, &cp[i].oldUuid) ||
+			    uuid_parse(pairs[i].new_uuid, &cp[i].newUuid)) {
 				pr_err("cuCheckpointProcessRestore(%d): bad GPU UUID pair %s -> %s",
 				       (int)pid, pairs[i].old_uuid, pairs[i].new_uuid);
 				ret = -EINVAL;
 				goto out;
 			}
 		}
-		args.gpu_pairs = cp;
-		args.gpu_pairs_count = npairs;
+		args.gpuPairs = cp;
+		args.gpuPairsCount = (unsigned int)npairs;
 	}
 	ret = cu_check(drv.restore(pid, &args), "cuCheckpointProcessRestore", pid);
 out:
@@ -624,7 +531,7 @@ out:
 
 int cuda_unlock(pid_t pid)
 {
-	struct cu_unlock_args args = { { 0 } };
+	cu_unlock_args args = { { 0 } };
 	int ret = ckpt_ready(drv.unlock, "cuCheckpointProcessUnlock");
 
 	if (ret)

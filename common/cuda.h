@@ -9,20 +9,20 @@
 #ifndef THAW_CUDA_H
 #define THAW_CUDA_H
 
+#include "common/cuda_abi.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
+/* The driver's CUprocessState. */
 enum cuda_proc_state {
-	CUDA_PROC_RUNNING = 0,
-	CUDA_PROC_LOCKED = 1,
-	CUDA_PROC_CHECKPOINTED = 2,
-	CUDA_PROC_FAILED = 3,
+	CUDA_PROC_RUNNING = CU_PROC_RUNNING,
+	CUDA_PROC_LOCKED = CU_PROC_LOCKED,
+	CUDA_PROC_CHECKPOINTED = CU_PROC_CHECKPOINTED,
+	CUDA_PROC_FAILED = CU_PROC_FAILED,
 };
-
-/* Device ordinals thaw keeps per-device figures for (a snapshot's GPU memory). */
-#define CUDA_MAX_DEVICES 16
 
 struct cuda_device {
 	int ordinal;

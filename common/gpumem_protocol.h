@@ -55,7 +55,6 @@ enum gpumem_op {
  * and mapped at its saved address instead of copied; one not received
  * (or that fails) is copied as before. */
 #define GPUMEM_PREFILL_FMT "%d.prefill"
-#define GPUMEM_POSIX_FD_HANDLE 1 /* CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR */
 #define GPUMEM_PREFILL_BATCH 64
 struct gpumem_prefill_msg {
 	unsigned int n, reserved;

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define GM_EXPORT_FN GM_EXPORT CUresult
+#define GM_EXPORT_FN GM_EXPORT cu_result
 
 pthread_mutex_t gm_lock = PTHREAD_MUTEX_INITIALIZER;
 struct gm_map *gm_maps;
@@ -31,11 +31,11 @@ size_t gm_min_bytes = 2u << 20;
 /* Physical allocations the function made or got, by its handle value. */
 static struct gm_handle **handles;
 static size_t nhandles, cap_handles;
-static CUmemGenericAllocationHandle next_virtual = 1ull << 62;
+static cu_handle next_virtual = 1ull << 62;
 
 /* Allocations left to the driver (pointer -> size), for the live count. */
 struct left_entry {
-	CUdeviceptr p;
+	cu_ptr p;
 	size_t size;
 };
 static struct left_entry *lefts;
@@ -55,7 +55,7 @@ static void *grow(void *a, size_t *cap, size_t n, size_t size)
 	return b;
 }
 
-static void left_add(CUdeviceptr p, size_t size)
+static void left_add(cu_ptr p, size_t size)
 {
 	struct left_entry *l;
 
@@ -70,7 +70,7 @@ static void left_add(CUdeviceptr p, size_t size)
 	pthread_mutex_unlock(&gm_lock);
 }
 
-static void left_remove(CUdeviceptr p)
+static void left_remove(cu_ptr p)
 {
 	pthread_mutex_lock(&gm_lock);
 	for (size_t i = 0; i < nlefts; i++) {
@@ -84,7 +84,7 @@ static void left_remove(CUdeviceptr p)
 	pthread_mutex_unlock(&gm_lock);
 }
 
-static struct gm_handle *handle_find(CUmemGenericAllocationHandle vh)
+static struct gm_handle *handle_find(cu_handle vh)
 {
 	for (size_t i = 0; i < nhandles; i++)
 		if (handles[i]->vh == vh && !handles[i]->dead)
@@ -94,10 +94,10 @@ static struct gm_handle *handle_find(CUmemGenericAllocationHandle vh)
 
 /* The driver's handle for the function's value (the value itself when the
  * library never saw it). */
-static CUmemGenericAllocationHandle real_of(CUmemGenericAllocationHandle vh)
+static cu_handle real_of(cu_handle vh)
 {
 	struct gm_handle *h;
-	CUmemGenericAllocationHandle rh = vh;
+	cu_handle rh = vh;
 
 	pthread_mutex_lock(&gm_lock);
 	h = handle_find(vh);
@@ -109,8 +109,8 @@ static CUmemGenericAllocationHandle real_of(CUmemGenericAllocationHandle vh)
 
 /* Record a new physical allocation; its value for the function is the
  * driver's, unless an older one the function still holds has that value. */
-static struct gm_handle *handle_add(CUmemGenericAllocationHandle rh, size_t size,
-				    const CUmemAllocationProp *prop)
+static struct gm_handle *handle_add(cu_handle rh, size_t size,
+				    const cu_mem_prop *prop)
 {
 	struct gm_handle *h = calloc(1, sizeof(*h)), **a;
 
@@ -145,7 +145,7 @@ static void handle_maybe_drop(struct gm_handle *h)
 	}
 }
 
-static struct gm_map *map_add(CUdeviceptr va, size_t size, size_t offset, struct gm_handle *h)
+static struct gm_map *map_add(cu_ptr va, size_t size, size_t offset, struct gm_handle *h)
 {
 	struct gm_map *m = calloc(1, sizeof(*m));
 
@@ -156,8 +156,8 @@ static struct gm_map *map_add(CUdeviceptr va, size_t size, size_t offset, struct
 	m->offset = offset;
 	m->h = h;
 	m->device = h ? h->prop.location.id : 0;
-	if (gm_real.ctx_get_current)
-		gm_real.ctx_get_current(&m->ctx);
+	if (gm_real.cuCtxGetCurrent)
+		gm_real.cuCtxGetCurrent(&m->ctx);
 	m->next = gm_maps;
 	gm_maps = m;
 	if (h)
@@ -179,69 +179,69 @@ static void map_free(struct gm_map **pp)
 
 /* --- cuMemAlloc made movable --- */
 
-static size_t granularity(const CUmemAllocationProp *prop)
+static size_t granularity(const cu_mem_prop *prop)
 {
 	size_t g = 0;
 
-	if (gm_real.granularity(&g, prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS ||
+	if (gm_real.cuMemGetAllocationGranularity(&g, prop, CU_GRAN_MINIMUM) != CU_SUCCESS ||
 	    !g)
 		g = 2u << 20;
 	return g;
 }
 
 /* Read-write for dev and each device that can reach it as a peer. */
-static int access_for(int dev, CUmemAccessDesc *d)
+static int access_for(int dev, cu_access_desc *d)
 {
 	int n = 0, count = 0;
 
-	d[n++] = (CUmemAccessDesc){ { CU_MEM_LOCATION_TYPE_DEVICE, dev },
-				    CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
-	if (gm_real.device_count(&count) != CUDA_SUCCESS)
+	d[n++] = (cu_access_desc){ { CU_LOC_DEVICE, dev },
+				    CU_ACCESS_RW };
+	if (gm_real.cuDeviceGetCount(&count) != CU_SUCCESS)
 		return n;
 	for (int e = 0; e < count && n < GM_MAX_ACCESS; e++) {
 		int can = 0;
 
-		if (e != dev && gm_real.can_access_peer(&can, e, dev) == CUDA_SUCCESS && can)
-			d[n++] = (CUmemAccessDesc){ { CU_MEM_LOCATION_TYPE_DEVICE, e },
-						    CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+		if (e != dev && gm_real.cuDeviceCanAccessPeer(&can, e, dev) == CU_SUCCESS && can)
+			d[n++] = (cu_access_desc){ { CU_LOC_DEVICE, e },
+						    CU_ACCESS_RW };
 	}
 	return n;
 }
 
 /* 0, or the driver's error; nothing is left behind on an error. */
-static CUresult movable_alloc(CUdeviceptr *dptr, size_t bytes)
+static cu_result movable_alloc(cu_ptr *dptr, size_t bytes)
 {
-	CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
-				     .location = { CU_MEM_LOCATION_TYPE_DEVICE, 0 } };
-	CUmemGenericAllocationHandle rh = 0;
-	CUmemAccessDesc acc[GM_MAX_ACCESS];
-	CUdeviceptr va = 0;
+	cu_mem_prop prop = { .type = CU_ALLOC_PINNED,
+				     .location = { CU_LOC_DEVICE, 0 } };
+	cu_handle rh = 0;
+	cu_access_desc acc[GM_MAX_ACCESS];
+	cu_ptr va = 0;
 	struct gm_handle *h;
 	struct gm_map *m;
 	size_t size;
-	CUresult r;
+	cu_result r;
 	int nacc;
 
-	r = gm_real.ctx_get_device(&prop.location.id);
-	if (r != CUDA_SUCCESS)
+	r = gm_real.cuCtxGetDevice(&prop.location.id);
+	if (r != CU_SUCCESS)
 		return r;
 	size = (bytes + granularity(&prop) - 1) / granularity(&prop) * granularity(&prop);
-	r = gm_real.addr_reserve(&va, size, 0, 0, 0);
-	if (r != CUDA_SUCCESS)
+	r = gm_real.cuMemAddressReserve(&va, size, 0, 0, 0);
+	if (r != CU_SUCCESS)
 		return r;
-	r = gm_real.create(&rh, size, &prop, 0);
-	if (r != CUDA_SUCCESS)
+	r = gm_real.cuMemCreate(&rh, size, &prop, 0);
+	if (r != CU_SUCCESS)
 		goto free_va;
-	r = gm_real.map(va, size, 0, rh, 0);
-	if (r != CUDA_SUCCESS)
+	r = gm_real.cuMemMap(va, size, 0, rh, 0);
+	if (r != CU_SUCCESS)
 		goto release;
 	nacc = access_for(prop.location.id, acc);
-	r = gm_real.set_access(va, size, acc, (size_t)nacc);
-	if (r != CUDA_SUCCESS)
+	r = gm_real.cuMemSetAccess(va, size, acc, (size_t)nacc);
+	if (r != CU_SUCCESS)
 		goto unmap;
 	/* The memory dies with its unmap, as cuMemFree expects. */
-	r = gm_real.release(rh);
-	if (r != CUDA_SUCCESS)
+	r = gm_real.cuMemRelease(rh);
+	if (r != CU_SUCCESS)
 		goto unmap;
 	pthread_mutex_lock(&gm_lock);
 	h = handle_add(rh, size, &prop);
@@ -258,43 +258,43 @@ static CUresult movable_alloc(CUdeviceptr *dptr, size_t bytes)
 	}
 	pthread_mutex_unlock(&gm_lock);
 	if (!m) {
-		gm_real.unmap(va, size);
-		gm_real.addr_free(va, size);
-		return CUDA_ERROR_OUT_OF_MEMORY;
+		gm_real.cuMemUnmap(va, size);
+		gm_real.cuMemAddressFree(va, size);
+		return CU_ERR_OUT_OF_MEMORY;
 	}
 	*dptr = va;
-	return CUDA_SUCCESS;
+	return CU_SUCCESS;
 unmap:
-	gm_real.unmap(va, size);
+	gm_real.cuMemUnmap(va, size);
 release:
-	gm_real.release(rh);
+	gm_real.cuMemRelease(rh);
 free_va:
-	gm_real.addr_free(va, size);
+	gm_real.cuMemAddressFree(va, size);
 	return r;
 }
 
-static CUresult own_mem_alloc(CUdeviceptr *dptr, size_t bytes)
+static cu_result own_mem_alloc(cu_ptr *dptr, size_t bytes)
 {
-	CUresult r;
+	cu_result r;
 
 	gm_gate_enter();
-	r = bytes >= gm_min_bytes ? movable_alloc(dptr, bytes) : CUDA_ERROR_NOT_SUPPORTED;
-	if (r != CUDA_SUCCESS) {
+	r = bytes >= gm_min_bytes ? movable_alloc(dptr, bytes) : CU_ERR_NOT_SUPPORTED;
+	if (r != CU_SUCCESS) {
 		/* Too small to be worth a mapping, or the VMM path refused:
 		 * the driver's own allocation, left to its checkpoint. */
-		r = gm_real.mem_alloc(dptr, bytes);
-		if (r == CUDA_SUCCESS)
+		r = gm_real.cuMemAlloc_v2(dptr, bytes);
+		if (r == CU_SUCCESS)
 			left_add(*dptr, bytes);
 	}
 	gm_gate_exit();
 	return r;
 }
 
-static CUresult own_mem_free(CUdeviceptr p)
+static cu_result own_mem_free(cu_ptr p)
 {
 	struct gm_map **pp, *m = NULL;
 	size_t size = 0, reserved = 0;
-	CUresult r;
+	cu_result r;
 
 	gm_gate_enter();
 	pthread_mutex_lock(&gm_lock);
@@ -309,84 +309,84 @@ static CUresult own_mem_free(CUdeviceptr p)
 	}
 	pthread_mutex_unlock(&gm_lock);
 	if (m) {
-		r = gm_real.unmap(p, size);
-		if (r == CUDA_SUCCESS)
-			r = gm_real.addr_free(p, reserved);
+		r = gm_real.cuMemUnmap(p, size);
+		if (r == CU_SUCCESS)
+			r = gm_real.cuMemAddressFree(p, reserved);
 	} else {
-		r = gm_real.mem_free(p);
-		if (r == CUDA_SUCCESS)
+		r = gm_real.cuMemFree_v2(p);
+		if (r == CU_SUCCESS)
 			left_remove(p);
 	}
 	gm_gate_exit();
 	return r;
 }
 
-GM_EXPORT_FN cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes)
+GM_EXPORT_FN cuMemAlloc_v2(cu_ptr *dptr, size_t bytes)
 {
 	if (gm_real_init())
-		return CUDA_ERROR_NOT_INITIALIZED;
+		return CU_ERR_NOT_INITIALIZED;
 	gm_control_start();
 	return own_mem_alloc(dptr, bytes);
 }
 
-GM_EXPORT_FN cuMemFree_v2(CUdeviceptr p)
+GM_EXPORT_FN cuMemFree_v2(cu_ptr p)
 {
 	if (gm_real_init())
-		return CUDA_ERROR_NOT_INITIALIZED;
+		return CU_ERR_NOT_INITIALIZED;
 	return own_mem_free(p);
 }
 
 /* --- allocations left to the driver, counted --- */
 
-static CUresult counted(CUresult r, CUdeviceptr *dptr, size_t bytes)
+static cu_result counted(cu_result r, cu_ptr *dptr, size_t bytes)
 {
-	if (r == CUDA_SUCCESS && dptr)
+	if (r == CU_SUCCESS && dptr)
 		left_add(*dptr, bytes);
 	return r;
 }
 
 #define LEFT_ALLOC(name, field, params, args, bytes)                                         \
-	static CUresult name params                                                           \
+	static cu_result name params                                                           \
 	{                                                                                     \
-		CUresult r;                                                                   \
+		cu_result r;                                                                   \
 		gm_gate_enter();                                                              \
 		r = counted(gm_real.field args, dptr, bytes);                                 \
 		gm_gate_exit();                                                               \
 		return r;                                                                     \
 	}
-LEFT_ALLOC(own_alloc_async, mem_alloc_async, (CUdeviceptr * dptr, size_t n, CUstream s),
+LEFT_ALLOC(own_alloc_async, cuMemAllocAsync, (cu_ptr * dptr, size_t n, cu_stream s),
 	   (dptr, n, s), n)
-LEFT_ALLOC(own_alloc_async_ptsz, mem_alloc_async_ptsz, (CUdeviceptr * dptr, size_t n, CUstream s),
+LEFT_ALLOC(own_alloc_async_ptsz, cuMemAllocAsync_ptsz, (cu_ptr * dptr, size_t n, cu_stream s),
 	   (dptr, n, s), n)
-LEFT_ALLOC(own_alloc_pool, mem_alloc_pool,
-	   (CUdeviceptr * dptr, size_t n, CUmemoryPool pool, CUstream s), (dptr, n, pool, s), n)
-LEFT_ALLOC(own_alloc_pool_ptsz, mem_alloc_pool_ptsz,
-	   (CUdeviceptr * dptr, size_t n, CUmemoryPool pool, CUstream s), (dptr, n, pool, s), n)
-LEFT_ALLOC(own_alloc_managed, mem_alloc_managed, (CUdeviceptr * dptr, size_t n, unsigned f),
+LEFT_ALLOC(own_alloc_pool, cuMemAllocFromPoolAsync,
+	   (cu_ptr * dptr, size_t n, cu_pool pool, cu_stream s), (dptr, n, pool, s), n)
+LEFT_ALLOC(own_alloc_pool_ptsz, cuMemAllocFromPoolAsync_ptsz,
+	   (cu_ptr * dptr, size_t n, cu_pool pool, cu_stream s), (dptr, n, pool, s), n)
+LEFT_ALLOC(own_alloc_managed, cuMemAllocManaged, (cu_ptr * dptr, size_t n, unsigned f),
 	   (dptr, n, f), n)
-LEFT_ALLOC(own_alloc_pitch, mem_alloc_pitch,
-	   (CUdeviceptr * dptr, size_t *pitch, size_t w, size_t h, unsigned e),
+LEFT_ALLOC(own_alloc_pitch, cuMemAllocPitch_v2,
+	   (cu_ptr * dptr, size_t *pitch, size_t w, size_t h, unsigned e),
 	   (dptr, pitch, w, h, e), *pitch * h)
 
-static CUresult own_free_async(CUdeviceptr p, CUstream s)
+static cu_result own_free_async(cu_ptr p, cu_stream s)
 {
-	CUresult r;
+	cu_result r;
 
 	gm_gate_enter();
-	r = gm_real.mem_free_async(p, s);
-	if (r == CUDA_SUCCESS)
+	r = gm_real.cuMemFreeAsync(p, s);
+	if (r == CU_SUCCESS)
 		left_remove(p);
 	gm_gate_exit();
 	return r;
 }
 
-static CUresult own_free_async_ptsz(CUdeviceptr p, CUstream s)
+static cu_result own_free_async_ptsz(cu_ptr p, cu_stream s)
 {
-	CUresult r;
+	cu_result r;
 
 	gm_gate_enter();
-	r = gm_real.mem_free_async_ptsz(p, s);
-	if (r == CUDA_SUCCESS)
+	r = gm_real.cuMemFreeAsync_ptsz(p, s);
+	if (r == CU_SUCCESS)
 		left_remove(p);
 	gm_gate_exit();
 	return r;
@@ -394,15 +394,15 @@ static CUresult own_free_async_ptsz(CUdeviceptr p, CUstream s)
 
 /* --- the function's own VMM calls --- */
 
-static CUresult own_create(CUmemGenericAllocationHandle *handle, size_t size,
-			   const CUmemAllocationProp *prop, unsigned long long flags)
+static cu_result own_create(cu_handle *handle, size_t size,
+			   const cu_mem_prop *prop, unsigned long long flags)
 {
 	struct gm_handle *h = NULL;
-	CUresult r;
+	cu_result r;
 
 	gm_gate_enter();
-	r = gm_real.create(handle, size, prop, flags);
-	if (r == CUDA_SUCCESS) {
+	r = gm_real.cuMemCreate(handle, size, prop, flags);
+	if (r == CU_SUCCESS) {
 		pthread_mutex_lock(&gm_lock);
 		h = handle_add(*handle, size, prop);
 		/* Shareable (PyTorch asks for a file descriptor handle type)
@@ -415,10 +415,10 @@ static CUresult own_create(CUmemGenericAllocationHandle *handle, size_t size,
 	return r;
 }
 
-static CUresult own_release(CUmemGenericAllocationHandle vh)
+static cu_result own_release(cu_handle vh)
 {
 	struct gm_handle *h;
-	CUresult r = CUDA_SUCCESS;
+	cu_result r = CU_SUCCESS;
 
 	gm_gate_enter();
 	pthread_mutex_lock(&gm_lock);
@@ -428,8 +428,8 @@ static CUresult own_release(CUmemGenericAllocationHandle vh)
 		h->app_released = true;
 		handle_maybe_drop(h);
 	} else {
-		r = gm_real.release(h ? h->rh : vh);
-		if (r == CUDA_SUCCESS && h) {
+		r = gm_real.cuMemRelease(h ? h->rh : vh);
+		if (r == CU_SUCCESS && h) {
 			h->app_released = true;
 			handle_maybe_drop(h);
 		}
@@ -439,31 +439,31 @@ static CUresult own_release(CUmemGenericAllocationHandle vh)
 	return r;
 }
 
-static CUresult own_map(CUdeviceptr va, size_t size, size_t offset,
-			CUmemGenericAllocationHandle vh, unsigned long long flags)
+static cu_result own_map(cu_ptr va, size_t size, size_t offset,
+			cu_handle vh, unsigned long long flags)
 {
 	struct gm_handle *h;
-	CUresult r;
+	cu_result r;
 
 	gm_gate_enter();
 	pthread_mutex_lock(&gm_lock);
 	h = handle_find(vh);
-	r = gm_real.map(va, size, offset, h && h->rh ? h->rh : vh, flags);
-	if (r == CUDA_SUCCESS)
+	r = gm_real.cuMemMap(va, size, offset, h && h->rh ? h->rh : vh, flags);
+	if (r == CU_SUCCESS)
 		map_add(va, size, offset, h);
 	pthread_mutex_unlock(&gm_lock);
 	gm_gate_exit();
 	return r;
 }
 
-static CUresult own_unmap(CUdeviceptr va, size_t size)
+static cu_result own_unmap(cu_ptr va, size_t size)
 {
-	CUresult r;
+	cu_result r;
 
 	gm_gate_enter();
 	pthread_mutex_lock(&gm_lock);
-	r = gm_real.unmap(va, size);
-	if (r == CUDA_SUCCESS)
+	r = gm_real.cuMemUnmap(va, size);
+	if (r == CU_SUCCESS)
 		for (struct gm_map **pp = &gm_maps; *pp;) {
 			if (!(*pp)->ours && (*pp)->va >= va && (*pp)->va < va + size)
 				map_free(pp);
@@ -475,14 +475,14 @@ static CUresult own_unmap(CUdeviceptr va, size_t size)
 	return r;
 }
 
-static CUresult own_set_access(CUdeviceptr va, size_t size, const CUmemAccessDesc *desc,
+static cu_result own_set_access(cu_ptr va, size_t size, const cu_access_desc *desc,
 			       size_t count)
 {
-	CUresult r;
+	cu_result r;
 
 	gm_gate_enter();
-	r = gm_real.set_access(va, size, desc, count);
-	if (r == CUDA_SUCCESS) {
+	r = gm_real.cuMemSetAccess(va, size, desc, count);
+	if (r == CU_SUCCESS) {
 		pthread_mutex_lock(&gm_lock);
 		for (struct gm_map *m = gm_maps; m; m = m->next) {
 			if (m->va + m->size <= va || m->va >= va + size)
@@ -507,13 +507,13 @@ static CUresult own_set_access(CUdeviceptr va, size_t size, const CUmemAccessDes
 	return r;
 }
 
-static CUresult own_retain_handle(CUmemGenericAllocationHandle *handle, void *addr)
+static cu_result own_retain_handle(cu_handle *handle, void *addr)
 {
-	CUresult r;
+	cu_result r;
 
 	gm_gate_enter();
-	r = gm_real.retain_handle(handle, addr);
-	if (r == CUDA_SUCCESS) {
+	r = gm_real.cuMemRetainAllocationHandle(handle, addr);
+	if (r == CU_SUCCESS) {
 		pthread_mutex_lock(&gm_lock);
 		for (size_t i = 0; i < nhandles; i++)
 			if (handles[i]->rh == *handle) {
@@ -526,24 +526,24 @@ static CUresult own_retain_handle(CUmemGenericAllocationHandle *handle, void *ad
 	return r;
 }
 
-static CUresult own_props_from_handle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle vh)
+static cu_result own_props_from_handle(cu_mem_prop *prop, cu_handle vh)
 {
-	CUresult r;
+	cu_result r;
 
 	gm_gate_enter();
-	r = gm_real.props_from_handle(prop, real_of(vh));
+	r = gm_real.cuMemGetAllocationPropertiesFromHandle(prop, real_of(vh));
 	gm_gate_exit();
 	return r;
 }
 
-static CUresult own_export_handle(void *out, CUmemGenericAllocationHandle vh, int type,
+static cu_result own_export_handle(void *out, cu_handle vh, int type,
 				  unsigned long long flags)
 {
 	struct gm_handle *h;
-	CUresult r;
+	cu_result r;
 
 	gm_gate_enter();
-	r = gm_real.export_handle(out, real_of(vh), type, flags);
+	r = gm_real.cuMemExportToShareableHandle(out, real_of(vh), type, flags);
 	pthread_mutex_lock(&gm_lock);
 	h = handle_find(vh);
 	if (h)
@@ -553,14 +553,14 @@ static CUresult own_export_handle(void *out, CUmemGenericAllocationHandle vh, in
 	return r;
 }
 
-static CUresult own_import_handle(CUmemGenericAllocationHandle *handle, void *os, int type)
+static cu_result own_import_handle(cu_handle *handle, void *os, int type)
 {
 	struct gm_handle *h;
-	CUresult r;
+	cu_result r;
 
 	gm_gate_enter();
-	r = gm_real.import_handle(handle, os, type);
-	if (r == CUDA_SUCCESS) {
+	r = gm_real.cuMemImportFromShareableHandle(handle, os, type);
+	if (r == CU_SUCCESS) {
 		pthread_mutex_lock(&gm_lock);
 		h = handle_add(*handle, 0, NULL);
 		if (h) {
@@ -574,31 +574,31 @@ static CUresult own_import_handle(CUmemGenericAllocationHandle *handle, void *os
 }
 
 /* The VMM calls are exported too, for programs linked against libcuda. */
-GM_EXPORT_FN cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
-			 const CUmemAllocationProp *prop, unsigned long long flags)
+GM_EXPORT_FN cuMemCreate(cu_handle *h, size_t size,
+			 const cu_mem_prop *prop, unsigned long long flags)
 {
-	return gm_real_init() ? CUDA_ERROR_NOT_INITIALIZED : own_create(h, size, prop, flags);
+	return gm_real_init() ? CU_ERR_NOT_INITIALIZED : own_create(h, size, prop, flags);
 }
 
-GM_EXPORT_FN cuMemRelease(CUmemGenericAllocationHandle h)
+GM_EXPORT_FN cuMemRelease(cu_handle h)
 {
-	return gm_real_init() ? CUDA_ERROR_NOT_INITIALIZED : own_release(h);
+	return gm_real_init() ? CU_ERR_NOT_INITIALIZED : own_release(h);
 }
 
-GM_EXPORT_FN cuMemMap(CUdeviceptr va, size_t size, size_t offset, CUmemGenericAllocationHandle h,
+GM_EXPORT_FN cuMemMap(cu_ptr va, size_t size, size_t offset, cu_handle h,
 		      unsigned long long flags)
 {
-	return gm_real_init() ? CUDA_ERROR_NOT_INITIALIZED : own_map(va, size, offset, h, flags);
+	return gm_real_init() ? CU_ERR_NOT_INITIALIZED : own_map(va, size, offset, h, flags);
 }
 
-GM_EXPORT_FN cuMemUnmap(CUdeviceptr va, size_t size)
+GM_EXPORT_FN cuMemUnmap(cu_ptr va, size_t size)
 {
-	return gm_real_init() ? CUDA_ERROR_NOT_INITIALIZED : own_unmap(va, size);
+	return gm_real_init() ? CU_ERR_NOT_INITIALIZED : own_unmap(va, size);
 }
 
-GM_EXPORT_FN cuMemSetAccess(CUdeviceptr va, size_t size, const CUmemAccessDesc *d, size_t n)
+GM_EXPORT_FN cuMemSetAccess(cu_ptr va, size_t size, const cu_access_desc *d, size_t n)
 {
-	return gm_real_init() ? CUDA_ERROR_NOT_INITIALIZED : own_set_access(va, size, d, n);
+	return gm_real_init() ? CU_ERR_NOT_INITIALIZED : own_set_access(va, size, d, n);
 }
 
 /* The driver's address of each call the library implements, and its own. */
@@ -607,25 +607,25 @@ void *gm_own(void *p)
 	const struct {
 		void *real, *own;
 	} table[] = {
-		{ *(void **)&gm_real.mem_alloc, (void *)own_mem_alloc },
-		{ *(void **)&gm_real.mem_free, (void *)own_mem_free },
-		{ *(void **)&gm_real.mem_alloc_async, (void *)own_alloc_async },
-		{ *(void **)&gm_real.mem_alloc_async_ptsz, (void *)own_alloc_async_ptsz },
-		{ *(void **)&gm_real.mem_alloc_pool, (void *)own_alloc_pool },
-		{ *(void **)&gm_real.mem_alloc_pool_ptsz, (void *)own_alloc_pool_ptsz },
-		{ *(void **)&gm_real.mem_free_async, (void *)own_free_async },
-		{ *(void **)&gm_real.mem_free_async_ptsz, (void *)own_free_async_ptsz },
-		{ *(void **)&gm_real.mem_alloc_managed, (void *)own_alloc_managed },
-		{ *(void **)&gm_real.mem_alloc_pitch, (void *)own_alloc_pitch },
-		{ *(void **)&gm_real.create, (void *)own_create },
-		{ *(void **)&gm_real.release, (void *)own_release },
-		{ *(void **)&gm_real.map, (void *)own_map },
-		{ *(void **)&gm_real.unmap, (void *)own_unmap },
-		{ *(void **)&gm_real.set_access, (void *)own_set_access },
-		{ *(void **)&gm_real.retain_handle, (void *)own_retain_handle },
-		{ *(void **)&gm_real.props_from_handle, (void *)own_props_from_handle },
-		{ *(void **)&gm_real.export_handle, (void *)own_export_handle },
-		{ *(void **)&gm_real.import_handle, (void *)own_import_handle },
+		{ *(void **)&gm_real.cuMemAlloc_v2, (void *)own_mem_alloc },
+		{ *(void **)&gm_real.cuMemFree_v2, (void *)own_mem_free },
+		{ *(void **)&gm_real.cuMemAllocAsync, (void *)own_alloc_async },
+		{ *(void **)&gm_real.cuMemAllocAsync_ptsz, (void *)own_alloc_async_ptsz },
+		{ *(void **)&gm_real.cuMemAllocFromPoolAsync, (void *)own_alloc_pool },
+		{ *(void **)&gm_real.cuMemAllocFromPoolAsync_ptsz, (void *)own_alloc_pool_ptsz },
+		{ *(void **)&gm_real.cuMemFreeAsync, (void *)own_free_async },
+		{ *(void **)&gm_real.cuMemFreeAsync_ptsz, (void *)own_free_async_ptsz },
+		{ *(void **)&gm_real.cuMemAllocManaged, (void *)own_alloc_managed },
+		{ *(void **)&gm_real.cuMemAllocPitch_v2, (void *)own_alloc_pitch },
+		{ *(void **)&gm_real.cuMemCreate, (void *)own_create },
+		{ *(void **)&gm_real.cuMemRelease, (void *)own_release },
+		{ *(void **)&gm_real.cuMemMap, (void *)own_map },
+		{ *(void **)&gm_real.cuMemUnmap, (void *)own_unmap },
+		{ *(void **)&gm_real.cuMemSetAccess, (void *)own_set_access },
+		{ *(void **)&gm_real.cuMemRetainAllocationHandle, (void *)own_retain_handle },
+		{ *(void **)&gm_real.cuMemGetAllocationPropertiesFromHandle, (void *)own_props_from_handle },
+		{ *(void **)&gm_real.cuMemExportToShareableHandle, (void *)own_export_handle },
+		{ *(void **)&gm_real.cuMemImportFromShareableHandle, (void *)own_import_handle },
 	};
 
 	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)

@@ -14,13 +14,14 @@
  *   control.c  thawd's signal, the control thread, the status file
  *
  * Nothing here links thaw's own libraries: a function's process gets only
- * this library, libc and the driver it already uses.
+ * this library, libc and the driver it already uses; the driver's types and
+ * entry points are common/cuda_abi.h's.
  */
 #ifndef THAW_INTERPOSE_GM_H
 #define THAW_INTERPOSE_GM_H
 
 #include "common/gpumem_protocol.h"
-#include "interpose/cu.h"
+#include "common/cuda_abi.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -31,59 +32,44 @@
 #define GM_EXPORT __attribute__((visibility("default")))
 
 /* --- the driver, as the library calls it (never through the gate) --- */
+/* Every entry point of cuda_abi.h declared as libcuda has it: the ones the
+ * library exports (alloc.c, hook.c) are checked against it here, and a
+ * call of one that is not the library's fails the link (-z defs: the
+ * library never calls the driver but through gm_real). */
+#define GM_DECLARE(sym, params) cu_result sym params;
+CU_ENTRY_POINTS(GM_DECLARE)
+CU_ENTRY_POINTS_UNCHECKED(GM_DECLARE)
+#undef GM_DECLARE
+
+/* The entry points the library calls, resolved from libcuda by name. */
+#define GM_REAL(X)                                                                           \
+	X(cuGetProcAddress) X(cuGetProcAddress_v2) X(cuGetErrorName)                         \
+	X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemAllocAsync) X(cuMemAllocAsync_ptsz)         \
+	X(cuMemAllocFromPoolAsync) X(cuMemAllocFromPoolAsync_ptsz) X(cuMemFreeAsync)        \
+	X(cuMemFreeAsync_ptsz) X(cuMemAllocManaged) X(cuMemAllocPitch_v2)                    \
+	X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemCreate) X(cuMemRelease) X(cuMemMap) \
+	X(cuMemUnmap) X(cuMemSetAccess) X(cuMemRetainAllocationHandle)                       \
+	X(cuMemGetAllocationPropertiesFromHandle) X(cuMemExportToShareableHandle)            \
+	X(cuMemImportFromShareableHandle) X(cuMemGetAllocationGranularity)                   \
+	X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuCtxSynchronize)          \
+	X(cuDevicePrimaryCtxRetain) X(cuDeviceGetCount) X(cuDeviceCanAccessPeer)             \
+	X(cuMemcpyDtoH_v2) X(cuMemcpyHtoDAsync_v2) X(cuMemHostRegister_v2)                   \
+	X(cuMemHostUnregister) X(cuMemAllocHost_v2) X(cuMemFreeHost) X(cuStreamCreate)       \
+	X(cuStreamSynchronize) X(cuStreamDestroy_v2)
+
 struct gm_real {
 	void *(*dlsym)(void *, const char *);
-	CUresult (*getproc)(const char *, void **, int, uint64_t);
-	CUresult (*getproc_v2)(const char *, void **, int, uint64_t, void *);
-	CUresult (*mem_alloc)(CUdeviceptr *, size_t);
-	CUresult (*mem_free)(CUdeviceptr);
-	CUresult (*mem_alloc_async)(CUdeviceptr *, size_t, CUstream);
-	CUresult (*mem_alloc_async_ptsz)(CUdeviceptr *, size_t, CUstream);
-	CUresult (*mem_alloc_pool)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
-	CUresult (*mem_alloc_pool_ptsz)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
-	CUresult (*mem_free_async)(CUdeviceptr, CUstream);
-	CUresult (*mem_free_async_ptsz)(CUdeviceptr, CUstream);
-	CUresult (*mem_alloc_managed)(CUdeviceptr *, size_t, unsigned);
-	CUresult (*mem_alloc_pitch)(CUdeviceptr *, size_t *, size_t, size_t, unsigned);
-	CUresult (*addr_reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
-	CUresult (*addr_free)(CUdeviceptr, size_t);
-	CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
-			   unsigned long long);
-	CUresult (*release)(CUmemGenericAllocationHandle);
-	CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
-			unsigned long long);
-	CUresult (*unmap)(CUdeviceptr, size_t);
-	CUresult (*set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
-	CUresult (*retain_handle)(CUmemGenericAllocationHandle *, void *);
-	CUresult (*props_from_handle)(CUmemAllocationProp *, CUmemGenericAllocationHandle);
-	CUresult (*export_handle)(void *, CUmemGenericAllocationHandle, int, unsigned long long);
-	CUresult (*import_handle)(CUmemGenericAllocationHandle *, void *, int);
-	CUresult (*granularity)(size_t *, const CUmemAllocationProp *, int);
-	CUresult (*ctx_get_current)(CUcontext *);
-	CUresult (*ctx_set_current)(CUcontext);
-	CUresult (*ctx_get_device)(CUdevice *);
-	CUresult (*ctx_synchronize)(void);
-	CUresult (*primary_retain)(CUcontext *, CUdevice);
-	CUresult (*device_count)(int *);
-	CUresult (*can_access_peer)(int *, CUdevice, CUdevice);
-	CUresult (*memcpy_dtoh)(void *, CUdeviceptr, size_t);
-	CUresult (*memcpy_htod_async)(CUdeviceptr, const void *, size_t, CUstream);
-	CUresult (*host_register)(void *, size_t, unsigned);
-	CUresult (*host_unregister)(void *);
-	CUresult (*host_alloc)(void **, size_t);
-	CUresult (*host_free)(void *);
-	CUresult (*stream_create)(CUstream *, unsigned);
-	CUresult (*stream_sync)(CUstream);
-	CUresult (*stream_destroy)(CUstream);
-	CUresult (*error_name)(CUresult, const char **);
+#define GM_REAL_FIELD(sym) cu_fn_##sym *sym;
+	GM_REAL(GM_REAL_FIELD)
+#undef GM_REAL_FIELD
 };
 extern struct gm_real gm_real GM_HIDDEN;
 
 /* Resolve gm_real from libcuda (once; a process without libcuda keeps
  * NULLs).  0, or -1 when libcuda cannot be opened. */
 int gm_real_init(void) GM_HIDDEN;
-/* "CUDA_ERROR_OUT_OF_MEMORY" for r (the driver's name, else the number). */
-const char *gm_error_name(CUresult r, char *buf, size_t len) GM_HIDDEN;
+/* "CU_ERR_OUT_OF_MEMORY" for r (the driver's name, else the number). */
+const char *gm_error_name(cu_result r, char *buf, size_t len) GM_HIDDEN;
 
 /* --- the gate (gate.S, hook.c) --- */
 #define GM_SLOTS 4096
@@ -94,7 +80,7 @@ extern const char gm_slots[] GM_HIDDEN; /* slot i's code at gm_slots + 16 * i */
 /* The top GM_EXPORTS slots are exports.S's named entry points. */
 #define GM_EXPORTS 28
 /* Fill slot's driver address by its exported name (on the first call);
- * a driver without it gets a stub that answers CUDA_ERROR_NOT_FOUND. */
+ * a driver without it gets a stub that answers CU_ERR_NOT_FOUND. */
 void gm_exports_resolve(unsigned long slot) GM_HIDDEN;
 /* gate.S's slow path: the slot's driver address filled in if it has none,
  * then a wait until the gate is open. */
@@ -121,10 +107,10 @@ void *gm_own(void *p) GM_HIDDEN;
 #define GM_MAX_ACCESS 8
 
 struct gm_handle {
-	CUmemGenericAllocationHandle vh; /* the value the function holds */
-	CUmemGenericAllocationHandle rh; /* the driver's handle now; 0 while saved */
+	cu_handle vh; /* the value the function holds */
+	cu_handle rh; /* the driver's handle now; 0 while saved */
 	size_t size;
-	CUmemAllocationProp prop;
+	cu_mem_prop prop;
 	bool app_released; /* the function released it: it dies with its last unmap */
 	bool shared;       /* exported or imported: another process may use it */
 	bool dead;         /* released and no longer mapped */
@@ -132,12 +118,12 @@ struct gm_handle {
 };
 
 struct gm_map {
-	CUdeviceptr va;
+	cu_ptr va;
 	size_t size, offset;
 	struct gm_handle *h;
-	CUcontext ctx;            /* a context of its device, for copies */
+	cu_ctx ctx;            /* a context of its device, for copies */
 	int device;
-	CUmemAccessDesc access[GM_MAX_ACCESS];
+	cu_access_desc access[GM_MAX_ACCESS];
 	int naccess;
 	bool ours;                /* made by the library's cuMemAlloc */
 	size_t reserved;          /* ours: the address range reserved for it */
@@ -169,7 +155,7 @@ struct gm_result {
 	int copy_threads;
 	int pinned_slices;     /* of copy_threads, those the driver pinned whole */
 	double populate_ms, register_ms; /* the slowest thread's */
-	CUresult register_error; /* why one was not pinned */
+	cu_result register_error; /* why one was not pinned */
 	/* Of those moved back, taken from thawd ready-filled (prefill.c). */
 	unsigned long long prefilled_allocs, prefilled_bytes;
 	double prefill_ms;
@@ -189,7 +175,7 @@ int gm_layout_write(const char *dir) GM_HIDDEN;
 void gm_prefill_take(const char *dir, struct gm_result *r) GM_HIDDEN;
 /* Map handle rh at m's address with m's access, as the memory m names now
  * (move.c). */
-CUresult gm_map_handle(struct gm_map *m, CUmemGenericAllocationHandle rh) GM_HIDDEN;
+cu_result gm_map_handle(struct gm_map *m, cu_handle rh) GM_HIDDEN;
 
 /* --- control (control.c) --- */
 /* Start the control thread once the process uses CUDA through the library. */

@@ -104,8 +104,6 @@ static void *real_dlsym_of(void)
 	return p ? p : dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
 }
 
-#define RESOLVE(field, name) (*(void **)&gm_real.field = gm_real.dlsym(libcuda, name))
-
 static pthread_mutex_t real_mu = PTHREAD_MUTEX_INITIALIZER;
 static volatile int real_done;
 
@@ -119,47 +117,9 @@ static int real_init_locked(void)
 	libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
 	if (!libcuda)
 		return -1;
-	RESOLVE(getproc, "cuGetProcAddress");
-	RESOLVE(getproc_v2, "cuGetProcAddress_v2");
-	RESOLVE(mem_alloc, "cuMemAlloc_v2");
-	RESOLVE(mem_free, "cuMemFree_v2");
-	RESOLVE(mem_alloc_async, "cuMemAllocAsync");
-	RESOLVE(mem_alloc_async_ptsz, "cuMemAllocAsync_ptsz");
-	RESOLVE(mem_alloc_pool, "cuMemAllocFromPoolAsync");
-	RESOLVE(mem_alloc_pool_ptsz, "cuMemAllocFromPoolAsync_ptsz");
-	RESOLVE(mem_free_async, "cuMemFreeAsync");
-	RESOLVE(mem_free_async_ptsz, "cuMemFreeAsync_ptsz");
-	RESOLVE(mem_alloc_managed, "cuMemAllocManaged");
-	RESOLVE(mem_alloc_pitch, "cuMemAllocPitch_v2");
-	RESOLVE(addr_reserve, "cuMemAddressReserve");
-	RESOLVE(addr_free, "cuMemAddressFree");
-	RESOLVE(create, "cuMemCreate");
-	RESOLVE(release, "cuMemRelease");
-	RESOLVE(map, "cuMemMap");
-	RESOLVE(unmap, "cuMemUnmap");
-	RESOLVE(set_access, "cuMemSetAccess");
-	RESOLVE(retain_handle, "cuMemRetainAllocationHandle");
-	RESOLVE(props_from_handle, "cuMemGetAllocationPropertiesFromHandle");
-	RESOLVE(export_handle, "cuMemExportToShareableHandle");
-	RESOLVE(import_handle, "cuMemImportFromShareableHandle");
-	RESOLVE(granularity, "cuMemGetAllocationGranularity");
-	RESOLVE(ctx_get_current, "cuCtxGetCurrent");
-	RESOLVE(ctx_set_current, "cuCtxSetCurrent");
-	RESOLVE(ctx_get_device, "cuCtxGetDevice");
-	RESOLVE(ctx_synchronize, "cuCtxSynchronize");
-	RESOLVE(primary_retain, "cuDevicePrimaryCtxRetain");
-	RESOLVE(device_count, "cuDeviceGetCount");
-	RESOLVE(can_access_peer, "cuDeviceCanAccessPeer");
-	RESOLVE(memcpy_dtoh, "cuMemcpyDtoH_v2");
-	RESOLVE(memcpy_htod_async, "cuMemcpyHtoDAsync_v2");
-	RESOLVE(host_register, "cuMemHostRegister_v2");
-	RESOLVE(host_unregister, "cuMemHostUnregister");
-	RESOLVE(host_alloc, "cuMemAllocHost_v2");
-	RESOLVE(host_free, "cuMemFreeHost");
-	RESOLVE(stream_create, "cuStreamCreate");
-	RESOLVE(stream_sync, "cuStreamSynchronize");
-	RESOLVE(stream_destroy, "cuStreamDestroy_v2");
-	RESOLVE(error_name, "cuGetErrorName");
+#define RESOLVE(sym) gm_real.sym = (cu_fn_##sym *)gm_real.dlsym(libcuda, #sym);
+	GM_REAL(RESOLVE)
+#undef RESOLVE
 	return 0;
 }
 
@@ -192,13 +152,13 @@ static bool in_libcuda(void *p)
 	return !strncmp(base, "libcuda.so", 10);
 }
 
-const char *gm_error_name(CUresult r, char *buf, size_t len)
+const char *gm_error_name(cu_result r, char *buf, size_t len)
 {
 	const char *s = NULL;
 
-	if (gm_real.error_name && gm_real.error_name(r, &s) == CUDA_SUCCESS && s)
+	if (gm_real.cuGetErrorName && gm_real.cuGetErrorName(r, &s) == CU_SUCCESS && s)
 		return s;
-	snprintf(buf, len, "CUresult %d", r);
+	snprintf(buf, len, "cu_result %d", r);
 	return buf;
 }
 
@@ -218,9 +178,9 @@ static const char *const export_names[GM_EXPORTS] = {
 	"cuMemPrefetchAsync",
 };
 
-static CUresult not_found(void)
+static cu_result not_found(void)
 {
-	return CUDA_ERROR_NOT_FOUND;
+	return CU_ERR_NOT_FOUND;
 }
 
 void gm_exports_resolve(unsigned long slot)
@@ -272,9 +232,9 @@ void *gm_wrap(const char *name, void *p)
 	return slot_for(p);
 }
 
-static CUresult own_getproc(const char *symbol, void **pfn, int version, uint64_t flags);
-static CUresult own_getproc_v2(const char *symbol, void **pfn, int version, uint64_t flags,
-			       void *status);
+static cu_result own_getproc(const char *symbol, void **pfn, int version, uint64_t flags);
+static cu_result own_getproc_v2(const char *symbol, void **pfn, int version, uint64_t flags,
+			       cu_proc_query *status);
 
 /* cuGetProcAddress at 12000 and later has the 5-argument signature. */
 static void *getproc_for(int version)
@@ -282,15 +242,15 @@ static void *getproc_for(int version)
 	return version >= 12000 ? (void *)own_getproc_v2 : (void *)own_getproc;
 }
 
-static CUresult own_getproc_v2(const char *symbol, void **pfn, int version, uint64_t flags,
-			       void *status)
+static cu_result own_getproc_v2(const char *symbol, void **pfn, int version, uint64_t flags,
+			       cu_proc_query *status)
 {
-	CUresult r;
+	cu_result r;
 
-	if (gm_real_init() || !gm_real.getproc_v2)
-		return CUDA_ERROR_NOT_INITIALIZED;
-	r = gm_real.getproc_v2(symbol, pfn, version, flags, status);
-	if (r == CUDA_SUCCESS && pfn && *pfn && symbol) {
+	if (gm_real_init() || !gm_real.cuGetProcAddress_v2)
+		return CU_ERR_NOT_INITIALIZED;
+	r = gm_real.cuGetProcAddress_v2(symbol, pfn, version, flags, status);
+	if (r == CU_SUCCESS && pfn && *pfn && symbol) {
 		if (!strcmp(symbol, "cuGetProcAddress"))
 			*pfn = getproc_for(version);
 		else
@@ -299,14 +259,14 @@ static CUresult own_getproc_v2(const char *symbol, void **pfn, int version, uint
 	return r;
 }
 
-static CUresult own_getproc(const char *symbol, void **pfn, int version, uint64_t flags)
+static cu_result own_getproc(const char *symbol, void **pfn, int version, uint64_t flags)
 {
-	CUresult r;
+	cu_result r;
 
-	if (gm_real_init() || !gm_real.getproc)
-		return CUDA_ERROR_NOT_INITIALIZED;
-	r = gm_real.getproc(symbol, pfn, version, flags);
-	if (r == CUDA_SUCCESS && pfn && *pfn && symbol) {
+	if (gm_real_init() || !gm_real.cuGetProcAddress)
+		return CU_ERR_NOT_INITIALIZED;
+	r = gm_real.cuGetProcAddress(symbol, pfn, version, flags);
+	if (r == CU_SUCCESS && pfn && *pfn && symbol) {
 		if (!strcmp(symbol, "cuGetProcAddress"))
 			*pfn = getproc_for(version);
 		else
@@ -315,13 +275,13 @@ static CUresult own_getproc(const char *symbol, void **pfn, int version, uint64_
 	return r;
 }
 
-GM_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, uint64_t flags)
+GM_EXPORT cu_result cuGetProcAddress(const char *symbol, void **pfn, int version, uint64_t flags)
 {
 	return own_getproc(symbol, pfn, version, flags);
 }
 
-GM_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
-				       uint64_t flags, void *status)
+GM_EXPORT cu_result cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
+				       uint64_t flags, cu_proc_query *status)
 {
 	return own_getproc_v2(symbol, pfn, version, flags, status);
 }

@@ -39,7 +39,7 @@
 #define SLICE_MIN (256ull << 20)
 
 /* The first failure is the one told: "what: CUDA_ERROR_…". */
-static void fail(struct gm_result *r, const char *what, CUresult cr)
+static void fail(struct gm_result *r, const char *what, cu_result cr)
 {
 	char buf[32];
 
@@ -68,14 +68,14 @@ static void count_left(struct gm_result *r)
 		}
 }
 
-static CUresult use_ctx(CUcontext ctx, int device)
+static cu_result use_ctx(cu_ctx ctx, int device)
 {
-	CUcontext c = ctx;
-	CUresult cr = CUDA_SUCCESS;
+	cu_ctx c = ctx;
+	cu_result cr = CU_SUCCESS;
 
 	if (!c)
-		cr = gm_real.primary_retain(&c, device);
-	return cr == CUDA_SUCCESS ? gm_real.ctx_set_current(c) : cr;
+		cr = gm_real.cuDevicePrimaryCtxRetain(&c, device);
+	return cr == CU_SUCCESS ? gm_real.cuCtxSetCurrent(c) : cr;
 }
 
 static bool all_zero(const unsigned char *p, size_t n)
@@ -93,9 +93,9 @@ static int save_one(int fd, struct gm_map *m, void *bounce, struct gm_result *r)
 {
 	for (size_t off = 0; off < m->size; off += BOUNCE_BYTES) {
 		size_t n = m->size - off < BOUNCE_BYTES ? m->size - off : BOUNCE_BYTES;
-		CUresult cr = gm_real.memcpy_dtoh(bounce, m->va + off, n);
+		cu_result cr = gm_real.cuMemcpyDtoH_v2(bounce, m->va + off, n);
 
-		if (cr != CUDA_SUCCESS) {
+		if (cr != CU_SUCCESS) {
 			fail(r, "cuMemcpyDtoH of an allocation", cr);
 			return -1;
 		}
@@ -118,16 +118,16 @@ static int save_one(int fd, struct gm_map *m, void *bounce, struct gm_result *r)
 
 static int unmap_one(struct gm_map *m, struct gm_result *r)
 {
-	CUresult cr = gm_real.unmap(m->va, m->size);
+	cu_result cr = gm_real.cuMemUnmap(m->va, m->size);
 
-	if (cr != CUDA_SUCCESS) {
+	if (cr != CU_SUCCESS) {
 		fail(r, "cuMemUnmap", cr);
 		return -1;
 	}
 	/* Where the function still holds the handle, its memory would stay:
 	 * give it back too (the value will name new memory). */
 	if (!m->h->app_released)
-		gm_real.release(m->h->rh);
+		gm_real.cuMemRelease(m->h->rh);
 	m->h->rh = 0;
 	m->saved = true;
 	return 0;
@@ -142,7 +142,7 @@ void gm_save(const char *dir, struct gm_result *r)
 	uint64_t total = 0;
 	double t0 = gm_now_ms(), t;
 	int fd = -1;
-	CUresult cr;
+	cu_result cr;
 
 	memset(r, 0, sizeof(*r));
 	r->ok = true;
@@ -160,9 +160,9 @@ void gm_save(const char *dir, struct gm_result *r)
 		if (!movable(m))
 			continue;
 		cr = use_ctx(m->ctx, m->device);
-		if (cr == CUDA_SUCCESS)
-			cr = gm_real.ctx_synchronize();
-		if (cr != CUDA_SUCCESS) {
+		if (cr == CU_SUCCESS)
+			cr = gm_real.cuCtxSynchronize();
+		if (cr != CU_SUCCESS) {
 			fail(r, "synchronising the function's context", cr);
 			goto out;
 		}
@@ -181,15 +181,15 @@ void gm_save(const char *dir, struct gm_result *r)
 		r->ok = false;
 		goto out;
 	}
-	cr = total ? gm_real.host_alloc(&bounce, BOUNCE_BYTES) : CUDA_SUCCESS;
-	if (cr != CUDA_SUCCESS) {
+	cr = total ? gm_real.cuMemAllocHost_v2(&bounce, BOUNCE_BYTES) : CU_SUCCESS;
+	if (cr != CU_SUCCESS) {
 		fail(r, "cuMemAllocHost", cr);
 		goto out;
 	}
 	for (struct gm_map *m = gm_maps; m; m = m->next) {
 		if (!movable(m))
 			continue;
-		if (use_ctx(m->ctx, m->device) != CUDA_SUCCESS || save_one(fd, m, bounce, r))
+		if (use_ctx(m->ctx, m->device) != CU_SUCCESS || save_one(fd, m, bounce, r))
 			goto out;
 	}
 	r->copy_ms = gm_now_ms() - t;
@@ -224,8 +224,8 @@ out:
 
 					if (pread(in, buf, n, (off_t)(m->file_off + off)) != (ssize_t)n)
 						break;
-					gm_real.memcpy_htod_async(m->va + off, buf, n, NULL);
-					gm_real.ctx_synchronize();
+					gm_real.cuMemcpyHtoDAsync_v2(m->va + off, buf, n, NULL);
+					gm_real.cuCtxSynchronize();
 				}
 				if (in >= 0)
 					close(in);
@@ -233,7 +233,7 @@ out:
 		r->allocs = r->bytes = 0;
 	}
 	if (bounce)
-		gm_real.host_free(bounce);
+		gm_real.cuMemFreeHost(bounce);
 	if (fd >= 0)
 		close(fd);
 	if (!r->ok)
@@ -244,40 +244,40 @@ out:
 	r->total_ms = gm_now_ms() - t0;
 }
 
-CUresult gm_map_handle(struct gm_map *m, CUmemGenericAllocationHandle rh)
+cu_result gm_map_handle(struct gm_map *m, cu_handle rh)
 {
-	CUresult cr = gm_real.map(m->va, m->size, 0, rh, 0);
+	cu_result cr = gm_real.cuMemMap(m->va, m->size, 0, rh, 0);
 
-	if (cr == CUDA_SUCCESS && m->naccess)
-		cr = gm_real.set_access(m->va, m->size, m->access, (size_t)m->naccess);
-	if (cr != CUDA_SUCCESS) {
-		gm_real.unmap(m->va, m->size);
+	if (cr == CU_SUCCESS && m->naccess)
+		cr = gm_real.cuMemSetAccess(m->va, m->size, m->access, (size_t)m->naccess);
+	if (cr != CU_SUCCESS) {
+		gm_real.cuMemUnmap(m->va, m->size);
 		return cr;
 	}
 	/* Kept in h->rh either way, as at the allocation: a handle the
 	 * function had released is released again (its memory dies with its
 	 * unmap) but still names it, so the mapping stays movable. */
 	if (m->h->app_released)
-		gm_real.release(rh);
+		gm_real.cuMemRelease(rh);
 	m->h->rh = rh;
 	m->saved = false;
-	return CUDA_SUCCESS;
+	return CU_SUCCESS;
 }
 
 /* New physical memory at m's address, with its access. */
 static int map_new(struct gm_map *m, struct gm_result *r)
 {
-	CUmemGenericAllocationHandle rh = 0;
-	CUresult cr;
+	cu_handle rh = 0;
+	cu_result cr;
 
-	cr = gm_real.create(&rh, m->size, &m->h->prop, 0);
-	if (cr != CUDA_SUCCESS) {
+	cr = gm_real.cuMemCreate(&rh, m->size, &m->h->prop, 0);
+	if (cr != CU_SUCCESS) {
 		fail(r, "cuMemCreate", cr);
 		return -1;
 	}
 	cr = gm_map_handle(m, rh);
-	if (cr != CUDA_SUCCESS) {
-		gm_real.release(rh);
+	if (cr != CU_SUCCESS) {
+		gm_real.cuMemRelease(rh);
 		fail(r, "mapping new device memory at a saved address", cr);
 		return -1;
 	}
@@ -300,8 +300,8 @@ struct slice {
 	bool writable;   /* the mapping is (the file could be opened read-write) */
 	bool *pinned;    /* per piece: pinned (unpinned at RELEASE) */
 	int npinned, npieces;
-	CUresult reg_cr; /* why a piece could not be pinned */
-	CUresult cr;
+	cu_result reg_cr; /* why a piece could not be pinned */
+	cu_result cr;
 	char what[64];
 	double populate_ms, register_ms;
 };
@@ -314,28 +314,28 @@ static struct {
 } pinned;
 
 /* Queue the copies of the mappings' bytes that lie in [a, b) of the file. */
-static CUresult copy_range(struct slice *s, uint64_t a, uint64_t b, CUstream st)
+static cu_result copy_range(struct slice *s, uint64_t a, uint64_t b, cu_stream st)
 {
 	for (struct gm_map *m = gm_maps; m; m = m->next) {
 		uint64_t x, y;
-		CUresult cr;
+		cu_result cr;
 
 		if (!m->restoring || m->file_off + m->size <= a || m->file_off >= b)
 			continue;
 		x = m->file_off > a ? m->file_off : a;
 		y = m->file_off + m->size < b ? m->file_off + m->size : b;
-		cr = gm_real.memcpy_htod_async(m->va + (x - m->file_off), s->base + x, y - x, st);
-		if (cr != CUDA_SUCCESS)
+		cr = gm_real.cuMemcpyHtoDAsync_v2(m->va + (x - m->file_off), s->base + x, y - x, st);
+		if (cr != CU_SUCCESS)
 			return cr;
 	}
-	return CUDA_SUCCESS;
+	return CU_SUCCESS;
 }
 
 static void *copy_slice(void *arg)
 {
 	struct slice *s = arg;
-	CUstream st = NULL;
-	CUresult cr = CUDA_SUCCESS;
+	cu_stream st = NULL;
+	cu_result cr = CU_SUCCESS;
 	double t;
 
 	/* Pinning and the stream need a context current on this thread:
@@ -345,9 +345,9 @@ static void *copy_slice(void *arg)
 			cr = use_ctx(m->ctx, m->device);
 			break;
 		}
-	if (cr == CUDA_SUCCESS)
-		cr = gm_real.stream_create(&st, 1 /* non-blocking */);
-	if (cr != CUDA_SUCCESS) {
+	if (cr == CU_SUCCESS)
+		cr = gm_real.cuStreamCreate(&st, 1 /* non-blocking */);
+	if (cr != CU_SUCCESS) {
 		s->cr = cr;
 		snprintf(s->what, sizeof(s->what), "a copy stream");
 		return NULL;
@@ -360,35 +360,35 @@ static void *copy_slice(void *arg)
 	for (int k = 0; k < s->npieces && s->pinned; k++) {
 		uint64_t a = s->off + (uint64_t)k * PIECE;
 		uint64_t n = s->off + s->len - a < PIECE ? s->off + s->len - a : PIECE;
-		CUresult rc;
+		cu_result rc;
 
 		/* Pinned, the copy runs at the link's speed; not, the driver
 		 * stages it through its own buffers.  A read-only pin where
 		 * the driver has it; a read-write one where the mapping allows. */
 		t = gm_now_ms();
-		rc = gm_real.host_register(s->base + a, n, CU_MEMHOSTREGISTER_READ_ONLY);
-		if (rc != CUDA_SUCCESS && s->writable)
-			rc = gm_real.host_register(s->base + a, n, 0);
+		rc = gm_real.cuMemHostRegister_v2(s->base + a, n, CU_HOSTREG_READ_ONLY);
+		if (rc != CU_SUCCESS && s->writable)
+			rc = gm_real.cuMemHostRegister_v2(s->base + a, n, 0);
 		s->register_ms += gm_now_ms() - t;
-		if (rc == CUDA_SUCCESS) {
+		if (rc == CU_SUCCESS) {
 			s->pinned[k] = true;
 			s->npinned++;
 		} else {
 			s->reg_cr = rc;
 		}
 		cr = copy_range(s, a, a + n, st);
-		if (cr != CUDA_SUCCESS) {
+		if (cr != CU_SUCCESS) {
 			s->cr = cr;
 			snprintf(s->what, sizeof(s->what), "cuMemcpyHtoDAsync");
 			break;
 		}
 	}
-	cr = gm_real.stream_sync(st);
-	if (cr != CUDA_SUCCESS && !s->cr) {
+	cr = gm_real.cuStreamSynchronize(st);
+	if (cr != CU_SUCCESS && !s->cr) {
 		s->cr = cr;
 		snprintf(s->what, sizeof(s->what), "cuStreamSynchronize");
 	}
-	gm_real.stream_destroy(st);
+	gm_real.cuStreamDestroy_v2(st);
 	return NULL;
 }
 
@@ -501,7 +501,7 @@ void gm_release_pinned(void)
 
 		for (int k = 0; sl->pinned && k < sl->npieces; k++)
 			if (sl->pinned[k])
-				gm_real.host_unregister(pinned.base + sl->off + (uint64_t)k * PIECE);
+				gm_real.cuMemHostUnregister(pinned.base + sl->off + (uint64_t)k * PIECE);
 		free(sl->pinned);
 		sl->pinned = NULL;
 	}

@@ -53,7 +53,7 @@ int gm_layout_write(const char *dir)
 static void take_one(unsigned long long file_off, unsigned long long size, int fd,
 		     struct gm_result *r)
 {
-	CUmemGenericAllocationHandle rh = 0;
+	cu_handle rh = 0;
 	struct gm_map *m;
 
 	for (m = gm_maps; m; m = m->next)
@@ -61,11 +61,11 @@ static void take_one(unsigned long long file_off, unsigned long long size, int f
 			break;
 	if (!m)
 		return;
-	if (gm_real.import_handle(&rh, (void *)(uintptr_t)fd,
-				  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != CUDA_SUCCESS)
+	if (gm_real.cuMemImportFromShareableHandle(&rh, (void *)(uintptr_t)fd,
+				  CU_HANDLE_POSIX_FD) != CU_SUCCESS)
 		return;
-	if (gm_map_handle(m, rh) != CUDA_SUCCESS) {
-		gm_real.release(rh);
+	if (gm_map_handle(m, rh) != CU_SUCCESS) {
+		gm_real.cuMemRelease(rh);
 		return;
 	}
 	r->allocs++;

@@ -13,6 +13,7 @@
 #include "restore/gpu_prefill.h"
 #include "restore/gpu_restore.h"
 #include "common/cuda.h"
+#include "common/cuda_abi.h"
 #include "common/gpumem_protocol.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -39,61 +40,27 @@
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22
 #endif
-/* The driver's constants used here, as cuda.h names them. */
-enum {
-	CU_MEM_ALLOCATION_TYPE_PINNED = 1,
-	CU_MEM_LOCATION_TYPE_DEVICE = 1,
-	CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3,
-	CU_MEMHOSTREGISTER_PORTABLE = 0x01,
-	CU_MEMHOSTREGISTER_READ_ONLY = 0x08,
-	CU_STREAM_NON_BLOCKING = 1,
-};
 /* How long an offer waits for the library to connect after it is ready. */
 #define SERVE_TIMEOUT_MS 60000
 
-typedef unsigned long long cu_ptr;
-typedef unsigned long long cu_handle;
-typedef void *cu_ctx;
-typedef void *cu_stream;
-
-/* CUmemAllocationProp and CUmemAccessDesc, as cuda.h lays them out. */
-struct cu_prop {
-	int type, handle_types;
-	struct {
-		int type, id;
-	} location;
-	void *win32;
-	struct {
-		unsigned char compression, rdma;
-		unsigned short usage;
-		unsigned char reserved[4];
-	} flags;
-};
-struct cu_access {
-	struct {
-		int type, id;
-	} location;
-	int flags;
-};
-
 static struct {
-	int (*device_get)(int *, int);
-	int (*primary_retain)(cu_ctx *, int);
-	int (*ctx_set_current)(cu_ctx);
-	int (*create)(cu_handle *, size_t, const struct cu_prop *, unsigned long long);
-	int (*release)(cu_handle);
-	int (*reserve)(cu_ptr *, size_t, size_t, cu_ptr, unsigned long long);
-	int (*addr_free)(cu_ptr, size_t);
-	int (*map)(cu_ptr, size_t, size_t, cu_handle, unsigned long long);
-	int (*unmap)(cu_ptr, size_t);
-	int (*set_access)(cu_ptr, size_t, const struct cu_access *, size_t);
-	int (*export_fd)(void *, cu_handle, int, unsigned long long);
-	int (*host_register)(void *, size_t, unsigned);
-	int (*host_unregister)(void *);
-	int (*copy)(cu_ptr, const void *, size_t, cu_stream);
-	int (*stream_create)(cu_stream *, unsigned);
-	int (*stream_sync)(cu_stream);
-	int (*stream_destroy)(cu_stream);
+	cu_fn_cuDeviceGet *device_get;
+	cu_fn_cuDevicePrimaryCtxRetain *primary_retain;
+	cu_fn_cuCtxSetCurrent *ctx_set_current;
+	cu_fn_cuMemCreate *create;
+	cu_fn_cuMemRelease *release;
+	cu_fn_cuMemAddressReserve *reserve;
+	cu_fn_cuMemAddressFree *addr_free;
+	cu_fn_cuMemMap *map;
+	cu_fn_cuMemUnmap *unmap;
+	cu_fn_cuMemSetAccess *set_access;
+	cu_fn_cuMemExportToShareableHandle *export_fd;
+	cu_fn_cuMemHostRegister_v2 *host_register;
+	cu_fn_cuMemHostUnregister *host_unregister;
+	cu_fn_cuMemcpyHtoDAsync_v2 *copy;
+	cu_fn_cuStreamCreate *stream_create;
+	cu_fn_cuStreamSynchronize *stream_sync;
+	cu_fn_cuStreamDestroy_v2 *stream_destroy;
 	bool ok;
 } cu;
 static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
@@ -224,11 +191,9 @@ static int read_layout(const char *dir, struct pf_proc *p)
  * range of thawd's at their file offsets.  *va, the range. */
 static int make_allocs(struct gpu_prefill *pf, struct pf_proc *p, cu_ptr *va)
 {
-	struct cu_prop prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
-				.handle_types = GPUMEM_POSIX_FD_HANDLE,
-				.location = { CU_MEM_LOCATION_TYPE_DEVICE, pf->ordinal } };
-	struct cu_access acc = { .location = { CU_MEM_LOCATION_TYPE_DEVICE, pf->ordinal },
-				 .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+	cu_mem_prop prop = { .type = CU_ALLOC_PINNED, .requestedHandleTypes = CU_HANDLE_POSIX_FD,
+			     .location = { CU_LOC_DEVICE, pf->ordinal } };
+	cu_access_desc acc = { .location = { CU_LOC_DEVICE, pf->ordinal }, .flags = CU_ACCESS_RW };
 
 	if (cu.reserve(va, ALIGN_2M(p->len), 2ull << 20, 0, 0))
 		return -ENOMEM;
@@ -282,7 +247,7 @@ static void run_jobs(void *(*fn)(void *), void *jobs, size_t size, int n)
 static bool pin_piece(char *p, size_t n, unsigned flags)
 {
 	madvise(p, n, MADV_POPULATE_READ);
-	return cu.host_register(p, n, CU_MEMHOSTREGISTER_READ_ONLY | flags) == 0;
+	return cu.host_register(p, n, CU_HOSTREG_READ_ONLY | flags) == 0;
 }
 
 /* The tier's files, mapped and pinned once for every fill that copies
@@ -342,7 +307,7 @@ static void *pin_pieces(void *arg)
 	for (size_t k = j->first; k < j->last; k++) {
 		size_t a = k * PIECE, n = f->len - a < PIECE ? f->len - a : PIECE;
 
-		f->pinned[k] = pin_piece(f->base + a, n, CU_MEMHOSTREGISTER_PORTABLE);
+		f->pinned[k] = pin_piece(f->base + a, n, CU_HOSTREG_PORTABLE);
 	}
 	return NULL;
 }
@@ -541,7 +506,7 @@ static void *copy_slice(void *arg)
 	bool *pinned = calloc((size_t)npieces + 1, sizeof(bool));
 	cu_stream st = NULL;
 
-	if (!pinned || use_device(s->ordinal) || cu.stream_create(&st, CU_STREAM_NON_BLOCKING)) {
+	if (!pinned || use_device(s->ordinal) || cu.stream_create(&st, CU_STREAM_NONBLOCKING)) {
 		s->err = -EIO;
 		free(pinned);
 		return NULL;
@@ -699,7 +664,7 @@ static int fill_proc(struct gpu_prefill *pf, struct pf_proc *p)
 	for (size_t i = 0; i < p->n; i++) {
 		struct pf_alloc *a = &p->a[i];
 
-		if (a->h && cu.export_fd(&a->fd, a->h, GPUMEM_POSIX_FD_HANDLE, 0)) {
+		if (a->h && cu.export_fd(&a->fd, a->h, CU_HANDLE_POSIX_FD, 0)) {
 			a->fd = -1;
 			cu.release(a->h);
 			a->h = 0;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_mock.c — a fake libcuda.so.1 for test_cuda, so that the CUDA shim's
- * own logic (symbol loading, argument structs, UUIDs, state checks, CUresult
+ * own logic (symbol loading, argument structs, UUIDs, state checks, cu_result
  * to -errno) is tested on machines without a GPU too.  test_cuda compiles it
  * at run time (cc -shared) and runs itself again with it on LD_LIBRARY_PATH.
  *
@@ -49,28 +49,13 @@
 #include <string.h>
 #include <unistd.h>
 
-typedef int CUresult;
-
-struct uuid {
-	unsigned char b[16];
-};
-struct lock_args {
-	unsigned int timeout_ms;
-	unsigned int reserved0;
-	unsigned long long reserved1[7];
-};
-struct plain_args {
-	unsigned long long reserved[8];
-};
-struct pair {
-	struct uuid old_uuid, new_uuid;
-};
-struct restore_args {
-	struct pair *pairs;
-	unsigned int count;
-	char reserved[52 - sizeof(struct pair *)];
-	unsigned long long reserved1;
-};
+/* The driver's ABI as thaw has it (common/cuda_abi.h, checked against
+ * cuda.h by test_cuda): every entry point declared from it, so that each
+ * definition below has the type thaw calls it with. */
+#include "../common/cuda_abi.h"
+#define MOCK_DECLARE(sym, params) cu_result sym params;
+CU_ENTRY_POINTS(MOCK_DECLARE)
+CU_ENTRY_POINTS_UNCHECKED(MOCK_DECLARE)
 
 enum { RUNNING, LOCKED, CHECKPOINTED };
 #define NGPU 2
@@ -112,15 +97,15 @@ static int all_zero(const void *p, size_t n)
 	return 1;
 }
 
-static void gpu_uuid(int i, struct uuid *u)
+static void gpu_uuid(int i, cu_uuid *u)
 {
 	for (int k = 0; k < 16; k++)
-		u->b[k] = (unsigned char)(i * 16 + k);
+		u->bytes[k] = (unsigned char)(i * 16 + k);
 }
 
-static int known_uuid(const struct uuid *u)
+static int known_uuid(const cu_uuid *u)
 {
-	struct uuid g;
+	cu_uuid g;
 
 	for (int i = 0; i < NGPU; i++) {
 		gpu_uuid(i, &g);
@@ -130,7 +115,7 @@ static int known_uuid(const struct uuid *u)
 	return 0;
 }
 
-static void log_pairs(int pid, const struct restore_args *a)
+static void log_pairs(int pid, const cu_restore_args *a)
 {
 	const char *path = getenv("MOCK_CUDA_PAIRS_LOG");
 	FILE *f = path ? fopen(path, "a") : NULL;
@@ -138,15 +123,15 @@ static void log_pairs(int pid, const struct restore_args *a)
 	if (!f)
 		return;
 	fprintf(f, "%d", pid);
-	if (!a || !a->count)
+	if (!a || !a->gpuPairsCount)
 		fprintf(f, " same");
-	for (unsigned int k = 0; a && k < a->count; k++)
-		fprintf(f, " %d>%d", a->pairs[k].old_uuid.b[0] / 16, a->pairs[k].new_uuid.b[0] / 16);
+	for (unsigned int k = 0; a && k < a->gpuPairsCount; k++)
+		fprintf(f, " %d>%d", a->gpuPairs[k].oldUuid.bytes[0] / 16, a->gpuPairs[k].newUuid.bytes[0] / 16);
 	fprintf(f, "\n");
 	fclose(f);
 }
 
-CUresult cuInit(unsigned int flags)
+cu_result cuInit(unsigned int flags)
 {
 	if (getenv("MOCK_CUDA_NO_DEVICE"))
 		return 100;
@@ -156,7 +141,7 @@ CUresult cuInit(unsigned int flags)
 	return 0;
 }
 
-CUresult cuGetErrorName(CUresult e, const char **s)
+cu_result cuGetErrorName(cu_result e, const char **s)
 {
 	static const struct {
 		int e;
@@ -182,7 +167,7 @@ CUresult cuGetErrorName(CUresult e, const char **s)
 	return 1;
 }
 
-CUresult cuDriverGetVersion(int *v)
+cu_result cuDriverGetVersion(int *v)
 {
 	const char *e = getenv("MOCK_CUDA_DRIVER_VERSION");
 
@@ -190,7 +175,7 @@ CUresult cuDriverGetVersion(int *v)
 	return 0;
 }
 
-CUresult cuDeviceGetCount(int *n)
+cu_result cuDeviceGetCount(int *n)
 {
 	if (!inited)
 		return 3;
@@ -198,7 +183,7 @@ CUresult cuDeviceGetCount(int *n)
 	return 0;
 }
 
-CUresult cuDeviceGet(int *dev, int ordinal)
+cu_result cuDeviceGet(int *dev, int ordinal)
 {
 	if (!inited)
 		return 3;
@@ -208,7 +193,7 @@ CUresult cuDeviceGet(int *dev, int ordinal)
 	return 0;
 }
 
-CUresult cuDeviceGetName(char *name, int len, int dev)
+cu_result cuDeviceGetName(char *name, int len, int dev)
 {
 	if (dev < 0 || dev >= NGPU)
 		return 101;
@@ -220,7 +205,7 @@ CUresult cuDeviceGetName(char *name, int len, int dev)
 
 /* The compute capability (attributes 75 and 76): $MOCK_CUDA_CC ("8.0"),
  * else 9.0 as an H100's. */
-CUresult cuDeviceGetAttribute(int *v, int attr, int dev)
+cu_result cuDeviceGetAttribute(int *v, int attr, int dev)
 {
 	const char *e = getenv("MOCK_CUDA_CC");
 	int major = 9, minor = 0;
@@ -238,7 +223,7 @@ CUresult cuDeviceGetAttribute(int *v, int attr, int dev)
 	return 0;
 }
 
-CUresult cuDeviceGetUuid_v2(struct uuid *u, int dev)
+cu_result cuDeviceGetUuid_v2(cu_uuid *u, int dev)
 {
 	if (dev < 0 || dev >= NGPU)
 		return 101;
@@ -246,7 +231,7 @@ CUresult cuDeviceGetUuid_v2(struct uuid *u, int dev)
 	return 0;
 }
 
-CUresult cuDeviceTotalMem_v2(size_t *bytes, int dev)
+cu_result cuDeviceTotalMem_v2(size_t *bytes, int dev)
 {
 	if (dev < 0 || dev >= NGPU)
 		return 101;
@@ -254,7 +239,7 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, int dev)
 	return 0;
 }
 
-CUresult cuCheckpointProcessGetState(int pid, int *state)
+cu_result cuCheckpointProcessGetState(int pid, int *state)
 {
 	int i = proc_index(pid);
 
@@ -264,7 +249,7 @@ CUresult cuCheckpointProcessGetState(int pid, int *state)
 	return 0;
 }
 
-CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
+cu_result cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
 {
 	if (proc_index(pid) < 0)
 		return 3;
@@ -272,7 +257,7 @@ CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
 	return 0;
 }
 
-CUresult cuCheckpointProcessLock(int pid, struct lock_args *a)
+cu_result cuCheckpointProcessLock(int pid, cu_lock_args *a)
 {
 	int i = proc_index(pid);
 
@@ -282,13 +267,13 @@ CUresult cuCheckpointProcessLock(int pid, struct lock_args *a)
 		return 1;
 	if (procs[i].state != RUNNING)
 		return 401;
-	if (a && a->timeout_ms == 1)
+	if (a && a->timeoutMs == 1)
 		return 909;
 	procs[i].state = LOCKED;
 	return 0;
 }
 
-CUresult cuCheckpointProcessCheckpoint(int pid, struct plain_args *a)
+cu_result cuCheckpointProcessCheckpoint(int pid, cu_checkpoint_args *a)
 {
 	int i = proc_index(pid);
 
@@ -302,7 +287,7 @@ CUresult cuCheckpointProcessCheckpoint(int pid, struct plain_args *a)
 	return 0;
 }
 
-CUresult cuCheckpointProcessRestore(int pid, struct restore_args *a)
+cu_result cuCheckpointProcessRestore(int pid, cu_restore_args *a)
 {
 	int i = proc_index(pid);
 
@@ -310,11 +295,11 @@ CUresult cuCheckpointProcessRestore(int pid, struct restore_args *a)
 		return 3;
 	if (a && (!all_zero(a->reserved, sizeof(a->reserved)) || a->reserved1))
 		return 1;
-	if (a && a->count) {
-		if (!a->pairs)
+	if (a && a->gpuPairsCount) {
+		if (!a->gpuPairs)
 			return 1;
-		for (unsigned int k = 0; k < a->count; k++)
-			if (!known_uuid(&a->pairs[k].old_uuid) || !known_uuid(&a->pairs[k].new_uuid))
+		for (unsigned int k = 0; k < a->gpuPairsCount; k++)
+			if (!known_uuid(&a->gpuPairs[k].oldUuid) || !known_uuid(&a->gpuPairs[k].newUuid))
 				return 1;
 	}
 	if (procs[i].state != CHECKPOINTED)
@@ -328,7 +313,7 @@ CUresult cuCheckpointProcessRestore(int pid, struct restore_args *a)
 	return 0;
 }
 
-CUresult cuCheckpointProcessUnlock(int pid, struct plain_args *a)
+cu_result cuCheckpointProcessUnlock(int pid, cu_unlock_args *a)
 {
 	int i = proc_index(pid);
 
@@ -372,13 +357,13 @@ int nvmlDeviceGetHandleByUUID(const char *uuid, void **dev)
 {
 	for (int i = 0; i < NGPU; i++) {
 		char s[48];
-		struct uuid u;
+		cu_uuid u;
 
 		gpu_uuid(i, &u);
 		snprintf(s, sizeof(s),
 			 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-			 u.b[0], u.b[1], u.b[2], u.b[3], u.b[4], u.b[5], u.b[6], u.b[7], u.b[8],
-			 u.b[9], u.b[10], u.b[11], u.b[12], u.b[13], u.b[14], u.b[15]);
+			 u.bytes[0], u.bytes[1], u.bytes[2], u.bytes[3], u.bytes[4], u.bytes[5], u.bytes[6], u.bytes[7], u.bytes[8],
+			 u.bytes[9], u.bytes[10], u.bytes[11], u.bytes[12], u.bytes[13], u.bytes[14], u.bytes[15]);
 		if (!strcmp(s, uuid)) {
 			*dev = (void *)(intptr_t)(i + 1);
 			return 0;
@@ -463,8 +448,6 @@ int nvmlSystemGetDriverVersion(char *buf, unsigned int len)
 #include <time.h>
 #include <unistd.h>
 
-typedef unsigned long long CUdeviceptr;
-typedef unsigned long long CUhandle;
 
 struct phys {
 	int fd;
@@ -476,11 +459,11 @@ struct phys {
 static pthread_mutex_t mem_mu = PTHREAD_MUTEX_INITIALIZER;
 static unsigned long long live_phys_bytes, live_plain_bytes, mapped_bytes;
 static struct {
-	CUdeviceptr p;
+	cu_ptr p;
 	size_t size;
 } plain[256];
 static struct {
-	CUdeviceptr va;
+	cu_ptr va;
 	size_t size;
 	struct phys *ph;
 } maps[1024];
@@ -510,36 +493,36 @@ static void phys_maybe_free(struct phys *ph)
 	free(ph);
 }
 
-CUresult cuCtxGetCurrent(void **ctx)
+cu_result cuCtxGetCurrent(cu_ctx *ctx)
 {
-	*ctx = &ctx_token;
+	*ctx = (cu_ctx)&ctx_token;
 	return 0;
 }
-CUresult cuCtxSetCurrent(void *ctx)
+cu_result cuCtxSetCurrent(cu_ctx ctx)
 {
 	return 0;
 }
-CUresult cuCtxGetDevice(int *dev)
+cu_result cuCtxGetDevice(int *dev)
 {
 	*dev = 0;
 	return 0;
 }
-CUresult cuCtxSynchronize(void)
+cu_result cuCtxSynchronize(void)
 {
 	return 0;
 }
-CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev)
+cu_result cuDevicePrimaryCtxRetain(cu_ctx *ctx, cu_device dev)
 {
-	*ctx = &ctx_token;
+	*ctx = (cu_ctx)&ctx_token;
 	return 0;
 }
-CUresult cuDeviceCanAccessPeer(int *can, int a, int b)
+cu_result cuDeviceCanAccessPeer(int *can, int a, int b)
 {
 	*can = 0;
 	return 0;
 }
 
-static CUresult plain_alloc(CUdeviceptr *p, size_t n)
+static cu_result plain_alloc(cu_ptr *p, size_t n)
 {
 	void *a = mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 
@@ -548,27 +531,27 @@ static CUresult plain_alloc(CUdeviceptr *p, size_t n)
 	pthread_mutex_lock(&mem_mu);
 	for (int i = 0; i < 256; i++)
 		if (!plain[i].p) {
-			plain[i].p = (CUdeviceptr)a;
+			plain[i].p = (cu_ptr)a;
 			plain[i].size = n ? n : 1;
 			live_plain_bytes += plain[i].size;
 			break;
 		}
 	pthread_mutex_unlock(&mem_mu);
-	*p = (CUdeviceptr)a;
+	*p = (cu_ptr)a;
 	return 0;
 }
 
-CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
+cu_result cuMemAlloc_v2(cu_ptr *p, size_t n)
 {
 	return plain_alloc(p, n);
 }
-CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned flags)
+cu_result cuMemAllocManaged(cu_ptr *p, size_t n, unsigned flags)
 {
 	return plain_alloc(p, n);
 }
-CUresult cuMemFree_v2(CUdeviceptr p)
+cu_result cuMemFree_v2(cu_ptr p)
 {
-	CUresult r = 1;
+	cu_result r = 1;
 
 	pthread_mutex_lock(&mem_mu);
 	for (int i = 0; i < 256; i++)
@@ -583,13 +566,13 @@ CUresult cuMemFree_v2(CUdeviceptr p)
 	return r;
 }
 
-CUresult cuMemGetAllocationGranularity(size_t *g, const void *prop, int option)
+cu_result cuMemGetAllocationGranularity(size_t *g, const cu_mem_prop *prop, cu_gran_flags option)
 {
 	*g = 2u << 20;
 	return 0;
 }
 
-CUresult cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr,
+cu_result cuMemAddressReserve(cu_ptr *p, size_t size, size_t align, cu_ptr addr,
 			     unsigned long long flags)
 {
 	size_t a = 2u << 20;
@@ -602,24 +585,24 @@ CUresult cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align, CUdevice
 	if (u > (uintptr_t)m)
 		munmap(m, u - (uintptr_t)m);
 	munmap((char *)u + size, (uintptr_t)m + a - u);
-	*p = (CUdeviceptr)u;
+	*p = (cu_ptr)u;
 	return 0;
 }
 
-CUresult cuMemAddressFree(CUdeviceptr p, size_t size)
+cu_result cuMemAddressFree(cu_ptr p, size_t size)
 {
 	return munmap((void *)p, size) ? 1 : 0;
 }
 
-static int handle_ok_locked(CUhandle h)
+static int handle_ok_locked(cu_handle h)
 {
 	for (int i = 0; i < nmade; i++)
-		if ((CUhandle)(uintptr_t)made[i] == h)
+		if ((cu_handle)(uintptr_t)made[i] == h)
 			return 1;
 	return 0;
 }
 
-CUresult cuMemCreate(CUhandle *h, size_t size, const void *prop, unsigned long long flags)
+cu_result cuMemCreate(cu_handle *h, size_t size, const cu_mem_prop *prop, unsigned long long flags)
 {
 	struct phys *ph = calloc(1, sizeof(*ph));
 
@@ -636,13 +619,13 @@ CUresult cuMemCreate(CUhandle *h, size_t size, const void *prop, unsigned long l
 		made[nmade++] = ph;
 	live_phys_bytes += size;
 	pthread_mutex_unlock(&mem_mu);
-	*h = (CUhandle)(uintptr_t)ph;
+	*h = (cu_handle)(uintptr_t)ph;
 	return 0;
 }
 
 /* POSIX file descriptor handles (type 1): the memfd itself, so that memory
  * exported by one process and imported by another is the same bytes. */
-CUresult cuMemExportToShareableHandle(void *out, CUhandle h, int type, unsigned long long flags)
+cu_result cuMemExportToShareableHandle(void *out, cu_handle h, int type, unsigned long long flags)
 {
 	struct phys *ph = (struct phys *)(uintptr_t)h;
 	int fd;
@@ -658,7 +641,7 @@ CUresult cuMemExportToShareableHandle(void *out, CUhandle h, int type, unsigned 
 	return 0;
 }
 
-CUresult cuMemImportFromShareableHandle(CUhandle *h, void *os, int type)
+cu_result cuMemImportFromShareableHandle(cu_handle *h, void *os, int type)
 {
 	int fd = (int)(intptr_t)os;
 	struct phys *ph;
@@ -676,11 +659,11 @@ CUresult cuMemImportFromShareableHandle(CUhandle *h, void *os, int type)
 		made[nmade++] = ph;
 	live_phys_bytes += ph->size;
 	pthread_mutex_unlock(&mem_mu);
-	*h = (CUhandle)(uintptr_t)ph;
+	*h = (cu_handle)(uintptr_t)ph;
 	return 0;
 }
 
-static int handle_ok(CUhandle h)
+static int handle_ok(cu_handle h)
 {
 	return handle_ok_locked(h);
 }
@@ -694,7 +677,7 @@ static void handle_forget(struct phys *ph)
 		}
 }
 
-CUresult cuMemMap(CUdeviceptr va, size_t size, size_t offset, CUhandle h,
+cu_result cuMemMap(cu_ptr va, size_t size, size_t offset, cu_handle h,
 		  unsigned long long flags)
 {
 	struct phys *ph = (struct phys *)(uintptr_t)h;
@@ -720,14 +703,14 @@ CUresult cuMemMap(CUdeviceptr va, size_t size, size_t offset, CUhandle h,
 	return 0;
 }
 
-CUresult cuMemSetAccess(CUdeviceptr va, size_t size, const void *desc, size_t count)
+cu_result cuMemSetAccess(cu_ptr va, size_t size, const cu_access_desc *desc, size_t count)
 {
 	return count ? 0 : 1;
 }
 
-CUresult cuMemUnmap(CUdeviceptr va, size_t size)
+cu_result cuMemUnmap(cu_ptr va, size_t size)
 {
-	CUresult r = 1;
+	cu_result r = 1;
 
 	pthread_mutex_lock(&mem_mu);
 	for (int i = 0; i < 1024; i++) {
@@ -749,7 +732,7 @@ CUresult cuMemUnmap(CUdeviceptr va, size_t size)
 	return r;
 }
 
-CUresult cuMemRelease(CUhandle h)
+cu_result cuMemRelease(cu_handle h)
 {
 	struct phys *ph = (struct phys *)(uintptr_t)h;
 
@@ -766,13 +749,13 @@ CUresult cuMemRelease(CUhandle h)
 	return 0;
 }
 
-CUresult cuMemRetainAllocationHandle(CUhandle *h, void *addr)
+cu_result cuMemRetainAllocationHandle(cu_handle *h, void *addr)
 {
 	pthread_mutex_lock(&mem_mu);
 	for (int i = 0; i < 1024; i++)
-		if (maps[i].ph && (CUdeviceptr)addr >= maps[i].va &&
-		    (CUdeviceptr)addr < maps[i].va + maps[i].size) {
-			*h = (CUhandle)(uintptr_t)maps[i].ph;
+		if (maps[i].ph && (cu_ptr)addr >= maps[i].va &&
+		    (cu_ptr)addr < maps[i].va + maps[i].size) {
+			*h = (cu_handle)(uintptr_t)maps[i].ph;
 			pthread_mutex_unlock(&mem_mu);
 			return 0;
 		}
@@ -780,19 +763,19 @@ CUresult cuMemRetainAllocationHandle(CUhandle *h, void *addr)
 	return 1;
 }
 
-CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
+cu_result cuMemcpyDtoH_v2(void *dst, cu_ptr src, size_t n)
 {
 	memcpy(dst, (void *)src, n);
 	return 0;
 }
-CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
+cu_result cuMemcpyHtoD_v2(cu_ptr dst, const void *src, size_t n)
 {
 	memcpy((void *)dst, src, n);
 	return 0;
 }
 static int straddles_pinned(const char *src, size_t n);
 
-CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *stream)
+cu_result cuMemcpyHtoDAsync_v2(cu_ptr dst, const void *src, size_t n, cu_stream stream)
 {
 	const char *d = getenv("MOCK_CUDA_HTOD_DELAY_MS");
 
@@ -804,7 +787,7 @@ CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *
 	memcpy((void *)dst, src, n);
 	return 0;
 }
-CUresult cuMemsetD32_v2(CUdeviceptr dst, unsigned v, size_t n)
+cu_result cuMemsetD32_v2(cu_ptr dst, unsigned v, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		((unsigned *)dst)[i] = v;
@@ -817,7 +800,7 @@ static struct {
 	size_t n;
 } pinned_ranges[256];
 
-CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags)
+cu_result cuMemHostRegister_v2(void *p, size_t n, unsigned flags)
 {
 	pthread_mutex_lock(&mem_mu);
 	for (int i = 0; i < 256; i++)
@@ -829,9 +812,9 @@ CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags)
 	pthread_mutex_unlock(&mem_mu);
 	return 0;
 }
-CUresult cuMemHostUnregister(void *p)
+cu_result cuMemHostUnregister(void *p)
 {
-	CUresult r = 1;
+	cu_result r = 1;
 
 	pthread_mutex_lock(&mem_mu);
 	for (int i = 0; i < 256; i++)
@@ -861,34 +844,34 @@ static int straddles_pinned(const char *src, size_t n)
 	pthread_mutex_unlock(&mem_mu);
 	return bad;
 }
-CUresult cuMemAllocHost_v2(void **p, size_t n)
+cu_result cuMemAllocHost_v2(void **p, size_t n)
 {
 	*p = malloc(n);
 	return *p ? 0 : 2;
 }
-CUresult cuMemFreeHost(void *p)
+cu_result cuMemFreeHost(void *p)
 {
 	free(p);
 	return 0;
 }
-CUresult cuStreamCreate(void **s, unsigned flags)
+cu_result cuStreamCreate(cu_stream *s, unsigned flags)
 {
-	*s = &ctx_token;
+	*s = (cu_stream)&ctx_token;
 	return 0;
 }
-CUresult cuStreamSynchronize(void *s)
+cu_result cuStreamSynchronize(cu_stream s)
 {
 	return 0;
 }
-CUresult cuStreamDestroy_v2(void *s)
+cu_result cuStreamDestroy_v2(cu_stream s)
 {
 	return 0;
 }
 
-CUresult cuGetProcAddress_v2(const char *name, void **pfn, int version, unsigned long long flags,
-			     int *status);
+cu_result cuGetProcAddress_v2(const char *name, void **pfn, int version, cu_u64 flags,
+			     cu_proc_query *status);
 
-CUresult cuGetProcAddress(const char *name, void **pfn, int version, unsigned long long flags)
+cu_result cuGetProcAddress(const char *name, void **pfn, int version, cu_u64 flags)
 {
 	static const struct {
 		const char *name;
@@ -934,10 +917,10 @@ CUresult cuGetProcAddress(const char *name, void **pfn, int version, unsigned lo
 	return 500; /* CUDA_ERROR_NOT_FOUND */
 }
 
-CUresult cuGetProcAddress_v2(const char *name, void **pfn, int version, unsigned long long flags,
-			     int *status)
+cu_result cuGetProcAddress_v2(const char *name, void **pfn, int version, cu_u64 flags,
+			     cu_proc_query *status)
 {
-	CUresult r = cuGetProcAddress(name, pfn, version, flags);
+	cu_result r = cuGetProcAddress(name, pfn, version, flags);
 
 	if (status)
 		*status = r ? 1 : 0;

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* test_cuda.c — the CUDA driver shim.
  *
- * Everywhere: where cuda.h can be found (nvcc's include dir, $CUDA_HOME), the
- * shim's own declarations of the checkpoint API's types are compiled against
- * it (common/cuda.c with -DTHAW_CUDA_LAYOUT_CHECK).
+ * Everywhere: where cuda.h can be found (nvcc's include dir, $CUDA_HOME),
+ * thaw's one copy of the driver's ABI (common/cuda_abi.h: layouts,
+ * constants, entry points' types) is compiled against it
+ * (-DTHAW_CUDA_LAYOUT_CHECK).
  * Everywhere: the shim against a fake libcuda.so.1 (test/cuda_mock.c, built
  * here with cc): devices, UUIDs, the state machine, GPU pairs, errors.
  * Without a driver: every cuda_* call answers -ENODEV, then the test skips.
@@ -94,14 +95,14 @@ static void layout_check(void)
 		printf("layout check: no %s, not checked\n", path);
 		return;
 	}
-	snprintf(path, sizeof(path), "%s/common/cuda.c", root);
+	snprintf(path, sizeof(path), "%s/common/cuda_abi.h", root);
 	if (access(path, R_OK) || system("command -v ${CC:-cc} >/dev/null")) {
 		printf("layout check: no source tree or no compiler, not checked\n");
 		return;
 	}
 	snprintf(cmd, sizeof(cmd),
 		 "cd '%s' && ${CC:-cc} -std=gnu11 -D_GNU_SOURCE -I. -I'%s' -DTHAW_CUDA_LAYOUT_CHECK "
-		 "-fsyntax-only common/cuda.c",
+		 "-fsyntax-only -x c common/cuda_abi.h",
 		 root, inc);
 	rc = system(cmd);
 	printf("layout check against %s/cuda.h: %s\n", inc, rc == 0 ? "same" : "DIFFERENT");

@@ -106,44 +106,48 @@ static uint64_t num(const json_t *o, const char *k)
 	return v > 0 ? (uint64_t)v : 0;
 }
 
+static double ms_of(const json_t *o, const char *k)
+{
+	return json_number_value(json_object_get(json_object_get(o, "ms"), k));
+}
+
+static void text_of(const json_t *o, const char *k, char *out, size_t len)
+{
+	snprintf(out, len, "%s", json_string_value(json_object_get(o, k)) ?: "");
+}
+
+static void devs_of(const json_t *o, const char *k, uint64_t *out, size_t n)
+{
+	const json_t *a = json_object_get(o, k);
+
+	for (size_t i = 0; i < n; i++) {
+		json_int_t v = json_integer_value(json_array_get(a, i));
+
+		out[i] = v > 0 ? (uint64_t)v : 0;
+	}
+}
+
+/* One field of the record, by its kind (gpumem_protocol.h). */
+#define PARSE_BOOL(name, key) st->name = json_is_true(json_object_get(o, key));
+#define PARSE_U64(name, key) st->name = num(o, key);
+#define PARSE_INT(name, key) st->name = (int)num(o, key);
+#define PARSE_MS(name, key) st->name = ms_of(o, key);
+#define PARSE_DBL(name, key) st->name = json_number_value(json_object_get(o, key));
+#define PARSE_TEXT(name, key) text_of(o, key, st->name, sizeof(st->name));
+#define PARSE_DEVS(name, key) devs_of(o, key, st->name, ARRAY_SIZE(st->name));
+#define PARSE_FIELD(kind, name, key) PARSE_##kind(name, key)
+
 /* Parse an answer to seq; 1 when it is that answer, 0 when not (yet). */
 static int parse(const char *text, unsigned seq, struct gpumem_status *st)
 {
-	json_t *o = json_loads(text, 0, NULL), *ms, *dev;
+	json_t *o = json_loads(text, 0, NULL);
 
 	if (!o || num(o, "seq") != seq) {
 		json_decref(o);
 		return 0;
 	}
 	st->answered = true;
-	st->ok = json_is_true(json_object_get(o, "ok"));
-	snprintf(st->error, sizeof(st->error), "%s",
-		 json_string_value(json_object_get(o, "error")) ?: "");
-	st->allocs = num(o, "allocs");
-	st->bytes = num(o, "bytes");
-	st->left_allocs = num(o, "left_allocs");
-	st->left_bytes = num(o, "left_bytes");
-	dev = json_object_get(o, "dev_bytes");
-	for (size_t i = 0; i < ARRAY_SIZE(st->dev_bytes); i++) {
-		json_int_t v = json_integer_value(json_array_get(dev, i));
-
-		st->dev_bytes[i] = v > 0 ? (uint64_t)v : 0;
-	}
-	ms = json_object_get(o, "ms");
-	st->hold_ms = json_number_value(json_object_get(ms, "hold"));
-	st->sync_ms = json_number_value(json_object_get(ms, "sync"));
-	st->map_ms = json_number_value(json_object_get(ms, "map"));
-	st->copy_ms = json_number_value(json_object_get(ms, "copy"));
-	st->total_ms = json_number_value(json_object_get(ms, "total"));
-	st->populate_ms = json_number_value(json_object_get(ms, "populate"));
-	st->register_ms = json_number_value(json_object_get(ms, "register"));
-	st->copy_threads = (int)num(o, "copy_threads");
-	st->pinned_slices = (int)num(o, "pinned_slices");
-	snprintf(st->register_error, sizeof(st->register_error), "%s",
-		 json_string_value(json_object_get(o, "register_error")) ?: "");
-	st->prefilled_allocs = num(o, "prefilled_allocs");
-	st->prefilled_bytes = num(o, "prefilled_bytes");
-	st->prefill_ms = json_number_value(json_object_get(o, "prefill_ms"));
+	GPUMEM_RECORD_FIELDS(PARSE_FIELD)
 	json_decref(o);
 	return 1;
 }

@@ -20,22 +20,14 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-/* A process's answer. */
+/* A process's answer: the record it wrote (gpumem_protocol.h). */
 struct gpumem_status {
-	bool answered;      /* false: error says why there is no answer */
-	bool ok;
-	char error[512];    /* the library's words, or why it did not answer */
-	uint64_t allocs, bytes;           /* moved */
-	uint64_t left_allocs, left_bytes; /* left to the driver's checkpoint */
-	uint64_t dev_bytes[8];            /* moved, per device ordinal in the process */
-	double hold_ms, sync_ms, map_ms, copy_ms, total_ms;
-	double populate_ms, register_ms; /* of copy_ms: the slowest copy thread's */
-	int copy_threads;
-	int pinned_slices;         /* of them, pinned by the driver */
-	char register_error[48];   /* why one was not ("" if all were) */
-	/* Of those moved back, mapped from memory thawd filled (prefill). */
-	uint64_t prefilled_allocs, prefilled_bytes;
-	double prefill_ms;
+	bool answered; /* false: error says why there is no answer */
+	/* ok, error (the library's words, or why it did not answer), allocs,
+	 * bytes, dev_bytes, the times…: GPUMEM_RECORD_FIELDS. */
+	struct {
+		GPUMEM_RECORD_MEMBERS
+	};
 };
 
 /* Whether the library is mapped into pid (it loaded there). */

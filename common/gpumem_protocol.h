@@ -5,13 +5,19 @@
  * thawd asks with a real-time signal carrying an operation and a sequence
  * number (sigqueue); the library answers with a status file, written whole
  * (temporary file, then rename) into its out directory as
- * <ns pid>.status: one JSON object that names the sequence it answers.  No
+ * <ns pid>.status: one JSON object that names the sequence it answers
+ * ("seq", and "op") and holds the record below.  No
  * descriptor stays open between two operations, so CRIU dumps the process
- * with nothing of this channel in it.  Constants only: the library links
- * nothing of thaw's.
+ * with nothing of this channel in it.  Constants, types and macros only:
+ * the library links nothing of thaw's.
  */
 #ifndef THAW_GPUMEM_PROTOCOL_H
 #define THAW_GPUMEM_PROTOCOL_H
+
+#include "common/cuda_abi.h"
+
+#include <stdbool.h>
+#include <stdint.h>
 
 /* SIGRTMAX-4 on Linux: glibc keeps the first real-time signals for itself;
  * a function is unlikely to use this one (THAW_GPUMEM_SIGNAL changes it). */
@@ -32,6 +38,60 @@ enum gpumem_op {
 #define GPUMEM_VALUE(op, seq) ((int)(((unsigned)(seq) << 4) | ((unsigned)(op) & 15u)))
 #define GPUMEM_VALUE_OP(v) ((unsigned)(v) & 15u)
 #define GPUMEM_VALUE_SEQ(v) ((unsigned)(v) >> 4)
+
+/* The answer's record: X(kind, name, key), one list for the struct both
+ * sides fill (struct gpumem_record in the library, struct gpumem_status's
+ * fields in thawd), the library's writer (interpose/control.c) and thawd's
+ * parser (common/gpumem.c).  A kind is the field's type and where its key
+ * lies: BOOL, U64, INT, TEXT (a string), DEVS (an array, one figure per
+ * device ordinal of the process, CUDA_MAX_DEVICES of them) at the top of
+ * the object; MS (milliseconds) in its "ms" object.  A key an older
+ * library does not write reads as 0: a thawd reads the answers of the
+ * library a snapshot carries, however old. */
+#define GPUMEM_RECORD_FIELDS(X)                                                               \
+	X(BOOL, ok, "ok")                                                                     \
+	X(TEXT, error, "error")             /* the library's words: the first failure */      \
+	X(U64, allocs, "allocs")            /* moved */                                       \
+	X(U64, bytes, "bytes")                                                                \
+	X(U64, left_allocs, "left_allocs")  /* left to the driver's checkpoint */             \
+	X(U64, left_bytes, "left_bytes")                                                      \
+	X(DEVS, dev_bytes, "dev_bytes")     /* moved, per device ordinal in the process */    \
+	X(MS, hold_ms, "hold")              /* the gate closed, the calls out */              \
+	X(MS, sync_ms, "sync")                                                                \
+	X(MS, map_ms, "map")                                                                  \
+	X(MS, copy_ms, "copy")                                                                \
+	X(MS, total_ms, "total")                                                              \
+	X(MS, populate_ms, "populate")      /* of copy: the slowest copy thread's */          \
+	X(MS, register_ms, "register")                                                        \
+	X(INT, copy_threads, "copy_threads")                                                  \
+	X(INT, pinned_slices, "pinned_slices") /* of them, pinned by the driver */            \
+	X(TEXT, register_error, "register_error") /* why one was not ("" if all were) */      \
+	X(U64, prefilled_allocs, "prefilled_allocs") /* of those moved back, thawd's fill */  \
+	X(U64, prefilled_bytes, "prefilled_bytes")                                            \
+	X(DBL, prefill_ms, "prefill_ms")
+
+#define GPUMEM_TEXT_MAX 512
+#define GPUMEM_TYPE_BOOL bool
+#define GPUMEM_TYPE_U64 uint64_t
+#define GPUMEM_TYPE_INT int
+#define GPUMEM_TYPE_MS double
+#define GPUMEM_TYPE_DBL double
+#define GPUMEM_TYPE_TEXT char
+#define GPUMEM_TYPE_DEVS uint64_t
+#define GPUMEM_DIM_BOOL
+#define GPUMEM_DIM_U64
+#define GPUMEM_DIM_INT
+#define GPUMEM_DIM_MS
+#define GPUMEM_DIM_DBL
+#define GPUMEM_DIM_TEXT [GPUMEM_TEXT_MAX]
+#define GPUMEM_DIM_DEVS [CUDA_MAX_DEVICES]
+/* The record's fields as members of a struct. */
+#define GPUMEM_RECORD_MEMBER(kind, name, key) GPUMEM_TYPE_##kind name GPUMEM_DIM_##kind;
+#define GPUMEM_RECORD_MEMBERS GPUMEM_RECORD_FIELDS(GPUMEM_RECORD_MEMBER)
+
+struct gpumem_record {
+	GPUMEM_RECORD_MEMBERS
+};
 
 /* Inside the container. */
 #define GPUMEM_LIB_NAME "libthaw-cuda.so"

@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <semaphore.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,37 +85,87 @@ static void put_status(const char *json, size_t len)
 	close(fd);
 }
 
-static void answer(unsigned seq, const char *op, const struct gm_result *r)
+/* The answer being written: JSON, appended to. */
+struct out {
+	char buf[8192];
+	size_t k;
+	bool full;
+};
+
+static void put(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(struct out *o, const char *fmt, ...)
 {
-	char buf[2048], err[600], ebuf[32];
-	size_t j = 0;
+	va_list ap;
 	int n;
 
-	/* The error as a JSON string: quotes and controls escaped. */
-	for (const char *p = r->error; *p && j < sizeof(err) - 8; p++) {
+	if (o->full)
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(o->buf + o->k, sizeof(o->buf) - o->k, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= sizeof(o->buf) - o->k)
+		o->full = true;
+	else
+		o->k += (size_t)n;
+}
+
+/* ", "key": "text"", the text's quotes and backslashes escaped and its
+ * controls made spaces. */
+static void put_text(struct out *o, const char *key, const char *text)
+{
+	char esc[2 * GPUMEM_TEXT_MAX];
+	size_t j = 0;
+
+	for (const char *p = text; *p && j < sizeof(esc) - 2; p++) {
 		if (*p == '"' || *p == '\\')
-			err[j++] = '\\';
-		err[j++] = (unsigned char)*p < 0x20 ? ' ' : *p;
+			esc[j++] = '\\';
+		esc[j++] = (unsigned char)*p < 0x20 ? ' ' : *p;
 	}
-	err[j] = '\0';
-	n = snprintf(buf, sizeof(buf),
-		     "{\"seq\": %u, \"op\": \"%s\", \"ok\": %s, \"error\": \"%s\", "
-		     "\"allocs\": %llu, \"bytes\": %llu, \"left_allocs\": %llu, "
-		     "\"left_bytes\": %llu, \"dev_bytes\": [%llu, %llu, %llu, %llu, %llu, %llu, "
-		     "%llu, %llu], \"ms\": {\"hold\": %.3f, \"sync\": %.3f, \"map\": %.3f, "
-		     "\"copy\": %.3f, \"total\": %.3f, \"populate\": %.3f, \"register\": %.3f}, \"copy_threads\": %d, \"pinned_slices\": %d, "
-		     "\"register_error\": \"%s\", \"prefilled_allocs\": %llu, "
-		     "\"prefilled_bytes\": %llu, \"prefill_ms\": %.3f}\n",
-		     seq, op, r->ok ? "true" : "false", err, r->allocs, r->bytes, r->left_allocs,
-		     r->left_bytes, r->dev_bytes[0], r->dev_bytes[1], r->dev_bytes[2],
-		     r->dev_bytes[3], r->dev_bytes[4], r->dev_bytes[5], r->dev_bytes[6],
-		     r->dev_bytes[7], r->hold_ms, r->sync_ms, r->map_ms, r->copy_ms, r->total_ms,
-		     r->populate_ms, r->register_ms,
-		     r->copy_threads, r->pinned_slices,
-		     r->register_error ? gm_error_name(r->register_error, ebuf, sizeof(ebuf)) : "",
-		     r->prefilled_allocs, r->prefilled_bytes, r->prefill_ms);
-	if (n > 0)
-		put_status(buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
+	esc[j] = '\0';
+	put(o, ", \"%s\": \"%s\"", key, esc);
+}
+
+static void put_devs(struct out *o, const char *key, const uint64_t *v, size_t n)
+{
+	put(o, ", \"%s\": [", key);
+	for (size_t i = 0; i < n; i++)
+		put(o, "%s%llu", i ? ", " : "", (unsigned long long)v[i]);
+	put(o, "]");
+}
+
+/* The record's fields by kind (common/gpumem_protocol.h): the top level's
+ * first, then the "ms" object's. */
+#define TOP_BOOL(name, key) put(&o, ", \"%s\": %s", key, r->name ? "true" : "false");
+#define TOP_U64(name, key) put(&o, ", \"%s\": %llu", key, (unsigned long long)r->name);
+#define TOP_INT(name, key) put(&o, ", \"%s\": %d", key, r->name);
+#define TOP_DBL(name, key) put(&o, ", \"%s\": %.3f", key, r->name);
+#define TOP_TEXT(name, key) put_text(&o, key, r->name);
+#define TOP_DEVS(name, key) put_devs(&o, key, r->name, CUDA_MAX_DEVICES);
+#define TOP_MS(name, key)
+#define TOP_FIELD(kind, name, key) TOP_##kind(name, key)
+#define MS_BOOL(name, key)
+#define MS_U64(name, key)
+#define MS_INT(name, key)
+#define MS_DBL(name, key)
+#define MS_TEXT(name, key)
+#define MS_DEVS(name, key)
+#define MS_MS(name, key)                                                                     \
+	put(&o, "%s\"%s\": %.3f", sep, key, r->name);                                        \
+	sep = ", ";
+#define MS_FIELD(kind, name, key) MS_##kind(name, key)
+
+static void answer(unsigned seq, const char *op, const struct gpumem_record *r)
+{
+	struct out o = { .k = 0 };
+	const char *sep = "";
+
+	put(&o, "{\"seq\": %u, \"op\": \"%s\"", seq, op);
+	GPUMEM_RECORD_FIELDS(TOP_FIELD)
+	put(&o, ", \"ms\": {");
+	GPUMEM_RECORD_FIELDS(MS_FIELD)
+	put(&o, "}}\n");
+	if (!o.full)
+		put_status(o.buf, o.k);
 }
 
 static void *control_main(void *arg)
@@ -123,7 +174,7 @@ static void *control_main(void *arg)
 
 	(void)arg;
 	for (;;) {
-		struct gm_result r;
+		struct gpumem_record r;
 		struct timespec until;
 		unsigned v, op, seq;
 		int w;

@@ -68,7 +68,7 @@ extern struct gm_real gm_real GM_HIDDEN;
 /* Resolve gm_real from libcuda (once; a process without libcuda keeps
  * NULLs).  0, or -1 when libcuda cannot be opened. */
 int gm_real_init(void) GM_HIDDEN;
-/* "CU_ERR_OUT_OF_MEMORY" for r (the driver's name, else the number). */
+/* "CUDA_ERROR_OUT_OF_MEMORY" for r (the driver's name, else the number). */
 const char *gm_error_name(cu_result r, char *buf, size_t len) GM_HIDDEN;
 
 /* --- the gate (gate.S, hook.c) --- */
@@ -145,24 +145,11 @@ extern struct gm_left gm_left GM_HIDDEN;
 extern size_t gm_min_bytes GM_HIDDEN;
 
 /* --- save and copy back (move.c) --- */
-struct gm_result {
-	bool ok;
-	char error[256];
-	unsigned long long allocs, bytes;          /* moved */
-	unsigned long long left_allocs, left_bytes; /* left to the driver */
-	unsigned long long dev_bytes[8];            /* moved, per device ordinal */
-	double hold_ms, sync_ms, copy_ms, map_ms, total_ms;
-	int copy_threads;
-	int pinned_slices;     /* of copy_threads, those the driver pinned whole */
-	double populate_ms, register_ms; /* the slowest thread's */
-	cu_result register_error; /* why one was not pinned */
-	/* Of those moved back, taken from thawd ready-filled (prefill.c). */
-	unsigned long long prefilled_allocs, prefilled_bytes;
-	double prefill_ms;
-};
-void gm_save(const char *dir, struct gm_result *r) GM_HIDDEN;
+/* What a save or a copy back did: the record of the answer
+ * (common/gpumem_protocol.h), filled as it goes. */
+void gm_save(const char *dir, struct gpumem_record *r) GM_HIDDEN;
 /* in_dir: the saved file's; out_dir: where thawd's prefill socket is. */
-void gm_restore(const char *in_dir, const char *out_dir, struct gm_result *r) GM_HIDDEN;
+void gm_restore(const char *in_dir, const char *out_dir, struct gpumem_record *r) GM_HIDDEN;
 void gm_release_pinned(void) GM_HIDDEN;
 
 /* --- thawd's fill (prefill.c) --- */
@@ -172,7 +159,7 @@ int gm_layout_write(const char *dir) GM_HIDDEN;
 /* At a restore, before anything is mapped: each saved mapping thawd sent
  * ready-filled memory for is mapped from it and no longer saved.  Nothing
  * (no socket, a refusal) leaves the mappings to the copy.  Under gm_lock. */
-void gm_prefill_take(const char *dir, struct gm_result *r) GM_HIDDEN;
+void gm_prefill_take(const char *dir, struct gpumem_record *r) GM_HIDDEN;
 /* Map handle rh at m's address with m's access, as the memory m names now
  * (move.c). */
 cu_result gm_map_handle(struct gm_map *m, cu_handle rh) GM_HIDDEN;

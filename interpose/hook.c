@@ -158,7 +158,7 @@ const char *gm_error_name(cu_result r, char *buf, size_t len)
 
 	if (gm_real.cuGetErrorName && gm_real.cuGetErrorName(r, &s) == CU_SUCCESS && s)
 		return s;
-	snprintf(buf, len, "cu_result %d", r);
+	snprintf(buf, len, "CUresult %d", r);
 	return buf;
 }
 

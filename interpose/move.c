@@ -39,7 +39,7 @@
 #define SLICE_MIN (256ull << 20)
 
 /* The first failure is the one told: "what: CUDA_ERROR_…". */
-static void fail(struct gm_result *r, const char *what, cu_result cr)
+static void fail(struct gpumem_record *r, const char *what, cu_result cr)
 {
 	char buf[32];
 
@@ -57,7 +57,7 @@ static bool movable(const struct gm_map *m)
 	       m->size == m->h->size && m->h->rh;
 }
 
-static void count_left(struct gm_result *r)
+static void count_left(struct gpumem_record *r)
 {
 	r->left_allocs = gm_left.allocs;
 	r->left_bytes = gm_left.bytes;
@@ -89,7 +89,7 @@ static bool all_zero(const unsigned char *p, size_t n)
 }
 
 /* Copy m's bytes to fd at m->file_off. */
-static int save_one(int fd, struct gm_map *m, void *bounce, struct gm_result *r)
+static int save_one(int fd, struct gm_map *m, void *bounce, struct gpumem_record *r)
 {
 	for (size_t off = 0; off < m->size; off += BOUNCE_BYTES) {
 		size_t n = m->size - off < BOUNCE_BYTES ? m->size - off : BOUNCE_BYTES;
@@ -116,7 +116,7 @@ static int save_one(int fd, struct gm_map *m, void *bounce, struct gm_result *r)
 	return 0;
 }
 
-static int unmap_one(struct gm_map *m, struct gm_result *r)
+static int unmap_one(struct gm_map *m, struct gpumem_record *r)
 {
 	cu_result cr = gm_real.cuMemUnmap(m->va, m->size);
 
@@ -133,9 +133,9 @@ static int unmap_one(struct gm_map *m, struct gm_result *r)
 	return 0;
 }
 
-static int map_new(struct gm_map *m, struct gm_result *r);
+static int map_new(struct gm_map *m, struct gpumem_record *r);
 
-void gm_save(const char *dir, struct gm_result *r)
+void gm_save(const char *dir, struct gpumem_record *r)
 {
 	char path[4096];
 	void *bounce = NULL;
@@ -203,7 +203,7 @@ void gm_save(const char *dir, struct gm_result *r)
 			goto out;
 		r->allocs++;
 		r->bytes += m->size;
-		if (m->device >= 0 && m->device < 8)
+		if (m->device >= 0 && m->device < CUDA_MAX_DEVICES)
 			r->dev_bytes[m->device] += m->size;
 	}
 	r->map_ms = gm_now_ms() - t;
@@ -265,7 +265,7 @@ cu_result gm_map_handle(struct gm_map *m, cu_handle rh)
 }
 
 /* New physical memory at m's address, with its access. */
-static int map_new(struct gm_map *m, struct gm_result *r)
+static int map_new(struct gm_map *m, struct gpumem_record *r)
 {
 	cu_handle rh = 0;
 	cu_result cr;
@@ -392,7 +392,7 @@ static void *copy_slice(void *arg)
 	return NULL;
 }
 
-void gm_restore(const char *dir, const char *out_dir, struct gm_result *r)
+void gm_restore(const char *dir, const char *out_dir, struct gpumem_record *r)
 {
 	char path[4096];
 	pthread_t th[MAX_THREADS];
@@ -400,6 +400,7 @@ void gm_restore(const char *dir, const char *out_dir, struct gm_result *r)
 	double t0 = gm_now_ms(), t;
 	struct stat st;
 	bool writable = false;
+	char ebuf[32];
 	int fd = -1, n;
 
 	memset(r, 0, sizeof(*r));
@@ -421,7 +422,7 @@ void gm_restore(const char *dir, const char *out_dir, struct gm_result *r)
 		m->restoring = true;
 		r->allocs++;
 		r->bytes += m->size;
-		if (m->device >= 0 && m->device < 8)
+		if (m->device >= 0 && m->device < CUDA_MAX_DEVICES)
 			r->dev_bytes[m->device] += m->size;
 		if (m->file_off + m->size > total)
 			total = m->file_off + m->size;
@@ -473,7 +474,8 @@ void gm_restore(const char *dir, const char *out_dir, struct gm_result *r)
 			if (pinned.s[i].npinned == pinned.s[i].npieces)
 				r->pinned_slices++;
 			else
-				r->register_error = pinned.s[i].reg_cr;
+				snprintf(r->register_error, sizeof(r->register_error), "%s",
+					 gm_error_name(pinned.s[i].reg_cr, ebuf, sizeof(ebuf)));
 			if (pinned.s[i].populate_ms > r->populate_ms)
 				r->populate_ms = pinned.s[i].populate_ms;
 			if (pinned.s[i].register_ms > r->register_ms)

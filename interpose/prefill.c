@@ -51,7 +51,7 @@ int gm_layout_write(const char *dir)
 
 /* Map the memory fd names at the saved mapping that lies at file_off. */
 static void take_one(unsigned long long file_off, unsigned long long size, int fd,
-		     struct gm_result *r)
+		     struct gpumem_record *r)
 {
 	cu_handle rh = 0;
 	struct gm_map *m;
@@ -70,7 +70,7 @@ static void take_one(unsigned long long file_off, unsigned long long size, int f
 	}
 	r->allocs++;
 	r->bytes += size;
-	if (m->device >= 0 && m->device < 8)
+	if (m->device >= 0 && m->device < CUDA_MAX_DEVICES)
 		r->dev_bytes[m->device] += size;
 	r->prefilled_allocs++;
 	r->prefilled_bytes += size;
@@ -78,7 +78,7 @@ static void take_one(unsigned long long file_off, unsigned long long size, int f
 
 /* One message: its entries and their descriptors.  The number of entries,
  * or -1 at the end (or a broken stream). */
-static int take_message(int sock, struct gm_result *r)
+static int take_message(int sock, struct gpumem_record *r)
 {
 	struct gpumem_prefill_msg msg;
 	char ctl[CMSG_SPACE(sizeof(int) * GPUMEM_PREFILL_BATCH)];
@@ -108,7 +108,7 @@ static int take_message(int sock, struct gm_result *r)
 	return got < 0 || msg.n == 0 ? -1 : (int)msg.n;
 }
 
-void gm_prefill_take(const char *dir, struct gm_result *r)
+void gm_prefill_take(const char *dir, struct gpumem_record *r)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct timeval tv = { .tv_sec = 10 };

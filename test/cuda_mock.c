@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_mock.c — a fake libcuda.so.1 for test_cuda, so that the CUDA shim's
- * own logic (symbol loading, argument structs, UUIDs, state checks, cu_result
+ * own logic (symbol loading, argument structs, UUIDs, state checks, CUresult
  * to -errno) is tested on machines without a GPU too.  test_cuda compiles it
  * at run time (cc -shared) and runs itself again with it on LD_LIBRARY_PATH.
  *

@@ -168,6 +168,10 @@ static void save_and_restore(const char *app_path)
 		fprintf(stderr, "restore: %s\n", rc.st.error);
 	CHECK_EQ(rc.st.allocs, 6);
 	CHECK_EQ(rc.st.bytes, 30 * MIB);
+	CHECK_EQ(rc.st.dev_bytes[0], 30 * MIB);
+	/* The copy took 100 ms a piece: the record's times came through. */
+	CHECK(rc.st.copy_ms >= 100 && rc.st.total_ms >= rc.st.copy_ms);
+	CHECK(rc.st.copy_threads >= 1);
 	/* What the driver kept is what it kept before, no more. */
 	CHECK_EQ(rc.st.left_allocs, 2);
 	CHECK_EQ(rc.st.left_bytes, 4 * MIB + (64 << 10));
@@ -479,6 +483,67 @@ static void fallbacks(const char *app_path, const char *static_path)
 	}
 }
 
+/* An answer as a library of an older snapshot writes it (a restore talks
+ * to the library the image carries): eight figures per device, no key of
+ * a newer field.  This process plays the library: a thread takes thaw's
+ * signal (blocked everywhere else) and writes the answer. */
+static void *old_library(void *arg)
+{
+	const char *out = arg;
+	char path[600], text[1024];
+	siginfo_t si;
+	sigset_t set;
+	FILE *f;
+
+	sigemptyset(&set);
+	sigaddset(&set, GPUMEM_SIGNAL_DEFAULT);
+	if (sigwaitinfo(&set, &si) != GPUMEM_SIGNAL_DEFAULT)
+		return NULL;
+	snprintf(text, sizeof(text),
+		 "{\"seq\": %u, \"op\": \"save\", \"ok\": true, \"error\": \"\", "
+		 "\"allocs\": 3, \"bytes\": 300, \"left_allocs\": 1, \"left_bytes\": 7, "
+		 "\"dev_bytes\": [100, 0, 0, 0, 0, 0, 0, 200], \"ms\": {\"hold\": 1.5, "
+		 "\"total\": 9.25}, \"copy_threads\": 2, \"prefill_ms\": 4.5}\n",
+		 GPUMEM_VALUE_SEQ(si.si_value.sival_int));
+	snprintf(path, sizeof(path), "%s/" GPUMEM_STATUS_FMT ".tmp", out, (int)getpid());
+	f = fopen(path, "w");
+	if (f) {
+		fputs(text, f);
+		fclose(f);
+		snprintf(text, sizeof(text), "%s/" GPUMEM_STATUS_FMT, out, (int)getpid());
+		rename(path, text);
+	}
+	return NULL;
+}
+
+static void old_answer(void)
+{
+	struct gpumem_status st;
+	sigset_t set, old;
+	pid_t self = getpid();
+	pthread_t t;
+
+	sigemptyset(&set);
+	sigaddset(&set, GPUMEM_SIGNAL_DEFAULT);
+	REQUIRE(pthread_sigmask(SIG_BLOCK, &set, &old) == 0);
+	REQUIRE(pthread_create(&t, NULL, old_library, outdir) == 0);
+	CHECK_EQ(gpumem_request(&self, &self, 1, GPUMEM_OP_SAVE, outdir, 30000, &st), 0);
+	pthread_join(t, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	CHECK(st.answered && st.ok);
+	CHECK_EQ(st.allocs, 3);
+	CHECK_EQ(st.bytes, 300);
+	CHECK_EQ(st.left_bytes, 7);
+	CHECK_EQ(ARRAY_SIZE(st.dev_bytes), CUDA_MAX_DEVICES);
+	CHECK_EQ(st.dev_bytes[0], 100);
+	CHECK_EQ(st.dev_bytes[7], 200);
+	CHECK_EQ(st.dev_bytes[8], 0);
+	CHECK(st.hold_ms == 1.5 && st.total_ms == 9.25 && st.prefill_ms == 4.5);
+	CHECK_EQ(st.copy_threads, 2);
+	CHECK_EQ(st.prefilled_allocs, 0);
+	CHECK_STR(st.register_error, "");
+}
+
 /* The prefill case in a child that opens the fake driver by name. */
 static void prefill_in_child(const char *self, const char *app_path)
 {
@@ -553,6 +618,7 @@ int main(int argc, char **argv)
 		if (!have_static)
 			printf("no static libc: the statically linked case is not run\n");
 	}
+	old_answer();
 	save_and_restore(app);
 	prefill_in_child(argv[0], app);
 	fallbacks(app, have_static ? stat_app : NULL);

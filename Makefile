@@ -238,9 +238,9 @@ INTERPOSE_OBJS := $(patsubst %,$(B)/obj/pic/%.o,$(INTERPOSE_SRCS))
 $(B)/obj/pic/%.c.o: %.c $(B)/.cflags
 	@mkdir -p $(dir $@)
 	$(CC) $(filter-out -fsanitize=% -DTHAW_STATIC,$(CFLAGS)) -fPIC -fvisibility=hidden $(DEPFLAGS) -c -o $@ $<
-$(B)/obj/pic/%.S.o: %.S
+$(B)/obj/pic/%.S.o: %.S $(B)/.cflags
 	@mkdir -p $(dir $@)
-	$(CC) -fPIC -c -o $@ $<
+	$(CC) -I. -fPIC $(DEPFLAGS) -c -o $@ $<
 $(B)/libthaw-cuda.so: $(INTERPOSE_OBJS)
 	$(CC) -shared -fPIC -Wl,-z,defs -Wl,-z,now -o $@ $^ -ldl -lpthread
 all: $(B)/libthaw-cuda.so

@@ -21,8 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define GM_EXPORT_FN GM_EXPORT cu_result
-
 pthread_mutex_t gm_lock = PTHREAD_MUTEX_INITIALIZER;
 struct gm_map *gm_maps;
 struct gm_left gm_left;
@@ -177,6 +175,17 @@ static void map_free(struct gm_map **pp)
 	free(m);
 }
 
+/* Each of the library's entry points starts so: the driver resolved (a
+ * call before the process has libcuda answers as the driver would), the
+ * control thread started, the call counted in by the gate. */
+#define OWN_ENTER()                                                                          \
+	do {                                                                                 \
+		if (gm_real_init())                                                          \
+			return CU_ERR_NOT_INITIALIZED;                                       \
+		gm_control_start();                                                          \
+		gm_gate_enter();                                                             \
+	} while (0)
+
 /* --- cuMemAlloc made movable --- */
 
 static size_t granularity(const cu_mem_prop *prop)
@@ -277,7 +286,7 @@ static cu_result own_mem_alloc(cu_ptr *dptr, size_t bytes)
 {
 	cu_result r;
 
-	gm_gate_enter();
+	OWN_ENTER();
 	r = bytes >= gm_min_bytes ? movable_alloc(dptr, bytes) : CU_ERR_NOT_SUPPORTED;
 	if (r != CU_SUCCESS) {
 		/* Too small to be worth a mapping, or the VMM path refused:
@@ -296,7 +305,7 @@ static cu_result own_mem_free(cu_ptr p)
 	size_t size = 0, reserved = 0;
 	cu_result r;
 
-	gm_gate_enter();
+	OWN_ENTER();
 	pthread_mutex_lock(&gm_lock);
 	for (pp = &gm_maps; *pp; pp = &(*pp)->next)
 		if ((*pp)->ours && (*pp)->va == p)
@@ -321,21 +330,6 @@ static cu_result own_mem_free(cu_ptr p)
 	return r;
 }
 
-GM_EXPORT_FN cuMemAlloc_v2(cu_ptr *dptr, size_t bytes)
-{
-	if (gm_real_init())
-		return CU_ERR_NOT_INITIALIZED;
-	gm_control_start();
-	return own_mem_alloc(dptr, bytes);
-}
-
-GM_EXPORT_FN cuMemFree_v2(cu_ptr p)
-{
-	if (gm_real_init())
-		return CU_ERR_NOT_INITIALIZED;
-	return own_mem_free(p);
-}
-
 /* --- allocations left to the driver, counted --- */
 
 static cu_result counted(cu_result r, cu_ptr *dptr, size_t bytes)
@@ -349,7 +343,7 @@ static cu_result counted(cu_result r, cu_ptr *dptr, size_t bytes)
 	static cu_result name params                                                           \
 	{                                                                                     \
 		cu_result r;                                                                   \
-		gm_gate_enter();                                                              \
+		OWN_ENTER();                                                                  \
 		r = counted(gm_real.field args, dptr, bytes);                                 \
 		gm_gate_exit();                                                               \
 		return r;                                                                     \
@@ -372,7 +366,7 @@ static cu_result own_free_async(cu_ptr p, cu_stream s)
 {
 	cu_result r;
 
-	gm_gate_enter();
+	OWN_ENTER();
 	r = gm_real.cuMemFreeAsync(p, s);
 	if (r == CU_SUCCESS)
 		left_remove(p);
@@ -384,7 +378,7 @@ static cu_result own_free_async_ptsz(cu_ptr p, cu_stream s)
 {
 	cu_result r;
 
-	gm_gate_enter();
+	OWN_ENTER();
 	r = gm_real.cuMemFreeAsync_ptsz(p, s);
 	if (r == CU_SUCCESS)
 		left_remove(p);
@@ -400,7 +394,7 @@ static cu_result own_create(cu_handle *handle, size_t size,
 	struct gm_handle *h = NULL;
 	cu_result r;
 
-	gm_gate_enter();
+	OWN_ENTER();
 	r = gm_real.cuMemCreate(handle, size, prop, flags);
 	if (r == CU_SUCCESS) {
 		pthread_mutex_lock(&gm_lock);
@@ -420,7 +414,7 @@ static cu_result own_release(cu_handle vh)
 	struct gm_handle *h;
 	cu_result r = CU_SUCCESS;
 
-	gm_gate_enter();
+	OWN_ENTER();
 	pthread_mutex_lock(&gm_lock);
 	h = handle_find(vh);
 	if (h && !h->rh) {
@@ -445,7 +439,7 @@ static cu_result own_map(cu_ptr va, size_t size, size_t offset,
 	struct gm_handle *h;
 	cu_result r;
 
-	gm_gate_enter();
+	OWN_ENTER();
 	pthread_mutex_lock(&gm_lock);
 	h = handle_find(vh);
 	r = gm_real.cuMemMap(va, size, offset, h && h->rh ? h->rh : vh, flags);
@@ -460,7 +454,7 @@ static cu_result own_unmap(cu_ptr va, size_t size)
 {
 	cu_result r;
 
-	gm_gate_enter();
+	OWN_ENTER();
 	pthread_mutex_lock(&gm_lock);
 	r = gm_real.cuMemUnmap(va, size);
 	if (r == CU_SUCCESS)
@@ -480,7 +474,7 @@ static cu_result own_set_access(cu_ptr va, size_t size, const cu_access_desc *de
 {
 	cu_result r;
 
-	gm_gate_enter();
+	OWN_ENTER();
 	r = gm_real.cuMemSetAccess(va, size, desc, count);
 	if (r == CU_SUCCESS) {
 		pthread_mutex_lock(&gm_lock);
@@ -511,7 +505,7 @@ static cu_result own_retain_handle(cu_handle *handle, void *addr)
 {
 	cu_result r;
 
-	gm_gate_enter();
+	OWN_ENTER();
 	r = gm_real.cuMemRetainAllocationHandle(handle, addr);
 	if (r == CU_SUCCESS) {
 		pthread_mutex_lock(&gm_lock);
@@ -530,7 +524,7 @@ static cu_result own_props_from_handle(cu_mem_prop *prop, cu_handle vh)
 {
 	cu_result r;
 
-	gm_gate_enter();
+	OWN_ENTER();
 	r = gm_real.cuMemGetAllocationPropertiesFromHandle(prop, real_of(vh));
 	gm_gate_exit();
 	return r;
@@ -542,7 +536,7 @@ static cu_result own_export_handle(void *out, cu_handle vh, int type,
 	struct gm_handle *h;
 	cu_result r;
 
-	gm_gate_enter();
+	OWN_ENTER();
 	r = gm_real.cuMemExportToShareableHandle(out, real_of(vh), type, flags);
 	pthread_mutex_lock(&gm_lock);
 	h = handle_find(vh);
@@ -558,7 +552,7 @@ static cu_result own_import_handle(cu_handle *handle, void *os, int type)
 	struct gm_handle *h;
 	cu_result r;
 
-	gm_gate_enter();
+	OWN_ENTER();
 	r = gm_real.cuMemImportFromShareableHandle(handle, os, type);
 	if (r == CU_SUCCESS) {
 		pthread_mutex_lock(&gm_lock);
@@ -573,63 +567,20 @@ static cu_result own_import_handle(cu_handle *handle, void *os, int type)
 	return r;
 }
 
-/* The VMM calls are exported too, for programs linked against libcuda. */
-GM_EXPORT_FN cuMemCreate(cu_handle *h, size_t size,
-			 const cu_mem_prop *prop, unsigned long long flags)
-{
-	return gm_real_init() ? CU_ERR_NOT_INITIALIZED : own_create(h, size, prop, flags);
-}
-
-GM_EXPORT_FN cuMemRelease(cu_handle h)
-{
-	return gm_real_init() ? CU_ERR_NOT_INITIALIZED : own_release(h);
-}
-
-GM_EXPORT_FN cuMemMap(cu_ptr va, size_t size, size_t offset, cu_handle h,
-		      unsigned long long flags)
-{
-	return gm_real_init() ? CU_ERR_NOT_INITIALIZED : own_map(va, size, offset, h, flags);
-}
-
-GM_EXPORT_FN cuMemUnmap(cu_ptr va, size_t size)
-{
-	return gm_real_init() ? CU_ERR_NOT_INITIALIZED : own_unmap(va, size);
-}
-
-GM_EXPORT_FN cuMemSetAccess(cu_ptr va, size_t size, const cu_access_desc *d, size_t n)
-{
-	return gm_real_init() ? CU_ERR_NOT_INITIALIZED : own_set_access(va, size, d, n);
-}
-
 /* The driver's address of each call the library implements, and its own. */
 void *gm_own(void *p)
 {
+#define OWN_ENTRY(sym, fn) { *(void **)&gm_real.sym, (void *)fn },
 	const struct {
 		void *real, *own;
-	} table[] = {
-		{ *(void **)&gm_real.cuMemAlloc_v2, (void *)own_mem_alloc },
-		{ *(void **)&gm_real.cuMemFree_v2, (void *)own_mem_free },
-		{ *(void **)&gm_real.cuMemAllocAsync, (void *)own_alloc_async },
-		{ *(void **)&gm_real.cuMemAllocAsync_ptsz, (void *)own_alloc_async_ptsz },
-		{ *(void **)&gm_real.cuMemAllocFromPoolAsync, (void *)own_alloc_pool },
-		{ *(void **)&gm_real.cuMemAllocFromPoolAsync_ptsz, (void *)own_alloc_pool_ptsz },
-		{ *(void **)&gm_real.cuMemFreeAsync, (void *)own_free_async },
-		{ *(void **)&gm_real.cuMemFreeAsync_ptsz, (void *)own_free_async_ptsz },
-		{ *(void **)&gm_real.cuMemAllocManaged, (void *)own_alloc_managed },
-		{ *(void **)&gm_real.cuMemAllocPitch_v2, (void *)own_alloc_pitch },
-		{ *(void **)&gm_real.cuMemCreate, (void *)own_create },
-		{ *(void **)&gm_real.cuMemRelease, (void *)own_release },
-		{ *(void **)&gm_real.cuMemMap, (void *)own_map },
-		{ *(void **)&gm_real.cuMemUnmap, (void *)own_unmap },
-		{ *(void **)&gm_real.cuMemSetAccess, (void *)own_set_access },
-		{ *(void **)&gm_real.cuMemRetainAllocationHandle, (void *)own_retain_handle },
-		{ *(void **)&gm_real.cuMemGetAllocationPropertiesFromHandle, (void *)own_props_from_handle },
-		{ *(void **)&gm_real.cuMemExportToShareableHandle, (void *)own_export_handle },
-		{ *(void **)&gm_real.cuMemImportFromShareableHandle, (void *)own_import_handle },
-	};
+	} table[] = { GM_EXPORTS_OWN_MEM(OWN_ENTRY) };
+#undef OWN_ENTRY
 
 	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
 		if (table[i].real && table[i].real == p)
 			return table[i].own;
 	return NULL;
 }
+
+/* The same, for programs linked against libcuda (exports.h). */
+GM_EXPORTS_OWN_MEM(GM_EXPORT_AS)

@@ -15,6 +15,8 @@
  * (xchg) before it reads the count.  Nothing of the entry point's type is
  * known here: that is the point, ~1,300 entry points share one path.
  */
+#include "interpose/exports.h"
+
 	.text
 
 	.p2align 4
@@ -85,14 +87,14 @@ gm_common:
 	jmp gm_common
 	.size gm_common, .-gm_common
 
-/* GM_SLOTS (gm.h) slots of 16 bytes each. */
+/* GM_SLOTS (exports.h) slots of 16 bytes each. */
 	.p2align 4
 	.globl gm_slots
 	.hidden gm_slots
 	.type gm_slots, @function
 gm_slots:
 	.set slot, 0
-	.rept 4096
+	.rept GM_SLOTS
 	.p2align 4
 	movl $slot, %r11d
 	jmp gm_common

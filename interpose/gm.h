@@ -22,6 +22,7 @@
 
 #include "common/gpumem_protocol.h"
 #include "common/cuda_abi.h"
+#include "interpose/exports.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -30,6 +31,9 @@
 
 #define GM_HIDDEN __attribute__((visibility("hidden")))
 #define GM_EXPORT __attribute__((visibility("default")))
+/* sym, exported as another name of fn (exports.h's lists), defined in
+ * the same file. */
+#define GM_EXPORT_AS(sym, fn) extern cu_fn_##sym sym __attribute__((alias(#fn), visibility("default")));
 
 /* --- the driver, as the library calls it (never through the gate) --- */
 /* Every entry point of cuda_abi.h declared as libcuda has it: the ones the
@@ -72,13 +76,11 @@ int gm_real_init(void) GM_HIDDEN;
 const char *gm_error_name(cu_result r, char *buf, size_t len) GM_HIDDEN;
 
 /* --- the gate (gate.S, hook.c) --- */
-#define GM_SLOTS 4096
 extern volatile int gm_gate_closed GM_HIDDEN;
 extern volatile long gm_gate_inflight GM_HIDDEN;
 extern void *gm_slot_real[GM_SLOTS] GM_HIDDEN;
 extern const char gm_slots[] GM_HIDDEN; /* slot i's code at gm_slots + 16 * i */
 /* The top GM_EXPORTS slots are exports.S's named entry points. */
-#define GM_EXPORTS 28
 /* Fill slot's driver address by its exported name (on the first call);
  * a driver without it gets a stub that answers CU_ERR_NOT_FOUND. */
 void gm_exports_resolve(unsigned long slot) GM_HIDDEN;

@@ -165,18 +165,9 @@ const char *gm_error_name(cu_result r, char *buf, size_t len)
 /* --- exports.S's entry points --- */
 
 /* In exports.S's order: slot GM_SLOTS - 1 - k is names[k]. */
-static const char *const export_names[GM_EXPORTS] = {
-	"cuLaunchKernel",	"cuLaunchKernelEx",	"cuLaunchCooperativeKernel",
-	"cuGraphLaunch",	"cuMemcpy",		"cuMemcpyAsync",
-	"cuMemcpyHtoD_v2",	"cuMemcpyDtoH_v2",	"cuMemcpyDtoD_v2",
-	"cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoDAsync_v2",
-	"cuMemcpy2D_v2",	"cuMemcpy2DAsync_v2",	"cuMemcpy3D_v2",
-	"cuMemcpy3DAsync_v2",	"cuMemsetD8_v2",	"cuMemsetD16_v2",
-	"cuMemsetD32_v2",	"cuMemsetD8Async",	"cuMemsetD16Async",
-	"cuMemsetD32Async",	"cuStreamSynchronize",	"cuCtxSynchronize",
-	"cuEventRecord",	"cuEventSynchronize",	"cuStreamWaitEvent",
-	"cuMemPrefetchAsync",
-};
+#define EXPORT_NAME(sym) #sym,
+static const char *const export_names[GM_EXPORTS] = { GM_EXPORTS_HELD(EXPORT_NAME) };
+#undef EXPORT_NAME
 
 static cu_result not_found(void)
 {
@@ -275,16 +266,7 @@ static cu_result own_getproc(const char *symbol, void **pfn, int version, uint64
 	return r;
 }
 
-GM_EXPORT cu_result cuGetProcAddress(const char *symbol, void **pfn, int version, uint64_t flags)
-{
-	return own_getproc(symbol, pfn, version, flags);
-}
-
-GM_EXPORT cu_result cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
-				       uint64_t flags, cu_proc_query *status)
-{
-	return own_getproc_v2(symbol, pfn, version, flags, status);
-}
+GM_EXPORTS_OWN_PROC(GM_EXPORT_AS)
 
 /* dlsym: libcuda's entry points come back wrapped.  Everything else, and
  * every call before the driver is there, is glibc's dlsym's answer.  (A

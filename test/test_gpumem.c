@@ -16,6 +16,7 @@
 #include "restore/gpu_prefill.h"
 #include "restore/gpu_restore.h"
 #include "common/util.h"
+#include "interpose/exports.h"
 #include "test/check.h"
 
 #include <errno.h>
@@ -483,6 +484,48 @@ static void fallbacks(const char *app_path, const char *static_path)
 	}
 }
 
+/* The library exports what exports.h lists, each once, and nothing else. */
+#define LISTED_HELD(sym) #sym,
+#define LISTED_OWN(sym, fn) #sym,
+static const char *const listed[] = { GM_EXPORTS_HELD(LISTED_HELD) GM_EXPORTS_OWN_MEM(LISTED_OWN)
+					      GM_EXPORTS_OWN_PROC(LISTED_OWN) "dlsym" };
+
+static void exports(void)
+{
+	bool seen[ARRAY_SIZE(listed)] = { false };
+	char cmd[1200], line[512], name[200];
+	size_t n = 0;
+	FILE *p;
+
+	snprintf(cmd, sizeof(cmd), "nm -D --defined-only '%s'", lib);
+	p = popen(cmd, "r");
+	REQUIRE(p != NULL);
+	while (fgets(line, sizeof(line), p)) {
+		char type;
+		size_t i;
+
+		if (sscanf(line, "%*s %c %199s", &type, name) != 2 || (type != 'T' && type != 'W'))
+			continue;
+		for (i = 0; i < ARRAY_SIZE(listed) && strcmp(listed[i], name); i++)
+			;
+		CASE("export %s", name);
+		CHECK(i < ARRAY_SIZE(listed));
+		if (i < ARRAY_SIZE(listed)) {
+			CHECK(!seen[i]);
+			seen[i] = true;
+		}
+		n++;
+	}
+	CASE_END();
+	CHECK_EQ(pclose(p), 0);
+	for (size_t i = 0; i < ARRAY_SIZE(listed); i++) {
+		CASE("listed %s", listed[i]);
+		CHECK(seen[i]);
+	}
+	CASE_END();
+	CHECK_EQ(n, ARRAY_SIZE(listed));
+}
+
 /* An answer as a library of an older snapshot writes it (a restore talks
  * to the library the image carries): eight figures per device, no key of
  * a newer field.  This process plays the library: a thread takes thaw's
@@ -618,6 +661,7 @@ int main(int argc, char **argv)
 		if (!have_static)
 			printf("no static libc: the statically linked case is not run\n");
 	}
+	exports();
 	old_answer();
 	save_and_restore(app);
 	prefill_in_child(argv[0], app);

@@ -353,21 +353,27 @@ static void *copy_slice(void *arg)
 		return NULL;
 	}
 	s->npieces = (int)((s->len + PIECE - 1) / PIECE);
+	/* Which pieces are pinned, to unpin them at RELEASE.  Without it
+	 * nothing is pinned (it could not be unpinned), and every piece is
+	 * still copied: the driver stages an unpinned copy itself. */
 	s->pinned = calloc((size_t)s->npieces, sizeof(*s->pinned));
+	if (!s->pinned)
+		s->reg_cr = CU_ERR_OUT_OF_MEMORY;
 	t = gm_now_ms();
 	madvise(s->base + s->off, s->len, MADV_POPULATE_READ);
 	s->populate_ms = gm_now_ms() - t;
-	for (int k = 0; k < s->npieces && s->pinned; k++) {
+	for (int k = 0; k < s->npieces; k++) {
 		uint64_t a = s->off + (uint64_t)k * PIECE;
 		uint64_t n = s->off + s->len - a < PIECE ? s->off + s->len - a : PIECE;
-		cu_result rc;
+		cu_result rc = CU_ERR_OUT_OF_MEMORY;
 
 		/* Pinned, the copy runs at the link's speed; not, the driver
 		 * stages it through its own buffers.  A read-only pin where
 		 * the driver has it; a read-write one where the mapping allows. */
 		t = gm_now_ms();
-		rc = gm_real.cuMemHostRegister_v2(s->base + a, n, CU_HOSTREG_READ_ONLY);
-		if (rc != CU_SUCCESS && s->writable)
+		if (s->pinned)
+			rc = gm_real.cuMemHostRegister_v2(s->base + a, n, CU_HOSTREG_READ_ONLY);
+		if (s->pinned && rc != CU_SUCCESS && s->writable)
 			rc = gm_real.cuMemHostRegister_v2(s->base + a, n, 0);
 		s->register_ms += gm_now_ms() - t;
 		if (rc == CU_SUCCESS) {

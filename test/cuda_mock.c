@@ -33,6 +33,11 @@
  * Knob: MOCK_CUDA_HTOD_DELAY_MS sleeps in each cuMemcpyHtoDAsync (a slow
  * copy back, to see the function held while it runs).
  * Knob: MOCK_NVML_BLOCK_FILE (nvml_block): a hung nvmlDeviceGetMemoryInfo.
+ * Knob: MOCK_CUDA_FAIL_FILE (mock_fails): a call that fails from its Nth on.
+ * A VMM handle counts its references as the driver does (created or
+ * imported 1, each retain +1, each release -1: the memory dies once none
+ * is left and nothing maps it); mock_cuda_access() tells the locations a
+ * mapping was given access for.
  *
  * The host a snapshot depends on (prewarm/host_record.h), to make it
  * another: MOCK_CUDA_DRIVER_VERSION (cuDriverGetVersion, default 13000),
@@ -453,7 +458,8 @@ struct phys {
 	int fd;
 	size_t size;
 	int maps;
-	int released;
+	int refs;     /* handles: 1 at its creation or import, +1 a retain, -1 a release */
+	int released; /* refs went to 0: the memory dies with its last unmap */
 };
 
 static pthread_mutex_t mem_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -466,12 +472,69 @@ static struct {
 	cu_ptr va;
 	size_t size;
 	struct phys *ph;
+	int nacc; /* the locations cuMemSetAccess gave access to */
+	cu_mem_location acc[64];
 } maps[1024];
 static int ctx_token;
 /* Handles are checked against the live mappings and a short list of
  * those made: a stale or made-up value is CUDA_ERROR_INVALID_VALUE. */
 static struct phys *made[4096];
 static int nmade;
+
+/* MOCK_CUDA_FAIL_FILE: while that file exists, each of its lines "NAME N"
+ * makes the entry point NAME fail (CUDA_ERROR_OUT_OF_MEMORY) from its
+ * (N+1)-th call on, counted from when the file appeared: a failure in the
+ * middle of a save or a copy back, where a test wants it. */
+static int mock_fails(const char *name)
+{
+	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	static struct {
+		char name[64];
+		unsigned calls;
+	} seen[16];
+	const char *path = getenv("MOCK_CUDA_FAIL_FILE");
+	char line[128], n[64];
+	unsigned after;
+	int fail = 0;
+	FILE *f;
+
+	if (!path)
+		return 0;
+	f = fopen(path, "re");
+	pthread_mutex_lock(&mu);
+	if (!f)
+		memset(seen, 0, sizeof(seen));
+	while (f && fgets(line, sizeof(line), f)) {
+		int i;
+
+		if (sscanf(line, "%63s %u", n, &after) != 2 || strcmp(n, name))
+			continue;
+		for (i = 0; i < 16 && seen[i].name[0] && strcmp(seen[i].name, name); i++)
+			;
+		if (i == 16)
+			break;
+		snprintf(seen[i].name, sizeof(seen[i].name), "%s", name);
+		fail = seen[i].calls++ >= after;
+	}
+	pthread_mutex_unlock(&mu);
+	if (f)
+		fclose(f);
+	return fail;
+}
+
+/* The locations mapping va has access for, as cuMemSetAccess gave them:
+ * how many, or -1 when nothing is mapped there. */
+int mock_cuda_access(cu_ptr va)
+{
+	int n = -1;
+
+	pthread_mutex_lock(&mem_mu);
+	for (int i = 0; i < 1024; i++)
+		if (maps[i].ph && maps[i].va == va)
+			n = maps[i].nacc;
+	pthread_mutex_unlock(&mem_mu);
+	return n;
+}
 
 /* What is live: physical VMM memory, cuMemAlloc memory, mapped bytes. */
 void mock_cuda_mem(unsigned long long *phys, unsigned long long *plain_bytes,
@@ -604,10 +667,14 @@ static int handle_ok_locked(cu_handle h)
 
 cu_result cuMemCreate(cu_handle *h, size_t size, const cu_mem_prop *prop, unsigned long long flags)
 {
-	struct phys *ph = calloc(1, sizeof(*ph));
+	struct phys *ph;
 
+	if (mock_fails(__func__))
+		return 2;
+	ph = calloc(1, sizeof(*ph));
 	if (!ph)
 		return 2;
+	ph->refs = 1;
 	ph->fd = memfd_create("mock-gpu", MFD_CLOEXEC);
 	if (ph->fd < 0 || ftruncate(ph->fd, (off_t)size)) {
 		free(ph);
@@ -652,6 +719,7 @@ cu_result cuMemImportFromShareableHandle(cu_handle *h, void *os, int type)
 	ph = calloc(1, sizeof(*ph));
 	if (!ph)
 		return 2;
+	ph->refs = 1;
 	ph->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
 	ph->size = (size_t)sb.st_size;
 	pthread_mutex_lock(&mem_mu);
@@ -683,6 +751,8 @@ cu_result cuMemMap(cu_ptr va, size_t size, size_t offset, cu_handle h,
 	struct phys *ph = (struct phys *)(uintptr_t)h;
 	int i;
 
+	if (mock_fails(__func__))
+		return 2;
 	pthread_mutex_lock(&mem_mu);
 	if (!handle_ok(h) || offset + size > ph->size) {
 		pthread_mutex_unlock(&mem_mu);
@@ -696,7 +766,7 @@ cu_result cuMemMap(cu_ptr va, size_t size, size_t offset, cu_handle h,
 	for (i = 0; i < 1024 && maps[i].ph; i++)
 		;
 	if (i < 1024)
-		maps[i].va = va, maps[i].size = size, maps[i].ph = ph;
+		maps[i].va = va, maps[i].size = size, maps[i].ph = ph, maps[i].nacc = 0;
 	ph->maps++;
 	mapped_bytes += size;
 	pthread_mutex_unlock(&mem_mu);
@@ -705,13 +775,33 @@ cu_result cuMemMap(cu_ptr va, size_t size, size_t offset, cu_handle h,
 
 cu_result cuMemSetAccess(cu_ptr va, size_t size, const cu_access_desc *desc, size_t count)
 {
-	return count ? 0 : 1;
+	if (!count)
+		return 1;
+	pthread_mutex_lock(&mem_mu);
+	for (int i = 0; i < 1024; i++) {
+		if (!maps[i].ph || maps[i].va < va || maps[i].va >= va + size)
+			continue;
+		for (size_t k = 0; k < count; k++) {
+			int j;
+
+			for (j = 0; j < maps[i].nacc; j++)
+				if (maps[i].acc[j].type == desc[k].location.type &&
+				    maps[i].acc[j].id == desc[k].location.id)
+					break;
+			if (j == maps[i].nacc && j < 64)
+				maps[i].acc[maps[i].nacc++] = desc[k].location;
+		}
+	}
+	pthread_mutex_unlock(&mem_mu);
+	return 0;
 }
 
 cu_result cuMemUnmap(cu_ptr va, size_t size)
 {
 	cu_result r = 1;
 
+	if (mock_fails(__func__))
+		return 2;
 	pthread_mutex_lock(&mem_mu);
 	for (int i = 0; i < 1024; i++) {
 		struct phys *ph = maps[i].ph;
@@ -736,10 +826,16 @@ cu_result cuMemRelease(cu_handle h)
 {
 	struct phys *ph = (struct phys *)(uintptr_t)h;
 
+	if (mock_fails(__func__))
+		return 2;
 	pthread_mutex_lock(&mem_mu);
 	if (!handle_ok(h) || ph->released) {
 		pthread_mutex_unlock(&mem_mu);
 		return 1;
+	}
+	if (--ph->refs > 0) {
+		pthread_mutex_unlock(&mem_mu);
+		return 0;
 	}
 	ph->released = 1;
 	if (!ph->maps)
@@ -755,6 +851,10 @@ cu_result cuMemRetainAllocationHandle(cu_handle *h, void *addr)
 	for (int i = 0; i < 1024; i++)
 		if (maps[i].ph && (cu_ptr)addr >= maps[i].va &&
 		    (cu_ptr)addr < maps[i].va + maps[i].size) {
+			/* One more reference, to be released; a handle whose
+			 * references were all released lives again. */
+			maps[i].ph->refs++;
+			maps[i].ph->released = 0;
 			*h = (cu_handle)(uintptr_t)maps[i].ph;
 			pthread_mutex_unlock(&mem_mu);
 			return 0;
@@ -781,6 +881,8 @@ cu_result cuMemcpyHtoDAsync_v2(cu_ptr dst, const void *src, size_t n, cu_stream 
 
 	if (straddles_pinned(src, n))
 		return 1;
+	if (mock_fails(__func__))
+		return 2;
 
 	if (d)
 		usleep((useconds_t)atoi(d) * 1000);

@@ -18,6 +18,7 @@
 #include "common/util.h"
 #include "interpose/exports.h"
 #include "test/check.h"
+#include "test/gpumem_test.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -28,74 +29,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#define MIB (1ull << 20)
-
-struct app {
-	pid_t pid;
-	FILE *in, *out;
-};
-
-static char dir[] = "/tmp/thaw-gpumem.XXXXXX", outdir[256], lib[1024];
-
-static void app_start(struct app *a, const char *prog, const char *arg, bool preload)
-{
-	int to[2], from[2];
-	char line[64];
-
-	REQUIRE(pipe(to) == 0 && pipe(from) == 0);
-	a->pid = fork();
-	REQUIRE(a->pid >= 0);
-	if (a->pid == 0) {
-		dup2(to[0], 0);
-		dup2(from[1], 1);
-		close(to[1]);
-		close(from[0]);
-		setenv("LD_LIBRARY_PATH", dir, 1);
-		if (preload)
-			setenv("LD_PRELOAD", lib, 1);
-		setenv(GPUMEM_ENV_OUT, outdir, 1);
-		setenv(GPUMEM_ENV_IN, outdir, 1);
-		setenv("MOCK_CUDA_HTOD_DELAY_MS", "100", 1);
-		execl(prog, prog, arg, (char *)NULL);
-		_exit(127);
-	}
-	close(to[0]);
-	close(from[1]);
-	a->in = fdopen(to[1], "w");
-	a->out = fdopen(from[0], "r");
-	setvbuf(a->in, NULL, _IOLBF, 0);
-	REQUIRE(fgets(line, sizeof(line), a->out));
-	REQUIRE(!strcmp(line, "ready\n"));
-}
-
-static void ask(struct app *a, const char *cmd, char *answer, size_t len)
-{
-	fprintf(a->in, "%s\n", cmd);
-	fflush(a->in);
-	answer[0] = '\0';
-	if (fgets(answer, (int)len, a->out))
-		answer[strcspn(answer, "\n")] = '\0';
-}
-
-static unsigned long count(struct app *a)
-{
-	char s[64];
-
-	ask(a, "count", s, sizeof(s));
-	return strtoul(s, NULL, 10);
-}
-
-static void app_end(struct app *a)
-{
-	int st;
-
-	fprintf(a->in, "quit\n");
-	fclose(a->in);
-	fclose(a->out);
-	if (waitpid(a->pid, &st, 0) == a->pid)
-		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-}
 
 struct restore_call {
 	pid_t pid;
@@ -612,8 +545,7 @@ static void prefill_in_child(const char *self, const char *app_path)
 
 int main(int argc, char **argv)
 {
-	const char *root = getenv("THAW_ROOT"), *build = getenv("THAW_BUILD");
-	char app[512], stat_app[512], cmd_src[1024], mock[1024];
+	char app[512], stat_app[512], c[4096];
 	bool have_static;
 
 	signal(SIGPIPE, SIG_IGN);
@@ -626,41 +558,18 @@ int main(int argc, char **argv)
 		context_take(argv[3]);
 		return check_failures ? 1 : 0;
 	}
-	root = root && *root ? root : ".";
-	snprintf(lib, sizeof(lib), "%s/libthaw-cuda.so", build && *build ? build : "build");
-	if (access(lib, R_OK))
-		SKIP("no libthaw-cuda.so built");
-	if (system("command -v ${CC:-cc} >/dev/null"))
-		SKIP("no compiler for the fake driver");
-	REQUIRE(mkdtemp(dir));
-	snprintf(outdir, sizeof(outdir), "%s/out", dir);
-	REQUIRE(mkdir(outdir, 0755) == 0);
-	snprintf(mock, sizeof(mock), "%s/test/cuda_mock.c", root);
-	snprintf(cmd_src, sizeof(cmd_src), "%s/test/fixtures/gpumem_app.c", root);
-	snprintf(app, sizeof(app), "%s/app", dir);
+	gpumem_test_setup(app, sizeof(app));
 	snprintf(stat_app, sizeof(stat_app), "%s/app-static", dir);
-	{
-		char c[4096];
-
-		snprintf(c, sizeof(c), "${CC:-cc} -shared -fPIC -O1 -o %s/libcuda.so.1 %s && "
-			 "ln -s libcuda.so.1 %s/libnvidia-ml.so.1", dir, mock, dir);
-		REQUIRE(system(c) == 0);
-
-		snprintf(c, sizeof(c),
-			 "${CC:-cc} -O1 -o %s %s -L%s -l:libcuda.so.1 -Wl,-rpath,%s -ldl -lpthread",
-			 app, cmd_src, dir, dir);
-		REQUIRE(system(c) == 0);
-		/* The static one never calls the driver: only "nocuda". */
-		snprintf(c, sizeof(c),
-			 "${CC:-cc} -O1 -static -DGPUMEM_APP_STATIC -o %s -x c - 2>/dev/null <<'E'\n"
-			 "#include <stdio.h>\n#include <string.h>\n"
-			 "int main(void){char l[64];setvbuf(stdout,0,_IOLBF,0);puts(\"ready\");"
-			 "while(fgets(l,64,stdin)&&strncmp(l,\"quit\",4))puts(\"?\");return 0;}\nE",
-			 stat_app);
-		have_static = system(c) == 0;
-		if (!have_static)
-			printf("no static libc: the statically linked case is not run\n");
-	}
+	/* The static one never calls the driver: only "nocuda". */
+	snprintf(c, sizeof(c),
+		 "${CC:-cc} -O1 -static -DGPUMEM_APP_STATIC -o %s -x c - 2>/dev/null <<'E'\n"
+		 "#include <stdio.h>\n#include <string.h>\n"
+		 "int main(void){char l[64];setvbuf(stdout,0,_IOLBF,0);puts(\"ready\");"
+		 "while(fgets(l,64,stdin)&&strncmp(l,\"quit\",4))puts(\"?\");return 0;}\nE",
+		 stat_app);
+	have_static = system(c) == 0;
+	if (!have_static)
+		printf("no static libc: the statically linked case is not run\n");
 	exports();
 	old_answer();
 	save_and_restore(app);

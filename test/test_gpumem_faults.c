@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* test_gpumem_faults.c — libthaw-cuda (interpose/) where things fail, on the
+ * fake driver (test/cuda_mock.c), with test/fixtures/gpumem_app.c as the
+ * function and this program as thawd (test/gpumem_test.h).  Each case is a
+ * fault the library had, and what it must do instead:
+ *   calloc_fails   a copy back whose bookkeeping cannot be allocated still
+ *                  copies every byte (it skipped the copy and said ok);
+ */
+#include "common/gpumem.h"
+#include "common/util.h"
+#include "test/check.h"
+#include "test/gpumem_test.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char app[512];
+
+static void touch(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	REQUIRE(f != NULL);
+	fputs(text, f);
+	fclose(f);
+}
+
+/* The app's allocations all hold their patterns: "ok" (the app prints a
+ * line for each one that does not, then "bad"). */
+static bool verified(struct app *a)
+{
+	char s[256];
+
+	ask(a, "verify", s, sizeof(s));
+	while (strcmp(s, "ok") && strcmp(s, "bad") && s[0]) {
+		fprintf(stderr, "app: %s\n", s);
+		if (!fgets(s, sizeof(s), a->out))
+			break;
+		s[strcspn(s, "\n")] = '\0';
+	}
+	return !strcmp(s, "ok");
+}
+
+static int save(struct app *a, struct gpumem_status *st)
+{
+	char why[512];
+	size_t moved;
+
+	return gpumem_save_all(&a->pid, &a->pid, 1, outdir, 30000, st, &moved, why, sizeof(why));
+}
+
+static int restore(struct app *a, struct gpumem_status *st)
+{
+	return gpumem_request(&a->pid, &a->pid, 1, GPUMEM_OP_RESTORE, outdir, 30000, st);
+}
+
+/* The slices' record of what they pinned cannot be allocated: nothing is
+ * pinned (nothing could be unpinned), every byte is copied all the same. */
+static void calloc_fails(void)
+{
+	char preload[2200], armed[600], env_armed[700];
+	const char *env[] = { env_armed, NULL };
+	struct gpumem_status st;
+	struct app a;
+
+	snprintf(armed, sizeof(armed), "%s/failalloc.on", dir);
+	snprintf(env_armed, sizeof(env_armed), "FAILALLOC_FILE=%s", armed);
+	snprintf(preload, sizeof(preload), "%s/failalloc.so:%s", dir, lib);
+	app_start_with(&a, app, NULL, preload, env);
+	CHECK_EQ(save(&a, &st), 0);
+	CHECK(st.ok && st.allocs == 6);
+	touch(armed, "");
+	CHECK_EQ(restore(&a, &st), 0);
+	unlink(armed);
+	CHECK(st.ok);
+	CHECK_EQ(st.allocs, 6);
+	CHECK(st.copy_threads >= 1 && st.pinned_slices == 0);
+	CHECK(verified(&a));
+	gpumem_release(&a.pid, 1);
+	app_end(&a);
+}
+
+int main(void)
+{
+	const char *root = getenv("THAW_ROOT");
+	char c[4096];
+
+	signal(SIGPIPE, SIG_IGN);
+	gpumem_test_setup(app, sizeof(app));
+	snprintf(c, sizeof(c), "${CC:-cc} -shared -fPIC -O1 -o %s/failalloc.so %s/test/fixtures/failalloc.c -ldl",
+		 dir, root && *root ? root : ".");
+	REQUIRE(system(c) == 0);
+	calloc_fails();
+	rm_rf(dir);
+	return check_failures ? 1 : 0;
+}

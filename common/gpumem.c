@@ -175,7 +175,7 @@ int gpumem_request(const pid_t *pids, const pid_t *ns_pids, size_t n, enum gpume
 	for (size_t i = 0; i < n; i++) {
 		union sigval v = { .sival_int = GPUMEM_VALUE(op, seq) };
 
-		if (sigqueue(pids[i], GPUMEM_SIGNAL_DEFAULT, v) < 0) {
+		if (sigqueue(pids[i], GPUMEM_SIGNAL, v) < 0) {
 			snprintf(st[i].error, sizeof(st[i].error), "process %d: %s", (int)pids[i],
 				 strerror(errno));
 			st[i].answered = true; /* nothing will come */
@@ -278,7 +278,7 @@ void gpumem_release(const pid_t *pids, size_t n)
 		/* The signal would end a process without the library. */
 		if (!gpumem_loaded(pids[i]))
 			continue;
-		if (sigqueue(pids[i], GPUMEM_SIGNAL_DEFAULT, v) < 0 && errno != ESRCH)
+		if (sigqueue(pids[i], GPUMEM_SIGNAL, v) < 0 && errno != ESRCH)
 			pr_warn("release of process %d: %s", (int)pids[i], strerror(errno));
 	}
 }

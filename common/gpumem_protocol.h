@@ -20,8 +20,12 @@
 #include <stdint.h>
 
 /* SIGRTMAX-4 on Linux: glibc keeps the first real-time signals for itself;
- * a function is unlikely to use this one (THAW_GPUMEM_SIGNAL changes it). */
-#define GPUMEM_SIGNAL_DEFAULT 60
+ * a function is unlikely to use this one.  Not a setting: thawd and every
+ * library a snapshot carries must agree on it, and a function's
+ * environment is the function's (libraries before this one took it from
+ * THAW_GPUMEM_SIGNAL there, which thawd never read: thawd's signal then
+ * killed the function at its first snapshot). */
+#define GPUMEM_SIGNAL 60
 
 enum gpumem_op {
 	/* Hold every CUDA call, synchronise, save each movable allocation
@@ -126,7 +130,6 @@ struct gpumem_prefill_msg {
 /* The environment thaw gives the function (the library reads it once). */
 #define GPUMEM_ENV_IN "THAW_GPUMEM_IN"
 #define GPUMEM_ENV_OUT "THAW_GPUMEM_OUT"
-#define GPUMEM_ENV_SIGNAL "THAW_GPUMEM_SIGNAL"
 /* Allocations smaller than this stay the driver's (default 2 MiB). */
 #define GPUMEM_ENV_MIN_BYTES "THAW_GPUMEM_MIN_BYTES"
 

@@ -283,7 +283,6 @@ __attribute__((constructor)) static void gm_init(void)
 {
 	struct sigaction sa = { 0 };
 	const char *s;
-	int sig = GPUMEM_SIGNAL_DEFAULT;
 
 	out_dir = getenv(GPUMEM_ENV_OUT);
 	in_dir = getenv(GPUMEM_ENV_IN);
@@ -294,13 +293,10 @@ __attribute__((constructor)) static void gm_init(void)
 		gm_min_bytes = strtoull(s, NULL, 0);
 	if (!out_dir)
 		return; /* not started by thaw: only a pass-through */
-	s = getenv(GPUMEM_ENV_SIGNAL);
-	if (s && *s)
-		sig = atoi(s);
 	sem_init(&wake, 0, 0);
 	sa.sa_sigaction = on_signal;
 	sa.sa_flags = SA_SIGINFO | SA_RESTART;
 	sigemptyset(&sa.sa_mask);
-	sigaction(sig, &sa, NULL);
+	sigaction(GPUMEM_SIGNAL, &sa, NULL);
 	pthread_atfork(NULL, NULL, after_fork_child);
 }

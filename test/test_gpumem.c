@@ -472,8 +472,8 @@ static void *old_library(void *arg)
 	FILE *f;
 
 	sigemptyset(&set);
-	sigaddset(&set, GPUMEM_SIGNAL_DEFAULT);
-	if (sigwaitinfo(&set, &si) != GPUMEM_SIGNAL_DEFAULT)
+	sigaddset(&set, GPUMEM_SIGNAL);
+	if (sigwaitinfo(&set, &si) != GPUMEM_SIGNAL)
 		return NULL;
 	snprintf(text, sizeof(text),
 		 "{\"seq\": %u, \"op\": \"save\", \"ok\": true, \"error\": \"\", "
@@ -500,7 +500,7 @@ static void old_answer(void)
 	pthread_t t;
 
 	sigemptyset(&set);
-	sigaddset(&set, GPUMEM_SIGNAL_DEFAULT);
+	sigaddset(&set, GPUMEM_SIGNAL);
 	REQUIRE(pthread_sigmask(SIG_BLOCK, &set, &old) == 0);
 	REQUIRE(pthread_create(&t, NULL, old_library, outdir) == 0);
 	CHECK_EQ(gpumem_request(&self, &self, 1, GPUMEM_OP_SAVE, outdir, 30000, &st), 0);

@@ -5,6 +5,9 @@
  * fault the library had, and what it must do instead:
  *   calloc_fails   a copy back whose bookkeeping cannot be allocated still
  *                  copies every byte (it skipped the copy and said ok);
+ *   signal_env     a function whose environment has THAW_GPUMEM_SIGNAL is
+ *                  saved like any other (the library took its signal from
+ *                  it, thawd did not: thawd's signal killed the function);
  */
 #include "common/gpumem.h"
 #include "common/util.h"
@@ -86,6 +89,23 @@ static void calloc_fails(void)
 	app_end(&a);
 }
 
+/* THAW_GPUMEM_SIGNAL in the function's environment changes nothing. */
+static void signal_env(void)
+{
+	const char *env[] = { "THAW_GPUMEM_SIGNAL=50", NULL };
+	struct gpumem_status st;
+	struct app a;
+
+	app_start_with(&a, app, NULL, lib, env);
+	CHECK_EQ(save(&a, &st), 0);
+	CHECK(st.ok && st.allocs == 6);
+	CHECK_EQ(restore(&a, &st), 0);
+	CHECK(st.ok);
+	CHECK(verified(&a));
+	gpumem_release(&a.pid, 1);
+	app_end(&a);
+}
+
 int main(void)
 {
 	const char *root = getenv("THAW_ROOT");
@@ -97,6 +117,7 @@ int main(void)
 		 dir, root && *root ? root : ".");
 	REQUIRE(system(c) == 0);
 	calloc_fails();
+	signal_env();
 	rm_rf(dir);
 	return check_failures ? 1 : 0;
 }

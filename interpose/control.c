@@ -220,19 +220,23 @@ static void *control_main(void *arg)
 	return NULL;
 }
 
+/* The handler runs in whatever thread of the function the signal found,
+ * between any two of its instructions: it keeps that thread's errno (the
+ * answer's open, write and rename may set it), as any handler must. */
 static void on_signal(int sig, siginfo_t *si, void *uc)
 {
+	int saved_errno = errno;
+	unsigned op = GPUMEM_VALUE_OP(si->si_value.sival_int);
+
 	(void)sig;
 	(void)uc;
 	if (started) {
-		if (GPUMEM_VALUE_OP(si->si_value.sival_int) == GPUMEM_OP_RELEASE)
+		if (op == GPUMEM_OP_RELEASE)
 			__atomic_store_n(&release_pending, 1, __ATOMIC_RELEASE);
 		else
 			__atomic_store_n(&pending_value, si->si_value.sival_int, __ATOMIC_RELEASE);
 		sem_post(&wake);
-		return;
-	}
-	if (GPUMEM_VALUE_OP(si->si_value.sival_int) != GPUMEM_OP_RELEASE) {
+	} else if (op != GPUMEM_OP_RELEASE) {
 		/* No CUDA went through the library here: say so now. */
 		char buf[256] = "{\"seq\": ";
 		size_t k = strlen(buf);
@@ -244,6 +248,7 @@ static void on_signal(int sig, siginfo_t *si, void *uc)
 		memcpy(buf + k, rest, sizeof(rest));
 		put_status(buf, k + sizeof(rest) - 1);
 	}
+	errno = saved_errno;
 }
 
 void gm_control_start(void)

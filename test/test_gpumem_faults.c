@@ -8,6 +8,9 @@
  *   signal_env     a function whose environment has THAW_GPUMEM_SIGNAL is
  *                  saved like any other (the library took its signal from
  *                  it, thawd did not: thawd's signal killed the function);
+ *   handler_errno  the library's signal handler leaves errno as it found
+ *                  it (its answer's failed open changed it under the
+ *                  function's feet);
  */
 #include "common/gpumem.h"
 #include "common/util.h"
@@ -106,6 +109,50 @@ static void signal_env(void)
 	app_end(&a);
 }
 
+/* Whether signal sig is pending for pid (its thread or the process). */
+static bool pending(pid_t pid, int sig)
+{
+	char path[64], line[256];
+	bool is = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "re");
+	while (f && fgets(line, sizeof(line), f))
+		if (!strncmp(line, "SigPnd:", 7) || !strncmp(line, "ShdPnd:", 7))
+			is |= (strtoull(line + 7, NULL, 16) >> (sig - 1)) & 1;
+	if (f)
+		fclose(f);
+	return is;
+}
+
+/* thaw's signal comes while the function's errno holds a value, and the
+ * handler's own answer fails (its directory is not there). */
+static void handler_errno(void)
+{
+	char gone[600], env_out[700], env_in[700], s[64];
+	const char *env[] = { env_out, env_in, NULL };
+	union sigval v = { .sival_int = GPUMEM_VALUE(GPUMEM_OP_SAVE, 1) };
+	struct app a;
+
+	snprintf(gone, sizeof(gone), "%s/no-such-dir", dir);
+	snprintf(env_out, sizeof(env_out), GPUMEM_ENV_OUT "=%s", gone);
+	snprintf(env_in, sizeof(env_in), GPUMEM_ENV_IN "=%s", gone);
+	app_start_with(&a, app, "nocuda", lib, env);
+	ask(&a, "errno", s, sizeof(s));
+	REQUIRE(!strcmp(s, "spinning"));
+	REQUIRE(sigqueue(a.pid, GPUMEM_SIGNAL, v) == 0);
+	/* Handled once it is no longer pending (generous: a loaded host). */
+	for (int i = 0; i < 3000 && pending(a.pid, GPUMEM_SIGNAL); i++)
+		usleep(10000);
+	CHECK(!pending(a.pid, GPUMEM_SIGNAL));
+	kill(a.pid, SIGUSR1);
+	REQUIRE(fgets(s, sizeof(s), a.out));
+	s[strcspn(s, "\n")] = '\0';
+	CHECK_STR(s, "kept");
+	app_end(&a);
+}
+
 int main(void)
 {
 	const char *root = getenv("THAW_ROOT");
@@ -118,6 +165,7 @@ int main(void)
 	REQUIRE(system(c) == 0);
 	calloc_fails();
 	signal_env();
+	handler_errno();
 	rm_rf(dir);
 	return check_failures ? 1 : 0;
 }

@@ -199,20 +199,24 @@ static size_t granularity(const cu_mem_prop *prop)
 }
 
 /* Read-write for dev and each device that can reach it as a peer. */
+/* The number of them, or -1 when there are more peers than a mapping's
+ * access is kept for (the driver's own cuMemAlloc then, not a mapping
+ * some peer could not reach). */
 static int access_for(int dev, cu_access_desc *d)
 {
 	int n = 0, count = 0;
 
-	d[n++] = (cu_access_desc){ { CU_LOC_DEVICE, dev },
-				    CU_ACCESS_RW };
+	d[n++] = (cu_access_desc){ { CU_LOC_DEVICE, dev }, CU_ACCESS_RW };
 	if (gm_real.cuDeviceGetCount(&count) != CU_SUCCESS)
 		return n;
-	for (int e = 0; e < count && n < GM_MAX_ACCESS; e++) {
+	for (int e = 0; e < count; e++) {
 		int can = 0;
 
-		if (e != dev && gm_real.cuDeviceCanAccessPeer(&can, e, dev) == CU_SUCCESS && can)
-			d[n++] = (cu_access_desc){ { CU_LOC_DEVICE, e },
-						    CU_ACCESS_RW };
+		if (e == dev || gm_real.cuDeviceCanAccessPeer(&can, e, dev) != CU_SUCCESS || !can)
+			continue;
+		if (n == GM_MAX_ACCESS)
+			return -1;
+		d[n++] = (cu_access_desc){ { CU_LOC_DEVICE, e }, CU_ACCESS_RW };
 	}
 	return n;
 }
@@ -234,6 +238,9 @@ static cu_result movable_alloc(cu_ptr *dptr, size_t bytes)
 	r = gm_real.cuCtxGetDevice(&prop.location.id);
 	if (r != CU_SUCCESS)
 		return r;
+	nacc = access_for(prop.location.id, acc);
+	if (nacc < 0)
+		return CU_ERR_NOT_SUPPORTED;
 	size = (bytes + granularity(&prop) - 1) / granularity(&prop) * granularity(&prop);
 	r = gm_real.cuMemAddressReserve(&va, size, 0, 0, 0);
 	if (r != CU_SUCCESS)
@@ -244,7 +251,6 @@ static cu_result movable_alloc(cu_ptr *dptr, size_t bytes)
 	r = gm_real.cuMemMap(va, size, 0, rh, 0);
 	if (r != CU_SUCCESS)
 		goto release;
-	nacc = access_for(prop.location.id, acc);
 	r = gm_real.cuMemSetAccess(va, size, acc, (size_t)nacc);
 	if (r != CU_SUCCESS)
 		goto unmap;
@@ -492,6 +498,10 @@ static cu_result own_set_access(cu_ptr va, size_t size, const cu_access_desc *de
 					m->access[k] = desc[i];
 					if (k == m->naccess)
 						m->naccess++;
+				} else {
+					/* Not kept: it could not be
+					 * mapped back as it is. */
+					m->access_full = true;
 				}
 			}
 		}

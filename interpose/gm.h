@@ -106,7 +106,10 @@ void *gm_wrap(const char *name, void *p) GM_HIDDEN;
 void *gm_own(void *p) GM_HIDDEN;
 
 /* --- allocations (alloc.c) --- */
-#define GM_MAX_ACCESS 8
+/* The locations a mapping's access is kept for: each GPU thaw counts,
+ * and as many again (host memory, NUMA nodes).  A mapping given access for
+ * more is left to the driver (access_full), never mapped back without it. */
+#define GM_MAX_ACCESS (2 * CUDA_MAX_DEVICES)
 
 struct gm_handle {
 	cu_handle vh; /* the value the function holds */
@@ -127,6 +130,7 @@ struct gm_map {
 	int device;
 	cu_access_desc access[GM_MAX_ACCESS];
 	int naccess;
+	bool access_full;         /* given access for more: not movable */
 	bool ours;                /* made by the library's cuMemAlloc */
 	size_t reserved;          /* ours: the address range reserved for it */
 	bool saved;               /* unmapped, its bytes at file_off */

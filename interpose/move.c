@@ -54,7 +54,7 @@ static void fail(struct gpumem_record *r, const char *what, cu_result cr)
 static bool movable(const struct gm_map *m)
 {
 	return m->h && !m->h->shared && m->h->nmaps == 1 && m->offset == 0 &&
-	       m->size == m->h->size && m->h->rh;
+	       m->size == m->h->size && m->h->rh && !m->access_full;
 }
 
 static void count_left(struct gpumem_record *r)

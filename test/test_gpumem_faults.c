@@ -11,6 +11,9 @@
  *   handler_errno  the library's signal handler leaves errno as it found
  *                  it (its answer's failed open changed it under the
  *                  function's feet);
+ *   access_many    a mapping given access for more locations than the
+ *                  library records comes back with all of them, or is left
+ *                  to the driver (past 8, they were dropped silently);
  */
 #include "common/gpumem.h"
 #include "common/util.h"
@@ -153,6 +156,50 @@ static void handler_errno(void)
 	app_end(&a);
 }
 
+/* The locations the app's access allocation has access for. */
+static int access_count(struct app *a)
+{
+	char s[64];
+
+	ask(a, "access-count", s, sizeof(s));
+	return atoi(s);
+}
+
+/* Access for 9 locations (as many devices as a host has, and a peer of
+ * each), then for more than any host has GPUs. */
+static void access_many(void)
+{
+	struct gpumem_status st;
+	char s[64];
+	struct app a;
+
+	app_start(&a, app, NULL, true);
+	ask(&a, "access 9", s, sizeof(s));
+	REQUIRE(!strcmp(s, "ok"));
+	CHECK_EQ(access_count(&a), 9);
+	CHECK_EQ(save(&a, &st), 0);
+	CHECK(st.ok && st.allocs == 7);
+	CHECK_EQ(restore(&a, &st), 0);
+	CHECK(st.ok && st.allocs == 7);
+	CHECK_EQ(access_count(&a), 9);
+	CHECK(verified(&a));
+	gpumem_release(&a.pid, 1);
+
+	/* 40 locations: more than the library keeps; it leaves the
+	 * mapping where it is, to the driver's checkpoint. */
+	ask(&a, "access 40", s, sizeof(s));
+	REQUIRE(!strcmp(s, "ok"));
+	CHECK_EQ(save(&a, &st), 0);
+	CHECK(st.ok && st.allocs == 7 && st.left_allocs == 3);
+	CHECK_EQ(access_count(&a), 40);
+	CHECK_EQ(restore(&a, &st), 0);
+	CHECK(st.ok);
+	CHECK_EQ(access_count(&a), 40);
+	CHECK(verified(&a));
+	gpumem_release(&a.pid, 1);
+	app_end(&a);
+}
+
 int main(void)
 {
 	const char *root = getenv("THAW_ROOT");
@@ -166,6 +213,7 @@ int main(void)
 	calloc_fails();
 	signal_env();
 	handler_errno();
+	access_many();
 	rm_rf(dir);
 	return check_failures ? 1 : 0;
 }

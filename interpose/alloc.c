@@ -122,6 +122,7 @@ static struct gm_handle *handle_add(cu_handle rh, size_t size,
 	handles = a;
 	h->rh = rh;
 	h->vh = handle_find(rh) ? next_virtual++ : rh;
+	h->refs = 1;
 	h->size = size;
 	if (prop)
 		h->prop = *prop;
@@ -131,7 +132,7 @@ static struct gm_handle *handle_add(cu_handle rh, size_t size,
 
 static void handle_maybe_drop(struct gm_handle *h)
 {
-	if (!h->app_released || h->nmaps > 0)
+	if (h->refs > 0 || h->nmaps > 0)
 		return;
 	h->dead = true;
 	for (size_t i = 0; i < nhandles; i++) {
@@ -262,13 +263,13 @@ static cu_result movable_alloc(cu_ptr *dptr, size_t bytes)
 	h = handle_add(rh, size, &prop);
 	m = h ? map_add(va, size, 0, h) : NULL;
 	if (m) {
-		h->app_released = true;
+		h->refs = 0;
 		m->ours = true;
 		m->reserved = size;
 		memcpy(m->access, acc, sizeof(acc));
 		m->naccess = nacc;
 	} else if (h) {
-		h->app_released = true;
+		h->refs = 0;
 		handle_maybe_drop(h);
 	}
 	pthread_mutex_unlock(&gm_lock);
@@ -415,6 +416,10 @@ static cu_result own_create(cu_handle *handle, size_t size,
 	return r;
 }
 
+/* One of the function's references let go.  Where the library knows
+ * the handle, the driver's handle is released, never the function's value
+ * (after a restore that names nothing, or another allocation); a handle
+ * the function holds no reference to any more is the driver's error. */
 static cu_result own_release(cu_handle vh)
 {
 	struct gm_handle *h;
@@ -423,16 +428,17 @@ static cu_result own_release(cu_handle vh)
 	OWN_ENTER();
 	pthread_mutex_lock(&gm_lock);
 	h = handle_find(vh);
-	if (h && !h->rh) {
-		/* Saved: its memory is in the file; the value is all there is. */
-		h->app_released = true;
+	if (!h)
+		r = gm_real.cuMemRelease(vh); /* not one the library saw */
+	else if (h->refs <= 0)
+		r = CU_ERR_INVALID_VALUE;
+	else if (h->rh)
+		r = gm_real.cuMemRelease(h->rh);
+	/* Saved (no driver handle): its memory is in the file, the count is
+	 * all there is of it until the copy back. */
+	if (h && r == CU_SUCCESS) {
+		h->refs--;
 		handle_maybe_drop(h);
-	} else {
-		r = gm_real.cuMemRelease(h ? h->rh : vh);
-		if (r == CU_SUCCESS && h) {
-			h->app_released = true;
-			handle_maybe_drop(h);
-		}
 	}
 	pthread_mutex_unlock(&gm_lock);
 	gm_gate_exit();
@@ -520,7 +526,9 @@ static cu_result own_retain_handle(cu_handle *handle, void *addr)
 	if (r == CU_SUCCESS) {
 		pthread_mutex_lock(&gm_lock);
 		for (size_t i = 0; i < nhandles; i++)
-			if (handles[i]->rh == *handle) {
+			if (handles[i]->rh == *handle && !handles[i]->dead) {
+				/* One more reference of the function's. */
+				handles[i]->refs++;
 				*handle = handles[i]->vh;
 				break;
 			}

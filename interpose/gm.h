@@ -116,7 +116,8 @@ struct gm_handle {
 	cu_handle rh; /* the driver's handle now; 0 while saved */
 	size_t size;
 	cu_mem_prop prop;
-	bool app_released; /* the function released it: it dies with its last unmap */
+	int refs;          /* the function's references: 1 made or imported, +1 a
+			    * retain, -1 a release; 0: it dies with its last unmap */
 	bool shared;       /* exported or imported: another process may use it */
 	bool dead;         /* released and no longer mapped */
 	int nmaps;

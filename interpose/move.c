@@ -124,12 +124,20 @@ static int unmap_one(struct gm_map *m, struct gpumem_record *r)
 		fail(r, "cuMemUnmap", cr);
 		return -1;
 	}
-	/* Where the function still holds the handle, its memory would stay:
-	 * give it back too (the value will name new memory). */
-	if (!m->h->app_released)
-		gm_real.cuMemRelease(m->h->rh);
-	m->h->rh = 0;
 	m->saved = true;
+	/* Each reference the function still holds keeps the memory: give
+	 * them back too (its value will name new memory, with as many). */
+	for (int i = 0; i < m->h->refs; i++) {
+		cr = gm_real.cuMemRelease(m->h->rh);
+		if (cr != CU_SUCCESS) {
+			/* The memory stays the driver's until the process ends;
+			 * the save fails and maps new memory back. */
+			fail(r, "cuMemRelease of a saved allocation's handle", cr);
+			m->h->rh = 0;
+			return -1;
+		}
+	}
+	m->h->rh = 0;
 	return 0;
 }
 
@@ -254,10 +262,22 @@ cu_result gm_map_handle(struct gm_map *m, cu_handle rh)
 		gm_real.cuMemUnmap(m->va, m->size);
 		return cr;
 	}
-	/* Kept in h->rh either way, as at the allocation: a handle the
-	 * function had released is released again (its memory dies with its
-	 * unmap) but still names it, so the mapping stays movable. */
-	if (m->h->app_released)
+	/* The new memory has one reference, rh's; the function holds
+	 * m->h->refs: as many are taken (each a retain of the mapping), or
+	 * none (released: the memory dies with its unmap).  Kept in h->rh
+	 * either way, as at the allocation, so the mapping stays movable. */
+	for (int i = 1; i < m->h->refs; i++) {
+		cu_handle extra;
+
+		cr = gm_real.cuMemRetainAllocationHandle(&extra, (void *)(uintptr_t)m->va);
+		if (cr != CU_SUCCESS) {
+			while (--i > 0)
+				gm_real.cuMemRelease(rh);
+			gm_real.cuMemUnmap(m->va, m->size);
+			return cr;
+		}
+	}
+	if (m->h->refs == 0)
 		gm_real.cuMemRelease(rh);
 	m->h->rh = rh;
 	m->saved = false;

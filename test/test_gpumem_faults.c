@@ -14,6 +14,11 @@
  *   access_many    a mapping given access for more locations than the
  *                  library records comes back with all of them, or is left
  *                  to the driver (past 8, they were dropped silently);
+ *   retain_twice   a VMM handle the function retained holds its memory by
+ *                  two references: a save gives both back, a copy back
+ *                  takes both again, and the function's two releases reach
+ *                  the driver's handle (the second reached it with the
+ *                  function's stale value);
  */
 #include "common/gpumem.h"
 #include "common/util.h"
@@ -200,6 +205,40 @@ static void access_many(void)
 	app_end(&a);
 }
 
+static void retain_twice(void)
+{
+	unsigned long long phys, phys0, plain, mapped;
+	struct gpumem_status st;
+	char s[64];
+	struct app a;
+
+	app_start(&a, app, NULL, true);
+	mem(&a, &phys0, &plain, &mapped);
+	ask(&a, "retain", s, sizeof(s));
+	REQUIRE(!strcmp(s, "ok"));
+	CHECK_EQ(save(&a, &st), 0);
+	CHECK(st.ok && st.allocs == 7);
+	/* Saved: no device memory left, the retained one's included. */
+	mem(&a, &phys, &plain, &mapped);
+	CHECK_EQ(phys, 0);
+	CHECK_EQ(restore(&a, &st), 0);
+	CHECK(st.ok && st.allocs == 7);
+	CHECK(verified(&a));
+	/* Released twice, unmapped: both reach the driver's handle, and the
+	 * memory is gone. */
+	ask(&a, "retain-free", s, sizeof(s));
+	CHECK_STR(s, "ok");
+	mem(&a, &phys, &plain, &mapped);
+	CHECK_EQ(phys, phys0);
+	/* The library forgot it: the next save moves what it moved first. */
+	CHECK_EQ(save(&a, &st), 0);
+	CHECK(st.ok && st.allocs == 6);
+	CHECK_EQ(restore(&a, &st), 0);
+	CHECK(verified(&a));
+	gpumem_release(&a.pid, 1);
+	app_end(&a);
+}
+
 int main(void)
 {
 	const char *root = getenv("THAW_ROOT");
@@ -214,6 +253,7 @@ int main(void)
 	signal_env();
 	handler_errno();
 	access_many();
+	retain_twice();
 	rm_rf(dir);
 	return check_failures ? 1 : 0;
 }

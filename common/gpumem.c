@@ -250,6 +250,10 @@ int gpumem_save_all(const pid_t *pids, const pid_t *ns_pids, size_t n, const cha
 		ret = gpumem_request(ask, ask_ns, k, GPUMEM_OP_SAVE, out_dir, timeout_ms, got);
 	for (size_t j = 0; j < k; j++) {
 		st[idx[j]] = got[j];
+		/* A save that failed and could not put the memory back: the
+		 * process is held without it, and cannot be snapshotted. */
+		if (got[j].held && !ret)
+			ret = -EIO;
 		if (got[j].ok && got[j].allocs)
 			(*moved)++;
 		else if (got[j].ok)

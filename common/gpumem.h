@@ -48,7 +48,9 @@ int gpumem_request(const pid_t *pids, const pid_t *ns_pids, size_t n, enum gpume
  * many moved their memory.  why gets, when none did, the first reason (a
  * process without the library, the library's own words); "" otherwise.
  * 0, or -errno when a process could not be asked or did not answer in
- * time (it may still be saving: the snapshot cannot go on). */
+ * time (it may still be saving), or -EIO when one's save failed and it
+ * could not put its memory back (st[i].held: its calls stay held): the
+ * snapshot cannot go on. */
 int gpumem_save_all(const pid_t *pids, const pid_t *ns_pids, size_t n, const char *out_dir,
 		    unsigned timeout_ms, struct gpumem_status *st, size_t *moved, char *why,
 		    size_t whylen);

@@ -55,6 +55,7 @@ enum gpumem_op {
 #define GPUMEM_RECORD_FIELDS(X)                                                               \
 	X(BOOL, ok, "ok")                                                                     \
 	X(TEXT, error, "error")             /* the library's words: the first failure */      \
+	X(BOOL, held, "held")               /* not ok, and the function's calls stay held */  \
 	X(U64, allocs, "allocs")            /* moved */                                       \
 	X(U64, bytes, "bytes")                                                                \
 	X(U64, left_allocs, "left_allocs")  /* left to the driver's checkpoint */             \

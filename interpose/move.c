@@ -143,6 +143,72 @@ static int unmap_one(struct gm_map *m, struct gpumem_record *r)
 
 static int map_new(struct gm_map *m, struct gpumem_record *r);
 
+/* m's bytes copied back from the file in through buf; 0, or -1 with why. */
+static int put_back_one(int in, void *buf, struct gm_map *m, char *why, size_t len)
+{
+	char ebuf[32];
+
+	for (size_t off = 0; off < m->size; off += BOUNCE_BYTES) {
+		size_t n = m->size - off < BOUNCE_BYTES ? m->size - off : BOUNCE_BYTES;
+		ssize_t got = pread(in, buf, n, (off_t)(m->file_off + off));
+		cu_result cr;
+
+		if (got != (ssize_t)n) {
+			snprintf(why, len, "reading the saved memory: %s",
+				 got < 0 ? strerror(errno) : "short read");
+			return -1;
+		}
+		cr = gm_real.cuMemcpyHtoDAsync_v2(m->va + off, buf, n, NULL);
+		if (cr == CU_SUCCESS)
+			cr = gm_real.cuCtxSynchronize();
+		if (cr != CU_SUCCESS) {
+			snprintf(why, len, "copying it back: %s", gm_error_name(cr, ebuf, sizeof(ebuf)));
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* After a save failed halfway: new memory mapped at each address it
+ * unmapped, and the bytes copied back from the file at path (through
+ * buf).  What cannot be put back leaves the function without memory it
+ * uses: r says so (after the save's own failure) and r->held keeps its
+ * calls held, for thawd to end it rather than let it run on. */
+static void put_back(const char *path, void *buf, struct gpumem_record *r)
+{
+	char why[160] = "", first[128] = "";
+	int in = open(path, O_RDONLY | O_CLOEXEC), lost = 0;
+	size_t k;
+
+	if (in < 0)
+		snprintf(first, sizeof(first), "%.60s: %s", path, strerror(errno));
+	for (struct gm_map *m = gm_maps; m; m = m->next) {
+		struct gpumem_record mr = { .ok = true };
+
+		if (!m->saved)
+			continue;
+		why[0] = '\0';
+		if (in < 0 || !buf)
+			snprintf(why, sizeof(why), "%s", in < 0 ? first : "no copy buffer");
+		else if (map_new(m, &mr))
+			snprintf(why, sizeof(why), "%.150s", mr.error);
+		else
+			put_back_one(in, buf, m, why, sizeof(why));
+		if (why[0] && !lost++)
+			snprintf(first, sizeof(first), "%.120s", why);
+	}
+	if (in >= 0)
+		close(in);
+	if (!lost)
+		return;
+	r->held = true;
+	k = strlen(r->error);
+	snprintf(r->error + k, sizeof(r->error) - k,
+		 "; %d allocation(s) could not be put back (%s): the function's CUDA calls stay "
+		 "held",
+		 lost, first);
+}
+
 void gm_save(const char *dir, struct gpumem_record *r)
 {
 	char path[4096];
@@ -220,25 +286,9 @@ void gm_save(const char *dir, struct gpumem_record *r)
 	gm_layout_write(dir);
 out:
 	if (!r->ok) {
-		/* Put back what was unmapped, from the file. */
-		for (struct gm_map *m = gm_maps; m; m = m->next)
-			if (m->saved && map_new(m, r) == 0) {
-				int in = open(path, O_RDONLY | O_CLOEXEC);
-				void *buf = bounce;
-
-				for (size_t off = 0; in >= 0 && buf && off < m->size; off += BOUNCE_BYTES) {
-					size_t n = m->size - off < BOUNCE_BYTES ? m->size - off :
-										  BOUNCE_BYTES;
-
-					if (pread(in, buf, n, (off_t)(m->file_off + off)) != (ssize_t)n)
-						break;
-					gm_real.cuMemcpyHtoDAsync_v2(m->va + off, buf, n, NULL);
-					gm_real.cuCtxSynchronize();
-				}
-				if (in >= 0)
-					close(in);
-			}
+		put_back(path, bounce, r);
 		r->allocs = r->bytes = 0;
+		memset(r->dev_bytes, 0, sizeof(r->dev_bytes));
 	}
 	if (bounce)
 		gm_real.cuMemFreeHost(bounce);
@@ -247,7 +297,8 @@ out:
 	if (!r->ok)
 		unlink(path);
 	pthread_mutex_unlock(&gm_lock);
-	if (!r->ok)
+	/* A function whose memory is not all back stays held: thawd ends it. */
+	if (!r->ok && !r->held)
 		gm_gate_open();
 	r->total_ms = gm_now_ms() - t0;
 }
@@ -519,6 +570,8 @@ out:
 	 * the gate stays closed: thawd ends the instance. */
 	if (r->ok)
 		gm_gate_open();
+	else
+		r->held = true;
 	r->total_ms = gm_now_ms() - t0;
 }
 

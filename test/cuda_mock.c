@@ -483,8 +483,8 @@ static int nmade;
 
 /* MOCK_CUDA_FAIL_FILE: while that file exists, each of its lines "NAME N"
  * makes the entry point NAME fail (CUDA_ERROR_OUT_OF_MEMORY) from its
- * (N+1)-th call on, counted from when the file appeared: a failure in the
- * middle of a save or a copy back, where a test wants it. */
+ * (N+1)-th call on, counted from when the file was written: a failure in
+ * the middle of a save or a copy back, where a test wants it. */
 static int mock_fails(const char *name)
 {
 	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -492,18 +492,26 @@ static int mock_fails(const char *name)
 		char name[64];
 		unsigned calls;
 	} seen[16];
+	static struct stat last;
 	const char *path = getenv("MOCK_CUDA_FAIL_FILE");
 	char line[128], n[64];
 	unsigned after;
 	int fail = 0;
+	struct stat sb;
 	FILE *f;
 
 	if (!path)
 		return 0;
 	f = fopen(path, "re");
 	pthread_mutex_lock(&mu);
-	if (!f)
+	/* Counted anew for each file written. */
+	if (!f || fstat(fileno(f), &sb) || sb.st_ino != last.st_ino ||
+	    sb.st_mtim.tv_sec != last.st_mtim.tv_sec || sb.st_mtim.tv_nsec != last.st_mtim.tv_nsec) {
 		memset(seen, 0, sizeof(seen));
+		memset(&last, 0, sizeof(last));
+		if (f && !fstat(fileno(f), &sb))
+			last = sb;
+	}
 	while (f && fgets(line, sizeof(line), f)) {
 		int i;
 

@@ -19,6 +19,11 @@
  *                  takes both again, and the function's two releases reach
  *                  the driver's handle (the second reached it with the
  *                  function's stale value);
+ *   rollback       a save that fails halfway maps back what it unmapped and
+ *                  lets the function go on; where that fails too, the
+ *                  function stays held and thawd is told (the rollback
+ *                  ignored its own failures and let the function run on
+ *                  unmapped memory).
  */
 #include "common/gpumem.h"
 #include "common/util.h"
@@ -239,6 +244,49 @@ static void retain_twice(void)
 	app_end(&a);
 }
 
+static void rollback(void)
+{
+	char fails[600], env_fail[700], s[64];
+	const char *env[] = { env_fail, NULL };
+	struct gpumem_status st;
+	unsigned long c1;
+	struct app a;
+
+	snprintf(fails, sizeof(fails), "%s/fail", dir);
+	snprintf(env_fail, sizeof(env_fail), "MOCK_CUDA_FAIL_FILE=%s", fails);
+	app_start_with(&a, app, NULL, lib, env);
+
+	/* The second unmap fails: the first is mapped back from the file,
+	 * and the function goes on with all of its memory. */
+	touch(fails, "cuMemUnmap 1\n");
+	CHECK_EQ(save(&a, &st), 0);
+	unlink(fails);
+	CHECK(!st.ok && !st.held);
+	CHECK(strstr(st.error, "cuMemUnmap") != NULL);
+	c1 = count(&a);
+	for (int i = 0; i < 1000 && count(&a) == c1; i++)
+		usleep(10000);
+	CHECK(count(&a) > c1);
+	CHECK(verified(&a));
+
+	/* And the mapping back fails too: the function stays held (its
+	 * memory is partly gone), thawd is told so and the snapshot fails. */
+	touch(fails, "cuMemUnmap 1\ncuMemCreate 0\n");
+	CHECK(save(&a, &st) != 0);
+	unlink(fails);
+	CHECK(!st.ok && st.held);
+	CHECK(strstr(st.error, "cuMemUnmap") != NULL);
+	CHECK(strstr(st.error, "held") != NULL);
+	if (!strstr(st.error, "held"))
+		fprintf(stderr, "the library said: %s\n", st.error);
+	c1 = count(&a);
+	usleep(300000);
+	CHECK_EQ(count(&a), c1);
+	ask(&a, "mem", s, sizeof(s));
+	CHECK(s[0] != '\0');
+	app_end(&a);
+}
+
 int main(void)
 {
 	const char *root = getenv("THAW_ROOT");
@@ -254,6 +302,7 @@ int main(void)
 	handler_errno();
 	access_many();
 	retain_twice();
+	rollback();
 	rm_rf(dir);
 	return check_failures ? 1 : 0;
 }

@@ -179,7 +179,7 @@ int cmd_snapshot(int argc, char **argv)
 	}
 	/* As thawd's PUT: a function's rootfs and directory only where allowed
 	 * (and again where they are used, function/confine.h). */
-	if (function_spec_check(&c, spec->id, j, NULL, mkey, sizeof(mkey), err, sizeof(err))) {
+	if (function_spec_check(&c, spec->id, j, mkey, sizeof(mkey), err, sizeof(err))) {
 		fprintf(stderr, "thaw snapshot: %s: %s: %s\n", spec_path, mkey, err);
 		rc = 2;
 		goto out;

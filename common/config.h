@@ -58,6 +58,8 @@ struct config_store {
 /* Directories a function's "bundle", "cwd" and mounts may lie under (config_path_allowed). */
 #define CONFIG_MAX_ROOTS 16
 
+struct json_t; /* jansson's */
+
 struct thaw_config {
 	char data_dir[PATH_MAX];     /* store/ snapshots/ functions/ instances/ live here */
 	char store_dir[PATH_MAX];    /* default <data_dir>/store */
@@ -103,6 +105,14 @@ struct thaw_config {
 	uint64_t log_bytes;          /* rotate a function's output at this size
 				      * ($THAW_LOG_BYTES, K/M/G/T suffixes; default
 				      * CONFIG_LOG_BYTES_DEFAULT) */
+	/* The functions registered in data_dir, whose host paths a function's
+	 * are compared with wherever they are checked (function/confine.h: a
+	 * directory one function may write is reached by no other): a new
+	 * JSON array of their specs, each with its "id", into *out; 0 or
+	 * -errno.  thawd answers from its registry (registry_specs).  NULL
+	 * (config_init's): there are none to compare with. */
+	int (*registered)(void *arg, struct json_t **out);
+	void *registered_arg;
 };
 
 /* Whether a start that neither the start nor the function's spec decides

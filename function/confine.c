@@ -200,21 +200,70 @@ static bool clash(const struct reach *a, const struct reach *b)
 	return (a->rw || b->rw) && overlap(a->path, b->path);
 }
 
+/* Whether a path of the n that mine holds (a function id's, whose
+ * registration is not looked at) clashes with one of another function
+ * registered in c (c->registered): -EACCES, with key naming mine's key and
+ * why saying whose path it clashes with; 0 when none does, or there are
+ * none to compare with; -ENOMEM, or c->registered's -errno (why says so):
+ * a function compared with nothing is not let through. */
+static int clash_registered(const struct thaw_config *c, const char *id, const struct reach *mine,
+			    size_t n, char *key, size_t key_len, char *why, size_t why_len)
+{
+	struct reach *theirs = NULL;
+	json_t *others = NULL;
+	size_t k;
+	int ret;
+
+	if (!c->registered)
+		return 0;
+	ret = c->registered(c->registered_arg, &others);
+	theirs = calloc(SPEC_MAX_MOUNTS + 1, sizeof(*theirs));
+	if (ret || !theirs) {
+		ret = ret ? ret : -ENOMEM;
+		snprintf(key, key_len, "spec");
+		say(why, why_len, "cannot compare it with the functions registered: %s",
+		    strerror(-ret));
+		goto out;
+	}
+	for (size_t f = 0; f < json_array_size(others); f++) {
+		const json_t *o = json_array_get(others, f);
+		const char *oid = json_string_value(json_object_get(o, "id"));
+
+		if (!oid || (id && !strcmp(oid, id)))
+			continue;
+		k = reaches(o, theirs);
+		for (size_t i = 0; i < n; i++)
+			for (size_t j = 0; j < k; j++)
+				if (clash(&mine[i], &theirs[j])) {
+					snprintf(key, key_len, "%s", mine[i].key);
+					say(why, why_len,
+					    "%s overlaps function %s's %s (%s), and one of them is "
+					    "writable: a directory a function may write is "
+					    "reached by no other function",
+					    mine[i].path, oid, theirs[j].key, theirs[j].path);
+					ret = -EACCES;
+					goto out;
+				}
+	}
+out:
+	free(theirs);
+	json_decref(others);
+	return ret;
+}
+
 int function_spec_check(const struct thaw_config *c, const char *id, const json_t *spec,
-			const json_t *others, char *key, size_t key_len, char *why,
-			size_t why_len)
+			char *key, size_t key_len, char *why, size_t why_len)
 {
 	const char *bundle = json_string_value(json_object_get(spec, "bundle"));
 	const char *cwd = json_string_value(json_object_get(spec, "cwd"));
 	const json_t *mounts = json_object_get(spec, "mounts");
-	struct reach *mine = NULL, *theirs = NULL;
+	struct reach *mine = NULL;
 	char p[PATH_MAX + 16], r[PATH_MAX];
-	size_t n, k;
+	size_t n;
 	int ret = -EACCES;
 
 	mine = calloc(SPEC_MAX_MOUNTS + 1, sizeof(*mine));
-	theirs = calloc(SPEC_MAX_MOUNTS + 1, sizeof(*theirs));
-	if (!mine || !theirs) {
+	if (!mine) {
 		snprintf(key, key_len, "spec");
 		say(why, why_len, "out of memory");
 		ret = -ENOMEM;
@@ -266,29 +315,9 @@ int function_spec_check(const struct thaw_config *c, const char *id, const json_
 				    mine[j].path, mine[i].key, mine[i].path);
 				goto out;
 			}
-	for (size_t f = 0; f < json_array_size(others); f++) {
-		const json_t *o = json_array_get(others, f);
-		const char *oid = json_string_value(json_object_get(o, "id"));
-
-		if (!oid || (id && !strcmp(oid, id)))
-			continue;
-		k = reaches(o, theirs);
-		for (size_t i = 0; i < n; i++)
-			for (size_t j = 0; j < k; j++)
-				if (clash(&mine[i], &theirs[j])) {
-					snprintf(key, key_len, "%s", mine[i].key);
-					say(why, why_len,
-					    "%s overlaps function %s's %s (%s), and one of them is "
-					    "writable: a directory a function may write is "
-					    "reached by no other function",
-					    mine[i].path, oid, theirs[j].key, theirs[j].path);
-					goto out;
-				}
-	}
-	ret = 0;
+	ret = clash_registered(c, id, mine, n, key, key_len, why, why_len);
 out:
 	free(mine);
-	free(theirs);
 	return ret;
 }
 
@@ -556,7 +585,8 @@ int function_host_paths(const struct thaw_config *c, const struct func_spec *spe
 		r[n++].rw = !spec->mounts[i].readonly;
 	}
 	/* As at the registration: a source the function writes holds none
-	 * of its other paths, now that they may have moved. */
+	 * of its other paths, nor another function's, now that they may have
+	 * moved, and whatever an older thawd let in. */
 	for (size_t i = 0; c && i < n; i++)
 		for (size_t j = i + 1; j < n; j++)
 			if (clash(&r[i], &r[j])) {
@@ -565,6 +595,20 @@ int function_host_paths(const struct thaw_config *c, const struct func_spec *spe
 				ret = -EACCES;
 				goto out;
 			}
+	if (c) {
+		char key[48];
+
+		ret = clash_registered(c, spec->id, r, n, key, sizeof(key), why, sizeof(why));
+		if (ret == -EACCES)
+			pr_err("%s: %s; PUT one of the two again with paths apart, or "
+			       "DELETE one (a spec registered before thaw checked this keeps "
+			       "what it was let in with)",
+			       key, why);
+		else if (ret)
+			pr_err("%s", why);
+		if (ret)
+			goto out;
+	}
 out:
 	if (ret)
 		function_host_paths_close(hp);

@@ -20,7 +20,9 @@
  * Checked twice (docs/DESIGN.md, "Confinement"): when a spec is registered
  * (PUT, pull, thaw snapshot), to refuse it early; and where the paths are
  * used (the bundle written for a snapshot, a restore or a standby,
- * function/bundle.h), because a path may change in between.  There each
+ * function/bundle.h), because a path may change in between, and a spec
+ * an older thawd registered, or a snapshot it made, was held to fewer
+ * rules (its overlaps with other functions kept).  There each
  * directory is opened once, from its allowed root down with no link
  * followed, checked where the kernel says it is, and held open: runc (and
  * CRIU at a restore, through runc's external bind mounts) bind that very
@@ -55,9 +57,10 @@ struct function_host_paths {
 };
 
 /* Open where a container of spec reaches (above) into *hp, staging its
- * binds under dir (the bundle's directory), and, with c, check it (c NULL:
- * opened only, for the benchmark's baselines, which run what the operator
- * hands them).  image: spec->bundle is thaw's image
+ * binds under dir (the bundle's directory), and, with c, check it as
+ * function_spec_check does, against the functions registered too, where
+ * they are now (c NULL: opened only, for the benchmark's baselines, which
+ * run what the operator hands them).  image: spec->bundle is thaw's image
  * cache's, put there from the spec's image, the one path under the data
  * directory allowed (read-only), and only as that exact path.  0 and *hp,
  * to be closed with function_host_paths_close once runc has returned (its
@@ -75,16 +78,16 @@ void function_host_paths_init(struct function_host_paths *hp);
  * empty one, does nothing. */
 void function_host_paths_close(struct function_host_paths *hp);
 
-/* The registration's check of spec (a spec's JSON, function id), against
- * c and the other registered functions (others: their specs' array, each
- * with its "id"; id's own skipped; NULL: none).  A path that does not
- * exist yet is taken as written, but a mount's source must be a directory
- * now.  0; -EACCES (403) when a path is not allowed, is thaw's or clashes
- * with another (this function's or another function's, named); -EINVAL
- * (400) when a mount's source is missing or not a directory; -ENOMEM.
- * On failure key names the spec's key at fault and why says why. */
+/* The registration's check of spec (a spec's JSON, function id: PUT, a
+ * pull, thaw snapshot), against c: its allowed roots, and the functions
+ * registered (c->registered; id's own registration skipped).  A path that
+ * does not exist yet is taken as written, but a mount's source must be a
+ * directory now.  0; -EACCES (403) when a path is not allowed, is thaw's
+ * or clashes with another (this function's or another function's, named);
+ * -EINVAL (400) when a mount's source is missing or not a directory;
+ * -ENOMEM, or c->registered's -errno.  On failure key names the spec's key
+ * at fault and why says why. */
 int function_spec_check(const struct thaw_config *c, const char *id, const json_t *spec,
-			const json_t *others, char *key, size_t key_len, char *why,
-			size_t why_len);
+			char *key, size_t key_len, char *why, size_t why_len);
 
 #endif

@@ -57,21 +57,18 @@ int api_get_function(struct req *q)
  * its mounts' sources and a local image only where the operator allows
  * (thawd --allow-root), never thaw's own state, and a directory it writes
  * reached by nothing else (function/confine.h, against every registered
- * function).  0, or function_spec_check's -EACCES or -EINVAL with the key
- * at fault in key and why in err.  Checked again where they are used. */
+ * function: s->cfg.registered).  0, or function_spec_check's -EACCES or
+ * -EINVAL with the key at fault in key and why in err.  Checked again where
+ * they are used. */
 static int spec_path_check(struct server *s, const char *id, const json_t *spec, char *key,
 			   size_t key_len, char *err, size_t errlen)
 {
 	const char *image = json_string_value(json_object_get(spec, "image"));
 	enum image_transport t;
 	char local[PATH_MAX];
-	json_t *others = NULL;
 	int ret;
 
-	/* Without the list (out of memory), the others are not compared. */
-	registry_list_json(s->reg, &others);
-	ret = function_spec_check(&s->cfg, id, spec, others, key, key_len, err, errlen);
-	json_decref(others);
+	ret = function_spec_check(&s->cfg, id, spec, key, key_len, err, errlen);
 	if (ret)
 		return ret;
 	if (image && !spec_image_ref(image, &t, local, sizeof(local), NULL, 0) &&

@@ -549,6 +549,23 @@ int registry_list_json(struct registry *r, json_t **out)
 	return list_json(r, false, entry_api_json, out);
 }
 
+/* A function's spec with its "id". */
+static json_t *entry_spec_json(const struct entry *e)
+{
+	json_t *j = json_deep_copy(e->spec);
+
+	if (!j || json_object_set_new(j, "id", json_string(e->id))) {
+		json_decref(j);
+		return NULL;
+	}
+	return j;
+}
+
+int registry_specs(void *r, json_t **out)
+{
+	return list_json(r, false, entry_spec_json, out);
+}
+
 int registry_delete(struct registry *r, const char *id, char *forgot)
 {
 	char path[PATH_MAX + 80];

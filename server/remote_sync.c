@@ -413,14 +413,11 @@ static int pulled_spec(struct server *s, const char *function, const char *text,
 		       char *err, size_t errlen)
 {
 	int ret = function_body_parse(function, text, strlen(text), spec, err, errlen);
-	json_t *others = NULL;
 	char why[1024], key[48];
 
 	if (!ret) {
-		registry_list_json(s->reg, &others);
-		ret = function_spec_check(&s->cfg, function, *spec, others, key, sizeof(key), why,
+		ret = function_spec_check(&s->cfg, function, *spec, key, sizeof(key), why,
 					  sizeof(why));
-		json_decref(others);
 		if (ret)
 			snprintf(err, errlen, "the remote's spec of %s: %s: %s", function, key, why);
 	}

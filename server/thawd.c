@@ -200,6 +200,9 @@ struct server *server_new(const struct thaw_config *c, const struct server_opts 
 	s->reg = registry_open(dir);
 	if (!s->reg)
 		goto err;
+	/* Every function's paths are compared with the others' (function/confine.h). */
+	s->cfg.registered = registry_specs;
+	s->cfg.registered_arg = s->reg;
 	s->store = store_open(c->store_dir);
 	if (!s->store) {
 		pr_err("cannot open the store %s: %s", c->store_dir, log_last_error());

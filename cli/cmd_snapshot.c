@@ -10,6 +10,8 @@
 #include "function/spec.h"
 #include "store/store.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <jansson.h>
 #include <libgen.h>
 #include <limits.h>
@@ -110,21 +112,60 @@ static void pull_progress(void *arg, const char *phase, uint64_t done, uint64_t 
 	pp->bar.last_draw_ns = now_ns(); /* so that progress_done clears it */
 }
 
-/* A local image (oci:, docker-archive:, oci-archive:) only where a bundle may be. */
-static bool image_allowed(const struct thaw_config *c, const struct func_spec *spec, char *err,
-			  size_t errlen)
+/* The functions registered in the data directory (dir: its functions/),
+ * as thawd's registry has them (server/registry.h: one file each,
+ * {"spec": …}; one being deleted is gone), read as they are now: a
+ * thaw_config's "registered" (common/config.h), so that a snapshot made
+ * here is held to the rule a PUT is, against the same functions.  0 (an
+ * empty array where there are none) or -errno. */
+static int registered_specs(void *dir, json_t **out)
 {
-	enum image_transport t;
-	char local[PATH_MAX];
+	char path[PATH_MAX + 300], id[64];
+	json_t *arr = json_array(), *j, *spec;
+	struct dirent *de;
+	DIR *d;
+	int ret = 0;
 
-	return !spec->image || spec_image_ref(spec->image, &t, local, sizeof(local), NULL, 0) ||
-	       t == IMAGE_DOCKER || config_path_allowed(c, local, err, errlen);
+	*out = NULL;
+	if (!arr)
+		return -ENOMEM;
+	d = opendir(dir);
+	if (!d && errno != ENOENT) {
+		ret = -errno;
+		fprintf(stderr, "thaw snapshot: %s: %s\n", (const char *)dir, strerror(-ret));
+	}
+	while (d && !ret && (de = readdir(d))) {
+		size_t len = strlen(de->d_name);
+
+		if (len <= 5 || len - 5 >= sizeof(id) || strcmp(de->d_name + len - 5, ".json"))
+			continue;
+		memcpy(id, de->d_name, len - 5);
+		id[len - 5] = '\0';
+		if (!id_valid(id)) /* as thawd's registry passes it over */
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", (const char *)dir, de->d_name);
+		j = json_load_file(path, JSON_REJECT_DUPLICATES, NULL);
+		spec = json_deep_copy(json_object_get(j, "spec"));
+		if (json_is_object(spec) && !json_is_true(json_object_get(j, "deleting")) &&
+		    (json_object_set_new(spec, "id", json_string(id)) ||
+		     json_array_append(arr, spec)))
+			ret = -ENOMEM;
+		json_decref(spec);
+		json_decref(j);
+	}
+	if (d)
+		closedir(d);
+	if (ret)
+		json_decref(arr);
+	else
+		*out = arr;
+	return ret;
 }
 
 int cmd_snapshot(int argc, char **argv)
 {
 	const char *spec_path = NULL, *id = NULL, *data_dir = NULL;
-	char err[1024], fid[64], mkey[48];
+	char err[1024], fid[64], mkey[48], fdir[PATH_MAX + 16];
 	struct thaw_config c;
 	struct func_spec *spec = NULL;
 	struct snapshot_result res = { 0 };
@@ -177,15 +218,14 @@ int cmd_snapshot(int argc, char **argv)
 		fprintf(stderr, "thaw snapshot: %s\n", log_last_error());
 		goto out;
 	}
-	/* As thawd's PUT: a function's rootfs and directory only where allowed
-	 * (and again where they are used, function/confine.h). */
+	snprintf(fdir, sizeof(fdir), "%s/functions", c.data_dir);
+	c.registered = registered_specs;
+	c.registered_arg = fdir;
+	/* As thawd's PUT: a function's paths (and a local image) only where
+	 * allowed, and none a registered function's that one of the two may
+	 * write (and again where they are used, function/confine.h). */
 	if (function_spec_check(&c, spec->id, j, mkey, sizeof(mkey), err, sizeof(err))) {
 		fprintf(stderr, "thaw snapshot: %s: %s: %s\n", spec_path, mkey, err);
-		rc = 2;
-		goto out;
-	}
-	if (!image_allowed(&c, spec, err, sizeof(err))) {
-		fprintf(stderr, "thaw snapshot: %s: image: %s\n", spec_path, err);
 		rc = 2;
 		goto out;
 	}

@@ -109,7 +109,8 @@ struct thaw_config {
 	 * are compared with wherever they are checked (function/confine.h: a
 	 * directory one function may write is reached by no other): a new
 	 * JSON array of their specs, each with its "id", into *out; 0 or
-	 * -errno.  thawd answers from its registry (registry_specs).  NULL
+	 * -errno.  thawd answers from its registry (registry_specs), thaw
+	 * snapshot from the registry's files in data_dir.  NULL
 	 * (config_init's): there are none to compare with. */
 	int (*registered)(void *arg, struct json_t **out);
 	void *registered_arg;

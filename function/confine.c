@@ -256,7 +256,9 @@ int function_spec_check(const struct thaw_config *c, const char *id, const json_
 {
 	const char *bundle = json_string_value(json_object_get(spec, "bundle"));
 	const char *cwd = json_string_value(json_object_get(spec, "cwd"));
+	const char *image = json_string_value(json_object_get(spec, "image"));
 	const json_t *mounts = json_object_get(spec, "mounts");
+	enum image_transport t;
 	struct reach *mine = NULL;
 	char p[PATH_MAX + 16], r[PATH_MAX];
 	size_t n;
@@ -269,6 +271,12 @@ int function_spec_check(const struct thaw_config *c, const char *id, const json_
 		ret = -ENOMEM;
 		goto out;
 	}
+	/* A local image (oci:, docker-archive:, oci-archive:) is read from
+	 * where a bundle may be. */
+	snprintf(key, key_len, "image");
+	if (image && !spec_image_ref(image, &t, p, sizeof(p), NULL, 0) && t != IMAGE_DOCKER &&
+	    !config_path_allowed(c, p, why, why_len))
+		goto out;
 	if (bundle) {
 		/* The bundle (its config.json is read) and the root it
 		 * gives. */

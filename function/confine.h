@@ -82,8 +82,8 @@ void function_host_paths_close(struct function_host_paths *hp);
  * pull, thaw snapshot), against c: its allowed roots, and the functions
  * registered (c->registered; id's own registration skipped).  A path that
  * does not exist yet is taken as written, but a mount's source must be a
- * directory now.  0; -EACCES (403) when a path is not allowed, is thaw's
- * or clashes with another (this function's or another function's, named);
+ * directory now.  0; -EACCES (403) when a path (a local image's too) is
+ * not allowed, is thaw's or clashes with another (this function's or another function's, named);
  * -EINVAL (400) when a mount's source is missing or not a directory;
  * -ENOMEM, or c->registered's -errno.  On failure key names the spec's key
  * at fault and why says why. */

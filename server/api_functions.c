@@ -9,7 +9,6 @@
 #include "common/util.h"
 #include "function/confine.h"
 #include "function/spec.h"
-#include "images/image.h"
 #include "server/api.h"
 #include "server/errors.h"
 #include "server/internal.h"
@@ -53,32 +52,6 @@ int api_get_function(struct req *q)
 }
 
 
-/* A function runs as root in its container: its rootfs, its directory,
- * its mounts' sources and a local image only where the operator allows
- * (thawd --allow-root), never thaw's own state, and a directory it writes
- * reached by nothing else (function/confine.h, against every registered
- * function: s->cfg.registered).  0, or function_spec_check's -EACCES or
- * -EINVAL with the key at fault in key and why in err.  Checked again where
- * they are used. */
-static int spec_path_check(struct server *s, const char *id, const json_t *spec, char *key,
-			   size_t key_len, char *err, size_t errlen)
-{
-	const char *image = json_string_value(json_object_get(spec, "image"));
-	enum image_transport t;
-	char local[PATH_MAX];
-	int ret;
-
-	ret = function_spec_check(&s->cfg, id, spec, key, key_len, err, errlen);
-	if (ret)
-		return ret;
-	if (image && !spec_image_ref(image, &t, local, sizeof(local), NULL, 0) &&
-	    t != IMAGE_DOCKER && !config_path_allowed(&s->cfg, local, err, errlen)) {
-		snprintf(key, key_len, "image");
-		return -EACCES;
-	}
-	return 0;
-}
-
 /* From a PUT's path check to its registry write, one PUT at a time: two
  * functions whose paths clash (a directory one writes that the other
  * reaches) are then never both let in, each checked before the other. */
@@ -99,8 +72,14 @@ int api_put_function(struct req *q)
 	if (ret == -EINVAL)
 		return reply_error(q, 400, "bad_request", "%s", err);
 	pthread_mutex_lock(&put_check_lock);
-	if (!ret && (ret = spec_path_check(s, q->route.id, spec, mkey, sizeof(mkey), err,
-					   sizeof(err)))) {
+	/* A function runs as root in its container: its rootfs, its
+	 * directory, its mounts' sources and a local image only where the
+	 * operator allows (thawd --allow-root), never thaw's own state, and
+	 * a directory it writes reached by nothing else (function/confine.h,
+	 * against every registered function: s->cfg.registered).  Checked
+	 * again where they are used. */
+	if (!ret && (ret = function_spec_check(&s->cfg, q->route.id, spec, mkey, sizeof(mkey),
+					       err, sizeof(err)))) {
 		pthread_mutex_unlock(&put_check_lock);
 		json_decref(spec);
 		if (ret == -EINVAL)

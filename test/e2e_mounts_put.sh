@@ -9,6 +9,7 @@
 #   2. 403: a read-write source that holds, or lies in, another path the
 #      function reaches (its cwd, its other mounts); or one of another
 #      function's paths (the message naming it), either way round;
+#      thaw snapshot on the same data directory refuses such a spec too;
 #   3. 201: read-only mounts that nest, and the same read-only source in two
 #      functions;
 #   4. two clashing PUTs at once are never both registered.
@@ -65,6 +66,15 @@ st=$(api PUT /functions/cwdin -d "{\"command\": [\"python3\", \"-c\", \"pass\"],
 	ok "a cwd inside another function's read-write mount: 403 $(head -c 200 "$T/body")" ||
 	fail "a cwd inside writer's read-write mount: $st $(head -c 300 "$T/body")"
 put second 403 forbidden "\"mounts\": [$(m "$A/m" /m false)]" "function writer"
+# thaw snapshot, beside thawd on its data directory, holds a spec to the
+# same rule against the same functions: refused (exit 2) before it runs.
+echo "{\"command\": [\"true\"], \"port\": 8000, \"cwd\": \"$A/fn\",
+  \"mounts\": [$(m "$A/m/sub" /s true)]}" >"$T/cli.json"
+out=$(THAW_ALLOW_ROOTS=$A THAW_DATA_DIR=$DATA timeout 120 "$THAW" snapshot --id cli-inside "$T/cli.json" 2>&1)
+rc=$?
+[ $rc = 2 ] && grep -q "function writer" <<<"$out" &&
+	ok "thaw snapshot of a source inside writer's read-write mount: exit 2, $(head -c 200 <<<"$out")" ||
+	fail "thaw snapshot of a source inside writer's read-write mount: exit $rc, not 2 naming writer: $(head -c 300 <<<"$out")"
 
 # ---- 3. read-only sharing is fine ----
 put roshare 201 "" "\"mounts\": [$(m "$A/shared" /a true), $(m "$A/other" /b true)]"

@@ -63,6 +63,8 @@ LIB_OBJS  := $(LIB_SRCS:%.c=$(B)/obj/%.o)
 LIB       := $(B)/libthaw.a
 
 CLI_SRCS  := $(wildcard cli/*.c)
+# libthaw-cuda.so's C sources (interpose/; built at the end of this file).
+INTERPOSE_C := $(wildcard interpose/*.c)
 PROGS     := $(B)/thaw $(if $(wildcard server/thawd_main.c),$(B)/thawd)
 # A bench is one file, bench/NAME.c, or a directory of them with a main.c,
 # bench/NAME/*.c; either way the program is $(B)/bench/NAME.
@@ -187,7 +189,8 @@ gpu-pack:
 	@scripts/gpu-pack.sh
 
 # make lint: the include rule on the whole tree, clang-tidy on each source
-# of the library and the command, cppcheck on those, bench/ and test/.  A
+# of the library, the command and libthaw-cuda.so (interpose/, with the
+# flags it is built with), cppcheck on those, bench/ and test/.  A
 # source's clang-tidy leaves a stamp, $(B)/lint/FILE.ok, that depends on its
 # object (rebuilt when the source, a header it includes or the flags change):
 # a second make lint checks only what changed since, and make -j checks
@@ -195,10 +198,10 @@ gpu-pack:
 # sources a change in the work tree touches (scripts/changed-sources.sh).
 ifeq ($(LINT_SCOPE),changed)
   LINT_CHANGED  := $(shell scripts/changed-sources.sh)
-  TIDY_SRCS     := $(filter $(LIB_SRCS) $(CLI_SRCS),$(LINT_CHANGED))
+  TIDY_SRCS     := $(filter $(LIB_SRCS) $(CLI_SRCS) $(INTERPOSE_C),$(LINT_CHANGED))
   CPPCHECK_ARGS := $(LINT_CHANGED)
 else
-  TIDY_SRCS     := $(LIB_SRCS) $(CLI_SRCS)
+  TIDY_SRCS     := $(LIB_SRCS) $(CLI_SRCS) $(INTERPOSE_C)
   CPPCHECK_ARGS := $(LIB_DIRS) interpose cli bench test
 endif
 # clang-tidy's checks: its defaults less what .clang-tidy turns off.
@@ -220,6 +223,13 @@ $(B)/lint/%.ok: $(B)/obj/%.o
 	clang-tidy --quiet $*.c -- $(filter-out -Werror,$(CFLAGS)) \
 	  -Xclang -analyzer-config -Xclang max-nodes=$(TIDY_NODES)
 	@touch $@
+# interpose/'s objects are position-independent ones, built with flags of
+# their own (below): its stamps depend on those, and its checks use them.
+$(B)/lint/interpose/%.ok: $(B)/obj/pic/interpose/%.c.o
+	@mkdir -p $(dir $@)
+	clang-tidy --quiet interpose/$*.c -- $(filter-out -Werror,$(INTERPOSE_CFLAGS)) \
+	  -Xclang -analyzer-config -Xclang max-nodes=$(TIDY_NODES)
+	@touch $@
 
 format:
 	clang-format -i $(LIB_SRCS) $(CLI_SRCS) $(HDRS) $(TEST_SRCS) $(BENCH_SRCS) $(FUZZ_SRCS) $(wildcard bench/*/*.[ch])
@@ -235,9 +245,10 @@ clean:
 # independent, hidden by default, only the driver's names exported.
 INTERPOSE_SRCS := $(wildcard interpose/*.c interpose/*.S)
 INTERPOSE_OBJS := $(patsubst %,$(B)/obj/pic/%.o,$(INTERPOSE_SRCS))
+INTERPOSE_CFLAGS = $(filter-out -fsanitize=% -DTHAW_STATIC,$(CFLAGS)) -fPIC -fvisibility=hidden
 $(B)/obj/pic/%.c.o: %.c $(B)/.cflags
 	@mkdir -p $(dir $@)
-	$(CC) $(filter-out -fsanitize=% -DTHAW_STATIC,$(CFLAGS)) -fPIC -fvisibility=hidden $(DEPFLAGS) -c -o $@ $<
+	$(CC) $(INTERPOSE_CFLAGS) $(DEPFLAGS) -c -o $@ $<
 $(B)/obj/pic/%.S.o: %.S $(B)/.cflags
 	@mkdir -p $(dir $@)
 	$(CC) -I. -fPIC $(DEPFLAGS) -c -o $@ $<

@@ -5,7 +5,7 @@
 # `TESTS=word make test` runs) lints these and nothing else.
 set -u
 cd "$(dirname "$0")/.." || exit 1
-dirs="common criu store remote function images restore prewarm server cli bench test"
+dirs="common criu store remote function images restore prewarm server cli interpose bench test"
 # shellcheck disable=SC2086 # $dirs: one pathspec a word
 git status --porcelain --untracked-files=all -- $dirs 2>/dev/null |
 	sed -e 's/^...//' -e 's/.* -> //' |

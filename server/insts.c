@@ -185,6 +185,15 @@ void insts_release(struct insts *t, const char *id)
 	pthread_mutex_unlock(&t->lock);
 }
 
+/* Is id being stopped?  Under the lock. */
+static bool claimed(const struct insts *t, const char *id)
+{
+	for (size_t i = 0; i < t->nclaimed; i++)
+		if (!strcmp(t->claimed[i], id))
+			return true;
+	return false;
+}
+
 static struct pending *pending_of(struct insts *t, const char *function)
 {
 	for (size_t i = 0; i < t->npend; i++)
@@ -201,7 +210,7 @@ int insts_reserve(struct insts *t, const char *function, unsigned max, unsigned 
 
 	pthread_mutex_lock(&t->lock);
 	for (size_t i = 0; i < t->n; i++)
-		n += !strcmp(t->e[i].ref.function, function);
+		n += !strcmp(t->e[i].ref.function, function) && !claimed(t, t->e[i].ref.id);
 	p = pending_of(t, function);
 	n += p ? p->n : 0;
 	*have = n;

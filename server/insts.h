@@ -64,8 +64,12 @@ int insts_claim(struct insts *t, const char *id);
 void insts_release(struct insts *t, const char *id);
 
 /* A start of function may go on if it has fewer than max instances (0: no
- * limit), counting its starts in flight: it is then counted (until
- * insts_unreserve) and 0; else -EUSERS.  *have: how many it had. */
+ * limit), counting its starts in flight but not its instances being stopped
+ * (claimed: no request reaches them from their stop's first step; what they
+ * still hold on a GPU or in memory is for those checks to weigh, and a
+ * burst does not wait out their grace): it is then counted (until
+ * insts_unreserve) and 0; else -EUSERS.  *have: how many it had.  A stop
+ * that fails releases its claim, and the instance counts again. */
 int insts_reserve(struct insts *t, const char *function, unsigned max, unsigned *have);
 void insts_unreserve(struct insts *t, const char *function);
 /* The limits of instance id; -ENOENT. */

@@ -85,8 +85,9 @@ struct pool_fn {
 	bool gone;          /* the registry has it no more */
 	struct pool_inst *insts;
 	unsigned starting;  /* starts in flight for its requests */
-	unsigned stopping;  /* its instances being stopped: until they are gone they
-			     * count against max_instances (insts_reserve) */
+	unsigned stopping;  /* its instances being stopped: not counted against
+			     * max_instances (insts_reserve), but a start refused
+			     * for what they hold is tried again once they go */
 	struct waiter *head, *tail;
 	unsigned waiting;
 	/* Metrics */
@@ -549,8 +550,8 @@ static void *start_main(void *arg)
 		else
 			f->starts_failed++;
 		/* Nothing left to serve them: the waiting requests are told why.
-		 * An instance being stopped (at max_instances, the start was
-		 * refused for it) gives its place once gone: they wait for it
+		 * An instance being stopped may hold what the start was
+		 * refused for (room on a GPU, memory): they wait for it to go
 		 * (pool_gone starts one then). */
 		if (!live(f) && !f->starting && !f->stopping)
 			fail_waiters(f, &why);
@@ -606,7 +607,7 @@ static void start_for(struct pool *p, struct pool_fn *f, unsigned demand)
 
 	while (!p->stopping && demand > f->starting * par->concurrency &&
 	       (!par->max_instances ||
-		live(f) + f->stopping + f->starting < par->max_instances)) {
+		live(f) + f->starting < par->max_instances)) {
 		struct start_arg *a = calloc(1, sizeof(*a));
 		pthread_attr_t attr;
 		pthread_t t;
@@ -654,7 +655,7 @@ static int admit(struct pool *p, struct pool_fn *f, struct pool_slot *slot,
 	start_for(p, f, f->waiting + 1);
 	if (f->waiting + 1 <= f->starting * f->par.concurrency + f->par.queue)
 		return 1;
-	if (max && live(f) + f->stopping + f->starting >= max)
+	if (max && live(f) + f->starting >= max)
 		return refuse(why, 429, "too_many_instances", true,
 			      "function %s is at its max_instances (%u), their slots are busy and "
 			      "its queue is full (%u request(s) waiting)",
@@ -819,9 +820,9 @@ void pool_forget(struct pool *p, const char *id)
 
 		for (size_t k = 0; k < p->nstops && !known; k++)
 			known = !strcmp(p->stops[k].id, id);
-		/* Until pool_gone it still counts against max_instances, as
-		 * insts_reserve counts it: a start made for it now would be
-		 * refused. */
+		/* Until pool_gone it is counted here (not against
+		 * max_instances): a start refused for the GPU or the memory it
+		 * still holds is tried again when it goes. */
 		if (!known && !ARRAY_GROW(p->stops, p->capstops, p->nstops + 1, 8)) {
 			snprintf(p->stops[p->nstops].id, 64, "%s", id);
 			snprintf(p->stops[p->nstops].fn, 64, "%s", f->id);
@@ -856,8 +857,8 @@ void pool_gone(struct pool *p, const char *id)
 		if (!f)
 			break;
 		f->stopping--;
-		/* Requests that waited on it (the instances of a replaced
-		 * snapshot, at max_instances) get an instance in its place. */
+		/* Requests still waiting (a start refused for what it held on
+		 * a GPU or in memory) get another start now. */
 		if (f->waiting)
 			start_for(p, f, f->waiting);
 		else if (!live(f) && !f->starting && !f->stopping)

@@ -7,7 +7,6 @@
 #define LOG_PREFIX "thawd: "
 #include "common/log.h"
 #include "common/util.h"
-#include "function/confine.h"
 #include "function/spec.h"
 #include "server/api.h"
 #include "server/errors.h"
@@ -19,7 +18,6 @@
 #include "server/snapshots.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,16 +49,10 @@ int api_get_function(struct req *q)
 	return reply_json(q, 200, j);
 }
 
-
-/* From a PUT's path check to its registry write, one PUT at a time: two
- * functions whose paths clash (a directory one writes that the other
- * reaches) are then never both let in, each checked before the other. */
-static pthread_mutex_t put_check_lock = PTHREAD_MUTEX_INITIALIZER;
-
 int api_put_function(struct req *q)
 {
 	struct server *s = q->srv;
-	char err[512] = "", loc[128], forgot[CHUNK_ID_LEN] = "", mkey[48];
+	char err[512] = "", loc[128], forgot[CHUNK_ID_LEN] = "", mkey[48] = "";
 	json_t *spec = NULL, *j = NULL;
 	bool created = false;
 	int ret;
@@ -71,35 +63,29 @@ int api_put_function(struct req *q)
 	ret = function_body_parse(q->route.id, q->body, q->len, &spec, err, sizeof(err));
 	if (ret == -EINVAL)
 		return reply_error(q, 400, "bad_request", "%s", err);
-	pthread_mutex_lock(&put_check_lock);
+	if (ret) {
+		struct api_err e = api_err_from_errno(ret);
+
+		return reply_error(q, e.status, e.code, "cannot check the spec: %s", err);
+	}
 	/* A function runs as root in its container: its rootfs, its
 	 * directory, its mounts' sources and a local image only where the
 	 * operator allows (thawd --allow-root), never thaw's own state, and
 	 * a directory it writes reached by nothing else (function/confine.h,
-	 * against every registered function: s->cfg.registered).  Checked
-	 * again where they are used. */
-	if (!ret && (ret = function_spec_check(&s->cfg, q->route.id, spec, mkey, sizeof(mkey),
-					       err, sizeof(err)))) {
-		pthread_mutex_unlock(&put_check_lock);
-		json_decref(spec);
+	 * against every registered function, checked again where they are
+	 * used).  The answer is what this PUT recorded, read under its own
+	 * lock: a DELETE racing it may remove the function the moment after,
+	 * and that is no error of this PUT's. */
+	ret = registry_admit(s->reg, &s->cfg, q->route.id, spec, &created, forgot, &j, mkey,
+			     sizeof(mkey), err, sizeof(err));
+	json_decref(spec);
+	if (mkey[0]) {
 		if (ret == -EINVAL)
 			return reply_error(q, 400, "bad_request", "%s: %s", mkey, err);
 		if (ret == -EACCES)
 			return reply_error(q, 403, "forbidden", "%s: %s", mkey, err);
 		return reply_error(q, 500, "internal", "%s: %s", mkey, err);
 	}
-	if (ret) {
-		struct api_err e = api_err_from_errno(ret);
-
-		pthread_mutex_unlock(&put_check_lock);
-		return reply_error(q, e.status, e.code, "cannot check the spec: %s", err);
-	}
-	/* The answer is what this PUT recorded, read under its own lock: a
-	 * DELETE racing it may remove the function the moment after, and
-	 * that is no error of this PUT's. */
-	ret = registry_put_get(s->reg, q->route.id, spec, &created, forgot, &j);
-	pthread_mutex_unlock(&put_check_lock);
-	json_decref(spec);
 	snapshots_forget(s, forgot);
 	if (ret == -EBUSY)
 		return reply_error(q, 409, "conflict",

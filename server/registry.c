@@ -4,6 +4,7 @@
 #include "server/registry.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "function/confine.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -493,6 +494,28 @@ out:
 	pthread_mutex_unlock(&r->lock);
 	entry_free(fresh);
 	json_decref(copy);
+	return ret;
+}
+
+/* From an admission's check to its write, one at a time (registry_admit).
+ * Not r->lock: the check reads the registry itself (c->registered). */
+static pthread_mutex_t admit_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int registry_admit(struct registry *r, const struct thaw_config *c, const char *id,
+		   const json_t *spec, bool *created, char *forgot, json_t **out, char *key,
+		   size_t key_len, char *why, size_t why_len)
+{
+	int ret;
+
+	if (out)
+		*out = NULL;
+	pthread_mutex_lock(&admit_lock);
+	ret = function_spec_check(c, id, spec, key, key_len, why, why_len);
+	if (!ret) {
+		key[0] = '\0';
+		ret = registry_put_get(r, id, spec, created, forgot, out);
+	}
+	pthread_mutex_unlock(&admit_lock);
 	return ret;
 }
 

@@ -34,6 +34,8 @@
 
 #include "store/chunk.h"
 
+struct thaw_config;
+
 #define REGISTRY_RESTART_REASON "thawd restarted during the snapshot"
 
 enum snap_state { SNAP_NONE, SNAP_BUILDING, SNAP_READY, SNAP_FAILED };
@@ -61,6 +63,17 @@ int registry_put(struct registry *r, const char *id, const json_t *spec, bool *c
  * after cannot make the put's own answer fail.  *out is NULL on error. */
 int registry_put_get(struct registry *r, const char *id, const json_t *spec, bool *created,
 		     char *forgot, json_t **out);
+/* registry_put_get of a spec first checked where its paths may be
+ * (function_spec_check against c, whose "registered" is r's own list:
+ * registry_specs), with no other admission checked or recorded in between,
+ * so that two functions whose paths clash are never both let in: each is
+ * checked before the other is recorded.  A PUT and a pull admit so.  A
+ * spec the check refuses: -EACCES, -EINVAL or -ENOMEM, key (key_len bytes)
+ * naming the spec's key at fault and why saying why; else key is "" and
+ * the result is registry_put_get's. */
+int registry_admit(struct registry *r, const struct thaw_config *c, const char *id,
+		   const json_t *spec, bool *created, char *forgot, json_t **out, char *key,
+		   size_t key_len, char *why, size_t why_len);
 /* GET /functions/<id>: a new object; -ENOENT. */
 int registry_get_json(struct registry *r, const char *id, json_t **out);
 /* GET /functions: a new array, sorted by id. */

@@ -4,7 +4,6 @@
 #include "server/remote_sync.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "function/confine.h"
 #include "restore/tier.h"
 #include "server/fallback.h"
 #include "server/internal.h"
@@ -407,19 +406,26 @@ static void on_pull_progress(void *arg, uint64_t done, uint64_t total)
 	jobs_progress(t->srv->jobs, t->job, "fetch", done, total);
 }
 
-/* The pulled spec, checked as a PUT's body is (allowed directories
- * included): 0 and *spec, or -errno with err. */
+/* The pulled spec, checked and recorded as a PUT's body is (its paths
+ * too: registry_admit, with no PUT or other pull in between): 0, *spec
+ * and registry_put's *created and forgot, or -errno with err. */
 static int pulled_spec(struct server *s, const char *function, const char *text, json_t **spec,
-		       char *err, size_t errlen)
+		       bool *created, char *forgot, char *err, size_t errlen)
 {
+	char why[1024], key[48] = "";
 	int ret = function_body_parse(function, text, strlen(text), spec, err, errlen);
-	char why[1024], key[48];
 
 	if (!ret) {
-		ret = function_spec_check(&s->cfg, function, *spec, key, sizeof(key), why,
-					  sizeof(why));
-		if (ret)
-			snprintf(err, errlen, "the remote's spec of %s: %s: %s", function, key, why);
+		ret = registry_admit(s->reg, &s->cfg, function, *spec, created, forgot, NULL, key,
+				     sizeof(key), why, sizeof(why));
+		if (ret && key[0])
+			snprintf(err, errlen, "the remote's spec of %s: %s: %s", function, key,
+				 why);
+		else if (ret)
+			snprintf(err, errlen, "%s",
+				 ret == -EBUSY	     ? "a snapshot of it is building" :
+				 ret == -EINPROGRESS ? "it is being deleted" :
+						       strerror(-ret));
 	}
 	if (ret && *spec) {
 		json_decref(*spec);
@@ -449,18 +455,11 @@ static int pull_run(void *arg, json_t **result, char *err, size_t errlen)
 		snprintf(err, errlen, "%s", log_last_error()[0] ? log_last_error() : strerror(-ret));
 		goto out;
 	}
-	ret = pulled_spec(s, t->function, text, &spec, err, errlen);
-	if (ret)
-		goto out;
-	ret = registry_put(s->reg, t->function, spec, &created, forgot);
+	ret = pulled_spec(s, t->function, text, &spec, &created, forgot, err, errlen);
 	if (forgot[0])
 		store_manifest_delete(s->store, forgot);
-	if (ret) {
-		snprintf(err, errlen, "%s", ret == -EBUSY ? "a snapshot of it is building" :
-					     ret == -EINPROGRESS ? "it is being deleted" :
-								   strerror(-ret));
+	if (ret)
 		goto out;
-	}
 	/* While it is fetched the function is "building": a start goes on
 	 * from the snapshot it had, a PUT or snapshot of it waits. */
 	ret = registry_snapshot_begin(s->reg, t->function, t->job, &old);

@@ -3,6 +3,7 @@
  * query and body parsing, listen addresses, metrics text, the bearer token,
  * the registry's persistence and recovery, jobs and their limit, error codes.
  */
+#include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "server/auth.h"
@@ -21,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static char tmpdir[] = "/tmp/test_server_units.XXXXXX";
@@ -974,6 +976,113 @@ static void test_registry_unrestorable(void)
 	CHECK_EQ(fallback_damaged_chunk(NULL, h), -ENOENT);
 }
 
+/* registry_admit: two admissions whose paths clash (a read-write mount
+ * holding the other's source), the first held in its check after it has
+ * listed the functions, the second begun meanwhile: one at a time, so
+ * exactly one is let in, the other refused naming it.  Without the one at
+ * a time, the second checks against the same empty list, and both are
+ * recorded (what a pull racing a PUT could do). */
+static struct {
+	pthread_mutex_t m;
+	pthread_cond_t cv;
+	bool a_listed, b_checking;
+} admit_probe = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false };
+
+/* The first's "registered": its list, then it waits (2 s at most) for the
+ * second to be in its own check, which one at a time never lets happen. */
+static int admit_held(void *r, json_t **out)
+{
+	struct timespec until;
+	int ret = registry_specs(r, out);
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 2;
+	pthread_mutex_lock(&admit_probe.m);
+	admit_probe.a_listed = true;
+	pthread_cond_broadcast(&admit_probe.cv);
+	while (!admit_probe.b_checking &&
+	       pthread_cond_timedwait(&admit_probe.cv, &admit_probe.m, &until) != ETIMEDOUT)
+		;
+	pthread_mutex_unlock(&admit_probe.m);
+	return ret;
+}
+
+static int admit_seen(void *r, json_t **out)
+{
+	pthread_mutex_lock(&admit_probe.m);
+	admit_probe.b_checking = true;
+	pthread_cond_broadcast(&admit_probe.cv);
+	pthread_mutex_unlock(&admit_probe.m);
+	return registry_specs(r, out);
+}
+
+struct admission {
+	struct registry *r;
+	struct thaw_config c;
+	const char *id;
+	json_t *spec;
+	char key[48], why[1024];
+	int ret;
+};
+
+static void *admit_main(void *arg)
+{
+	struct admission *a = arg;
+	bool created;
+
+	a->ret = registry_admit(a->r, &a->c, a->id, a->spec, &created, NULL, NULL, a->key,
+				sizeof(a->key), a->why, sizeof(a->why));
+	return NULL;
+}
+
+static void test_registry_admit(void)
+{
+	struct admission a = { .id = "writer" }, b = { .id = "reader" };
+	char dir[256], src[300];
+	pthread_t ta, tb;
+	json_t *list = NULL;
+
+	snprintf(dir, sizeof(dir), "%s/admit", tmpdir);
+	snprintf(src, sizeof(src), "%s/shared/sub", dir);
+	REQUIRE(mkdir_p(src, 0700) == 0);
+	/* Its data directory beside the functions' sources, not holding them. */
+	snprintf(src, sizeof(src), "%s/data", dir);
+	REQUIRE(config_init(&a.c, src) == 0 && config_allow_root(&a.c, dir) == 0);
+	b.c = a.c;
+	snprintf(src, sizeof(src), "%s/data/functions", dir);
+	a.r = b.r = registry_open(src);
+	REQUIRE(a.r);
+	a.c.registered = admit_held;
+	b.c.registered = admit_seen;
+	a.c.registered_arg = b.c.registered_arg = a.r;
+	snprintf(src, sizeof(src), "%s/shared", dir);
+	a.spec = json_pack("{s:[s], s:i, s:[{s:s, s:s, s:b}]}", "command", "true", "port", 8000,
+			   "mounts", "source", src, "destination", "/m", "readonly", 0);
+	snprintf(src, sizeof(src), "%s/shared/sub", dir);
+	b.spec = json_pack("{s:[s], s:i, s:[{s:s, s:s, s:b}]}", "command", "true", "port", 8000,
+			   "mounts", "source", src, "destination", "/s", "readonly", 1);
+	REQUIRE(a.spec && b.spec);
+
+	REQUIRE(pthread_create(&ta, NULL, admit_main, &a) == 0);
+	pthread_mutex_lock(&admit_probe.m);
+	while (!admit_probe.a_listed)
+		pthread_cond_wait(&admit_probe.cv, &admit_probe.m);
+	pthread_mutex_unlock(&admit_probe.m);
+	REQUIRE(pthread_create(&tb, NULL, admit_main, &b) == 0);
+	pthread_join(ta, NULL);
+	pthread_join(tb, NULL);
+	CHECK_EQ(a.ret, 0);
+	CHECK_EQ(b.ret, -EACCES);
+	CHECK(strstr(b.why, "function writer") != NULL);
+	CHECK_STR(b.key, "mounts[0].source");
+	CHECK_EQ(registry_specs(a.r, &list), 0);
+	CHECK_EQ(json_array_size(list), 1);
+	json_decref(list);
+	json_decref(a.spec);
+	json_decref(b.spec);
+	registry_free(a.r);
+}
+
 int main(void)
 {
 	log_set_level(LOG_ERR);
@@ -992,6 +1101,7 @@ int main(void)
 	test_insts_claim();
 	test_registry_damaged();
 	test_registry_unrestorable();
+	test_registry_admit();
 	rm_rf(tmpdir);
 	return check_failures ? 1 : 0;
 }

@@ -28,67 +28,56 @@
  * exports', the others are handed out by cuGetProcAddress and dlsym. */
 #define GM_SLOTS 4096
 
+/* A name and its per-thread-stream form: _ptsz for a call that takes a
+ * stream, _ptds for one that uses the default stream. */
+#define GM_PTSZ(X, sym) X(sym) X(sym##_ptsz)
+#define GM_PTDS(X, sym) X(sym) X(sym##_ptds)
 #define GM_EXPORTS_HELD(X) \
 	/* Kernels and graphs */ \
-	X(cuLaunchKernel) X(cuLaunchKernel_ptsz) X(cuLaunchKernelEx) \
-	X(cuLaunchKernelEx_ptsz) X(cuLaunchCooperativeKernel) \
-	X(cuLaunchCooperativeKernel_ptsz) X(cuLaunchCooperativeKernelMultiDevice) \
-	X(cuLaunchHostFunc) X(cuLaunchHostFunc_ptsz) X(cuLaunch) X(cuLaunchGrid) \
-	X(cuLaunchGridAsync) X(cuGraphLaunch) X(cuGraphLaunch_ptsz) X(cuGraphUpload) \
-	X(cuGraphUpload_ptsz) \
+	GM_PTSZ(X, cuLaunchKernel) GM_PTSZ(X, cuLaunchKernelEx) \
+	GM_PTSZ(X, cuLaunchCooperativeKernel) GM_PTSZ(X, cuLaunchHostFunc) \
+	GM_PTSZ(X, cuGraphLaunch) GM_PTSZ(X, cuGraphUpload) \
+	X(cuLaunchCooperativeKernelMultiDevice) X(cuLaunch) X(cuLaunchGrid) \
+	X(cuLaunchGridAsync) \
 	/* Copies */ \
-	X(cuMemcpy) X(cuMemcpy_ptds) X(cuMemcpyAsync) X(cuMemcpyAsync_ptsz) \
-	X(cuMemcpyPeer) X(cuMemcpyPeer_ptds) X(cuMemcpyPeerAsync) \
-	X(cuMemcpyPeerAsync_ptsz) X(cuMemcpy3DPeer) X(cuMemcpy3DPeer_ptds) \
-	X(cuMemcpy3DPeerAsync) X(cuMemcpy3DPeerAsync_ptsz) X(cuMemcpyHtoD_v2) \
-	X(cuMemcpyHtoD_v2_ptds) X(cuMemcpyDtoH_v2) X(cuMemcpyDtoH_v2_ptds) \
-	X(cuMemcpyDtoD_v2) X(cuMemcpyDtoD_v2_ptds) X(cuMemcpyDtoA_v2) \
-	X(cuMemcpyDtoA_v2_ptds) X(cuMemcpyAtoD_v2) X(cuMemcpyAtoD_v2_ptds) \
-	X(cuMemcpyHtoA_v2) X(cuMemcpyHtoA_v2_ptds) X(cuMemcpyAtoH_v2) \
-	X(cuMemcpyAtoH_v2_ptds) X(cuMemcpyAtoA_v2) X(cuMemcpyAtoA_v2_ptds) \
-	X(cuMemcpyHtoAAsync_v2) X(cuMemcpyHtoAAsync_v2_ptsz) X(cuMemcpyAtoHAsync_v2) \
-	X(cuMemcpyAtoHAsync_v2_ptsz) X(cuMemcpy2D_v2) X(cuMemcpy2D_v2_ptds) \
-	X(cuMemcpy2DUnaligned_v2) X(cuMemcpy2DUnaligned_v2_ptds) X(cuMemcpy3D_v2) \
-	X(cuMemcpy3D_v2_ptds) X(cuMemcpyHtoDAsync_v2) X(cuMemcpyHtoDAsync_v2_ptsz) \
-	X(cuMemcpyDtoHAsync_v2) X(cuMemcpyDtoHAsync_v2_ptsz) X(cuMemcpyDtoDAsync_v2) \
-	X(cuMemcpyDtoDAsync_v2_ptsz) X(cuMemcpy2DAsync_v2) X(cuMemcpy2DAsync_v2_ptsz) \
-	X(cuMemcpy3DAsync_v2) X(cuMemcpy3DAsync_v2_ptsz) X(cuMemcpyBatchAsync) \
-	X(cuMemcpyBatchAsync_ptsz) X(cuMemcpyBatchAsync_v2) \
-	X(cuMemcpyBatchAsync_v2_ptsz) X(cuMemcpy3DBatchAsync) \
-	X(cuMemcpy3DBatchAsync_ptsz) X(cuMemcpy3DBatchAsync_v2) \
-	X(cuMemcpy3DBatchAsync_v2_ptsz) X(cuMemBatchDecompressAsync) \
-	X(cuMemBatchDecompressAsync_ptsz) \
+	GM_PTDS(X, cuMemcpy) GM_PTDS(X, cuMemcpyPeer) GM_PTDS(X, cuMemcpy3DPeer) \
+	GM_PTDS(X, cuMemcpyHtoD_v2) GM_PTDS(X, cuMemcpyDtoH_v2) \
+	GM_PTDS(X, cuMemcpyDtoD_v2) GM_PTDS(X, cuMemcpyDtoA_v2) \
+	GM_PTDS(X, cuMemcpyAtoD_v2) GM_PTDS(X, cuMemcpyHtoA_v2) \
+	GM_PTDS(X, cuMemcpyAtoH_v2) GM_PTDS(X, cuMemcpyAtoA_v2) \
+	GM_PTDS(X, cuMemcpy2D_v2) GM_PTDS(X, cuMemcpy2DUnaligned_v2) \
+	GM_PTDS(X, cuMemcpy3D_v2) \
+	GM_PTSZ(X, cuMemcpyAsync) GM_PTSZ(X, cuMemcpyPeerAsync) \
+	GM_PTSZ(X, cuMemcpy3DPeerAsync) GM_PTSZ(X, cuMemcpyHtoAAsync_v2) \
+	GM_PTSZ(X, cuMemcpyAtoHAsync_v2) GM_PTSZ(X, cuMemcpyHtoDAsync_v2) \
+	GM_PTSZ(X, cuMemcpyDtoHAsync_v2) GM_PTSZ(X, cuMemcpyDtoDAsync_v2) \
+	GM_PTSZ(X, cuMemcpy2DAsync_v2) GM_PTSZ(X, cuMemcpy3DAsync_v2) \
+	GM_PTSZ(X, cuMemcpyBatchAsync) GM_PTSZ(X, cuMemcpyBatchAsync_v2) \
+	GM_PTSZ(X, cuMemcpy3DBatchAsync) GM_PTSZ(X, cuMemcpy3DBatchAsync_v2) \
+	GM_PTSZ(X, cuMemBatchDecompressAsync) \
 	/* Sets */ \
-	X(cuMemsetD8_v2) X(cuMemsetD8_v2_ptds) X(cuMemsetD16_v2) X(cuMemsetD16_v2_ptds) \
-	X(cuMemsetD32_v2) X(cuMemsetD32_v2_ptds) X(cuMemsetD2D8_v2) \
-	X(cuMemsetD2D8_v2_ptds) X(cuMemsetD2D16_v2) X(cuMemsetD2D16_v2_ptds) \
-	X(cuMemsetD2D32_v2) X(cuMemsetD2D32_v2_ptds) X(cuMemsetD8Async) \
-	X(cuMemsetD8Async_ptsz) X(cuMemsetD16Async) X(cuMemsetD16Async_ptsz) \
-	X(cuMemsetD32Async) X(cuMemsetD32Async_ptsz) X(cuMemsetD2D8Async) \
-	X(cuMemsetD2D8Async_ptsz) X(cuMemsetD2D16Async) X(cuMemsetD2D16Async_ptsz) \
-	X(cuMemsetD2D32Async) X(cuMemsetD2D32Async_ptsz) \
+	GM_PTDS(X, cuMemsetD8_v2) GM_PTDS(X, cuMemsetD16_v2) GM_PTDS(X, cuMemsetD32_v2) \
+	GM_PTDS(X, cuMemsetD2D8_v2) GM_PTDS(X, cuMemsetD2D16_v2) \
+	GM_PTDS(X, cuMemsetD2D32_v2) \
+	GM_PTSZ(X, cuMemsetD8Async) GM_PTSZ(X, cuMemsetD16Async) \
+	GM_PTSZ(X, cuMemsetD32Async) GM_PTSZ(X, cuMemsetD2D8Async) \
+	GM_PTSZ(X, cuMemsetD2D16Async) GM_PTSZ(X, cuMemsetD2D32Async) \
 	/* Memory operations a stream carries */ \
-	X(cuStreamWriteValue32) X(cuStreamWriteValue32_ptsz) X(cuStreamWriteValue64) \
-	X(cuStreamWriteValue64_ptsz) X(cuStreamWaitValue32) X(cuStreamWaitValue32_ptsz) \
-	X(cuStreamWaitValue64) X(cuStreamWaitValue64_ptsz) X(cuStreamBatchMemOp) \
-	X(cuStreamBatchMemOp_ptsz) X(cuStreamWriteValue32_v2) \
-	X(cuStreamWriteValue32_v2_ptsz) X(cuStreamWriteValue64_v2) \
-	X(cuStreamWriteValue64_v2_ptsz) X(cuStreamWaitValue32_v2) \
-	X(cuStreamWaitValue32_v2_ptsz) X(cuStreamWaitValue64_v2) \
-	X(cuStreamWaitValue64_v2_ptsz) X(cuStreamBatchMemOp_v2) \
-	X(cuStreamBatchMemOp_v2_ptsz) X(cuSignalExternalSemaphoresAsync) \
-	X(cuSignalExternalSemaphoresAsync_ptsz) X(cuWaitExternalSemaphoresAsync) \
-	X(cuWaitExternalSemaphoresAsync_ptsz) X(cuMemPrefetchAsync) \
-	X(cuMemPrefetchAsync_ptsz) X(cuMemPrefetchAsync_v2) \
-	X(cuMemPrefetchAsync_v2_ptsz) X(cuMemPrefetchBatchAsync) \
-	X(cuMemPrefetchBatchAsync_ptsz) X(cuMemDiscardBatchAsync) \
-	X(cuMemDiscardBatchAsync_ptsz) X(cuMemDiscardAndPrefetchBatchAsync) \
-	X(cuMemDiscardAndPrefetchBatchAsync_ptsz) X(cuMemAdvise) X(cuMemAdvise_v2) \
+	GM_PTSZ(X, cuStreamWriteValue32) GM_PTSZ(X, cuStreamWriteValue64) \
+	GM_PTSZ(X, cuStreamWaitValue32) GM_PTSZ(X, cuStreamWaitValue64) \
+	GM_PTSZ(X, cuStreamBatchMemOp) GM_PTSZ(X, cuStreamWriteValue32_v2) \
+	GM_PTSZ(X, cuStreamWriteValue64_v2) GM_PTSZ(X, cuStreamWaitValue32_v2) \
+	GM_PTSZ(X, cuStreamWaitValue64_v2) GM_PTSZ(X, cuStreamBatchMemOp_v2) \
+	GM_PTSZ(X, cuSignalExternalSemaphoresAsync) \
+	GM_PTSZ(X, cuWaitExternalSemaphoresAsync) GM_PTSZ(X, cuMemPrefetchAsync) \
+	GM_PTSZ(X, cuMemPrefetchAsync_v2) GM_PTSZ(X, cuMemPrefetchBatchAsync) \
+	GM_PTSZ(X, cuMemDiscardBatchAsync) \
+	GM_PTSZ(X, cuMemDiscardAndPrefetchBatchAsync) \
+	X(cuMemAdvise) X(cuMemAdvise_v2) \
 	/* Waiting for work, ordering it */ \
-	X(cuStreamSynchronize) X(cuStreamSynchronize_ptsz) X(cuStreamQuery) \
-	X(cuStreamQuery_ptsz) X(cuStreamWaitEvent) X(cuStreamWaitEvent_ptsz) \
-	X(cuStreamAddCallback) X(cuStreamAddCallback_ptsz) X(cuEventRecord) \
-	X(cuEventRecord_ptsz) X(cuEventRecordWithFlags) X(cuEventRecordWithFlags_ptsz) \
+	GM_PTSZ(X, cuStreamSynchronize) GM_PTSZ(X, cuStreamQuery) \
+	GM_PTSZ(X, cuStreamWaitEvent) GM_PTSZ(X, cuStreamAddCallback) \
+	GM_PTSZ(X, cuEventRecord) GM_PTSZ(X, cuEventRecordWithFlags) \
 	X(cuEventSynchronize) X(cuEventQuery) X(cuCtxSynchronize) \
 	X(cuCtxSynchronize_v2) \
 	/* Questions about device memory, and objects made over it */ \

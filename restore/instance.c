@@ -186,6 +186,16 @@ static int parse_spec(const struct manifest *m, const char *snapshot, struct fun
 		return -EINVAL;
 	}
 	ret = spec_parse(j, NULL, spec, err, sizeof(err));
+	if (ret == -EINVAL) {
+		/* It parsed when the snapshot was made: an older thaw let in
+		 * what this one refuses (a mount where thaw binds its own, say).
+		 * Restored, it would run as that thaw ran it, not as this one
+		 * confines it; a new snapshot of a spec put again does not. */
+		pr_err("snapshot %s was made from a spec this thaw refuses (%s): PUT the "
+		       "function again with a spec it accepts, and snapshot it again",
+		       snapshot, err);
+		return -ENOEXEC;
+	}
 	if (ret)
 		pr_err("snapshot %s: its function spec is unusable: %s", snapshot, err);
 	return ret;

@@ -38,6 +38,11 @@ struct api_err api_err_from_errno(int err)
 	case ENFILE:
 		/* Out of something that frees up: the caller may retry. */
 		return (struct api_err){ 503, "no_capacity" };
+	case ENOEXEC:
+		/* A spec, or a snapshot's, recorded by an older thaw that this
+		 * one refuses (function/spec.h): nothing runs it until the
+		 * function is PUT again (and snapshotted again). */
+		return (struct api_err){ 409, "conflict" };
 	case EACCES:
 		/* Where the function would reach is not allowed (any more):
 		 * its rootfs or directory, checked where used

@@ -155,6 +155,15 @@ static int snapshot_run(void *arg, json_t **result, char *err, size_t errlen)
 
 	log_clear_error();
 	ret = spec_parse(t->spec, t->function, &spec, perr, sizeof(perr));
+	if (ret == -EINVAL) {
+		/* It parsed when it was PUT: an older thaw let it in. */
+		snprintf(err, errlen,
+			 "the function's spec was recorded by a thaw that accepted what this one "
+			 "refuses (%s): PUT the function again with a spec it accepts",
+			 perr);
+		ret = -ENOEXEC;
+		goto out;
+	}
 	if (ret) {
 		snprintf(err, errlen, "the recorded spec does not parse: %s",
 			 perr[0] ? perr : strerror(-ret));

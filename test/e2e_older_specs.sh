@@ -8,7 +8,13 @@
 #      read-write mount $A/m holds r's source, is put on disk beside it, as
 #      registered before the rule: r's start and r's and w's snapshots are
 #      403 forbidden, each naming the other function and what to do, and
-#      nothing runs; once w is PUT again apart, r starts.
+#      nothing runs; once w is PUT again apart, r starts;
+#   2. e's spec and snapshot mount a directory at /etc (now a destination
+#      thaw refuses for a function without a bundle): its start and its
+#      snapshot are 409 conflict, naming /etc and saying to PUT it again
+#      (and snapshot it again), and no boot is tried in the snapshot's
+#      place; once PUT again with another destination and snapshotted, it
+#      starts.
 set -u
 B=${THAW_BUILD:-$PWD/build}
 ROOT=${THAW_ROOT:-$PWD}
@@ -22,7 +28,7 @@ unset THAW_ALLOW_ROOTS
 NAME=older-specs
 . "$ROOT/test/lib/thawd_e2e.sh"
 A=$T/allowed
-mkdir -p "$A/fn" "$A/m/sub" "$A/w"
+mkdir -p "$A/fn" "$A/m/sub" "$A/w" "$A/e"
 cp "$ROOT/test/fixtures/proxy_fn.py" "$A/fn/"
 start_thawd --allow-root "$A"
 
@@ -50,18 +56,36 @@ st=$(api POST "/functions/r/snapshot?wait=1")
 [ "$st" = 200 ] || { fail "snapshot r: $st $(head -c 400 "$T/body")"; exit 1; }
 stop_thawd || fail "thawd's exit status $? at its first stop"
 
-# As an older thawd recorded it: w beside r, without a snapshot.
+# As an older thawd recorded them: w beside r, without a snapshot; and e,
+# with a snapshot whose manifest is r's with e's spec in its meta (stored
+# under the hash of its bytes: e's restore never gets to its image).
 python3 - "$DATA" "$A" <<'PY' || fail "could not make the older data directory"
-import json, os, sys
+import copy, hashlib, json, os, sys
 data, a = sys.argv[1], sys.argv[2]
-fns = os.path.join(data, "functions")
-w = json.load(open(os.path.join(fns, "r.json")))
+fns, mdir = os.path.join(data, "functions"), os.path.join(data, "store", "manifests")
+r = json.load(open(os.path.join(fns, "r.json")))
+def write(path, data, mode):
+    with open(path, "wb") as f:
+        f.write(data)
+    os.chmod(path, mode)
+w = copy.deepcopy(r)
 w["spec"]["id"] = "w"
 w["spec"]["mounts"] = [{"source": a + "/m", "destination": "/m", "readonly": False}]
 w["snapshot"] = {"state": "none", "id": None, "error": None, "job": None,
                  "image_bytes": 0, "stored_bytes": 0, "timings_ms": None}
-with open(os.path.join(fns, "w.json"), "w") as f:
-    f.write(json.dumps(w))
+write(os.path.join(fns, "w.json"), json.dumps(w).encode(), 0o600)
+e_mounts = [{"source": a + "/e", "destination": "/etc", "readonly": True}]
+m = json.load(open(os.path.join(mdir, r["snapshot"]["id"].split(":")[1])))
+m["meta"]["spec"]["id"] = "e"
+m["meta"]["spec"]["mounts"] = e_mounts
+text = json.dumps(m).encode()
+h = hashlib.sha256(text).hexdigest()
+write(os.path.join(mdir, h), text, 0o400)
+e = copy.deepcopy(r)
+e["spec"]["id"] = "e"
+e["spec"]["mounts"] = e_mounts
+e["snapshot"]["id"] = "sha256:" + h
+write(os.path.join(fns, "e.json"), json.dumps(e).encode(), 0o600)
 PY
 start_thawd --allow-root "$A"
 
@@ -83,7 +107,27 @@ st=$(api POST /functions/r/start)
 IID=$(jget "$T/body" "j['instance']")
 [ -n "$IID" ] && api DELETE "/instances/$IID" >/dev/null
 
-for f in r w; do api DELETE "/functions/$f" >/dev/null; done
+# ---- 2. a destination now refused, in a spec and a snapshot made before ----
+st=$(api POST /functions/e/start)
+expect "start of e (its snapshot mounts /etc)" 409 conflict "/etc" "PUT the function again" \
+	"snapshot it again"
+grep -q "booting it instead" "$T/body" && fail "start of e: a boot was tried: $(head -c 300 "$T/body")"
+st=$(api POST "/functions/e/snapshot?wait=1")
+expect "snapshot of e (its spec mounts /etc)" 409 conflict "/etc" "PUT the function again"
+n=$(curl -s "$URL/instances" | python3 -S -c "import json,sys
+print(sum(1 for i in json.load(sys.stdin)['instances'] if i.get('function') == 'e'))")
+[ "$n" = 0 ] || fail "instances of e after its refused start: $n"
+st=$(api PUT /functions/e -d "$(spec "[{\"source\": \"$A/e\", \"destination\": \"/e\"}]")")
+[ "$st" = 200 ] || fail "PUT e again (mounted at /e): $st $(cat "$T/body")"
+st=$(api POST "/functions/e/snapshot?wait=1")
+[ "$st" = 200 ] || fail "snapshot e again: $st $(head -c 400 "$T/body")"
+st=$(api POST /functions/e/start)
+[ "$st" = 201 ] && ok "e, PUT again and snapshotted again, starts" ||
+	fail "start of e after its new snapshot: $st $(head -c 400 "$T/body")"
+IID=$(jget "$T/body" "j['instance']")
+[ -n "$IID" ] && api DELETE "/instances/$IID" >/dev/null
+
+for f in r w e; do api DELETE "/functions/$f" >/dev/null; done
 [ -z "$(own_containers)" ] || fail "containers left: $(own_containers)"
 echo "$fails failure(s)"
 [ $fails = 0 ]

@@ -384,7 +384,7 @@ static int call(struct job *j, const struct http_call *hc, const char *what)
 }
 
 /* image_bytes is the image as stored (after elision); before, the dump's.
- * extra: the caller's members (prewarm_snapshot_with), or NULL. */
+ * extra: the caller's members (prewarm_opts.extra_meta), or NULL. */
 static json_t *snapshot_meta(struct job *j, json_t *timings, uint64_t image_bytes,
 			     uint64_t bytes_before, uint64_t pages_elided, const json_t *extra)
 {
@@ -454,303 +454,346 @@ static void cleanup(struct job *j)
 		log_clear_error();
 }
 
-int prewarm_snapshot(const struct thaw_config *c, struct store *s, const struct func_spec *spec,
-		     struct snapshot_result *out)
+/* One snapshot: what its steps share, and what the end releases whatever
+ * step it stopped at. */
+struct snap {
+	struct job j;
+	struct store *s;
+	const struct prewarm_opts *o;
+	const struct func_spec *asked; /* the spec as given (j.spec: the one booted) */
+	struct image im;
+	struct func_spec *run_spec; /* image_apply's, when the spec names an image */
+	struct criu_elide_stats est;
+	uint64_t t0, image_bytes, bytes_before;
+	json_t *timings, *meta, *host;
+	struct snapshot_result *out;
+};
+
+/* runc and CRIU there, and a GPU function's GPUs chosen: nothing is made
+ * before what it needs is known to be there. */
+static int check_tools(struct snap *n)
 {
-	return prewarm_snapshot_with(c, s, spec, NULL, NULL, out);
+	const struct thaw_config *c = n->j.c;
+	int ret;
+
+	if (!executable(c->runc)) {
+		pr_err("runc not found: %s (install runc, or set THAW_RUNC)", c->runc);
+		return -ENOENT;
+	}
+	if (!executable(c->criu)) {
+		pr_err("criu not found: %s (run 'make deps' for the CRIU 4.2 wrapper, or set THAW_CRIU)",
+		       c->criu);
+		return -ENOENT;
+	}
+	if (!n->j.spec->gpu)
+		return 0;
+	ret = cuda_init();
+	if (ret) {
+		pr_err("%s: GPU function needs a CUDA driver (%s)", n->j.spec->id,
+		       ret == -ENODEV ? "none on this host" : strerror(-ret));
+		return ret;
+	}
+	return prewarm_choose_gpus(&n->j);
 }
 
-int prewarm_snapshot_with(const struct thaw_config *c, struct store *s,
-			  const struct func_spec *spec, const json_t *extra_meta,
-			  const char *log_path, struct snapshot_result *out)
+/* The spec's image, ready in the cache, and the spec to boot from it: first,
+ * as a pull that fails costs no boot. */
+static int use_image(struct snap *n)
 {
-	const struct prewarm_opts o = { .extra_meta = extra_meta, .log_path = log_path };
-
-	return prewarm_snapshot_opts(c, s, spec, &o, out);
-}
-
-/* Say which phase the snapshot is in (a job's "progress"). */
-static void phase_begins(const struct prewarm_opts *o, const char *phase)
-{
-	if (o->progress)
-		o->progress(o->progress_arg, phase, 0, 0);
-}
-
-/* The spec's image, ready in the cache, and the spec to boot from it. */
-static int use_image(const struct thaw_config *c, const struct func_spec *spec,
-		     const struct prewarm_opts *o, struct image *im, struct func_spec **run,
-		     json_t *timings)
-{
+	const struct func_spec *spec = n->asked;
 	char err[512];
 	int ret;
 
-	ret = image_get(c, spec->image, c->registry_auth, o->progress, o->progress_arg, im);
+	if (!spec->image)
+		return 0;
+	ret = image_get(n->j.c, spec->image, n->j.c->registry_auth, n->o->progress,
+			n->o->progress_arg, &n->im);
 	if (ret)
-		return phase_failed("image", ret);
-	json_object_set_new(timings, "image_pull", json_real(im->pull_ms));
-	json_object_set_new(timings, "image_unpack", json_real(im->unpack_ms));
-	ret = image_apply(im, spec, run, err, sizeof(err));
+		return ret;
+	json_object_set_new(n->timings, "image_pull", json_real(n->im.pull_ms));
+	json_object_set_new(n->timings, "image_unpack", json_real(n->im.unpack_ms));
+	ret = image_apply(&n->im, spec, &n->run_spec, err, sizeof(err));
 	if (ret) {
-		log_set_error("%s (%s): %s", spec->image, im->digest, err);
-		return phase_failed("image", ret);
+		log_set_error("%s (%s): %s", spec->image, n->im.digest, err);
+		return ret;
+	}
+	n->j.spec = n->run_spec;
+	n->j.on_image = true;
+	return 0;
+}
+
+/* The work directory and the names in it. */
+static int make_work(struct snap *n)
+{
+	static atomic_uint seq;
+	struct job *j = &n->j;
+	const struct thaw_config *c = j->c;
+	unsigned k = atomic_fetch_add(&seq, 1);
+	int ret;
+
+	snprintf(j->state_dir, sizeof(j->state_dir), "%s/runc", c->data_dir);
+	j->r.runc = c->runc;
+	j->r.criu = c->criu;
+	j->r.state_dir = j->state_dir;
+	snprintf(j->cid, sizeof(j->cid), "snap-%s-%d-%u", j->spec->id, (int)getpid(), k);
+	snprintf(j->netns, sizeof(j->netns), "%s/work", c->data_dir);
+	ret = mkdir_p(j->netns, 0700);
+	if (ret)
+		return ret;
+	snprintf(j->work, sizeof(j->work), "%s/work/%s-%d-%u", c->data_dir, j->spec->id,
+		 (int)getpid(), k);
+	if (mkdir(j->work, 0700) < 0) {
+		ret = -errno;
+		pr_perror("mkdir %s", j->work);
+		j->work[0] = '\0'; /* not ours to remove */
+		return ret;
+	}
+	snprintf(j->netns, sizeof(j->netns), "%s/netns", j->work);
+	snprintf(j->bundle, sizeof(j->bundle), "%s/bundle", j->work);
+	snprintf(j->image, sizeof(j->image), "%s/image", j->work);
+	snprintf(j->criu_work, sizeof(j->criu_work), "%s/criu", j->work);
+	if (n->o->log_path)
+		snprintf(j->log, sizeof(j->log), "%s", n->o->log_path);
+	else
+		snprintf(j->log, sizeof(j->log), "%s/function.log", j->work);
+	snprintf(j->runc_log, sizeof(j->runc_log), "%s/runc-run.log", j->work);
+	j->stop_fd = eventfd(0, EFD_CLOEXEC);
+	if (j->stop_fd < 0) {
+		ret = -errno;
+		pr_perror("eventfd");
+		return ret;
 	}
 	return 0;
+}
+
+static int make_netns(struct snap *n)
+{
+	int ret = netns_create(n->j.netns);
+
+	n->j.netns_made = !ret;
+	return ret;
+}
+
+static int make_bundle(struct snap *n)
+{
+	return write_bundle(&n->j);
+}
+
+static int boot_container(struct snap *n)
+{
+	return boot(&n->j);
+}
+
+static int ready(struct snap *n)
+{
+	return wait_ready(&n->j);
+}
+
+static int warm_up(struct snap *n)
+{
+	const struct func_spec *spec = n->j.spec;
+
+	for (size_t i = 0; i < spec->nwarmup; i++) {
+		char what[32];
+		int ret;
+
+		snprintf(what, sizeof(what), "warmup[%zu]", i);
+		ret = call(&n->j, &spec->warmup[i], what);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+static int prepare(struct snap *n)
+{
+	return n->j.spec->prepare ? call(&n->j, n->j.spec->prepare, "prepare") : 0;
+}
+
+static int checkpoint_cuda(struct snap *n)
+{
+	uint64_t t = now_ns();
+	int ret;
+
+	if (!n->j.spec->gpu)
+		return 0;
+	ret = prewarm_cuda_checkpoint(&n->j);
+	if (ret)
+		return ret;
+	/* The driver's own part, and libthaw-cuda's save before it. */
+	json_object_set_new(n->timings, "gpu_memory_save", json_real(n->j.gpumem_save_ms));
+	json_object_set_new(n->timings, "driver_checkpoint",
+			    json_real(ms_since(t) - n->j.gpumem_save_ms));
+	return 0;
+}
+
+static int criu_dump(struct snap *n)
+{
+	return runner_checkpoint(&n->j.r, n->j.cid, n->j.image, n->j.criu_work);
+}
+
+/* libthaw-cuda's saved device memory into the image; and the image's size
+ * before the zero pages go. */
+static int gpu_memory(struct snap *n)
+{
+	if (n->j.gpumem) {
+		int ret = prewarm_gpumem_into_image(&n->j);
+
+		if (ret)
+			return ret;
+	}
+	return dir_bytes(n->j.image, &n->bytes_before);
+}
+
+/* Zero pages of private anonymous memory read back as zero without being
+ * stored; dropping them here saves the store, the tiers and every restore. */
+static int elide(struct snap *n)
+{
+	int ret;
+
+	if (n->j.spec->elide_zero) {
+		ret = criu_elide_zero_pages(n->j.image, &n->est);
+		if (ret)
+			return ret;
+	}
+	ret = dir_bytes(n->j.image, &n->image_bytes);
+	if (ret)
+		return ret;
+	pr_info("%s: %llu zero pages elided, image %llu -> %llu bytes", n->j.spec->id,
+		(unsigned long long)n->est.pages_elided, (unsigned long long)n->bytes_before,
+		(unsigned long long)n->image_bytes);
+	return 0;
+}
+
+/* The manifest's meta: the snapshot's own, the image it was made on (what a
+ * start and image_gc read), and what its restore depends on (compared
+ * before each start tries it, host_record.h). */
+static int make_meta(struct snap *n)
+{
+	struct job *j = &n->j;
+
+	n->meta = snapshot_meta(j, n->timings, n->image_bytes, n->bytes_before,
+				n->est.pages_elided, n->o->extra_meta);
+	if (n->meta && n->im.digest[0] &&
+	    json_object_set_new(n->meta, "image",
+				json_pack("{s:s, s:s, s:s}", "reference", n->asked->image,
+					  "digest", n->im.digest, "bundle", n->im.bundle)))
+		return -ENOMEM;
+	n->host = host_record_here(j->c);
+	if (n->meta && json_object_set_new(n->meta, "host",
+					   host_record_snapshot(n->host, j->gpu, j->ngpu,
+								n->im.digest)))
+		return -ENOMEM;
+	return n->meta ? 0 : -ENOMEM;
+}
+
+static int ingest(struct snap *n)
+{
+	struct store_put_stats st = { 0 };
+	const char *paths[1] = { n->j.image };
+	int ret;
+
+	ret = store_put(n->s, n->j.spec->id, paths, 1, n->meta, false, n->out->snapshot_id, &st);
+	if (ret)
+		return ret;
+	n->out->stored_bytes = st.new_stored;
+	return 0;
+}
+
+/* A step that ends the phase before it and begins none: its time is in no
+ * timing. */
+#define UNTIMED ""
+
+/* The snapshot path, in order.  name: what a failure is called ("boot:
+ * ..."); phase: the progress phase and the timing it begins (the time up to
+ * the next phase is its), UNTIMED, or NULL to go on with the one before. */
+static const struct snap_step {
+	const char *name;
+	const char *phase;
+	int (*fn)(struct snap *);
+} snap_steps[] = {
+	{ "tools", NULL, check_tools },
+	{ "image", NULL, use_image },
+	{ "work directory", NULL, make_work },
+	{ "network namespace", "boot", make_netns },
+	{ "bundle", NULL, make_bundle },
+	{ "boot", NULL, boot_container },
+	{ "ready", "ready", ready },
+	{ "warmup", "warmup", warm_up },
+	{ "prepare", "prepare", prepare },
+	{ "cuda checkpoint", "cuda_checkpoint", checkpoint_cuda },
+	{ "criu dump", "criu_dump", criu_dump },
+	{ "gpu memory", UNTIMED, gpu_memory },
+	{ "zero elision", "elide", elide },
+	{ "meta", "ingest", make_meta },
+	{ "ingest", NULL, ingest },
+};
+
+/* The end of a snapshot, whatever step it stopped at: everything made is
+ * undone (cleanup), the image the manifest names released only now (held
+ * until then: image_gc), and a failure named with the function. */
+static int snap_end(struct snap *n, int ret)
+{
+	cleanup(&n->j);
+	image_release(&n->im);
+	json_decref(n->meta);
+	json_decref(n->host);
+	json_decref(n->timings);
+	if (ret) {
+		char msg[1024];
+
+		snprintf(msg, sizeof(msg), "%s", log_last_error());
+		log_set_error("snapshot of %s failed: %s", n->asked->id, msg);
+		memset(n->out, 0, sizeof(*n->out));
+	}
+	spec_free(n->run_spec);
+	return ret;
 }
 
 int prewarm_snapshot_opts(const struct thaw_config *c, struct store *s,
 			  const struct func_spec *spec, const struct prewarm_opts *o,
 			  struct snapshot_result *out)
 {
-	static atomic_uint seq;
-	const struct func_spec *asked = spec;
-	const json_t *extra_meta = o->extra_meta;
-	const char *log_path = o->log_path;
-	struct image im = { .lock_fd = -1 };
-	struct func_spec *run_spec = NULL;
-	struct job j = { .c = c, .spec = spec, .out = { .fd = -1 }, .stop_fd = -1,
-			 .stdio = { -1, -1 } };
-	struct store_put_stats st = { 0 };
-	uint64_t t0 = now_ns(), t, image_bytes = 0, bytes_before = 0;
-	struct criu_elide_stats est = { 0 };
-	json_t *timings = json_object(), *meta = NULL, *host = NULL;
-	const char *paths[1];
-	unsigned n = atomic_fetch_add(&seq, 1);
-	int ret;
+	struct snap n = { .j = { .c = c, .spec = spec, .out = { .fd = -1 }, .stop_fd = -1,
+				 .stdio = { -1, -1 } },
+			  .s = s, .o = o, .asked = spec, .im = { .lock_fd = -1 }, .out = out,
+			  .t0 = now_ns() };
+	const char *phase = NULL;
+	uint64_t t = 0;
+	int ret = 0;
 
 	memset(out, 0, sizeof(*out));
-	j.cuda_pids = json_array();
-	j.cuda_ns_pids = json_array();
-	j.cuda_procs = json_array();
-	if (!timings || !j.cuda_pids || !j.cuda_ns_pids || !j.cuda_procs) {
-		ret = -ENOMEM;
-		goto out;
-	}
-	if (!executable(c->runc)) {
-		ret = -ENOENT;
-		pr_err("runc not found: %s (install runc, or set THAW_RUNC)", c->runc);
-		goto out;
-	}
-	if (!executable(c->criu)) {
-		ret = -ENOENT;
-		pr_err("criu not found: %s (run 'make deps' for the CRIU 4.2 wrapper, or set THAW_CRIU)",
-		       c->criu);
-		goto out;
-	}
-	if (spec->gpu) {
-		ret = cuda_init();
-		if (ret) {
-			pr_err("%s: GPU function needs a CUDA driver (%s)", spec->id,
-			       ret == -ENODEV ? "none on this host" : strerror(-ret));
-			goto out;
+	n.timings = json_object();
+	n.j.cuda_pids = json_array();
+	n.j.cuda_ns_pids = json_array();
+	n.j.cuda_procs = json_array();
+	if (!n.timings || !n.j.cuda_pids || !n.j.cuda_ns_pids || !n.j.cuda_procs)
+		return snap_end(&n, -ENOMEM);
+	for (size_t i = 0; i < ARRAY_SIZE(snap_steps); i++) {
+		const struct snap_step *st = &snap_steps[i];
+
+		if (st->phase) {
+			if (phase)
+				json_object_set_new(n.timings, phase, json_real(ms_since(t)));
+			phase = st->phase[0] ? st->phase : NULL;
+			t = now_ns();
+			if (phase && o->progress)
+				o->progress(o->progress_arg, phase, 0, 0);
 		}
-		ret = prewarm_choose_gpus(&j);
+		ret = st->fn(&n);
 		if (ret)
-			goto out;
+			return snap_end(&n, phase_failed(st->name, ret));
 	}
-
-	/* The image first: a pull that fails costs no boot. */
-	if (spec->image) {
-		ret = use_image(c, spec, o, &im, &run_spec, timings);
-		if (ret)
-			goto out;
-		j.spec = spec = run_spec;
-		j.on_image = true;
-	}
-
-	snprintf(j.state_dir, sizeof(j.state_dir), "%s/runc", c->data_dir);
-	j.r.runc = c->runc;
-	j.r.criu = c->criu;
-	j.r.state_dir = j.state_dir;
-	snprintf(j.cid, sizeof(j.cid), "snap-%s-%d-%u", spec->id, (int)getpid(), n);
-	snprintf(j.netns, sizeof(j.netns), "%s/work", c->data_dir);
-	ret = mkdir_p(j.netns, 0700);
-	if (ret)
-		goto out;
-	snprintf(j.work, sizeof(j.work), "%s/work/%s-%d-%u", c->data_dir, spec->id, (int)getpid(),
-		 n);
-	if (mkdir(j.work, 0700) < 0) {
-		ret = -errno;
-		pr_perror("mkdir %s", j.work);
-		j.work[0] = '\0'; /* not ours to remove */
-		goto out;
-	}
-	snprintf(j.netns, sizeof(j.netns), "%s/netns", j.work);
-	snprintf(j.bundle, sizeof(j.bundle), "%s/bundle", j.work);
-	snprintf(j.image, sizeof(j.image), "%s/image", j.work);
-	snprintf(j.criu_work, sizeof(j.criu_work), "%s/criu", j.work);
-	if (log_path)
-		snprintf(j.log, sizeof(j.log), "%s", log_path);
-	else
-		snprintf(j.log, sizeof(j.log), "%s/function.log", j.work);
-	snprintf(j.runc_log, sizeof(j.runc_log), "%s/runc-run.log", j.work);
-	j.stop_fd = eventfd(0, EFD_CLOEXEC);
-	if (j.stop_fd < 0) {
-		ret = -errno;
-		pr_perror("eventfd");
-		goto out;
-	}
-
-	phase_begins(o, "boot");
-	t = now_ns();
-	ret = netns_create(j.netns);
-	if (ret) {
-		phase_failed("network namespace", ret);
-		goto out;
-	}
-	j.netns_made = true;
-	ret = write_bundle(&j);
-	if (ret) {
-		phase_failed("bundle", ret);
-		goto out;
-	}
-	ret = boot(&j);
-	if (ret) {
-		phase_failed("boot", ret);
-		goto out;
-	}
-	json_object_set_new(timings, "boot", json_real(ms_since(t)));
-
-	phase_begins(o, "ready");
-	t = now_ns();
-	ret = wait_ready(&j);
-	if (ret) {
-		phase_failed("ready", ret);
-		goto out;
-	}
-	json_object_set_new(timings, "ready", json_real(ms_since(t)));
-
-	phase_begins(o, "warmup");
-	t = now_ns();
-	for (size_t i = 0; i < spec->nwarmup; i++) {
-		char what[32];
-
-		snprintf(what, sizeof(what), "warmup[%zu]", i);
-		ret = call(&j, &spec->warmup[i], what);
-		if (ret) {
-			phase_failed("warmup", ret);
-			goto out;
-		}
-	}
-	json_object_set_new(timings, "warmup", json_real(ms_since(t)));
-
-	phase_begins(o, "prepare");
-	t = now_ns();
-	if (spec->prepare) {
-		ret = call(&j, spec->prepare, "prepare");
-		if (ret) {
-			phase_failed("prepare", ret);
-			goto out;
-		}
-	}
-	json_object_set_new(timings, "prepare", json_real(ms_since(t)));
-
-	phase_begins(o, "cuda_checkpoint");
-	t = now_ns();
-	if (spec->gpu) {
-		ret = prewarm_cuda_checkpoint(&j);
-		if (ret) {
-			phase_failed("cuda checkpoint", ret);
-			goto out;
-		}
-		/* The driver's own part, and libthaw-cuda's save before it. */
-		json_object_set_new(timings, "gpu_memory_save", json_real(j.gpumem_save_ms));
-		json_object_set_new(timings, "driver_checkpoint",
-				    json_real(ms_since(t) - j.gpumem_save_ms));
-	}
-	json_object_set_new(timings, "cuda_checkpoint", json_real(ms_since(t)));
-
-	phase_begins(o, "criu_dump");
-	t = now_ns();
-	ret = runner_checkpoint(&j.r, j.cid, j.image, j.criu_work);
-	if (ret) {
-		phase_failed("criu dump", ret);
-		goto out;
-	}
-	json_object_set_new(timings, "criu_dump", json_real(ms_since(t)));
-	if (j.gpumem) {
-		ret = prewarm_gpumem_into_image(&j);
-		if (ret) {
-			phase_failed("gpu memory", ret);
-			goto out;
-		}
-	}
-	ret = dir_bytes(j.image, &bytes_before);
-	if (ret)
-		goto out;
-
-	/* Zero pages of private anonymous memory read back as zero without being
-	 * stored; dropping them here saves the store, the tiers and every restore. */
-	phase_begins(o, "elide");
-	t = now_ns();
-	if (spec->elide_zero) {
-		ret = criu_elide_zero_pages(j.image, &est);
-		if (ret) {
-			phase_failed("zero elision", ret);
-			goto out;
-		}
-	}
-	json_object_set_new(timings, "elide", json_real(ms_since(t)));
-	ret = dir_bytes(j.image, &image_bytes);
-	if (ret)
-		goto out;
-	pr_info("%s: %llu zero pages elided, image %llu -> %llu bytes", spec->id,
-		(unsigned long long)est.pages_elided, (unsigned long long)bytes_before,
-		(unsigned long long)image_bytes);
-
-	phase_begins(o, "ingest");
-	t = now_ns();
-	meta = snapshot_meta(&j, timings, image_bytes, bytes_before, est.pages_elided, extra_meta);
-	/* What a start and image_gc read: the very image it was made on. */
-	if (meta && im.digest[0] &&
-	    json_object_set_new(meta, "image",
-				json_pack("{s:s, s:s, s:s}", "reference", asked->image,
-					  "digest", im.digest, "bundle", im.bundle))) {
-		json_decref(meta);
-		meta = NULL;
-	}
-	/* What its restore depends on, compared before each start tries it
-	 * (host_record.h). */
-	if (meta && json_object_set_new(meta, "host",
-					host_record_snapshot(host = host_record_here(c), j.gpu,
-							     j.ngpu, im.digest))) {
-		json_decref(meta);
-		meta = NULL;
-	}
-	if (!meta) {
-		ret = -ENOMEM;
-		goto out;
-	}
-	paths[0] = j.image;
-	ret = store_put(s, spec->id, paths, 1, meta, false, out->snapshot_id, &st);
-	if (ret) {
-		phase_failed("ingest", ret);
-		goto out;
-	}
-	json_object_set_new(timings, "ingest", json_real(ms_since(t)));
-	json_object_set_new(timings, "total", json_real(ms_since(t0)));
-	out->timings_ms = json_incref(timings);
-	out->image_bytes = image_bytes;
-	out->stored_bytes = st.new_stored;
-	pr_info("%s: snapshot %s, %llu bytes of image, %llu newly stored, %.0f ms", spec->id,
-		out->snapshot_id, (unsigned long long)image_bytes,
-		(unsigned long long)st.new_stored, ms_since(t0));
-	snprintf(out->image_digest, sizeof(out->image_digest), "%s", im.digest);
-out:
-	cleanup(&j);
-	/* Held until the manifest that names the image is written: image_gc. */
-	image_release(&im);
-	json_decref(meta);
-	json_decref(host);
-	json_decref(timings);
-	if (ret) {
-		char msg[1024];
-
-		snprintf(msg, sizeof(msg), "%s", log_last_error());
-		log_set_error("snapshot of %s failed: %s", spec->id, msg);
-		memset(out, 0, sizeof(*out));
-	}
-	spec_free(run_spec);
-	return ret;
+	if (phase)
+		json_object_set_new(n.timings, phase, json_real(ms_since(t)));
+	json_object_set_new(n.timings, "total", json_real(ms_since(n.t0)));
+	out->timings_ms = json_incref(n.timings);
+	out->image_bytes = n.image_bytes;
+	pr_info("%s: snapshot %s, %llu bytes of image, %llu newly stored, %.0f ms", n.j.spec->id,
+		out->snapshot_id, (unsigned long long)n.image_bytes,
+		(unsigned long long)out->stored_bytes, ms_since(n.t0));
+	snprintf(out->image_digest, sizeof(out->image_digest), "%s", n.im.digest);
+	return snap_end(&n, 0);
 }
 
 void snapshot_result_release(struct snapshot_result *r)

@@ -25,38 +25,33 @@ struct snapshot_result {
 	uint64_t stored_bytes; /* bytes newly written to the store */
 };
 
-/* Snapshot spec into s.  On failure every process, container, namespace and
- * temporary directory is gone, and the error (log_last_error()) says which
- * phase failed, with the end of the function's or CRIU's log. */
-int prewarm_snapshot(const struct thaw_config *c, struct store *s, const struct func_spec *spec,
-		     struct snapshot_result *out);
-/* The same, with the members of extra_meta (an object, or NULL) added to the
- * manifest's meta, after the ones above, which they never replace: thawd tags
- * the snapshots it makes so.  log_path (NULL: only the work directory's,
- * removed at the end): where the function's stdout and stderr go while it
- * boots and warms up, rotated at c->log_bytes (common/logfile.h), and left
- * there at the end, so that a failed snapshot can be looked into. */
-int prewarm_snapshot_with(const struct thaw_config *c, struct store *s,
-			  const struct func_spec *spec, const json_t *extra_meta,
-			  const char *log_path, struct snapshot_result *out);
-
 /* Progress of the long work before the boot, a spec's image being pulled and
  * unpacked (images/image.h): phase "pull" (bytes) or "unpack" (layers),
  * done of total (0: unknown). */
 typedef void (*prewarm_progress_fn)(void *arg, const char *phase, uint64_t done, uint64_t total);
 
 struct prewarm_opts {
-	const json_t *extra_meta;     /* as prewarm_snapshot_with's; may be NULL */
-	const char *log_path;         /* as prewarm_snapshot_with's; may be NULL */
+	/* Members added to the manifest's meta, after thaw's own, which they
+	 * never replace (thawd tags the snapshots it makes so); may be NULL. */
+	const json_t *extra_meta;
+	/* Where the function's stdout and stderr go while it boots and warms
+	 * up, rotated at c->log_bytes (common/logfile.h) and left there at the
+	 * end, so that a failed snapshot can be looked into; NULL: only the
+	 * work directory's, removed at the end. */
+	const char *log_path;
 	prewarm_progress_fn progress; /* may be NULL */
 	void *progress_arg;
 };
 
-/* The same, with progress.  A spec with an "image" is booted from the
- * image's rootfs, with the defaults its config gives (image_apply): the
- * manifest's meta holds that spec and "image": {"reference", "digest",
- * "bundle"}, so that a start uses the very rootfs it was made on and never
- * pulls.  Its timings add "image_pull" and "image_unpack" (0 when cached). */
+/* Snapshot spec into s, step by step (prewarm.c's snap_steps, the phases
+ * above).  On failure every process, container, namespace and temporary
+ * directory is gone, and the error (log_last_error()) says which step
+ * failed, with the end of the function's or CRIU's log.  A spec with an
+ * "image" is booted from the image's rootfs, with the defaults its config
+ * gives (image_apply): the manifest's meta holds that spec and "image":
+ * {"reference", "digest", "bundle"}, so that a start uses the very rootfs it
+ * was made on and never pulls.  Its timings add "image_pull" and
+ * "image_unpack" (0 when cached). */
 int prewarm_snapshot_opts(const struct thaw_config *c, struct store *s,
 			  const struct func_spec *spec, const struct prewarm_opts *o,
 			  struct snapshot_result *out);

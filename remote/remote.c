@@ -124,11 +124,6 @@ const char *remote_describe(const struct remote *r)
 	return r->describe;
 }
 
-struct s3 *remote_s3(struct remote *r)
-{
-	return r->s3;
-}
-
 const char *remote_key(const struct remote *r, char *buf, size_t cap, const char *fmt, ...)
 {
 	va_list ap;

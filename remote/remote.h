@@ -54,8 +54,6 @@ int remote_open(const char *url, const char *endpoint, struct remote **out);
 void remote_close(struct remote *r); /* NULL is fine */
 /* "s3://bucket/prefix at ENDPOINT (region, where the keys came from)": no secret. */
 const char *remote_describe(const struct remote *r);
-/* The S3 client underneath (for tests and tools). */
-struct s3 *remote_s3(struct remote *r);
 
 struct remote_push_stats {
 	uint64_t chunks;	 /* distinct chunks of the manifest */

@@ -266,22 +266,6 @@ int gpu_admit_devices(const json_t *gpus, const struct cuda_device *devs, size_t
 	return ret;
 }
 
-int gpu_admit(const json_t *meta, uint64_t reserve, char *why, size_t whylen)
-{
-	const json_t *gpus = json_object_get(meta, "gpus");
-	struct cuda_device *devs = NULL;
-	size_t ndevs = 0;
-	int ret;
-
-	/* Not a GPU function; or no driver, or no device list: the restore
-	 * itself then says why it cannot go on. */
-	if (!json_array_size(gpus) || cuda_init() || cuda_devices(&devs, &ndevs))
-		return 0;
-	ret = gpu_admit_devices(gpus, devs, ndevs, reserve, why, whylen);
-	free(devs);
-	return ret;
-}
-
 int gpu_place_devices(const json_t *gpus, const char *request, const struct cuda_device *devs,
 		      size_t ndevs, uint64_t reserve, struct gpu_placement *p, char *why,
 		      size_t whylen)
@@ -443,17 +427,6 @@ void gpu_claim_taken(struct gpu_placement *p, size_t i, uint64_t bytes)
 			claimed[o] = claimed[o] > k ? claimed[o] - k : 0;
 	}
 	pthread_mutex_unlock(&claims_lock);
-}
-
-json_t *gpu_placement_json(const struct gpu_placement *p)
-{
-	json_t *a = json_array();
-
-	for (size_t i = 0; a && i < p->n; i++)
-		json_array_append_new(a, json_pack("{s:i, s:s, s:s}", "index", p->dev[i].ordinal,
-						   "uuid", p->dev[i].uuid, "name",
-						   p->dev[i].name));
-	return a;
 }
 
 /* The GPU pairs for the driver when some snapshot GPU goes elsewhere: one

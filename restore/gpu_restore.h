@@ -65,8 +65,6 @@ void gpu_claim_taken(struct gpu_placement *p, size_t i, uint64_t bytes);
 uint64_t gpu_free_bytes(int ordinal);
 /* Give back what p holds.  Twice, or on a placement that holds nothing: nothing. */
 void gpu_release(struct gpu_placement *p);
-/* [{"index","uuid","name"}] of p's GPUs (a start's answer); NULL on ENOMEM. */
-json_t *gpu_placement_json(const struct gpu_placement *p);
 
 /* Restore and unlock every CUDA process of container id, whose first
  * process has host pid init, onto the GPUs of place (NULL, or one that
@@ -105,12 +103,6 @@ int gpu_memory_restore(const json_t *meta, const pid_t *pids, size_t n, const ch
 int gpu_choose(const json_t *gpus, const struct cuda_device *devs, size_t ndevs, size_t *choice,
 	       bool *moved, char *why, size_t whylen);
 
-/* Admission: would a start of a snapshot whose meta is meta fit on this
- * host's GPUs now, each chosen GPU keeping reserve bytes free besides
- * (gpu_choose's placement)?  0 (also when it is no GPU function, or the
- * driver or its free-memory figures are missing: the restore then judges),
- * or -EAGAIN with why (-ENODEV: fewer GPUs than the snapshot used). */
-int gpu_admit(const json_t *meta, uint64_t reserve, char *why, size_t whylen);
 /* The same on devs (what cuda_devices gave). */
 int gpu_admit_devices(const json_t *gpus, const struct cuda_device *devs, size_t ndevs,
 		      uint64_t reserve, char *why, size_t whylen);

@@ -189,14 +189,3 @@ bool exits_lookup(pid_t pid, unsigned long long start, int *status)
 	pthread_mutex_unlock(&lock);
 	return found;
 }
-
-void exits_describe(int status, char *buf, size_t len)
-{
-	if (WIFEXITED(status))
-		snprintf(buf, len, "exited %d", WEXITSTATUS(status));
-	else if (WIFSIGNALED(status))
-		snprintf(buf, len, "exited %d: killed by SIG%s", 128 + WTERMSIG(status),
-			 sigabbrev_np(WTERMSIG(status)) ?: "?");
-	else
-		snprintf(buf, len, "ended (wait status %#x)", (unsigned)status);
-}

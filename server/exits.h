@@ -43,7 +43,4 @@ bool exits_lookup(pid_t pid, unsigned long long start, int *status);
  * now and then; exits_lookup does too. */
 void exits_drain(void);
 
-/* A wait status in words: "exited 3", "exited 137: killed by SIGKILL". */
-void exits_describe(int status, char *buf, size_t len);
-
 #endif

@@ -215,11 +215,6 @@ const char *route_allow(enum route_kind kind)
 	return (unsigned)kind < ARRAY_SIZE(routes) ? routes[kind].allow : "";
 }
 
-const char *route_name(enum route_kind kind)
-{
-	return (unsigned)kind < ARRAY_SIZE(routes) ? routes[kind].name : "none";
-}
-
 int query_bool(const char *value, bool *out)
 {
 	if (!value || !strcmp(value, "0") || !strcmp(value, "false")) {

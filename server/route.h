@@ -61,8 +61,6 @@ enum http_method method_parse(const char *method);
  * an Allow header value ("GET, PUT, DELETE"). */
 unsigned route_methods(enum route_kind kind);
 const char *route_allow(enum route_kind kind);
-/* A name for logs and metrics: "function", "start", … */
-const char *route_name(enum route_kind kind);
 
 /* A boolean query parameter (?wait=1): NULL, "0", "false" → false; "", "1",
  * "true" → true; 0 and *out, -EINVAL for anything else. */

@@ -63,6 +63,18 @@ struct store {
 	size_t nslots, slots_cap; /* used and allocated (a power of two) */
 	struct timespec packs_mtime; /* of packs/ when last read */
 	uint64_t packs_read_ns;	     /* CLOCK_REALTIME of that read */
+	bool packs_reload;	     /* the next read rebuilds the index from every file */
+	/* Copies of chunks dropped as damaged (store_drop.c), under idx_lock:
+	 * never indexed again by this store object, whatever an index file
+	 * still says (one whose rewrite failed, or was read before it). */
+	struct hash_set dropped_hashes;
+	struct store_dropped {
+		uint8_t hash[CHUNK_HASH_LEN];
+		char pack[PACK_NAME_LEN + 1];
+		uint64_t off;
+	} *dropped;
+	size_t ndropped, dropped_cap;
+	pthread_mutex_t drop_mu; /* one rewrite of a pack's index at a time */
 };
 
 /* The index of packs (store_packs.c).  store_index_add_pack() makes a pack
@@ -73,9 +85,14 @@ int store_index_add_pack(struct store *s, const char *name, uint64_t size,
 /* Whether hash is in a known pack; *loc its place (may be NULL). */
 bool store_index_find(struct store *s, const uint8_t hash[CHUNK_HASH_LEN],
 		      struct store_chunk_loc *loc);
-/* Take hash out of the index in memory (store_chunk_drop_damaged): whether
- * it was there. */
-bool store_index_drop(struct store *s, const uint8_t hash[CHUNK_HASH_LEN]);
+/* The copy of hash at off in pack found damaged (store_drop.c): out of the
+ * index in memory if it is that copy that the index holds, and never taken
+ * into it again by this store object.  0 or -ENOMEM. */
+int store_index_drop(struct store *s, const uint8_t hash[CHUNK_HASH_LEN], const char *pack,
+		     uint64_t off);
+/* The next store_packs_read builds the index again from every index file
+ * (a drop may have hidden another pack's copy of a chunk). */
+void store_packs_reload(struct store *s);
 /* Read packs/ again if it changed since (force: in any case): new indexes
  * are loaded, and if a known pack is gone the index is rebuilt from those
  * left.  0 or -errno. */
@@ -147,6 +164,28 @@ typedef int (*store_chunk_fn)(const uint8_t *hash, const char *path, const char 
 int store_foreach_chunk(struct store *s, store_chunk_fn fn, void *arg);
 /* The same over manifests/ (hash NULL for a name that is not 64 hex). */
 int store_foreach_manifest(struct store *s, store_chunk_fn fn, void *arg);
+
+/* What a check of chunk objects reads and decodes with (store_check.c): a
+ * codec, and room for the largest object and the largest chunk.  init: 0 or
+ * -ENOMEM (logged). */
+struct store_check_buf {
+	struct chunk_codec *codec;
+	uint8_t *obj, *raw;
+};
+int store_check_buf_init(struct store_check_buf *b);
+void store_check_buf_release(struct store_check_buf *b);
+/* Read entry e's object from the pack fd into b->obj and decode and check
+ * it (its bytes into b->raw): 0; -errno if it cannot be read; -ENODATA if
+ * the pack ends inside it; -EBADMSG if it is corrupt (logged with why). */
+int store_read_pack_object(struct store_check_buf *b, int fd, const struct pack_entry *e);
+/* The check of one chunk object, the one store_verify reports by and
+ * store_heal drops by: entry e of pack name (open as fd), or the loose
+ * object at path.  0 sound; 1 damaged, why saying how (corrupt, cut short,
+ * unreadable); for a loose object -ENOENT if it is gone. */
+int store_check_pack_entry(struct store_check_buf *b, int fd, const char *name,
+			   const struct pack_entry *e, char *why, size_t len);
+int store_check_loose(struct store_check_buf *b, const char *path,
+		      const uint8_t hash[CHUNK_HASH_LEN], char *why, size_t len);
 
 /* Read the chunk object at path (at most chunk_encode_bound(CHUNK_MAX_RAW)
  * bytes) into obj; *obj_len its size.  -ENOENT if missing, -EBADMSG if too big. */

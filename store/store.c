@@ -38,6 +38,8 @@ struct store *store_open_with(const char *dir, const struct config_store *settin
 	s->dirfd = -1;
 	pthread_mutex_init(&s->cache_mu, NULL);
 	pthread_rwlock_init(&s->idx_lock, NULL);
+	pthread_mutex_init(&s->drop_mu, NULL);
+	hash_set_init(&s->dropped_hashes);
 	s->cache_budget = STORE_MANIFEST_CACHE_BYTES;
 	s->dir = strdup(dir);
 	if (!s->dir)
@@ -85,6 +87,9 @@ void store_close(struct store *s)
 	for (size_t i = 0; i < STORE_MANIFEST_CACHE; i++)
 		manifest_free(s->cache[i].m);
 	store_index_release(s);
+	hash_set_release(&s->dropped_hashes);
+	free(s->dropped);
+	pthread_mutex_destroy(&s->drop_mu);
 	pthread_rwlock_destroy(&s->idx_lock);
 	pthread_mutex_destroy(&s->cache_mu);
 	free(s->dir);

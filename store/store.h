@@ -112,9 +112,22 @@ int store_read_chunk(struct store *s, const uint8_t hash[CHUNK_HASH_LEN], uint8_
  * of the store's index (its pack's index file rewritten without it, crash-
  * safely; a loose object removed), so that the next put meeting those bytes
  * writes them anew instead of deduplicating against the damaged copy, which
- * gc then reclaims.  1 dropped, 0 sound (nothing done), -ENOENT nowhere, or
- * -errno. */
+ * gc then reclaims.  This store object never indexes that copy again,
+ * whatever an index file says.  1 dropped, 0 sound (nothing done), -ENOENT
+ * nowhere, or -errno. */
 int store_chunk_drop_damaged(struct store *s, const uint8_t hash[CHUNK_HASH_LEN]);
+
+/* A snapshot found damaged (a restore met a bad chunk of manifest id): every
+ * chunk the manifest names is checked, and every other chunk of each pack a
+ * damaged one lies in, as store_verify checks them (the same function), and
+ * each damaged one is dropped as store_chunk_drop_damaged drops one (a pack's
+ * index rewritten once).  Each damaged or missing chunk is reported through
+ * bad() (may be NULL) with store_verify's words.  Reads every chunk of the
+ * snapshot: as long as its materialisation from a cold store.  Returns the
+ * number of damaged or missing chunks (>= 0), or -errno (a drop that failed
+ * too: its chunk stays out of this store object's index all the same). */
+int store_heal(struct store *s, const char *id,
+	       void (*bad)(const char *chunk_id, const char *why, void *arg), void *arg);
 
 /* Ingest files into a new manifest named name (meta: an object or NULL; the
  * store takes its own reference) and print its id into id.  Each path is a
@@ -145,7 +158,8 @@ uint64_t store_manifest_reads(struct store *s);
 /* Write the files of manifest id under outdir (created if needed), holes as
  * holes.  Each file is written aside and renamed into place when complete, so
  * a failure leaves no half-written file, nor a directory it made in outdir; a
- * bad chunk fails with its id named. */
+ * bad chunk fails with its id named, and is the calling thread's fault
+ * (common/fault.h), as the restore engine's. */
 int store_get(struct store *s, const char *id, const char *outdir, bool progress);
 
 /* Manifests as a JSON array of {"id","name","created","files","logical_bytes"}. */

@@ -26,54 +26,12 @@
 #include <time.h>
 #include <unistd.h>
 
-/* What gc and verify read and check chunk objects with: a codec, and room
- * for the largest object and the largest chunk. */
-struct check_buf {
-	struct chunk_codec *codec;
-	uint8_t *obj, *raw;
-};
-
-static int check_buf_init(struct check_buf *b)
-{
-	b->codec = chunk_codec_new();
-	b->obj = malloc(chunk_encode_bound(CHUNK_MAX_RAW));
-	b->raw = malloc(CHUNK_MAX_RAW);
-	if (b->codec && b->obj && b->raw)
-		return 0;
-	pr_err("out of memory");
-	return -ENOMEM;
-}
-
-static void check_buf_release(struct check_buf *b)
-{
-	chunk_codec_free(b->codec);
-	free(b->obj);
-	free(b->raw);
-}
-
-/* Read entry e's object from the pack fd into b->obj and check it (its
- * bytes into b->raw): 0; -errno if it cannot be read; -ENODATA if the pack
- * ends inside it; -EBADMSG if it is corrupt (logged with the reason). */
-static int read_pack_object(struct check_buf *b, int fd, const struct pack_entry *e)
-{
-	ssize_t got;
-
-	do
-		got = pread(fd, b->obj, e->stored, (off_t)e->off);
-	while (got < 0 && errno == EINTR);
-	if (got < 0)
-		return -errno;
-	if ((size_t)got < e->stored)
-		return -ENODATA;
-	return chunk_decode(b->codec, b->obj, e->stored, e->hash, b->raw, e->raw_len);
-}
-
 struct gc {
 	struct store *s;
 	struct hash_set live;	/* chunks of a manifest or a live lease */
 	struct hash_set leased; /* chunks of a live lease: their packs stay as they are */
 	struct hash_set kept;	/* chunks in a pack kept so far: a copy elsewhere is garbage */
-	struct check_buf cb;
+	struct store_check_buf cb;
 	uint64_t freed_chunks, freed_bytes;
 };
 
@@ -241,7 +199,7 @@ static int repack(struct gc *g, const char *name, int fd, const struct pack_entr
 	for (size_t i = 0; i < n && ret == 0; i++) {
 		if (!keep[i])
 			continue;
-		if (read_pack_object(&g->cb, fd, &e[i])) {
+		if (store_read_pack_object(&g->cb, fd, &e[i])) {
 			char id[CHUNK_ID_LEN];
 			chunk_id_format(e[i].hash, id);
 			pr_err("gc: chunk %s in pack %s is unreadable or corrupt; the pack is kept "
@@ -357,7 +315,7 @@ int store_gc(struct store *s, uint64_t *freed_chunks, uint64_t *freed_bytes)
 	hash_set_init(&g.live);
 	hash_set_init(&g.leased);
 	hash_set_init(&g.kept);
-	ret = check_buf_init(&g.cb);
+	ret = store_check_buf_init(&g.cb);
 	if (ret)
 		goto out;
 	lock = store_lock(s, LOCK_EX);
@@ -403,7 +361,7 @@ out:
 	hash_set_release(&g.live);
 	hash_set_release(&g.leased);
 	hash_set_release(&g.kept);
-	check_buf_release(&g.cb);
+	store_check_buf_release(&g.cb);
 	return ret;
 }
 
@@ -411,7 +369,7 @@ out:
 
 struct verify {
 	struct store *s;
-	struct check_buf cb;
+	struct store_check_buf cb;
 	struct hash_set present, missing;
 	char (*bad_packs)[PACK_NAME_LEN + 1]; /* packs whose index is unusable */
 	size_t nbad_packs;
@@ -433,8 +391,6 @@ static int verify_chunk(const uint8_t *hash, const char *path, const char *name,
 {
 	struct verify *v = arg;
 	char id[CHUNK_ID_LEN], why[600];
-	size_t obj_len = 0;
-	int ret;
 
 	if (!hash) {
 		report(v, name, "not a chunk object name");
@@ -445,30 +401,9 @@ static int verify_chunk(const uint8_t *hash, const char *path, const char *name,
 		return -ENOMEM;
 	if (v->quick)
 		return 0;
-	ret = store_read_object(path, v->cb.obj, chunk_encode_bound(CHUNK_MAX_RAW), &obj_len);
-	if (ret == -ENOENT)
-		return 0; /* deleted by a gc meanwhile */
-	if (ret == -EBADMSG) {
-		report(v, id, "corrupt (larger than any chunk object)");
-		return 0;
-	}
-	if (ret == 0) {
-		long raw_len = store_object_raw_len(v->cb.obj, obj_len);
-		if (raw_len < 0) {
-			report(v, id,
-			       obj_len < CHUNK_HEADER_SIZE ? "corrupt (truncated header)"
-							   : "corrupt (bad header)");
-			return 0;
-		}
-		ret = chunk_decode(v->cb.codec, v->cb.obj, obj_len, hash, v->cb.raw, (size_t)raw_len);
-	}
-	if (ret == -EBADMSG) {
-		snprintf(why, sizeof(why), "corrupt (%s)", log_last_error());
+	/* -ENOENT: deleted by a gc meanwhile. */
+	if (store_check_loose(&v->cb, path, hash, why, sizeof(why)) == 1)
 		report(v, id, why);
-	} else if (ret < 0) {
-		snprintf(why, sizeof(why), "unreadable: %s", strerror(-ret));
-		report(v, id, why);
-	}
 	return 0;
 }
 
@@ -477,21 +412,13 @@ static int verify_pack_entry(struct verify *v, int fd, const char *name,
 			     const struct pack_entry *e)
 {
 	char id[CHUNK_ID_LEN], why[700];
-	int ret;
 
-	chunk_id_format(e->hash, id);
 	if (hash_set_add(&v->present, e->hash) < 0)
 		return -ENOMEM;
-	ret = read_pack_object(&v->cb, fd, e);
-	if (ret == -ENODATA)
-		snprintf(why, sizeof(why), "corrupt (pack %s is cut short at its offset %llu)",
-			 name, (unsigned long long)e->off);
-	else if (ret == -EBADMSG)
-		snprintf(why, sizeof(why), "corrupt (%s; in pack %s)", log_last_error(), name);
-	else if (ret < 0)
-		snprintf(why, sizeof(why), "unreadable in pack %s: %s", name, strerror(-ret));
-	if (ret < 0)
+	if (store_check_pack_entry(&v->cb, fd, name, e, why, sizeof(why))) {
+		chunk_id_format(e->hash, id);
 		report(v, id, why);
+	}
 	return 0;
 }
 
@@ -645,7 +572,7 @@ static int verify_run(struct store *s, bool quick,
 
 	hash_set_init(&v.present);
 	hash_set_init(&v.missing);
-	ret = check_buf_init(&v.cb);
+	ret = store_check_buf_init(&v.cb);
 	if (ret)
 		goto out;
 	/* Under the store lock: no gc rewrites a pack while it is read. */
@@ -667,7 +594,7 @@ out:
 	hash_set_release(&v.present);
 	hash_set_release(&v.missing);
 	free(v.bad_packs);
-	check_buf_release(&v.cb);
+	store_check_buf_release(&v.cb);
 	return ret;
 }
 

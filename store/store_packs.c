@@ -52,6 +52,18 @@ static int grow(struct store *s, size_t want)
 	return 0;
 }
 
+/* Whether entry e of pack name is a copy dropped as damaged.  idx_lock held. */
+static bool dropped(const struct store *s, const char *name, const struct pack_entry *e)
+{
+	if (!s->ndropped || !hash_set_has(&s->dropped_hashes, e->hash))
+		return false;
+	for (size_t i = 0; i < s->ndropped; i++)
+		if (s->dropped[i].off == e->off && !strcmp(s->dropped[i].pack, name) &&
+		    !memcmp(s->dropped[i].hash, e->hash, CHUNK_HASH_LEN))
+			return true;
+	return false;
+}
+
 /* With idx_lock held for writing. */
 static int add_pack_locked(struct store *s, const char *name, uint64_t size,
 			   const struct pack_entry *e, size_t n)
@@ -73,6 +85,8 @@ static int add_pack_locked(struct store *s, const char *name, uint64_t size,
 		struct store_index_slot *sl = &s->slots[slot_of(s, e[i].hash)];
 		if (sl->stored)
 			continue; /* in an earlier pack too (two puts at once): the first serves */
+		if (dropped(s, name, &e[i]))
+			continue;
 		memcpy(sl->hash, e[i].hash, CHUNK_HASH_LEN);
 		sl->off = e[i].off;
 		sl->pack = no;
@@ -112,19 +126,11 @@ bool store_index_find(struct store *s, const uint8_t hash[CHUNK_HASH_LEN],
 	return found;
 }
 
-bool store_index_drop(struct store *s, const uint8_t hash[CHUNK_HASH_LEN])
+/* Take the slot of hash out of the table.  idx_lock held for writing. */
+static void slot_remove(struct store *s, size_t i)
 {
-	size_t i, j, home, mask;
-	bool found = false;
+	size_t j, home, mask = s->slots_cap - 1;
 
-	pthread_rwlock_wrlock(&s->idx_lock);
-	if (!s->slots_cap)
-		goto out;
-	mask = s->slots_cap - 1;
-	i = slot_of(s, hash);
-	if (!s->slots[i].stored)
-		goto out;
-	found = true;
 	s->slots[i].stored = 0;
 	s->nslots--;
 	/* Linear probing: move back each later entry of the run that the hole
@@ -140,9 +146,43 @@ bool store_index_drop(struct store *s, const uint8_t hash[CHUNK_HASH_LEN])
 		s->slots[j].stored = 0;
 		i = j;
 	}
+}
+
+int store_index_drop(struct store *s, const uint8_t hash[CHUNK_HASH_LEN], const char *pack,
+		     uint64_t off)
+{
+	struct store_dropped *d;
+	int ret = 0;
+
+	pthread_rwlock_wrlock(&s->idx_lock);
+	if (s->slots_cap) {
+		size_t i = slot_of(s, hash);
+		const struct store_index_slot *sl = &s->slots[i];
+
+		if (sl->stored && sl->off == off && sl->pack < s->npacks &&
+		    !strcmp(s->packs[sl->pack].name, pack))
+			slot_remove(s, i);
+	}
+	/* Remembered, so that no later read of an index brings it back. */
+	if (hash_set_add(&s->dropped_hashes, hash) < 0 ||
+	    ARRAY_GROW(s->dropped, s->dropped_cap, s->ndropped + 1, 16)) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	d = &s->dropped[s->ndropped++];
+	memcpy(d->hash, hash, CHUNK_HASH_LEN);
+	snprintf(d->pack, sizeof(d->pack), "%s", pack);
+	d->off = off;
 out:
 	pthread_rwlock_unlock(&s->idx_lock);
-	return found;
+	return ret;
+}
+
+void store_packs_reload(struct store *s)
+{
+	pthread_rwlock_wrlock(&s->idx_lock);
+	s->packs_reload = true;
+	pthread_rwlock_unlock(&s->idx_lock);
 }
 
 /* Load the index file packs/<name>.idx; -ENOENT if it is gone, -EBADMSG if bad
@@ -252,7 +292,7 @@ int store_packs_read(struct store *s, bool force)
 	/* A directory's mtime may keep its value across changes made within one
 	 * clock tick: read it again while the last reading is that recent. */
 	uint64_t mtime_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec;
-	if (!force && st.st_mtim.tv_sec == s->packs_mtime.tv_sec &&
+	if (!force && !s->packs_reload && st.st_mtim.tv_sec == s->packs_mtime.tv_sec &&
 	    st.st_mtim.tv_nsec == s->packs_mtime.tv_nsec && s->packs_read_ns > mtime_ns + 1000000000ull) {
 		pthread_rwlock_unlock(&s->idx_lock);
 		return 0;
@@ -262,11 +302,14 @@ int store_packs_read(struct store *s, bool force)
 	ret = list_indexes(s, &names, &n);
 	if (ret)
 		goto out;
+	rebuild = s->packs_reload;
+	s->packs_reload = false;
 	for (size_t i = 0; i < s->npacks && !rebuild; i++)
 		rebuild = !s->packs[i].gone && !listed(names, n, s->packs[i].name);
 	if (rebuild) {
-		/* A pack went (gc): start the table again from the indexes left, so
-		 * that a chunk that was also in another pack is found there.  Pack
+		/* A pack went (gc), or a copy was dropped: start the table again
+		 * from the indexes left, so that a chunk that was also in another
+		 * pack is found there.  Pack
 		 * numbers are not reused: a location taken before stays what it was. */
 		for (size_t i = 0; i < s->npacks; i++)
 			s->packs[i].gone = true;

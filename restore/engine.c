@@ -19,6 +19,7 @@
  */
 #define LOG_PREFIX "engine: "
 #include "restore/engine.h"
+#include "common/fault.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -168,6 +169,7 @@ struct eng {
 	atomic_bool stop;
 	int err;         /* first error, under mu */
 	char errmsg[1024];
+	struct fault fault; /* its facts (fault_note on the calling thread) */
 	_Atomic uint64_t written, read, read_into_files;
 };
 
@@ -181,20 +183,32 @@ static const struct manifest_chunk *unit_chunk(const struct eng *e, const struct
 	return occ_chunk(e, e->order[u->first]);
 }
 
-/* Record the first error (the rest are consequences) and make everyone stop. */
+/* Record the first error (the rest are consequences), and the chunk it
+ * was met on (NULL: none) as its fault, and make everyone stop. */
+static void __attribute__((format(printf, 4, 0)))
+set_error_v(struct eng *e, int err, const uint8_t *chunk, const char *fmt, va_list ap)
+{
+	pthread_mutex_lock(&e->mu);
+	if (!e->err) {
+		e->err = err;
+		vsnprintf(e->errmsg, sizeof(e->errmsg), fmt, ap);
+		e->fault = (struct fault){ .step = FAULT_MATERIALIZE, .err = err };
+		if (chunk) {
+			e->fault.has_chunk = true;
+			memcpy(e->fault.chunk, chunk, CHUNK_HASH_LEN);
+		}
+	}
+	atomic_store(&e->stop, true);
+	pthread_mutex_unlock(&e->mu);
+}
+
 static void __attribute__((format(printf, 3, 4))) set_error(struct eng *e, int err, const char *fmt, ...)
 {
 	va_list ap;
 
-	pthread_mutex_lock(&e->mu);
-	if (!e->err) {
-		e->err = err;
-		va_start(ap, fmt);
-		vsnprintf(e->errmsg, sizeof(e->errmsg), fmt, ap);
-		va_end(ap);
-	}
-	atomic_store(&e->stop, true);
-	pthread_mutex_unlock(&e->mu);
+	va_start(ap, fmt);
+	set_error_v(e, err, NULL, fmt, ap);
+	va_end(ap);
 }
 
 void engine_opts_default(struct engine_opts *o)
@@ -573,6 +587,18 @@ static int open_chunk(struct eng *e, const struct manifest_chunk *c, int *fdp)
 	return 0;
 }
 
+static void __attribute__((format(printf, 4, 5)))
+chunk_error(struct eng *e, int err, const uint8_t *chunk, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	set_error_v(e, err, chunk, fmt, ap);
+	va_end(ap);
+}
+
+/* Chunk c (at occurrence o) failed with err: the engine's error names it,
+ * and its fault carries it. */
 static void chunk_failed(struct eng *e, const struct manifest_chunk *c, uint32_t o, int err,
 			 const char *why)
 {
@@ -584,8 +610,8 @@ static void chunk_failed(struct eng *e, const struct manifest_chunk *c, uint32_t
 	if (!strncmp(why, "chunk ", 6) && !strncmp(why + 6, id, CHUNK_ID_LEN - 1) &&
 	    !strncmp(why + 6 + CHUNK_ID_LEN - 1, ": ", 2))
 		why += 6 + CHUNK_ID_LEN + 1;
-	set_error(e, err, "chunk %s (%s at offset %llu): %s", id, f->path,
-		  (unsigned long long)c->off, why);
+	chunk_error(e, err, c->hash, "chunk %s (%s at offset %llu): %s", id, f->path,
+		    (unsigned long long)c->off, why);
 }
 
 /* Where occurrence o goes in its file's mapping, its pages prefaulted in one
@@ -1493,6 +1519,7 @@ int engine_materialize(struct store *s, const struct manifest *m, const char *ou
 	ret = e.err;
 	if (ret) {
 		pr_err("%s", e.errmsg);
+		fault_note(&e.fault);
 		goto out;
 	}
 done:

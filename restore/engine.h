@@ -133,7 +133,9 @@ void engine_opts_default(struct engine_opts *o);
  * are replaced).  o may be NULL for the defaults; st may be NULL.  Returns 0,
  * or -errno with the reason logged on the calling thread (log_last_error()):
  * a bad or missing chunk names its id and the file, -ECANCELED if *o->cancel
- * turned true.  On failure outdir holds partial files: the caller removes it. */
+ * turned true.  A failure on a chunk is also the calling thread's fault
+ * (common/fault.h: FAULT_MATERIALIZE, the chunk, the -errno), for a caller to
+ * decide on.  On failure outdir holds partial files: the caller removes it. */
 int engine_materialize(struct store *s, const struct manifest *m, const char *outdir,
 		       const struct engine_opts *o, struct engine_stats *st);
 

@@ -4,6 +4,7 @@
  * measures the io_uring engine against it in the same run. */
 #define LOG_PREFIX "engine: "
 #include "restore/engine.h"
+#include "common/fault.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -17,6 +18,15 @@ static int read_chunk(struct store *s, const struct manifest_chunk *c, uint8_t *
 		      size_t *len)
 {
 	return store_read_chunk(s, c->hash, buf, cap, len);
+}
+
+/* The engine's contract: a chunk that failed is this thread's fault. */
+static void chunk_fault(const struct manifest_chunk *c, int err)
+{
+	struct fault f = { .step = FAULT_MATERIALIZE, .err = err, .has_chunk = true };
+
+	memcpy(f.chunk, c->hash, CHUNK_HASH_LEN);
+	fault_note(&f);
 }
 
 int engine_materialize_naive(struct store *s, const struct manifest *m, const char *outdir,
@@ -70,6 +80,7 @@ int engine_materialize_naive(struct store *s, const struct manifest *m, const ch
 				pr_err("chunk %s (%s at offset %llu): %s", id, f->path,
 				       (unsigned long long)c->off,
 				       ret == -ENOENT ? "missing from the store" : strerror(-ret));
+				chunk_fault(c, ret);
 				goto out;
 			}
 			st.read_bytes += len;
@@ -81,12 +92,14 @@ int engine_materialize_naive(struct store *s, const struct manifest *m, const ch
 					why += 6 + CHUNK_ID_LEN - 1 + 2;
 				pr_err("chunk %s (%s at offset %llu): %s", id, f->path,
 				       (unsigned long long)c->off, why);
+				chunk_fault(c, ret);
 				goto out;
 			}
 			ret = pwrite_all(fds[i], raw, c->len, (off_t)c->off);
 			if (ret) {
 				pr_err("chunk %s (%s at offset %llu): cannot write it: %s", id,
 				       f->path, (unsigned long long)c->off, strerror(-ret));
+				chunk_fault(c, ret);
 				goto out;
 			}
 			st.written_bytes += c->len;

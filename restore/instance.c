@@ -851,6 +851,7 @@ static void start_failed(struct start *st, int ret, struct instance *out)
 
 	phase_failed(st->in.snapshot[0] ? st->in.snapshot : st->snapshot_id, st->phase, ret);
 	out->failed = st->phase;
+	fault_take(&out->fault); /* the engine's, a damaged chunk (common/fault.h) */
 	/* teardown may log on its own; the start's error is the one to tell. */
 	snprintf(msg, sizeof(msg), "%s", log_last_error());
 	instance_ctx_teardown(&st->x, st->in.id);
@@ -886,6 +887,7 @@ static int start(const struct thaw_config *c, struct store *s, struct tier *t,
 			    .image_lock = -1, .t0 = now_ns(), .phase = "load" };
 	int ret;
 
+	fault_clear(); /* a thread's earlier start's */
 	if ((ret = step(&st, "load", load)) || (ret = step(&st, "image", take_image)) ||
 	    (ret = step(&st, "materialize", materialize)) || (ret = step(&st, "setup", set_up)) ||
 	    (ret = step(&st, "criu_restore", criu_restore)) ||

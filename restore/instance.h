@@ -18,6 +18,7 @@
 #include <sys/types.h>
 
 #include "common/config.h"
+#include "common/fault.h"
 #include "restore/gpu_restore.h"
 #include "restore/tier.h"
 #include "store/store.h"
@@ -83,6 +84,8 @@ struct instance {
 	bool image_copied; /* that image was not in this host's cache: this start brought it */
 	const char *failed; /* a start that failed: the step it failed at ("image",
 			     * "materialize", …; a static string), else NULL */
+	struct fault fault; /* a start that failed: what its step gave to decide on
+			     * (the damaged chunk: FAULT_MATERIALIZE), else FAULT_NONE */
 	struct instance_timings t;
 	/* Booted cold from its spec rather than restored (instance_boot), and
 	 * why: the restore's failure, or the difference of the host. */
@@ -106,7 +109,8 @@ struct instance {
  * holds it there against the cache's gc until the instance ends. */
 
 /* Start an instance of snapshot_id.  On failure nothing is left behind, and
- * out->failed names the step that failed (the rest of out untouched). */
+ * out->failed names the step that failed, out->fault its facts (the rest of
+ * out untouched). */
 int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 		   const char *snapshot_id, enum instance_mode mode, struct instance *out);
 /* The same onto the GPUs of gp (gpu_place: chosen, and held, by the

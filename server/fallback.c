@@ -29,6 +29,7 @@ struct verdict {
 	bool checked, differs;
 	char why[768];
 	uint64_t resnapshot_ns; /* CLOCK_MONOTONIC of the last launch; 0: none */
+	bool heal; /* damaged: its re-snapshot heals it first (until one is launched) */
 };
 
 struct fallback {
@@ -159,7 +160,7 @@ bool fallback_pulled(struct server *s, const char *fn, const char *snap, const j
 	return true;
 }
 
-static void resnapshot(struct server *s, const char *fn, const char *snap);
+static void resnapshot(struct server *s, const char *fn, const char *snap, bool heal);
 
 bool fallback_precheck(struct server *s, const char *fn, const char *snap, bool fails,
 		       const char **reason, char *why, size_t len)
@@ -168,7 +169,7 @@ bool fallback_precheck(struct server *s, const char *fn, const char *snap, bool 
 
 	if (!fails && registry_unrestorable(s->reg, fn, snap, why, len)) {
 		*reason = FALLBACK_MARKED;
-		resnapshot(s, fn, snap); /* marked by a pull, or a re-snapshot to retry */
+		resnapshot(s, fn, snap, false); /* marked by a pull, or a re-snapshot to retry */
 		return true;
 	}
 	if (!host_differs(s, snap, w, sizeof(w)))
@@ -176,7 +177,7 @@ bool fallback_precheck(struct server *s, const char *fn, const char *snap, bool 
 	*reason = FALLBACK_HOST;
 	snprintf(why, len, "the snapshot was made on a host unlike this one: %s", w);
 	if (!fails)
-		fallback_mark(s, fn, snap, why);
+		fallback_mark(s, fn, snap, why, NULL);
 	return true;
 }
 
@@ -265,22 +266,28 @@ out:
 	return ret;
 }
 
-int fallback_damaged_chunk(const char *text, uint8_t hash[32])
+bool fallback_fault_damaged(const struct fault *fault)
 {
-	for (const char *p = text ? strstr(text, "chunk sha256:") : NULL; p;
-	     p = strstr(p + 1, "chunk sha256:")) {
-		char id[CHUNK_ID_LEN];
+	return fault && fault->has_chunk && (fault->err == -EBADMSG || fault->err == -ENOENT);
+}
 
-		snprintf(id, sizeof(id), "%.*s", CHUNK_ID_LEN - 1, p + 6);
-		if (chunk_id_parse(id, hash) == 0)
-			return 0;
-	}
-	return -ENOENT;
+void fallback_heal(struct server *s, const char *snap, const struct fault *fault)
+{
+	int n;
+
+	if (!fallback_fault_damaged(fault))
+		return;
+	n = store_heal(s->store, snap, NULL, NULL);
+	if (n >= 0)
+		pr_warn("snapshot %s: %d damaged or missing chunk(s); the damaged are out of the "
+			"store's index, for the next snapshot to write anew", snap, n);
 }
 
 /* Launch snap's re-snapshot, unless one was launched less than the retry
- * ago (a failed one: a successful one replaced snap and cleared the mark). */
-static void resnapshot(struct server *s, const char *fn, const char *snap)
+ * ago (a failed one: a successful one replaced snap and cleared the mark).
+ * heal: snap is damaged, and its re-snapshot (this one, or the next launched
+ * where this one cannot be) heals it first. */
+static void resnapshot(struct server *s, const char *fn, const char *snap, bool heal)
 {
 	struct fallback *f = s->fallback;
 	struct verdict *v;
@@ -293,18 +300,26 @@ static void resnapshot(struct server *s, const char *fn, const char *snap)
 		return;
 	pthread_mutex_lock(&f->lock);
 	v = verdict_of(f, snap);
+	if (v && heal)
+		v->heal = true;
 	if (v && (!v->resnapshot_ns ||
 		  now - v->resnapshot_ns > FALLBACK_RESNAPSHOT_RETRY_S * 1000000000ull)) {
 		v->resnapshot_ns = now;
+		heal = v->heal;
 		go = true;
 	}
 	pthread_mutex_unlock(&f->lock);
 	if (!go)
 		return;
-	ret = api_snapshot_launch(s, fn, jid);
+	ret = api_snapshot_launch(s, fn, heal ? snap : NULL, jid);
 	if (!ret) {
-		pr_info("function %s: its snapshot %s cannot serve; re-snapshot %s launched", fn,
-			snap, jid);
+		pr_info("function %s: its snapshot %s cannot serve; re-snapshot %s launched%s", fn,
+			snap, jid, heal ? ", which heals it first" : "");
+		pthread_mutex_lock(&f->lock);
+		v = verdict_of(f, snap);
+		if (v)
+			v->heal = false;
+		pthread_mutex_unlock(&f->lock);
 		return;
 	}
 	if (ret != -EBUSY)
@@ -321,18 +336,16 @@ static void resnapshot(struct server *s, const char *fn, const char *snap)
 	pthread_mutex_unlock(&f->lock);
 }
 
-void fallback_mark(struct server *s, const char *fn, const char *snap, const char *why)
+void fallback_mark(struct server *s, const char *fn, const char *snap, const char *why,
+		   const struct fault *fault)
 {
-	uint8_t hash[CHUNK_HASH_LEN];
 	int ret;
 
-	if (fallback_damaged_chunk(why, hash) == 0)
-		store_chunk_drop_damaged(s->store, hash);
 	ret = registry_snapshot_unrestorable(s->reg, fn, snap, why);
 	if (ret == -ENOENT)
 		return; /* deleted, or another snapshot by now */
 	if (ret)
 		pr_warn("function %s: cannot mark snapshot %s unrestorable: %s", fn, snap,
 			strerror(-ret));
-	resnapshot(s, fn, snap);
+	resnapshot(s, fn, snap, fallback_fault_damaged(fault));
 }

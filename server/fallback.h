@@ -23,6 +23,7 @@
 #include <stddef.h>
 
 #include "common/config.h"
+#include "common/fault.h"
 #include "restore/instance.h"
 
 struct server;
@@ -83,14 +84,25 @@ bool fallback_applies(struct server *s, const char *fn, const char *snap, int er
 int fallback_boot(struct server *s, const char *fn, const char *snap, const char *why,
 		  bool standby, struct instance *in);
 
-/* fn's snapshot snap cannot serve starts (why): a chunk why names as
- * damaged leaves the store's index first (store_chunk_drop_damaged), the
- * function is marked, and one re-snapshot is launched unless one is
- * building, or one for snap failed within FALLBACK_RESNAPSHOT_RETRY_S. */
-void fallback_mark(struct server *s, const char *fn, const char *snap, const char *why);
+/* fn's snapshot snap cannot serve starts (why): the function is marked,
+ * and one re-snapshot is launched unless one is building, or one for snap
+ * failed within FALLBACK_RESNAPSHOT_RETRY_S.  Where the restore's fault (may
+ * be NULL) names a damaged or missing chunk, that re-snapshot first heals
+ * snap (store_heal: every chunk it names checked, and the packs a damaged
+ * one lies in; every damaged one out of the store's index), so that it
+ * writes them all anew rather than deduplicating against them. */
+void fallback_mark(struct server *s, const char *fn, const char *snap, const char *why,
+		   const struct fault *fault);
 
-/* The first "chunk sha256:<64 hex>" in text (an engine's or a start's words
- * for a damaged chunk) into hash: 0, or -ENOENT when text names none. */
-int fallback_damaged_chunk(const char *text, uint8_t hash[32]);
+/* A start of snap that found it damaged and may not boot ("on_restore_failure":
+ * "fail"), fault its restore's: where it names a damaged or missing chunk,
+ * snap is healed now (store_heal, as fallback_mark's re-snapshot does), so
+ * that the next snapshot of its function writes every damaged chunk anew.
+ * As long as reading the snapshot. */
+void fallback_heal(struct server *s, const char *snap, const struct fault *fault);
+
+/* Whether a restore's fault says that the store's data is damaged: a chunk
+ * that failed its check (-EBADMSG) or that the store lacks (-ENOENT). */
+bool fallback_fault_damaged(const struct fault *fault);
 
 #endif

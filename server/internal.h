@@ -146,10 +146,12 @@ int req_query_seconds(struct req *q, const char *key, double *out, char *why, si
 bool req_client_gone(struct req *q);
 
 /* A snapshot job of fn, as POST /functions/<fn>/snapshot makes (a
- * re-snapshot, server/fallback.h): its id in jid.  0, or -EAGAIN
- * (--max-snapshots jobs), -ESHUTDOWN, -ENOENT (no such function), -EBUSY
- * (one is building), or another -errno.  (snapshots.c) */
-int api_snapshot_launch(struct server *s, const char *fn, char jid[32]);
+ * re-snapshot, server/fallback.h): its id in jid.  heal (may be NULL): a
+ * damaged snapshot that the job heals first (store_heal), so that its put
+ * writes every damaged chunk anew.  0, or -EAGAIN (--max-snapshots jobs),
+ * -ESHUTDOWN, -ENOENT (no such function), -EBUSY (one is building), or
+ * another -errno.  (snapshots.c) */
+int api_snapshot_launch(struct server *s, const char *fn, const char *heal, char jid[32]);
 
 /* Start-up recovery and shutdown (recover.c). */
 /* Take <data>/thawd.lock (exclusive, non-blocking, kept in s->lock_fd) and

@@ -125,6 +125,7 @@ struct snapshot_task {
 	char function[64];
 	char job[32];
 	json_t *spec;
+	char heal[CHUNK_ID_LEN]; /* a damaged snapshot to heal first; "": none */
 };
 
 static void snapshot_task_free(void *p)
@@ -141,6 +142,22 @@ static void snapshot_progress(void *arg, const char *phase, uint64_t done, uint6
 	struct snapshot_task *t = arg;
 
 	jobs_progress(t->srv->jobs, t->job, phase, done, total);
+}
+
+/* The damaged snapshot this job replaces, healed before the put: every
+ * damaged chunk out of the store's index, for the put to write anew.  Its
+ * failure leaves the put to run as it would have. */
+static void snapshot_heal(struct snapshot_task *t)
+{
+	int n;
+
+	jobs_progress(t->srv->jobs, t->job, "heal", 0, 0);
+	n = store_heal(t->srv->store, t->heal, NULL, NULL);
+	if (n >= 0)
+		pr_info("snapshot of %s (%s): the snapshot it replaces, %s, had %d damaged or "
+			"missing chunk(s); the damaged are out of the store's index", t->function,
+			t->job, t->heal, n);
+	log_clear_error();
 }
 
 static int snapshot_run(void *arg, json_t **result, char *err, size_t errlen)
@@ -178,6 +195,8 @@ static int snapshot_run(void *arg, json_t **result, char *err, size_t errlen)
 		goto out;
 	}
 	pr_info("snapshot of %s (%s) begins", t->function, t->job);
+	if (t->heal[0])
+		snapshot_heal(t);
 	log_clear_error();
 	/* The function's output goes to the job's log (GET /jobs/<jid>/logs). */
 	ret = prewarm_snapshot_opts(
@@ -223,8 +242,8 @@ out:
 	return ret;
 }
 
-int snapshots_launch(struct server *s, const char *fn, char jid[32],
-			   enum snapshots_step *step)
+static int launch(struct server *s, const char *fn, const char *heal, char jid[32],
+		  enum snapshots_step *step)
 {
 	struct snapshot_task *t = NULL;
 	struct job *job;
@@ -254,6 +273,7 @@ int snapshots_launch(struct server *s, const char *fn, char jid[32],
 	snprintf(t->function, sizeof(t->function), "%s", fn);
 	snprintf(t->job, sizeof(t->job), "%s", jid);
 	t->spec = spec;
+	snprintf(t->heal, sizeof(t->heal), "%s", heal ? heal : "");
 	ret = jobs_run(s->jobs, job, snapshot_run, t, snapshot_task_free);
 	if (ret)
 		registry_snapshot_end(s->reg, fn, jid, NULL, 0, 0, NULL, "cannot start a thread",
@@ -261,9 +281,15 @@ int snapshots_launch(struct server *s, const char *fn, char jid[32],
 	return ret;
 }
 
-int api_snapshot_launch(struct server *s, const char *fn, char jid[32])
+int snapshots_launch(struct server *s, const char *fn, char jid[32],
+			   enum snapshots_step *step)
+{
+	return launch(s, fn, NULL, jid, step);
+}
+
+int api_snapshot_launch(struct server *s, const char *fn, const char *heal, char jid[32])
 {
 	enum snapshots_step step;
 
-	return snapshots_launch(s, fn, jid, &step);
+	return launch(s, fn, heal, jid, &step);
 }

@@ -158,15 +158,12 @@ static unsigned start_lost(struct start *st, int err)
 	}
 	e = api_err_from_errno(err);
 	if (err == -EBADMSG) {
-		uint8_t h[CHUNK_HASH_LEN];
-
 		ret = registry_snapshot_damaged(s->reg, fn, snap, msg);
 		if (ret && ret != -ENOENT)
 			pr_warn("function %s: cannot mark snapshot %s damaged: %s", fn, snap,
 				strerror(-ret));
-		/* Out of the index: a new snapshot writes it anew. */
-		if (!fallback_damaged_chunk(msg, h))
-			store_chunk_drop_damaged(s->store, h);
+		/* Out of the index: a new snapshot writes them anew. */
+		fallback_heal(s, snap, &st->in.fault);
 	}
 	return start_failed(st, e.status, e.code, e.status == 503, msg);
 }
@@ -338,11 +335,13 @@ static int restore_or_boot(struct server *s, const char *fn, const char *snap, b
 			   struct gpu_placement *gp, struct instance *in, const char **reason)
 {
 	char why[768], msg[1024], boot_err[512];
+	struct fault fault;
 	int ret, boot;
 
 	ret = instance_start_on(&s->cfg, s->store, s->tier, snap, INSTANCE_MODE_AUTO, gp, in);
 	if (!ret || fails || !fallback_applies(s, fn, snap, ret, in, reason, why, sizeof(why)))
 		return ret;
+	fault = in->fault; /* the restore's: the boot makes *in anew */
 	snprintf(msg, sizeof(msg), "%s", log_last_error());
 	pr_warn("start of %s: its snapshot did not restore (%s): booting it instead", fn, why);
 	/* What is left half-made is gone (instance_start's promise). */
@@ -353,7 +352,7 @@ static int restore_or_boot(struct server *s, const char *fn, const char *snap, b
 	if (!strcmp(*reason, FALLBACK_DAMAGED) && registry_snapshot_damaged(s->reg, fn, snap, why))
 		pr_warn("function %s: cannot mark snapshot %s damaged", fn, snap);
 	if (!boot || !strcmp(*reason, FALLBACK_DAMAGED))
-		fallback_mark(s, fn, snap, why);
+		fallback_mark(s, fn, snap, why, &fault);
 	if (!boot)
 		return 0;
 	log_set_error("%s; booting it instead failed too: %.300s", msg, boot_err);

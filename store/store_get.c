@@ -10,6 +10,7 @@
  */
 #define LOG_PREFIX "store: "
 #include "store/internal.h"
+#include "common/fault.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -70,6 +71,16 @@ static void made_dirs_release(struct made_dirs *md, bool undo)
 	free(md->paths);
 }
 
+/* Chunk c could not be read (err): this thread's fault, as the engine's
+ * (common/fault.h). */
+static void chunk_fault(const struct manifest_chunk *c, int err)
+{
+	struct fault f = { .step = FAULT_MATERIALIZE, .err = err, .has_chunk = true };
+
+	memcpy(f.chunk, c->hash, CHUNK_HASH_LEN);
+	fault_note(&f);
+}
+
 static int get_file(struct store *s, struct chunk_codec *codec, const struct manifest_file *f,
 		    struct get_out *o, uint8_t *obj, uint8_t *raw, struct progress *prog,
 		    uint64_t *done)
@@ -98,20 +109,18 @@ static int get_file(struct store *s, struct chunk_codec *codec, const struct man
 			continue;
 		chunk_id_format(c->hash, id);
 		ret = store_read_chunk(s, c->hash, obj, chunk_encode_bound(CHUNK_MAX_RAW), &obj_len);
-		if (ret == -ENOENT) {
-			pr_err("chunk %s of %s at offset %llu is missing", id, f->path,
-			       (unsigned long long)c->off);
-			goto out;
-		}
 		if (ret == 0)
 			ret = chunk_decode(codec, obj, obj_len, c->hash, raw, c->len);
-		if (ret == -EBADMSG) {
+		if (ret == -ENOENT)
+			pr_err("chunk %s of %s at offset %llu is missing", id, f->path,
+			       (unsigned long long)c->off);
+		else if (ret == -EBADMSG)
 			pr_err("chunk %s of %s at offset %llu is corrupt", id, f->path,
 			       (unsigned long long)c->off);
-			goto out;
-		}
-		if (ret < 0) {
+		else if (ret < 0)
 			pr_err("cannot read chunk %s of %s: %s", id, f->path, strerror(-ret));
+		if (ret < 0) {
+			chunk_fault(c, ret);
 			goto out;
 		}
 		ret = pwrite_all(fd, raw, c->len, (off_t)c->off);

@@ -908,7 +908,6 @@ static void test_registry_damaged(void)
 static void test_registry_unrestorable(void)
 {
 	char dir[256], why[256];
-	uint8_t h[CHUNK_HASH_LEN];
 	json_t *spec = json_pack("{s:[s], s:i}", "command", "x", "port", 8000);
 	json_t *spec_fail = json_pack("{s:[s], s:i, s:s}", "command", "x", "port", 8000,
 				      "on_restore_failure", "fail");
@@ -964,16 +963,18 @@ static void test_registry_unrestorable(void)
 	json_decref(spec_fail);
 	json_decref(spec2);
 
-#define CHUNK_HEX "1123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-	CHECK_EQ(fallback_damaged_chunk("materialize: chunk sha256:" CHUNK_HEX " (pages-1.img "
-					"at offset 0): corrupt", h), 0);
-	CHECK_EQ(h[0], 0x11);
-	h[0] = 0;
-	CHECK_EQ(fallback_damaged_chunk("chunk sha256:12 short; chunk sha256:" CHUNK_HEX, h), 0);
-	CHECK_EQ(h[0], 0x11);
-#undef CHUNK_HEX
-	CHECK_EQ(fallback_damaged_chunk("its manifest is missing from the store", h), -ENOENT);
-	CHECK_EQ(fallback_damaged_chunk(NULL, h), -ENOENT);
+/* What the fallback decides the store's damage on: the restore's fault,
+	 * a chunk that failed its check or is missing; never its words. */
+	struct fault f = { .step = FAULT_MATERIALIZE, .err = -EBADMSG, .has_chunk = true };
+
+	CHECK(fallback_fault_damaged(&f));
+	f.err = -ENOENT;
+	CHECK(fallback_fault_damaged(&f));
+	f.err = -ENOSPC; /* writing it into the tier: not the store's damage */
+	CHECK(!fallback_fault_damaged(&f));
+	f = (struct fault){ .step = FAULT_MATERIALIZE, .err = -EBADMSG };
+	CHECK(!fallback_fault_damaged(&f));
+	CHECK(!fallback_fault_damaged(NULL));
 }
 
 /* registry_admit: two admissions whose paths clash (a read-write mount

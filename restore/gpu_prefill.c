@@ -8,10 +8,19 @@
  * threads, each pinning its slice of the file a piece at a time (as the
  * library's copy back does), then unmaps them again: only the handles and
  * their descriptors are kept until the library has taken them.
+ *
+ * Each thread checks each piece against the RAM tier entry's checksums
+ * (tier_sums.h) while the link copies it.  A piece unlike its checksum
+ * fails the fill with -EUCLEAN, which is not the fill's usual failure (the
+ * library would copy the same damaged file itself): the start's GPU
+ * restore fails, with the function's calls still held, and the entry is
+ * reported (tier_damage_report) to be materialised again.
  */
 #define LOG_PREFIX "gpu: "
 #include "restore/gpu_prefill.h"
 #include "restore/gpu_restore.h"
+#include "restore/tier.h"
+#include "restore/tier_sums.h"
 #include "common/cuda.h"
 #include "common/cuda_abi.h"
 #include "common/gpumem_protocol.h"
@@ -118,6 +127,7 @@ struct pf_proc {
 	size_t n;
 	uint64_t len; /* the file's bytes the allocations span */
 	char *base;   /* the file, mapped (the pin cache's mapping) */
+	const struct tier_sum_file *sum; /* its checksums; NULL: not checked */
 	struct pinned_file *pin;
 	int listen_fd;
 	char sock[sizeof(((struct sockaddr_un *)0)->sun_path)];
@@ -139,9 +149,12 @@ struct gpu_prefill {
 	struct gpu_prefill *queue_next; /* in its GPU's fill queue, while queued */
 	bool queued, copying;
 	uint64_t queued_ns, copy_begin_ns, copy_end_ns; /* now_ns(); 0: not yet */
-	char why[160]; /* the first failure, for the log */
+	char why[200]; /* the first failure, for the log */
 	uint64_t bytes, offered_allocs;
 	double fill_ms;
+	struct tier_sums *sums; /* the entry's checksums; NULL: none, or not checked */
+	uint64_t verify_ns;	/* the threads' time spent checking, summed */
+	bool unverified;	/* the entry has no checksums (an older thaw made it) */
 };
 
 /* Read dir/gpu-<ns>.layout into p. */
@@ -493,12 +506,15 @@ struct slice {
 	uint64_t off, len;
 	int ordinal, err;
 	int cr; /* the driver's error */
+	uint64_t bad;	    /* -EUCLEAN: the first damaged byte */
+	uint64_t verify_ns; /* spent checking */
 };
 
 /* Copy the file's bytes of [s->off, s->off + s->len) into the allocations
  * that lie there, a piece at a time.  A piece the cache could not pin is
  * pinned here, so that its copy runs while the next is pinned, and
- * unpinned once all have landed. */
+ * unpinned once all have landed.  Each piece is checked against its
+ * checksums while its copy runs: the hash reads what the link reads. */
 static void *copy_slice(void *arg)
 {
 	struct slice *s = arg;
@@ -529,6 +545,13 @@ static void *copy_slice(void *arg)
 			if ((s->cr = cu.copy(s->va + x, s->p->base + x, y - x, st)))
 				s->err = -EIO;
 		}
+		if (!s->err && s->p->sum) {
+			uint64_t t0 = now_ns();
+
+			s->err = tier_sums_check_mapped(s->p->sum, s->p->base, s->p->pin->len, a,
+							b - a, &s->bad);
+			s->verify_ns += now_ns() - t0;
+		}
 	}
 	if (cu.stream_sync(st))
 		s->err = -EIO;
@@ -556,7 +579,15 @@ static int copy_file(struct gpu_prefill *pf, struct pf_proc *p, cu_ptr va)
 					  .len = off + slice > p->len ? p->len - off : slice };
 	run_jobs(copy_slice, s, sizeof(s[0]), made);
 	for (int i = 0; i < made; i++) {
-		if (s[i].err && !ret) {
+		pf->verify_ns += s[i].verify_ns;
+		if (s[i].err == -EUCLEAN && ret != -EUCLEAN) {
+			ret = -EUCLEAN;
+			snprintf(pf->why, sizeof(pf->why), "%s unlike its checksum: block %llu "
+				 "(bytes %llu-%llu)", p->sum->path,
+				 (unsigned long long)(s[i].bad / TIER_SUM_BLOCK),
+				 (unsigned long long)s[i].bad,
+				 (unsigned long long)(s[i].bad + TIER_SUM_BLOCK - 1));
+		} else if (s[i].err && !ret) {
 			ret = s[i].err;
 			snprintf(pf->why, sizeof(pf->why), "copying: CUDA error %d", s[i].cr);
 		}
@@ -792,6 +823,40 @@ static void set_state(struct gpu_prefill *pf, int state)
 	pthread_mutex_unlock(&pf->mu);
 }
 
+/* The RAM tier entry's checksums of each process's file (none with
+ * THAW_GPU_VERIFY=0).  An entry without any (an older thaw made it) is
+ * filled unchecked; one whose checksums are damaged or lack the file is
+ * damaged (-EUCLEAN). */
+static int load_sums(struct gpu_prefill *pf)
+{
+	const char *env = getenv("THAW_GPU_VERIFY");
+	int ret;
+
+	if (env && !strcmp(env, "0"))
+		return 0;
+	ret = tier_sums_load(pf->tier_dir, &pf->sums);
+	if (ret == -ENOENT) {
+		pf->unverified = true;
+		return 0;
+	}
+	if (ret) {
+		snprintf(pf->why, sizeof(pf->why), "its checksums (" TIER_SUMS "): %s",
+			 ret == -EUCLEAN ? "damaged" : strerror(-ret));
+		return ret;
+	}
+	for (size_t i = 0; i < pf->np; i++) {
+		char name[64];
+
+		snprintf(name, sizeof(name), GPUMEM_FILE_FMT, pf->p[i].ns_pid);
+		pf->p[i].sum = tier_sums_find(pf->sums, name);
+		if (!pf->p[i].sum) {
+			snprintf(pf->why, sizeof(pf->why), "%s without a checksum", name);
+			return -EUCLEAN;
+		}
+	}
+	return 0;
+}
+
 static void *prefill_main(void *arg)
 {
 	struct gpu_prefill *pf = arg;
@@ -800,8 +865,15 @@ static void *prefill_main(void *arg)
 
 	if (ret)
 		snprintf(pf->why, sizeof(pf->why), "no CUDA context on GPU %d", pf->ordinal);
+	if (!ret)
+		ret = load_sums(pf);
 	for (size_t i = 0; !ret && i < pf->np; i++)
 		ret = fill_proc(pf, &pf->p[i]);
+	if (ret == -EUCLEAN) {
+		pr_err("the device memory in RAM tier entry %s is damaged: %s", pf->tier_dir,
+		       pf->why);
+		tier_damage_report(pf->tier_dir, TIER_FOUND_FILL, pf->why);
+	}
 	if (pf->copying)
 		pf->copy_end_ns = now_ns();
 	queue_leave(pf);
@@ -909,12 +981,14 @@ void gpu_prefill_end(struct gpu_prefill *pf, char *summary, size_t len)
 		char b[32];
 
 		snprintf(summary, len, "thaw filled %llu allocation(s), %s, in %.1f ms (its GPU's "
-			 "turn after %.1f ms, the copy %.1f ms)%s%s%s",
+			 "turn after %.1f ms, the copy %.1f ms, %s %.1f ms of its threads)%s%s%s",
 			 (unsigned long long)pf->offered_allocs, fmt_bytes(pf->bytes, b), pf->fill_ms,
 			 pf->copy_begin_ns ? (pf->copy_begin_ns - pf->queued_ns) / 1e6 : 0.0,
 			 pf->copy_end_ns ? (pf->copy_end_ns - pf->copy_begin_ns) / 1e6 : 0.0,
-			 pf->state < 0 ? " (failed: " : "", pf->state < 0 ? pf->why : "",
-			 pf->state < 0 ? "; the library copied)" : "");
+			 pf->unverified ? "not checked: no checksums; checking" : "checked in",
+			 pf->verify_ns / 1e6, pf->state < 0 ? " (failed: " : "",
+			 pf->state < 0 ? pf->why : "",
+			 pf->state == -EUCLEAN ? ")" : pf->state < 0 ? "; the library copied)" : "");
 	}
 	for (size_t i = 0; pf->p && i < pf->np; i++) {
 		struct pf_proc *p = &pf->p[i];
@@ -935,6 +1009,7 @@ void gpu_prefill_end(struct gpu_prefill *pf, char *summary, size_t len)
 		free(p->a);
 	}
 	free(pf->p);
+	tier_sums_free(pf->sums);
 	for (int k = 0; k < 2; k++)
 		if (pf->wake[k] >= 0)
 			close(pf->wake[k]);
@@ -954,8 +1029,16 @@ int gpu_prefill_restore(struct gpu_prefill *pf, const json_t *meta, const pid_t 
 	if (!pf)
 		return gpu_memory_restore(meta, pids, n, out_dir, copy_ms);
 	/* Filled by now, or nearly: offered before RESTORE is asked.  A
-	 * failed fill offers nothing and the library copies. */
-	if (gpu_prefill_ready(pf))
+	 * failed fill offers nothing and the library copies; but not from a
+	 * damaged file: the start fails, the function's calls still held. */
+	ret = gpu_prefill_ready(pf);
+	if (ret == -EUCLEAN) {
+		log_set_error("%s: the device memory in its RAM tier entry is damaged (%s): the "
+			      "entry is dropped and materialised again", id, pf->why);
+		gpu_prefill_end(pf, NULL, 0);
+		return ret;
+	}
+	if (ret)
 		pr_warn("thawd could not fill the device memory of %s: the library copies it", id);
 	waited = ms_since(t0);
 	ret = gpu_memory_restore(meta, pids, n, out_dir, copy_ms);

@@ -878,9 +878,9 @@ static void start_end(struct start *st)
 }
 
 /* The start path (docs/DESIGN.md, "The start path, step by step"). */
-static int start(const struct thaw_config *c, struct store *s, struct tier *t,
-		 const char *snapshot_id, enum instance_mode mode, bool standby,
-		 bool gpu_context, struct gpu_placement *asked, struct instance *out)
+static int start_once(const struct thaw_config *c, struct store *s, struct tier *t,
+		      const char *snapshot_id, enum instance_mode mode, bool standby,
+		      bool gpu_context, struct gpu_placement *asked, struct instance *out)
 {
 	struct start st = { .c = c, .s = s, .t = t, .snapshot_id = snapshot_id, .mode = mode,
 			    .standby = standby, .gpu_context = gpu_context, .x = { .c = c, .stdio = { -1, -1 } }, .gp = asked,
@@ -910,6 +910,24 @@ fail:
 out:
 	start_end(&st);
 	return ret;
+}
+
+/* start_once, and once more where its RAM tier entry was found damaged
+ * (-EUCLEAN: the fill of its device memory checks what it copies; its
+ * instance ended before it answered): the entry was reported, and the
+ * second start's materialise step makes it again from the store. */
+static int start(const struct thaw_config *c, struct store *s, struct tier *t,
+		 const char *snapshot_id, enum instance_mode mode, bool standby,
+		 bool gpu_context, struct gpu_placement *asked, struct instance *out)
+{
+	int ret = start_once(c, s, t, snapshot_id, mode, standby, gpu_context, asked, out);
+
+	if (ret != -EUCLEAN)
+		return ret;
+	pr_warn("start of %.24s: its RAM tier entry was damaged: restoring again, from the "
+		"entry made again from the store", snapshot_id);
+	log_clear_error();
+	return start_once(c, s, t, snapshot_id, mode, standby, gpu_context, asked, out);
 }
 
 int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,

@@ -4,11 +4,13 @@
  * On disk, under the tier directory:
  *	<hex>/                 a complete snapshot's image files, and where
  *	                       mapping applies its mapped variant in <hex>/.mapped/
- *	                       (restore/mapped.h), else why not in <hex>/.mapped-why
+ *	                       (restore/mapped.h), else why not in <hex>/.mapped-why;
+ *	                       the checksums of its files in <hex>/.sums (tier_sums.h)
  *	<hex>.meta             {"id","logical_bytes","bytes","files","paths":[[path,size]…]}: written last,
  *	                       it is what makes <hex>/ an entry; its mtime is the LRU stamp
  *	.build-<hex>-<pid>-<n>/  a materialisation in progress
  *	.resv-<hex>-<pid>-<n>  bytes reserved for it in the budget
+ *	.bad-<hex>-<pid>-<n>/  an entry found damaged, being removed
  *	.locks/<hex>           flock LOCK_SH while leased; eviction takes LOCK_EX|LOCK_NB
  *	.locks/<hex>.build     flock LOCK_EX while materialising: one build per snapshot
  *	.locks/tier            flock LOCK_EX while reserving and evicting
@@ -26,6 +28,7 @@
 #include "common/util.h"
 #include "restore/engine.h"
 #include "restore/mapped.h"
+#include "restore/tier_sums.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -39,32 +42,6 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#define HEX_LEN (2 * CHUNK_HASH_LEN)
-/* Room left in a PATH_MAX for any name under the tier directory. */
-#define TIER_DIR_MAX (PATH_MAX - 512)
-
-struct tier {
-	char dir[TIER_DIR_MAX];
-	uint64_t budget;
-	struct store *s;
-	struct engine_opts opts;
-	atomic_uint seq;
-	uint64_t mapped_min; /* build mapped variants of VMAs this large; 0: none */
-	pthread_mutex_t mu; /* st */
-	struct tier_stats st;
-};
-
-struct tier_lease {
-	char hex[HEX_LEN + 1];
-	int fd; /* LOCK_SH on .locks/<hex> */
-	bool hit;
-	bool mapped; /* <path>/.mapped is there */
-	double ms;
-	char path[PATH_MAX];
-	char mapped_path[PATH_MAX + 16];
-	char mapped_why[256];
-};
 
 struct tier_entry {
 	char hex[HEX_LEN + 1];
@@ -81,7 +58,7 @@ static bool is_hex(const char *s, size_t n)
 }
 
 /* Open .locks/<name> and flock it; the fd, or -errno (-EWOULDBLOCK with LOCK_NB). */
-static int lock_take(struct tier *t, const char *name, int how)
+int tier_lock(struct tier *t, const char *name, int how)
 {
 	char path[PATH_MAX];
 
@@ -103,7 +80,7 @@ static bool build_live(struct tier *t, const char *hex)
 	int fd;
 
 	snprintf(name, sizeof(name), "%.*s.build", HEX_LEN, hex);
-	fd = lock_take(t, name, LOCK_EX | LOCK_NB);
+	fd = tier_lock(t, name, LOCK_EX | LOCK_NB);
 	if (fd < 0)
 		return fd == -EWOULDBLOCK;
 	lock_drop(fd);
@@ -263,6 +240,24 @@ static void remove_entry(struct tier *t, const char *hex)
 	rm_rf(dir);
 }
 
+/* An entry an older thaw made has no checksums: removed where nobody leases
+ * it (its next start materialises it again, with them), else kept, and
+ * checked by nobody.  true: removed. */
+static bool drop_unsummed(struct tier *t, const char *hex)
+{
+	char path[PATH_MAX];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s/" TIER_SUMS, t->dir, hex);
+	if (access(path, F_OK) == 0 || (fd = tier_lock(t, hex, LOCK_EX | LOCK_NB)) < 0)
+		return false;
+	pr_info("removing entry %s, made without checksums (by an older thaw): its next start "
+		"materialises it again", hex);
+	remove_entry(t, hex);
+	lock_drop(fd);
+	return true;
+}
+
 /* Clear what an earlier run left: partial builds, reservations of dead builds,
  * entries that are not complete.  Names that are not ours are left alone (the
  * tier directory may have been pointed somewhere shared by mistake). */
@@ -285,7 +280,11 @@ static int tier_scan(struct tier *t)
 		if (!strcmp(n, ".") || !strcmp(n, "..") || !strcmp(n, ".locks"))
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", t->dir, n);
-		if (!strncmp(n, ".build-", 7) || !strncmp(n, ".resv-", 6)) {
+		if (!strncmp(n, ".bad-", 5)) {
+			pr_info("removing %s, a damaged entry whose removal was interrupted", path);
+			rm_rf(path);
+			removed++;
+		} else if (!strncmp(n, ".build-", 7) || !strncmp(n, ".resv-", 6)) {
 			const char *hex = n + (n[1] == 'b' ? 7 : 6);
 			if (strlen(hex) < HEX_LEN || !is_hex(hex, HEX_LEN)) {
 				pr_warn("leaving %s alone: not a name the tier makes", path);
@@ -311,7 +310,10 @@ static int tier_scan(struct tier *t)
 			if (len > HEX_LEN && entry_complete(t, hex))
 				continue; /* judged with its directory */
 			if (entry_valid(t, hex)) {
-				kept++;
+				if (drop_unsummed(t, hex))
+					removed++;
+				else
+					kept++;
 				continue;
 			}
 			if (build_live(t, hex))
@@ -355,7 +357,7 @@ struct tier *tier_open(const char *dir, uint64_t budget_bytes, struct store *s,
 	pthread_mutex_init(&t->mu, NULL);
 	if (dir_make_private(path))
 		goto err;
-	lock = lock_take(t, "tier", LOCK_EX);
+	lock = tier_lock(t, "tier", LOCK_EX);
 	if (lock < 0)
 		goto err;
 	if (tier_scan(t))
@@ -477,7 +479,7 @@ int tier_reserve(struct tier *t, const char *hex, uint64_t need, const char *res
 	char a[32], b[32], c[32], d[32], e[32], num[32];
 	int lock, ret;
 
-	lock = lock_take(t, "tier", LOCK_EX);
+	lock = tier_lock(t, "tier", LOCK_EX);
 	if (lock < 0)
 		return lock;
 	ret = list_entries(t, &v, &n, &reserved);
@@ -489,7 +491,7 @@ int tier_reserve(struct tier *t, const char *hex, uint64_t need, const char *res
 	if (n)
 		qsort(v, n, sizeof(*v), cmp_stamp);
 	for (i = 0; i < n && used + need > t->budget; i++) {
-		int fd = lock_take(t, v[i].hex, LOCK_EX | LOCK_NB);
+		int fd = tier_lock(t, v[i].hex, LOCK_EX | LOCK_NB);
 
 		if (fd < 0) {
 			leased += v[i].bytes;
@@ -589,14 +591,17 @@ static void build_paths(struct tier *t, const char *hex, char bdir[PATH_MAX], ch
 	snprintf(resv, PATH_MAX, "%s/.resv-%s-%d-%u", t->dir, hex, getpid(), n);
 }
 
-/* A materialisation done: the tier's figures (tier_get_stats). */
-static void count_build(struct tier *t, uint64_t read_bytes, uint64_t written_bytes)
+/* A materialisation of hex done: the tier's figures (tier_get_stats); one
+ * that replaces an entry dropped as damaged is counted as such. */
+static void count_build(struct tier *t, const char *hex, uint64_t read_bytes,
+			uint64_t written_bytes)
 {
 	pthread_mutex_lock(&t->mu);
 	t->st.materializations++;
 	t->st.read_bytes += read_bytes;
 	t->st.written_bytes += written_bytes;
 	pthread_mutex_unlock(&t->mu);
+	tier_redo_done(t, hex);
 }
 
 /* A filled build directory bdir (bytes reserved in resv) becomes the entry
@@ -606,7 +611,7 @@ static int publish(struct tier *t, const char *hex, const char *full, const stru
 		   const char *bdir, const char *resv, uint64_t bytes, const struct tier_layout *lay)
 {
 	char dir[PATH_MAX];
-	uint64_t added;
+	uint64_t added, summed = 0, t0;
 	int ret;
 
 	entry_paths(t, hex, dir, NULL);
@@ -625,6 +630,13 @@ static int publish(struct tier *t, const char *hex, const char *full, const stru
 				return ret;
 		}
 	}
+	/* Its checksums, of what it holds now (tier_sums.h). */
+	t0 = now_ns();
+	ret = tier_sums_make(bdir, &summed);
+	if (ret)
+		return ret;
+	pr_info("%s: checksums of %.1f MiB made in %.1f ms", bdir, summed / 1048576.0,
+		ms_since(t0));
 	/* A directory without metadata is a leftover of a crash: ours to replace. */
 	rm_rf(dir);
 	if (rename(bdir, dir) < 0) {
@@ -729,7 +741,7 @@ static int build(struct tier *t, const char *hex, const char *id)
 		ret = publish(t, hex, full, m, bdir, resv, bytes, &lay);
 	if (ret)
 		goto out;
-	count_build(t, st.read_bytes, st.written_bytes);
+	count_build(t, hex, st.read_bytes, st.written_bytes);
 	pr_info("materialised %s: %llu bytes in %.3f s (%.2f GB/s; %llu bytes read, %s, setup "
 		"%.3f s, %u threads)", full, (unsigned long long)st.logical_bytes, st.seconds,
 		st.seconds > 0 ? (double)st.logical_bytes / st.seconds / 1e9 : 0.0,
@@ -766,7 +778,8 @@ static int build_fetching(struct tier *t, const char *hex, const char *full, str
 	if (!ret) {
 		double s = ms_since(t0) / 1e3;
 
-		count_build(t, fill.est.read_bytes, fill.est.written_bytes + fill.fetched_written);
+		count_build(t, hex, fill.est.read_bytes,
+			    fill.est.written_bytes + fill.fetched_written);
 		pr_info("materialised %s as it was fetched: %llu of %llu chunks fetched (%llu "
 			"bytes), %llu read from the store, in %.3f s", full,
 			(unsigned long long)fill.fst.chunks_fetched,
@@ -858,6 +871,7 @@ int tier_acquire_fetching(struct tier *t, const char *snapshot_id, struct remote
 	struct tier_lease *l = NULL;
 	char hex[HEX_LEN + 1], full[CHUNK_ID_LEN], name[HEX_LEN + 16];
 	uint64_t start = now_ns();
+	struct stat st;
 	int bfd = -1, ret;
 
 	*out = NULL;
@@ -872,12 +886,12 @@ int tier_acquire_fetching(struct tier *t, const char *snapshot_id, struct remote
 	memcpy(l->hex, hex, sizeof(l->hex));
 	entry_paths(t, hex, l->path, NULL);
 	/* Leased before looking: an eviction cannot take it from under us. */
-	l->fd = lock_take(t, hex, LOCK_SH);
+	l->fd = tier_lock(t, hex, LOCK_SH);
 	if (l->fd < 0) {
 		ret = l->fd;
 		goto out;
 	}
-	if (entry_complete(t, hex)) {
+	if (entry_complete(t, hex) && !tier_drop_reported(t, hex, false)) {
 		l->hit = true;
 		pthread_mutex_lock(&t->mu);
 		t->st.hits++;
@@ -885,11 +899,12 @@ int tier_acquire_fetching(struct tier *t, const char *snapshot_id, struct remote
 		goto done;
 	}
 	snprintf(name, sizeof(name), "%s.build", hex);
-	bfd = lock_take(t, name, LOCK_EX);
+	bfd = tier_lock(t, name, LOCK_EX);
 	if (bfd < 0) {
 		ret = bfd;
 		goto out;
 	}
+	tier_drop_reported(t, hex, true); /* a reader found it damaged: made again */
 	if (entry_complete(t, hex)) { /* someone built it while we waited */
 		pthread_mutex_lock(&t->mu);
 		t->st.waits++;
@@ -902,6 +917,10 @@ int tier_acquire_fetching(struct tier *t, const char *snapshot_id, struct remote
 done:
 	touch(t, hex);
 	lease_mapped(l);
+	if (stat(l->path, &st) == 0) {
+		l->dev = st.st_dev;
+		l->ino = st.st_ino;
+	}
 	l->ms = ms_since(start);
 	*out = l;
 	l = NULL;
@@ -952,7 +971,7 @@ int tier_lease_whole(struct tier *t, struct tier_lease *l)
 	if (!tier_lease_partial(l))
 		return 0;
 	snprintf(name, sizeof(name), "%s.build", l->hex);
-	bfd = lock_take(t, name, LOCK_EX);
+	bfd = tier_lock(t, name, LOCK_EX);
 	if (bfd < 0)
 		return bfd;
 	if (!tier_lease_partial(l)) /* another start wrote them meanwhile */

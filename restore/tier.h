@@ -112,6 +112,15 @@ void tier_release(struct tier_lease *l); /* NULL is fine */
 uint64_t tier_used_bytes(struct tier *t);
 uint64_t tier_budget_bytes(struct tier *t);
 
+/* Who found an entry damaged: a reader that checks what it reads (thawd's
+ * fill of device memory, restore/gpu_prefill.c), or the scrub. */
+enum tier_found_by {
+	TIER_FOUND_FILL,
+	TIER_FOUND_SCRUB,
+	TIER_FOUND_N,
+};
+const char *tier_found_by_name(enum tier_found_by by); /* "fill", "scrub" */
+
 /* What this tier object (this process) did since tier_open. */
 struct tier_stats {
 	uint64_t materializations; /* snapshots this process read from the store */
@@ -120,7 +129,36 @@ struct tier_stats {
 	uint64_t evictions, evicted_bytes;
 	uint64_t read_bytes;       /* chunk bytes read from the store */
 	uint64_t written_bytes;    /* image bytes written into the tier */
+	uint64_t damaged[TIER_FOUND_N]; /* entries dropped as damaged, by who found it */
+	uint64_t rematerialized;   /* entries materialised again after being dropped so */
+	uint64_t scrubbed_bytes;   /* bytes the scrub read and checked */
+	uint64_t scrub_passes;     /* passes the scrub finished over every entry */
 };
 void tier_get_stats(struct tier *t, struct tier_stats *st);
+
+/* The RAM tier's integrity (tier_sums.h: each entry's checksums, made when
+ * it is materialised).  A reader that found bytes of the entry whose
+ * directory is dir (a lease's path, or where a container sees it) unlike
+ * their checksum says so here, in any thread: the next tier_acquire of that
+ * entry, and the scrub at once, drop it and materialise it again from the
+ * store.  Kept for this process only, and for the directory that was
+ * damaged (an entry made since is another). */
+void tier_damage_report(const char *dir, enum tier_found_by by, const char *why);
+
+/* The scrub (tier_scrub.c): a thread that reads every entry's files again
+ * and checks them against their checksums, rate bytes a second at most;
+ * an entry found damaged is dropped, logged, counted (tier_stats) and
+ * materialised again.  Passes over the whole tier follow each other at
+ * least TIER_SCRUB_PASS_S apart ($THAW_TIER_SCRUB_PASS_S).  NULL where
+ * rate is 0 (no scrub) or the thread cannot start (logged). */
+#define TIER_SCRUB_RATE_DEFAULT (64ull << 20)
+#define TIER_SCRUB_PASS_S 60
+struct tier_scrub;
+struct tier_scrub *tier_scrub_start(struct tier *t, uint64_t rate);
+void tier_scrub_stop(struct tier_scrub *sc); /* NULL is fine */
+/* One pass over every entry, here and now, rate bytes a second at most (0:
+ * no limit): the scrub's, for tests.  0, or -errno; *damaged (may be NULL)
+ * the entries it found damaged. */
+int tier_scrub_pass(struct tier *t, uint64_t rate, unsigned *damaged);
 
 #endif

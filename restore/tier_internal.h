@@ -10,6 +10,50 @@
 #include "store/manifest.h"
 #include "remote/remote.h"
 
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+/* The tier and a lease of one of its entries (tier.c; the integrity of
+ * entries, tier_scrub.c). */
+#define HEX_LEN (2 * CHUNK_HASH_LEN)
+/* Room left in a PATH_MAX for any name under the tier directory. */
+#define TIER_DIR_MAX (PATH_MAX - 512)
+/* Snapshots whose entry was dropped as damaged and not yet made again. */
+#define REDO_MAX 16
+
+struct tier {
+	char dir[TIER_DIR_MAX];
+	uint64_t budget;
+	struct store *s;
+	struct engine_opts opts;
+	atomic_uint seq;
+	uint64_t mapped_min; /* build mapped variants of VMAs this large; 0: none */
+	pthread_mutex_t mu; /* st, redo */
+	struct tier_stats st;
+	char redo[REDO_MAX][HEX_LEN + 1];
+	unsigned nredo;
+};
+
+struct tier_lease {
+	char hex[HEX_LEN + 1];
+	int fd; /* LOCK_SH on .locks/<hex> */
+	dev_t dev; /* its directory when leased */
+	ino_t ino;
+	bool hit;
+	bool mapped; /* <path>/.mapped is there */
+	double ms;
+	char path[PATH_MAX];
+	char mapped_path[PATH_MAX + 16];
+	char mapped_why[256];
+};
+
+/* Open .locks/<name> of t and flock it how: the descriptor (close drops
+ * the lock), or -errno (-EWOULDBLOCK with LOCK_NB). */
+int tier_lock(struct tier *t, const char *name, int how);
+
 /* Reserve need bytes of t's budget for the build of hex (the file resv
  * holds the figure until it is removed), evicting what nobody leases. */
 int tier_reserve(struct tier *t, const char *hex, uint64_t need, const char *resv);
@@ -18,6 +62,32 @@ const struct engine_opts *tier_engine_opts(struct tier *t);
 uint64_t tier_mapped_min(struct tier *t); /* 0: no mapped images */
 /* Record in bdir/.mapped-why why the entry has no mapped image. */
 void tier_record_unmapped(const char *bdir, const char *why);
+
+/* --- tier_scrub.c: the integrity of entries. */
+
+/* Lease the entry of hex (its 64 digits) only where it is complete, and
+ * without making it the most recently used: -ENOENT where it is not. */
+int tier_lease_existing(struct tier *t, const char *hex, struct tier_lease **out);
+/* The leased entry's directory, as it was when leased: an entry made
+ * again since is another directory. */
+void tier_lease_ident(const struct tier_lease *l, dev_t *dev, ino_t *ino);
+/* Drop the entry of hex as damaged (by found it; why, what was found), if
+ * its directory is still (dev, ino): its metadata removed, its directory
+ * renamed away and removed, even while leased (a file an instance maps
+ * lives on in its mapping, never truncated), logged and counted; its next
+ * materialisation is counted as a re-materialisation.  1 dropped, 0 it is
+ * gone or another already, or -errno. */
+int tier_drop_damaged(struct tier *t, const char *hex, dev_t dev, ino_t ino,
+		      enum tier_found_by by, const char *why);
+/* The scrub read and checked bytes; pass: it finished a pass. */
+void tier_count_scrub(struct tier *t, uint64_t bytes, bool pass);
+
+/* Was the entry of hex reported damaged by a reader (tier_damage_report)?
+ * With drop (its build lock held), it is dropped if so. */
+bool tier_drop_reported(struct tier *t, const char *hex, bool drop);
+/* hex was materialised: counted as made again if it had been dropped as
+ * damaged. */
+void tier_redo_done(struct tier *t, const char *hex);
 
 /* --- tier_layout.c: an entry's pages written once, into the mapped image. */
 

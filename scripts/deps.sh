@@ -11,7 +11,7 @@ ROOT=$PWD
 DEPS=$ROOT/.deps
 
 APT_PKGS="build-essential pkg-config clang libclang-rt-14-dev liburing-dev libzstd-dev
- libjansson-dev libmicrohttpd-dev libssl-dev libcurl4-openssl-dev zstd runc python3
+ libjansson-dev libmicrohttpd-dev libssl-dev libcurl4-openssl-dev libxxhash-dev zstd runc python3
  libgnutls28-dev libgmp-dev libidn2-dev libunistring-dev libp11-kit-dev libtasn1-6-dev
  nettle-dev libffi-dev clang-format clang-tidy cppcheck curl hey
  ceph-mon ceph-osd radosgw skopeo umoci busybox-static"

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* gpumem_test.h — what test_gpumem and test_gpumem_faults share: the fake
+/* gpumem_test.h — what test_gpumem, test_gpumem_faults and test_tier_fill share: the fake
  * driver (test/cuda_mock.c) built as libcuda.so.1 in a directory of the
  * test's own, test/fixtures/gpumem_app.c built against it, and the app run
  * with libthaw-cuda.so preloaded and driven a command at a time.  Static

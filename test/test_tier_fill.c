@@ -1,0 +1,176 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* test_tier_fill.c — a RAM tier entry's device memory damaged is caught by
+ * thawd's fill (restore/gpu_prefill.c) on the fake driver (test/cuda_mock.c)
+ * and never reaches the program: the fill verifies each slice against the
+ * checksums the tier made when it materialised the entry, the start's GPU
+ * restore fails with the program's calls still held (the library is not
+ * asked to copy the same damaged file instead), and the entry is dropped
+ * and materialised again from the store, after which the program gets its
+ * bytes back, byte for byte.
+ *
+ * The program of test/fixtures/gpumem_app.c saves its device memory
+ * (gpu-<pid>.mem and its layout); that directory is put into a store as a
+ * snapshot and materialised into a tier; 63 blocks of 4 KiB of the entry's
+ * gpu-<pid>.mem are overwritten, as a host's memory fault would.
+ */
+#include "common/gpumem.h"
+#include "common/util.h"
+#include "restore/gpu_prefill.h"
+#include "restore/gpu_restore.h"
+#include "restore/tier.h"
+#include "store/store.h"
+#include "test/check.h"
+#include "test/gpumem_test.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Does the entry's file equal the program's own save? */
+static bool same_file(const char *a, const char *b)
+{
+	char *x = NULL, *y = NULL;
+	size_t lx = 0, ly = 0;
+	bool same = !read_file(a, &x, &lx, 1 << 30) && !read_file(b, &y, &ly, 1 << 30) &&
+		    lx == ly && !memcmp(x, y, lx);
+
+	free(x);
+	free(y);
+	return same;
+}
+
+/* 63 blocks of 4 KiB, spread over the file's first 28 MiB, overwritten. */
+static void damage(const char *path)
+{
+	char junk[4096];
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+
+	REQUIRE(fd >= 0);
+	memset(junk, 0x5a, sizeof(junk));
+	for (int i = 0; i < 63; i++)
+		REQUIRE(pwrite(fd, junk, sizeof(junk), (off_t)i * (448 << 10) + 4096) ==
+			(ssize_t)sizeof(junk));
+	close(fd);
+}
+
+/* thawd's fill from the entry at tier_dir, then the library's RESTORE as a
+ * start asks for it (gpu_prefill_restore): its return. */
+static int fill_and_restore(const json_t *meta, pid_t pid, const char *tier_dir)
+{
+	struct gpu_placement place = { .n = 1, .held = true, .claim = { 40 * MIB } };
+	double ms = 0;
+
+	return gpu_prefill_restore(gpu_prefill_start(meta, tier_dir, outdir, &place), meta, &pid,
+				   1, outdir, "tier-fill-test", &ms);
+}
+
+static void damaged_entry(const char *app_path)
+{
+	json_t *meta = json_pack("{s:[{s:s}], s:{s:[]}}", "gpus", "uuid", "GPU-mock",
+				 "gpu_memory", "ns_pids");
+	char why[512], s[256], sdir[400], tdir[400], saved[600], entry_file[PATH_MAX + 64];
+	const char *paths[1] = { outdir };
+	char id[CHUNK_ID_LEN];
+	struct tier_lease *l = NULL;
+	struct gpumem_status st;
+	struct tier_stats ts;
+	struct store *store;
+	struct tier *t;
+	size_t moved = 0;
+	unsigned long c1;
+	struct app a;
+
+	app_start(&a, app_path, NULL, true);
+	json_array_append_new(json_object_get(json_object_get(meta, "gpu_memory"), "ns_pids"),
+			      json_integer(a.pid));
+	CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why, sizeof(why)),
+		 0);
+	REQUIRE(st.allocs == 6);
+	snprintf(saved, sizeof(saved), "%s/" GPUMEM_FILE_FMT, outdir, (int)a.pid);
+
+	/* The saved memory as a snapshot, materialised into a tier. */
+	snprintf(sdir, sizeof(sdir), "%s/store", dir);
+	snprintf(tdir, sizeof(tdir), "%s/tier", dir);
+	store = store_open(sdir);
+	REQUIRE(store);
+	REQUIRE(store_put(store, "fill", paths, 1, NULL, false, id, NULL) == 0);
+	t = tier_open(tdir, 1ull << 30, store, NULL);
+	REQUIRE(t);
+	REQUIRE(tier_acquire(t, id, &l) == 0);
+	snprintf(entry_file, sizeof(entry_file), "%s/" GPUMEM_FILE_FMT, tier_lease_path(l),
+		 (int)a.pid);
+	REQUIRE(same_file(entry_file, saved));
+
+	/* Damaged: the start's GPU restore fails, the program still held. */
+	damage(entry_file);
+	c1 = count(&a);
+	CHECK(fill_and_restore(meta, a.pid, tier_lease_path(l)) != 0);
+	usleep(200000);
+	CHECK_EQ(count(&a), c1);
+	tier_release(l);
+	l = NULL;
+
+	/* The next acquire materialises it again, from the store. */
+	REQUIRE(tier_acquire(t, id, &l) == 0);
+	snprintf(entry_file, sizeof(entry_file), "%s/" GPUMEM_FILE_FMT, tier_lease_path(l),
+		 (int)a.pid);
+	CHECK(same_file(entry_file, saved));
+	CHECK(!tier_lease_hit(l));
+	tier_get_stats(t, &ts);
+	CHECK_EQ(ts.damaged[TIER_FOUND_FILL], 1);
+	CHECK_EQ(ts.rematerialized, 1);
+
+	/* Filled from it, the program goes on, byte for byte. */
+	CHECK_EQ(fill_and_restore(meta, a.pid, tier_lease_path(l)), 0);
+	for (int i = 0; i < 200 && count(&a) == c1; i++)
+		usleep(10000);
+	CHECK(count(&a) > c1);
+	ask(&a, "verify", s, sizeof(s));
+	CHECK_STR(s, "ok");
+	tier_release(l);
+	gpumem_release(&a.pid, 1);
+	app_end(&a);
+	tier_close(t);
+	store_close(store);
+	json_decref(meta);
+}
+
+int main(int argc, char **argv)
+{
+	char app[512], ld[1400];
+	pid_t pid;
+	int st;
+
+	signal(SIGPIPE, SIG_IGN);
+	if (argc == 5 && !strcmp(argv[1], "--child")) {
+		/* thawd's side (common/cuda.c) opens libcuda.so.1 by name:
+		 * the fake one is on this process's library path. */
+		snprintf(dir, sizeof(dir), "%s", argv[2]);
+		snprintf(outdir, sizeof(outdir), "%s/out", dir);
+		snprintf(lib, sizeof(lib), "%s", argv[4]);
+		damaged_entry(argv[3]);
+		return check_failures ? 1 : 0;
+	}
+	gpumem_test_setup(app, sizeof(app));
+	snprintf(ld, sizeof(ld), "%s%s%s", dir, getenv("LD_LIBRARY_PATH") ? ":" : "",
+		 getenv("LD_LIBRARY_PATH") ?: "");
+	pid = fork();
+	REQUIRE(pid >= 0);
+	if (pid == 0) {
+		setenv("LD_LIBRARY_PATH", ld, 1);
+		setenv("MOCK_NVML_FREE_MIB", "1000,1000", 1);
+		unsetenv("THAW_NO_GPU");
+		execl(argv[0], argv[0], "--child", dir, app, lib, (char *)NULL);
+		_exit(127);
+	}
+	REQUIRE(waitpid(pid, &st, 0) == pid);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	rm_rf(dir);
+	return check_failures ? 1 : 0;
+}

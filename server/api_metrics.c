@@ -174,9 +174,16 @@ int api_get_metrics(struct req *q)
 	int ret;
 
 	if (s->tier) {
+		struct tier_stats ts;
+
 		g.have_tier = true;
 		g.ram_tier_bytes = tier_used_bytes(s->tier);
 		g.ram_tier_budget_bytes = tier_budget_bytes(s->tier);
+		tier_get_stats(s->tier, &ts);
+		g.tier_damaged_fill = ts.damaged[TIER_FOUND_FILL];
+		g.tier_damaged_scrub = ts.damaged[TIER_FOUND_SCRUB];
+		g.tier_rematerialized = ts.rematerialized;
+		g.tier_scrubbed_bytes = ts.scrubbed_bytes;
 	}
 	pthread_mutex_lock(&s->stat_lock);
 	if (s->stat_ok) {

@@ -45,6 +45,7 @@ struct server {
 	struct tls tls; /* tls.cert NULL: plain HTTP */
 	struct store *store;
 	struct tier *tier; /* NULL if the RAM tier could not be opened: starts answer 503 */
+	struct tier_scrub *scrub; /* its entries checked again in the background; NULL: none */
 	struct registry *reg;
 	struct jobs *jobs;
 	struct metrics *metrics;

@@ -272,6 +272,23 @@ int metrics_write(struct metrics *m, FILE *f, const struct metrics_gauges *g)
 			    g->ram_tier_bytes);
 		write_gauge(f, "thaw_ram_tier_budget_bytes", "Byte budget of the RAM tier.",
 			    g->ram_tier_budget_bytes);
+		fprintf(f, "# HELP thaw_ram_tier_damaged_total RAM tier entries found damaged "
+			   "(unlike their checksums) and dropped, by who found them.\n"
+			   "# TYPE thaw_ram_tier_damaged_total counter\n"
+			   "thaw_ram_tier_damaged_total{found_by=\"fill\"} %llu\n"
+			   "thaw_ram_tier_damaged_total{found_by=\"scrub\"} %llu\n",
+			(unsigned long long)g->tier_damaged_fill,
+			(unsigned long long)g->tier_damaged_scrub);
+		fprintf(f, "# HELP thaw_ram_tier_rematerialized_total RAM tier entries "
+			   "materialised again after being dropped as damaged.\n"
+			   "# TYPE thaw_ram_tier_rematerialized_total counter\n"
+			   "thaw_ram_tier_rematerialized_total %llu\n",
+			(unsigned long long)g->tier_rematerialized);
+		fprintf(f, "# HELP thaw_ram_tier_scrubbed_bytes_total Bytes of the RAM tier the "
+			   "scrub read and checked.\n"
+			   "# TYPE thaw_ram_tier_scrubbed_bytes_total counter\n"
+			   "thaw_ram_tier_scrubbed_bytes_total %llu\n",
+			(unsigned long long)g->tier_scrubbed_bytes);
 	}
 	if (g && g->have_store) {
 		fprintf(f, "# HELP thaw_store_bytes Bytes in the chunk store: logical (all "

@@ -18,6 +18,11 @@
  *	                                             (server/fallback.h)
  *	thaw_ram_tier_bytes, thaw_ram_tier_budget_bytes, thaw_store_bytes{kind},
  *	thaw_instances_running                       gauges the caller supplies
+ *	thaw_ram_tier_damaged_total{found_by}        RAM tier entries dropped as damaged:
+ *	                                             fill, scrub (restore/tier.h)
+ *	thaw_ram_tier_rematerialized_total           of those, materialised again
+ *	thaw_ram_tier_scrubbed_bytes_total           bytes the scrub read and checked
+ *	                                             (these three the caller supplies too)
  *
  * Thread-safe: one mutex, held only while counting or writing.
  */
@@ -43,6 +48,7 @@ enum metrics_phase {
 struct metrics_gauges {
 	bool have_tier;
 	uint64_t ram_tier_bytes, ram_tier_budget_bytes;
+	uint64_t tier_damaged_fill, tier_damaged_scrub, tier_rematerialized, tier_scrubbed_bytes;
 	bool have_store;
 	uint64_t store_logical, store_unique, store_stored;
 	uint64_t instances_running;

@@ -51,6 +51,8 @@ struct server_opts {
 	uint64_t gpu_mem_reserve; /* a GPU function's start that would leave a GPU less
 				   * free memory answers 503 (0: only one that does not
 				   * fit at all) */
+	uint64_t tier_scrub_rate; /* bytes a second the RAM tier's scrub reads at most
+				   * (restore/tier.h); 0: no scrub */
 	unsigned max_conns;     /* concurrent connections */
 	unsigned max_conns_per_ip; /* concurrent connections from one address; 0: no limit */
 	unsigned request_timeout;  /* seconds a connection has to send a whole request (head

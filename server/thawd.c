@@ -62,6 +62,7 @@ void server_opts_default(struct server_opts *o)
 	o->max_conns_per_ip = SERVER_DEFAULT_MAX_CONNS_PER_IP;
 	o->request_timeout = SERVER_DEFAULT_REQUEST_TIMEOUT;
 	o->keep_ended_s = SERVER_DEFAULT_KEEP_ENDED_S;
+	o->tier_scrub_rate = TIER_SCRUB_RATE_DEFAULT;
 }
 
 /* What the file descriptor limit allows, so that running out of them
@@ -220,8 +221,10 @@ struct server *server_new(const struct thaw_config *c, const struct server_opts 
 		goto err;
 	if (tier_root_prepare(c->ram_tier_dir, c->ram_tier_bytes, c->tier_huge, NULL) == 0)
 		s->tier = tier_open(c->ram_tier_dir, c->ram_tier_bytes, s->store, NULL);
-	if (s->tier)
+	if (s->tier) {
 		tier_set_mapped(s->tier, c->mapped_min);
+		s->scrub = tier_scrub_start(s->tier, o->tier_scrub_rate);
+	}
 	if (!s->tier)
 		pr_err("cannot open the RAM tier %s: starts will answer 503 until thawd is "
 		       "restarted with a working --ram-tier",
@@ -284,6 +287,7 @@ void server_free(struct server *s)
 	fallback_free(s->fallback);
 	remote_sync_finish(s);
 	snapshots_collector_stop(s); /* before the store it collects */
+	tier_scrub_stop(s->scrub); /* before the tier it checks */
 	tier_close(s->tier);
 	store_close(s->store);
 	registry_free(s->reg);

@@ -190,6 +190,14 @@ static const struct thawd_opt opts[] = {
 		"no_gpu_memory before restoring anything\n"
 		"(THAW_GPU_MEM_RESERVE; default 0: only a start whose\n"
 		"GPU state does not fit at all)" },
+	{ .name = "tier-scrub-rate", .arg = "BYTES", .env = "THAW_TIER_SCRUB_RATE", .kind = OPT_U64,
+	  .off = OPTS(tier_scrub_rate), .max = 1ull << 50, .flags = NUM_BYTES,
+	  .help = "bytes a second at most that a background scrub\n"
+		"reads the RAM tier's entries again at, each file\n"
+		"checked against the checksums made when it was\n"
+		"materialised; an entry found damaged is dropped and\n"
+		"materialised again from the store (log, /metrics)\n"
+		"(THAW_TIER_SCRUB_RATE; default 64M; 0: no scrub)" },
 	{ .name = "keep-ended", .arg = "S", .env = "THAW_KEEP_ENDED_S", .kind = OPT_UNSIGNED,
 	  .off = OPTS(keep_ended_s), .max = 30 * 86400, .dflt = SERVER_DEFAULT_KEEP_ENDED_S,
 	  .help = "an instance that ended (stopped, idle, exited) stays\n"

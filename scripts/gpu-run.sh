@@ -258,6 +258,14 @@ done
 [ -n "${E2E_GPU_TOKENS:-}" ] &&
 	step gpumem-bench-noprefill env THAW_GPU_PREFILL=0 bash bench/gpumem-run.sh \
 		"$THAW_FIGURES/gpumem-noprefill" "$E2E_GPU_TOKENS"
+# What checking the RAM tier's checksums costs thawd's fill of device memory
+# (bench/fill-verify.c): 16 GiB filled checked and unchecked, alternating, 5
+# rounds each, the hash's rate on 1 and 16 threads, the bytes over the link's
+# ~55 GB/s.  (e2e_tier_damage_gpu, among the test/*gpu*.sh above: 63 blocks of
+# 4 KiB of the GPU example's tier entry flipped, the start restored from the
+# entry made again.)
+step bench-fill-verify bash -c 'set -o pipefail; "$0" --mib 16384 --rounds 5 --link-gbps 55 |
+	tee "$THAW_FIGURES/fill-verify.txt"' "$X/build/bench/fill-verify"
 # The same on a huge-page tier (thawd's default where it can mount one), without
 # the engine-alone probes.
 [ -n "${E2E_GPU_TOKENS:-}" ] &&

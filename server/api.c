@@ -18,14 +18,13 @@ int api_post_start(struct req *q)
 {
 	struct start_opts o = { .gpu = req_query(q, "gpu"), .idle_s = -1, .lifetime_s = -1,
 				.client_gone = client_gone, .client_arg = q };
-	struct start_header hdr;
-	json_t *answer = NULL;
-	unsigned status;
+	struct start_result r;
 	char why[256];
 
 	if (req_query_seconds(q, "idle_s", &o.idle_s, why, sizeof(why)) ||
 	    req_query_seconds(q, "max_lifetime_s", &o.lifetime_s, why, sizeof(why)))
 		o.bad_query = why;
-	status = starts_run(q->srv, q->route.id, &o, &answer, &hdr);
-	return reply_json_hdr(q, status, answer, hdr.name, hdr.name ? hdr.value : NULL);
+	starts_run(q->srv, q->route.id, &o, &r);
+	/* reply_json_hdr takes the body. */
+	return reply_json_hdr(q, r.status, r.answer, r.hdr.name, r.hdr.name ? r.hdr.value : NULL);
 }

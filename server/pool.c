@@ -410,17 +410,15 @@ static int snapshot_port(struct pool *p, const char *snap, uint16_t *port)
 
 /* The instance a start answered, ready to take requests: 0 and *out, or
  * -errno with why in msg. */
-static int inst_new(struct pool *p, const json_t *answer, struct pool_inst **out, char *msg,
-		    size_t len)
+static int inst_new(struct pool *p, const char *id, const char *snap, pid_t pid,
+		    struct pool_inst **out, char *msg, size_t len)
 {
-	const char *id = json_string_value(json_object_get(answer, "instance"));
-	const char *snap = json_string_value(json_object_get(answer, "snapshot"));
 	struct pool_inst *i = NULL;
 	char netns[PATH_MAX];
 	int ret;
 
 	*out = NULL;
-	if (!id || !snap) {
+	if (!id || !id[0] || !snap || !snap[0]) {
 		snprintf(msg, len, "the start answered no instance");
 		return -EINVAL;
 	}
@@ -432,7 +430,7 @@ static int inst_new(struct pool *p, const json_t *answer, struct pool_inst **out
 	i->netns_fd = -1;
 	snprintf(i->id, sizeof(i->id), "%s", id);
 	snprintf(i->snapshot, sizeof(i->snapshot), "%s", snap);
-	i->pid = (pid_t)json_integer_value(json_object_get(answer, "pid"));
+	i->pid = pid;
 	proc_start_time(i->pid, &i->pid_start);
 	ret = snapshot_port(p, snap, &i->port);
 	if (ret == -EINVAL)
@@ -467,16 +465,13 @@ err:
 /* A start's refusal as the answer of the requests that waited for it: the
  * start's own status and code (docs/API.md, POST /functions/<id>/start),
  * the code one that goes with the status (errors.h). */
-static void start_refusal(unsigned status, const json_t *answer, const char *fn,
+static void start_refusal(const struct start_result *r, const char *fn,
 			  struct pool_refusal *why)
 {
-	const json_t *e = json_object_get(answer, "error");
-	const char *m = json_string_value(json_object_get(e, "message"));
-	struct api_err k = api_err_known(status >= 400 ? status : 500,
-					 json_string_value(json_object_get(e, "code")));
+	struct api_err k = api_err_known(r->status >= 400 ? r->status : 500, r->code);
 
 	refuse(why, k.status, k.code, k.status == 429 || k.status == 503,
-	       "no instance of %s could be started: %s", fn, m ? m : "no answer");
+	       "no instance of %s could be started: %s", fn, r->msg[0] ? r->msg : "no answer");
 }
 
 static bool was_forgotten(struct pool *p, const char *id)
@@ -494,23 +489,18 @@ static void *start_main(void *arg)
 	struct pool_inst *i = NULL, *drop = NULL;
 	struct pool_refusal why = { 0 };
 	struct pool_fn *f;
-	struct start_header hdr;
-	json_t *answer = NULL;
-	unsigned status;
-	bool refused;
+	struct start_result r;
 	char msg[256];
 	int ret = 0;
 
 	static const struct start_opts routed = { .idle_s = -1, .lifetime_s = -1, .routed = true };
-	status = starts_run(p->srv, a->fn, &routed, &answer, &hdr);
-	if (status == 201)
-		ret = inst_new(p, answer, &i, msg, sizeof(msg));
+	starts_run(p->srv, a->fn, &routed, &r);
+	if (r.status == 201)
+		ret = inst_new(p, r.in.id, r.in.snapshot, r.in.pid, &i, msg, sizeof(msg));
 	if (ret) {
-		const char *id = json_string_value(json_object_get(answer, "instance"));
-
 		pr_warn("start of %s for its requests: %s; the instance is stopped", a->fn, msg);
-		if (id)
-			lifetimes_stop_instance(p->srv, id, 0, NULL);
+		if (r.in.id[0])
+			lifetimes_stop_instance(p->srv, r.in.id, 0, NULL);
 		/* A race lost to a DELETE or a new snapshot is no failure of an
 		 * instance: the next request starts one of what is there now. */
 		if (ret == -ENOENT)
@@ -519,14 +509,12 @@ static void *start_main(void *arg)
 		else
 			refuse(&why, 502, "instance_failed", false,
 			       "no instance of %s could be reached: %s", a->fn, msg);
-	} else if (status != 201) {
-		start_refusal(status, answer, a->fn, &why);
+	} else if (r.status != 201) {
+		start_refusal(&r, a->fn, &why);
 	}
 	/* Nothing was restored: no failure, though the requests it was made
 	 * for may wait longer (a start that failed has said why in the log). */
-	refused = status != 201 && (status == 429 || status == 503) && hdr.name &&
-		  !strcmp(hdr.name, "Retry-After");
-	if (refused)
+	if (r.refused)
 		pr_info("a start of %s for its requests was refused: %s", a->fn, why.msg);
 	pthread_mutex_lock(&p->lock);
 	f = fn_find(p, a->fn); /* kept while it has starts */
@@ -545,7 +533,7 @@ static void *start_main(void *arg)
 		f->starts_ok++;
 		hand_slots(f, i);
 	} else {
-		if (refused)
+		if (r.refused)
 			f->starts_refused++;
 		else
 			f->starts_failed++;
@@ -560,7 +548,7 @@ static void *start_main(void *arg)
 	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&p->lock);
 	inst_free(p, drop);
-	json_decref(answer);
+	start_result_release(&r);
 	free(a);
 	return NULL;
 }
@@ -574,8 +562,10 @@ int pool_adopt(struct pool *p, const char *fn, const json_t *rec)
 
 	if (!p)
 		return -ENOENT;
-	/* A record has what a start's answer has: its id, snapshot, pid. */
-	ret = inst_new(p, rec, &i, msg, sizeof(msg));
+	/* A record has what a start gives: its id, snapshot, pid. */
+	ret = inst_new(p, json_string_value(json_object_get(rec, "instance")),
+		       json_string_value(json_object_get(rec, "snapshot")),
+		       (pid_t)json_integer_value(json_object_get(rec, "pid")), &i, msg, sizeof(msg));
 	if (ret) {
 		pr_warn("adopted instance of %s: %s: no routed request goes to it", fn, msg);
 		return ret;

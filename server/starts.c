@@ -76,9 +76,8 @@ struct start {
 	const char *code;
 	bool retry; /* with Retry-After */
 	char msg[768];
-	/* The answer (starts_run's): its body and header. */
-	json_t *answer;
-	struct start_header *hdr;
+	/* The result (starts_run's): its answer's body and header. */
+	struct start_result *r;
 };
 
 /* The start's answer: status with body (stolen), and a header (name NULL:
@@ -86,9 +85,10 @@ struct start {
 static unsigned answer(struct start *st, unsigned status, json_t *body, const char *name,
 		       const char *value)
 {
-	st->answer = body;
-	st->hdr->name = name;
-	snprintf(st->hdr->value, sizeof(st->hdr->value), "%s", value ? value : "");
+	st->r->status = status;
+	st->r->answer = body;
+	st->r->hdr.name = name;
+	snprintf(st->r->hdr.value, sizeof(st->r->hdr.value), "%s", value ? value : "");
 	return status;
 }
 
@@ -96,6 +96,10 @@ static unsigned answer(struct start *st, unsigned status, json_t *body, const ch
 static unsigned answer_error(struct start *st, unsigned status, const char *code, bool retry,
 			     const char *msg)
 {
+	st->r->code = code;
+	snprintf(st->r->msg, sizeof(st->r->msg), "%s", msg);
+	/* A 429 or 503 with Retry-After is a refusal: nothing was restored. */
+	st->r->refused = retry && (status == 429 || status == 503);
 	return answer(st, status, api_error_json(code, msg), retry ? "Retry-After" : NULL,
 		      START_RETRY_AFTER);
 }
@@ -594,24 +598,30 @@ static unsigned start_function(struct start *st)
 }
 
 unsigned starts_run(struct server *s, const char *fn, const struct start_opts *o,
-		    json_t **answer, struct start_header *hdr)
+		    struct start_result *r)
 {
 	static const struct start_opts none = { .idle_s = -1, .lifetime_s = -1 };
-	struct start st = { .s = s, .o = o ? o : &none, .fn = fn, .hdr = hdr };
+	struct start st = { .s = s, .o = o ? o : &none, .fn = fn, .r = r };
 	json_t *f = NULL;
-	unsigned status;
 
-	hdr->name = NULL;
+	memset(r, 0, sizeof(*r));
 	/* Read once: the spec's limits, its standbys, its snapshot's size. */
 	registry_get_json(s->reg, fn, &f);
 	st.f = f;
-	status = start_function(&st);
+	r->status = start_function(&st);
 	json_decref(f);
-	*answer = st.answer;
-	if (!st.answer) {
+	if (r->status == 201)
+		r->in = st.in;
+	if (!r->answer) {
 		/* Out of memory for the answer: a 500, as reply.c makes it. */
-		hdr->name = NULL;
-		status = 500;
+		r->hdr.name = NULL;
+		r->status = 500;
 	}
-	return status;
+	return r->status;
+}
+
+void start_result_release(struct start_result *r)
+{
+	json_decref(r->answer);
+	r->answer = NULL;
 }

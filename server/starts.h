@@ -17,6 +17,8 @@
 #include <jansson.h>
 #include <stdbool.h>
 
+#include "restore/instance.h"
+
 struct server;
 
 /* What a start asks beyond its function's spec (a gateway's query). */
@@ -46,12 +48,28 @@ struct start_header {
 	char value[128];
 };
 
+/* What a start gives its caller: the facts its in-process callers decide
+ * on (server/pool.c), and the HTTP answer made from them (api.c sends it). */
+struct start_result {
+	unsigned status;    /* the answer's HTTP status */
+	/* Not 201: the error's code (server/errors.h; a static string) and
+	 * message; refused: nothing was restored (a 429 or 503 with
+	 * Retry-After: --max-starts, max_instances, no room), so it may be
+	 * tried again. */
+	const char *code;
+	char msg[1024];
+	bool refused;
+	struct instance in; /* 201: the instance, running and tracked */
+	json_t *answer;     /* the body (you own it; NULL with status 500: out of memory) */
+	struct start_header hdr;
+};
+
 /* Start function fn with o (NULL: none of it, a start thawd makes itself):
- * the answer's HTTP status; its body in *answer (a new reference: the
- * instance, or {"error":{"code","message"}}; NULL, with status 500, out of
- * memory) and its header in *hdr.  201 with the instance running and
- * tracked; otherwise nothing of the start is left held. */
+ * its result in *r (start_result_release it), and r->status.  201 with the
+ * instance running and tracked; otherwise nothing of the start is left
+ * held. */
 unsigned starts_run(struct server *s, const char *fn, const struct start_opts *o,
-		    json_t **answer, struct start_header *hdr);
+		    struct start_result *r);
+void start_result_release(struct start_result *r);
 
 #endif

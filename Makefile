@@ -76,9 +76,8 @@ TEST_SRCS := $(wildcard test/test_*.c)
 TEST_PROGS:= $(TEST_SRCS:test/%.c=$(B)/test/%)
 FUZZ_SRCS := $(wildcard test/fuzz/fuzz_*.c)
 FUZZERS   := $(FUZZ_SRCS:test/fuzz/%.c=build/fuzz/%)
-HDRS      := $(wildcard */*.h)
 
-.PHONY: all deps test run clean lint lint-changed format fuzz bench gpu-pack help
+.PHONY: all deps test run clean lint lint-changed fuzz bench gpu-pack help
 # Keep objects make would otherwise treat as intermediate and delete.
 .SECONDARY:
 all: $(PROGS) $(TEST_PROGS) $(BENCHES)
@@ -97,7 +96,6 @@ help:
 	@echo "make lint       the include rule (scripts/check-includes.sh), clang-tidy, cppcheck"
 	@echo "                (again: only the sources changed since; make -j: side by side)"
 	@echo "make lint-changed  lint only the sources a change touches (git); TESTS=word make test runs it"
-	@echo "make format     clang-format -i every source and header"
 	@echo "make gpu-pack   pack .gpu/ for the GPU machine (scripts/gpu-pack.sh)"
 	@echo "make clean      remove build/ (every build directory under it)"
 	@echo "make help       this list"
@@ -231,8 +229,11 @@ $(B)/lint/interpose/%.ok: $(B)/obj/pic/interpose/%.c.o
 	  -Xclang -analyzer-config -Xclang max-nodes=$(TIDY_NODES)
 	@touch $@
 
-format:
-	clang-format -i $(LIB_SRCS) $(CLI_SRCS) $(HDRS) $(TEST_SRCS) $(BENCH_SRCS) $(FUZZ_SRCS) $(wildcard bench/*/*.[ch])
+# No format target.  The C is laid out by hand in the kernel's style (tabs,
+# K&R braces, 100 columns: README.md, "Layout"); Debian 12's clang-format 14
+# would rewrite 220 of its 278 C files (8,448 changed lines), so a `make
+# format` either rewrites the tree under everyone's open changes or, left
+# unchecked by lint, formats nothing the tree follows.
 
 clean:
 	rm -rf build

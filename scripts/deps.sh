@@ -13,7 +13,7 @@ DEPS=$ROOT/.deps
 APT_PKGS="build-essential pkg-config clang libclang-rt-14-dev liburing-dev libzstd-dev
  libjansson-dev libmicrohttpd-dev libssl-dev libcurl4-openssl-dev libxxhash-dev zstd runc python3
  libgnutls28-dev libgmp-dev libidn2-dev libunistring-dev libp11-kit-dev libtasn1-6-dev
- nettle-dev libffi-dev clang-format clang-tidy cppcheck curl hey
+ nettle-dev libffi-dev clang-tidy cppcheck curl hey
  ceph-mon ceph-osd radosgw skopeo umoci busybox-static"
 # ceph-mon ceph-osd radosgw: the tests' S3 server (test/lib/ceph_rgw.sh), started
 # by hand under a temporary directory; no systemd unit of theirs is used.

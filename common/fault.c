@@ -25,8 +25,11 @@ void fault_clear(void)
 const char *fault_step_name(enum fault_step step)
 {
 	switch (step) {
-	case FAULT_MATERIALIZE:
-		return "materialize";
+#define FAULT_STEP_NAME(e, name)                                               \
+	case FAULT_##e:                                                        \
+		return name;
+		FAULT_STEPS(FAULT_STEP_NAME)
+#undef FAULT_STEP_NAME
 	case FAULT_NONE:
 		break;
 	}

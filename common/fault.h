@@ -24,9 +24,30 @@
 
 #define FAULT_CHUNK_LEN 32 /* a chunk's SHA-256 (store/chunk.h, CHUNK_HASH_LEN) */
 
+/* The steps of a start (restore/instance.c, "The start path, step by
+ * step" in docs/DESIGN.md) and of a cold boot (restore/instance_boot.c):
+ * where a start failed.  Their names (fault_step_name) are the phases of
+ * its timings and the words of its failure ("failed at ready"). */
+#define FAULT_STEPS(X)                                                         \
+	X(LOAD, "load")                 /* its manifest and spec read */      \
+	X(IMAGE, "image")               /* its image taken from the cache */  \
+	X(MATERIALIZE, "materialize")   /* its chunks read out of the store */ \
+	X(SETUP, "setup")               /* its directory, namespace, bundle */ \
+	X(CRIU_RESTORE, "criu_restore") /* runc restore */                    \
+	X(ENDPOINT, "endpoint")         /* its shim listening */              \
+	X(STANDBY, "standby")           /* parked as a standby */             \
+	X(LAZY_WAIT, "lazy_wait")       /* its lazy pages' daemon */          \
+	X(GPU_RESTORE, "gpu_restore")   /* the driver's restore, the fill */  \
+	X(READY, "ready")               /* its readiness check */             \
+	X(RECORD, "record")             /* its record written */              \
+	X(BOOT, "boot")                 /* a cold boot's runc run */          \
+	X(WARMUP, "warmup")             /* a cold boot's warm-up calls */
+
 enum fault_step {
 	FAULT_NONE = 0,
-	FAULT_MATERIALIZE, /* a snapshot's chunks read out of the store */
+#define FAULT_STEP_ENUM(e, name) FAULT_##e,
+	FAULT_STEPS(FAULT_STEP_ENUM)
+#undef FAULT_STEP_ENUM
 };
 
 struct fault {
@@ -42,7 +63,8 @@ void fault_note(const struct fault *f);
 /* This thread's last fault into *out (FAULT_NONE if none), and cleared. */
 void fault_take(struct fault *out);
 void fault_clear(void);
-/* The step's name, as the start's phases name it ("materialize"); "" for FAULT_NONE. */
+/* The step's name, as the start's phases name it ("materialize"); "" for
+ * FAULT_NONE. */
 const char *fault_step_name(enum fault_step step);
 
 #endif

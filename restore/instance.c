@@ -383,7 +383,7 @@ struct start {
 	unsigned gpu_starts;     /* GPU starts in flight, this one included, when it began */
 	int image_lock;          /* the image's lock, held until the start ends */
 	uint64_t t0;
-	const char *phase;       /* the step it is at: out->failed on failure */
+	enum fault_step phase;   /* the step it is at: out->fault.step on failure */
 };
 
 /* The manifest and its spec, loaded; a GPU start counted in
@@ -836,10 +836,10 @@ static int record_running(struct start *st)
 	return 0;
 }
 
-/* Run step name of st: st->phase names it, for the failure's message. */
-static int step(struct start *st, const char *name, int (*fn)(struct start *))
+/* Run step of st: st->phase names it, for the failure's message. */
+static int step(struct start *st, enum fault_step step, int (*fn)(struct start *))
 {
-	st->phase = name;
+	st->phase = step;
 	return fn(st);
 }
 
@@ -849,9 +849,11 @@ static void start_failed(struct start *st, int ret, struct instance *out)
 {
 	char msg[1024];
 
-	phase_failed(st->in.snapshot[0] ? st->in.snapshot : st->snapshot_id, st->phase, ret);
-	out->failed = st->phase;
+	phase_failed(st->in.snapshot[0] ? st->in.snapshot : st->snapshot_id,
+		     fault_step_name(st->phase), ret);
 	fault_take(&out->fault); /* the engine's, a damaged chunk (common/fault.h) */
+	out->fault.step = st->phase;
+	out->fault.err = ret;
 	/* teardown may log on its own; the start's error is the one to tell. */
 	snprintf(msg, sizeof(msg), "%s", log_last_error());
 	instance_ctx_teardown(&st->x, st->in.id);
@@ -884,22 +886,23 @@ static int start_once(const struct thaw_config *c, struct store *s, struct tier 
 {
 	struct start st = { .c = c, .s = s, .t = t, .snapshot_id = snapshot_id, .mode = mode,
 			    .standby = standby, .gpu_context = gpu_context, .x = { .c = c, .stdio = { -1, -1 } }, .gp = asked,
-			    .image_lock = -1, .t0 = now_ns(), .phase = "load" };
+			    .image_lock = -1, .t0 = now_ns(), .phase = FAULT_LOAD };
 	int ret;
 
 	fault_clear(); /* a thread's earlier start's */
-	if ((ret = step(&st, "load", load)) || (ret = step(&st, "image", take_image)) ||
-	    (ret = step(&st, "materialize", materialize)) || (ret = step(&st, "setup", set_up)) ||
-	    (ret = step(&st, "criu_restore", criu_restore)) ||
-	    (ret = step(&st, "endpoint", open_endpoint)))
+	if ((ret = step(&st, FAULT_LOAD, load)) || (ret = step(&st, FAULT_IMAGE, take_image)) ||
+	    (ret = step(&st, FAULT_MATERIALIZE, materialize)) ||
+	    (ret = step(&st, FAULT_SETUP, set_up)) ||
+	    (ret = step(&st, FAULT_CRIU_RESTORE, criu_restore)) ||
+	    (ret = step(&st, FAULT_ENDPOINT, open_endpoint)))
 		goto fail;
 	if (standby) {
-		ret = step(&st, "standby", park_standby);
+		ret = step(&st, FAULT_STANDBY, park_standby);
 	} else {
-		if (!(ret = step(&st, "lazy_wait", lazy_wait)) &&
-		    !(ret = step(&st, "gpu_restore", gpu_restore)) &&
-		    !(ret = step(&st, "ready", check_ready)))
-			ret = step(&st, "record", record_running);
+		if (!(ret = step(&st, FAULT_LAZY_WAIT, lazy_wait)) &&
+		    !(ret = step(&st, FAULT_GPU_RESTORE, gpu_restore)) &&
+		    !(ret = step(&st, FAULT_READY, check_ready)))
+			ret = step(&st, FAULT_RECORD, record_running);
 	}
 	if (ret)
 		goto fail;

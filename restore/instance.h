@@ -82,10 +82,10 @@ struct instance {
 	uint64_t standby_gpu_bytes;
 	char image[80];    /* a snapshot made on an image: its digest; else "" */
 	bool image_copied; /* that image was not in this host's cache: this start brought it */
-	const char *failed; /* a start that failed: the step it failed at ("image",
-			     * "materialize", …; a static string), else NULL */
-	struct fault fault; /* a start that failed: what its step gave to decide on
-			     * (the damaged chunk: FAULT_MATERIALIZE), else FAULT_NONE */
+	/* A start that failed: the step it failed at (fault.step), its -errno,
+	 * and what the step gave to decide on (the damaged chunk of
+	 * FAULT_MATERIALIZE); else FAULT_NONE. */
+	struct fault fault;
 	struct instance_timings t;
 	/* Booted cold from its spec rather than restored (instance_boot), and
 	 * why: the restore's failure, or the difference of the host. */
@@ -109,7 +109,7 @@ struct instance {
  * holds it there against the cache's gc until the instance ends. */
 
 /* Start an instance of snapshot_id.  On failure nothing is left behind, and
- * out->failed names the step that failed, out->fault its facts (the rest of
+ * out->fault names the step that failed and its facts (the rest of
  * out untouched). */
 int instance_start(const struct thaw_config *c, struct store *s, struct tier *t,
 		   const char *snapshot_id, enum instance_mode mode, struct instance *out);

@@ -12,6 +12,7 @@
  */
 #define LOG_PREFIX "instance: "
 #include "common/cuda.h"
+#include "common/fault.h"
 #include "common/log.h"
 #include "common/netns.h"
 #include "common/util.h"
@@ -130,7 +131,7 @@ int instance_boot(const struct thaw_config *c, const struct instance_boot *b,
 	char *defaults[3] = { NULL };
 	int minors[GPUS_MAX];
 	bool minors_known = false;
-	const char *phase = "setup";
+	enum fault_step phase = FAULT_SETUP;
 	json_t *meta = NULL;
 	uint64_t t0 = now_ns(), tp = t0;
 	size_t nd = 0;
@@ -174,7 +175,7 @@ int instance_boot(const struct thaw_config *c, const struct instance_boot *b,
 		goto fail;
 	in.t.setup = ms_since(tp);
 
-	phase = "boot";
+	phase = FAULT_BOOT;
 	tp = now_ns();
 	snprintf(runc_log, sizeof(runc_log), "%s/runc-run.log", x.dir);
 	x.have_container = true; /* a failed run leaves nothing; runc delete is harmless */
@@ -186,7 +187,7 @@ int instance_boot(const struct thaw_config *c, const struct instance_boot *b,
 	in.t.boot = ms_since(tp);
 
 	/* The shim first: it drains the function's output while we wait. */
-	phase = "endpoint";
+	phase = FAULT_ENDPOINT;
 	ret = instance_ctx_endpoint(&x, spec, &in);
 	if (ret)
 		goto fail;
@@ -194,11 +195,11 @@ int instance_boot(const struct thaw_config *c, const struct instance_boot *b,
 	if (ret)
 		goto fail;
 
-	phase = "ready";
+	phase = FAULT_READY;
 	ret = instance_ctx_ready(&x, spec, &in, "the booted function");
 	if (ret)
 		goto fail;
-	phase = "warmup";
+	phase = FAULT_WARMUP;
 	tp = now_ns();
 	ret = warm_up(&x, spec);
 	in.t.warmup = ms_since(tp);
@@ -209,7 +210,7 @@ int instance_boot(const struct thaw_config *c, const struct instance_boot *b,
 	if (b->standby) {
 		/* Frozen until taken, as a restored CPU standby waits; taking it
 		 * needs its spec (instance_activate reads it from the record). */
-		phase = "standby";
+		phase = FAULT_STANDBY;
 		meta = json_pack("{s:o, s:b}", "spec", spec_to_json(spec), "booted", 1);
 		ret = meta ? runner_pause(&x.r, in.id) : -ENOMEM;
 		if (ret)
@@ -217,7 +218,7 @@ int instance_boot(const struct thaw_config *c, const struct instance_boot *b,
 		in.standby = true;
 		x.standby_meta = meta;
 	}
-	phase = "record";
+	phase = FAULT_RECORD;
 	ret = instance_ctx_record(&x, &in, b->standby ? "standby" : "running");
 	if (ret)
 		goto fail;
@@ -233,11 +234,12 @@ fail:
 
 		snprintf(msg, sizeof(msg), "%s", log_last_error()[0] ? log_last_error()
 								 : strerror(-ret));
-		pr_err("boot of %s failed at %s: %s", spec->id, phase, msg);
+		pr_err("boot of %s failed at %s: %s", spec->id, fault_step_name(phase), msg);
 		if (x.have_dir)
 			instance_ctx_teardown(&x, in.id);
-		log_set_error("boot of %s failed at %s: %s", spec->id, phase, msg);
-		out->failed = phase;
+		log_set_error("boot of %s failed at %s: %s", spec->id, fault_step_name(phase),
+			      msg);
+		out->fault = (struct fault){ .step = phase, .err = ret };
 	}
 out:
 	json_decref(meta);

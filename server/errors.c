@@ -15,10 +15,20 @@ const char *api_why(int err)
 	return m && *m ? m : strerror(err < 0 ? -err : err);
 }
 
+bool errno_part_missing(int err)
+{
+	if (err < 0)
+		err = -err;
+	return err == ENOSYS || err == EOPNOTSUPP || err == ENODEV;
+}
+
 struct api_err api_err_from_errno(int err)
 {
 	if (err < 0)
 		err = -err;
+	/* A part of thaw or of the host (a GPU driver) is missing. */
+	if (errno_part_missing(err))
+		return (struct api_err){ 503, "unavailable" };
 	switch (err) {
 	case ETIMEDOUT:
 		return (struct api_err){ 504, "timeout" };
@@ -48,11 +58,6 @@ struct api_err api_err_from_errno(int err)
 		 * its rootfs or directory, checked where used
 		 * (function/confine.h), or a local image's file. */
 		return (struct api_err){ 403, "forbidden" };
-	case ENOSYS:
-	case EOPNOTSUPP:
-	case ENODEV:
-		/* A part of thaw or of the host (a GPU driver) is missing. */
-		return (struct api_err){ 503, "unavailable" };
 	default:
 		/* ENOENT among them: what is missing decides what it means (a
 		 * start judges it itself: starts.c, start_lost). */

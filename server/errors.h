@@ -9,6 +9,8 @@
 #ifndef THAW_SERVER_ERRORS_H
 #define THAW_SERVER_ERRORS_H
 
+#include <stdbool.h>
+
 #include <jansson.h>
 
 struct api_err {
@@ -22,6 +24,9 @@ struct api_err {
  * ENOMEM, EMFILE, ENFILE 503 no_capacity; ENOSYS, EOPNOTSUPP, ENODEV 503
  * unavailable; anything else (ENOENT included) 500 internal. */
 struct api_err api_err_from_errno(int err);
+/* Is err (-errno or errno) a part of thaw or of the host missing (ENOSYS,
+ * EOPNOTSUPP, ENODEV: a GPU driver gone or refusing): 503 unavailable. */
+bool errno_part_missing(int err);
 /* The words of a failure: log_last_error(), the place that failed, else
  * strerror of err (-errno or errno). */
 const char *api_why(int err);

@@ -184,7 +184,7 @@ bool fallback_precheck(struct server *s, const char *fn, const char *snap, bool 
 bool fallback_applies(struct server *s, const char *fn, const char *snap, int err,
 		      const struct instance *in, const char **reason, char *why, size_t len)
 {
-	const char *phase = in->failed ? in->failed : "";
+	enum fault_step step = in->fault.step;
 	char cur[CHUNK_ID_LEN] = "";
 	struct manifest *m = NULL;
 	struct api_err e;
@@ -192,7 +192,7 @@ bool fallback_applies(struct server *s, const char *fn, const char *snap, int er
 
 	/* A race lost (start_lost's to answer), or its image (image_lost's). */
 	if (registry_ready_snapshot(s->reg, fn, cur, NULL) || strcmp(cur, snap) ||
-	    !strcmp(phase, "image"))
+	    step == FAULT_IMAGE)
 		return false;
 	snprintf(why, len, "%s", log_last_error()[0] ? log_last_error() : strerror(-err));
 	if (err == -ENOENT) {
@@ -208,11 +208,11 @@ bool fallback_applies(struct server *s, const char *fn, const char *snap, int er
 	e = api_err_from_errno(err);
 	if (err == -EBADMSG)
 		*reason = FALLBACK_DAMAGED;
-	else if (!strcmp(phase, "ready"))
+	else if (step == FAULT_READY)
 		*reason = FALLBACK_READY;
 	else if (e.status == 500 || e.status == 504 ||
-		 (!strcmp(e.code, "unavailable") &&
-		  (!strcmp(phase, "criu_restore") || !strcmp(phase, "gpu_restore"))))
+		 (errno_part_missing(err) &&
+		  (step == FAULT_CRIU_RESTORE || step == FAULT_GPU_RESTORE)))
 		*reason = FALLBACK_RESTORE; /* CRIU, runc; the driver gone or refusing */
 	else
 		return false;

@@ -68,7 +68,7 @@ bool fallback_pulled(struct server *s, const char *fn, const char *snap, const j
 		     bool fails, char *why, size_t len);
 
 /* Whether the snapshot snap of fn that this host and this start could not
- * see restored (err, the step in->failed) is a failure a boot answers: its
+ * see restored (err, the step in->fault.step) is a failure a boot answers: its
  * stored data damaged, CRIU, runc or the driver failing to restore it, or
  * the restored function not becoming ready.  Not: a race (the function
  * deleted or its snapshot replaced meanwhile), its image, a lack of room or

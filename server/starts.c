@@ -590,7 +590,7 @@ static unsigned start_function(struct start *st)
 	standby_kick(st->s->standby); /* a refill waits for no start in flight */
 	if (st->err && st->boot_why[0])
 		return boot_lost(st, st->err);
-	if (st->err && st->in.failed && !strcmp(st->in.failed, "image"))
+	if (st->err && st->in.fault.step == FAULT_IMAGE)
 		return image_lost(st, st->err);
 	if (st->err)
 		return start_lost(st, st->err);

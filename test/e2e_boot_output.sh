@@ -11,36 +11,13 @@
 #      GET /instances/<id> says how it ended;
 #   3. nothing is left running.
 set -u
-B=${THAW_BUILD:-$PWD/build}
-ROOT=${THAW_ROOT:-$PWD}
-THAWD=$B/thawd
-THAW=$B/thaw
-. "$ROOT/test/lib/require.sh"
-require_restore_tools
-command -v python3 >/dev/null || skip "no python3"
-
 NAME=bootout
-. "$ROOT/test/lib/thawd_e2e.sh"
+. "${THAW_ROOT:-$PWD}/test/lib/e2e.sh"
 SECRET=sk-live-$RANDOM$RANDOM$RANDOM
 FN=$T/fn
-mkdir -p "$FN"
-cat >"$FN/app.py" <<'PY'
-import http.server, os, sys
-if os.path.exists(os.path.join(os.path.dirname(os.path.abspath(__file__)), "fail")):
-    print("booting with SECRET=" + os.environ["SECRET"], flush=True)
-    sys.exit(3)
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(b"ok\n")
-    def log_message(self, *a):
-        pass
-http.server.HTTPServer(("0.0.0.0", int(os.environ["PORT"])), H).serve_forever()
-PY
+fixture_fn "$FN" ok_fn.py
 start_thawd --allow-root "$FN"
-st=$(api PUT /functions/bo -d "{\"command\": [\"python3\", \"app.py\"], \"cwd\": \"$FN\",
-	\"port\": 8000, \"ready\": {\"http\": \"/\"}, \"env\": {\"SECRET\": \"$SECRET\"}}")
+st=$(api PUT /functions/bo -d "$(fn_spec ok_fn.py "$FN" "\"env\": {\"SECRET\": \"$SECRET\"}")")
 [ "$st" = 201 ] || fail "PUT: $st $(cat "$T/body")"
 st=$(api POST "/functions/bo/snapshot?wait=1")
 [ "$st" = 200 ] || { fail "snapshot: $st $(cat "$T/body")"; exit 1; }

@@ -14,18 +14,10 @@
 #      things it was allowed, and still cannot read /etc/shadow;
 #   4. nothing is left after the DELETEs.
 set -u
-B=${THAW_BUILD:-$PWD/build}
-ROOT=${THAW_ROOT:-$PWD}
-THAWD=$B/thawd
-THAW=$B/thaw
-. "$ROOT/test/lib/require.sh"
-require_restore_tools
-command -v python3 >/dev/null || skip "no python3"
-
 NAME=confine
 NAME_PROBE=thaw-confine-probe-$$
 MARKER=/root/$NAME_PROBE
-. "$ROOT/test/lib/thawd_e2e.sh"
+. "${THAW_ROOT:-$PWD}/test/lib/e2e.sh"
 # The marker and whatever the function might have created on the host go too.
 trap 'rm -f "$MARKER" "/etc/$NAME_PROBE" "/usr/share/$NAME_PROBE" "/$NAME_PROBE"; thawd_e2e_cleanup' EXIT
 start_thawd --allow-root /etc

@@ -15,19 +15,11 @@
 #      still allows snapshots and starts;
 #   5. nothing is left: no container, process or mount of the test.
 set -u
-B=${THAW_BUILD:-$PWD/build}
-ROOT=${THAW_ROOT:-$PWD}
-THAWD=$B/thawd
-THAW=$B/thaw
-. "$ROOT/test/lib/require.sh"
-require_restore_tools
-command -v python3 >/dev/null || skip "no python3"
+NAME=confine-paths
+. "${THAW_ROOT:-$PWD}/test/lib/e2e.sh"
 # Only what each thawd here is given: not the test run's THAW_ALLOW_ROOTS
 # (scripts/run-tests.sh allows /tmp, where the test's directories are).
 unset THAW_ALLOW_ROOTS
-
-NAME=confine-paths
-. "$ROOT/test/lib/thawd_e2e.sh"
 A=$T/allowed   # the operator's --allow-root
 E=$T/elsewhere # outside every allowed root ($T itself is not one)
 K=$T/kept      # allowed by both thawds of part 4

@@ -16,27 +16,16 @@
 #      the snapshot (403) where the bundle is written;
 #   3. the hook's marker never appears, and nothing is left.
 set -u
-B=${THAW_BUILD:-$PWD/build}
-ROOT=${THAW_ROOT:-$PWD}
-THAWD=$B/thawd
-THAW=$B/thaw
-. "$ROOT/test/lib/require.sh"
-require_restore_tools
-command -v python3 >/dev/null || skip "no python3"
-unset THAW_ALLOW_ROOTS
-
 NAME=confine-state
-. "$ROOT/test/lib/thawd_e2e.sh"
+. "${THAW_ROOT:-$PWD}/test/lib/e2e.sh"
+unset THAW_ALLOW_ROOTS
 MARKER=$T/pwned
-mkdir -p "$T/fn" "$T/m"
-cp "$ROOT/test/fixtures/reach_fn.py" "$T/fn/"
+fixture_fn "$T/fn" reach_fn.py
+mkdir -p "$T/m"
 start_thawd --allow-root "$T" --allow-root "$SHM"
 
 # spec JSON-FIELDS: reach_fn.py from $T/fn (or $CWD), with more fields.
-spec() {
-	echo "{\"command\": [\"python3\", \"$T/fn/reach_fn.py\"], \"cwd\": \"${CWD:-$T/fn}\", \"port\": 8000,
-	  \"env\": {\"MARKER\": \"$MARKER\"}, \"ready\": {\"http\": \"/health\", \"timeout_s\": 60}${1:+, $1}}"
-}
+spec() { fn_spec "$T/fn/reach_fn.py" "${CWD:-$T/fn}" "\"env\": {\"MARKER\": \"$MARKER\"}${1:+, $1}"; }
 mount_of() { echo "\"mounts\": [{\"source\": \"$1\", \"destination\": \"/m\", \"readonly\": false}]"; }
 # refused WHAT JSON-FIELDS: the PUT is 403 forbidden, saying the path is thaw's.
 refused() {

@@ -14,32 +14,21 @@
 #      the swapping is over, a start binds the directory;
 #   3. nothing is left.
 set -u
-B=${THAW_BUILD:-$PWD/build}
-ROOT=${THAW_ROOT:-$PWD}
-THAWD=$B/thawd
-THAW=$B/thaw
-. "$ROOT/test/lib/require.sh"
-require_restore_tools
-command -v python3 >/dev/null || skip "no python3"
-unset THAW_ALLOW_ROOTS
-
 NAME=confine-swap
-. "$ROOT/test/lib/thawd_e2e.sh"
+. "${THAW_ROOT:-$PWD}/test/lib/e2e.sh"
+unset THAW_ALLOW_ROOTS
 A=$T/allowed # the only allowed root
 O=$T/outside # outside it: must never be bound
 STARTS=${E2E_SWAP_STARTS:-16}
-mkdir -p "$A/fn" "$A/rw/src" "$A/b/src" "$O"
+fixture_fn "$A/fn" reach_fn.py
+mkdir -p "$A/rw/src" "$A/b/src" "$O"
 echo "outside" >"$O/secret"
 echo "inside" >"$A/rw/src/inside"
 echo "inside" >"$A/b/src/inside"
-cp "$ROOT/test/fixtures/reach_fn.py" "$A/fn/"
 start_thawd --allow-root "$A"
 
 # spec JSON-FIELDS: reach_fn.py, with more fields.
-spec() {
-	echo "{\"command\": [\"python3\", \"reach_fn.py\"], \"cwd\": \"$A/fn\", \"port\": 8000,
-	  \"ready\": {\"http\": \"/health\", \"timeout_s\": 60}${1:+, $1}}"
-}
+spec() { fn_spec reach_fn.py "$A/fn" "${1:-}"; }
 mnt() { echo "{\"source\": \"$1\", \"destination\": \"$2\", \"readonly\": $3}"; }
 # starts FN [N]: start FN N times (default $STARTS); every instance is asked
 # what its /v holds.  Sets SAW (the instances that saw the marker), GOOD

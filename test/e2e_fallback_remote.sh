@@ -16,16 +16,8 @@
 #      host_mismatch naming the difference;
 #   5. nothing is left behind.
 set -u
-B=${THAW_BUILD:-$PWD/build}
-ROOT=${THAW_ROOT:-$PWD}
-THAWD=$B/thawd
-THAW=$B/thaw
-. "$ROOT/test/lib/require.sh"
-require_restore_tools
-command -v python3 >/dev/null || skip "no python3"
-
 NAME=fallback-remote
-. "$ROOT/test/lib/thawd_e2e.sh"
+. "${THAW_ROOT:-$PWD}/test/lib/e2e.sh"
 . "$ROOT/test/lib/ceph_rgw.sh"
 ceph_rgw_start thaw || exit 1
 REMOTE=s3://thaw/fallback

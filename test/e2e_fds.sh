@@ -18,18 +18,10 @@
 # Nothing waits for a time to pass: each step waits (with a generous limit)
 # for what it expects.
 set -u
-B=${THAW_BUILD:-$PWD/build}
-ROOT=${THAW_ROOT:-$PWD}
-THAW=$B/thaw
-. "$ROOT/test/lib/require.sh"
-require_restore_tools
-command -v python3 >/dev/null || skip "no python3"
-
 NAME=fds
-. "$ROOT/test/lib/thawd_e2e.sh"
+. "${THAW_ROOT:-$PWD}/test/lib/e2e.sh"
 FN=$T/fn
-mkdir -p "$FN"
-cp "$ROOT/test/fixtures/proxy_fn.py" "$FN/"
+fixture_fn "$FN" proxy_fn.py
 # thawd with 256 descriptors, soft and hard.
 THAWD=$T/thawd-256
 printf '#!/bin/sh\nulimit -n 256 || exit 1\nexec %s "$@"\n' "$B/thawd" >"$THAWD"
@@ -43,18 +35,9 @@ start_thawd --max-connections 4096 --max-connections-per-ip 0 --request-timeout 
 metric() {
 	curl -s "$URL/metrics" | awk -v n="$1{$2}" '$1 == n { print $2; found = 1 } END { if (!found) print 0 }'
 }
-spec() {
-	echo "{\"command\": [\"python3\", \"proxy_fn.py\"], \"cwd\": \"$FN\", \"port\": 8000,
-		\"ready\": {\"http\": \"/health\"}, \"idle_s\": 600, \"max_instances\": 1, $1}"
-}
-st=$(api PUT /functions/a -d "$(spec '"concurrency": 1000, "queue": 1000, "queue_timeout_s": 300')")
-[ "$st" = 201 ] || { fail "PUT a: $st $(cat "$T/body")"; exit 1; }
-st=$(api PUT /functions/b -d "$(spec '"concurrency": 4, "queue_timeout_s": 300')")
-[ "$st" = 201 ] || { fail "PUT b: $st $(cat "$T/body")"; exit 1; }
-for f in a b; do
-	st=$(api POST "/functions/$f/snapshot?wait=1")
-	[ "$st" = 200 ] || { fail "snapshot $f: $st $(cat "$T/body")"; exit 1; }
-done
+spec() { fn_spec proxy_fn.py "$FN" "\"idle_s\": 600, \"max_instances\": 1, $1"; }
+put_snapshot a "$(spec '"concurrency": 1000, "queue": 1000, "queue_timeout_s": 300')"
+put_snapshot b "$(spec '"concurrency": 4, "queue_timeout_s": 300')"
 grep -o 'descriptors.*' "$T/thawd.log" | head -1 | sed 's/^/   thawd: /'
 
 # ---- 1. the load ----

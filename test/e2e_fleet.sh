@@ -37,29 +37,17 @@
 #      pull fails with the remote's error, nothing is made ready, and B's
 #      store verifies clean.
 set -u
-B=${THAW_BUILD:-$PWD/build}
-ROOT=${THAW_ROOT:-$PWD}
-THAWD=$B/thawd
-THAW=$B/thaw
-. "$ROOT/test/lib/require.sh"
-require_restore_tools
-command -v python3 >/dev/null || skip "no python3"
-
 NAME=fleet
-. "$ROOT/test/lib/thawd_e2e.sh"
+. "${THAW_ROOT:-$PWD}/test/lib/e2e.sh"
 . "$ROOT/test/lib/ceph_rgw.sh"
 ceph_rgw_start thaw || exit 1
 REMOTE=s3://thaw/fleet
-mkdir -p "$T/fn"
-cp "$ROOT/test/fixtures/term_fn.py" "$T/fn/"
+fixture_fn "$T/fn" term_fn.py
 
 # ---- thawd A ----
 start_thawd --remote "$REMOTE"
 URL_A=$URL
-mkspec() { # ENV-JSON
-	echo '{"command": ["python3", "term_fn.py"], "cwd": "'"$T/fn"'", "port": 8000,
-		"env": '"$1"', "ready": {"http": "/health"}}'
-}
+mkspec() { fn_spec term_fn.py "$T/fn" "\"env\": $1"; } # ENV-JSON
 spec=$(mkspec '{"TERM_MODE": "exit"}')
 for f in f g; do
 	st=$(api PUT "/functions/$f" -d "$spec")

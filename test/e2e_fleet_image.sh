@@ -15,16 +15,9 @@
 #      the digest the snapshot records;
 #   4. B's second start copies nothing.
 set -u
-B=${THAW_BUILD:-$PWD/build}
-ROOT=${THAW_ROOT:-$PWD}
-THAWD=$B/thawd
-THAW=$B/thaw
-. "$ROOT/test/lib/require.sh"
-require_restore_tools
-require_image_tools
-
 NAME=fleet_image
-. "$ROOT/test/lib/thawd_e2e.sh"
+. "${THAW_ROOT:-$PWD}/test/lib/e2e.sh"
+require_image_tools
 . "$ROOT/test/lib/ceph_rgw.sh"
 ceph_rgw_start thaw || exit 1
 REMOTE=s3://thaw/fleet-image

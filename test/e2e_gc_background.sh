@@ -9,31 +9,10 @@
 # no gc run by hand and no restart.  A re-snapshot drops the snapshot it
 # replaces the same way; "keep" still starts afterwards.
 set -u
-B=${THAW_BUILD:-$PWD/build}
-ROOT=${THAW_ROOT:-$PWD}
-THAWD=$B/thawd
-THAW=$B/thaw
-. "$ROOT/test/lib/require.sh"
-require_restore_tools
-command -v python3 >/dev/null || skip "no python3"
-
 NAME=gcbg
-. "$ROOT/test/lib/thawd_e2e.sh"
+. "${THAW_ROOT:-$PWD}/test/lib/e2e.sh"
 FN=$T/fn
-mkdir -p "$FN"
-cat >"$FN/app.py" <<'PY'
-import http.server, os
-# Memory of its own (random: no other snapshot shares its chunks), if asked.
-hold = os.urandom(int(os.environ.get("MIB", "0")) << 20)
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(b"ok\n")
-    def log_message(self, *a):
-        pass
-http.server.HTTPServer(("0.0.0.0", int(os.environ["PORT"])), H).serve_forever()
-PY
+fixture_fn "$FN" ok_fn.py
 start_thawd --allow-root "$FN"
 
 # pack_bytes: the bytes of the store's pack files.
@@ -43,8 +22,7 @@ pack_bytes() {
 # put_snap ID MIB: PUT function ID holding MIB MiB of its own, and snapshot it.
 put_snap() {
 	local st
-	st=$(api PUT "/functions/$1" -d "{\"command\": [\"python3\", \"app.py\"], \"cwd\": \"$FN\",
-		\"port\": 8000, \"ready\": {\"http\": \"/\"}, \"env\": {\"MIB\": \"$2\"}}")
+	st=$(api PUT "/functions/$1" -d "$(fn_spec ok_fn.py "$FN" "\"env\": {\"MIB\": \"$2\"}")")
 	[ "$st" = 201 ] || [ "$st" = 200 ] || fail "PUT $1: $st $(cat "$T/body")"
 	st=$(api POST "/functions/$1/snapshot?wait=1")
 	[ "$st" = 200 ] || fail "snapshot $1: $st $(cat "$T/body")"

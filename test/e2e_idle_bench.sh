@@ -11,28 +11,14 @@
 # other lifetime tests bound only how soon): scripts/run-tests.sh runs it
 # alone, since a machine busy with other tests would make the stops late.
 set -u
-B=${THAW_BUILD:-$PWD/build}
-ROOT=${THAW_ROOT:-$PWD}
-THAWD=$B/thawd
-THAW=$B/thaw
-BENCH=$B/bench/thaw-bench
-. "$ROOT/test/lib/require.sh"
-require_restore_tools
-command -v python3 >/dev/null || skip "no python3"
-[ -x "$BENCH" ] || { echo "no $BENCH (make all)"; exit 1; }
-
 NAME=idlebench
-. "$ROOT/test/lib/thawd_e2e.sh"
-mkdir -p "$T/fn"
-cp "$ROOT/test/fixtures/term_fn.py" "$T/fn/"
+. "${THAW_ROOT:-$PWD}/test/lib/e2e.sh"
+BENCH=$B/bench/thaw-bench
+[ -x "$BENCH" ] || { echo "no $BENCH (make all)"; exit 1; }
+fixture_fn "$T/fn" term_fn.py
 start_thawd
 
-st=$(api PUT /functions/z -d "{\"command\": [\"python3\", \"term_fn.py\"], \"cwd\": \"$T/fn\",
-	\"port\": 8000, \"env\": {\"TERM_MODE\": \"exit\"}, \"ready\": {\"http\": \"/health\"},
-	\"idle_s\": 2, \"max_instances\": 24}")
-[ "$st" = 201 ] || { fail "PUT z: $st $(cat "$T/body")"; exit 1; }
-st=$(api POST "/functions/z/snapshot?wait=1")
-[ "$st" = 200 ] || { fail "snapshot z: $st $(cat "$T/body")"; exit 1; }
+put_snapshot z "$(fn_spec term_fn.py "$T/fn" '"env": {"TERM_MODE": "exit"}, "idle_s": 2, "max_instances": 24')"
 
 "$BENCH" --url "$URL" --function z --burst 8 --idle-stop 2 --infer "GET /hello" \
 	--expect hello --json "$T/bench.json" >"$T/bench.out" 2>&1

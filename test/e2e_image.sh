@@ -26,16 +26,9 @@
 #      when no snapshot names it, and removes the images no snapshot and no
 #      process uses, with their layouts.
 set -u
-B=${THAW_BUILD:-$PWD/build}
-ROOT=${THAW_ROOT:-$PWD}
-THAWD=$B/thawd
-THAW=$B/thaw
-. "$ROOT/test/lib/require.sh"
-require_restore_tools
-require_image_tools
-
 NAME=image
-. "$ROOT/test/lib/thawd_e2e.sh"
+. "${THAW_ROOT:-$PWD}/test/lib/e2e.sh"
+require_image_tools
 I=$T/img
 mkdir -p "$I"
 

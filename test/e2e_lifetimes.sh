@@ -36,18 +36,9 @@
 # follows idle_s is e2e_idle_bench's, which runs alone (thaw-bench's idle
 # stops: 0-2 s after idle_s).
 set -u
-B=${THAW_BUILD:-$PWD/build}
-ROOT=${THAW_ROOT:-$PWD}
-THAWD=$B/thawd
-THAW=$B/thaw
-. "$ROOT/test/lib/require.sh"
-require_restore_tools
-command -v python3 >/dev/null || skip "no python3"
-
 NAME=lifetimes
-. "$ROOT/test/lib/thawd_e2e.sh"
-mkdir -p "$T/fn"
-cp "$ROOT/test/fixtures/term_fn.py" "$T/fn/"
+. "${THAW_ROOT:-$PWD}/test/lib/e2e.sh"
+fixture_fn "$T/fn" term_fn.py
 start_thawd
 now_ms() { date +%s%3N; }
 alive() { [ -e "/proc/$1" ] && ! grep -q '^[0-9]* (.*) [ZX] ' "/proc/$1/stat" 2>/dev/null; } # not a zombie
@@ -55,8 +46,7 @@ alive() { [ -e "/proc/$1" ] && ! grep -q '^[0-9]* (.*) [ZX] ' "/proc/$1/stat" 2>
 # fn ID MODE EXTRA-JSON: PUT and snapshot a term_fn function.
 fn() {
 	local id=$1 mode=$2 extra=$3 st
-	st=$(api PUT "/functions/$id" -d "{\"command\": [\"python3\", \"term_fn.py\"], \"cwd\": \"$T/fn\",
-		\"port\": 8000, \"env\": {\"TERM_MODE\": \"$mode\"}, \"ready\": {\"http\": \"/health\"} $extra}")
+	st=$(api PUT "/functions/$id" -d "$(fn_spec term_fn.py "$T/fn" "\"env\": {\"TERM_MODE\": \"$mode\"} $extra")")
 	[ "$st" = 201 ] || { fail "PUT $id: $st $(cat "$T/body")"; return 1; }
 	st=$(api POST "/functions/$id/snapshot?wait=1")
 	[ "$st" = 200 ] || { fail "snapshot $id: $st $(cat "$T/body")"; return 1; }

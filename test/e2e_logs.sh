@@ -21,18 +21,10 @@
 #   7. a restarted thawd starts with no job logs (ids start again at job-1);
 #      at the end nothing is left: no container, process or mount.
 set -u
-B=${THAW_BUILD:-$PWD/build}
-ROOT=${THAW_ROOT:-$PWD}
-THAWD=$B/thawd
-THAW=$B/thaw
-. "$ROOT/test/lib/require.sh"
-[ -x "$THAWD" ] || { echo "no $THAWD"; exit 1; }
-require_restore_tools
-command -v python3 >/dev/null || skip "no python3"
-
 NAME=logs
 RAM_TIER_BYTES=2G
-. "$ROOT/test/lib/thawd_e2e.sh"
+. "${THAW_ROOT:-$PWD}/test/lib/e2e.sh"
+[ -x "$THAWD" ] || { echo "no $THAWD"; exit 1; }
 e2e_tokens
 BOUND=4096
 

@@ -16,26 +16,15 @@
 #      place; once PUT again with another destination and snapshotted, it
 #      starts.
 set -u
-B=${THAW_BUILD:-$PWD/build}
-ROOT=${THAW_ROOT:-$PWD}
-THAWD=$B/thawd
-THAW=$B/thaw
-. "$ROOT/test/lib/require.sh"
-require_restore_tools
-command -v python3 >/dev/null || skip "no python3"
-unset THAW_ALLOW_ROOTS
-
 NAME=older-specs
-. "$ROOT/test/lib/thawd_e2e.sh"
+. "${THAW_ROOT:-$PWD}/test/lib/e2e.sh"
+unset THAW_ALLOW_ROOTS
 A=$T/allowed
-mkdir -p "$A/fn" "$A/m/sub" "$A/w" "$A/e"
-cp "$ROOT/test/fixtures/proxy_fn.py" "$A/fn/"
+fixture_fn "$A/fn" proxy_fn.py
+mkdir -p "$A/m/sub" "$A/w" "$A/e"
 start_thawd --allow-root "$A"
 
-spec() { # spec MOUNTS-JSON
-	echo "{\"command\": [\"python3\", \"proxy_fn.py\"], \"cwd\": \"$A/fn\", \"port\": 8000,
-	  \"ready\": {\"http\": \"/health\", \"timeout_s\": 60}, \"mounts\": $1}"
-}
+spec() { fn_spec proxy_fn.py "$A/fn" "\"mounts\": $1"; } # spec MOUNTS-JSON
 # expect WHAT STATUS WANT-CODE WANT-IN-MESSAGE...: the last answer ($st, $T/body).
 expect() {
 	local what=$1 want=$2 code=$3 w
@@ -50,10 +39,7 @@ expect() {
 	ok "$what: $st $(head -c 300 "$T/body")"
 }
 
-st=$(api PUT /functions/r -d "$(spec "[{\"source\": \"$A/m/sub\", \"destination\": \"/o\"}]")")
-[ "$st" = 201 ] || fail "PUT r: $st $(cat "$T/body")"
-st=$(api POST "/functions/r/snapshot?wait=1")
-[ "$st" = 200 ] || { fail "snapshot r: $st $(head -c 400 "$T/body")"; exit 1; }
+put_snapshot r "$(spec "[{\"source\": \"$A/m/sub\", \"destination\": \"/o\"}]")"
 stop_thawd || fail "thawd's exit status $? at its first stop"
 
 # As an older thawd recorded them: w beside r, without a snapshot; and e,

@@ -19,33 +19,13 @@
 #   - symbolic links (their own mode means nothing) and nsfs bind mounts
 #     (the network namespace a mount point shows, not a file thawd wrote).
 set -u
-B=${THAW_BUILD:-$PWD/build}
-ROOT=${THAW_ROOT:-$PWD}
-THAWD=$B/thawd
-THAW=$B/thaw
-. "$ROOT/test/lib/require.sh"
-require_restore_tools uffd
-command -v python3 >/dev/null || skip "no python3"
-
 NAME=private
-. "$ROOT/test/lib/thawd_e2e.sh"
+. "${THAW_ROOT:-$PWD}/test/lib/e2e.sh" uffd
 SECRET=sk-live-$RANDOM$RANDOM
 FN=$T/fn
-mkdir -p "$FN"
-cat >"$FN/app.py" <<'PY'
-import http.server, os
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(b"ok\n")
-    def log_message(self, *a):
-        pass
-print("booting", flush=True)
-http.server.HTTPServer(("0.0.0.0", int(os.environ["PORT"])), H).serve_forever()
-PY
+fixture_fn "$FN" ok_fn.py
 chmod 755 "$T" "$FN"
-chmod 644 "$FN/app.py"
+chmod 644 "$FN/ok_fn.py"
 # What an older thawd left: a world-readable data directory and tier.
 mkdir -m 755 "$DATA" "$DATA/functions"
 chmod 755 "$SHM"
@@ -82,8 +62,7 @@ start_thawd --allow-root "$FN"
 for f in m l; do
 	lazy=""
 	[ $f = l ] && lazy=', "lazy": true'
-	st=$(api PUT /functions/$f -d "{\"command\": [\"python3\", \"app.py\"], \"cwd\": \"$FN\",
-		\"port\": 8000, \"ready\": {\"http\": \"/\"}, \"env\": {\"SECRET\": \"$SECRET\"}$lazy}")
+	st=$(api PUT /functions/$f -d "$(fn_spec ok_fn.py "$FN" "\"env\": {\"SECRET\": \"$SECRET\"}$lazy")")
 	[ "$st" = 201 ] || fail "PUT $f: $st $(cat "$T/body")"
 	st=$(api POST "/functions/$f/snapshot?wait=1")
 	[ "$st" = 200 ] || fail "snapshot $f: $st $(cat "$T/body")"

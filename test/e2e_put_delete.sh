@@ -6,16 +6,8 @@
 # the client's to retry, never the server's error.  Then the id is PUT once
 # more and is there, and the function files are only that one.
 set -u
-B=${THAW_BUILD:-$PWD/build}
-ROOT=${THAW_ROOT:-$PWD}
-THAWD=$B/thawd
-THAW=$B/thaw
-. "$ROOT/test/lib/require.sh"
-require_restore_tools
-command -v python3 >/dev/null || skip "no python3"
-
 NAME=putdel
-. "$ROOT/test/lib/thawd_e2e.sh"
+. "${THAW_ROOT:-$PWD}/test/lib/e2e.sh"
 FN=$T/fn
 mkdir -p "$FN"
 start_thawd --allow-root "$FN"

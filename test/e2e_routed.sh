@@ -25,20 +25,12 @@
 # Nothing here waits for a time to pass and then checks: each step waits (with
 # a generous limit) for what it expects, in order.
 set -u
-B=${THAW_BUILD:-$PWD/build}
-ROOT=${THAW_ROOT:-$PWD}
-THAWD=$B/thawd
-THAW=$B/thaw
-. "$ROOT/test/lib/require.sh"
-require_restore_tools
-command -v python3 >/dev/null || skip "no python3"
-command -v hey >/dev/null || skip "no hey (apt-get install hey; make deps installs it)"
-
 NAME=routed
-. "$ROOT/test/lib/thawd_e2e.sh"
+. "${THAW_ROOT:-$PWD}/test/lib/e2e.sh"
+command -v hey >/dev/null || skip "no hey (apt-get install hey; make deps installs it)"
 FN=$T/fn
-mkdir -p "$FN" "$T/out"
-cp "$ROOT/test/fixtures/proxy_fn.py" "$FN/"
+fixture_fn "$FN" proxy_fn.py
+mkdir -p "$T/out"
 echo routed-token >"$T/data-token"
 start_thawd
 
@@ -53,20 +45,10 @@ print(sum(1 for i in json.load(sys.stdin)['instances'] if i.get('function') == '
 }
 routed() { curl -s -o "$T/body" -D "$T/hdr" -w '%{http_code}' "$@"; }
 
-spec() { # spec ID EXTRA-KEYS
-	echo "{\"command\": [\"python3\", \"proxy_fn.py\"], \"cwd\": \"$FN\", \"port\": 8000,
-		\"ready\": {\"http\": \"/health\"}, \"idle_s\": 2, $2}"
-}
-st=$(api PUT /functions/r -d "$(spec r '"concurrency": 4, "max_instances": 4, "queue_timeout_s": 120')")
-[ "$st" = 201 ] || { fail "PUT r: $st $(cat "$T/body")"; exit 1; }
-st=$(api PUT /functions/b -d "$(spec b '"concurrency": 2, "max_instances": 2, "queue": 4, "queue_timeout_s": 120')")
-[ "$st" = 201 ] || { fail "PUT b: $st $(cat "$T/body")"; exit 1; }
-st=$(api PUT /functions/z -d "$(spec z '"concurrency": 1, "max_instances": 6, "queue_timeout_s": 120')")
-[ "$st" = 201 ] || { fail "PUT z: $st $(cat "$T/body")"; exit 1; }
-for f in r b z; do
-	st=$(api POST "/functions/$f/snapshot?wait=1")
-	[ "$st" = 200 ] || { fail "snapshot $f: $st $(cat "$T/body")"; exit 1; }
-done
+spec() { fn_spec proxy_fn.py "$FN" "\"idle_s\": 2, $1"; } # spec EXTRA-KEYS
+put_snapshot r "$(spec '"concurrency": 4, "max_instances": 4, "queue_timeout_s": 120')"
+put_snapshot b "$(spec '"concurrency": 2, "max_instances": 2, "queue": 4, "queue_timeout_s": 120')"
+put_snapshot z "$(spec '"concurrency": 1, "max_instances": 6, "queue_timeout_s": 120')"
 st=$(routed "$URL/function/nope/x")
 [ "$st" = 404 ] && ok "an unknown function: 404" || fail "an unknown function: $st $(cat "$T/body")"
 

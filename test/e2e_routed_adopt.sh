@@ -11,19 +11,10 @@
 # Nothing waits for a time to pass: each step waits (with a generous limit)
 # for what it expects.
 set -u
-B=${THAW_BUILD:-$PWD/build}
-ROOT=${THAW_ROOT:-$PWD}
-THAWD=$B/thawd
-THAW=$B/thaw
-. "$ROOT/test/lib/require.sh"
-require_restore_tools
-command -v python3 >/dev/null || skip "no python3"
-
 NAME=routed-adopt
-. "$ROOT/test/lib/thawd_e2e.sh"
+. "${THAW_ROOT:-$PWD}/test/lib/e2e.sh"
 FN=$T/fn
-mkdir -p "$FN"
-cp "$ROOT/test/fixtures/proxy_fn.py" "$FN/"
+fixture_fn "$FN" proxy_fn.py
 start_thawd
 
 routed() { curl -s -o "$T/out" -w '%{http_code}' "$@"; }
@@ -33,12 +24,8 @@ print(' '.join(i['instance'] for i in json.load(sys.stdin)['instances'] if i.get
 }
 served_by() { grep -o "GET /function/r/hello[^ ]* 200 .* instance r-[0-9a-f]*" "$T/thawd.log" | tail -1 | awk '{ print $NF }'; }
 
-st=$(api PUT /functions/r -d "{\"command\": [\"python3\", \"proxy_fn.py\"], \"cwd\": \"$FN\",
-	\"port\": 8000, \"ready\": {\"http\": \"/health\"}, \"idle_s\": 4, \"max_instances\": 1,
-	\"concurrency\": 4, \"queue_timeout_s\": 120}")
-[ "$st" = 201 ] || { fail "PUT r: $st $(cat "$T/body")"; exit 1; }
-st=$(api POST "/functions/r/snapshot?wait=1")
-[ "$st" = 200 ] || { fail "snapshot r: $st $(cat "$T/body")"; exit 1; }
+put_snapshot r "$(fn_spec proxy_fn.py "$FN" '"idle_s": 4, "max_instances": 1,
+	"concurrency": 4, "queue_timeout_s": 120')"
 
 # ---- 1. an instance for routed requests ----
 st=$(routed "$URL/function/r/hello?x=1")

@@ -28,36 +28,18 @@
 # Nothing waits for a time and then checks: each step waits for what it
 # expects, with a generous limit.
 set -u
-B=${THAW_BUILD:-$PWD/build}
-ROOT=${THAW_ROOT:-$PWD}
-THAWD=$B/thawd
-THAW=$B/thaw
-. "$ROOT/test/lib/require.sh"
-require_restore_tools
-command -v python3 >/dev/null || skip "no python3"
-
 NAME=routed-hostile
-. "$ROOT/test/lib/thawd_e2e.sh"
+. "${THAW_ROOT:-$PWD}/test/lib/e2e.sh"
 FN=$T/fn
 FN2=$T/fn2
-mkdir -p "$FN" "$FN2"
-cp "$ROOT/test/fixtures/hostile_fn.py" "$FN/"
-cp "$ROOT/test/fixtures/hostile_fn.py" "$FN2/"
+fixture_fn "$FN" hostile_fn.py
+fixture_fn "$FN2" hostile_fn.py
 export THAW_ALLOW_ROOTS=$FN:$FN2
 start_thawd --request-timeout 3
 
-spec() { # spec DIR EXTRA-KEYS
-	echo "{\"command\": [\"python3\", \"hostile_fn.py\"], \"cwd\": \"$1\", \"port\": 8000,
-		\"ready\": {\"http\": \"/health\"}, \"idle_s\": 600, $2}"
-}
-st=$(api PUT /functions/h -d "$(spec "$FN" '"concurrency": 4, "max_instances": 1, "queue_timeout_s": 120')")
-[ "$st" = 201 ] || { fail "PUT h: $st $(cat "$T/body")"; exit 1; }
-st=$(api PUT /functions/g -d "$(spec "$FN2" '"concurrency": 1, "max_instances": 1')")
-[ "$st" = 201 ] || { fail "PUT g: $st $(cat "$T/body")"; exit 1; }
-for f in h g; do
-	st=$(api POST "/functions/$f/snapshot?wait=1")
-	[ "$st" = 200 ] || { fail "snapshot $f: $st $(cat "$T/body")"; exit 1; }
-done
+spec() { fn_spec hostile_fn.py "$1" "\"idle_s\": 600, $2"; } # spec DIR EXTRA-KEYS
+put_snapshot h "$(spec "$FN" '"concurrency": 4, "max_instances": 1, "queue_timeout_s": 120')"
+put_snapshot g "$(spec "$FN2" '"concurrency": 1, "max_instances": 1')"
 st=$(curl -s -o "$T/body" -w '%{http_code}' "$URL/function/h/health")
 [ "$st" = 200 ] || { fail "first routed request: $st $(cat "$T/body")"; exit 1; }
 

@@ -12,19 +12,11 @@
 #      the instance of S1 is stopped;
 #   3. the next request is answered 200 by an instance of S2.
 set -u
-B=${THAW_BUILD:-$PWD/build}
-ROOT=${THAW_ROOT:-$PWD}
-THAWD=$B/thawd
-THAW=$B/thaw
-. "$ROOT/test/lib/require.sh"
-require_restore_tools
-command -v python3 >/dev/null || skip "no python3"
-
 NAME=routed-lost-race
-. "$ROOT/test/lib/thawd_e2e.sh"
+. "${THAW_ROOT:-$PWD}/test/lib/e2e.sh"
 FN=$T/fn
-mkdir -p "$FN" "$T/hold"
-cp "$ROOT/test/fixtures/proxy_fn.py" "$FN/"
+fixture_fn "$FN" proxy_fn.py
+mkdir -p "$T/hold"
 export RUNC_HOLD_DIR=$T/hold
 start_thawd --runc "$ROOT/test/lib/runc_hold"
 
@@ -35,11 +27,7 @@ for i in json.load(sys.stdin)['instances']:
     if i.get('function') == 'q': print(i.get('instance'), i.get('snapshot'))"
 }
 
-st=$(api PUT /functions/q -d "{\"command\": [\"python3\", \"proxy_fn.py\"], \"cwd\": \"$FN\",
-	\"port\": 8000, \"ready\": {\"http\": \"/health\"}, \"idle_s\": 300, \"max_instances\": 1}")
-[ "$st" = 201 ] || { fail "PUT q: $st $(cat "$T/body")"; exit 1; }
-st=$(api POST "/functions/q/snapshot?wait=1")
-[ "$st" = 200 ] || { fail "snapshot q: $st $(cat "$T/body")"; exit 1; }
+put_snapshot q "$(fn_spec proxy_fn.py "$FN" '"idle_s": 300, "max_instances": 1')"
 S1=$(jget "$T/body" "j['job']['result']['snapshot']")
 
 # ---- 1. a start of S1, held at its restore; S2 made meanwhile ----

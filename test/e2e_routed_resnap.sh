@@ -13,19 +13,11 @@
 # Nothing waits for a time to pass: each step waits (with a generous limit)
 # for what it expects.
 set -u
-B=${THAW_BUILD:-$PWD/build}
-ROOT=${THAW_ROOT:-$PWD}
-THAWD=$B/thawd
-THAW=$B/thaw
-. "$ROOT/test/lib/require.sh"
-require_restore_tools
-command -v python3 >/dev/null || skip "no python3"
-
 NAME=routed-resnap
-. "$ROOT/test/lib/thawd_e2e.sh"
+. "${THAW_ROOT:-$PWD}/test/lib/e2e.sh"
 FN=$T/fn
-mkdir -p "$FN" "$T/out"
-cp "$ROOT/test/fixtures/proxy_fn.py" "$FN/"
+fixture_fn "$FN" proxy_fn.py
+mkdir -p "$T/out"
 start_thawd
 
 metric() {
@@ -36,13 +28,9 @@ ids() {
 print(' '.join(i['instance'] for i in json.load(sys.stdin)['instances'] if i.get('function') == 'q'))"
 }
 
-st=$(api PUT /functions/q -d "{\"command\": [\"python3\", \"proxy_fn.py\"], \"cwd\": \"$FN\",
-	\"port\": 8000, \"ready\": {\"http\": \"/health\"}, \"idle_s\": 300, \"max_instances\": 1,
-	\"concurrency\": 1, \"queue\": 8, \"queue_timeout_s\": 300, \"stop_grace_s\": 300,
-	\"env\": {\"TERM_GATE\": \"term\"}}")
-[ "$st" = 201 ] || { fail "PUT q: $st $(cat "$T/body")"; exit 1; }
-st=$(api POST "/functions/q/snapshot?wait=1")
-[ "$st" = 200 ] || { fail "snapshot q: $st $(cat "$T/body")"; exit 1; }
+put_snapshot q "$(fn_spec proxy_fn.py "$FN" '"idle_s": 300, "max_instances": 1,
+	"concurrency": 1, "queue": 8, "queue_timeout_s": 300, "stop_grace_s": 300,
+	"env": {"TERM_GATE": "term"}')"
 
 # ---- 1. A holds a stream; a new snapshot; A is being stopped ----
 rm -f "$FN/g1" "$FN/term"

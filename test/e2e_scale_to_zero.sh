@@ -11,27 +11,13 @@
 # for being idle.  How promptly an idle instance is stopped is
 # test/e2e_idle_bench.sh's (it runs alone).
 set -u
-B=${THAW_BUILD:-$PWD/build}
-ROOT=${THAW_ROOT:-$PWD}
-THAWD=$B/thawd
-THAW=$B/thaw
-. "$ROOT/test/lib/require.sh"
-require_restore_tools
-command -v python3 >/dev/null || skip "no python3"
-command -v hey >/dev/null || skip "no hey (apt-get install hey; make deps installs it)"
-
 NAME=s2z
-. "$ROOT/test/lib/thawd_e2e.sh"
-mkdir -p "$T/fn"
-cp "$ROOT/test/fixtures/term_fn.py" "$T/fn/"
+. "${THAW_ROOT:-$PWD}/test/lib/e2e.sh"
+command -v hey >/dev/null || skip "no hey (apt-get install hey; make deps installs it)"
+fixture_fn "$T/fn" term_fn.py
 start_thawd
 
-st=$(api PUT /functions/z -d "{\"command\": [\"python3\", \"term_fn.py\"], \"cwd\": \"$T/fn\",
-	\"port\": 8000, \"env\": {\"TERM_MODE\": \"exit\"}, \"ready\": {\"http\": \"/health\"},
-	\"idle_s\": 2, \"max_instances\": 24}")
-[ "$st" = 201 ] || { fail "PUT z: $st $(cat "$T/body")"; exit 1; }
-st=$(api POST "/functions/z/snapshot?wait=1")
-[ "$st" = 200 ] || { fail "snapshot z: $st $(cat "$T/body")"; exit 1; }
+put_snapshot z "$(fn_spec term_fn.py "$T/fn" '"env": {"TERM_MODE": "exit"}, "idle_s": 2, "max_instances": 24')"
 
 # What is left of instances: records, instance directories, containers,
 # network namespace mounts, processes (shims, lease holders, functions).

@@ -12,16 +12,8 @@
 #   3. a start's query seconds are decimal: ?idle_s=0x1p3 (a hex float that
 #      strtod reads as 8), 1e3, inf, " 8" are 400 bad_request; 2.5 is taken.
 set -u
-B=${THAW_BUILD:-$PWD/build}
-ROOT=${THAW_ROOT:-$PWD}
-THAWD=$B/thawd
-THAW=$B/thaw
-. "$ROOT/test/lib/require.sh"
-require_restore_tools
-command -v python3 >/dev/null || skip "no python3"
-
 NAME=secrets
-. "$ROOT/test/lib/thawd_e2e.sh"
+. "${THAW_ROOT:-$PWD}/test/lib/e2e.sh"
 SECRET=sk-live-$RANDOM$RANDOM$RANDOM
 echo "ctl-$RANDOM-$RANDOM" >"$T/ctl"
 echo "data-$RANDOM-$RANDOM" >"$T/data.tok"
@@ -49,21 +41,8 @@ clean() {
 }
 
 FN=$T/fns/sec # outside the data directory, which no function may reach
-mkdir -p "$FN"
-cat >"$FN/app.py" <<'PY'
-import http.server, os
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(b"ok\n")
-    def log_message(self, *a):
-        pass
-print("serving", flush=True)
-http.server.HTTPServer(("0.0.0.0", int(os.environ["PORT"])), H).serve_forever()
-PY
-st=$(as "$CT" PUT /functions/sec -d "{\"command\": [\"python3\", \"app.py\"], \"cwd\": \"$FN\",
-	\"port\": 8000, \"ready\": {\"http\": \"/\"}, \"env\": {\"API_KEY\": \"$SECRET\"}, \"standby\": 1}")
+fixture_fn "$FN" ok_fn.py
+st=$(as "$CT" PUT /functions/sec -d "$(fn_spec ok_fn.py "$FN" "\"env\": {\"API_KEY\": \"$SECRET\"}, \"standby\": 1")")
 [ "$st" = 201 ] || { fail "PUT: $st $(cat "$T/body")"; exit 1; }
 st=$(as "$CT" POST '/functions/sec/snapshot?wait=1')
 [ "$st" = 200 ] || { fail "snapshot: $st $(cat "$T/body")"; exit 1; }

@@ -8,26 +8,13 @@
 # Nothing waits for a time to pass: each step waits (with a generous limit)
 # for what it expects.
 set -u
-B=${THAW_BUILD:-$PWD/build}
-ROOT=${THAW_ROOT:-$PWD}
-THAWD=$B/thawd
-THAW=$B/thaw
-. "$ROOT/test/lib/require.sh"
-require_restore_tools
-command -v python3 >/dev/null || skip "no python3"
-
 NAME=signals
-. "$ROOT/test/lib/thawd_e2e.sh"
+. "${THAW_ROOT:-$PWD}/test/lib/e2e.sh"
 FN=$T/fn
-mkdir -p "$FN"
-cp "$ROOT/test/fixtures/proxy_fn.py" "$FN/"
+fixture_fn "$FN" proxy_fn.py
 start_thawd
 
-st=$(api PUT /functions/s -d "{\"command\": [\"python3\", \"proxy_fn.py\"], \"cwd\": \"$FN\",
-	\"port\": 8000, \"ready\": {\"http\": \"/health\"}}")
-[ "$st" = 201 ] || { fail "PUT s: $st $(cat "$T/body")"; exit 1; }
-st=$(api POST "/functions/s/snapshot?wait=1")
-[ "$st" = 200 ] || { fail "snapshot s: $st $(cat "$T/body")"; exit 1; }
+put_snapshot s "$(fn_spec proxy_fn.py "$FN")"
 st=$(api POST /functions/s/start)
 [ "$st" = 201 ] || { fail "start s: $st $(cat "$T/body")"; exit 1; }
 id=$(jget "$T/body" "j['instance']")

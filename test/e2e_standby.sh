@@ -22,16 +22,8 @@
 #   7. DELETE /functions/<id> leaves nothing: no container, record, mount,
 #      process.
 set -u
-B=${THAW_BUILD:-$PWD/build}
-ROOT=${THAW_ROOT:-$PWD}
-THAWD=$B/thawd
-THAW=$B/thaw
-. "$ROOT/test/lib/require.sh"
-require_restore_tools
-command -v python3 >/dev/null || skip "no python3"
-
 NAME=standby
-. "$ROOT/test/lib/thawd_e2e.sh"
+. "${THAW_ROOT:-$PWD}/test/lib/e2e.sh"
 
 # The standbys GET /instances lists: "id snapshot" lines.
 standbys() {

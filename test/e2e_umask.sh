@@ -9,29 +9,10 @@
 #      its endpoint answers), and remakes its standby;
 #   3. the snapshot's rootfs skeleton was 0755 under either.
 set -u
-B=${THAW_BUILD:-$PWD/build}
-ROOT=${THAW_ROOT:-$PWD}
-THAWD=$B/thawd
-THAW=$B/thaw
-. "$ROOT/test/lib/require.sh"
-require_restore_tools
-command -v python3 >/dev/null || skip "no python3"
-
 NAME=umask
-. "$ROOT/test/lib/thawd_e2e.sh"
+. "${THAW_ROOT:-$PWD}/test/lib/e2e.sh"
 FN=$T/fns/u # outside the data directory, which no function may reach
-mkdir -p "$FN"
-cat >"$FN/app.py" <<'PY'
-import http.server, os
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(b"ok\n")
-    def log_message(self, *a):
-        pass
-http.server.HTTPServer(("0.0.0.0", int(os.environ["PORT"])), H).serve_forever()
-PY
+fixture_fn "$FN" ok_fn.py
 
 # thawd_under MASK: a thawd started under umask MASK.
 thawd_under() {
@@ -50,8 +31,7 @@ for pair in "077 022" "022 077"; do
 	set -- $pair
 	first=$1 second=$2
 	thawd_under "$first"
-	st=$(api PUT /functions/u -d "{\"command\": [\"python3\", \"app.py\"], \"cwd\": \"$FN\",
-		\"port\": 8000, \"ready\": {\"http\": \"/\"}, \"standby\": 1}")
+	st=$(api PUT /functions/u -d "$(fn_spec ok_fn.py "$FN" "\"standby\": 1")")
 	[ "$st" = 201 ] || [ "$st" = 200 ] || fail "umask $first: PUT: $st $(cat "$T/body")"
 	st=$(api POST '/functions/u/snapshot?wait=1')
 	[ "$st" = 200 ] && ok "umask $first: snapshot" || fail "umask $first: snapshot: $st $(cat "$T/body")"

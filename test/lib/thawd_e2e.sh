@@ -1,6 +1,7 @@
 # test/lib/thawd_e2e.sh — a private thawd for an end-to-end test, and what
 # such tests share.  Sourced after test/lib/require.sh, with NAME (the test's
-# short name) and B, ROOT, THAWD set.  It makes T (the test's directory, data
+# short name) and B, ROOT, THAWD set (a test that runs functions sources
+# test/lib/e2e.sh, which does all of that).  It makes T (the test's directory, data
 # in DATA = $T/data) and SHM (its RAM tier), and gives:
 #   ok / fail (counting failures in $fails), jget FILE EXPR,
 #   start_thawd [THAWD-OPTIONS...] (URL set; its log $T/thawd.log; the RAM

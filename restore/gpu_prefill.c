@@ -14,7 +14,10 @@
  * fails the fill with -EUCLEAN, which is not the fill's usual failure (the
  * library would copy the same damaged file itself): the start's GPU
  * restore fails, with the function's calls still held, and the entry is
- * reported (tier_damage_report) to be materialised again.
+ * reported (tier_damage_report) to be materialised again.  Where no fill
+ * applies but the entry has checksums, a fill is only a check: its thread
+ * reads the files whole while CRIU restores, and the library copies them
+ * after only if they are sound.
  */
 #define LOG_PREFIX "gpu: "
 #include "restore/gpu_prefill.h"
@@ -155,6 +158,7 @@ struct gpu_prefill {
 	struct tier_sums *sums; /* the entry's checksums; NULL: none, or not checked */
 	uint64_t verify_ns;	/* the threads' time spent checking, summed */
 	bool unverified;	/* the entry has no checksums (an older thaw made it) */
+	bool check_only;	/* no fill applies: the files are only checked */
 };
 
 /* Read dir/gpu-<ns>.layout into p. */
@@ -857,12 +861,50 @@ static int load_sums(struct gpu_prefill *pf)
 	return 0;
 }
 
+/* A check-only fill's work: each process's file read whole and checked. */
+static int check_files(struct gpu_prefill *pf)
+{
+	const struct tier_sum_file **f = calloc(pf->np + 1, sizeof(*f));
+	uint64_t bad = 0, t0 = now_ns();
+	size_t bi = 0;
+	int ret = f ? load_sums(pf) : -ENOMEM;
+
+	for (size_t i = 0; !ret && i < pf->np; i++)
+		f[i] = pf->p[i].sum;
+	if (!ret && pf->sums)
+		ret = tier_sums_check_files(pf->tier_dir, f, pf->np, &bi, &bad);
+	pf->verify_ns = now_ns() - t0;
+	if (ret == -EUCLEAN && bad == UINT64_MAX)
+		snprintf(pf->why, sizeof(pf->why), "%s of another size than it was made", f[bi]->path);
+	else if (ret == -EUCLEAN && f && f[bi])
+		snprintf(pf->why, sizeof(pf->why), "%s unlike its checksum: block %llu (bytes "
+			 "%llu-%llu)", f[bi]->path, (unsigned long long)(bad / TIER_SUM_BLOCK),
+			 (unsigned long long)bad, (unsigned long long)(bad + TIER_SUM_BLOCK - 1));
+	else if (ret == -ENOENT && f && f[bi]) {
+		snprintf(pf->why, sizeof(pf->why), "%s missing", f[bi]->path);
+		ret = -EUCLEAN;
+	} else if (ret && !pf->why[0])
+		snprintf(pf->why, sizeof(pf->why), "checking: %s", strerror(-ret));
+	free(f);
+	return ret;
+}
+
 static void *prefill_main(void *arg)
 {
 	struct gpu_prefill *pf = arg;
 	uint64_t t0 = now_ns();
-	int ret = use_device(pf->ordinal);
+	int ret = pf->check_only ? check_files(pf) : use_device(pf->ordinal);
 
+	if (pf->check_only) {
+		if (ret == -EUCLEAN) {
+			pr_err("the device memory in RAM tier entry %s is damaged: %s", pf->tier_dir,
+			       pf->why);
+			tier_damage_report(pf->tier_dir, TIER_FOUND_FILL, pf->why);
+		}
+		pf->fill_ms = ms_since(t0);
+		set_state(pf, ret ? ret : 1);
+		return NULL;
+	}
 	if (ret)
 		snprintf(pf->why, sizeof(pf->why), "no CUDA context on GPU %d", pf->ordinal);
 	if (!ret)
@@ -896,27 +938,24 @@ struct gpu_prefill *gpu_prefill_start(const json_t *meta, const char *tier_dir,
 				      const char *out_dir, struct gpu_placement *placement)
 {
 	const json_t *ns = json_object_get(json_object_get(meta, "gpu_memory"), "ns_pids");
-	const char *env = getenv("THAW_GPU_PREFILL");
+	const char *env = getenv("THAW_GPU_PREFILL"), *verify = getenv("THAW_GPU_VERIFY");
+	bool fill = !(env && !strcmp(env, "0")) && out_dir && placement && placement->n == 1 &&
+		    placement->dev[0].ordinal >= 0 && placement->dev[0].ordinal < CUDA_MAX_DEVICES &&
+		    json_array_size(json_object_get(meta, "gpus")) == 1 && !cuda_init();
+	char sums[PATH_MAX + 16];
 	struct gpu_prefill *pf;
 	const json_t *v;
 	size_t i;
 
-	if ((env && !strcmp(env, "0")) || !tier_dir || !out_dir || !json_array_size(ns) ||
-	    !placement || placement->n != 1 || json_array_size(json_object_get(meta, "gpus")) != 1 ||
-	    cuda_init())
+	if (!tier_dir || !json_array_size(ns))
 		return NULL;
-	pthread_once(&cu_once, load_driver);
-	if (!cu.ok)
-		return NULL;
+	if (fill) {
+		pthread_once(&cu_once, load_driver);
+		fill = cu.ok;
+	}
 	pf = calloc(1, sizeof(*pf));
 	if (!pf)
 		return NULL;
-	pf->ordinal = placement->dev[0].ordinal;
-	if (pf->ordinal < 0 || pf->ordinal >= CUDA_MAX_DEVICES) {
-		free(pf);
-		return NULL;
-	}
-	pf->placement = placement;
 	pf->wake[0] = pf->wake[1] = -1;
 	snprintf(pf->tier_dir, sizeof(pf->tier_dir), "%s", tier_dir);
 	snprintf(pf->out_dir, sizeof(pf->out_dir), "%s", out_dir);
@@ -932,10 +971,19 @@ struct gpu_prefill *gpu_prefill_start(const json_t *meta, const char *tier_dir,
 		p->listen_fd = -1;
 		/* A snapshot whose library wrote no layout (an older one)
 		 * copies as it did. */
-		if (read_layout(tier_dir, p))
-			goto fail;
+		if (fill && read_layout(tier_dir, p))
+			fill = false;
 	}
-	queue_join(pf);
+	/* No fill: only a check, where there is one to make. */
+	snprintf(sums, sizeof(sums), "%s/" TIER_SUMS, tier_dir);
+	if (!fill && ((verify && !strcmp(verify, "0")) || access(sums, F_OK)))
+		goto fail;
+	pf->check_only = !fill;
+	if (fill) {
+		pf->ordinal = placement->dev[0].ordinal;
+		pf->placement = placement;
+		queue_join(pf);
+	}
 	if (pthread_create(&pf->thread, NULL, prefill_main, pf)) {
 		queue_leave(pf);
 		goto fail;
@@ -977,7 +1025,11 @@ void gpu_prefill_end(struct gpu_prefill *pf, char *summary, size_t len)
 			pr_debug("waking the prefill thread: %s", strerror(errno));
 		pthread_join(pf->thread, NULL);
 	}
-	if (summary && len) {
+	if (summary && len && pf->check_only) {
+		snprintf(summary, len, "thaw checked the device memory in %.1f ms, the library "
+			 "copies it%s%s%s", pf->fill_ms, pf->state < 0 ? " (failed: " : "",
+			 pf->state < 0 ? pf->why : "", pf->state < 0 ? ")" : "");
+	} else if (summary && len) {
 		char b[32];
 
 		snprintf(summary, len, "thaw filled %llu allocation(s), %s, in %.1f ms (its GPU's "
@@ -1039,7 +1091,8 @@ int gpu_prefill_restore(struct gpu_prefill *pf, const json_t *meta, const pid_t 
 		return ret;
 	}
 	if (ret)
-		pr_warn("thawd could not fill the device memory of %s: the library copies it", id);
+		pr_warn("thawd could not %s the device memory of %s (%s): the library copies it",
+			pf->check_only ? "check" : "fill", id, pf->why);
 	waited = ms_since(t0);
 	ret = gpu_memory_restore(meta, pids, n, out_dir, copy_ms);
 	gpu_prefill_end(pf, line, sizeof(line));

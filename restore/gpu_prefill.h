@@ -12,7 +12,9 @@
  *
  * Everything here is an optimisation: where it does not apply (no layout,
  * a snapshot of several GPUs, no driver, THAW_GPU_PREFILL=0) or fails, no
- * socket is offered and the library copies as before.
+ * socket is offered and the library copies as before.  But not from a RAM
+ * tier entry unlike its checksums (restore/tier_sums.h): the fill checks
+ * what it copies, and where it does not apply it only checks the files.
  */
 #ifndef THAW_GPU_PREFILL_H
 #define THAW_GPU_PREFILL_H
@@ -29,13 +31,15 @@ struct gpu_placement;
 /* Start filling, in a thread, for the snapshot's processes (meta's
  * "gpu_memory"."ns_pids") whose layout is in tier_dir, on the one GPU of
  * placement (whose claim the memory made is then taken from: it lives until
- * gpu_prefill_end); offered on out_dir/<ns pid>.prefill once filled.  NULL
- * where it does not apply. */
+ * gpu_prefill_end); offered on out_dir/<ns pid>.prefill once filled.  Where
+ * no fill applies but tier_dir has checksums, only a check of the files.
+ * NULL where neither applies. */
 struct gpu_prefill *gpu_prefill_start(const json_t *meta, const char *tier_dir,
 				      const char *out_dir, struct gpu_placement *placement);
 
 /* Wait until the memory is filled and offered (before RESTORE is asked).
- * 0, or -errno: nothing is offered then.  NULL: 0. */
+ * 0, or -errno: nothing is offered then (-EUCLEAN: the files are damaged,
+ * and the library must not copy them either).  NULL: 0. */
 int gpu_prefill_ready(struct gpu_prefill *p);
 
 /* When p's copy began and ended (now_ns()'s clock; 0: not yet, or it did
@@ -50,7 +54,8 @@ void gpu_prefill_end(struct gpu_prefill *p, char *summary, size_t len);
 
 /* gpu_memory_restore (gpu_restore.h) with what pf filled offered first,
  * then pf ended; pf NULL: gpu_memory_restore alone.  id names the instance
- * in the log. */
+ * in the log.  -EUCLEAN, nothing asked of the library, where pf found the
+ * tier's files damaged (reported: tier_damage_report). */
 int gpu_prefill_restore(struct gpu_prefill *pf, const json_t *meta, const pid_t *pids, size_t n,
 			const char *out_dir, const char *id, double *copy_ms);
 

@@ -81,6 +81,59 @@ void tier_sums_free(struct tier_sums *s)
 	free(s);
 }
 
+/* Work over files' blocks, JOB_BLOCKS of one file at a time, taken in turn
+ * by the threads of tier_sums_make and tier_sums_check_files. */
+struct jobs {
+	pthread_mutex_t mu;
+	const struct tier_sum_file *const *f;
+	size_t n, file;
+	uint64_t block;
+	bool stop;
+};
+
+/* The next job: false when none is left, or the work stopped. */
+static bool next_job(struct jobs *j, size_t *file, uint64_t *first, uint64_t *last)
+{
+	bool got = false;
+
+	pthread_mutex_lock(&j->mu);
+	while (!j->stop && j->file < j->n && j->block >= j->f[j->file]->nblocks) {
+		j->file++;
+		j->block = 0;
+	}
+	if (!j->stop && j->file < j->n) {
+		*file = j->file;
+		*first = j->block;
+		*last = *first + JOB_BLOCKS;
+		if (*last > j->f[*file]->nblocks)
+			*last = j->f[*file]->nblocks;
+		j->block = *last;
+		got = true;
+	}
+	pthread_mutex_unlock(&j->mu);
+	return got;
+}
+
+/* fn(arg) on up to MAKE_THREADS threads, one per CPU and per JOB_BLOCKS
+ * of the bytes, here where none starts; returns once all have ended. */
+static void run_threads(void *(*fn)(void *), void *arg, uint64_t bytes)
+{
+	pthread_t th[MAKE_THREADS];
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	uint64_t jobs = bytes / (JOB_BLOCKS * TIER_SUM_BLOCK) + 1;
+	int n = cpus < 1 ? 1 : cpus > MAKE_THREADS ? MAKE_THREADS : (int)cpus, started = 0;
+
+	if ((uint64_t)n > jobs)
+		n = (int)jobs;
+	for (int i = 0; i < n; i++)
+		if (pthread_create(&th[started], NULL, fn, arg) == 0)
+			started++;
+	if (!started)
+		fn(arg);
+	for (int i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+}
+
 /* --- making them ------------------------------------------------------- */
 
 /* A file being summed: open, and its inode (a hard link is summed once). */
@@ -95,10 +148,7 @@ struct make {
 	struct tier_sum_file *f;
 	struct make_file *mf;
 	size_t n, cap, mcap;
-	/* The jobs, taken in turn by the threads. */
-	size_t job_file;
-	uint64_t job_block;
-	pthread_mutex_t mu;
+	struct jobs jobs;
 	atomic_int err;
 };
 
@@ -214,29 +264,6 @@ static int walk(struct make *mk, const char *rel)
 	return ret;
 }
 
-/* The next job: JOB_BLOCKS blocks of a file.  false when none is left. */
-static bool next_job(struct make *mk, size_t *file, uint64_t *first, uint64_t *last)
-{
-	bool got = false;
-
-	pthread_mutex_lock(&mk->mu);
-	while (mk->job_file < mk->n && mk->job_block >= mk->f[mk->job_file].nblocks) {
-		mk->job_file++;
-		mk->job_block = 0;
-	}
-	if (mk->job_file < mk->n) {
-		*file = mk->job_file;
-		*first = mk->job_block;
-		*last = *first + JOB_BLOCKS;
-		if (*last > mk->f[*file].nblocks)
-			*last = mk->f[*file].nblocks;
-		mk->job_block = *last;
-		got = true;
-	}
-	pthread_mutex_unlock(&mk->mu);
-	return got;
-}
-
 /* Read block k of f (descriptor fd, bl bytes) into buf and sum it; a block
  * with no data is a hole, summed without reading.  0 or -errno. */
 static int sum_block(int fd, const struct tier_sum_file *f, uint64_t k, uint8_t *buf,
@@ -277,7 +304,7 @@ static void *make_thread(void *arg)
 		atomic_store(&mk->err, -ENOMEM);
 		return NULL;
 	}
-	while (!atomic_load(&mk->err) && next_job(mk, &i, &first, &last))
+	while (!atomic_load(&mk->err) && next_job(&mk->jobs, &i, &first, &last))
 		for (uint64_t k = first; k < last; k++) {
 			int ret = sum_block(mk->mf[i].fd, &mk->f[i], k, buf, &mk->f[i].sum[k], NULL);
 
@@ -334,27 +361,25 @@ static int encode(const struct make *mk, char **out, size_t *len)
 
 int tier_sums_make(const char *dir, uint64_t *bytes)
 {
-	struct make mk = { .dir = dir, .mu = PTHREAD_MUTEX_INITIALIZER };
-	pthread_t th[MAKE_THREADS];
+	struct make mk = { .dir = dir, .jobs = { .mu = PTHREAD_MUTEX_INITIALIZER } };
+	const struct tier_sum_file **fp = NULL;
 	char path[PATH_MAX], *buf = NULL;
 	uint64_t total = 0, t0 = now_ns();
 	size_t len = 0;
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	int n, started = 0, ret;
+	int ret;
 
 	ret = walk(&mk, "");
-	for (size_t i = 0; i < mk.n; i++)
+	fp = ret ? NULL : calloc(mk.n + 1, sizeof(*fp));
+	if (!ret && !fp)
+		ret = -ENOMEM;
+	for (size_t i = 0; !ret && i < mk.n; i++) {
+		fp[i] = &mk.f[i];
 		total += mk.f[i].covered;
-	n = cpus < 1 ? 1 : cpus > MAKE_THREADS ? MAKE_THREADS : (int)cpus;
-	if ((uint64_t)n > total / (JOB_BLOCKS * TIER_SUM_BLOCK) + 1)
-		n = (int)(total / (JOB_BLOCKS * TIER_SUM_BLOCK) + 1);
-	for (int i = 0; !ret && i < n; i++)
-		if (pthread_create(&th[i], NULL, make_thread, &mk) == 0)
-			started++;
-	if (!ret && !started)
-		make_thread(&mk); /* no thread to be had: this one */
-	for (int i = 0; i < started; i++)
-		pthread_join(th[i], NULL);
+	}
+	mk.jobs.f = fp;
+	mk.jobs.n = mk.n;
+	if (!ret)
+		run_threads(make_thread, &mk, total);
 	if (!ret)
 		ret = atomic_load(&mk.err);
 	if (!ret)
@@ -364,8 +389,8 @@ int tier_sums_make(const char *dir, uint64_t *bytes)
 	if (!ret)
 		ret = write_file_atomic(path, buf, len, 0600);
 	if (!ret) {
-		pr_debug("%s: %zu files summed, %llu bytes, in %.1f ms on %d threads", dir, mk.n,
-			 (unsigned long long)total, ms_since(t0), started ? started : 1);
+		pr_debug("%s: %zu files summed, %llu bytes, in %.1f ms", dir, mk.n,
+			 (unsigned long long)total, ms_since(t0));
 		if (bytes)
 			*bytes = total;
 	} else {
@@ -374,9 +399,10 @@ int tier_sums_make(const char *dir, uint64_t *bytes)
 	for (size_t i = 0; i < mk.n; i++)
 		close(mk.mf[i].fd);
 	free(buf);
+	free(fp);
 	free(mk.mf);
 	files_free(mk.f, mk.n);
-	pthread_mutex_destroy(&mk.mu);
+	pthread_mutex_destroy(&mk.jobs.mu);
 	return ret;
 }
 
@@ -610,4 +636,99 @@ out:
 	free(buf);
 	close(fd);
 	return ret;
+}
+
+/* tier_sums_check_files' work: the first failure is kept. */
+struct check {
+	struct jobs jobs;
+	const int *fds;
+	int err;	/* under jobs.mu */
+	size_t bad_file;
+	uint64_t bad;
+};
+
+static void check_failed(struct check *c, size_t i, int err, uint64_t bad)
+{
+	pthread_mutex_lock(&c->jobs.mu);
+	if (!c->err) {
+		c->err = err;
+		c->bad_file = i;
+		c->bad = bad;
+	}
+	c->jobs.stop = true;
+	pthread_mutex_unlock(&c->jobs.mu);
+}
+
+static void *check_thread(void *arg)
+{
+	struct check *c = arg;
+	uint8_t *buf = malloc(TIER_SUM_BLOCK);
+	uint64_t first, last;
+	size_t i;
+
+	if (!buf) {
+		check_failed(c, 0, -ENOMEM, 0);
+		return NULL;
+	}
+	while (next_job(&c->jobs, &i, &first, &last))
+		for (uint64_t k = first; k < last; k++) {
+			uint64_t sum = 0;
+			int ret = sum_block(c->fds[i], c->jobs.f[i], k, buf, &sum, NULL);
+
+			if (ret || sum != c->jobs.f[i]->sum[k]) {
+				check_failed(c, i, ret && ret != -ENODATA ? ret : -EUCLEAN,
+					     k * TIER_SUM_BLOCK);
+				break;
+			}
+		}
+	free(buf);
+	return NULL;
+}
+
+int tier_sums_check_files(const char *dir, const struct tier_sum_file *const *f, size_t n,
+			  size_t *bad_file, uint64_t *bad)
+{
+	struct check c = { .jobs = { .mu = PTHREAD_MUTEX_INITIALIZER, .f = f, .n = n } };
+	int *fds = calloc(n + 1, sizeof(*fds));
+	uint8_t *buf = NULL;
+	uint64_t total = 0;
+	size_t opened = 0;
+
+	if (!fds)
+		return -ENOMEM;
+	for (; !c.err && opened < n; opened++) {
+		char path[PATH_MAX];
+		struct stat st;
+
+		total += f[opened]->covered;
+		snprintf(path, sizeof(path), "%s/%s", dir, f[opened]->path);
+		fds[opened] = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		if (fds[opened] < 0)
+			check_failed(&c, opened, -errno, 0);
+		else if (fstat(fds[opened], &st) < 0 || (uint64_t)st.st_size != f[opened]->size)
+			check_failed(&c, opened, -EUCLEAN, UINT64_MAX);
+		if (fds[opened] < 0)
+			break;
+	}
+	c.fds = fds;
+	if (!c.err)
+		run_threads(check_thread, &c, total);
+	buf = c.err ? NULL : malloc(TIER_SUM_BLOCK);
+	if (!c.err && !buf)
+		c.err = -ENOMEM;
+	for (size_t i = 0; !c.err && i < n; i++) {
+		uint64_t b = 0;
+		int ret = check_tail(fds[i], f[i], buf, NULL, NULL, &b, NULL);
+
+		if (ret)
+			check_failed(&c, i, ret, b);
+	}
+	for (size_t i = 0; i < opened; i++)
+		close(fds[i]);
+	free(buf);
+	free(fds);
+	pthread_mutex_destroy(&c.jobs.mu);
+	*bad_file = c.bad_file;
+	*bad = c.bad;
+	return c.err;
 }

@@ -85,4 +85,11 @@ typedef int (*tier_sums_pace_fn)(uint64_t bytes, void *arg);
 int tier_sums_check_file(const char *dir, const struct tier_sum_file *f, tier_sums_pace_fn pace,
 			 void *arg, uint64_t *bad, uint64_t *read_bytes);
 
+/* Check the n files f of the entry at dir whole, as tier_sums_check_file
+ * does, on up to 16 threads and at no pace (a start waits for it).  0; or
+ * the first failure with *bad_file its index into f and *bad as
+ * tier_sums_check_file says (-EUCLEAN, -ENOENT, -errno). */
+int tier_sums_check_files(const char *dir, const struct tier_sum_file *const *f, size_t n,
+			  size_t *bad_file, uint64_t *bad);
+
 #endif

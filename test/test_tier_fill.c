@@ -11,7 +11,9 @@
  * The program of test/fixtures/gpumem_app.c saves its device memory
  * (gpu-<pid>.mem and its layout); that directory is put into a store as a
  * snapshot and materialised into a tier; 63 blocks of 4 KiB of the entry's
- * gpu-<pid>.mem are overwritten, as a host's memory fault would.
+ * gpu-<pid>.mem are overwritten, as a host's memory fault would.  Then
+ * the same where no fill applies (THAW_GPU_PREFILL=0): the files are
+ * checked before the library is asked to copy them.
  */
 #include "common/gpumem.h"
 #include "common/util.h"
@@ -74,7 +76,9 @@ static void damaged_entry(const char *app_path)
 {
 	json_t *meta = json_pack("{s:[{s:s}], s:{s:[]}}", "gpus", "uuid", "GPU-mock",
 				 "gpu_memory", "ns_pids");
-	char why[512], s[256], sdir[400], tdir[400], saved[600], entry_file[PATH_MAX + 64];
+	char why[512], s[256], sdir[400], tdir[400], saved[600], orig[600], *bytes = NULL;
+	char entry_file[PATH_MAX + 64];
+	size_t len = 0;
 	const char *paths[1] = { outdir };
 	char id[CHUNK_ID_LEN];
 	struct tier_lease *l = NULL;
@@ -92,7 +96,12 @@ static void damaged_entry(const char *app_path)
 	CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why, sizeof(why)),
 		 0);
 	REQUIRE(st.allocs == 6);
-	snprintf(saved, sizeof(saved), "%s/" GPUMEM_FILE_FMT, outdir, (int)a.pid);
+	snprintf(orig, sizeof(orig), "%s/" GPUMEM_FILE_FMT, outdir, (int)a.pid);
+	/* Kept as it was: a later save writes the file again. */
+	snprintf(saved, sizeof(saved), "%s/first.mem", dir);
+	REQUIRE(read_file(orig, &bytes, &len, 1 << 30) == 0);
+	REQUIRE(write_file_atomic(saved, bytes, len, 0600) == 0);
+	free(bytes);
 
 	/* The saved memory as a snapshot, materialised into a tier. */
 	snprintf(sdir, sizeof(sdir), "%s/store", dir);
@@ -131,6 +140,33 @@ static void damaged_entry(const char *app_path)
 	for (int i = 0; i < 200 && count(&a) == c1; i++)
 		usleep(10000);
 	CHECK(count(&a) > c1);
+	ask(&a, "verify", s, sizeof(s));
+	CHECK_STR(s, "ok");
+	tier_release(l);
+	l = NULL;
+
+	/* No fill (THAW_GPU_PREFILL=0): the files are checked all the same
+	 * before the library is asked to copy. */
+	gpumem_release(&a.pid, 1);
+	CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why, sizeof(why)),
+		 0);
+	REQUIRE(tier_acquire(t, id, &l) == 0);
+	damage(entry_file);
+	setenv("THAW_GPU_PREFILL", "0", 1);
+	c1 = count(&a);
+	CHECK(fill_and_restore(meta, a.pid, tier_lease_path(l)) != 0);
+	usleep(200000);
+	CHECK_EQ(count(&a), c1);
+	tier_release(l);
+	REQUIRE(tier_acquire(t, id, &l) == 0);
+	CHECK(same_file(entry_file, saved));
+	tier_get_stats(t, &ts);
+	CHECK_EQ(ts.damaged[TIER_FOUND_FILL], 2);
+	CHECK_EQ(ts.rematerialized, 2);
+	CHECK_EQ(fill_and_restore(meta, a.pid, tier_lease_path(l)), 0);
+	unsetenv("THAW_GPU_PREFILL");
+	for (int i = 0; i < 200 && count(&a) == c1; i++)
+		usleep(10000);
 	ask(&a, "verify", s, sizeof(s));
 	CHECK_STR(s, "ok");
 	tier_release(l);

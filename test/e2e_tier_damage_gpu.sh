@@ -17,19 +17,11 @@
 # "figure:" lines.  Skips (77) without a GPU or the GPU example.
 # scripts/gpu-run.sh runs it as the step e2e_tier_damage_gpu.
 set -u
-B=${THAW_BUILD:-$PWD/build}
-ROOT=${THAW_ROOT:-$PWD}
-THAWD=$B/thawd
-THAW=$B/thaw
-. "$ROOT/test/lib/require.sh"
-require_restore_tools
-command -v python3 >/dev/null || skip "no python3"
+NAME=tier-damage-gpu
+. "${THAW_ROOT:-$PWD}/test/lib/e2e.sh"
 command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || skip "no GPU"
 [ -n "${THAW_GPU_EXAMPLE:-}" ] && [ -f "$THAW_GPU_EXAMPLE" ] ||
 	skip "no GPU example (THAW_GPU_EXAMPLE: scripts/gpu-run.sh writes it)"
-
-NAME=tier-damage-gpu
-. "$ROOT/test/lib/thawd_e2e.sh"
 BODY='{"prompt_ids": [1, 450, 4996, 17354, 1701, 29916], "max_new_tokens": 32}'
 
 tokens() { # ENDPOINT: the tokens it generates for BODY

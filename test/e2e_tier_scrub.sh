@@ -16,23 +16,9 @@
 # The scrub runs at its default rate; THAW_TIER_SCRUB_PASS_S=1 lets its passes
 # follow each other a second apart rather than a minute.
 set -u
-B=${THAW_BUILD:-$PWD/build}
-ROOT=${THAW_ROOT:-$PWD}
-THAWD=$B/thawd
-THAW=$B/thaw
-. "$ROOT/test/lib/require.sh"
-require_restore_tools
-command -v python3 >/dev/null || skip "no python3"
-
 NAME=tier-scrub
-. "$ROOT/test/lib/thawd_e2e.sh"
-mkdir -p "$T/fn"
-cp "$ROOT/test/fixtures/mapped_fn.py" "$T/fn/"
-cat >"$T/spec.json" <<EOF
-{"command": ["python3", "mapped_fn.py"], "cwd": "$T/fn",
- "env": {"MAPPED_DATA_MIB": "16", "MAPPED_TAIL_MIB": "2"}, "port": 8000,
- "ready": {"http": "/health", "timeout_s": 120}, "gpu": false}
-EOF
+. "${THAW_ROOT:-$PWD}/test/lib/e2e.sh"
+fixture_fn "$T/fn" mapped_fn.py
 sum_of() { curl -sf --max-time 60 "http://$1/checksum" | jget /dev/stdin "j['sha256']"; }
 # start: POST start into $T/start; its status.
 start() { local st; st=$(api POST /functions/sc/start); cp "$T/body" "$T/start"; echo "$st"; }
@@ -43,11 +29,8 @@ restored() { [ -f "$MEM" ] && mem_head "$MEM" | cmp -s - "$T/mem.good"; }
 
 export THAW_TIER_SCRUB_PASS_S=1
 start_thawd --max-standby 0
-st=$(api PUT /functions/sc -d @"$T/spec.json")
-[ "$st" = 201 ] || { fail "PUT: $st $(cat "$T/body")"; exit 1; }
-st=$(api POST '/functions/sc/snapshot?wait=1')
-[ "$st" = 200 ] || { fail "snapshot: $st $(cat "$T/body")"; exit 1; }
-SNAP=$(jget "$T/body" "j['job']['result']['snapshot']")
+put_snapshot sc "$(fn_spec mapped_fn.py "$T/fn" \
+	'"env": {"MAPPED_DATA_MIB": "16", "MAPPED_TAIL_MIB": "2"}, "gpu": false')"
 HEX=${SNAP#sha256:}
 
 # ---- 1. mapped, and its checksum ----

@@ -56,8 +56,9 @@ static void start_usage(FILE *f)
 static void stop_usage(FILE *f)
 {
 	fprintf(f, "usage: thaw stop [--data-dir DIR] INSTANCE...\n\n"
-		   "Stop instances: their CUDA processes locked and checkpointed first, then the\n"
-		   "container, endpoint, network namespace, work directory and record removed.\n"
+		   "Stop instances: their CUDA processes locked first (not checkpointed: their\n"
+		   "device memory is freed as they are reaped), then the container, endpoint,\n"
+		   "network namespace, work directory and record removed.\n"
 		   "Exit status: 0 all stopped, 1 any failed or unknown, 2 bad usage.\n");
 }
 
@@ -66,7 +67,9 @@ static void ps_usage(FILE *f)
 	fprintf(f, "usage: thaw ps [--data-dir DIR] [--json]\n\n"
 		   "List the instances recorded in the data directory, with their state\n"
 		   "(running; exited: its process is gone; starting; abandoned: a start that\n"
-		   "was killed half-way, which 'thaw stop' cleans up).\n");
+		   "was killed half-way, which 'thaw stop' cleans up; standby: restored ahead\n"
+		   "of a request; stopping: a stop has begun; failed: its lazy-pages daemon\n"
+		   "ended before every page was in, and it was killed).\n");
 }
 
 /* Common options of the three: --data-dir, --store, -h.  Returns the index

@@ -179,9 +179,11 @@ static const struct thawd_opt opts[] = {
 		"default @)" },
 	{ .name = "idle-s", .arg = "S", .env = "THAW_IDLE_S", .kind = OPT_SECONDS,
 	  .off = OPTS(idle_s), .max = 365ull * 86400,
-	  .help = "stop an instance after S seconds with no request\n"
-		"through its endpoint, unless its function's spec\n"
-		"says otherwise (\"idle_s\"; THAW_IDLE_S; default 0: never)" },
+	  .help = "stop an instance after S seconds unused (no bytes or\n"
+		"connection through its endpoint; a routed one: from\n"
+		"the end of its last routed request), unless its\n"
+		"function's spec says otherwise (\"idle_s\"; THAW_IDLE_S;\n"
+		"default 0: never)" },
 	{ .name = "gpu-mem-reserve", .arg = "BYTES", .env = "THAW_GPU_MEM_RESERVE", .kind = OPT_U64,
 	  .off = OPTS(gpu_mem_reserve), .max = 1ull << 50, .flags = NUM_BYTES,
 	  .help = "a GPU function's start that would leave its GPU less\n"
@@ -223,7 +225,7 @@ static const struct thawd_opt opts[] = {
 	{ .name = "log-bytes", .arg = "BYTES", .kind = OPT_LOG_BYTES,
 	  .help = "an instance's function.log (its stdout and stderr)\n"
 		"and a snapshot's boot output are rotated at this size:\n"
-		"at most twice as much is kept; K, M, G suffixes\n"
+		"at most twice as much is kept; K, M, G, T suffixes\n"
 		"(THAW_LOG_BYTES, also for thaw start; default 1M,\n"
 		"at least 4K)" },
 	{ .name = "max-connections", .arg = "N", .env = "THAW_MAX_CONNECTIONS",
@@ -287,12 +289,13 @@ static const char usage_tail[] =
 	"\n"
 	"Stopping: on SIGTERM, SIGINT or SIGHUP thawd stops accepting connections, answers\n"
 	"503 to new work on open ones, waits for the starts and snapshots that are\n"
-	"running to finish, then stops every instance it started and exits 0.  A\n"
-	"second signal ends it at once; so does kill -9.  Either way, the next thawd\n"
-	"on the same data directory reports the instances it finds recorded as lost\n"
-	"and stops them, marks snapshots that were building as failed (\"thawd\n"
-	"restarted during the snapshot\"), removes what they left (container,\n"
-	"namespace, work directory) and garbage-collects the store.\n";
+	"running to finish, then stops every instance it holds (adopted ones too)\n"
+	"and exits 0.  A second signal ends it at once; so does kill -9.  Either\n"
+	"way, the next thawd on the same data directory adopts the instances\n"
+	"recorded there whose process and endpoint are alive (they go on serving)\n"
+	"and stops the others, marks snapshots that were building as failed\n"
+	"(\"thawd restarted during the snapshot\"), removes what they left\n"
+	"(container, namespace, work directory) and garbage-collects the store.\n";
 
 /* One row's help: its left column ("--name ARG"), then its lines from
  * HELP_COLUMN, the first beside it if it fits, "@" standing for its default. */

@@ -23,9 +23,10 @@ struct inst_ref {
 	char function[64];
 };
 
-/* When thawd stops an instance by itself (server/reaper.h); 0: never. */
+/* When thawd stops an instance by itself (server/lifetimes.h); 0: never. */
 struct inst_limits {
-	double idle_s;     /* no bytes through its endpoint and no connection that long */
+	double idle_s;     /* no bytes through its endpoint and no connection that long; a
+			    * routed instance: that long after its last routed request */
 	double lifetime_s; /* that long after its start */
 	double grace_s;    /* SIGTERM, then SIGKILL after that long */
 	uint64_t started_ms; /* CLOCK_REALTIME ms of its start (its answer) */

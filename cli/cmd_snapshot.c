@@ -115,19 +115,19 @@ static void pull_progress(void *arg, const char *phase, uint64_t done, uint64_t 
 /* The functions registered in the data directory (dir: its functions/),
  * as thawd's registry has them (server/registry.h: one file each,
  * {"spec": …}; one being deleted is gone), read as they are now: a
- * thaw_config's "registered" (common/config.h), so that a snapshot made
- * here is held to the rule a PUT is, against the same functions.  0 (an
- * empty array where there are none) or -errno. */
+ * thaw_config's "registered" (common/config.h: each id to its spec), so
+ * that a snapshot made here is held to the rule a PUT is, against the same
+ * functions.  0 (an empty object where there are none) or -errno. */
 static int registered_specs(void *dir, json_t **out)
 {
 	char path[PATH_MAX + 300], id[64];
-	json_t *arr = json_array(), *j, *spec;
+	json_t *all = json_object(), *j, *spec;
 	struct dirent *de;
 	DIR *d;
 	int ret = 0;
 
 	*out = NULL;
-	if (!arr)
+	if (!all)
 		return -ENOMEM;
 	d = opendir(dir);
 	if (!d && errno != ENOENT) {
@@ -145,20 +145,18 @@ static int registered_specs(void *dir, json_t **out)
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", (const char *)dir, de->d_name);
 		j = json_load_file(path, JSON_REJECT_DUPLICATES, NULL);
-		spec = json_deep_copy(json_object_get(j, "spec"));
+		spec = json_object_get(j, "spec");
 		if (json_is_object(spec) && !json_is_true(json_object_get(j, "deleting")) &&
-		    (json_object_set_new(spec, "id", json_string(id)) ||
-		     json_array_append(arr, spec)))
+		    json_object_set(all, id, spec))
 			ret = -ENOMEM;
-		json_decref(spec);
 		json_decref(j);
 	}
 	if (d)
 		closedir(d);
 	if (ret)
-		json_decref(arr);
+		json_decref(all);
 	else
-		*out = arr;
+		*out = all;
 	return ret;
 }
 

@@ -108,8 +108,8 @@ struct thaw_config {
 	/* The functions registered in data_dir, whose host paths a function's
 	 * are compared with wherever they are checked (function/confine.h: a
 	 * directory one function may write is reached by no other): a new
-	 * JSON array of their specs, each with its "id", into *out; 0 or
-	 * -errno.  thawd answers from its registry (registry_specs), thaw
+	 * JSON object, each one's id to its spec (read, never changed), into
+	 * *out; 0 or -errno.  thawd answers from its registry (registry_specs), thaw
 	 * snapshot from the registry's files in data_dir.  NULL
 	 * (config_init's): there are none to compare with. */
 	int (*registered)(void *arg, struct json_t **out);

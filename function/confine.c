@@ -159,21 +159,24 @@ struct reach {
 /* The host directories spec (a spec's JSON) reaches, into r[] (room for
  * SPEC_MAX_MOUNTS + 1): its rootfs (writable with sandbox.writable_root),
  * or without a bundle or an image its cwd (read-only), and its mounts'
- * sources.  Their number. */
-static size_t reaches(const json_t *spec, struct reach *r)
+ * sources; with rw_only, only those it may write (each path is resolved,
+ * and a start compares every registered function's: those that cannot
+ * clash are not looked up).  Their number. */
+static size_t reaches(const json_t *spec, bool rw_only, struct reach *r)
 {
 	const char *bundle = json_string_value(json_object_get(spec, "bundle"));
 	const char *cwd = json_string_value(json_object_get(spec, "cwd"));
 	const json_t *mounts = json_object_get(spec, "mounts");
+	bool wr = json_is_true(json_object_get(json_object_get(spec, "sandbox"), "writable_root"));
 	char p[PATH_MAX + 16];
 	size_t n = 0;
 
-	if (bundle && !rootfs_of(bundle, p, sizeof(p), NULL, 0)) {
+	if (bundle && (wr || !rw_only) && !rootfs_of(bundle, p, sizeof(p), NULL, 0)) {
 		absolute(p, r[n].path);
 		snprintf(r[n].key, sizeof(r[n].key), "bundle");
-		r[n++].rw = json_is_true(
-		    json_object_get(json_object_get(spec, "sandbox"), "writable_root"));
-	} else if (!bundle && cwd && !json_object_get(spec, "image") && strcmp(cwd, "/")) {
+		r[n++].rw = wr;
+	} else if (!bundle && !rw_only && cwd && !json_object_get(spec, "image") &&
+		   strcmp(cwd, "/")) {
 		absolute(cwd, r[n].path);
 		snprintf(r[n].key, sizeof(r[n].key), "cwd");
 		r[n++].rw = false;
@@ -181,12 +184,13 @@ static size_t reaches(const json_t *spec, struct reach *r)
 	for (size_t i = 0; i < json_array_size(mounts) && i < SPEC_MAX_MOUNTS; i++) {
 		const json_t *m = json_array_get(mounts, i);
 		const char *src = json_string_value(json_object_get(m, "source"));
+		bool rw = json_is_false(json_object_get(m, "readonly"));
 
-		if (!src)
+		if (!src || (rw_only && !rw))
 			continue;
 		absolute(src, r[n].path);
 		snprintf(r[n].key, sizeof(r[n].key), "mounts[%zu].source", i);
-		r[n++].rw = json_is_false(json_object_get(m, "readonly"));
+		r[n++].rw = rw;
 	}
 	return n;
 }
@@ -210,12 +214,16 @@ static int clash_registered(const struct thaw_config *c, const char *id, const s
 			    size_t n, char *key, size_t key_len, char *why, size_t why_len)
 {
 	struct reach *theirs = NULL;
-	json_t *others = NULL;
+	json_t *others = NULL, *o;
+	const char *oid;
+	bool writes = false;
 	size_t k;
 	int ret;
 
 	if (!c->registered)
 		return 0;
+	for (size_t i = 0; i < n; i++)
+		writes |= mine[i].rw;
 	ret = c->registered(c->registered_arg, &others);
 	theirs = calloc(SPEC_MAX_MOUNTS + 1, sizeof(*theirs));
 	if (ret || !theirs) {
@@ -225,13 +233,10 @@ static int clash_registered(const struct thaw_config *c, const char *id, const s
 		    strerror(-ret));
 		goto out;
 	}
-	for (size_t f = 0; f < json_array_size(others); f++) {
-		const json_t *o = json_array_get(others, f);
-		const char *oid = json_string_value(json_object_get(o, "id"));
-
-		if (!oid || (id && !strcmp(oid, id)))
+	json_object_foreach(others, oid, o) {
+		if (id && !strcmp(oid, id))
 			continue;
-		k = reaches(o, theirs);
+		k = reaches(o, !writes, theirs); /* read-only meets read-only freely */
 		for (size_t i = 0; i < n; i++)
 			for (size_t j = 0; j < k; j++)
 				if (clash(&mine[i], &theirs[j])) {
@@ -312,7 +317,7 @@ int function_spec_check(const struct thaw_config *c, const char *id, const json_
 		}
 	}
 
-	n = reaches(spec, mine);
+	n = reaches(spec, false, mine);
 	for (size_t i = 0; i < n; i++)
 		for (size_t j = i + 1; j < n; j++)
 			if (clash(&mine[i], &mine[j])) {

@@ -572,21 +572,23 @@ int registry_list_json(struct registry *r, json_t **out)
 	return list_json(r, false, entry_api_json, out);
 }
 
-/* A function's spec with its "id". */
-static json_t *entry_spec_json(const struct entry *e)
+int registry_specs(void *arg, json_t **out)
 {
-	json_t *j = json_deep_copy(e->spec);
+	struct registry *r = arg;
+	json_t *all = json_object();
+	int ret = all ? 0 : -ENOMEM;
 
-	if (!j || json_object_set_new(j, "id", json_string(e->id))) {
-		json_decref(j);
-		return NULL;
-	}
-	return j;
-}
-
-int registry_specs(void *r, json_t **out)
-{
-	return list_json(r, false, entry_spec_json, out);
+	*out = NULL;
+	pthread_mutex_lock(&r->lock);
+	for (size_t i = 0; i < r->n && !ret; i++)
+		if (!r->e[i]->deleting && json_object_set(all, r->e[i]->id, r->e[i]->spec))
+			ret = -ENOMEM;
+	pthread_mutex_unlock(&r->lock);
+	if (ret)
+		json_decref(all);
+	else
+		*out = all;
+	return ret;
 }
 
 int registry_delete(struct registry *r, const char *id, char *forgot)

@@ -78,9 +78,11 @@ int registry_admit(struct registry *r, const struct thaw_config *c, const char *
 int registry_get_json(struct registry *r, const char *id, json_t **out);
 /* GET /functions: a new array, sorted by id. */
 int registry_list_json(struct registry *r, json_t **out);
-/* The specs of the functions r (a struct registry) holds, each with its
- * "id" (what function/confine.h compares a function's host paths with: a
- * thaw_config's "registered"): a new array, sorted by id; 0 or -ENOMEM. */
+/* The specs of the functions r (a struct registry) holds (what
+ * function/confine.h compares a function's host paths with: a thaw_config's
+ * "registered"): a new object, each id to its spec, which the caller must
+ * not change (it is the registry's own: a put replaces a spec, never
+ * changes it, so none is copied at every start); 0 or -ENOMEM. */
 int registry_specs(void *r, json_t **out);
 /* Forget function id and remove its file (being deleted or not); -ENOENT.
  * forgot (may be NULL): the id of its ready snapshot, else "". */

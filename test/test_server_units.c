@@ -1077,7 +1077,7 @@ static void test_registry_admit(void)
 	CHECK(strstr(b.why, "function writer") != NULL);
 	CHECK_STR(b.key, "mounts[0].source");
 	CHECK_EQ(registry_specs(a.r, &list), 0);
-	CHECK_EQ(json_array_size(list), 1);
+	CHECK_EQ(json_object_size(list), 1);
 	json_decref(list);
 	json_decref(a.spec);
 	json_decref(b.spec);

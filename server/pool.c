@@ -316,23 +316,14 @@ static struct pool_inst *inst_find(struct pool *p, const char *id)
 
 /* ---- settings ---- */
 
-static void params_of(const json_t *fj, struct params *par, char snapshot[CHUNK_ID_LEN])
+/* The defaults ("concurrency" by "gpu", "queue", "queue_timeout_s") are
+ * spec_parse's. */
+static void params_of(const struct func_spec *f, struct params *par)
 {
-	const json_t *v;
-	const char *snap = json_string_value(json_object_get(json_object_get(fj, "snapshot"), "id"));
-
-	v = json_object_get(fj, "concurrency");
-	par->concurrency = v ? (unsigned)json_integer_value(v)
-			     : json_is_true(json_object_get(fj, "gpu")) ? SPEC_DEFAULT_CONCURRENCY_GPU
-									  : SPEC_DEFAULT_CONCURRENCY_CPU;
-	if (!par->concurrency)
-		par->concurrency = 1;
-	v = json_object_get(fj, "queue");
-	par->queue = v ? (unsigned)json_integer_value(v) : SPEC_DEFAULT_QUEUE;
-	v = json_object_get(fj, "queue_timeout_s");
-	par->queue_timeout_s = v ? json_number_value(v) : SPEC_DEFAULT_QUEUE_TIMEOUT_S;
-	par->max_instances = (unsigned)json_integer_value(json_object_get(fj, "max_instances"));
-	snprintf(snapshot, CHUNK_ID_LEN, "%s", snap ? snap : "");
+	par->concurrency = f->concurrency ? f->concurrency : 1;
+	par->queue = f->queue;
+	par->queue_timeout_s = f->queue_timeout_s;
+	par->max_instances = f->max_instances;
 }
 
 /* Function fn's pool with its settings at most PARAMS_MAX_AGE_NS old:
@@ -341,8 +332,8 @@ static int refresh(struct pool *p, const char *fn)
 {
 	struct pool_fn *f;
 	struct params par = { 0 };
-	char snap[CHUNK_ID_LEN] = "";
-	json_t *fj = NULL;
+	struct registry_snap snap = { 0 };
+	struct func_spec *spec = NULL;
 	bool fresh;
 	int ret;
 
@@ -352,10 +343,10 @@ static int refresh(struct pool *p, const char *fn)
 	pthread_mutex_unlock(&p->lock);
 	if (fresh)
 		return 0;
-	ret = registry_get_json(p->srv->reg, fn, &fj);
+	ret = registry_get_spec(p->srv->reg, fn, &spec, &snap);
 	if (!ret)
-		params_of(fj, &par, snap);
-	json_decref(fj);
+		params_of(spec, &par);
+	spec_free(spec);
 	pthread_mutex_lock(&p->lock);
 	f = fn_find(p, fn);
 	if (ret == -ENOENT && f) {
@@ -373,7 +364,7 @@ static int refresh(struct pool *p, const char *fn)
 		ret = -ENOMEM;
 	if (!ret) {
 		f->par = par;
-		memcpy(f->snapshot, snap, sizeof(snap));
+		memcpy(f->snapshot, snap.id, sizeof(snap.id));
 		f->params_ns = now_ns();
 		f->gone = false;
 	}

@@ -5,6 +5,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "function/confine.h"
+#include "function/spec.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -535,6 +536,37 @@ int registry_get_json(struct registry *r, const char *id, json_t **out)
 	return ret;
 }
 
+int registry_get_spec(struct registry *r, const char *id, struct func_spec **spec,
+		      struct registry_snap *snap)
+{
+	char err[256];
+	struct entry *e;
+	int ret;
+
+	*spec = NULL;
+	if (snap)
+		memset(snap, 0, sizeof(*snap));
+	pthread_mutex_lock(&r->lock);
+	e = find(r, id);
+	if (!e) {
+		ret = -ENOENT;
+		goto out;
+	}
+	/* Parsed under the lock (no I/O, microseconds): e->spec is replaced,
+	 * and freed, by a PUT. */
+	ret = spec_parse(e->spec, e->id, spec, err, sizeof(err));
+	if (ret == -EINVAL)
+		pr_err("function %s: its stored spec does not parse: %s", id, err);
+	if (ret || !snap)
+		goto out;
+	snap->state = e->state;
+	memcpy(snap->id, e->snap_id, CHUNK_ID_LEN);
+	snap->image_bytes = e->image_bytes;
+out:
+	pthread_mutex_unlock(&r->lock);
+	return ret;
+}
+
 static int cmp_entry(const void *a, const void *b)
 {
 	return strcmp((*(struct entry *const *)a)->id, (*(struct entry *const *)b)->id);
@@ -669,6 +701,11 @@ void registry_delete_release(struct registry *r, const char *id)
 static json_t *entry_id_json(const struct entry *e)
 {
 	return json_string(e->id);
+}
+
+int registry_list_ids(struct registry *r, json_t **out)
+{
+	return list_json(r, false, entry_id_json, out);
 }
 
 int registry_list_deleting(struct registry *r, json_t **out)

@@ -34,6 +34,7 @@
 
 #include "store/chunk.h"
 
+struct func_spec;
 struct thaw_config;
 
 #define REGISTRY_RESTART_REASON "thawd restarted during the snapshot"
@@ -76,6 +77,23 @@ int registry_admit(struct registry *r, const struct thaw_config *c, const char *
 		   size_t key_len, char *why, size_t why_len);
 /* GET /functions/<id>: a new object; -ENOENT. */
 int registry_get_json(struct registry *r, const char *id, json_t **out);
+/* What the server decides on of a function's snapshots (the "snapshot" of
+ * GET /functions/<id>, in part). */
+struct registry_snap {
+	enum snap_state state;  /* of the latest attempt */
+	char id[CHUNK_ID_LEN];  /* the current snapshot ("" none): the one starts use */
+	uint64_t image_bytes;   /* its image's size */
+};
+/* Function id's settings as the server reads them: its spec parsed
+ * (spec_parse, so every default is filled in) into *spec (yours:
+ * spec_free) and its snapshot's state into *snap (may be NULL).  -ENOENT
+ * unknown, -ENOMEM, or -EINVAL for a stored spec that no longer parses
+ * (logged). */
+int registry_get_spec(struct registry *r, const char *id, struct func_spec **spec,
+		      struct registry_snap *snap);
+/* The ids of the functions (not those being deleted), sorted: a new array
+ * of strings. */
+int registry_list_ids(struct registry *r, json_t **out);
 /* GET /functions: a new array, sorted by id. */
 int registry_list_json(struct registry *r, json_t **out);
 /* The specs of the functions r (a struct registry) holds (what

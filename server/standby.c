@@ -4,6 +4,7 @@
 #include "server/standby.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "function/spec.h"
 #include "restore/instance.h"
 #include "server/fallback.h"
 #include "server/internal.h"
@@ -91,47 +92,38 @@ static void stop_standby(struct server *s, const struct standby_entry *e, const 
 		pr_warn("stop standby %s: %s", e->id, log_last_error());
 }
 
-/* Whether function f (its stored spec) wants standbys that hold their GPU
- * contexts: "standby_gpu", else its default (function/spec.h), "context"
- * for a GPU function whose memory thaw carries. */
-static bool want_context(const json_t *f)
-{
-	const char *w = json_string_value(json_object_get(f, "standby_gpu"));
-	const char *mem = json_string_value(json_object_get(f, "gpu_memory"));
-
-	if (w)
-		return !strcmp(w, "context");
-	return json_is_true(json_object_get(f, "gpu")) && !(mem && !strcmp(mem, "driver"));
-}
-
 /* Every function with "standby" > 0 and a current snapshot.  *n is their
  * count; the array is yours. */
 static struct want *wanted(struct server *s, size_t *n)
 {
-	json_t *list = NULL, *f;
+	json_t *list = NULL, *v;
 	struct want *w = NULL;
 	size_t i;
 
 	*n = 0;
-	if (registry_list_json(s->reg, &list))
+	if (registry_list_ids(s->reg, &list))
 		return NULL;
 	w = calloc(json_array_size(list) + 1, sizeof(*w));
-	json_array_foreach(list, i, f) {
-		const char *id = json_string_value(json_object_get(f, "id"));
-		json_int_t k = json_integer_value(json_object_get(f, "standby"));
-		enum snap_state st;
+	json_array_foreach(list, i, v) {
+		const char *id = json_string_value(v);
+		struct func_spec *f = NULL;
+		struct registry_snap snap;
 
-		if (!w || !id || k <= 0)
+		/* Gone since the list, or a spec that no longer parses (logged). */
+		if (!w || !id || registry_get_spec(s->reg, id, &f, &snap))
 			continue;
-		snprintf(w[*n].function, sizeof(w[*n].function), "%s", id);
-		if (registry_ready_snapshot(s->reg, id, w[*n].snapshot, &st))
-			continue;
-		w[*n].n = (unsigned)k;
-		w[*n].gpu = json_is_true(json_object_get(f, "gpu"));
-		/* The function's word now, not its snapshot's: how it is served
-		 * changes without a new snapshot. */
-		w[*n].gpu_context = want_context(f);
-		(*n)++;
+		if (f->standby > 0 && snap.id[0]) {
+			snprintf(w[*n].function, sizeof(w[*n].function), "%s", id);
+			memcpy(w[*n].snapshot, snap.id, sizeof(snap.id));
+			w[*n].n = f->standby;
+			w[*n].gpu = f->gpu;
+			/* The function's word now, not its snapshot's: how it is
+			 * served changes without a new snapshot.  "standby_gpu"'s
+			 * default (spec_standby_gpu_default) is spec_parse's. */
+			w[*n].gpu_context = f->standby_gpu_context;
+			(*n)++;
+		}
+		spec_free(f);
 	}
 	json_decref(list);
 	return w;

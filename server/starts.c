@@ -54,7 +54,10 @@ static json_t *start_answer(const struct instance *in)
 struct start {
 	struct server *s;
 	const struct start_opts *o;
-	const json_t *f; /* its GET /functions/<id> object; NULL if it is gone */
+	/* Its settings and its snapshot's state, read once (registry_get_spec);
+	 * all defaults when it is gone. */
+	const struct func_spec *spec;
+	struct registry_snap rsnap;
 	const char *fn;
 	char snap[CHUNK_ID_LEN];
 	/* "on_restore_failure": "fail" (docs/DESIGN.md, "Restore or boot") */
@@ -213,20 +216,17 @@ static unsigned boot_lost(struct start *st, int err)
  * default), max_lifetime_s and stop_grace_s, with the start's idle_s and
  * lifetime_s (?idle_s=, ?max_lifetime_s=) overriding them for this
  * instance; -EINVAL with why for a query that did not parse. */
-static int start_limits(struct server *s, const struct start_opts *o, const json_t *f,
-			unsigned *max_instances, struct inst_limits *lim, char *why, size_t len)
+static int start_limits(struct server *s, const struct start_opts *o,
+			const struct func_spec *f, unsigned *max_instances, struct inst_limits *lim,
+			char *why, size_t len)
 {
-	const json_t *g;
-
 	memset(lim, 0, sizeof(*lim));
-	lim->idle_s = s->opts.idle_s;
-	lim->grace_s = SPEC_DEFAULT_STOP_GRACE_S;
-	*max_instances = (unsigned)json_integer_value(json_object_get(f, "max_instances"));
-	if ((g = json_object_get(f, "idle_s")))
-		lim->idle_s = json_number_value(g);
-	lim->lifetime_s = json_number_value(json_object_get(f, "max_lifetime_s"));
-	if ((g = json_object_get(f, "stop_grace_s")))
-		lim->grace_s = json_number_value(g);
+	*max_instances = f->max_instances;
+	/* A stored spec holds "idle_s" only when it is above 0 (spec_to_json):
+	 * 0 is "not set", thawd's default. */
+	lim->idle_s = f->idle_s > 0 ? f->idle_s : s->opts.idle_s;
+	lim->lifetime_s = f->max_lifetime_s;
+	lim->grace_s = f->stop_grace_s;
 	if (o->bad_query) {
 		snprintf(why, len, "%s", o->bad_query);
 		return -EINVAL;
@@ -258,16 +258,14 @@ static uint64_t mem_available(void)
  * copy of every page), leave the host less than the reserve?  Refused
  * before anything is restored, rather than killed by the OOM killer
  * half-way; why says the figures. */
-static bool memory_admits(struct server *s, const char *fn, const json_t *f, char *why,
+static bool memory_admits(struct server *s, const char *fn, uint64_t need, char *why,
 			  size_t len)
 {
-	uint64_t avail, need;
+	uint64_t avail;
 	char a[32], b[32], c[32];
 
 	if (!s->opts.mem_reserve)
 		return true;
-	need = (uint64_t)json_integer_value(
-		json_object_get(json_object_get(f, "snapshot"), "image_bytes"));
 	avail = mem_available();
 	if (avail >= need && avail - need >= s->opts.mem_reserve)
 		return true;
@@ -293,7 +291,7 @@ static unsigned place_gpus(struct start *st, struct gpu_placement *gp, const cha
 	int ret;
 
 	memset(gp, 0, sizeof(*gp));
-	if (!json_is_true(json_object_get(st->f, "gpu"))) {
+	if (!st->spec->gpu) {
 		*code = "bad_request";
 		snprintf(why, len, "gpu=%s: %s is not a GPU function", asked ? asked : "",
 			 st->fn);
@@ -310,8 +308,8 @@ static unsigned place_gpus(struct start *st, struct gpu_placement *gp, const cha
 /* A standby of fn's snapshot snap, activated into *in onto gp's GPUs: 0,
  * or non-zero when there was none or it failed (the start then restores as
  * usual).  Counted as a hit or a miss for a function that keeps standbys. */
-static int take_standby(struct server *s, const char *fn, const json_t *f, const char *snap,
-			struct gpu_placement *gp, struct instance *in)
+static int take_standby(struct server *s, const char *fn, const struct func_spec *f,
+			const char *snap, struct gpu_placement *gp, struct instance *in)
 {
 	char id[64];
 	int ret = -ENOENT;
@@ -324,7 +322,7 @@ static int take_standby(struct server *s, const char *fn, const json_t *f, const
 			log_last_error()[0] ? log_last_error() : api_why(ret));
 		log_clear_error();
 	}
-	if (ret == 0 || json_integer_value(json_object_get(f, "standby")) > 0)
+	if (ret == 0 || f->standby > 0)
 		metrics_standby(s->metrics, fn, ret == 0);
 	return ret;
 }
@@ -413,9 +411,10 @@ static int start_admit(struct start *st, int ready, enum snap_state state)
 	if (!s->tier)
 		return refuse(st, 503, "unavailable", true,
 			      "the RAM tier is not open (see thawd's log)");
-	if (start_limits(s, st->o, st->f, &st->max_instances, &st->lim, st->msg, sizeof(st->msg)))
+	if (start_limits(s, st->o, st->spec, &st->max_instances, &st->lim, st->msg,
+			 sizeof(st->msg)))
 		return refused(st, 400, "bad_request", false);
-	if (!memory_admits(s, st->fn, st->f, st->msg, sizeof(st->msg)))
+	if (!memory_admits(s, st->fn, st->rsnap.image_bytes, st->msg, sizeof(st->msg)))
 		return refused(st, 503, "no_memory", true);
 	/* Its snapshot marked, or made on a host unlike this one: boot (or,
 	 * "on_restore_failure": "fail", say why not), restoring nothing. */
@@ -466,7 +465,7 @@ static int start_run(struct start *st)
 	bool placed = st->gp.held;
 
 	log_clear_error();
-	st->err = take_standby(s, st->fn, st->f, st->snap, &st->gp, &st->in);
+	st->err = take_standby(s, st->fn, st->spec, st->snap, &st->gp, &st->in);
 	if (st->err && placed && !st->gp.held && start_place(st))
 		return -1;
 	if (st->err && st->boot_why[0])
@@ -561,8 +560,8 @@ static unsigned start_answer_made(struct start *st)
 	return answer(st, 201, body, "Location", loc);
 }
 
-/* A start of st's function, whose GET /functions/<id> object (st->f, NULL
- * if it is gone) gives its limits, standbys and snapshot's size: admitted,
+/* A start of st's function, whose settings (st->spec) give its limits,
+ * standbys and GPU use, and st->rsnap its snapshot's size: admitted,
  * placed, reserved, fetched, run; whatever step refuses it, start_release
  * gives back what the others took.  The answer's status. */
 static unsigned start_function(struct start *st)
@@ -571,8 +570,7 @@ static unsigned start_function(struct start *st)
 	char msg[1024];
 	int ready;
 
-	st->fails = !strcmp(json_string_value(json_object_get(st->f, "on_restore_failure")) ?: "",
-			    "fail");
+	st->fails = st->spec->restore_failure_fails;
 	ready = registry_ready_snapshot(st->s->reg, st->fn, st->snap, &state);
 	if (ready == -ENOENT) {
 		snprintf(msg, sizeof(msg), "no function %s", st->fn);
@@ -601,15 +599,18 @@ unsigned starts_run(struct server *s, const char *fn, const struct start_opts *o
 		    struct start_result *r)
 {
 	static const struct start_opts none = { .idle_s = -1, .lifetime_s = -1 };
+	/* A function gone (or whose stored spec no longer parses) has every
+	 * setting at its default: the start then answers for itself. */
+	static const struct func_spec gone = { .stop_grace_s = SPEC_DEFAULT_STOP_GRACE_S };
 	struct start st = { .s = s, .o = o ? o : &none, .fn = fn, .r = r };
-	json_t *f = NULL;
+	struct func_spec *spec = NULL;
 
 	memset(r, 0, sizeof(*r));
 	/* Read once: the spec's limits, its standbys, its snapshot's size. */
-	registry_get_json(s->reg, fn, &f);
-	st.f = f;
+	registry_get_spec(s->reg, fn, &spec, &st.rsnap);
+	st.spec = spec ? spec : &gone;
 	r->status = start_function(&st);
-	json_decref(f);
+	spec_free(spec);
 	if (r->status == 201)
 		r->in = st.in;
 	if (!r->answer) {

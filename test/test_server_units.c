@@ -6,6 +6,7 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "function/spec.h"
 #include "server/auth.h"
 #include "server/errors.h"
 #include "server/fallback.h"
@@ -1084,6 +1085,98 @@ static void test_registry_admit(void)
 	registry_free(a.r);
 }
 
+/* A PUT's body, stored as a PUT stores it (function_body_parse). */
+static void put_body(struct registry *r, const char *id, const char *body)
+{
+	char err[256];
+	json_t *spec = NULL;
+	bool created;
+
+	REQUIRE(function_body_parse(id, body, strlen(body), &spec, err, sizeof(err)) == 0);
+	CHECK_EQ(registry_put(r, id, spec, &created, NULL), 0);
+	json_decref(spec);
+}
+
+/* registry_get_spec: the settings the server decides on, with the defaults
+ * it had when it read them from the JSON by key. */
+static void test_registry_spec(void)
+{
+	struct func_spec *f = NULL;
+	struct registry_snap snap;
+	struct registry *r;
+	char dir[256];
+	json_t *j = NULL;
+	bool created;
+
+	snprintf(dir, sizeof(dir), "%s/functions-spec", tmpdir);
+	r = registry_open(dir);
+	REQUIRE(r);
+	put_body(r, "cpu", "{\"command\":[\"x\"],\"port\":8000}");
+	put_body(r, "gpu", "{\"command\":[\"x\"],\"port\":8000,\"gpu\":true}");
+	put_body(r, "drv", "{\"command\":[\"x\"],\"port\":8000,\"gpu\":true,"
+			   "\"gpu_memory\":\"driver\"}");
+	put_body(r, "set", "{\"command\":[\"x\"],\"port\":8000,\"gpu\":true,\"concurrency\":3,"
+			   "\"queue\":0,\"queue_timeout_s\":2.5,\"max_instances\":4,\"idle_s\":7,"
+			   "\"max_lifetime_s\":9,\"stop_grace_s\":0,\"standby\":2,"
+			   "\"standby_gpu\":\"none\",\"on_restore_failure\":\"fail\"}");
+	CHECK_EQ(registry_get_spec(r, "nope", &f, &snap), -ENOENT);
+	CHECK(!f);
+
+	REQUIRE(registry_get_spec(r, "cpu", &f, &snap) == 0);
+	CHECK_EQ(f->concurrency, SPEC_DEFAULT_CONCURRENCY_CPU);
+	CHECK_EQ(f->queue, SPEC_DEFAULT_QUEUE);
+	CHECK(f->queue_timeout_s == SPEC_DEFAULT_QUEUE_TIMEOUT_S);
+	CHECK(f->stop_grace_s == SPEC_DEFAULT_STOP_GRACE_S);
+	CHECK(f->idle_s == 0 && f->max_lifetime_s == 0);
+	CHECK(!f->gpu && !f->standby_gpu_context && !f->restore_failure_fails);
+	CHECK_EQ(f->max_instances + f->standby, 0);
+	CHECK_EQ(snap.state, SNAP_NONE);
+	CHECK_STR(snap.id, "");
+	spec_free(f);
+	REQUIRE(registry_get_spec(r, "gpu", &f, NULL) == 0);
+	CHECK_EQ(f->concurrency, SPEC_DEFAULT_CONCURRENCY_GPU);
+	CHECK(f->gpu && f->standby_gpu_context);
+	spec_free(f);
+	REQUIRE(registry_get_spec(r, "drv", &f, NULL) == 0);
+	CHECK(f->gpu && !f->standby_gpu_context);
+	spec_free(f);
+	REQUIRE(registry_get_spec(r, "set", &f, &snap) == 0);
+	CHECK_EQ(f->concurrency, 3);
+	CHECK_EQ(f->queue, 0);
+	CHECK(f->queue_timeout_s == 2.5 && f->idle_s == 7 && f->max_lifetime_s == 9);
+	CHECK(f->stop_grace_s == 0);
+	CHECK_EQ(f->max_instances, 4);
+	CHECK_EQ(f->standby, 2);
+	CHECK(!f->standby_gpu_context && f->restore_failure_fails);
+	spec_free(f);
+
+	/* The snapshot's state: the current one's id and size. */
+	CHECK_EQ(registry_snapshot_begin(r, "set", "job-1", &j), 0);
+	json_decref(j);
+	CHECK_EQ(registry_snapshot_end(r, "set", "job-1", SNAP1, 1000, 200, NULL, NULL, NULL), 0);
+	REQUIRE(registry_get_spec(r, "set", &f, &snap) == 0);
+	CHECK_EQ(snap.state, SNAP_READY);
+	CHECK_STR(snap.id, SNAP1);
+	CHECK_EQ(snap.image_bytes, 1000);
+	spec_free(f);
+
+	/* A stored spec that no longer parses is an error, not defaults. */
+	j = json_pack("{s:s}", "command", "not an array");
+	CHECK_EQ(registry_put(r, "bad", j, &created, NULL), 0);
+	json_decref(j);
+	CHECK_EQ(registry_get_spec(r, "bad", &f, &snap), -EINVAL);
+	CHECK(!f);
+
+	/* The ids, without the one being deleted. */
+	CHECK_EQ(registry_delete_begin(r, "drv", NULL), 0);
+	CHECK_EQ(registry_list_ids(r, &j), 0);
+	CHECK_EQ(json_array_size(j), 4);
+	CHECK_STR(json_string_value(json_array_get(j, 0)), "bad");
+	CHECK_STR(json_string_value(json_array_get(j, 1)), "cpu");
+	json_decref(j);
+	registry_free(r);
+}
+
 int main(void)
 {
 	log_set_level(LOG_ERR);
@@ -1103,6 +1196,7 @@ int main(void)
 	test_registry_damaged();
 	test_registry_unrestorable();
 	test_registry_admit();
+	test_registry_spec();
 	rm_rf(tmpdir);
 	return check_failures ? 1 : 0;
 }

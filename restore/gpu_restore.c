@@ -285,6 +285,13 @@ int gpu_place_devices(const json_t *gpus, const char *request, const struct cuda
 	eff = calloc(ndevs + 1, sizeof(*eff));
 	if (!eff)
 		return -ENOMEM;
+	/* No free-memory figure on any device (no NVML): nothing is judged by
+	 * memory, as gpu_admit_devices does; the restore itself says if it
+	 * does not fit.  Else every GPU would read as full. */
+	bool known = false;
+
+	for (size_t d = 0; d < ndevs; d++)
+		known |= devs[d].free_bytes > 0;
 	pthread_mutex_lock(&claims_lock);
 	/* What each device has free once the placements in flight have taken
 	 * theirs. */
@@ -293,7 +300,10 @@ int gpu_place_devices(const json_t *gpus, const char *request, const struct cuda
 				     claimed[devs[d].ordinal] : 0;
 
 		eff[d] = devs[d];
-		eff[d].free_bytes = devs[d].free_bytes > c ? devs[d].free_bytes - c : 0;
+		if (!known)
+			eff[d].free_bytes = UINT64_MAX;
+		else
+			eff[d].free_bytes = devs[d].free_bytes > c ? devs[d].free_bytes - c : 0;
 	}
 	if (request && *request)
 		ret = choose_asked(gpus, request, eff, ndevs, reserve, choice, why, whylen);
@@ -307,6 +317,8 @@ int gpu_place_devices(const json_t *gpus, const char *request, const struct cuda
 		int o = d->ordinal;
 
 		p->dev[i] = eff[choice[i]];
+		if (!known)
+			p->dev[i].free_bytes = 0; /* unknown, as the device said */
 		if (!gpu_uuid(g) || strcmp(d->uuid, gpu_uuid(g)))
 			p->moved = true;
 		p->claim[i] = gpu_need(g);
@@ -487,6 +499,11 @@ static int check_free(const json_t *meta, const json_t *gpus, const struct gpu_p
 	}
 	if (!total) {
 		pr_warn("the snapshot records no GPU memory figure: restoring without a "
+			"free-memory check");
+		return 0;
+	}
+	if (!free_sum) {
+		pr_warn("the GPUs give no free-memory figure (no NVML): restoring without a "
 			"free-memory check");
 		return 0;
 	}

@@ -116,6 +116,21 @@ int main(void)
 	CHECK_EQ(gpu_admit_devices(g, one, 1, 71 * GIB, why, sizeof(why)), 0);
 	json_decref(g);
 
+	/* Placement with no free-memory figures at all (no NVML): nothing is
+	 * judged by memory, as for admission; the GPU of the snapshot is
+	 * taken. */
+	{
+		struct cuda_device blind[] = { dev(0, "GPU-a", "H100", 0), dev(1, "GPU-b", "H100", 0) };
+		struct gpu_placement q;
+
+		g = gpus("[{\"uuid\":\"GPU-b\",\"name\":\"H100\",\"used_bytes\":32212254720}]");
+		CHECK_EQ(gpu_place_devices(g, NULL, blind, 2, 0, &q, why, sizeof(why)), 0);
+		CHECK_STR(q.dev[0].uuid, "GPU-b");
+		CHECK(!q.moved);
+		gpu_release(&q);
+		json_decref(g);
+	}
+
 	/* Placement (gpu_place_devices): a burst spreads.  Two equal GPUs, a
 	 * snapshot of 30 GiB from GPU-a: the first start takes GPU-a (its own
 	 * on the tie), the second sees 30 GiB held there and takes GPU-b, the

@@ -155,32 +155,23 @@ static void log_tail(const char *path, char *buf, size_t len)
 
 /* ---- facts for the manifest -------------------------------------------- */
 
-static json_t *versions(const struct thaw_config *c)
+/* The versions of what made the snapshot into v, its strings in the
+ * buffers given (kernel: utsname's release). */
+static void versions(const struct thaw_config *c, struct snapshot_versions *v,
+		     struct utsname *u, char *runc, char *criu, size_t len)
 {
-	struct utsname u;
-	char runc[256], criu[256];
-	const char *v;
-	json_t *o = json_object();
+	int dv;
 
-	if (!o)
-		return NULL;
-	if (uname(&u) == 0)
-		json_object_set_new(o, "kernel", json_string(u.release));
-	host_record_version(c->runc, runc, sizeof(runc));
+	if (uname(u) == 0)
+		v->kernel = u->release;
+	host_record_version(c->runc, runc, len);
 	/* "runc version 1.1.5+ds1" */
-	v = strncmp(runc, "runc version ", 13) ? runc : runc + 13;
-	json_object_set_new(o, "runc", json_string(v));
-	host_record_version(c->criu, criu, sizeof(criu));
+	v->runc = strncmp(runc, "runc version ", 13) ? runc : runc + 13;
+	host_record_version(c->criu, criu, len);
 	/* "Version: 4.2.1" */
-	v = strncmp(criu, "Version: ", 9) ? criu : criu + 9;
-	json_object_set_new(o, "criu", json_string(v));
-	if (cuda_available()) {
-		int dv;
-
-		if (cuda_driver_version(&dv) == 0)
-			json_object_set_new(o, "driver", json_integer(dv));
-	}
-	return o;
+	v->criu = strncmp(criu, "Version: ", 9) ? criu : criu + 9;
+	if (cuda_available() && cuda_driver_version(&dv) == 0)
+		v->driver = dv;
 }
 
 static int dir_bytes(const char *dir, uint64_t *bytes)
@@ -383,40 +374,6 @@ static int call(struct job *j, const struct http_call *hc, const char *what)
 	return ret;
 }
 
-/* image_bytes is the image as stored (after elision); before, the dump's.
- * extra: the caller's members (prewarm_opts.extra_meta), or NULL. */
-static json_t *snapshot_meta(struct job *j, json_t *timings, uint64_t image_bytes,
-			     uint64_t bytes_before, uint64_t pages_elided, const json_t *extra)
-{
-	char created[32];
-	time_t now = time(NULL);
-	struct tm tm;
-	json_t *meta;
-
-	gmtime_r(&now, &tm);
-	strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	meta = json_pack("{s:s, s:o, s:o, s:o, s:O, s:O, s:O, s:I, s:I, s:I, s:s, s:s, s:b}",
-			 "function",
-			 j->spec->id, "spec", spec_to_json(j->spec), "versions", versions(j->c),
-			 "gpus", prewarm_gpus_json(j), "cuda_pids", j->cuda_pids, "cuda_ns_pids", j->cuda_ns_pids,
-			 "timings_ms", timings, "image_bytes", (json_int_t)image_bytes,
-			 "image_bytes_before_elision", (json_int_t)bytes_before,
-			 "zero_pages_elided", (json_int_t)pages_elided, "created", created,
-			 "mapped_mount", OCI_MAPPED_DEST, "confined", 1);
-	if (meta && j->spec->gpu && json_object_set_new(meta, "gpu_memory", prewarm_gpumem_meta(j))) {
-		json_decref(meta);
-		return NULL;
-	}
-	/* Which process held which of "gpus" (indices), where it could be told. */
-	if (meta && j->spec->gpu && json_array_size(j->cuda_procs))
-		json_object_set(meta, "cuda_processes", j->cuda_procs);
-	if (meta && extra && json_object_update_missing(meta, (json_t *)extra)) {
-		json_decref(meta);
-		return NULL;
-	}
-	return meta;
-}
-
 /* Undo whatever was made, in reverse order; says what is left if a step fails. */
 static void cleanup(struct job *j)
 {
@@ -444,9 +401,7 @@ static void cleanup(struct job *j)
 		pr_warn("umount %s: %s", j->work, strerror(errno));
 	if (j->work[0] && rm_rf(j->work))
 		pr_warn("work directory %s is left behind", j->work);
-	json_decref(j->cuda_pids);
-	json_decref(j->cuda_ns_pids);
-	json_decref(j->cuda_procs);
+	free(j->cuda_procs);
 	free(j->gpu);
 	if (msg[0])
 		log_set_error("%s", msg);
@@ -466,6 +421,9 @@ struct snap {
 	struct criu_elide_stats est;
 	uint64_t t0, image_bytes, bytes_before;
 	json_t *timings, *meta, *host;
+	struct snapshot_meta sm; /* what meta is written from; its strings: */
+	struct utsname uts;
+	char runc[256], criu[256], created[32];
 	struct snapshot_result *out;
 };
 
@@ -665,25 +623,39 @@ static int elide(struct snap *n)
 	return 0;
 }
 
-/* The manifest's meta: the snapshot's own, the image it was made on (what a
- * start and image_gc read), and what its restore depends on (compared
- * before each start tries it, host_record.h). */
+/* The manifest's meta (function/snapshot_meta.h): the snapshot's own, the
+ * image it was made on (what a start and image_gc read), what its restore
+ * depends on (compared before each start tries it, host_record.h), and the
+ * caller's tag.  image_bytes is the image as stored (after elision). */
 static int make_meta(struct snap *n)
 {
+	struct snapshot_meta *sm = &n->sm;
 	struct job *j = &n->j;
+	time_t now = time(NULL);
+	struct tm tm;
+	int ret;
 
-	n->meta = snapshot_meta(j, n->timings, n->image_bytes, n->bytes_before,
-				n->est.pages_elided, n->o->extra_meta);
-	if (n->meta && n->im.digest[0] &&
-	    json_object_set_new(n->meta, "image",
-				json_pack("{s:s, s:s, s:s}", "reference", n->asked->image,
-					  "digest", n->im.digest, "bundle", n->im.bundle)))
-		return -ENOMEM;
+	gmtime_r(&now, &tm);
+	strftime(n->created, sizeof(n->created), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	*sm = (struct snapshot_meta){ .function = j->spec->id, .spec = j->spec,
+				      .timings_ms = n->timings, .image_bytes = n->image_bytes,
+				      .image_bytes_before_elision = n->bytes_before,
+				      .zero_pages_elided = n->est.pages_elided,
+				      .created = n->created, .mapped_mount = OCI_MAPPED_DEST,
+				      .confined = true };
+	versions(j->c, &sm->versions, &n->uts, n->runc, n->criu, sizeof(n->runc));
+	ret = prewarm_gpu_meta(j, sm);
+	if (ret)
+		return ret;
+	if (n->im.digest[0])
+		sm->image = (struct snapshot_image){ .reference = n->asked->image,
+						     .digest = n->im.digest,
+						     .bundle = n->im.bundle };
 	n->host = host_record_here(j->c);
-	if (n->meta && json_object_set_new(n->meta, "host",
-					   host_record_snapshot(n->host, j->gpu, j->ngpu,
-								n->im.digest)))
-		return -ENOMEM;
+	sm->host = host_record_snapshot(n->host, j->gpu, j->ngpu, n->im.digest);
+	if (n->o->thawd)
+		sm->thawd = *n->o->thawd;
+	n->meta = sm->host ? snapshot_meta_to_json(sm) : NULL;
 	return n->meta ? 0 : -ENOMEM;
 }
 
@@ -738,6 +710,8 @@ static int snap_end(struct snap *n, int ret)
 	image_release(&n->im);
 	json_decref(n->meta);
 	json_decref(n->host);
+	json_decref((json_t *)n->sm.host);
+	free((void *)n->sm.gpus);
 	json_decref(n->timings);
 	if (ret) {
 		char msg[1024];
@@ -764,10 +738,7 @@ int prewarm_snapshot_opts(const struct thaw_config *c, struct store *s,
 
 	memset(out, 0, sizeof(*out));
 	n.timings = json_object();
-	n.j.cuda_pids = json_array();
-	n.j.cuda_ns_pids = json_array();
-	n.j.cuda_procs = json_array();
-	if (!n.timings || !n.j.cuda_pids || !n.j.cuda_ns_pids || !n.j.cuda_procs)
+	if (!n.timings)
 		return snap_end(&n, -ENOMEM);
 	for (size_t i = 0; i < ARRAY_SIZE(snap_steps); i++) {
 		const struct snap_step *st = &snap_steps[i];

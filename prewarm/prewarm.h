@@ -5,8 +5,9 @@
  * the cache), boot (runc run), ready (readiness probe), warmup,
  * prepare, cuda_checkpoint (lock + checkpoint of every CUDA process),
  * criu_dump (runc checkpoint), ingest (into the store).  The manifest's meta
- * records the spec, versions (kernel, runc, criu, driver), GPUs, CUDA pids and
- * the timings, which is all that restore needs.
+ * (function/snapshot_meta.h) records the spec, versions (kernel, runc, criu,
+ * driver), GPUs, CUDA processes and the timings, which is all that restore
+ * needs.
  */
 #ifndef THAW_PREWARM_H
 #define THAW_PREWARM_H
@@ -14,6 +15,7 @@
 #include <jansson.h>
 
 #include "common/config.h"
+#include "function/snapshot_meta.h"
 #include "function/spec.h"
 #include "store/store.h"
 
@@ -31,9 +33,9 @@ struct snapshot_result {
 typedef void (*prewarm_progress_fn)(void *arg, const char *phase, uint64_t done, uint64_t total);
 
 struct prewarm_opts {
-	/* Members added to the manifest's meta, after thaw's own, which they
-	 * never replace (thawd tags the snapshots it makes so); may be NULL. */
-	const json_t *extra_meta;
+	/* The tag thawd puts on the snapshots it makes (the meta's "thawd",
+	 * function/snapshot_meta.h); NULL: none. */
+	const struct snapshot_tag *thawd;
 	/* Where the function's stdout and stderr go while it boots and warms
 	 * up, rotated at c->log_bytes (common/logfile.h) and left there at the
 	 * end, so that a failed snapshot can be looked into; NULL: only the

@@ -27,22 +27,37 @@
  * largest GPUs' worth, before the library gives up itself. */
 #define GPUMEM_SAVE_TIMEOUT_MS (15 * 60 * 1000)
 
-/* The GPUs the function was given, with what it held on each. */
-json_t *prewarm_gpus_json(const struct job *j)
+int prewarm_gpu_meta(const struct job *j, struct snapshot_meta *sm)
 {
-	json_t *a = json_array();
+	struct snapshot_gpu_memory *m = &sm->gpu_memory;
+	struct snapshot_gpu *gpus = calloc(j->ngpu + 1, sizeof(*gpus));
+	size_t k;
 
-	for (size_t i = 0; a && i < j->ngpu; i++) {
+	if (!gpus)
+		return -ENOMEM;
+	for (size_t i = 0; i < j->ngpu; i++) {
 		const struct cuda_device *d = &j->gpu[i];
-		json_t *g = json_pack("{s:s, s:s, s:I, s:i}", "uuid", d->uuid, "name", d->name,
-				      "total_bytes", (json_int_t)d->total_bytes, "index", d->ordinal);
 		int o = d->ordinal;
 
-		if (g && o >= 0 && o < CUDA_MAX_DEVICES && j->gpu_used[o])
-			json_object_set_new(g, "used_bytes", json_integer((json_int_t)j->gpu_used[o]));
-		json_array_append_new(a, g);
+		gpus[i] = (struct snapshot_gpu){
+			.uuid = d->uuid, .name = d->name, .index = o, .total_bytes = d->total_bytes,
+			.used_bytes = o >= 0 && o < CUDA_MAX_DEVICES ? j->gpu_used[o] : 0 };
 	}
-	return a;
+	sm->gpus = gpus;
+	sm->ngpus = j->ngpu;
+	if (!j->spec->gpu)
+		return 0;
+	/* Which process held which of the GPUs, where it could be told. */
+	sm->cuda_processes = j->cuda_procs;
+	sm->ncuda_processes = j->ncuda_procs;
+	for (k = 0; k < ARRAY_SIZE(j->gpumem_ns) && j->gpumem_ns[k]; k++)
+		;
+	*m = (struct snapshot_gpu_memory){ .recorded = true, .thaw = j->gpumem_moved > 0,
+					   .why = j->gpumem_moved > 0 ? "" : j->gpumem_why,
+					   .mount = j->gpumem, .bytes = j->gpumem_bytes,
+					   .allocs = j->gpumem_allocs, .left_bytes = j->gpumem_left,
+					   .ns_pids = j->gpumem_ns, .nns_pids = k };
+	return 0;
 }
 
 /* The GPUs for the function's boot: its spec's "gpus" of them, those with
@@ -285,21 +300,6 @@ int prewarm_gpumem_into_image(struct job *j)
 	return ret;
 }
 
-/* The meta's "gpu_memory": who carries the device memory, and what a
- * restore needs (the mounts, the processes that saved theirs). */
-json_t *prewarm_gpumem_meta(const struct job *j)
-{
-	bool thaw = j->gpumem_moved > 0;
-	json_t *ns = json_array();
-
-	for (size_t k = 0; ns && k < ARRAY_SIZE(j->gpumem_ns) && j->gpumem_ns[k]; k++)
-		json_array_append_new(ns, json_integer(j->gpumem_ns[k]));
-	return json_pack("{s:s, s:s, s:b, s:I, s:I, s:I, s:o}", "mode", thaw ? "thaw" : "driver",
-			 "why", thaw ? "" : j->gpumem_why, "mount", j->gpumem, "bytes",
-			 (json_int_t)j->gpumem_bytes, "allocs", (json_int_t)j->gpumem_allocs,
-			 "left_bytes", (json_int_t)j->gpumem_left, "ns_pids", ns);
-}
-
 /* A function of several CUDA processes or GPUs: what the driver did with its
  * checkpoint, for thaw doctor (span_record.h).  refusal: the driver's words,
  * or NULL when it worked. */
@@ -363,20 +363,22 @@ int prewarm_cuda_checkpoint(struct job *j)
 	for (size_t o = 0; o < CUDA_MAX_DEVICES; o++)
 		if (j->gpu_saved[o])
 			j->gpu_used[o] += j->gpu_saved[o];
+	j->cuda_procs = calloc(ncuda + 1, sizeof(*j->cuda_procs));
+	if (!j->cuda_procs) {
+		ret = -ENOMEM;
+		goto out;
+	}
 	for (size_t i = 0; i < ncuda; i++) {
-		json_t *which = json_array();
+		struct snapshot_cuda_process *p = &j->cuda_procs[j->ncuda_procs++];
 
-		for (size_t g = 0; which && g < j->ngpu; g++) {
+		p->pid = cuda[i];
+		p->ns_pid = ns_pid(cuda[i]);
+		for (size_t g = 0; g < j->ngpu && g < 64; g++) {
 			int o = j->gpu[g].ordinal;
 
 			if (o >= 0 && o < 32 && (held[i] & (1u << o)))
-				json_array_append_new(which, json_integer((json_int_t)g));
+				p->gpus |= 1ull << g;
 		}
-		json_array_append_new(j->cuda_pids, json_integer(cuda[i]));
-		json_array_append_new(j->cuda_ns_pids, json_integer(ns_pid(cuda[i])));
-		json_array_append_new(j->cuda_procs,
-				      json_pack("{s:i, s:i, s:o}", "pid", (int)cuda[i], "ns_pid",
-						(int)ns_pid(cuda[i]), "gpus", which));
 	}
 out:
 	free(held);

@@ -18,6 +18,7 @@
 #include "common/logfile.h"
 #include "common/runner.h"
 #include "function/confine.h"
+#include "function/snapshot_meta.h"
 #include "function/spec.h"
 
 /* One snapshot in progress: its paths, its container, its log, its GPUs. */
@@ -44,16 +45,17 @@ struct job {
 	int stop_fd;
 	pthread_t drain;
 	bool drain_started;
-	json_t *cuda_pids, *cuda_ns_pids;
 	/* GPU memory the checkpoint gave back, per device ordinal (what the
 	 * function holds, and so what a restore needs free); 0 unknown. */
 	uint64_t gpu_used[CUDA_MAX_DEVICES];
 	uint64_t gpu_saved[CUDA_MAX_DEVICES]; /* of it, saved by libthaw-cuda */
 	/* The GPUs the function's container is given (its spec's "gpus"),
-	 * chosen before its boot; and which of them each CUDA process held. */
+	 * chosen before its boot; and its CUDA processes, with which of them
+	 * each held. */
 	struct cuda_device *gpu;
 	size_t ngpu, nhost_gpus;
-	json_t *cuda_procs;
+	struct snapshot_cuda_process *cuda_procs;
+	size_t ncuda_procs;
 	/* libthaw-cuda (common/gpumem.h): its two directories when the
 	 * container preloads it; what moved, and why not where nothing did. */
 	bool gpumem;
@@ -69,9 +71,6 @@ struct job {
  * them, those with the most free memory (the lower index on a tie).  0 or
  * -errno with the reason set. */
 int prewarm_choose_gpus(struct job *j);
-/* The GPUs the function was given, with what it held on each (the meta's
- * "gpus"); NULL without memory. */
-json_t *prewarm_gpus_json(const struct job *j);
 /* A GPU function preloads libthaw-cuda unless its spec says "gpu_memory":
  * "driver" or the library is not there (then j->gpumem_why says so, and
  * the driver carries all of its GPU memory).  0 or -errno. */
@@ -79,12 +78,14 @@ int prewarm_gpumem_prepare(struct job *j);
 /* After the dump: the saved memory and the library into the image.  0 or
  * -errno. */
 int prewarm_gpumem_into_image(struct job *j);
-/* The meta's "gpu_memory": who carries the device memory, and what a
- * restore needs (the mounts, the processes that saved theirs). */
-json_t *prewarm_gpumem_meta(const struct job *j);
+/* The meta's GPU part (function/snapshot_meta.h) into sm: the GPUs the
+ * function was given with what it held on each (sm->gpus, new: free it),
+ * and for a GPU function its CUDA processes and who carries its device
+ * memory (pointing into j).  0 or -ENOMEM. */
+int prewarm_gpu_meta(const struct job *j, struct snapshot_meta *sm);
 /* Every CUDA process of the function's container: device memory saved by
  * libthaw-cuda where it is preloaded, then locked and checkpointed by the
- * driver (j->cuda_pids, j->gpu_used, ...).  0 or -errno with the reason
+ * driver (j->cuda_procs, j->gpu_used, ...).  0 or -errno with the reason
  * set. */
 int prewarm_cuda_checkpoint(struct job *j);
 

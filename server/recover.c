@@ -38,6 +38,7 @@
 #include "common/netns.h"
 #include "common/runner.h"
 #include "common/util.h"
+#include "function/snapshot_meta.h"
 #include "images/image.h"
 #include "restore/instance.h"
 #include "restore/instance_ended.h"
@@ -672,26 +673,28 @@ static void drop_orphan_snapshots(struct server *s)
 	{
 		const char *id = json_string_value(json_object_get(m, "id"));
 		struct manifest *man = NULL;
-		const json_t *tag;
+		struct snapshot_meta sm;
+		char why[256];
 
 		if (!id || store_manifest_load(s->store, id, &man, NULL))
 			continue; /* damaged: `thaw store verify` says so, gc keeps it */
-		tag = json_object_get(man->meta, "thawd");
-		if (json_is_object(tag) && registry_snapshot_orphan(s->reg, id, tag)) {
+		ret = snapshot_meta_parse(man->meta, &sm, why, sizeof(why));
+		if (ret)
+			pr_warn("snapshot %s: its meta: %s: kept", id, why);
+		if (!ret && registry_snapshot_orphan(s->reg, id, &sm.thawd)) {
 			ret = store_manifest_delete(s->store, id);
 			if (ret && ret != -ENOENT) {
 				pr_warn("snapshot %s of function %s, which no function names: "
 					"cannot delete it: %s",
-					id, json_string_value(json_object_get(tag, "function")),
-					log_last_error());
+					id, sm.thawd.function, log_last_error());
 			} else {
 				pr_warn("snapshot %s of function %s (%s), which no function names "
 					"(left by an earlier run): deleted",
-					id, json_string_value(json_object_get(tag, "function")),
-					json_string_value(json_object_get(tag, "job")) ?: "?");
+					id, sm.thawd.function, sm.thawd.job ?: "?");
 				dropped++;
 			}
 		}
+		snapshot_meta_release(&sm);
 		manifest_free(man);
 	}
 	if (dropped)

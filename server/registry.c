@@ -713,16 +713,15 @@ int registry_list_deleting(struct registry *r, json_t **out)
 	return list_json(r, true, entry_id_json, out);
 }
 
-json_t *registry_snapshot_tag(struct registry *r, const char *id, const char *job_id)
+struct snapshot_tag registry_snapshot_tag(struct registry *r, const char *id, const char *job_id)
 {
-	return json_pack("{s:s, s:s, s:s}", "registry", r->real, "function", id, "job", job_id);
+	return (struct snapshot_tag){ .registry = r->real, .function = id, .job = job_id };
 }
 
-bool registry_snapshot_orphan(struct registry *r, const char *snapshot_id, const json_t *tag)
+bool registry_snapshot_orphan(struct registry *r, const char *snapshot_id,
+			      const struct snapshot_tag *tag)
 {
-	const char *reg = json_string_value(json_object_get(tag, "registry"));
-	const char *fn = json_string_value(json_object_get(tag, "function"));
-	const char *job = json_string_value(json_object_get(tag, "job"));
+	const char *reg = tag->registry, *fn = tag->function, *job = tag->job;
 	char path[PATH_MAX + 80];
 	struct entry *e;
 	bool orphan = false;

@@ -32,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "function/snapshot_meta.h"
 #include "store/chunk.h"
 
 struct func_spec;
@@ -159,20 +160,21 @@ bool registry_unrestorable(struct registry *r, const char *id, const char *snaps
 int registry_ready_snapshot(struct registry *r, const char *id, char out[CHUNK_ID_LEN],
 			    enum snap_state *state);
 
-/* The tag thawd puts into the meta of the snapshots it makes (as "thawd"),
- * so that they can be told from others in a store that `thaw snapshot` or
- * another data directory's thawd may share: {"registry": this registry's
- * directory (symlinks resolved), "function": id, "job": job_id}.  A new
- * object; NULL out of memory. */
-json_t *registry_snapshot_tag(struct registry *r, const char *id, const char *job_id);
-/* Is the manifest snapshot_id, whose meta holds tag as "thawd", a snapshot
- * of this registry's functions that none of them names any more (a thawd
- * killed between a manifest's write or a function's change and the
- * manifest's deletion)?  false when tag is another registry's or not a tag;
- * when a function (being deleted or not) names it as its current snapshot;
- * when it is its function's snapshot still building (that job's); when its
- * function's file is there but could not be read. */
-bool registry_snapshot_orphan(struct registry *r, const char *snapshot_id, const json_t *tag);
+/* The tag thawd puts into the meta of the snapshots it makes (as "thawd",
+ * function/snapshot_meta.h), so that they can be told from others in a store
+ * that `thaw snapshot` or another data directory's thawd may share: the
+ * registry's directory (symlinks resolved; r's, it lives as long as r), the
+ * function id and the job job_id (the caller's strings). */
+struct snapshot_tag registry_snapshot_tag(struct registry *r, const char *id, const char *job_id);
+/* Is the manifest snapshot_id, whose meta holds tag, a snapshot of this
+ * registry's functions that none of them names any more (a thawd killed
+ * between a manifest's write or a function's change and the manifest's
+ * deletion)?  false when tag is another registry's or none; when a function
+ * (being deleted or not) names it as its current snapshot; when it is its
+ * function's snapshot still building (that job's); when its function's file
+ * is there but could not be read. */
+bool registry_snapshot_orphan(struct registry *r, const char *snapshot_id,
+			      const struct snapshot_tag *tag);
 
 const char *snap_state_name(enum snap_state s);
 

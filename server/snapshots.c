@@ -167,7 +167,7 @@ static int snapshot_run(void *arg, json_t **result, char *err, size_t errlen)
 	struct snapshot_result res = { 0 };
 	struct func_spec *spec = NULL;
 	char perr[512] = "", forgot[CHUNK_ID_LEN] = "", log[PATH_MAX];
-	json_t *tag = NULL;
+	struct snapshot_tag tag;
 	int ret;
 
 	log_clear_error();
@@ -188,12 +188,7 @@ static int snapshot_run(void *arg, json_t **result, char *err, size_t errlen)
 	}
 	/* Tagged as this thawd's, so that a manifest a crash leaves unnamed is
 	 * known as such at the next start-up (recover.c). */
-	tag = json_pack("{s:o}", "thawd", registry_snapshot_tag(s->reg, t->function, t->job));
-	if (!tag) {
-		ret = -ENOMEM;
-		snprintf(err, errlen, "out of memory");
-		goto out;
-	}
+	tag = registry_snapshot_tag(s->reg, t->function, t->job);
 	pr_info("snapshot of %s (%s) begins", t->function, t->job);
 	if (t->heal[0])
 		snapshot_heal(t);
@@ -202,7 +197,7 @@ static int snapshot_run(void *arg, json_t **result, char *err, size_t errlen)
 	ret = prewarm_snapshot_opts(
 		&s->cfg, s->store, spec,
 		&(struct prewarm_opts){
-			.extra_meta = tag,
+			.thawd = &tag,
 			.log_path = jobs_log_path(s->jobs, t->job, log, sizeof(log)) ? NULL : log,
 			.progress = snapshot_progress,
 			.progress_arg = t },
@@ -238,7 +233,6 @@ out:
 	metrics_snapshot(s->metrics, ret ? "failed" : "ok");
 	snapshot_result_release(&res);
 	spec_free(spec);
-	json_decref(tag);
 	return ret;
 }
 

@@ -158,7 +158,7 @@ static void hash_rates(bool pin)
 }
 
 /* One fill, as a start runs it: its copy's time (ms), 0 if it failed. */
-static double fill_once(const json_t *meta, bool verify, char *line, size_t len)
+static double fill_once(const struct snapshot_meta *meta, bool verify, char *line, size_t len)
 {
 	struct gpu_placement place = { .n = 1, .held = true };
 	struct gpu_prefill *pf;
@@ -186,24 +186,25 @@ static int cmp_double(const void *x, const void *y)
 
 static void fills(void)
 {
-	json_t *meta = json_pack("{s:[{s:s}], s:{s:[i]}}", "gpus", "uuid", "GPU-bench",
-				 "gpu_memory", "ns_pids", 1);
+	static const pid_t ns = 1;
+	struct snapshot_gpu g = { .uuid = "GPU-bench", .index = -1 };
+	struct snapshot_meta meta = { .gpus = &g, .ngpus = 1,
+				      .gpu_memory = { .recorded = true, .thaw = true,
+						      .ns_pids = &ns, .nns_pids = 1 } };
 	double ms[2][MAX_ROUNDS], p50[2], best[2], gbs = (double)(mib * MIB) / 1e9;
 	char line[400] = "";
 	const char *name[2] = { "unchecked", "checked" };
 
 	/* A first fill pins the file (thawd's pin cache keeps it): not timed. */
-	if (!fill_once(meta, false, line, sizeof(line))) {
+	if (!fill_once(&meta, false, line, sizeof(line))) {
 		printf("the fill did not run (no driver, or it failed: %s)\n", line);
-		json_decref(meta);
 		return;
 	}
 	for (unsigned r = 0; r < rounds; r++)
 		for (int v = 0; v < 2; v++) {
-			ms[v][r] = fill_once(meta, v, line, sizeof(line));
+			ms[v][r] = fill_once(&meta, v, line, sizeof(line));
 			if (!ms[v][r]) {
 				printf("a fill failed: %s\n", line);
-				json_decref(meta);
 				return;
 			}
 			if (r == rounds - 1)
@@ -227,7 +228,6 @@ static void fills(void)
 	printf("\nfigure: fill_verify unchecked_p50_ms %.1f\nfigure: fill_verify checked_p50_ms "
 	       "%.1f\nfigure: fill_verify cost_pct %.1f\n", p50[0], p50[1],
 	       (p50[1] / p50[0] - 1) * 100);
-	json_decref(meta);
 }
 
 int main(int argc, char **argv)

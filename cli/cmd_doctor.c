@@ -13,12 +13,14 @@
 #include "common/log.h"
 #include "common/spawn.h"
 #include "common/util.h"
+#include "function/snapshot_meta.h"
 #include "prewarm/host_record.h"
 #include "prewarm/span_record.h"
 #include "restore/tier.h"
 #include "store/store.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <liburing.h>
@@ -650,19 +652,26 @@ static void check_snapshots(struct doctor *d)
 	json_array_foreach(list, i, e) {
 		const char *id = json_string_value(json_object_get(e, "id"));
 		struct manifest *m = NULL;
+		struct snapshot_meta sm;
 		char name[64];
 
 		if (!id || store_manifest_load(s, id, &m, NULL))
 			continue;
-		if (json_is_object(json_object_get(m->meta, "spec"))) {
+		snprintf(name, sizeof(name), "snapshot-%.19s", id + 7);
+		if (snapshot_meta_parse(m->meta, &sm, why, sizeof(why))) {
 			n++;
-			if (host_record_compare(m->meta, here, why, sizeof(why)) == 1) {
-				snprintf(name, sizeof(name), "snapshot-%.19s", id + 7);
+			report(d, name, ST_WARN, "%s (function %s): its meta cannot be read: %s", id,
+			       m->name, why);
+			bad++;
+		} else if (sm.spec_err != -ENOENT) { /* a snapshot, not any manifest */
+			n++;
+			if (host_record_compare(sm.host, sm.gpu, here, why, sizeof(why)) == 1) {
 				report(d, name, ST_WARN, "%s (function %s) cannot be restored here: %s",
 				       id, m->name, why);
 				bad++;
 			}
 		}
+		snapshot_meta_release(&sm);
 		manifest_free(m);
 	}
 	if (!bad)

@@ -6,6 +6,7 @@
 #include "images/image.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "function/snapshot_meta.h"
 #include "images/image_internal.h"
 #include "store/manifest.h"
 
@@ -80,7 +81,9 @@ static int used_digests(struct store *s, json_t *used)
 	{
 		const char *id = json_string_value(json_object_get(e, "id"));
 		struct manifest *m = NULL;
+		struct snapshot_meta sm;
 		const char *d;
+		char why[256];
 
 		if (!id)
 			continue;
@@ -92,10 +95,16 @@ static int used_digests(struct store *s, json_t *used)
 			pr_warn("gc: manifest %s cannot be read: nothing is removed", id);
 			break;
 		}
-		d = json_string_value(json_object_get(json_object_get(m->meta, "image"), "digest"));
+		ret = snapshot_meta_parse(m->meta, &sm, why, sizeof(why));
+		manifest_free(m);
+		if (ret) {
+			pr_warn("gc: manifest %s: its meta: %s: nothing is removed", id, why);
+			break;
+		}
+		d = sm.image.digest;
 		if (d && !strncmp(d, "sha256:", 7) && image_hex64(d + 7))
 			json_object_set_new(used, d + 7, json_true());
-		manifest_free(m);
+		snapshot_meta_release(&sm);
 	}
 	json_decref(list);
 	return ret;

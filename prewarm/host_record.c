@@ -269,9 +269,8 @@ static void compare_gpus(const json_t *rec, const json_t *here, struct why *w)
 	}
 }
 
-int host_record_compare(const json_t *meta, const json_t *here, char *why, size_t len)
+int host_record_compare(const json_t *rec, bool gpu, const json_t *here, char *why, size_t len)
 {
-	const json_t *rec = json_object_get(meta, "host");
 	struct why w = { .buf = why, .len = len };
 
 	if (len)
@@ -280,7 +279,7 @@ int host_record_compare(const json_t *meta, const json_t *here, char *why, size_
 		return 0;
 	compare_cpu(rec, here, &w);
 	compare_criu(rec, here, &w);
-	if (json_is_true(json_object_get(json_object_get(meta, "spec"), "gpu")))
+	if (gpu)
 		compare_gpus(rec, here, &w);
 	return w.n ? 1 : 0;
 }

@@ -35,6 +35,7 @@
 #define THAW_PREWARM_HOST_RECORD_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "common/config.h"
@@ -55,10 +56,11 @@ void host_record_version(const char *prog, char *buf, size_t len);
 json_t *host_record_snapshot(const json_t *here, const struct cuda_device *gpus, size_t n,
 			     const char *image_digest);
 
-/* Can the snapshot whose meta is meta (its "host" and its "spec"'s "gpu")
- * be restored on the host here describes?  0: yes, or nothing to tell (a
- * snapshot made before records); 1: no, and why names every difference
- * ("CRIU 4.1 here is older than the snapshot's 4.2.1; …"). */
-int host_record_compare(const json_t *meta, const json_t *here, char *why, size_t len);
+/* Can the snapshot whose record is rec (its meta's "host",
+ * function/snapshot_meta.h; gpu: a GPU function's) be restored on the host
+ * here describes?  0: yes, or nothing to tell (rec NULL: a snapshot made
+ * before records); 1: no, and why names every difference ("CRIU 4.1 here is
+ * older than the snapshot's 4.2.1; …"). */
+int host_record_compare(const json_t *rec, bool gpu, const json_t *here, char *why, size_t len);
 
 #endif

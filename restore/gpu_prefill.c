@@ -934,20 +934,18 @@ static void *prefill_main(void *arg)
 	return NULL;
 }
 
-struct gpu_prefill *gpu_prefill_start(const json_t *meta, const char *tier_dir,
+struct gpu_prefill *gpu_prefill_start(const struct snapshot_meta *sm, const char *tier_dir,
 				      const char *out_dir, struct gpu_placement *placement)
 {
-	const json_t *ns = json_object_get(json_object_get(meta, "gpu_memory"), "ns_pids");
+	const struct snapshot_gpu_memory *gm = &sm->gpu_memory;
 	const char *env = getenv("THAW_GPU_PREFILL"), *verify = getenv("THAW_GPU_VERIFY");
 	bool fill = !(env && !strcmp(env, "0")) && out_dir && placement && placement->n == 1 &&
 		    placement->dev[0].ordinal >= 0 && placement->dev[0].ordinal < CUDA_MAX_DEVICES &&
-		    json_array_size(json_object_get(meta, "gpus")) == 1 && !cuda_init();
+		    sm->ngpus == 1 && !cuda_init();
 	char sums[PATH_MAX + 16];
 	struct gpu_prefill *pf;
-	const json_t *v;
-	size_t i;
 
-	if (!tier_dir || !json_array_size(ns))
+	if (!tier_dir || !gm->nns_pids)
 		return NULL;
 	if (fill) {
 		pthread_once(&cu_once, load_driver);
@@ -961,13 +959,13 @@ struct gpu_prefill *gpu_prefill_start(const json_t *meta, const char *tier_dir,
 	snprintf(pf->out_dir, sizeof(pf->out_dir), "%s", out_dir);
 	pthread_mutex_init(&pf->mu, NULL);
 	pthread_cond_init(&pf->cv, NULL);
-	pf->p = calloc(json_array_size(ns), sizeof(*pf->p));
+	pf->p = calloc(gm->nns_pids, sizeof(*pf->p));
 	if (!pf->p || pipe2(pf->wake, O_CLOEXEC))
 		goto fail;
-	json_array_foreach(ns, i, v) {
+	for (size_t i = 0; i < gm->nns_pids; i++) {
 		struct pf_proc *p = &pf->p[pf->np++];
 
-		p->ns_pid = (int)json_integer_value(v);
+		p->ns_pid = gm->ns_pids[i];
 		p->listen_fd = -1;
 		/* A snapshot whose library wrote no layout (an older one)
 		 * copies as it did. */
@@ -1070,8 +1068,8 @@ void gpu_prefill_end(struct gpu_prefill *pf, char *summary, size_t len)
 	free(pf);
 }
 
-int gpu_prefill_restore(struct gpu_prefill *pf, const json_t *meta, const pid_t *pids, size_t n,
-			const char *out_dir, const char *id, double *copy_ms)
+int gpu_prefill_restore(struct gpu_prefill *pf, const struct snapshot_meta *sm, const pid_t *pids,
+			size_t n, const char *out_dir, const char *id, double *copy_ms)
 {
 	uint64_t t0 = now_ns();
 	char line[300];
@@ -1079,7 +1077,7 @@ int gpu_prefill_restore(struct gpu_prefill *pf, const json_t *meta, const pid_t 
 	int ret;
 
 	if (!pf)
-		return gpu_memory_restore(meta, pids, n, out_dir, copy_ms);
+		return gpu_memory_restore(&sm->gpu_memory, pids, n, out_dir, copy_ms);
 	/* Filled by now, or nearly: offered before RESTORE is asked.  A
 	 * failed fill offers nothing and the library copies; but not from a
 	 * damaged file: the start fails, the function's calls still held. */
@@ -1094,31 +1092,29 @@ int gpu_prefill_restore(struct gpu_prefill *pf, const json_t *meta, const pid_t 
 		pr_warn("thawd could not %s the device memory of %s (%s): the library copies it",
 			pf->check_only ? "check" : "fill", id, pf->why);
 	waited = ms_since(t0);
-	ret = gpu_memory_restore(meta, pids, n, out_dir, copy_ms);
+	ret = gpu_memory_restore(&sm->gpu_memory, pids, n, out_dir, copy_ms);
 	gpu_prefill_end(pf, line, sizeof(line));
 	pr_info("%s: %s; the start waited %.1f ms for it", id, line, waited);
 	return ret;
 }
 
-void gpu_prefill_keep(pid_t holder, const json_t *meta, const char *tier_dir, int ordinal)
+void gpu_prefill_keep(pid_t holder, const struct snapshot_meta *sm, const char *tier_dir,
+		      int ordinal)
 {
-	const json_t *ns = json_object_get(json_object_get(meta, "gpu_memory"), "ns_pids");
-	const json_t *v;
-	size_t i;
+	const struct snapshot_gpu_memory *gm = &sm->gpu_memory;
 
-	if (!tier_dir || !json_array_size(ns) || ordinal < 0 || ordinal >= CUDA_MAX_DEVICES ||
+	if (!tier_dir || !gm->nns_pids || ordinal < 0 || ordinal >= CUDA_MAX_DEVICES ||
 	    cuda_init())
 		return;
 	pthread_once(&cu_once, load_driver);
 	if (!cu.ok)
 		return;
-	json_array_foreach(ns, i, v) {
+	for (size_t i = 0; i < gm->nns_pids; i++) {
 		char path[PATH_MAX + 64];
 		struct pinned_file *f;
 		struct pin_keep *k;
 
-		snprintf(path, sizeof(path), "%s/" GPUMEM_FILE_FMT, tier_dir,
-			 (int)json_integer_value(v));
+		snprintf(path, sizeof(path), "%s/" GPUMEM_FILE_FMT, tier_dir, (int)gm->ns_pids[i]);
 		f = pin_get(path, ordinal);
 		k = f ? calloc(1, sizeof(*k)) : NULL;
 		if (!k) {
@@ -1153,12 +1149,11 @@ void gpu_prefill_unkeep(pid_t holder)
 	pthread_mutex_unlock(&pin_mu);
 }
 
-int gpu_context_take(const json_t *meta, int ordinal, const char *uuid, const pid_t *pids,
-		     size_t n, const char *tier_dir, const char *out_dir, const char *id,
-		     double *copy_ms)
+int gpu_context_take(const struct snapshot_meta *sm, int ordinal, const char *uuid,
+		     const pid_t *pids, size_t n, const char *tier_dir, const char *out_dir,
+		     const char *id, double *copy_ms)
 {
-	const json_t *gm = json_object_get(meta, "gpu_memory");
-	uint64_t need = (uint64_t)json_integer_value(json_object_get(gm, "bytes"));
+	uint64_t need = sm->gpu_memory.bytes;
 	struct gpu_placement own = { 0 };
 	char why[512];
 	int ret;
@@ -1170,7 +1165,7 @@ int gpu_context_take(const json_t *meta, int ordinal, const char *uuid, const pi
 		pr_err("%s: %s", id, why);
 		return ret;
 	}
-	ret = gpu_prefill_restore(gpu_prefill_start(meta, tier_dir, out_dir, &own), meta, pids, n,
+	ret = gpu_prefill_restore(gpu_prefill_start(sm, tier_dir, out_dir, &own), sm, pids, n,
 				  out_dir, id, copy_ms);
 	gpu_release(&own);
 	return ret;

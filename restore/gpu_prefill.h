@@ -19,7 +19,6 @@
 #ifndef THAW_GPU_PREFILL_H
 #define THAW_GPU_PREFILL_H
 
-#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -27,14 +26,15 @@
 struct gpu_prefill;
 
 struct gpu_placement;
+struct snapshot_meta;
 
-/* Start filling, in a thread, for the snapshot's processes (meta's
- * "gpu_memory"."ns_pids") whose layout is in tier_dir, on the one GPU of
+/* Start filling, in a thread, for the snapshot's processes (its meta's
+ * gpu_memory.ns_pids) whose layout is in tier_dir, on the one GPU of
  * placement (whose claim the memory made is then taken from: it lives until
  * gpu_prefill_end); offered on out_dir/<ns pid>.prefill once filled.  Where
  * no fill applies but tier_dir has checksums, only a check of the files.
  * NULL where neither applies. */
-struct gpu_prefill *gpu_prefill_start(const json_t *meta, const char *tier_dir,
+struct gpu_prefill *gpu_prefill_start(const struct snapshot_meta *sm, const char *tier_dir,
 				      const char *out_dir, struct gpu_placement *placement);
 
 /* Wait until the memory is filled and offered (before RESTORE is asked).
@@ -56,26 +56,27 @@ void gpu_prefill_end(struct gpu_prefill *p, char *summary, size_t len);
  * then pf ended; pf NULL: gpu_memory_restore alone.  id names the instance
  * in the log.  -EUCLEAN, nothing asked of the library, where pf found the
  * tier's files damaged (reported: tier_damage_report). */
-int gpu_prefill_restore(struct gpu_prefill *pf, const json_t *meta, const pid_t *pids, size_t n,
-			const char *out_dir, const char *id, double *copy_ms);
+int gpu_prefill_restore(struct gpu_prefill *pf, const struct snapshot_meta *sm, const pid_t *pids,
+			size_t n, const char *out_dir, const char *id, double *copy_ms);
 
 /* The take of a standby that holds its contexts (restored and unlocked by
  * the driver when it was made, its device memory unmapped and its calls
  * held): on GPU ordinal, which must still be uuid, room checked for the
- * device memory thaw carries (meta's "gpu_memory" "bytes"), that memory
+ * device memory thaw carries (its meta's gpu_memory.bytes), that memory
  * filled from tier_dir and mapped by each of the n processes pids, whose
  * calls then go on (gpu_prefill_restore).  No driver call but the fill's.
  * 0, or -errno with the reason set (-EAGAIN: no room on that GPU now). */
-int gpu_context_take(const json_t *meta, int ordinal, const char *uuid, const pid_t *pids,
-		     size_t n, const char *tier_dir, const char *out_dir, const char *id,
-		     double *copy_ms);
+int gpu_context_take(const struct snapshot_meta *sm, int ordinal, const char *uuid,
+		     const pid_t *pids, size_t n, const char *tier_dir, const char *out_dir,
+		     const char *id, double *copy_ms);
 
-/* Keep the tier's files of the snapshot's saved device memory (meta's
- * processes, in tier_dir) pinned for GPU ordinal while process holder lives
+/* Keep the tier's files of the snapshot's saved device memory (its meta's
+ * gpu_memory processes, in tier_dir) pinned for GPU ordinal while process holder lives
  * or until gpu_prefill_unkeep: a context standby's take then copies
  * without pinning (~25 ms a GiB).  Best effort: what cannot be pinned now
  * is pinned by the take's fill, as a start's is. */
-void gpu_prefill_keep(pid_t holder, const json_t *meta, const char *tier_dir, int ordinal);
+void gpu_prefill_keep(pid_t holder, const struct snapshot_meta *sm, const char *tier_dir,
+		      int ordinal);
 /* What holder kept is no longer kept (its take filled from it, or it
  * stopped; a holder that is gone is let go by itself within seconds). */
 void gpu_prefill_unkeep(pid_t holder);

@@ -16,36 +16,6 @@
 #include <strings.h>
 #include <unistd.h>
 
-/* The snapshot's GPU i: its UUID, model and the GPU memory its processes
- * held, where prewarm recorded them ("gpus": [{"uuid","name","used_bytes"}]
- * or plain UUID strings). */
-static const char *gpu_uuid(const json_t *g)
-{
-	return json_is_string(g) ? json_string_value(g) :
-				   json_string_value(json_object_get(g, "uuid"));
-}
-
-static uint64_t json_bytes(const json_t *o, const char *const *keys, size_t nkeys)
-{
-	for (size_t i = 0; i < nkeys; i++) {
-		json_t *v = json_object_get(o, keys[i]);
-
-		if (json_is_integer(v) && json_integer_value(v) > 0)
-			return (uint64_t)json_integer_value(v);
-	}
-	return 0;
-}
-
-static const char *const used_keys[] = { "used_bytes", "memory_used_bytes", "gpu_bytes",
-					 "used" };
-static const char *const total_keys[] = { "gpu_used_bytes", "gpu_bytes", "gpu_memory_bytes" };
-
-/* What snapshot GPU g needs free: its recorded usage, 0 if none. */
-static uint64_t gpu_need(const json_t *g)
-{
-	return json_is_object(g) ? json_bytes(g, used_keys, ARRAY_SIZE(used_keys)) : 0;
-}
-
 /* GPU memory that placements hold back until their GPU restore has run
  * (gpu_place, gpu_release), and how many placements are in flight, by
  * device ordinal: a burst of starts sees each other's choices, not only
@@ -78,12 +48,11 @@ static bool better(const struct cuda_device *a, const struct cuda_device *b, con
  * else any with room (the driver then refuses a different chip type:
  * warned).  A snapshot that did not record its GPU's model goes to its own
  * GPU when that has room.  -1 if none has room. */
-static int choose_one(const json_t *g, const struct cuda_device *devs, size_t ndevs,
+static int choose_one(const struct snapshot_gpu *g, const struct cuda_device *devs, size_t ndevs,
 		      const bool *taken, uint64_t reserve)
 {
-	const char *uuid = gpu_uuid(g), *model = json_is_object(g) ?
-		json_string_value(json_object_get(g, "name")) : NULL;
-	uint64_t need = gpu_need(g) + reserve;
+	const char *uuid = g->uuid, *model = g->name;
+	uint64_t need = g->used_bytes + reserve;
 	int best = -1, best_other = -1;
 
 	for (size_t d = 0; !model && d < ndevs; d++)
@@ -127,10 +96,11 @@ static int find_device(const char *word, const struct cuda_device *devs, size_t 
  * choice: -EINVAL (why) when it names a GPU this host does not have, one
  * twice, another number of GPUs than the snapshot used, or another model;
  * -EAGAIN when one it names has no room. */
-static int choose_asked(const json_t *gpus, const char *request, const struct cuda_device *devs,
-			size_t ndevs, uint64_t reserve, size_t *choice, char *why, size_t whylen)
+static int choose_asked(const struct snapshot_gpu *gpus, size_t nold, const char *request,
+			const struct cuda_device *devs, size_t ndevs, uint64_t reserve,
+			size_t *choice, char *why, size_t whylen)
 {
-	size_t nold = json_array_size(gpus), k = 0;
+	size_t k = 0;
 	char buf[512], *save = NULL, a[32], b[32];
 	bool *taken = calloc(ndevs + 1, sizeof(bool));
 	int ret = 0;
@@ -139,12 +109,10 @@ static int choose_asked(const json_t *gpus, const char *request, const struct cu
 		return -ENOMEM;
 	snprintf(buf, sizeof(buf), "%s", request);
 	for (char *w = strtok_r(buf, ",", &save); w; w = strtok_r(NULL, ",", &save), k++) {
-		const json_t *g = json_array_get(gpus, k);
-		const char *model = json_is_object(g) ?
-			json_string_value(json_object_get(g, "name")) : NULL;
+		const struct snapshot_gpu *g = k < nold ? &gpus[k] : NULL;
 		int d = find_device(w, devs, ndevs);
 
-		if (k >= nold) {
+		if (!g) {
 			snprintf(why, whylen, "gpu=%s names more GPUs than the snapshot's %zu",
 				 request, nold);
 			ret = -EINVAL;
@@ -161,17 +129,17 @@ static int choose_asked(const json_t *gpus, const char *request, const struct cu
 			ret = -EINVAL;
 			goto out;
 		}
-		if (model && strcmp(model, devs[d].name)) {
+		if (g->name && strcmp(g->name, devs[d].name)) {
 			snprintf(why, whylen, "GPU %d is a %s and the snapshot's GPU %zu was a %s: "
 				 "the driver restores onto the same chip type only", devs[d].ordinal,
-				 devs[d].name, k, model);
+				 devs[d].name, k, g->name);
 			ret = -EINVAL;
 			goto out;
 		}
-		if (devs[d].free_bytes < gpu_need(g) + reserve) {
+		if (devs[d].free_bytes < g->used_bytes + reserve) {
 			snprintf(why, whylen, "GPU %d has %s free (less what starts in flight are "
 				 "taking); the snapshot's GPU %zu needs %s%s", devs[d].ordinal,
-				 fmt_bytes(devs[d].free_bytes, a), k, fmt_bytes(gpu_need(g), b),
+				 fmt_bytes(devs[d].free_bytes, a), k, fmt_bytes(g->used_bytes, b),
 				 reserve ? " and --gpu-mem-reserve besides" : "");
 			ret = -EAGAIN;
 			goto out;
@@ -190,13 +158,12 @@ out:
 }
 
 /* gpu_choose, each chosen device keeping reserve bytes free besides. */
-static int choose(const json_t *gpus, const struct cuda_device *devs, size_t ndevs,
-		  uint64_t reserve, size_t *choice, bool *moved, char *why, size_t whylen)
+static int choose(const struct snapshot_gpu *gpus, size_t nold, const struct cuda_device *devs,
+		  size_t ndevs, uint64_t reserve, size_t *choice, bool *moved, char *why,
+		  size_t whylen)
 {
-	size_t nold = json_array_size(gpus), i;
 	bool *taken = calloc(ndevs + 1, sizeof(bool));
 	char a[32], b[32], c[32];
-	const json_t *g;
 	int ret = 0;
 
 	*moved = false;
@@ -207,7 +174,8 @@ static int choose(const json_t *gpus, const struct cuda_device *devs, size_t nde
 		ret = -ENODEV;
 		goto out;
 	}
-	json_array_foreach(gpus, i, g) {
+	for (size_t i = 0; i < nold; i++) {
+		const struct snapshot_gpu *g = &gpus[i];
 		int d = choose_one(g, devs, ndevs, taken, reserve);
 
 		if (d < 0) {
@@ -221,7 +189,7 @@ static int choose(const json_t *gpus, const struct cuda_device *devs, size_t nde
 					 "no GPU has room for the snapshot's GPU %zu: it needs %s "
 					 "and --gpu-mem-reserve keeps %s free, the most free on a "
 					 "GPU left is %s",
-					 i, fmt_bytes(gpu_need(g), a), fmt_bytes(reserve, c),
+					 i, fmt_bytes(g->used_bytes, a), fmt_bytes(reserve, c),
 					 fmt_bytes(most, b));
 			else
 				snprintf(why, whylen,
@@ -229,13 +197,13 @@ static int choose(const json_t *gpus, const struct cuda_device *devs, size_t nde
 					 "the most free on a GPU left is %s (not restoring: a "
 					 "restore that runs out of GPU memory can leave the "
 					 "process stuck)",
-					 i, fmt_bytes(gpu_need(g), a), fmt_bytes(most, b));
+					 i, fmt_bytes(g->used_bytes, a), fmt_bytes(most, b));
 			ret = -EAGAIN; /* GPU memory frees as instances stop: 503, retry */
 			goto out;
 		}
 		taken[d] = true;
 		choice[i] = (size_t)d;
-		if (!gpu_uuid(g) || strcmp(devs[d].uuid, gpu_uuid(g)))
+		if (!g->uuid || strcmp(devs[d].uuid, g->uuid))
 			*moved = true;
 	}
 out:
@@ -243,16 +211,17 @@ out:
 	return ret;
 }
 
-int gpu_choose(const json_t *gpus, const struct cuda_device *devs, size_t ndevs, size_t *choice,
-	       bool *moved, char *why, size_t whylen)
+int gpu_choose(const struct snapshot_gpu *gpus, size_t ngpus, const struct cuda_device *devs,
+	       size_t ndevs, size_t *choice, bool *moved, char *why, size_t whylen)
 {
-	return choose(gpus, devs, ndevs, 0, choice, moved, why, whylen);
+	return choose(gpus, ngpus, devs, ndevs, 0, choice, moved, why, whylen);
 }
 
-int gpu_admit_devices(const json_t *gpus, const struct cuda_device *devs, size_t ndevs,
-		      uint64_t reserve, char *why, size_t whylen)
+int gpu_admit_devices(const struct snapshot_gpu *gpus, size_t ngpus,
+		      const struct cuda_device *devs, size_t ndevs, uint64_t reserve, char *why,
+		      size_t whylen)
 {
-	size_t *choice = calloc(json_array_size(gpus) + 1, sizeof(*choice));
+	size_t *choice = calloc(ngpus + 1, sizeof(*choice));
 	bool moved, known = false;
 	int ret;
 
@@ -261,19 +230,17 @@ int gpu_admit_devices(const json_t *gpus, const struct cuda_device *devs, size_t
 	/* No free-memory figure (no NVML): nothing to judge by here. */
 	for (size_t d = 0; d < ndevs; d++)
 		known |= devs[d].free_bytes > 0;
-	ret = known ? choose(gpus, devs, ndevs, reserve, choice, &moved, why, whylen) : 0;
+	ret = known ? choose(gpus, ngpus, devs, ndevs, reserve, choice, &moved, why, whylen) : 0;
 	free(choice);
 	return ret;
 }
 
-int gpu_place_devices(const json_t *gpus, const char *request, const struct cuda_device *devs,
-		      size_t ndevs, uint64_t reserve, struct gpu_placement *p, char *why,
-		      size_t whylen)
+int gpu_place_devices(const struct snapshot_gpu *gpus, size_t nold, const char *request,
+		      const struct cuda_device *devs, size_t ndevs, uint64_t reserve,
+		      struct gpu_placement *p, char *why, size_t whylen)
 {
-	size_t nold = json_array_size(gpus), choice[GPU_MAX] = { 0 };
+	size_t choice[GPU_MAX] = { 0 };
 	struct cuda_device *eff = NULL;
-	const json_t *g;
-	size_t i;
 	int ret;
 
 	memset(p, 0, sizeof(*p));
@@ -306,22 +273,22 @@ int gpu_place_devices(const json_t *gpus, const char *request, const struct cuda
 			eff[d].free_bytes = devs[d].free_bytes > c ? devs[d].free_bytes - c : 0;
 	}
 	if (request && *request)
-		ret = choose_asked(gpus, request, eff, ndevs, reserve, choice, why, whylen);
+		ret = choose_asked(gpus, nold, request, eff, ndevs, reserve, choice, why, whylen);
 	else
-		ret = choose(gpus, eff, ndevs, reserve, choice, &p->moved, why, whylen);
+		ret = choose(gpus, nold, eff, ndevs, reserve, choice, &p->moved, why, whylen);
 	if (ret)
 		goto out;
 	p->n = nold;
-	json_array_foreach(gpus, i, g) {
+	for (size_t i = 0; i < nold; i++) {
 		const struct cuda_device *d = &devs[choice[i]];
 		int o = d->ordinal;
 
 		p->dev[i] = eff[choice[i]];
 		if (!known)
 			p->dev[i].free_bytes = 0; /* unknown, as the device said */
-		if (!gpu_uuid(g) || strcmp(d->uuid, gpu_uuid(g)))
+		if (!gpus[i].uuid || strcmp(d->uuid, gpus[i].uuid))
 			p->moved = true;
-		p->claim[i] = gpu_need(g);
+		p->claim[i] = gpus[i].used_bytes;
 		if (o >= 0 && o < CUDA_MAX_DEVICES) {
 			claimed[o] += p->claim[i];
 			in_flight[o]++;
@@ -334,16 +301,15 @@ out:
 	return ret;
 }
 
-int gpu_place(const json_t *meta, const char *request, uint64_t reserve,
+int gpu_place(const struct snapshot_meta *sm, const char *request, uint64_t reserve,
 	      struct gpu_placement *p, char *why, size_t whylen)
 {
-	const json_t *gpus = json_object_get(meta, "gpus");
 	struct cuda_device *devs = NULL;
 	size_t ndevs = 0;
 	int ret;
 
 	memset(p, 0, sizeof(*p));
-	if (!json_array_size(gpus))
+	if (!sm->ngpus)
 		return 0; /* a snapshot that recorded no GPU: the driver's own mapping */
 	ret = cuda_init();
 	if (ret) {
@@ -356,7 +322,8 @@ int gpu_place(const json_t *meta, const char *request, uint64_t reserve,
 		snprintf(why, whylen, "cannot list this host's GPUs: %s", strerror(-ret));
 		return ret;
 	}
-	ret = gpu_place_devices(gpus, request, devs, ndevs, reserve, p, why, whylen);
+	ret = gpu_place_devices(sm->gpus, sm->ngpus, request, devs, ndevs, reserve, p, why,
+				whylen);
 	free(devs);
 	return ret;
 }
@@ -380,7 +347,7 @@ int gpu_place_on(int ordinal, const char *uuid, uint64_t need, uint64_t reserve,
 		 struct gpu_placement *p, char *why, size_t whylen)
 {
 	struct cuda_device *devs = NULL;
-	json_t *gpus = NULL;
+	struct snapshot_gpu g = { .index = ordinal, .used_bytes = need };
 	char asked[16];
 	size_t ndevs = 0, d;
 	int ret;
@@ -399,12 +366,11 @@ int gpu_place_on(int ordinal, const char *uuid, uint64_t need, uint64_t reserve,
 		goto out;
 	}
 	/* As if the snapshot had used this GPU and need bytes on it. */
-	gpus = json_pack("[{s:s, s:s, s:I}]", "uuid", devs[d].uuid, "name", devs[d].name,
-			 "used_bytes", (json_int_t)need);
+	g.uuid = devs[d].uuid;
+	g.name = devs[d].name;
 	snprintf(asked, sizeof(asked), "%d", ordinal);
-	ret = gpus ? gpu_place_devices(gpus, asked, devs, ndevs, reserve, p, why, whylen) : -ENOMEM;
+	ret = gpu_place_devices(&g, 1, asked, devs, ndevs, reserve, p, why, whylen);
 out:
-	json_decref(gpus);
 	free(devs);
 	return ret;
 }
@@ -444,12 +410,9 @@ void gpu_claim_taken(struct gpu_placement *p, size_t i, uint64_t bytes)
 /* The GPU pairs for the driver when some snapshot GPU goes elsewhere: one
  * for every snapshot GPU (the driver wants every checkpointed GPU listed);
  * *npairs 0 when each stays. */
-static int make_pairs(const json_t *gpus, const struct gpu_placement *p,
+static int make_pairs(const struct snapshot_meta *sm, const struct gpu_placement *p,
 		      struct cuda_gpu_pair **pairs, size_t *npairs)
 {
-	const json_t *g;
-	size_t i;
-
 	*pairs = NULL;
 	*npairs = 0;
 	if (!p->moved)
@@ -457,13 +420,10 @@ static int make_pairs(const json_t *gpus, const struct gpu_placement *p,
 	*pairs = calloc(p->n ? p->n : 1, sizeof(**pairs));
 	if (!*pairs)
 		return -ENOMEM;
-	json_array_foreach(gpus, i, g) {
-		const char *old = gpu_uuid(g), *model = json_is_object(g) ?
-			json_string_value(json_object_get(g, "name")) : NULL;
+	for (size_t i = 0; i < sm->ngpus && i < p->n; i++) {
+		const char *old = sm->gpus[i].uuid, *model = sm->gpus[i].name;
 		const struct cuda_device *to = &p->dev[i];
 
-		if (i >= p->n)
-			break;
 		if (!old) {
 			pr_err("the snapshot's GPU %zu has no UUID", i);
 			free(*pairs);
@@ -484,15 +444,13 @@ static int make_pairs(const json_t *gpus, const struct gpu_placement *p,
 /* Without per-GPU figures, the snapshot's total must fit the GPUs chosen:
  * a restore that runs out of GPU memory can leave the process stuck for
  * good.  (With them, the placement has checked each.) */
-static int check_free(const json_t *meta, const json_t *gpus, const struct gpu_placement *p)
+static int check_free(const struct snapshot_meta *sm, const struct gpu_placement *p)
 {
-	uint64_t total = json_bytes(meta, total_keys, ARRAY_SIZE(total_keys)), free_sum = 0;
+	uint64_t total = sm->gpu_used_bytes, free_sum = 0;
 	char a[32], b[32];
-	const json_t *g;
-	size_t i;
 
-	json_array_foreach(gpus, i, g) {
-		if (gpu_need(g))
+	for (size_t i = 0; i < sm->ngpus; i++) {
+		if (sm->gpus[i].used_bytes)
 			return 0;
 		if (i < p->n)
 			free_sum += p->dev[i].free_bytes;
@@ -572,10 +530,10 @@ out:
 }
 
 int gpu_restore_container(const struct runner *r, const char *id, pid_t init,
-			  const json_t *meta, struct gpu_placement *place, pid_t **pids, size_t *n)
+			  const struct snapshot_meta *sm, struct gpu_placement *place, pid_t **pids,
+			  size_t *n)
 {
-	const json_t *gpus = json_object_get(meta, "gpus");
-	size_t nall = 0, npairs = 0, nrec = json_array_size(json_object_get(meta, "cuda_pids"));
+	size_t nall = 0, npairs = 0, nrec = sm->ncuda_processes;
 	struct gpu_placement own = { 0 }, *p = place;
 	struct cuda_gpu_pair *pairs = NULL;
 	pid_t *all = NULL, failed = 0;
@@ -592,17 +550,17 @@ int gpu_restore_container(const struct runner *r, const char *id, pid_t init,
 		ret = -ENODEV;
 		goto out;
 	}
-	if (!p || (!p->held && json_array_size(gpus))) {
+	if (!p || (!p->held && sm->ngpus)) {
 		p = &own;
-		ret = gpu_place(meta, NULL, 0, p, why, sizeof(why));
+		ret = gpu_place(sm, NULL, 0, p, why, sizeof(why));
 		if (ret) {
 			pr_err("%s", why);
 			goto out;
 		}
 	}
-	ret = make_pairs(gpus, p, &pairs, &npairs);
+	ret = make_pairs(sm, p, &pairs, &npairs);
 	if (!ret)
-		ret = check_free(meta, gpus, p);
+		ret = check_free(sm, p);
 	if (ret)
 		goto out;
 	/* CRIU gave the processes their old pids inside the container's PID
@@ -707,11 +665,9 @@ static pid_t inner_pid(pid_t pid)
 	return inner;
 }
 
-int gpu_memory_restore(const json_t *meta, const pid_t *pids, size_t n, const char *out_dir,
-		       double *copy_ms)
+int gpu_memory_restore(const struct snapshot_gpu_memory *gm, const pid_t *pids, size_t n,
+		       const char *out_dir, double *copy_ms)
 {
-	const json_t *gm = json_object_get(meta, "gpu_memory");
-	const json_t *want = json_object_get(gm, "ns_pids");
 	struct gpumem_status *st = NULL;
 	pid_t *ask = NULL, *ask_ns = NULL;
 	uint64_t t0 = now_ns();
@@ -719,7 +675,7 @@ int gpu_memory_restore(const json_t *meta, const pid_t *pids, size_t n, const ch
 	int ret = 0;
 
 	*copy_ms = 0;
-	if (!json_array_size(want) || !out_dir)
+	if (!gm->nns_pids || !out_dir)
 		return 0;
 	ask = calloc(n + 1, sizeof(*ask));
 	ask_ns = calloc(n + 1, sizeof(*ask_ns));
@@ -732,17 +688,17 @@ int gpu_memory_restore(const json_t *meta, const pid_t *pids, size_t n, const ch
 		pid_t inner = inner_pid(pids[i]);
 		size_t w;
 
-		for (w = 0; w < json_array_size(want); w++)
-			if (json_integer_value(json_array_get(want, w)) == inner)
+		for (w = 0; w < gm->nns_pids; w++)
+			if (gm->ns_pids[w] == inner)
 				break;
-		if (w == json_array_size(want) || !gpumem_loaded(pids[i]))
+		if (w == gm->nns_pids || !gpumem_loaded(pids[i]))
 			continue;
 		ask[k] = pids[i];
 		ask_ns[k++] = inner;
 	}
-	if (k < json_array_size(want)) {
+	if (k < gm->nns_pids) {
 		log_set_error("%zu of the snapshot's %zu process(es) with saved GPU memory found "
-			      "with libthaw-cuda after the restore", k, json_array_size(want));
+			      "with libthaw-cuda after the restore", k, gm->nns_pids);
 		pr_err("%s", log_last_error());
 		ret = -ESRCH;
 		goto out;

@@ -10,7 +10,6 @@
 #ifndef THAW_RESTORE_GPU_RESTORE_H
 #define THAW_RESTORE_GPU_RESTORE_H
 
-#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -18,6 +17,7 @@
 
 #include "common/cuda.h"
 #include "common/runner.h"
+#include "function/snapshot_meta.h"
 
 #define GPU_LOCK_TIMEOUT_MS 10000
 
@@ -26,7 +26,7 @@
 
 /* Where a start's GPUs go, chosen before anything is restored. */
 struct gpu_placement {
-	size_t n;                        /* the snapshot's GPUs ("gpus" of its meta) */
+	size_t n;                        /* the snapshot's GPUs (its meta's gpus) */
 	struct cuda_device dev[GPU_MAX]; /* where snapshot GPU i goes (free_bytes: as
 					  * seen then, less what others held back) */
 	uint64_t claim[GPU_MAX];         /* GPU memory held back on dev[i] */
@@ -34,7 +34,7 @@ struct gpu_placement {
 	bool held;                       /* claims held until gpu_release */
 };
 
-/* Choose where the GPUs of a snapshot whose meta is meta go, and hold their
+/* Choose where the GPUs of a snapshot whose meta is sm go, and hold their
  * GPU memory back from every other placement of this process until
  * gpu_release (a burst of starts spreads over the GPUs: each placement sees
  * what those in flight are about to take, and their number breaks ties).
@@ -45,12 +45,13 @@ struct gpu_placement {
  * GPU); -EINVAL (why) for a request naming a GPU this host does not have,
  * one twice, another count or model; -EAGAIN (why) when a GPU has no room;
  * -ENODEV without a driver or with fewer GPUs than the snapshot used. */
-int gpu_place(const json_t *meta, const char *request, uint64_t reserve,
+int gpu_place(const struct snapshot_meta *sm, const char *request, uint64_t reserve,
 	      struct gpu_placement *p, char *why, size_t whylen);
-/* The same on devs (what cuda_devices gave): "gpus" of the meta. */
-int gpu_place_devices(const json_t *gpus, const char *request, const struct cuda_device *devs,
-		      size_t ndevs, uint64_t reserve, struct gpu_placement *p, char *why,
-		      size_t whylen);
+/* The same for the snapshot GPUs gpus (ngpus of them) on devs (what
+ * cuda_devices gave). */
+int gpu_place_devices(const struct snapshot_gpu *gpus, size_t ngpus, const char *request,
+		      const struct cuda_device *devs, size_t ndevs, uint64_t reserve,
+		      struct gpu_placement *p, char *why, size_t whylen);
 /* A placement of one GPU, device ordinal with uuid (checked: the GPU a
  * standby holds its contexts on must still be that one), holding need
  * bytes back: what a context standby's take fills.  -EAGAIN (why) when it
@@ -72,25 +73,25 @@ void gpu_release(struct gpu_placement *p);
  * unlocked; if one fails, those restored are checkpointed back and the
  * error names the process (the caller tears the instance down).  The
  * placement is released at the end (its memory is then taken or given up).
- * meta is the snapshot manifest's meta ("gpus", "cuda_pids", memory figures
- * if recorded).  *pids (you own it) are the host pids restored.  -ENODEV
+ * sm is the snapshot's meta (its GPUs, CUDA processes, memory figures if
+ * recorded).  *pids (you own it) are the host pids restored.  -ENODEV
  * without a driver. */
 int gpu_restore_container(const struct runner *r, const char *id, pid_t init,
-			  const json_t *meta, struct gpu_placement *place, pid_t **pids,
-			  size_t *n);
+			  const struct snapshot_meta *sm, struct gpu_placement *place,
+			  pid_t **pids, size_t *n);
 
 /* After gpu_restore_container: each of the n restored processes pids
- * whose device memory libthaw-cuda saved (the meta's "gpu_memory":
- * "ns_pids") maps new memory at its addresses and copies it back from the
+ * whose device memory libthaw-cuda saved (gm: the snapshot meta's
+ * gpu_memory, its ns_pids) maps new memory at its addresses and copies it back from the
  * RAM tier (the directory bound at GPUMEM_IN_DEST), then lets its CUDA
  * calls go; it answers in out_dir (the host directory at GPUMEM_OUT_DEST).
  * *copy_ms: how long that took.  0 (nothing to do for a snapshot whose
  * memory the driver carried), or -errno with the reason set: the caller
  * ends the instance (its calls stay held). */
-int gpu_memory_restore(const json_t *meta, const pid_t *pids, size_t n, const char *out_dir,
-		       double *copy_ms);
+int gpu_memory_restore(const struct snapshot_gpu_memory *gm, const pid_t *pids, size_t n,
+		       const char *out_dir, double *copy_ms);
 
-/* Where the snapshot's GPUs ("gpus" of its meta) go on this host's devs:
+/* Where the snapshot's GPUs (gpus, ngpus of them) go on this host's devs:
  * choice[i] is the device index for snapshot GPU i.  Each goes to the GPU
  * of its model with the most free memory that has room for its recorded
  * usage (on a tie: fewer placements in flight, then its own GPU, then the
@@ -100,12 +101,13 @@ int gpu_memory_restore(const json_t *meta, const pid_t *pids, size_t n, const ch
  * GPU needs what, and the most free) when one has nowhere to go, -ENODEV
  * with fewer devices than the snapshot used.  On one GPU this is the
  * free-memory check; on several, the placement. */
-int gpu_choose(const json_t *gpus, const struct cuda_device *devs, size_t ndevs, size_t *choice,
-	       bool *moved, char *why, size_t whylen);
+int gpu_choose(const struct snapshot_gpu *gpus, size_t ngpus, const struct cuda_device *devs,
+	       size_t ndevs, size_t *choice, bool *moved, char *why, size_t whylen);
 
 /* The same on devs (what cuda_devices gave). */
-int gpu_admit_devices(const json_t *gpus, const struct cuda_device *devs, size_t ndevs,
-		      uint64_t reserve, char *why, size_t whylen);
+int gpu_admit_devices(const struct snapshot_gpu *gpus, size_t ngpus,
+		      const struct cuda_device *devs, size_t ndevs, uint64_t reserve, char *why,
+		      size_t whylen);
 
 /* The host pids of every process in the PID namespace of init (the
  * container's processes), init first.  You own *pids. */

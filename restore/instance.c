@@ -22,6 +22,7 @@
 #include "common/util.h"
 #include "function/bundle.h"
 #include "function/ready.h"
+#include "function/snapshot_meta.h"
 #include "function/spec.h"
 #include "images/image.h"
 #include "restore/gpu_prefill.h"
@@ -49,15 +50,13 @@
 static atomic_uint gpu_starts_in_flight;
 
 /* Who carries a GPU snapshot's device memory, from its meta. */
-static void set_gpu_memory(struct instance *in, const json_t *meta)
+static void set_gpu_memory(struct instance *in, const struct snapshot_meta *sm)
 {
-	const json_t *gm = json_object_get(meta, "gpu_memory");
-	const char *mode = json_string_value(json_object_get(gm, "mode"));
+	const struct snapshot_gpu_memory *gm = &sm->gpu_memory;
 
-	in->gpu_memory = mode && !strcmp(mode, "thaw") ? "thaw" : "driver";
+	in->gpu_memory = gm->thaw ? "thaw" : "driver";
 	snprintf(in->gpu_memory_why, sizeof(in->gpu_memory_why), "%s",
-		 !gm ? "the snapshot was made without libthaw-cuda" :
-		       json_string_value(json_object_get(gm, "why")) ?: "");
+		 !gm->recorded ? "the snapshot was made without libthaw-cuda" : gm->why ?: "");
 }
 
 /* Fail phase with the error that caused it (CRIU's lines included, where the
@@ -74,10 +73,9 @@ static void phase_failed(const char *snapshot, const char *phase, int err)
  * prewarm wrote it (function/bundle.h): the same mounts, or CRIU cannot put
  * the processes back; mapped_src at OCI_MAPPED_DEST. */
 static int write_bundle(struct start_ctx *x, const struct func_spec *spec, const char *id,
-			const char *mapped_src, const struct manifest *m,
+			const char *mapped_src, const struct snapshot_meta *sm,
 			const struct gpu_placement *gp)
 {
-	bool confined = json_is_true(json_object_get(m->meta, "confined"));
 	int minors[GPU_MAX];
 	size_t n = 0;
 
@@ -98,12 +96,11 @@ static int write_bundle(struct start_ctx *x, const struct func_spec *spec, const
 										      x->gpumem_out :
 										      NULL,
 								.restore = true,
-								.legacy_sandbox = !confined,
+								.legacy_sandbox = !sm->confined,
 								.gpu_minors = n ? minors : NULL,
 								.ngpu_minors = n,
 								.allow = x->c,
-								.image = json_object_get(m->meta,
-											 "image") },
+								.image = sm->image.reference != NULL },
 				     x->bundle, &x->held);
 }
 
@@ -131,27 +128,25 @@ static void image_progress_log(void *arg, const char *phase, uint64_t done, uint
 			(unsigned long long)done, (unsigned long long)total);
 }
 
-/* A snapshot made on an image (its meta's "image"; none: 0, nothing to
+/* A snapshot made on an image (its meta's image; none: 0, nothing to
  * do): the spec's bundle made this host's copy of that image, brought into
  * the image cache if it is not there, and held against the cache's gc in
  * *lock_fd until the start ends.  The bundle the snapshot ran on may be
  * another host's path: CRIU restores the container's root at whatever path
  * runc gives it, and checks the files it reopens (size, ELF build-id), which
  * the very image has alike. */
-static int use_image(const struct thaw_config *c, const struct manifest *m,
+static int use_image(const struct thaw_config *c, const struct snapshot_meta *sm,
 		     struct func_spec *spec, struct instance *in, int *lock_fd)
 {
-	const json_t *meta = json_object_get(m->meta, "image");
-	const char *ref = json_string_value(json_object_get(meta, "reference"));
-	const char *digest = json_string_value(json_object_get(meta, "digest"));
+	const char *ref = sm->image.reference, *digest = sm->image.digest;
 	struct image_progress p = { .digest = digest };
 	struct image im;
 	char *bundle;
 	int ret;
 
-	if (!meta)
+	if (!ref)
 		return 0;
-	if (!ref || !digest || strlen(digest) >= sizeof(in->image) || !spec->bundle) {
+	if (strlen(digest) >= sizeof(in->image) || !spec->bundle) {
 		pr_err("snapshot %s: its meta's \"image\" is incomplete", in->snapshot);
 		return -EINVAL;
 	}
@@ -174,18 +169,26 @@ static int use_image(const struct thaw_config *c, const struct manifest *m,
 	return 0;
 }
 
-static int parse_spec(const struct manifest *m, const char *snapshot, struct func_spec **spec)
+/* The snapshot's meta, parsed (sm), and its spec, taken from it. */
+static int parse_meta(const struct manifest *m, const char *snapshot, struct snapshot_meta *sm,
+		      struct func_spec **spec)
 {
-	char err[256];
-	json_t *j = json_object_get(m->meta, "spec");
-	int ret;
+	char why[256];
+	int ret = snapshot_meta_parse(m->meta, sm, why, sizeof(why));
 
-	if (!json_is_object(j)) {
+	if (ret) {
+		/* What the snapshot records cannot be read: it cannot be
+		 * restored as it was made (-EBADMSG: damaged). */
+		pr_err("snapshot %s: its meta: %s", snapshot, why);
+		return ret;
+	}
+	ret = sm->spec_err;
+	*spec = snapshot_meta_take_spec(sm);
+	if (ret == -ENOENT) {
 		pr_err("snapshot %s has no function spec in its meta: not a thaw snapshot?",
 		       snapshot);
 		return -EINVAL;
 	}
-	ret = spec_parse(j, NULL, spec, err, sizeof(err));
 	if (ret == -EINVAL) {
 		/* It parsed when the snapshot was made: an older thaw let in
 		 * what this one refuses (a mount where thaw binds its own, say).
@@ -193,11 +196,11 @@ static int parse_spec(const struct manifest *m, const char *snapshot, struct fun
 		 * confines it; a new snapshot of a spec put again does not. */
 		pr_err("snapshot %s was made from a spec this thaw refuses (%s): PUT the "
 		       "function again with a spec it accepts, and snapshot it again",
-		       snapshot, err);
+		       snapshot, sm->spec_why);
 		return -ENOEXEC;
 	}
 	if (ret)
-		pr_err("snapshot %s: its function spec is unusable: %s", snapshot, err);
+		pr_err("snapshot %s: its function spec is unusable: %s", snapshot, sm->spec_why);
 	return ret;
 }
 
@@ -374,6 +377,7 @@ struct start {
 	struct gpu_placement *gp; /* the GPUs it restores onto; NULL: none yet (a standby) */
 	struct manifest *m;
 	struct manifest *m2;     /* the manifest again, when the tier found data missing */
+	struct snapshot_meta meta; /* m's, parsed (its spec taken into spec) */
 	struct func_spec *spec;
 	struct tier_lease *lease;
 	struct instance in;
@@ -400,14 +404,14 @@ static int load_snapshot(struct start *st)
 			       store_path(st->s));
 		return ret;
 	}
-	ret = parse_spec(st->m, in->snapshot, &st->spec);
+	ret = parse_meta(st->m, in->snapshot, &st->meta, &st->spec);
 	if (ret)
 		return ret;
 	snprintf(in->function, sizeof(in->function), "%s",
 		 st->spec->id[0] ? st->spec->id : st->m->name);
 	st->x.gpu = st->spec->gpu;
 	if (st->spec->gpu)
-		set_gpu_memory(in, st->m->meta);
+		set_gpu_memory(in, &st->meta);
 	/* Every GPU start counts, whatever decides its mode: each one loads the
 	 * machine.  Counted once here, uncounted once in start_end. */
 	if (st->spec->gpu) {
@@ -465,7 +469,7 @@ static int place_gpus(struct start *st)
 	if (!st->spec->gpu || (st->gp && st->gp->held))
 		return 0;
 	st->gp = &st->own;
-	ret = gpu_place(st->m->meta, NULL, 0, st->gp, why, sizeof(why));
+	ret = gpu_place(&st->meta, NULL, 0, st->gp, why, sizeof(why));
 	if (ret) {
 		log_set_error("%s", why);
 		pr_err("%s", why);
@@ -490,7 +494,7 @@ static int load(struct start *st)
 static int take_image(struct start *st)
 {
 	uint64_t tp = now_ns();
-	int ret = use_image(st->c, st->m, st->spec, &st->in, &st->image_lock);
+	int ret = use_image(st->c, &st->meta, st->spec, &st->in, &st->image_lock);
 
 	st->in.t.image = ms_since(tp);
 	return ret;
@@ -527,18 +531,17 @@ static int materialize(struct start *st)
 static int mounts_for_bundle(struct start *st, char *src, size_t len)
 {
 	struct start_ctx *x = &st->x;
-	const json_t *meta = st->m->meta;
 	int ret = 0;
 
 	src[0] = '\0';
 	if (x->mapped) {
 		ret = instance_path(src, len, "%s/mem", tier_lease_mapped(st->lease));
-	} else if (json_is_string(json_object_get(meta, "mapped_mount"))) {
+	} else if (st->meta.mapped_mount) {
 		snprintf(x->mapped_empty, sizeof(x->mapped_empty), "%s/mapped-empty", x->dir);
 		ret = mkdir_p(x->mapped_empty, 0700);
 		snprintf(src, len, "%s", x->mapped_empty);
 	}
-	if (!ret && json_is_true(json_object_get(json_object_get(meta, "gpu_memory"), "mount"))) {
+	if (!ret && st->meta.gpu_memory.mount) {
 		x->gpumem_in = tier_lease_path(st->lease);
 		ret = instance_path(x->gpumem_out, sizeof(x->gpumem_out), "%s/gpu-out", x->dir);
 		if (!ret)
@@ -571,13 +574,13 @@ static int set_up(struct start *st)
 	x->have_netns = true;
 	ret = mounts_for_bundle(st, mapped_src, sizeof(mapped_src));
 	if (!ret)
-		ret = write_bundle(x, st->spec, st->in.id, mapped_src[0] ? mapped_src : NULL, st->m,
-				   st->gp);
+		ret = write_bundle(x, st->spec, st->in.id, mapped_src[0] ? mapped_src : NULL,
+				   &st->meta, st->gp);
 	if (ret)
 		return ret;
 	/* The device memory is filled while CRIU and the driver restore. */
 	if (x->gpumem_in && !st->standby)
-		x->prefill = gpu_prefill_start(st->m->meta, x->gpumem_in, x->gpumem_out, st->gp);
+		x->prefill = gpu_prefill_start(&st->meta, x->gpumem_in, x->gpumem_out, st->gp);
 	st->in.t.setup = ms_since(tp);
 	return 0;
 }
@@ -633,11 +636,9 @@ static int check_ready(struct start *st);
 /* Why a standby asked to hold its contexts cannot ("": it can). */
 static const char *no_context_why(const struct start *st)
 {
-	const json_t *meta = st->m->meta;
-
 	if (!st->x.gpumem_in || strcmp(st->in.gpu_memory ?: "", "thaw"))
 		return "libthaw-cuda saved none of its device memory (gpu_memory_why)";
-	if (json_array_size(json_object_get(meta, "gpus")) != 1)
+	if (st->meta.ngpus != 1)
 		return "its snapshot spans several GPUs";
 	return "";
 }
@@ -651,7 +652,7 @@ static int hold_contexts(struct start *st)
 {
 	struct start_ctx *x = &st->x;
 	struct instance *in = &st->in;
-	const json_t *meta = st->m->meta;
+	const struct snapshot_meta *meta = &st->meta;
 	const char *no = no_context_why(st);
 	uint64_t before, after;
 	char why[512];
@@ -784,11 +785,11 @@ static int gpu_restore(struct start *st)
 		return 0;
 	if (x->mapped)
 		pj.started = pthread_create(&pj.thread, NULL, prefault_main, &pj) == 0;
-	ret = gpu_restore_container(&x->r, in->id, in->pid, st->m->meta, st->gp, &x->cuda_pids,
+	ret = gpu_restore_container(&x->r, in->id, in->pid, &st->meta, st->gp, &x->cuda_pids,
 				    &x->ncuda);
 	if (!ret) {
 		/* Ends the fill either way; a failed start ends it in start_end. */
-		ret = gpu_prefill_restore(x->prefill, st->m->meta, x->cuda_pids, x->ncuda,
+		ret = gpu_prefill_restore(x->prefill, &st->meta, x->cuda_pids, x->ncuda,
 					  x->gpumem_in ? x->gpumem_out : NULL, in->id, &in->t.gpu_copy);
 		x->prefill = NULL;
 	}
@@ -875,6 +876,7 @@ static void start_end(struct start *st)
 		atomic_fetch_sub(&gpu_starts_in_flight, 1);
 	free(st->x.cuda_pids);
 	spec_free(st->spec);
+	snapshot_meta_release(&st->meta);
 	manifest_free(st->m2);
 	manifest_free(st->m);
 }

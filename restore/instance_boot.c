@@ -18,6 +18,7 @@
 #include "common/util.h"
 #include "function/bundle.h"
 #include "function/ready.h"
+#include "function/snapshot_meta.h"
 #include "restore/instance.h"
 #include "restore/instance_internal.h"
 #include "restore/shim.h"
@@ -211,7 +212,9 @@ int instance_boot(const struct thaw_config *c, const struct instance_boot *b,
 		/* Frozen until taken, as a restored CPU standby waits; taking it
 		 * needs its spec (instance_activate reads it from the record). */
 		phase = FAULT_STANDBY;
-		meta = json_pack("{s:o, s:b}", "spec", spec_to_json(spec), "booted", 1);
+		meta = snapshot_meta_to_json(&(struct snapshot_meta){ .function = spec->id,
+								      .spec = spec,
+								      .booted = true });
 		ret = meta ? runner_pause(&x.r, in.id) : -ENOMEM;
 		if (ret)
 			goto fail;

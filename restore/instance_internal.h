@@ -64,8 +64,9 @@ struct start_ctx {
 	char gpumem_out[PATH_MAX + 16];
 	/* Its device memory being filled by thawd meanwhile (gpu_prefill.h). */
 	struct gpu_prefill *prefill;
-	/* A standby: its snapshot's meta (spec, GPUs, CUDA pids), recorded for
-	 * instance_activate, which then needs no manifest. */
+	/* A standby: its snapshot's meta (function/snapshot_meta.h: spec, GPUs,
+	 * CUDA processes), recorded for instance_activate, which then needs no
+	 * manifest. */
 	const json_t *standby_meta;
 	/* A graceful stop: the container's first process (host pid) gets
 	 * SIGTERM and this long to exit before SIGKILL. */

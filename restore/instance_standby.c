@@ -7,7 +7,7 @@
 #include "common/gpumem.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "function/spec.h"
+#include "function/snapshot_meta.h"
 #include "restore/gpu_prefill.h"
 #include "restore/gpu_restore.h"
 #include "restore/instance_internal.h"
@@ -80,8 +80,8 @@ static void instance_from_record(const json_t *rec, struct instance *in)
  * that memory filled from the tier entry its container sees and mapped by
  * each process, whose calls then go on.  No driver restore: it was done
  * when the standby was made. */
-static int take_contexts(struct start_ctx *x, struct instance *in, const json_t *meta,
-			 struct gpu_placement *gp)
+static int take_contexts(struct start_ctx *x, struct instance *in,
+			 const struct snapshot_meta *meta, struct gpu_placement *gp)
 {
 	char tier[64];
 	int ret;
@@ -105,11 +105,11 @@ static int take_contexts(struct start_ctx *x, struct instance *in, const json_t 
  * the GPU function's CUDA state restored (to a GPU with room: the same
  * mapping and free-memory check as a start's), or, holding its contexts,
  * its device memory filled (take_contexts). */
-static int wake(struct start_ctx *x, struct instance *in, const json_t *meta,
+static int wake(struct start_ctx *x, struct instance *in, const struct snapshot_meta *meta,
 		struct gpu_placement *gp)
 {
 	struct gpu_placement own = { 0 };
-	bool mem = json_is_true(json_object_get(json_object_get(meta, "gpu_memory"), "mount"));
+	bool mem = meta->gpu_memory.mount;
 	struct gpu_prefill *pf = NULL;
 	char why[512], tier[64];
 	uint64_t tp = now_ns();
@@ -168,9 +168,9 @@ int instance_activate_on(const struct thaw_config *c, const char *id, struct gpu
 			 struct instance *out)
 {
 	struct start_ctx x = { .c = c, .stdio = { -1, -1 } };
-	struct func_spec *spec = NULL;
+	struct snapshot_meta meta = { 0 };
 	struct instance in;
-	json_t *rec = NULL, *meta, *cuda = NULL;
+	json_t *rec = NULL, *cuda = NULL;
 	char err[256], *text = NULL;
 	uint64_t t0 = now_ns();
 	const char *s;
@@ -184,8 +184,7 @@ int instance_activate_on(const struct thaw_config *c, const char *id, struct gpu
 	if (ret)
 		return ret;
 	s = json_string_value(json_object_get(rec, "state"));
-	meta = json_object_get(rec, "snapshot_meta");
-	if (!s || strcmp(s, "standby") || !json_is_object(meta)) {
+	if (!s || strcmp(s, "standby") || !json_is_object(json_object_get(rec, "snapshot_meta"))) {
 		json_decref(rec);
 		return -EBUSY;
 	}
@@ -200,8 +199,15 @@ int instance_activate_on(const struct thaw_config *c, const char *id, struct gpu
 	if (!ret)
 		ret = instance_path(x.log, sizeof(x.log), "%s/instances/%s/function.log",
 				    c->data_dir, id);
-	if (!ret && spec_parse(json_object_get(meta, "spec"), NULL, &spec, err, sizeof(err))) {
-		pr_err("standby %s: its snapshot's spec: %s", id, err);
+	/* Its snapshot's meta, as the standby's making recorded it. */
+	if (!ret && snapshot_meta_parse(json_object_get(rec, "snapshot_meta"), &meta, err,
+					sizeof(err))) {
+		pr_err("standby %s: its snapshot's meta: %s", id, err);
+		ret = -EINVAL;
+	}
+	if (!ret && !meta.spec) {
+		pr_err("standby %s: its snapshot's spec: %s", id,
+		       meta.spec_err == -ENOENT ? "none" : meta.spec_why);
 		ret = -EINVAL;
 	}
 	if (ret)
@@ -209,10 +215,10 @@ int instance_activate_on(const struct thaw_config *c, const char *id, struct gpu
 	instance_ctx_runner(&x);
 	ret = instance_record_cuda_pids(rec, &x.cuda_pids, &x.ncuda);
 	if (!ret)
-		ret = wake(&x, &in, meta, gp);
+		ret = wake(&x, &in, &meta, gp);
 	if (ret)
 		goto fail;
-	ret = instance_ctx_ready(&x, spec, &in, "the standby");
+	ret = instance_ctx_ready(&x, meta.spec, &in, "the standby");
 	if (ret)
 		goto fail;
 	in.t.total = ms_since(t0);
@@ -262,6 +268,6 @@ out:
 	free(x.cuda_pids);
 	json_decref(cuda);
 	json_decref(rec);
-	spec_free(spec);
+	snapshot_meta_release(&meta);
 	return ret;
 }

@@ -5,6 +5,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "function/bundle.h"
+#include "function/snapshot_meta.h"
 #include "function/spec.h"
 #include "images/image.h"
 #include "prewarm/host_record.h"
@@ -100,18 +101,24 @@ static bool known_verdict(struct fallback *f, const char *snap, bool *differs, c
 }
 
 /* Does this host differ from the record in snap's meta?  Kept as snap's
- * verdict. */
+ * verdict.  A meta that does not parse tells nothing: the start says what
+ * is wrong with it. */
 static bool judge(struct server *s, const char *snap, const json_t *meta, char *why, size_t len)
 {
 	struct fallback *f = s->fallback;
+	struct snapshot_meta sm;
 	struct verdict *v;
 	char w[768] = "";
 	bool differs;
+	int ret = snapshot_meta_parse(meta, &sm, w, sizeof(w));
 
+	w[0] = '\0';
 	pthread_mutex_lock(&f->lock);
 	if (!f->here)
 		f->here = host_record_here(&s->cfg); /* criu --version: once */
-	differs = f->here && host_record_compare(meta, f->here, w, sizeof(w)) == 1;
+	differs = !ret && f->here &&
+		  host_record_compare(sm.host, sm.gpu, f->here, w, sizeof(w)) == 1;
+	snapshot_meta_release(&sm);
 	v = verdict_of(f, snap);
 	if (v) {
 		v->checked = true;

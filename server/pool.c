@@ -5,6 +5,7 @@
 #include "common/log.h"
 #include "common/stats.h"
 #include "common/util.h"
+#include "function/snapshot_meta.h"
 #include "function/spec.h"
 #include "restore/shim.h"
 #include "server/errors.h"
@@ -381,22 +382,28 @@ struct start_arg {
 
 /* The function's port in its namespace: its snapshot's spec's (a spec on
  * an image may leave it to the image; the snapshot has it resolved).  0,
- * -EINVAL (its spec has none), or the manifest load's -errno (-ENOENT: the
- * snapshot is gone, replaced or deleted since the start began). */
+ * -EINVAL (its spec has none, or its meta does not parse), or the manifest
+ * load's -errno (-ENOENT: the snapshot is gone, replaced or deleted since
+ * the start began). */
 static int snapshot_port(struct pool *p, const char *snap, uint16_t *port)
 {
 	struct manifest *m = NULL;
-	json_int_t v;
+	struct snapshot_meta sm;
+	char why[256];
 	int ret = store_manifest_load(p->srv->store, snap, &m, NULL);
 
 	if (ret)
 		return ret;
-	v = json_integer_value(json_object_get(json_object_get(m->meta, "spec"), "port"));
+	ret = snapshot_meta_parse(m->meta, &sm, why, sizeof(why));
 	manifest_free(m);
-	if (v <= 0 || v > 65535)
-		return -EINVAL;
-	*port = (uint16_t)v;
-	return 0;
+	if (ret)
+		pr_warn("snapshot %s: its meta: %s", snap, why);
+	else if (!sm.spec || !sm.spec->port)
+		ret = -EINVAL;
+	else
+		*port = sm.spec->port;
+	snapshot_meta_release(&sm);
+	return ret == -EBADMSG ? -EINVAL : ret;
 }
 
 /* The instance a start answered, ready to take requests: 0 and *out, or

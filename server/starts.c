@@ -6,6 +6,7 @@
 #define LOG_PREFIX "thawd: "
 #include "common/log.h"
 #include "common/util.h"
+#include "function/snapshot_meta.h"
 #include "function/spec.h"
 #include "restore/gpu_restore.h"
 #include "restore/instance.h"
@@ -288,6 +289,7 @@ static unsigned place_gpus(struct start *st, struct gpu_placement *gp, const cha
 	const char *asked = st->o->gpu;
 	struct server *s = st->s;
 	struct manifest *m = NULL;
+	struct snapshot_meta sm;
 	int ret;
 
 	memset(gp, 0, sizeof(*gp));
@@ -299,8 +301,14 @@ static unsigned place_gpus(struct start *st, struct gpu_placement *gp, const cha
 	}
 	if (store_manifest_load(s->store, st->snap, &m, NULL))
 		return 0; /* the start reports a missing manifest itself */
-	ret = gpu_place(m->meta, asked, s->opts.gpu_mem_reserve, gp, why, len);
+	ret = snapshot_meta_parse(m->meta, &sm, why, len);
 	manifest_free(m);
+	if (ret) {
+		why[0] = '\0';
+		return 0; /* the start reports an unreadable meta itself */
+	}
+	ret = gpu_place(&sm, asked, s->opts.gpu_mem_reserve, gp, why, len);
+	snapshot_meta_release(&sm);
 	*code = ret == -EINVAL ? "bad_request" : ret == -EAGAIN ? "no_gpu_memory" : "no_gpu";
 	return !ret ? 0 : ret == -EINVAL ? 400 : 503;
 }

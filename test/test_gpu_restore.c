@@ -54,13 +54,16 @@ static int state_of(pid_t pid)
 	return ret ? ret : (int)st;
 }
 
-static json_t *meta_of(const char *text)
+/* A snapshot's meta text, read as a start reads it. */
+static struct snapshot_meta meta_of(const char *text)
 {
-	json_error_t e;
-	json_t *j = json_loads(text, 0, &e);
+	struct snapshot_meta sm;
+	char why[256];
+	json_t *j = json_loads(text, 0, NULL);
 
-	REQUIRE(j);
-	return j;
+	REQUIRE(j && snapshot_meta_parse(j, &sm, why, sizeof(why)) == 0);
+	json_decref(j);
+	return sm;
 }
 
 /* The pairs log: its whole text, then emptied. */
@@ -85,7 +88,7 @@ static int mock_checks(const char *pairs_log)
 	uint64_t used[CUDA_MAX_DEVICES];
 	size_t n = 0, nall = 0, ngot = 0;
 	char list[64], why[512], log[1024], want[256];
-	json_t *meta;
+	struct snapshot_meta meta;
 
 	for (int i = 0; i < 2; i++) {
 		kids[i] = fork();
@@ -132,41 +135,41 @@ static int mock_checks(const char *pairs_log)
 	 * 0 (40000 each, and none in flight there). */
 	meta = meta_of("{\"gpus\":[{\"uuid\":\"" UUID0 "\",\"name\":\"Mock GPU\","
 		       "\"used_bytes\":10485760000}]}");
-	CHECK_EQ(gpu_place(meta, NULL, 0, &p[0], why, sizeof(why)), 0);
+	CHECK_EQ(gpu_place(&meta, NULL, 0, &p[0], why, sizeof(why)), 0);
 	CHECK_EQ(p[0].dev[0].ordinal, 1);
 	CHECK(p[0].moved);
 	CHECK_EQ(p[0].dev[0].minor, 5);
-	CHECK_EQ(gpu_place(meta, NULL, 0, &p[1], why, sizeof(why)), 0);
+	CHECK_EQ(gpu_place(&meta, NULL, 0, &p[1], why, sizeof(why)), 0);
 	CHECK_EQ(p[1].dev[0].ordinal, 1);
-	CHECK_EQ(gpu_place(meta, NULL, 0, &p[2], why, sizeof(why)), 0);
+	CHECK_EQ(gpu_place(&meta, NULL, 0, &p[2], why, sizeof(why)), 0);
 	CHECK_EQ(p[2].dev[0].ordinal, 0);
 	CHECK(!p[2].moved);
 	for (int i = 0; i < 3; i++)
 		gpu_release(&p[i]);
 	/* Memory a start has made already (thaw's fill) is no longer held
 	 * back: the next placement sees GPU 1's whole free figure again. */
-	CHECK_EQ(gpu_place(meta, NULL, 0, &p[0], why, sizeof(why)), 0);
+	CHECK_EQ(gpu_place(&meta, NULL, 0, &p[0], why, sizeof(why)), 0);
 	CHECK_EQ(p[0].dev[0].ordinal, 1);
 	gpu_claim_taken(&p[0], 0, 4000 * MIB);
 	CHECK_EQ(p[0].claim[0], 6000 * MIB);
-	CHECK_EQ(gpu_place(meta, NULL, 0, &p[1], why, sizeof(why)), 0);
+	CHECK_EQ(gpu_place(&meta, NULL, 0, &p[1], why, sizeof(why)), 0);
 	CHECK_EQ(p[1].dev[0].free_bytes, 54000 * MIB);
 	gpu_release(&p[1]);
 	gpu_release(&p[0]);
 	gpu_claim_taken(&p[0], 0, 1); /* released: nothing */
 	CHECK_EQ(p[0].claim[0], 6000 * MIB);
 	/* Asked for: GPU 0 by index, GPU 1 by UUID; a GPU that is not here. */
-	CHECK_EQ(gpu_place(meta, "0", 0, &p[0], why, sizeof(why)), 0);
+	CHECK_EQ(gpu_place(&meta, "0", 0, &p[0], why, sizeof(why)), 0);
 	CHECK_EQ(p[0].dev[0].ordinal, 0);
 	gpu_release(&p[0]);
-	CHECK_EQ(gpu_place(meta, UUID1, 0, &p[0], why, sizeof(why)), 0);
+	CHECK_EQ(gpu_place(&meta, UUID1, 0, &p[0], why, sizeof(why)), 0);
 	CHECK_EQ(p[0].dev[0].ordinal, 1);
 	gpu_release(&p[0]);
-	CHECK_EQ(gpu_place(meta, "7", 0, &p[0], why, sizeof(why)), -EINVAL);
+	CHECK_EQ(gpu_place(&meta, "7", 0, &p[0], why, sizeof(why)), -EINVAL);
 	/* A reserve that leaves no room on either GPU: refused, with figures. */
-	CHECK_EQ(gpu_place(meta, NULL, 55000 * MIB, &p[0], why, sizeof(why)), -EAGAIN);
+	CHECK_EQ(gpu_place(&meta, NULL, 55000 * MIB, &p[0], why, sizeof(why)), -EAGAIN);
 	CHECK(strstr(why, "--gpu-mem-reserve") != NULL);
-	json_decref(meta);
+	snapshot_meta_release(&meta);
 
 	/* The function of two GPUs, restored with its GPUs swapped (asked
 	 * for: 1,0): every process gets the whole mapping, both restored,
@@ -179,8 +182,8 @@ static int mock_checks(const char *pairs_log)
 		if (all[i] == kids[0] || all[i] == kids[1])
 			order[k++] = all[i];
 	free(all);
-	CHECK_EQ(gpu_place(meta, "1,0", 0, &p[0], why, sizeof(why)), 0);
-	CHECK_EQ(gpu_restore_container(&r, "mock", getpid(), meta, &p[0], &got, &ngot), 0);
+	CHECK_EQ(gpu_place(&meta, "1,0", 0, &p[0], why, sizeof(why)), 0);
+	CHECK_EQ(gpu_restore_container(&r, "mock", getpid(), &meta, &p[0], &got, &ngot), 0);
 	CHECK(!p[0].held); /* released once the CUDA state is back */
 	CHECK_EQ(ngot, 2);
 	free(got);
@@ -194,7 +197,7 @@ static int mock_checks(const char *pairs_log)
 	 * the restore itself), and the driver gets no pairs. */
 	setenv("MOCK_NVML_FREE_MIB", "50000,50000", 1);
 	CHECK_EQ(cuda_checkpoint_group(kids, 2, 5000, NULL, NULL, &failed), 0);
-	CHECK_EQ(gpu_restore_container(&r, "mock", getpid(), meta, NULL, &got, &ngot), 0);
+	CHECK_EQ(gpu_restore_container(&r, "mock", getpid(), &meta, NULL, &got, &ngot), 0);
 	free(got);
 	take_log(pairs_log, log, sizeof(log));
 	snprintf(want, sizeof(want), "%d same\n%d same\n", (int)order[0], (int)order[1]);
@@ -207,7 +210,7 @@ static int mock_checks(const char *pairs_log)
 	snprintf(list, sizeof(list), "%d", (int)order[1]);
 	setenv("MOCK_CUDA_RESTORE_FAIL_PID", list, 1);
 	log_clear_error();
-	CHECK_EQ(gpu_restore_container(&r, "mock", getpid(), meta, NULL, &got, &ngot), -ENOMEM);
+	CHECK_EQ(gpu_restore_container(&r, "mock", getpid(), &meta, NULL, &got, &ngot), -ENOMEM);
 	CHECK(got == NULL && ngot == 0);
 	CHECK_EQ(state_of(order[0]), CUDA_PROC_CHECKPOINTED);
 	CHECK_EQ(state_of(order[1]), CUDA_PROC_CHECKPOINTED);
@@ -217,9 +220,9 @@ static int mock_checks(const char *pairs_log)
 	printf("the error: %s\n", log_last_error());
 	unsetenv("MOCK_CUDA_RESTORE_FAIL_PID");
 	/* Nothing was held back by the failed start: both GPUs place again. */
-	CHECK_EQ(gpu_place(meta, NULL, 0, &p[0], why, sizeof(why)), 0);
+	CHECK_EQ(gpu_place(&meta, NULL, 0, &p[0], why, sizeof(why)), 0);
 	gpu_release(&p[0]);
-	json_decref(meta);
+	snapshot_meta_release(&meta);
 	return check_failures ? 1 : 0;
 }
 

@@ -146,8 +146,11 @@ static void save_and_restore(const char *app_path)
  * path: thawd's side (common/cuda.c) opens libcuda.so.1 by name. */
 static void prefill(const char *app_path)
 {
-	json_t *meta = json_pack("{s:[{s:s}], s:{s:[]}}", "gpus", "uuid", "GPU-mock",
-				 "gpu_memory", "ns_pids");
+	struct snapshot_gpu gpu = { .uuid = "GPU-mock", .index = -1 };
+	pid_t ns = 0;
+	struct snapshot_meta meta = { .gpus = &gpu, .ngpus = 1,
+				      .gpu_memory = { .recorded = true, .thaw = true,
+						      .ns_pids = &ns, .nns_pids = 1 } };
 	struct gpumem_status st;
 	struct restore_call rc = { 0 };
 	unsigned long long phys, plain, mapped;
@@ -162,8 +165,7 @@ static void prefill(const char *app_path)
 	int lines = 0;
 
 	app_start(&a, app_path, NULL, true);
-	json_array_append_new(json_object_get(json_object_get(meta, "gpu_memory"), "ns_pids"),
-			      json_integer(a.pid));
+	ns = a.pid;
 	CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why, sizeof(why)),
 		 0);
 	CHECK_EQ(st.allocs, 6);
@@ -187,7 +189,7 @@ static void prefill(const char *app_path)
 	REQUIRE(chmod(target, 0600) == 0 && symlink(target, sock) == 0);
 
 	/* Filled and offered, then taken: nothing copied by the library. */
-	pf = gpu_prefill_start(meta, outdir, outdir, &place);
+	pf = gpu_prefill_start(&meta, outdir, outdir, &place);
 	REQUIRE(pf != NULL);
 	CHECK_EQ(gpu_prefill_ready(pf), 0);
 	CHECK(lstat(sock, &sb) == 0 && S_ISSOCK(sb.st_mode));
@@ -218,7 +220,7 @@ static void prefill(const char *app_path)
 	CHECK_EQ(st.allocs, 6);
 	/* Saved again (the file rewritten in place): filled again from the
 	 * new bytes, not from what an earlier fill had mapped. */
-	pf = gpu_prefill_start(meta, outdir, outdir, &place);
+	pf = gpu_prefill_start(&meta, outdir, outdir, &place);
 	REQUIRE(pf != NULL);
 	CHECK_EQ(gpu_prefill_ready(pf), 0);
 	do_restore(&rc);
@@ -235,7 +237,7 @@ static void prefill(const char *app_path)
 	REQUIRE(f != NULL);
 	fputs(GPUMEM_LAYOUT_MAGIC "\n12345 77 0 0 0 0\n", f);
 	fclose(f);
-	CHECK(gpu_prefill_start(meta, outdir, outdir, &place) == NULL);
+	CHECK(gpu_prefill_start(&meta, outdir, outdir, &place) == NULL);
 	do_restore(&rc);
 	CHECK(rc.st.ok);
 	CHECK_EQ(rc.st.prefilled_allocs, 0);
@@ -244,18 +246,17 @@ static void prefill(const char *app_path)
 	CHECK_STR(s, "ok");
 	/* Turned off: the same. */
 	setenv("THAW_GPU_PREFILL", "0", 1);
-	CHECK(gpu_prefill_start(meta, outdir, outdir, &place) == NULL);
+	CHECK(gpu_prefill_start(&meta, outdir, outdir, &place) == NULL);
 	unsetenv("THAW_GPU_PREFILL");
 	gpumem_release(&a.pid, 1);
 	app_end(&a);
-	json_decref(meta);
 }
 
 /* The mock's first GPU (test/cuda_mock.c), as NVML names it. */
 #define MOCK_GPU0 "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"
 
 struct take_call {
-	const json_t *meta;
+	const struct snapshot_meta *meta;
 	pid_t pid;
 	const char *uuid;
 	double copy_ms;
@@ -278,10 +279,13 @@ static void *do_take(void *arg)
  * a refusal that leaves the process held. */
 static void context_take(const char *app_path)
 {
-	json_t *meta = json_pack("{s:[{s:s, s:s}], s:{s:[], s:I}}", "gpus", "uuid", MOCK_GPU0,
-				 "name", "Mock GPU", "gpu_memory", "ns_pids", "bytes",
-				 (json_int_t)(30 * MIB));
-	struct take_call tc = { .meta = meta, .uuid = MOCK_GPU0 };
+	struct snapshot_gpu gpu = { .uuid = MOCK_GPU0, .name = "Mock GPU", .index = -1 };
+	pid_t ns = 0;
+	struct snapshot_meta meta = { .gpus = &gpu, .ngpus = 1,
+				      .gpu_memory = { .recorded = true, .thaw = true,
+						      .bytes = 30 * MIB, .ns_pids = &ns,
+						      .nns_pids = 1 } };
+	struct take_call tc = { .meta = &meta, .uuid = MOCK_GPU0 };
 	char s[256], why[512], pairs[600];
 	struct gpumem_status st;
 	unsigned long c1;
@@ -293,9 +297,7 @@ static void context_take(const char *app_path)
 	snprintf(pairs, sizeof(pairs), "%s/restores.log", dir);
 	setenv("MOCK_CUDA_PAIRS_LOG", pairs, 1);
 	app_start(&a, app_path, NULL, true);
-	tc.pid = a.pid;
-	json_array_append_new(json_object_get(json_object_get(meta, "gpu_memory"), "ns_pids"),
-			      json_integer(a.pid));
+	tc.pid = ns = a.pid;
 	CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why, sizeof(why)),
 		 0);
 	CHECK_EQ(st.allocs, 6);
@@ -334,15 +336,17 @@ static void context_take(const char *app_path)
 	gpumem_release(&a.pid, 1);
 	app_end(&a);
 	unsetenv("MOCK_CUDA_PAIRS_LOG");
-	json_decref(meta);
 }
 
 /* Two fills of one GPU copy one after the other, in the order they were
  * started, however the threads run: the first start gets its bytes first. */
 static void fill_order(const char *app_path)
 {
-	json_t *meta = json_pack("{s:[{s:s}], s:{s:[]}}", "gpus", "uuid", MOCK_GPU0,
-				 "gpu_memory", "ns_pids");
+	struct snapshot_gpu gpu = { .uuid = MOCK_GPU0, .index = -1 };
+	pid_t ns = 0;
+	struct snapshot_meta meta = { .gpus = &gpu, .ngpus = 1,
+				      .gpu_memory = { .recorded = true, .thaw = true,
+						      .ns_pids = &ns, .nns_pids = 1 } };
 	struct gpu_placement pa = { .n = 1, .held = true }, pb = { .n = 1, .held = true };
 	uint64_t a0, a1, b0, b1;
 	char out2[600], why[512];
@@ -352,15 +356,14 @@ static void fill_order(const char *app_path)
 	struct app a;
 
 	app_start(&a, app_path, NULL, true);
-	json_array_append_new(json_object_get(json_object_get(meta, "gpu_memory"), "ns_pids"),
-			      json_integer(a.pid));
+	ns = a.pid;
 	CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why, sizeof(why)),
 		 0);
 	snprintf(out2, sizeof(out2), "%s/out2", dir);
 	REQUIRE(mkdir(out2, 0700) == 0 || errno == EEXIST);
 	setenv("MOCK_CUDA_HTOD_DELAY_MS", "50", 1);
-	fa = gpu_prefill_start(meta, outdir, outdir, &pa);
-	fb = gpu_prefill_start(meta, outdir, out2, &pb);
+	fa = gpu_prefill_start(&meta, outdir, outdir, &pa);
+	fb = gpu_prefill_start(&meta, outdir, out2, &pb);
 	REQUIRE(fa && fb);
 	CHECK_EQ(gpu_prefill_ready(fb), 0);
 	CHECK_EQ(gpu_prefill_ready(fa), 0);
@@ -375,7 +378,6 @@ static void fill_order(const char *app_path)
 	gpu_prefill_end(fa, NULL, 0);
 	gpu_prefill_end(fb, NULL, 0);
 	app_end(&a);
-	json_decref(meta);
 }
 
 /* Where the library does not apply, the reason. */

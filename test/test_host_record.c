@@ -16,6 +16,7 @@
 #include "common/cuda.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "function/snapshot_meta.h"
 #include "prewarm/host_record.h"
 #include "test/check.h"
 
@@ -43,19 +44,10 @@ static json_t *load(const char *text)
 	return j;
 }
 
-/* A meta with record rec (a JSON text), of a GPU function or not. */
-static json_t *meta_with(const char *rec, bool gpu)
-{
-	json_t *m = json_pack("{s:o, s:{s:b}}", "host", load(rec), "spec", "gpu", gpu);
-
-	REQUIRE(m);
-	return m;
-}
-
 static int compare(const char *rec, const char *here, bool gpu, char *why, size_t len)
 {
-	json_t *m = meta_with(rec, gpu), *h = load(here);
-	int r = host_record_compare(m, h, why, len);
+	json_t *m = load(rec), *h = load(here);
+	int r = host_record_compare(m, gpu, h, why, len);
 
 	json_decref(m);
 	json_decref(h);
@@ -65,7 +57,7 @@ static int compare(const char *rec, const char *here, bool gpu, char *why, size_
 static void cpu_checks(void)
 {
 	struct thaw_config c;
-	json_t *here, *snap, *meta;
+	json_t *here, *snap;
 	char why[1024];
 
 	REQUIRE(config_init(&c, "/tmp") == 0);
@@ -80,18 +72,14 @@ static void cpu_checks(void)
 	REQUIRE(snap);
 	CHECK_STR(json_string_value(json_object_get(snap, "image")), "sha256:abc");
 	CHECK_EQ(json_array_size(json_object_get(snap, "gpus")), 0);
-	meta = json_pack("{s:O, s:{s:b}}", "host", snap, "spec", "gpu", 0);
-	CHECK_EQ(host_record_compare(meta, here, why, sizeof(why)), 0);
+	CHECK_EQ(host_record_compare(snap, false, here, why, sizeof(why)), 0);
 	CHECK_STR(why, "");
-	json_decref(meta);
 	json_decref(snap);
 	json_decref(here);
 
 	CASE("a snapshot made before records");
-	meta = json_pack("{s:{s:b}}", "spec", "gpu", 0);
 	here = load("{\"criu\":\"4.2.1\"}");
-	CHECK_EQ(host_record_compare(meta, here, why, sizeof(why)), 0);
-	json_decref(meta);
+	CHECK_EQ(host_record_compare(NULL, false, here, why, sizeof(why)), 0);
 	json_decref(here);
 
 	CASE("an older CRIU");
@@ -141,6 +129,7 @@ static int mock_checks(void)
 {
 	struct thaw_config c;
 	struct cuda_device *devs = NULL;
+	struct snapshot_meta sm;
 	json_t *here, *snap, *meta;
 	char why[1024];
 	size_t n = 0;
@@ -164,14 +153,19 @@ static int mock_checks(void)
 	CHECK_STR(json_string_value(json_object_get(json_array_get(json_object_get(snap, "gpus"), 0),
 						    "cc")),
 		  "9.0");
-	meta = json_pack("{s:O, s:{s:b}}", "host", snap, "spec", "gpu", 1);
-	CHECK_EQ(host_record_compare(meta, here, why, sizeof(why)), 0);
+	/* As a start reads it: through the snapshot's meta. */
+	meta = json_pack("{s:O, s:o}", "host", snap, "spec",
+			 load("{\"id\":\"f\",\"command\":[\"/bin/true\"],\"port\":80,"
+			      "\"gpu\":true}"));
+	REQUIRE(meta && snapshot_meta_parse(meta, &sm, why, sizeof(why)) == 0);
+	CHECK(sm.gpu && sm.host);
+	CHECK_EQ(host_record_compare(sm.host, sm.gpu, here, why, sizeof(why)), 0);
 	json_decref(here);
 
 	CASE("another kernel driver");
 	setenv("MOCK_NVML_DRIVER", "590.10.01", 1);
 	here = host_record_here(&c);
-	CHECK_EQ(host_record_compare(meta, here, why, sizeof(why)), 1);
+	CHECK_EQ(host_record_compare(sm.host, sm.gpu, here, why, sizeof(why)), 1);
 	CHECK(strstr(why, "CUDA checkpoint is of driver 580.159.04, this host runs 590.10.01"));
 	printf("%s\n", why);
 	json_decref(here);
@@ -181,7 +175,7 @@ static int mock_checks(void)
 	setenv("MOCK_CUDA_DRIVER_VERSION", "12080", 1);
 	here = host_record_here(&c);
 	json_object_set_new(json_object_get(here, "driver"), "version", json_string(""));
-	CHECK_EQ(host_record_compare(meta, here, why, sizeof(why)), 1);
+	CHECK_EQ(host_record_compare(sm.host, sm.gpu, here, why, sizeof(why)), 1);
 	CHECK(strstr(why, "CUDA driver 13.0, this host's is 12.8"));
 	json_decref(here);
 	unsetenv("MOCK_CUDA_DRIVER_VERSION");
@@ -189,7 +183,7 @@ static int mock_checks(void)
 	CASE("another GPU model");
 	setenv("MOCK_CUDA_GPU_NAME", "Mock GPU B", 1);
 	here = host_record_here(&c);
-	CHECK_EQ(host_record_compare(meta, here, why, sizeof(why)), 1);
+	CHECK_EQ(host_record_compare(sm.host, sm.gpu, here, why, sizeof(why)), 1);
 	CHECK(strstr(why, "GPU 0 of the snapshot is Mock GPU (compute capability 9.0); this host "
 			  "has no such GPU (its GPU 0 is Mock GPU B (compute capability 9.0))"));
 	printf("%s\n", why);
@@ -199,19 +193,19 @@ static int mock_checks(void)
 	CASE("another compute capability");
 	setenv("MOCK_CUDA_CC", "8.0", 1);
 	here = host_record_here(&c);
-	CHECK_EQ(host_record_compare(meta, here, why, sizeof(why)), 1);
+	CHECK_EQ(host_record_compare(sm.host, sm.gpu, here, why, sizeof(why)), 1);
 	CHECK(strstr(why, "compute capability 8.0"));
 	json_decref(here);
 	unsetenv("MOCK_CUDA_CC");
 
 	CASE("a CPU function's snapshot on a changed driver");
-	json_object_set_new(json_object_get(meta, "spec"), "gpu", json_false());
 	setenv("MOCK_NVML_DRIVER", "590.10.01", 1);
 	here = host_record_here(&c);
-	CHECK_EQ(host_record_compare(meta, here, why, sizeof(why)), 0);
+	CHECK_EQ(host_record_compare(sm.host, false, here, why, sizeof(why)), 0);
 	json_decref(here);
 	CASE_END();
 
+	snapshot_meta_release(&sm);
 	json_decref(meta);
 	json_decref(snap);
 	free(devs);

@@ -63,7 +63,7 @@ static void damage(const char *path)
 
 /* thawd's fill from the entry at tier_dir, then the library's RESTORE as a
  * start asks for it (gpu_prefill_restore): its return. */
-static int fill_and_restore(const json_t *meta, pid_t pid, const char *tier_dir)
+static int fill_and_restore(const struct snapshot_meta *meta, pid_t pid, const char *tier_dir)
 {
 	struct gpu_placement place = { .n = 1, .held = true, .claim = { 40 * MIB } };
 	double ms = 0;
@@ -74,8 +74,11 @@ static int fill_and_restore(const json_t *meta, pid_t pid, const char *tier_dir)
 
 static void damaged_entry(const char *app_path)
 {
-	json_t *meta = json_pack("{s:[{s:s}], s:{s:[]}}", "gpus", "uuid", "GPU-mock",
-				 "gpu_memory", "ns_pids");
+	struct snapshot_gpu gpu = { .uuid = "GPU-mock", .index = -1 };
+	pid_t ns = 0;
+	struct snapshot_meta meta = { .gpus = &gpu, .ngpus = 1,
+				      .gpu_memory = { .recorded = true, .thaw = true,
+						      .ns_pids = &ns, .nns_pids = 1 } };
 	char why[512], s[256], sdir[400], tdir[400], saved[600], orig[600], *bytes = NULL;
 	char entry_file[PATH_MAX + 64];
 	size_t len = 0;
@@ -91,8 +94,7 @@ static void damaged_entry(const char *app_path)
 	struct app a;
 
 	app_start(&a, app_path, NULL, true);
-	json_array_append_new(json_object_get(json_object_get(meta, "gpu_memory"), "ns_pids"),
-			      json_integer(a.pid));
+	ns = a.pid;
 	CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why, sizeof(why)),
 		 0);
 	REQUIRE(st.allocs == 6);
@@ -119,7 +121,7 @@ static void damaged_entry(const char *app_path)
 	/* Damaged: the start's GPU restore fails, the program still held. */
 	damage(entry_file);
 	c1 = count(&a);
-	CHECK(fill_and_restore(meta, a.pid, tier_lease_path(l)) != 0);
+	CHECK(fill_and_restore(&meta, a.pid, tier_lease_path(l)) != 0);
 	usleep(200000);
 	CHECK_EQ(count(&a), c1);
 	tier_release(l);
@@ -136,7 +138,7 @@ static void damaged_entry(const char *app_path)
 	CHECK_EQ(ts.rematerialized, 1);
 
 	/* Filled from it, the program goes on, byte for byte. */
-	CHECK_EQ(fill_and_restore(meta, a.pid, tier_lease_path(l)), 0);
+	CHECK_EQ(fill_and_restore(&meta, a.pid, tier_lease_path(l)), 0);
 	for (int i = 0; i < 200 && count(&a) == c1; i++)
 		usleep(10000);
 	CHECK(count(&a) > c1);
@@ -154,7 +156,7 @@ static void damaged_entry(const char *app_path)
 	damage(entry_file);
 	setenv("THAW_GPU_PREFILL", "0", 1);
 	c1 = count(&a);
-	CHECK(fill_and_restore(meta, a.pid, tier_lease_path(l)) != 0);
+	CHECK(fill_and_restore(&meta, a.pid, tier_lease_path(l)) != 0);
 	usleep(200000);
 	CHECK_EQ(count(&a), c1);
 	tier_release(l);
@@ -163,7 +165,7 @@ static void damaged_entry(const char *app_path)
 	tier_get_stats(t, &ts);
 	CHECK_EQ(ts.damaged[TIER_FOUND_FILL], 2);
 	CHECK_EQ(ts.rematerialized, 2);
-	CHECK_EQ(fill_and_restore(meta, a.pid, tier_lease_path(l)), 0);
+	CHECK_EQ(fill_and_restore(&meta, a.pid, tier_lease_path(l)), 0);
 	unsetenv("THAW_GPU_PREFILL");
 	for (int i = 0; i < 200 && count(&a) == c1; i++)
 		usleep(10000);
@@ -174,7 +176,6 @@ static void damaged_entry(const char *app_path)
 	app_end(&a);
 	tier_close(t);
 	store_close(store);
-	json_decref(meta);
 }
 
 int main(int argc, char **argv)

@@ -183,34 +183,30 @@ static int write_fn_bundle(const struct func_spec *spec, const char *dir, const 
  * the image holds none. */
 static int gpumem_copy_back(const char *image, pid_t init, const char *out_dir)
 {
-	json_t *meta = json_pack("{s:{s:[]}}", "gpu_memory", "ns_pids");
-	json_t *ns = json_object_get(json_object_get(meta, "gpu_memory"), "ns_pids");
-	pid_t *pids = NULL;
+	pid_t *pids = NULL, ns[64];
+	struct snapshot_gpu_memory gm = { .recorded = true, .thaw = true, .ns_pids = ns };
 	struct dirent *de;
 	size_t n = 0;
 	double ms = 0;
 	DIR *d;
 	int ret = 0;
 
-	if (!meta)
-		return -ENOMEM;
 	d = opendir(image);
 	while (d && (de = readdir(d))) {
 		int pid, end = 0;
 
 		if (sscanf(de->d_name, GPUMEM_FILE_FMT "%n", &pid, &end) == 1 && end > 0 &&
-		    !de->d_name[end])
-			json_array_append_new(ns, json_integer(pid));
+		    !de->d_name[end] && gm.nns_pids < ARRAY_SIZE(ns))
+			ns[gm.nns_pids++] = pid;
 	}
 	if (d)
 		closedir(d);
-	if (json_array_size(ns)) {
+	if (gm.nns_pids) {
 		ret = pidns_members(init, &pids, &n);
 		if (!ret)
-			ret = gpu_memory_restore(meta, pids, n, out_dir, &ms);
+			ret = gpu_memory_restore(&gm, pids, n, out_dir, &ms);
 	}
 	free(pids);
-	json_decref(meta);
 	return ret;
 }
 

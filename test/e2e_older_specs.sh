@@ -15,6 +15,10 @@
 #      (and snapshot it again), and no boot is tried in the snapshot's
 #      place; once PUT again with another destination and snapshotted, it
 #      starts.
+#   3. the other way: v's snapshot was made by a newer thaw (its meta's
+#      "meta_version" is 99, function/snapshot_meta.h): its start boots
+#      (201, "restored": false, naming meta_version), one re-snapshot
+#      replaces it, and the start after that is restored.
 set -u
 NAME=older-specs
 . "${THAW_ROOT:-$PWD}/test/lib/e2e.sh"
@@ -44,7 +48,8 @@ stop_thawd || fail "thawd's exit status $? at its first stop"
 
 # As an older thawd recorded them: w beside r, without a snapshot; and e,
 # with a snapshot whose manifest is r's with e's spec in its meta (stored
-# under the hash of its bytes: e's restore never gets to its image).
+# under the hash of its bytes: e's restore never gets to its image); and v,
+# whose snapshot is r's as a newer thaw would have recorded it.
 python3 - "$DATA" "$A" <<'PY' || fail "could not make the older data directory"
 import copy, hashlib, json, os, sys
 data, a = sys.argv[1], sys.argv[2]
@@ -72,6 +77,16 @@ e["spec"]["id"] = "e"
 e["spec"]["mounts"] = e_mounts
 e["snapshot"]["id"] = "sha256:" + h
 write(os.path.join(fns, "e.json"), json.dumps(e).encode(), 0o600)
+m = json.load(open(os.path.join(mdir, r["snapshot"]["id"].split(":")[1])))
+m["meta"]["meta_version"] = 99
+m["meta"]["spec"]["id"] = "v"
+text = json.dumps(m).encode()
+h = hashlib.sha256(text).hexdigest()
+write(os.path.join(mdir, h), text, 0o400)
+v = copy.deepcopy(r)
+v["spec"]["id"] = "v"
+v["snapshot"]["id"] = "sha256:" + h
+write(os.path.join(fns, "v.json"), json.dumps(v).encode(), 0o600)
 PY
 start_thawd --allow-root "$A"
 
@@ -113,7 +128,27 @@ st=$(api POST /functions/e/start)
 IID=$(jget "$T/body" "j['instance']")
 [ -n "$IID" ] && api DELETE "/instances/$IID" >/dev/null
 
-for f in r w e; do api DELETE "/functions/$f" >/dev/null; done
+# ---- 3. a snapshot a newer thaw made ----
+v_snap=$(python3 -c "import json; print(json.load(open('$DATA/functions/v.json'))['snapshot']['id'])")
+st=$(api POST /functions/v/start)
+if [ "$st" = 201 ] && [ "$(jget "$T/body" "j['restored']")" = False ] &&
+	jget "$T/body" "j['restore_failure']" | grep -qF '"meta_version" is 99'; then
+	ok "start of v (meta_version 99): 201, booted: $(jget "$T/body" "j['restore_failure']")"
+else
+	fail "start of v (meta_version 99): $st $(head -c 400 "$T/body")"
+fi
+IID=$(jget "$T/body" "j.get('instance', '')")
+[ -n "$IID" ] && api DELETE "/instances/$IID" >/dev/null
+wait_for 120 sh -c "curl -s $URL/functions/v | python3 -c 'import json,sys; s=json.load(sys.stdin)[\"snapshot\"]; sys.exit(not (s[\"state\"] == \"ready\" and s[\"id\"] != \"$v_snap\" and s[\"unrestorable\"] is None))'" &&
+	ok "v's re-snapshot replaced it" || fail "v after its re-snapshot: $(curl -s "$URL/functions/v")"
+st=$(api POST /functions/v/start)
+[ "$st" = 201 ] && [ "$(jget "$T/body" "j['restored']")" = True ] &&
+	ok "the start after v's re-snapshot is restored" ||
+	fail "start of v after its re-snapshot: $st $(head -c 400 "$T/body")"
+IID=$(jget "$T/body" "j.get('instance', '')")
+[ -n "$IID" ] && api DELETE "/instances/$IID" >/dev/null
+
+for f in r w e v; do api DELETE "/functions/$f" >/dev/null; done
 [ -z "$(own_containers)" ] || fail "containers left: $(own_containers)"
 echo "$fails failure(s)"
 [ $fails = 0 ]

@@ -152,16 +152,23 @@ int insts_function(struct insts *t, const char *id, char function[64])
 	return ret;
 }
 
+/* Is id being stopped?  Under the lock. */
+static bool claimed(const struct insts *t, const char *id)
+{
+	for (size_t i = 0; i < t->nclaimed; i++)
+		if (!strcmp(t->claimed[i], id))
+			return true;
+	return false;
+}
+
 int insts_claim(struct insts *t, const char *id)
 {
 	int ret = 0;
 
 	pthread_mutex_lock(&t->lock);
-	for (size_t i = 0; i < t->nclaimed; i++) {
-		if (!strcmp(t->claimed[i], id)) {
-			ret = -EALREADY;
-			goto out;
-		}
+	if (claimed(t, id)) {
+		ret = -EALREADY;
+		goto out;
 	}
 	if (ARRAY_GROW(t->claimed, t->capclaimed, t->nclaimed + 1, 16)) {
 		ret = -ENOMEM;
@@ -183,15 +190,6 @@ void insts_release(struct insts *t, const char *id)
 		}
 	}
 	pthread_mutex_unlock(&t->lock);
-}
-
-/* Is id being stopped?  Under the lock. */
-static bool claimed(const struct insts *t, const char *id)
-{
-	for (size_t i = 0; i < t->nclaimed; i++)
-		if (!strcmp(t->claimed[i], id))
-			return true;
-	return false;
 }
 
 static struct pending *pending_of(struct insts *t, const char *function)

@@ -116,11 +116,11 @@ static unsigned start_failed(struct start *st, unsigned status, const char *code
 	char m[1024];
 
 	metrics_start_failed(st->s->metrics, st->fn, code);
-	/* A 429 or 503 with Retry-After is a refusal: nothing was restored. */
-	if (retry && (status == 429 || status == 503))
-		metrics_start_refused(st->s->metrics, code);
 	snprintf(m, sizeof(m), "start of %s: %s", st->fn, msg);
-	return answer_error(st, status, code, retry, m);
+	status = answer_error(st, status, code, retry, m);
+	if (st->r->refused) /* answer_error's judgement: nothing was restored */
+		metrics_start_refused(st->s->metrics, code);
+	return status;
 }
 
 /* The start of snapshot st->snap failed with err: the answer.  A start that lost

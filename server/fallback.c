@@ -100,25 +100,22 @@ static bool known_verdict(struct fallback *f, const char *snap, bool *differs, c
 	return known;
 }
 
-/* Does this host differ from the record in snap's meta?  Kept as snap's
- * verdict.  A meta that does not parse tells nothing: the start says what
- * is wrong with it. */
-static bool judge(struct server *s, const char *snap, const json_t *meta, char *why, size_t len)
+/* Does this host differ from the record in snap's meta sm?  Kept as snap's
+ * verdict.  sm NULL: its meta does not parse, which tells nothing (the
+ * start says what is wrong with it). */
+static bool judge(struct server *s, const char *snap, const struct snapshot_meta *sm, char *why,
+		  size_t len)
 {
 	struct fallback *f = s->fallback;
-	struct snapshot_meta sm;
 	struct verdict *v;
 	char w[768] = "";
 	bool differs;
-	int ret = snapshot_meta_parse(meta, &sm, w, sizeof(w));
 
-	w[0] = '\0';
 	pthread_mutex_lock(&f->lock);
 	if (!f->here)
 		f->here = host_record_here(&s->cfg); /* criu --version: once */
-	differs = !ret && f->here &&
-		  host_record_compare(sm.host, sm.gpu, f->here, w, sizeof(w)) == 1;
-	snapshot_meta_release(&sm);
+	differs = sm && f->here &&
+		  host_record_compare(sm->host, sm->gpu, f->here, w, sizeof(w)) == 1;
 	v = verdict_of(f, snap);
 	if (v) {
 		v->checked = true;
@@ -133,6 +130,19 @@ static bool judge(struct server *s, const char *snap, const json_t *meta, char *
 	return differs;
 }
 
+/* judge of a meta as the manifest holds it. */
+static bool judge_json(struct server *s, const char *snap, const json_t *meta, char *why,
+		       size_t len)
+{
+	struct snapshot_meta sm;
+	char w[256];
+	bool parsed = !snapshot_meta_parse(meta, &sm, w, sizeof(w));
+	bool differs = judge(s, snap, parsed ? &sm : NULL, why, len);
+
+	snapshot_meta_release(&sm);
+	return differs;
+}
+
 /* Does this host differ from snap's record?  Compared once: the host does
  * not change under a running thawd, nor does a snapshot. */
 static bool host_differs(struct server *s, const char *snap, char *why, size_t len)
@@ -144,7 +154,7 @@ static bool host_differs(struct server *s, const char *snap, char *why, size_t l
 		return differs;
 	if (store_manifest_load(s->store, snap, &m, NULL))
 		return false; /* the start says what is wrong with it */
-	differs = judge(s, snap, m->meta, why, len);
+	differs = judge_json(s, snap, m->meta, why, len);
 	manifest_free(m);
 	return differs;
 }
@@ -155,7 +165,7 @@ bool fallback_pulled(struct server *s, const char *fn, const char *snap, const j
 	char w[768];
 	int ret;
 
-	if (!s->fallback || !judge(s, snap, meta, w, sizeof(w)))
+	if (!s->fallback || !judge_json(s, snap, meta, w, sizeof(w)))
 		return false;
 	snprintf(why, len, "the snapshot was made on a host unlike this one: %s", w);
 	if (fails)

@@ -690,6 +690,7 @@ static int park_standby(struct start *st)
 {
 	struct start_ctx *x = &st->x;
 	struct instance *in = &st->in;
+	struct snapshot_meta meta;
 	uint64_t faulted = 0, tp;
 	int ret = 0;
 
@@ -721,8 +722,12 @@ static int park_standby(struct start *st)
 	st->lease = NULL;
 	in->standby = true;
 	in->t.total = ms_since(st->t0);
-	x->standby_meta = st->m->meta;
+	/* Its meta as parsed, the spec (taken out of it) put back. */
+	meta = st->meta;
+	meta.spec = st->spec;
+	x->standby_meta = &meta;
 	ret = instance_ctx_record(x, in, "standby");
+	x->standby_meta = NULL;
 	if (ret)
 		return ret;
 	pr_info("standby %s of %s: pid %d, %s, made in %.1f ms (%.1f MiB of mapped pages "

@@ -126,6 +126,9 @@ int instance_boot(const struct thaw_config *c, const struct instance_boot *b,
 		  struct instance *out)
 {
 	const struct func_spec *spec = b->spec;
+	/* A booted standby's record: taking it needs its spec (instance_activate
+	 * reads it from the record). */
+	const struct snapshot_meta booted = { .function = spec->id, .spec = spec, .booted = true };
 	struct start_ctx x = { .c = c, .stdio = { -1, -1 } };
 	struct instance in = { 0 };
 	char visible[64 * GPUS_MAX + 32], runc_log[PATH_MAX + 32];
@@ -133,7 +136,6 @@ int instance_boot(const struct thaw_config *c, const struct instance_boot *b,
 	int minors[GPUS_MAX];
 	bool minors_known = false;
 	enum fault_step phase = FAULT_SETUP;
-	json_t *meta = NULL;
 	uint64_t t0 = now_ns(), tp = t0;
 	size_t nd = 0;
 	int ret;
@@ -209,20 +211,17 @@ int instance_boot(const struct thaw_config *c, const struct instance_boot *b,
 
 	in.t.total = ms_since(t0);
 	if (b->standby) {
-		/* Frozen until taken, as a restored CPU standby waits; taking it
-		 * needs its spec (instance_activate reads it from the record). */
+		/* Frozen until taken, as a restored CPU standby waits. */
 		phase = FAULT_STANDBY;
-		meta = snapshot_meta_to_json(&(struct snapshot_meta){ .function = spec->id,
-								      .spec = spec,
-								      .booted = true });
-		ret = meta ? runner_pause(&x.r, in.id) : -ENOMEM;
+		ret = runner_pause(&x.r, in.id);
 		if (ret)
 			goto fail;
 		in.standby = true;
-		x.standby_meta = meta;
 	}
 	phase = FAULT_RECORD;
+	x.standby_meta = b->standby ? &booted : NULL;
 	ret = instance_ctx_record(&x, &in, b->standby ? "standby" : "running");
+	x.standby_meta = NULL;
 	if (ret)
 		goto fail;
 	pr_info("instance %s of %s booted, not restored (%s): %s, pid %d, %.1f ms (boot %.1f, "
@@ -245,6 +244,5 @@ fail:
 		out->fault = (struct fault){ .step = phase, .err = ret };
 	}
 out:
-	json_decref(meta);
 	return ret;
 }

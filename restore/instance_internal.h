@@ -19,6 +19,8 @@
 #include "restore/gpu_restore.h"
 #include "restore/instance.h"
 #include "restore/instance_ended.h"
+
+struct snapshot_meta;
 #include "restore/lazy_watch.h"
 
 /* Everything a start builds, so that one function can undo any prefix of it. */
@@ -64,10 +66,10 @@ struct start_ctx {
 	char gpumem_out[PATH_MAX + 16];
 	/* Its device memory being filled by thawd meanwhile (gpu_prefill.h). */
 	struct gpu_prefill *prefill;
-	/* A standby: its snapshot's meta (function/snapshot_meta.h: spec, GPUs,
-	 * CUDA processes), recorded for instance_activate, which then needs no
-	 * manifest. */
-	const json_t *standby_meta;
+	/* A standby: its snapshot's meta (spec, GPUs, CUDA processes), written
+	 * into its record (snapshot_meta_to_json) for instance_activate, which
+	 * then needs no manifest.  Set only for instance_ctx_record's call. */
+	const struct snapshot_meta *standby_meta;
 	/* A graceful stop: the container's first process (host pid) gets
 	 * SIGTERM and this long to exit before SIGKILL. */
 	pid_t init;

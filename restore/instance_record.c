@@ -7,6 +7,7 @@
 #include "restore/instance.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "function/snapshot_meta.h"
 #include "restore/instance_internal.h"
 #include "restore/shim.h"
 
@@ -217,7 +218,7 @@ int instance_ctx_record(struct start_ctx *x, const struct instance *in, const ch
 	    json_object_set(j, "cuda_pids", cuda) ||
 	    json_object_set_new(j, "created", json_integer((json_int_t)time(NULL))) ||
 	    (x->standby_meta &&
-	     json_object_set_new(j, "snapshot_meta", json_deep_copy(x->standby_meta))))
+	     json_object_set_new(j, "snapshot_meta", snapshot_meta_to_json(x->standby_meta))))
 		goto out;
 	if (!strcmp(state, "starting")) {
 		/* Who is starting it: list tells a start that died half-way. */

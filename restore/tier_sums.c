@@ -219,13 +219,18 @@ static int add_file(struct make *mk, const char *rel, const struct stat *st)
 	return 0;
 }
 
-/* The regular files under dir/rel (rel "" for the top), into mk. */
+/* The regular files under dir/rel (rel "" for the top), into mk: a
+ * directory's files before its subdirectories, so that a file linked at
+ * the top and into the mapped image (restore/mapped.c links the image's
+ * files there) is summed under its name at the top, the one the fill
+ * looks up (gpu-<pid>.mem), whatever order readdir gives. */
 static int walk(struct make *mk, const char *rel)
 {
 	char path[PATH_MAX];
 	struct dirent *de;
 	DIR *d;
 	int ret = 0;
+	bool dirs = false; /* the second pass */
 
 	if (snprintf(path, sizeof(path), "%s%s%s", mk->dir, *rel ? "/" : "", rel) >=
 	    (int)sizeof(path))
@@ -236,6 +241,7 @@ static int walk(struct make *mk, const char *rel)
 		pr_perror("open %s", path);
 		return ret;
 	}
+again:
 	while (!ret && (de = readdir(d))) {
 		char sub[PATH_MAX];
 		struct stat st;
@@ -255,10 +261,17 @@ static int walk(struct make *mk, const char *rel)
 			ret = -errno;
 			pr_perror("stat %s/%s", path, de->d_name);
 		} else if (S_ISDIR(st.st_mode)) {
-			ret = walk(mk, sub);
+			if (dirs)
+				ret = walk(mk, sub);
 		} else if (S_ISREG(st.st_mode)) {
-			ret = add_file(mk, sub, &st);
+			if (!dirs)
+				ret = add_file(mk, sub, &st);
 		}
+	}
+	if (!ret && !dirs) {
+		dirs = true;
+		rewinddir(d);
+		goto again;
 	}
 	closedir(d);
 	return ret;

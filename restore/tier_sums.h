@@ -19,7 +19,8 @@
  *
  * Which files: every regular file at the entry's top (not the dot files,
  * which say how it was built) and under .mapped/ (the mapped image and its
- * memory files), each hard-linked file once.  A file's bytes past the end
+ * memory files), each hard-linked file once, under its name nearest the
+ * top (where the fill looks gpu-<pid>.mem up).  A file's bytes past the end
  * of its last data, rounded up to a block ("covered"), must be a hole: the
  * memory files end in a 64 GiB one (restore/mapped.c) that nobody reads.
  * Not summed: the pages files tier_lease_whole writes into an entry later

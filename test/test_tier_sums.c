@@ -15,7 +15,9 @@
  *   - tier_sums_check_mapped on a copy: sound, a flipped byte named by its
  *     block, a byte past covered;
  *   - a tier opened on an entry without checksums (an older thaw's)
- *     removes it.
+ *     removes it;
+ *   - a file linked at the top and into the mapped image is summed under
+ *     its name at the top, whichever directory entry readdir gives first.
  */
 #include "common/util.h"
 #include "restore/tier.h"
@@ -256,6 +258,47 @@ static void test_unsummed(struct store *st, const char *id)
 	tier_close(t);
 }
 
+/* An entry whose device-memory files are linked into .mapped/ as well (as
+ * restore/mapped.c links an image's files): the fill looks their sums up
+ * by their names at the top.  Eight of them, made in both orders, in the
+ * tier's filesystem: readdir meets .mapped/ before some of them whatever
+ * order it gives. */
+static void test_linked(void)
+{
+	for (int top_first = 0; top_first < 2; top_first++) {
+		char d[PATH_MAX], a[PATH_MAX + 64], b[PATH_MAX + 64];
+		struct tier_sums *s = NULL;
+		uint8_t buf[4096];
+
+		snprintf(d, sizeof(d), "%s-linked-%d", tdir, top_first);
+		REQUIRE(mkdir(d, 0700) == 0);
+		snprintf(b, sizeof(b), "%s/.mapped", d);
+		if (top_first == 0)
+			REQUIRE(mkdir(b, 0700) == 0);
+		for (int pid = 1; pid <= 8; pid++) {
+			snprintf(a, sizeof(a), "%s/gpu-%d.mem", d, pid);
+			fill_random(buf, sizeof(buf));
+			write_at(a, buf, sizeof(buf), 0);
+		}
+		if (top_first == 1)
+			REQUIRE(mkdir(b, 0700) == 0);
+		for (int pid = 1; pid <= 8; pid++) {
+			snprintf(a, sizeof(a), "%s/gpu-%d.mem", d, pid);
+			snprintf(b, sizeof(b), "%s/.mapped/gpu-%d.mem", d, pid);
+			REQUIRE(link(a, b) == 0);
+		}
+		REQUIRE(tier_sums_make(d, NULL) == 0);
+		REQUIRE(tier_sums_load(d, &s) == 0);
+		CHECK_EQ(s->n, 8);
+		for (int pid = 1; pid <= 8; pid++) {
+			snprintf(a, sizeof(a), "gpu-%d.mem", pid);
+			CHECK(tier_sums_find(s, a) != NULL);
+		}
+		tier_sums_free(s);
+		rm_rf(d);
+	}
+}
+
 static void cleanup(void)
 {
 	if (tdir[0])
@@ -294,6 +337,7 @@ int main(void)
 	test_check_mapped(t, id);
 	tier_close(t);
 	test_unsummed(s, id);
+	test_linked();
 
 	store_close(s);
 	return check_failures ? 1 : 0;

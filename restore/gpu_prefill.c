@@ -514,11 +514,34 @@ struct slice {
 	uint64_t verify_ns; /* spent checking */
 };
 
+/* Piece k of s: bytes [*a, *b) of the file. */
+static void piece_bounds(const struct slice *s, int k, uint64_t *a, uint64_t *b)
+{
+	*a = s->off + (uint64_t)k * PIECE;
+	*b = *a + PIECE < s->off + s->len ? *a + PIECE : s->off + s->len;
+}
+
+/* Check piece k of s against its checksums (none: nothing to do). */
+static void check_piece(struct slice *s, int k)
+{
+	uint64_t a, b, t0 = now_ns();
+
+	if (s->err || !s->p->sum)
+		return;
+	piece_bounds(s, k, &a, &b);
+	s->err = tier_sums_check_mapped(s->p->sum, s->p->base, s->p->pin->len, a, b - a, &s->bad);
+	s->verify_ns += now_ns() - t0;
+}
+
 /* Copy the file's bytes of [s->off, s->off + s->len) into the allocations
  * that lie there, a piece at a time.  A piece the cache could not pin is
  * pinned here, so that its copy runs while the next is pinned, and
  * unpinned once all have landed.  Each piece is checked against its
- * checksums while its copy runs: the hash reads what the link reads. */
+ * checksums while the link copies: the thread queues piece k's copy and
+ * then hashes piece k-1, so that the stream always has a copy queued
+ * behind the one it runs (hashing a piece takes nearly as long as a
+ * stream's share of the link copies it: checked right after its own copy
+ * was queued, the stream idled whenever the hash ran slower). */
 static void *copy_slice(void *arg)
 {
 	struct slice *s = arg;
@@ -532,10 +555,9 @@ static void *copy_slice(void *arg)
 		return NULL;
 	}
 	for (k = 0; k < npieces && !s->err; k++) {
-		uint64_t a = s->off + (uint64_t)k * PIECE, b = a + PIECE;
+		uint64_t a, b;
 
-		if (b > s->off + s->len)
-			b = s->off + s->len;
+		piece_bounds(s, k, &a, &b);
 		/* Pieces are PIECE-aligned in the file, as the cache's are. */
 		if (!s->p->pin->pinned[a / PIECE])
 			pinned[k] = pin_piece(s->p->base + a, b - a, 0);
@@ -549,14 +571,11 @@ static void *copy_slice(void *arg)
 			if ((s->cr = cu.copy(s->va + x, s->p->base + x, y - x, st)))
 				s->err = -EIO;
 		}
-		if (!s->err && s->p->sum) {
-			uint64_t t0 = now_ns();
-
-			s->err = tier_sums_check_mapped(s->p->sum, s->p->base, s->p->pin->len, a,
-							b - a, &s->bad);
-			s->verify_ns += now_ns() - t0;
-		}
+		if (k > 0)
+			check_piece(s, k - 1);
 	}
+	if (k == npieces && npieces > 0)
+		check_piece(s, npieces - 1);
 	if (cu.stream_sync(st))
 		s->err = -EIO;
 	cu.stream_destroy(st);

@@ -631,28 +631,26 @@ static void finish_delete(struct server *s, const char *fn, json_t *records)
 
 static void finish_deletes(struct server *s)
 {
-	json_t *fns = NULL, *records = NULL, *fn;
-	size_t i;
+	struct registry_fn *fns = NULL;
+	json_t *records = NULL;
+	size_t n = 0;
 	int ret;
 
-	if (registry_list_deleting(s->reg, &fns) || !json_array_size(fns))
+	if (registry_functions(s->reg, true, &fns, &n) || !n)
 		goto out;
 	ret = instance_list(&s->cfg, &records);
 	if (ret) {
 		/* Nothing is known of their instances: the marks stay, and a
 		 * DELETE of each function finishes it. */
 		pr_err("cannot list instances (%s): %zu delete(s) left unfinished",
-		       log_last_error()[0] ? log_last_error() : strerror(-ret),
-		       json_array_size(fns));
+		       log_last_error()[0] ? log_last_error() : strerror(-ret), n);
 		goto out;
 	}
-	json_array_foreach(fns, i, fn)
-	{
-		finish_delete(s, json_string_value(fn), records);
-	}
+	for (size_t i = 0; i < n; i++)
+		finish_delete(s, fns[i].id, records);
 out:
 	json_decref(records);
-	json_decref(fns);
+	free(fns);
 }
 
 /* Delete the manifests of this thawd's snapshots that no function names
@@ -747,28 +745,25 @@ void stop_own_instances(struct server *s)
 static void *preload_manifests(void *arg)
 {
 	struct server *s = arg;
-	json_t *list = NULL, *f;
+	struct registry_fn *fns = NULL;
 	unsigned loaded = 0;
 	uint64_t t0 = now_ns();
-	size_t i;
+	size_t n = 0;
 
-	if (registry_list_json(s->reg, &list))
+	if (registry_functions(s->reg, false, &fns, &n))
 		return NULL;
-	json_array_foreach(list, i, f) {
-		const char *id = json_string_value(json_object_get(f, "id"));
-		char snap[CHUNK_ID_LEN];
+	for (size_t i = 0; i < n; i++) {
 		struct manifest *m = NULL;
-		enum snap_state st;
 
 		if (atomic_load(&s->stopping) || loaded >= STORE_MANIFEST_CACHE)
 			break;
-		if (!id || registry_ready_snapshot(s->reg, id, snap, &st))
+		if (!fns[i].snap[0])
 			continue;
-		if (store_manifest_load(s->store, snap, &m, NULL) == 0)
+		if (store_manifest_load(s->store, fns[i].snap, &m, NULL) == 0)
 			loaded++;
 		manifest_free(m);
 	}
-	json_decref(list);
+	free(fns);
 	if (loaded)
 		pr_info("%u snapshot manifest(s) read ahead of their first start in %.1f ms",
 			loaded, (now_ns() - t0) / 1e6);

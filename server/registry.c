@@ -572,10 +572,9 @@ static int cmp_entry(const void *a, const void *b)
 	return strcmp((*(struct entry *const *)a)->id, (*(struct entry *const *)b)->id);
 }
 
-/* The functions being deleted (deleting) or the others, in the order of
- * their ids, each as item makes it, into *out: 0 or -ENOMEM. */
-static int list_json(struct registry *r, bool deleting, json_t *(*item)(const struct entry *e),
-		     json_t **out)
+/* The functions (not those being deleted), in the order of their ids, each
+ * as item makes it, into *out: 0 or -ENOMEM. */
+static int list_json(struct registry *r, json_t *(*item)(const struct entry *e), json_t **out)
 {
 	json_t *arr = json_array();
 	int ret = 0;
@@ -587,7 +586,7 @@ static int list_json(struct registry *r, bool deleting, json_t *(*item)(const st
 	if (r->n) /* r->e is NULL with no function, and qsort's may not be */
 		qsort(r->e, r->n, sizeof(*r->e), cmp_entry);
 	for (size_t i = 0; i < r->n && !ret; i++) {
-		if (r->e[i]->deleting == deleting && json_array_append_new(arr, item(r->e[i])))
+		if (!r->e[i]->deleting && json_array_append_new(arr, item(r->e[i])))
 			ret = -ENOMEM;
 	}
 	pthread_mutex_unlock(&r->lock);
@@ -601,7 +600,7 @@ static int list_json(struct registry *r, bool deleting, json_t *(*item)(const st
 
 int registry_list_json(struct registry *r, json_t **out)
 {
-	return list_json(r, false, entry_api_json, out);
+	return list_json(r, entry_api_json, out);
 }
 
 int registry_specs(void *arg, json_t **out)
@@ -705,12 +704,35 @@ static json_t *entry_id_json(const struct entry *e)
 
 int registry_list_ids(struct registry *r, json_t **out)
 {
-	return list_json(r, false, entry_id_json, out);
+	return list_json(r, entry_id_json, out);
 }
 
-int registry_list_deleting(struct registry *r, json_t **out)
+int registry_functions(struct registry *r, bool deleting, struct registry_fn **fns, size_t *n)
 {
-	return list_json(r, true, entry_id_json, out);
+	struct registry_fn *f;
+	size_t k = 0;
+
+	*fns = NULL;
+	*n = 0;
+	pthread_mutex_lock(&r->lock);
+	f = calloc(r->n ? r->n : 1, sizeof(*f));
+	if (!f) {
+		pthread_mutex_unlock(&r->lock);
+		return -ENOMEM;
+	}
+	if (r->n)
+		qsort(r->e, r->n, sizeof(*r->e), cmp_entry);
+	for (size_t i = 0; i < r->n; i++) {
+		if (r->e[i]->deleting != deleting)
+			continue;
+		snprintf(f[k].id, sizeof(f[k].id), "%s", r->e[i]->id);
+		memcpy(f[k].snap, r->e[i]->snap_id, CHUNK_ID_LEN);
+		k++;
+	}
+	pthread_mutex_unlock(&r->lock);
+	*fns = f;
+	*n = k;
+	return 0;
 }
 
 struct snapshot_tag registry_snapshot_tag(struct registry *r, const char *id, const char *job_id)

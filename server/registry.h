@@ -116,9 +116,14 @@ int registry_delete(struct registry *r, const char *id, char *forgot);
  * write error. */
 int registry_delete_begin(struct registry *r, const char *id, char *forgot);
 void registry_delete_release(struct registry *r, const char *id);
-/* The ids of the functions marked "deleting", in order: a new array of
- * strings. */
-int registry_list_deleting(struct registry *r, json_t **out);
+/* A function as the server's own work lists it (not GET /functions). */
+struct registry_fn {
+	char id[64];
+	char snap[CHUNK_ID_LEN]; /* its current snapshot, "" none */
+};
+/* The functions marked "deleting" (deleting true) or the others, sorted
+ * by id, into *fns (yours: free) and *n: 0 or -ENOMEM. */
+int registry_functions(struct registry *r, bool deleting, struct registry_fn **fns, size_t *n);
 bool registry_exists(struct registry *r, const char *id);
 
 /* A snapshot of id begins, as job job_id: state "building".  *spec: a copy of

@@ -1102,11 +1102,13 @@ static void put_body(struct registry *r, const char *id, const char *body)
 static void test_registry_spec(void)
 {
 	struct func_spec *f = NULL;
+	struct registry_fn *fns;
 	struct registry_snap snap;
 	struct registry *r;
 	char dir[256];
 	json_t *j = NULL;
 	bool created;
+	size_t n;
 
 	snprintf(dir, sizeof(dir), "%s/functions-spec", tmpdir);
 	r = registry_open(dir);
@@ -1174,6 +1176,20 @@ static void test_registry_spec(void)
 	CHECK_STR(json_string_value(json_array_get(j, 0)), "bad");
 	CHECK_STR(json_string_value(json_array_get(j, 1)), "cpu");
 	json_decref(j);
+
+	/* The same as records, each with its current snapshot; the one being
+	 * deleted listed apart. */
+	REQUIRE(registry_functions(r, false, &fns, &n) == 0);
+	CHECK_EQ(n, 4);
+	CHECK_STR(fns[0].id, "bad");
+	CHECK_STR(fns[0].snap, "");
+	CHECK_STR(fns[3].id, "set");
+	CHECK_STR(fns[3].snap, SNAP1);
+	free(fns);
+	REQUIRE(registry_functions(r, true, &fns, &n) == 0);
+	CHECK_EQ(n, 1);
+	CHECK_STR(fns[0].id, "drv");
+	free(fns);
 	registry_free(r);
 }
 

@@ -1,0 +1,88 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* gpu_prefill_cuda.c — see gpu_prefill_cuda.h. */
+#include "restore/gpu_prefill_cuda.h"
+#include "common/cuda.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sys/mman.h>
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+
+struct prefill_cu prefill_cu;
+static bool cu_ok;
+static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
+static cu_ctx ctxs[CUDA_MAX_DEVICES];
+
+static void load_driver(void)
+{
+	struct prefill_cu *cu = &prefill_cu;
+
+#define SYM(f, name) (cu->f = (__typeof__(cu->f))cuda_sym(name))
+	cu_ok = SYM(device_get, "cuDeviceGet") && SYM(primary_retain, "cuDevicePrimaryCtxRetain") &&
+		SYM(ctx_set_current, "cuCtxSetCurrent") && SYM(create, "cuMemCreate") &&
+		SYM(release, "cuMemRelease") && SYM(reserve, "cuMemAddressReserve") &&
+		SYM(addr_free, "cuMemAddressFree") && SYM(map, "cuMemMap") &&
+		SYM(unmap, "cuMemUnmap") && SYM(set_access, "cuMemSetAccess") &&
+		SYM(export_fd, "cuMemExportToShareableHandle") &&
+		SYM(host_register, "cuMemHostRegister_v2") &&
+		SYM(host_unregister, "cuMemHostUnregister") &&
+		SYM(copy, "cuMemcpyHtoDAsync_v2") && SYM(stream_create, "cuStreamCreate") &&
+		SYM(stream_sync, "cuStreamSynchronize") && SYM(stream_destroy, "cuStreamDestroy_v2");
+#undef SYM
+}
+
+bool prefill_driver_load(void)
+{
+	pthread_once(&cu_once, load_driver);
+	return cu_ok;
+}
+
+int prefill_use_device(int ordinal)
+{
+	int dev, r = 0;
+
+	if (ordinal < 0 || ordinal >= CUDA_MAX_DEVICES)
+		return -EINVAL;
+	pthread_mutex_lock(&ctx_lock);
+	if (!ctxs[ordinal]) {
+		r = prefill_cu.device_get(&dev, ordinal);
+		if (!r)
+			r = prefill_cu.primary_retain(&ctxs[ordinal], dev);
+	}
+	pthread_mutex_unlock(&ctx_lock);
+	if (!r)
+		r = prefill_cu.ctx_set_current(ctxs[ordinal]);
+	return r ? -EIO : 0;
+}
+
+bool prefill_pin_piece(char *p, size_t n, unsigned flags)
+{
+	madvise(p, n, MADV_POPULATE_READ);
+	return prefill_cu.host_register(p, n, CU_HOSTREG_READ_ONLY | flags) == 0;
+}
+
+int prefill_threads_for(uint64_t len)
+{
+	uint64_t n = (len + SLICE_MIN - 1) / SLICE_MIN;
+
+	return n > MAX_THREADS ? MAX_THREADS : n < 1 ? 1 : (int)n;
+}
+
+void prefill_run_jobs(void *(*fn)(void *), void *jobs, size_t size, int n)
+{
+	pthread_t th[MAX_THREADS];
+	bool started[MAX_THREADS];
+
+	for (int i = 0; i < n && i < MAX_THREADS; i++) {
+		started[i] = pthread_create(&th[i], NULL, fn, (char *)jobs + i * size) == 0;
+		if (!started[i])
+			fn((char *)jobs + i * size);
+	}
+	for (int i = 0; i < n && i < MAX_THREADS; i++)
+		if (started[i])
+			pthread_join(th[i], NULL);
+}

@@ -1,0 +1,330 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* gpu_prefill_fill.c — the fill itself (gpu_prefill_internal.h).
+ *
+ * A fill makes each allocation exportable (POSIX file descriptor), maps
+ * them all into one address range of thawd's, and copies the tier's file
+ * into it on several threads, each copying its slice of the file a piece
+ * at a time from the pin cache's mapping (gpu_pin.h), then unmaps them
+ * again: only the handles and their descriptors are kept until the library
+ * has taken them.
+ *
+ * Each thread checks each piece against the RAM tier entry's checksums
+ * (tier_sums.h) while the link copies (copy_slice): the hash reads what
+ * the link reads.  A piece unlike its checksum fails the fill with
+ * -EUCLEAN.
+ */
+#include "common/cuda.h"
+#include "common/gpumem_protocol.h"
+#include "common/util.h"
+#include "restore/gpu_pin.h"
+#include "restore/gpu_prefill_cuda.h"
+#include "restore/gpu_prefill_internal.h"
+#include "restore/gpu_restore.h"
+#include "restore/tier_sums.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ALIGN_2M(x) (((x) + (2ull << 20) - 1) & ~((2ull << 20) - 1))
+
+int prefill_read_layout(const char *dir, struct pf_proc *p)
+{
+	char path[PATH_MAX + 64], line[256];
+	size_t cap = 0;
+	FILE *f;
+	int ret = 0, dev0 = -1;
+
+	snprintf(path, sizeof(path), "%s/" GPUMEM_LAYOUT_FMT, dir, p->ns_pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	if (!fgets(line, sizeof(line), f) || strncmp(line, GPUMEM_LAYOUT_MAGIC, strlen(GPUMEM_LAYOUT_MAGIC))) {
+		fclose(f);
+		return -EINVAL;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long long off, size;
+		unsigned c, rdma, usage;
+		int dev;
+
+		if (sscanf(line, "%llu %llu %d %u %u %u", &off, &size, &dev, &c, &rdma, &usage) != 6 ||
+		    !size || size > (1ull << 48) || off > (1ull << 48) || off % (2ull << 20) ||
+		    (dev0 >= 0 && dev != dev0) || c) {
+			/* Not what a fill handles (several devices, compressed
+			 * memory) or not a layout (sizes beyond any GPU's, which
+			 * would overflow): the library copies it all. */
+			ret = -EINVAL;
+			break;
+		}
+		dev0 = dev;
+		if (ARRAY_GROW(p->a, cap, p->n + 1, 64)) {
+			ret = -ENOMEM;
+			break;
+		}
+		p->a[p->n++] = (struct pf_alloc){ .off = off, .size = size, .fd = -1 };
+		if (off + size > p->len)
+			p->len = off + size;
+	}
+	fclose(f);
+	return ret;
+}
+
+/* The allocations made, exportable, on the device, and mapped into one
+ * range of thawd's at their file offsets.  *va, the range. */
+static int make_allocs(struct gpu_prefill *pf, struct pf_proc *p, cu_ptr *va)
+{
+	const struct prefill_cu *cu = &prefill_cu;
+	cu_mem_prop prop = { .type = CU_ALLOC_PINNED, .requestedHandleTypes = CU_HANDLE_POSIX_FD,
+			     .location = { CU_LOC_DEVICE, pf->ordinal } };
+	cu_access_desc acc = { .location = { CU_LOC_DEVICE, pf->ordinal }, .flags = CU_ACCESS_RW };
+
+	if (cu->reserve(va, ALIGN_2M(p->len), 2ull << 20, 0, 0))
+		return -ENOMEM;
+	for (size_t i = 0; i < p->n; i++) {
+		struct pf_alloc *a = &p->a[i];
+
+		if (cu->create(&a->h, a->size, &prop, 0)) {
+			a->h = 0;
+			continue;
+		}
+		if (cu->map(*va + a->off, a->size, 0, a->h, 0))
+			continue;
+		a->mapped = true;
+		if (cu->set_access(*va + a->off, a->size, &acc, 1)) {
+			cu->unmap(*va + a->off, a->size);
+			a->mapped = false;
+		}
+	}
+	return 0;
+}
+
+/* One thread's share of a file's copy. */
+struct slice {
+	struct pf_proc *p;
+	cu_ptr va;
+	uint64_t off, len;
+	int ordinal, err;
+	int cr; /* the driver's error */
+	uint64_t bad;	    /* -EUCLEAN: the first damaged byte */
+	uint64_t verify_ns; /* spent checking */
+};
+
+/* Piece k of s: bytes [*a, *b) of the file. */
+static void piece_bounds(const struct slice *s, int k, uint64_t *a, uint64_t *b)
+{
+	*a = s->off + (uint64_t)k * PIECE;
+	*b = *a + PIECE < s->off + s->len ? *a + PIECE : s->off + s->len;
+}
+
+/* Check piece k of s against its checksums (none: nothing to do). */
+static void check_piece(struct slice *s, int k)
+{
+	uint64_t a, b, t0 = now_ns();
+
+	if (s->err || !s->p->sum)
+		return;
+	piece_bounds(s, k, &a, &b);
+	s->err = tier_sums_check_mapped(s->p->sum, s->p->base, s->p->pin->len, a, b - a, &s->bad);
+	s->verify_ns += now_ns() - t0;
+}
+
+/* Copy the file's bytes of [s->off, s->off + s->len) into the allocations
+ * that lie there, a piece at a time.  A piece the cache could not pin is
+ * pinned here, so that its copy runs while the next is pinned, and
+ * unpinned once all have landed.  Each piece is checked against its
+ * checksums while the link copies: the thread queues piece k's copy and
+ * then hashes piece k-1, so that the stream always has a copy queued
+ * behind the one it runs (hashing a piece takes nearly as long as a
+ * stream's share of the link copies it: checked right after its own copy
+ * was queued, the stream idled whenever the hash ran slower). */
+static void *copy_slice(void *arg)
+{
+	const struct prefill_cu *cu = &prefill_cu;
+	struct slice *s = arg;
+	int npieces = (int)((s->len + PIECE - 1) / PIECE), k;
+	bool *pinned = calloc((size_t)npieces + 1, sizeof(bool));
+	cu_stream st = NULL;
+
+	if (!pinned || prefill_use_device(s->ordinal) ||
+	    cu->stream_create(&st, CU_STREAM_NONBLOCKING)) {
+		s->err = -EIO;
+		free(pinned);
+		return NULL;
+	}
+	for (k = 0; k < npieces && !s->err; k++) {
+		uint64_t a, b;
+
+		piece_bounds(s, k, &a, &b);
+		/* Pieces are PIECE-aligned in the file, as the cache's are. */
+		if (!s->p->pin->pinned[a / PIECE])
+			pinned[k] = prefill_pin_piece(s->p->base + a, b - a, 0);
+		for (size_t i = 0; i < s->p->n; i++) {
+			const struct pf_alloc *al = &s->p->a[i];
+			uint64_t x = al->off > a ? al->off : a;
+			uint64_t y = al->off + al->size < b ? al->off + al->size : b;
+
+			if (!al->mapped || x >= y)
+				continue;
+			if ((s->cr = cu->copy(s->va + x, s->p->base + x, y - x, st)))
+				s->err = -EIO;
+		}
+		if (k > 0)
+			check_piece(s, k - 1);
+	}
+	if (k == npieces && npieces > 0)
+		check_piece(s, npieces - 1);
+	if (cu->stream_sync(st))
+		s->err = -EIO;
+	cu->stream_destroy(st);
+	for (k = 0; k < npieces; k++)
+		if (pinned[k])
+			cu->host_unregister(s->p->base + s->off + (uint64_t)k * PIECE);
+	free(pinned);
+	return NULL;
+}
+
+/* The tier's file copied into p's allocations. */
+static int copy_file(struct gpu_prefill *pf, struct pf_proc *p, cu_ptr va)
+{
+	struct slice s[MAX_THREADS];
+	uint64_t slice;
+	int n = prefill_threads_for(p->len), made = 0, ret = 0;
+
+	/* Whole pieces, as the cache pinned them: a copy that straddled two
+	 * pinned ranges is refused by the driver. */
+	slice = (p->len + (uint64_t)n - 1) / (uint64_t)n;
+	slice = (slice + PIECE - 1) / PIECE * PIECE;
+	for (uint64_t off = 0; off < p->len && made < MAX_THREADS; off += slice, made++)
+		s[made] = (struct slice){ .p = p, .va = va, .off = off, .ordinal = pf->ordinal,
+					  .len = off + slice > p->len ? p->len - off : slice };
+	prefill_run_jobs(copy_slice, s, sizeof(s[0]), made);
+	for (int i = 0; i < made; i++) {
+		pf->verify_ns += s[i].verify_ns;
+		if (s[i].err == -EUCLEAN && ret != -EUCLEAN) {
+			ret = -EUCLEAN;
+			snprintf(pf->why, sizeof(pf->why), "%s unlike its checksum: block %llu "
+				 "(bytes %llu-%llu)", p->sum->path,
+				 (unsigned long long)(s[i].bad / TIER_SUM_BLOCK),
+				 (unsigned long long)s[i].bad,
+				 (unsigned long long)(s[i].bad + TIER_SUM_BLOCK - 1));
+		} else if (s[i].err && !ret) {
+			ret = s[i].err;
+			snprintf(pf->why, sizeof(pf->why), "copying: CUDA error %d", s[i].cr);
+		}
+	}
+	return ret;
+}
+
+/* The fills of one GPU copy one at a time, in the order their starts asked
+ * (gpu_prefill_start): one fill alone runs at the link's speed (16 threads,
+ * a stream each), and fills side by side share it so that every start of a
+ * burst would finish last.  In turn, the first start gets its bytes after
+ * its own bytes' time, the k-th after k of them.  Pinning and making the
+ * allocations run outside the turn. */
+static pthread_mutex_t queue_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t queue_cv = PTHREAD_COND_INITIALIZER;
+static struct gpu_prefill *queue_head[CUDA_MAX_DEVICES];
+
+void prefill_queue_join(struct gpu_prefill *pf)
+{
+	struct gpu_prefill **pp;
+
+	pthread_mutex_lock(&queue_mu);
+	for (pp = &queue_head[pf->ordinal]; *pp; pp = &(*pp)->queue_next)
+		;
+	*pp = pf;
+	pf->queue_next = NULL;
+	pf->queued = true;
+	pf->queued_ns = now_ns();
+	pthread_mutex_unlock(&queue_mu);
+}
+
+/* Wait until pf is the first of its GPU's queue. */
+static void queue_wait_turn(struct gpu_prefill *pf)
+{
+	pthread_mutex_lock(&queue_mu);
+	while (pf->queued && queue_head[pf->ordinal] != pf)
+		pthread_cond_wait(&queue_cv, &queue_mu);
+	pthread_mutex_unlock(&queue_mu);
+	pf->copying = true;
+	pf->copy_begin_ns = now_ns();
+}
+
+void prefill_queue_leave(struct gpu_prefill *pf)
+{
+	struct gpu_prefill **pp;
+
+	pthread_mutex_lock(&queue_mu);
+	for (pp = &queue_head[pf->ordinal]; pf->queued && *pp; pp = &(*pp)->queue_next)
+		if (*pp == pf) {
+			*pp = pf->queue_next;
+			break;
+		}
+	pf->queued = false;
+	pthread_cond_broadcast(&queue_cv);
+	pthread_mutex_unlock(&queue_mu);
+}
+
+int prefill_fill_proc(struct gpu_prefill *pf, struct pf_proc *p)
+{
+	const struct prefill_cu *cu = &prefill_cu;
+	char path[PATH_MAX + 64];
+	cu_ptr va = 0;
+	int ret;
+
+	snprintf(path, sizeof(path), "%s/" GPUMEM_FILE_FMT, pf->tier_dir, p->ns_pid);
+	p->pin = gpu_pin_get(path, pf->ordinal);
+	if (!p->pin || p->pin->len < p->len) {
+		snprintf(pf->why, sizeof(pf->why), "cannot map %.100s whole", path);
+		return -EIO;
+	}
+	p->base = p->pin->base;
+	ret = make_allocs(pf, p, &va);
+	if (!ret) {
+		uint64_t made = 0;
+
+		for (size_t i = 0; i < p->n; i++)
+			made += p->a[i].h ? p->a[i].size : 0;
+		/* On the GPU now: the placement no longer holds them back. */
+		gpu_claim_taken(pf->placement, 0, made);
+	}
+	if (ret)
+		snprintf(pf->why, sizeof(pf->why), "no address range of %llu bytes",
+			 (unsigned long long)p->len);
+	if (!ret && !pf->copying)
+		queue_wait_turn(pf);
+	if (!ret)
+		ret = copy_file(pf, p, va);
+	for (size_t i = 0; va && i < p->n; i++)
+		if (p->a[i].mapped) {
+			cu->unmap(va + p->a[i].off, p->a[i].size);
+			p->a[i].mapped = false;
+		} else if (p->a[i].h) {
+			/* Made but not mapped: never filled, not offered. */
+			cu->release(p->a[i].h);
+			p->a[i].h = 0;
+		}
+	if (va)
+		cu->addr_free(va, ALIGN_2M(p->len));
+	if (ret)
+		return ret;
+	for (size_t i = 0; i < p->n; i++) {
+		struct pf_alloc *a = &p->a[i];
+
+		if (a->h && cu->export_fd(&a->fd, a->h, CU_HANDLE_POSIX_FD, 0)) {
+			a->fd = -1;
+			cu->release(a->h);
+			a->h = 0;
+		}
+		if (a->fd >= 0) {
+			/* Never into a child (spawn closes them too). */
+			fcntl(a->fd, F_SETFD, FD_CLOEXEC);
+			pf->bytes += a->size;
+			pf->offered_allocs++;
+		}
+	}
+	return prefill_offer(pf, p);
+}

@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* gpu_prefill_internal.h — one fill (restore/gpu_prefill.h) as its parts
+ * share it:
+ *
+ *   gpu_prefill.c        its life: started, checked (tier_sums.h), waited
+ *                        for, ended; a context standby's take
+ *   gpu_prefill_fill.c   the fill itself: the layout read, the allocations
+ *                        made, the tier's files copied into them in turn
+ *   gpu_prefill_serve.c  the fd-passing server that offers them to the
+ *                        library
+ *   gpu_pin.c            the pin cache the copies read from
+ *   gpu_prefill_cuda.c   the driver's entry points and thawd's contexts
+ */
+#ifndef THAW_GPU_PREFILL_INTERNAL_H
+#define THAW_GPU_PREFILL_INTERNAL_H
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/un.h>
+
+#include "common/cuda_abi.h"
+#include "restore/gpu_prefill.h"
+
+struct pinned_file;
+struct tier_sum_file;
+struct tier_sums;
+
+/* One allocation of a process's saved device memory (its layout's line). */
+struct pf_alloc {
+	uint64_t off, size;
+	cu_handle h; /* 0: could not be made, not offered */
+	int fd;      /* its export, -1 none */
+	bool mapped; /* in thawd's range, for the copy */
+};
+
+/* One process of the snapshot: its allocations, its file, its socket. */
+struct pf_proc {
+	int ns_pid;
+	struct pf_alloc *a;
+	size_t n;
+	uint64_t len; /* the file's bytes the allocations span */
+	char *base;   /* the file, mapped (the pin cache's mapping) */
+	const struct tier_sum_file *sum; /* its checksums; NULL: not checked */
+	struct pinned_file *pin;
+	int listen_fd;
+	char sock[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	bool served;
+};
+
+struct gpu_prefill {
+	int ordinal;
+	struct gpu_placement *placement; /* whose claim the fill takes its bytes from */
+	char tier_dir[PATH_MAX], out_dir[PATH_MAX];
+	struct pf_proc *p;
+	size_t np;
+	pthread_t thread;
+	bool started;
+	int wake[2]; /* gpu_prefill_end writes: stop serving */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int state; /* 0 filling, 1 offered, <0 -errno */
+	struct gpu_prefill *queue_next; /* in its GPU's fill queue, while queued */
+	bool queued, copying;
+	uint64_t queued_ns, copy_begin_ns, copy_end_ns; /* now_ns(); 0: not yet */
+	char why[200]; /* the first failure, for the log */
+	uint64_t bytes, offered_allocs;
+	double fill_ms;
+	struct tier_sums *sums; /* the entry's checksums; NULL: none, or not checked */
+	uint64_t verify_ns;	/* the threads' time spent checking, summed */
+	bool unverified;	/* the entry has no checksums (an older thaw made it) */
+	bool check_only;	/* no fill applies: the files are only checked */
+};
+
+/* gpu_prefill_fill.c */
+
+/* Read dir/gpu-<ns>.layout into p: 0, -EINVAL for a layout a fill does not
+ * handle (several devices, compressed memory) or not a layout, -errno. */
+int prefill_read_layout(const char *dir, struct pf_proc *p);
+/* pf joins its GPU's fill queue (at gpu_prefill_start: the order of the
+ * starts is the order of the copies). */
+void prefill_queue_join(struct gpu_prefill *pf);
+/* pf leaves it (done, failed or never copied): the next goes. */
+void prefill_queue_leave(struct gpu_prefill *pf);
+/* Fill one process's allocations, in pf's turn; on success each filled
+ * one has its export descriptor and is offered on its socket
+ * (prefill_offer).  0, or -errno with pf->why set (-EUCLEAN: the file is
+ * unlike its checksums). */
+int prefill_fill_proc(struct gpu_prefill *pf, struct pf_proc *p);
+
+/* gpu_prefill_serve.c */
+
+/* p's socket, listening at pf->out_dir/<ns pid>.prefill: 0, or -errno with
+ * pf->why set. */
+int prefill_offer(struct gpu_prefill *pf, struct pf_proc *p);
+/* Serve each process's socket once, until all were served, none connects
+ * for a minute, or gpu_prefill_end writes to pf->wake. */
+void prefill_serve(struct gpu_prefill *pf);
+
+#endif

@@ -59,65 +59,15 @@ state_of() { api GET "/functions/$1" >/dev/null && jget "$T/body" "j['snapshot']
 snapshot_jobs() { # FN: its snapshot jobs in this thawd
 	api GET /jobs >/dev/null && jget "$T/body" "sum(1 for x in j['jobs'] if x['function'] == '$1' and x['kind'] == 'snapshot')"
 }
+DAMAGE=$ROOT/test/lib/pack_damage.py
 # chunks_of SNAPSHOT: the ids of its manifest's chunks, one a line.
-chunks_of() {
-	python3 - "$DATA/store" "$1" <<'EOF'
-import json, os, sys
-store, snap = sys.argv[1], sys.argv[2].split(":")[1]
-m = json.load(open(os.path.join(store, "manifests", snap)))
-for f in m["files"]:
-    for c in f.get("chunks", []):
-        h = c.get("hash") or c.get("id")
-        if h:
-            print(h.split(":")[-1])
-EOF
-}
+chunks_of() { python3 "$DAMAGE" chunks "$DATA/store" "$1"; }
 # flip SNAPSHOT [TWIN]: flip a byte in the middle of the largest chunk of the
 # snapshot's manifest (of those TWIN's names too, when given: a snapshot of
 # the same state booted apart, so that the chunk is one a boot reproduces),
 # in its pack; prints the chunk's id.
-flip() {
-	chunks_of "$1" | sort -u >"$T/want"
-	[ -z "${2:-}" ] || { chunks_of "$2" | sort -u | comm -12 "$T/want" - >"$T/want2" && mv "$T/want2" "$T/want"; }
-	python3 - "$DATA/store" "$T/want" <<'EOF'
-import os, struct, sys
-store = sys.argv[1]
-want = set(open(sys.argv[2]).read().split())
-best = None
-pd = os.path.join(store, "packs")
-for n in os.listdir(pd):
-    if not n.endswith(".idx"):
-        continue
-    idx = open(os.path.join(pd, n), "rb").read()
-    cnt = struct.unpack_from("<Q", idx, 8)[0]
-    for i in range(cnt):
-        h, off, stored, raw = struct.unpack_from("<32sQII", idx, 24 + 48 * i)
-        if h.hex() in want and (best is None or stored > best[2]):
-            best = (n[:-4], off, stored, h.hex())
-name, off, stored, h = best
-p = os.path.join(pd, name + ".pack")
-os.chmod(p, 0o644)
-with open(p, "r+b") as f:
-    f.seek(off + stored // 2)
-    b = f.read(1)
-    f.seek(off + stored // 2)
-    f.write(bytes([b[0] ^ 0x40]))
-print("sha256:" + h)
-EOF
-}
-in_packs() { # CHUNK: is it in a pack's index?
-	python3 - "$DATA/store/packs" "${1#sha256:}" <<'EOF'
-import os, struct, sys
-pd, want = sys.argv[1], bytes.fromhex(sys.argv[2])
-for n in os.listdir(pd):
-    if n.endswith(".idx"):
-        idx = open(os.path.join(pd, n), "rb").read()
-        cnt = struct.unpack_from("<Q", idx, 8)[0]
-        if any(idx[24 + 48 * i:24 + 48 * i + 32] == want for i in range(cnt)):
-            sys.exit(0)
-sys.exit(1)
-EOF
-}
+flip() { python3 "$DAMAGE" flip "$DATA/store" "$1" "${2:-}"; }
+in_packs() { python3 "$DAMAGE" indexed "$DATA/store" "$1"; } # CHUNK: in a pack's index?
 # endpoint_says PATH WANT: the last start's instance answers PATH with WANT.
 endpoint_says() {
 	local ep got

@@ -58,41 +58,7 @@ ready_anew() { # OLD: fn's snapshot is ready, and another than OLD
 # among those its TWIN holds too (else any of SNAP's), the largest first:
 # MODE "every", one in each pack SNAP uses; "two", two in the pack holding
 # most of them.  Prints their ids.
-damage() {
-	python3 - "$DATA/store" "$@" <<'EOF2'
-import json, os, struct, sys
-store, mode = sys.argv[1], sys.argv[2]
-def chunks(snap):
-    m = json.load(open(os.path.join(store, "manifests", snap.split(":")[1])))
-    return {(c.get("hash") or c.get("id")).split(":")[-1] for f in m["files"]
-            for c in f.get("chunks", []) if c.get("hash") or c.get("id")}
-mine, twin = chunks(sys.argv[3]), chunks(sys.argv[4])
-pd = os.path.join(store, "packs")
-packs = {}  # pack -> [(in the twin, stored, off, hash)] of SNAP's chunks
-for n in sorted(os.listdir(pd)):
-    if not n.endswith(".idx"):
-        continue
-    idx = open(os.path.join(pd, n), "rb").read()
-    for i in range(struct.unpack_from("<Q", idx, 8)[0]):
-        h, off, stored, raw = struct.unpack_from("<32sQII", idx, 24 + 48 * i)
-        if h.hex() in mine:
-            packs.setdefault(n[:-4], []).append((h.hex() in twin, stored, off, h.hex()))
-if mode == "every":
-    pick = [(name, max(v)) for name, v in packs.items()]
-else:
-    name = max(packs, key=lambda p: sum(x[0] for x in packs[p]))
-    pick = [(name, x) for x in sorted(packs[name], reverse=True)[:2]]
-for name, (_, stored, off, h) in pick:
-    p = os.path.join(pd, name + ".pack")
-    os.chmod(p, 0o644)
-    with open(p, "r+b") as f:
-        f.seek(off + stored // 2)
-        b = f.read(1)
-        f.seek(off + stored // 2)
-        f.write(bytes([b[0] ^ 0x40]))
-    print("sha256:" + h)
-EOF2
-}
+damage() { python3 "$ROOT/test/lib/pack_damage.py" flip "$DATA/store" "$2" "$3" "$1"; }
 
 # heals MODE TIER: damage fn's snapshot (MODE), verify, start thawd on a new
 # RAM tier (nothing of it materialised), and see it heal in one pass.

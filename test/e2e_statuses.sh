@@ -358,21 +358,8 @@ damaged_mark() { api GET "/functions/$1" >/dev/null; jget "$T/body" "(j['snapsho
 packs >"$T/packs.0"
 put_snap dmg1 "$(failing "$(spec '{"STATE_MIB":"4"}')")"
 pack=$(new_packs "$T/packs.0" | head -n1)
-chunk=$(python3 - "$DATA/store/packs/${pack%.pack}" <<'EOF'
-import struct, sys
-base = sys.argv[1]
-idx = open(base + ".idx", "rb").read()
-n = struct.unpack_from("<Q", idx, 8)[0]
-ents = [struct.unpack_from("<32sQII", idx, 24 + 48 * i) for i in range(n)]
-h, off, stored, raw = max(ents, key=lambda e: e[2])  # the largest: its random bytes
-with open(base + ".pack", "r+b") as f:
-    f.seek(off + stored // 2)
-    b = f.read(1)
-    f.seek(off + stored // 2)
-    f.write(bytes([b[0] ^ 0x40]))
-print("sha256:" + h.hex())
-EOF
-)
+# The largest chunk: its random bytes.
+chunk=$(python3 "$ROOT/test/lib/pack_damage.py" flip-pack "$DATA/store/packs/${pack%.pack}")
 [ -n "$chunk" ] || fail "no chunk of dmg1's pack $pack to damage"
 st=$(api POST /functions/dmg1/start)
 expect "start of dmg1 (a chunk flipped)" 500 "$st" damaged

@@ -1,14 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* gpumem_test.h — what test_gpumem, test_gpumem_faults and test_tier_fill share: the fake
  * driver (test/cuda_mock.c) built as libcuda.so.1 in a directory of the
- * test's own, test/fixtures/gpumem_app.c built against it, and the app run
- * with libthaw-cuda.so preloaded and driven a command at a time.  Static
- * functions: each test includes it once.
+ * test's own, test/fixtures/gpumem_app.c built against it, the app run
+ * with libthaw-cuda.so preloaded and driven a command at a time, thawd's
+ * side run in a child that loads the fake driver, and the meta of the
+ * app's snapshot.  Static functions: each test includes it once.
  */
 #ifndef THAW_TEST_GPUMEM_TEST_H
 #define THAW_TEST_GPUMEM_TEST_H
 
 #include "common/gpumem.h"
+#include "function/snapshot_meta.h"
 #include "test/check.h"
 
 #include <stdbool.h>
@@ -111,6 +113,65 @@ static void __attribute__((unused)) app_end(struct app *a)
 	fclose(a->out);
 	if (waitpid(a->pid, &st, 0) == a->pid)
 		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* The meta of a snapshot of one process (ns, in its container) whose
+ * device memory the library saved, on one fake GPU (uuid): m->meta, which
+ * points into *m. */
+struct mock_snapshot {
+	struct snapshot_gpu gpu;
+	pid_t ns;
+	struct snapshot_meta meta;
+};
+
+static void __attribute__((unused))
+mock_snapshot_init(struct mock_snapshot *m, const char *uuid, pid_t ns)
+{
+	memset(m, 0, sizeof(*m));
+	m->gpu = (struct snapshot_gpu){ .uuid = uuid, .index = -1 };
+	m->ns = ns;
+	m->meta = (struct snapshot_meta){ .gpus = &m->gpu, .ngpus = 1,
+					  .gpu_memory = { .recorded = true, .thaw = true,
+							  .ns_pids = &m->ns, .nns_pids = 1 } };
+}
+
+/* thawd's side (common/cuda.c) opens libcuda.so.1 by name: run this test
+ * (self) again in a child with the fake driver on its library path, as
+ * "self flag <dir> app <lib>" (gpumem_thawd_args reads it), NVML's free
+ * memory set for placements; its exit is checked. */
+static void __attribute__((unused))
+gpumem_thawd_child(const char *self, const char *flag, const char *app)
+{
+	char ld[1400];
+	pid_t pid;
+	int st;
+
+	snprintf(ld, sizeof(ld), "%s%s%s", dir, getenv("LD_LIBRARY_PATH") ? ":" : "",
+		 getenv("LD_LIBRARY_PATH") ?: "");
+	pid = fork();
+	REQUIRE(pid >= 0);
+	if (pid == 0) {
+		setenv("LD_LIBRARY_PATH", ld, 1);
+		setenv("MOCK_NVML_FREE_MIB", "1000,1000", 1);
+		unsetenv("THAW_NO_GPU");
+		execl(self, self, flag, dir, app, lib, (char *)NULL);
+		_exit(127);
+	}
+	REQUIRE(waitpid(pid, &st, 0) == pid);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* In that child (argv[1] is flag): the test's directories and library as
+ * the parent had them; the app's path.  NULL in the parent. */
+static __attribute__((unused)) const char *gpumem_thawd_args(int argc, char **argv,
+								     const char *flag)
+{
+	if (argc != 5 || strcmp(argv[1], flag))
+		return NULL;
+	snprintf(dir, sizeof(dir), "%s", argv[2]);
+	snprintf(outdir, sizeof(outdir), "%s/out", dir);
+	snprintf(lib, sizeof(lib), "%s", argv[4]);
+	return argv[3];
 }
 
 /* The test's directory made, the fake driver and the app built into it

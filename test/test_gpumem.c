@@ -146,11 +146,7 @@ static void save_and_restore(const char *app_path)
  * path: thawd's side (common/cuda.c) opens libcuda.so.1 by name. */
 static void prefill(const char *app_path)
 {
-	struct snapshot_gpu gpu = { .uuid = "GPU-mock", .index = -1 };
-	pid_t ns = 0;
-	struct snapshot_meta meta = { .gpus = &gpu, .ngpus = 1,
-				      .gpu_memory = { .recorded = true, .thaw = true,
-						      .ns_pids = &ns, .nns_pids = 1 } };
+	struct mock_snapshot m;
 	struct gpumem_status st;
 	struct restore_call rc = { 0 };
 	unsigned long long phys, plain, mapped;
@@ -165,7 +161,7 @@ static void prefill(const char *app_path)
 	int lines = 0;
 
 	app_start(&a, app_path, NULL, true);
-	ns = a.pid;
+	mock_snapshot_init(&m, "GPU-mock", a.pid);
 	CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why, sizeof(why)),
 		 0);
 	CHECK_EQ(st.allocs, 6);
@@ -189,7 +185,7 @@ static void prefill(const char *app_path)
 	REQUIRE(chmod(target, 0600) == 0 && symlink(target, sock) == 0);
 
 	/* Filled and offered, then taken: nothing copied by the library. */
-	pf = gpu_prefill_start(&meta, outdir, outdir, &place);
+	pf = gpu_prefill_start(&m.meta, outdir, outdir, &place);
 	REQUIRE(pf != NULL);
 	CHECK_EQ(gpu_prefill_ready(pf), 0);
 	CHECK(lstat(sock, &sb) == 0 && S_ISSOCK(sb.st_mode));
@@ -220,7 +216,7 @@ static void prefill(const char *app_path)
 	CHECK_EQ(st.allocs, 6);
 	/* Saved again (the file rewritten in place): filled again from the
 	 * new bytes, not from what an earlier fill had mapped. */
-	pf = gpu_prefill_start(&meta, outdir, outdir, &place);
+	pf = gpu_prefill_start(&m.meta, outdir, outdir, &place);
 	REQUIRE(pf != NULL);
 	CHECK_EQ(gpu_prefill_ready(pf), 0);
 	do_restore(&rc);
@@ -237,7 +233,7 @@ static void prefill(const char *app_path)
 	REQUIRE(f != NULL);
 	fputs(GPUMEM_LAYOUT_MAGIC "\n12345 77 0 0 0 0\n", f);
 	fclose(f);
-	CHECK(gpu_prefill_start(&meta, outdir, outdir, &place) == NULL);
+	CHECK(gpu_prefill_start(&m.meta, outdir, outdir, &place) == NULL);
 	do_restore(&rc);
 	CHECK(rc.st.ok);
 	CHECK_EQ(rc.st.prefilled_allocs, 0);
@@ -246,7 +242,7 @@ static void prefill(const char *app_path)
 	CHECK_STR(s, "ok");
 	/* Turned off: the same. */
 	setenv("THAW_GPU_PREFILL", "0", 1);
-	CHECK(gpu_prefill_start(&meta, outdir, outdir, &place) == NULL);
+	CHECK(gpu_prefill_start(&m.meta, outdir, outdir, &place) == NULL);
 	unsetenv("THAW_GPU_PREFILL");
 	gpumem_release(&a.pid, 1);
 	app_end(&a);
@@ -279,13 +275,8 @@ static void *do_take(void *arg)
  * a refusal that leaves the process held. */
 static void context_take(const char *app_path)
 {
-	struct snapshot_gpu gpu = { .uuid = MOCK_GPU0, .name = "Mock GPU", .index = -1 };
-	pid_t ns = 0;
-	struct snapshot_meta meta = { .gpus = &gpu, .ngpus = 1,
-				      .gpu_memory = { .recorded = true, .thaw = true,
-						      .bytes = 30 * MIB, .ns_pids = &ns,
-						      .nns_pids = 1 } };
-	struct take_call tc = { .meta = &meta, .uuid = MOCK_GPU0 };
+	struct mock_snapshot m;
+	struct take_call tc = { .meta = &m.meta, .uuid = MOCK_GPU0 };
 	char s[256], why[512], pairs[600];
 	struct gpumem_status st;
 	unsigned long c1;
@@ -297,7 +288,10 @@ static void context_take(const char *app_path)
 	snprintf(pairs, sizeof(pairs), "%s/restores.log", dir);
 	setenv("MOCK_CUDA_PAIRS_LOG", pairs, 1);
 	app_start(&a, app_path, NULL, true);
-	tc.pid = ns = a.pid;
+	tc.pid = a.pid;
+	mock_snapshot_init(&m, MOCK_GPU0, a.pid);
+	m.gpu.name = "Mock GPU";
+	m.meta.gpu_memory.bytes = 30 * MIB;
 	CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why, sizeof(why)),
 		 0);
 	CHECK_EQ(st.allocs, 6);
@@ -342,11 +336,7 @@ static void context_take(const char *app_path)
  * started, however the threads run: the first start gets its bytes first. */
 static void fill_order(const char *app_path)
 {
-	struct snapshot_gpu gpu = { .uuid = MOCK_GPU0, .index = -1 };
-	pid_t ns = 0;
-	struct snapshot_meta meta = { .gpus = &gpu, .ngpus = 1,
-				      .gpu_memory = { .recorded = true, .thaw = true,
-						      .ns_pids = &ns, .nns_pids = 1 } };
+	struct mock_snapshot m;
 	struct gpu_placement pa = { .n = 1, .held = true }, pb = { .n = 1, .held = true };
 	uint64_t a0, a1, b0, b1;
 	char out2[600], why[512];
@@ -356,14 +346,14 @@ static void fill_order(const char *app_path)
 	struct app a;
 
 	app_start(&a, app_path, NULL, true);
-	ns = a.pid;
+	mock_snapshot_init(&m, MOCK_GPU0, a.pid);
 	CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why, sizeof(why)),
 		 0);
 	snprintf(out2, sizeof(out2), "%s/out2", dir);
 	REQUIRE(mkdir(out2, 0700) == 0 || errno == EEXIST);
 	setenv("MOCK_CUDA_HTOD_DELAY_MS", "50", 1);
-	fa = gpu_prefill_start(&meta, outdir, outdir, &pa);
-	fb = gpu_prefill_start(&meta, outdir, out2, &pb);
+	fa = gpu_prefill_start(&m.meta, outdir, outdir, &pa);
+	fb = gpu_prefill_start(&m.meta, outdir, out2, &pb);
 	REQUIRE(fa && fb);
 	CHECK_EQ(gpu_prefill_ready(fb), 0);
 	CHECK_EQ(gpu_prefill_ready(fa), 0);
@@ -522,42 +512,18 @@ static void old_answer(void)
 	CHECK_STR(st.register_error, "");
 }
 
-/* The prefill case in a child that opens the fake driver by name. */
-static void prefill_in_child(const char *self, const char *app_path)
-{
-	char ld[1200];
-	pid_t pid;
-	int st;
-
-	snprintf(ld, sizeof(ld), "%s%s%s", dir, getenv("LD_LIBRARY_PATH") ? ":" : "",
-		 getenv("LD_LIBRARY_PATH") ?: "");
-	pid = fork();
-	REQUIRE(pid >= 0);
-	if (pid == 0) {
-		setenv("LD_LIBRARY_PATH", ld, 1);
-		/* NVML's free memory, for the placements of a take. */
-		setenv("MOCK_NVML_FREE_MIB", "1000,1000", 1);
-		unsetenv("THAW_NO_GPU");
-		execl(self, self, "--prefill", dir, app_path, lib, (char *)NULL);
-		_exit(127);
-	}
-	REQUIRE(waitpid(pid, &st, 0) == pid);
-	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-}
-
 int main(int argc, char **argv)
 {
+	const char *child_app = gpumem_thawd_args(argc, argv, "--prefill");
 	char app[512], stat_app[512], c[4096];
 	bool have_static;
 
 	signal(SIGPIPE, SIG_IGN);
-	if (argc == 5 && !strcmp(argv[1], "--prefill")) {
-		snprintf(dir, sizeof(dir), "%s", argv[2]);
-		snprintf(outdir, sizeof(outdir), "%s/out", dir);
-		snprintf(lib, sizeof(lib), "%s", argv[4]);
-		prefill(argv[3]);
-		fill_order(argv[3]);
-		context_take(argv[3]);
+	if (child_app) {
+		/* The fill's cases: thawd's side, on the fake driver. */
+		prefill(child_app);
+		fill_order(child_app);
+		context_take(child_app);
 		return check_failures ? 1 : 0;
 	}
 	gpumem_test_setup(app, sizeof(app));
@@ -575,7 +541,7 @@ int main(int argc, char **argv)
 	exports();
 	old_answer();
 	save_and_restore(app);
-	prefill_in_child(argv[0], app);
+	gpumem_thawd_child(argv[0], "--prefill", app);
 	fallbacks(app, have_static ? stat_app : NULL);
 	rm_rf(dir);
 	return check_failures ? 1 : 0;

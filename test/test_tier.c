@@ -12,6 +12,7 @@
 #include "store/store.h"
 #include "test/check.h"
 #include "test/store_damage.h"
+#include "test/tier_test.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -23,19 +24,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-static char root[256], tdir[256], sdir[300];
-static uint64_t rng = 0x243f6a8885a308d3ull;
-
-static void fill_random(uint8_t *p, size_t n)
-{
-	for (size_t i = 0; i < n; i += 8) {
-		rng ^= rng << 13;
-		rng ^= rng >> 7;
-		rng ^= rng << 17;
-		memcpy(p + i, &rng, MIN((size_t)8, n - i));
-	}
-}
 
 /* A snapshot of nfiles files of size bytes each, random but for a zero run. */
 static void make_snapshot(struct store *s, const char *name, size_t size, int nfiles,
@@ -71,21 +59,15 @@ static int same_as_source(const char *entry, const char *name)
 	if (!d)
 		return 1;
 	while ((de = readdir(d))) {
-		char *x = NULL, *y = NULL;
-		size_t lx = 0, ly = 0;
-
 		if (de->d_name[0] == '.')
 			continue;
 		snprintf(a, sizeof(a), "%s/%s", src, de->d_name);
 		snprintf(b, sizeof(b), "%s/%s", entry, de->d_name);
-		if (read_file(a, &x, &lx, 1 << 30) || read_file(b, &y, &ly, 1 << 30) || lx != ly ||
-		    memcmp(x, y, lx)) {
+		if (!same_bytes(a, b)) {
 			fprintf(stderr, "%s differs from %s\n", b, a);
 			bad++;
 		}
 		n++;
-		free(x);
-		free(y);
 	}
 	closedir(d);
 	return bad || !n;
@@ -440,14 +422,6 @@ static void test_restart(struct store *s, const char *good, const char *short_id
 	tier_close(t);
 }
 
-static void cleanup(void)
-{
-	if (tdir[0])
-		rm_rf(tdir);
-	if (root[0])
-		rm_rf(root);
-}
-
 int main(void)
 {
 	char basic[CHUNK_ID_LEN], threads[CHUNK_ID_LEN], procs[CHUNK_ID_LEN];
@@ -455,11 +429,7 @@ int main(void)
 	char bad1[CHUNK_ID_LEN], bad2[CHUNK_ID_LEN], big[CHUNK_ID_LEN];
 	struct store *s;
 
-	snprintf(root, sizeof(root), "/var/tmp/thaw-test-tier-XXXXXX");
-	REQUIRE(mkdtemp(root));
-	snprintf(tdir, sizeof(tdir), "/dev/shm/thaw-test-tier-%d", getpid());
-	atexit(cleanup);
-	snprintf(sdir, sizeof(sdir), "%s/store", root);
+	tier_test_dirs("tier");
 	s = store_open(sdir);
 	REQUIRE(s);
 	make_snapshot(s, "basic", 3 << 20, 2, basic);

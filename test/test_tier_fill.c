@@ -31,7 +31,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 /* Does the entry's file equal the program's own save? */
@@ -74,11 +73,7 @@ static int fill_and_restore(const struct snapshot_meta *meta, pid_t pid, const c
 
 static void damaged_entry(const char *app_path)
 {
-	struct snapshot_gpu gpu = { .uuid = "GPU-mock", .index = -1 };
-	pid_t ns = 0;
-	struct snapshot_meta meta = { .gpus = &gpu, .ngpus = 1,
-				      .gpu_memory = { .recorded = true, .thaw = true,
-						      .ns_pids = &ns, .nns_pids = 1 } };
+	struct mock_snapshot m;
 	char why[512], s[256], sdir[400], tdir[400], saved[600], orig[600], *bytes = NULL;
 	char entry_file[PATH_MAX + 64];
 	size_t len = 0;
@@ -94,7 +89,7 @@ static void damaged_entry(const char *app_path)
 	struct app a;
 
 	app_start(&a, app_path, NULL, true);
-	ns = a.pid;
+	mock_snapshot_init(&m, "GPU-mock", a.pid);
 	CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why, sizeof(why)),
 		 0);
 	REQUIRE(st.allocs == 6);
@@ -121,7 +116,7 @@ static void damaged_entry(const char *app_path)
 	/* Damaged: the start's GPU restore fails, the program still held. */
 	damage(entry_file);
 	c1 = count(&a);
-	CHECK(fill_and_restore(&meta, a.pid, tier_lease_path(l)) != 0);
+	CHECK(fill_and_restore(&m.meta, a.pid, tier_lease_path(l)) != 0);
 	usleep(200000);
 	CHECK_EQ(count(&a), c1);
 	tier_release(l);
@@ -138,7 +133,7 @@ static void damaged_entry(const char *app_path)
 	CHECK_EQ(ts.rematerialized, 1);
 
 	/* Filled from it, the program goes on, byte for byte. */
-	CHECK_EQ(fill_and_restore(&meta, a.pid, tier_lease_path(l)), 0);
+	CHECK_EQ(fill_and_restore(&m.meta, a.pid, tier_lease_path(l)), 0);
 	for (int i = 0; i < 200 && count(&a) == c1; i++)
 		usleep(10000);
 	CHECK(count(&a) > c1);
@@ -156,7 +151,7 @@ static void damaged_entry(const char *app_path)
 	damage(entry_file);
 	setenv("THAW_GPU_PREFILL", "0", 1);
 	c1 = count(&a);
-	CHECK(fill_and_restore(&meta, a.pid, tier_lease_path(l)) != 0);
+	CHECK(fill_and_restore(&m.meta, a.pid, tier_lease_path(l)) != 0);
 	usleep(200000);
 	CHECK_EQ(count(&a), c1);
 	tier_release(l);
@@ -165,7 +160,7 @@ static void damaged_entry(const char *app_path)
 	tier_get_stats(t, &ts);
 	CHECK_EQ(ts.damaged[TIER_FOUND_FILL], 2);
 	CHECK_EQ(ts.rematerialized, 2);
-	CHECK_EQ(fill_and_restore(&meta, a.pid, tier_lease_path(l)), 0);
+	CHECK_EQ(fill_and_restore(&m.meta, a.pid, tier_lease_path(l)), 0);
 	unsetenv("THAW_GPU_PREFILL");
 	for (int i = 0; i < 200 && count(&a) == c1; i++)
 		usleep(10000);
@@ -180,34 +175,16 @@ static void damaged_entry(const char *app_path)
 
 int main(int argc, char **argv)
 {
-	char app[512], ld[1400];
-	pid_t pid;
-	int st;
+	const char *child_app = gpumem_thawd_args(argc, argv, "--child");
+	char app[512];
 
 	signal(SIGPIPE, SIG_IGN);
-	if (argc == 5 && !strcmp(argv[1], "--child")) {
-		/* thawd's side (common/cuda.c) opens libcuda.so.1 by name:
-		 * the fake one is on this process's library path. */
-		snprintf(dir, sizeof(dir), "%s", argv[2]);
-		snprintf(outdir, sizeof(outdir), "%s/out", dir);
-		snprintf(lib, sizeof(lib), "%s", argv[4]);
-		damaged_entry(argv[3]);
+	if (child_app) {
+		damaged_entry(child_app);
 		return check_failures ? 1 : 0;
 	}
 	gpumem_test_setup(app, sizeof(app));
-	snprintf(ld, sizeof(ld), "%s%s%s", dir, getenv("LD_LIBRARY_PATH") ? ":" : "",
-		 getenv("LD_LIBRARY_PATH") ?: "");
-	pid = fork();
-	REQUIRE(pid >= 0);
-	if (pid == 0) {
-		setenv("LD_LIBRARY_PATH", ld, 1);
-		setenv("MOCK_NVML_FREE_MIB", "1000,1000", 1);
-		unsetenv("THAW_NO_GPU");
-		execl(argv[0], argv[0], "--child", dir, app, lib, (char *)NULL);
-		_exit(127);
-	}
-	REQUIRE(waitpid(pid, &st, 0) == pid);
-	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	gpumem_thawd_child(argv[0], "--child", app);
 	rm_rf(dir);
 	return check_failures ? 1 : 0;
 }

@@ -24,6 +24,7 @@
 #include "restore/tier_sums.h"
 #include "store/store.h"
 #include "test/check.h"
+#include "test/tier_test.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -34,20 +35,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define MIB (1ull << 20)
-
-static char root[256], tdir[256], src[300];
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-
-static void fill_random(uint8_t *p, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		rng ^= rng << 13;
-		rng ^= rng >> 7;
-		rng ^= rng << 17;
-		p[i] = (uint8_t)rng;
-	}
-}
+static char src[300];
 
 static void write_at(const char *path, const void *buf, size_t n, off_t off)
 {
@@ -80,17 +68,11 @@ static void make_source(void)
 /* The entry's file name equals the source's, byte for byte. */
 static bool same(const char *entry, const char *name)
 {
-	char a[400], b[PATH_MAX + 64], *x = NULL, *y = NULL;
-	size_t lx = 0, ly = 0;
-	bool ok;
+	char a[400], b[PATH_MAX + 64];
 
 	snprintf(a, sizeof(a), "%s/%s", src, name);
 	snprintf(b, sizeof(b), "%s/%s", entry, name);
-	ok = !read_file(a, &x, &lx, 1ull << 31) && !read_file(b, &y, &ly, 1ull << 31) &&
-	     lx == ly && !memcmp(x, y, lx);
-	free(x);
-	free(y);
-	return ok;
+	return same_bytes(a, b);
 }
 
 static ino_t ino_of(const char *path)
@@ -299,27 +281,15 @@ static void test_linked(void)
 	}
 }
 
-static void cleanup(void)
-{
-	if (tdir[0])
-		rm_rf(tdir);
-	if (root[0])
-		rm_rf(root);
-}
-
 int main(void)
 {
-	char id[CHUNK_ID_LEN], sdir[300];
+	char id[CHUNK_ID_LEN];
 	const char *paths[1] = { src };
 	struct store *s;
 	struct tier *t;
 
-	snprintf(root, sizeof(root), "/var/tmp/thaw-test-tier-sums-XXXXXX");
-	REQUIRE(mkdtemp(root));
-	snprintf(tdir, sizeof(tdir), "/dev/shm/thaw-test-tier-sums-%d", getpid());
-	atexit(cleanup);
+	tier_test_dirs("tier-sums");
 	snprintf(src, sizeof(src), "%s/src", root);
-	snprintf(sdir, sizeof(sdir), "%s/store", root);
 	make_source();
 	s = store_open(sdir);
 	REQUIRE(s);

@@ -617,23 +617,18 @@ out:
 	return ret;
 }
 
-void gpu_quiesce(const pid_t *pids, size_t n)
+void gpu_lock_for_kill(const pid_t *pids, size_t n)
 {
-	if (n && cuda_init())
+	if (!n || cuda_init())
 		return;
 	for (size_t i = 0; i < n; i++) {
 		enum cuda_proc_state st;
 
-		if (cuda_process_state(pids[i], &st))
-			continue; /* gone, or no CUDA state */
-		if (st == CUDA_PROC_RUNNING && cuda_lock(pids[i], GPU_LOCK_TIMEOUT_MS)) {
+		if (cuda_process_state(pids[i], &st) || st != CUDA_PROC_RUNNING)
+			continue; /* gone, no CUDA state, or locked or checkpointed already */
+		if (cuda_lock(pids[i], GPU_LOCK_TIMEOUT_MS))
 			pr_warn("could not lock CUDA process %d before the kill: %s", (int)pids[i],
 				log_last_error());
-			continue;
-		}
-		if (st != CUDA_PROC_CHECKPOINTED && cuda_checkpoint(pids[i]))
-			pr_warn("could not checkpoint CUDA process %d before the kill: %s",
-				(int)pids[i], log_last_error());
 	}
 }
 

@@ -5,7 +5,6 @@
  */
 #define LOG_PREFIX "instance: "
 #include "restore/instance.h"
-#include "common/cuda.h"
 #include "common/log.h"
 #include "common/netns.h"
 #include "common/util.h"
@@ -56,30 +55,6 @@ static int kill_helper(const char *what, pid_t pid, unsigned long long start)
 		usleep(2000);
 	}
 	return 0;
-}
-
-/* Before the kill, each CUDA process of a GPU instance is locked: the
- * driver lets the calls in flight finish and takes no more, so that the
- * kill never finds it mid-work (a kill mid-work hung the host on some
- * drivers).  It is not checkpointed: the driver's checkpoint copies all of
- * the process's device memory to host memory, which the kill then frees
- * (16 GiB on the H200: the checkpoint 8.7-12.3 s, the kill's reaping 1.05-1.09
- * s, against 0.11 s after the lock alone; the GPU memory free once it is
- * reaped either way, bench/LOG.md).  A process that cannot be locked in time
- * is killed all the same, as before. */
-static void lock_cuda(const pid_t *pids, size_t n)
-{
-	if (!n || cuda_init())
-		return;
-	for (size_t i = 0; i < n; i++) {
-		enum cuda_proc_state st;
-
-		if (cuda_process_state(pids[i], &st) || st != CUDA_PROC_RUNNING)
-			continue; /* gone, no CUDA state, or locked or checkpointed already */
-		if (cuda_lock(pids[i], GPU_LOCK_TIMEOUT_MS))
-			pr_warn("could not lock CUDA process %d before the kill: %s", (int)pids[i],
-				log_last_error());
-	}
 }
 
 /* Note when step of a stop happened in the record's "stop" object (of a
@@ -159,7 +134,7 @@ static int teardown_once(struct start_ctx *x, const char *id)
 	x->lz.watcher = 0;
 	if (x->have_container) {
 		if (x->gpu)
-			lock_cuda(x->cuda_pids, x->ncuda);
+			gpu_lock_for_kill(x->cuda_pids, x->ncuda);
 		if (x->grace_ms > 0)
 			ask_to_exit(x, id);
 		/* Before runc delete takes its cgroup with it. */

@@ -353,15 +353,15 @@ static int cuda_thaw_container(pid_t init)
 	return ret;
 }
 
-/* Lock + checkpoint CUDA processes before the kill: killing a restored CUDA
- * process has hung hosts on some drivers. */
-static void cuda_quiesce_container(pid_t init)
+/* Lock the CUDA processes before the kill, as thawd's stop does: killing a
+ * CUDA process mid-work has hung hosts on some drivers. */
+static void cuda_lock_container(pid_t init)
 {
 	pid_t *pids = NULL;
 	size_t n = 0;
 
 	if (init > 0 && pidns_members(init, &pids, &n) == 0)
-		gpu_quiesce(pids, n);
+		gpu_lock_for_kill(pids, n);
 	free(pids);
 }
 
@@ -445,7 +445,7 @@ out:
 	}
 	if (have_ctr) {
 		if (f->gpu)
-			cuda_quiesce_container(init);
+			cuda_lock_container(init);
 		runner_delete(r, cid);
 	}
 	function_host_paths_close(&held);

@@ -11,7 +11,12 @@
 # a time ($GPUMEM_REPEAT), then a burst of 8, in each mode), big (bench/functions/gpu_big.py
 # holding 16 GiB, default allocator: 3 starts one at a time in each mode),
 # expandable (gpu_big with 4 GiB, expandable segments and a thread
-# launching matmuls throughout: 3 starts, thaw).  Every start must answer
+# launching matmuls throughout: 3 starts, thaw), userns (the GPU example and
+# gpu_big with 16 GiB, each snapshotted in a user namespace ("sandbox":
+# {"userns": true}) and without, started in turn in the same thawd: 5 and
+# 3 starts one at a time each), big-thaw (big's thaw half alone: what
+# scripts/gpu-run.sh runs with THAW_GPU_VERIFY=0 and without, to weigh the
+# fill's checking in a start).  Every start must answer
 # as the cold process did (the tokens; "match": true).  Each scenario's
 # thaw-bench table goes to OUTDIR/<name>.txt; the snapshot jobs (their
 # driver_checkpoint and gpu_memory_save timings) to OUTDIR/snapshot-<fn>.json;
@@ -99,6 +104,13 @@ case " $PARTS " in *" big "*)
 		"$B/thaw" store --store "$W/data/store" gc >/dev/null 2>&1 || true
 	done
 esac
+case " $PARTS " in *" big-thaw "*)
+	INFER='POST /check {}' EXPECT='"match": true'
+	if one "big-thaw" "$W/gpu_big.json" thaw; then
+		run "big-thaw-prime" --burst 1
+		run "big-thaw-seq" --burst 1 --repeat 5
+	fi
+esac
 case " $PARTS " in *" expandable "*)
 	INFER='POST /check {}' EXPECT='"match": true'
 	cmd="[\"python3\", \"$ROOT/bench/functions/gpu_big.py\", \"--port\", \"8000\", \"--gib\", \"4\", \"--worker\"]"
@@ -107,6 +119,24 @@ case " $PARTS " in *" expandable "*)
 		run "expandable-thaw-prime" --burst 1
 		run "expandable-thaw-seq" --burst 1 --repeat 3
 	fi
+esac
+case " $PARTS " in *" userns "*)
+	for ns in true false; do
+		INFER='POST /generate {"prompt_ids": [1, 450, 4996, 17354, 1701, 29916], "max_new_tokens": 32}'
+		EXPECT="\"tokens\": $TOKENS"
+		if one "example-userns-$ns" "$THAW_GPU_EXAMPLE" thaw "sandbox={\"userns\": $ns}"; then
+			run "example-userns-$ns-prime" --burst 1
+			run "example-userns-$ns-seq" --burst 1 --repeat "${GPUMEM_REPEAT:-5}"
+			curl -s -X DELETE "$URL/functions/example-userns-$ns" >/dev/null
+		fi
+		INFER='POST /check {}' EXPECT='"match": true'
+		if one "big-userns-$ns" "$W/gpu_big.json" thaw "sandbox={\"userns\": $ns}"; then
+			run "big-userns-$ns-prime" --burst 1
+			run "big-userns-$ns-seq" --burst 1 --repeat 3
+			curl -s -X DELETE "$URL/functions/big-userns-$ns" >/dev/null
+		fi
+		"$B/thaw" store --store "$W/data/store" gc >/dev/null 2>&1 || true
+	done
 esac
 # Every start's phases, as thawd logged them.
 grep -h "instance .* of .*: 127.0.0.1" "$OUTDIR/thawd.log" | tail -n 60 >"$OUTDIR/starts.txt"

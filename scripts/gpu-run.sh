@@ -258,6 +258,14 @@ done
 [ -n "${E2E_GPU_TOKENS:-}" ] &&
 	step gpumem-bench-noprefill env THAW_GPU_PREFILL=0 bash bench/gpumem-run.sh \
 		"$THAW_FIGURES/gpumem-noprefill" "$E2E_GPU_TOKENS"
+# Functions in a user namespace against the same without, same thawd: the GPU
+# example and a 16 GiB function, one at a time (bench/gpumem-run.sh userns).
+[ -n "${E2E_GPU_TOKENS:-}" ] &&
+	step gpu-userns bash bench/gpumem-run.sh "$THAW_FIGURES/userns" "$E2E_GPU_TOKENS" userns
+# What checking the fill costs a start: the 16 GiB function's thaw starts with
+# the check off (THAW_GPU_VERIFY=0) and on, one thawd each, in turn.
+step start-verify-ab bash -c 'for v in 0 1; do THAW_GPU_VERIFY=$v bash bench/gpumem-run.sh \
+	"$THAW_FIGURES/verify-$v" none big-thaw || exit 1; done'
 # What checking the RAM tier's checksums costs thawd's fill of device memory
 # (bench/fill-verify.c): 16 GiB filled checked and unchecked, alternating, 5
 # rounds each, the hash's rate on 1 and 16 threads, the bytes over the link's

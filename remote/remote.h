@@ -86,6 +86,10 @@ int remote_pull_ref(struct remote *r, const char *function, char **spec_json,
 /* Every ref, as a JSON array of {"function","manifest","pushed"} (you own
  * it, json_decref), sorted by function. */
 int remote_list_refs(struct remote *r, json_t **out);
+/* Every ref's ETag, as a JSON object {function: etag}, from one listing (no
+ * ref is read): what changed since an earlier listing, cheaply (you own
+ * it, json_decref). */
+int remote_list_ref_tags(struct remote *r, json_t **out);
 
 /* Fetch manifest_id's JSON from the remote and check it (its bytes hash to
  * its id; manifest_parse's checks).  Nothing is written: the manifest joins

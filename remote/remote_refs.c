@@ -117,3 +117,45 @@ int remote_list_refs(struct remote *r, json_t **out)
 	return 0;
 }
 
+
+struct list_tags {
+	json_t *out;
+};
+
+static int list_tag(const struct s3_object *o, void *arg)
+{
+	struct list_tags *l = arg;
+	const char *slash = strrchr(o->key, '/');
+	char fn[64];
+	size_t n;
+
+	/* refs/<function>.json: the name between, as a push writes it;
+	 * anything else there is not a function's. */
+	slash = slash ? slash + 1 : o->key;
+	n = strlen(slash);
+	if (n < 6 || n - 5 >= sizeof(fn) || strcmp(slash + n - 5, ".json"))
+		return 0;
+	memcpy(fn, slash, n - 5);
+	fn[n - 5] = '\0';
+	if (!id_valid(fn))
+		return 0;
+	return json_object_set_new(l->out, fn, json_string(o->etag)) ? -ENOMEM : 0;
+}
+
+int remote_list_ref_tags(struct remote *r, json_t **out)
+{
+	char key[S3_KEY_MAX];
+	struct list_tags l = { json_object() };
+	int ret;
+
+	*out = NULL;
+	if (!l.out)
+		return -ENOMEM;
+	ret = s3_list(r->s3, remote_key(r, key, sizeof(key), "refs/"), list_tag, &l);
+	if (ret) {
+		json_decref(l.out);
+		return ret;
+	}
+	*out = l.out;
+	return 0;
+}

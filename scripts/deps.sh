@@ -14,11 +14,13 @@ APT_PKGS="build-essential pkg-config clang libclang-rt-14-dev liburing-dev libzs
  libjansson-dev libmicrohttpd-dev libssl-dev libcurl4-openssl-dev libxxhash-dev zstd runc python3
  libgnutls28-dev libgmp-dev libidn2-dev libunistring-dev libp11-kit-dev libtasn1-6-dev
  nettle-dev libffi-dev clang-tidy cppcheck curl hey
- ceph-mon ceph-osd radosgw skopeo umoci busybox-static"
+ ceph-mon ceph-osd radosgw skopeo umoci busybox-static haproxy"
 # ceph-mon ceph-osd radosgw: the tests' S3 server (test/lib/ceph_rgw.sh), started
 # by hand under a temporary directory; no systemd unit of theirs is used.
 # skopeo, umoci: a spec's "image" is copied and unpacked with them
 # (images/image.c); busybox-static: the tests build an image from it.
+# haproxy: the load balancer before a fleet (deploy/haproxy), run by hand by
+# test/e2e_fleet_lb.sh and bench/fleet-run.sh; its systemd unit is not used.
 
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo

@@ -16,6 +16,7 @@
 #define THAW_SERVER_API_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 struct req;
@@ -24,6 +25,10 @@ struct server;
 /* ---- api_metrics.c: GET /healthz, GET /metrics ---- */
 
 int api_get_healthz(struct req *q);
+/* GET /readyz (no token): 200 when this host takes starts now, else 503. */
+int api_get_readyz(struct req *q);
+/* POST /drain (control): drain (server_drain), then exit. */
+int api_post_drain(struct req *q);
 /* The counters of server/metrics.h with the gauges of the moment (RAM
  * tier, store, instances, standbys, GPUs, routed pools), as Prometheus text. */
 int api_get_metrics(struct req *q);
@@ -42,6 +47,12 @@ int api_get_function(struct req *q);
 int api_put_function(struct req *q);
 /* Mark it deleting, stop its instances, forget its snapshot, remove it: 204. */
 int api_delete_function(struct req *q);
+/* Delete function fn here as DELETE /functions/<id> does and, with fleet,
+ * its ref on the remote too (the fleet loses it).  0, or -errno with *e and
+ * msg (what the DELETE answers). */
+struct api_err;
+int functions_delete(struct server *s, const char *fn, bool fleet, struct api_err *e, char *msg,
+		     size_t msglen);
 /* A snapshot job of the function (server/snapshots.h): 202 with the job,
  * or 200 once done with ?wait=1. */
 int api_post_snapshot(struct req *q);

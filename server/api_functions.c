@@ -57,7 +57,7 @@ int api_put_function(struct req *q)
 	bool created = false;
 	int ret;
 
-	if (atomic_load(&s->stopping))
+	if (server_refusing(s))
 		return reply_error(q, 503, "shutting_down", "thawd is stopping");
 	log_clear_error();
 	ret = function_body_parse(q->route.id, q->body, q->len, &spec, err, sizeof(err));
@@ -111,50 +111,65 @@ int api_put_function(struct req *q)
  * anything is stopped, and its file removed only once its instances are
  * stopped: a thawd killed in between leaves the mark, and the next one's
  * recovery (recover.c) finishes the delete. */
-int api_delete_function(struct req *q)
+int functions_delete(struct server *s, const char *fn, bool fleet, struct api_err *e, char *msg,
+		     size_t msglen)
 {
-	struct server *s = q->srv;
-	const char *fn = q->route.id;
 	char snap[CHUNK_ID_LEN] = "", failed[128];
 	size_t stopped;
 	int ret;
 
 	log_clear_error();
 	ret = registry_delete_begin(s->reg, fn, snap);
-	if (ret == -ENOENT)
-		return reply_error(q, 404, "not_found", "no function %s", fn);
-	if (ret == -EALREADY)
-		return reply_error(q, 409, "conflict",
-				   "function %s is being deleted by another request", fn);
+	if (ret == -ENOENT) {
+		*e = api_err_known(404, "not_found");
+		snprintf(msg, msglen, "no function %s", fn);
+		return ret;
+	}
+	if (ret == -EALREADY) {
+		*e = api_err_known(409, "conflict");
+		snprintf(msg, msglen, "function %s is being deleted by another request", fn);
+		return ret;
+	}
 	if (ret) {
-		struct api_err e = api_err_from_errno(ret);
-
-		return reply_error(q, e.status, e.code, "cannot delete function %s: %s", fn,
-				   api_why(ret));
+		*e = api_err_from_errno(ret);
+		snprintf(msg, msglen, "cannot delete function %s: %s", fn, api_why(ret));
+		return ret;
 	}
 	/* Starts that finish after this see the function gone and stop
 	 * their instance themselves (post_start). */
 	ret = api_stop_function_instances(s, fn, &stopped, failed);
 	if (ret) {
-		struct api_err e = api_err_from_errno(ret);
-
+		*e = api_err_from_errno(ret);
 		registry_delete_release(s->reg, fn);
-		return reply_error(q, e.status, e.code,
-				   "function %s is being deleted, but %s: %s; DELETE it again to "
-				   "finish",
-				   fn, failed, api_why(ret));
+		snprintf(msg, msglen,
+			 "function %s is being deleted, but %s: %s; DELETE it again to finish", fn,
+			 failed, api_why(ret));
+		return ret;
 	}
 	snapshots_forget(s, snap);
 	ret = registry_delete(s->reg, fn, NULL);
 	if (ret) {
 		registry_delete_release(s->reg, fn);
-		return reply_error(q, 500, "internal",
-				   "function %s is being deleted, but its file could not be "
-				   "removed: %s; DELETE it again to finish",
-				   fn, api_why(ret));
+		*e = api_err_known(500, "internal");
+		snprintf(msg, msglen,
+			 "function %s is being deleted, but its file could not be removed: %s; "
+			 "DELETE it again to finish",
+			 fn, api_why(ret));
+		return ret;
 	}
 	pr_info("function %s deleted, %zu instance(s) stopped", fn, stopped);
-	remote_sync_forget(s, fn);
+	if (fleet)
+		remote_sync_forget(s, fn);
+	return 0;
+}
+
+int api_delete_function(struct req *q)
+{
+	struct api_err e;
+	char msg[512];
+
+	if (functions_delete(q->srv, q->route.id, true, &e, msg, sizeof(msg)))
+		return reply_error(q, e.status, e.code, "%s", msg);
 	return reply_empty(q, 204);
 }
 
@@ -175,7 +190,7 @@ int api_post_snapshot(struct req *q)
 		return reply_error(q, 400, "bad_request", "wait must be 0 or 1");
 	if (!registry_exists(s->reg, q->route.id))
 		return reply_error(q, 404, "not_found", "no function %s", q->route.id);
-	if (atomic_load(&s->stopping))
+	if (server_refusing(s))
 		return reply_error_hdr(q, 503, "Retry-After", SNAPSHOT_RETRY_AFTER,
 				       "shutting_down", "thawd is stopping");
 	ret = snapshots_launch(s, q->route.id, jid, &step);

@@ -33,9 +33,55 @@
 #define SCRAPED_RECENTLY_NS (60ull * 1000 * 1000 * 1000)
 #define GAUGES_TICK_MS 1000
 
+/* Liveness: up while thawd serves, draining included (a balancer that
+ * restarted a draining host would cut the requests it is finishing). */
 int api_get_healthz(struct req *q)
 {
-	return reply_json(q, 200, json_pack("{s:s}", "status", "ok"));
+	json_t *j = json_pack("{s:s}", "status", "ok");
+
+	if (j && server_refusing(q->srv))
+		json_object_set_new(j, "draining", json_true());
+	return reply_json(q, 200, j);
+}
+
+/* Readiness: whether a start sent here now would be taken.  A balancer
+ * takes a host out on a 503 and back on a 200; the reason is for people,
+ * the status for the balancer. */
+int api_get_readyz(struct req *q)
+{
+	struct server *s = q->srv;
+	unsigned running = atomic_load(&s->starts_running);
+	const char *why = NULL;
+	json_t *j;
+
+	if (server_refusing(s))
+		why = "draining";
+	else if (!s->tier)
+		why = "unavailable"; /* every start would answer 503 */
+	else if (running >= s->opts.max_starts)
+		why = "full"; /* --max-starts starts running */
+	j = json_pack("{s:s, s:i, s:i, s:i}", "status", why ? why : "ready", "starts_running",
+		      (int)running, "max_starts", (int)s->opts.max_starts, "routed_open",
+		      (int)atomic_load(&s->routed_open));
+	if (!why)
+		return reply_json(q, 200, j);
+	return reply_json_hdr(q, 503, j, "Retry-After", "1");
+}
+
+/* POST /drain: what SIGTERM does, asked over HTTP (thawd_main's hook sends
+ * thawd the signal, so that both take one path).  Answered at once; thawd
+ * exits once the drain is over. */
+int api_post_drain(struct req *q)
+{
+	struct server *s = q->srv;
+
+	if (!atomic_exchange(&s->draining, true)) {
+		pr_info("drain asked by %s: no new work; exiting once routed requests are over",
+			q->path);
+		if (s->drain_hook)
+			s->drain_hook();
+	}
+	return reply_json(q, 202, json_pack("{s:s}", "status", "draining"));
 }
 
 /* Each GPU's index, uuid and free memory (NULL on a host without). */

@@ -98,7 +98,7 @@ int api_post_pull(struct req *q)
 		return reply_error(q, 400, "bad_request", "wait and fetch must be 0 or 1");
 	if (!s->remote_sync)
 		return no_remote(q);
-	if (atomic_load(&s->stopping))
+	if (server_refusing(s))
 		return reply_error_hdr(q, 503, "Retry-After", PULL_RETRY_AFTER, "shutting_down",
 				       "thawd is stopping");
 	ret = remote_sync_pull(s, q->route.id, fetch, jid, &reserved);

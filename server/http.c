@@ -537,7 +537,7 @@ static int early(struct req *q, const char *url, const char *method, const char 
 		}
 	}
 	ret = route_parse(url, &q->route, err, sizeof(err));
-	if (q->route.kind != ROUTE_HEALTHZ) {
+	if (route_scope(q->route.kind) != AUTH_SCOPE_NONE) {
 		unsigned have = auth_scopes(&s->auth, MHD_lookup_connection_value(
 								 q->conn, MHD_HEADER_KIND,
 								 MHD_HTTP_HEADER_AUTHORIZATION));

@@ -62,6 +62,12 @@ struct server {
 	atomic_uint starts_running;
 	atomic_uint routed_open; /* routed requests not yet over (proxy.c) */
 	atomic_bool stopping;
+	/* Draining (server_drain): not ready (GET /readyz 503), new starts
+	 * and new routed requests refused with 503 and Retry-After, so that a
+	 * load balancer sends them elsewhere; routed requests already in go
+	 * on.  stopping follows once they are over. */
+	atomic_bool draining;
+	void (*drain_hook)(void); /* POST /drain calls it once (thawd_main: SIGTERM itself) */
 	/* What the file descriptor limit allows (server_fd_budget): routed
 	 * requests' connections to instances (proxy.c's links, in use or kept)
 	 * at most links_max; more answer 503. */
@@ -93,6 +99,12 @@ struct server {
 	uint64_t gpus_ns;  /* when gpus was read; 0: never */
 	uint64_t scraped_ns; /* the last scrape (or the start) */
 };
+
+/* Whether new work is refused (503 shutting_down): thawd drains or stops. */
+static inline bool server_refusing(struct server *s)
+{
+	return atomic_load(&s->stopping) || atomic_load(&s->draining);
+}
 
 /* One request. */
 struct req {

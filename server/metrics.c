@@ -23,6 +23,7 @@ enum family {
 	FAM_STANDBY,
 	FAM_STOPPED,
 	FAM_BOOTS,
+	FAM_TIER,
 	FAM_COUNT
 };
 
@@ -47,6 +48,10 @@ static const struct {
 			"Starts answered by booting the function cold instead of restoring its "
 			"snapshot, by reason: marked (its snapshot marked unrestorable before), "
 			"host (this host differs from the snapshot's), damaged, restore, ready." },
+	[FAM_TIER] = { "thaw_start_tier_total",
+		       "Successful restores, by where their snapshot came from: ram (the RAM "
+		       "tier had it), disk (materialised from the store), remote (fetched from "
+		       "the remote tier first)." },
 };
 
 static const char *const phase_names[PHASE_COUNT] = {
@@ -192,6 +197,11 @@ int metrics_start_failed(struct metrics *m, const char *function, const char *co
 int metrics_standby(struct metrics *m, const char *function, bool hit)
 {
 	return count(m, FAM_STANDBY, "function", function, "result", hit ? "hit" : "miss");
+}
+
+int metrics_start_tier(struct metrics *m, const char *function, const char *tier)
+{
+	return count(m, FAM_TIER, "function", function, "tier", tier);
 }
 
 int metrics_instance_stopped(struct metrics *m, const char *reason)

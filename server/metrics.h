@@ -71,6 +71,8 @@ int metrics_start_failed(struct metrics *m, const char *function, const char *co
 void metrics_restore_phases(struct metrics *m, const double ms[PHASE_COUNT]);
 /* A start of a function that keeps standbys took one (hit) or found none. */
 int metrics_standby(struct metrics *m, const char *function, bool hit);
+/* A restore made, by where its snapshot was: "ram", "disk" or "remote". */
+int metrics_start_tier(struct metrics *m, const char *function, const char *tier);
 /* A start answered by booting the function rather than restoring it, and
  * why (FALLBACK_MARKED, _HOST, _DAMAGED, _RESTORE, _READY). */
 int metrics_start_booted(struct metrics *m, const char *function, const char *reason);

@@ -15,7 +15,9 @@
 #include "common/util.h"
 #include "restore/shim.h"
 #include "server/internal.h"
+#include "server/errors.h"
 #include "server/pool.h"
+#include "server/remote_sync.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -106,6 +108,7 @@ struct proxy_call {
 	bool watch_client;
 	bool timeout_set;
 	bool have_slot;
+	bool learned; /* asked the remote for its function (remote_sync_ensure) */
 	bool active;          /* in the link's multi */
 	bool sent;            /* a request went out on a connection */
 	bool done;
@@ -874,6 +877,19 @@ static int take_slot(struct proxy_call *c)
 
 	if (c->have_slot)
 		return 0;
+	/* With --remote, any function of the fleet: one this host lacks is
+	 * learned from the remote first (once, whoever else asks meanwhile). */
+	if (!c->learned) {
+		struct api_err e;
+		char msg[512];
+
+		c->learned = true;
+		if (remote_sync_ensure(c->srv, c->fn, &e, msg, sizeof(msg)))
+			return reply_error_hdr(c->q, e.status, e.status == 503 ? "Retry-After" : NULL,
+					       e.status == 503 ? RETRY_AFTER : NULL, e.code, "%s", msg)
+				       ? -EIO
+				       : 1;
+	}
 	ret = pool_acquire(c->srv->pool, c->fn, client_gone, c->q, &c->slot, &why);
 	if (ret == -ECONNABORTED) {
 		c->gone = true;
@@ -1051,6 +1067,14 @@ static int begin(struct req *q, const char *method)
 	if (!method_ok(method) || !strcmp(method, "CONNECT"))
 		return reply_error_hdr(q, 405, "Allow", "any method but CONNECT",
 				       "method_not_allowed", "%s is not forwarded", q->method_str)
+			       ? -EIO
+			       : 0;
+	/* A draining host takes no new request: the balancer sends it to
+	 * another host (503 with Retry-After is what it retries on). */
+	if (server_refusing(q->srv))
+		return reply_error_hdr(q, 503, "Retry-After", RETRY_AFTER, "shutting_down",
+				       "thawd is %s: send it to another host",
+				       atomic_load(&q->srv->stopping) ? "stopping" : "draining")
 			       ? -EIO
 			       : 0;
 	if (home_open() < 0 || !q->srv->pool)

@@ -5,6 +5,8 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "restore/tier.h"
+#include "server/api.h"
+#include "server/errors.h"
 #include "server/fallback.h"
 #include "server/internal.h"
 #include "server/jobs.h"
@@ -18,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* The latest push of one function. */
 struct push {
@@ -46,6 +49,23 @@ struct remote_sync {
 	 * chunks twice, and fetches of different snapshots run at once. */
 	struct fetching *fetching;
 	pthread_cond_t fetch_cv;
+	/* Functions being learned from the remote (remote_sync_learn), one
+	 * pull each, under lock; their waiters on fetch_cv too. */
+	struct learning *learning;
+	/* The refs' poller: what the last listing showed, and when to stop. */
+	pthread_t poller;
+	bool polling, poll_stop;
+	pthread_cond_t poll_cv;
+	json_t *seen; /* {function: {"etag", "manifest"}} */
+};
+
+/* A function being learned: a node on its learner's stack. */
+struct learning {
+	const char *function;
+	bool done;
+	int ret;
+	unsigned waiters;
+	struct learning *next;
 };
 
 /* A fetch in flight: a node on its caller's stack. */
@@ -559,8 +579,9 @@ static void pull_task_free(void *p)
 	free(p);
 }
 
-int remote_sync_pull(struct server *s, const char *function, bool fetch, char jid[32],
-		     bool *reserved)
+/* Start a pull job of function. */
+static int pull_start(struct server *s, const char *function, bool fetch, char jid[32],
+		      bool *reserved)
 {
 	struct pull_task *t;
 	struct job *job;
@@ -584,6 +605,271 @@ int remote_sync_pull(struct server *s, const char *function, bool fetch, char ji
 	return jobs_run(s->jobs, job, pull_run, t, pull_task_free);
 }
 
+/* Wait until no pull of function that this host made by itself (learned,
+ * or following the remote) is in flight: a pull asked for meanwhile would
+ * meet it building (409), though both want the same. */
+static void learning_wait(struct remote_sync *rs, const char *function)
+{
+	struct learning *l;
+
+	pthread_mutex_lock(&rs->lock);
+	for (;;) {
+		for (l = rs->learning; l && strcmp(l->function, function); l = l->next)
+			;
+		if (!l)
+			break;
+		pthread_cond_wait(&rs->fetch_cv, &rs->lock);
+	}
+	pthread_mutex_unlock(&rs->lock);
+}
+
+int remote_sync_pull(struct server *s, const char *function, bool fetch, char jid[32],
+		     bool *reserved)
+{
+	learning_wait(s->remote_sync, function);
+	return pull_start(s, function, fetch, jid, reserved);
+}
+
+/* ---- what this host learns of the fleet ---- */
+
+/* Run a pull of function (fetch=0: the manifest only) and wait for it: 0,
+ * or its -errno (-ENOENT: the remote has no ref of it). */
+static int pull_and_wait(struct server *s, const char *function)
+{
+	char jid[32];
+	bool reserved;
+	json_t *j = NULL;
+	int ret, err = 0;
+
+	ret = pull_start(s, function, false, jid, &reserved);
+	if (ret)
+		return ret;
+	ret = jobs_wait(s->jobs, jid);
+	if (!ret)
+		ret = jobs_get_json(s->jobs, jid, &j, &err);
+	json_decref(j);
+	return ret ? ret : err;
+}
+
+/* One pull of function that this host makes by itself, at a time:
+ * concurrent calls wait for the one in flight and share its result.  With
+ * if_missing, none when the function is registered here by then. */
+static int single_pull(struct server *s, const char *function, bool if_missing)
+{
+	struct remote_sync *rs = s->remote_sync;
+	struct learning me = { .function = function }, *l;
+	int ret;
+
+	pthread_mutex_lock(&rs->lock);
+	for (l = rs->learning; l && strcmp(l->function, function); l = l->next)
+		;
+	if (l) {
+		/* Another request pulls it now: its answer is ours. */
+		l->waiters++;
+		while (!l->done)
+			pthread_cond_wait(&rs->fetch_cv, &rs->lock);
+		ret = l->ret;
+		l->waiters--;
+		pthread_cond_broadcast(&rs->fetch_cv);
+		pthread_mutex_unlock(&rs->lock);
+		return ret;
+	}
+	me.next = rs->learning;
+	rs->learning = &me;
+	pthread_mutex_unlock(&rs->lock);
+
+	/* Registered meanwhile (a learner that just ended, a PUT): done. */
+	ret = if_missing && registry_exists(s->reg, function) ? 0 : pull_and_wait(s, function);
+
+	pthread_mutex_lock(&rs->lock);
+	me.ret = ret;
+	me.done = true;
+	pthread_cond_broadcast(&rs->fetch_cv);
+	while (me.waiters)
+		pthread_cond_wait(&rs->fetch_cv, &rs->lock);
+	for (struct learning **p = &rs->learning; *p; p = &(*p)->next) {
+		if (*p == &me) {
+			*p = me.next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&rs->lock);
+	return ret;
+}
+
+int remote_sync_learn(struct server *s, const char *function)
+{
+	int ret;
+
+	if (!s->remote_sync)
+		return -ENOENT;
+	ret = single_pull(s, function, true);
+	if (ret && ret != -ENOENT)
+		pr_warn("%s is not registered here, and learning it from the remote failed: %s",
+			function, strerror(-ret));
+	else if (!ret)
+		pr_info("%s learned from the remote (its chunks come with its first start)",
+			function);
+	return ret;
+}
+
+int remote_sync_ensure(struct server *s, const char *function, struct api_err *e, char *msg,
+		       size_t msglen)
+{
+	int ret;
+
+	/* Draining, the start or request is refused anyway: nothing to learn. */
+	if (!s->remote_sync || server_refusing(s) || registry_exists(s->reg, function))
+		return 0;
+	ret = remote_sync_learn(s, function);
+	switch (ret) {
+	case 0:
+	case -ENOENT: return 0; /* the caller finds it, or answers 404 itself */
+	case -EAGAIN:
+		*e = api_err_known(503, "no_capacity");
+		snprintf(msg, msglen,
+			 "%s is not registered here yet, and --max-snapshots pulls or snapshots "
+			 "are running: try again",
+			 function);
+		break;
+	case -ESHUTDOWN:
+		*e = api_err_known(503, "shutting_down");
+		snprintf(msg, msglen, "thawd is stopping");
+		break;
+	case -EACCES:
+		*e = api_err_known(403, "forbidden");
+		snprintf(msg, msglen, "the remote's spec of %s names a directory this host does "
+				      "not allow", function);
+		break;
+	default:
+		*e = api_err_known(502, "remote_failed");
+		snprintf(msg, msglen, "%s could not be learned from the remote: %s", function,
+			 strerror(-ret));
+	}
+	return ret;
+}
+
+/* The poller's view of one function that has a ref: the ref's ETag and the
+ * manifest it named when last read. */
+static const char *seen_str(json_t *seen, const char *fn, const char *key)
+{
+	return json_string_value(json_object_get(json_object_get(seen, fn), key));
+}
+
+/* A ref that changed (or first seen): read it, and follow it here when
+ * this host has the function, its snapshot is not the ref's, and nothing
+ * of this host's own is on its way (a snapshot or pull building here, a
+ * push of it queued, uploading or failed: this host's newer snapshot, which
+ * its push makes the ref).  The remote is the fleet's word on a function's
+ * snapshot. */
+static void poll_changed(struct remote_sync *rs, const char *fn, const char *etag)
+{
+	struct server *s = rs->srv;
+	char man[CHUNK_ID_LEN], cur[CHUNK_ID_LEN] = "";
+	enum snap_state state = SNAP_NONE;
+	char *text = NULL;
+	struct push *p;
+	bool mine;
+	int ret;
+
+	ret = remote_pull_ref(rs->remote, fn, &text, man);
+	free(text);
+	if (ret)
+		return; /* gone meanwhile (the next listing says so), or unreadable */
+	json_object_set_new(rs->seen, fn, json_pack("{s:s, s:s}", "etag", etag, "manifest", man));
+	/* Only a ready snapshot is followed: none (a PUT here changed the
+	 * spec, or the first snapshot is building) is this host's own doing. */
+	ret = registry_ready_snapshot(s->reg, fn, cur, &state);
+	if (ret || state == SNAP_BUILDING || !strcmp(cur, man))
+		return;
+	pthread_mutex_lock(&rs->lock);
+	p = find_push(rs, fn);
+	mine = p && p->state && strcmp(p->state, "done");
+	pthread_mutex_unlock(&rs->lock);
+	if (mine)
+		return;
+	pr_info("%s has a new snapshot in the remote (%s): following it", fn, man);
+	ret = single_pull(s, fn, false);
+	if (ret)
+		pr_warn("%s: following the remote's snapshot failed: %s (tried again at the next "
+			"change)",
+			fn, strerror(-ret));
+}
+
+/* A ref gone: the function was deleted in the fleet.  Deleted here too when
+ * this host still has the snapshot the ref named (not one of its own made
+ * since, which its push will put back). */
+static void poll_gone(struct remote_sync *rs, const char *fn, const char *man)
+{
+	struct server *s = rs->srv;
+	char cur[CHUNK_ID_LEN] = "", msg[512];
+	enum snap_state state = SNAP_NONE;
+	struct api_err e;
+
+	if (registry_ready_snapshot(s->reg, fn, cur, &state) || strcmp(cur, man))
+		return;
+	pr_info("%s was deleted from the remote: deleting it here", fn);
+	if (functions_delete(s, fn, false, &e, msg, sizeof(msg)) && e.status != 404)
+		pr_warn("%s: %s", fn, msg);
+}
+
+static void poll_once(struct remote_sync *rs)
+{
+	json_t *tags = NULL, *v;
+	const char *fn;
+	void *tmp;
+	int ret;
+
+	ret = remote_list_ref_tags(rs->remote, &tags);
+	if (ret) {
+		pr_warn("cannot list the remote's functions: %s",
+			log_last_error()[0] ? log_last_error() : strerror(-ret));
+		return;
+	}
+	json_object_foreach_safe(rs->seen, tmp, fn, v)
+	{
+		if (!json_object_get(tags, fn)) {
+			char man[CHUNK_ID_LEN];
+
+			snprintf(man, sizeof(man), "%s", seen_str(rs->seen, fn, "manifest") ?: "");
+			json_object_del(rs->seen, fn);
+			poll_gone(rs, fn, man);
+		}
+	}
+	json_object_foreach(tags, fn, v)
+	{
+		if (atomic_load(&rs->srv->stopping))
+			break;
+		if (!seen_str(rs->seen, fn, "etag") ||
+		    strcmp(seen_str(rs->seen, fn, "etag"), json_string_value(v)))
+			poll_changed(rs, fn, json_string_value(v));
+	}
+	json_decref(tags);
+}
+
+static void *poll_thread(void *arg)
+{
+	struct remote_sync *rs = arg;
+	struct server *s = rs->srv;
+
+	for (;;) {
+		struct timespec until;
+
+		poll_once(rs);
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += (time_t)s->opts.remote_poll_s;
+		pthread_mutex_lock(&rs->lock);
+		while (!rs->poll_stop && pthread_cond_timedwait(&rs->poll_cv, &rs->lock, &until) == 0)
+			;
+		if (rs->poll_stop) {
+			pthread_mutex_unlock(&rs->lock);
+			break;
+		}
+		pthread_mutex_unlock(&rs->lock);
+	}
+	return NULL;
+}
+
 /* ---- life ---- */
 
 int remote_sync_start(struct server *s)
@@ -600,10 +886,18 @@ int remote_sync_start(struct server *s)
 	pthread_mutex_init(&rs->lock, NULL);
 	pthread_cond_init(&rs->fetch_cv, NULL);
 	pthread_cond_init(&rs->cv, NULL);
+	pthread_cond_init(&rs->poll_cv, NULL);
+	rs->seen = json_object();
 	ret = remote_open(s->opts.remote_url, s->opts.s3_endpoint, &rs->remote);
+	if (!ret && !rs->seen)
+		ret = -ENOMEM;
 	if (!ret) {
 		ret = -pthread_create(&rs->thread, NULL, push_thread, rs);
 		rs->started = ret == 0;
+	}
+	if (!ret && s->opts.remote_poll_s) {
+		ret = -pthread_create(&rs->poller, NULL, poll_thread, rs);
+		rs->polling = ret == 0;
 	}
 	s->remote_sync = rs;
 	if (ret) {
@@ -620,7 +914,17 @@ void remote_sync_quiesce(struct server *s)
 {
 	struct remote_sync *rs = s->remote_sync;
 
-	if (!rs || !rs->started)
+	if (!rs)
+		return;
+	if (rs->polling) {
+		pthread_mutex_lock(&rs->lock);
+		rs->poll_stop = true;
+		pthread_cond_broadcast(&rs->poll_cv);
+		pthread_mutex_unlock(&rs->lock);
+		pthread_join(rs->poller, NULL);
+		rs->polling = false;
+	}
+	if (!rs->started)
 		return;
 	pthread_mutex_lock(&rs->lock);
 	rs->stop = true;
@@ -649,6 +953,8 @@ void remote_sync_finish(struct server *s)
 	remote_close(rs->remote);
 	pthread_cond_destroy(&rs->cv);
 	pthread_cond_destroy(&rs->fetch_cv);
+	pthread_cond_destroy(&rs->poll_cv);
+	json_decref(rs->seen);
 	pthread_mutex_destroy(&rs->lock);
 	free(rs->p);
 	free(rs);

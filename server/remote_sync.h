@@ -19,6 +19,14 @@
  *   start  A start whose snapshot's manifest is not in the store fetches it
  *          with its chunks first (remote_sync_fetch).
  *
+ *   learn  A start or routed request for a function this host does not
+ *          have registers it from the remote first (remote_sync_ensure).
+ *   poll   Every --remote-poll seconds one listing of the refs (their
+ *          ETags): a ref that changed is read, and a function this host
+ *          has follows it (pulled again, fetch=0) unless its own newer
+ *          snapshot is on its way; a ref gone deletes the function here
+ *          when this host still has the snapshot it named.
+ *
  * Deleting a function deletes its ref on the remote: the fleet loses it
  * (thaw gc --remote then collects what no ref reaches).
  */
@@ -54,6 +62,19 @@ void remote_sync_describe(struct server *s, const char *function, json_t *f);
  * is missing), or -errno with log_last_error() naming what failed.  *ms:
  * how long the fetch took (0: none was needed). */
 int remote_sync_fetch(struct server *s, const char *snap, double *ms);
+
+/* Register function here from the remote, as POST …/pull?fetch=0 does (a
+ * pull job; its chunks come with its first start), once: concurrent calls
+ * for it wait for that one pull and share its result.  0, -ENOENT (no
+ * remote, or no ref of it), or the pull's -errno. */
+int remote_sync_learn(struct server *s, const char *function);
+/* For a start or a routed request: function registered here, learned from
+ * the remote first if need be.  0 (registered, or the remote lacks it too:
+ * the caller answers its own 404), or -errno with *e and msg (503
+ * no_capacity, 502 remote_failed, 403 forbidden, 503 shutting_down). */
+struct api_err;
+int remote_sync_ensure(struct server *s, const char *function, struct api_err *e, char *msg,
+		       size_t msglen);
 
 /* What the routes (server/api_remote.c) ask; both need a remote
  * (s->remote_sync not NULL). */

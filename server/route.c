@@ -115,6 +115,10 @@ int route_parse(const char *path, struct route *r, char *err, size_t errlen)
 	if (n == 1) {
 		if (seg_is(seg[0], len[0], "healthz"))
 			r->kind = ROUTE_HEALTHZ;
+		else if (seg_is(seg[0], len[0], "readyz"))
+			r->kind = ROUTE_READYZ;
+		else if (seg_is(seg[0], len[0], "drain"))
+			r->kind = ROUTE_DRAIN;
 		else if (seg_is(seg[0], len[0], "metrics"))
 			r->kind = ROUTE_METRICS;
 		else if (seg_is(seg[0], len[0], "functions"))
@@ -186,6 +190,8 @@ static const struct {
 } routes[] = {
 	[ROUTE_NONE] = { 0, "", "none" },
 	[ROUTE_HEALTHZ] = { METHOD_GET, "GET", "healthz" },
+	[ROUTE_READYZ] = { METHOD_GET, "GET", "readyz" },
+	[ROUTE_DRAIN] = { METHOD_POST, "POST", "drain" },
 	[ROUTE_METRICS] = { METHOD_GET, "GET", "metrics" },
 	[ROUTE_FUNCTIONS] = { METHOD_GET, "GET", "functions" },
 	[ROUTE_FUNCTION] = { METHOD_GET | METHOD_PUT | METHOD_DELETE, "GET, PUT, DELETE",
@@ -345,7 +351,8 @@ int listen_addr_parse(const char *s, char *host, size_t hostlen, char *port, siz
 unsigned route_scope(enum route_kind kind)
 {
 	switch (kind) {
-	case ROUTE_HEALTHZ: return AUTH_SCOPE_NONE;
+	case ROUTE_HEALTHZ:
+	case ROUTE_READYZ: return AUTH_SCOPE_NONE;
 	case ROUTE_METRICS: return AUTH_SCOPE_ALL;
 	case ROUTE_FUNCTION_START:
 	case ROUTE_FUNCTION_PROXY:
@@ -359,7 +366,8 @@ unsigned route_scope(enum route_kind kind)
 	case ROUTE_FUNCTION_PULL:
 	case ROUTE_JOBS:
 	case ROUTE_JOB:
-	case ROUTE_JOB_LOGS: return AUTH_SCOPE_CONTROL;
+	case ROUTE_JOB_LOGS:
+	case ROUTE_DRAIN: return AUTH_SCOPE_CONTROL;
 	case ROUTE_NONE: break;
 	}
 	return AUTH_SCOPE_CONTROL;

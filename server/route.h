@@ -20,7 +20,9 @@
 
 enum route_kind {
 	ROUTE_NONE = 0,
-	ROUTE_HEALTHZ,           /* /healthz */
+	ROUTE_HEALTHZ,           /* /healthz: liveness */
+	ROUTE_READYZ,            /* /readyz: readiness (can this host take starts now) */
+	ROUTE_DRAIN,             /* /drain: stop taking work, finish, exit */
 	ROUTE_METRICS,           /* /metrics */
 	ROUTE_FUNCTIONS,         /* /functions */
 	ROUTE_FUNCTION,          /* /functions/<id> */

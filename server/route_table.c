@@ -19,6 +19,8 @@ static const struct {
 	int (*handle)(struct req *q);
 } routes[] = {
 	{ ROUTE_HEALTHZ, ANY_METHOD, api_get_healthz },
+	{ ROUTE_READYZ, ANY_METHOD, api_get_readyz },
+	{ ROUTE_DRAIN, ANY_METHOD, api_post_drain },
 	{ ROUTE_METRICS, ANY_METHOD, api_get_metrics },
 	{ ROUTE_FUNCTIONS, ANY_METHOD, api_get_functions },
 	{ ROUTE_FUNCTION, METHOD_PUT, api_put_function },

@@ -29,6 +29,8 @@
 #define SERVER_DEFAULT_MAX_CONNS_PER_IP 64u
 #define SERVER_DEFAULT_REQUEST_TIMEOUT  30u /* seconds */
 #define SERVER_DEFAULT_KEEP_ENDED_S  600u /* seconds */
+#define SERVER_DEFAULT_DRAIN_TIMEOUT 30u /* seconds */
+#define SERVER_DEFAULT_REMOTE_POLL_S 10u /* seconds */
 
 struct server_opts {
 	const char *listen;     /* "HOST:PORT" ("[::1]:PORT" for IPv6); port 0: any free one */
@@ -46,6 +48,9 @@ struct server_opts {
 	unsigned keep_ended_s;  /* an ended instance's record and output stay this long */
 	const char *remote_url;  /* NULL, or "s3://bucket/prefix": the fleet's remote tier */
 	const char *s3_endpoint; /* NULL: $AWS_ENDPOINT_URL, else AWS */
+	unsigned remote_poll_s;  /* seconds between two listings of the remote's refs
+				  * (a delete or a new snapshot elsewhere followed
+				  * here); 0: none */
 	uint64_t mem_reserve;   /* a start that could leave less available memory answers
 				 * 503; 0: no admission check */
 	uint64_t gpu_mem_reserve; /* a GPU function's start that would leave a GPU less
@@ -58,6 +63,8 @@ struct server_opts {
 	unsigned request_timeout;  /* seconds a connection has to send a whole request (head
 				    * and body) from its opening or its previous answer;
 				    * 0: no such deadline */
+	unsigned drain_timeout;    /* seconds a drain waits for routed requests and starts
+				    * in flight before thawd stops anyway */
 };
 
 void server_opts_default(struct server_opts *o);
@@ -79,6 +86,18 @@ int server_start(struct server *s);
 unsigned server_max_starts(const struct server *s);
 /* The port it listens on (after server_start). */
 uint16_t server_port(const struct server *s);
+/* POST /drain calls hook (once): thawd_main's sends thawd SIGTERM, whose
+ * handling drains. */
+void server_set_drain_hook(struct server *s, void (*hook)(void));
+/* Drain: GET /readyz answers 503, new starts and new routed requests 503
+ * with Retry-After (a balancer sends them to another host), while
+ * thawd goes on listening and the routed requests and starts in flight
+ * finish, --drain-timeout seconds at most.  Then server_shutdown. */
+void server_drain(struct server *s);
+/* Mark the drain begun (server_drain does it too): called where the signal
+ * is taken, before a second one may end thawd, so that POST /drain then
+ * sends none. */
+void server_drain_begin(struct server *s);
 /* Stop accepting, answer 503 to new work, wait for running starts and
  * snapshots, then stop the instances this thawd started. */
 void server_shutdown(struct server *s);

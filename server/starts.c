@@ -416,6 +416,11 @@ static int start_admit(struct start *st, int ready, enum snap_state state)
 			      state == SNAP_BUILDING ? "" : "; POST /functions/<id>/snapshot first");
 	if (atomic_load(&s->stopping))
 		return refuse(st, 503, "shutting_down", true, "thawd is stopping");
+	/* A drain takes no new start; the routed requests it already took
+	 * are served, starting what they need. */
+	if (atomic_load(&s->draining) && !st->o->routed)
+		return refuse(st, 503, "shutting_down", true,
+			      "thawd is draining: start elsewhere");
 	if (!s->tier)
 		return refuse(st, 503, "unavailable", true,
 			      "the RAM tier is not open (see thawd's log)");
@@ -561,6 +566,10 @@ static unsigned start_answer_made(struct start *st)
 	pr_info("instance %s of %s at %s in %.1f ms (%s, %s)", in->id, fn, in->endpoint,
 		in->t.total, in->tier_hit ? "ram" : "disk",
 		in->pages ? in->pages : in->lazy ? "lazy" : "eager");
+	/* Where the fleet's balancer sent it matters: the RAM tier is warm
+	 * where the function ran last (bench/fleet-run.sh counts these). */
+	metrics_start_tier(st->s->metrics, fn,
+			   st->fetch_ms > 0 ? "remote" : in->tier_hit ? "ram" : "disk");
 	snprintf(loc, sizeof(loc), "/instances/%s", in->id);
 	body = start_answer(in);
 	if (body && st->fetch_ms > 0)
@@ -612,8 +621,17 @@ unsigned starts_run(struct server *s, const char *fn, const struct start_opts *o
 	static const struct func_spec gone = { .stop_grace_s = SPEC_DEFAULT_STOP_GRACE_S };
 	struct start st = { .s = s, .o = o ? o : &none, .fn = fn, .r = r };
 	struct func_spec *spec = NULL;
+	struct api_err learn;
+	char learn_msg[512];
 
 	memset(r, 0, sizeof(*r));
+	/* With --remote, any function of the fleet: one this host lacks is
+	 * learned from the remote first. */
+	if (remote_sync_ensure(s, fn, &learn, learn_msg, sizeof(learn_msg))) {
+		r->status = answer_error(&st, learn.status, learn.code, learn.status == 503,
+					 learn_msg);
+		goto out;
+	}
 	/* Read once: the spec's limits, its standbys, its snapshot's size. */
 	registry_get_spec(s->reg, fn, &spec, &st.rsnap);
 	st.spec = spec ? spec : &gone;
@@ -621,6 +639,7 @@ unsigned starts_run(struct server *s, const char *fn, const struct start_opts *o
 	spec_free(spec);
 	if (r->status == 201)
 		r->in = st.in;
+out:
 	if (!r->answer) {
 		/* Out of memory for the answer: a 500, as reply.c makes it. */
 		r->hdr.name = NULL;

@@ -63,6 +63,8 @@ void server_opts_default(struct server_opts *o)
 	o->request_timeout = SERVER_DEFAULT_REQUEST_TIMEOUT;
 	o->keep_ended_s = SERVER_DEFAULT_KEEP_ENDED_S;
 	o->tier_scrub_rate = TIER_SCRUB_RATE_DEFAULT;
+	o->drain_timeout = SERVER_DEFAULT_DRAIN_TIMEOUT;
+	o->remote_poll_s = SERVER_DEFAULT_REMOTE_POLL_S;
 }
 
 /* What the file descriptor limit allows, so that running out of them
@@ -243,6 +245,41 @@ struct server *server_new(const struct thaw_config *c, const struct server_opts 
 err:
 	server_free(s);
 	return NULL;
+}
+
+void server_set_drain_hook(struct server *s, void (*hook)(void))
+{
+	s->drain_hook = hook;
+}
+
+void server_drain_begin(struct server *s)
+{
+	atomic_store(&s->draining, true);
+}
+
+void server_drain(struct server *s)
+{
+	uint64_t until = now_ns() + (uint64_t)s->opts.drain_timeout * 1000000000ull;
+	unsigned routed, starts;
+
+	atomic_store(&s->draining, true);
+	routed = atomic_load(&s->routed_open);
+	starts = atomic_load(&s->starts_running);
+	if (routed || starts)
+		pr_info("draining: waiting for %u routed request(s) and %u start(s) (%u s at most)",
+			routed, starts, s->opts.drain_timeout);
+	/* Still listening: the balancer's health checks see "draining", and
+	 * a request that reaches this host meanwhile is told to go elsewhere. */
+	while (((routed = atomic_load(&s->routed_open)) ||
+		(starts = atomic_load(&s->starts_running))) &&
+	       now_ns() < until)
+		usleep(20 * 1000);
+	if (routed || starts)
+		pr_warn("drain: %u routed request(s), %u start(s) still in flight after %u s: "
+			"stopping anyway",
+			routed, starts, s->opts.drain_timeout);
+	else
+		pr_info("drained");
 }
 
 void server_shutdown(struct server *s)

@@ -249,6 +249,20 @@ static const struct thawd_opt opts[] = {
 		"sends (THAW_REQUEST_TIMEOUT; default @, 1 to 86400).\n"
 		"The request's processing (a start, a snapshot with\n"
 		"?wait=1) does not count" },
+	{ .name = "remote-poll", .arg = "S", .env = "THAW_REMOTE_POLL",
+	  .kind = OPT_UNSIGNED, .off = OPTS(remote_poll_s), .max = 86400,
+	  .dflt = SERVER_DEFAULT_REMOTE_POLL_S,
+	  .help = "with --remote, seconds between two listings of\n"
+		"the remote's functions: a function deleted or\n"
+		"snapshotted again on another host follows here\n"
+		"(THAW_REMOTE_POLL; default @, 0: never)" },
+	{ .name = "drain-timeout", .arg = "S", .env = "THAW_DRAIN_TIMEOUT",
+	  .kind = OPT_UNSIGNED, .off = OPTS(drain_timeout), .max = 86400,
+	  .dflt = SERVER_DEFAULT_DRAIN_TIMEOUT,
+	  .help = "on SIGTERM or POST /drain, seconds thawd goes on\n"
+		"listening (GET /readyz 503, new work 503) while the\n"
+		"routed requests and starts in flight finish, before\n"
+		"it stops (THAW_DRAIN_TIMEOUT; default @, 0 to 86400)" },
 	{ .name = "port-file", .arg = "FILE", .kind = OPT_STR, .off = OPTS(port_file),
 	  .help = "write the port listened on into FILE once listening\n"
 		"(with TLS, a second line: https)\n"
@@ -287,9 +301,11 @@ static const char usage_tail[] =
 	"server does; killing it kills the server too.  SIGUSR1, SIGUSR2 and SIGALRM\n"
 	"are ignored.\n"
 	"\n"
-	"Stopping: on SIGTERM, SIGINT or SIGHUP thawd stops accepting connections, answers\n"
-	"503 to new work on open ones, waits for the starts and snapshots that are\n"
-	"running to finish, then stops every instance it holds (adopted ones too)\n"
+	"Stopping: on SIGTERM, SIGINT, SIGHUP or POST /drain thawd first drains: it goes\n"
+	"on listening, GET /readyz answers 503 and new work 503 with Retry-After, while\n"
+	"the routed requests and starts in flight finish (--drain-timeout).  It then\n"
+	"stops accepting connections, answers 503 to new work on open ones, waits for\n"
+	"the starts and snapshots that are running to finish, then stops every instance it holds (adopted ones too)\n"
 	"and exits 0.  A second signal ends it at once; so does kill -9.  Either\n"
 	"way, the next thawd on the same data directory adopts the instances\n"
 	"recorded there whose process and endpoint are alive (they go on serving)\n"
@@ -650,6 +666,12 @@ static void raise_fd_limit(void)
 			(unsigned long long)rl.rlim_max, strerror(errno));
 }
 
+/* POST /drain: drain as SIGTERM does, on the one path that takes it. */
+static void drain_by_signal(void)
+{
+	kill(getpid(), SIGTERM);
+}
+
 int main(int argc, char **argv)
 {
 	struct server_opts o;
@@ -723,6 +745,7 @@ int main(int argc, char **argv)
 		server_free(s);
 		return 1;
 	}
+	server_set_drain_hook(s, drain_by_signal);
 	pr_info("ready: runc %s, criu %s, RAM tier %s (%llu bytes), max %u starts, %u snapshots, "
 		"%s restores by default", c.runc, c.criu, c.ram_tier_dir,
 		(unsigned long long)c.ram_tier_bytes, server_max_starts(s), o.max_snapshots,
@@ -735,6 +758,7 @@ int main(int argc, char **argv)
 			break;
 		pr_info("%s: ignored", strsignal(sig));
 	}
+	server_drain_begin(s);
 	pr_info("%s: stopping", strsignal(sig));
 	/* A second signal ends thawd at once. */
 	signal(SIGTERM, SIG_DFL);
@@ -745,6 +769,7 @@ int main(int argc, char **argv)
 	sigdelset(&sigs, SIGALRM);
 	pthread_sigmask(SIG_UNBLOCK, &sigs, NULL);
 
+	server_drain(s);
 	server_shutdown(s);
 	server_free(s);
 	pr_info("stopped");

@@ -4,6 +4,10 @@
  * The cache is a list under pin_mu; a file is pinned outside the lock (it
  * takes a while), its entry marked "pinning" meanwhile so that a second
  * fill of the same file waits for it rather than pinning it again.
+ *
+ * The reaper is started by the first gpu_pin_get and runs until gpu_pin_stop
+ * (thawd's shutdown): it waits on reap_cv rather than sleeping, so that a
+ * stop is seen at once and the thread can be joined.
  */
 #include "restore/gpu_pin.h"
 #include "restore/gpu_prefill_cuda.h"
@@ -22,7 +26,15 @@
 static pthread_mutex_t pin_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t pin_cv = PTHREAD_COND_INITIALIZER;
 static struct pinned_file *pins;
-static bool reaper_started;
+
+/* The reaper: started (and joinable) while reaper_running; stopping set
+ * by gpu_pin_stop, under pin_mu, for it to end.  reap_cv waits on the
+ * monotonic clock (initialised with the first start). */
+#define REAP_EVERY_S 5
+static pthread_cond_t reap_cv;
+static bool reap_cv_made;
+static pthread_t reaper;
+static bool reaper_running, reaper_stopping;
 
 /* Files kept pinned for a context standby (gpu_pin_keep) while the process
  * holder lives: a use each, so the reaper leaves them. */
@@ -108,51 +120,98 @@ static bool pin_current(const struct pinned_file *f)
 	return !stat(f->path, &sb) && same_file(f, &sb);
 }
 
+/* Take off the list (onto *gone) what the reaper lets go: keeps whose
+ * holder is gone, and files no one uses that failed, are idle (or all of
+ * them, idle_too), or are no longer the file they mapped.  Under pin_mu. */
+static void reap_locked(struct pinned_file **gone, bool idle_too)
+{
+	/* A standby stopped without its take (its holder is gone). */
+	for (struct pin_keep **kp = &keeps; *kp;) {
+		struct pin_keep *k = *kp;
+
+		if (!idle_too && (kill(k->holder, 0) == 0 || errno != ESRCH)) {
+			kp = &k->next;
+			continue;
+		}
+		*kp = k->next;
+		k->f->users--;
+		k->f->last_used = now_ns();
+		free(k);
+	}
+	for (struct pinned_file **pp = &pins; *pp;) {
+		struct pinned_file *f = *pp;
+
+		if (f->users || f->state != 1 ||
+		    (!idle_too && !f->failed &&
+		     now_ns() - f->last_used < GPU_PIN_IDLE_S * 1000000000ull && pin_current(f))) {
+			pp = &f->next;
+			continue;
+		}
+		*pp = f->next;
+		f->next = *gone;
+		*gone = f;
+	}
+}
+
+/* Unpin and free what reap_locked took, outside pin_mu (unpinning takes a
+ * while). */
+static void free_gone(struct pinned_file *gone)
+{
+	while (gone) {
+		struct pinned_file *f = gone;
+
+		gone = f->next;
+		/* Unpinned in a context of the device that pinned it. */
+		prefill_use_device(f->ordinal);
+		pin_free(f);
+	}
+}
+
 static void *pin_reaper(void *arg)
 {
 	(void)arg;
-	for (;;) {
-		struct pinned_file *gone = NULL, **pp;
+	pthread_mutex_lock(&pin_mu);
+	while (!reaper_stopping) {
+		struct pinned_file *gone = NULL;
+		struct timespec until;
 
-		sleep(5);
-		pthread_mutex_lock(&pin_mu);
-		/* A standby stopped without its take (its holder is gone). */
-		for (struct pin_keep **kp = &keeps; *kp;) {
-			struct pin_keep *k = *kp;
-
-			if (kill(k->holder, 0) == 0 || errno != ESRCH) {
-				kp = &k->next;
-				continue;
-			}
-			*kp = k->next;
-			k->f->users--;
-			k->f->last_used = now_ns();
-			free(k);
-		}
-		for (pp = &pins; *pp;) {
-			struct pinned_file *f = *pp;
-
-			if (f->users || f->state != 1 ||
-			    (!f->failed && now_ns() - f->last_used < GPU_PIN_IDLE_S * 1000000000ull &&
-			     pin_current(f))) {
-				pp = &f->next;
-				continue;
-			}
-			*pp = f->next;
-			f->next = gone;
-			gone = f;
-		}
+		clock_gettime(CLOCK_MONOTONIC, &until);
+		until.tv_sec += REAP_EVERY_S;
+		while (!reaper_stopping &&
+		       pthread_cond_timedwait(&reap_cv, &pin_mu, &until) != ETIMEDOUT)
+			;
+		if (reaper_stopping)
+			break;
+		reap_locked(&gone, false);
 		pthread_mutex_unlock(&pin_mu);
-		while (gone) {
-			struct pinned_file *f = gone;
-
-			gone = f->next;
-			/* Unpinned in a context of the device that pinned it. */
-			prefill_use_device(f->ordinal);
-			pin_free(f);
-		}
+		free_gone(gone);
+		pthread_mutex_lock(&pin_mu);
 	}
+	pthread_mutex_unlock(&pin_mu);
 	return NULL;
+}
+
+/* The reaper running, started if it is not (and not being stopped).  Under
+ * pin_mu.  Without it nothing is let go until gpu_pin_stop: a start that
+ * fails is tried again by the next get. */
+static void reaper_start_locked(void)
+{
+	if (reaper_running || reaper_stopping)
+		return;
+	if (!reap_cv_made) {
+		pthread_condattr_t ca;
+
+		if (pthread_condattr_init(&ca))
+			return;
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		reap_cv_made = pthread_cond_init(&reap_cv, &ca) == 0;
+		pthread_condattr_destroy(&ca);
+		if (!reap_cv_made)
+			return;
+	}
+	reaper_running = pthread_create(&reaper, NULL, pin_reaper, NULL) == 0;
+	if (reaper_running)
+		pthread_setname_np(reaper, "thaw-pin-reap");
 }
 
 struct pinned_file *gpu_pin_get(const char *path, int ordinal)
@@ -160,6 +219,7 @@ struct pinned_file *gpu_pin_get(const char *path, int ordinal)
 	struct pinned_file *f;
 	struct stat sb;
 	int fd = open(path, O_RDONLY | O_CLOEXEC), ret;
+	bool failed = false;
 
 	if (fd < 0)
 		return NULL;
@@ -168,13 +228,7 @@ struct pinned_file *gpu_pin_get(const char *path, int ordinal)
 		return NULL;
 	}
 	pthread_mutex_lock(&pin_mu);
-	if (!reaper_started) {
-		pthread_t t;
-
-		reaper_started = pthread_create(&t, NULL, pin_reaper, NULL) == 0;
-		if (reaper_started)
-			pthread_detach(t);
-	}
+	reaper_start_locked();
 	for (f = pins; f; f = f->next)
 		if (!f->failed && same_file(f, &sb))
 			break;
@@ -214,11 +268,14 @@ struct pinned_file *gpu_pin_get(const char *path, int ordinal)
 	 * it once those who waited for it have gone. */
 	f->failed = ret || !f->base;
 	f->last_used = now_ns();
-	if (f->failed)
+	if (f->failed) {
 		f->users--;
+		failed = true;
+	}
 	pthread_cond_broadcast(&pin_cv);
 	pthread_mutex_unlock(&pin_mu);
-	return f->failed ? NULL : f;
+	/* Not f->failed: once unlocked, a failed f is the reaper's to free. */
+	return failed ? NULL : f;
 }
 
 void gpu_pin_put(struct pinned_file *f)
@@ -263,4 +320,27 @@ void gpu_pin_unkeep(pid_t holder)
 		free(k);
 	}
 	pthread_mutex_unlock(&pin_mu);
+}
+
+void gpu_pin_stop(void)
+{
+	struct pinned_file *gone = NULL;
+	bool join;
+
+	pthread_mutex_lock(&pin_mu);
+	join = reaper_running;
+	if (join) {
+		reaper_stopping = true;
+		pthread_cond_broadcast(&reap_cv);
+	}
+	pthread_mutex_unlock(&pin_mu);
+	/* Outside pin_mu: the reaper takes it to see the stop. */
+	if (join)
+		pthread_join(reaper, NULL);
+	pthread_mutex_lock(&pin_mu);
+	reaper_running = false;
+	reaper_stopping = false;
+	reap_locked(&gone, true);
+	pthread_mutex_unlock(&pin_mu);
+	free_gone(gone);
 }

@@ -8,7 +8,8 @@
  * them costs no memory while the file lives.  A file no fill has used for
  * GPU_PIN_IDLE_S, or that is gone or replaced, is let go by a reaper thread
  * (so that a deleted file's pages are not held); so is what a context
- * standby kept (gpu_pin_keep) once its holder is gone.
+ * standby kept (gpu_pin_keep) once its holder is gone.  gpu_pin_stop ends
+ * the reaper and lets go of everything unused (thawd's shutdown).
  *
  * Call only once prefill_driver_load (gpu_prefill_cuda.h) has returned
  * true.  Thread-safe.
@@ -58,5 +59,12 @@ void gpu_pin_put(struct pinned_file *f);
 void gpu_pin_keep(pid_t holder, const char *path, int ordinal);
 /* What holder kept is no longer kept. */
 void gpu_pin_unkeep(pid_t holder);
+
+/* Stop the reaper and wait for it to end, then let go of every keep and
+ * every file no fill is using (the rest stay until their gpu_pin_put, and
+ * are let go by a later reaper or stop).  For thawd's shutdown, once no
+ * start runs.  A later gpu_pin_get starts the reaper again.  Nothing to do
+ * where no file was ever pinned. */
+void gpu_pin_stop(void);
 
 #endif

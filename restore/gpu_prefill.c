@@ -339,6 +339,11 @@ void gpu_prefill_unkeep(pid_t holder)
 	gpu_pin_unkeep(holder);
 }
 
+void gpu_prefill_finish(void)
+{
+	gpu_pin_stop();
+}
+
 int gpu_context_take(const struct snapshot_meta *sm, int ordinal, const char *uuid,
 		     const pid_t *pids, size_t n, const char *tier_dir, const char *out_dir,
 		     const char *id, double *copy_ms)

@@ -81,4 +81,9 @@ void gpu_prefill_keep(pid_t holder, const struct snapshot_meta *sm, const char *
  * stopped; a holder that is gone is let go by itself within seconds). */
 void gpu_prefill_unkeep(pid_t holder);
 
+/* At thawd's shutdown, once no start runs: the pin cache's reaper stopped
+ * and joined, every keep and every pinned tier file let go (gpu_pin.h).
+ * Nothing to do where no fill or keep ever applied. */
+void gpu_prefill_finish(void);
+
 #endif

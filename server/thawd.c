@@ -15,6 +15,7 @@
 #define LOG_PREFIX "thawd: "
 #include "common/log.h"
 #include "common/util.h"
+#include "restore/gpu_prefill.h"
 #include "restore/tier.h"
 #include "server/api.h"
 #include "server/fallback.h"
@@ -325,6 +326,9 @@ void server_free(struct server *s)
 	remote_sync_finish(s);
 	snapshots_collector_stop(s); /* before the store it collects */
 	tier_scrub_stop(s->scrub); /* before the tier it checks */
+	/* No start runs now: the tier files a fill pinned are let go, and the
+	 * pin cache's reaper ends, before the tier closes. */
+	gpu_prefill_finish();
 	tier_close(s->tier);
 	store_close(s->store);
 	registry_free(s->reg);

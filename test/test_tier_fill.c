@@ -14,9 +14,14 @@
  * gpu-<pid>.mem are overwritten, as a host's memory fault would.  Then
  * the same where no fill applies (THAW_GPU_PREFILL=0): the files are
  * checked before the library is asked to copy them.
+ *
+ * Last, thawd's shutdown (gpu_prefill_finish): the pin cache's reaper
+ * thread ends and every tier file the fills pinned is unmapped; a later
+ * pin starts the reaper again and the next stop ends it again.
  */
 #include "common/gpumem.h"
 #include "common/util.h"
+#include "restore/gpu_pin.h"
 #include "restore/gpu_prefill.h"
 #include "restore/gpu_restore.h"
 #include "restore/tier.h"
@@ -24,6 +29,7 @@
 #include "test/check.h"
 #include "test/gpumem_test.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -173,6 +179,75 @@ static void damaged_entry(const char *app_path)
 	store_close(store);
 }
 
+/* Threads of this process named name. */
+static int threads_named(const char *name)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	int n = 0;
+
+	REQUIRE(d);
+	while ((e = readdir(d))) {
+		char path[300], comm[64] = "";
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(comm, sizeof(comm), f))
+			comm[strcspn(comm, "\n")] = '\0';
+		fclose(f);
+		n += !strcmp(comm, name);
+	}
+	closedir(d);
+	return n;
+}
+
+/* Is a file whose path has needle in it mapped in this process? */
+static bool mapped(const char *needle)
+{
+	char line[PATH_MAX + 256];
+	bool found = false;
+	FILE *f = fopen("/proc/self/maps", "r");
+
+	REQUIRE(f);
+	while (!found && fgets(line, sizeof(line), f))
+		found = strstr(line, needle) != NULL;
+	fclose(f);
+	return found;
+}
+
+/* thawd's shutdown ends the pin cache's reaper and unmaps what it pinned. */
+static void pin_cache_stops(void)
+{
+	char tier[400], saved[600];
+	struct pinned_file *f;
+
+	snprintf(tier, sizeof(tier), "%s/tier/", dir);
+	snprintf(saved, sizeof(saved), "%s/first.mem", dir);
+	/* The fills above started the reaper (the entry's file they pinned
+	 * may be let go already: the tier dropped it). */
+	CHECK_EQ(threads_named("thaw-pin-reap"), 1);
+	gpu_prefill_finish();
+	CHECK_EQ(threads_named("thaw-pin-reap"), 0);
+	CHECK(!mapped(tier));
+
+	/* Pinned again after a stop: the reaper again, and the stop again. */
+	f = gpu_pin_get(saved, 0);
+	REQUIRE(f);
+	CHECK_EQ(threads_named("thaw-pin-reap"), 1);
+	CHECK(mapped(saved));
+	gpu_pin_put(f);
+	gpu_prefill_finish();
+	CHECK_EQ(threads_named("thaw-pin-reap"), 0);
+	CHECK(!mapped(saved));
+	/* Nothing pinned, nothing running: a no-op. */
+	gpu_prefill_finish();
+}
+
 int main(int argc, char **argv)
 {
 	const char *child_app = gpumem_thawd_args(argc, argv, "--child");
@@ -181,6 +256,7 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	if (child_app) {
 		damaged_entry(child_app);
+		pin_cache_stops();
 		return check_failures ? 1 : 0;
 	}
 	gpumem_test_setup(app, sizeof(app));

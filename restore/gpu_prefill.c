@@ -139,7 +139,7 @@ static void *prefill_main(void *arg)
 	}
 	if (pf->copying)
 		pf->copy_end_ns = now_ns();
-	prefill_queue_leave(pf);
+	gpu_turn_leave(&pf->turn);
 	/* All or nothing: a library that found a socket no one serves would
 	 * wait for it. */
 	for (size_t i = 0; ret && i < pf->np; i++)
@@ -191,18 +191,26 @@ struct gpu_prefill *gpu_prefill_start(const struct snapshot_meta *sm, const char
 		if (fill && prefill_read_layout(tier_dir, p))
 			fill = false;
 	}
-	/* No fill: only a check, where there is one to make. */
+	for (size_t i = 0; placement && i < placement->n && i < GPU_MAX; i++)
+		pf->gpus[pf->ngpus++] = placement->dev[i].ordinal;
+	/* No fill: only a check, where there is one to make; and where there
+	 * is none either, only the library's turn on the GPUs it copies to. */
 	snprintf(sums, sizeof(sums), "%s/" TIER_SUMS, tier_dir);
-	if (!fill && ((verify && !strcmp(verify, "0")) || access(sums, F_OK)))
-		goto fail;
+	if (!fill && ((verify && !strcmp(verify, "0")) || access(sums, F_OK))) {
+		if (!pf->ngpus)
+			goto fail;
+		pf->library_only = true;
+		pf->state = 1;
+		return pf;
+	}
 	pf->check_only = !fill;
 	if (fill) {
 		pf->ordinal = placement->dev[0].ordinal;
 		pf->placement = placement;
-		prefill_queue_join(pf);
+		gpu_turn_join(&pf->turn, &pf->ordinal, 1);
 	}
 	if (pthread_create(&pf->thread, NULL, prefill_main, pf)) {
-		prefill_queue_leave(pf);
+		gpu_turn_leave(&pf->turn);
 		goto fail;
 	}
 	pf->started = true;
@@ -211,6 +219,11 @@ fail:
 	pf->state = -EINVAL;
 	gpu_prefill_end(pf, NULL, 0);
 	return NULL;
+}
+
+bool gpu_prefill_fills(const struct gpu_prefill *p)
+{
+	return p && !p->check_only && !p->library_only;
 }
 
 void gpu_prefill_copy_span(const struct gpu_prefill *p, uint64_t *begin, uint64_t *end)
@@ -233,6 +246,16 @@ int gpu_prefill_ready(struct gpu_prefill *p)
 	return st < 0 ? st : 0;
 }
 
+/* How long t waited for its turn (waited) or held it (ms). */
+static double turn_ms(const struct gpu_turn *t, bool waited)
+{
+	if (!t->begin_ns)
+		return 0.0;
+	if (waited)
+		return (double)(t->begin_ns - t->joined_ns) / 1e6;
+	return t->end_ns ? (double)(t->end_ns - t->begin_ns) / 1e6 : 0.0;
+}
+
 void gpu_prefill_end(struct gpu_prefill *pf, char *summary, size_t len)
 {
 	if (!pf)
@@ -242,17 +265,23 @@ void gpu_prefill_end(struct gpu_prefill *pf, char *summary, size_t len)
 			pr_debug("waking the prefill thread: %s", strerror(errno));
 		pthread_join(pf->thread, NULL);
 	}
-	if (summary && len && pf->check_only) {
+	if (summary && len && pf->library_only) {
+		snprintf(summary, len, "the library copied the device memory in its GPUs' turn "
+			 "(after %.1f ms, for %.1f ms)", turn_ms(&pf->lib_turn, true),
+			 turn_ms(&pf->lib_turn, false));
+	} else if (summary && len && pf->check_only) {
 		snprintf(summary, len, "thaw checked the device memory in %.1f ms, the library "
-			 "copies it%s%s%s", pf->fill_ms, pf->state < 0 ? " (failed: " : "",
-			 pf->state < 0 ? pf->why : "", pf->state < 0 ? ")" : "");
+			 "copied it in its GPUs' turn (after %.1f ms, for %.1f ms)%s%s%s",
+			 pf->fill_ms, turn_ms(&pf->lib_turn, true), turn_ms(&pf->lib_turn, false),
+			 pf->state < 0 ? " (failed: " : "", pf->state < 0 ? pf->why : "",
+			 pf->state < 0 ? ")" : "");
 	} else if (summary && len) {
 		char b[32];
 
 		snprintf(summary, len, "thaw filled %llu allocation(s), %s, in %.1f ms (its GPU's "
 			 "turn after %.1f ms, the copy %.1f ms, %s %.1f ms of its threads)%s%s%s",
 			 (unsigned long long)pf->offered_allocs, fmt_bytes(pf->bytes, b), pf->fill_ms,
-			 pf->copy_begin_ns ? (pf->copy_begin_ns - pf->queued_ns) / 1e6 : 0.0,
+			 pf->copy_begin_ns ? (pf->copy_begin_ns - pf->turn.joined_ns) / 1e6 : 0.0,
 			 pf->copy_end_ns ? (pf->copy_end_ns - pf->copy_begin_ns) / 1e6 : 0.0,
 			 pf->unverified ? "not checked: no checksums; checking" : "checked in",
 			 pf->verify_ns / 1e6, pf->state < 0 ? " (failed: " : "",
@@ -311,7 +340,14 @@ int gpu_prefill_restore(struct gpu_prefill *pf, const struct snapshot_meta *sm, 
 		pr_warn("thawd could not %s the device memory of %s (%s): the library copies it",
 			pf->check_only ? "check" : "fill", id, pf->why);
 	waited = ms_since(t0);
+	/* The library copies it all (no fill, or a failed one): in its turn
+	 * on the GPUs, in the order the copies are asked, as fills are. */
+	if (ret || pf->check_only || pf->library_only) {
+		gpu_turn_join(&pf->lib_turn, pf->gpus, pf->ngpus);
+		gpu_turn_wait(&pf->lib_turn);
+	}
 	ret = gpu_memory_restore(&sm->gpu_memory, pids, n, out_dir, copy_ms);
+	gpu_turn_leave(&pf->lib_turn);
 	gpu_prefill_end(pf, line, sizeof(line));
 	pr_info("%s: %s; the start waited %.1f ms for it", id, line, waited);
 	return ret;

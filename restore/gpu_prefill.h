@@ -19,6 +19,7 @@
 #ifndef THAW_GPU_PREFILL_H
 #define THAW_GPU_PREFILL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -32,10 +33,16 @@ struct snapshot_meta;
  * gpu_memory.ns_pids) whose layout is in tier_dir, on the one GPU of
  * placement (whose claim the memory made is then taken from: it lives until
  * gpu_prefill_end); offered on out_dir/<ns pid>.prefill once filled.  Where
- * no fill applies but tier_dir has checksums, only a check of the files.
- * NULL where neither applies. */
+ * no fill applies but tier_dir has checksums, only a check of the files;
+ * where neither applies, only the library's turn on placement's GPUs for
+ * its own copy (gpu_turn.h).  NULL where placement names no GPU and no fill
+ * or check applies. */
 struct gpu_prefill *gpu_prefill_start(const struct snapshot_meta *sm, const char *tier_dir,
 				      const char *out_dir, struct gpu_placement *placement);
+
+/* Does thawd fill p's memory (or has it), rather than the library copy
+ * it?  NULL: false. */
+bool gpu_prefill_fills(const struct gpu_prefill *p);
 
 /* Wait until the memory is filled and offered (before RESTORE is asked).
  * 0, or -errno: nothing is offered then (-EUCLEAN: the files are damaged,
@@ -53,7 +60,9 @@ void gpu_prefill_copy_span(const struct gpu_prefill *p, uint64_t *begin, uint64_
 void gpu_prefill_end(struct gpu_prefill *p, char *summary, size_t len);
 
 /* gpu_memory_restore (gpu_restore.h) with what pf filled offered first,
- * then pf ended; pf NULL: gpu_memory_restore alone.  id names the instance
+ * then pf ended; pf NULL: gpu_memory_restore alone.  Where the library
+ * copies it all (no fill, or a failed one), it does so in its turn on the
+ * GPUs, in the order the starts come here.  id names the instance
  * in the log.  -EUCLEAN, nothing asked of the library, where pf found the
  * tier's files damaged (reported: tier_damage_report). */
 int gpu_prefill_restore(struct gpu_prefill *pf, const struct snapshot_meta *sm, const pid_t *pids,

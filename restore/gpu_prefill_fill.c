@@ -218,56 +218,6 @@ static int copy_file(struct gpu_prefill *pf, struct pf_proc *p, cu_ptr va)
 	return ret;
 }
 
-/* The fills of one GPU copy one at a time, in the order their starts asked
- * (gpu_prefill_start): one fill alone runs at the link's speed (16 threads,
- * a stream each), and fills side by side share it so that every start of a
- * burst would finish last.  In turn, the first start gets its bytes after
- * its own bytes' time, the k-th after k of them.  Pinning and making the
- * allocations run outside the turn. */
-static pthread_mutex_t queue_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t queue_cv = PTHREAD_COND_INITIALIZER;
-static struct gpu_prefill *queue_head[CUDA_MAX_DEVICES];
-
-void prefill_queue_join(struct gpu_prefill *pf)
-{
-	struct gpu_prefill **pp;
-
-	pthread_mutex_lock(&queue_mu);
-	for (pp = &queue_head[pf->ordinal]; *pp; pp = &(*pp)->queue_next)
-		;
-	*pp = pf;
-	pf->queue_next = NULL;
-	pf->queued = true;
-	pf->queued_ns = now_ns();
-	pthread_mutex_unlock(&queue_mu);
-}
-
-/* Wait until pf is the first of its GPU's queue. */
-static void queue_wait_turn(struct gpu_prefill *pf)
-{
-	pthread_mutex_lock(&queue_mu);
-	while (pf->queued && queue_head[pf->ordinal] != pf)
-		pthread_cond_wait(&queue_cv, &queue_mu);
-	pthread_mutex_unlock(&queue_mu);
-	pf->copying = true;
-	pf->copy_begin_ns = now_ns();
-}
-
-void prefill_queue_leave(struct gpu_prefill *pf)
-{
-	struct gpu_prefill **pp;
-
-	pthread_mutex_lock(&queue_mu);
-	for (pp = &queue_head[pf->ordinal]; pf->queued && *pp; pp = &(*pp)->queue_next)
-		if (*pp == pf) {
-			*pp = pf->queue_next;
-			break;
-		}
-	pf->queued = false;
-	pthread_cond_broadcast(&queue_cv);
-	pthread_mutex_unlock(&queue_mu);
-}
-
 int prefill_fill_proc(struct gpu_prefill *pf, struct pf_proc *p)
 {
 	const struct prefill_cu *cu = &prefill_cu;
@@ -294,8 +244,13 @@ int prefill_fill_proc(struct gpu_prefill *pf, struct pf_proc *p)
 	if (ret)
 		snprintf(pf->why, sizeof(pf->why), "no address range of %llu bytes",
 			 (unsigned long long)p->len);
-	if (!ret && !pf->copying)
-		queue_wait_turn(pf);
+	/* The fills of one GPU copy one at a time, in the order their starts
+	 * asked (gpu_turn.h); pinning and making the allocations ran before. */
+	if (!ret && !pf->copying) {
+		gpu_turn_wait(&pf->turn);
+		pf->copying = true;
+		pf->copy_begin_ns = pf->turn.begin_ns;
+	}
 	if (!ret)
 		ret = copy_file(pf, p, va);
 	for (size_t i = 0; va && i < p->n; i++)

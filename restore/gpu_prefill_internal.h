@@ -23,6 +23,7 @@
 
 #include "common/cuda_abi.h"
 #include "restore/gpu_prefill.h"
+#include "restore/gpu_turn.h"
 
 struct pinned_file;
 struct tier_sum_file;
@@ -62,9 +63,15 @@ struct gpu_prefill {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	int state; /* 0 filling, 1 offered, <0 -errno */
-	struct gpu_prefill *queue_next; /* in its GPU's fill queue, while queued */
-	bool queued, copying;
-	uint64_t queued_ns, copy_begin_ns, copy_end_ns; /* now_ns(); 0: not yet */
+	struct gpu_turn turn;	/* the fill's turn on its GPU's link (gpu_turn.h) */
+	bool copying;
+	uint64_t copy_begin_ns, copy_end_ns; /* now_ns(); 0: not yet */
+	/* Where the library copies (library_only, check_only, a failed
+	 * fill), its turn on the placement's GPUs, taken when it is asked. */
+	struct gpu_turn lib_turn;
+	int gpus[CUDA_MAX_DEVICES];
+	size_t ngpus;
+	bool library_only; /* neither a fill nor a check: only the turn */
 	char why[200]; /* the first failure, for the log */
 	uint64_t bytes, offered_allocs;
 	double fill_ms;
@@ -79,11 +86,6 @@ struct gpu_prefill {
 /* Read dir/gpu-<ns>.layout into p: 0, -EINVAL for a layout a fill does not
  * handle (several devices, compressed memory) or not a layout, -errno. */
 int prefill_read_layout(const char *dir, struct pf_proc *p);
-/* pf joins its GPU's fill queue (at gpu_prefill_start: the order of the
- * starts is the order of the copies). */
-void prefill_queue_join(struct gpu_prefill *pf);
-/* pf leaves it (done, failed or never copied): the next goes. */
-void prefill_queue_leave(struct gpu_prefill *pf);
 /* Fill one process's allocations, in pf's turn; on success each filled
  * one has its export descriptor and is offered on its socket
  * (prefill_offer).  0, or -errno with pf->why set (-EUCLEAN: the file is

@@ -30,6 +30,8 @@
  * registering host memory does nothing.  cuGetProcAddress (both
  * signatures) resolves from a table, the _v2 entry point at the versions
  * the driver gives it.  mock_cuda_mem() tells a test what is live.
+ * Knob: MOCK_CUDA_HTOD_LOG=FILE appends "pid begin end" (CLOCK_MONOTONIC
+ * ns) for each cuMemcpyHtoDAsync, to see whose copies ran when.
  * Knob: MOCK_CUDA_HTOD_DELAY_MS sleeps in each cuMemcpyHtoDAsync (a slow
  * copy back, to see the function held while it runs).
  * Knob: MOCK_NVML_BLOCK_FILE (nvml_block): a hung nvmlDeviceGetMemoryInfo.
@@ -52,6 +54,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The driver's ABI as thaw has it (common/cuda_abi.h, checked against
@@ -892,9 +895,24 @@ cu_result cuMemcpyHtoDAsync_v2(cu_ptr dst, const void *src, size_t n, cu_stream 
 	if (mock_fails(__func__))
 		return 2;
 
+	const char *log = getenv("MOCK_CUDA_HTOD_LOG");
+	struct timespec t0, t1;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	if (d)
 		usleep((useconds_t)atoi(d) * 1000);
 	memcpy((void *)dst, src, n);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	if (log) {
+		FILE *f = fopen(log, "a");
+
+		if (f) {
+			fprintf(f, "%d %lld %lld\n", (int)getpid(),
+				(long long)t0.tv_sec * 1000000000LL + t0.tv_nsec,
+				(long long)t1.tv_sec * 1000000000LL + t1.tv_nsec);
+			fclose(f);
+		}
+	}
 	return 0;
 }
 cu_result cuMemsetD32_v2(cu_ptr dst, unsigned v, size_t n)

@@ -233,7 +233,9 @@ static void prefill(const char *app_path)
 	REQUIRE(f != NULL);
 	fputs(GPUMEM_LAYOUT_MAGIC "\n12345 77 0 0 0 0\n", f);
 	fclose(f);
-	CHECK(gpu_prefill_start(&m.meta, outdir, outdir, &place) == NULL);
+	pf = gpu_prefill_start(&m.meta, outdir, outdir, &place);
+	CHECK(pf && !gpu_prefill_fills(pf));
+	gpu_prefill_end(pf, NULL, 0);
 	do_restore(&rc);
 	CHECK(rc.st.ok);
 	CHECK_EQ(rc.st.prefilled_allocs, 0);
@@ -242,7 +244,9 @@ static void prefill(const char *app_path)
 	CHECK_STR(s, "ok");
 	/* Turned off: the same. */
 	setenv("THAW_GPU_PREFILL", "0", 1);
-	CHECK(gpu_prefill_start(&m.meta, outdir, outdir, &place) == NULL);
+	pf = gpu_prefill_start(&m.meta, outdir, outdir, &place);
+	CHECK(pf && !gpu_prefill_fills(pf));
+	gpu_prefill_end(pf, NULL, 0);
 	unsetenv("THAW_GPU_PREFILL");
 	gpumem_release(&a.pid, 1);
 	app_end(&a);
@@ -368,6 +372,88 @@ static void fill_order(const char *app_path)
 	gpu_prefill_end(fa, NULL, 0);
 	gpu_prefill_end(fb, NULL, 0);
 	app_end(&a);
+}
+
+struct lib_restore {
+	struct gpu_prefill *pf;
+	struct mock_snapshot m;
+	pid_t pid;
+	double copy_ms;
+	int ret;
+};
+
+static void *do_lib_restore(void *arg)
+{
+	struct lib_restore *c = arg;
+
+	c->ret = gpu_prefill_restore(c->pf, &c->m.meta, &c->pid, 1, outdir, "lib", &c->copy_ms);
+	return NULL;
+}
+
+/* Where no fill applies (THAW_GPU_PREFILL=0 here) the libraries of two
+ * starts on one GPU copy one after the other, not side by side, as fills
+ * do: each copy in the mock (100 ms) logs when it ran, and no copy of one
+ * process runs between two of the other's. */
+static void library_order(const char *app_path)
+{
+	struct gpu_placement pa = { .n = 1, .held = true }, pb = { .n = 1, .held = true };
+	struct lib_restore c[2] = { 0 };
+	long long first[2] = { 0 }, last[2] = { 0 };
+	char log[600], why[512], s[64];
+	struct gpumem_status st;
+	struct app a[2];
+	pthread_t t[2];
+	size_t moved;
+	int pid;
+	long long b, e;
+	FILE *f;
+
+	snprintf(log, sizeof(log), "%s/htod.log", dir);
+	unlink(log);
+	setenv("MOCK_CUDA_HTOD_LOG", log, 1);
+	for (int i = 0; i < 2; i++)
+		app_start(&a[i], app_path, NULL, true);
+	unsetenv("MOCK_CUDA_HTOD_LOG");
+	setenv("THAW_GPU_PREFILL", "0", 1);
+	for (int i = 0; i < 2; i++) {
+		c[i].pid = a[i].pid;
+		mock_snapshot_init(&c[i].m, MOCK_GPU0, a[i].pid);
+		CHECK_EQ(gpumem_save_all(&a[i].pid, &a[i].pid, 1, outdir, 30000, &st, &moved, why,
+					 sizeof(why)),
+			 0);
+		c[i].pf = gpu_prefill_start(&c[i].m.meta, outdir, outdir, i ? &pb : &pa);
+		REQUIRE(c[i].pf);
+	}
+	unsetenv("THAW_GPU_PREFILL");
+	for (int i = 0; i < 2; i++)
+		REQUIRE(pthread_create(&t[i], NULL, do_lib_restore, &c[i]) == 0);
+	for (int i = 0; i < 2; i++) {
+		pthread_join(t[i], NULL);
+		CHECK_EQ(c[i].ret, 0);
+	}
+	f = fopen(log, "r");
+	REQUIRE(f);
+	while (fscanf(f, "%d %lld %lld", &pid, &b, &e) == 3)
+		for (int i = 0; i < 2; i++)
+			if (pid == a[i].pid) {
+				if (!first[i] || b < first[i])
+					first[i] = b;
+				if (e > last[i])
+					last[i] = e;
+			}
+	fclose(f);
+	CHECK(first[0] && first[1]);
+	CHECK(last[0] <= first[1] || last[1] <= first[0]);
+	if (!(last[0] <= first[1] || last[1] <= first[0]))
+		fprintf(stderr, "the copies overlapped: %d copied over [0, %.1f] ms, %d over "
+			"[%.1f, %.1f] ms\n", a[0].pid, (last[0] - first[0]) / 1e6, a[1].pid,
+			(first[1] - first[0]) / 1e6, (last[1] - first[0]) / 1e6);
+	for (int i = 0; i < 2; i++) {
+		ask(&a[i], "verify", s, sizeof(s));
+		CHECK_STR(s, "ok");
+		gpumem_release(&a[i].pid, 1);
+		app_end(&a[i]);
+	}
 }
 
 /* Where the library does not apply, the reason. */
@@ -523,6 +609,7 @@ int main(int argc, char **argv)
 		/* The fill's cases: thawd's side, on the fake driver. */
 		prefill(child_app);
 		fill_order(child_app);
+		library_order(child_app);
 		context_take(child_app);
 		return check_failures ? 1 : 0;
 	}

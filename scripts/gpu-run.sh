@@ -187,6 +187,10 @@ step runc-criu-smoke bash scripts/gpu-run.sh --runc-smoke
 step test_gpumem_gpu "$X/build/test/test_gpumem_gpu"
 # Several GPUs: the 2-process tensor-parallel function (skips, 77, on one GPU).
 step gpu-tp bash bench/gpu-tp-run.sh /var/tmp/thaw-gpu-tp
+# Which NCCL transports or allocations make the driver refuse a 2-rank job's
+# checkpoint (bench/gpu-tp-probe.py; skips, 77, on one GPU).
+step gpu-tp-probe bash -c 'set -o pipefail; python3 bench/gpu-tp-probe.py |
+	tee "$THAW_FIGURES/gpu-tp-probe.jsonl"'
 
 # ==== EXTEND: GPU end-to-end tests and benchmarks ============================
 # Add one `step NAME COMMAND...` line per GPU test or benchmark.  Each runs from

@@ -51,8 +51,8 @@ int api_delete_function(struct req *q);
  * its ref on the remote too (the fleet loses it).  0, or -errno with *e and
  * msg (what the DELETE answers). */
 struct api_err;
-int functions_delete(struct server *s, const char *fn, bool fleet, struct api_err *e, char *msg,
-		     size_t msglen);
+int api_function_delete(struct server *s, const char *fn, bool fleet, struct api_err *e,
+			char *msg, size_t msglen);
 /* A snapshot job of the function (server/snapshots.h): 202 with the job,
  * or 200 once done with ?wait=1. */
 int api_post_snapshot(struct req *q);

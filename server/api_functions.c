@@ -111,8 +111,8 @@ int api_put_function(struct req *q)
  * anything is stopped, and its file removed only once its instances are
  * stopped: a thawd killed in between leaves the mark, and the next one's
  * recovery (recover.c) finishes the delete. */
-int functions_delete(struct server *s, const char *fn, bool fleet, struct api_err *e, char *msg,
-		     size_t msglen)
+int api_function_delete(struct server *s, const char *fn, bool fleet, struct api_err *e,
+			char *msg, size_t msglen)
 {
 	char snap[CHUNK_ID_LEN] = "", failed[128];
 	size_t stopped;
@@ -168,7 +168,7 @@ int api_delete_function(struct req *q)
 	struct api_err e;
 	char msg[512];
 
-	if (functions_delete(q->srv, q->route.id, true, &e, msg, sizeof(msg)))
+	if (api_function_delete(q->srv, q->route.id, true, &e, msg, sizeof(msg)))
 		return reply_error(q, e.status, e.code, "%s", msg);
 	return reply_empty(q, 204);
 }

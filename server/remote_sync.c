@@ -623,6 +623,18 @@ static void learning_wait(struct remote_sync *rs, const char *function)
 	pthread_mutex_unlock(&rs->lock);
 }
 
+/* Whether a pull of function that this host made by itself is in flight. */
+static bool learning_now(struct remote_sync *rs, const char *function)
+{
+	struct learning *l;
+
+	pthread_mutex_lock(&rs->lock);
+	for (l = rs->learning; l && strcmp(l->function, function); l = l->next)
+		;
+	pthread_mutex_unlock(&rs->lock);
+	return l != NULL;
+}
+
 int remote_sync_pull(struct server *s, const char *function, bool fetch, char jid[32],
 		     bool *reserved)
 {
@@ -718,8 +730,12 @@ int remote_sync_ensure(struct server *s, const char *function, struct api_err *e
 {
 	int ret;
 
-	/* Draining, the start or request is refused anyway: nothing to learn. */
-	if (!s->remote_sync || server_refusing(s) || registry_exists(s->reg, function))
+	/* Draining, the start or request is refused anyway: nothing to learn.
+	 * Registered, and not by a pull still in flight: nothing either (the
+	 * pull registers the function before its snapshot is ready: a start
+	 * then would answer 409 no_snapshot). */
+	if (!s->remote_sync || server_refusing(s) ||
+	    (registry_exists(s->reg, function) && !learning_now(s->remote_sync, function)))
 		return 0;
 	ret = remote_sync_learn(s, function);
 	switch (ret) {
@@ -809,7 +825,7 @@ static void poll_gone(struct remote_sync *rs, const char *fn, const char *man)
 	if (registry_ready_snapshot(s->reg, fn, cur, &state) || strcmp(cur, man))
 		return;
 	pr_info("%s was deleted from the remote: deleting it here", fn);
-	if (functions_delete(s, fn, false, &e, msg, sizeof(msg)) && e.status != 404)
+	if (api_function_delete(s, fn, false, &e, msg, sizeof(msg)) && e.status != 404)
 		pr_warn("%s: %s", fn, msg);
 }
 

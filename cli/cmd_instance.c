@@ -312,8 +312,8 @@ int cmd_ps(int argc, char **argv)
 		json_dumpf(list, stdout, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(10));
 		printf("\n");
 	} else {
-		printf("%-32s %-20s %-8s %-21s %8s %-5s %-6s %-7s %9s\n", "INSTANCE", "FUNCTION",
-		       "STATE", "ENDPOINT", "PID", "TIER", "PAGES", "GPU_MEM", "START_MS");
+		printf("%-32s %-20s %-8s %-21s %8s %-5s %-6s %-7s %9s %s\n", "INSTANCE", "FUNCTION",
+		       "STATE", "ENDPOINT", "PID", "TIER", "PAGES", "GPU_MEM", "START_MS", "UID0");
 		json_array_foreach(list, i, e) {
 			const char *v[7] = { "instance", "function", "state", "endpoint", "tier",
 					     "pages", "gpu_memory" };
@@ -325,9 +325,14 @@ int cmd_ps(int argc, char **argv)
 				if (!v[k])
 					v[k] = "-";
 			}
-			printf("%-32s %-20s %-8s %-21s %8lld %-5s %-6s %-7s %9.1f\n", v[0], v[1], v[2],
+			json_t *uid0 = json_object_get(e, "userns_uid");
+			char who[32] = "host"; /* the host's uid 0, without capabilities */
+
+			if (json_is_integer(uid0))
+				snprintf(who, sizeof(who), "%lld", (long long)json_integer_value(uid0));
+			printf("%-32s %-20s %-8s %-21s %8lld %-5s %-6s %-7s %9.1f %s\n", v[0], v[1], v[2],
 			       v[3], (long long)json_integer_value(json_object_get(e, "pid")), v[4],
-			       v[5], v[6], json_number_value(tm));
+			       v[5], v[6], json_number_value(tm), who);
 			/* The driver carried a GPU function's memory: why not thaw. */
 			if (gwhy && *gwhy)
 				printf("  gpu_memory: driver: %s\n", gwhy);

@@ -363,6 +363,63 @@ bool config_path_allowed(const struct thaw_config *c, const char *path, char *wh
 	return false;
 }
 
+/* "START:COUNT" into *base, *count: 0 or -EINVAL. */
+static int parse_pool(const char *v, uint32_t *base, uint32_t *count)
+{
+	unsigned long long b, n;
+	char *end;
+
+	errno = 0;
+	b = strtoull(v, &end, 10);
+	if (errno || end == v || *end != ':' || v[0] == '-')
+		return -EINVAL;
+	v = end + 1;
+	n = strtoull(v, &end, 10);
+	if (errno || end == v || (*end && *end != '\n') || v[0] == '-')
+		return -EINVAL;
+	/* One range at least, and none reaching (uid_t)-1, which means "no uid". */
+	if (n < 65536 || b + n > 0xffffffffull)
+		return -EINVAL;
+	*base = (uint32_t)b;
+	*count = (uint32_t)n;
+	return 0;
+}
+
+int config_userns_pool(struct thaw_config *c, const char *v)
+{
+	char line[256];
+	FILE *f;
+	int ret = -ENOENT;
+
+	if (v[0] != '/') {
+		ret = parse_pool(v, &c->userns_base, &c->userns_count);
+		if (ret)
+			pr_err("user namespace pool \"%s\": not START:COUNT, a range of at "
+			       "least 65536 ids below 4294967295",
+			       v);
+		return ret;
+	}
+	f = fopen(v, "re");
+	if (!f) {
+		ret = -errno;
+		pr_perror("user namespace pool %s", v);
+		return ret;
+	}
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "thaw:", 5)) {
+			ret = parse_pool(line + 5, &c->userns_base, &c->userns_count);
+			break;
+		}
+	fclose(f);
+	if (ret == -ENOENT)
+		pr_err("user namespace pool %s: no line \"thaw:START:COUNT\"", v);
+	else if (ret)
+		pr_err("user namespace pool %s: its \"thaw\" line is not START:COUNT, a range "
+		       "of at least 65536 ids below 4294967295",
+		       v);
+	return ret;
+}
+
 int config_init(struct thaw_config *c, const char *data_dir)
 {
 	const char *v;
@@ -433,6 +490,15 @@ int config_init(struct thaw_config *c, const char *data_dir)
 		pr_err("THAW_LOG_BYTES=%s is not a size from 4K to 1T (digits, then K, M, G or T)",
 		       v);
 		return -EINVAL;
+	}
+
+	c->userns_base = CONFIG_USERNS_POOL_BASE;
+	c->userns_count = CONFIG_USERNS_POOL_COUNT;
+	v = getenv("THAW_USERNS_POOL");
+	if (v && *v) {
+		ret = config_userns_pool(c, v);
+		if (ret)
+			return ret;
 	}
 
 	ret = allow_roots_init(c);

@@ -102,6 +102,12 @@ struct thaw_config {
 	 * for a spec's "image"), $THAW_REGISTRY_AUTH or thawd --registry-auth;
 	 * "" none.  Its path only: the credentials are never read or logged here. */
 	char registry_auth[PATH_MAX];
+	/* The host uids (and gids) functions in a user namespace are mapped
+	 * to, a range of USERNS_RANGE_SIZE per function (function/userns.h):
+	 * $THAW_USERNS_POOL or thawd --userns-pool, START:COUNT, or a file
+	 * in /etc/subuid's form whose line for "thaw" says it; default
+	 * CONFIG_USERNS_POOL_BASE:CONFIG_USERNS_POOL_COUNT. */
+	uint32_t userns_base, userns_count;
 	uint64_t log_bytes;          /* rotate a function's output at this size
 				      * ($THAW_LOG_BYTES, K/M/G/T suffixes; default
 				      * CONFIG_LOG_BYTES_DEFAULT) */
@@ -144,6 +150,15 @@ int config_parse_bytes(const char *v, uint64_t min, uint64_t max, uint64_t *out)
 /* Add dir (absolute) to c's allowed roots: 0, -EINVAL (not absolute),
  * -ENOSPC (more than CONFIG_MAX_ROOTS), -ENAMETOOLONG; logged. */
 int config_allow_root(struct thaw_config *c, const char *dir);
+
+/* Past any range a distribution's useradd gives (/etc/subuid from 100000). */
+#define CONFIG_USERNS_POOL_BASE 2147483648u
+#define CONFIG_USERNS_POOL_COUNT 268435456u
+/* Set c's user namespace pool from v: "START:COUNT", or the path of a file
+ * in /etc/subuid's form ("name:start:count" lines) whose "thaw" line says
+ * it.  The pool must hold at least one range and end below 2^32 - 1.
+ * 0, or -EINVAL / the file's -errno, logged naming what. */
+int config_userns_pool(struct thaw_config *c, const char *v);
 /* Whether path (absolute) lies under one of c's allowed roots, both with
  * symlinks resolved (a path that does not exist is taken as written).  When
  * not, why (why_len bytes) says so, naming the roots and the settings. */

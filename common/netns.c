@@ -115,12 +115,12 @@ static int make_dir_private(const char *dir)
 	return 0;
 }
 
-int netns_create(const char *path)
+/* The file a namespace is bound on: made new, in a directory made private
+ * where mounts propagate.  0 or -errno. */
+static int reserve(const char *path)
 {
-	char dir[PATH_MAX], real[PATH_MAX], src[64];
-	int go[2] = { -1, -1 }, done[2] = { -1, -1 }, fd = -1, ret, status, child_err = 0;
-	pid_t pid = -1;
-	bool created = false;
+	char dir[PATH_MAX], real[PATH_MAX];
+	int fd, ret;
 
 	if (snprintf(dir, sizeof(dir), "%s", path) >= (int)sizeof(dir))
 		return -ENAMETOOLONG;
@@ -137,16 +137,88 @@ int netns_create(const char *path)
 		if (ret)
 			return ret;
 	}
-
 	fd = open(path, O_RDONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0400);
 	if (fd < 0) {
 		ret = -errno;
 		pr_perror("create %s", path);
 		return ret;
 	}
-	created = true;
 	close(fd);
-	fd = -1;
+	return 0;
+}
+
+int netns_reserve(const char *path)
+{
+	return reserve(path);
+}
+
+struct adopt_arg {
+	int nsfd;
+	int err; /* an errno value */
+};
+
+/* On a thread of its own: only it moves into the namespace. */
+static void *lo_up_thread(void *p)
+{
+	struct adopt_arg *a = p;
+
+	a->err = setns(a->nsfd, CLONE_NEWNET) < 0 ? errno : lo_up();
+	return NULL;
+}
+
+int netns_adopt(const char *path, pid_t pid)
+{
+	struct adopt_arg a = { .nsfd = -1 };
+	char src[64];
+	pthread_t t;
+	int ret;
+
+	snprintf(src, sizeof(src), "/proc/%d/ns/net", (int)pid);
+	if (mount(src, path, NULL, MS_BIND, NULL) < 0) {
+		ret = -errno;
+		pr_perror("bind %s onto %s", src, path);
+		return ret;
+	}
+	/* Bound first, then opened from the bind: the namespace brought up is
+	 * the one every later reader of path joins, whatever pid became. */
+	a.nsfd = open(path, O_RDONLY | O_CLOEXEC);
+	if (a.nsfd < 0) {
+		ret = -errno;
+		pr_perror("open %s", path);
+		goto out;
+	}
+	ret = pthread_create(&t, NULL, lo_up_thread, &a);
+	if (ret) {
+		errno = ret;
+		pr_perror("pthread_create");
+		ret = -ret;
+		goto out;
+	}
+	pthread_join(t, NULL);
+	ret = -a.err;
+	if (ret) {
+		errno = a.err;
+		pr_perror("loopback up in the network namespace of %d", (int)pid);
+	}
+out:
+	if (a.nsfd >= 0)
+		close(a.nsfd);
+	if (ret)
+		umount2(path, MNT_DETACH);
+	return ret;
+}
+
+int netns_create(const char *path)
+{
+	char src[64];
+	int go[2] = { -1, -1 }, done[2] = { -1, -1 }, ret, status, child_err = 0;
+	pid_t pid = -1;
+	bool created = false;
+
+	ret = reserve(path);
+	if (ret)
+		return ret;
+	created = true;
 
 	if (pipe2(go, O_CLOEXEC) < 0 || pipe2(done, O_CLOEXEC) < 0) {
 		ret = -errno;

@@ -10,9 +10,19 @@
 #define THAW_NETNS_H
 
 #include <stdint.h>
+#include <sys/types.h>
 
 /* Create a namespace bound on path (a new file), loopback up. */
 int netns_create(const char *path);
+/* A container in a user namespace has the network namespace runc made for
+ * it (CRIU dumps only namespaces its user namespace owns): netns_reserve
+ * makes path (a new file) as netns_create would, without a namespace, and
+ * once runc has started or restored the container, netns_adopt binds
+ * /proc/<pid>/ns/net of its process onto it and brings its loopback up
+ * (CRIU restores it down).  From then on path is read as netns_create's.
+ * 0 or -errno; a failed adopt leaves path unbound. */
+int netns_reserve(const char *path);
+int netns_adopt(const char *path, pid_t pid);
 /* Unmount and remove it; a missing one is fine. */
 int netns_remove(const char *path);
 /* A TCP socket connected to 127.0.0.1:port inside the namespace at path

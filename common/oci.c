@@ -258,6 +258,15 @@ static json_t *build_linux(const struct oci_spec *spec)
 						    spec->netns_path));
 	else
 		json_array_append_new(ns, json_pack("{s:s}", "type", "network"));
+	if (spec->userns_size) {
+		json_t *map = json_pack("[{s:i, s:I, s:I}]", "containerID", 0, "hostID",
+					(json_int_t)spec->userns_base, "size",
+					(json_int_t)spec->userns_size);
+
+		json_array_append_new(ns, json_pack("{s:s}", "type", "user"));
+		json_object_set(l, "uidMappings", map);
+		json_object_set_new(l, "gidMappings", map);
+	}
 	if (spec->gpu && add_nvidia_devs(spec, devs, allow) == 0)
 		pr_warn("GPU function but no /dev/nvidia* device on this host");
 	json_object_set_new(l, "namespaces", ns);
@@ -414,6 +423,10 @@ int oci_bundle_write(const char *dir, const struct oci_spec *spec)
 
 	if (!spec->argv || !spec->argv[0]) {
 		pr_err("bundle %s: no process to run", dir);
+		return -EINVAL;
+	}
+	if (spec->userns_size && spec->netns_path) {
+		pr_err("bundle %s: a user namespace's network namespace is runc's to make", dir);
 		return -EINVAL;
 	}
 	ret = mkdir_p(dir, 0700); /* its rootfs: make_rootfs */

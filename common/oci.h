@@ -23,6 +23,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Where every function's container has the snapshot's memory files (a
  * read-only bind mount): at snapshot time of an empty directory, at a mapped
@@ -36,7 +37,7 @@ struct oci_bind {
 };
 
 /* How a container is confined.  All false (zero) is the confined default;
- * each field loosens one thing, explicitly, for one function. */
+ * each field but userns loosens one thing, explicitly, for one function. */
 struct oci_sandbox {
 	bool writable_root;  /* the root filesystem writable (else read-only; /tmp is a tmpfs) */
 	bool no_seccomp;     /* no seccomp filter (else the default profile) */
@@ -44,6 +45,9 @@ struct oci_sandbox {
 	bool host_home;      /* the host's /root bound read-only (host-rooted only); else
 			      * HOME=/tmp unless the env sets it */
 	char *const *capabilities; /* NULL-terminated names (oci_capability_known); NULL: none */
+	/* Not a loosening: the spec's "userns", the container in a user
+	 * namespace of its own (function/userns.h; the range is oci_spec's). */
+	bool userns;
 };
 
 /* Whether name is a capability a function may be given: those of the OCI
@@ -74,6 +78,12 @@ struct oci_spec {
 	const char *cgroups_path;  /* e.g. "thaw/<id>" so thaw's containers are grouped; NULL: runc's default */
 	bool restore;              /* for runc restore: CRIU leaves the cgroups to runc */
 	struct oci_sandbox sandbox;
+	/* A user namespace: container uids and gids 0 to userns_size - 1 are
+	 * the host's userns_base onward; userns_size 0: none (the host's
+	 * uid 0).  runc then makes the network namespace (netns_path must be
+	 * NULL): CRIU dumps a container only with namespaces its user
+	 * namespace owns. */
+	uint32_t userns_base, userns_size;
 };
 
 /* Create dir (if needed) and write dir/config.json, dir/rootfs/ and

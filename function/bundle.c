@@ -12,6 +12,35 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+/* What a container in a user namespace needs of the host, opened to its
+ * range: the way to its root (runc's init walks it as the range's uid 0)
+ * and to the staged binds (at a restore CRIU opens them from inside the
+ * namespace), a host-rooted skeleton (runc makes the mount points in it),
+ * and libthaw-cuda's answers directory, which the library writes. */
+static int reach(const struct function_bundle *b, const char *dir,
+		 const struct function_host_paths *hp)
+{
+	char root[PATH_MAX + 16];
+	int ret;
+
+	if (hp->rootfs[0])
+		snprintf(root, sizeof(root), "%s", hp->rootfs);
+	else
+		snprintf(root, sizeof(root), "%s/rootfs", dir);
+	ret = userns_reach(b->allow, root, dir, b->userns);
+	/* CRIU binds the staged directories from inside the namespace. */
+	if (!ret && hp->stage[0])
+		ret = userns_reach(b->allow, hp->stage, dir, b->userns);
+	if (!ret && !hp->rootfs[0])
+		ret = userns_give(root, b->userns);
+	if (!ret && b->gpumem_out && chown(b->gpumem_out, b->userns->base, b->userns->base) < 0) {
+		ret = -errno;
+		pr_perror("chown %s to host uid %u", b->gpumem_out, b->userns->base);
+	}
+	return ret;
+}
 
 int function_bundle_write(const struct function_bundle *b, const char *dir,
 			  struct function_host_paths *hp)
@@ -72,6 +101,16 @@ int function_bundle_write(const struct function_bundle *b, const char *dir,
 	o.env = env;
 	o.cwd = spec->cwd;
 	o.netns_path = b->netns;
+	if (b->userns && b->userns->size) {
+		if (!b->allow) {
+			pr_err("bundle %s: a user namespace needs thaw's configuration", dir);
+			ret = -EINVAL;
+			goto out;
+		}
+		o.netns_path = NULL;
+		o.userns_base = b->userns->base;
+		o.userns_size = b->userns->size;
+	}
 	o.binds = binds;
 	/* The function's own directory, read-only at the same path. */
 	if (hp->cwd) {
@@ -106,6 +145,8 @@ int function_bundle_write(const struct function_bundle *b, const char *dir,
 						  .host_home = true,
 						  .capabilities = oci_legacy_capabilities };
 	ret = oci_bundle_write(dir, &o);
+	if (!ret && o.userns_size)
+		ret = reach(b, dir, hp);
 out:
 	if (ret)
 		function_host_paths_close(hp);

@@ -17,6 +17,7 @@
 
 #include "function/confine.h"
 #include "function/spec.h"
+#include "function/userns.h"
 
 struct thaw_config;
 
@@ -53,6 +54,12 @@ struct function_bundle {
 	 * image (images/image.h): the one bundle under the data directory
 	 * allowed, and only that exact path. */
 	bool image;
+	/* Run it in a user namespace of this host range (function/userns.h;
+	 * NULL or size 0: as the host's uid 0): runc makes its network
+	 * namespace, which the caller binds at netns afterwards (netns_adopt:
+	 * netns must be netns_reserve's), and the way to its root is opened
+	 * to the range (userns_reach, against allow's data directory). */
+	const struct userns_range *userns;
 };
 
 /* Write dir/config.json (and its rootfs skeleton and CRIU config) for b.

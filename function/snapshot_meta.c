@@ -300,6 +300,21 @@ static void parse_image(struct rd *r, const json_t *meta, struct snapshot_meta *
 		bad(r, "\"image\" lacks its \"%s\"", sm->image.reference ? "digest" : "reference");
 }
 
+static void parse_userns(struct rd *r, const json_t *meta, struct snapshot_meta *sm)
+{
+	const json_t *u = get_object(r, meta, "", "userns");
+	uint64_t base, size;
+
+	if (!u)
+		return;
+	base = get_count(r, u, "userns.", "uid", NULL);
+	size = get_count(r, u, "userns.", "size", NULL);
+	if (!r->err && (!size || base + size > 0xffffffffull))
+		bad(r, "\"userns\" is not a range of host uids");
+	sm->userns_base = (uint32_t)base;
+	sm->userns_size = (uint32_t)size;
+}
+
 static void parse_versions(struct rd *r, const json_t *meta, struct snapshot_meta *sm)
 {
 	const json_t *v = get_object(r, meta, "", "versions"), *drv;
@@ -395,6 +410,7 @@ int snapshot_meta_parse(const json_t *meta, struct snapshot_meta *sm, char *why,
 	sm->created = get_str(&r, meta, "", "created");
 	sm->mapped_mount = get_str(&r, meta, "", "mapped_mount");
 	sm->confined = get_bool(&r, meta, "", "confined");
+	parse_userns(&r, meta, sm);
 	sm->booted = get_bool(&r, meta, "", "booted");
 	parse_tag(&r, meta, sm);
 	if (r.err)
@@ -568,6 +584,9 @@ json_t *snapshot_meta_to_json(const struct snapshot_meta *sm)
 	    put_count(o, "zero_pages_elided", sm->zero_pages_elided) ||
 	    put_str(o, "created", sm->created) || put_str(o, "mapped_mount", sm->mapped_mount) ||
 	    put(o, "confined", json_boolean(sm->confined)) ||
+	    (sm->userns_size && put(o, "userns", json_pack("{s:I, s:I}", "uid",
+							   (json_int_t)sm->userns_base, "size",
+							   (json_int_t)sm->userns_size))) ||
 	    (sm->booted && put(o, "booted", json_true())) ||
 	    (sm->thawd.registry &&
 	     put(o, "thawd", json_pack("{s:s, s:s*, s:s*}", "registry", sm->thawd.registry,

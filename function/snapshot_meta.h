@@ -30,6 +30,7 @@
  *	 "timings_ms": {"phase": ms…}, "image_bytes", "image_bytes_before_elision",
  *	 "zero_pages_elided", "created",
  *	 "mapped_mount": "/.thaw", "confined": true,
+ *	 "userns": {"uid", "size"},          (its user namespace's host range; absent: none)
  *	 "booted": true,                     (a booted standby's record, instance_boot.c)
  *	 "thawd": {"registry","function","job"}}   (server/registry.h's tag)
  *
@@ -127,6 +128,9 @@ struct snapshot_meta {
 				   * for a mapped restore to bind its memory files at;
 				   * NULL: a snapshot from before mapped restores */
 	bool confined;            /* made confined (function/bundle.h legacy_sandbox) */
+	/* Made in a user namespace whose ids 0.. are these host ids (CRIU
+	 * restores it as dumped: every restore runs there); size 0: none. */
+	uint32_t userns_base, userns_size;
 	bool booted;              /* a booted standby's record, not a snapshot */
 	struct snapshot_tag thawd;
 

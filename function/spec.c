@@ -17,7 +17,7 @@
 #define MAX_ARGS 4096
 
 static const char *const sandbox_keys[] = { "writable_root", "seccomp", "no_new_privileges",
-					    "host_home", "capabilities" };
+					    "host_home", "capabilities", "userns" };
 
 int spec_fail(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -295,7 +295,8 @@ static int parse_sandbox(const json_t *v, struct oci_sandbox *sb, char *err, siz
 	if ((ret = sandbox_flag(v, "writable_root", false, &sb->writable_root, err, errlen)) ||
 	    (ret = sandbox_flag(v, "seccomp", true, &sb->no_seccomp, err, errlen)) ||
 	    (ret = sandbox_flag(v, "no_new_privileges", true, &sb->new_privileges, err, errlen)) ||
-	    (ret = sandbox_flag(v, "host_home", false, &sb->host_home, err, errlen)))
+	    (ret = sandbox_flag(v, "host_home", false, &sb->host_home, err, errlen)) ||
+	    (ret = sandbox_flag(v, "userns", false, &sb->userns, err, errlen)))
 		return ret;
 	val = json_object_get(v, "capabilities");
 	return val ? parse_capabilities(val, sb, err, errlen) : 0;
@@ -917,7 +918,7 @@ static json_t *call_to_json(const struct http_call *c)
 static bool sandbox_loosened(const struct oci_sandbox *sb)
 {
 	return sb->writable_root || sb->no_seccomp || sb->new_privileges ||
-	       sb->host_home || (sb->capabilities && sb->capabilities[0]);
+	       sb->host_home || (sb->capabilities && sb->capabilities[0]) || sb->userns;
 }
 
 /* Every key, so that a stored spec says what its function may do. */
@@ -927,10 +928,14 @@ static json_t *sandbox_to_json(const struct oci_sandbox *sb)
 
 	for (size_t i = 0; caps && sb->capabilities && sb->capabilities[i]; i++)
 		json_array_append_new(caps, json_string(sb->capabilities[i]));
-	return json_pack("{s:b, s:b, s:b, s:b, s:o}", "writable_root", sb->writable_root,
-			 "seccomp", !sb->no_seccomp,
-			 "no_new_privileges", !sb->new_privileges, "host_home", sb->host_home,
-			 "capabilities", caps);
+	json_t *o = json_pack("{s:b, s:b, s:b, s:b, s:o}", "writable_root", sb->writable_root,
+			      "seccomp", !sb->no_seccomp, "no_new_privileges", !sb->new_privileges,
+			      "host_home", sb->host_home, "capabilities", caps);
+
+	/* Only when set: a thaw before user namespaces refuses the key. */
+	if (o && sb->userns)
+		json_object_set_new(o, "userns", json_true());
+	return o;
 }
 
 json_t *spec_to_json(const struct func_spec *s)

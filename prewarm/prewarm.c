@@ -293,7 +293,8 @@ static int write_bundle(struct job *j)
 						   .gpumem_in = j->gpumem ? j->gpumem_in : NULL,
 						   .gpumem_out = j->gpumem ? j->gpumem_out : NULL,
 						   .gpumem_preload = j->gpumem, .allow = j->c,
-						   .image = j->on_image },
+						   .image = j->on_image,
+						   .userns = &j->userns },
 			j->bundle, &j->held);
 	function_argv_free(own_argv);
 	return ret;
@@ -310,6 +311,12 @@ static int boot(struct job *j)
 	if (ret)
 		return ret;
 	j->container_made = true;
+	/* runc made its network namespace: thaw reaches it by the same path. */
+	if (j->userns.size) {
+		ret = netns_adopt(j->netns, j->pid);
+		if (ret)
+			return ret;
+	}
 	ret = pthread_create(&j->drain, NULL, drain_thread, j);
 	if (ret) {
 		errno = ret;
@@ -524,9 +531,17 @@ static int make_work(struct snap *n)
 	return 0;
 }
 
+/* A function in a user namespace: its range, taken now if it has none. */
+static int take_userns(struct snap *n)
+{
+	if (!n->j.spec->sandbox.userns)
+		return 0;
+	return userns_range_of(n->j.c, n->j.spec->id, &n->j.userns);
+}
+
 static int make_netns(struct snap *n)
 {
-	int ret = netns_create(n->j.netns);
+	int ret = n->j.userns.size ? netns_reserve(n->j.netns) : netns_create(n->j.netns);
 
 	n->j.netns_made = !ret;
 	return ret;
@@ -642,7 +657,8 @@ static int make_meta(struct snap *n)
 				      .image_bytes_before_elision = n->bytes_before,
 				      .zero_pages_elided = n->est.pages_elided,
 				      .created = n->created, .mapped_mount = OCI_MAPPED_DEST,
-				      .confined = true };
+				      .confined = true, .userns_base = j->userns.base,
+				      .userns_size = j->userns.size };
 	versions(j->c, &sm->versions, &n->uts, n->runc, n->criu, sizeof(n->runc));
 	ret = prewarm_gpu_meta(j, sm);
 	if (ret)
@@ -687,6 +703,7 @@ static const struct snap_step {
 	{ "tools", NULL, check_tools },
 	{ "image", NULL, use_image },
 	{ "work directory", NULL, make_work },
+	{ "user namespace", NULL, take_userns },
 	{ "network namespace", "boot", make_netns },
 	{ "bundle", NULL, make_bundle },
 	{ "boot", NULL, boot_container },

@@ -20,6 +20,7 @@
 #include "function/confine.h"
 #include "function/snapshot_meta.h"
 #include "function/spec.h"
+#include "function/userns.h"
 
 /* One snapshot in progress: its paths, its container, its log, its GPUs. */
 struct job {
@@ -38,6 +39,9 @@ struct job {
 	char runc_log[PATH_MAX + 300];
 	char cid[128];
 	bool netns_made, container_made;
+	/* The host range of its user namespace (function/userns.h); size 0:
+	 * none, the host's uid 0. */
+	struct userns_range userns;
 	pid_t pid;
 	/* The drain thread: container stdout/stderr into function.log. */
 	struct runner_stdio stdio;

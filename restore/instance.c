@@ -100,7 +100,8 @@ static int write_bundle(struct start_ctx *x, const struct func_spec *spec, const
 								.gpu_minors = n ? minors : NULL,
 								.ngpu_minors = n,
 								.allow = x->c,
-								.image = sm->image.reference != NULL },
+								.image = sm->image.reference != NULL,
+								.userns = &x->userns },
 				     x->bundle, &x->held);
 }
 
@@ -423,6 +424,22 @@ static int load_snapshot(struct start *st)
 
 /* How its pages come back, as far as it is known before the tier entry:
  * mapped where it applies (st->want_mapped), else lazy or eager. */
+/* Whether a process without CAP_SYS_PTRACE in the host's user namespace
+ * may open a userfaultfd (CRIU's lazy restore opens one in the restored
+ * task: in a user namespace, without that capability). */
+static bool userfaultfd_unprivileged(void)
+{
+	FILE *f = fopen("/proc/sys/vm/unprivileged_userfaultfd", "re");
+	int v = 0;
+
+	if (f) {
+		if (fscanf(f, "%d", &v) != 1)
+			v = 0;
+		fclose(f);
+	}
+	return v == 1;
+}
+
 static void choose_mode(struct start *st)
 {
 	const struct func_spec *spec = st->spec;
@@ -449,6 +466,12 @@ static void choose_mode(struct start *st)
 						   sizeof(st->why_mode));
 
 		mode = lazy ? INSTANCE_LAZY : INSTANCE_EAGER;
+	}
+	if (mode == INSTANCE_LAZY && st->meta.userns_size && !userfaultfd_unprivileged()) {
+		mode = INSTANCE_EAGER;
+		snprintf(st->why_mode, sizeof(st->why_mode),
+			 "in a user namespace a restored process may not open a userfaultfd "
+			 "(vm.unprivileged_userfaultfd is 0)");
 	}
 	st->x.lazy = st->in.lazy = mode == INSTANCE_LAZY;
 	pr_debug("%s: %s (%s)", st->in.function, st->in.lazy ? "lazy" : "eager", st->why_mode);
@@ -536,6 +559,12 @@ static int mounts_for_bundle(struct start *st, char *src, size_t len)
 	src[0] = '\0';
 	if (x->mapped) {
 		ret = instance_path(src, len, "%s/mem", tier_lease_mapped(st->lease));
+		/* CRIU binds it, and maps its files, from inside the snapshot's
+		 * user namespace. */
+		if (!ret && x->userns.size)
+			ret = userns_reach(x->c, src, NULL, &x->userns);
+		if (!ret && x->userns.size)
+			ret = userns_give(src, &x->userns);
 	} else if (st->meta.mapped_mount) {
 		snprintf(x->mapped_empty, sizeof(x->mapped_empty), "%s/mapped-empty", x->dir);
 		ret = mkdir_p(x->mapped_empty, 0700);
@@ -568,11 +597,22 @@ static int set_up(struct start *st)
 	ret = instance_ctx_record(x, &st->in, "starting");
 	if (ret)
 		return ret;
-	ret = netns_create(x->netns);
+	x->userns = (struct userns_range){ st->meta.userns_base, st->meta.userns_size };
+	st->in.userns_uid = x->userns.base;
+	st->in.userns_size = x->userns.size;
+	ret = x->userns.size ? netns_reserve(x->netns) : netns_create(x->netns);
 	if (ret)
 		return ret;
 	x->have_netns = true;
 	ret = mounts_for_bundle(st, mapped_src, sizeof(mapped_src));
+	/* CRIU reads the images, and the instance maps its memory files,
+	 * from inside the snapshot's user namespace. */
+	if (!ret && x->userns.size) {
+		char image[PATH_MAX + 16];
+
+		snprintf(image, sizeof(image), "%s/image", x->mapped ? tier_lease_mapped(st->lease) : "");
+		ret = userns_share(x->mapped ? image : tier_lease_path(st->lease), &x->userns);
+	}
 	if (!ret)
 		ret = write_bundle(x, st->spec, st->in.id, mapped_src[0] ? mapped_src : NULL,
 				   &st->meta, st->gp);
@@ -610,6 +650,9 @@ static int criu_restore(struct start *st)
 			     &in->pid);
 	/* CRIU has bound the spec's host directories: no longer held. */
 	function_host_paths_close(&x->held);
+	/* CRIU restored the network namespace too, its loopback down. */
+	if (!ret && x->userns.size)
+		ret = netns_adopt(x->netns, in->pid);
 	in->t.criu_restore = ms_since(tp);
 	if (!ret)
 		ret = lazy_check(x, in);

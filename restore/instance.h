@@ -91,6 +91,9 @@ struct instance {
 	 * why: the restore's failure, or the difference of the host. */
 	bool booted;
 	char boot_why[768];
+	/* Its user namespace: container uid 0 is host uid userns_uid, of a
+	 * range of userns_size (function/userns.h); size 0: the host's uid 0. */
+	uint32_t userns_uid, userns_size;
 	/* A GPU function's GPUs, where its CUDA state was restored (none for a
 	 * standby not taken yet). */
 	size_t ngpus;

@@ -128,7 +128,7 @@ int instance_boot(const struct thaw_config *c, const struct instance_boot *b,
 	const struct func_spec *spec = b->spec;
 	/* A booted standby's record: taking it needs its spec (instance_activate
 	 * reads it from the record). */
-	const struct snapshot_meta booted = { .function = spec->id, .spec = spec, .booted = true };
+	struct snapshot_meta booted = { .function = spec->id, .spec = spec, .booted = true };
 	struct start_ctx x = { .c = c, .stdio = { -1, -1 } };
 	struct instance in = { 0 };
 	char visible[64 * GPUS_MAX + 32], runc_log[PATH_MAX + 32];
@@ -163,7 +163,16 @@ int instance_boot(const struct thaw_config *c, const struct instance_boot *b,
 	ret = instance_ctx_record(&x, &in, "starting");
 	if (ret)
 		goto fail;
-	ret = netns_create(x.netns);
+	if (spec->sandbox.userns) {
+		ret = userns_range_of(c, spec->id, &x.userns);
+		if (ret)
+			goto fail;
+		in.userns_uid = x.userns.base;
+		in.userns_size = x.userns.size;
+		booted.userns_base = x.userns.base;
+		booted.userns_size = x.userns.size;
+	}
+	ret = x.userns.size ? netns_reserve(x.netns) : netns_create(x.netns);
 	if (ret)
 		goto fail;
 	x.have_netns = true;
@@ -172,7 +181,8 @@ int instance_boot(const struct thaw_config *c, const struct instance_boot *b,
 					   .argv = b->argv,
 					   .gpu_minors = spec->gpu && minors_known ? minors : NULL,
 					   .ngpu_minors = in.ngpus, .env_defaults = defaults,
-					   .allow = c, .image = b->image && b->image[0] },
+					   .allow = c, .image = b->image && b->image[0],
+					   .userns = &x.userns },
 		x.bundle, &x.held);
 	if (ret)
 		goto fail;
@@ -184,6 +194,8 @@ int instance_boot(const struct thaw_config *c, const struct instance_boot *b,
 	x.have_container = true; /* a failed run leaves nothing; runc delete is harmless */
 	ret = runner_run(&x.r, x.bundle, in.id, runc_log, &x.stdio, &in.pid);
 	function_host_paths_close(&x.held); /* runc has bound them */
+	if (!ret && x.userns.size)
+		ret = netns_adopt(x.netns, in.pid);
 	if (ret)
 		goto fail;
 	proc_start_time(in.pid, &x.pid_start);

@@ -15,6 +15,7 @@
 
 #include "common/runner.h"
 #include "function/confine.h"
+#include "function/userns.h"
 #include "function/spec.h"
 #include "restore/gpu_restore.h"
 #include "restore/instance.h"
@@ -35,6 +36,10 @@ struct start_ctx {
 	char work[PATH_MAX + 16];
 	char log[PATH_MAX + 16];
 	bool have_dir, have_netns, have_container;
+	/* Its user namespace's host range (the snapshot's, function/userns.h);
+	 * size 0: none.  Its network namespace is then runc's, bound at netns
+	 * once the container is there (netns_adopt). */
+	struct userns_range userns;
 	/* The host directories the bundle binds (function/confine.h), held
 	 * until runc has returned. */
 	struct function_host_paths held;

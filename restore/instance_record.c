@@ -165,6 +165,14 @@ json_t *instance_to_json(const struct instance *in)
 		json_decref(j);
 		return NULL;
 	}
+	/* Which confinement applies: a user namespace (its host uid 0), or
+	 * the host's uid 0 without capabilities. */
+	if (j && (json_object_set_new(j, "userns", json_boolean(in->userns_size)) ||
+		  (in->userns_size &&
+		   json_object_set_new(j, "userns_uid", json_integer(in->userns_uid))))) {
+		json_decref(j);
+		return NULL;
+	}
 	/* Not mapped: why, so that a user can tell a fallback from a choice. */
 	if (j && in->pages_why[0] &&
 	    json_object_set_new(j, "pages_why", json_string(in->pages_why))) {

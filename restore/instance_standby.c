@@ -11,6 +11,7 @@
 #include "restore/gpu_prefill.h"
 #include "restore/gpu_restore.h"
 #include "restore/instance_internal.h"
+#include "function/userns.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -70,6 +71,11 @@ static void instance_from_record(const json_t *rec, struct instance *in)
 	in->standby_gpu_bytes = instance_record_num(rec, "standby_gpu_bytes", &v) ? (uint64_t)v : 0;
 	gpus_from_record(json_object_get(rec, "gpus"), in);
 	in->booted = json_is_false(json_object_get(rec, "restored"));
+	if (json_is_true(json_object_get(rec, "userns")) &&
+	    instance_record_num(rec, "userns_uid", &v) && v >= 0 && v <= UINT32_MAX) {
+		in->userns_uid = (uint32_t)v;
+		in->userns_size = USERNS_RANGE_SIZE;
+	}
 	snprintf(in->boot_why, sizeof(in->boot_why), "%s",
 		 json_string_value(json_object_get(rec, "restore_failure")) ?: "");
 	in->standby = true;

@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "function/spec.h"
+#include "function/userns.h"
 #include "server/api.h"
 #include "server/errors.h"
 #include "server/internal.h"
@@ -158,6 +159,9 @@ int api_function_delete(struct server *s, const char *fn, bool fleet, struct api
 		return ret;
 	}
 	pr_info("function %s deleted, %zu instance(s) stopped", fn, stopped);
+	/* Its user namespace's range goes back to the pool: nothing of it runs. */
+	if (userns_release(&s->cfg, fn))
+		pr_warn("function %s: its user namespace range stays taken", fn);
 	if (fleet)
 		remote_sync_forget(s, fn);
 	return 0;

@@ -41,6 +41,7 @@ enum opt_kind {
 	OPT_DATA_DIR,   /* config_init's data directory */
 	OPT_LOG_BYTES,  /* config_parse_bytes into thaw_config's log_bytes */
 	OPT_ALLOW_ROOT, /* repeatable: config_allow_root */
+	OPT_USERNS_POOL, /* config_userns_pool */
 	OPT_LAZY,
 	OPT_NO_LAZY,
 	OPT_VERBOSE,
@@ -155,6 +156,12 @@ static const struct thawd_opt opts[] = {
 		"allowed: the tree's bench/functions; never the data\n"
 		"directory, store or RAM tier, nor a directory holding one;\n"
 		"a spec naming any other directory is 403 forbidden" },
+	{ .name = "userns-pool", .arg = "START:COUNT|FILE", .kind = OPT_USERNS_POOL,
+	  .help = "the host uids (and gids) functions in a user namespace\n"
+		"(a spec's \"sandbox\": {\"userns\": true}) are mapped to,\n"
+		"65536 per function: START:COUNT, or a file in\n"
+		"/etc/subuid's form whose \"thaw\" line says it\n"
+		"(THAW_USERNS_POOL; default 2147483648:268435456)" },
 	{ .name = "lazy", .kind = OPT_LAZY, .label = "--lazy, --no-lazy",
 	  .help = "where mapping does not apply: restore pages on demand\n"
 		"(a lazy-pages daemon serves them from the RAM tier) or\n"
@@ -567,6 +574,12 @@ static int apply_config(const struct given *g, struct thaw_config *c)
 	}
 	if (check_registry_auth(c->registry_auth))
 		return 1;
+	for (size_t i = 0; i < ARRAY_SIZE(opts); i++)
+		if (opts[i].kind == OPT_USERNS_POOL && g->val[i] &&
+		    config_userns_pool(c, g->val[i])) {
+			fprintf(stderr, "thawd: --userns-pool: %s\n", log_last_error());
+			return 2;
+		}
 	if (g->lazy >= 0)
 		c->lazy = g->lazy ? CONFIG_LAZY_ON : CONFIG_LAZY_OFF;
 	for (size_t i = 0; i < g->nallow; i++)

@@ -35,7 +35,7 @@ static void test_json_shape(void)
 			       .endpoint = "127.0.0.1:4242", .pid = 77, .tier_hit = true,
 			       .t = { 1.5, 2.25, 0, 3, 6.75 } };
 	const char *keys[] = { "instance", "function", "snapshot", "endpoint", "pid", "tier",
-			       "pages", "lazy", "standby", "timings_ms", "restored" };
+			       "pages", "lazy", "standby", "timings_ms", "restored", "userns" };
 	const char *tkeys[] = { "load",	   "materialize", "setup", "criu_restore",
 				"endpoint", "gpu_restore", "ready", "total" };
 	json_t *j = instance_to_json(&in), *t;
@@ -55,6 +55,18 @@ static void test_json_shape(void)
 	CHECK(json_number_value(json_object_get(t, "criu_restore")) == 2.25);
 	CHECK(json_is_true(json_object_get(j, "restored")));
 	CHECK(!json_object_get(j, "restore_failure"));
+	/* As the host's uid 0: no user namespace, no uid named. */
+	CHECK(json_is_false(json_object_get(j, "userns")));
+	CHECK(!json_object_get(j, "userns_uid"));
+	json_decref(j);
+	/* In a user namespace: its host uid 0. */
+	in.userns_uid = 3000000000u;
+	in.userns_size = 65536;
+	j = instance_to_json(&in);
+	REQUIRE(j);
+	CHECK(json_is_true(json_object_get(j, "userns")));
+	CHECK_EQ(json_integer_value(json_object_get(j, "userns_uid")), 3000000000ll);
+	in.userns_uid = in.userns_size = 0;
 	json_decref(j);
 	/* Booted instead of restored (instance_boot): why, and the boot's times. */
 	{

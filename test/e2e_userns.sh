@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Functions in a user namespace ("sandbox": {"userns": true}; docs/DESIGN.md
+# "Confinement"), with real runc, CRIU and thawd, one thawd for all of it:
+#   1. a function in a user namespace is snapshotted and restored (mapped),
+#      and answers as its cold process did: the same token, its count of
+#      requests going on from the snapshot's warmup; it runs as the host uid
+#      range thawd gave it ("userns_uid" in the start's answer, thaw ps);
+#   2. from inside it, a file of the host's root, mode 0600, that a mount
+#      makes visible is unreadable; the same function without a user
+#      namespace (today's confinement alone) reads it;
+#   3. the same as a standby taken, with the spec's "lazy" (eager where
+#      vm.unprivileged_userfaultfd is 0, saying why), and through a routed
+#      request, each restored in its own user namespace, another
+#      function's range;
+#   4. the range stays the function's across snapshots and goes back to
+#      the pool with the function.
+set -u
+NAME=userns
+. "${THAW_ROOT:-$PWD}/test/lib/e2e.sh" uffd
+[ "$(cat /proc/sys/user/max_user_namespaces 2>/dev/null || echo 0)" -gt 0 ] || skip "no user namespaces"
+# The way to each function's root must be searchable by its range: the
+# test's own directory is mktemp's 0700.
+chmod 711 "$T"
+FN=$T/fn
+fixture_fn "$FN" userns_fn.py
+mkdir -p "$FN/mnt"
+echo "host root's secret" >"$FN/mnt/secret"
+chmod 600 "$FN/mnt/secret"
+chmod 755 "$FN" "$FN/mnt"
+POOL=3000000000:196608
+start_thawd --allow-root "$FN" --userns-pool "$POOL"
+
+spec() { # USERNS [MORE-JSON]
+	fn_spec userns_fn.py "$FN" "\"sandbox\": {\"userns\": $1},
+	  \"mounts\": [{\"source\": \"$FN/mnt\", \"destination\": \"/data\"}],
+	  \"env\": {\"SECRET\": \"/data/secret\"},
+	  \"warmup\": [{\"method\": \"GET\", \"path\": \"/probe\"}]${2:+, $2}"
+}
+
+# start FN [WHAT]: POST start, GET /probe into $T/probe; the answer in $T/start.
+start() {
+	local st ep
+	st=$(api POST "/functions/$1/start")
+	cp "$T/body" "$T/start"
+	[ "$st" = 201 ] || { fail "${2:-$1}: start: $st $(head -c 600 "$T/body")"; return 1; }
+	ep=$(jget "$T/start" "j['endpoint']")
+	curl -s --max-time 20 -o "$T/probe" "http://$ep/probe" || { fail "${2:-$1}: GET /probe"; return 1; }
+	echo "${2:-$1}: $(jget "$T/start" "j['pages'], j.get('userns'), j.get('userns_uid')") $(cat "$T/probe")"
+}
+p() { jget "$T/probe" "$1"; }
+s() { jget "$T/start" "$1"; }
+
+# ---- 1, 2: snapshotted and restored in its user namespace; the secret ----
+put_snapshot uns "$(spec true)"
+start uns "uns (mapped)" || exit 1
+BASE=$(s "j.get('userns_uid')")
+[ "$(s "j['userns']")" = True ] && [ -n "$BASE" ] && [ "$BASE" -ge 3000000000 ] &&
+	ok "the start says: user namespace, host uid $BASE" || fail "start answer: $(cat "$T/start")"
+[ "$(p "' '.join(j['uid_map'])")" = "0 $BASE 65536" ] && ok "it runs as host uids $BASE+65536" ||
+	fail "uid_map $(p "j['uid_map']")"
+[ "$(p "j['served']")" = 2 ] && ok "restored: served goes on from the warmup's 1" ||
+	fail "served $(p "j['served']") (a restore goes on from 1)"
+TOKEN_UNS=$(p "j['token']")
+[ "$(p "j['secret']")" = PermissionError ] && ok "host root's 0600 file is out of its reach" ||
+	fail "read host root's 0600 file: $(p "j['secret']")"
+"$THAW" ps --data-dir "$DATA" >"$T/ps"
+grep -q " $BASE\$" "$T/ps" && ok "thaw ps names its uid 0: $BASE" || fail "thaw ps: $(cat "$T/ps")"
+
+# The mapped image is built beside the first start: a later one maps it.
+for i in 1 2 3; do
+	api DELETE "/instances/$(s "j['instance']")" >/dev/null
+	start uns "uns (again)" || break
+	[ "$(s "j['pages']")" = mapped ] && break
+done
+[ "$(s "j['pages']")" = mapped ] && [ "$(p "j['token']")" = "$TOKEN_UNS" ] && [ "$(p "j['served']")" = 2 ] &&
+	ok "restored mapped: the same answer" || fail "mapped: $(cat "$T/start") $(cat "$T/probe")"
+
+put_snapshot host "$(spec false)"
+start host "host (no userns)" || exit 1
+[ "$(s "j['userns']")" = False ] && [ "$(p "' '.join(j['uid_map'])")" = "0 0 4294967295" ] &&
+	ok "without: the host's uid 0" || fail "host: $(cat "$T/start") $(cat "$T/probe")"
+[ "$(p "j['secret']")" = "host root's secret" ] && ok "without: the same file is read (the difference)" ||
+	fail "without a user namespace the file was not read: $(p "j['secret']")"
+
+# ---- 3. lazy, standby, routed, booted ----
+put_snapshot unsl "$(spec true '"lazy": true, "standby": 1')"
+wait_for 60 sh -c "curl -s '$URL/instances' | grep -q '\"standby\": *true'" || fail "no standby of unsl"
+start unsl "unsl (standby taken)"
+[ "$(s "j['standby']")" = True ] && [ "$(p "j['served']")" = 2 ] && [ "$(p "j['secret']")" = PermissionError ] &&
+	ok "a standby taken: restored, in its user namespace" || fail "standby: $(cat "$T/start")"
+BASE_L=$(s "j.get('userns_uid')")
+[ -n "$BASE_L" ] && [ "$BASE_L" != "$BASE" ] && ok "another function, another range ($BASE_L)" ||
+	fail "unsl's range $BASE_L, uns's $BASE"
+start unsl "unsl (lazy)"
+# CRIU's lazy restore opens a userfaultfd in the restored process, which in a
+# user namespace only vm.unprivileged_userfaultfd=1 lets it: else eagerly.
+if [ "$(cat /proc/sys/vm/unprivileged_userfaultfd 2>/dev/null)" = 1 ]; then
+	[ "$(s "j['pages']")" = lazy ]
+else
+	[ "$(s "j['pages']")" = eager ] && s "j['pages_why']" | grep -q userfaultfd
+fi && [ "$(p "j['served']")" = 2 ] && [ "$(s "j['userns_uid']")" = "$BASE_L" ] &&
+	ok "the spec's lazy: $(s "j['pages'], j.get('pages_why')"), in its user namespace" ||
+	fail "lazy: $(cat "$T/start")"
+
+curl -s --max-time 30 -o "$T/probe" "$URL/function/uns/probe"
+[ "$(p "' '.join(j['uid_map'])")" = "0 $BASE 65536" ] && [ "$(p "j['token']")" = "$TOKEN_UNS" ] &&
+	ok "a routed request: answered from the snapshot, in its user namespace" ||
+	fail "routed: $(cat "$T/probe")"
+
+# ---- 4. the range is the function's; DELETE gives it back ----
+ls "$DATA/userns" >"$T/ranges"
+[ "$(wc -l <"$T/ranges")" = 2 ] && ok "two ranges taken: $(tr '\n' ' ' <"$T/ranges")" || fail "ranges: $(cat "$T/ranges")"
+st=$(api DELETE /functions/unsl)
+[ "$st" = 204 ] && [ "$(ls "$DATA/userns" | wc -l)" = 1 ] && ok "DELETE gave its range back" ||
+	fail "DELETE unsl: $st, ranges $(ls "$DATA/userns")"
+exit $((fails > 0))

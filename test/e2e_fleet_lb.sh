@@ -58,10 +58,13 @@ for i in 2 3; do
 	[ "$st" = 404 ] || fail "host $i has f before any request: $st"
 done
 
-hey -n 192 -c 16 "$LB/function/f/hello?x=1" >"$T/hey.out" 2>&1
+# FLEET_HEY_N (a multiple of 16; default 192, short for make test): the
+# issue's 2000 is FLEET_HEY_N=2000 (hey then runs 125 on each of its 16).
+HEY_N=${FLEET_HEY_N:-192}
+hey -n "$HEY_N" -c 16 "$LB/function/f/hello?x=1" >"$T/hey.out" 2>&1
 codes=$(sed -n "/Status code distribution/,/^\$/p" "$T/hey.out" | grep -o "\[[0-9]*\][[:space:]]*[0-9]*" | tr -s " \t" " ")
-# hey runs -n/-c requests on each of its -c workers: 192 = 16 x 12.
-[ "$codes" = "[200] 192" ] && ok "hey -n 192 -c 16 through HAProxy: every answer 200 ($(grep -m1 'Requests/sec' "$T/hey.out" | tr -s ' '))" ||
+# hey runs -n/-c requests on each of its -c workers.
+[ "$codes" = "[200] $HEY_N" ] && ok "hey -n $HEY_N -c 16 through HAProxy: every answer 200 ($(grep -m1 'Requests/sec' "$T/hey.out" | tr -s ' '))" ||
 	fail "hey: $codes $(cat "$T/hey.out" | tail -20)"
 load() { # N C OUT
 	python3 "$ROOT/test/fixtures/fleet_load.py" "$LB" f "$1" "$2" "$3"

@@ -6,6 +6,8 @@
 # inter-process memory, for one), the snapshot fails with the driver's words
 # and version: this prints them for bench/RESULTS.md.
 # Usage: bench/gpu-tp-run.sh WORKDIR (THAW_BUILD, THAW_ROOT set by gpu-run.sh)
+# GPU_TP_ENV='{"NCCL_P2P_DISABLE": "1"}' adds to the spec's environment (and
+# the cold process's): which NCCL transports the driver lets through.
 set -u
 W=${1:-/var/tmp/thaw-gpu-tp}
 THAW=${THAW_BUILD:-build}/thaw
@@ -19,12 +21,25 @@ rm -rf "$W" && mkdir -p "$W" || exit 1
 PYBIN=$(dirname "$(python3 -c 'import sys; print(sys.executable)')")
 sed -e "s|@THAW_ROOT@|$ROOT|g" -e "s|/opt/torch/.venv/bin|$PYBIN|" \
 	"$ROOT/bench/functions/gpu_tp.json" >"$W/spec.json"
+if [ -n "${GPU_TP_ENV:-}" ]; then
+	python3 - "$W/spec.json" "$GPU_TP_ENV" <<'PY' || exit 1
+import json, sys
+s = json.load(open(sys.argv[1])); s["env"].update(json.loads(sys.argv[2]))
+json.dump(s, open(sys.argv[1], "w"))
+PY
+	for kv in $(python3 -c 'import json,sys; print(" ".join("%s=%s" % i for i in json.loads(sys.argv[1]).items()))' "$GPU_TP_ENV"); do
+		export "${kv?}"
+	done
+	echo "environment added: $GPU_TP_ENV"
+fi
 # The cold process's answer, outside thaw.
 port=$((21000 + $$ % 20000))
+c0=$(date +%s%N)
 (cd "$ROOT/bench/functions" && MASTER_PORT=$((port + 1)) exec setsid python3 gpu_tp.py --port $port) &
 ref=$!
 for _ in $(seq 1200); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.25; done
 cold=$(curl -sf "http://127.0.0.1:$port/infer")
+echo "figure: gpu_tp cold_boot_to_first_answer_ms $((($(date +%s%N) - c0) / 1000000))"
 kill -9 -- "-$ref" 2>/dev/null
 wait "$ref" 2>/dev/null
 echo "cold: $cold"
@@ -36,12 +51,16 @@ echo "cold: $cold"
 	exit 1
 }
 snap=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["snapshot"])' "$W/snap.json")
+s0=$(date +%s%N)
 "$THAW" --data-dir "$W/data" start "$snap" >"$W/start.json" 2>"$W/start.err" || {
 	echo "start failed:"; tail -n 20 "$W/start.err"; exit 1; }
 cat "$W/start.json"
+python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print("figure: gpu_tp snapshot_ms %s" % json.dumps(j.get("timings_ms")))' "$W/snap.json" 2>/dev/null
+python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print("figure: gpu_tp start_ms %s" % json.dumps(j.get("timings_ms")))' "$W/start.json"
 ep=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["endpoint"])' "$W/start.json")
 iid=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["instance"])' "$W/start.json")
 warm=$(curl -sf "http://$ep/infer")
+echo "figure: gpu_tp start_to_first_answer_ms $((($(date +%s%N) - s0) / 1000000))"
 echo "restored: $warm"
 "$THAW" --data-dir "$W/data" stop "$iid" >/dev/null 2>&1
 [ -n "$cold" ] && [ "$cold" = "$warm" ] || { echo "the restored function answered otherwise"; exit 1; }

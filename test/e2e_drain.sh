@@ -11,7 +11,8 @@
 #      and exits 0, leaving no container;
 #   4. SIGTERM drains the same way: a routed request in flight when it
 #      comes is answered 200 before thawd exits 0 (it used to be cut after
-#      10 s), /readyz 503 meanwhile.
+#      10 s), /readyz 503 meanwhile;
+#   5. a thawd that takes no start (--max-starts 0) is not ready: 503 full.
 set -u
 NAME=drain
 . "${THAW_ROOT:-$PWD}/test/lib/e2e.sh"
@@ -92,4 +93,11 @@ rc=$?
 THAWD_PID=""
 [ $rc = 0 ] && [ -z "$(own_containers)" ] && ok "SIGTERM: thawd exited 0, no container left" ||
 	fail "SIGTERM: rc $rc, containers: $(own_containers | tr '\n' ' ')"
+
+# ---- not ready when full: --max-starts 0 takes no start ----
+start_thawd --max-starts 0
+st=$(curl -s -D "$T/hdr" -o "$T/rz" -w '%{http_code}' "$URL/readyz")
+[ "$st" = 503 ] && [ "$(jget "$T/rz" "j['status']")" = full ] && grep -qi '^Retry-After: 1' "$T/hdr" &&
+	ok "--max-starts 0: GET /readyz 503 full" || fail "readyz when full: $st $(cat "$T/rz")"
+stop_thawd || fail "thawd (--max-starts 0) did not exit 0"
 [ $fails = 0 ]

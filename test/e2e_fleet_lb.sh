@@ -10,7 +10,7 @@
 #      request's): every answer 200 and right, answered by more than one host
 #      (bounded load spills past the hash's host), and each host that served
 #      f learned it from the remote with one pull (concurrent requests waited
-#      on it);
+#      on it); a function the remote lacks too is 404;
 #   2. requests one after another all land on one host (the hash's), whose
 #      RAM tier holds f (a start there counted in thaw_start_tier_total);
 #   3. that host killed (kill -9) mid-load: the other hosts carry on, no
@@ -82,6 +82,11 @@ for i in 2 3; do
 	[ "$pulls" = 1 ] && ok "host $i learned f from the remote with one pull" ||
 		fail "host $i: $pulls pulls of f: $(cat "$T/body")"
 done
+
+st=$(curl -s -o "$T/body" -w '%{http_code}' "$LB/function/nosuch/hello")
+[ "$st" = 404 ] && [ "$(jget "$T/body" "j['error']['code']")" = not_found ] &&
+	ok "a function the remote lacks too: 404 not_found through HAProxy" ||
+	fail "nosuch through HAProxy: $st $(cat "$T/body")"
 
 # ---- 2. one after another: one host, the warm one ----
 load 8 1 "$T/seq.json"

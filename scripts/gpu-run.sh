@@ -187,8 +187,9 @@ step runc-criu-smoke bash scripts/gpu-run.sh --runc-smoke
 step test_gpumem_gpu "$X/build/test/test_gpumem_gpu"
 # Several GPUs: the 2-process tensor-parallel function (skips, 77, on one GPU).
 step gpu-tp bash bench/gpu-tp-run.sh /var/tmp/thaw-gpu-tp
-# The same with NCCL's P2P transport off, which the driver restores (gpu-tp-probe).
-step gpu-tp-nop2p env GPU_TP_ENV='{"NCCL_P2P_DISABLE": "1"}' bash bench/gpu-tp-run.sh \
+# The same with NCCL's P2P and SHM transports off, which the driver restores
+# (gpu-tp-probe; SHM off too: a container's /dev/shm is too small for NCCL's).
+step gpu-tp-nop2p env GPU_TP_ENV='{"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}' bash bench/gpu-tp-run.sh \
 	/var/tmp/thaw-gpu-tp-nop2p
 # Which NCCL transports or allocations make the driver refuse a 2-rank job's
 # checkpoint (bench/gpu-tp-probe.py; skips, 77, on one GPU).

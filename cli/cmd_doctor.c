@@ -14,6 +14,7 @@
 #include "common/spawn.h"
 #include "common/util.h"
 #include "function/snapshot_meta.h"
+#include "function/userns.h"
 #include "prewarm/host_record.h"
 #include "prewarm/span_record.h"
 #include "restore/tier.h"
@@ -310,6 +311,65 @@ static void check_runc(struct doctor *d)
 	if (nl)
 		*nl = '\0';
 	report(d, "runc", ST_OK, "%s at %s", out, runc);
+}
+
+/* The first directory on the way to dir (its parents) that an
+ * unprivileged uid cannot search, into out; false when there is none. */
+static bool unsearchable_parent(const char *dir, char *out, size_t len)
+{
+	char p[PATH_MAX];
+	struct stat st;
+
+	if (!realpath(dir, p) && snprintf(p, sizeof(p), "%s", dir) >= (int)sizeof(p))
+		return false;
+	for (char *s = strchr(p + 1, '/'); s; s = strchr(s + 1, '/')) {
+		*s = '\0';
+		if (stat(p, &st) == 0 && !(st.st_mode & S_IXOTH)) {
+			snprintf(out, len, "%s", p);
+			return true;
+		}
+		*s = '/';
+	}
+	return false;
+}
+
+/* Functions in a user namespace ("sandbox": {"userns": true}): whether
+ * this host can run them, and how (docs/DESIGN.md, "Confinement"). */
+static void check_userns(struct doctor *d)
+{
+	struct thaw_config c;
+	char why[256], parent[PATH_MAX];
+	FILE *f;
+	int uffd = 0;
+
+	if (config_init(&c, cli_data_dir())) {
+		report(d, "userns", ST_WARN, "no configuration: %s", log_last_error());
+		return;
+	}
+	if (!userns_supported(&c, why, sizeof(why))) {
+		report(d, "userns", ST_WARN,
+		       "functions cannot run in a user namespace here (\"sandbox\": {\"userns\": "
+		       "true} fails): %s",
+		       why);
+		return;
+	}
+	f = fopen("/proc/sys/vm/unprivileged_userfaultfd", "re");
+	if (f) {
+		if (fscanf(f, "%d", &uffd) != 1)
+			uffd = 0;
+		fclose(f);
+	}
+	if (unsearchable_parent(c.data_dir, parent, sizeof(parent))) {
+		report(d, "userns", ST_WARN,
+		       "supported (%s), but %s, above the data directory, is not searchable by other "
+		       "users: a function in a user namespace cannot reach its root through it "
+		       "(chmod o+x %s)",
+		       why, parent, parent);
+		return;
+	}
+	report(d, "userns", ST_OK, "supported: %s; %s", why,
+	       uffd == 1 ? "lazy restores too (vm.unprivileged_userfaultfd=1)" :
+			   "their lazy restores go eager (vm.unprivileged_userfaultfd=0)");
 }
 
 static void check_io_uring(struct doctor *d)
@@ -765,7 +825,8 @@ static void usage(FILE *f)
 		   "  THAW_RAM_TIER  RAM tier directory (default /dev/shm/thaw)\n"
 		   "  THAW_TIER_HUGE auto|1|0: the tier on its own huge-page tmpfs (auto: the default root)\n"
 		   "  THAW_DATA_DIR  data directory (or thaw --data-dir; default /var/lib/thaw)\n"
-		   "  THAW_NO_GPU=1  act as if there were no GPU\n");
+		   "  THAW_NO_GPU=1  act as if there were no GPU\n"
+		   "  THAW_USERNS_POOL START:COUNT|FILE  host uids for functions in a user namespace\n");
 }
 
 int cmd_doctor(int argc, char **argv)
@@ -798,6 +859,7 @@ int cmd_doctor(int argc, char **argv)
 	check_criu(&d);
 	check_criu_kdat(&d);
 	check_runc(&d);
+	check_userns(&d);
 	check_io_uring(&d);
 	check_gpu(&d);
 	check_gpumem(&d);

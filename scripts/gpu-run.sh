@@ -189,7 +189,7 @@ step test_gpumem_gpu "$X/build/test/test_gpumem_gpu"
 step gpu-tp bash bench/gpu-tp-run.sh /var/tmp/thaw-gpu-tp
 # The same with NCCL's P2P and SHM transports off, which the driver restores
 # (gpu-tp-probe; SHM off too: a container's /dev/shm is too small for NCCL's).
-step gpu-tp-nop2p env GPU_TP_ENV='{"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}' bash bench/gpu-tp-run.sh \
+step gpu-tp-nop2p env GPU_TP_ENV='{"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_SOCKET_IFNAME": "lo"}' bash bench/gpu-tp-run.sh \
 	/var/tmp/thaw-gpu-tp-nop2p
 # Which NCCL transports or allocations make the driver refuse a 2-rank job's
 # checkpoint (bench/gpu-tp-probe.py; skips, 77, on one GPU).

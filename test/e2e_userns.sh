@@ -11,7 +11,8 @@
 #   3. the same as a standby taken, with the spec's "lazy" (eager where
 #      vm.unprivileged_userfaultfd is 0, saying why), and through a routed
 #      request, each restored in its own user namespace, another
-#      function's range;
+#      function's range; and booted cold when its snapshot is damaged
+#      (restore or boot), in the same range;
 #   4. the range stays the function's across snapshots and goes back to
 #      the pool with the function.
 set -u
@@ -106,6 +107,16 @@ curl -s --max-time 30 -o "$T/probe" "$URL/function/uns/probe"
 [ "$(p "' '.join(j['uid_map'])")" = "0 $BASE 65536" ] && [ "$(p "j['token']")" = "$TOKEN_UNS" ] &&
 	ok "a routed request: answered from the snapshot, in its user namespace" ||
 	fail "routed: $(cat "$T/probe")"
+
+# ---- booted cold (restore or boot): its snapshot damaged, in its range ----
+stop_thawd
+snap=$(python3 -c "import json; print(json.load(open('$DATA/functions/uns.json'))['snapshot']['id'])")
+[ -n "$(python3 "$ROOT/test/lib/pack_damage.py" flip "$DATA/store" "$snap")" ] || fail "no chunk to flip"
+start_thawd --allow-root "$FN" --userns-pool "$POOL" --ram-tier "$SHM/t2"
+start uns "uns (booted)"
+[ "$(s "j['restored']")" = False ] && [ "$(s "j['userns_uid']")" = "$BASE" ] &&
+	[ "$(p "' '.join(j['uid_map'])")" = "0 $BASE 65536" ] && [ "$(p "j['secret']")" = PermissionError ] &&
+	ok "its snapshot damaged, booted cold in the same range" || fail "booted: $(cat "$T/start") $(cat "$T/probe")"
 
 # ---- 4. the range is the function's; DELETE gives it back ----
 ls "$DATA/userns" >"$T/ranges"

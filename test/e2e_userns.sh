@@ -28,13 +28,17 @@ mkdir -p "$FN/mnt"
 echo "host root's secret" >"$FN/mnt/secret"
 chmod 600 "$FN/mnt/secret"
 chmod 755 "$FN" "$FN/mnt"
+# A directory of the host's root that each function gets read-write (one
+# each: a directory a function writes is reached by nothing else).
+mkdir -m 755 "$T/rw-uns" "$T/rw-host"
 POOL=3000000000:196608
 start_thawd --allow-root "$FN" --userns-pool "$POOL"
 
-spec() { # USERNS [MORE-JSON]
+spec() { # USERNS [MORE-JSON [RW-DIR]]
 	fn_spec userns_fn.py "$FN" "\"sandbox\": {\"userns\": $1},
-	  \"mounts\": [{\"source\": \"$FN/mnt\", \"destination\": \"/data\"}],
-	  \"env\": {\"SECRET\": \"/data/secret\"},
+	  \"mounts\": [{\"source\": \"$FN/mnt\", \"destination\": \"/data\"}${3:+,
+	    {\"source\": \"$3\", \"destination\": \"/rw\", \"readonly\": false\}}],
+	  \"env\": {\"SECRET\": \"/data/secret\", \"WRITABLE\": \"/rw\"},
 	  \"warmup\": [{\"method\": \"GET\", \"path\": \"/probe\"}]${2:+, $2}"
 }
 
@@ -52,7 +56,7 @@ p() { jget "$T/probe" "$1"; }
 s() { jget "$T/start" "$1"; }
 
 # ---- 1, 2: snapshotted and restored in its user namespace; the secret ----
-put_snapshot uns "$(spec true)"
+put_snapshot uns "$(spec true "" "$T/rw-uns")"
 start uns "uns (mapped)" || exit 1
 BASE=$(s "j.get('userns_uid')")
 [ "$(s "j['userns']")" = True ] && [ -n "$BASE" ] && [ "$BASE" -ge 3000000000 ] &&
@@ -64,6 +68,11 @@ BASE=$(s "j.get('userns_uid')")
 TOKEN_UNS=$(p "j['token']")
 [ "$(p "j['secret']")" = PermissionError ] && ok "host root's 0600 file is out of its reach" ||
 	fail "read host root's 0600 file: $(p "j['secret']")"
+# What a read-write mount made of a state file in the hardening pass (code
+# run as host root): here the host's root's directory stays unwritten.
+[ "$(p "j['write']")" = PermissionError ] && [ ! -e "$T/rw-uns/probe" ] &&
+	ok "a read-write mount of host root's directory: not writable by it" ||
+	fail "wrote into host root's directory: $(p "j['write']")"
 "$THAW" ps --data-dir "$DATA" >"$T/ps"
 grep -q " $BASE\$" "$T/ps" && ok "thaw ps names its uid 0: $BASE" || fail "thaw ps: $(cat "$T/ps")"
 
@@ -76,12 +85,15 @@ done
 [ "$(s "j['pages']")" = mapped ] && [ "$(p "j['token']")" = "$TOKEN_UNS" ] && [ "$(p "j['served']")" = 2 ] &&
 	ok "restored mapped: the same answer" || fail "mapped: $(cat "$T/start") $(cat "$T/probe")"
 
-put_snapshot host "$(spec false)"
+put_snapshot host "$(spec false "" "$T/rw-host")"
 start host "host (no userns)" || exit 1
 [ "$(s "j['userns']")" = False ] && [ "$(p "' '.join(j['uid_map'])")" = "0 0 4294967295" ] &&
 	ok "without: the host's uid 0" || fail "host: $(cat "$T/start") $(cat "$T/probe")"
 [ "$(p "j['secret']")" = "host root's secret" ] && ok "without: the same file is read (the difference)" ||
 	fail "without a user namespace the file was not read: $(p "j['secret']")"
+[ "$(p "j['write']")" = ok ] && [ -e "$T/rw-host/probe" ] &&
+	ok "without: host root's directory is written (the difference)" ||
+	fail "without a user namespace the mount was not written: $(p "j['write']")"
 
 # ---- 3. lazy, standby, routed, booted ----
 put_snapshot unsl "$(spec true '"lazy": true, "standby": 1')"

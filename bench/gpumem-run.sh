@@ -33,6 +33,10 @@ BENCH=$B/bench/thaw-bench
 mkdir -p "$OUTDIR"
 W=$(mktemp -d /tmp/gpumem-run-XXXXXX)
 TIER=$(mktemp -d /dev/shm/gpumem-run-tier-XXXXXX)
+# Searchable (not readable) by others: a function in a user namespace runs as
+# an unprivileged host uid, which must reach its root below the data
+# directory; thawd refuses to open the operator's directories itself.
+chmod 711 "$W" "$TIER"
 ID=none INFER="" EXPECT=""
 . "$ROOT/bench/lib/thawd.sh"
 # A huge-page tier (thawd's own default root is one; this one is too): the

@@ -2,6 +2,7 @@
 /* oci.c — see oci.h. */
 #define LOG_PREFIX "oci: "
 #include "common/oci.h"
+#include "common/host_stage.h"
 #include "common/log.h"
 #include "common/oci_seccomp.h"
 #include "common/util.h"
@@ -112,7 +113,20 @@ static bool is_host_dir(const char *path)
 	return false;
 }
 
-static json_t *build_mounts(const struct oci_spec *spec, bool host_root)
+/* The source of the bind of host directory dir: dir, or in a user
+ * namespace its staging mount where it has submounts (host_stage.h). */
+static int host_src(const struct oci_spec *spec, const char *dir, char *src, size_t len)
+{
+	if (!spec->host_stage) {
+		snprintf(src, len, "%s", dir);
+		return 0;
+	}
+	return host_stage_source(spec->host_stage, dir, src, len);
+}
+
+/* The container's mounts, in *out; 0 or -errno (a host directory that
+ * could not be staged). */
+static int build_mounts(const struct oci_spec *spec, bool host_root, json_t **out)
 {
 	static const char *const dev[] = { "nosuid", "strictatime", "mode=755", "size=65536k" };
 	static const char *const pts[] = { "nosuid", "noexec", "newinstance", "ptmxmode=0666",
@@ -123,10 +137,13 @@ static json_t *build_mounts(const struct oci_spec *spec, bool host_root)
 	static const char *const sys[] = { "nosuid", "noexec", "nodev", "ro" };
 	static const char *const tmp[] = { "nosuid", "nodev", "mode=1777" };
 	json_t *m = json_array();
+	char src[PATH_MAX];
 	struct stat st;
+	int ret;
 
+	*out = NULL;
 	if (!m)
-		return NULL;
+		return -ENOMEM;
 	json_array_append_new(m, mount_obj("/proc", "proc", "proc", NULL, 0));
 	json_array_append_new(m, mount_obj("/dev", "tmpfs", "tmpfs", dev, ARRAY_SIZE(dev)));
 	json_array_append_new(m, mount_obj("/dev/pts", "devpts", "devpts", pts, ARRAY_SIZE(pts)));
@@ -141,7 +158,10 @@ static json_t *build_mounts(const struct oci_spec *spec, bool host_root)
 				continue;
 			if (!strcmp(host_dirs[i], "/root") && !spec->sandbox.host_home)
 				continue;
-			json_array_append_new(m, bind_obj(host_dirs[i], host_dirs[i], false));
+			ret = host_src(spec, host_dirs[i], src, sizeof(src));
+			if (ret)
+				goto err;
+			json_array_append_new(m, bind_obj(src, host_dirs[i], false));
 			if (!strcmp(host_dirs[i], "/usr") && spec->gpu &&
 			    stat("/usr/local/nvidia", &st) == 0 && S_ISDIR(st.st_mode))
 				json_array_append_new(m, bind_obj("/usr/local/nvidia",
@@ -151,8 +171,12 @@ static json_t *build_mounts(const struct oci_spec *spec, bool host_root)
 			char p[64];
 
 			snprintf(p, sizeof(p), "/%s", top_links[i]);
-			if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
-				json_array_append_new(m, bind_obj(p, p, false));
+			if (lstat(p, &st) || !S_ISDIR(st.st_mode))
+				continue;
+			ret = host_src(spec, p, src, sizeof(src));
+			if (ret)
+				goto err;
+			json_array_append_new(m, bind_obj(src, p, false));
 		}
 	} else if (spec->gpu && stat("/usr/local/nvidia", &st) == 0 && S_ISDIR(st.st_mode)) {
 		json_array_append_new(m, bind_obj("/usr/local/nvidia", "/usr/local/nvidia", false));
@@ -167,7 +191,11 @@ static json_t *build_mounts(const struct oci_spec *spec, bool host_root)
 		json_array_append_new(m, bind_obj(spec->binds[i].src, spec->binds[i].dst,
 						  spec->binds[i].writable));
 	}
-	return m;
+	*out = m;
+	return 0;
+err:
+	json_decref(m);
+	return ret;
 }
 
 /* /dev/nvidiaN: a GPU's node (not nvidiactl, nvidia-uvm…); its N. */
@@ -416,7 +444,7 @@ static int write_criu_conf(const char *path, bool restore)
 int oci_bundle_write(const char *dir, const struct oci_spec *spec)
 {
 	char absdir[PATH_MAX], rootfs[PATH_MAX + 16], conf[PATH_MAX + 16], cfg[PATH_MAX + 16];
-	json_t *root = NULL;
+	json_t *root = NULL, *mounts = NULL;
 	char *text = NULL;
 	bool host_root = !spec->rootfs;
 	int ret;
@@ -450,11 +478,14 @@ int oci_bundle_write(const char *dir, const struct oci_spec *spec)
 		goto out;
 	}
 
+	ret = build_mounts(spec, host_root, &mounts);
+	if (ret)
+		goto out;
 	root = json_pack("{s:s, s:o, s:{s:s, s:b}, s:s, s:o, s:o, s:{s:s}}", "ociVersion", "1.0.2",
 			 "process", build_process(spec), "root", "path", rootfs, "readonly",
 			 !spec->sandbox.writable_root,
 			 "hostname", spec->hostname ? spec->hostname : "thaw", "mounts",
-			 build_mounts(spec, host_root), "linux", build_linux(spec), "annotations",
+			 mounts, "linux", build_linux(spec), "annotations",
 			 "org.criu.config", conf);
 	if (!root) {
 		ret = -ENOMEM;

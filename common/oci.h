@@ -3,7 +3,8 @@
  *
  * The rootfs is either the user's, or an empty directory tree over which the
  * host's /usr, /etc, /opt (and /usr/local/nvidia for GPU functions, a
- * submount bound on its own) are bound read-only, non-recursively, with the
+ * submount bound on its own) are bound read-only, non-recursively (in a user
+ * namespace one with submounts from its staging mount: host_stage), with the
  * merged-/usr symlinks (/bin, /lib, /lib64, /sbin) and /tmp as a tmpfs.
  * Confined by default (struct oci_sandbox): a read-only root, no capability,
  * no_new_privileges, the OCI runtimes' default seccomp profile
@@ -84,6 +85,10 @@ struct oci_spec {
 	 * NULL): CRIU dumps a container only with namespaces its user
 	 * namespace owns. */
 	uint32_t userns_base, userns_size;
+	/* Where host directories with submounts are staged for a container
+	 * in a user namespace (common/host_stage.h), and bound from; NULL:
+	 * each is bound from itself. */
+	const char *host_stage;
 };
 
 /* Create dir (if needed) and write dir/config.json, dir/rootfs/ and

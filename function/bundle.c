@@ -47,7 +47,7 @@ int function_bundle_write(const struct function_bundle *b, const char *dir,
 {
 	static char *const no_argv[] = { "/bin/true", NULL };
 	const struct func_spec *spec = b->spec;
-	char cgroup[192], port_env[32], preload[PATH_MAX + 64], **env = NULL;
+	char cgroup[192], port_env[32], preload[PATH_MAX + 64], stage[PATH_MAX + 8], **env = NULL;
 	struct oci_bind *binds = NULL;
 	struct oci_spec o = { 0 };
 	char (*src)[PATH_MAX + 32] = NULL; /* the cwd's, then each mount's */
@@ -110,6 +110,10 @@ int function_bundle_write(const struct function_bundle *b, const char *dir,
 		o.netns_path = NULL;
 		o.userns_base = b->userns->base;
 		o.userns_size = b->userns->size;
+		/* Host directories with submounts (GPU hosts' /usr) are bound
+		 * from a staging mount of their own there (common/host_stage.h). */
+		snprintf(stage, sizeof(stage), "%s/stage", b->allow->data_dir);
+		o.host_stage = stage;
 	}
 	o.binds = binds;
 	/* The function's own directory, read-only at the same path. */

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# A function in a user namespace on a host whose /usr has a submount (a GPU
+# host's /usr/local/nvidia, and others): the kernel refuses, in a new user
+# namespace, a non-recursive bind of a mount with children (`error mounting
+# "/usr" ... invalid argument` at runc run), so thawd binds such a directory
+# alone onto <data>/stage/usr, private, and the container binds that
+# (common/host_stage.h).  thawd runs in a mount namespace of its own where a
+# tmpfs is mounted on a fresh directory under /usr: the host's mounts are
+# left as they were.  Checks: the function is snapshotted (CRIU dump) and
+# restored (CRIU restore) in its namespace; /usr is staged in thawd's
+# namespace, read-only and private; after thawd starts again in a fresh namespace (as after a
+# reboot: no staging mount) a start restores again.
+set -u
+NAME=userns_stage
+. "${THAW_ROOT:-$PWD}/test/lib/e2e.sh"
+[ "$(cat /proc/sys/user/max_user_namespaces 2>/dev/null || echo 0)" -gt 0 ] || skip "no user namespaces"
+command -v unshare >/dev/null || skip "no unshare"
+chmod 711 "$T"
+FN=$T/fn
+fixture_fn "$FN" userns_fn.py
+chmod 755 "$FN"
+SUB=/usr/local/thaw-test-sub-$$
+mkdir "$SUB" || skip "cannot make $SUB"
+e2e_cleanup_hook() { rmdir "$SUB" 2>/dev/null; }
+# thawd in its own mount namespace, /usr with a submount there only.
+cat >"$T/thawd-ns" <<EOS
+#!/bin/sh
+exec unshare -m --propagation private sh -c 'mount -t tmpfs thaw-test-sub "\$0" && exec "\$@"' \
+	"$SUB" "$THAWD" "\$@"
+EOS
+chmod 755 "$T/thawd-ns"
+THAWD=$T/thawd-ns
+POOL=3000000000:65536
+start_thawd --allow-root "$FN" --userns-pool "$POOL"
+staged() { nsenter -t "$THAWD_PID" -m awk -v p="$DATA/stage/usr" '$5 == p' /proc/self/mountinfo; }
+nsenter -t "$THAWD_PID" -m awk -v p="$SUB" '$5 == p { f = 1 } END { exit !f }' /proc/self/mountinfo &&
+	ok "thawd's /usr has a submount: $SUB" || fail "no tmpfs on $SUB in thawd's namespace"
+
+start() { # WHAT
+	local st ep
+	st=$(api POST /functions/stg/start)
+	cp "$T/body" "$T/start"
+	[ "$st" = 201 ] || { fail "$1: start: $st $(head -c 600 "$T/body")"; return 1; }
+	ep=$(jget "$T/start" "j['endpoint']")
+	curl -s --max-time 20 -o "$T/probe" "http://$ep/probe" || { fail "$1: GET /probe"; return 1; }
+	[ "$(jget "$T/start" "j['restored']")" = True ] &&
+		[ "$(jget "$T/probe" "' '.join(j['uid_map'])")" = "0 3000000000 65536" ] &&
+		[ "$(jget "$T/probe" "j['served']")" = 2 ] &&
+		ok "$1: restored in its user namespace, served goes on from the warmup's 1" ||
+		fail "$1: $(cat "$T/start") $(cat "$T/probe")"
+	api DELETE "/instances/$(jget "$T/start" "j['id']")" >/dev/null
+}
+
+put_snapshot stg "$(fn_spec userns_fn.py "$FN" "\"sandbox\": {\"userns\": true},
+  \"warmup\": [{\"method\": \"GET\", \"path\": \"/probe\"}]")"
+ok "snapshotted in a user namespace with a submount in /usr"
+# Its root /usr, read-only, no peer group (private).
+[ "$(staged | awk '{print $4, substr($6, 1, 3), $7}')" = "/usr ro, -" ] &&
+	ok "/usr bound alone on $DATA/stage/usr: $(staged | awk '{print $4, $6, $7}')" ||
+	fail "/usr not staged: $(nsenter -t "$THAWD_PID" -m grep "$DATA" /proc/self/mountinfo)"
+start "first start"
+
+# A fresh mount namespace: no staging mount until a bundle needs it.
+stop_thawd
+start_thawd --allow-root "$FN" --userns-pool "$POOL"
+[ -z "$(staged)" ] || fail "staged before any start"
+start "after a restart (no staging mount)"
+[ -n "$(staged)" ] && ok "staged again by the restore's bundle" || fail "not staged again"
+exit $((fails > 0))

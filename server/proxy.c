@@ -11,6 +11,7 @@
  */
 #define LOG_PREFIX "proxy: "
 #include "server/proxy.h"
+#include "server/proxy_headers.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "restore/shim.h"
@@ -48,8 +49,6 @@
  * (502), not something to pass on cut. */
 #define HEAD_LINE_MAX   (16 * 1024)
 #define HEAD_MAX        (64 * 1024)
-/* The names a Connection header lists, kept for the filter: ",a,b," */
-#define CONN_NAMES_MAX  512
 #define RETRY_AFTER     "1"
 #define CONNECT_TIMEOUT_MS 10000L
 
@@ -90,7 +89,7 @@ struct proxy_call {
 	size_t head_bytes;
 	long long answer_cl; /* its Content-Length, -1: none */
 	bool answer_chunked;
-	char conn_names[CONN_NAMES_MAX]; /* what its Connection header names */
+	char conn_names[PROXY_CONN_NAMES_MAX]; /* what its Connection header names */
 	char *buf;
 	size_t off, len, cap;
 	atomic_int refs; /* the request's, and its answer's while libmicrohttpd has it */
@@ -243,161 +242,6 @@ static bool method_ok(const char *m)
 					"0123456789!#$%&'*+-.^_`|~") == n;
 }
 
-/* Hop-by-hop headers (RFC 9110, 7.6.1), and those libcurl or
- * libmicrohttpd write themselves (the framing). */
-static bool hop_by_hop(const char *name, size_t len)
-{
-	static const char *const hop[] = { "connection",	 "keep-alive", "proxy-connection",
-					   "proxy-authenticate", "proxy-authorization",
-					   "te",		 "trailer",    "transfer-encoding",
-					   "upgrade",		 "content-length" };
-
-	for (size_t i = 0; i < ARRAY_SIZE(hop); i++)
-		if (strlen(hop[i]) == len && !strncasecmp(name, hop[i], len))
-			return true;
-	return false;
-}
-
-/* Add the names a Connection header's value lists to set (",a,b,",
- * lowercase): they are hop-by-hop too (RFC 9110, 7.6.1).  false when set
- * is full: the message then cannot be passed on faithfully. */
-static bool conn_names_add(char *set, size_t size, const char *v, size_t vl)
-{
-	size_t n = strlen(set);
-
-	if (!n && size > 1)
-		set[n++] = ',', set[n] = '\0';
-	for (size_t i = 0; i < vl;) {
-		size_t j = i, k;
-
-		while (j < vl && v[j] != ',')
-			j++;
-		k = j;
-		while (i < k && (v[i] == ' ' || v[i] == '\t'))
-			i++;
-		while (k > i && (v[k - 1] == ' ' || v[k - 1] == '\t'))
-			k--;
-		if (k > i) {
-			if (n + (k - i) + 2 > size)
-				return false;
-			for (size_t m = i; m < k; m++)
-				set[n++] = (char)tolower((unsigned char)v[m]);
-			set[n++] = ',';
-			set[n] = '\0';
-		}
-		i = j + 1;
-	}
-	return true;
-}
-
-/* Whether set (conn_names_add's) lists the name of len bytes. */
-static bool conn_named(const char *set, const char *name, size_t len)
-{
-	for (const char *p = set; p && *p; p = strchr(p + 1, ',')) {
-		if (p[0] == ',' && !strncasecmp(p + 1, name, len) && p[1 + len] == ',')
-			return true;
-	}
-	return false;
-}
-
-/* The forwarding headers thawd writes itself: a client's own are dropped,
- * so that the function can trust what it reads there. */
-static bool forwarding(const char *name)
-{
-	return !strncasecmp(name, "x-forwarded-", 12) || !strcasecmp(name, "forwarded") ||
-	       !strcasecmp(name, "x-real-ip");
-}
-
-struct head_walk {
-	struct proxy_call *c;
-	char conn_names[CONN_NAMES_MAX]; /* what the client's Connection names */
-	bool accept, failed;
-};
-
-static enum MHD_Result collect_connection(void *cls, enum MHD_ValueKind kind, const char *key,
-					  const char *value)
-{
-	struct head_walk *w = cls;
-
-	if (key && value && !strcasecmp(key, "connection") &&
-	    !conn_names_add(w->conn_names, sizeof(w->conn_names), value, strlen(value)))
-		w->failed = true;
-	return MHD_YES;
-}
-
-static bool append_raw(struct proxy_call *c, const char *line)
-{
-	struct curl_slist *l = curl_slist_append(c->hdrs, line);
-
-	if (l)
-		c->hdrs = l;
-	return l != NULL;
-}
-
-static void add_line(struct head_walk *w, const char *name, const char *value)
-{
-	char *line = NULL;
-
-	/* "Name:" alone would make libcurl drop the header: "Name;" sends it
-	 * empty. */
-	if ((*value ? asprintf(&line, "%s: %s", name, value) : asprintf(&line, "%s;", name)) < 0) {
-		w->failed = true;
-		return;
-	}
-	if (!append_raw(w->c, line))
-		w->failed = true;
-	free(line);
-}
-
-static enum MHD_Result add_header(void *cls, enum MHD_ValueKind kind, const char *key,
-				  const char *value)
-{
-	struct head_walk *w = cls;
-
-	if (!key || !value || hop_by_hop(key, strlen(key)) || !strcasecmp(key, "expect") ||
-	    conn_named(w->conn_names, key, strlen(key)) || forwarding(key))
-		return MHD_YES;
-	/* Behind a token, Authorization is thawd's: never the function's. */
-	if (w->c->srv->auth.enabled && !strcasecmp(key, "authorization"))
-		return MHD_YES;
-	if (!strcasecmp(key, "accept"))
-		w->accept = true;
-	add_line(w, key, value);
-	return MHD_YES;
-}
-
-/* The headers for the instance: the client's but the hop-by-hop ones (and
- * those its Connection names) and the forwarding ones, and thawd's own
- * forwarding ones: where the request came from.  0, -EINVAL (a Connection
- * header listing too much), or -ENOMEM. */
-static int request_headers(struct proxy_call *c, struct MHD_Connection *conn)
-{
-	const union MHD_ConnectionInfo *ci =
-		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-	struct head_walk w = { .c = c };
-	char ip[INET6_ADDRSTRLEN] = "";
-
-	MHD_get_connection_values(conn, MHD_HEADER_KIND, collect_connection, &w);
-	if (w.failed)
-		return -EINVAL;
-	MHD_get_connection_values(conn, MHD_HEADER_KIND, add_header, &w);
-	if (ci && ci->client_addr)
-		getnameinfo(ci->client_addr,
-			    ci->client_addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-								   : sizeof(struct sockaddr_in),
-			    ip, sizeof(ip), NULL, 0, NI_NUMERICHOST);
-	if (ip[0])
-		add_line(&w, "X-Forwarded-For", ip);
-	add_line(&w, "X-Forwarded-Proto", c->srv->tls.cert ? "https" : "http");
-	/* "Name:" drops what libcurl would add of its own: an Accept the client
-	 * did not send, and Expect: 100-continue (the body is on its way). */
-	if (!w.failed && !w.accept && !append_raw(c, "Accept:"))
-		w.failed = true;
-	if (!w.failed && !append_raw(c, "Expect:"))
-		w.failed = true;
-	return w.failed ? -ENOMEM : 0;
-}
-
 /* The instance's path and query: what follows /function/<id> in the raw
  * request target, "/" for nothing. */
 static char *target_of(const struct req *q)
@@ -450,7 +294,9 @@ static int call_new(struct req *q, const char *method, struct proxy_call **out)
 	ci = MHD_get_connection_info(q->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 	if (ci)
 		c->client_fd = ci->connect_fd;
-	ret = c->target ? request_headers(c, q->conn) : -ENOMEM;
+	ret = c->target ? proxy_request_headers(q->conn, c->srv->auth.enabled,
+						  c->srv->tls.cert ? "https" : "http", &c->hdrs)
+			: -ENOMEM;
 	if (ret) {
 		call_put(c);
 		return ret;
@@ -603,10 +449,10 @@ static size_t on_header(char *b, size_t size, size_t n, void *arg)
 		/* libcurl reads chunked, and refuses what it cannot frame. */
 		c->answer_chunked = c->answer_framed = true;
 	} else if (nl == 10 && !strncasecmp(b, "connection", nl) &&
-		   !conn_names_add(c->conn_names, sizeof(c->conn_names), v, vl)) {
+		   !proxy_conn_names_add(c->conn_names, sizeof(c->conn_names), v, vl)) {
 		return head_refused(c, "has a Connection header that lists too much", vl);
 	}
-	if (hop_by_hop(b, nl))
+	if (proxy_hop_by_hop(b, nl))
 		return len;
 	names = realloc(c->names, (c->nh + 1) * sizeof(*names));
 	if (names)
@@ -1041,7 +887,7 @@ static int answer_stream(struct proxy_call *c)
 		atomic_fetch_add(&c->refs, 1); /* answer_free's */
 	for (size_t i = 0; i < c->nh; i++) {
 		/* Those its Connection names are hop-by-hop too. */
-		if (conn_named(c->conn_names, c->names[i], strlen(c->names[i])))
+		if (proxy_conn_named(c->conn_names, c->names[i], strlen(c->names[i])))
 			continue;
 		if (MHD_add_response_header(r, c->names[i], c->values[i]) != MHD_YES)
 			pr_debug("%s %s: header %s not passed on", c->method, c->fn, c->names[i]);
@@ -1086,7 +932,7 @@ static int begin(struct req *q, const char *method)
 	if (ret == -EINVAL)
 		return reply_error(q, 400, "bad_request",
 				   "the Connection header lists more than %d bytes of names",
-				   CONN_NAMES_MAX - 2)
+				   PROXY_CONN_NAMES_MAX - 2)
 			       ? -EIO
 			       : 0;
 	if (ret)

@@ -18,23 +18,6 @@
 /* Two bundles written at once would stack two staging mounts. */
 static pthread_mutex_t stage_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* mountinfo escapes ' ', '\t', '\n' and '\\' as \ooo: undo it in place. */
-static void unescape(char *s)
-{
-	char *w = s;
-
-	for (; *s; s++) {
-		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] >= '0' && s[2] <= '7' &&
-		    s[3] >= '0' && s[3] <= '7') {
-			*w++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
-			s += 3;
-		} else {
-			*w++ = *s;
-		}
-	}
-	*w = '\0';
-}
-
 /* Scan the mount points: *under whether one lies below dir, *at whether
  * dir itself is one.  0 or -errno. */
 static int scan(const char *dir, bool *under, bool *at)
@@ -54,7 +37,7 @@ static int scan(const char *dir, bool *under, bool *at)
 			tok = strtok_r(NULL, " ", &save);
 		if (!tok)
 			continue;
-		unescape(tok);
+		mountinfo_unescape(tok);
 		if (!strcmp(tok, dir))
 			*at = true;
 		else if (!strncmp(tok, dir, dlen) && (tok[dlen] == '/' || dlen == 1))

@@ -554,3 +554,20 @@ bool errno_own_want(int err)
 {
 	return err == EMFILE || err == ENFILE || err == ENOMEM || err == ENOBUFS;
 }
+
+/* See util.h. */
+void mountinfo_unescape(char *s)
+{
+	char *w = s;
+
+	for (; *s; s++) {
+		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] >= '0' && s[2] <= '7' &&
+		    s[3] >= '0' && s[3] <= '7') {
+			*w++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
+			s += 3;
+		} else {
+			*w++ = *s;
+		}
+	}
+	*w = '\0';
+}

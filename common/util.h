@@ -56,6 +56,9 @@ int mkdir_p(const char *path, mode_t mode);
 int dir_make_private(const char *path);
 /* rm -rf; a missing path is fine.  Does not cross into other mounts. */
 int rm_rf(const char *path);
+/* /proc/self/mountinfo escapes ' ', '\t', '\n' and '\\' in its paths as
+ * \ooo: undo it in place. */
+void mountinfo_unescape(char *s);
 /* Open path (created with mode if missing) and flock it with how (LOCK_SH,
  * LOCK_EX, | LOCK_NB): the fd, which holds the lock until closed, or -errno
  * (logged, but for -EWOULDBLOCK with LOCK_NB). */

@@ -35,23 +35,6 @@
  * huge=always would give each a 2 MiB page. */
 #define TIER_HUGE_OPT "within_size"
 
-/* mountinfo escapes ' ', '\t', '\n' and '\\' as \ooo: undo it in place. */
-static void unescape(char *s)
-{
-	char *w = s;
-
-	for (; *s; s++) {
-		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] >= '0' && s[2] <= '7' &&
-		    s[3] >= '0' && s[3] <= '7') {
-			*w++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
-			s += 3;
-		} else {
-			*w++ = *s;
-		}
-	}
-	*w = '\0';
-}
-
 /* The mount whose mount point is path (the topmost, if stacked): its
  * filesystem type, source and super-block options.  -ENOENT: not a mount point. */
 static int find_mount(const char *path, char *fstype, char *source, char *opts, size_t len)
@@ -77,7 +60,7 @@ static int find_mount(const char *path, char *fstype, char *source, char *opts, 
 				mp = tok;
 		if (!mp)
 			continue;
-		unescape(mp);
+		mountinfo_unescape(mp);
 		if (strcmp(mp, path))
 			continue;
 		char *t = strtok_r(dash + 3, " \n", &save), *src = strtok_r(NULL, " \n", &save);

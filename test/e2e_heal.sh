@@ -13,16 +13,8 @@
 # and the start after it is restored ("restored": true).
 # Each step waits (with a generous limit) for the state it expects.
 set -u
-B=${THAW_BUILD:-$PWD/build}
-ROOT=${THAW_ROOT:-$PWD}
-THAWD=$B/thawd
-THAW=$B/thaw
-. "$ROOT/test/lib/require.sh"
-require_restore_tools
-command -v python3 >/dev/null || skip "no python3"
-
 NAME=heal
-. "$ROOT/test/lib/thawd_e2e.sh"
+. "${THAW_ROOT:-$PWD}/test/lib/e2e.sh"
 FN=$T/fn
 mkdir -p "$FN"
 cp "$ROOT/test/fixtures/fallback_fn.py" "$FN/"

@@ -60,17 +60,23 @@ st=$(api POST /functions/d/start)
 kill -0 "$THAWD_PID" 2>/dev/null && ok "thawd still listening while the request is in flight" ||
 	fail "thawd exited before the request in flight was over"
 
-touch "$T/fn/release"
-wait "$HOLD_PID"
-[ "$(cat "$T/hold.1.st")" = 200 ] && [ "$(cat "$T/hold.1")" = released ] &&
-	ok "the request in flight finished: 200 released" ||
-	fail "request in flight: $(cat "$T/hold.1.st") $(cat "$T/hold.1")"
-for _ in $(seq 600); do kill -0 "$THAWD_PID" 2>/dev/null || break; sleep 0.1; done
-wait "$THAWD_PID"
-rc=$?
-THAWD_PID=""
-[ $rc = 0 ] && [ -z "$(own_containers)" ] && ok "thawd exited 0 after the drain, no container left" ||
-	fail "after the drain: rc $rc, containers: $(own_containers | tr '\n' ' ')"
+# drained N HOW: the held request N let go; it must finish 200, and the
+# draining thawd exit 0 with no container left (HOW names the drain).
+drained() {
+	local rc
+	touch "$T/fn/release"
+	wait "$HOLD_PID"
+	[ "$(cat "$T/hold.$1.st")" = 200 ] && [ "$(cat "$T/hold.$1")" = released ] &&
+		ok "$2: the request in flight finished: 200 released" ||
+		fail "$2: request in flight: $(cat "$T/hold.$1.st") $(cat "$T/hold.$1")"
+	for _ in $(seq 600); do kill -0 "$THAWD_PID" 2>/dev/null || break; sleep 0.1; done
+	wait "$THAWD_PID"
+	rc=$?
+	THAWD_PID=""
+	[ $rc = 0 ] && [ -z "$(own_containers)" ] && ok "$2: thawd exited 0, no container left" ||
+		fail "$2: rc $rc, containers: $(own_containers | tr '\n' ' ')"
+}
+drained 1 "POST /drain"
 grep -q "drained" "$T/thawd.log" || fail "no 'drained' in the log"
 
 # ---- SIGTERM drains too ----
@@ -82,17 +88,7 @@ kill -TERM "$THAWD_PID"
 draining() { curl -s -o "$T/rz" "$URL/readyz"; [ "$(jget "$T/rz" "j['status']")" = draining ]; }
 wait_for 30 draining && ok "SIGTERM: /readyz says draining while a request is in flight" ||
 	fail "SIGTERM: readyz $(cat "$T/rz")"
-touch "$T/fn/release"
-wait "$HOLD_PID"
-[ "$(cat "$T/hold.2.st")" = 200 ] && [ "$(cat "$T/hold.2")" = released ] &&
-	ok "SIGTERM: the request in flight finished: 200 released" ||
-	fail "SIGTERM: request in flight: $(cat "$T/hold.2.st") $(cat "$T/hold.2")"
-for _ in $(seq 600); do kill -0 "$THAWD_PID" 2>/dev/null || break; sleep 0.1; done
-wait "$THAWD_PID"
-rc=$?
-THAWD_PID=""
-[ $rc = 0 ] && [ -z "$(own_containers)" ] && ok "SIGTERM: thawd exited 0, no container left" ||
-	fail "SIGTERM: rc $rc, containers: $(own_containers | tr '\n' ' ')"
+drained 2 SIGTERM
 
 # ---- not ready when full: --max-starts 0 takes no start ----
 start_thawd --max-starts 0

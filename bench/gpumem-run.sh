@@ -86,13 +86,29 @@ one() {
 	snap_figures "$fn"
 }
 
+# starts FN SPEC MODE REPEAT [KEY=JSON...]: FN registered and snapshotted
+# (one), then a priming start and REPEAT starts one at a time.
+starts() {
+	local fn=$1 spec=$2 mode=$3 repeat=$4
+	shift 4
+	one "$fn" "$spec" "$mode" "$@" || return 1
+	run "$fn-prime" --burst 1
+	run "$fn-seq" --burst 1 --repeat "$repeat"
+}
+
+# drop FN: its snapshot goes (store and tier), for the next one's room.
+drop() {
+	curl -s -X DELETE "$URL/functions/$1" >/dev/null
+	"$B/thaw" store --store "$W/data/store" gc >/dev/null 2>&1 || true
+}
+
+EXAMPLE_INFER='POST /generate {"prompt_ids": [1, 450, 4996, 17354, 1701, 29916], "max_new_tokens": 32}'
+EXAMPLE_EXPECT="\"tokens\": $TOKENS"
+
 case " $PARTS " in *" example "*)
-	INFER='POST /generate {"prompt_ids": [1, 450, 4996, 17354, 1701, 29916], "max_new_tokens": 32}'
-	EXPECT="\"tokens\": $TOKENS"
+	INFER=$EXAMPLE_INFER EXPECT=$EXAMPLE_EXPECT
 	for mode in thaw driver; do
-		one "example-$mode" "$THAW_GPU_EXAMPLE" "$mode" || continue
-		run "example-$mode-prime" --burst 1
-		run "example-$mode-seq" --burst 1 --repeat "${GPUMEM_REPEAT:-5}"
+		starts "example-$mode" "$THAW_GPU_EXAMPLE" "$mode" "${GPUMEM_REPEAT:-5}" || continue
 		keep_criu_logs "example-$mode"
 		run "example-$mode-burst" --burst 8
 	done
@@ -100,46 +116,28 @@ esac
 case " $PARTS " in *" big "*)
 	INFER='POST /check {}' EXPECT='"match": true'
 	for mode in thaw driver; do
-		one "big-$mode" "$W/gpu_big.json" "$mode" || continue
-		run "big-$mode-prime" --burst 1
-		run "big-$mode-seq" --burst 1 --repeat 3
-		# Its snapshot goes (store and tier): the next one needs the room.
-		curl -s -X DELETE "$URL/functions/big-$mode" >/dev/null
-		"$B/thaw" store --store "$W/data/store" gc >/dev/null 2>&1 || true
+		starts "big-$mode" "$W/gpu_big.json" "$mode" 3 || continue
+		drop "big-$mode"
 	done
 esac
 case " $PARTS " in *" big-thaw "*)
 	INFER='POST /check {}' EXPECT='"match": true'
-	if one "big-thaw" "$W/gpu_big.json" thaw; then
-		run "big-thaw-prime" --burst 1
-		run "big-thaw-seq" --burst 1 --repeat 5
-	fi
+	starts big-thaw "$W/gpu_big.json" thaw 5
 esac
 case " $PARTS " in *" expandable "*)
 	INFER='POST /check {}' EXPECT='"match": true'
 	cmd="[\"python3\", \"$ROOT/bench/functions/gpu_big.py\", \"--port\", \"8000\", \"--gib\", \"4\", \"--worker\"]"
 	env="{\"PATH\": \"$PYBIN:/usr/bin:/bin\", \"PYTHONUNBUFFERED\": \"1\", \"PYTORCH_CUDA_ALLOC_CONF\": \"expandable_segments:True\"}"
-	if one "expandable-thaw" "$W/gpu_big.json" thaw "command=$cmd" "env=$env"; then
-		run "expandable-thaw-prime" --burst 1
-		run "expandable-thaw-seq" --burst 1 --repeat 3
-	fi
+	starts expandable-thaw "$W/gpu_big.json" thaw 3 "command=$cmd" "env=$env"
 esac
 case " $PARTS " in *" userns "*)
 	for ns in true false; do
-		INFER='POST /generate {"prompt_ids": [1, 450, 4996, 17354, 1701, 29916], "max_new_tokens": 32}'
-		EXPECT="\"tokens\": $TOKENS"
-		if one "example-userns-$ns" "$THAW_GPU_EXAMPLE" thaw "sandbox={\"userns\": $ns}"; then
-			run "example-userns-$ns-prime" --burst 1
-			run "example-userns-$ns-seq" --burst 1 --repeat "${GPUMEM_REPEAT:-5}"
-			curl -s -X DELETE "$URL/functions/example-userns-$ns" >/dev/null
-		fi
+		INFER=$EXAMPLE_INFER EXPECT=$EXAMPLE_EXPECT
+		starts "example-userns-$ns" "$THAW_GPU_EXAMPLE" thaw "${GPUMEM_REPEAT:-5}" \
+			"sandbox={\"userns\": $ns}" && drop "example-userns-$ns"
 		INFER='POST /check {}' EXPECT='"match": true'
-		if one "big-userns-$ns" "$W/gpu_big.json" thaw "sandbox={\"userns\": $ns}"; then
-			run "big-userns-$ns-prime" --burst 1
-			run "big-userns-$ns-seq" --burst 1 --repeat 3
-			curl -s -X DELETE "$URL/functions/big-userns-$ns" >/dev/null
-		fi
-		"$B/thaw" store --store "$W/data/store" gc >/dev/null 2>&1 || true
+		starts "big-userns-$ns" "$W/gpu_big.json" thaw 3 "sandbox={\"userns\": $ns}" &&
+			drop "big-userns-$ns"
 	done
 esac
 # Every start's phases, as thawd logged them.

@@ -237,7 +237,10 @@ reap() {
 		failed="$failed $n"
 		[ $rc = 124 ] && echo "(timed out after ${limits[$i]}s)" >>"$LOGDIR/$n.log"
 		printf 'FAIL %-40s %4ds  cpu %4ss (sys %ss) (exit %d)\n' "$n" "$t" "$cpu" "$sys" "$rc"
-		tail -n 30 "$LOGDIR/$n.log" | sed 's/^/     | /'
+		# The checks that failed first (a tail of thawd's log, printed by
+		# the test after them, would hide them), then the log's end.
+		grep -E -m 8 '^FAIL|^[^ ]+:[0-9]+: in ' "$LOGDIR/$n.log" | cut -c 1-400 | sed 's/^/     ! /'
+		tail -n 20 "$LOGDIR/$n.log" | sed 's/^/     | /'
 	fi
 }
 

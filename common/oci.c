@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -94,15 +95,47 @@ static json_t *mount_obj(const char *dst, const char *type, const char *src,
 	return m;
 }
 
-/* A non-recursive bind: a submount of src (e.g. /usr/local/nvidia under /usr)
- * is not carried along, so CRIU sees exactly the mounts we declared. */
-static json_t *bind_obj(const char *src, const char *dst, bool writable)
+/* The flags of src's mount that a user namespace locks (nodev, noexec and
+ * the atime ones), as runc's options: runc remounts a bind to apply its
+ * options, and in a user namespace the kernel refuses (EPERM) a remount
+ * that would drop one of them (a GPU host's /usr/local/nvidia, a nodev
+ * tmpfs).  nosuid is in every bind's options already.  Returns how many it
+ * put in opts (room for 4). */
+static size_t locked_flags(const char *src, const char **opts)
 {
-	static const char *const ro[] = { "bind", "ro", "nosuid" };
-	static const char *const rw[] = { "bind", "nosuid" };
+	struct statvfs sv;
+	size_t n = 0;
 
-	return writable ? mount_obj(dst, "bind", src, rw, ARRAY_SIZE(rw))
-			: mount_obj(dst, "bind", src, ro, ARRAY_SIZE(ro));
+	if (statvfs(src, &sv) < 0)
+		return 0; /* runc's own error names the path */
+	if (sv.f_flag & ST_NODEV)
+		opts[n++] = "nodev";
+	if (sv.f_flag & ST_NOEXEC)
+		opts[n++] = "noexec";
+	/* One atime mode of three: none given is relatime to the kernel. */
+	if (sv.f_flag & ST_NOATIME)
+		opts[n++] = "noatime";
+	else if (!(sv.f_flag & ST_RELATIME))
+		opts[n++] = "strictatime";
+	if (sv.f_flag & ST_NODIRATIME)
+		opts[n++] = "nodiratime";
+	return n;
+}
+
+/* A non-recursive bind: a submount of src (e.g. /usr/local/nvidia under /usr)
+ * is not carried along, so CRIU sees exactly the mounts we declared.  In a
+ * user namespace it keeps src's locked flags. */
+static json_t *bind_obj(const struct oci_spec *spec, const char *src, const char *dst,
+			bool writable)
+{
+	const char *opts[7] = { "bind", "nosuid" };
+	size_t n = 2;
+
+	if (!writable)
+		opts[n++] = "ro";
+	if (spec->userns_size)
+		n += locked_flags(src, opts + n);
+	return mount_obj(dst, "bind", src, opts, n);
 }
 
 static bool is_host_dir(const char *path)
@@ -161,10 +194,10 @@ static int build_mounts(const struct oci_spec *spec, bool host_root, json_t **ou
 			ret = host_src(spec, host_dirs[i], src, sizeof(src));
 			if (ret)
 				goto err;
-			json_array_append_new(m, bind_obj(src, host_dirs[i], false));
+			json_array_append_new(m, bind_obj(spec, src, host_dirs[i], false));
 			if (!strcmp(host_dirs[i], "/usr") && spec->gpu &&
 			    stat("/usr/local/nvidia", &st) == 0 && S_ISDIR(st.st_mode))
-				json_array_append_new(m, bind_obj("/usr/local/nvidia",
+				json_array_append_new(m, bind_obj(spec, "/usr/local/nvidia",
 								  "/usr/local/nvidia", false));
 		}
 		for (size_t i = 0; i < ARRAY_SIZE(top_links); i++) {
@@ -176,10 +209,10 @@ static int build_mounts(const struct oci_spec *spec, bool host_root, json_t **ou
 			ret = host_src(spec, p, src, sizeof(src));
 			if (ret)
 				goto err;
-			json_array_append_new(m, bind_obj(src, p, false));
+			json_array_append_new(m, bind_obj(spec, src, p, false));
 		}
 	} else if (spec->gpu && stat("/usr/local/nvidia", &st) == 0 && S_ISDIR(st.st_mode)) {
-		json_array_append_new(m, bind_obj("/usr/local/nvidia", "/usr/local/nvidia", false));
+		json_array_append_new(m, bind_obj(spec, "/usr/local/nvidia", "/usr/local/nvidia", false));
 	}
 	for (size_t i = 0; i < spec->nbinds; i++) {
 		/* A read-only bind of a host directory already bound (a function
@@ -188,7 +221,7 @@ static int build_mounts(const struct oci_spec *spec, bool host_root, json_t **ou
 		 * such a pair lost the read-only flag and the masks. */
 		if (host_root && !spec->binds[i].writable && is_host_dir(spec->binds[i].dst))
 			continue;
-		json_array_append_new(m, bind_obj(spec->binds[i].src, spec->binds[i].dst,
+		json_array_append_new(m, bind_obj(spec, spec->binds[i].src, spec->binds[i].dst,
 						  spec->binds[i].writable));
 	}
 	*out = m;

@@ -6,7 +6,11 @@
 # alone onto <data>/stage/usr, private, and the container binds that
 # (common/host_stage.h).  thawd runs in a mount namespace of its own where a
 # tmpfs is mounted on a fresh directory under /usr: the host's mounts are
-# left as they were.  Checks: the function is snapshotted (CRIU dump) and
+# left as they were.  A second tmpfs there, nodev, noexec and noatime (as a
+# GPU host's /usr/local/nvidia is), is one of the function's "mounts": in a
+# user namespace those flags are locked, and runc's read-only remount of the
+# bind dropped them (`error mounting ... flags: 0x1023: operation not
+# permitted` before the bind kept them).  Checks: the function is snapshotted (CRIU dump) and
 # restored (CRIU restore) in its namespace; /usr is staged in thawd's
 # namespace, read-only and private; after thawd starts again in a fresh namespace (as after a
 # reboot: no staging mount) a start restores again.
@@ -22,11 +26,16 @@ chmod 755 "$FN"
 SUB=/usr/local/thaw-test-sub-$$
 mkdir "$SUB" || skip "cannot make $SUB"
 e2e_cleanup_hook() { rmdir "$SUB" 2>/dev/null; }
-# thawd in its own mount namespace, /usr with a submount there only.
+# thawd in its own mount namespace, /usr with a submount there only, and the
+# locked tmpfs with a file the function reads.
+LOCKED=$T/locked
+mkdir "$LOCKED"
 cat >"$T/thawd-ns" <<EOS
 #!/bin/sh
-exec unshare -m --propagation private sh -c 'mount -t tmpfs thaw-test-sub "\$0" && exec "\$@"' \
-	"$SUB" "$THAWD" "\$@"
+exec unshare -m --propagation private sh -c 'mount -t tmpfs thaw-test-sub "\$0" &&
+	mount -t tmpfs -o nodev,noexec,noatime,mode=755 thaw-test-locked "$LOCKED" &&
+	echo locked-flags-kept >"$LOCKED/word" && chmod 644 "$LOCKED/word" &&
+	exec "\$@"' "$SUB" "$THAWD" "\$@"
 EOS
 chmod 755 "$T/thawd-ns"
 THAWD=$T/thawd-ns
@@ -46,12 +55,15 @@ start() { # WHAT
 	[ "$(jget "$T/start" "j['restored']")" = True ] &&
 		[ "$(jget "$T/probe" "' '.join(j['uid_map'])")" = "0 3000000000 65536" ] &&
 		[ "$(jget "$T/probe" "j['served']")" = 2 ] &&
-		ok "$1: restored in its user namespace, served goes on from the warmup's 1" ||
+		[ "$(jget "$T/probe" "j['secret']")" = locked-flags-kept ] &&
+		ok "$1: restored in its user namespace, served goes on from the warmup's 1, the locked mount read" ||
 		fail "$1: $(cat "$T/start") $(cat "$T/probe")"
 	api DELETE "/instances/$(jget "$T/start" "j['id']")" >/dev/null
 }
 
 put_snapshot stg "$(fn_spec userns_fn.py "$FN" "\"sandbox\": {\"userns\": true},
+  \"env\": {\"SECRET\": \"/locked/word\"},
+  \"mounts\": [{\"source\": \"$LOCKED\", \"destination\": \"/locked\"}],
   \"warmup\": [{\"method\": \"GET\", \"path\": \"/probe\"}]")"
 ok "snapshotted in a user namespace with a submount in /usr"
 # Its root /usr, read-only, no peer group (private).

@@ -16,8 +16,9 @@
 #include <jansson.h>
 #include <limits.h>
 #include <stdbool.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
-#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 static json_t *find_mount(json_t *mounts, const char *dst)
@@ -298,6 +299,52 @@ static void check_confined(const json_t *cfg)
 	CHECK(allows_read && !allows_mount);
 }
 
+/* In a user namespace a bind keeps its source mount's locked flags (runc's
+ * remount would drop them, and the kernel refuses that): a tmpfs of the
+ * test's own, nodev, noexec and noatime, against the test's directory. */
+static void check_userns_binds(const char *dir)
+{
+	char *argv[] = { "true", NULL };
+	char locked[PATH_MAX], bundle[PATH_MAX], p[PATH_MAX + 16];
+	struct oci_bind binds[] = { { locked, "/l", false }, { dir, "/d", true } };
+	struct oci_spec spec = {
+		.argv = argv, .cwd = "/", .binds = binds, .nbinds = 2, .hostname = "u1",
+		.cgroups_path = "thaw/u1", .userns_base = 3000000000u, .userns_size = 65536,
+	};
+	struct statvfs own;
+	json_error_t jerr;
+	json_t *cfg, *m;
+
+	snprintf(locked, sizeof(locked), "%s/locked", dir);
+	REQUIRE(mkdir(locked, 0755) == 0);
+	if (mount("thaw-test", locked, "tmpfs", MS_NODEV | MS_NOEXEC | MS_NOATIME, "size=64k")) {
+		printf("the userns binds' flags not checked: mount a tmpfs: %s\n", strerror(errno));
+		return;
+	}
+	REQUIRE(statvfs(dir, &own) == 0);
+	snprintf(bundle, sizeof(bundle), "%s/userns", dir);
+	CHECK(oci_bundle_write(bundle, &spec) == 0);
+	snprintf(p, sizeof(p), "%s/config.json", bundle);
+	cfg = json_load_file(p, 0, &jerr);
+	m = find_mount(json_object_get(cfg, "mounts"), "/l");
+	CHECK(m && has_opt(m, "bind") && has_opt(m, "ro") && has_opt(m, "nosuid"));
+	CHECK(has_opt(m, "nodev") && has_opt(m, "noexec") && has_opt(m, "noatime"));
+	CHECK(!has_opt(m, "strictatime"));
+	m = find_mount(json_object_get(cfg, "mounts"), "/d");
+	CHECK(m && !has_opt(m, "ro"));
+	CHECK_EQ(has_opt(m, "nodev"), !!(own.f_flag & ST_NODEV));
+	CHECK_EQ(has_opt(m, "strictatime"), !(own.f_flag & (ST_RELATIME | ST_NOATIME)));
+	json_decref(cfg);
+	/* Outside one, the options are the bind's own. */
+	spec.userns_size = 0;
+	CHECK(oci_bundle_write(bundle, &spec) == 0);
+	cfg = json_load_file(p, 0, &jerr);
+	m = find_mount(json_object_get(cfg, "mounts"), "/l");
+	CHECK(m && !has_opt(m, "nodev") && !has_opt(m, "noexec"));
+	json_decref(cfg);
+	umount2(locked, MNT_DETACH);
+}
+
 int main(void)
 {
 	char dir[] = "/tmp/test_oci.XXXXXX", bundle[PATH_MAX], p[PATH_MAX + 64], link[PATH_MAX];
@@ -314,6 +361,7 @@ int main(void)
 
 	check_config();
 	REQUIRE(mkdtemp(dir));
+	check_userns_binds(dir);
 	snprintf(bundle, sizeof(bundle), "%s/b", dir);
 	REQUIRE(oci_bundle_write(bundle, &spec) == 0);
 	snprintf(p, sizeof(p), "%s/config.json", bundle);

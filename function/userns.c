@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -121,41 +122,91 @@ static long find(const char *dir, const char *id)
 	return found;
 }
 
+/* Take range i for id: its file is written whole under a name of its own,
+ * then linked to the range's (link does not replace: EEXIST when the range
+ * is another's), so no range file is ever seen, or left by a crash,
+ * without its owner.  0, -EEXIST, or -errno logged. */
+static int take(int dfd, const char *dir, uint32_t i, const char *id)
+{
+	char tmp[64], name[16];
+	size_t len = strlen(id);
+	int fd, ret = 0;
+
+	snprintf(tmp, sizeof(tmp), ".take-%d", (int)getpid());
+	snprintf(name, sizeof(name), "%u", i);
+	fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0) {
+		ret = -errno;
+		pr_perror("take %s/%s", dir, tmp);
+		return ret;
+	}
+	if (write(fd, id, len) != (ssize_t)len || fsync(fd) < 0) {
+		ret = errno ? -errno : -EIO;
+		pr_perror("write %s/%s", dir, tmp);
+	}
+	close(fd);
+	if (!ret && linkat(dfd, tmp, dfd, name, 0) < 0) {
+		ret = -errno;
+		if (ret != -EEXIST)
+			pr_perror("take %s/%s", dir, name);
+	}
+	unlinkat(dfd, tmp, 0);
+	return ret;
+}
+
+/* The ranges directory opened and locked (flock: every thread and process
+ * that takes or gives back a range, thawd's and `thaw snapshot`'s, one at a
+ * time, so that one function never gets two).  The fd, or -errno. */
+static int lock_ranges(const char *dir)
+{
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (dfd < 0) {
+		int ret = -errno;
+
+		if (ret != -ENOENT) /* none: the caller's to judge */
+			pr_perror("open %s", dir);
+		return ret;
+	}
+	while (flock(dfd, LOCK_EX) < 0) {
+		int ret = -errno;
+
+		if (ret == -EINTR)
+			continue;
+		pr_perror("lock %s", dir);
+		close(dfd);
+		return ret;
+	}
+	return dfd;
+}
+
 int userns_range_of(const struct thaw_config *c, const char *id, struct userns_range *out)
 {
 	uint32_t nranges = c->userns_count / USERNS_RANGE_SIZE;
-	char dir[PATH_MAX + 16], p[PATH_MAX + 48];
+	char dir[PATH_MAX + 16];
+	int ret, dfd;
 	long k;
-	int ret;
 
 	ret = ranges_dir(c, dir, sizeof(dir));
 	if (ret)
 		return ret;
+	dfd = lock_ranges(dir);
+	if (dfd < 0)
+		return dfd;
 	k = find(dir, id);
 	for (uint32_t i = 0; k == -ENOENT && i < nranges; i++) {
-		int fd;
-
-		snprintf(p, sizeof(p), "%s/%u", dir, i);
-		fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-		if (fd < 0 && errno == EEXIST)
+		ret = take(dfd, dir, i, id);
+		if (ret == -EEXIST)
 			continue;
-		if (fd < 0) {
-			ret = -errno;
-			pr_perror("take %s", p);
+		if (ret) {
+			close(dfd); /* and its lock */
 			return ret;
 		}
-		if (write(fd, id, strlen(id)) != (ssize_t)strlen(id)) {
-			ret = errno ? -errno : -EIO;
-			pr_perror("write %s", p);
-			close(fd);
-			unlink(p);
-			return ret;
-		}
-		close(fd);
 		k = i;
 		pr_info("%s: host uids %u+%u", id, c->userns_base + i * USERNS_RANGE_SIZE,
 			USERNS_RANGE_SIZE);
 	}
+	close(dfd);
 	if (k < 0) {
 		ret = k == -ENOENT ? -ENOSPC : (int)k;
 		pr_err("%s: no user namespace range left in the pool %u:%u (%u ranges)", id,
@@ -176,22 +227,27 @@ int userns_range_of(const struct thaw_config *c, const char *id, struct userns_r
 int userns_release(const struct thaw_config *c, const char *id)
 {
 	char dir[PATH_MAX + 16], p[PATH_MAX + 48];
+	int ret = 0, dfd;
 	long k;
-	int ret;
 
 	snprintf(dir, sizeof(dir), "%s/userns", c->data_dir);
+	dfd = lock_ranges(dir);
+	if (dfd == -ENOENT)
+		return 0; /* no range was ever taken here */
+	if (dfd < 0)
+		return dfd;
 	k = find(dir, id);
-	if (k == -ENOENT)
-		return 0;
-	if (k < 0)
-		return (int)k;
-	snprintf(p, sizeof(p), "%s/%ld", dir, k);
-	if (unlink(p) < 0 && errno != ENOENT) {
-		ret = -errno;
-		pr_perror("release %s", p);
-		return ret;
+	if (k >= 0) {
+		snprintf(p, sizeof(p), "%s/%ld", dir, k);
+		if (unlink(p) < 0 && errno != ENOENT) {
+			ret = -errno;
+			pr_perror("release %s", p);
+		}
+	} else if (k != -ENOENT) {
+		ret = (int)k;
 	}
-	return 0;
+	close(dfd);
+	return ret;
 }
 
 /* Can r's uid 0 (host base, gid base) search a directory of st? */

@@ -7,7 +7,13 @@
 #      range thawd gave it ("userns_uid" in the start's answer, thaw ps);
 #   2. from inside it, a file of the host's root, mode 0600, that a mount
 #      makes visible is unreadable; the same function without a user
-#      namespace (today's confinement alone) reads it;
+#      namespace (today's confinement alone) reads it; the hardening pass's
+#      attacks rerun: a read-write mount of a directory laid out as thaw's
+#      data directory (a runc state file, mode 0600 as runc writes it, and
+#      a function's spec) is what a mount check missed would give (C1), or
+#      a mount source swapped under the check (H2): in a user namespace
+#      the state file is not hooked and the spec not read, without one both
+#      are (the hook then ran as host root at `runc delete`);
 #   3. the same as a standby taken, with the spec's "lazy" (eager where
 #      vm.unprivileged_userfaultfd is 0, saying why), and through a routed
 #      request, each restored in its own user namespace, another
@@ -23,7 +29,7 @@ NAME=userns
 # test's own directory is mktemp's 0700.
 chmod 711 "$T"
 FN=$T/fn
-fixture_fn "$FN" userns_fn.py
+fixture_fn "$FN" userns_fn.py reach_fn.py
 mkdir -p "$FN/mnt"
 echo "host root's secret" >"$FN/mnt/secret"
 chmod 600 "$FN/mnt/secret"
@@ -31,6 +37,13 @@ chmod 755 "$FN" "$FN/mnt"
 # A directory of the host's root that each function gets read-write (one
 # each: a directory a function writes is reached by nothing else).
 mkdir -m 755 "$T/rw-uns" "$T/rw-host"
+for d in "$T/rw-uns" "$T/rw-host"; do
+	mkdir -p -m 755 "$d/runc/c1" "$d/functions"
+	echo '{"id": "c1", "config": {"hooks": {}}}' >"$d/runc/c1/state.json"
+	echo '{"command": ["python3", "x.py"]}' >"$d/functions/x.json"
+	chmod 600 "$d/runc/c1/state.json" "$d/functions/x.json"
+	cp -p "$d/runc/c1/state.json" "$T/state.orig"
+done
 POOL=3000000000:196608
 start_thawd --allow-root "$FN" --userns-pool "$POOL"
 
@@ -38,7 +51,7 @@ spec() { # USERNS [MORE-JSON [RW-DIR]]
 	fn_spec userns_fn.py "$FN" "\"sandbox\": {\"userns\": $1},
 	  \"mounts\": [{\"source\": \"$FN/mnt\", \"destination\": \"/data\"}${3:+,
 	    {\"source\": \"$3\", \"destination\": \"/rw\", \"readonly\": false\}}],
-	  \"env\": {\"SECRET\": \"/data/secret\", \"WRITABLE\": \"/rw\"},
+	  \"env\": {\"SECRET\": \"/data/secret\", \"WRITABLE\": \"/rw\", \"ATTACK\": \"/rw\"},
 	  \"warmup\": [{\"method\": \"GET\", \"path\": \"/probe\"}]${2:+, $2}"
 }
 
@@ -73,6 +86,10 @@ TOKEN_UNS=$(p "j['token']")
 [ "$(p "j['write']")" = PermissionError ] && [ ! -e "$T/rw-uns/probe" ] &&
 	ok "a read-write mount of host root's directory: not writable by it" ||
 	fail "wrote into host root's directory: $(p "j['write']")"
+[ "$(p "j['attack']")" = "{'state_files': 1, 'hooked': 0, 'specs': 0}" ] &&
+	cmp -s "$T/state.orig" "$T/rw-uns/runc/c1/state.json" &&
+	ok "C1/H2 rerun: a runc state file and a spec in its read-write mount: seen, not hooked, not read" ||
+	fail "C1/H2 rerun in a user namespace: $(p "j['attack']")"
 "$THAW" ps --data-dir "$DATA" >"$T/ps"
 grep -q " $BASE\$" "$T/ps" && ok "thaw ps names its uid 0: $BASE" || fail "thaw ps: $(cat "$T/ps")"
 
@@ -94,6 +111,10 @@ start host "host (no userns)" || exit 1
 [ "$(p "j['write']")" = ok ] && [ -e "$T/rw-host/probe" ] &&
 	ok "without: host root's directory is written (the difference)" ||
 	fail "without a user namespace the mount was not written: $(p "j['write']")"
+[ "$(p "j['attack']")" = "{'state_files': 1, 'hooked': 1, 'specs': 1}" ] &&
+	grep -q poststop "$T/rw-host/runc/c1/state.json" &&
+	ok "without: the state file hooked, the spec read (the difference)" ||
+	fail "C1/H2 rerun without a user namespace: $(p "j['attack']")"
 
 # ---- 3. lazy, standby, routed, booted ----
 put_snapshot unsl "$(spec true '"lazy": true, "standby": 1')"

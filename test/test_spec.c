@@ -131,6 +131,8 @@ static void check_image(void)
 	bad("{\"id\":\"a\",\"image\":\"oci:/l\",\"user\":\"\"}", "user");
 	bad("{\"id\":\"a\",\"image\":\"oci:/l\",\"sandbox\":{\"writable_root\":true}}",
 	    "writable_root");
+	bad("{\"id\":\"a\",\"image\":\"oci:/l\",\"sandbox\":{\"userns\":true}}",
+	    "sandbox.userns");
 	bad("{\"id\":\"a\",\"command\":[\"x\"]}", "port");
 }
 
@@ -426,6 +428,8 @@ int main(void)
 	bad("{\"id\":\"a\",\"command\":\"python3 app.py\",\"port\":80}", "command");
 	bad("{\"id\":\"a\",\"command\":[\"x\",1],\"port\":80}", "command[1]");
 	bad("{\"id\":\"a\",\"command\":[\"\"],\"port\":80}", "command[0]");
+	bad("{\"id\":\"a\",\"image\":\"oci:/l\",\"sandbox\":{\"userns\":true}}",
+	    "sandbox.userns");
 	bad("{\"id\":\"a\",\"command\":[\"x\"]}", "port");
 	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":0}", "port");
 	bad("{\"id\":\"a\",\"command\":[\"x\"],\"port\":65536}", "port");

@@ -157,6 +157,12 @@ static int host_src(const struct oci_spec *spec, const char *dir, char *src, siz
 	return host_stage_source(spec->host_stage, dir, src, len);
 }
 
+/* The size of the container's /dev/shm. */
+static unsigned long long shm_bytes(const struct oci_spec *spec)
+{
+	return spec->shm_bytes ? spec->shm_bytes : OCI_DEFAULT_SHM_BYTES;
+}
+
 /* The container's mounts, in *out; 0 or -errno (a host directory that
  * could not be staged). */
 static int build_mounts(const struct oci_spec *spec, bool host_root, json_t **out)
@@ -164,11 +170,12 @@ static int build_mounts(const struct oci_spec *spec, bool host_root, json_t **ou
 	static const char *const dev[] = { "nosuid", "strictatime", "mode=755", "size=65536k" };
 	static const char *const pts[] = { "nosuid", "noexec", "newinstance", "ptmxmode=0666",
 					   "mode=0620", "gid=5" };
-	static const char *const shm[] = { "nosuid", "noexec", "nodev", "mode=1777",
-					   "size=65536k" };
+	const char *shm_opts[] = { "nosuid", "noexec", "nodev", "mode=1777", NULL };
+	char shm_size[32];
 	static const char *const mq[] = { "nosuid", "noexec", "nodev" };
 	static const char *const sys[] = { "nosuid", "noexec", "nodev", "ro" };
 	static const char *const tmp[] = { "nosuid", "nodev", "mode=1777" };
+	unsigned long long shm = shm_bytes(spec);
 	json_t *m = json_array();
 	char src[PATH_MAX];
 	struct stat st;
@@ -180,7 +187,15 @@ static int build_mounts(const struct oci_spec *spec, bool host_root, json_t **ou
 	json_array_append_new(m, mount_obj("/proc", "proc", "proc", NULL, 0));
 	json_array_append_new(m, mount_obj("/dev", "tmpfs", "tmpfs", dev, ARRAY_SIZE(dev)));
 	json_array_append_new(m, mount_obj("/dev/pts", "devpts", "devpts", pts, ARRAY_SIZE(pts)));
-	json_array_append_new(m, mount_obj("/dev/shm", "tmpfs", "shm", shm, ARRAY_SIZE(shm)));
+	/* The spec's size (shm_bytes), in KiB where it is whole ones: the
+	 * default reads as it always did.  tmpfs rounds it up to pages. */
+	if (shm % 1024)
+		snprintf(shm_size, sizeof(shm_size), "size=%llu", shm);
+	else
+		snprintf(shm_size, sizeof(shm_size), "size=%lluk", shm / 1024);
+	shm_opts[ARRAY_SIZE(shm_opts) - 1] = shm_size;
+	json_array_append_new(m, mount_obj("/dev/shm", "tmpfs", "shm", shm_opts,
+					   ARRAY_SIZE(shm_opts)));
 	json_array_append_new(m, mount_obj("/dev/mqueue", "mqueue", "mqueue", mq, ARRAY_SIZE(mq)));
 	json_array_append_new(m, mount_obj("/sys", "sysfs", "sysfs", sys, ARRAY_SIZE(sys)));
 	/* CRIU dumps a tmpfs's contents with the image. */
@@ -466,11 +481,17 @@ static int make_rootfs(const char *rootfs)
 	return 0;
 }
 
-static int write_criu_conf(const char *path, bool restore)
+/* CRIU keeps the contents of a file that is unlinked but still open or
+ * mapped (a ghost) in the image only up to its ghost-limit, 1 MiB by
+ * default, and fails the dump beyond.  NCCL's shared-memory transport maps
+ * segments of tens of MiB in /dev/shm and unlinks them once its peers have
+ * mapped them: as large a ghost as /dev/shm can hold is dumped. */
+static int write_criu_conf(const char *path, const struct oci_spec *spec)
 {
-	char text[sizeof(criu_conf) + sizeof(criu_restore_conf)];
+	char text[sizeof(criu_conf) + sizeof(criu_restore_conf) + 48];
 
-	snprintf(text, sizeof(text), "%s%s", criu_conf, restore ? criu_restore_conf : "");
+	snprintf(text, sizeof(text), "%sghost-limit=%llu\n%s", criu_conf, shm_bytes(spec),
+		 spec->restore ? criu_restore_conf : "");
 	return write_file_atomic(path, text, strlen(text), 0644);
 }
 
@@ -525,7 +546,7 @@ int oci_bundle_write(const char *dir, const struct oci_spec *spec)
 		pr_err("bundle %s: cannot build config.json", dir);
 		goto out;
 	}
-	ret = write_criu_conf(conf, spec->restore);
+	ret = write_criu_conf(conf, spec);
 	if (ret)
 		goto out;
 	text = json_dumps(root, JSON_INDENT(1));

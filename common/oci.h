@@ -30,6 +30,9 @@
  * read-only bind mount): at snapshot time of an empty directory, at a mapped
  * restore of the snapshot's tier entry (restore/mapped.c says why a bind). */
 #define OCI_MAPPED_DEST "/.thaw"
+/* A container's /dev/shm where its spec gives no size: the OCI runtimes'
+ * and Docker's. */
+#define OCI_DEFAULT_SHM_BYTES (64ull << 20)
 
 struct oci_bind {
 	const char *src; /* host path */
@@ -89,6 +92,10 @@ struct oci_spec {
 	 * in a user namespace (common/host_stage.h), and bound from; NULL:
 	 * each is bound from itself. */
 	const char *host_stage;
+	/* The size of the container's /dev/shm tmpfs in bytes; 0:
+	 * OCI_DEFAULT_SHM_BYTES.  CRIU dumps its contents and mounts it
+	 * again with the size it had, whatever a restore bundle says. */
+	uint64_t shm_bytes;
 };
 
 /* Create dir (if needed) and write dir/config.json, dir/rootfs/ and

@@ -144,6 +144,7 @@ int function_bundle_write(const struct function_bundle *b, const char *dir,
 	o.cgroups_path = cgroup;
 	o.restore = b->restore;
 	o.sandbox = spec->sandbox;
+	o.shm_bytes = spec->shm_bytes;
 	if (b->legacy_sandbox)
 		o.sandbox = (struct oci_sandbox){ .writable_root = true, .no_seccomp = true,
 						  .host_home = true,

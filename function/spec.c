@@ -4,6 +4,7 @@
 #include "function/spec.h"
 #include "function/spec_internal.h"
 #include "function/spec_mounts.h"
+#include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -790,6 +791,34 @@ static int key_mounts(const json_t *j, const json_t *v, struct func_spec *s, cha
 	return spec_mounts_parse(v, s, err, errlen);
 }
 
+/* "shm_bytes": a whole number of bytes, or a size string as thawd's byte
+ * options take ("256M", "1GiB": config_parse_bytes), so that a spec can say
+ * what Docker's --shm-size says. */
+static int key_shm_bytes(const json_t *j, const json_t *v, struct func_spec *s, char *err,
+			 size_t errlen)
+{
+	json_int_t n;
+
+	s->shm_bytes = SPEC_DEFAULT_SHM_BYTES;
+	if (!v || json_is_null(v))
+		return 0;
+	if (json_is_string(v)) {
+		if (!config_parse_bytes(json_string_value(v), SPEC_MIN_SHM_BYTES,
+					SPEC_MAX_SHM_BYTES, &s->shm_bytes))
+			return 0;
+	} else if (json_is_integer(v)) {
+		n = json_integer_value(v);
+		if (n >= (json_int_t)SPEC_MIN_SHM_BYTES && n <= (json_int_t)SPEC_MAX_SHM_BYTES) {
+			s->shm_bytes = (uint64_t)n;
+			return 0;
+		}
+	}
+	s->shm_bytes = SPEC_DEFAULT_SHM_BYTES;
+	return spec_fail(err, errlen,
+			 "shm_bytes: must be a size from 1M to 1T: a whole number of bytes, or "
+			 "a string with a K, M, G or T suffix (binary) such as \"256M\"");
+}
+
 static int key_sandbox(const json_t *j, const json_t *v, struct func_spec *s, char *err,
 		       size_t errlen)
 {
@@ -845,6 +874,7 @@ static const struct {
 	{ "queue_timeout_s", key_queue_timeout_s },
 	{ "on_restore_failure", key_on_restore_failure },
 	{ "mounts", key_mounts },
+	{ "shm_bytes", key_shm_bytes },
 	{ "sandbox", key_sandbox },
 };
 
@@ -1029,6 +1059,11 @@ json_t *spec_to_json(const struct func_spec *s)
 		json_object_set_new(j, "mounts", spec_mounts_to_json(s));
 	if (s->restore_failure_fails)
 		json_object_set_new(j, "on_restore_failure", json_string("fail"));
+	/* Only beyond the default, as a number: a spec that leaves it out
+	 * is written as it was, and one an older thaw reads (it refuses
+	 * the key). */
+	if (s->shm_bytes != SPEC_DEFAULT_SHM_BYTES)
+		json_object_set_new(j, "shm_bytes", json_integer((json_int_t)s->shm_bytes));
 	json_decref(cmd);
 	return j;
 fail:

@@ -30,6 +30,13 @@ enum ready_kind { READY_HTTP, READY_TCP };
 #define SPEC_DEFAULT_QUEUE_TIMEOUT_S 60.0
 /* "mounts": host directories bound into the container (function/spec_mounts.h). */
 #define SPEC_MAX_MOUNTS 16
+/* "shm_bytes": the size of the container's /dev/shm (a tmpfs: a limit, not
+ * memory taken: its pages exist once written).  The least catches a size
+ * meant in MiB and given in bytes ("shm_bytes": 64); the most, a size no
+ * host has the memory for (a unit or digits too many). */
+#define SPEC_DEFAULT_SHM_BYTES OCI_DEFAULT_SHM_BYTES
+#define SPEC_MIN_SHM_BYTES (1ull << 20)
+#define SPEC_MAX_SHM_BYTES (1ull << 40)
 /* "lazy": absent (thawd's or the start's choice), false, true. */
 enum spec_lazy { SPEC_LAZY_UNSET, SPEC_EAGER, SPEC_LAZY };
 
@@ -113,6 +120,11 @@ struct func_spec {
 	/* "mounts" (function/spec_mounts.h). */
 	struct spec_mount *mounts;
 	size_t nmounts;
+	/* "shm_bytes": the size of the container's /dev/shm, from
+	 * SPEC_MIN_SHM_BYTES to SPEC_MAX_SHM_BYTES (default
+	 * SPEC_DEFAULT_SHM_BYTES); NCCL's shared-memory transport takes tens
+	 * of MiB of it a rank. */
+	uint64_t shm_bytes;
 	/* "on_restore_failure": "boot" (default: a start whose restore fails
 	 * for a reason of the snapshot or the host boots the function cold,
 	 * docs/DESIGN.md "Restore or boot") or "fail" (the start fails). */

@@ -2,6 +2,7 @@
 /* test_spec: function specs are parsed, checked (each bad field named in the
  * message) and written back to the same JSON. */
 #include "function/spec.h"
+#include "common/util.h"
 #include "test/check.h"
 
 #include <errno.h>
@@ -288,6 +289,71 @@ static void check_mounts(void)
 #undef FN
 }
 
+/* "shm_bytes": 64 MiB by default and then not written back (a spec without
+ * it reads and writes as before); bytes or a size string, stored as bytes;
+ * below 1 MiB, above 1 TiB, negative, fractional or not a size: 400's
+ * message naming the key. */
+static void check_shm_bytes(void)
+{
+	static const struct {
+		const char *value;
+		unsigned long long bytes;
+	} good[] = {
+		{ "1048576", 1ull << 20 },     { "\"256M\"", 256ull << 20 },
+		{ "\"1GiB\"", 1ull << 30 },    { "\"2g\"", 2ull << 30 },
+		{ "\"1T\"", 1ull << 40 },      { "100000000", 100000000 },
+		{ "\"67108864\"", 64ull << 20 }, { "null", 64ull << 20 },
+	};
+	static const char *const refused[] = {
+		"-1", "0", "64", "1048575", "1099511627777", "\"2T\"", "\"-1M\"", "\"\"",
+		"\"64 M\"", "\"64X\"", "\"lots\"", "1.5e8", "true", "[1]", "{}",
+		"9223372036854775807", "\"99999999999999999999G\"",
+	};
+	char text[256], err[256];
+	struct func_spec *s;
+	json_t *j;
+
+	s = parse("{\"id\":\"a\",\"command\":[\"x\"],\"port\":80}", NULL, err, sizeof(err));
+	REQUIRE(s);
+	CHECK_EQ(s->shm_bytes, SPEC_DEFAULT_SHM_BYTES);
+	CHECK_EQ(SPEC_DEFAULT_SHM_BYTES, 64ull << 20);
+	j = spec_to_json(s);
+	CHECK(j && !json_object_get(j, "shm_bytes"));
+	json_decref(j);
+	spec_free(s);
+	for (size_t i = 0; i < ARRAY_SIZE(good); i++) {
+		snprintf(text, sizeof(text),
+			 "{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"shm_bytes\":%s}",
+			 good[i].value);
+		s = parse(text, NULL, err, sizeof(err));
+		if (!s) {
+			fprintf(stderr, "spec %s refused: %s\n", text, err);
+			check_failures++;
+			continue;
+		}
+		CHECK_EQ(s->shm_bytes, good[i].bytes);
+		j = spec_to_json(s);
+		if (good[i].bytes == SPEC_DEFAULT_SHM_BYTES)
+			CHECK(!json_object_get(j, "shm_bytes"));
+		else
+			CHECK_EQ(json_integer_value(json_object_get(j, "shm_bytes")),
+				 (json_int_t)good[i].bytes);
+		spec_free(s);
+		/* What is written back reads the same. */
+		s = NULL;
+		CHECK_EQ(spec_parse(j, NULL, &s, err, sizeof(err)), 0);
+		CHECK(s && s->shm_bytes == good[i].bytes);
+		spec_free(s);
+		json_decref(j);
+	}
+	for (size_t i = 0; i < ARRAY_SIZE(refused); i++) {
+		snprintf(text, sizeof(text),
+			 "{\"id\":\"a\",\"command\":[\"x\"],\"port\":80,\"shm_bytes\":%s}",
+			 refused[i]);
+		bad(text, "shm_bytes: must be a size from 1M to 1T");
+	}
+}
+
 int main(void)
 {
 	char err[256];
@@ -489,6 +555,7 @@ int main(void)
 	check_routing();
 	check_mounts();
 	check_standby_gpu();
+	check_shm_bytes();
 
 	return check_failures ? 1 : 0;
 }

@@ -8,6 +8,7 @@
 #include "common/util.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
@@ -481,6 +482,52 @@ static int make_rootfs(const char *rootfs)
 	return 0;
 }
 
+/* In a user namespace, the directories on the way to each bind's
+ * destination that the skeleton lacks (a mount at /srv/fn/data, a cwd in
+ * /var/lib/fn): made here, 0755 and the range's uid 0's.  Otherwise
+ * runc's restore makes them, as host root with thawd's umask (0700), and
+ * CRIU, which mounts from inside the namespace, cannot reach the mount
+ * point (`mnt-v2: Can't stat mountpoint ...: Permission denied`): every
+ * restore of such a function failed and booted instead.  The last
+ * component stays runc's to make (a file or a directory, as its source
+ * is); a link of the skeleton's (/bin) is not followed.  0 or -errno. */
+static int make_userns_mountpoints(const char *rootfs, const struct oci_spec *spec)
+{
+	for (size_t i = 0; i < spec->nbinds; i++) {
+		char path[PATH_MAX], *save = NULL, *tok, *next;
+		int dfd = open(rootfs, O_RDONLY | O_DIRECTORY | O_CLOEXEC), ret = 0;
+
+		snprintf(path, sizeof(path), "%s", spec->binds[i].dst);
+		tok = strtok_r(path, "/", &save);
+		while (dfd >= 0 && tok && (next = strtok_r(NULL, "/", &save))) {
+			int fd;
+
+			if (mkdirat(dfd, tok, 0755) == 0) {
+				if (fchmodat(dfd, tok, 0755, 0) < 0 ||
+				    fchownat(dfd, tok, spec->userns_base, spec->userns_base,
+					     AT_SYMLINK_NOFOLLOW) < 0)
+					ret = -errno;
+			} else if (errno != EEXIST) {
+				ret = -errno;
+			}
+			if (ret)
+				break;
+			fd = openat(dfd, tok, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			close(dfd);
+			dfd = fd;
+			tok = next;
+		}
+		if (dfd >= 0)
+			close(dfd);
+		if (ret) {
+			pr_err("rootfs %s: the way to %s: %s", rootfs, spec->binds[i].dst,
+			       strerror(-ret));
+			return ret;
+		}
+	}
+	return 0;
+}
+
 /* CRIU keeps the contents of a file that is unlinked but still open or
  * mapped (a ghost) in the image only up to its ghost-limit, 1 MiB by
  * default, and fails the dump beyond.  NCCL's shared-memory transport maps
@@ -524,6 +571,8 @@ int oci_bundle_write(const char *dir, const struct oci_spec *spec)
 	if (host_root) {
 		snprintf(rootfs, sizeof(rootfs), "%s/rootfs", absdir);
 		ret = make_rootfs(rootfs);
+		if (!ret && spec->userns_size)
+			ret = make_userns_mountpoints(rootfs, spec);
 		if (ret)
 			goto out;
 	} else if (!realpath(spec->rootfs, rootfs)) {

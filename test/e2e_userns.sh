@@ -49,9 +49,9 @@ start_thawd --allow-root "$FN" --userns-pool "$POOL"
 
 spec() { # USERNS [MORE-JSON [RW-DIR]]
 	fn_spec userns_fn.py "$FN" "\"sandbox\": {\"userns\": $1},
-	  \"mounts\": [{\"source\": \"$FN/mnt\", \"destination\": \"/data\"}${3:+,
+	  \"mounts\": [{\"source\": \"$FN/mnt\", \"destination\": \"/srv/fn/data\"}${3:+,
 	    {\"source\": \"$3\", \"destination\": \"/rw\", \"readonly\": false\}}],
-	  \"env\": {\"SECRET\": \"/data/secret\", \"WRITABLE\": \"/rw\", \"ATTACK\": \"/rw\"},
+	  \"env\": {\"SECRET\": \"/srv/fn/data/secret\", \"WRITABLE\": \"/rw\", \"ATTACK\": \"/rw\"},
 	  \"warmup\": [{\"method\": \"GET\", \"path\": \"/probe\"}]${2:+, $2}"
 }
 

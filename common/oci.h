@@ -38,6 +38,10 @@ struct oci_bind {
 	const char *src; /* host path */
 	const char *dst; /* path in the container */
 	bool writable;
+	/* nodev and noexec too: the mapped image's memory files, whose mount
+	 * CRIU restores with the flags it dumped; in a user namespace it may
+	 * drop none its source has, and the RAM tier's is nosuid,nodev,noexec. */
+	bool inert;
 };
 
 /* How a container is confined.  All false (zero) is the confined default;

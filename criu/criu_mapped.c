@@ -31,13 +31,15 @@
 #include <string.h>
 #include <sys/mman.h>
 
+/* Executable memory (a JIT's code) is copied, not mapped: the memory
+ * files' mount is noexec (oci_bind.inert), where a PROT_EXEC map fails. */
 static bool candidate(const struct criu_img_vma *v)
 {
 	uint32_t st = v->status & ~CRIU_VMA_AREA_HEAP;
 
 	return st == (CRIU_VMA_AREA_REGULAR | CRIU_VMA_ANON_PRIVATE) &&
 	       (v->flags & (MAP_PRIVATE | MAP_ANONYMOUS)) == (MAP_PRIVATE | MAP_ANONYMOUS) &&
-	       !(v->flags & (MAP_GROWSDOWN | MAP_SHARED));
+	       !(v->flags & (MAP_GROWSDOWN | MAP_SHARED)) && !(v->prot & PROT_EXEC);
 }
 
 static bool is_private(const struct criu_img_vma *v)

@@ -119,22 +119,29 @@ int function_bundle_write(const struct function_bundle *b, const char *dir,
 	/* The function's own directory, read-only at the same path. */
 	if (hp->cwd) {
 		snprintf(src[spec->nmounts], sizeof(src[0]), "%s/cwd", hp->stage);
-		binds[o.nbinds++] = (struct oci_bind){ src[spec->nmounts], spec->cwd, false };
+		binds[o.nbinds++] = (struct oci_bind){ .src = src[spec->nmounts],
+						       .dst = spec->cwd };
 	}
 	/* restore/mapped.h: the snapshot's memory files at a mapped restore,
 	 * an empty directory otherwise (at the snapshot, so that runc declares
 	 * the mount external and a restore can point it elsewhere). */
 	if (b->mapped_src)
-		binds[o.nbinds++] = (struct oci_bind){ b->mapped_src, OCI_MAPPED_DEST, false };
+		binds[o.nbinds++] = (struct oci_bind){ .src = b->mapped_src,
+						       .dst = OCI_MAPPED_DEST, .inert = true };
 	if (b->gpumem_in && b->gpumem_out) {
-		binds[o.nbinds++] = (struct oci_bind){ b->gpumem_in, GPUMEM_IN_DEST, false };
-		binds[o.nbinds++] = (struct oci_bind){ b->gpumem_out, GPUMEM_OUT_DEST, true };
+		binds[o.nbinds++] = (struct oci_bind){ .src = b->gpumem_in,
+						       .dst = GPUMEM_IN_DEST };
+		binds[o.nbinds++] = (struct oci_bind){ .src = b->gpumem_out,
+						       .dst = GPUMEM_OUT_DEST,
+						       .writable = true };
 	}
 	/* The spec's "mounts", from the sources checked above. */
 	for (size_t i = 0; i < spec->nmounts; i++) {
 		snprintf(src[i], sizeof(src[i]), "%s/%zu", hp->stage, i);
-		binds[o.nbinds++] = (struct oci_bind){ src[i], spec->mounts[i].destination,
-						       !spec->mounts[i].readonly };
+		binds[o.nbinds++] = (struct oci_bind){
+			.src = src[i], .dst = spec->mounts[i].destination,
+			.writable = !spec->mounts[i].readonly
+		};
 	}
 	o.gpu = spec->gpu;
 	o.gpu_minors = b->gpu_minors;

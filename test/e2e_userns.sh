@@ -45,7 +45,12 @@ for d in "$T/rw-uns" "$T/rw-host"; do
 	cp -p "$d/runc/c1/state.json" "$T/state.orig"
 done
 POOL=3000000000:196608
-start_thawd --allow-root "$FN" --userns-pool "$POOL"
+# The RAM tier on a tmpfs mounted nosuid,nodev,noexec, as thawd mounts its
+# default one (restore/tier_root.c) and as a systemd host's /dev/shm is: in a
+# user namespace those flags are locked on the memory files' mount.
+mkdir -p "$T/tier"
+mount -t tmpfs -o nosuid,nodev,noexec,size=1g thaw-test-tier "$T/tier" || fail "mount a tmpfs on $T/tier"
+start_thawd --allow-root "$FN" --userns-pool "$POOL" --ram-tier "$T/tier"
 
 spec() { # USERNS [MORE-JSON [RW-DIR]]
 	fn_spec userns_fn.py "$FN" "\"sandbox\": {\"userns\": $1},

@@ -126,7 +126,7 @@ static void run_checkpoint_restore(const char *dir)
 	snprintf(img, sizeof(img), "%s/image", dir);
 	snprintf(logp, sizeof(logp), "%s/run.log", dir);
 	for (i = 0; i < 3; i++) {
-		struct oci_bind bind = { fn, fn, false };
+		struct oci_bind bind = { .src = fn, .dst = fn };
 		struct oci_spec spec = { .argv = argv, .env = env, .cwd = fn, .binds = &bind,
 					 .nbinds = 1, .hostname = ids[i] };
 
@@ -306,7 +306,8 @@ static void check_userns_binds(const char *dir)
 {
 	char *argv[] = { "true", NULL };
 	char locked[PATH_MAX], bundle[PATH_MAX], p[PATH_MAX + 16];
-	struct oci_bind binds[] = { { locked, "/l", false }, { dir, "/d", true } };
+	struct oci_bind binds[] = { { .src = locked, .dst = "/l" },
+				    { .src = dir, .dst = "/d", .writable = true } };
 	struct oci_spec spec = {
 		.argv = argv, .cwd = "/", .binds = binds, .nbinds = 2, .hostname = "u1",
 		.cgroups_path = "thaw/u1", .userns_base = 3000000000u, .userns_size = 65536,
@@ -350,7 +351,8 @@ int main(void)
 	char dir[] = "/tmp/test_oci.XXXXXX", bundle[PATH_MAX], p[PATH_MAX + 64], link[PATH_MAX];
 	char *argv[] = { "python3", "app.py", NULL };
 	char *env[] = { "A=1", NULL };
-	struct oci_bind binds[] = { { "/srv/fn", "/srv/fn", false }, { "/data", "/data", true } };
+	struct oci_bind binds[] = { { .src = "/srv/fn", .dst = "/srv/fn" },
+				    { .src = "/data", .dst = "/data", .writable = true } };
 	struct oci_spec spec = {
 		.argv = argv, .env = env, .cwd = "/srv/fn", .netns_path = "/run/thaw/ns1",
 		.binds = binds, .nbinds = 2, .hostname = "fn1", .cgroups_path = "thaw/fn1",

@@ -737,7 +737,7 @@ struct wr {
 
 static void wr_bytes(struct wr *w, const void *b, size_t n)
 {
-	if (w->err)
+	if (w->err || !n) /* b may then be NULL, which memcpy must not get */
 		return;
 	if (n > SIZE_MAX - w->len || ARRAY_GROW(w->p, w->cap, w->len + n, 256)) {
 		w->err = -ENOMEM;

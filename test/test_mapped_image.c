@@ -5,6 +5,7 @@
  *     mapping (status, flags without MAP_ANONYMOUS, shmid, pgoff, fdflags),
  *     keeps its other fields (madv) and every other byte, and refuses a VMA
  *     that is not there, one that is not anonymous, and a truncated image;
+ *     an entry with no fields comes back as it was;
  *   - criu_img_files_max_id and criu_img_files_append_reg: the new entry has
  *     the next id and decodes again;
  *   - criu_img_mount_id finds a mount by its mountpoint, and only that one.
@@ -89,6 +90,16 @@ static void test_mm_remap(void)
 	CHECK_EQ(criu_img_mm_remap(f.p, f.n, "mm", NULL, 0, &out, &len), 0);
 	CHECK_EQ(len, f.n);
 	CHECK(out && !memcmp(out, f.p, f.n)); /* nothing to remap: the same bytes */
+	free(out);
+
+	/* An mm entry with no fields at all: an empty body, copied from NULL
+	 * (undefined for memcpy, even of 0 bytes: UBSan's nonnull-attribute). */
+	m.n = 0;
+	file_start(&f, CRIU_MM_MAGIC);
+	file_msg(&f, &m);
+	CHECK_EQ(criu_img_mm_remap(f.p, f.n, "mm", NULL, 0, &out, &len), 0);
+	CHECK_EQ(len, f.n);
+	CHECK(out && !memcmp(out, f.p, f.n));
 	free(out);
 }
 

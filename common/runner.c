@@ -582,7 +582,6 @@ int runner_resume(const struct runner *r, const char *id)
 	const char *want;
 	char path[PATH_MAX], got[16] = "";
 	bool v2 = false;
-	ssize_t n;
 	int fd = -1, ret;
 
 	ret = freezer_file(r, id, path, sizeof(path), &v2);
@@ -599,7 +598,7 @@ int runner_resume(const struct runner *r, const char *id)
 	/* Thawing is done when the write returns (v1) or soon after (v2: the
 	 * tasks are woken, as runc's own resume leaves them): read it back as
 	 * runc does, so that a cgroup that stayed frozen is an error. */
-	if (!ret && (n = pread(fd, got, sizeof(got) - 1, 0)) < 0)
+	if (!ret && pread(fd, got, sizeof(got) - 1, 0) < 0)
 		ret = -errno;
 	if (!ret && strncmp(got, want, strlen(want)))
 		ret = -EBUSY;

@@ -169,9 +169,7 @@ static int ancestor_ranges(const struct proc *procs, size_t nprocs, size_t self,
  * (copy_file_range), through buf where it cannot (another file system). */
 static int copy_range(int in, uint64_t off, int out, uint64_t len, uint8_t *buf, size_t bufsz)
 {
-	bool kernel = true;
-
-	while (len && kernel) {
+	while (len) {
 		loff_t o = (loff_t)off;
 		size_t n = len < (1u << 30) ? (size_t)len : 1u << 30;
 		ssize_t r = copy_file_range(in, &o, out, NULL, n, 0);
@@ -179,10 +177,8 @@ static int copy_range(int in, uint64_t off, int out, uint64_t len, uint8_t *buf,
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0 &&
-		    (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP)) {
-			kernel = false;
-			break;
-		}
+		    (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP))
+			break; /* the rest through buf */
 		if (r <= 0)
 			return r < 0 ? -errno : -EIO;
 		off += (uint64_t)r;
@@ -517,10 +513,8 @@ int criu_elide_zero_pages(const char *image_dir, struct criu_elide_stats *stp)
 		procs[i].ppid = tree.e[i].ppid;
 		snprintf(path, sizeof(path), "%s/mm-%u.img", image_dir, procs[i].pid);
 		ret = criu_img_read_file(path, CRIU_IMG_MAX_FILE, &raw, &len);
-		if (ret == -ENOENT) {
-			ret = 0;
-			continue;
-		}
+		if (ret == -ENOENT)
+			continue; /* no memory of its own */
 		if (ret || (ret = criu_img_decode_mm(raw, len, path, &procs[i].mm)))
 			goto out;
 		free(raw);

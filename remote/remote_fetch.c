@@ -480,7 +480,7 @@ static int plan_fetch(struct fetch *f, const struct manifest *m)
 	hash_set_init(&seen);
 	/* The files first() chose, then the others: a chunk of both is early. */
 	for (size_t n = 0; n < 2 * m->nfiles && !ret; n++) {
-		size_t i = n % m->nfiles;
+		size_t i = n < m->nfiles ? n : n - m->nfiles;
 		bool early = f->o.first && f->o.first(f->o.consumer, m, i);
 
 		if (early != (n < m->nfiles))

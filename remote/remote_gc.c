@@ -66,11 +66,6 @@ int remote_pending_read(struct remote *r, struct remote_pending *p)
 		ret = -EBADMSG;
 		goto out;
 	}
-	p->exists = true;
-	snprintf(p->etag, sizeof(p->etag), "%s", head.etag);
-	p->sweeping = json_is_true(json_object_get(j, "sweeping"));
-	p->marked_ms = json_integer_value(json_object_get(j, "marked_ms"));
-	p->grace_s = (int)json_integer_value(json_object_get(j, "grace_s"));
 	p->keys = calloc(json_array_size(objs) + 1, sizeof(*p->keys));
 	if (!p->keys) {
 		ret = -ENOMEM;
@@ -85,6 +80,11 @@ int remote_pending_read(struct remote *r, struct remote_pending *p)
 		p->n++;
 	}
 	qsort(p->keys, p->n, sizeof(*p->keys), cmp_str);
+	p->exists = true;
+	snprintf(p->etag, sizeof(p->etag), "%s", head.etag);
+	p->sweeping = json_is_true(json_object_get(j, "sweeping"));
+	p->marked_ms = json_integer_value(json_object_get(j, "marked_ms"));
+	p->grace_s = (int)json_integer_value(json_object_get(j, "grace_s"));
 out:
 	if (ret)
 		remote_pending_release(p);

@@ -556,6 +556,7 @@ static int window_pieces(struct mapped_window *w, const struct copy *c)
 
 	for (size_t i = 0; i < c->nd; i++)
 		pieces += c->d[i].n;
+	w->np = w->nfds = 0;
 	w->p = malloc(MAX(pieces, (size_t)1) * sizeof(*w->p));
 	w->fds = malloc(MAX(c->nd, (size_t)1) * sizeof(*w->fds));
 	if (!w->p || !w->fds)

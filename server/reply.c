@@ -150,8 +150,9 @@ int reply_json(struct req *q, unsigned status, json_t *body)
 	return reply_json_hdr(q, status, body, NULL, NULL);
 }
 
-static int reply_verror(struct req *q, unsigned status, const char *hname, const char *hvalue,
-			const char *code, const char *fmt, va_list ap)
+static __attribute__((format(printf, 6, 0))) int
+reply_verror(struct req *q, unsigned status, const char *hname, const char *hvalue,
+	     const char *code, const char *fmt, va_list ap)
 {
 	char msg[1024];
 

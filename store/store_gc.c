@@ -226,7 +226,7 @@ static int gc_pack(const char *name, const struct pack_entry *e, size_t n, uint6
 	char path[PATH_MAX];
 	int fd = -1, ret = 0;
 
-	if (!e && err) {
+	if (err) {
 		pr_warn("gc: pack %s has an unusable index; left as it is", name);
 		return 0;
 	}
@@ -457,7 +457,7 @@ static int verify_pack(const char *name, const struct pack_entry *e, size_t n, u
 	char path[PATH_MAX], why[300];
 	int fd, ret = 0;
 
-	if (!e && err) {
+	if (err) {
 		snprintf(why, sizeof(why), "unusable pack index (%s): its chunks cannot be found",
 			 err == -EBADMSG ? "corrupt" : strerror(-err));
 		store_pack_file_path(v->s, name, "idx", path, sizeof(path));

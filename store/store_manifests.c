@@ -288,7 +288,7 @@ static int bin_load(struct store *s, const uint8_t hash[CHUNK_HASH_LEN], const s
 	ret = store_manifest_bin_path(s, hash, path, sizeof(path));
 	if (ret == 0)
 		ret = read_file(path, &buf, &len, MANIFEST_MAX_SIZE);
-	if (ret < 0)
+	if (ret)
 		return ret; /* none: an older store, or one being written */
 	ret = manifest_bin_decode((const uint8_t *)buf, len, hash, &src, out);
 	free(buf);

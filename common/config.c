@@ -501,6 +501,15 @@ int config_init(struct thaw_config *c, const char *data_dir)
 			return ret;
 	}
 
+	v = getenv("THAW_USERNS_DEFAULT");
+	if (v && *v) {
+		if (strcmp(v, "0") && strcmp(v, "1")) {
+			pr_err("THAW_USERNS_DEFAULT=%s is neither 1 nor 0", v);
+			return -EINVAL;
+		}
+		c->userns_default = !strcmp(v, "1");
+	}
+
 	ret = allow_roots_init(c);
 	if (ret)
 		return ret;

@@ -824,6 +824,8 @@ static int key_sandbox(const json_t *j, const json_t *v, struct func_spec *s, ch
 {
 	int ret = parse_sandbox(v, &s->sandbox, err, errlen);
 
+	s->userns_given = !ret && json_is_object(v) && json_object_get(v, "userns");
+
 	/* One unpacked image is every function's on it: none may write to it. */
 	if (!ret && s->image && s->sandbox.writable_root)
 		return spec_fail(err, errlen,
@@ -960,7 +962,7 @@ static bool sandbox_loosened(const struct oci_sandbox *sb)
 }
 
 /* Every key, so that a stored spec says what its function may do. */
-static json_t *sandbox_to_json(const struct oci_sandbox *sb)
+static json_t *sandbox_to_json(const struct oci_sandbox *sb, bool userns_given)
 {
 	json_t *caps = json_array();
 
@@ -970,9 +972,10 @@ static json_t *sandbox_to_json(const struct oci_sandbox *sb)
 			      "seccomp", !sb->no_seccomp, "no_new_privileges", !sb->new_privileges,
 			      "host_home", sb->host_home, "capabilities", caps);
 
-	/* Only when set: a thaw before user namespaces refuses the key. */
-	if (o && sb->userns)
-		json_object_set_new(o, "userns", json_true());
+	/* Only when the spec gave it: a thaw before user namespaces refuses
+	 * the key, and without it thawd's default decides. */
+	if (o && userns_given)
+		json_object_set_new(o, "userns", json_boolean(sb->userns));
 	return o;
 }
 
@@ -1053,8 +1056,8 @@ json_t *spec_to_json(const struct func_spec *s)
 		json_object_set_new(j, "queue", json_integer(s->queue));
 	if (s->queue_timeout_s != SPEC_DEFAULT_QUEUE_TIMEOUT_S)
 		json_object_set_new(j, "queue_timeout_s", json_real(s->queue_timeout_s));
-	if (sandbox_loosened(&s->sandbox))
-		json_object_set_new(j, "sandbox", sandbox_to_json(&s->sandbox));
+	if (sandbox_loosened(&s->sandbox) || s->userns_given)
+		json_object_set_new(j, "sandbox", sandbox_to_json(&s->sandbox, s->userns_given));
 	if (s->nmounts)
 		json_object_set_new(j, "mounts", spec_mounts_to_json(s));
 	if (s->restore_failure_fails)

@@ -117,6 +117,9 @@ struct func_spec {
 	/* "sandbox": what is loosened for this function (all false: confined;
 	 * sandbox.capabilities is owned here). */
 	struct oci_sandbox sandbox;
+	/* Whether "sandbox" says "userns" (sandbox.userns is then its value);
+	 * else thawd's default decides (function_userns, function/userns.h). */
+	bool userns_given;
 	/* "mounts" (function/spec_mounts.h). */
 	struct spec_mount *mounts;
 	size_t nmounts;

@@ -2,6 +2,7 @@
 /* userns.c — see userns.h. */
 #define LOG_PREFIX "userns: "
 #include "function/userns.h"
+#include "function/spec.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -74,6 +75,13 @@ bool userns_supported(const struct thaw_config *c, char *why, size_t why_len)
 	snprintf(why, why_len, "pool %u:%u, %u ranges of %u", c->userns_base, c->userns_count,
 		 c->userns_count / USERNS_RANGE_SIZE, USERNS_RANGE_SIZE);
 	return true;
+}
+
+bool function_userns(const struct thaw_config *c, const struct func_spec *s)
+{
+	if (s->userns_given)
+		return s->sandbox.userns;
+	return c->userns_default && !s->image;
 }
 
 /* <data>/userns: root's alone. */

@@ -36,6 +36,14 @@ struct userns_range {
 	uint32_t size; /* 0: no user namespace (the host's uid 0) */
 };
 
+struct func_spec;
+
+/* Whether a function runs in a user namespace: what its spec says, else
+ * c's default (thawd --userns) where that applies: not for a function
+ * from an image, whose rootfs the namespace cannot make its mount points
+ * in.  A snapshot records its range, so a restore runs as it was made. */
+bool function_userns(const struct thaw_config *c, const struct func_spec *s);
+
 /* Whether this host runs containers in user namespaces as thaw needs them
  * (the kernel lets root make one with a network namespace in it, and our
  * own uid map covers c's pool); why (why_len bytes) says why not, or what

@@ -534,7 +534,7 @@ static int make_work(struct snap *n)
 /* A function in a user namespace: its range, taken now if it has none. */
 static int take_userns(struct snap *n)
 {
-	if (!n->j.spec->sandbox.userns)
+	if (!function_userns(n->j.c, n->j.spec))
 		return 0;
 	return userns_range_of(n->j.c, n->j.spec->id, &n->j.userns);
 }

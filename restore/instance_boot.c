@@ -163,7 +163,7 @@ int instance_boot(const struct thaw_config *c, const struct instance_boot *b,
 	ret = instance_ctx_record(&x, &in, "starting");
 	if (ret)
 		goto fail;
-	if (spec->sandbox.userns) {
+	if (function_userns(c, spec)) {
 		ret = userns_range_of(c, spec->id, &x.userns);
 		if (ret)
 			goto fail;

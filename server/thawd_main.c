@@ -44,6 +44,8 @@ enum opt_kind {
 	OPT_USERNS_POOL, /* config_userns_pool */
 	OPT_LAZY,
 	OPT_NO_LAZY,
+	OPT_USERNS,
+	OPT_NO_USERNS,
 	OPT_VERBOSE,
 	OPT_QUIET,
 	OPT_HELP,
@@ -162,6 +164,12 @@ static const struct thawd_opt opts[] = {
 		"65536 per function: START:COUNT, or a file in\n"
 		"/etc/subuid's form whose \"thaw\" line says it\n"
 		"(THAW_USERNS_POOL; default 2147483648:268435456)" },
+	{ .name = "userns", .kind = OPT_USERNS, .label = "--userns, --no-userns",
+	  .help = "whether a function whose spec does not say\n"
+		"\"sandbox\": {\"userns\": …} runs in a user namespace\n"
+		"(not one from an image); a snapshot keeps what it was\n"
+		"made with (THAW_USERNS_DEFAULT=1|0; default 0)" },
+	{ .name = "no-userns", .kind = OPT_NO_USERNS }, /* told with --userns */
 	{ .name = "lazy", .kind = OPT_LAZY, .label = "--lazy, --no-lazy",
 	  .help = "where mapping does not apply: restore pages on demand\n"
 		"(a lazy-pages daemon serves them from the RAM tier) or\n"
@@ -440,7 +448,7 @@ struct given {
 	const char *val[ARRAY_SIZE(opts)];
 	const char *allow[CONFIG_MAX_ROOTS];
 	size_t nallow;
-	int level, lazy; /* -1: not given */
+	int level, lazy, userns; /* -1: not given */
 };
 
 /* getopt_long's val of row i (above any short option's character). */
@@ -489,6 +497,12 @@ static int take(size_t i, const char *v, struct given *g)
 	case OPT_NO_LAZY:
 		g->lazy = 0;
 		return -1;
+	case OPT_USERNS:
+		g->userns = 1;
+		return -1;
+	case OPT_NO_USERNS:
+		g->userns = 0;
+		return -1;
 	case OPT_VERBOSE:
 		g->level = LOG_DEBUG;
 		return -1;
@@ -513,7 +527,7 @@ static int parse_args(int argc, char **argv, struct given *g)
 	int opt, ret;
 	long row;
 
-	*g = (struct given){ .level = -1, .lazy = -1 };
+	*g = (struct given){ .level = -1, .lazy = -1, .userns = -1 };
 	make_longopts(lo);
 	while ((opt = getopt_long(argc, argv, "vqh", lo, NULL)) != -1) {
 		row = row_of(opt);
@@ -582,6 +596,8 @@ static int apply_config(const struct given *g, struct thaw_config *c)
 		}
 	if (g->lazy >= 0)
 		c->lazy = g->lazy ? CONFIG_LAZY_ON : CONFIG_LAZY_OFF;
+	if (g->userns >= 0)
+		c->userns_default = g->userns;
 	for (size_t i = 0; i < g->nallow; i++)
 		if (config_allow_root(c, g->allow[i])) {
 			fprintf(stderr, "thawd: --allow-root %s: %s\n", g->allow[i],

@@ -39,7 +39,7 @@ exec unshare -m --propagation private sh -c 'mount -t tmpfs thaw-test-sub "\$0" 
 EOS
 chmod 755 "$T/thawd-ns"
 THAWD=$T/thawd-ns
-POOL=3000000000:65536
+POOL=3000000000:196608
 start_thawd --allow-root "$FN" --userns-pool "$POOL"
 staged() { nsenter -t "$THAWD_PID" -m awk -v p="$DATA/stage/usr" '$5 == p' /proc/self/mountinfo; }
 nsenter -t "$THAWD_PID" -m awk -v p="$SUB" '$5 == p { f = 1 } END { exit !f }' /proc/self/mountinfo &&
@@ -72,10 +72,37 @@ ok "snapshotted in a user namespace with a submount in /usr"
 	fail "/usr not staged: $(nsenter -t "$THAWD_PID" -m grep "$DATA" /proc/self/mountinfo)"
 start "first start"
 
-# A fresh mount namespace: no staging mount until a bundle needs it.
+# A fresh mount namespace: no staging mount until a bundle needs it.  This
+# thawd runs functions whose spec does not say in a user namespace
+# (--userns): one that says false runs as the host's uid 0.
 stop_thawd
-start_thawd --allow-root "$FN" --userns-pool "$POOL"
+start_thawd --allow-root "$FN" --userns-pool "$POOL" --userns
 [ -z "$(staged)" ] || fail "staged before any start"
 start "after a restart (no staging mount)"
 [ -n "$(staged)" ] && ok "staged again by the restore's bundle" || fail "not staged again"
+
+# thawd's default: a spec without "userns" gets one, a spec saying false
+# does not, and the spec is stored as given.
+probe_of() { # FN: start it, GET /probe into $T/probe, the start in $T/start
+	local ep
+	[ "$(api POST "/functions/$1/start")" = 201 ] || { fail "start $1: $(cat "$T/body")"; return 1; }
+	cp "$T/body" "$T/start"
+	ep=$(jget "$T/start" "j['endpoint']")
+	curl -s --max-time 20 -o "$T/probe" "http://$ep/probe"
+}
+put_snapshot dflt "$(fn_spec userns_fn.py "$FN")"
+probe_of dflt &&
+	[ "$(jget "$T/start" "j['userns'], j['restored']")" = "True True" ] &&
+	[ "$(jget "$T/probe" "j['uid_map'][1]")" -ge 3000065536 ] &&
+	ok "no \"userns\" in the spec, thawd --userns: restored in a user namespace, host uid $(jget "$T/probe" "j['uid_map'][1]")" ||
+	fail "default: $(cat "$T/start") $(cat "$T/probe")"
+api GET /functions/dflt >/dev/null
+[ "$(jget "$T/body" "'userns' in (j.get('sandbox') or {})")" = False ] || fail "dflt's spec: $(cat "$T/body")"
+put_snapshot optout "$(fn_spec userns_fn.py "$FN" "\"sandbox\": {\"userns\": false}")"
+probe_of optout &&
+	[ "$(jget "$T/start" "j['userns']")" = False ] &&
+	[ "$(jget "$T/probe" "' '.join(j['uid_map'])")" = "0 0 4294967295" ] &&
+	ok "\"userns\": false: the host's uid 0 under the same thawd" || fail "opt-out: $(cat "$T/start") $(cat "$T/probe")"
+api GET /functions/optout >/dev/null
+[ "$(jget "$T/body" "j['sandbox']['userns']")" = False ] || fail "optout's spec: $(cat "$T/body")"
 exit $((fails > 0))

@@ -410,7 +410,8 @@ expect "re-snapshot of dmg2" 200 "$st"
 [ "$(damaged_mark dmg2)" = None ] && ok "a new snapshot clears the mark" || fail "dmg2 after a new snapshot: $(cat "$T/body")"
 st=$(api POST /functions/dmg2/start)
 expect "start of dmg2's new snapshot" 201 "$st"
-expect "DELETE its instance" 204 "$(api DELETE "/instances/$(jget "$T/body" "j['instance']")")"
+expect "DELETE its instance (wait=1: until it is gone)" 204 \
+	"$(api DELETE "/instances/$(jget "$T/body" "j['instance']")?wait=1")"
 [ "$(damaged_mark dmg1)" != None ] || fail "dmg1's mark did not survive the restart"
 nothing_left "after the damaged starts"
 

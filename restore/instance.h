@@ -188,6 +188,9 @@ int instance_stop_graceful(const struct thaw_config *c, const char *id, int grac
 struct instance_end;
 int instance_end(const struct thaw_config *c, const char *id, int grace_ms,
 		 const struct instance_end *end);
+/* Whether instance id still has a record: its record goes last in a stop,
+ * once its container, namespace and directory are gone. */
+bool instance_recorded(const struct thaw_config *c, const char *id);
 /* The shim's activity file of instance id (restore/shim.h): the
  * CLOCK_REALTIME ms of its endpoint's last use, the connections open.
  * -ENOENT when it has none (an instance of an older thaw). */

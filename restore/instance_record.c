@@ -298,6 +298,14 @@ int instance_record_cuda_pids(const json_t *rec, pid_t **pids, size_t *n)
 	return 0;
 }
 
+bool instance_recorded(const struct thaw_config *c, const char *id)
+{
+	char path[PATH_MAX];
+
+	return id_valid(id) && !instance_record_path(c, id, path, sizeof(path)) &&
+	       access(path, F_OK) == 0;
+}
+
 int instance_activity(const struct thaw_config *c, const char *id, uint64_t *last_ms,
 		      unsigned *open_conns)
 {

@@ -40,9 +40,48 @@ static bool own_start(json_t *rec)
 	       json_integer_value(pid) == getpid();
 }
 
+/* Add id to the list of stops under way (a name is dropped if out of
+ * memory: that one is then not waited for). */
+static void note_under_way(char (**ids)[64], size_t *n, size_t *cap, const char *id)
+{
+	if (*n == *cap) {
+		size_t ncap = *cap ? 2 * *cap : 8;
+		char (*grown)[64] = realloc(*ids, ncap * sizeof(**ids));
+
+		if (!grown)
+			return;
+		*ids = grown;
+		*cap = ncap;
+	}
+	snprintf((*ids)[(*n)++], 64, "%s", id);
+}
+
+/* How long a delete of a function waits for the stops of its instances
+ * that were under way already (a DELETE of one of them, an idle stop):
+ * their grace, and the teardown after it. */
+#define STOPS_UNDER_WAY_WAIT_MS 60000
+
+/* Wait until none of the n instances in ids has a record left: the record
+ * goes last, once its container, namespace and directory are gone. */
+static void wait_stops_under_way(struct server *s, char (*ids)[64], size_t n)
+{
+	uint64_t t0 = now_ns();
+
+	for (size_t i = 0; i < n; i++) {
+		while (instance_recorded(&s->cfg, ids[i]) && ms_since(t0) < STOPS_UNDER_WAY_WAIT_MS)
+			usleep(20 * 1000);
+		if (instance_recorded(&s->cfg, ids[i]))
+			pr_warn("instance %s: its stop, under way before its function was "
+				"deleted, has not ended after %d s",
+				ids[i], STOPS_UNDER_WAY_WAIT_MS / 1000);
+	}
+}
+
 int api_stop_function_instances(struct server *s, const char *function, size_t *stopped,
 				   char failed[128])
 {
+	char (*under_way)[64] = NULL;
+	size_t nunder = 0, cap = 0;
 	struct inst_ref *refs = NULL;
 	json_t *list = NULL, *rec;
 	size_t n = 0, i;
@@ -55,6 +94,8 @@ int api_stop_function_instances(struct server *s, const char *function, size_t *
 		for (i = 0; i < n; i++) {
 			ret = lifetimes_stop_now(s, refs[i].id, "function_deleted",
 						 "its function was deleted");
+			if (ret == -EALREADY)
+				note_under_way(&under_way, &nunder, &cap, refs[i].id);
 			if (ret == 0)
 				(*stopped)++;
 			else if (ret != -EALREADY && ret != -ENOENT)
@@ -82,6 +123,8 @@ int api_stop_function_instances(struct server *s, const char *function, size_t *
 			continue;
 		ret = lifetimes_stop_now(s, id, "function_deleted",
 					 "its function was deleted");
+		if (ret == -EALREADY)
+			note_under_way(&under_way, &nunder, &cap, id);
 		if (ret == 0) {
 			(*stopped)++;
 		} else if (ret != -EALREADY && ret != -ENOENT) {
@@ -94,6 +137,10 @@ int api_stop_function_instances(struct server *s, const char *function, size_t *
 	}
 out:
 	json_decref(list);
+	/* Stops another caller had begun are not this one's, but the
+	 * function's instances are: the delete answers once they are gone. */
+	wait_stops_under_way(s, under_way, nunder);
+	free(under_way);
 	return err;
 }
 

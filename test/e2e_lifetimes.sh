@@ -186,6 +186,18 @@ if wait_gone "$IID" 30 >/dev/null; then
 else
 	fail "SIGTERM ignored: not gone 30 s after its DELETE"
 fi
+# A DELETE of a function answers once its instances are gone, a stop
+# already under way (its grace running) included: before, it answered at
+# once and the instance lived on through its grace.
+fn stubdel ignore ', "stop_grace_s": 3' || exit 1
+start stubdel || exit 1
+st=$(api DELETE "/instances/$IID?wait=0")
+st2=$(api DELETE /functions/stubdel)
+if [ "$st" = 204 ] && [ "$st2" = 204 ] && ! alive "$PID" && ! own_containers | grep -qx "$IID"; then
+	ok "DELETE of a function whose instance's stop was under way: answered once it was gone"
+else
+	fail "DELETE /functions during its instance's grace: $st/$st2, process alive: $(alive "$PID" && echo yes || echo no), containers: $(own_containers | tr '\n' ' ')"
+fi
 fn stubborn60 ignore ', "stop_grace_s": 60' || exit 1
 start stubborn60 || exit 1
 t0=$(now_ms); st=$(api DELETE "/instances/$IID?grace_s=0"); d=$(($(now_ms) - t0))

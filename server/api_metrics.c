@@ -69,8 +69,11 @@ int api_get_readyz(struct req *q)
 }
 
 /* POST /drain: what SIGTERM does, asked over HTTP (thawd_main's hook sends
- * thawd the signal, so that both take one path).  Answered at once; thawd
- * exits once the drain is over. */
+ * thawd the signal, so that both take one path).  Answered at once; the
+ * hook runs once the answer is sent (http.c, on_completed): with nothing
+ * in flight the shutdown follows within milliseconds and closed the
+ * connection before its 202 went out.  thawd exits once the drain is
+ * over. */
 int api_post_drain(struct req *q)
 {
 	struct server *s = q->srv;
@@ -78,8 +81,7 @@ int api_post_drain(struct req *q)
 	if (!atomic_exchange(&s->draining, true)) {
 		pr_info("drain asked by %s: no new work; exiting once routed requests are over",
 			q->path);
-		if (s->drain_hook)
-			s->drain_hook();
+		q->drain_after = true;
 	}
 	return reply_json(q, 202, json_pack("{s:s}", "status", "draining"));
 }

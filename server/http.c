@@ -738,6 +738,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 		return;
 	}
 	proxy_request_done(q);
+	/* Sent (or its client gone): the drain it asked for may begin. */
+	if (q->drain_after && s->drain_hook)
+		s->drain_hook();
 	if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
 		pr_info("%s %s %u %.1f ms%s", q->method_str, q->path, q->status,
 			ms_since(q->start_ns), q->note);

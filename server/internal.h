@@ -125,6 +125,9 @@ struct req {
 	size_t len, cap;
 	bool too_big;
 	bool answered;
+	/* POST /drain: the drain begins once its answer is sent (on_completed),
+	 * not before: the shutdown would close the connection under it. */
+	bool drain_after;
 	unsigned status;
 	uint64_t start_ns;
 	/* A routed request (/function/<id>/…, server/proxy.h): its target as

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # thawd out of file descriptors (issue 44, H3), with real runc, CRIU and
-# thawd under `ulimit -n 256` (soft and hard: it cannot raise it), and
+# thawd under `ulimit -n 512` (soft and hard: it cannot raise it), and
 # test/fixtures/proxy_fn.py:
-#   1. 500 client connections (test/fixtures/slow_clients.py) each ask
+#   1. 1000 client connections (test/fixtures/slow_clients.py) each ask
 #      /function/a/hold, which answers only once the test opens its gate;
 #      thawd takes what its descriptors allow and refuses the rest with 503
 #      and Retry-After, never 502: no local errno is the instance's failure;
@@ -22,11 +22,12 @@ NAME=fds
 . "${THAW_ROOT:-$PWD}/test/lib/e2e.sh"
 FN=$T/fn
 fixture_fn "$FN" proxy_fn.py
-# thawd with 256 descriptors, soft and hard.
-THAWD=$T/thawd-256
-printf '#!/bin/sh\nulimit -n 256 || exit 1\nexec %s "$@"\n' "$B/thawd" >"$THAWD"
+# thawd with 512 descriptors, soft and hard (at 256, CRIU's own dump ran out
+# of them on the development VM: `Can't retrieve FD from socket`).
+THAWD=$T/thawd-512
+printf '#!/bin/sh\nulimit -n 512 || exit 1\nexec %s "$@"\n' "$B/thawd" >"$THAWD"
 chmod +x "$THAWD"
-NCLIENTS=500
+NCLIENTS=1000
 # Only the descriptors bound the connections here.
 # An answered client keeps its connection open (idle) until thawd's request
 # timeout closes it: the connections weigh on the descriptors all along.

@@ -8,6 +8,7 @@
 # Usage: bench/gpu-tp-run.sh WORKDIR (THAW_BUILD, THAW_ROOT set by gpu-run.sh)
 # GPU_TP_ENV='{"NCCL_P2P_DISABLE": "1"}' adds to the spec's environment (and
 # the cold process's): which NCCL transports the driver lets through.
+# GPU_TP_SPEC='{"shm_bytes": "512M"}' adds keys to the spec itself.
 set -u
 W=${1:-/var/tmp/thaw-gpu-tp}
 THAW=${THAW_BUILD:-build}/thaw
@@ -32,6 +33,14 @@ PY
 	done
 	echo "environment added: $GPU_TP_ENV"
 fi
+if [ -n "${GPU_TP_SPEC:-}" ]; then
+	python3 - "$W/spec.json" "$GPU_TP_SPEC" <<'PY' || exit 1
+import json, sys
+s = json.load(open(sys.argv[1])); s.update(json.loads(sys.argv[2]))
+json.dump(s, open(sys.argv[1], "w"))
+PY
+	echo "spec keys added: $GPU_TP_SPEC"
+fi
 # The cold process's answer, outside thaw.
 port=$((21000 + $$ % 20000))
 c0=$(date +%s%N)
@@ -55,6 +64,10 @@ s0=$(date +%s%N)
 "$THAW" --data-dir "$W/data" start "$snap" >"$W/start.json" 2>"$W/start.err" || {
 	echo "start failed:"; tail -n 20 "$W/start.err"; exit 1; }
 cat "$W/start.json"
+# A start that fell back to a cold boot answers like the cold process too:
+# only a restore counts.
+restored=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("restored"))' "$W/start.json")
+echo "figure: gpu_tp restored $restored"
 python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print("figure: gpu_tp snapshot_ms %s" % json.dumps(j.get("timings_ms")))' "$W/snap.json" 2>/dev/null
 python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print("figure: gpu_tp start_ms %s" % json.dumps(j.get("timings_ms")))' "$W/start.json"
 ep=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["endpoint"])' "$W/start.json")
@@ -63,5 +76,10 @@ warm=$(curl -sf "http://$ep/infer")
 echo "figure: gpu_tp start_to_first_answer_ms $((($(date +%s%N) - s0) / 1000000))"
 echo "restored: $warm"
 "$THAW" --data-dir "$W/data" stop "$iid" >/dev/null 2>&1
-[ -n "$cold" ] && [ "$cold" = "$warm" ] || { echo "the restored function answered otherwise"; exit 1; }
+[ -n "$cold" ] && [ "$cold" = "$warm" ] || {
+	echo "the restored function answered otherwise: '$warm' (cold: '$cold')"
+	find "$W/data" -name '*.log' -newer "$W/snap.json" -exec tail -n 30 {} + 2>/dev/null | tail -n 80
+	exit 1
+}
+[ "$restored" = True ] || { echo "the start booted the function cold instead of restoring it"; exit 1; }
 echo "the 2-GPU tensor-parallel function restored and answered like the cold process"

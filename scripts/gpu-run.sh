@@ -187,10 +187,23 @@ step runc-criu-smoke bash scripts/gpu-run.sh --runc-smoke
 step test_gpumem_gpu "$X/build/test/test_gpumem_gpu"
 # Several GPUs: the 2-process tensor-parallel function (skips, 77, on one GPU).
 step gpu-tp bash bench/gpu-tp-run.sh /var/tmp/thaw-gpu-tp
-# The same with NCCL's P2P and SHM transports off, which the driver restores
-# (gpu-tp-probe; SHM off too: a container's /dev/shm is too small for NCCL's).
-step gpu-tp-nop2p env GPU_TP_ENV='{"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_SOCKET_IFNAME": "lo"}' bash bench/gpu-tp-run.sh \
-	/var/tmp/thaw-gpu-tp-nop2p
+# The same with NCCL's P2P transport off, which the driver restores
+# (gpu-tp-probe): the ranks talk through /dev/shm segments (34 MB and more
+# each), so the function's /dev/shm is sized for them.  PyTorch's store
+# connections are TCP and come back closed (CRIU's tcp-close): its
+# monitoring thread, which reads the store, is off.
+TP_NOP2P_ENV='{"NCCL_P2P_DISABLE": "1", "NCCL_DEBUG": "WARN", "TORCH_NCCL_ENABLE_MONITORING": "0", "TORCH_NCCL_DUMP_ON_TIMEOUT": "0"}'
+step gpu-tp-nop2p env GPU_TP_ENV="$TP_NOP2P_ENV" GPU_TP_SPEC='{"shm_bytes": "512M"}' \
+	bash bench/gpu-tp-run.sh /var/tmp/thaw-gpu-tp-nop2p
+# And with SHM off too: NCCL's socket transport over loopback.
+step gpu-tp-net env GPU_TP_ENV='{"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_SOCKET_IFNAME": "lo", "TORCH_NCCL_ENABLE_MONITORING": "0"}' \
+	GPU_TP_SPEC='{"shm_bytes": "512M"}' bash bench/gpu-tp-run.sh /var/tmp/thaw-gpu-tp-net
+# One process spanning 2 GPUs, 16 GiB dealt to both (skips, 77, on one GPU).
+step gpu-span bash bench/gpu-span-run.sh /var/tmp/thaw-gpu-span
+# What an exported VMM handle is as a file here (what pairing an importer's
+# handle with its creator's allocation can rely on).
+step gpu-share-probe bash -c 'set -o pipefail; python3 bench/gpu-share-probe.py |
+	tee "$THAW_FIGURES/gpu-share-probe.jsonl"'
 # Which NCCL transports or allocations make the driver refuse a 2-rank job's
 # checkpoint (bench/gpu-tp-probe.py; skips, 77, on one GPU).
 step gpu-tp-probe bash -c 'set -o pipefail; python3 bench/gpu-tp-probe.py |

@@ -4,7 +4,8 @@ libthaw-cuda benchmark, bench/gpumem-run.sh).
 
 It fills --gib GiB of device memory with seeded random tensors (256 MiB
 each; the allocator is whatever PYTORCH_CUDA_ALLOC_CONF says) and records,
-in host memory, a checksum of each.  With --worker a background thread
+in host memory, a checksum of each.  With --gpus K the tensors are dealt
+to GPUs 0..K-1 in turn (one process spanning K GPUs).  With --worker a background thread
 keeps launching matmuls on its own stream, before and after a snapshot.
 
   GET  /health   200 once everything is allocated and checksummed
@@ -26,16 +27,20 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--port", type=int, default=8000)
 ap.add_argument("--gib", type=float, default=16.0)
 ap.add_argument("--worker", action="store_true")
+ap.add_argument("--gpus", type=int, default=1)
 a = ap.parse_args()
 
 torch.manual_seed(20261127)
 dev = torch.device("cuda:0")
 CHUNK = 256 << 20
-tensors = [torch.randn(CHUNK // 4, device=dev) for _ in range(max(1, int(a.gib * (1 << 30)) // CHUNK))]
+tensors = [torch.randn(CHUNK // 4, device=torch.device("cuda", i % a.gpus))
+           for i in range(max(1, int(a.gib * (1 << 30)) // CHUNK))]
 
 
 def sums():
-    return torch.stack([t.double().sum() for t in tensors]).cpu().tolist()
+    # One copy back per GPU (in the order of the devices, the same each time).
+    return [x for d in range(a.gpus)
+            for x in torch.stack([t.double().sum() for t in tensors if t.device.index == d]).cpu().tolist()]
 
 
 recorded = sums()
@@ -73,6 +78,7 @@ class H(BaseHTTPRequestHandler):
         t = time.monotonic()
         now = sums()
         self.reply(200, {"match": now == recorded, "tensors": len(tensors), "gib": a.gib,
+                         "gpus": sorted({t.device.index for t in tensors}),
                          "worker": worker_done, "ms": round((time.monotonic() - t) * 1e3, 1)})
 
     def log_message(self, *args):
@@ -81,5 +87,6 @@ class H(BaseHTTPRequestHandler):
 
 if a.worker:
     threading.Thread(target=worker, daemon=True).start()
-torch.cuda.synchronize()
+for i in range(a.gpus):
+    torch.cuda.synchronize(i)
 ThreadingHTTPServer(("0.0.0.0", a.port), H).serve_forever()

@@ -12,7 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/kcmp.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -220,6 +222,126 @@ int gpumem_request(const pid_t *pids, const pid_t *ns_pids, size_t n, enum gpume
 	return ret;
 }
 
+/* A descriptor a process kept of what it exported or imported
+ * (GPUMEM_SHARE_FDS_FMT). */
+struct share_fd {
+	size_t proc;
+	bool imported;
+	unsigned long long vh;
+	int fd;
+};
+
+/* Each process's kept descriptors appended to *a; 0 or -ENOMEM. */
+static int share_fds_read(const pid_t *ns_pids, size_t n, const char *out_dir,
+			  struct share_fd **a, size_t *na)
+{
+	size_t cap = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		char path[PATH_MAX], name[32], *text = NULL, *line, *save = NULL;
+		size_t len;
+
+		snprintf(name, sizeof(name), GPUMEM_SHARE_FDS_FMT, (int)ns_pids[i]);
+		snprintf(path, sizeof(path), "%s/%s", out_dir, name);
+		if (read_file(path, &text, &len, 1 << 20))
+			continue;
+		for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+			struct share_fd f = { .proc = i };
+			char kind;
+
+			if (sscanf(line, "%c %llu %d", &kind, &f.vh, &f.fd) != 3 ||
+			    (kind != 'e' && kind != 'i'))
+				continue;
+			f.imported = kind == 'i';
+			if (*na == cap) {
+				struct share_fd *b = realloc(*a, (cap ? cap * 2 : 16) * sizeof(**a));
+
+				if (!b) {
+					free(text);
+					return -ENOMEM;
+				}
+				*a = b;
+				cap = cap ? cap * 2 : 16;
+			}
+			(*a)[(*na)++] = f;
+		}
+		free(text);
+	}
+	return 0;
+}
+
+/* Which import is which export, for the libraries' SAVE (interpose/share.c
+ * says why thawd decides it): an import and an export of two processes
+ * whose kept descriptors are one open file (kcmp(KCMP_FILE), allowed to
+ * thawd, not to the function) are one allocation.  Written whole as
+ * GPUMEM_SHARE_PAIRS, with the count of imports nobody's export was found
+ * for (the libraries then leave everything shared to the driver); removed
+ * when nothing is shared. */
+static void share_pair(const pid_t *pids, const pid_t *ns_pids, size_t n, const char *out_dir)
+{
+	char path[PATH_MAX], tmp[PATH_MAX + 8];
+	struct share_fd *a = NULL;
+	size_t na = 0, pairs = 0, unpaired = 0;
+	FILE *f = NULL;
+	int bad = 0;
+
+	/* An earlier save's word is never taken for this one's. */
+	for (size_t i = 0; i < n; i++) {
+		snprintf(path, sizeof(path), "%s/%d." GPUMEM_SHARE_QUIET, out_dir, (int)ns_pids[i]);
+		unlink(path);
+		snprintf(path, sizeof(path), "%s/%d." GPUMEM_SHARE_PLAN, out_dir, (int)ns_pids[i]);
+		unlink(path);
+	}
+	snprintf(path, sizeof(path), "%s/" GPUMEM_SHARE_PAIRS, out_dir);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	if (share_fds_read(ns_pids, n, out_dir, &a, &na) || !na) {
+		unlink(path);
+		goto out;
+	}
+	f = fopen(tmp, "we");
+	if (!f) {
+		pr_warn("%s: %s", tmp, strerror(errno));
+		unlink(path);
+		goto out;
+	}
+	/* The pairs first, the header (with the count) last: written at the
+	 * front once known. */
+	fprintf(f, "%-40s\n", "");
+	for (size_t i = 0; i < na; i++) {
+		size_t e;
+
+		if (!a[i].imported)
+			continue;
+		for (e = 0; e < na; e++)
+			if (!a[e].imported && a[e].proc != a[i].proc &&
+			    syscall(SYS_kcmp, pids[a[i].proc], pids[a[e].proc], KCMP_FILE, a[i].fd,
+				    a[e].fd) == 0)
+				break;
+		if (e == na) {
+			unpaired++;
+			continue;
+		}
+		fprintf(f, "%d %llu %d %llu\n", (int)ns_pids[a[i].proc], a[i].vh,
+			(int)ns_pids[a[e].proc], a[e].vh);
+		pairs++;
+	}
+	bad = fseek(f, 0, SEEK_SET) || fprintf(f, "thaw-shared-pairs 1 %zu", unpaired) < 0;
+	bad |= ferror(f);
+	if (fclose(f) || bad || rename(tmp, path)) {
+		pr_warn("%s: could not be written", path);
+		unlink(tmp);
+		unlink(path);
+		goto out;
+	}
+	if (unpaired)
+		pr_warn("%zu import(s) of shared GPU memory match no export of the function's "
+			"processes: all of its shared memory is left to the driver", unpaired);
+	else
+		pr_info("%zu import(s) of shared GPU memory paired with their exports", pairs);
+out:
+	free(a);
+}
+
 int gpumem_save_all(const pid_t *pids, const pid_t *ns_pids, size_t n, const char *out_dir,
 		    unsigned timeout_ms, struct gpumem_status *st, size_t *moved, char *why,
 		    size_t whylen)
@@ -246,15 +368,17 @@ int gpumem_save_all(const pid_t *pids, const pid_t *ns_pids, size_t n, const cha
 		st[i].answered = true;
 		why_not_loaded(pids[i], st[i].error, sizeof(st[i].error));
 	}
-	if (k)
+	if (k) {
+		share_pair(ask, ask_ns, k, out_dir);
 		ret = gpumem_request(ask, ask_ns, k, GPUMEM_OP_SAVE, out_dir, timeout_ms, got);
+	}
 	for (size_t j = 0; j < k; j++) {
 		st[idx[j]] = got[j];
 		/* A save that failed and could not put the memory back: the
 		 * process is held without it, and cannot be snapshotted. */
 		if (got[j].held && !ret)
 			ret = -EIO;
-		if (got[j].ok && got[j].allocs)
+		if (gpumem_carried(&got[j]))
 			(*moved)++;
 		else if (got[j].ok)
 			snprintf(st[idx[j]].error, sizeof(st[idx[j]].error),

@@ -30,6 +30,14 @@ struct gpumem_status {
 	};
 };
 
+/* The process's memory moved: private memory saved, or shared memory
+ * carried (an importer saves no bytes of its own, yet its RESTORE takes its
+ * memory back from its creator). */
+static inline bool gpumem_carried(const struct gpumem_status *st)
+{
+	return st->ok && (st->allocs || st->shared_allocs);
+}
+
 /* Whether the library is mapped into pid (it loaded there). */
 bool gpumem_loaded(pid_t pid);
 

@@ -73,7 +73,9 @@ enum gpumem_op {
 	X(TEXT, register_error, "register_error") /* why one was not ("" if all were) */      \
 	X(U64, prefilled_allocs, "prefilled_allocs") /* of those moved back, thawd's fill */  \
 	X(U64, prefilled_bytes, "prefilled_bytes")                                            \
-	X(DBL, prefill_ms, "prefill_ms")
+	X(DBL, prefill_ms, "prefill_ms")                                                     \
+	X(U64, shared_allocs, "shared_allocs") /* shared with another process, carried */  \
+	X(U64, shared_bytes, "shared_bytes")
 
 #define GPUMEM_TEXT_MAX 512
 #define GPUMEM_TYPE_BOOL bool
@@ -126,6 +128,47 @@ struct gpumem_prefill_msg {
 	struct {
 		unsigned long long file_off, size;
 	} e[GPUMEM_PREFILL_BATCH];
+};
+
+/* Memory the function's processes share (exported and imported VMM
+ * handles, POSIX file descriptors), carried by the libraries themselves so
+ * that the driver's checkpoint sees only private memory (docs/DESIGN.md,
+ * "GPU memory", "Shared memory").  In the out directory:
+ *   <ns pid>.fds   the library's: a dup of each descriptor the process
+ *                  exported or imported, one line each, "e|i <handle value>
+ *                  <fd number in that process>", rewritten whole;
+ *   shared.pairs   thawd's, written before it asks SAVE: which import is
+ *                  which export (kcmp(KCMP_FILE) of the two dups), one line
+ *                  each, "<importer ns pid> <its handle value> <creator ns
+ *                  pid> <creator's handle value>";
+ *   <ns pid>.quiet an importer's, at SAVE once its calls are held and its
+ *                  contexts synchronised: the SAVE's sequence number, then
+ *                  "i <creator ns pid> <creator's handle value>" for each
+ *                  import it can let go of;
+ *   <ns pid>.plan  a creator's, at SAVE once its importers' .quiet came:
+ *                  the sequence number, then "e <handle value>" for each
+ *                  export it carries (its importers let go of those only);
+ *   <ns pid>.share at RESTORE, the creator's socket: an importer sends a
+ *                  struct gpumem_share_ask, gets a struct gpumem_share_answer
+ *                  and, when it is 0, the new export's descriptor
+ *                  (SCM_RIGHTS). */
+#define GPUMEM_SHARE_FDS_FMT "%d.fds"
+#define GPUMEM_SHARE_PAIRS "shared.pairs"
+#define GPUMEM_SHARE_QUIET "quiet" /* <ns pid>.quiet */
+#define GPUMEM_SHARE_PLAN "plan"   /* <ns pid>.plan */
+#define GPUMEM_SHARE_SOCK_FMT "%d.share"
+#define GPUMEM_SHARE_MAGIC 0x74687368u /* "thsh" */
+/* An importer whose own restore failed still asks, with this flag: its
+ * creator then fails at once rather than wait for it to the deadline. */
+#define GPUMEM_SHARE_ABANDON 1u
+struct gpumem_share_ask {
+	unsigned int magic, flags;
+	unsigned long long vh; /* the creator's handle value */
+};
+struct gpumem_share_answer {
+	unsigned int magic;
+	int err; /* 0, or -errno: nothing for this importer (no descriptor) */
+	unsigned long long size;
 };
 
 /* The environment thaw gives the function (the library reads it once). */

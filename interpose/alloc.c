@@ -13,11 +13,13 @@
  *
  * Left to the driver's checkpoint (counted, named in the status): smaller
  * allocations, stream-ordered, managed and pitched ones, and any physical
- * allocation that is exported or imported (another process may use it),
- * mapped twice or in part.
+ * allocation mapped twice or in part.  One exported or imported (another
+ * process may use it) is carried only as share.c says: exported and
+ * imported as a POSIX descriptor, and paired by thawd.
  */
 #include "interpose/gm.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,8 +29,10 @@ struct gm_left gm_left;
 size_t gm_min_bytes = 2u << 20;
 
 /* Physical allocations the function made or got, by its handle value. */
-static struct gm_handle **handles;
-static size_t nhandles, cap_handles;
+struct gm_handle **gm_handles;
+size_t gm_nhandles;
+static size_t cap_handles;
+
 static cu_handle next_virtual = 1ull << 62;
 
 /* Allocations left to the driver (pointer -> size), for the live count. */
@@ -84,9 +88,9 @@ static void left_remove(cu_ptr p)
 
 static struct gm_handle *handle_find(cu_handle vh)
 {
-	for (size_t i = 0; i < nhandles; i++)
-		if (handles[i]->vh == vh && !handles[i]->dead)
-			return handles[i];
+	for (size_t i = 0; i < gm_nhandles; i++)
+		if (gm_handles[i]->vh == vh && !gm_handles[i]->dead)
+			return gm_handles[i];
 	return NULL;
 }
 
@@ -114,19 +118,19 @@ static struct gm_handle *handle_add(cu_handle rh, size_t size,
 
 	if (!h)
 		return NULL;
-	a = grow(handles, &cap_handles, nhandles, sizeof(*handles));
+	a = grow(gm_handles, &cap_handles, gm_nhandles, sizeof(*gm_handles));
 	if (!a) {
 		free(h);
 		return NULL;
 	}
-	handles = a;
+	gm_handles = a;
 	h->rh = rh;
 	h->vh = handle_find(rh) ? next_virtual++ : rh;
 	h->refs = 1;
 	h->size = size;
 	if (prop)
 		h->prop = *prop;
-	handles[nhandles++] = h;
+	gm_handles[gm_nhandles++] = h;
 	return h;
 }
 
@@ -135,10 +139,14 @@ static void handle_maybe_drop(struct gm_handle *h)
 	if (h->refs > 0 || h->nmaps > 0)
 		return;
 	h->dead = true;
-	for (size_t i = 0; i < nhandles; i++) {
-		if (handles[i] != h)
+	if (h->nfds) {
+		gm_share_fds_close(h);
+		gm_share_fds_write();
+	}
+	for (size_t i = 0; i < gm_nhandles; i++) {
+		if (gm_handles[i] != h)
 			continue;
-		handles[i] = handles[--nhandles];
+		gm_handles[i] = gm_handles[--gm_nhandles];
 		free(h);
 		return;
 	}
@@ -455,6 +463,10 @@ static cu_result own_map(cu_ptr va, size_t size, size_t offset,
 	pthread_mutex_lock(&gm_lock);
 	h = handle_find(vh);
 	r = gm_real.cuMemMap(va, size, offset, h && h->rh ? h->rh : vh, flags);
+	/* An import's size is what its first mapping says (the driver tells
+	 * no size for a handle). */
+	if (r == CU_SUCCESS && h && !h->size && !h->nmaps)
+		h->size = offset + size;
 	if (r == CU_SUCCESS)
 		map_add(va, size, offset, h);
 	pthread_mutex_unlock(&gm_lock);
@@ -525,11 +537,11 @@ static cu_result own_retain_handle(cu_handle *handle, void *addr)
 	r = gm_real.cuMemRetainAllocationHandle(handle, addr);
 	if (r == CU_SUCCESS) {
 		pthread_mutex_lock(&gm_lock);
-		for (size_t i = 0; i < nhandles; i++)
-			if (handles[i]->rh == *handle && !handles[i]->dead) {
+		for (size_t i = 0; i < gm_nhandles; i++)
+			if (gm_handles[i]->rh == *handle && !gm_handles[i]->dead) {
 				/* One more reference of the function's. */
-				handles[i]->refs++;
-				*handle = handles[i]->vh;
+				gm_handles[i]->refs++;
+				*handle = gm_handles[i]->vh;
 				break;
 			}
 		pthread_mutex_unlock(&gm_lock);
@@ -548,6 +560,22 @@ static cu_result own_props_from_handle(cu_mem_prop *prop, cu_handle vh)
 	return r;
 }
 
+/* A dup of fd kept with h, for thawd to pair the process that imports it
+ * with the one that exported it (share.c says why a dup).  Not under
+ * thaw, or past GM_MAX_SHARE_FDS: the handle is left to the driver. */
+static void keep_fd(struct gm_handle *h, int fd)
+{
+	int d;
+
+	if (!gm_out_dir || h->nfds == GM_MAX_SHARE_FDS ||
+	    (d = fcntl(fd, F_DUPFD_CLOEXEC, 100)) < 0) {
+		h->share_full = true;
+		return;
+	}
+	h->fds[h->nfds++] = d;
+	gm_share_fds_write();
+}
+
 static cu_result own_export_handle(void *out, cu_handle vh, int type,
 				  unsigned long long flags)
 {
@@ -558,8 +586,15 @@ static cu_result own_export_handle(void *out, cu_handle vh, int type,
 	r = gm_real.cuMemExportToShareableHandle(out, real_of(vh), type, flags);
 	pthread_mutex_lock(&gm_lock);
 	h = handle_find(vh);
-	if (h)
+	if (h) {
 		h->shared = true;
+		if (r == CU_SUCCESS && type == CU_HANDLE_POSIX_FD) {
+			h->exported = true;
+			keep_fd(h, *(int *)out);
+		} else {
+			h->share_full = true; /* a kind share.c does not carry */
+		}
+	}
 	pthread_mutex_unlock(&gm_lock);
 	gm_gate_exit();
 	return r;
@@ -577,6 +612,11 @@ static cu_result own_import_handle(cu_handle *handle, void *os, int type)
 		h = handle_add(*handle, 0, NULL);
 		if (h) {
 			h->shared = true;
+			h->imported = true;
+			if (type == CU_HANDLE_POSIX_FD)
+				keep_fd(h, (int)(intptr_t)os);
+			else
+				h->share_full = true;
 			*handle = h->vh;
 		}
 		pthread_mutex_unlock(&gm_lock);

@@ -35,7 +35,8 @@ static sem_t wake;
 static int pending_value; /* 0: none */
 static int release_pending;
 static volatile int started;
-static const char *in_dir, *out_dir;
+static const char *in_dir;
+const char *gm_out_dir;
 static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* v in decimal at p; the number of digits.  The signal handler's paths
@@ -63,13 +64,13 @@ static void put_status(const char *json, size_t len)
 	size_t k;
 	int fd;
 
-	if (!out_dir)
+	if (!gm_out_dir)
 		return;
-	k = strlen(out_dir);
+	k = strlen(gm_out_dir);
 	if (k > 4000)
 		return;
 	/* snprintf is not async-signal-safe; these paths are built by hand. */
-	memcpy(path, out_dir, k);
+	memcpy(path, gm_out_dir, k);
 	path[k++] = '/';
 	k += put_uint(path + k, (unsigned long)pid);
 	memcpy(path + k, ".status", 8);
@@ -205,11 +206,11 @@ static void *control_main(void *arg)
 		seq = GPUMEM_VALUE_SEQ(v);
 		switch (op) {
 		case GPUMEM_OP_SAVE:
-			gm_save(out_dir, &r);
+			gm_save(gm_out_dir, seq, &r);
 			answer(seq, "save", &r);
 			break;
 		case GPUMEM_OP_RESTORE:
-			gm_restore(in_dir, out_dir, &r);
+			gm_restore(in_dir, gm_out_dir, &r);
 			pinned = r.ok;
 			answer(seq, "restore", &r);
 			break;
@@ -257,7 +258,7 @@ void gm_control_start(void)
 	pthread_attr_t a;
 	sigset_t all, old;
 
-	if (__atomic_load_n(&started, __ATOMIC_ACQUIRE) || !out_dir)
+	if (__atomic_load_n(&started, __ATOMIC_ACQUIRE) || !gm_out_dir)
 		return;
 	pthread_mutex_lock(&start_mu);
 	if (!started) {
@@ -289,14 +290,14 @@ __attribute__((constructor)) static void gm_init(void)
 	struct sigaction sa = { 0 };
 	const char *s;
 
-	out_dir = getenv(GPUMEM_ENV_OUT);
+	gm_out_dir = getenv(GPUMEM_ENV_OUT);
 	in_dir = getenv(GPUMEM_ENV_IN);
 	if (!in_dir)
-		in_dir = out_dir;
+		in_dir = gm_out_dir;
 	s = getenv(GPUMEM_ENV_MIN_BYTES);
 	if (s && *s)
 		gm_min_bytes = strtoull(s, NULL, 0);
-	if (!out_dir)
+	if (!gm_out_dir)
 		return; /* not started by thaw: only a pass-through */
 	sem_init(&wake, 0, 0);
 	sa.sa_sigaction = on_signal;

@@ -11,6 +11,7 @@
  *   alloc.c    the allocations it sees, and the memory calls it implements
  *   move.c     save and copy back
  *   prefill.c  the saved layout for thawd, and the memory thawd filled
+ *   share.c    memory shared with the function's other processes
  *   control.c  thawd's signal, the control thread, the status file
  *
  * Nothing here links thaw's own libraries: a function's process gets only
@@ -110,6 +111,10 @@ void *gm_own(void *p) GM_HIDDEN;
  * and as many again (host memory, NUMA nodes).  A mapping given access for
  * more is left to the driver (access_full), never mapped back without it. */
 #define GM_MAX_ACCESS (2 * CUDA_MAX_DEVICES)
+/* Descriptors kept per exported or imported handle, and importers counted
+ * per export: past them the handle is left to the driver (share_full). */
+#define GM_MAX_SHARE_FDS 8
+#define GM_MAX_IMPORTERS 32
 
 struct gm_handle {
 	cu_handle vh; /* the value the function holds */
@@ -121,7 +126,23 @@ struct gm_handle {
 	bool shared;       /* exported or imported: another process may use it */
 	bool dead;         /* released and no longer mapped */
 	int nmaps;
+	/* Shared (share.c): exported or imported here as a POSIX descriptor,
+	 * a dup of each kept (fds) for thawd to pair imports with exports. */
+	bool exported, imported, share_full;
+	bool share_off; /* exported: an importer cannot let go of it (this save) */
+	bool carried;   /* unmapped by the last save as shared: the restore hands it over */
+	int fds[GM_MAX_SHARE_FDS], nfds;
+	/* What thawd's pairing said at the last save.  Imported: whose export
+	 * it is (creator 0: nobody's known).  Exported: who imports it, an
+	 * entry per import (a process may import it twice). */
+	pid_t creator;
+	cu_handle creator_vh;
+	pid_t importers[GM_MAX_IMPORTERS];
+	int nimporters;
 };
+/* The physical allocations the function made or got (alloc.c). */
+extern struct gm_handle **gm_handles GM_HIDDEN;
+extern size_t gm_nhandles GM_HIDDEN;
 
 struct gm_map {
 	cu_ptr va;
@@ -154,7 +175,7 @@ extern size_t gm_min_bytes GM_HIDDEN;
 /* --- save and copy back (move.c) --- */
 /* What a save or a copy back did: the record of the answer
  * (common/gpumem_protocol.h), filled as it goes. */
-void gm_save(const char *dir, struct gpumem_record *r) GM_HIDDEN;
+void gm_save(const char *dir, unsigned seq, struct gpumem_record *r) GM_HIDDEN;
 /* in_dir: the saved file's; out_dir: where thawd's prefill socket is. */
 void gm_restore(const char *in_dir, const char *out_dir, struct gpumem_record *r) GM_HIDDEN;
 void gm_release_pinned(void) GM_HIDDEN;
@@ -171,7 +192,35 @@ void gm_prefill_take(const char *dir, struct gpumem_record *r) GM_HIDDEN;
  * (move.c). */
 cu_result gm_map_handle(struct gm_map *m, cu_handle rh) GM_HIDDEN;
 
+/* --- shared memory (share.c; all under gm_lock) --- */
+/* What the save does with a mapping: its bytes into the file (private, or
+ * shared and made here), only an unmap (imported: its creator saves the
+ * bytes, and hands the memory over again at the restore), or nothing
+ * (left to the driver). */
+enum gm_carry { GM_LEAVE, GM_COPY, GM_DROP };
+enum gm_carry gm_carry_of(const struct gm_map *m) GM_HIDDEN;
+/* Rewrite dir/<pid>.fds from the handles' kept descriptors. */
+void gm_share_fds_write(void) GM_HIDDEN;
+/* Close the kept descriptors of h (it died, or its memory was saved). */
+void gm_share_fds_close(struct gm_handle *h) GM_HIDDEN;
+/* At a save, the gate closed, before anything is synchronised: thawd's
+ * pairing read into the handles. */
+void gm_share_pair(const char *dir) GM_HIDDEN;
+/* At a save, the contexts synchronised, before any byte is copied: the
+ * function's processes agree on what of the memory they share is carried
+ * (share.c, "Ordering").  0, or -1 with r's error. */
+int gm_share_agree(const char *dir, unsigned seq, struct gpumem_record *r) GM_HIDDEN;
+/* After a restore's copy (r->ok or not): each export made here handed to
+ * its importers, each import taken from its creator and mapped.  Failures
+ * in r. */
+void gm_share_restore(const char *dir, struct gpumem_record *r) GM_HIDDEN;
+/* A saved shared mapping mapped again from its kept descriptor (a save
+ * that failed halfway): 0, or the driver's error. */
+cu_result gm_share_remap(struct gm_map *m) GM_HIDDEN;
+
 /* --- control (control.c) --- */
+/* The out directory thaw gave the process (NULL: not started by thaw). */
+extern const char *gm_out_dir GM_HIDDEN;
 /* Start the control thread once the process uses CUDA through the library. */
 void gm_control_start(void) GM_HIDDEN;
 

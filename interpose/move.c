@@ -49,12 +49,10 @@ static void fail(struct gpumem_record *r, const char *what, cu_result cr)
 	snprintf(r->error, sizeof(r->error), "%s: %s", what, gm_error_name(cr, buf, sizeof(buf)));
 }
 
-/* The mapping can be carried: one whole mapping of memory no other
- * process can see. */
+/* Its bytes go into the file (gm_carry_of). */
 static bool movable(const struct gm_map *m)
 {
-	return m->h && !m->h->shared && m->h->nmaps == 1 && m->offset == 0 &&
-	       m->size == m->h->size && m->h->rh && !m->access_full;
+	return gm_carry_of(m) == GM_COPY;
 }
 
 static void count_left(struct gpumem_record *r)
@@ -62,7 +60,7 @@ static void count_left(struct gpumem_record *r)
 	r->left_allocs = gm_left.allocs;
 	r->left_bytes = gm_left.bytes;
 	for (struct gm_map *m = gm_maps; m; m = m->next)
-		if (!m->saved && !movable(m)) {
+		if (!m->saved && gm_carry_of(m) == GM_LEAVE) {
 			r->left_allocs++;
 			r->left_bytes += m->size;
 		}
@@ -176,7 +174,7 @@ static int put_back_one(int in, void *buf, struct gm_map *m, char *why, size_t l
  * calls held, for thawd to end it rather than let it run on. */
 static void put_back(const char *path, void *buf, struct gpumem_record *r)
 {
-	char why[160] = "", first[128] = "";
+	char why[160] = "", first[128] = "", ebuf[32];
 	int in = open(path, O_RDONLY | O_CLOEXEC), lost = 0;
 	size_t k;
 
@@ -188,7 +186,15 @@ static void put_back(const char *path, void *buf, struct gpumem_record *r)
 		if (!m->saved)
 			continue;
 		why[0] = '\0';
-		if (in < 0 || !buf)
+		if (m->h->shared) {
+			/* The same memory again, not a copy of it: the other
+			 * processes map it still. */
+			cu_result cr = gm_share_remap(m);
+
+			if (cr != CU_SUCCESS)
+				snprintf(why, sizeof(why), "mapping shared memory again: %s",
+					 gm_error_name(cr, ebuf, sizeof(ebuf)));
+		} else if (in < 0 || !buf)
 			snprintf(why, sizeof(why), "%s", in < 0 ? first : "no copy buffer");
 		else if (map_new(m, &mr))
 			snprintf(why, sizeof(why), "%.150s", mr.error);
@@ -209,7 +215,7 @@ static void put_back(const char *path, void *buf, struct gpumem_record *r)
 		 lost, first);
 }
 
-void gm_save(const char *dir, struct gpumem_record *r)
+void gm_save(const char *dir, unsigned seq, struct gpumem_record *r)
 {
 	char path[4096];
 	void *bounce = NULL;
@@ -229,9 +235,10 @@ void gm_save(const char *dir, struct gpumem_record *r)
 	}
 	r->hold_ms = gm_now_ms() - t0;
 	pthread_mutex_lock(&gm_lock);
+	gm_share_pair(dir);
 	t = gm_now_ms();
 	for (struct gm_map *m = gm_maps; m; m = m->next) {
-		if (!movable(m))
+		if (gm_carry_of(m) == GM_LEAVE)
 			continue;
 		cr = use_ctx(m->ctx, m->device);
 		if (cr == CU_SUCCESS)
@@ -242,6 +249,9 @@ void gm_save(const char *dir, struct gpumem_record *r)
 		}
 	}
 	r->sync_ms = gm_now_ms() - t;
+	/* Shared memory is copied once its other processes are quiet too. */
+	if (gm_share_agree(dir, seq, r))
+		goto out;
 	t = gm_now_ms();
 	for (struct gm_map *m = gm_maps; m; m = m->next) {
 		if (!movable(m))
@@ -263,7 +273,13 @@ void gm_save(const char *dir, struct gpumem_record *r)
 	for (struct gm_map *m = gm_maps; m; m = m->next) {
 		if (!movable(m))
 			continue;
-		if (use_ctx(m->ctx, m->device) != CU_SUCCESS || save_one(fd, m, bounce, r))
+		/* (Never without a buffer: total counts m.) */
+		cr = bounce ? use_ctx(m->ctx, m->device) : CU_ERR_OUT_OF_MEMORY;
+		if (cr != CU_SUCCESS) {
+			fail(r, "the allocation's context", cr);
+			goto out;
+		}
+		if (save_one(fd, m, bounce, r))
 			goto out;
 	}
 	r->copy_ms = gm_now_ms() - t;
@@ -271,16 +287,31 @@ void gm_save(const char *dir, struct gpumem_record *r)
 	 * back what was unmapped, so the function keeps all of its memory. */
 	t = gm_now_ms();
 	for (struct gm_map *m = gm_maps; m; m = m->next) {
-		if (!movable(m))
+		enum gm_carry c = gm_carry_of(m);
+
+		if (c == GM_LEAVE)
 			continue;
 		if (unmap_one(m, r))
 			goto out;
+		if (m->h->shared) {
+			m->h->carried = true;
+			r->shared_allocs++;
+			r->shared_bytes += m->size;
+		}
+		if (c == GM_DROP)
+			continue; /* its bytes are its creator's to save */
 		r->allocs++;
 		r->bytes += m->size;
 		if (m->device >= 0 && m->device < CUDA_MAX_DEVICES)
 			r->dev_bytes[m->device] += m->size;
 	}
 	r->map_ms = gm_now_ms() - t;
+	/* Saved everywhere: the kept descriptors would keep the memory the
+	 * driver must no longer see.  The restore hands over new ones. */
+	for (size_t i = 0; i < gm_nhandles; i++)
+		if (gm_handles[i]->nfds && gm_handles[i]->rh == 0)
+			gm_share_fds_close(gm_handles[i]);
+	gm_share_fds_write();
 	count_left(r);
 	/* Without it a restore still works: the library copies. */
 	gm_layout_write(dir);
@@ -492,7 +523,8 @@ void gm_restore(const char *dir, const char *out_dir, struct gpumem_record *r)
 	gm_prefill_take(out_dir, r);
 	t = gm_now_ms();
 	for (struct gm_map *m = gm_maps; m; m = m->next) {
-		if (!m->saved)
+		/* An import is its creator's to hand over (gm_share_restore). */
+		if (!m->saved || m->h->imported)
 			continue;
 		if (map_new(m, r))
 			goto out;
@@ -564,6 +596,9 @@ void gm_restore(const char *dir, const char *out_dir, struct gpumem_record *r)
 out:
 	if (fd >= 0)
 		close(fd);
+	/* Its copy done (or failed: its importers are told), the memory it
+	 * shares is handed over, and what it imports taken. */
+	gm_share_restore(out_dir, r);
 	count_left(r);
 	pthread_mutex_unlock(&gm_lock);
 	/* Only now may the function touch its memory again.  After a failure

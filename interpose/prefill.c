@@ -35,7 +35,7 @@ int gm_layout_write(const char *dir)
 		return -1;
 	fprintf(f, "%s\n", GPUMEM_LAYOUT_MAGIC);
 	for (struct gm_map *m = gm_maps; m; m = m->next)
-		if (m->saved)
+		if (m->saved && !m->h->imported) /* an import has no bytes here */
 			fprintf(f, "%llu %llu %d %u %u %u\n", (unsigned long long)m->file_off,
 				(unsigned long long)m->size, m->device,
 				m->h->prop.allocFlags.compressionType,
@@ -57,7 +57,7 @@ static void take_one(unsigned long long file_off, unsigned long long size, int f
 	struct gm_map *m;
 
 	for (m = gm_maps; m; m = m->next)
-		if (m->saved && m->file_off == file_off && m->size == size)
+		if (m->saved && !m->h->imported && m->file_off == file_off && m->size == size)
 			break;
 	if (!m)
 		return;

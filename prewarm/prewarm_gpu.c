@@ -228,7 +228,7 @@ static int gpumem_save(struct job *j, const pid_t *cuda, size_t ncuda)
 		goto out;
 	}
 	for (size_t i = 0; i < ncuda; i++) {
-		if (st[i].ok && st[i].allocs) {
+		if (gpumem_carried(&st[i])) {
 			size_t k = 0;
 
 			while (k < ARRAY_SIZE(j->gpumem_ns) && j->gpumem_ns[k])

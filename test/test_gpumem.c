@@ -10,7 +10,9 @@
  * the calls are held until it ends, that every allocation holds its bytes
  * again and that the handle the program kept still works.  Then the ways
  * the library does not apply, each with its reason: a program that never
- * used CUDA, a statically linked one.
+ * used CUDA, a statically linked one.  Two programs that share memory (one
+ * exports, the other imports): saved once, unmapped in both, handed over
+ * again at the restore; and an importer that ends before it takes it.
  */
 #include "common/gpumem.h"
 #include "restore/gpu_prefill.h"
@@ -138,6 +140,159 @@ static void save_and_restore(const char *app_path)
 	CHECK_STR(s, "ok");
 	gpumem_release(&a.pid, 1);
 	app_end(&a);
+}
+
+/* Two apps: c exports S, i imports it (over a socket of the test's). */
+static void share_pair_start(struct app *c, struct app *i, const char *app_path)
+{
+	/* No slow copies here: the order of things is what is looked at. */
+	const char *fast[] = { "MOCK_CUDA_HTOD_DELAY_MS=0", NULL };
+	char s[64], cmd[700];
+
+	app_start_with(c, app_path, NULL, lib, fast);
+	app_start_with(i, app_path, NULL, lib, fast);
+	snprintf(cmd, sizeof(cmd), "export %s/s-%d.sock", dir, (int)c->pid);
+	ask(c, cmd, s, sizeof(s));
+	CHECK_STR(s, "ok");
+	snprintf(cmd, sizeof(cmd), "import %s/s-%d.sock", dir, (int)c->pid);
+	ask(i, cmd, s, sizeof(s));
+	CHECK_STR(s, "ok");
+	ask(c, "swrite 1", s, sizeof(s));
+	CHECK_STR(s, "ok");
+	ask(i, "sread 1", s, sizeof(s));
+	CHECK_STR(s, "ok");
+}
+
+/* Memory two processes share: its creator saves it (with its own), both
+ * unmap it and the driver holds none of it; after the restore the importer
+ * maps it again at its address, byte for byte, and both read and write the
+ * same bytes; the importer's handle value still names it. */
+static void shared(const char *app_path)
+{
+	struct gpumem_status st[2];
+	unsigned long long phys, plain, mapped;
+	char s[256], why[512];
+	size_t moved = 0;
+	struct app c, i;
+	pid_t pids[2];
+
+	share_pair_start(&c, &i, app_path);
+	pids[0] = c.pid;
+	pids[1] = i.pid;
+	CHECK_EQ(gpumem_save_all(pids, pids, 2, outdir, 30000, st, &moved, why, sizeof(why)), 0);
+	CHECK(st[0].ok && st[1].ok);
+	CHECK_EQ(moved, 2);
+	/* The creator saved its 30 MiB and S; the importer its 30 MiB. */
+	CHECK_EQ(st[0].allocs, 7);
+	CHECK_EQ(st[0].bytes, 34 * MIB);
+	CHECK_EQ(st[0].shared_allocs, 1);
+	CHECK_EQ(st[1].allocs, 6);
+	CHECK_EQ(st[1].bytes, 30 * MIB);
+	CHECK_EQ(st[1].shared_allocs, 1);
+	CHECK_EQ(st[1].shared_bytes, 4 * MIB);
+	CHECK_EQ(st[0].left_allocs, 2);
+	CHECK_EQ(st[1].left_allocs, 2);
+	mem(&c, &phys, &plain, &mapped);
+	CHECK(phys == 0 && mapped == 0);
+	mem(&i, &phys, &plain, &mapped);
+	CHECK(phys == 0 && mapped == 0);
+
+	CHECK_EQ(gpumem_request(pids, pids, 2, GPUMEM_OP_RESTORE, outdir, 30000, st), 0);
+	for (int k = 0; k < 2; k++) {
+		CHECK(st[k].ok);
+		if (!st[k].ok)
+			fprintf(stderr, "restore of %d: %s\n", (int)pids[k], st[k].error);
+		CHECK_EQ(st[k].shared_allocs, 1);
+	}
+	mem(&i, &phys, &plain, &mapped);
+	CHECK_EQ(phys, 34 * MIB);
+	ask(&i, "sread 1", s, sizeof(s));
+	CHECK_STR(s, "ok");
+	ask(&i, "swrite 2", s, sizeof(s));
+	CHECK_STR(s, "ok");
+	ask(&c, "sread 2", s, sizeof(s));
+	CHECK_STR(s, "ok");
+	ask(&c, "verify", s, sizeof(s));
+	CHECK_STR(s, "ok");
+	ask(&i, "verify", s, sizeof(s));
+	CHECK_STR(s, "ok");
+	/* Carried again by a second save: the pairing follows the new
+	 * descriptors. */
+	gpumem_release(pids, 2);
+	CHECK_EQ(gpumem_save_all(pids, pids, 2, outdir, 30000, st, &moved, why, sizeof(why)), 0);
+	CHECK(st[0].shared_allocs == 1 && st[1].shared_allocs == 1);
+	CHECK_EQ(gpumem_request(pids, pids, 2, GPUMEM_OP_RESTORE, outdir, 30000, st), 0);
+	CHECK(st[0].ok && st[1].ok);
+	ask(&c, "sread 2", s, sizeof(s));
+	CHECK_STR(s, "ok");
+	ask(&i, "sfree", s, sizeof(s));
+	CHECK_STR(s, "ok");
+	gpumem_release(pids, 2);
+	app_end(&i);
+	app_end(&c);
+}
+
+/* An importer that ends before it takes its memory back: its creator's
+ * restore fails at once, with why, and its calls stay held. */
+static void shared_importer_ends(const char *app_path)
+{
+	struct gpumem_status st[2];
+	char why[512];
+	size_t moved = 0;
+	struct app c, i;
+	pid_t pids[2];
+
+	share_pair_start(&c, &i, app_path);
+	pids[0] = c.pid;
+	pids[1] = i.pid;
+	CHECK_EQ(gpumem_save_all(pids, pids, 2, outdir, 30000, st, &moved, why, sizeof(why)), 0);
+	CHECK_EQ(moved, 2);
+	kill(i.pid, SIGKILL);
+	REQUIRE(waitpid(i.pid, NULL, 0) == i.pid);
+	fclose(i.in);
+	fclose(i.out);
+	CHECK_EQ(gpumem_request(pids, pids, 2, GPUMEM_OP_RESTORE, outdir, 30000, st), -ESRCH);
+	CHECK(st[0].answered && !st[0].ok && st[0].held);
+	CHECK(strstr(st[0].error, "ended before it took it") != NULL);
+	if (!strstr(st[0].error, "ended before it took it"))
+		fprintf(stderr, "creator's restore: %s\n", st[0].error);
+	kill(c.pid, SIGKILL);
+	waitpid(c.pid, NULL, 0);
+	fclose(c.in);
+	fclose(c.out);
+}
+
+/* An importer that cannot let go of the memory (it maps it twice): the
+ * processes agree to leave it all to the driver, and it stays shared. */
+static void shared_kept(const char *app_path)
+{
+	struct gpumem_status st[2];
+	unsigned long long phys, plain, mapped;
+	char s[64], why[512];
+	size_t moved = 0;
+	struct app c, i;
+	pid_t pids[2];
+
+	share_pair_start(&c, &i, app_path);
+	ask(&i, "smap2", s, sizeof(s));
+	CHECK_STR(s, "ok");
+	pids[0] = c.pid;
+	pids[1] = i.pid;
+	CHECK_EQ(gpumem_save_all(pids, pids, 2, outdir, 30000, st, &moved, why, sizeof(why)), 0);
+	CHECK(st[0].ok && st[1].ok);
+	CHECK(st[0].shared_allocs == 0 && st[1].shared_allocs == 0);
+	CHECK_EQ(st[0].allocs, 6);
+	CHECK_EQ(st[0].left_allocs, 3);
+	mem(&c, &phys, &plain, &mapped);
+	CHECK_EQ(phys, 4 * MIB);
+	CHECK_EQ(gpumem_request(pids, pids, 2, GPUMEM_OP_RESTORE, outdir, 30000, st), 0);
+	CHECK(st[0].ok && st[1].ok);
+	ask(&c, "swrite 3", s, sizeof(s));
+	ask(&i, "sread 3", s, sizeof(s));
+	CHECK_STR(s, "ok");
+	gpumem_release(pids, 2);
+	app_end(&i);
+	app_end(&c);
 }
 
 /* thawd fills the device memory itself (restore/gpu_prefill.c) and the
@@ -628,6 +783,9 @@ int main(int argc, char **argv)
 	exports();
 	old_answer();
 	save_and_restore(app);
+	shared(app);
+	shared_importer_ends(app);
+	shared_kept(app);
 	gpumem_thawd_child(argv[0], "--prefill", app);
 	fallbacks(app, have_static ? stat_app : NULL);
 	rm_rf(dir);

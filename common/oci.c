@@ -127,18 +127,25 @@ static size_t locked_flags(const char *src, const char **opts)
  * is not carried along, so CRIU sees exactly the mounts we declared.  In a
  * user namespace it keeps src's locked flags. */
 static json_t *bind_obj(const struct oci_spec *spec, const char *src, const char *dst,
-			bool writable, bool inert)
+			bool writable, enum oci_bind_flags flags)
 {
 	const char *opts[9] = { "bind", "nosuid" };
 	size_t n = 2;
 
 	if (!writable)
 		opts[n++] = "ro";
-	if (inert) {
+	switch (flags) {
+	case OCI_BIND_INERT:
 		opts[n++] = "nodev";
 		opts[n++] = "noexec";
-	} else if (spec->userns_size) {
-		n += locked_flags(src, opts + n);
+		break;
+	case OCI_BIND_NODEV:
+		opts[n++] = "nodev";
+		break;
+	case OCI_BIND_AS_SOURCE:
+		if (spec->userns_size)
+			n += locked_flags(src, opts + n);
+		break;
 	}
 	return mount_obj(dst, "bind", src, opts, n);
 }
@@ -214,11 +221,11 @@ static int build_mounts(const struct oci_spec *spec, bool host_root, json_t **ou
 			ret = host_src(spec, host_dirs[i], src, sizeof(src));
 			if (ret)
 				goto err;
-			json_array_append_new(m, bind_obj(spec, src, host_dirs[i], false, false));
+			json_array_append_new(m, bind_obj(spec, src, host_dirs[i], false, OCI_BIND_AS_SOURCE));
 			if (!strcmp(host_dirs[i], "/usr") && spec->gpu &&
 			    stat("/usr/local/nvidia", &st) == 0 && S_ISDIR(st.st_mode))
 				json_array_append_new(m, bind_obj(spec, "/usr/local/nvidia",
-								  "/usr/local/nvidia", false, false));
+								  "/usr/local/nvidia", false, OCI_BIND_AS_SOURCE));
 		}
 		for (size_t i = 0; i < ARRAY_SIZE(top_links); i++) {
 			char p[64];
@@ -229,11 +236,11 @@ static int build_mounts(const struct oci_spec *spec, bool host_root, json_t **ou
 			ret = host_src(spec, p, src, sizeof(src));
 			if (ret)
 				goto err;
-			json_array_append_new(m, bind_obj(spec, src, p, false, false));
+			json_array_append_new(m, bind_obj(spec, src, p, false, OCI_BIND_AS_SOURCE));
 		}
 	} else if (spec->gpu && stat("/usr/local/nvidia", &st) == 0 && S_ISDIR(st.st_mode)) {
 		json_array_append_new(m, bind_obj(spec, "/usr/local/nvidia", "/usr/local/nvidia",
-						  false, false));
+						  false, OCI_BIND_AS_SOURCE));
 	}
 	for (size_t i = 0; i < spec->nbinds; i++) {
 		/* A read-only bind of a host directory already bound (a function
@@ -243,7 +250,7 @@ static int build_mounts(const struct oci_spec *spec, bool host_root, json_t **ou
 		if (host_root && !spec->binds[i].writable && is_host_dir(spec->binds[i].dst))
 			continue;
 		json_array_append_new(m, bind_obj(spec, spec->binds[i].src, spec->binds[i].dst,
-						  spec->binds[i].writable, spec->binds[i].inert));
+						  spec->binds[i].writable, spec->binds[i].flags));
 	}
 	*out = m;
 	return 0;

@@ -34,14 +34,23 @@
  * and Docker's. */
 #define OCI_DEFAULT_SHM_BYTES (64ull << 20)
 
+/* The mount flags a bind carries besides nosuid (and ro where not
+ * writable).  CRIU restores a bind with the flags it dumped, and in a user
+ * namespace the kernel refuses a remount that drops a flag its source has
+ * locked (nodev, noexec, the atime ones): a bind whose source at a restore
+ * is the RAM tier (thawd's tmpfs is nosuid,nodev) must carry nodev from
+ * the snapshot on, whatever its source was then. */
+enum oci_bind_flags {
+	OCI_BIND_AS_SOURCE, /* in a user namespace, its source's locked flags */
+	OCI_BIND_INERT,     /* nodev, noexec: the mapped image's memory files */
+	OCI_BIND_NODEV,     /* nodev: libthaw-cuda, mapped executable from the tier */
+};
+
 struct oci_bind {
 	const char *src; /* host path */
 	const char *dst; /* path in the container */
 	bool writable;
-	/* nodev and noexec too: the mapped image's memory files, whose mount
-	 * CRIU restores with the flags it dumped; in a user namespace it may
-	 * drop none its source has, and the RAM tier's is nosuid,nodev,noexec. */
-	bool inert;
+	enum oci_bind_flags flags;
 };
 
 /* How a container is confined.  All false (zero) is the confined default;

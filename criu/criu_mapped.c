@@ -32,7 +32,7 @@
 #include <sys/mman.h>
 
 /* Executable memory (a JIT's code) is copied, not mapped: the memory
- * files' mount is noexec (oci_bind.inert), where a PROT_EXEC map fails. */
+ * files' mount is noexec (OCI_BIND_INERT), where a PROT_EXEC map fails. */
 static bool candidate(const struct criu_img_vma *v)
 {
 	uint32_t st = v->status & ~CRIU_VMA_AREA_HEAP;

@@ -127,10 +127,12 @@ int function_bundle_write(const struct function_bundle *b, const char *dir,
 	 * the mount external and a restore can point it elsewhere). */
 	if (b->mapped_src)
 		binds[o.nbinds++] = (struct oci_bind){ .src = b->mapped_src,
-						       .dst = OCI_MAPPED_DEST, .inert = true };
+						       .dst = OCI_MAPPED_DEST,
+						       .flags = OCI_BIND_INERT };
 	if (b->gpumem_in && b->gpumem_out) {
 		binds[o.nbinds++] = (struct oci_bind){ .src = b->gpumem_in,
-						       .dst = GPUMEM_IN_DEST };
+						       .dst = GPUMEM_IN_DEST,
+						       .flags = OCI_BIND_NODEV };
 		binds[o.nbinds++] = (struct oci_bind){ .src = b->gpumem_out,
 						       .dst = GPUMEM_OUT_DEST,
 						       .writable = true };

@@ -240,13 +240,19 @@ static uint64_t mount_size(uint64_t budget)
 	return ALIGN_UP(budget + budget / 8 + (64ull << 20), 2ull << 20);
 }
 
+/* nosuid and nodev, not noexec: a GPU function maps libthaw-cuda
+ * executable from its snapshot's tier entry (bound at /.thaw-gpu), and in a
+ * user namespace a bind cannot drop a noexec its source has.  What a
+ * function may not run from the tier, its bind says (/.thaw is noexec). */
+#define TIER_MOUNT_FLAGS (MS_NOSUID | MS_NODEV)
+
 static int do_mount(const char *dir, uint64_t budget, char *why, size_t len)
 {
 	char opts[128];
 
 	snprintf(opts, sizeof(opts), "size=%llu,huge=" TIER_HUGE_OPT ",mode=0700",
 		 (unsigned long long)mount_size(budget));
-	if (mount(TIER_MOUNT_SOURCE, dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts) < 0) {
+	if (mount(TIER_MOUNT_SOURCE, dir, "tmpfs", TIER_MOUNT_FLAGS, opts) < 0) {
 		int ret = -errno;
 		snprintf(why, len, "mount -t tmpfs -o %s failed: %s", opts, strerror(errno));
 		return ret;
@@ -261,7 +267,7 @@ static void resize(const char *dir, uint64_t budget)
 	char opts[64];
 
 	snprintf(opts, sizeof(opts), "size=%llu", (unsigned long long)mount_size(budget));
-	if (mount(NULL, dir, NULL, MS_REMOUNT | MS_NOSUID | MS_NODEV | MS_NOEXEC, opts) < 0)
+	if (mount(NULL, dir, NULL, MS_REMOUNT | TIER_MOUNT_FLAGS, opts) < 0)
 		pr_warn("%s: cannot resize the tier's tmpfs to %s: %s", dir, opts, strerror(errno));
 }
 

@@ -49,6 +49,9 @@ bench_cleanup_tier() {
 		[ -f "$r" ] && "$B/thaw" --data-dir "$W/data" stop "$(basename "$r" .json)" >/dev/null 2>&1
 	done
 	mountpoint -q "$TIER" && umount "$TIER"
+	# A user namespace's staging mounts (common/host_stage.h) are read-only
+	# and live as long as the mount namespace: gone with the work directory.
+	findmnt -rn -o TARGET | grep "^$W/" | sort -r | xargs -r -n1 umount -l 2>/dev/null
 	rm -rf "$W" "$TIER"
 }
 start_thawd 0 || exit 1
@@ -131,10 +134,17 @@ case " $PARTS " in *" expandable "*)
 	starts expandable-thaw "$W/gpu_big.json" thaw 3 "command=$cmd" "env=$env"
 esac
 case " $PARTS " in *" userns "*)
+	# What a function in a user namespace is given of /opt (staged where it
+	# has submounts): said here, so that a function that cannot read its
+	# files there shows why.
+	findmnt -R /opt -o TARGET,SOURCE,FSTYPE,OPTIONS | head -n 12
+	ls -la "${GPU_LLM_MODEL_DIR:-/opt/thaw-gpu-model/default}" 2>&1 | head -n 12
 	for ns in true false; do
 		INFER=$EXAMPLE_INFER EXPECT=$EXAMPLE_EXPECT
 		starts "example-userns-$ns" "$THAW_GPU_EXAMPLE" thaw "${GPUMEM_REPEAT:-5}" \
 			"sandbox={\"userns\": $ns}" && drop "example-userns-$ns"
+		# The stage's view of the model, where the function failed to read it.
+		[ "$ns" = true ] && ls -la "$W/data/stage${GPU_LLM_MODEL_DIR:-/opt/thaw-gpu-model/default}" 2>&1 | head -n 12
 		INFER='POST /check {}' EXPECT='"match": true'
 		starts "big-userns-$ns" "$W/gpu_big.json" thaw 3 "sandbox={\"userns\": $ns}" &&
 			drop "big-userns-$ns"

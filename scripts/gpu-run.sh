@@ -186,17 +186,17 @@ step runc-criu-smoke bash scripts/gpu-run.sh --runc-smoke
 # restored by the driver, copied back; the driver alone as the baseline.
 step test_gpumem_gpu "$X/build/test/test_gpumem_gpu"
 # Several GPUs: the 2-process tensor-parallel function (skips, 77, on one GPU).
-step gpu-tp bash bench/gpu-tp-run.sh /var/tmp/thaw-gpu-tp
+step gpu-tp env GPU_TP_ENV='{"UV_USE_IO_URING": "0", "USE_LIBUV": "0"}' bash bench/gpu-tp-run.sh /var/tmp/thaw-gpu-tp
 # The same with NCCL's P2P transport off, which the driver restores
 # (gpu-tp-probe): the ranks talk through /dev/shm segments (34 MB and more
 # each), so the function's /dev/shm is sized for them.  PyTorch's store
 # connections are TCP and come back closed (CRIU's tcp-close): its
 # monitoring thread, which reads the store, is off.
-TP_NOP2P_ENV='{"NCCL_P2P_DISABLE": "1", "NCCL_DEBUG": "WARN", "TORCH_NCCL_ENABLE_MONITORING": "0", "TORCH_NCCL_DUMP_ON_TIMEOUT": "0"}'
+TP_NOP2P_ENV='{"NCCL_P2P_DISABLE": "1", "NCCL_DEBUG": "WARN", "UV_USE_IO_URING": "0", "USE_LIBUV": "0", "TORCH_NCCL_ENABLE_MONITORING": "0", "TORCH_NCCL_DUMP_ON_TIMEOUT": "0"}'
 step gpu-tp-nop2p env GPU_TP_ENV="$TP_NOP2P_ENV" GPU_TP_SPEC='{"shm_bytes": "512M"}' \
 	bash bench/gpu-tp-run.sh /var/tmp/thaw-gpu-tp-nop2p
 # And with SHM off too: NCCL's socket transport over loopback.
-step gpu-tp-net env GPU_TP_ENV='{"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_SOCKET_IFNAME": "lo", "TORCH_NCCL_ENABLE_MONITORING": "0"}' \
+step gpu-tp-net env GPU_TP_ENV='{"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_SOCKET_IFNAME": "lo", "TORCH_NCCL_ENABLE_MONITORING": "0", "UV_USE_IO_URING": "0", "USE_LIBUV": "0"}' \
 	GPU_TP_SPEC='{"shm_bytes": "512M"}' bash bench/gpu-tp-run.sh /var/tmp/thaw-gpu-tp-net
 # One process spanning 2 GPUs, 16 GiB dealt to both (skips, 77, on one GPU).
 step gpu-span bash bench/gpu-span-run.sh /var/tmp/thaw-gpu-span

@@ -280,6 +280,7 @@ void gm_control_start(void)
 /* A child of fork has no control thread and none of the parent's CUDA. */
 static void after_fork_child(void)
 {
+	gm_share_forget();
 	started = 0;
 	sem_init(&wake, 0, 0);
 	pthread_mutex_init(&start_mu, NULL);

@@ -214,6 +214,9 @@ int gm_share_agree(const char *dir, unsigned seq, struct gpumem_record *r) GM_HI
  * its importers, each import taken from its creator and mapped.  Failures
  * in r. */
 void gm_share_restore(const char *dir, struct gpumem_record *r) GM_HIDDEN;
+/* In a child of fork: the kept descriptors closed (they would keep the
+ * parent's shared memory alive), nothing shared carried. */
+void gm_share_forget(void) GM_HIDDEN;
 /* A saved shared mapping mapped again from its kept descriptor (a save
  * that failed halfway): 0, or the driver's error. */
 cu_result gm_share_remap(struct gm_map *m) GM_HIDDEN;

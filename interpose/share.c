@@ -85,6 +85,16 @@ enum gm_carry gm_carry_of(const struct gm_map *m)
 	return pairing_whole && !h->share_off ? GM_COPY : GM_LEAVE;
 }
 
+void gm_share_forget(void)
+{
+	/* Single-threaded here: the parent's lock state is of no matter. */
+	for (size_t i = 0; i < gm_nhandles; i++)
+		if (gm_handles[i]->shared) {
+			gm_share_fds_close(gm_handles[i]);
+			gm_handles[i]->share_full = true;
+		}
+}
+
 static struct gm_handle *by_value(cu_handle vh)
 {
 	for (size_t i = 0; i < gm_nhandles; i++)

@@ -12,7 +12,9 @@
  * the library does not apply, each with its reason: a program that never
  * used CUDA, a statically linked one.  Two programs that share memory (one
  * exports, the other imports): saved once, unmapped in both, handed over
- * again at the restore; and an importer that ends before it takes it.
+ * again at the restore; an importer that ends before it takes it, a
+ * creator that ends before it hands it over; an importer that cannot let
+ * go of it.
  */
 #include "common/gpumem.h"
 #include "restore/gpu_prefill.h"
@@ -260,6 +262,35 @@ static void shared_importer_ends(const char *app_path)
 	waitpid(c.pid, NULL, 0);
 	fclose(c.in);
 	fclose(c.out);
+}
+
+/* A creator that ends before it hands its memory over: the importer's
+ * restore fails at once, with why. */
+static void shared_creator_ends(const char *app_path)
+{
+	struct gpumem_status st[2];
+	char why[512];
+	size_t moved = 0;
+	struct app c, i;
+	pid_t pids[2];
+
+	share_pair_start(&c, &i, app_path);
+	pids[0] = c.pid;
+	pids[1] = i.pid;
+	CHECK_EQ(gpumem_save_all(pids, pids, 2, outdir, 30000, st, &moved, why, sizeof(why)), 0);
+	kill(c.pid, SIGKILL);
+	REQUIRE(waitpid(c.pid, NULL, 0) == c.pid);
+	fclose(c.in);
+	fclose(c.out);
+	CHECK_EQ(gpumem_request(pids, pids, 2, GPUMEM_OP_RESTORE, outdir, 30000, st), -ESRCH);
+	CHECK(st[1].answered && !st[1].ok && st[1].held);
+	CHECK(strstr(st[1].error, "ended before it handed it over") != NULL);
+	if (!strstr(st[1].error, "ended before it handed it over"))
+		fprintf(stderr, "importer's restore: %s\n", st[1].error);
+	kill(i.pid, SIGKILL);
+	waitpid(i.pid, NULL, 0);
+	fclose(i.in);
+	fclose(i.out);
 }
 
 /* An importer that cannot let go of the memory (it maps it twice): the
@@ -785,6 +816,7 @@ int main(int argc, char **argv)
 	save_and_restore(app);
 	shared(app);
 	shared_importer_ends(app);
+	shared_creator_ends(app);
 	shared_kept(app);
 	gpumem_thawd_child(argv[0], "--prefill", app);
 	fallbacks(app, have_static ? stat_app : NULL);

@@ -11,12 +11,14 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
+#include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -540,6 +542,97 @@ static int make_userns_mountpoints(const char *rootfs, const struct oci_spec *sp
 	return 0;
 }
 
+/* The directory path, resolved in the root rfd holds as the container
+ * sees it (its links followed inside it), made where it is missing:
+ * 0755, thawd's, as runc makes a mount point.  0 or -errno. */
+static int mkdir_in_root(int rfd, const char *path)
+{
+	struct open_how how = { .flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+				.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS };
+	char p[PATH_MAX], *slash = NULL;
+	const char *name;
+	int pfd, fd, ret = 0;
+	size_t n;
+
+	if ((size_t)snprintf(p, sizeof(p), "%s", path) >= sizeof(p))
+		return -ENAMETOOLONG;
+	n = strlen(p);
+	/* Each component from the top: "a", "a/b", … */
+	for (size_t i = 1; i <= n; i++) {
+		if (i < n && p[i] != '/')
+			continue;
+		p[i] = '\0';
+		fd = (int)syscall(SYS_openat2, rfd, p, &how, sizeof(how));
+		if (fd >= 0) {
+			close(fd);
+		} else if (errno != ENOENT) {
+			ret = -errno;
+		} else {
+			/* Its parent, there already: the component made in it. */
+			slash = strrchr(p, '/');
+			if (slash)
+				*slash = '\0';
+			pfd = (int)syscall(SYS_openat2, rfd, slash ? p : "/", &how, sizeof(how));
+			if (slash)
+				*slash = '/';
+			name = slash ? slash + 1 : p;
+			if (pfd < 0)
+				ret = -errno;
+			else if ((mkdirat(pfd, name, 0755) < 0 && errno != EEXIST) ||
+				 fchmodat(pfd, name, 0755, 0) < 0)
+				ret = -errno;
+			if (pfd >= 0)
+				close(pfd);
+		}
+		if (i < n)
+			p[i] = '/';
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+/* In spec->mountpoints_in, the mount points of mounts (each not inside an
+ * earlier one: /dev/pts is in /dev's tmpfs) and the cwd: runc, in the
+ * container's user namespace, cannot make them in the read-only idmapped
+ * root it is given, nor can CRIU at a restore.  Without a user namespace
+ * runc makes the same ones there, as host root.  0 or -errno (logged). */
+static int make_mountpoints_in(const struct oci_spec *spec, const json_t *mounts)
+{
+	int rfd = open(spec->mountpoints_in, O_PATH | O_DIRECTORY | O_CLOEXEC), ret = 0;
+	const char *dst = NULL;
+	size_t i, n = json_array_size(mounts);
+
+	if (rfd < 0) {
+		ret = -errno;
+		pr_perror("%s", spec->mountpoints_in);
+		return ret;
+	}
+	for (i = 0; !ret && i <= n; i++) {
+		bool inside = false;
+
+		dst = i < n ? json_string_value(json_object_get(json_array_get(mounts, i),
+								"destination"))
+			    : spec->cwd;
+		if (!dst || dst[0] != '/')
+			continue;
+		for (size_t j = 0; j < i && j < n && !inside; j++) {
+			const char *d = json_string_value(
+				json_object_get(json_array_get(mounts, j), "destination"));
+			size_t l = d ? strlen(d) : 0;
+
+			inside = l && !strncmp(dst, d, l) && dst[l] == '/';
+		}
+		if (!inside)
+			ret = mkdir_in_root(rfd, dst + 1);
+	}
+	close(rfd);
+	if (ret)
+		pr_err("rootfs %s: the mount point %s: %s", spec->mountpoints_in, dst,
+		       strerror(-ret));
+	return ret;
+}
+
 /* CRIU keeps the contents of a file that is unlinked but still open or
  * mapped (a ghost) in the image only up to its ghost-limit, 1 MiB by
  * default, and fails the dump beyond.  NCCL's shared-memory transport maps
@@ -594,6 +687,8 @@ int oci_bundle_write(const char *dir, const struct oci_spec *spec)
 	}
 
 	ret = build_mounts(spec, host_root, &mounts);
+	if (!ret && spec->mountpoints_in)
+		ret = make_mountpoints_in(spec, mounts);
 	if (ret)
 		goto out;
 	root = json_pack("{s:s, s:o, s:{s:s, s:b}, s:s, s:o, s:o, s:{s:s}}", "ociVersion", "1.0.2",

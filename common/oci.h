@@ -76,6 +76,11 @@ extern char *const oci_legacy_capabilities[];
 
 struct oci_spec {
 	const char *rootfs;        /* NULL: host directories bound read-only */
+	/* The same tree as rootfs where that is one runc cannot write (an
+	 * image's, idmapped read-only for a user namespace): the mount points
+	 * and the cwd runc would make in rootfs are made here first.  NULL:
+	 * runc makes them. */
+	const char *mountpoints_in;
 	char *const *argv;         /* the process */
 	char *const *env;          /* "K=V", NULL-terminated; without PATH (and LD_LIBRARY_PATH)
 				    * a host-rooted container gets thaw's own, else a default PATH */

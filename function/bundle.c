@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* What a container in a user namespace needs of the host, opened to its
@@ -42,12 +43,38 @@ static int reach(const struct function_bundle *b, const char *dir,
 	return ret;
 }
 
+/* An image's rootfs in a user namespace: the root runc gets is b's
+ * image_root, the cache's rootfs (hp->rootfs, checked) idmapped to the
+ * range (images/idmap.c), in which its files are the range's; it must be
+ * that very directory.  The cache's path goes to cache_root (len bytes):
+ * the idmapped mount is read-only, so the mount points runc would make
+ * are made there first (oci_spec's mountpoints_in).  0 or -errno. */
+static int use_image_root(const struct function_bundle *b, struct function_host_paths *hp,
+			  char *cache_root, size_t len)
+{
+	struct stat a, c;
+
+	if (!b->image_root) {
+		pr_err("an image in a user namespace needs its rootfs idmapped to the range");
+		return -EINVAL;
+	}
+	if (stat(b->image_root, &a) < 0 || stat(hp->rootfs, &c) < 0 || a.st_dev != c.st_dev ||
+	    a.st_ino != c.st_ino) {
+		pr_err("%s is not the image's rootfs %s", b->image_root, hp->rootfs);
+		return -EINVAL;
+	}
+	snprintf(cache_root, len, "%s", hp->rootfs);
+	snprintf(hp->rootfs, sizeof(hp->rootfs), "%s", b->image_root);
+	return 0;
+}
+
 int function_bundle_write(const struct function_bundle *b, const char *dir,
 			  struct function_host_paths *hp)
 {
 	static char *const no_argv[] = { "/bin/true", NULL };
 	const struct func_spec *spec = b->spec;
 	char cgroup[192], port_env[32], preload[PATH_MAX + 64], stage[PATH_MAX + 8], **env = NULL;
+	char cache_root[PATH_MAX];
 	struct oci_bind *binds = NULL;
 	struct oci_spec o = { 0 };
 	char (*src)[PATH_MAX + 32] = NULL; /* the cwd's, then each mount's */
@@ -66,6 +93,12 @@ int function_bundle_write(const struct function_bundle *b, const char *dir,
 		pr_err("out of memory");
 		ret = -ENOMEM;
 		goto out;
+	}
+	if (hp->rootfs[0] && b->image && b->userns && b->userns->size) {
+		ret = use_image_root(b, hp, cache_root, sizeof(cache_root));
+		if (ret)
+			goto out;
+		o.mountpoints_in = cache_root;
 	}
 	if (hp->rootfs[0])
 		o.rootfs = hp->rootfs;

@@ -54,6 +54,9 @@ struct function_bundle {
 	 * image (images/image.h): the one bundle under the data directory
 	 * allowed, and only that exact path. */
 	bool image;
+	/* With image and userns: the image's rootfs as the range sees it
+	 * (images/image.h, image_idmap), the container's root. */
+	const char *image_root;
 	/* Run it in a user namespace of this host range (function/userns.h;
 	 * NULL or size 0: as the host's uid 0): runc makes its network
 	 * namespace, which the caller binds at netns afterwards (netns_adopt:

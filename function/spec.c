@@ -831,14 +831,6 @@ static int key_sandbox(const json_t *j, const json_t *v, struct func_spec *s, ch
 		return spec_fail(err, errlen,
 				 "sandbox.writable_root: not with an image (its rootfs is "
 				 "shared by every function on it; write under /tmp)");
-	/* runc's init, as the range's uid 0, makes the container's mount
-	 * points in its root: an image's belongs to host root, read-only,
-	 * shared by every function on it (idmapped mounts are not built). */
-	if (!ret && s->image && s->sandbox.userns)
-		return spec_fail(err, errlen,
-				 "sandbox.userns: not yet with an image (its rootfs is host "
-				 "root's, read-only and shared: the user namespace could not "
-				 "make its mount points there)");
 	return ret;
 }
 

@@ -247,6 +247,9 @@ int image_gc(const struct thaw_config *c, struct store *s, unsigned *removed)
 		}
 	}
 	remove_sources_of(&k, gone);
+	/* The idmapped views of the images gone, and of ranges given back. */
+	if (image_idmap_prune_locked(c, &k))
+		pr_warn("gc: an idmapped rootfs is left mounted");
 out:
 	json_object_foreach(held, hex, v)
 	{

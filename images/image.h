@@ -14,6 +14,8 @@
  *	                              already copied is not copied again
  *	<data>/images/locks/<hex>     shared while a snapshot uses <hex>
  *	<data>/images/tmp/<pid>-<n>/  work in progress, renamed into place whole
+ *	<data>/images/idmap/<hex>-<base>  rootfs <hex> as the user namespace
+ *	                              range from host uid <base> sees it (idmap.c)
  *	<data>/images/.lock           held while the cache is looked up or changed
  *
  * A snapshot names the image by its digest: another host that restores it
@@ -32,6 +34,7 @@
 
 #include "common/config.h"
 #include "function/spec.h"
+#include "function/userns.h"
 #include "store/store.h"
 
 /* Progress of long work: phase "pull" (done of total bytes; total 0 when
@@ -88,5 +91,20 @@ int image_apply(const struct image *im, const struct func_spec *spec, struct fun
  * and work directories their process left.  *removed (may be NULL): images
  * removed.  0 or -errno. */
 int image_gc(const struct thaw_config *c, struct store *s, unsigned *removed);
+
+/* The rootfs of bundle (an image's in c's cache, <data>/images/rootfs/<hex>,
+ * as image_get gives it) as the user namespace range r sees it: an
+ * idmapped mount of it, read-only, where a file of host uid k is r's base
+ * + k, so that in the container every file has the owner the image gave
+ * it (function_bundle's image_root).  Made once per image and range, and
+ * reused.  0 and its path in out (len bytes), or -errno (logged): -EINVAL
+ * for a bundle outside the cache, or (from the kernel) a filesystem without
+ * idmapped mounts. */
+int image_idmap(const struct thaw_config *c, const char *bundle, const struct userns_range *r,
+		char *out, size_t len);
+/* Unmount every idmapped rootfs of c's cache whose range is no function's
+ * any more (function/userns.h) or whose image is gone: a function's DELETE
+ * and image_gc.  Instances still running keep theirs.  0 or -errno. */
+int image_idmap_prune(const struct thaw_config *c);
 
 #endif

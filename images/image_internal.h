@@ -56,6 +56,9 @@ int image_cache_take(const struct image_cache *k, const char *hex, int *fd);
  * a digest). */
 bool image_cache_source(const struct image_cache *k, const char *key, char hex[65]);
 
+/* image_idmap_prune with the cache lock held (image_gc). */
+int image_idmap_prune_locked(const struct thaw_config *c, const struct image_cache *k);
+
 /* ---- reading an OCI layout ---- */
 
 /* The manifest digest the layout's index names for IMAGE_LAYOUT_TAG (or

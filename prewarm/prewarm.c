@@ -247,7 +247,7 @@ static int write_bundle(struct job *j)
 {
 	const struct func_spec *spec = j->spec;
 	char **argv = spec->command, **own_argv = NULL;
-	char mapped_src[PATH_MAX + 320], visible[64 * GPU_BOOT_MAX];
+	char mapped_src[PATH_MAX + 320], visible[64 * GPU_BOOT_MAX], image_root[PATH_MAX];
 	char *defaults[3] = { NULL };
 	int minors[GPU_BOOT_MAX], ret;
 	bool minors_known = true;
@@ -283,6 +283,10 @@ static int write_bundle(struct job *j)
 		defaults[nd++] = "NCCL_NVLS_ENABLE=0";
 	if (!ret && spec->gpu)
 		ret = prewarm_gpumem_prepare(j);
+	/* An image's rootfs in a user namespace: idmapped to its range. */
+	image_root[0] = '\0';
+	if (!ret && j->on_image && j->userns.size)
+		ret = image_idmap(j->c, spec->bundle, &j->userns, image_root, sizeof(image_root));
 	if (!ret)
 		ret = function_bundle_write(
 			&(struct function_bundle){ .spec = spec, .netns = j->netns,
@@ -294,6 +298,7 @@ static int write_bundle(struct job *j)
 						   .gpumem_out = j->gpumem ? j->gpumem_out : NULL,
 						   .gpumem_preload = j->gpumem, .allow = j->c,
 						   .image = j->on_image,
+						   .image_root = image_root[0] ? image_root : NULL,
 						   .userns = &j->userns },
 			j->bundle, &j->held);
 	function_argv_free(own_argv);

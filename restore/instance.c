@@ -76,9 +76,17 @@ static int write_bundle(struct start_ctx *x, const struct func_spec *spec, const
 			const char *mapped_src, const struct snapshot_meta *sm,
 			const struct gpu_placement *gp)
 {
-	int minors[GPU_MAX];
+	char image_root[PATH_MAX] = "";
+	int minors[GPU_MAX], ret;
 	size_t n = 0;
 
+	/* An image's rootfs in a user namespace: idmapped to its range, as
+	 * at the snapshot (the mount made then is reused). */
+	if (sm->image.reference && x->userns.size) {
+		ret = image_idmap(x->c, spec->bundle, &x->userns, image_root, sizeof(image_root));
+		if (ret)
+			return ret;
+	}
 	/* The GPUs it is restored onto, where their /dev/nvidiaN is known;
 	 * else (a standby, whose GPUs are chosen when it is taken) every GPU. */
 	for (size_t i = 0; gp && gp->held && i < gp->n; i++) {
@@ -101,6 +109,9 @@ static int write_bundle(struct start_ctx *x, const struct func_spec *spec, const
 								.ngpu_minors = n,
 								.allow = x->c,
 								.image = sm->image.reference != NULL,
+								.image_root = image_root[0] ?
+										      image_root :
+										      NULL,
 								.userns = &x->userns },
 				     x->bundle, &x->held);
 }

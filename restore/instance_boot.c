@@ -19,6 +19,7 @@
 #include "function/bundle.h"
 #include "function/ready.h"
 #include "function/snapshot_meta.h"
+#include "images/image.h"
 #include "restore/instance.h"
 #include "restore/instance_internal.h"
 #include "restore/shim.h"
@@ -131,7 +132,7 @@ int instance_boot(const struct thaw_config *c, const struct instance_boot *b,
 	struct snapshot_meta booted = { .function = spec->id, .spec = spec, .booted = true };
 	struct start_ctx x = { .c = c, .stdio = { -1, -1 } };
 	struct instance in = { 0 };
-	char visible[64 * GPUS_MAX + 32], runc_log[PATH_MAX + 32];
+	char visible[64 * GPUS_MAX + 32], runc_log[PATH_MAX + 32], image_root[PATH_MAX] = "";
 	char *defaults[3] = { NULL };
 	int minors[GPUS_MAX];
 	bool minors_known = false;
@@ -176,12 +177,19 @@ int instance_boot(const struct thaw_config *c, const struct instance_boot *b,
 	if (ret)
 		goto fail;
 	x.have_netns = true;
+	/* An image's rootfs in a user namespace: idmapped to its range. */
+	if (b->image && b->image[0] && x.userns.size) {
+		ret = image_idmap(c, spec->bundle, &x.userns, image_root, sizeof(image_root));
+		if (ret)
+			goto fail;
+	}
 	ret = function_bundle_write(
 		&(struct function_bundle){ .spec = spec, .netns = x.netns, .container_id = in.id,
 					   .argv = b->argv,
 					   .gpu_minors = spec->gpu && minors_known ? minors : NULL,
 					   .ngpu_minors = in.ngpus, .env_defaults = defaults,
 					   .allow = c, .image = b->image && b->image[0],
+					   .image_root = image_root[0] ? image_root : NULL,
 					   .userns = &x.userns },
 		x.bundle, &x.held);
 	if (ret)

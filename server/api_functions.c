@@ -9,6 +9,7 @@
 #include "common/util.h"
 #include "function/spec.h"
 #include "function/userns.h"
+#include "images/image.h"
 #include "server/api.h"
 #include "server/errors.h"
 #include "server/internal.h"
@@ -162,6 +163,9 @@ int api_function_delete(struct server *s, const char *fn, bool fleet, struct api
 	/* Its user namespace's range goes back to the pool: nothing of it runs. */
 	if (userns_release(&s->cfg, fn))
 		pr_warn("function %s: its user namespace range stays taken", fn);
+	/* And its image's rootfs idmapped to that range. */
+	else if (image_idmap_prune(&s->cfg))
+		pr_warn("function %s: an idmapped image rootfs of its range stays mounted", fn);
 	if (fleet)
 		remote_sync_forget(s, fn);
 	return 0;

@@ -40,8 +40,10 @@ struct func_spec;
 
 /* Whether a function runs in a user namespace: what its spec says, else
  * c's default (thawd --userns) where that applies: not for a function
- * from an image, whose rootfs the namespace cannot make its mount points
- * in.  A snapshot records its range, so a restore runs as it was made. */
+ * from an image, whose rootfs then needs an idmapped mount
+ * (images/idmap.c), which the data directory's filesystem may not have
+ * and nothing checks before the first snapshot.  A snapshot records its
+ * range, so a restore runs as it was made. */
 bool function_userns(const struct thaw_config *c, const struct func_spec *s);
 
 /* Whether this host runs containers in user namespaces as thaw needs them

@@ -642,6 +642,47 @@ static void library_order(const char *app_path)
 	}
 }
 
+/* Shared memory where thawd fills: the creator's shared allocation is
+ * filled like its own memory, mapped from the fill and handed over from
+ * there; the importer maps it at its address, byte for byte. */
+static void prefill_shared(const char *app_path)
+{
+	struct gpu_placement place = { .n = 1, .held = true, .claim = { 80 * MIB } };
+	struct snapshot_gpu gpu = { .uuid = MOCK_GPU0, .index = -1 };
+	struct gpumem_status st[2];
+	struct gpu_prefill *pf;
+	struct snapshot_meta meta;
+	char s[64], why[512];
+	size_t moved = 0;
+	struct app c, i;
+	pid_t pids[2];
+	double ms;
+
+	share_pair_start(&c, &i, app_path);
+	pids[0] = c.pid;
+	pids[1] = i.pid;
+	meta = (struct snapshot_meta){ .gpus = &gpu, .ngpus = 1,
+				       .gpu_memory = { .recorded = true, .thaw = true,
+						       .ns_pids = pids, .nns_pids = 2 } };
+	CHECK_EQ(gpumem_save_all(pids, pids, 2, outdir, 30000, st, &moved, why, sizeof(why)), 0);
+	CHECK(st[0].shared_allocs == 1 && st[1].shared_allocs == 1);
+	pf = gpu_prefill_start(&meta, outdir, outdir, &place);
+	REQUIRE(pf != NULL);
+	CHECK(gpu_prefill_fills(pf));
+	CHECK_EQ(gpu_prefill_ready(pf), 0);
+	CHECK_EQ(gpu_prefill_restore(pf, &meta, pids, 2, outdir, "share", &ms), 0);
+	ask(&i, "sread 1", s, sizeof(s));
+	CHECK_STR(s, "ok");
+	ask(&i, "swrite 4", s, sizeof(s));
+	ask(&c, "sread 4", s, sizeof(s));
+	CHECK_STR(s, "ok");
+	ask(&c, "verify", s, sizeof(s));
+	CHECK_STR(s, "ok");
+	gpumem_release(pids, 2);
+	app_end(&i);
+	app_end(&c);
+}
+
 /* Where the library does not apply, the reason. */
 static void fallbacks(const char *app_path, const char *static_path)
 {
@@ -797,6 +838,7 @@ int main(int argc, char **argv)
 		fill_order(child_app);
 		library_order(child_app);
 		context_take(child_app);
+		prefill_shared(child_app);
 		return check_failures ? 1 : 0;
 	}
 	gpumem_test_setup(app, sizeof(app));

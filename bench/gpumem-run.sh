@@ -138,6 +138,10 @@ case " $PARTS " in *" userns "*)
 	# has submounts): said here, so that a function that cannot read its
 	# files there shows why.
 	findmnt -R /opt -o TARGET,SOURCE,FSTYPE,OPTIONS | head -n 12
+	# safetensors writes the weights 0600: readable by host root alone,
+	# which a function in a user namespace is not.  The example's weights
+	# are no secret: readable by all (gpu_llm.py now saves them so).
+	chmod -R a+rX "${GPU_LLM_MODEL_DIR:-/opt/thaw-gpu-model/default}"
 	ls -la "${GPU_LLM_MODEL_DIR:-/opt/thaw-gpu-model/default}" 2>&1 | head -n 12
 	for ns in true false; do
 		INFER=$EXAMPLE_INFER EXPECT=$EXAMPLE_EXPECT

@@ -131,6 +131,12 @@ def prepare(a):
         model.save_pretrained(tmp, safe_serialization=True)
     except TypeError:  # transformers 5 writes safetensors only, and has no such flag
         model.save_pretrained(tmp)
+    # safetensors writes the weights 0600: made readable by every uid, so
+    # that the function runs in a user namespace too (its uid 0 is not the
+    # host's).  Random weights, no secret.
+    for f in os.listdir(tmp):
+        os.chmod(os.path.join(tmp, f), 0o644)
+    os.chmod(tmp, 0o755)
     try:
         os.rename(tmp, a.model_dir)
     except OSError:

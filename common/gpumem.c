@@ -275,9 +275,11 @@ static int share_fds_read(const pid_t *ns_pids, size_t n, const char *out_dir,
  * whose kept descriptors are one open file (kcmp(KCMP_FILE), allowed to
  * thawd, not to the function) are one allocation.  Written whole as
  * GPUMEM_SHARE_PAIRS, with the count of imports nobody's export was found
- * for (the libraries then leave everything shared to the driver); removed
- * when nothing is shared. */
-static void share_pair(const pid_t *pids, const pid_t *ns_pids, size_t n, const char *out_dir)
+ * for (the libraries then leave everything shared to the driver), unseen
+ * (CUDA processes without the library, whose imports nobody can tell)
+ * counted among them; removed when nothing is shared. */
+static void share_pair(const pid_t *pids, const pid_t *ns_pids, size_t n, const char *out_dir,
+		       size_t unseen)
 {
 	char path[PATH_MAX], tmp[PATH_MAX + 8];
 	struct share_fd *a = NULL;
@@ -325,7 +327,8 @@ static void share_pair(const pid_t *pids, const pid_t *ns_pids, size_t n, const 
 			(int)ns_pids[a[e].proc], a[e].vh);
 		pairs++;
 	}
-	bad = fseek(f, 0, SEEK_SET) || fprintf(f, "thaw-shared-pairs 1 %zu", unpaired) < 0;
+	bad = fseek(f, 0, SEEK_SET) ||
+	      fprintf(f, "thaw-shared-pairs 1 %zu", unpaired + unseen) < 0;
 	bad |= ferror(f);
 	if (fclose(f) || bad || rename(tmp, path)) {
 		pr_warn("%s: could not be written", path);
@@ -333,9 +336,10 @@ static void share_pair(const pid_t *pids, const pid_t *ns_pids, size_t n, const 
 		unlink(path);
 		goto out;
 	}
-	if (unpaired)
+	if (unpaired || unseen)
 		pr_warn("%zu import(s) of shared GPU memory match no export of the function's "
-			"processes: all of its shared memory is left to the driver", unpaired);
+			"processes, %zu CUDA process(es) have no libthaw-cuda: all of its shared "
+			"memory is left to the driver", unpaired, unseen);
 	else
 		pr_info("%zu import(s) of shared GPU memory paired with their exports", pairs);
 out:
@@ -369,7 +373,7 @@ int gpumem_save_all(const pid_t *pids, const pid_t *ns_pids, size_t n, const cha
 		why_not_loaded(pids[i], st[i].error, sizeof(st[i].error));
 	}
 	if (k) {
-		share_pair(ask, ask_ns, k, out_dir);
+		share_pair(ask, ask_ns, k, out_dir, n - k);
 		ret = gpumem_request(ask, ask_ns, k, GPUMEM_OP_SAVE, out_dir, timeout_ms, got);
 	}
 	for (size_t j = 0; j < k; j++) {

@@ -293,22 +293,34 @@ static void shared_creator_ends(const char *app_path)
 	fclose(i.out);
 }
 
-/* An importer that cannot let go of the memory (it maps it twice): the
- * processes agree to leave it all to the driver, and it stays shared. */
+/* Shared memory that cannot be carried stays the driver's, and shared:
+ * where one of the function's CUDA processes has no library (its imports
+ * cannot be told), and where an importer cannot let go of the memory (it
+ * maps it twice: the processes agree to leave it). */
 static void shared_kept(const char *app_path)
 {
-	struct gpumem_status st[2];
+	struct gpumem_status st[3];
 	unsigned long long phys, plain, mapped;
 	char s[64], why[512];
 	size_t moved = 0;
-	struct app c, i;
-	pid_t pids[2];
+	struct app c, i, x;
+	pid_t pids[3];
 
 	share_pair_start(&c, &i, app_path);
-	ask(&i, "smap2", s, sizeof(s));
-	CHECK_STR(s, "ok");
+	app_start(&x, app_path, "nocuda", false);
 	pids[0] = c.pid;
 	pids[1] = i.pid;
+	pids[2] = x.pid;
+	CHECK_EQ(gpumem_save_all(pids, pids, 3, outdir, 30000, st, &moved, why, sizeof(why)), 0);
+	CHECK(st[0].ok && st[1].ok);
+	CHECK(st[0].shared_allocs == 0 && st[1].shared_allocs == 0);
+	CHECK_EQ(st[0].left_allocs, 3);
+	CHECK_EQ(gpumem_request(pids, pids, 2, GPUMEM_OP_RESTORE, outdir, 30000, st), 0);
+	CHECK(st[0].ok && st[1].ok);
+	app_end(&x);
+
+	ask(&i, "smap2", s, sizeof(s));
+	CHECK_STR(s, "ok");
 	CHECK_EQ(gpumem_save_all(pids, pids, 2, outdir, 30000, st, &moved, why, sizeof(why)), 0);
 	CHECK(st[0].ok && st[1].ok);
 	CHECK(st[0].shared_allocs == 0 && st[1].shared_allocs == 0);

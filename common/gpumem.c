@@ -446,9 +446,15 @@ int gpumem_library(char *path, size_t len, char *why, size_t whylen)
 
 void gpumem_describe(const struct gpumem_status *st, char *buf, size_t len)
 {
-	char a[32], b[32];
+	char a[32], b[32], c[32], shared[80] = "";
 
-	snprintf(buf, len, "%llu allocation(s), %s moved (%.1f ms); %llu, %s left to the driver",
-		 (unsigned long long)st->allocs, fmt_bytes(st->bytes, a), st->total_ms,
+	/* Memory shared with the function's other processes, carried by the
+	 * libraries: made here and saved with the rest, or imported and
+	 * handed back by its creator. */
+	if (st->shared_allocs)
+		snprintf(shared, sizeof(shared), "; %llu shared, %s",
+			 (unsigned long long)st->shared_allocs, fmt_bytes(st->shared_bytes, c));
+	snprintf(buf, len, "%llu allocation(s), %s moved (%.1f ms)%s; %llu, %s left to the driver",
+		 (unsigned long long)st->allocs, fmt_bytes(st->bytes, a), st->total_ms, shared,
 		 (unsigned long long)st->left_allocs, fmt_bytes(st->left_bytes, b));
 }

@@ -313,32 +313,12 @@ static void check_runc(struct doctor *d)
 	report(d, "runc", ST_OK, "%s at %s", out, runc);
 }
 
-/* The first directory on the way to dir (its parents) that an
- * unprivileged uid cannot search, into out; false when there is none. */
-static bool unsearchable_parent(const char *dir, char *out, size_t len)
-{
-	char p[PATH_MAX];
-	struct stat st;
-
-	if (!realpath(dir, p) && snprintf(p, sizeof(p), "%s", dir) >= (int)sizeof(p))
-		return false;
-	for (char *s = strchr(p + 1, '/'); s; s = strchr(s + 1, '/')) {
-		*s = '\0';
-		if (stat(p, &st) == 0 && !(st.st_mode & S_IXOTH)) {
-			snprintf(out, len, "%s", p);
-			return true;
-		}
-		*s = '/';
-	}
-	return false;
-}
-
 /* Functions in a user namespace ("sandbox": {"userns": true}): whether
  * this host can run them, and how (docs/DESIGN.md, "Confinement"). */
 static void check_userns(struct doctor *d)
 {
 	struct thaw_config c;
-	char why[256], parent[PATH_MAX];
+	char why[256], off[PATH_MAX + 128];
 	FILE *f;
 	int uffd = 0;
 
@@ -359,15 +339,14 @@ static void check_userns(struct doctor *d)
 			uffd = 0;
 		fclose(f);
 	}
-	if (unsearchable_parent(c.data_dir, parent, sizeof(parent))) {
+	if (!userns_host_default(&c, off, sizeof(off))) {
 		report(d, "userns", ST_WARN,
-		       "supported (%s), but %s, above the data directory, is not searchable by other "
-		       "users: a function in a user namespace cannot reach its root through it "
-		       "(chmod o+x %s)",
-		       why, parent, parent);
+		       "supported (%s), but functions whose spec does not say run as the host's "
+		       "uid 0: %s",
+		       why, off);
 		return;
 	}
-	report(d, "userns", ST_OK, "supported: %s; %s", why,
+	report(d, "userns", ST_OK, "functions run in a user namespace by default: %s; %s", why,
 	       uffd == 1 ? "lazy restores too (vm.unprivileged_userfaultfd=1)" :
 			   "their lazy restores go eager (vm.unprivileged_userfaultfd=0)");
 }

@@ -501,6 +501,8 @@ int config_init(struct thaw_config *c, const char *data_dir)
 			return ret;
 	}
 
+	/* On unless told otherwise; where it applies, function_userns says. */
+	c->userns_default = true;
 	v = getenv("THAW_USERNS_DEFAULT");
 	if (v && *v) {
 		if (strcmp(v, "0") && strcmp(v, "1")) {

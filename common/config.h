@@ -109,8 +109,8 @@ struct thaw_config {
 	 * CONFIG_USERNS_POOL_BASE:CONFIG_USERNS_POOL_COUNT. */
 	uint32_t userns_base, userns_count;
 	/* Whether a function whose spec does not say "userns" runs in a user
-	 * namespace ($THAW_USERNS_DEFAULT=1, thawd --userns; default not yet:
-	 * function_userns). */
+	 * namespace where the host supports it (function_userns; default on;
+	 * $THAW_USERNS_DEFAULT=0, thawd --no-userns: off). */
 	bool userns_default;
 	uint64_t log_bytes;          /* rotate a function's output at this size
 				      * ($THAW_LOG_BYTES, K/M/G/T suffixes; default

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,11 +78,109 @@ bool userns_supported(const struct thaw_config *c, char *why, size_t why_len)
 	return true;
 }
 
+bool userns_unsearchable(const char *path, bool itself, char *out, size_t len)
+{
+	char p[PATH_MAX];
+	struct stat st;
+
+	if (!realpath(path, p) && snprintf(p, sizeof(p), "%s", path) >= (int)sizeof(p))
+		return false;
+	for (char *s = strchr(p + 1, '/');; s = strchr(s + 1, '/')) {
+		if (s)
+			*s = '\0';
+		else if (!itself)
+			break;
+		if (stat(p, &st) == 0 && !(st.st_mode & S_IXOTH)) {
+			snprintf(out, len, "%s", p);
+			return true;
+		}
+		if (!s)
+			break;
+		*s = '/';
+	}
+	return false;
+}
+
+bool userns_host_default(const struct thaw_config *c, char *why, size_t why_len)
+{
+	char dir[PATH_MAX];
+
+	if (!c->userns_default) {
+		snprintf(why, why_len, "the default is off (thawd --no-userns, THAW_USERNS_DEFAULT=0)");
+		return false;
+	}
+	if (!userns_supported(c, why, why_len))
+		return false;
+	if (userns_unsearchable(c->data_dir, false, dir, sizeof(dir)) ||
+	    userns_unsearchable(c->ram_tier_dir, false, dir, sizeof(dir))) {
+		snprintf(why, why_len,
+			 "%s, above the data directory or the RAM tier, is not searchable by other "
+			 "users (chmod o+x %s)",
+			 dir, dir);
+		return false;
+	}
+	return true;
+}
+
+/* The host's answer, asked once a process (it forks a child): the kernel,
+ * the pool and the data directory's place do not change while it runs. */
+static pthread_once_t host_once = PTHREAD_ONCE_INIT;
+static const struct thaw_config *host_config;
+static bool host_ok;
+static char host_why[256];
+
+static void ask_host(void)
+{
+	host_ok = userns_host_default(host_config, host_why, sizeof(host_why));
+}
+
+bool function_userns_why(const struct thaw_config *c, const struct func_spec *s, char *why,
+			 size_t why_len)
+{
+	char dir[PATH_MAX];
+
+	if (s->userns_given) {
+		snprintf(why, why_len, "its spec says \"userns\": %s",
+			 s->sandbox.userns ? "true" : "false");
+		return s->sandbox.userns;
+	}
+	if (s->image) {
+		/* Its rootfs would need an idmapped mount (images/idmap.c),
+		 * which the data directory's filesystem may lack and nothing
+		 * checks before the first snapshot: asked for, never assumed. */
+		snprintf(why, why_len, "a function from an image runs in one where its spec asks");
+		return false;
+	}
+	host_config = c;
+	pthread_once(&host_once, ask_host);
+	if (!host_ok) {
+		snprintf(why, why_len, "%s", host_why);
+		return false;
+	}
+	/* Its own directories reachable by the range: a function the
+	 * default would make unable to reach its files keeps running as it
+	 * did (an explicit "userns": true is refused there instead, naming
+	 * the directory). */
+	if (s->cwd && userns_unsearchable(s->cwd, true, dir, sizeof(dir))) {
+		snprintf(why, why_len, "%s, on the way to its cwd, is not searchable by other users", dir);
+		return false;
+	}
+	for (size_t i = 0; i < s->nmounts; i++)
+		if (userns_unsearchable(s->mounts[i].source, true, dir, sizeof(dir))) {
+			snprintf(why, why_len,
+				 "%s, on the way to its mount %s, is not searchable by other users", dir,
+				 s->mounts[i].source);
+			return false;
+		}
+	snprintf(why, why_len, "thaw's default where the host supports it");
+	return true;
+}
+
 bool function_userns(const struct thaw_config *c, const struct func_spec *s)
 {
-	if (s->userns_given)
-		return s->sandbox.userns;
-	return c->userns_default && !s->image;
+	char why[PATH_MAX + 128];
+
+	return function_userns_why(c, s, why, sizeof(why));
 }
 
 /* <data>/userns: root's alone. */

@@ -39,12 +39,28 @@ struct userns_range {
 struct func_spec;
 
 /* Whether a function runs in a user namespace: what its spec says, else
- * c's default (thawd --userns) where that applies: not for a function
- * from an image, whose rootfs then needs an idmapped mount
+ * thaw's default, on where it applies (userns_host_default), for a
+ * function whose cwd and mount sources the range can reach; not for a
+ * function from an image, whose rootfs then needs an idmapped mount
  * (images/idmap.c), which the data directory's filesystem may not have
- * and nothing checks before the first snapshot.  A snapshot records its
- * range, so a restore runs as it was made. */
+ * and nothing checks before the first snapshot.  why (why_len bytes) says
+ * which rule decided.  A snapshot records its range, so a restore runs as
+ * it was made. */
+bool function_userns_why(const struct thaw_config *c, const struct func_spec *s, char *why,
+			 size_t why_len);
 bool function_userns(const struct thaw_config *c, const struct func_spec *s);
+
+/* Whether the default applies on this host: on in c (thawd --no-userns,
+ * THAW_USERNS_DEFAULT=0 turn it off), user namespaces as thaw needs them
+ * (userns_supported), and the way to the data directory and the RAM tier
+ * searchable by other users (a range reaches its bundle and tier entry
+ * through them).  why says why not, or what is used. */
+bool userns_host_default(const struct thaw_config *c, char *why, size_t why_len);
+
+/* Whether a directory on the way to path (its parents; path itself too
+ * where itself) cannot be searched by other users: true and its name in
+ * out (len bytes). */
+bool userns_unsearchable(const char *path, bool itself, char *out, size_t len);
 
 /* Whether this host runs containers in user namespaces as thaw needs them
  * (the kernel lets root make one with a network namespace in it, and our

@@ -539,8 +539,12 @@ static int make_work(struct snap *n)
 /* A function in a user namespace: its range, taken now if it has none. */
 static int take_userns(struct snap *n)
 {
-	if (!function_userns(n->j.c, n->j.spec))
+	char why[PATH_MAX + 128];
+
+	if (!function_userns_why(n->j.c, n->j.spec, why, sizeof(why))) {
+		pr_info("%s runs as the host's uid 0, in no user namespace: %s", n->j.spec->id, why);
 		return 0;
+	}
 	return userns_range_of(n->j.c, n->j.spec->id, &n->j.userns);
 }
 

@@ -166,9 +166,11 @@ static const struct thawd_opt opts[] = {
 		"(THAW_USERNS_POOL; default 2147483648:268435456)" },
 	{ .name = "userns", .kind = OPT_USERNS, .label = "--userns, --no-userns",
 	  .help = "whether a function whose spec does not say\n"
-		"\"sandbox\": {\"userns\": …} runs in a user namespace\n"
-		"(not one from an image); a snapshot keeps what it was\n"
-		"made with (THAW_USERNS_DEFAULT=1|0; default 0)" },
+		"\"sandbox\": {\"userns\": …} runs in a user namespace:\n"
+		"where the host supports it (thaw doctor's userns line)\n"
+		"and the range can reach the function's directories; not\n"
+		"one from an image; a snapshot keeps what it was made\n"
+		"with (THAW_USERNS_DEFAULT=1|0; default 1)" },
 	{ .name = "no-userns", .kind = OPT_NO_USERNS }, /* told with --userns */
 	{ .name = "lazy", .kind = OPT_LAZY, .label = "--lazy, --no-lazy",
 	  .help = "where mapping does not apply: restore pages on demand\n"

@@ -23,6 +23,7 @@ chmod 711 "$T"
 FN=$T/fn
 fixture_fn "$FN" userns_fn.py
 chmod 755 "$FN"
+mkdir -m 700 "$T/private" && fixture_fn "$T/private/fn" userns_fn.py
 SUB=/usr/local/thaw-test-sub-$$
 mkdir "$SUB" || skip "cannot make $SUB"
 e2e_cleanup_hook() { rmdir "$SUB" 2>/dev/null; }
@@ -73,10 +74,11 @@ ok "snapshotted in a user namespace with a submount in /usr"
 start "first start"
 
 # A fresh mount namespace: no staging mount until a bundle needs it.  This
-# thawd runs functions whose spec does not say in a user namespace
-# (--userns): one that says false runs as the host's uid 0.
+# thawd is told nothing: by default a function whose spec does not say
+# runs in a user namespace where the host supports it; one that says
+# false runs as the host's uid 0.
 stop_thawd
-start_thawd --allow-root "$FN" --userns-pool "$POOL" --userns
+start_thawd --allow-root "$FN" --allow-root "$T/private" --userns-pool "$POOL"
 [ -z "$(staged)" ] || fail "staged before any start"
 start "after a restart (no staging mount)"
 [ -n "$(staged)" ] && ok "staged again by the restore's bundle" || fail "not staged again"
@@ -94,7 +96,7 @@ put_snapshot dflt "$(fn_spec userns_fn.py "$FN")"
 probe_of dflt &&
 	[ "$(jget "$T/start" "j['userns'], j['restored']")" = "True True" ] &&
 	[ "$(jget "$T/probe" "j['uid_map'][1]")" -ge 3000065536 ] &&
-	ok "no \"userns\" in the spec, thawd --userns: restored in a user namespace, host uid $(jget "$T/probe" "j['uid_map'][1]")" ||
+	ok "no \"userns\" in the spec, thawd's default: restored in a user namespace, host uid $(jget "$T/probe" "j['uid_map'][1]")" ||
 	fail "default: $(cat "$T/start") $(cat "$T/probe")"
 api GET /functions/dflt >/dev/null
 [ "$(jget "$T/body" "'userns' in (j.get('sandbox') or {})")" = False ] || fail "dflt's spec: $(cat "$T/body")"
@@ -105,4 +107,19 @@ probe_of optout &&
 	ok "\"userns\": false: the host's uid 0 under the same thawd" || fail "opt-out: $(cat "$T/start") $(cat "$T/probe")"
 api GET /functions/optout >/dev/null
 [ "$(jget "$T/body" "j['sandbox']['userns']")" = False ] || fail "optout's spec: $(cat "$T/body")"
+# The default where the range could not reach the function's directory
+# (mode 0700): it runs as before, as the host's uid 0, and thawd says why
+# (a spec saying true there is refused, naming the directory).
+put_snapshot private "$(fn_spec userns_fn.py "$T/private/fn")"
+probe_of private &&
+	[ "$(jget "$T/start" "j['userns']")" = False ] &&
+	grep -q "private runs as the host's uid 0, in no user namespace: $T/private, on the way to its cwd, is not searchable" "$T/thawd.log" &&
+	ok "a function in a 0700 directory: the default does not apply, and thawd's log says why" ||
+	fail "0700: $(cat "$T/start") $(grep 'private runs' "$T/thawd.log")"
+# thawd --no-userns: the default off.
+stop_thawd
+start_thawd --allow-root "$FN" --userns-pool "$POOL" --no-userns
+put_snapshot off "$(fn_spec userns_fn.py "$FN")"
+probe_of off && [ "$(jget "$T/start" "j['userns']")" = False ] &&
+	ok "thawd --no-userns: a spec without \"userns\" runs as the host's uid 0" || fail "--no-userns: $(cat "$T/start")"
 exit $((fails > 0))

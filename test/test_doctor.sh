@@ -38,7 +38,7 @@ echo "$(THAW_GPUMEM_LIB=$tmp/none.so "$THAW" doctor 2>&1)" |
 	grep -q "^warn  gpumem    libthaw-cuda.so not found.*none.so" || bad "a missing libthaw-cuda.so not named"
 # Functions in a user namespace: whether the host can, and a pool that is
 # no range named as what is wrong.
-echo "$out" | grep -Eq "^(ok|warn) +userns +(supported|functions cannot)" || bad "no userns line"
+echo "$out" | grep -Eq "^(ok|warn) +userns +(supported|functions cannot|functions run)" || bad "no userns line"
 echo "$(THAW_USERNS_POOL=1:2 "$THAW" doctor 2>&1)" |
 	grep -q '^warn  userns .*pool "1:2"' || bad "a bad THAW_USERNS_POOL not named"
 [ -d "$tmp/data" ] && [ -d "$tmp/tier" ] || bad "data dir or tier not created"

@@ -529,6 +529,22 @@ out:
 	return ret;
 }
 
+/* What a refused restore of several processes most likely means, from the
+ * driver's answer (cu_errno's mapping): driver 580 refuses processes that
+ * share device memory the driver would have to carry, NOT_SUPPORTED for
+ * exported VMM handles and INVALID_VALUE for legacy CUDA IPC (bench/
+ * RESULTS.md, "Tensor parallel").  libthaw-cuda carries the first kind
+ * (VMM exports it can pair) but not the others. */
+static const char *shared_refusal_hint(int ret)
+{
+	if (ret != -EOPNOTSUPP && ret != -EINVAL)
+		return "";
+	return " (memory shared between the function's processes that libthaw-cuda did not "
+	       "carry: legacy CUDA IPC, NCCL_CUMEM_ENABLE=0, or multicast, NCCL_NVLS_ENABLE=1; "
+	       "with NCCL, keep NCCL_CUMEM_ENABLE=1 and set NCCL_NVLS_ENABLE=0, or "
+	       "NCCL_P2P_DISABLE=1 to share none)";
+}
+
 int gpu_restore_container(const struct runner *r, const char *id, pid_t init,
 			  const struct snapshot_meta *sm, struct gpu_placement *place, pid_t **pids,
 			  size_t *n)
@@ -595,10 +611,11 @@ int gpu_restore_container(const struct runner *r, const char *id, pid_t init,
 		for (size_t i = 0; i < p->n; i++)
 			snprintf(onto + strlen(onto), sizeof(onto) - strlen(onto), "%s%d",
 				 i ? "," : " onto GPU ", p->dev[i].ordinal);
-		log_set_error("CUDA process %d (of %zu) could not be restored%s: %s; %s",
+		log_set_error("CUDA process %d (of %zu) could not be restored%s: %s; %s%s",
 			      (int)failed, *n, onto, cause[0] ? cause : strerror(-ret),
 			      *n > 1 ? "the others were checkpointed back, the start fails" :
-				       "the start fails");
+				       "the start fails",
+			      *n > 1 ? shared_refusal_hint(ret) : "");
 		pr_err("%s", log_last_error());
 		goto out;
 	}

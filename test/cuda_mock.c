@@ -162,6 +162,7 @@ cu_result cuGetErrorName(cu_result e, const char **s)
 		{ 100, "CUDA_ERROR_NO_DEVICE" },
 		{ 101, "CUDA_ERROR_INVALID_DEVICE" },
 		{ 401, "CUDA_ERROR_ILLEGAL_STATE" },
+		{ 801, "CUDA_ERROR_NOT_SUPPORTED" },
 		{ 909, "CUDA_ERROR_TIMEOUT" },
 	};
 
@@ -316,7 +317,8 @@ cu_result cuCheckpointProcessRestore(int pid, cu_restore_args *a)
 	if (getenv("MOCK_CUDA_RESTORE_OOM"))
 		return 2;
 	if (getenv("MOCK_CUDA_RESTORE_FAIL_PID") && atoi(getenv("MOCK_CUDA_RESTORE_FAIL_PID")) == pid)
-		return 2;
+		return getenv("MOCK_CUDA_RESTORE_FAIL_RESULT") ?
+			       atoi(getenv("MOCK_CUDA_RESTORE_FAIL_RESULT")) : 2; /* OUT_OF_MEMORY */
 	procs[i].state = LOCKED;
 	return 0;
 }

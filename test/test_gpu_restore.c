@@ -218,6 +218,17 @@ static int mock_checks(const char *pairs_log)
 	CHECK(strstr(log_last_error(), want) != NULL);
 	CHECK(strstr(log_last_error(), "checkpointed back") != NULL);
 	printf("the error: %s\n", log_last_error());
+	CHECK(strstr(log_last_error(), "NCCL_") == NULL); /* out of memory: no sharing hint */
+	/* Refused as driver 580 refuses processes sharing memory it would
+	 * carry (NOT_SUPPORTED): the error says which NCCL settings avoid it.
+	 * Both are checkpointed again (the failed start put them back). */
+	setenv("MOCK_CUDA_RESTORE_FAIL_RESULT", "801", 1);
+	log_clear_error();
+	CHECK_EQ(gpu_restore_container(&r, "mock", getpid(), &meta, NULL, &got, &ngot), -EOPNOTSUPP);
+	CHECK(strstr(log_last_error(), "CUDA_ERROR_NOT_SUPPORTED") != NULL);
+	CHECK(strstr(log_last_error(), "NCCL_NVLS_ENABLE=0") != NULL);
+	printf("the error: %s\n", log_last_error());
+	unsetenv("MOCK_CUDA_RESTORE_FAIL_RESULT");
 	unsetenv("MOCK_CUDA_RESTORE_FAIL_PID");
 	/* Nothing was held back by the failed start: both GPUs place again. */
 	CHECK_EQ(gpu_place(&meta, NULL, 0, &p[0], why, sizeof(why)), 0);

@@ -114,7 +114,8 @@ static void *prefill_main(void *arg)
 {
 	struct gpu_prefill *pf = arg;
 	uint64_t t0 = now_ns();
-	int ret = pf->check_only ? check_files(pf) : prefill_use_device(pf->ordinal);
+	int ret = pf->check_only ? check_files(pf) : 0;
+	size_t k;
 
 	if (pf->check_only) {
 		if (ret == -EUCLEAN) {
@@ -126,8 +127,10 @@ static void *prefill_main(void *arg)
 		set_state(pf, ret ? ret : 1);
 		return NULL;
 	}
+	for (k = 0; !ret && k < pf->ngpus; k++)
+		ret = prefill_use_device(pf->gpus[k]);
 	if (ret)
-		snprintf(pf->why, sizeof(pf->why), "no CUDA context on GPU %d", pf->ordinal);
+		snprintf(pf->why, sizeof(pf->why), "no CUDA context on GPU %d", pf->gpus[k - 1]);
 	if (!ret)
 		ret = load_sums(pf);
 	for (size_t i = 0; !ret && i < pf->np; i++)
@@ -155,14 +158,31 @@ static void *prefill_main(void *arg)
 	return NULL;
 }
 
+/* Can a fill go by placement?  A saved allocation's device is the
+ * process's ordinal, which is the snapshot's GPU of that index
+ * (placement->dev[k] here) where CUDA was told the function's GPUs
+ * (CUDA_VISIBLE_DEVICES, in the snapshot's order), but the host's order
+ * where the function had every GPU of its host: the two agree where the
+ * snapshot's GPUs are in host order.  Otherwise thawd cannot tell which
+ * GPU an allocation was on, and the library copies, as before. */
+static bool placement_fills(const struct snapshot_meta *sm, const struct gpu_placement *pl)
+{
+	if (!pl || !pl->n || pl->n != sm->ngpus || pl->n > GPU_MAX)
+		return false;
+	for (size_t k = 0; k < pl->n; k++)
+		if (pl->dev[k].ordinal < 0 || pl->dev[k].ordinal >= CUDA_MAX_DEVICES ||
+		    (k && (sm->gpus[k - 1].index < 0 || sm->gpus[k].index <= sm->gpus[k - 1].index)))
+			return false;
+	return true;
+}
+
 struct gpu_prefill *gpu_prefill_start(const struct snapshot_meta *sm, const char *tier_dir,
 				      const char *out_dir, struct gpu_placement *placement)
 {
 	const struct snapshot_gpu_memory *gm = &sm->gpu_memory;
 	const char *env = getenv("THAW_GPU_PREFILL"), *verify = getenv("THAW_GPU_VERIFY");
-	bool fill = !(env && !strcmp(env, "0")) && out_dir && placement && placement->n == 1 &&
-		    placement->dev[0].ordinal >= 0 && placement->dev[0].ordinal < CUDA_MAX_DEVICES &&
-		    sm->ngpus == 1 && !cuda_init();
+	bool fill = !(env && !strcmp(env, "0")) && out_dir && placement_fills(sm, placement) &&
+		    !cuda_init();
 	char sums[PATH_MAX + 16];
 	struct gpu_prefill *pf;
 
@@ -188,7 +208,7 @@ struct gpu_prefill *gpu_prefill_start(const struct snapshot_meta *sm, const char
 		p->listen_fd = -1;
 		/* A snapshot whose library wrote no layout (an older one)
 		 * copies as it did. */
-		if (fill && prefill_read_layout(tier_dir, p))
+		if (fill && prefill_read_layout(tier_dir, p, placement->n))
 			fill = false;
 	}
 	for (size_t i = 0; placement && i < placement->n && i < GPU_MAX; i++)
@@ -205,9 +225,9 @@ struct gpu_prefill *gpu_prefill_start(const struct snapshot_meta *sm, const char
 	}
 	pf->check_only = !fill;
 	if (fill) {
-		pf->ordinal = placement->dev[0].ordinal;
 		pf->placement = placement;
-		gpu_turn_join(&pf->turn, &pf->ordinal, 1);
+		/* One turn on all its GPUs, joined at once (gpu_turn.h). */
+		gpu_turn_join(&pf->turn, pf->gpus, pf->ngpus);
 	}
 	if (pthread_create(&pf->thread, NULL, prefill_main, pf)) {
 		gpu_turn_leave(&pf->turn);

@@ -11,8 +11,9 @@
  * the saved memory was: the start waits for a map, not a copy.
  *
  * Everything here is an optimisation: where it does not apply (no layout,
- * a snapshot of several GPUs, no driver, THAW_GPU_PREFILL=0) or fails, no
- * socket is offered and the library copies as before.  But not from a RAM
+ * a snapshot whose GPUs are not in host order, no driver,
+ * THAW_GPU_PREFILL=0) or fails, no socket is offered and the library
+ * copies as before.  But not from a RAM
  * tier entry unlike its checksums (restore/tier_sums.h): the fill checks
  * what it copies, and where it does not apply it only checks the files.
  */
@@ -30,10 +31,11 @@ struct gpu_placement;
 struct snapshot_meta;
 
 /* Start filling, in a thread, for the snapshot's processes (its meta's
- * gpu_memory.ns_pids) whose layout is in tier_dir, on the one GPU of
- * placement (whose claim the memory made is then taken from: it lives until
- * gpu_prefill_end); offered on out_dir/<ns pid>.prefill once filled.  Where
- * no fill applies but tier_dir has checksums, only a check of the files;
+ * gpu_memory.ns_pids) whose layout is in tier_dir, on placement's GPUs
+ * (each allocation on its own, every GPU copied at once; their claims the
+ * memory made is then taken from: it lives until gpu_prefill_end);
+ * offered on out_dir/<ns pid>.prefill once filled.  Where no fill applies
+ * but tier_dir has checksums, only a check of the files;
  * where neither applies, only the library's turn on placement's GPUs for
  * its own copy (gpu_turn.h).  NULL where placement names no GPU and no fill
  * or check applies. */

@@ -30,12 +30,12 @@
 
 #define ALIGN_2M(x) (((x) + (2ull << 20) - 1) & ~((2ull << 20) - 1))
 
-int prefill_read_layout(const char *dir, struct pf_proc *p)
+int prefill_read_layout(const char *dir, struct pf_proc *p, size_t ndev)
 {
 	char path[PATH_MAX + 64], line[256];
 	size_t cap = 0;
 	FILE *f;
-	int ret = 0, dev0 = -1;
+	int ret = 0;
 
 	snprintf(path, sizeof(path), "%s/" GPUMEM_LAYOUT_FMT, dir, p->ns_pid);
 	f = fopen(path, "re");
@@ -52,19 +52,19 @@ int prefill_read_layout(const char *dir, struct pf_proc *p)
 
 		if (sscanf(line, "%llu %llu %d %u %u %u", &off, &size, &dev, &c, &rdma, &usage) != 6 ||
 		    !size || size > (1ull << 48) || off > (1ull << 48) || off % (2ull << 20) ||
-		    (dev0 >= 0 && dev != dev0) || c) {
-			/* Not what a fill handles (several devices, compressed
-			 * memory) or not a layout (sizes beyond any GPU's, which
-			 * would overflow): the library copies it all. */
+		    dev < 0 || (size_t)dev >= ndev || c) {
+			/* Not what a fill handles (compressed memory, a GPU
+			 * the snapshot did not record) or not a layout (sizes
+			 * beyond any GPU's, which would overflow): the library
+			 * copies it all. */
 			ret = -EINVAL;
 			break;
 		}
-		dev0 = dev;
 		if (ARRAY_GROW(p->a, cap, p->n + 1, 64)) {
 			ret = -ENOMEM;
 			break;
 		}
-		p->a[p->n++] = (struct pf_alloc){ .off = off, .size = size, .fd = -1 };
+		p->a[p->n++] = (struct pf_alloc){ .off = off, .size = size, .dev = dev, .fd = -1 };
 		if (off + size > p->len)
 			p->len = off + size;
 	}
@@ -72,19 +72,22 @@ int prefill_read_layout(const char *dir, struct pf_proc *p)
 	return ret;
 }
 
-/* The allocations made, exportable, on the device, and mapped into one
- * range of thawd's at their file offsets.  *va, the range. */
+/* The allocations made, exportable, each on its own GPU, and mapped into
+ * one range of thawd's at their file offsets (a range may map memory of
+ * several GPUs).  *va, the range. */
 static int make_allocs(struct gpu_prefill *pf, struct pf_proc *p, cu_ptr *va)
 {
 	const struct prefill_cu *cu = &prefill_cu;
-	cu_mem_prop prop = { .type = CU_ALLOC_PINNED, .requestedHandleTypes = CU_HANDLE_POSIX_FD,
-			     .location = { CU_LOC_DEVICE, pf->ordinal } };
-	cu_access_desc acc = { .location = { CU_LOC_DEVICE, pf->ordinal }, .flags = CU_ACCESS_RW };
 
 	if (cu->reserve(va, ALIGN_2M(p->len), 2ull << 20, 0, 0))
 		return -ENOMEM;
 	for (size_t i = 0; i < p->n; i++) {
 		struct pf_alloc *a = &p->a[i];
+		int o = pf->gpus[a->dev];
+		cu_mem_prop prop = { .type = CU_ALLOC_PINNED,
+				     .requestedHandleTypes = CU_HANDLE_POSIX_FD,
+				     .location = { CU_LOC_DEVICE, o } };
+		cu_access_desc acc = { .location = { CU_LOC_DEVICE, o }, .flags = CU_ACCESS_RW };
 
 		if (cu->create(&a->h, a->size, &prop, 0)) {
 			a->h = 0;
@@ -101,12 +104,13 @@ static int make_allocs(struct gpu_prefill *pf, struct pf_proc *p, cu_ptr *va)
 	return 0;
 }
 
-/* One thread's share of a file's copy. */
+/* One thread's share of a file's copy: the allocations of the process's
+ * device dev (on GPU ordinal) that lie in its bytes. */
 struct slice {
 	struct pf_proc *p;
 	cu_ptr va;
 	uint64_t off, len;
-	int ordinal, err;
+	int dev, ordinal, err;
 	int cr; /* the driver's error */
 	uint64_t bad;	    /* -EUCLEAN: the first damaged byte */
 	uint64_t verify_ns; /* spent checking */
@@ -131,9 +135,23 @@ static void check_piece(struct slice *s, int k)
 	s->verify_ns += now_ns() - t0;
 }
 
-/* Copy the file's bytes of [s->off, s->off + s->len) into the allocations
- * that lie there, a piece at a time.  A piece the cache could not pin is
- * pinned here, so that its copy runs while the next is pinned, and
+/* Do the allocations in [a, b) of the file all lie on s's device?  Only
+ * then may s pin a piece itself: a piece two devices' slices share is
+ * copied unpinned rather than pinned and unpinned under another's copy. */
+static bool piece_alone(const struct slice *s, uint64_t a, uint64_t b)
+{
+	for (size_t i = 0; i < s->p->n; i++) {
+		const struct pf_alloc *al = &s->p->a[i];
+
+		if (al->dev != s->dev && al->off < b && al->off + al->size > a)
+			return false;
+	}
+	return true;
+}
+
+/* Copy the file's bytes of [s->off, s->off + s->len) into s's device's
+ * allocations that lie there, a piece at a time.  A piece the cache could
+ * not pin is pinned here, so that its copy runs while the next is pinned, and
  * unpinned once all have landed.  Each piece is checked against its
  * checksums while the link copies: the thread queues piece k's copy and
  * then hashes piece k-1, so that the stream always has a copy queued
@@ -159,14 +177,14 @@ static void *copy_slice(void *arg)
 
 		piece_bounds(s, k, &a, &b);
 		/* Pieces are PIECE-aligned in the file, as the cache's are. */
-		if (!s->p->pin->pinned[a / PIECE])
+		if (!s->p->pin->pinned[a / PIECE] && piece_alone(s, a, b))
 			pinned[k] = prefill_pin_piece(s->p->base + a, b - a, 0);
 		for (size_t i = 0; i < s->p->n; i++) {
 			const struct pf_alloc *al = &s->p->a[i];
 			uint64_t x = al->off > a ? al->off : a;
 			uint64_t y = al->off + al->size < b ? al->off + al->size : b;
 
-			if (!al->mapped || x >= y)
+			if (!al->mapped || al->dev != s->dev || x >= y)
 				continue;
 			if ((s->cr = cu->copy(s->va + x, s->p->base + x, y - x, st)))
 				s->err = -EIO;
@@ -186,20 +204,44 @@ static void *copy_slice(void *arg)
 	return NULL;
 }
 
-/* The tier's file copied into p's allocations. */
+/* The tier's file copied into p's allocations.  Each device's allocations
+ * are copied by threads of their own, streams on that GPU, all devices'
+ * at once: a process spanning GPUs gets its bytes over every GPU's link
+ * side by side, not one link after the other.  The threads are shared
+ * out among the devices the file has bytes for. */
 static int copy_file(struct gpu_prefill *pf, struct pf_proc *p, cu_ptr va)
 {
 	struct slice s[MAX_THREADS];
-	uint64_t slice;
-	int n = prefill_threads_for(p->len), made = 0, ret = 0;
+	uint64_t lo[GPU_MAX] = { 0 }, hi[GPU_MAX] = { 0 }, bytes[GPU_MAX] = { 0 };
+	int made = 0, ret = 0, ndev = 0;
 
-	/* Whole pieces, as the cache pinned them: a copy that straddled two
-	 * pinned ranges is refused by the driver. */
-	slice = (p->len + (uint64_t)n - 1) / (uint64_t)n;
-	slice = (slice + PIECE - 1) / PIECE * PIECE;
-	for (uint64_t off = 0; off < p->len && made < MAX_THREADS; off += slice, made++)
-		s[made] = (struct slice){ .p = p, .va = va, .off = off, .ordinal = pf->ordinal,
-					  .len = off + slice > p->len ? p->len - off : slice };
+	for (size_t i = 0; i < p->n; i++) {
+		const struct pf_alloc *a = &p->a[i];
+
+		if (!bytes[a->dev]) {
+			lo[a->dev] = a->off;
+			ndev++;
+		}
+		lo[a->dev] = a->off < lo[a->dev] ? a->off : lo[a->dev];
+		hi[a->dev] = a->off + a->size > hi[a->dev] ? a->off + a->size : hi[a->dev];
+		bytes[a->dev] += a->size;
+	}
+	for (int d = 0; d < GPU_MAX && ndev; d++) {
+		int n = prefill_threads_for(bytes[d]), cap = MAX_THREADS / ndev;
+		uint64_t from = lo[d] / PIECE * PIECE, slice;
+
+		if (!bytes[d])
+			continue;
+		n = n < cap ? n : cap > 0 ? cap : 1;
+		/* Whole pieces, as the cache pinned them: a copy that
+		 * straddled two pinned ranges is refused by the driver. */
+		slice = (hi[d] - from + (uint64_t)n - 1) / (uint64_t)n;
+		slice = (slice + PIECE - 1) / PIECE * PIECE;
+		for (uint64_t off = from; off < hi[d] && made < MAX_THREADS; off += slice, made++)
+			s[made] = (struct slice){ .p = p, .va = va, .off = off, .dev = d,
+						  .ordinal = pf->gpus[d],
+						  .len = off + slice > hi[d] ? hi[d] - off : slice };
+	}
 	prefill_run_jobs(copy_slice, s, sizeof(s[0]), made);
 	for (int i = 0; i < made; i++) {
 		pf->verify_ns += s[i].verify_ns;
@@ -226,7 +268,7 @@ int prefill_fill_proc(struct gpu_prefill *pf, struct pf_proc *p)
 	int ret;
 
 	snprintf(path, sizeof(path), "%s/" GPUMEM_FILE_FMT, pf->tier_dir, p->ns_pid);
-	p->pin = gpu_pin_get(path, pf->ordinal);
+	p->pin = gpu_pin_get(path, pf->gpus[0]);
 	if (!p->pin || p->pin->len < p->len) {
 		snprintf(pf->why, sizeof(pf->why), "cannot map %.100s whole", path);
 		return -EIO;
@@ -234,18 +276,20 @@ int prefill_fill_proc(struct gpu_prefill *pf, struct pf_proc *p)
 	p->base = p->pin->base;
 	ret = make_allocs(pf, p, &va);
 	if (!ret) {
-		uint64_t made = 0;
+		uint64_t made[GPU_MAX] = { 0 };
 
 		for (size_t i = 0; i < p->n; i++)
-			made += p->a[i].h ? p->a[i].size : 0;
-		/* On the GPU now: the placement no longer holds them back. */
-		gpu_claim_taken(pf->placement, 0, made);
+			made[p->a[i].dev] += p->a[i].h ? p->a[i].size : 0;
+		/* On the GPUs now: the placement no longer holds them back. */
+		for (size_t k = 0; k < pf->ngpus; k++)
+			gpu_claim_taken(pf->placement, k, made[k]);
 	}
 	if (ret)
 		snprintf(pf->why, sizeof(pf->why), "no address range of %llu bytes",
 			 (unsigned long long)p->len);
 	/* The fills of one GPU copy one at a time, in the order their starts
-	 * asked (gpu_turn.h); pinning and making the allocations ran before. */
+	 * asked (gpu_turn.h), a fill of several GPUs in its turn on all of
+	 * them at once; pinning and making the allocations ran before. */
 	if (!ret && !pf->copying) {
 		gpu_turn_wait(&pf->turn);
 		pf->copying = true;

@@ -32,6 +32,7 @@ struct tier_sums;
 /* One allocation of a process's saved device memory (its layout's line). */
 struct pf_alloc {
 	uint64_t off, size;
+	int dev;     /* the process's device ordinal: the snapshot's GPU dev */
 	cu_handle h; /* 0: could not be made, not offered */
 	int fd;      /* its export, -1 none */
 	bool mapped; /* in thawd's range, for the copy */
@@ -52,7 +53,6 @@ struct pf_proc {
 };
 
 struct gpu_prefill {
-	int ordinal;
 	struct gpu_placement *placement; /* whose claim the fill takes its bytes from */
 	char tier_dir[PATH_MAX], out_dir[PATH_MAX];
 	struct pf_proc *p;
@@ -63,13 +63,13 @@ struct gpu_prefill {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	int state; /* 0 filling, 1 offered, <0 -errno */
-	struct gpu_turn turn;	/* the fill's turn on its GPU's link (gpu_turn.h) */
+	struct gpu_turn turn;	/* the fill's turn on its GPUs' links (gpu_turn.h) */
 	bool copying;
 	uint64_t copy_begin_ns, copy_end_ns; /* now_ns(); 0: not yet */
 	/* Where the library copies (library_only, check_only, a failed
 	 * fill), its turn on the placement's GPUs, taken when it is asked. */
 	struct gpu_turn lib_turn;
-	int gpus[CUDA_MAX_DEVICES];
+	int gpus[CUDA_MAX_DEVICES]; /* the host GPU of the snapshot's GPU k */
 	size_t ngpus;
 	bool library_only; /* neither a fill nor a check: only the turn */
 	char why[200]; /* the first failure, for the log */
@@ -84,8 +84,9 @@ struct gpu_prefill {
 /* gpu_prefill_fill.c */
 
 /* Read dir/gpu-<ns>.layout into p: 0, -EINVAL for a layout a fill does not
- * handle (several devices, compressed memory) or not a layout, -errno. */
-int prefill_read_layout(const char *dir, struct pf_proc *p);
+ * handle (compressed memory, a device ordinal not below ndev) or not a
+ * layout, -errno. */
+int prefill_read_layout(const char *dir, struct pf_proc *p, size_t ndev);
 /* Fill one process's allocations, in pf's turn; on success each filled
  * one has its export descriptor and is offered on its socket
  * (prefill_offer).  0, or -errno with pf->why set (-EUCLEAN: the file is

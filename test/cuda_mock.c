@@ -30,8 +30,13 @@
  * registering host memory does nothing.  cuGetProcAddress (both
  * signatures) resolves from a table, the _v2 entry point at the versions
  * the driver gives it.  mock_cuda_mem() tells a test what is live.
- * Knob: MOCK_CUDA_HTOD_LOG=FILE appends "pid begin end" (CLOCK_MONOTONIC
- * ns) for each cuMemcpyHtoDAsync, to see whose copies ran when.
+ * Knob: MOCK_CUDA_HTOD_LOG=FILE appends "pid begin end dev" (CLOCK_MONOTONIC
+ * ns; dev: the GPU of the memory written, -1 unknown) for each
+ * cuMemcpyHtoDAsync, to see whose copies ran when, and onto which GPU.
+ * Knob: MOCK_CUDA_HTOD_MEET: a cuMemcpyHtoDAsync onto one GPU waits (up to
+ * 10 s) until one onto another GPU has begun in this process: copies onto
+ * two GPUs that run side by side overlap whatever the machine's load, ones
+ * that run one after the other do not.
  * Knob: MOCK_CUDA_HTOD_DELAY_MS sleeps in each cuMemcpyHtoDAsync (a slow
  * copy back, to see the function held while it runs).
  * Knob: MOCK_NVML_BLOCK_FILE (nvml_block): a hung nvmlDeviceGetMemoryInfo.
@@ -461,6 +466,7 @@ int nvmlSystemGetDriverVersion(char *buf, unsigned int len)
 
 struct phys {
 	int fd;
+	int dev; /* the GPU it was made on; -1: imported */
 	size_t size;
 	int maps;
 	int refs;     /* handles: 1 at its creation or import, +1 a retain, -1 a release */
@@ -688,6 +694,7 @@ cu_result cuMemCreate(cu_handle *h, size_t size, const cu_mem_prop *prop, unsign
 	if (!ph)
 		return 2;
 	ph->refs = 1;
+	ph->dev = prop->location.type == CU_LOC_DEVICE ? prop->location.id : -1;
 	ph->fd = memfd_create("mock-gpu", MFD_CLOEXEC);
 	if (ph->fd < 0 || ftruncate(ph->fd, (off_t)size)) {
 		free(ph);
@@ -733,6 +740,7 @@ cu_result cuMemImportFromShareableHandle(cu_handle *h, void *os, int type)
 	if (!ph)
 		return 2;
 	ph->refs = 1;
+	ph->dev = -1;
 	ph->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
 	ph->size = (size_t)sb.st_size;
 	pthread_mutex_lock(&mem_mu);
@@ -888,6 +896,48 @@ cu_result cuMemcpyHtoD_v2(cu_ptr dst, const void *src, size_t n)
 }
 static int straddles_pinned(const char *src, size_t n);
 
+/* The GPU of the memory mapped at dst; -1 unknown. */
+static int dst_dev(cu_ptr dst)
+{
+	int dev = -1;
+
+	pthread_mutex_lock(&mem_mu);
+	for (int i = 0; i < 1024; i++)
+		if (maps[i].ph && dst >= maps[i].va && dst < maps[i].va + maps[i].size) {
+			dev = maps[i].ph->dev;
+			break;
+		}
+	pthread_mutex_unlock(&mem_mu);
+	return dev;
+}
+
+/* MOCK_CUDA_HTOD_MEET: note that a copy onto dev began, then wait until
+ * one onto another GPU has (10 s at most). */
+static void htod_meet(int dev)
+{
+	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+	static int began[NGPU];
+	struct timespec until;
+	int other = 0;
+
+	if (dev < 0 || dev >= NGPU)
+		return;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 10;
+	pthread_mutex_lock(&mu);
+	began[dev] = 1;
+	pthread_cond_broadcast(&cv);
+	for (;;) {
+		other = 0;
+		for (int g = 0; g < NGPU; g++)
+			other |= g != dev && began[g];
+		if (other || pthread_cond_timedwait(&cv, &mu, &until))
+			break;
+	}
+	pthread_mutex_unlock(&mu);
+}
+
 cu_result cuMemcpyHtoDAsync_v2(cu_ptr dst, const void *src, size_t n, cu_stream stream)
 {
 	const char *d = getenv("MOCK_CUDA_HTOD_DELAY_MS");
@@ -899,8 +949,11 @@ cu_result cuMemcpyHtoDAsync_v2(cu_ptr dst, const void *src, size_t n, cu_stream 
 
 	const char *log = getenv("MOCK_CUDA_HTOD_LOG");
 	struct timespec t0, t1;
+	int dev = dst_dev(dst);
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
+	if (getenv("MOCK_CUDA_HTOD_MEET"))
+		htod_meet(dev);
 	if (d)
 		usleep((useconds_t)atoi(d) * 1000);
 	memcpy((void *)dst, src, n);
@@ -909,9 +962,9 @@ cu_result cuMemcpyHtoDAsync_v2(cu_ptr dst, const void *src, size_t n, cu_stream 
 		FILE *f = fopen(log, "a");
 
 		if (f) {
-			fprintf(f, "%d %lld %lld\n", (int)getpid(),
+			fprintf(f, "%d %lld %lld %d\n", (int)getpid(),
 				(long long)t0.tv_sec * 1000000000LL + t0.tv_nsec,
-				(long long)t1.tv_sec * 1000000000LL + t1.tv_nsec);
+				(long long)t1.tv_sec * 1000000000LL + t1.tv_nsec, dev);
 			fclose(f);
 		}
 	}

@@ -631,7 +631,7 @@ static void library_order(const char *app_path)
 	}
 	f = fopen(log, "r");
 	REQUIRE(f);
-	while (fscanf(f, "%d %lld %lld", &pid, &b, &e) == 3)
+	while (fscanf(f, "%d %lld %lld %*d", &pid, &b, &e) == 3)
 		for (int i = 0; i < 2; i++)
 			if (pid == a[i].pid) {
 				if (!first[i] || b < first[i])
@@ -693,6 +693,73 @@ static void prefill_shared(const char *app_path)
 	gpumem_release(pids, 2);
 	app_end(&i);
 	app_end(&c);
+}
+
+/* A process spanning two GPUs (the app's C and D on the mock's GPU 1, the
+ * rest on GPU 0): thawd fills each allocation on its own GPU, both GPUs'
+ * copies side by side, and the library maps it all.  The mock holds each
+ * copy onto one GPU until one onto the other has begun (10 s at most), so
+ * that copies side by side overlap in its log and copies one GPU after the
+ * other do not, however loaded the machine. */
+static void prefill_span(const char *app_path)
+{
+	struct snapshot_gpu gpus[2] = { { .uuid = MOCK_GPU0, .index = 0 },
+					{ .uuid = "GPU-mock-1", .index = 1 } };
+	struct gpu_placement place = { .n = 2, .held = true };
+	struct restore_call rc = { 0 };
+	long long first[2] = { 0 }, last[2] = { 0 }, b, e;
+	char log[600], why[512], s[256];
+	struct gpumem_status st;
+	struct snapshot_meta meta;
+	struct gpu_prefill *pf;
+	size_t moved = 0;
+	struct app a;
+	int pid, dev;
+	FILE *f;
+
+	place.dev[0].ordinal = 0;
+	place.dev[1].ordinal = 1;
+	app_start(&a, app_path, "span", true);
+	meta = (struct snapshot_meta){ .gpus = gpus, .ngpus = 2,
+				       .gpu_memory = { .recorded = true, .thaw = true,
+						       .ns_pids = &a.pid, .nns_pids = 1 } };
+	CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why, sizeof(why)),
+		 0);
+	CHECK_EQ(st.allocs, 6);
+	snprintf(log, sizeof(log), "%s/span.log", dir);
+	unlink(log);
+	setenv("MOCK_CUDA_HTOD_LOG", log, 1);
+	setenv("MOCK_CUDA_HTOD_MEET", "1", 1);
+	pf = gpu_prefill_start(&meta, outdir, outdir, &place);
+	REQUIRE(pf != NULL);
+	CHECK(gpu_prefill_fills(pf));
+	CHECK_EQ(gpu_prefill_ready(pf), 0);
+	unsetenv("MOCK_CUDA_HTOD_MEET");
+	unsetenv("MOCK_CUDA_HTOD_LOG");
+	rc.pid = a.pid;
+	do_restore(&rc);
+	CHECK(rc.st.ok);
+	CHECK_EQ(rc.st.prefilled_allocs, 6);
+	CHECK_EQ(rc.st.prefilled_bytes, 30 * MIB);
+	CHECK_EQ(rc.st.dev_bytes[1], 12 * MIB);
+	CHECK_EQ(rc.st.copy_threads, 0);
+	gpu_prefill_end(pf, NULL, 0);
+	ask(&a, "verify", s, sizeof(s));
+	CHECK_STR(s, "ok");
+	f = fopen(log, "r");
+	while (f && fscanf(f, "%d %lld %lld %d", &pid, &b, &e, &dev) == 4)
+		if (pid == getpid() && dev >= 0 && dev < 2) {
+			if (!first[dev] || b < first[dev])
+				first[dev] = b;
+			if (e > last[dev])
+				last[dev] = e;
+		}
+	if (f)
+		fclose(f);
+	CHECK(first[0] && first[1]);
+	CHECK(first[0] < last[1] && first[1] < last[0]);
+	gpumem_release(&a.pid, 1);
+	app_end(&a);
 }
 
 /* Where the library does not apply, the reason. */
@@ -851,6 +918,7 @@ int main(int argc, char **argv)
 		library_order(child_app);
 		context_take(child_app);
 		prefill_shared(child_app);
+		prefill_span(child_app);
 		return check_failures ? 1 : 0;
 	}
 	gpumem_test_setup(app, sizeof(app));

@@ -306,10 +306,15 @@ void gm_save(const char *dir, unsigned seq, struct gpumem_record *r)
 			r->dev_bytes[m->device] += m->size;
 	}
 	r->map_ms = gm_now_ms() - t;
-	/* Saved everywhere: the kept descriptors would keep the memory the
-	 * driver must no longer see.  The restore hands over new ones. */
+	/* The kept descriptors go, whatever became of their memory: of memory
+	 * saved they would keep what the driver must no longer see, and of
+	 * memory left to the driver they are opens of the driver's device
+	 * (/dev/nvidiactl), which CRIU cannot dump ("Can't dump file … chr
+	 * 195:255": every snapshot of a function whose sharing stayed the
+	 * driver's failed so).  The restore hands over new ones for what it
+	 * carried; what the driver kept is not paired again. */
 	for (size_t i = 0; i < gm_nhandles; i++)
-		if (gm_handles[i]->nfds && gm_handles[i]->rh == 0)
+		if (gm_handles[i]->nfds)
 			gm_share_fds_close(gm_handles[i]);
 	gm_share_fds_write();
 	count_left(r);

@@ -151,6 +151,16 @@ bool function_userns_why(const struct thaw_config *c, const struct func_spec *s,
 		snprintf(why, why_len, "a function from an image runs in one where its spec asks");
 		return false;
 	}
+	if (s->gpus > 1) {
+		/* Measured on two H200s: in a user namespace the device memory
+		 * a function's processes share (NCCL's P2P buffers) is not
+		 * paired for libthaw-cuda to carry, and the driver refuses the
+		 * restore; outside one it restores.  Asked for, it is tried. */
+		snprintf(why, why_len,
+			 "a function of several GPUs runs in one where its spec asks (memory its "
+			 "processes share is not carried in a user namespace yet)");
+		return false;
+	}
 	host_config = c;
 	pthread_once(&host_once, ask_host);
 	if (!host_ok) {

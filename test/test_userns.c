@@ -6,6 +6,7 @@
  * taken again; a full pool is -ENOSPC; a range file is never seen without
  * its owner. */
 #include "function/userns.h"
+#include "function/spec.h"
 #include "common/config.h"
 #include "common/log.h"
 #include "test/check.h"
@@ -173,6 +174,18 @@ int main(void)
 	snprintf(cfg.data_dir, sizeof(cfg.data_dir), "%s", empty);
 	CHECK_EQ(userns_release(&cfg, "fn0"), 0);
 	rmdir(empty);
+
+	/* The default: what a spec says wins; a function of several GPUs
+	 * stays out of it (decided before the host is asked). */
+	struct func_spec two = { .gpus = 2, .gpu = true }, asked = two;
+	char why[512];
+
+	cfg.userns_default = true;
+	CHECK(!function_userns_why(&cfg, &two, why, sizeof(why)));
+	CHECK(strstr(why, "several GPUs") != NULL);
+	asked.userns_given = true;
+	asked.sandbox.userns = true;
+	CHECK(function_userns_why(&cfg, &asked, why, sizeof(why)));
 
 	char cmd[128];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", data);

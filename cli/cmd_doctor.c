@@ -339,7 +339,11 @@ static void check_userns(struct doctor *d)
 			uffd = 0;
 		fclose(f);
 	}
-	if (!userns_host_default(&c, off, sizeof(off))) {
+	/* userns_host_default's other parts, supported being known: not
+	 * asked twice (it forks a child to try). */
+	if (!c.userns_default)
+		snprintf(off, sizeof(off), USERNS_DEFAULT_OFF);
+	if (!c.userns_default || !userns_host_dirs(&c, off, sizeof(off))) {
 		report(d, "userns", ST_WARN,
 		       "supported (%s), but functions whose spec does not say run as the host's "
 		       "uid 0: %s",

@@ -103,14 +103,17 @@ bool userns_unsearchable(const char *path, bool itself, char *out, size_t len)
 
 bool userns_host_default(const struct thaw_config *c, char *why, size_t why_len)
 {
-	char dir[PATH_MAX];
-
 	if (!c->userns_default) {
-		snprintf(why, why_len, "the default is off (thawd --no-userns, THAW_USERNS_DEFAULT=0)");
+		snprintf(why, why_len, USERNS_DEFAULT_OFF);
 		return false;
 	}
-	if (!userns_supported(c, why, why_len))
-		return false;
+	return userns_supported(c, why, why_len) && userns_host_dirs(c, why, why_len);
+}
+
+bool userns_host_dirs(const struct thaw_config *c, char *why, size_t why_len)
+{
+	char dir[PATH_MAX];
+
 	if (userns_unsearchable(c->data_dir, false, dir, sizeof(dir)) ||
 	    userns_unsearchable(c->ram_tier_dir, false, dir, sizeof(dir))) {
 		snprintf(why, why_len,

@@ -56,6 +56,11 @@ bool function_userns(const struct thaw_config *c, const struct func_spec *s);
  * searchable by other users (a range reaches its bundle and tier entry
  * through them).  why says why not, or what is used. */
 bool userns_host_default(const struct thaw_config *c, char *why, size_t why_len);
+/* Why the default does not apply where the operator turned it off. */
+#define USERNS_DEFAULT_OFF "the default is off (thawd --no-userns, THAW_USERNS_DEFAULT=0)"
+/* Its last part alone: the way to the data directory and the RAM tier
+ * searchable by other users (why says which directory is not). */
+bool userns_host_dirs(const struct thaw_config *c, char *why, size_t why_len);
 
 /* Whether a directory on the way to path (its parents; path itself too
  * where itself) cannot be searched by other users: true and its name in

@@ -14,6 +14,7 @@
 #include "common/cuda.h"
 #include "common/cuda_abi.h"
 #include "common/log.h"
+#include "common/util.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -649,8 +650,9 @@ int cuda_checkpoint_group(const pid_t *pids, size_t n, unsigned timeout_ms, uint
 }
 
 int cuda_restore_group(const pid_t *pids, size_t n, const struct cuda_gpu_pair *pairs,
-		       size_t npairs, pid_t *failed)
+		       size_t npairs, pid_t *failed, double *restore_ms)
 {
+	uint64_t t0 = now_ns();
 	size_t i;
 	int ret = 0;
 
@@ -666,6 +668,8 @@ int cuda_restore_group(const pid_t *pids, size_t n, const struct cuda_gpu_pair *
 		if (ret)
 			goto restore_failed;
 	}
+	if (restore_ms)
+		*restore_ms = ms_since(t0);
 	for (i = 0; i < n; i++) {
 		enum cuda_proc_state st;
 

@@ -90,8 +90,11 @@ int cuda_checkpoint_group(const pid_t *pids, size_t n, unsigned timeout_ms, uint
  * each.  All or none: if one fails to restore, those already restored are
  * checkpointed back (their GPU memory given back); if one fails to unlock,
  * those unlocked are locked and checkpointed back.  *failed: the pid that
- * failed (0 if none).  0 or the failing call's -errno. */
+ * failed (0 if none).  *restore_ms (if not NULL): how long the restores
+ * took, the rest of the call being the unlocks (a burst's restores and
+ * unlocks queue differently in the driver).  0 or the failing call's
+ * -errno. */
 int cuda_restore_group(const pid_t *pids, size_t n, const struct cuda_gpu_pair *pairs,
-		       size_t npairs, pid_t *failed);
+		       size_t npairs, pid_t *failed, double *restore_ms);
 
 #endif

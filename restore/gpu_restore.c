@@ -550,6 +550,7 @@ int gpu_restore_container(const struct runner *r, const char *id, pid_t init,
 			  size_t *n)
 {
 	size_t nall = 0, npairs = 0, nrec = sm->ncuda_processes;
+	double restore_ms = 0;
 	struct gpu_placement own = { 0 }, *p = place;
 	struct cuda_gpu_pair *pairs = NULL;
 	pid_t *all = NULL, failed = 0;
@@ -603,7 +604,7 @@ int gpu_restore_container(const struct runner *r, const char *id, pid_t init,
 	}
 	/* Every process restored before any is unlocked, all or none. */
 	t0 = now_ns();
-	ret = cuda_restore_group(*pids, *n, pairs, npairs, &failed);
+	ret = cuda_restore_group(*pids, *n, pairs, npairs, &failed, &restore_ms);
 	if (ret) {
 		char cause[512], onto[128] = "";
 
@@ -619,8 +620,8 @@ int gpu_restore_container(const struct runner *r, const char *id, pid_t init,
 		pr_err("%s", log_last_error());
 		goto out;
 	}
-	pr_info("%zu CUDA process(es) of %s restored and unlocked in %.1f ms%s", *n, id,
-		ms_since(t0), npairs ? " (onto other GPUs)" : "");
+	pr_info("%zu CUDA process(es) of %s restored and unlocked in %.1f ms (restored in %.1f)%s",
+		*n, id, ms_since(t0), restore_ms, npairs ? " (onto other GPUs)" : "");
 out:
 	if (ret) {
 		free(*pids);

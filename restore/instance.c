@@ -820,6 +820,15 @@ struct prefault_job {
 	bool started;
 };
 
+/* THAW_GPU_PREFAULT=0: no faulting beside the driver's restore (the pages
+ * come in as they are touched), to measure what it costs a burst. */
+static bool prefault_beside_gpu(void)
+{
+	const char *env = getenv("THAW_GPU_PREFAULT");
+
+	return !(env && !strcmp(env, "0"));
+}
+
 static void *prefault_main(void *arg)
 {
 	struct prefault_job *j = arg;
@@ -842,7 +851,7 @@ static int gpu_restore(struct start *st)
 
 	if (!st->spec->gpu)
 		return 0;
-	if (x->mapped)
+	if (x->mapped && prefault_beside_gpu())
 		pj.started = pthread_create(&pj.thread, NULL, prefault_main, &pj) == 0;
 	ret = gpu_restore_container(&x->r, in->id, in->pid, &st->meta, st->gp, &x->cuda_pids,
 				    &x->ncuda);

@@ -107,6 +107,74 @@ static int check_files(struct gpu_prefill *pf)
 	return ret;
 }
 
+/* Every process's turn left (a fill that ends before it copies). */
+static void leave_turns(struct gpu_prefill *pf)
+{
+	for (size_t i = 0; pf->p && i < pf->np; i++)
+		gpu_turn_leave(&pf->p[i].turn);
+}
+
+static void *fill_proc_main(void *arg)
+{
+	struct pf_proc *p = arg;
+
+	p->ret = prefill_fill_proc(p->pf, p);
+	gpu_turn_leave(&p->turn);
+	return NULL;
+}
+
+/* Each process filled on a thread of its own, all at once: the processes
+ * of a function on GPUs of their own (one per GPU, tensor parallel) each
+ * get their bytes over their own GPU's link side by side; those that share
+ * a GPU wait for each other's copy in their turns.  What they did summed
+ * into pf: the first failure (a damaged file first of all), the bytes, the
+ * copy's span on each GPU. */
+static int fill_procs(struct gpu_prefill *pf)
+{
+	bool *started = calloc(pf->np + 1, sizeof(bool));
+	int ret = 0;
+
+	if (!started) {
+		leave_turns(pf);
+		snprintf(pf->why, sizeof(pf->why), "out of memory");
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < pf->np; i++) {
+		pf->p[i].pf = pf;
+		started[i] = pthread_create(&pf->p[i].thread, NULL, fill_proc_main, &pf->p[i]) == 0;
+		if (!started[i])
+			fill_proc_main(&pf->p[i]);
+	}
+	for (size_t i = 0; i < pf->np; i++) {
+		struct pf_proc *p = &pf->p[i];
+
+		if (started[i])
+			pthread_join(p->thread, NULL);
+		if (p->ret && (!ret || (p->ret == -EUCLEAN && ret != -EUCLEAN))) {
+			ret = p->ret;
+			snprintf(pf->why, sizeof(pf->why), "%s", p->why);
+		}
+		pf->bytes += p->bytes;
+		pf->offered_allocs += p->offered_allocs;
+		pf->verify_ns += p->verify_ns;
+		if (p->turn.begin_ns && (!pf->copy_begin_ns || p->turn.begin_ns < pf->copy_begin_ns))
+			pf->copy_begin_ns = p->turn.begin_ns;
+		if (p->turn.end_ns > pf->copy_end_ns)
+			pf->copy_end_ns = p->turn.end_ns;
+		for (size_t k = 0; k < pf->ngpus && k < GPU_MAX; k++) {
+			if (!p->gpu_bytes[k])
+				continue;
+			pf->gpu_bytes[k] += p->gpu_bytes[k];
+			if (!pf->gpu_begin_ns[k] || p->turn.begin_ns < pf->gpu_begin_ns[k])
+				pf->gpu_begin_ns[k] = p->turn.begin_ns;
+			if (p->gpu_end_ns[k] > pf->gpu_end_ns[k])
+				pf->gpu_end_ns[k] = p->gpu_end_ns[k];
+		}
+	}
+	free(started);
+	return ret;
+}
+
 /* A fill's thread: the memory made and filled, then offered until the
  * library has taken it or gpu_prefill_end; or, where no fill applies, the
  * files only checked.  Its state set either way, for gpu_prefill_ready. */
@@ -133,16 +201,14 @@ static void *prefill_main(void *arg)
 		snprintf(pf->why, sizeof(pf->why), "no CUDA context on GPU %d", pf->gpus[k - 1]);
 	if (!ret)
 		ret = load_sums(pf);
-	for (size_t i = 0; !ret && i < pf->np; i++)
-		ret = prefill_fill_proc(pf, &pf->p[i]);
+	if (!ret)
+		ret = fill_procs(pf);
+	leave_turns(pf);
 	if (ret == -EUCLEAN) {
 		pr_err("the device memory in RAM tier entry %s is damaged: %s", pf->tier_dir,
 		       pf->why);
 		tier_damage_report(pf->tier_dir, TIER_FOUND_FILL, pf->why);
 	}
-	if (pf->copying)
-		pf->copy_end_ns = now_ns();
-	gpu_turn_leave(&pf->turn);
 	/* All or nothing: a library that found a socket no one serves would
 	 * wait for it. */
 	for (size_t i = 0; ret && i < pf->np; i++)
@@ -174,6 +240,28 @@ static bool placement_fills(const struct snapshot_meta *sm, const struct gpu_pla
 		    (k && (sm->gpus[k - 1].index < 0 || sm->gpus[k].index <= sm->gpus[k - 1].index)))
 			return false;
 	return true;
+}
+
+/* Each process's turn on the GPUs its allocations are on, each joined
+ * at once on all of them (gpu_turn.h), the processes in their order: here,
+ * in the order the starts come, so that the first start's copies go
+ * first on every GPU. */
+static void join_turns(struct gpu_prefill *pf)
+{
+	for (size_t i = 0; i < pf->np; i++) {
+		struct pf_proc *p = &pf->p[i];
+		bool on[GPU_MAX] = { false };
+		int ords[GPU_MAX];
+		size_t n = 0;
+
+		for (size_t k = 0; k < p->n; k++)
+			on[p->a[k].dev] = true;
+		for (size_t k = 0; k < pf->ngpus && k < GPU_MAX; k++)
+			if (on[k])
+				ords[n++] = pf->gpus[k];
+		gpu_turn_join(&p->turn, ords, n);
+	}
+	pf->joined_ns = now_ns();
 }
 
 struct gpu_prefill *gpu_prefill_start(const struct snapshot_meta *sm, const char *tier_dir,
@@ -226,11 +314,10 @@ struct gpu_prefill *gpu_prefill_start(const struct snapshot_meta *sm, const char
 	pf->check_only = !fill;
 	if (fill) {
 		pf->placement = placement;
-		/* One turn on all its GPUs, joined at once (gpu_turn.h). */
-		gpu_turn_join(&pf->turn, pf->gpus, pf->ngpus);
+		join_turns(pf);
 	}
 	if (pthread_create(&pf->thread, NULL, prefill_main, pf)) {
-		gpu_turn_leave(&pf->turn);
+		leave_turns(pf);
 		goto fail;
 	}
 	pf->started = true;
@@ -301,13 +388,14 @@ void gpu_prefill_end(struct gpu_prefill *pf, char *summary, size_t len)
 		snprintf(summary, len, "thaw filled %llu allocation(s), %s, in %.1f ms (its GPU's "
 			 "turn after %.1f ms, the copy %.1f ms, %s %.1f ms of its threads)%s%s%s",
 			 (unsigned long long)pf->offered_allocs, fmt_bytes(pf->bytes, b), pf->fill_ms,
-			 pf->copy_begin_ns ? (pf->copy_begin_ns - pf->turn.joined_ns) / 1e6 : 0.0,
+			 pf->copy_begin_ns ? (pf->copy_begin_ns - pf->joined_ns) / 1e6 : 0.0,
 			 pf->copy_end_ns ? (pf->copy_end_ns - pf->copy_begin_ns) / 1e6 : 0.0,
 			 pf->unverified ? "not checked: no checksums; checking" : "checked in",
 			 pf->verify_ns / 1e6, pf->state < 0 ? " (failed: " : "",
 			 pf->state < 0 ? pf->why : "",
 			 pf->state == -EUCLEAN ? ")" : pf->state < 0 ? "; the library copied)" : "");
 	}
+	leave_turns(pf);
 	for (size_t i = 0; pf->p && i < pf->np; i++) {
 		struct pf_proc *p = &pf->p[i];
 
@@ -334,6 +422,25 @@ void gpu_prefill_end(struct gpu_prefill *pf, char *summary, size_t len)
 	pthread_mutex_destroy(&pf->mu);
 	pthread_cond_destroy(&pf->cv);
 	free(pf);
+}
+
+/* Each GPU thaw filled on, a line for the log: its bytes, how long its
+ * copy waited for its turn on the GPU's link, how long it took and how
+ * fast it went. */
+static void log_gpus(const struct gpu_prefill *pf, const char *id)
+{
+	for (size_t k = 0; pf->state == 1 && k < pf->ngpus && k < GPU_MAX; k++) {
+		double ms = pf->gpu_end_ns[k] > pf->gpu_begin_ns[k] ?
+				    (double)(pf->gpu_end_ns[k] - pf->gpu_begin_ns[k]) / 1e6 : 0.0;
+		char b[32];
+
+		if (!pf->gpu_bytes[k] || !pf->gpu_begin_ns[k])
+			continue;
+		pr_info("%s: thaw filled GPU %d: %s in %.1f ms, %.1f GB/s (its turn after %.1f ms)",
+			id, pf->gpus[k], fmt_bytes(pf->gpu_bytes[k], b), ms,
+			ms > 0 ? (double)pf->gpu_bytes[k] / 1e6 / ms : 0.0,
+			(double)(pf->gpu_begin_ns[k] - pf->joined_ns) / 1e6);
+	}
 }
 
 int gpu_prefill_restore(struct gpu_prefill *pf, const struct snapshot_meta *sm, const pid_t *pids,
@@ -368,6 +475,8 @@ int gpu_prefill_restore(struct gpu_prefill *pf, const struct snapshot_meta *sm, 
 	}
 	ret = gpu_memory_restore(&sm->gpu_memory, pids, n, out_dir, copy_ms);
 	gpu_turn_leave(&pf->lib_turn);
+	if (gpu_prefill_fills(pf))
+		log_gpus(pf, id);
 	gpu_prefill_end(pf, line, sizeof(line));
 	pr_info("%s: %s; the start waited %.1f ms for it", id, line, waited);
 	return ret;

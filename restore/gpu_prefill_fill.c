@@ -114,6 +114,7 @@ struct slice {
 	int cr; /* the driver's error */
 	uint64_t bad;	    /* -EUCLEAN: the first damaged byte */
 	uint64_t verify_ns; /* spent checking */
+	uint64_t end_ns;    /* its copies landed (now_ns()) */
 };
 
 /* Piece k of s: bytes [*a, *b) of the file. */
@@ -196,6 +197,7 @@ static void *copy_slice(void *arg)
 		check_piece(s, npieces - 1);
 	if (cu->stream_sync(st))
 		s->err = -EIO;
+	s->end_ns = now_ns();
 	cu->stream_destroy(st);
 	for (k = 0; k < npieces; k++)
 		if (pinned[k])
@@ -209,7 +211,7 @@ static void *copy_slice(void *arg)
  * at once: a process spanning GPUs gets its bytes over every GPU's link
  * side by side, not one link after the other.  The threads are shared
  * out among the devices the file has bytes for. */
-static int copy_file(struct gpu_prefill *pf, struct pf_proc *p, cu_ptr va)
+static int copy_file(const struct gpu_prefill *pf, struct pf_proc *p, cu_ptr va)
 {
 	struct slice s[MAX_THREADS];
 	uint64_t lo[GPU_MAX] = { 0 }, hi[GPU_MAX] = { 0 }, bytes[GPU_MAX] = { 0 };
@@ -244,17 +246,19 @@ static int copy_file(struct gpu_prefill *pf, struct pf_proc *p, cu_ptr va)
 	}
 	prefill_run_jobs(copy_slice, s, sizeof(s[0]), made);
 	for (int i = 0; i < made; i++) {
-		pf->verify_ns += s[i].verify_ns;
+		p->verify_ns += s[i].verify_ns;
+		if (s[i].end_ns > p->gpu_end_ns[s[i].dev])
+			p->gpu_end_ns[s[i].dev] = s[i].end_ns;
 		if (s[i].err == -EUCLEAN && ret != -EUCLEAN) {
 			ret = -EUCLEAN;
-			snprintf(pf->why, sizeof(pf->why), "%s unlike its checksum: block %llu "
+			snprintf(p->why, sizeof(p->why), "%s unlike its checksum: block %llu "
 				 "(bytes %llu-%llu)", p->sum->path,
 				 (unsigned long long)(s[i].bad / TIER_SUM_BLOCK),
 				 (unsigned long long)s[i].bad,
 				 (unsigned long long)(s[i].bad + TIER_SUM_BLOCK - 1));
 		} else if (s[i].err && !ret) {
 			ret = s[i].err;
-			snprintf(pf->why, sizeof(pf->why), "copying: CUDA error %d", s[i].cr);
+			snprintf(p->why, sizeof(p->why), "copying: CUDA error %d", s[i].cr);
 		}
 	}
 	return ret;
@@ -268,9 +272,11 @@ int prefill_fill_proc(struct gpu_prefill *pf, struct pf_proc *p)
 	int ret;
 
 	snprintf(path, sizeof(path), "%s/" GPUMEM_FILE_FMT, pf->tier_dir, p->ns_pid);
-	p->pin = gpu_pin_get(path, pf->gpus[0]);
+	/* Pinned for every context (gpu_pin.h), in one of p's own GPUs'. */
+	p->pin = gpu_pin_get(path, pf->gpus[p->n ? p->a[0].dev : 0]);
 	if (!p->pin || p->pin->len < p->len) {
-		snprintf(pf->why, sizeof(pf->why), "cannot map %.100s whole", path);
+		snprintf(p->why, sizeof(p->why), "cannot map %.100s whole", path);
+		gpu_turn_leave(&p->turn);
 		return -EIO;
 	}
 	p->base = p->pin->base;
@@ -285,18 +291,18 @@ int prefill_fill_proc(struct gpu_prefill *pf, struct pf_proc *p)
 			gpu_claim_taken(pf->placement, k, made[k]);
 	}
 	if (ret)
-		snprintf(pf->why, sizeof(pf->why), "no address range of %llu bytes",
+		snprintf(p->why, sizeof(p->why), "no address range of %llu bytes",
 			 (unsigned long long)p->len);
 	/* The fills of one GPU copy one at a time, in the order their starts
-	 * asked (gpu_turn.h), a fill of several GPUs in its turn on all of
-	 * them at once; pinning and making the allocations ran before. */
-	if (!ret && !pf->copying) {
-		gpu_turn_wait(&pf->turn);
-		pf->copying = true;
-		pf->copy_begin_ns = pf->turn.begin_ns;
-	}
-	if (!ret)
+	 * (and a start's processes) asked (gpu_turn.h), a process of several
+	 * GPUs in its turn on all of them at once; pinning and making the
+	 * allocations ran before.  The link is free again once the copy is
+	 * done. */
+	if (!ret) {
+		gpu_turn_wait(&p->turn);
 		ret = copy_file(pf, p, va);
+	}
+	gpu_turn_leave(&p->turn);
 	for (size_t i = 0; va && i < p->n; i++)
 		if (p->a[i].mapped) {
 			cu->unmap(va + p->a[i].off, p->a[i].size);
@@ -321,8 +327,9 @@ int prefill_fill_proc(struct gpu_prefill *pf, struct pf_proc *p)
 		if (a->fd >= 0) {
 			/* Never into a child (spawn closes them too). */
 			fcntl(a->fd, F_SETFD, FD_CLOEXEC);
-			pf->bytes += a->size;
-			pf->offered_allocs++;
+			p->bytes += a->size;
+			p->gpu_bytes[a->dev] += a->size;
+			p->offered_allocs++;
 		}
 	}
 	return prefill_offer(pf, p);

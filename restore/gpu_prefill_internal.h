@@ -23,6 +23,7 @@
 
 #include "common/cuda_abi.h"
 #include "restore/gpu_prefill.h"
+#include "restore/gpu_restore.h"
 #include "restore/gpu_turn.h"
 
 struct pinned_file;
@@ -32,14 +33,18 @@ struct tier_sums;
 /* One allocation of a process's saved device memory (its layout's line). */
 struct pf_alloc {
 	uint64_t off, size;
-	int dev;     /* the process's device ordinal: the snapshot's GPU dev */
+	int dev;     /* the snapshot's GPU it is on (pf->gpus[dev] here) */
 	cu_handle h; /* 0: could not be made, not offered */
 	int fd;      /* its export, -1 none */
 	bool mapped; /* in thawd's range, for the copy */
 };
 
-/* One process of the snapshot: its allocations, its file, its socket. */
+/* One process of the snapshot: its allocations, its file, its socket,
+ * and its fill, which runs on a thread of its own beside the other
+ * processes' (prefill_fill_proc): each in its own turn on the GPUs its
+ * allocations are on. */
 struct pf_proc {
+	struct gpu_prefill *pf;
 	int ns_pid;
 	struct pf_alloc *a;
 	size_t n;
@@ -50,6 +55,13 @@ struct pf_proc {
 	int listen_fd;
 	char sock[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	bool served;
+	struct gpu_turn turn; /* on its allocations' GPUs, joined at the start */
+	pthread_t thread;
+	int ret;	      /* its fill's */
+	char why[200];	      /* its first failure */
+	uint64_t bytes, offered_allocs, verify_ns;
+	uint64_t gpu_bytes[GPU_MAX];  /* filled on the snapshot's GPU k */
+	uint64_t gpu_end_ns[GPU_MAX]; /* its last copy onto GPU k ended (now_ns()) */
 };
 
 struct gpu_prefill {
@@ -63,9 +75,11 @@ struct gpu_prefill {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	int state; /* 0 filling, 1 offered, <0 -errno */
-	struct gpu_turn turn;	/* the fill's turn on its GPUs' links (gpu_turn.h) */
-	bool copying;
+	uint64_t joined_ns; /* its processes' turns joined (gpu_turn.h) */
 	uint64_t copy_begin_ns, copy_end_ns; /* now_ns(); 0: not yet */
+	/* Per snapshot GPU k (on gpus[k]): bytes filled, the first copy onto
+	 * it began and the last ended (now_ns(); 0: none). */
+	uint64_t gpu_bytes[GPU_MAX], gpu_begin_ns[GPU_MAX], gpu_end_ns[GPU_MAX];
 	/* Where the library copies (library_only, check_only, a failed
 	 * fill), its turn on the placement's GPUs, taken when it is asked. */
 	struct gpu_turn lib_turn;
@@ -87,16 +101,18 @@ struct gpu_prefill {
  * handle (compressed memory, a device ordinal not below ndev) or not a
  * layout, -errno. */
 int prefill_read_layout(const char *dir, struct pf_proc *p, size_t ndev);
-/* Fill one process's allocations, in pf's turn; on success each filled
- * one has its export descriptor and is offered on its socket
- * (prefill_offer).  0, or -errno with pf->why set (-EUCLEAN: the file is
+/* Fill one process's allocations, in p's turn (left once its copy is
+ * done); on success each filled one has its export descriptor and is
+ * offered on its socket (prefill_offer).  Touches only p (and the
+ * placement's claims, under their lock): the processes of a fill run it
+ * side by side.  0, or -errno with p->why set (-EUCLEAN: the file is
  * unlike its checksums). */
 int prefill_fill_proc(struct gpu_prefill *pf, struct pf_proc *p);
 
 /* gpu_prefill_serve.c */
 
 /* p's socket, listening at pf->out_dir/<ns pid>.prefill: 0, or -errno with
- * pf->why set. */
+ * p->why set. */
 int prefill_offer(struct gpu_prefill *pf, struct pf_proc *p);
 /* Serve each process's socket once, until all were served, none connects
  * for a minute, or gpu_prefill_end writes to pf->wake. */

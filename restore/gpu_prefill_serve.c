@@ -36,7 +36,7 @@ int prefill_offer(struct gpu_prefill *pf, struct pf_proc *p)
 	    (n = snprintf(own, sizeof(own), "%.*s/.prefill-%d.sock", (int)(slash - pf->out_dir),
 			  pf->out_dir, p->ns_pid)) < 0 || (size_t)n >= sizeof(own)) {
 		p->sock[0] = '\0';
-		snprintf(pf->why, sizeof(pf->why), "the socket's path is too long");
+		snprintf(p->why, sizeof(p->why), "the socket's path is too long");
 		return -ENAMETOOLONG; /* a socket's path is short: the library copies */
 	}
 	memcpy(sa.sun_path, own, sizeof(own));
@@ -44,7 +44,7 @@ int prefill_offer(struct gpu_prefill *pf, struct pf_proc *p)
 	p->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (p->listen_fd < 0 || bind(p->listen_fd, (struct sockaddr *)&sa, sizeof(sa)) ||
 	    chmod(own, 0666) || listen(p->listen_fd, 4) || rename(own, p->sock)) {
-		snprintf(pf->why, sizeof(pf->why), "socket %.100s: %s", p->sock, strerror(errno));
+		snprintf(p->why, sizeof(p->why), "socket %.100s: %s", p->sock, strerror(errno));
 		unlink(own);
 		return -errno;
 	}

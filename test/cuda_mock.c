@@ -36,7 +36,8 @@
  * Knob: MOCK_CUDA_HTOD_MEET: a cuMemcpyHtoDAsync onto one GPU waits (up to
  * 10 s) until one onto another GPU has begun in this process: copies onto
  * two GPUs that run side by side overlap whatever the machine's load, ones
- * that run one after the other do not.
+ * that run one after the other do not (a new value: a new meeting).
+ * Knob: MOCK_CUDA_CTX_DEVICE: the device cuCtxGetDevice answers (0).
  * Knob: MOCK_CUDA_HTOD_DELAY_MS sleeps in each cuMemcpyHtoDAsync (a slow
  * copy back, to see the function held while it runs).
  * Knob: MOCK_NVML_BLOCK_FILE (nvml_block): a hung nvmlDeviceGetMemoryInfo.
@@ -584,9 +585,13 @@ cu_result cuCtxSetCurrent(cu_ctx ctx)
 {
 	return 0;
 }
+/* MOCK_CUDA_CTX_DEVICE: the current context's device (default 0), where
+ * cuMemAlloc's memory goes. */
 cu_result cuCtxGetDevice(int *dev)
 {
-	*dev = 0;
+	const char *e = getenv("MOCK_CUDA_CTX_DEVICE");
+
+	*dev = e ? atoi(e) : 0;
 	return 0;
 }
 cu_result cuCtxSynchronize(void)
@@ -912,12 +917,15 @@ static int dst_dev(cu_ptr dst)
 }
 
 /* MOCK_CUDA_HTOD_MEET: note that a copy onto dev began, then wait until
- * one onto another GPU has (10 s at most). */
+ * one onto another GPU has (10 s at most).  What began is forgotten when
+ * the knob's value changes: a test sets another value for each case. */
 static void htod_meet(int dev)
 {
 	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 	static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 	static int began[NGPU];
+	static char round[64];
+	const char *now = getenv("MOCK_CUDA_HTOD_MEET");
 	struct timespec until;
 	int other = 0;
 
@@ -926,6 +934,10 @@ static void htod_meet(int dev)
 	clock_gettime(CLOCK_REALTIME, &until);
 	until.tv_sec += 10;
 	pthread_mutex_lock(&mu);
+	if (now && strncmp(now, round, sizeof(round) - 1)) {
+		snprintf(round, sizeof(round), "%s", now);
+		memset(began, 0, sizeof(began));
+	}
 	began[dev] = 1;
 	pthread_cond_broadcast(&cv);
 	for (;;) {

@@ -17,6 +17,7 @@
  * go of it.
  */
 #include "common/gpumem.h"
+#include "common/log.h"
 #include "restore/gpu_prefill.h"
 #include "restore/gpu_restore.h"
 #include "common/util.h"
@@ -770,6 +771,116 @@ static void prefill_span(const char *app_path)
 	app_end(&a);
 }
 
+/* The mock's second GPU, as NVML names it. */
+#define MOCK_GPU1 "GPU-10111213-1415-1617-1819-1a1b1c1d1e1f"
+
+/* The copies onto mock GPU 0 and 1 the HtoD log at path holds, of this
+ * process: when the first began and the last ended, per GPU. */
+static void htod_spans(const char *path, long long first[2], long long last[2])
+{
+	long long b, e;
+	int pid, dev;
+	FILE *f = fopen(path, "r");
+
+	first[0] = first[1] = last[0] = last[1] = 0;
+	while (f && fscanf(f, "%d %lld %lld %d", &pid, &b, &e, &dev) == 4)
+		if (pid == getpid() && dev >= 0 && dev < 2) {
+			if (!first[dev] || b < first[dev])
+				first[dev] = b;
+			if (e > last[dev])
+				last[dev] = e;
+		}
+	if (f)
+		fclose(f);
+}
+
+/* The processes of one function on GPUs of their own (tensor parallel:
+ * one on mock GPU 0, the other all on GPU 1): thawd fills both at once,
+ * each in its own turn on its own GPU's link, rather than one process
+ * after the other; the mock holds a copy onto one GPU until one onto the
+ * other began, so that only fills side by side overlap.  thawd's log says
+ * each GPU's fill: its bytes, its turn's wait, its copy's time and speed. */
+static void prefill_tp(const char *app_path)
+{
+	struct snapshot_gpu gpus[2] = { { .uuid = MOCK_GPU0, .index = 0 },
+					{ .uuid = MOCK_GPU1, .index = 1 } };
+	struct gpu_placement place = { .n = 2, .held = true };
+	const char *on1[] = { "MOCK_CUDA_CTX_DEVICE=1", NULL };
+	long long first[2], last[2];
+	char log[600], errlog[600], why[512], s[256], text[4096];
+	struct gpumem_status st[2];
+	struct snapshot_meta meta;
+	struct gpu_prefill *pf;
+	size_t moved = 0, got;
+	struct app a[2];
+	pid_t pids[2];
+	int saved_err;
+	double ms;
+	FILE *f;
+
+	place.dev[0].ordinal = 0;
+	place.dev[1].ordinal = 1;
+	app_start(&a[0], app_path, NULL, true);
+	app_start_with(&a[1], app_path, "span", lib, on1);
+	pids[0] = a[0].pid;
+	pids[1] = a[1].pid;
+	meta = (struct snapshot_meta){ .gpus = gpus, .ngpus = 2,
+				       .gpu_memory = { .recorded = true, .thaw = true,
+						       .ns_pids = pids, .nns_pids = 2 } };
+	CHECK_EQ(gpumem_save_all(pids, pids, 2, outdir, 30000, st, &moved, why, sizeof(why)), 0);
+	CHECK_EQ(st[0].dev_bytes[0], 30 * MIB);
+	CHECK_EQ(st[1].dev_bytes[1], 30 * MIB);
+	CHECK_EQ(st[1].dev_bytes[0], 0);
+	snprintf(log, sizeof(log), "%s/tp.log", dir);
+	unlink(log);
+	setenv("MOCK_CUDA_HTOD_LOG", log, 1);
+	setenv("MOCK_CUDA_HTOD_MEET", "tp", 1);
+	pf = gpu_prefill_start(&meta, outdir, outdir, &place);
+	REQUIRE(pf != NULL);
+	CHECK(gpu_prefill_fills(pf));
+	CHECK_EQ(gpu_prefill_ready(pf), 0);
+	unsetenv("MOCK_CUDA_HTOD_MEET");
+	unsetenv("MOCK_CUDA_HTOD_LOG");
+	/* The start's restore, thawd's log (stderr) kept. */
+	snprintf(errlog, sizeof(errlog), "%s/tp.err", dir);
+	fflush(stderr);
+	saved_err = dup(2);
+	f = fopen(errlog, "w+");
+	REQUIRE(f && saved_err >= 0);
+	dup2(fileno(f), 2);
+	log_set_level(LOG_INFO);
+	CHECK_EQ(gpu_prefill_restore(pf, &meta, pids, 2, outdir, "tp", &ms), 0);
+	log_set_level(LOG_WARN);
+	fflush(stderr);
+	dup2(saved_err, 2);
+	close(saved_err);
+	rewind(f);
+	got = fread(text, 1, sizeof(text) - 1, f);
+	text[got] = '\0';
+	fclose(f);
+	CHECK(strstr(text, "tp: thaw filled 12 allocation(s)") != NULL);
+	CHECK(strstr(text, "the start waited") != NULL);
+	CHECK(strstr(text, "tp: thaw filled GPU 0: 30.00 MiB in ") != NULL);
+	CHECK(strstr(text, "tp: thaw filled GPU 1: 30.00 MiB in ") != NULL);
+	CHECK(strstr(text, " GB/s (its turn after ") != NULL);
+	if (!strstr(text, "tp: thaw filled GPU 1: "))
+		fprintf(stderr, "thawd's log:\n%s", text);
+	for (int i = 0; i < 2; i++) {
+		ask(&a[i], "verify", s, sizeof(s));
+		CHECK_STR(s, "ok");
+	}
+	htod_spans(log, first, last);
+	CHECK(first[0] && first[1]);
+	CHECK(first[0] < last[1] && first[1] < last[0]);
+	if (!(first[0] < last[1] && first[1] < last[0]))
+		fprintf(stderr, "the processes' fills did not overlap: GPU 0 [0, %.1f] ms, GPU 1 "
+			"[%.1f, %.1f] ms\n", (last[0] - first[0]) / 1e6, (first[1] - first[0]) / 1e6,
+			(last[1] - first[0]) / 1e6);
+	gpumem_release(pids, 2);
+	for (int i = 0; i < 2; i++)
+		app_end(&a[i]);
+}
+
 /* Where the library does not apply, the reason. */
 static void fallbacks(const char *app_path, const char *static_path)
 {
@@ -927,6 +1038,7 @@ int main(int argc, char **argv)
 		context_take(child_app);
 		prefill_shared(child_app);
 		prefill_span(child_app);
+		prefill_tp(child_app);
 		return check_failures ? 1 : 0;
 	}
 	gpumem_test_setup(app, sizeof(app));

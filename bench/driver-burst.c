@@ -18,6 +18,14 @@
  * (untimed): a start's whole part of the driver, the floor a burst of
  * starts is judged against.  A standby's process waits for a request and
  * runs nothing on the GPU while unlocked.
+ *
+ *   driver-burst --copy GIB PID...
+ *
+ * also copies GIB of pinned host memory to the GPU (as a fill copies: 64 MiB
+ * pieces on 16 streams) alone, then beside the burst of restores from a
+ * thread of this process (as thawd fills beside the restores it calls), then
+ * from a process of its own: how much the restores slow a copy, and whether
+ * it is the calling process's driver or the GPU that does.
  */
 #include "common/cuda.h"
 #include "common/log.h"
@@ -26,6 +34,9 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +71,171 @@ static void *restore_one(void *arg)
 	return NULL;
 }
 
+/* A copier: len bytes of pinned host memory copied into device memory of
+ * GPU 0, on COPY_THREADS streams in 64 MiB pieces, in this process or in a
+ * child of its own (made before this process touches the driver). */
+#define COPY_PIECE (64ull << 20)
+#define COPY_THREADS 16
+
+typedef unsigned long long cu_ptr;
+static struct {
+	int (*device_get)(int *, int);
+	int (*primary_retain)(void **, int);
+	int (*ctx_set_current)(void *);
+	int (*alloc)(cu_ptr *, size_t);
+	int (*host_register)(void *, size_t, unsigned);
+	int (*copy)(cu_ptr, const void *, size_t, void *);
+	int (*stream_create)(void **, unsigned);
+	int (*stream_sync)(void *);
+} cu;
+
+struct copier {
+	void *ctx;
+	char *host;
+	cu_ptr dev;
+	size_t len;
+	void *streams[COPY_THREADS];
+	pthread_t thread; /* the in-process copy beside a burst */
+	double ms;
+	int err;
+};
+
+struct copy_slice {
+	struct copier *c;
+	size_t i;
+	int err;
+};
+
+static void *copy_slice(void *arg)
+{
+	struct copy_slice *s = arg;
+	struct copier *c = s->c;
+	size_t per = (c->len / COPY_THREADS + COPY_PIECE - 1) / COPY_PIECE * COPY_PIECE;
+	size_t begin = s->i * per, end = begin + per < c->len ? begin + per : c->len;
+
+	if (cu.ctx_set_current(c->ctx)) {
+		s->err = 1;
+		return NULL;
+	}
+	for (size_t off = begin; off < end; off += COPY_PIECE) {
+		size_t n = end - off < COPY_PIECE ? end - off : COPY_PIECE;
+
+		s->err |= cu.copy(c->dev + off, c->host + off, n, c->streams[s->i]) != 0;
+	}
+	s->err |= cu.stream_sync(c->streams[s->i]) != 0;
+	return NULL;
+}
+
+/* One copy of the whole buffer; c->ms its time. */
+static void *copy_once(void *arg)
+{
+	struct copier *c = arg;
+	struct copy_slice s[COPY_THREADS];
+	pthread_t th[COPY_THREADS];
+	uint64_t t0 = now_ns();
+
+	c->err = 0;
+	for (size_t i = 0; i < COPY_THREADS; i++) {
+		s[i] = (struct copy_slice){ c, i, 0 };
+		if (pthread_create(&th[i], NULL, copy_slice, &s[i])) {
+			c->err = 1;
+			for (size_t k = 0; k < i; k++)
+				pthread_join(th[k], NULL);
+			return NULL;
+		}
+	}
+	for (size_t i = 0; i < COPY_THREADS; i++) {
+		pthread_join(th[i], NULL);
+		c->err |= s[i].err;
+	}
+	c->ms = ms_since(t0);
+	return NULL;
+}
+
+static int copier_setup(struct copier *c, size_t len)
+{
+	int dev;
+
+#define SYM(f, name) (cu.f = (__typeof__(cu.f))cuda_sym(name))
+	if (!SYM(device_get, "cuDeviceGet") || !SYM(primary_retain, "cuDevicePrimaryCtxRetain") ||
+	    !SYM(ctx_set_current, "cuCtxSetCurrent") || !SYM(alloc, "cuMemAlloc_v2") ||
+	    !SYM(host_register, "cuMemHostRegister_v2") || !SYM(copy, "cuMemcpyHtoDAsync_v2") ||
+	    !SYM(stream_create, "cuStreamCreate") || !SYM(stream_sync, "cuStreamSynchronize"))
+		return -ENOSYS;
+#undef SYM
+	c->len = len;
+	c->host = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+		       -1, 0);
+	if (c->host == MAP_FAILED || cu.device_get(&dev, 0) || cu.primary_retain(&c->ctx, dev) ||
+	    cu.ctx_set_current(c->ctx) || cu.alloc(&c->dev, len))
+		return -ENOMEM;
+	memset(c->host, 0x5a, len);
+	for (size_t off = 0; off < len; off += COPY_PIECE)
+		if (cu.host_register(c->host + off, len - off < COPY_PIECE ? len - off : COPY_PIECE,
+				     0))
+			return -EIO;
+	for (size_t i = 0; i < COPY_THREADS; i++)
+		if (cu.stream_create(&c->streams[i], 1))
+			return -EIO;
+	copy_once(c); /* warm: the first copy maps what the driver maps lazily */
+	return c->err ? -EIO : 0;
+}
+
+/* The child copier: a byte on cmd copies once and answers its ms (a
+ * negative one on failure) on ans; end of file ends it. */
+static void copier_child(int cmd, int ans, size_t len)
+{
+	struct copier c = { 0 };
+	double ms = cuda_init() || copier_setup(&c, len) ? -1 : 0;
+	char b;
+
+	if (write(ans, &ms, sizeof(ms)) != sizeof(ms) || ms < 0)
+		_exit(1);
+	while (read(cmd, &b, 1) == 1) {
+		copy_once(&c);
+		ms = c.err ? -1 : c.ms;
+		if (write(ans, &ms, sizeof(ms)) != sizeof(ms))
+			_exit(1);
+	}
+	_exit(0);
+}
+
+struct child_copier {
+	pid_t pid;
+	int cmd, ans;
+};
+
+static int child_start(struct child_copier *k, size_t len)
+{
+	int c[2], a[2];
+	double ms;
+
+	if (pipe(c) || pipe(a))
+		return -errno;
+	k->pid = fork();
+	if (k->pid < 0)
+		return -errno;
+	if (k->pid == 0) {
+		close(c[1]);
+		close(a[0]);
+		copier_child(c[0], a[1], len);
+	}
+	close(c[0]);
+	close(a[1]);
+	k->cmd = c[1];
+	k->ans = a[0];
+	return read(k->ans, &ms, sizeof(ms)) == sizeof(ms) && ms >= 0 ? 0 : -EIO;
+}
+
+static double child_copy_wait(struct child_copier *k)
+{
+	double ms = -1;
+
+	if (read(k->ans, &ms, sizeof(ms)) != sizeof(ms))
+		return -1;
+	return ms;
+}
+
 /* Back to checkpointed (untimed): the next round, and the stop, find them
  * as they were.  An unlocked process is locked first. */
 static int checkpoint_back(const pid_t *pids, size_t n)
@@ -87,7 +263,15 @@ static int checkpoint_back(const pid_t *pids, size_t n)
 /* All n at once, a thread each, released together: calls[] gets each
  * call's times; the round's wall time in *wall.  0, or 1 when a call
  * failed. */
-static int burst(const pid_t *pids, size_t n, bool unlock, struct call *calls, double *wall)
+/* What copies beside a burst (driver-burst --copy). */
+struct beside {
+	struct copier *thread;	   /* a thread of this process copies, or */
+	struct child_copier *child; /* a process of its own does */
+	double copy_ms;		   /* how long the copy took */
+};
+
+static int burst(const pid_t *pids, size_t n, bool unlock, struct call *calls, double *wall,
+		 struct beside *b)
 {
 	pthread_t th[MAX_PROCS];
 	pthread_barrier_t go;
@@ -106,10 +290,22 @@ static int burst(const pid_t *pids, size_t n, bool unlock, struct call *calls, d
 	}
 	pthread_barrier_wait(&go);
 	t0 = now_ns();
+	if (b && b->thread && pthread_create(&b->thread->thread, NULL, copy_once, b->thread))
+		b->thread = NULL;
+	if (b && b->child && write(b->child->cmd, "c", 1) != 1)
+		b->child = NULL;
 	for (size_t i = 0; i < started; i++)
 		pthread_join(th[i], NULL);
 	*wall = ms_since(t0);
 	pthread_barrier_destroy(&go);
+	if (b && b->thread) {
+		pthread_join(b->thread->thread, NULL);
+		b->copy_ms = b->thread->err ? -1 : b->thread->ms;
+	} else if (b && b->child) {
+		b->copy_ms = child_copy_wait(b->child);
+	} else if (b) {
+		b->copy_ms = -1;
+	}
 	for (size_t i = 0; i < n; i++)
 		if (calls[i].ret) {
 			fprintf(stderr, "parallel restore of %d failed: %s\n", (int)calls[i].pid,
@@ -132,20 +328,73 @@ static double worst_of(const struct call *calls, size_t n, bool restore_only)
 	return w;
 }
 
+/* --copy: a copy alone, beside the burst from a thread of this process,
+ * beside it from a process of its own; the restores' wall time each time. */
+static int copies_beside(const pid_t *pids, size_t n, struct child_copier *child, size_t len)
+{
+	struct call calls[MAX_PROCS];
+	struct copier in = { 0 };
+	struct beside b = { 0 };
+	double alone_in, alone_child, wall_in, wall_child, copy_in, copy_child;
+
+	if (copier_setup(&in, len)) {
+		fprintf(stderr, "no copier in this process\n");
+		return 1;
+	}
+	copy_once(&in);
+	alone_in = in.err ? -1 : in.ms;
+	alone_child = write(child->cmd, "c", 1) == 1 ? child_copy_wait(child) : -1;
+	b.thread = &in;
+	if (burst(pids, n, true, calls, &wall_in, &b))
+		return 1;
+	copy_in = b.copy_ms;
+	checkpoint_back(pids, n);
+	b = (struct beside){ .child = child };
+	if (burst(pids, n, true, calls, &wall_child, &b))
+		return 1;
+	copy_child = b.copy_ms;
+	checkpoint_back(pids, n);
+	close(child->cmd);
+	waitpid(child->pid, NULL, 0);
+	printf("a copy of %.2f GiB alone: %.1f ms (this process), %.1f ms (a process of its own); "
+	       "beside %zu restores and unlocks: %.1f ms from this process (restores %.1f ms), "
+	       "%.1f ms from its own (restores %.1f ms)\n", len / 1073741824.0, alone_in,
+	       alone_child, n, copy_in, wall_in, copy_child, wall_child);
+	printf("figure: driver_burst copy_alone_ms %.1f copy_alone_child_ms %.1f\n", alone_in,
+	       alone_child);
+	printf("figure: driver_burst copy_beside_in_ms %.1f restores_in_ms %.1f\n", copy_in,
+	       wall_in);
+	printf("figure: driver_burst copy_beside_child_ms %.1f restores_child_ms %.1f\n",
+	       copy_child, wall_child);
+	return copy_in < 0 || copy_child < 0;
+}
+
 int main(int argc, char **argv)
 {
 	pid_t pids[MAX_PROCS];
 	struct call calls[MAX_PROCS], unlocked[MAX_PROCS];
 	double one, one_unlock, serial = 0, parallel = 0, parallel_unlock = 0, worst;
 	pid_t failed = 0;
-	size_t n = 0;
+	struct child_copier child = { .pid = -1 };
+	size_t n = 0, copy_len = 0;
 	uint64_t t0;
 	int ret = 0;
 
 	if (argc < 2 || !strcmp(argv[1], "--help")) {
-		fprintf(stderr, "usage: driver-burst PID... (first processes of containers whose "
-				"CUDA processes are checkpointed)\n");
+		fprintf(stderr, "usage: driver-burst [--copy GIB] PID... (first processes of "
+				"containers whose CUDA processes are checkpointed)\n");
 		return argc < 2 ? 2 : 0;
+	}
+	if (!strcmp(argv[1], "--copy") && argc > 3) {
+		copy_len = strtoull(argv[2], NULL, 10) << 30;
+		argv += 2;
+		argc -= 2;
+		/* Before this process touches the driver: a child of a CUDA
+		 * process cannot use CUDA. */
+		if (!copy_len || child_start(&child, copy_len)) {
+			fprintf(stderr, "no copier process\n");
+			return 1;
+		}
 	}
 	if (cuda_init()) {
 		fprintf(stderr, "no CUDA driver: %s\n", cuda_unavailable_reason());
@@ -206,7 +455,7 @@ int main(int argc, char **argv)
 		return 1;
 	/* All at once, a thread each, released together: the restores alone,
 	 * then each restored and unlocked as a start does. */
-	if (burst(pids, n, false, calls, &parallel))
+	if (burst(pids, n, false, calls, &parallel, NULL))
 		ret = 1;
 	worst = worst_of(calls, n, false);
 	if (checkpoint_back(pids, n))
@@ -216,7 +465,7 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < n; i++)
 		printf(" %.0f", calls[i].ms);
 	printf(")\n");
-	if (burst(pids, n, true, unlocked, &parallel_unlock))
+	if (burst(pids, n, true, unlocked, &parallel_unlock, NULL))
 		ret = 1;
 	checkpoint_back(pids, n);
 	printf("one restored and unlocked %.1f ms; %zu restored and unlocked from %zu threads "
@@ -224,6 +473,8 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < n; i++)
 		printf(" %.0f+%.0f", unlocked[i].restore_ms, unlocked[i].ms - unlocked[i].restore_ms);
 	printf(")\n");
+	if (copy_len)
+		ret |= copies_beside(pids, n, &child, copy_len);
 	printf("figure: driver_burst processes %zu\n", n);
 	printf("figure: driver_burst one_ms %.1f\n", one);
 	printf("figure: driver_burst serial_ms %.1f\n", serial);

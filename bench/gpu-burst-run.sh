@@ -10,7 +10,9 @@
 #   example  the function SPEC: normal starts one at a time (ROUNDS, default
 #            5) and in bursts of 8 (2 bursts); the driver's own burst floor
 #            on 8 of its checkpointed processes (build/bench/driver-burst:
-#            one restore, 8 one after another, 8 from 8 threads); standby
+#            one restore, 8 one after another, 8 from 8 threads, with their
+#            unlocks; a 2 GiB copy beside them from its process and from
+#            one of its own); standby
 #            takes one at a time, holding nothing (today's) and holding their
 #            contexts; bursts of 8 context-standby takes (2 bursts); what one
 #            context standby holds on the GPU (its record's standby_gpu_bytes,
@@ -21,6 +23,7 @@
 #   big      bench/functions/gpu_big.py holding 16 GiB: the link's speed with
 #            pinned buffers as the fill copies (build/bench/link-speed), one
 #            context-standby take at a time (3) and bursts of 4 (2)
+#   driver   (not by default) the driver's floor alone, as in example
 #   variants (not by default) bursts of 8 normal starts (2) under thawds
 #            started again with each of GPU_BURST_VARIANTS (default
 #            "nofill:THAW_GPU_PREFILL=0 unchecked:THAW_GPU_VERIFY=0
@@ -122,6 +125,17 @@ warm_burst() {
 	sleep 1
 }
 
+# driver_floor: the driver's own burst floor, on 8 of the function's
+# checkpointed processes (8 standbys holding nothing).
+driver_floor() {
+	standbys "$ID" "$SPEC" 8 none && "$W/wait-pool.sh" "$ID" 8 && {
+		pids=$(for r in "$W"/data/instances/*.json; do
+			[ "$(jfield "$r" state)" = standby ] && jfield "$r" pid; done)
+		# shellcheck disable=SC2086
+		"$B/bench/driver-burst" --copy 2 $pids 2>&1 | tee "$OUTDIR/driver-burst.txt"
+	}
+}
+
 snapped=""
 snapshot_example() { # the function SPEC registered and snapshotted, once
 	[ -n "$snapped" ] && return 0
@@ -133,13 +147,7 @@ case $PARTS in *" example "*)
 	snapshot_example || exit 1
 	run normal-one --burst 1 --repeat "$ROUNDS"
 	run normal-burst --burst 8 --repeat 2
-	# The driver's floor, on this function's own checkpointed processes.
-	standbys "$ID" "$SPEC" 8 none && "$W/wait-pool.sh" "$ID" 8 && {
-		pids=$(for r in "$W"/data/instances/*.json; do
-			[ "$(jfield "$r" state)" = standby ] && jfield "$r" pid; done)
-		# shellcheck disable=SC2086
-		"$B/bench/driver-burst" $pids 2>&1 | tee "$OUTDIR/driver-burst.txt"
-	}
+	driver_floor
 	standbys "$ID" "$SPEC" 1 none && run standby-none-one --burst 1 --repeat "$ROUNDS" \
 		--round-cmd "$W/wait-pool.sh $ID 1"
 	standbys "$ID" "$SPEC" 1 context && run context-one --burst 1 --repeat "$ROUNDS" \
@@ -158,6 +166,10 @@ case $PARTS in *" example "*)
 	else
 		bad=1
 	fi
+esac
+
+case $PARTS in *" driver "*)
+	snapshot_example && driver_floor || bad=1
 esac
 
 case $PARTS in *" variants "*)
@@ -296,6 +308,12 @@ if one and nb and d.get("driver_burst.parallel_ms"):
     other = one["p50"] - d.get("driver_burst.one_ms", 0)
     bound("8 normal starts: p99 <= 1.2x (driver's burst floor + one start's other phases)",
           nb["p99"], 1.2 * (d["driver_burst.parallel_ms"] + other))
+if d.get("driver_burst.copy_alone_ms"):
+    print("a 2 GiB copy alone %.1f ms; beside 8 restores and unlocks from the same process %.1f ms "
+          "(restores %.1f ms), from a process of its own %.1f ms (restores %.1f ms)" % (
+          d["driver_burst.copy_alone_ms"], d.get("driver_burst.copy_beside_in_ms", 0),
+          d.get("driver_burst.restores_in_ms", 0), d.get("driver_burst.copy_beside_child_ms", 0),
+          d.get("driver_burst.restores_child_ms", 0)))
 if one and nb and d.get("driver_burst.parallel_unlock_ms"):
     # A start restores and unlocks: the same bound with both in the floor.
     other = one["p50"] - d.get("driver_burst.one_unlock_ms", 0)

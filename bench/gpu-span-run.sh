@@ -6,10 +6,16 @@
 # and be a restore.  Prints "figure:" lines: the cold boot, the start to its
 # first answer, the start's phases (gpu_memory_copy: libthaw-cuda's copy back
 # of both GPUs at once), and the bytes saved per GPU.  Exits 77 (skip) with
-# fewer than 2 GPUs.
-# Usage: bench/gpu-span-run.sh WORKDIR (THAW_BUILD, THAW_ROOT set by gpu-run.sh)
+# fewer than 2 GPUs.  Each start runs with THAW_LOG=info: its lines on thawd's
+# fill ("thaw filled", one "thaw filled GPU N" per GPU, the start's wait for
+# it) and on the driver's restore ("restored and unlocked") go to
+# OUTDIR/fills.txt, and each GPU's fill speed is a "figure:" line.
+# Usage: bench/gpu-span-run.sh WORKDIR [OUTDIR] (THAW_BUILD, THAW_ROOT set by
+# gpu-run.sh; OUTDIR defaults to $THAW_FIGURES/gpu-span, else WORKDIR)
 set -u
 W=${1:-/var/tmp/thaw-gpu-span}
+OUTDIR=${2:-${THAW_FIGURES:+$THAW_FIGURES/gpu-span}}
+OUTDIR=${OUTDIR:-$W}
 THAW=${THAW_BUILD:-build}/thaw
 ROOT=${THAW_ROOT:-$PWD}
 n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
@@ -17,7 +23,8 @@ if [ "${n:-0}" -lt 2 ]; then
 	echo "skipped: $n GPU(s) here; the function spans 2"
 	exit 77
 fi
-rm -rf "$W" && mkdir -p "$W" && chmod 711 "$W" || exit 1
+rm -rf "$W" && mkdir -p "$W" && chmod 711 "$W" && mkdir -p "$OUTDIR" || exit 1
+: >"$OUTDIR/fills.txt"
 PYBIN=$(dirname "$(python3 -c 'import sys; print(sys.executable)')")
 sed -e "s|@THAW_ROOT@|$ROOT|g" -e "s|/opt/torch/.venv/bin|$PYBIN|" \
 	"$ROOT/bench/functions/gpu_span.json" >"$W/spec.json"
@@ -41,8 +48,9 @@ echo "snapshot: $(head -c 4000 "$W/snap.json")"
 snap=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["snapshot"])' "$W/snap.json")
 for round in 1 2; do
 	s0=$(date +%s%N)
-	"$THAW" --data-dir "$W/data" start "$snap" >"$W/start.json" 2>"$W/start.err" || {
+	THAW_LOG=info "$THAW" --data-dir "$W/data" start "$snap" >"$W/start.json" 2>"$W/start.err" || {
 		echo "start failed:"; tail -n 20 "$W/start.err"; exit 1; }
+	bash "$ROOT/bench/fill-lines.sh" gpu_span "round $round" "$W/start.err" "$OUTDIR/fills.txt"
 	ep=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["endpoint"])' "$W/start.json")
 	iid=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["instance"])' "$W/start.json")
 	warm=$(check "http://$ep")

@@ -9,8 +9,15 @@
 # GPU_TP_ENV='{"NCCL_P2P_DISABLE": "1"}' adds to the spec's environment (and
 # the cold process's): which NCCL transports the driver lets through.
 # GPU_TP_SPEC='{"shm_bytes": "512M"}' adds keys to the spec itself.
+# The start runs with THAW_LOG=info: its lines on thawd's fill ("thaw
+# filled", one "thaw filled GPU N" per GPU, the start's wait for it) and on
+# the driver's restore ("restored and unlocked") go to OUTDIR/fills.txt
+# (OUTDIR: the second argument, else $THAW_FIGURES/<WORKDIR's name>, else
+# WORKDIR), and each GPU's fill speed is a "figure:" line.
 set -u
 W=${1:-/var/tmp/thaw-gpu-tp}
+OUTDIR=${2:-${THAW_FIGURES:+$THAW_FIGURES/$(basename "$W")}}
+OUTDIR=${OUTDIR:-$W}
 THAW=${THAW_BUILD:-build}/thaw
 ROOT=${THAW_ROOT:-$PWD}
 n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
@@ -18,7 +25,7 @@ if [ "${n:-0}" -lt 2 ]; then
 	echo "skipped: $n GPU(s) here; the tensor-parallel function needs 2"
 	exit 77
 fi
-rm -rf "$W" && mkdir -p "$W" || exit 1
+rm -rf "$W" && mkdir -p "$W" "$OUTDIR" || exit 1
 PYBIN=$(dirname "$(python3 -c 'import sys; print(sys.executable)')")
 sed -e "s|@THAW_ROOT@|$ROOT|g" -e "s|/opt/torch/.venv/bin|$PYBIN|" \
 	"$ROOT/bench/functions/gpu_tp.json" >"$W/spec.json"
@@ -61,8 +68,10 @@ echo "cold: $cold"
 }
 snap=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["snapshot"])' "$W/snap.json")
 s0=$(date +%s%N)
-"$THAW" --data-dir "$W/data" start "$snap" >"$W/start.json" 2>"$W/start.err" || {
+THAW_LOG=info "$THAW" --data-dir "$W/data" start "$snap" >"$W/start.json" 2>"$W/start.err" || {
 	echo "start failed:"; tail -n 20 "$W/start.err"; exit 1; }
+: >"$OUTDIR/fills.txt"
+bash "$ROOT/bench/fill-lines.sh" gpu_tp start "$W/start.err" "$OUTDIR/fills.txt"
 cat "$W/start.json"
 # A start that fell back to a cold boot answers like the cold process too:
 # only a restore counts.

@@ -118,6 +118,9 @@ static void *fill_proc_main(void *arg)
 {
 	struct pf_proc *p = arg;
 
+	/* A context current on this thread, as the driver's allocation calls
+	 * may want (made by prefill_main already). */
+	prefill_use_device(p->pf->gpus[p->n ? p->a[0].dev : 0]);
 	p->ret = prefill_fill_proc(p->pf, p);
 	gpu_turn_leave(&p->turn);
 	return NULL;
@@ -157,6 +160,8 @@ static int fill_procs(struct gpu_prefill *pf)
 		pf->bytes += p->bytes;
 		pf->offered_allocs += p->offered_allocs;
 		pf->verify_ns += p->verify_ns;
+		pf->pin_ms = p->pin_ms > pf->pin_ms ? p->pin_ms : pf->pin_ms;
+		pf->make_ms = p->make_ms > pf->make_ms ? p->make_ms : pf->make_ms;
 		if (p->turn.begin_ns && (!pf->copy_begin_ns || p->turn.begin_ns < pf->copy_begin_ns))
 			pf->copy_begin_ns = p->turn.begin_ns;
 		if (p->turn.end_ns > pf->copy_end_ns)
@@ -182,8 +187,7 @@ static void *prefill_main(void *arg)
 {
 	struct gpu_prefill *pf = arg;
 	uint64_t t0 = now_ns();
-	int ret = pf->check_only ? check_files(pf) : 0;
-	size_t k;
+	int ret = pf->check_only ? check_files(pf) : 0, bad = -1;
 
 	if (pf->check_only) {
 		if (ret == -EUCLEAN) {
@@ -195,10 +199,10 @@ static void *prefill_main(void *arg)
 		set_state(pf, ret ? ret : 1);
 		return NULL;
 	}
-	for (k = 0; !ret && k < pf->ngpus; k++)
-		ret = prefill_use_device(pf->gpus[k]);
+	ret = prefill_use_devices(pf->gpus, pf->ngpus, &bad);
+	pf->ctx_ms = ms_since(t0);
 	if (ret)
-		snprintf(pf->why, sizeof(pf->why), "no CUDA context on GPU %d", pf->gpus[k - 1]);
+		snprintf(pf->why, sizeof(pf->why), "no CUDA context on GPU %d", bad);
 	if (!ret)
 		ret = load_sums(pf);
 	if (!ret)
@@ -385,9 +389,11 @@ void gpu_prefill_end(struct gpu_prefill *pf, char *summary, size_t len)
 	} else if (summary && len) {
 		char b[32];
 
-		snprintf(summary, len, "thaw filled %llu allocation(s), %s, in %.1f ms (its GPU's "
+		snprintf(summary, len, "thaw filled %llu allocation(s), %s, in %.1f ms (contexts "
+			 "%.1f ms, pinning %.1f ms, allocations made %.1f ms, its GPU's "
 			 "turn after %.1f ms, the copy %.1f ms, %s %.1f ms of its threads)%s%s%s",
 			 (unsigned long long)pf->offered_allocs, fmt_bytes(pf->bytes, b), pf->fill_ms,
+			 pf->ctx_ms, pf->pin_ms, pf->make_ms,
 			 pf->copy_begin_ns ? (pf->copy_begin_ns - pf->joined_ns) / 1e6 : 0.0,
 			 pf->copy_end_ns ? (pf->copy_end_ns - pf->copy_begin_ns) / 1e6 : 0.0,
 			 pf->unverified ? "not checked: no checksums; checking" : "checked in",
@@ -447,7 +453,7 @@ int gpu_prefill_restore(struct gpu_prefill *pf, const struct snapshot_meta *sm, 
 			size_t n, const char *out_dir, const char *id, double *copy_ms)
 {
 	uint64_t t0 = now_ns();
-	char line[300];
+	char line[400];
 	double waited;
 	int ret;
 

@@ -28,6 +28,9 @@
  * checked against 52 unchecked; on 16 the hashes hide behind the link). */
 #define SLICE_MIN (128ull << 20)
 #define MAX_THREADS 16
+/* The most jobs prefill_run_jobs runs at once: MAX_THREADS for each of
+ * the GPUs one process may span. */
+#define PREFILL_MAX_JOBS (MAX_THREADS * 8)
 
 /* The driver's entry points a fill and the pin cache call. */
 struct prefill_cu {
@@ -59,6 +62,12 @@ bool prefill_driver_load(void);
  * 0, -EINVAL for an ordinal out of range, -EIO where the driver refuses. */
 int prefill_use_device(int ordinal);
 
+/* thawd's contexts on the n GPUs ordinals (n <= MAX_THREADS), those not
+ * made yet made at once, each on a thread of its own (a span start makes
+ * all of its GPUs' in one context's time).  0, or -errno with *failed the
+ * first ordinal that has none. */
+int prefill_use_devices(const int *ordinals, size_t n, int *failed);
+
 /* Pin [p, p + n) of a file's mapping read-only (with flags, CU_HOSTREG_*),
  * its pages populated first by this thread (in parallel with the others':
  * the driver then only pins, under its own lock).  true when pinned. */
@@ -68,8 +77,9 @@ bool prefill_pin_piece(char *p, size_t n, unsigned flags);
  * MAX_THREADS. */
 int prefill_threads_for(uint64_t len);
 
-/* fn on each of the n jobs (size bytes apart from jobs) on a thread of its
- * own, or here where a thread cannot start; returns when all have ended. */
+/* fn on each of the n jobs (size bytes apart from jobs; n <=
+ * PREFILL_MAX_JOBS) on a thread of its own, or here where a thread cannot
+ * start; returns when all have ended. */
 void prefill_run_jobs(void *(*fn)(void *), void *jobs, size_t size, int n);
 
 #endif

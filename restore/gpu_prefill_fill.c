@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define ALIGN_2M(x) (((x) + (2ull << 20) - 1) & ~((2ull << 20) - 1))
 
@@ -206,16 +207,32 @@ static void *copy_slice(void *arg)
 	return NULL;
 }
 
+_Static_assert(PREFILL_MAX_JOBS >= MAX_THREADS * GPU_MAX, "a job per thread of every GPU");
+
+/* The copy threads of a file with bytes for ndev GPUs: MAX_THREADS for each
+ * GPU where the host has a core for each (a span process's GPUs then each
+ * get as many as a process of one GPU does: the threads also check what
+ * they copy, and one GPU's link takes ~16 of them), else MAX_THREADS (or
+ * the host's cores) shared among them. */
+static int copy_threads(int ndev)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	int all = ndev * MAX_THREADS, host = cpus > MAX_THREADS ? (int)cpus : MAX_THREADS;
+
+	return all < host ? all : host;
+}
+
 /* The tier's file copied into p's allocations.  Each device's allocations
  * are copied by threads of their own, streams on that GPU, all devices'
  * at once: a process spanning GPUs gets its bytes over every GPU's link
- * side by side, not one link after the other.  The threads are shared
- * out among the devices the file has bytes for. */
+ * side by side, not one link after the other.  The threads
+ * (copy_threads) are shared out among the devices the file has bytes
+ * for. */
 static int copy_file(const struct gpu_prefill *pf, struct pf_proc *p, cu_ptr va)
 {
-	struct slice s[MAX_THREADS];
+	struct slice s[PREFILL_MAX_JOBS];
 	uint64_t lo[GPU_MAX] = { 0 }, hi[GPU_MAX] = { 0 }, bytes[GPU_MAX] = { 0 };
-	int made = 0, ret = 0, ndev = 0;
+	int made = 0, ret = 0, ndev = 0, total;
 
 	for (size_t i = 0; i < p->n; i++) {
 		const struct pf_alloc *a = &p->a[i];
@@ -228,8 +245,9 @@ static int copy_file(const struct gpu_prefill *pf, struct pf_proc *p, cu_ptr va)
 		hi[a->dev] = a->off + a->size > hi[a->dev] ? a->off + a->size : hi[a->dev];
 		bytes[a->dev] += a->size;
 	}
+	total = copy_threads(ndev);
 	for (int d = 0; d < GPU_MAX && ndev; d++) {
-		int n = prefill_threads_for(bytes[d]), cap = MAX_THREADS / ndev;
+		int n = prefill_threads_for(bytes[d]), cap = total / ndev;
 		uint64_t from = lo[d] / PIECE * PIECE, slice;
 
 		if (!bytes[d])
@@ -239,7 +257,7 @@ static int copy_file(const struct gpu_prefill *pf, struct pf_proc *p, cu_ptr va)
 		 * straddled two pinned ranges is refused by the driver. */
 		slice = (hi[d] - from + (uint64_t)n - 1) / (uint64_t)n;
 		slice = (slice + PIECE - 1) / PIECE * PIECE;
-		for (uint64_t off = from; off < hi[d] && made < MAX_THREADS; off += slice, made++)
+		for (uint64_t off = from; off < hi[d] && made < PREFILL_MAX_JOBS; off += slice, made++)
 			s[made] = (struct slice){ .p = p, .va = va, .off = off, .dev = d,
 						  .ordinal = pf->gpus[d],
 						  .len = off + slice > hi[d] ? hi[d] - off : slice };
@@ -268,19 +286,24 @@ int prefill_fill_proc(struct gpu_prefill *pf, struct pf_proc *p)
 {
 	const struct prefill_cu *cu = &prefill_cu;
 	char path[PATH_MAX + 64];
+	uint64_t t0;
 	cu_ptr va = 0;
 	int ret;
 
 	snprintf(path, sizeof(path), "%s/" GPUMEM_FILE_FMT, pf->tier_dir, p->ns_pid);
 	/* Pinned for every context (gpu_pin.h), in one of p's own GPUs'. */
+	t0 = now_ns();
 	p->pin = gpu_pin_get(path, pf->gpus[p->n ? p->a[0].dev : 0]);
+	p->pin_ms = ms_since(t0);
 	if (!p->pin || p->pin->len < p->len) {
 		snprintf(p->why, sizeof(p->why), "cannot map %.100s whole", path);
 		gpu_turn_leave(&p->turn);
 		return -EIO;
 	}
 	p->base = p->pin->base;
+	t0 = now_ns();
 	ret = make_allocs(pf, p, &va);
+	p->make_ms = ms_since(t0);
 	if (!ret) {
 		uint64_t made[GPU_MAX] = { 0 };
 

@@ -60,6 +60,7 @@ struct pf_proc {
 	int ret;	      /* its fill's */
 	char why[200];	      /* its first failure */
 	uint64_t bytes, offered_allocs, verify_ns;
+	double pin_ms, make_ms; /* its file pinned (the cache), its allocations made */
 	uint64_t gpu_bytes[GPU_MAX];  /* filled on the snapshot's GPU k */
 	uint64_t gpu_end_ns[GPU_MAX]; /* its last copy onto GPU k ended (now_ns()) */
 };
@@ -89,6 +90,7 @@ struct gpu_prefill {
 	char why[200]; /* the first failure, for the log */
 	uint64_t bytes, offered_allocs;
 	double fill_ms;
+	double ctx_ms, pin_ms, make_ms; /* its parts: the slowest process's pin and make */
 	struct tier_sums *sums; /* the entry's checksums; NULL: none, or not checked */
 	uint64_t verify_ns;	/* the threads' time spent checking, summed */
 	bool unverified;	/* the entry has no checksums (an older thaw made it) */

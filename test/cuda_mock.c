@@ -38,6 +38,9 @@
  * two GPUs that run side by side overlap whatever the machine's load, ones
  * that run one after the other do not (a new value: a new meeting).
  * Knob: MOCK_CUDA_CTX_DEVICE: the device cuCtxGetDevice answers (0).
+ * Knob: MOCK_CUDA_CTX_MEET: the same meeting for cuDevicePrimaryCtxRetain
+ * (contexts made on two GPUs at once, or not); mock_cuda_meet_missed()
+ * counts the meetings either knob waited for in vain.
  * Knob: MOCK_CUDA_HTOD_DELAY_MS sleeps in each cuMemcpyHtoDAsync (a slow
  * copy back, to see the function held while it runs).
  * Knob: MOCK_NVML_BLOCK_FILE (nvml_block): a hung nvmlDeviceGetMemoryInfo.
@@ -598,8 +601,16 @@ cu_result cuCtxSynchronize(void)
 {
 	return 0;
 }
+struct meet;
+static void meet(struct meet *m, const char *knob, int dev);
+static struct meet *ctx_meet(void);
+
+/* MOCK_CUDA_CTX_MEET: a primary context made on one GPU waits for one made
+ * on the other (meet). */
 cu_result cuDevicePrimaryCtxRetain(cu_ctx *ctx, cu_device dev)
 {
+	if (getenv("MOCK_CUDA_CTX_MEET"))
+		meet(ctx_meet(), getenv("MOCK_CUDA_CTX_MEET"), dev);
 	*ctx = (cu_ctx)&ctx_token;
 	return 0;
 }
@@ -916,16 +927,21 @@ static int dst_dev(cu_ptr dst)
 	return dev;
 }
 
-/* MOCK_CUDA_HTOD_MEET: note that a copy onto dev began, then wait until
- * one onto another GPU has (10 s at most).  What began is forgotten when
- * the knob's value changes: a test sets another value for each case. */
-static void htod_meet(int dev)
+/* A meeting of calls onto two GPUs (MOCK_CUDA_HTOD_MEET, MOCK_CUDA_CTX_MEET):
+ * a call onto dev notes that it began, then waits until one onto another
+ * GPU has (10 s at most; a wait that ends without one is counted, for
+ * mock_cuda_meet_missed).  What began is forgotten when the knob's value
+ * changes: a test sets another value for each case. */
+struct meet {
+	int began[NGPU];
+	char round[64];
+};
+static pthread_mutex_t meet_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t meet_cv = PTHREAD_COND_INITIALIZER;
+static int meet_missed;
+
+static void meet(struct meet *m, const char *knob, int dev)
 {
-	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-	static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-	static int began[NGPU];
-	static char round[64];
-	const char *now = getenv("MOCK_CUDA_HTOD_MEET");
 	struct timespec until;
 	int other = 0;
 
@@ -933,21 +949,43 @@ static void htod_meet(int dev)
 		return;
 	clock_gettime(CLOCK_REALTIME, &until);
 	until.tv_sec += 10;
-	pthread_mutex_lock(&mu);
-	if (now && strncmp(now, round, sizeof(round) - 1)) {
-		snprintf(round, sizeof(round), "%s", now);
-		memset(began, 0, sizeof(began));
+	pthread_mutex_lock(&meet_mu);
+	if (strncmp(knob, m->round, sizeof(m->round) - 1)) {
+		snprintf(m->round, sizeof(m->round), "%s", knob);
+		memset(m->began, 0, sizeof(m->began));
 	}
-	began[dev] = 1;
-	pthread_cond_broadcast(&cv);
+	m->began[dev] = 1;
+	pthread_cond_broadcast(&meet_cv);
 	for (;;) {
 		other = 0;
 		for (int g = 0; g < NGPU; g++)
-			other |= g != dev && began[g];
-		if (other || pthread_cond_timedwait(&cv, &mu, &until))
+			other |= g != dev && m->began[g];
+		if (other)
 			break;
+		if (pthread_cond_timedwait(&meet_cv, &meet_mu, &until)) {
+			meet_missed++;
+			break;
+		}
 	}
-	pthread_mutex_unlock(&mu);
+	pthread_mutex_unlock(&meet_mu);
+}
+
+static struct meet *ctx_meet(void)
+{
+	static struct meet m;
+
+	return &m;
+}
+
+/* Meetings that ended without the other GPU's call. */
+int mock_cuda_meet_missed(void)
+{
+	int n;
+
+	pthread_mutex_lock(&meet_mu);
+	n = meet_missed;
+	pthread_mutex_unlock(&meet_mu);
+	return n;
 }
 
 cu_result cuMemcpyHtoDAsync_v2(cu_ptr dst, const void *src, size_t n, cu_stream stream)
@@ -964,8 +1002,11 @@ cu_result cuMemcpyHtoDAsync_v2(cu_ptr dst, const void *src, size_t n, cu_stream 
 	int dev = dst_dev(dst);
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	if (getenv("MOCK_CUDA_HTOD_MEET"))
-		htod_meet(dev);
+	if (getenv("MOCK_CUDA_HTOD_MEET")) {
+		static struct meet m;
+
+		meet(&m, getenv("MOCK_CUDA_HTOD_MEET"), dev);
+	}
 	if (d)
 		usleep((useconds_t)atoi(d) * 1000);
 	memcpy((void *)dst, src, n);

@@ -25,6 +25,7 @@
 #include "test/check.h"
 #include "test/gpumem_test.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -881,6 +882,65 @@ static void prefill_tp(const char *app_path)
 		app_end(&a[i]);
 }
 
+/* thawd's contexts on a start's GPUs made at once, not one GPU after the
+ * other (each takes ~0.2 s on a GPU, and a `thaw start` is a new process
+ * that makes them for every start): the mock holds a context made on one
+ * GPU until one on the other began, and counts a wait in vain.  thawd makes
+ * its contexts once a process, so this runs in a process of its own, before
+ * any other fill. */
+static void contexts_at_once(const char *app_path)
+{
+	struct snapshot_gpu gpus[2] = { { .uuid = MOCK_GPU0, .index = 0 },
+					{ .uuid = MOCK_GPU1, .index = 1 } };
+	struct gpu_placement place = { .n = 2, .held = true };
+	struct restore_call rc = { 0 };
+	struct gpumem_status st;
+	struct snapshot_meta meta;
+	struct gpu_prefill *pf;
+	int (*missed)(void);
+	char why[512], s[64];
+	size_t moved = 0;
+	struct app a;
+	void *cu;
+	pid_t pid = fork();
+	int ws;
+
+	REQUIRE(pid >= 0);
+	if (pid) {
+		REQUIRE(waitpid(pid, &ws, 0) == pid);
+		CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+		return;
+	}
+	place.dev[0].ordinal = 0;
+	place.dev[1].ordinal = 1;
+	app_start(&a, app_path, "span", true);
+	meta = (struct snapshot_meta){ .gpus = gpus, .ngpus = 2,
+				       .gpu_memory = { .recorded = true, .thaw = true,
+						       .ns_pids = &a.pid, .nns_pids = 1 } };
+	CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why, sizeof(why)),
+		 0);
+	setenv("MOCK_CUDA_CTX_MEET", "contexts", 1);
+	pf = gpu_prefill_start(&meta, outdir, outdir, &place);
+	REQUIRE(pf != NULL);
+	CHECK(gpu_prefill_fills(pf));
+	CHECK_EQ(gpu_prefill_ready(pf), 0);
+	unsetenv("MOCK_CUDA_CTX_MEET");
+	cu = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	missed = cu ? (int (*)(void))dlsym(cu, "mock_cuda_meet_missed") : NULL;
+	REQUIRE(missed != NULL);
+	CHECK_EQ(missed(), 0);
+	rc.pid = a.pid;
+	do_restore(&rc);
+	CHECK(rc.st.ok);
+	CHECK_EQ(rc.st.prefilled_allocs, 6);
+	gpu_prefill_end(pf, NULL, 0);
+	ask(&a, "verify", s, sizeof(s));
+	CHECK_STR(s, "ok");
+	gpumem_release(&a.pid, 1);
+	app_end(&a);
+	_exit(check_failures ? 1 : 0);
+}
+
 /* Where the library does not apply, the reason. */
 static void fallbacks(const char *app_path, const char *static_path)
 {
@@ -1032,6 +1092,7 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	if (child_app) {
 		/* The fill's cases: thawd's side, on the fake driver. */
+		contexts_at_once(child_app);
 		prefill(child_app);
 		fill_order(child_app);
 		library_order(child_app);

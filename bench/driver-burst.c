@@ -34,6 +34,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -72,10 +73,13 @@ static void *restore_one(void *arg)
 }
 
 /* A copier: len bytes of pinned host memory copied into device memory of
- * GPU 0, on COPY_THREADS streams in 64 MiB pieces, in this process or in a
- * child of its own (made before this process touches the driver). */
+ * GPU 0 on COPY_THREADS streams in 64 MiB pieces, as a fill copies, over
+ * and over until told to stop: each round makes its streams (as a fill's
+ * threads do) and copies.  In this process or in a child of its own (made
+ * before this process touches the driver). */
 #define COPY_PIECE (64ull << 20)
 #define COPY_THREADS 16
+#define COPY_ROUNDS 512
 
 typedef unsigned long long cu_ptr;
 static struct {
@@ -87,22 +91,31 @@ static struct {
 	int (*copy)(cu_ptr, const void *, size_t, void *);
 	int (*stream_create)(void **, unsigned);
 	int (*stream_sync)(void *);
+	int (*stream_destroy)(void *);
 } cu;
+
+/* What a run of rounds measured. */
+struct copy_figures {
+	int rounds;
+	double worst_ms, median_ms; /* a round: streams made and the copy */
+	double worst_streams_ms;    /* of which making the streams */
+	int err;
+};
 
 struct copier {
 	void *ctx;
 	char *host;
 	cu_ptr dev;
 	size_t len;
-	void *streams[COPY_THREADS];
-	pthread_t thread; /* the in-process copy beside a burst */
-	double ms;
-	int err;
+	pthread_t thread; /* the in-process copier beside a burst */
+	_Atomic int stop;
+	struct copy_figures f;
 };
 
 struct copy_slice {
 	struct copier *c;
 	size_t i;
+	double streams_ms;
 	int err;
 };
 
@@ -112,55 +125,108 @@ static void *copy_slice(void *arg)
 	struct copier *c = s->c;
 	size_t per = (c->len / COPY_THREADS + COPY_PIECE - 1) / COPY_PIECE * COPY_PIECE;
 	size_t begin = s->i * per, end = begin + per < c->len ? begin + per : c->len;
+	uint64_t t0 = now_ns();
+	void *st = NULL;
 
-	if (cu.ctx_set_current(c->ctx)) {
+	if (cu.ctx_set_current(c->ctx) || cu.stream_create(&st, 1)) {
 		s->err = 1;
 		return NULL;
 	}
+	s->streams_ms = ms_since(t0);
 	for (size_t off = begin; off < end; off += COPY_PIECE) {
 		size_t n = end - off < COPY_PIECE ? end - off : COPY_PIECE;
 
-		s->err |= cu.copy(c->dev + off, c->host + off, n, c->streams[s->i]) != 0;
+		s->err |= cu.copy(c->dev + off, c->host + off, n, st) != 0;
 	}
-	s->err |= cu.stream_sync(c->streams[s->i]) != 0;
+	s->err |= cu.stream_sync(st) != 0;
+	cu.stream_destroy(st);
 	return NULL;
 }
 
-/* One copy of the whole buffer; c->ms its time. */
-static void *copy_once(void *arg)
+/* One round: *streams_ms the slowest thread's stream making.  Its time, or
+ * -1. */
+static double copy_round(struct copier *c, double *streams_ms)
 {
-	struct copier *c = arg;
 	struct copy_slice s[COPY_THREADS];
 	pthread_t th[COPY_THREADS];
 	uint64_t t0 = now_ns();
+	int err = 0;
 
-	c->err = 0;
+	*streams_ms = 0;
 	for (size_t i = 0; i < COPY_THREADS; i++) {
-		s[i] = (struct copy_slice){ c, i, 0 };
+		s[i] = (struct copy_slice){ c, i, 0, 0 };
 		if (pthread_create(&th[i], NULL, copy_slice, &s[i])) {
-			c->err = 1;
 			for (size_t k = 0; k < i; k++)
 				pthread_join(th[k], NULL);
-			return NULL;
+			return -1;
 		}
 	}
 	for (size_t i = 0; i < COPY_THREADS; i++) {
 		pthread_join(th[i], NULL);
-		c->err |= s[i].err;
+		err |= s[i].err;
+		*streams_ms = s[i].streams_ms > *streams_ms ? s[i].streams_ms : *streams_ms;
 	}
-	c->ms = ms_since(t0);
+	return err ? -1 : ms_since(t0);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* Rounds until stop() says so (at least one); figures into f. */
+static void copy_rounds(struct copier *c, bool (*stop)(void *), void *arg, struct copy_figures *f)
+{
+	static double ms[COPY_ROUNDS];
+	double streams;
+
+	*f = (struct copy_figures){ 0 };
+	do {
+		double r = copy_round(c, &streams);
+
+		if (r < 0) {
+			f->err = 1;
+			return;
+		}
+		ms[f->rounds++] = r;
+		f->worst_ms = r > f->worst_ms ? r : f->worst_ms;
+		f->worst_streams_ms = streams > f->worst_streams_ms ? streams : f->worst_streams_ms;
+	} while (f->rounds < COPY_ROUNDS && !stop(arg));
+	qsort(ms, (size_t)f->rounds, sizeof(ms[0]), cmp_double);
+	f->median_ms = ms[(f->rounds - 1) / 2];
+}
+
+static bool stop_once(void *arg)
+{
+	return true;
+}
+
+static bool stop_flag(void *arg)
+{
+	return ((struct copier *)arg)->stop != 0;
+}
+
+static void *copy_beside(void *arg)
+{
+	struct copier *c = arg;
+
+	copy_rounds(c, stop_flag, c, &c->f);
 	return NULL;
 }
 
 static int copier_setup(struct copier *c, size_t len)
 {
+	struct copy_figures f;
 	int dev;
 
 #define SYM(f, name) (cu.f = (__typeof__(cu.f))cuda_sym(name))
 	if (!SYM(device_get, "cuDeviceGet") || !SYM(primary_retain, "cuDevicePrimaryCtxRetain") ||
 	    !SYM(ctx_set_current, "cuCtxSetCurrent") || !SYM(alloc, "cuMemAlloc_v2") ||
 	    !SYM(host_register, "cuMemHostRegister_v2") || !SYM(copy, "cuMemcpyHtoDAsync_v2") ||
-	    !SYM(stream_create, "cuStreamCreate") || !SYM(stream_sync, "cuStreamSynchronize"))
+	    !SYM(stream_create, "cuStreamCreate") || !SYM(stream_sync, "cuStreamSynchronize") ||
+	    !SYM(stream_destroy, "cuStreamDestroy_v2"))
 		return -ENOSYS;
 #undef SYM
 	c->len = len;
@@ -174,27 +240,32 @@ static int copier_setup(struct copier *c, size_t len)
 		if (cu.host_register(c->host + off, len - off < COPY_PIECE ? len - off : COPY_PIECE,
 				     0))
 			return -EIO;
-	for (size_t i = 0; i < COPY_THREADS; i++)
-		if (cu.stream_create(&c->streams[i], 1))
-			return -EIO;
-	copy_once(c); /* warm: the first copy maps what the driver maps lazily */
-	return c->err ? -EIO : 0;
+	copy_rounds(c, stop_once, NULL, &f); /* warm: what the driver maps lazily */
+	return f.err ? -EIO : 0;
 }
 
-/* The child copier: a byte on cmd copies once and answers its ms (a
- * negative one on failure) on ans; end of file ends it. */
+/* The child copier: a byte on cmd starts rounds, the next byte stops them
+ * (or, sent at once, makes one round); the figures come back on ans.  End of
+ * file ends it. */
+static bool stop_on_byte(void *arg)
+{
+	struct pollfd p = { .fd = *(int *)arg, .events = POLLIN };
+	char b;
+
+	return poll(&p, 1, 0) > 0 && read(p.fd, &b, 1) == 1;
+}
+
 static void copier_child(int cmd, int ans, size_t len)
 {
 	struct copier c = { 0 };
-	double ms = cuda_init() || copier_setup(&c, len) ? -1 : 0;
+	struct copy_figures f = { .err = cuda_init() || copier_setup(&c, len) };
 	char b;
 
-	if (write(ans, &ms, sizeof(ms)) != sizeof(ms) || ms < 0)
+	if (write(ans, &f, sizeof(f)) != sizeof(f) || f.err)
 		_exit(1);
 	while (read(cmd, &b, 1) == 1) {
-		copy_once(&c);
-		ms = c.err ? -1 : c.ms;
-		if (write(ans, &ms, sizeof(ms)) != sizeof(ms))
+		copy_rounds(&c, stop_on_byte, &cmd, &f);
+		if (write(ans, &f, sizeof(f)) != sizeof(f))
 			_exit(1);
 	}
 	_exit(0);
@@ -207,8 +278,8 @@ struct child_copier {
 
 static int child_start(struct child_copier *k, size_t len)
 {
+	struct copy_figures f = { .err = 1 };
 	int c[2], a[2];
-	double ms;
 
 	if (pipe(c) || pipe(a))
 		return -errno;
@@ -224,16 +295,16 @@ static int child_start(struct child_copier *k, size_t len)
 	close(a[1]);
 	k->cmd = c[1];
 	k->ans = a[0];
-	return read(k->ans, &ms, sizeof(ms)) == sizeof(ms) && ms >= 0 ? 0 : -EIO;
+	return read(k->ans, &f, sizeof(f)) == sizeof(f) && !f.err ? 0 : -EIO;
 }
 
-static double child_copy_wait(struct child_copier *k)
+static struct copy_figures child_figures(struct child_copier *k)
 {
-	double ms = -1;
+	struct copy_figures f = { .err = 1 };
 
-	if (read(k->ans, &ms, sizeof(ms)) != sizeof(ms))
-		return -1;
-	return ms;
+	if (read(k->ans, &f, sizeof(f)) != sizeof(f))
+		f.err = 1;
+	return f;
 }
 
 /* Back to checkpointed (untimed): the next round, and the stop, find them
@@ -267,7 +338,7 @@ static int checkpoint_back(const pid_t *pids, size_t n)
 struct beside {
 	struct copier *thread;	   /* a thread of this process copies, or */
 	struct child_copier *child; /* a process of its own does */
-	double copy_ms;		   /* how long the copy took */
+	struct copy_figures f;	   /* its rounds while the burst ran */
 };
 
 static int burst(const pid_t *pids, size_t n, bool unlock, struct call *calls, double *wall,
@@ -290,8 +361,11 @@ static int burst(const pid_t *pids, size_t n, bool unlock, struct call *calls, d
 	}
 	pthread_barrier_wait(&go);
 	t0 = now_ns();
-	if (b && b->thread && pthread_create(&b->thread->thread, NULL, copy_once, b->thread))
-		b->thread = NULL;
+	if (b && b->thread) {
+		b->thread->stop = 0;
+		if (pthread_create(&b->thread->thread, NULL, copy_beside, b->thread))
+			b->thread = NULL;
+	}
 	if (b && b->child && write(b->child->cmd, "c", 1) != 1)
 		b->child = NULL;
 	for (size_t i = 0; i < started; i++)
@@ -299,12 +373,14 @@ static int burst(const pid_t *pids, size_t n, bool unlock, struct call *calls, d
 	*wall = ms_since(t0);
 	pthread_barrier_destroy(&go);
 	if (b && b->thread) {
+		b->thread->stop = 1;
 		pthread_join(b->thread->thread, NULL);
-		b->copy_ms = b->thread->err ? -1 : b->thread->ms;
+		b->f = b->thread->f;
 	} else if (b && b->child) {
-		b->copy_ms = child_copy_wait(b->child);
+		b->f = write(b->child->cmd, "s", 1) == 1 ? child_figures(b->child) :
+							    (struct copy_figures){ .err = 1 };
 	} else if (b) {
-		b->copy_ms = -1;
+		b->f = (struct copy_figures){ .err = 1 };
 	}
 	for (size_t i = 0; i < n; i++)
 		if (calls[i].ret) {
@@ -328,45 +404,60 @@ static double worst_of(const struct call *calls, size_t n, bool restore_only)
 	return w;
 }
 
-/* --copy: a copy alone, beside the burst from a thread of this process,
+/* --copy: copies alone, beside the burst from a thread of this process,
  * beside it from a process of its own; the restores' wall time each time. */
+static void print_copies(const char *what, const struct copy_figures *f)
+{
+	printf("%s: %d round(s), median %.1f ms, worst %.1f ms (making streams at worst %.1f ms)%s\n",
+	       what, f->rounds, f->median_ms, f->worst_ms, f->worst_streams_ms,
+	       f->err ? ", FAILED" : "");
+}
+
 static int copies_beside(const pid_t *pids, size_t n, struct child_copier *child, size_t len)
 {
 	struct call calls[MAX_PROCS];
 	struct copier in = { 0 };
 	struct beside b = { 0 };
-	double alone_in, alone_child, wall_in, wall_child, copy_in, copy_child;
+	struct copy_figures alone, alone_child = { .err = 1 }, f_in, f_child;
+	double wall_in, wall_child;
+	char b1 = 'c', b2 = 's';
 
 	if (copier_setup(&in, len)) {
 		fprintf(stderr, "no copier in this process\n");
 		return 1;
 	}
-	copy_once(&in);
-	alone_in = in.err ? -1 : in.ms;
-	alone_child = write(child->cmd, "c", 1) == 1 ? child_copy_wait(child) : -1;
+	copy_rounds(&in, stop_once, NULL, &alone);
+	if (write(child->cmd, &b1, 1) == 1 && write(child->cmd, &b2, 1) == 1)
+		alone_child = child_figures(child);
 	b.thread = &in;
 	if (burst(pids, n, true, calls, &wall_in, &b))
 		return 1;
-	copy_in = b.copy_ms;
+	f_in = b.f;
 	checkpoint_back(pids, n);
 	b = (struct beside){ .child = child };
 	if (burst(pids, n, true, calls, &wall_child, &b))
 		return 1;
-	copy_child = b.copy_ms;
+	f_child = b.f;
 	checkpoint_back(pids, n);
 	close(child->cmd);
 	waitpid(child->pid, NULL, 0);
-	printf("a copy of %.2f GiB alone: %.1f ms (this process), %.1f ms (a process of its own); "
-	       "beside %zu restores and unlocks: %.1f ms from this process (restores %.1f ms), "
-	       "%.1f ms from its own (restores %.1f ms)\n", len / 1073741824.0, alone_in,
-	       alone_child, n, copy_in, wall_in, copy_child, wall_child);
-	printf("figure: driver_burst copy_alone_ms %.1f copy_alone_child_ms %.1f\n", alone_in,
-	       alone_child);
-	printf("figure: driver_burst copy_beside_in_ms %.1f restores_in_ms %.1f\n", copy_in,
-	       wall_in);
-	printf("figure: driver_burst copy_beside_child_ms %.1f restores_child_ms %.1f\n",
-	       copy_child, wall_child);
-	return copy_in < 0 || copy_child < 0;
+	printf("copies of %.2f GiB, streams made each round as a fill makes them:\n",
+	       len / 1073741824.0);
+	print_copies("  alone, this process", &alone);
+	print_copies("  alone, a process of its own", &alone_child);
+	print_copies("  beside 8 restores and unlocks, this process", &f_in);
+	printf("    (the restores and unlocks took %.1f ms)\n", wall_in);
+	print_copies("  beside 8 restores and unlocks, a process of its own", &f_child);
+	printf("    (the restores and unlocks took %.1f ms)\n", wall_child);
+	printf("figure: driver_burst copy_alone_ms %.1f copy_alone_child_ms %.1f\n", alone.median_ms,
+	       alone_child.median_ms);
+	printf("figure: driver_burst copy_beside_in_worst_ms %.1f copy_beside_in_median_ms %.1f "
+	       "streams_in_worst_ms %.1f restores_in_ms %.1f\n", f_in.worst_ms, f_in.median_ms,
+	       f_in.worst_streams_ms, wall_in);
+	printf("figure: driver_burst copy_beside_child_worst_ms %.1f copy_beside_child_median_ms "
+	       "%.1f streams_child_worst_ms %.1f restores_child_ms %.1f\n", f_child.worst_ms,
+	       f_child.median_ms, f_child.worst_streams_ms, wall_child);
+	return f_in.err || f_child.err;
 }
 
 int main(int argc, char **argv)

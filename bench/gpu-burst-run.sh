@@ -309,11 +309,15 @@ if one and nb and d.get("driver_burst.parallel_ms"):
     bound("8 normal starts: p99 <= 1.2x (driver's burst floor + one start's other phases)",
           nb["p99"], 1.2 * (d["driver_burst.parallel_ms"] + other))
 if d.get("driver_burst.copy_alone_ms"):
-    print("a 2 GiB copy alone %.1f ms; beside 8 restores and unlocks from the same process %.1f ms "
-          "(restores %.1f ms), from a process of its own %.1f ms (restores %.1f ms)" % (
-          d["driver_burst.copy_alone_ms"], d.get("driver_burst.copy_beside_in_ms", 0),
-          d.get("driver_burst.restores_in_ms", 0), d.get("driver_burst.copy_beside_child_ms", 0),
-          d.get("driver_burst.restores_child_ms", 0)))
+    print("a 2 GiB copy (its streams made as a fill makes them) alone %.1f ms; beside 8 restores "
+          "and unlocks from the same process median %.1f worst %.1f ms (streams made at worst in "
+          "%.1f ms), from a process of its own median %.1f worst %.1f ms (streams %.1f ms)" % (
+          d["driver_burst.copy_alone_ms"], d.get("driver_burst.copy_beside_in_median_ms", 0),
+          d.get("driver_burst.copy_beside_in_worst_ms", 0),
+          d.get("driver_burst.streams_in_worst_ms", 0),
+          d.get("driver_burst.copy_beside_child_median_ms", 0),
+          d.get("driver_burst.copy_beside_child_worst_ms", 0),
+          d.get("driver_burst.streams_child_worst_ms", 0)))
 if one and nb and d.get("driver_burst.parallel_unlock_ms"):
     # A start restores and unlocks: the same bound with both in the floor.
     other = one["p50"] - d.get("driver_burst.one_unlock_ms", 0)

@@ -63,6 +63,44 @@ int prefill_use_device(int ordinal)
 	return r ? -EIO : 0;
 }
 
+/* Streams made once a GPU and kept: a fill's copy threads used to make
+ * and destroy one each, on the path of every copy, and a copy beside a
+ * burst of the driver's restores was 2-14x slower than alone.  A GPU's
+ * streams are used by one fill at a time (its turn), but a free list
+ * keeps any other use safe. */
+static pthread_mutex_t stream_lock = PTHREAD_MUTEX_INITIALIZER;
+static cu_stream free_streams[CUDA_MAX_DEVICES][MAX_THREADS];
+static size_t nfree_streams[CUDA_MAX_DEVICES];
+
+int prefill_stream_get(int ordinal, cu_stream *st)
+{
+	*st = NULL;
+	if (ordinal < 0 || ordinal >= CUDA_MAX_DEVICES)
+		return -EINVAL;
+	pthread_mutex_lock(&stream_lock);
+	if (nfree_streams[ordinal])
+		*st = free_streams[ordinal][--nfree_streams[ordinal]];
+	pthread_mutex_unlock(&stream_lock);
+	if (*st)
+		return 0;
+	return prefill_cu.stream_create(st, CU_STREAM_NONBLOCKING) ? -EIO : 0;
+}
+
+void prefill_stream_put(int ordinal, cu_stream st, bool sound)
+{
+	if (!st)
+		return;
+	pthread_mutex_lock(&stream_lock);
+	if (sound && ordinal >= 0 && ordinal < CUDA_MAX_DEVICES &&
+	    nfree_streams[ordinal] < MAX_THREADS) {
+		free_streams[ordinal][nfree_streams[ordinal]++] = st;
+		st = NULL;
+	}
+	pthread_mutex_unlock(&stream_lock);
+	if (st)
+		prefill_cu.stream_destroy(st);
+}
+
 struct ctx_job {
 	int ordinal, ret;
 };

@@ -73,6 +73,13 @@ int prefill_use_devices(const int *ordinals, size_t n, int *failed);
  * the driver then only pins, under its own lock).  true when pinned. */
 bool prefill_pin_piece(char *p, size_t n, unsigned flags);
 
+/* A stream on GPU ordinal for one copy thread (its context current:
+ * prefill_use_device): one kept from an earlier copy, else made now.
+ * prefill_stream_put gives it back once its copies are done (sound: it saw
+ * no error; else it is destroyed). */
+int prefill_stream_get(int ordinal, cu_stream *st);
+void prefill_stream_put(int ordinal, cu_stream st, bool sound);
+
 /* The threads for len bytes of a file: one per SLICE_MIN, 1 to
  * MAX_THREADS. */
 int prefill_threads_for(uint64_t len);

@@ -168,8 +168,7 @@ static void *copy_slice(void *arg)
 	bool *pinned = calloc((size_t)npieces + 1, sizeof(bool));
 	cu_stream st = NULL;
 
-	if (!pinned || prefill_use_device(s->ordinal) ||
-	    cu->stream_create(&st, CU_STREAM_NONBLOCKING)) {
+	if (!pinned || prefill_use_device(s->ordinal) || prefill_stream_get(s->ordinal, &st)) {
 		s->err = -EIO;
 		free(pinned);
 		return NULL;
@@ -199,7 +198,7 @@ static void *copy_slice(void *arg)
 	if (cu->stream_sync(st))
 		s->err = -EIO;
 	s->end_ns = now_ns();
-	cu->stream_destroy(st);
+	prefill_stream_put(s->ordinal, st, !s->err);
 	for (k = 0; k < npieces; k++)
 		if (pinned[k])
 			cu->host_unregister(s->p->base + s->off + (uint64_t)k * PIECE);

@@ -109,7 +109,12 @@ struct gpumem_record {
 /* Beside the saved memory, what thawd needs to fill device memory for a
  * restore itself: text, the first line GPUMEM_LAYOUT_MAGIC, then one line
  * per saved allocation: "<file offset> <size> <device ordinal>
- * <compression type> <GPUDirect RDMA capable> <usage>" (decimal). */
+ * <compression type> <GPUDirect RDMA capable> <usage> <device UUID>"
+ * (decimal; the UUID as NVML writes it, "GPU-…", of the process's device
+ * ordinal, which is the process's own, not the host's).  A library before
+ * the UUID wrote six fields (thawd then reads the ordinal as the
+ * snapshot's GPU of that index, where that is unambiguous); a thawd that
+ * reads six ignores the seventh. */
 #define GPUMEM_LAYOUT_FMT "gpu-%d.layout"
 #define GPUMEM_LAYOUT_MAGIC "thaw-gpumem-layout 1"
 

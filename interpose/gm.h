@@ -58,6 +58,7 @@ CU_ENTRY_POINTS_UNCHECKED(GM_DECLARE)
 	X(cuMemImportFromShareableHandle) X(cuMemGetAllocationGranularity)                   \
 	X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuCtxSynchronize)          \
 	X(cuDevicePrimaryCtxRetain) X(cuDeviceGetCount) X(cuDeviceCanAccessPeer)             \
+	X(cuDeviceGet) X(cuDeviceGetUuid) X(cuDeviceGetUuid_v2)                              \
 	X(cuMemcpyDtoH_v2) X(cuMemcpyHtoDAsync_v2) X(cuMemHostRegister_v2)                   \
 	X(cuMemHostUnregister) X(cuMemAllocHost_v2) X(cuMemFreeHost) X(cuStreamCreate)       \
 	X(cuStreamSynchronize) X(cuStreamDestroy_v2)

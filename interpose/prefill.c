@@ -22,9 +22,33 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+/* The UUID of the process's device ordinal dev, as NVML writes it
+ * ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"), into out; "" where the
+ * driver does not say.  CUDA's ordinals are the process's own
+ * (CUDA_VISIBLE_DEVICES' order, and CUDA_DEVICE_ORDER's), not the host's:
+ * the UUID is what tells thawd which GPU an allocation was on. */
+static void device_uuid(int dev, char out[48])
+{
+	cu_device d = 0;
+	cu_uuid u;
+	cu_fn_cuDeviceGetUuid *get = gm_real.cuDeviceGetUuid_v2 ? gm_real.cuDeviceGetUuid_v2 :
+								   gm_real.cuDeviceGetUuid;
+	const unsigned char *b = u.bytes;
+
+	out[0] = '\0';
+	if (!get || !gm_real.cuDeviceGet || gm_real.cuDeviceGet(&d, dev) != CU_SUCCESS ||
+	    get(&u, d) != CU_SUCCESS)
+		return;
+	snprintf(out, 48,
+		 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+		 b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+		 b[14], b[15]);
+}
+
 int gm_layout_write(const char *dir)
 {
-	char path[4096], tmp[4200];
+	char path[4096], tmp[4200], uuids[CUDA_MAX_DEVICES][48];
+	bool asked[CUDA_MAX_DEVICES] = { false };
 	FILE *f;
 	int bad;
 
@@ -34,13 +58,23 @@ int gm_layout_write(const char *dir)
 	if (!f)
 		return -1;
 	fprintf(f, "%s\n", GPUMEM_LAYOUT_MAGIC);
-	for (struct gm_map *m = gm_maps; m; m = m->next)
-		if (m->saved && !m->h->imported) /* an import has no bytes here */
-			fprintf(f, "%llu %llu %d %u %u %u\n", (unsigned long long)m->file_off,
-				(unsigned long long)m->size, m->device,
-				m->h->prop.allocFlags.compressionType,
-				m->h->prop.allocFlags.gpuDirectRDMACapable,
-				m->h->prop.allocFlags.usage);
+	for (struct gm_map *m = gm_maps; m; m = m->next) {
+		const char *uuid = "";
+
+		if (!m->saved || m->h->imported) /* an import has no bytes here */
+			continue;
+		if (m->device >= 0 && m->device < CUDA_MAX_DEVICES) {
+			if (!asked[m->device])
+				device_uuid(m->device, uuids[m->device]);
+			asked[m->device] = true;
+			uuid = uuids[m->device];
+		}
+		fprintf(f, "%llu %llu %d %u %u %u%s%s\n", (unsigned long long)m->file_off,
+			(unsigned long long)m->size, m->device,
+			m->h->prop.allocFlags.compressionType,
+			m->h->prop.allocFlags.gpuDirectRDMACapable, m->h->prop.allocFlags.usage,
+			uuid[0] ? " " : "", uuid);
+	}
 	bad = ferror(f);
 	if (fclose(f) || bad || rename(tmp, path)) {
 		unlink(tmp);

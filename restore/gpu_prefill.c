@@ -228,20 +228,29 @@ static void *prefill_main(void *arg)
 	return NULL;
 }
 
-/* Can a fill go by placement?  A saved allocation's device is the
- * process's ordinal, which is the snapshot's GPU of that index
- * (placement->dev[k] here) where CUDA was told the function's GPUs
- * (CUDA_VISIBLE_DEVICES, in the snapshot's order), but the host's order
- * where the function had every GPU of its host: the two agree where the
- * snapshot's GPUs are in host order.  Otherwise thawd cannot tell which
- * GPU an allocation was on, and the library copies, as before. */
+/* Can a fill go by placement: a GPU of this host for each of the
+ * snapshot's? */
 static bool placement_fills(const struct snapshot_meta *sm, const struct gpu_placement *pl)
 {
 	if (!pl || !pl->n || pl->n != sm->ngpus || pl->n > GPU_MAX)
 		return false;
 	for (size_t k = 0; k < pl->n; k++)
-		if (pl->dev[k].ordinal < 0 || pl->dev[k].ordinal >= CUDA_MAX_DEVICES ||
-		    (k && (sm->gpus[k - 1].index < 0 || sm->gpus[k].index <= sm->gpus[k - 1].index)))
+		if (pl->dev[k].ordinal < 0 || pl->dev[k].ordinal >= CUDA_MAX_DEVICES)
+			return false;
+	return true;
+}
+
+/* May a layout without UUIDs (an older library's) go by device ordinal?
+ * The process's ordinal is the snapshot's GPU of that index where CUDA was
+ * told the function's GPUs (CUDA_VISIBLE_DEVICES, in the snapshot's
+ * order), but the host's order where the function had every GPU of its
+ * host: the two agree where the snapshot's GPUs are in host order.
+ * Otherwise thawd cannot tell which GPU an allocation was on, and the
+ * library copies, as before.  (A layout with UUIDs names the GPU.) */
+static bool ordinals_are_indexes(const struct snapshot_meta *sm)
+{
+	for (size_t k = 1; k < sm->ngpus; k++)
+		if (sm->gpus[k - 1].index < 0 || sm->gpus[k].index <= sm->gpus[k - 1].index)
 			return false;
 	return true;
 }
@@ -300,7 +309,8 @@ struct gpu_prefill *gpu_prefill_start(const struct snapshot_meta *sm, const char
 		p->listen_fd = -1;
 		/* A snapshot whose library wrote no layout (an older one)
 		 * copies as it did. */
-		if (fill && prefill_read_layout(tier_dir, p, placement->n))
+		if (fill && prefill_read_layout(tier_dir, p, sm->gpus, placement->n,
+						ordinals_are_indexes(sm)))
 			fill = false;
 	}
 	for (size_t i = 0; placement && i < placement->n && i < GPU_MAX; i++)

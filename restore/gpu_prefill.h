@@ -11,7 +11,7 @@
  * the saved memory was: the start waits for a map, not a copy.
  *
  * Everything here is an optimisation: where it does not apply (no layout,
- * a snapshot whose GPUs are not in host order, no driver,
+ * an older layout whose GPUs are not in host order, no driver,
  * THAW_GPU_PREFILL=0) or fails, no socket is offered and the library
  * copies as before.  But not from a RAM
  * tier entry unlike its checksums (restore/tier_sums.h): the fill checks

@@ -27,11 +27,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #define ALIGN_2M(x) (((x) + (2ull << 20) - 1) & ~((2ull << 20) - 1))
 
-int prefill_read_layout(const char *dir, struct pf_proc *p, size_t ndev)
+/* The snapshot's GPU whose UUID is uuid: its index in gpus, or -1. */
+static int gpu_of_uuid(const struct snapshot_gpu *gpus, size_t ngpus, const char *uuid)
+{
+	for (size_t k = 0; k < ngpus; k++)
+		if (gpus[k].uuid && !strcasecmp(gpus[k].uuid, uuid))
+			return (int)k;
+	return -1;
+}
+
+int prefill_read_layout(const char *dir, struct pf_proc *p, const struct snapshot_gpu *gpus,
+			size_t ngpus, bool by_index)
 {
 	char path[PATH_MAX + 64], line[256];
 	size_t cap = 0;
@@ -49,15 +60,25 @@ int prefill_read_layout(const char *dir, struct pf_proc *p, size_t ndev)
 	while (fgets(line, sizeof(line), f)) {
 		unsigned long long off, size;
 		unsigned c, rdma, usage;
-		int dev;
+		char uuid[64];
+		int dev, k, got;
 
-		if (sscanf(line, "%llu %llu %d %u %u %u", &off, &size, &dev, &c, &rdma, &usage) != 6 ||
-		    !size || size > (1ull << 48) || off > (1ull << 48) || off % (2ull << 20) ||
-		    dev < 0 || (size_t)dev >= ndev || c) {
+		got = sscanf(line, "%llu %llu %d %u %u %u %63s", &off, &size, &dev, &c, &rdma, &usage,
+			     uuid);
+		/* The GPU it was on: by its UUID; a layout without one (an
+		 * older library), or a snapshot that recorded none, by the
+		 * ordinal, where that is the snapshot's GPU of that index
+		 * (by_index). */
+		k = got == 7 ? gpu_of_uuid(gpus, ngpus, uuid) : -1;
+		if (k < 0 && (got < 7 || !gpus[0].uuid) && by_index)
+			k = dev;
+		if (got < 6 || !size || size > (1ull << 48) || off > (1ull << 48) ||
+		    off % (2ull << 20) || dev < 0 || k < 0 || (size_t)k >= ngpus || k >= GPU_MAX ||
+		    c) {
 			/* Not what a fill handles (compressed memory, a GPU
-			 * the snapshot did not record) or not a layout (sizes
-			 * beyond any GPU's, which would overflow): the library
-			 * copies it all. */
+			 * the snapshot did not record or cannot tell) or not
+			 * a layout (sizes beyond any GPU's, which would
+			 * overflow): the library copies it all. */
 			ret = -EINVAL;
 			break;
 		}
@@ -65,7 +86,7 @@ int prefill_read_layout(const char *dir, struct pf_proc *p, size_t ndev)
 			ret = -ENOMEM;
 			break;
 		}
-		p->a[p->n++] = (struct pf_alloc){ .off = off, .size = size, .dev = dev, .fd = -1 };
+		p->a[p->n++] = (struct pf_alloc){ .off = off, .size = size, .dev = k, .fd = -1 };
 		if (off + size > p->len)
 			p->len = off + size;
 	}

@@ -27,13 +27,14 @@
 #include "restore/gpu_turn.h"
 
 struct pinned_file;
+struct snapshot_gpu;
 struct tier_sum_file;
 struct tier_sums;
 
 /* One allocation of a process's saved device memory (its layout's line). */
 struct pf_alloc {
 	uint64_t off, size;
-	int dev;     /* the snapshot's GPU it is on (pf->gpus[dev] here) */
+	int dev;     /* the snapshot's GPU it was on (pf->gpus[dev] here) */
 	cu_handle h; /* 0: could not be made, not offered */
 	int fd;      /* its export, -1 none */
 	bool mapped; /* in thawd's range, for the copy */
@@ -99,10 +100,14 @@ struct gpu_prefill {
 
 /* gpu_prefill_fill.c */
 
-/* Read dir/gpu-<ns>.layout into p: 0, -EINVAL for a layout a fill does not
- * handle (compressed memory, a device ordinal not below ndev) or not a
- * layout, -errno. */
-int prefill_read_layout(const char *dir, struct pf_proc *p, size_t ndev);
+/* Read dir/gpu-<ns>.layout into p, each allocation's dev the snapshot's
+ * GPU it was on (of gpus, ngpus of them): by the UUID the line names, or,
+ * in a layout without UUIDs (an older library), the device ordinal where
+ * by_index (the process's ordinal k is the snapshot's GPU k).  0, -EINVAL
+ * for a layout a fill does not handle (compressed memory, a GPU not the
+ * snapshot's or that cannot be told) or not a layout, -errno. */
+int prefill_read_layout(const char *dir, struct pf_proc *p, const struct snapshot_gpu *gpus,
+			size_t ngpus, bool by_index);
 /* Fill one process's allocations, in p's turn (left once its copy is
  * done); on success each filled one has its export descriptor and is
  * offered on its socket (prefill_offer).  Touches only p (and the

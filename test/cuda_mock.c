@@ -38,6 +38,9 @@
  * two GPUs that run side by side overlap whatever the machine's load, ones
  * that run one after the other do not (a new value: a new meeting).
  * Knob: MOCK_CUDA_CTX_DEVICE: the device cuCtxGetDevice answers (0).
+ * Knob: MOCK_CUDA_VISIBLE="1,0": the process sees the GPUs in that order
+ * (its ordinal k is the GPU listed k-th: its UUID, where cuMemCreate's
+ * memory goes); mock_cuda_dev() tells which GPU memory is on.
  * Knob: MOCK_CUDA_CTX_MEET: the same meeting for cuDevicePrimaryCtxRetain
  * (contexts made on two GPUs at once, or not); mock_cuda_meet_missed()
  * counts the meetings either knob waited for in vain.
@@ -112,6 +115,24 @@ static int all_zero(const void *p, size_t n)
 		if (c[i])
 			return 0;
 	return 1;
+}
+
+/* MOCK_CUDA_VISIBLE="1,0": the process's device ordinal k is the mock's
+ * GPU of the k-th index listed (as CUDA_VISIBLE_DEVICES reorders them);
+ * without it, ordinal k is GPU k. */
+static int host_gpu(int ordinal)
+{
+	const char *v = getenv("MOCK_CUDA_VISIBLE");
+	char buf[64], *save = NULL, *t;
+	int k = 0;
+
+	if (!v)
+		return ordinal;
+	snprintf(buf, sizeof(buf), "%s", v);
+	for (t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save), k++)
+		if (k == ordinal)
+			return atoi(t);
+	return ordinal;
 }
 
 static void gpu_uuid(int i, cu_uuid *u)
@@ -245,7 +266,7 @@ cu_result cuDeviceGetUuid_v2(cu_uuid *u, int dev)
 {
 	if (dev < 0 || dev >= NGPU)
 		return 101;
-	gpu_uuid(dev, u);
+	gpu_uuid(host_gpu(dev), u);
 	return 0;
 }
 
@@ -547,6 +568,14 @@ static int mock_fails(const char *name)
 
 /* The locations mapping va has access for, as cuMemSetAccess gave them:
  * how many, or -1 when nothing is mapped there. */
+static int dst_dev(cu_ptr dst);
+
+/* The mock's GPU of the memory mapped at va (-1: none, or not a device's). */
+int mock_cuda_dev(cu_ptr va)
+{
+	return dst_dev(va);
+}
+
 int mock_cuda_access(cu_ptr va)
 {
 	int n = -1;
@@ -703,6 +732,7 @@ static int handle_ok_locked(cu_handle h)
 cu_result cuMemCreate(cu_handle *h, size_t size, const cu_mem_prop *prop, unsigned long long flags)
 {
 	struct phys *ph;
+	char name[32];
 
 	if (mock_fails(__func__))
 		return 2;
@@ -710,8 +740,10 @@ cu_result cuMemCreate(cu_handle *h, size_t size, const cu_mem_prop *prop, unsign
 	if (!ph)
 		return 2;
 	ph->refs = 1;
-	ph->dev = prop->location.type == CU_LOC_DEVICE ? prop->location.id : -1;
-	ph->fd = memfd_create("mock-gpu", MFD_CLOEXEC);
+	ph->dev = prop->location.type == CU_LOC_DEVICE ? host_gpu(prop->location.id) : -1;
+	/* Named for its GPU: an importer (another process) finds it there. */
+	snprintf(name, sizeof(name), "mock-gpu-%d", ph->dev);
+	ph->fd = memfd_create(name, MFD_CLOEXEC);
 	if (ph->fd < 0 || ftruncate(ph->fd, (off_t)size)) {
 		free(ph);
 		return 2;
@@ -747,8 +779,10 @@ cu_result cuMemExportToShareableHandle(void *out, cu_handle h, int type, unsigne
 cu_result cuMemImportFromShareableHandle(cu_handle *h, void *os, int type)
 {
 	int fd = (int)(intptr_t)os;
+	char link[64], target[128];
 	struct phys *ph;
 	struct stat sb;
+	ssize_t n;
 
 	if (type != 1 || fstat(fd, &sb) || !sb.st_size)
 		return 1;
@@ -757,6 +791,14 @@ cu_result cuMemImportFromShareableHandle(cu_handle *h, void *os, int type)
 		return 2;
 	ph->refs = 1;
 	ph->dev = -1;
+	/* The GPU its memfd is named for (cuMemCreate). */
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	n = readlink(link, target, sizeof(target) - 1);
+	if (n > 0) {
+		target[n] = '\0';
+		if (sscanf(target, "/memfd:mock-gpu-%d", &ph->dev) != 1)
+			ph->dev = -1;
+	}
 	ph->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
 	ph->size = (size_t)sb.st_size;
 	pthread_mutex_lock(&mem_mu);

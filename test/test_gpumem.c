@@ -36,6 +36,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+/* The mock's GPUs (test/cuda_mock.c), as NVML names them. */
+#define MOCK_GPU0 "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"
+#define MOCK_GPU1 "GPU-10111213-1415-1617-1819-1a1b1c1d1e1f"
+
 struct restore_call {
 	pid_t pid;
 	struct gpumem_status st;
@@ -369,7 +373,7 @@ static void prefill(const char *app_path)
 	int lines = 0;
 
 	app_start(&a, app_path, NULL, true);
-	mock_snapshot_init(&m, "GPU-mock", a.pid);
+	mock_snapshot_init(&m, MOCK_GPU0, a.pid);
 	CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why, sizeof(why)),
 		 0);
 	CHECK_EQ(st.allocs, 6);
@@ -459,9 +463,6 @@ static void prefill(const char *app_path)
 	gpumem_release(&a.pid, 1);
 	app_end(&a);
 }
-
-/* The mock's first GPU (test/cuda_mock.c), as NVML names it. */
-#define MOCK_GPU0 "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"
 
 struct take_call {
 	const struct snapshot_meta *meta;
@@ -714,7 +715,7 @@ static void prefill_shared(const char *app_path)
 static void prefill_span(const char *app_path)
 {
 	struct snapshot_gpu gpus[2] = { { .uuid = MOCK_GPU0, .index = 0 },
-					{ .uuid = "GPU-mock-1", .index = 1 } };
+					{ .uuid = MOCK_GPU1, .index = 1 } };
 	struct gpu_placement place = { .n = 2, .held = true };
 	struct restore_call rc = { 0 };
 	long long first[2] = { 0 }, last[2] = { 0 }, b, e;
@@ -771,9 +772,6 @@ static void prefill_span(const char *app_path)
 	gpumem_release(&a.pid, 1);
 	app_end(&a);
 }
-
-/* The mock's second GPU, as NVML names it. */
-#define MOCK_GPU1 "GPU-10111213-1415-1617-1819-1a1b1c1d1e1f"
 
 /* The copies onto mock GPU 0 and 1 the HtoD log at path holds, of this
  * process: when the first began and the last ended, per GPU. */
@@ -880,6 +878,115 @@ static void prefill_tp(const char *app_path)
 	gpumem_release(pids, 2);
 	for (int i = 0; i < 2; i++)
 		app_end(&a[i]);
+}
+
+/* Strip the layout at path of its UUIDs, as a library before them wrote
+ * it (six fields a line). */
+static void layout_without_uuids(const char *path)
+{
+	char text[8192] = "", line[256];
+	FILE *f = fopen(path, "r");
+
+	REQUIRE(f != NULL);
+	while (fgets(line, sizeof(line), f)) {
+		char *u = strstr(line, " GPU-");
+
+		if (u)
+			strcpy(u, "\n");
+		strncat(text, line, sizeof(text) - strlen(text) - 1);
+	}
+	fclose(f);
+	f = fopen(path, "w");
+	REQUIRE(f != NULL);
+	fputs(text, f);
+	fclose(f);
+}
+
+/* A process that saw the GPUs in another order than the host's (its
+ * ordinal 0 the mock's GPU 1, as CUDA_VISIBLE_DEVICES=1,0 makes it; "span":
+ * C and D on its ordinal 1, the rest on 0): its layout names each
+ * ordinal's UUID, and thawd fills each allocation on the GPU of that UUID's
+ * placement, wherever the snapshot's GPUs go.  A layout without UUIDs (an
+ * older library) is filled only where the snapshot's GPUs are in host
+ * order, as before. */
+static void prefill_order(const char *app_path)
+{
+	/* The snapshot's GPUs in the process's order: its GPU 0 is host GPU 1. */
+	struct snapshot_gpu gpus[2] = { { .uuid = MOCK_GPU1, .index = 1 },
+					{ .uuid = MOCK_GPU0, .index = 0 } };
+	const char *seen[] = { "MOCK_CUDA_VISIBLE=1,0", NULL };
+	/* Placed on the same GPUs, then each moved to the other. */
+	const int onto[2][2] = { { 1, 0 }, { 0, 1 } };
+	const char *where[2] = { "1 0", "0 1" };
+	char layout[600], why[512], s[256];
+	struct restore_call rc = { 0 };
+	struct gpumem_status st;
+	struct snapshot_meta meta;
+	struct gpu_prefill *pf;
+	size_t moved = 0;
+	struct app a;
+
+	app_start_with(&a, app_path, "span", lib, seen);
+	ask(&a, "where", s, sizeof(s));
+	CHECK_STR(s, "1 0");
+	meta = (struct snapshot_meta){ .gpus = gpus, .ngpus = 2,
+				       .gpu_memory = { .recorded = true, .thaw = true,
+						       .ns_pids = &a.pid, .nns_pids = 1 } };
+	rc.pid = a.pid;
+	for (int r = 0; r < 2; r++) {
+		struct gpu_placement place = { .n = 2, .held = true };
+
+		CASE("placed onto GPUs %d,%d", onto[r][0], onto[r][1]);
+		place.dev[0].ordinal = onto[r][0];
+		place.dev[1].ordinal = onto[r][1];
+		CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why,
+					 sizeof(why)),
+			 0);
+		pf = gpu_prefill_start(&meta, outdir, outdir, &place);
+		REQUIRE(pf != NULL);
+		CHECK(gpu_prefill_fills(pf));
+		if (!gpu_prefill_fills(pf)) {
+			char cmd[800];
+
+			snprintf(cmd, sizeof(cmd), "cat >&2 %s/" GPUMEM_LAYOUT_FMT, outdir, (int)a.pid);
+			if (system(cmd))
+				fprintf(stderr, "no layout\n");
+		}
+		CHECK_EQ(gpu_prefill_ready(pf), 0);
+		do_restore(&rc);
+		CHECK(rc.st.ok);
+		CHECK_EQ(rc.st.prefilled_allocs, 6);
+		gpu_prefill_end(pf, NULL, 0);
+		/* A (its ordinal 0) and C (its ordinal 1) on the GPUs their
+		 * snapshot GPUs were placed on. */
+		ask(&a, "where", s, sizeof(s));
+		CHECK_STR(s, where[r]);
+		ask(&a, "verify", s, sizeof(s));
+		CHECK_STR(s, "ok");
+		gpumem_release(&a.pid, 1);
+	}
+	CASE_END();
+	/* An older library's layout, the GPUs out of host order: not filled. */
+	CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why, sizeof(why)),
+		 0);
+	snprintf(layout, sizeof(layout), "%s/" GPUMEM_LAYOUT_FMT, outdir, (int)a.pid);
+	layout_without_uuids(layout);
+	{
+		struct gpu_placement place = { .n = 2, .held = true };
+
+		place.dev[0].ordinal = 1;
+		place.dev[1].ordinal = 0;
+		pf = gpu_prefill_start(&meta, outdir, outdir, &place);
+		CHECK(pf && !gpu_prefill_fills(pf));
+		gpu_prefill_end(pf, NULL, 0);
+	}
+	do_restore(&rc);
+	CHECK(rc.st.ok);
+	CHECK_EQ(rc.st.prefilled_allocs, 0);
+	ask(&a, "verify", s, sizeof(s));
+	CHECK_STR(s, "ok");
+	gpumem_release(&a.pid, 1);
+	app_end(&a);
 }
 
 /* thawd's contexts on a start's GPUs made at once, not one GPU after the
@@ -1100,6 +1207,7 @@ int main(int argc, char **argv)
 		prefill_shared(child_app);
 		prefill_span(child_app);
 		prefill_tp(child_app);
+		prefill_order(child_app);
 		return check_failures ? 1 : 0;
 	}
 	gpumem_test_setup(app, sizeof(app));

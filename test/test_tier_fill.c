@@ -95,7 +95,8 @@ static void damaged_entry(const char *app_path)
 	struct app a;
 
 	app_start(&a, app_path, NULL, true);
-	mock_snapshot_init(&m, "GPU-mock", a.pid);
+	/* The mock's GPU 0, the UUID the library's layout names. */
+	mock_snapshot_init(&m, "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f", a.pid);
 	CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why, sizeof(why)),
 		 0);
 	REQUIRE(st.allocs == 6);

@@ -16,7 +16,7 @@
 #include "function/snapshot_meta.h"
 #include "function/userns.h"
 #include "prewarm/host_record.h"
-#include "prewarm/span_record.h"
+#include "common/span_record.h"
 #include "restore/tier.h"
 #include "store/store.h"
 
@@ -426,12 +426,14 @@ static void check_gpu_moves(struct doctor *d, size_t n)
 }
 
 /* Functions spanning GPUs (several CUDA processes, NCCL between them): can
- * this driver checkpoint them?  Only a try tells; the last one's outcome is
- * recorded by the snapshot (prewarm/span_record.h). */
+ * this driver checkpoint and restore them?  Only a try tells; the last
+ * one's outcome is recorded by the snapshot or the start
+ * (common/span_record.h): the step refused, the driver's words, and what
+ * the spec could set to avoid it. */
 static void check_gpu_spans(struct doctor *d)
 {
 	struct span_record r;
-	char drv[64] = "unknown";
+	char drv[64] = "unknown", line[1400];
 	int ret = span_record_read(cli_data_dir(), &r);
 
 	if (ret == -ENOENT) {
@@ -446,18 +448,8 @@ static void check_gpu_spans(struct doctor *d)
 		return;
 	}
 	cuda_kernel_driver_version(drv, sizeof(drv));
-	if (strcmp(drv, r.driver) != 0)
-		report(d, "gpu-span", ST_OK, "driver %s since %s's snapshot (%u CUDA processes, "
-		       "%u GPUs) at %s under driver %s (%s): not tried on this driver yet", drv,
-		       r.function, r.processes, r.gpus, r.at, r.driver,
-		       r.refused ? "refused" : "it worked");
-	else if (r.refused)
-		report(d, "gpu-span", ST_WARN, "driver %s refused to checkpoint %s (%u CUDA "
-		       "processes, %u GPUs) at %s: %s; snapshots of such functions fail on this "
-		       "driver", r.driver, r.function, r.processes, r.gpus, r.at, r.error);
-	else
-		report(d, "gpu-span", ST_OK, "driver %s checkpointed %s (%u CUDA processes, %u "
-		       "GPUs) at %s", r.driver, r.function, r.processes, r.gpus, r.at);
+	report(d, "gpu-span", span_record_describe(&r, drv, line, sizeof(line)) ? ST_WARN : ST_OK,
+	       "%s", line);
 }
 
 static void check_gpu(struct doctor *d)

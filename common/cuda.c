@@ -603,6 +603,20 @@ static void group_undo(const pid_t *pids, size_t n)
 	}
 }
 
+static __thread enum cuda_step group_step;
+
+const char *cuda_step_name(enum cuda_step step)
+{
+	static const char *const names[] = { "", "lock", "checkpoint", "restore", "unlock" };
+
+	return (size_t)step < ARRAY_SIZE(names) ? names[step] : "";
+}
+
+enum cuda_step cuda_group_failed_step(void)
+{
+	return group_step;
+}
+
 int cuda_checkpoint_group(const pid_t *pids, size_t n, unsigned timeout_ms, uint32_t *gpus,
 			  uint64_t used[CUDA_MAX_DEVICES], pid_t *failed)
 {
@@ -612,6 +626,7 @@ int cuda_checkpoint_group(const pid_t *pids, size_t n, unsigned timeout_ms, uint
 	int ret = 0;
 
 	*failed = 0;
+	group_step = CUDA_STEP_NONE;
 	if (used)
 		memset(used, 0, CUDA_MAX_DEVICES * sizeof(*used));
 	if (gpus)
@@ -621,6 +636,7 @@ int cuda_checkpoint_group(const pid_t *pids, size_t n, unsigned timeout_ms, uint
 		ret = cuda_lock(pids[i], timeout_ms);
 		if (ret) {
 			*failed = pids[i];
+			group_step = CUDA_STEP_LOCK;
 			group_undo(pids, i);
 			return ret;
 		}
@@ -629,6 +645,7 @@ int cuda_checkpoint_group(const pid_t *pids, size_t n, unsigned timeout_ms, uint
 		ret = cuda_checkpoint(pids[i]);
 		if (ret) {
 			*failed = pids[i];
+			group_step = CUDA_STEP_CHECKPOINT;
 			group_undo(pids, n);
 			return ret;
 		}
@@ -657,6 +674,7 @@ int cuda_restore_group(const pid_t *pids, size_t n, const struct cuda_gpu_pair *
 	int ret = 0;
 
 	*failed = 0;
+	group_step = CUDA_STEP_NONE;
 	for (i = 0; i < n; i++) {
 		enum cuda_proc_state st;
 
@@ -682,6 +700,7 @@ int cuda_restore_group(const pid_t *pids, size_t n, const struct cuda_gpu_pair *
 	return 0;
 restore_failed:
 	*failed = pids[i];
+	group_step = CUDA_STEP_RESTORE;
 	/* Those restored give their GPU memory back: checkpointed again, the
 	 * instance can be torn down without the driver mid-work. */
 	for (size_t k = i; k-- > 0;)
@@ -691,6 +710,7 @@ restore_failed:
 	return ret;
 unlock_failed:
 	*failed = pids[i];
+	group_step = CUDA_STEP_UNLOCK;
 	for (size_t k = 0; k < n; k++) {
 		enum cuda_proc_state st;
 

@@ -74,6 +74,21 @@ int cuda_unlock(pid_t pid);
 /* Of the given pids, those that hold CUDA state (cuda_process_state succeeds). */
 int cuda_filter_processes(const pid_t *pids, size_t n, pid_t **cuda_pids, size_t *ncuda);
 
+/* A step of the checkpoint API, for saying where the driver refused. */
+enum cuda_step {
+	CUDA_STEP_NONE = 0,
+	CUDA_STEP_LOCK,
+	CUDA_STEP_CHECKPOINT,
+	CUDA_STEP_RESTORE,
+	CUDA_STEP_UNLOCK,
+};
+/* "lock", "checkpoint", "restore", "unlock"; "" for CUDA_STEP_NONE. */
+const char *cuda_step_name(enum cuda_step step);
+/* The step at which the last cuda_checkpoint_group or cuda_restore_group
+ * of this thread failed (CUDA_STEP_NONE where it succeeded), as
+ * log_last_error() keeps its words. */
+enum cuda_step cuda_group_failed_step(void);
+
 /* The processes of one function, as one, in the driver's order for processes
  * that work together (NCCL, CUDA IPC): every one locked before any is
  * checkpointed, every one restored before any is unlocked.

@@ -11,7 +11,7 @@
 #include "common/gpumem.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "prewarm/span_record.h"
+#include "common/span_record.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -302,8 +302,10 @@ int prewarm_gpumem_into_image(struct job *j)
 
 /* A function of several CUDA processes or GPUs: what the driver did with its
  * checkpoint, for thaw doctor (span_record.h).  refusal: the driver's words,
- * or NULL when it worked. */
-static void record_span(struct job *j, size_t ncuda, const char *refusal)
+ * or NULL when it worked; step and hint: where it refused and what the spec
+ * could set to avoid it. */
+static void record_span(struct job *j, size_t ncuda, const char *refusal, enum cuda_step step,
+			const char *hint)
 {
 	struct span_record r = { .refused = refusal != NULL, .processes = (unsigned)ncuda,
 				 .gpus = (unsigned)j->ngpu };
@@ -314,6 +316,8 @@ static void record_span(struct job *j, size_t ncuda, const char *refusal)
 		snprintf(r.driver, sizeof(r.driver), "unknown");
 	snprintf(r.function, sizeof(r.function), "%s", j->spec->id);
 	snprintf(r.error, sizeof(r.error), "%s", refusal ? refusal : "");
+	snprintf(r.step, sizeof(r.step), "%s", refusal ? cuda_step_name(step) : "");
+	snprintf(r.hint, sizeof(r.hint), "%s", refusal && hint ? hint : "");
 	span_record_write(j->c->data_dir, &r);
 }
 
@@ -348,18 +352,24 @@ int prewarm_cuda_checkpoint(struct job *j)
 	ret = cuda_checkpoint_group(cuda, ncuda, CUDA_LOCK_TIMEOUT_MS, held, j->gpu_used,
 				    &failed);
 	if (ret) {
+		enum cuda_step step = cuda_group_failed_step();
+		/* Only for a function of several processes: one alone shares
+		 * nothing and waits in no collective. */
+		const char *hint = ncuda > 1 ? span_refusal_hint(step, ret) : "";
 		char drv[64] = "unknown", cause[512];
 
 		snprintf(cause, sizeof(cause), "%s", log_last_error());
 		cuda_kernel_driver_version(drv, sizeof(drv));
-		log_set_error("the driver (%s) refused to checkpoint CUDA process %d of %zu: %s; "
-			      "no snapshot of %s is made on this host", drv, (int)failed, ncuda,
-			      cause[0] ? cause : strerror(-ret), j->spec->id);
+		log_set_error("the driver (%s) refused to %s CUDA process %d of %zu: %s; no snapshot "
+			      "of %s is made on this host%s%s%s", drv,
+			      step == CUDA_STEP_LOCK ? "lock" : "checkpoint", (int)failed, ncuda,
+			      cause[0] ? cause : strerror(-ret), j->spec->id,
+			      hint[0] ? " (most likely " : "", hint, hint[0] ? ")" : "");
 		pr_err("%s", log_last_error());
-		record_span(j, ncuda, cause[0] ? cause : strerror(-ret));
+		record_span(j, ncuda, cause[0] ? cause : strerror(-ret), step, hint);
 		goto out;
 	}
-	record_span(j, ncuda, NULL);
+	record_span(j, ncuda, NULL, CUDA_STEP_NONE, NULL);
 	for (size_t o = 0; o < CUDA_MAX_DEVICES; o++)
 		if (j->gpu_saved[o])
 			j->gpu_used[o] += j->gpu_saved[o];

@@ -5,6 +5,7 @@
 #include "common/cuda.h"
 #include "common/gpumem.h"
 #include "common/log.h"
+#include "common/span_record.h"
 #include "common/util.h"
 
 #include <dirent.h>
@@ -529,20 +530,33 @@ out:
 	return ret;
 }
 
-/* What a refused restore of several processes most likely means, from the
- * driver's answer (cu_errno's mapping): driver 580 refuses processes that
- * share device memory the driver would have to carry, NOT_SUPPORTED for
- * exported VMM handles and INVALID_VALUE for legacy CUDA IPC (bench/
- * RESULTS.md, "Tensor parallel").  libthaw-cuda carries the first kind
- * (VMM exports it can pair) but not the others. */
-static const char *shared_refusal_hint(int ret)
+/* The last refused restore of gpu_restore_container on this thread, for
+ * gpu_span_record: the step, the driver's words, the hint. */
+static __thread struct span_record last_refusal;
+
+void gpu_span_record(const char *data_dir, const char *function, const struct snapshot_meta *sm,
+		     int ret)
 {
-	if (ret != -EOPNOTSUPP && ret != -EINVAL)
-		return "";
-	return " (memory shared between the function's processes that libthaw-cuda did not "
-	       "carry: legacy CUDA IPC, NCCL_CUMEM_ENABLE=0, or multicast, NCCL_NVLS_ENABLE=1; "
-	       "with NCCL, keep NCCL_CUMEM_ENABLE=1 and set NCCL_NVLS_ENABLE=0, or "
-	       "NCCL_P2P_DISABLE=1 to share none)";
+	struct span_record r;
+
+	if (!data_dir || (sm->ncuda_processes < 2 && sm->ngpus < 2))
+		return;
+	if (ret) {
+		if (!last_refusal.refused)
+			return; /* not the driver's refusal: nothing to say of it */
+		r = last_refusal;
+		snprintf(r.function, sizeof(r.function), "%s", function);
+		span_record_write(data_dir, &r);
+		return;
+	}
+	/* Restored: a refusal of this function's start on this driver is
+	 * past (a snapshot's record stays). */
+	if (span_record_read(data_dir, &r) || !r.refused || strcmp(r.function, function) ||
+	    (strcmp(r.step, "restore") && strcmp(r.step, "unlock")))
+		return;
+	r.refused = false;
+	r.error[0] = r.hint[0] = '\0';
+	span_record_write(data_dir, &r);
 }
 
 int gpu_restore_container(const struct runner *r, const char *id, pid_t init,
@@ -560,6 +574,7 @@ int gpu_restore_container(const struct runner *r, const char *id, pid_t init,
 
 	*pids = NULL;
 	*n = 0;
+	memset(&last_refusal, 0, sizeof(last_refusal));
 	ret = cuda_init();
 	if (ret) {
 		pr_err("this is a GPU function and this host has no usable GPU driver: %s",
@@ -606,18 +621,29 @@ int gpu_restore_container(const struct runner *r, const char *id, pid_t init,
 	t0 = now_ns();
 	ret = cuda_restore_group(*pids, *n, pairs, npairs, &failed, &restore_ms);
 	if (ret) {
+		enum cuda_step step = cuda_group_failed_step();
+		/* Only for several processes: one alone shares nothing. */
+		const char *hint = *n > 1 ? span_refusal_hint(step, ret) : "";
+		struct span_record *rec = &last_refusal;
 		char cause[512], onto[128] = "";
 
 		snprintf(cause, sizeof(cause), "%s", log_last_error());
 		for (size_t i = 0; i < p->n; i++)
 			snprintf(onto + strlen(onto), sizeof(onto) - strlen(onto), "%s%d",
 				 i ? "," : " onto GPU ", p->dev[i].ordinal);
-		log_set_error("CUDA process %d (of %zu) could not be restored%s: %s; %s%s",
+		log_set_error("CUDA process %d (of %zu) could not be restored%s: %s; %s%s%s%s",
 			      (int)failed, *n, onto, cause[0] ? cause : strerror(-ret),
 			      *n > 1 ? "the others were checkpointed back, the start fails" :
 				       "the start fails",
-			      *n > 1 ? shared_refusal_hint(ret) : "");
+			      hint[0] ? " (" : "", hint, hint[0] ? ")" : "");
 		pr_err("%s", log_last_error());
+		*rec = (struct span_record){ .refused = true, .processes = (unsigned)*n,
+					   .gpus = (unsigned)sm->ngpus };
+		if (cuda_kernel_driver_version(rec->driver, sizeof(rec->driver)))
+			snprintf(rec->driver, sizeof(rec->driver), "unknown");
+		snprintf(rec->step, sizeof(rec->step), "%s", cuda_step_name(step));
+		snprintf(rec->error, sizeof(rec->error), "%s", cause[0] ? cause : strerror(-ret));
+		snprintf(rec->hint, sizeof(rec->hint), "%s", hint);
 		goto out;
 	}
 	pr_info("%zu CUDA process(es) of %s restored and unlocked in %.1f ms (restored in %.1f)%s",

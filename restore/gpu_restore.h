@@ -123,6 +123,16 @@ int pidns_members(pid_t init, pid_t **pids, size_t *n);
  * it is reaped either way, bench/LOG.md).  Processes that are gone or hold
  * no CUDA state are skipped; one that cannot be locked in time is killed
  * all the same (a warning). */
+/* After gpu_restore_container of a function of several CUDA processes or
+ * GPUs (its snapshot's meta sm, its id function) returned ret on this
+ * thread: for thaw doctor (common/span_record.h), in data_dir, a refusal
+ * by the driver (the step, its words, what the spec could set to avoid
+ * it), or a success where the record held this function's refused start.
+ * Nothing for a function of one process and one GPU, or for a failure
+ * that was not the driver's refusal. */
+void gpu_span_record(const char *data_dir, const char *function, const struct snapshot_meta *sm,
+		     int ret);
+
 void gpu_lock_for_kill(const pid_t *pids, size_t n);
 
 #endif

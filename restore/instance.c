@@ -855,6 +855,8 @@ static int gpu_restore(struct start *st)
 		pj.started = pthread_create(&pj.thread, NULL, prefault_main, &pj) == 0;
 	ret = gpu_restore_container(&x->r, in->id, in->pid, &st->meta, st->gp, &x->cuda_pids,
 				    &x->ncuda);
+	/* A function of several processes or GPUs: for thaw doctor. */
+	gpu_span_record(x->c->data_dir, in->function, &st->meta, ret);
 	if (!ret) {
 		/* Ends the fill either way; a failed start ends it in start_end. */
 		ret = gpu_prefill_restore(x->prefill, &st->meta, x->cuda_pids, x->ncuda,

@@ -18,6 +18,7 @@
  */
 #include "common/cuda.h"
 #include "common/log.h"
+#include "common/span_record.h"
 #include "common/util.h"
 #include "restore/gpu_restore.h"
 #include "test/check.h"
@@ -87,8 +88,11 @@ static int mock_checks(const char *pairs_log)
 	uint32_t held[2];
 	uint64_t used[CUDA_MAX_DEVICES];
 	size_t n = 0, nall = 0, ngot = 0;
-	char list[64], why[512], log[1024], want[256];
+	char list[64], why[512], log[1024], want[256], line[1400];
+	char data[] = "/tmp/test_gpu_restore.XXXXXX";
+	struct span_record rec;
 	struct snapshot_meta meta;
+	int ret;
 
 	for (int i = 0; i < 2; i++) {
 		kids[i] = fork();
@@ -224,12 +228,44 @@ static int mock_checks(const char *pairs_log)
 	 * Both are checkpointed again (the failed start put them back). */
 	setenv("MOCK_CUDA_RESTORE_FAIL_RESULT", "801", 1);
 	log_clear_error();
-	CHECK_EQ(gpu_restore_container(&r, "mock", getpid(), &meta, NULL, &got, &ngot), -EOPNOTSUPP);
+	ret = gpu_restore_container(&r, "mock", getpid(), &meta, NULL, &got, &ngot);
+	CHECK_EQ(ret, -EOPNOTSUPP);
 	CHECK(strstr(log_last_error(), "CUDA_ERROR_NOT_SUPPORTED") != NULL);
 	CHECK(strstr(log_last_error(), "NCCL_NVLS_ENABLE=0") != NULL);
 	printf("the error: %s\n", log_last_error());
+	/* Kept for thaw doctor: the step refused, the driver's words, what
+	 * the spec could set; its gpu-span line says them. */
+	REQUIRE(mkdtemp(data));
+	gpu_span_record(data, "tp", &meta, ret);
+	CHECK_EQ(span_record_read(data, &rec), 0);
+	CHECK(rec.refused);
+	CHECK_STR(rec.step, "restore");
+	CHECK_STR(rec.function, "tp");
+	CHECK_EQ(rec.processes, 2);
+	CHECK_EQ(rec.gpus, 2);
+	CHECK(strstr(rec.error, "CUDA_ERROR_NOT_SUPPORTED") != NULL);
+	CHECK(strstr(rec.hint, "NCCL_NVLS_ENABLE=0") != NULL);
+	CHECK(span_record_describe(&rec, rec.driver, line, sizeof(line)));
+	printf("doctor: %s\n", line);
+	CHECK(strstr(line, "refused to restore tp (2 CUDA processes, 2 GPUs)") != NULL);
+	CHECK(strstr(line, "CUDA_ERROR_NOT_SUPPORTED") != NULL);
+	CHECK(strstr(line, "NCCL_NVLS_ENABLE=0") != NULL);
+	CHECK(strstr(line, "starts of such functions fail") != NULL);
 	unsetenv("MOCK_CUDA_RESTORE_FAIL_RESULT");
 	unsetenv("MOCK_CUDA_RESTORE_FAIL_PID");
+	/* Restored the next time (the failed start checkpointed both back):
+	 * the refusal is past. */
+	ret = gpu_restore_container(&r, "mock", getpid(), &meta, NULL, &got, &ngot);
+	CHECK_EQ(ret, 0);
+	free(got);
+	gpu_span_record(data, "tp", &meta, ret);
+	CHECK_EQ(span_record_read(data, &rec), 0);
+	CHECK(!rec.refused);
+	CHECK(!span_record_describe(&rec, rec.driver, line, sizeof(line)));
+	CHECK(strstr(line, "restored tp") != NULL);
+	snprintf(line, sizeof(line), "%s/" SPAN_RECORD_FILE, data);
+	unlink(line);
+	rmdir(data);
 	/* Nothing was held back by the failed start: both GPUs place again. */
 	CHECK_EQ(gpu_place(&meta, NULL, 0, &p[0], why, sizeof(why)), 0);
 	gpu_release(&p[0]);

@@ -377,6 +377,58 @@ static double turn_ms(const struct gpu_turn *t, bool waited)
 	return t->end_ns ? (double)(t->end_ns - t->begin_ns) / 1e6 : 0.0;
 }
 
+struct let_go {
+	struct pf_proc *p;
+	size_t np;
+	int ordinal; /* a GPU whose context the driver's calls run in, -1 none */
+};
+
+static void let_go_now(struct pf_proc *procs, size_t np, int ordinal)
+{
+	if (ordinal >= 0)
+		prefill_use_device(ordinal);
+	for (size_t i = 0; i < np; i++) {
+		prefill_let_go(&procs[i]);
+		free(procs[i].a);
+	}
+	free(procs);
+}
+
+static void *let_go_main(void *arg)
+{
+	struct let_go *g = arg;
+
+	let_go_now(g->p, g->np, g->ordinal);
+	free(g);
+	return NULL;
+}
+
+/* The fill's processes' allocations let go of (prefill_let_go) on a
+ * thread of their own: unmapping, freeing and releasing are the driver's
+ * work, which waits behind every restore the driver runs beside it, and
+ * nothing the start needs waits for them.  procs (np of them) is freed
+ * with them. */
+static void let_go_later(struct pf_proc *procs, size_t np, int ordinal)
+{
+	struct let_go *g = procs ? malloc(sizeof(*g)) : NULL;
+	pthread_attr_t at;
+	pthread_t th;
+	bool started = false;
+
+	if (!g) {
+		let_go_now(procs, procs ? np : 0, ordinal);
+		return;
+	}
+	*g = (struct let_go){ procs, np, ordinal };
+	if (!pthread_attr_init(&at)) {
+		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+		started = pthread_create(&th, &at, let_go_main, g) == 0;
+		pthread_attr_destroy(&at);
+	}
+	if (!started)
+		let_go_main(g);
+}
+
 void gpu_prefill_end(struct gpu_prefill *pf, char *summary, size_t len)
 {
 	if (!pf)
@@ -421,16 +473,9 @@ void gpu_prefill_end(struct gpu_prefill *pf, char *summary, size_t len)
 			close(p->listen_fd);
 		if (p->sock[0])
 			unlink(p->sock);
-		/* The processes that mapped the memory hold it now. */
-		for (size_t k = 0; k < p->n; k++) {
-			if (p->a[k].fd >= 0)
-				close(p->a[k].fd);
-			if (p->a[k].h)
-				prefill_cu.release(p->a[k].h);
-		}
-		free(p->a);
 	}
-	free(pf->p);
+	/* The processes that mapped the memory hold it now. */
+	let_go_later(pf->p, pf->np, pf->ngpus ? pf->gpus[0] : -1);
 	tier_sums_free(pf->sums);
 	for (int k = 0; k < 2; k++)
 		if (pf->wake[k] >= 0)

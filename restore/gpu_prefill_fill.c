@@ -115,6 +115,18 @@ static int make_allocs(struct gpu_prefill *pf, struct pf_proc *p, cu_ptr *va)
 			a->h = 0;
 			continue;
 		}
+		/* Exported now, before its turn, not after the copy: beside a
+		 * burst of the driver's restores each of the driver's calls
+		 * waits, and 115 exports after the copy held a start for up
+		 * to 0.4 s on the H200. */
+		if (cu->export_fd(&a->fd, a->h, CU_HANDLE_POSIX_FD, 0)) {
+			a->fd = -1;
+			cu->release(a->h);
+			a->h = 0;
+			continue;
+		}
+		/* Never into a child (spawn closes them too). */
+		fcntl(a->fd, F_SETFD, FD_CLOEXEC);
 		if (cu->map(*va + a->off, a->size, 0, a->h, 0))
 			continue;
 		a->mapped = true;
@@ -124,6 +136,47 @@ static int make_allocs(struct gpu_prefill *pf, struct pf_proc *p, cu_ptr *va)
 		}
 	}
 	return 0;
+}
+
+/* Allocations made but not mapped were never filled: not offered. */
+static void drop_unfilled(struct pf_proc *p)
+{
+	for (size_t i = 0; i < p->n; i++) {
+		struct pf_alloc *a = &p->a[i];
+
+		if (!a->h || a->mapped)
+			continue;
+		if (a->fd >= 0)
+			close(a->fd);
+		a->fd = -1;
+		prefill_cu.release(a->h);
+		a->h = 0;
+	}
+}
+
+/* Every allocation of p let go of in thawd: unmapped from its range, the
+ * range freed, exports closed, handles released (what a process mapped
+ * stays its own). */
+void prefill_let_go(struct pf_proc *p)
+{
+	const struct prefill_cu *cu = &prefill_cu;
+
+	for (size_t i = 0; i < p->n; i++) {
+		struct pf_alloc *a = &p->a[i];
+
+		if (a->mapped)
+			cu->unmap(p->va + a->off, a->size);
+		a->mapped = false;
+		if (a->fd >= 0)
+			close(a->fd);
+		a->fd = -1;
+		if (a->h)
+			cu->release(a->h);
+		a->h = 0;
+	}
+	if (p->va)
+		cu->addr_free(p->va, ALIGN_2M(p->len));
+	p->va = 0;
 }
 
 /* One thread's share of a file's copy: the allocations of the process's
@@ -304,7 +357,6 @@ static int copy_file(const struct gpu_prefill *pf, struct pf_proc *p, cu_ptr va)
 
 int prefill_fill_proc(struct gpu_prefill *pf, struct pf_proc *p)
 {
-	const struct prefill_cu *cu = &prefill_cu;
 	char path[PATH_MAX + 64];
 	uint64_t t0;
 	cu_ptr va = 0;
@@ -346,30 +398,19 @@ int prefill_fill_proc(struct gpu_prefill *pf, struct pf_proc *p)
 		ret = copy_file(pf, p, va);
 	}
 	gpu_turn_leave(&p->turn);
-	for (size_t i = 0; va && i < p->n; i++)
-		if (p->a[i].mapped) {
-			cu->unmap(va + p->a[i].off, p->a[i].size);
-			p->a[i].mapped = false;
-		} else if (p->a[i].h) {
-			/* Made but not mapped: never filled, not offered. */
-			cu->release(p->a[i].h);
-			p->a[i].h = 0;
-		}
-	if (va)
-		cu->addr_free(va, ALIGN_2M(p->len));
-	if (ret)
+	p->va = va;
+	if (ret) {
+		prefill_let_go(p);
 		return ret;
+	}
+	/* Offered as soon as copied: thawd's mapping of what it offers stays
+	 * until the fill ends (gpu_prefill_end lets go of it off the start's
+	 * path), since unmapping is the driver's work too. */
+	drop_unfilled(p);
 	for (size_t i = 0; i < p->n; i++) {
 		struct pf_alloc *a = &p->a[i];
 
-		if (a->h && cu->export_fd(&a->fd, a->h, CU_HANDLE_POSIX_FD, 0)) {
-			a->fd = -1;
-			cu->release(a->h);
-			a->h = 0;
-		}
 		if (a->fd >= 0) {
-			/* Never into a child (spawn closes them too). */
-			fcntl(a->fd, F_SETFD, FD_CLOEXEC);
 			p->bytes += a->size;
 			p->gpu_bytes[a->dev] += a->size;
 			p->offered_allocs++;

@@ -51,6 +51,7 @@ struct pf_proc {
 	size_t n;
 	uint64_t len; /* the file's bytes the allocations span */
 	char *base;   /* the file, mapped (the pin cache's mapping) */
+	cu_ptr va;    /* thawd's range its allocations are mapped in (0: none) */
 	const struct tier_sum_file *sum; /* its checksums; NULL: not checked */
 	struct pinned_file *pin;
 	int listen_fd;
@@ -115,6 +116,9 @@ int prefill_read_layout(const char *dir, struct pf_proc *p, const struct snapsho
  * side by side.  0, or -errno with p->why set (-EUCLEAN: the file is
  * unlike its checksums). */
 int prefill_fill_proc(struct gpu_prefill *pf, struct pf_proc *p);
+/* What thawd holds of p's allocations let go of: its mappings and range,
+ * the exports, the handles (a process that mapped one keeps it). */
+void prefill_let_go(struct pf_proc *p);
 
 /* gpu_prefill_serve.c */
 

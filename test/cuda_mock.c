@@ -875,10 +875,24 @@ cu_result cuMemSetAccess(cu_ptr va, size_t size, const cu_access_desc *desc, siz
 	return 0;
 }
 
+/* MOCK_CUDA_UNMAP_LOG: each cuMemUnmap appends a line to that file (when
+ * a process let go of its mappings, against when it offered them). */
+static void unmap_log(void)
+{
+	const char *path = getenv("MOCK_CUDA_UNMAP_LOG");
+	FILE *f = path ? fopen(path, "a") : NULL;
+
+	if (f) {
+		fputs("unmap\n", f);
+		fclose(f);
+	}
+}
+
 cu_result cuMemUnmap(cu_ptr va, size_t size)
 {
 	cu_result r = 1;
 
+	unmap_log();
 	if (mock_fails(__func__))
 		return 2;
 	pthread_mutex_lock(&mem_mu);

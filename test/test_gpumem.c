@@ -356,6 +356,19 @@ static void shared_kept(const char *app_path)
  * library maps it instead of copying; where thawd cannot, the library
  * copies.  Run in a child of ours that has the fake driver on its library
  * path: thawd's side (common/cuda.c) opens libcuda.so.1 by name. */
+/* Lines in the file at path (0 if there is none). */
+static int count_lines(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	int n = 0, c;
+
+	while (f && (c = fgetc(f)) != EOF)
+		n += c == '\n';
+	if (f)
+		fclose(f);
+	return n;
+}
+
 static void prefill(const char *app_path)
 {
 	struct mock_snapshot m;
@@ -370,6 +383,7 @@ static void prefill(const char *app_path)
 	size_t moved = 0;
 	FILE *f;
 	struct app a;
+	char unmaps[600];
 	int lines = 0;
 
 	app_start(&a, app_path, NULL, true);
@@ -396,10 +410,17 @@ static void prefill(const char *app_path)
 	fclose(f);
 	REQUIRE(chmod(target, 0600) == 0 && symlink(target, sock) == 0);
 
-	/* Filled and offered, then taken: nothing copied by the library. */
+	/* Filled and offered, then taken: nothing copied by the library.
+	 * Offered before thawd let go of any of its own mappings (the
+	 * driver's calls that wait behind a burst of restores), and let go of
+	 * them all once the fill ended. */
+	snprintf(unmaps, sizeof(unmaps), "%s/unmaps.log", dir);
+	unlink(unmaps);
+	setenv("MOCK_CUDA_UNMAP_LOG", unmaps, 1);
 	pf = gpu_prefill_start(&m.meta, outdir, outdir, &place);
 	REQUIRE(pf != NULL);
 	CHECK_EQ(gpu_prefill_ready(pf), 0);
+	CHECK_EQ(count_lines(unmaps), 0);
 	CHECK(lstat(sock, &sb) == 0 && S_ISSOCK(sb.st_mode));
 	/* What it made is on the GPU: no longer held back as well. */
 	CHECK_EQ(place.claim[0], 10 * MIB);
@@ -416,6 +437,10 @@ static void prefill(const char *app_path)
 	gpu_prefill_end(pf, line, sizeof(line));
 	CHECK(strstr(line, "filled 6 allocation(s)") != NULL);
 	CHECK(access(sock, F_OK) != 0);
+	for (int i = 0; i < 3000 && count_lines(unmaps) < 6; i++)
+		usleep(10 * 1000);
+	CHECK_EQ(count_lines(unmaps), 6);
+	unsetenv("MOCK_CUDA_UNMAP_LOG");
 	/* thawd gave its handles back: the memory is the program's alone,
 	 * byte for byte, and as movable as before. */
 	ask(&a, "mem", s, sizeof(s));

@@ -62,4 +62,34 @@ for round in 1 2; do
 	[ "$cold" = "$warm" ] || { echo "the restored function answered otherwise"; cat "$W/start.json"; exit 1; }
 	[ "$restored" = True ] || { echo "the start booted cold"; cat "$W/start.json"; exit 1; }
 done
-echo "the function spanning 2 GPUs restored and answered like the cold process"
+echo "the function spanning 2 GPUs restored and answered like the cold process (thaw start)"
+
+# The same through thawd, as a gateway starts it: thawd's contexts are made
+# and the RAM tier's file pinned once for all its starts (a `thaw start` is
+# a process of its own that makes and pins them every time).  A snapshot of
+# its own, then SPAN_THAWD_ROUNDS starts (default 3) one at a time; the
+# first pins.
+B=${THAW_BUILD:-build} TIER=$(mktemp -d /dev/shm/gpu-span-tier-XXXXXX)
+W=$W/thawd
+mkdir -p "$W"
+ID=gpu-span INFER='POST /check {}' EXPECT='"match": true'
+. "$ROOT/bench/lib/thawd.sh"
+start_thawd 0 || exit 1
+put_function gpu-span "$W/../spec.json" "$W/spec.json" standby=0 &&
+	snapshot_function gpu-span "$W/snap.json" || exit 1
+for round in $(seq "${SPAN_THAWD_ROUNDS:-3}"); do
+	s0=$(date +%s%N)
+	code=$(curl -s -o "$W/start.json" -w '%{http_code}' -X POST "$URL/functions/gpu-span/start")
+	[ "$code" = 201 ] || { echo "start through thawd: $code $(head -c 400 "$W/start.json")"; exit 1; }
+	ep=$(jfield "$W/start.json" endpoint)
+	warm=$(check "http://$ep")
+	echo "figure: gpu_span thawd_start_to_first_answer_ms $((($(date +%s%N) - s0) / 1000000)) (thawd round $round)"
+	python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print("figure: gpu_span thawd start restored=%s %s" % (j.get("restored"), json.dumps(j.get("timings_ms"))))' "$W/start.json"
+	restored=$(jfield "$W/start.json" restored)
+	curl -s -o /dev/null -X DELETE "$URL/instances/$(jfield "$W/start.json" instance)"
+	[ "$cold" = "$warm" ] || { echo "the restored function answered otherwise"; exit 1; }
+	[ "$restored" = True ] || { echo "the start booted cold"; exit 1; }
+done
+# thawd's own log has its fill lines for each start.
+bash "$ROOT/bench/fill-lines.sh" gpu_span "thawd" "$OUTDIR/thawd.log" "$OUTDIR/fills.txt"
+echo "the function spanning 2 GPUs restored and answered like the cold process (thawd)"

@@ -29,6 +29,9 @@ for line in open(log, errors="replace"):
     if m:
         print("figure: %s fill %s allocation(s), %s in %s ms; the start waited %s ms for it (%s)"
               % (name, m.group(1), m.group(2), m.group(3), m.group(4), label))
+        parts = re.search(r"\((contexts [^)]*)\)", line)
+        if parts:  # where the fill's time went
+            print("figure: %s fill_parts %s (%s)" % (name, parts.group(1), label))
     m = re.search(r"restored and unlocked in ([\d.]+) ms", line)
     if m:
         print("figure: %s driver_restore_unlock_ms %s (%s)" % (name, m.group(1), label))

@@ -59,17 +59,23 @@ echo "figure: gpu_tp cold_boot_to_first_answer_ms $((($(date +%s%N) - c0) / 1000
 kill -9 -- "-$ref" 2>/dev/null
 wait "$ref" 2>/dev/null
 echo "cold: $cold"
-"$THAW" --data-dir "$W/data" snapshot --id gpu-tp "$W/spec.json" >"$W/snap.json" 2>"$W/snap.err" || {
+# Each with a deadline of its own (TP_STEP_S, default 120 s), its log kept
+# in OUTDIR: a snapshot or start that hangs says where.
+timeout -s KILL "${TP_STEP_S:-120}" env THAW_LOG=info "$THAW" --data-dir "$W/data" snapshot --id gpu-tp \
+	"$W/spec.json" >"$W/snap.json" 2>"$W/snap.err" || {
 	echo "snapshot of the tensor-parallel function failed (driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)):"
-	tail -n 20 "$W/snap.err"
+	cp "$W/snap.err" "$OUTDIR/snap.err" 2>/dev/null
+	tail -n 40 "$W/snap.err"
 	echo "thaw doctor on that data directory:"
 	"$THAW" --data-dir "$W/data" doctor 2>&1 | grep -E "gpu-span|gpu-move"
 	exit 1
 }
 snap=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["snapshot"])' "$W/snap.json")
 s0=$(date +%s%N)
-THAW_LOG=info "$THAW" --data-dir "$W/data" start "$snap" >"$W/start.json" 2>"$W/start.err" || {
-	echo "start failed:"; tail -n 20 "$W/start.err"; exit 1; }
+timeout -s KILL "${TP_STEP_S:-120}" env THAW_LOG=info "$THAW" --data-dir "$W/data" start "$snap" \
+	>"$W/start.json" 2>"$W/start.err" || {
+	echo "start failed or hung:"; cp "$W/start.err" "$OUTDIR/start.err" 2>/dev/null
+	tail -n 40 "$W/start.err"; exit 1; }
 : >"$OUTDIR/fills.txt"
 bash "$ROOT/bench/fill-lines.sh" gpu_tp start "$W/start.err" "$OUTDIR/fills.txt"
 cat "$W/start.json"

@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static void set_state(struct gpu_prefill *pf, int state)
@@ -394,12 +395,42 @@ static void let_go_now(struct pf_proc *procs, size_t np, int ordinal)
 	free(procs);
 }
 
+/* Let-go threads still running: the process waits for them at its exit
+ * (a `thaw start` exits right after its start), since one inside the
+ * driver while exit tears the driver down crashes the process. */
+static pthread_mutex_t let_go_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t let_go_cv = PTHREAD_COND_INITIALIZER;
+static int let_go_running;
+static pthread_once_t let_go_once = PTHREAD_ONCE_INIT;
+
+static void let_go_wait_all(void)
+{
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 30;
+	pthread_mutex_lock(&let_go_mu);
+	while (let_go_running > 0)
+		if (pthread_cond_timedwait(&let_go_cv, &let_go_mu, &until))
+			break;
+	pthread_mutex_unlock(&let_go_mu);
+}
+
+static void let_go_at_exit(void)
+{
+	atexit(let_go_wait_all);
+}
+
 static void *let_go_main(void *arg)
 {
 	struct let_go *g = arg;
 
 	let_go_now(g->p, g->np, g->ordinal);
 	free(g);
+	pthread_mutex_lock(&let_go_mu);
+	let_go_running--;
+	pthread_cond_broadcast(&let_go_cv);
+	pthread_mutex_unlock(&let_go_mu);
 	return NULL;
 }
 
@@ -410,16 +441,26 @@ static void *let_go_main(void *arg)
  * with them. */
 static void let_go_later(struct pf_proc *procs, size_t np, int ordinal)
 {
-	struct let_go *g = procs ? malloc(sizeof(*g)) : NULL;
+	bool holds = false;
+	struct let_go *g;
 	pthread_attr_t at;
 	pthread_t th;
 	bool started = false;
 
+	/* A check, or a fill that made nothing: no driver call to wait for. */
+	for (size_t i = 0; procs && i < np; i++)
+		for (size_t k = 0; k < procs[i].n && procs[i].a; k++)
+			holds |= procs[i].a[k].h || procs[i].a[k].mapped || procs[i].a[k].fd >= 0;
+	g = holds ? malloc(sizeof(*g)) : NULL;
 	if (!g) {
 		let_go_now(procs, procs ? np : 0, ordinal);
 		return;
 	}
 	*g = (struct let_go){ procs, np, ordinal };
+	pthread_once(&let_go_once, let_go_at_exit);
+	pthread_mutex_lock(&let_go_mu);
+	let_go_running++;
+	pthread_mutex_unlock(&let_go_mu);
 	if (!pthread_attr_init(&at)) {
 		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
 		started = pthread_create(&th, &at, let_go_main, g) == 0;

@@ -876,12 +876,17 @@ cu_result cuMemSetAccess(cu_ptr va, size_t size, const cu_access_desc *desc, siz
 }
 
 /* MOCK_CUDA_UNMAP_LOG: each cuMemUnmap appends a line to that file (when
- * a process let go of its mappings, against when it offered them). */
+ * a process let go of its mappings, against when it offered them), after
+ * MOCK_CUDA_UNMAP_DELAY_MS (a driver busy elsewhere). */
 static void unmap_log(void)
 {
 	const char *path = getenv("MOCK_CUDA_UNMAP_LOG");
-	FILE *f = path ? fopen(path, "a") : NULL;
+	const char *delay = getenv("MOCK_CUDA_UNMAP_DELAY_MS");
+	FILE *f;
 
+	if (delay)
+		usleep((useconds_t)atoi(delay) * 1000);
+	f = path ? fopen(path, "a") : NULL;
 	if (f) {
 		fputs("unmap\n", f);
 		fclose(f);

@@ -731,6 +731,42 @@ static void prefill_shared(const char *app_path)
 	app_end(&c);
 }
 
+/* The last case of the thawd child: a fill ended just before the process
+ * exits, its let-go of thawd's mappings slowed by the mock.  The process
+ * waits for it at its exit (a `thaw start` exits right after its start;
+ * a let-go still inside the driver as exit tears the driver down crashed
+ * it); the parent counts the unmaps once the child has exited. */
+static void let_go_at_exit(const char *app_path)
+{
+	struct gpu_placement place = { .n = 1, .held = true, .claim = { 40 * MIB } };
+	struct restore_call rc = { 0 };
+	struct mock_snapshot m;
+	struct gpumem_status st;
+	struct gpu_prefill *pf;
+	char why[512], log[600];
+	size_t moved = 0;
+	struct app a;
+
+	app_start(&a, app_path, NULL, true);
+	mock_snapshot_init(&m, MOCK_GPU0, a.pid);
+	CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why, sizeof(why)),
+		 0);
+	snprintf(log, sizeof(log), "%s/exit-unmaps.log", dir);
+	unlink(log);
+	setenv("MOCK_CUDA_UNMAP_LOG", log, 1);
+	setenv("MOCK_CUDA_UNMAP_DELAY_MS", "100", 1);
+	pf = gpu_prefill_start(&m.meta, outdir, outdir, &place);
+	REQUIRE(pf != NULL);
+	CHECK_EQ(gpu_prefill_ready(pf), 0);
+	rc.pid = a.pid;
+	do_restore(&rc);
+	CHECK(rc.st.ok);
+	CHECK_EQ(rc.st.prefilled_allocs, 6);
+	gpu_prefill_end(pf, NULL, 0);
+	gpumem_release(&a.pid, 1);
+	app_end(&a);
+}
+
 /* A process spanning two GPUs (the app's C and D on the mock's GPU 1, the
  * rest on GPU 0): thawd fills each allocation on its own GPU, both GPUs'
  * copies side by side, and the library maps it all.  The mock holds each
@@ -1233,6 +1269,7 @@ int main(int argc, char **argv)
 		prefill_span(child_app);
 		prefill_tp(child_app);
 		prefill_order(child_app);
+		let_go_at_exit(child_app);
 		return check_failures ? 1 : 0;
 	}
 	gpumem_test_setup(app, sizeof(app));
@@ -1255,6 +1292,9 @@ int main(int argc, char **argv)
 	shared_creator_ends(app);
 	shared_kept(app);
 	gpumem_thawd_child(argv[0], "--prefill", app);
+	/* Its last fill's let-go done before it exited (let_go_at_exit). */
+	snprintf(c, sizeof(c), "%s/exit-unmaps.log", dir);
+	CHECK_EQ(count_lines(c), 6);
 	fallbacks(app, have_static ? stat_app : NULL);
 	rm_rf(dir);
 	return check_failures ? 1 : 0;

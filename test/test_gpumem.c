@@ -731,6 +731,94 @@ static void prefill_shared(const char *app_path)
 	app_end(&c);
 }
 
+/* Shared memory across GPUs where thawd fills: the creator on GPU 0, its
+ * importer on GPU 1, each process filled on its own GPU's link; the
+ * importer maps the creator's shared allocation at its address. */
+static void prefill_shared_2gpu(const char *app_path)
+{
+	struct snapshot_gpu gpus[2] = { { .uuid = MOCK_GPU0, .index = 0 },
+					{ .uuid = MOCK_GPU1, .index = 1 } };
+	struct gpu_placement place = { .n = 2, .held = true };
+	const char *fast1[] = { "MOCK_CUDA_HTOD_DELAY_MS=0", "MOCK_CUDA_CTX_DEVICE=1", NULL };
+	const char *fast[] = { "MOCK_CUDA_HTOD_DELAY_MS=0", NULL };
+	struct gpumem_status st[2];
+	struct gpu_prefill *pf;
+	struct snapshot_meta meta;
+	char s[64], why[512], cmd[700];
+	size_t moved = 0;
+	struct app c, i;
+	pid_t pids[2];
+	double ms;
+
+	place.dev[0].ordinal = 0;
+	place.dev[1].ordinal = 1;
+	app_start_with(&c, app_path, NULL, lib, fast);
+	app_start_with(&i, app_path, NULL, lib, fast1);
+	snprintf(cmd, sizeof(cmd), "export %s/s2-%d.sock", dir, (int)c.pid);
+	ask(&c, cmd, s, sizeof(s));
+	CHECK_STR(s, "ok");
+	snprintf(cmd, sizeof(cmd), "import %s/s2-%d.sock", dir, (int)c.pid);
+	ask(&i, cmd, s, sizeof(s));
+	CHECK_STR(s, "ok");
+	ask(&c, "swrite 1", s, sizeof(s));
+	pids[0] = c.pid;
+	pids[1] = i.pid;
+	meta = (struct snapshot_meta){ .gpus = gpus, .ngpus = 2,
+				       .gpu_memory = { .recorded = true, .thaw = true,
+						       .ns_pids = pids, .nns_pids = 2 } };
+	CHECK_EQ(gpumem_save_all(pids, pids, 2, outdir, 30000, st, &moved, why, sizeof(why)), 0);
+	CHECK(st[0].shared_allocs == 1 && st[1].shared_allocs == 1);
+	pf = gpu_prefill_start(&meta, outdir, outdir, &place);
+	REQUIRE(pf != NULL);
+	CHECK(gpu_prefill_fills(pf));
+	CHECK_EQ(gpu_prefill_ready(pf), 0);
+	CHECK_EQ(gpu_prefill_restore(pf, &meta, pids, 2, outdir, "share2", &ms), 0);
+	ask(&i, "sread 1", s, sizeof(s));
+	CHECK_STR(s, "ok");
+	ask(&c, "verify", s, sizeof(s));
+	CHECK_STR(s, "ok");
+	ask(&i, "verify", s, sizeof(s));
+	CHECK_STR(s, "ok");
+	gpumem_release(pids, 2);
+	app_end(&i);
+	app_end(&c);
+}
+
+/* Two processes, by default: not filled (THAW_GPU_PREFILL=all fills
+ * them); the libraries copy. */
+static void several_unfilled(const char *app_path)
+{
+	struct gpu_placement place = { .n = 1, .held = true, .claim = { 80 * MIB } };
+	struct snapshot_gpu gpu = { .uuid = MOCK_GPU0, .index = -1 };
+	struct gpumem_status st[2];
+	struct snapshot_meta meta;
+	struct gpu_prefill *pf;
+	char why[512], s[64];
+	size_t moved = 0;
+	struct app a[2];
+	pid_t pids[2];
+	double ms;
+
+	app_start(&a[0], app_path, NULL, true);
+	app_start(&a[1], app_path, NULL, true);
+	pids[0] = a[0].pid;
+	pids[1] = a[1].pid;
+	meta = (struct snapshot_meta){ .gpus = &gpu, .ngpus = 1,
+				       .gpu_memory = { .recorded = true, .thaw = true,
+						       .ns_pids = pids, .nns_pids = 2 } };
+	CHECK_EQ(gpumem_save_all(pids, pids, 2, outdir, 30000, st, &moved, why, sizeof(why)), 0);
+	pf = gpu_prefill_start(&meta, outdir, outdir, &place);
+	CHECK(pf != NULL && !gpu_prefill_fills(pf));
+	CHECK_EQ(gpu_prefill_restore(pf, &meta, pids, 2, outdir, "several", &ms), 0);
+	for (int k = 0; k < 2; k++) {
+		ask(&a[k], "verify", s, sizeof(s));
+		CHECK_STR(s, "ok");
+	}
+	gpumem_release(pids, 2);
+	app_end(&a[1]);
+	app_end(&a[0]);
+}
+
 /* The last case of the thawd child: a fill ended just before the process
  * exits, its let-go of thawd's mappings slowed by the mock.  The process
  * waits for it at its exit (a `thaw start` exits right after its start;
@@ -1265,10 +1353,15 @@ int main(int argc, char **argv)
 		fill_order(child_app);
 		library_order(child_app);
 		context_take(child_app);
-		prefill_shared(child_app);
 		prefill_span(child_app);
-		prefill_tp(child_app);
 		prefill_order(child_app);
+		several_unfilled(child_app);
+		/* Functions of several processes are filled when asked. */
+		setenv("THAW_GPU_PREFILL", "all", 1);
+		prefill_shared(child_app);
+		prefill_tp(child_app);
+		prefill_shared_2gpu(child_app);
+		unsetenv("THAW_GPU_PREFILL");
 		let_go_at_exit(child_app);
 		return check_failures ? 1 : 0;
 	}

@@ -504,8 +504,78 @@ static int remove_state_leftover(const char *root, const char *id)
 	return ret;
 }
 
+/* Does /proc/<pid>/cgroup text put the process in the cgroup thaw/<id> of
+ * some hierarchy (a path ending in "/thaw/<id>")? */
+static bool in_container_cgroup(const char *text, const char *id)
+{
+	char want[128];
+	size_t wl;
+
+	wl = (size_t)snprintf(want, sizeof(want), "/thaw/%s", id);
+	if (wl >= sizeof(want))
+		return false;
+	for (const char *line = text; *line;) {
+		const char *end = strchrnul(line, '\n');
+
+		if ((size_t)(end - line) >= wl && !memcmp(end - wl, want, wl))
+			return true;
+		line = *end ? end + 1 : end;
+	}
+	return false;
+}
+
+/* Kill what is left in container id's cgroup (thaw/<id>, function/bundle.c):
+ * runc restore puts CRIU there before it restores, and a CRIU whose runc
+ * was killed with thawd stays, with what it had restored, while runc, which
+ * never saved that container's state, kills nothing of it. */
+static void kill_cgroup_leftovers(const char *id)
+{
+	char path[64], buf[4096];
+	pid_t killed[64];
+	size_t nkilled = 0;
+	struct dirent *de;
+	DIR *d = opendir("/proc");
+
+	if (!d)
+		return;
+	while ((de = readdir(d)) && nkilled < ARRAY_SIZE(killed)) {
+		pid_t pid = (pid_t)atoi(de->d_name);
+		ssize_t n;
+		int fd;
+
+		if (pid <= 1 || pid == getpid())
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		n = read(fd, buf, sizeof(buf) - 1);
+		close(fd);
+		if (n <= 0)
+			continue;
+		buf[n] = '\0';
+		if (!in_container_cgroup(buf, id))
+			continue;
+		kill(pid, SIGKILL);
+		killed[nkilled++] = pid;
+		pr_warn("process %d in the cgroup of container %s, left by an earlier run, killed",
+			(int)pid, id);
+	}
+	closedir(d);
+	/* Not our children: wait until they are gone (2 s at most). */
+	for (int i = 0; i < 100; i++) {
+		size_t alive = 0;
+
+		for (size_t k = 0; k < nkilled; k++)
+			alive += kill(killed[k], 0) == 0;
+		if (!alive)
+			break;
+		usleep(20 * 1000);
+	}
+}
+
 /* Containers in runc root dir that an earlier run left (a snapshot or a
- * restore cut short): each one is killed and deleted. */
+ * restore cut short): each one's processes killed, and it deleted. */
 static void delete_containers(struct server *s, const char *root)
 {
 	struct runner r = { .runc = s->cfg.runc, .criu = s->cfg.criu, .state_dir = root };
@@ -523,6 +593,8 @@ static void delete_containers(struct server *s, const char *root)
 		/* An adopted instance's container is the instance itself. */
 		if (insts_function(s->insts, de->d_name, fn) == 0)
 			continue;
+		if (id_valid(de->d_name))
+			kill_cgroup_leftovers(de->d_name);
 		if (runner_delete(&r, de->d_name)) {
 			pr_err("container %s (in %s), left by an earlier run, could not be "
 			       "deleted: %s",

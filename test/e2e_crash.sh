@@ -102,11 +102,24 @@ ok() { echo "ok: $*"; }
 . "$R/test/lib/own_procs.sh"
 own_mounts() { awk -v t="$T" -v s="$SHM" 'index($5, t) == 1 || index($5, s) == 1 { print $5 }' /proc/self/mountinfo; }
 own_containers() { [ -d "$DATA/runc" ] && runc --root "$DATA/runc" list -q 2>/dev/null; }
+# own_cgroup_procs: "pid (instance)" of each process in the cgroup of one of
+# this test's instances (thaw/cr?-<6 hex>, function/bundle.c), where runc
+# restore puts CRIU before it restores: a CRIU whose runc was killed names
+# nothing of $T, and is found only there.
+own_cgroup_procs() {
+	local f x p
+	grep -lE '/thaw/cr[a-z]-[0-9a-f]{6}$' /proc/[0-9]*/cgroup 2>/dev/null | while read -r f; do
+		x=$(grep -oE 'thaw/cr[a-z]-[0-9a-f]{6}$' "$f" 2>/dev/null | head -n1)
+		p=${f#/proc/}
+		[ -n "$x" ] && echo "${p%/cgroup} (${x#thaw/})"
+	done
+}
 
 cleanup() {
 	[ -n "$THAWD_PID" ] && kill -9 "$THAWD_PID" 2>/dev/null && wait "$THAWD_PID" 2>/dev/null
 	for c in $(own_containers); do runc --root "$DATA/runc" delete -f "$c" >/dev/null 2>&1; done
 	own_procs | awk '{print $1}' | xargs -r kill -9 2>/dev/null
+	own_cgroup_procs | awk '{print $1}' | xargs -r kill -9 2>/dev/null
 	for m in $(own_mounts | sort -r); do umount -l "$m" 2>/dev/null; done
 	[ $fails != 0 ] && [ -f "$T/thawd.log" ] && { echo "--- thawd.log (tail)"; tail -n 60 "$T/thawd.log"; }
 	[ -n "${THAW_CRASH_LOG:-}" ] && cp "$T/thawd.log" "$THAW_CRASH_LOG"
@@ -447,6 +460,15 @@ check_leftovers() {
 		sleep 0.1
 	done
 	[ -z "$p" ] || fail "processes left: $p"
+	for _ in $(seq 100); do
+		p=$(own_cgroup_procs | while read -r x w; do
+			w=${w#(}
+			case "$LISTED" in *" ${w%)} "*) ;; *) echo "$x $w" ;; esac
+		done)
+		[ -z "$p" ] && break
+		sleep 0.1
+	done
+	[ -z "$p" ] || fail "processes left in the cgroups of instances no record explains: $p"
 	m=$(own_mounts | while read -r x; do
 		case "$x" in "$DATA"/instances/*)
 			x=${x#"$DATA"/instances/}

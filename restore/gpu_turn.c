@@ -55,6 +55,10 @@ void gpu_turn_leave(struct gpu_turn *t)
 	bool moved = false;
 
 	pthread_mutex_lock(&turn_mu);
+	/* Ended before the next in line can begin: a turn's span never
+	 * overlaps the next one's. */
+	if (t->begin_ns && !t->end_ns)
+		t->end_ns = now_ns();
 	for (int g = 0; g < CUDA_MAX_DEVICES; g++) {
 		struct gpu_turn **pp;
 
@@ -71,6 +75,4 @@ void gpu_turn_leave(struct gpu_turn *t)
 	if (moved)
 		pthread_cond_broadcast(&turn_cv);
 	pthread_mutex_unlock(&turn_mu);
-	if (t->begin_ns && !t->end_ns)
-		t->end_ns = now_ns();
 }

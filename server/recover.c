@@ -142,21 +142,20 @@ int recover_lock_data_dir(struct server *s)
 	return 0;
 }
 
-/* runc processes of an earlier thawd that outlived it (a `runc checkpoint`
- * or `runc restore` in progress when it was killed: runc runs in a process
- * group of its own, with CRIU in it).  They are recognised by the runc root
- * they were given, <data>/runc, and killed with their group before anything
- * else is cleaned, so that none of them writes into what is being removed. */
-static void kill_orphan_runc(struct server *s)
+/* Kill the processes an earlier thawd left, chosen by match(pid, text,
+ * arg) on the text of /proc/<pid>/<file> (NUL-terminated; cmdline's
+ * arguments NUL-separated, n bytes in all): true kills it (match may kill
+ * more, and logs what it kills).  thawd and init are passed by.  They are
+ * not our children: waited for until they are gone (2 s at most). */
+static void kill_matching(const char *file,
+			  bool (*match)(pid_t pid, const char *text, size_t n, void *arg), void *arg)
 {
-	char root[PATH_MAX + 16], path[64], buf[8192];
+	char path[64], buf[8192];
 	struct dirent *de;
 	pid_t killed[64];
 	size_t nkilled = 0;
-	DIR *d;
+	DIR *d = opendir("/proc");
 
-	snprintf(root, sizeof(root), "%s/runc", s->cfg.data_dir);
-	d = opendir("/proc");
 	if (!d)
 		return;
 	while ((de = readdir(d)) && nkilled < ARRAY_SIZE(killed)) {
@@ -164,9 +163,9 @@ static void kill_orphan_runc(struct server *s)
 		ssize_t n;
 		int fd;
 
-		if (pid <= 0 || pid == getpid())
+		if (pid <= 1 || pid == getpid())
 			continue;
-		snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+		snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, file);
 		fd = open(path, O_RDONLY | O_CLOEXEC);
 		if (fd < 0)
 			continue;
@@ -175,24 +174,12 @@ static void kill_orphan_runc(struct server *s)
 		if (n <= 0)
 			continue;
 		buf[n] = '\0';
-		/* argv: "…", "--root", "<data>/runc", … */
-		for (char *a = buf; a < buf + n; a += strlen(a) + 1) {
-			char *next = a + strlen(a) + 1;
-
-			if (strcmp(a, "--root") || next >= buf + n || strcmp(next, root))
-				continue;
-			pid_t pgid = getpgid(pid);
-			pr_warn("runc process %d (%s), left by an earlier run, killed", (int)pid,
-				buf);
-			if (pgid == pid)
-				kill(-pgid, SIGKILL);
-			kill(pid, SIGKILL);
-			killed[nkilled++] = pid;
-			break;
-		}
+		if (!match(pid, buf, (size_t)n, arg))
+			continue;
+		kill(pid, SIGKILL);
+		killed[nkilled++] = pid;
 	}
 	closedir(d);
-	/* They are not our children: wait until they are gone. */
 	for (int i = 0; i < 100; i++) {
 		size_t alive = 0;
 
@@ -202,6 +189,36 @@ static void kill_orphan_runc(struct server *s)
 			break;
 		usleep(20 * 1000);
 	}
+}
+
+/* A runc process given the runc root root (its cmdline: "…", "--root",
+ * "<data>/runc", …): killed with its process group. */
+static bool runc_of_root(pid_t pid, const char *cmdline, size_t n, void *root)
+{
+	for (const char *a = cmdline; a < cmdline + n; a += strlen(a) + 1) {
+		const char *next = a + strlen(a) + 1;
+
+		if (strcmp(a, "--root") || next >= cmdline + n || strcmp(next, root))
+			continue;
+		pr_warn("runc process %d (%s), left by an earlier run, killed", (int)pid, cmdline);
+		if (getpgid(pid) == pid)
+			kill(-pid, SIGKILL);
+		return true;
+	}
+	return false;
+}
+
+/* runc processes of an earlier thawd that outlived it (a `runc checkpoint`
+ * or `runc restore` in progress when it was killed: runc runs in a process
+ * group of its own, with CRIU in it).  They are recognised by the runc root
+ * they were given, <data>/runc, and killed with their group before anything
+ * else is cleaned, so that none of them writes into what is being removed. */
+static void kill_orphan_runc(struct server *s)
+{
+	char root[PATH_MAX + 16];
+
+	snprintf(root, sizeof(root), "%s/runc", s->cfg.data_dir);
+	kill_matching("cmdline", runc_of_root, root);
 }
 
 /* Is the recorded instance serving: its first process and its endpoint's
@@ -504,74 +521,52 @@ static int remove_state_leftover(const char *root, const char *id)
 	return ret;
 }
 
-/* Does /proc/<pid>/cgroup text put the process in the cgroup thaw/<id> of
- * some hierarchy (a path ending in "/thaw/<id>")? */
-static bool in_container_cgroup(const char *text, const char *id)
+/* Is container id one an earlier run left in runc root dir: a directory
+ * there that is not an adopted instance's? */
+static bool leftover_container(struct server *s, const char *root, const char *id)
 {
-	char want[128];
-	size_t wl;
+	char path[PATH_MAX + 80], fn[64];
+	struct stat st;
 
-	wl = (size_t)snprintf(want, sizeof(want), "/thaw/%s", id);
-	if (wl >= sizeof(want))
-		return false;
+	return id_valid(id) && insts_function(s->insts, id, fn) != 0 &&
+	       snprintf(path, sizeof(path), "%s/%s", root, id) < (int)sizeof(path) &&
+	       lstat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+struct cgroup_sweep {
+	struct server *s;
+	const char *root;
+};
+
+/* A process in the cgroup thaw/<id> (function/bundle.c) of a leftover
+ * container, in some hierarchy (a line of /proc/<pid>/cgroup whose path
+ * ends in "/thaw/<id>"): runc restore puts CRIU there before it restores,
+ * and a CRIU whose runc was killed with thawd stays, with what it had
+ * restored, while runc, which never saved that container's state, kills
+ * nothing of it. */
+static bool in_leftover_cgroup(pid_t pid, const char *text, size_t n, void *arg)
+{
+	const struct cgroup_sweep *w = arg;
+
 	for (const char *line = text; *line;) {
-		const char *end = strchrnul(line, '\n');
+		const char *end = strchrnul(line, '\n'), *id = NULL;
+		char name[128];
 
-		if ((size_t)(end - line) >= wl && !memcmp(end - wl, want, wl))
-			return true;
+		for (const char *p = line; p + 6 <= end; p++)
+			if (!memcmp(p, "/thaw/", 6))
+				id = p + 6;
+		if (id && (size_t)(end - id) < sizeof(name)) {
+			memcpy(name, id, (size_t)(end - id));
+			name[end - id] = '\0';
+			if (!strchr(name, '/') && leftover_container(w->s, w->root, name)) {
+				pr_warn("process %d in the cgroup of container %s, left by an "
+					"earlier run, killed", (int)pid, name);
+				return true;
+			}
+		}
 		line = *end ? end + 1 : end;
 	}
 	return false;
-}
-
-/* Kill what is left in container id's cgroup (thaw/<id>, function/bundle.c):
- * runc restore puts CRIU there before it restores, and a CRIU whose runc
- * was killed with thawd stays, with what it had restored, while runc, which
- * never saved that container's state, kills nothing of it. */
-static void kill_cgroup_leftovers(const char *id)
-{
-	char path[64], buf[4096];
-	pid_t killed[64];
-	size_t nkilled = 0;
-	struct dirent *de;
-	DIR *d = opendir("/proc");
-
-	if (!d)
-		return;
-	while ((de = readdir(d)) && nkilled < ARRAY_SIZE(killed)) {
-		pid_t pid = (pid_t)atoi(de->d_name);
-		ssize_t n;
-		int fd;
-
-		if (pid <= 1 || pid == getpid())
-			continue;
-		snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		n = read(fd, buf, sizeof(buf) - 1);
-		close(fd);
-		if (n <= 0)
-			continue;
-		buf[n] = '\0';
-		if (!in_container_cgroup(buf, id))
-			continue;
-		kill(pid, SIGKILL);
-		killed[nkilled++] = pid;
-		pr_warn("process %d in the cgroup of container %s, left by an earlier run, killed",
-			(int)pid, id);
-	}
-	closedir(d);
-	/* Not our children: wait until they are gone (2 s at most). */
-	for (int i = 0; i < 100; i++) {
-		size_t alive = 0;
-
-		for (size_t k = 0; k < nkilled; k++)
-			alive += kill(killed[k], 0) == 0;
-		if (!alive)
-			break;
-		usleep(20 * 1000);
-	}
 }
 
 /* Containers in runc root dir that an earlier run left (a snapshot or a
@@ -579,10 +574,14 @@ static void kill_cgroup_leftovers(const char *id)
 static void delete_containers(struct server *s, const char *root)
 {
 	struct runner r = { .runc = s->cfg.runc, .criu = s->cfg.criu, .state_dir = root };
+	struct cgroup_sweep w = { s, root };
 	struct dirent *de;
-	DIR *d = opendir(root);
+	DIR *d;
 	int ret;
 
+	/* What runc cannot kill first, in one pass for all of them. */
+	kill_matching("cgroup", in_leftover_cgroup, &w);
+	d = opendir(root);
 	if (!d)
 		return;
 	while ((de = readdir(d))) {
@@ -593,8 +592,6 @@ static void delete_containers(struct server *s, const char *root)
 		/* An adopted instance's container is the instance itself. */
 		if (insts_function(s->insts, de->d_name, fn) == 0)
 			continue;
-		if (id_valid(de->d_name))
-			kill_cgroup_leftovers(de->d_name);
 		if (runner_delete(&r, de->d_name)) {
 			pr_err("container %s (in %s), left by an earlier run, could not be "
 			       "deleted: %s",

@@ -346,7 +346,6 @@ static int burst(const pid_t *pids, size_t n, bool unlock, struct call *calls, d
 {
 	pthread_t th[MAX_PROCS];
 	pthread_barrier_t go;
-	size_t started = 0;
 	uint64_t t0;
 	int bad = 0;
 
@@ -357,7 +356,6 @@ static int burst(const pid_t *pids, size_t n, bool unlock, struct call *calls, d
 			fprintf(stderr, "no thread\n");
 			exit(1); /* the others wait at the barrier: nothing to join */
 		}
-		started++;
 	}
 	pthread_barrier_wait(&go);
 	t0 = now_ns();
@@ -368,7 +366,7 @@ static int burst(const pid_t *pids, size_t n, bool unlock, struct call *calls, d
 	}
 	if (b && b->child && write(b->child->cmd, "c", 1) != 1)
 		b->child = NULL;
-	for (size_t i = 0; i < started; i++)
+	for (size_t i = 0; i < n; i++)
 		pthread_join(th[i], NULL);
 	*wall = ms_since(t0);
 	pthread_barrier_destroy(&go);

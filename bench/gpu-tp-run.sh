@@ -14,6 +14,11 @@
 # the driver's restore ("restored and unlocked") go to OUTDIR/fills.txt
 # (OUTDIR: the second argument, else $THAW_FIGURES/<WORKDIR's name>, else
 # WORKDIR), and each GPU's fill speed is a "figure:" line.
+# TP_FILL_ALL=1: after the start (the library copies a function of several
+# processes by default), a second start of the same snapshot with
+# THAW_GPU_PREFILL=all (thaw fills each rank), logged at debug level.
+# A step past its deadline (TP_STEP_S) has its threads' stacks written to
+# OUTDIR/<step>.stacks before it is killed.
 set -u
 W=${1:-/var/tmp/thaw-gpu-tp}
 OUTDIR=${2:-${THAW_FIGURES:+$THAW_FIGURES/$(basename "$W")}}
@@ -59,10 +64,51 @@ echo "figure: gpu_tp cold_boot_to_first_answer_ms $((($(date +%s%N) - c0) / 1000
 kill -9 -- "-$ref" 2>/dev/null
 wait "$ref" 2>/dev/null
 echo "cold: $cold"
-# Each with a deadline of its own (TP_STEP_S, default 120 s), its log kept
-# in OUTDIR: a snapshot or start that hangs says where.
-timeout -s KILL "${TP_STEP_S:-120}" env THAW_LOG=info "$THAW" --data-dir "$W/data" snapshot --id gpu-tp \
-	"$W/spec.json" >"$W/snap.json" 2>"$W/snap.err" || {
+# The stacks of pid's threads and of the function's processes (the
+# kernel's, and gdb's where the host has it) into file.
+dump_stacks() {
+	local pid=$1 file=$2 t q
+	{
+		echo "== thaw $pid"
+		for t in /proc/"$pid"/task/*; do
+			echo "-- thread ${t##*/} $(cat "$t/comm" 2>/dev/null) wchan=$(cat "$t/wchan" 2>/dev/null)"
+			cat "$t/stack" 2>/dev/null
+		done
+		command -v gdb >/dev/null && timeout 60 gdb -p "$pid" -batch -ex "thread apply all bt" 2>&1
+		for q in $(pgrep -f gpu_tp.py); do
+			echo "== rank $q"
+			for t in /proc/"$q"/task/*; do
+				echo "-- thread ${t##*/} $(cat "$t/comm" 2>/dev/null) wchan=$(cat "$t/wchan" 2>/dev/null)"
+			done
+		done
+	} >"$file" 2>&1
+}
+# Run a step with a deadline of its own (TP_STEP_S, default 120 s), its log
+# kept in OUTDIR: a snapshot or start that hangs says where.  Usage:
+# watched NAME OUT ERR CMD...
+watched() {
+	local name=$1 out=$2 err=$3 pid rc waited=0
+	shift 3
+	"$@" >"$out" 2>"$err" &
+	pid=$!
+	while kill -0 "$pid" 2>/dev/null; do
+		if [ "$waited" -ge "${TP_STEP_S:-120}" ]; then
+			echo "$name: still running after ${TP_STEP_S:-120} s: stacks in $OUTDIR/$name.stacks"
+			dump_stacks "$pid" "$OUTDIR/$name.stacks"
+			cp "$err" "$OUTDIR/$name.err" 2>/dev/null
+			kill -9 "$pid" 2>/dev/null
+			wait "$pid" 2>/dev/null
+			return 124
+		fi
+		sleep 1
+		waited=$((waited + 1))
+	done
+	wait "$pid"
+	rc=$?
+	return $rc
+}
+watched snapshot "$W/snap.json" "$W/snap.err" env THAW_LOG=info "$THAW" --data-dir "$W/data" \
+	snapshot --id gpu-tp "$W/spec.json" || {
 	echo "snapshot of the tensor-parallel function failed (driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)):"
 	cp "$W/snap.err" "$OUTDIR/snap.err" 2>/dev/null
 	tail -n 40 "$W/snap.err"
@@ -72,8 +118,8 @@ timeout -s KILL "${TP_STEP_S:-120}" env THAW_LOG=info "$THAW" --data-dir "$W/dat
 }
 snap=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["snapshot"])' "$W/snap.json")
 s0=$(date +%s%N)
-timeout -s KILL "${TP_STEP_S:-120}" env THAW_LOG=info "$THAW" --data-dir "$W/data" start "$snap" \
-	>"$W/start.json" 2>"$W/start.err" || {
+watched start "$W/start.json" "$W/start.err" env THAW_LOG=info "$THAW" --data-dir "$W/data" \
+	start "$snap" || {
 	echo "start failed or hung:"; cp "$W/start.err" "$OUTDIR/start.err" 2>/dev/null
 	tail -n 40 "$W/start.err"; exit 1; }
 : >"$OUTDIR/fills.txt"
@@ -98,3 +144,24 @@ echo "restored: $warm"
 }
 [ "$restored" = True ] || { echo "the start booted the function cold instead of restoring it"; exit 1; }
 echo "the 2-GPU tensor-parallel function restored and answered like the cold process"
+[ "${TP_FILL_ALL:-0}" = 1 ] || exit 0
+# The same snapshot again, each rank filled by thaw.
+s0=$(date +%s%N)
+watched start-fill-all "$W/start2.json" "$W/start2.err" env THAW_LOG=debug THAW_GPU_PREFILL=all \
+	"$THAW" --data-dir "$W/data" start "$snap" || {
+	echo "the start with THAW_GPU_PREFILL=all failed or hung:"
+	cp "$W/start2.err" "$OUTDIR/start-fill-all.err" 2>/dev/null
+	grep -E "fill|restored and unlocked|copied back" "$W/start2.err" | tail -n 40
+	exit 1
+}
+cp "$W/start2.err" "$OUTDIR/start-fill-all.err"
+bash "$ROOT/bench/fill-lines.sh" gpu_tp_fill_all start "$W/start2.err" "$OUTDIR/fills.txt"
+python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print("figure: gpu_tp_fill_all start_ms %s" % json.dumps(j.get("timings_ms")))' "$W/start2.json"
+ep=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["endpoint"])' "$W/start2.json")
+iid=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["instance"])' "$W/start2.json")
+warm=$(curl -sf "http://$ep/infer")
+echo "figure: gpu_tp_fill_all start_to_first_answer_ms $((($(date +%s%N) - s0) / 1000000))"
+echo "restored (filled by thaw): $warm"
+"$THAW" --data-dir "$W/data" stop "$iid" >/dev/null 2>&1
+[ "$cold" = "$warm" ] || { echo "the filled start answered otherwise: '$warm' (cold: '$cold')"; exit 1; }
+echo "the tensor-parallel function filled by thaw restored and answered like the cold process"

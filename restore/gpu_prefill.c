@@ -202,6 +202,7 @@ static void *prefill_main(void *arg)
 	}
 	ret = prefill_use_devices(pf->gpus, pf->ngpus, &bad);
 	pf->ctx_ms = ms_since(t0);
+	pr_debug("fill: contexts on %zu GPU(s) in %.1f ms (%d)", pf->ngpus, pf->ctx_ms, ret);
 	if (ret)
 		snprintf(pf->why, sizeof(pf->why), "no CUDA context on GPU %d", bad);
 	if (!ret)
@@ -223,6 +224,7 @@ static void *prefill_main(void *arg)
 			unlink(pf->p[i].sock);
 		}
 	pf->fill_ms = ms_since(t0);
+	pr_debug("fill: every process %s in %.1f ms", ret ? "failed" : "offered", pf->fill_ms);
 	set_state(pf, ret ? ret : 1);
 	if (!ret)
 		prefill_serve(pf);
@@ -566,6 +568,7 @@ int gpu_prefill_restore(struct gpu_prefill *pf, const struct snapshot_meta *sm, 
 	/* Filled by now, or nearly: offered before RESTORE is asked.  A
 	 * failed fill offers nothing and the library copies; but not from a
 	 * damaged file: the start fails, the function's calls still held. */
+	pr_debug("%s: waiting for the fill", id);
 	ret = gpu_prefill_ready(pf);
 	if (ret == -EUCLEAN) {
 		log_set_error("%s: the device memory in its RAM tier entry is damaged (%s): the "

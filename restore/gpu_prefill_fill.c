@@ -13,8 +13,10 @@
  * the link reads.  A piece unlike its checksum fails the fill with
  * -EUCLEAN.
  */
+#define LOG_PREFIX "gpu: "
 #include "common/cuda.h"
 #include "common/gpumem_protocol.h"
+#include "common/log.h"
 #include "common/util.h"
 #include "restore/gpu_pin.h"
 #include "restore/gpu_prefill_cuda.h"
@@ -367,6 +369,7 @@ int prefill_fill_proc(struct gpu_prefill *pf, struct pf_proc *p)
 	t0 = now_ns();
 	p->pin = gpu_pin_get(path, pf->gpus[p->n ? p->a[0].dev : 0]);
 	p->pin_ms = ms_since(t0);
+	pr_debug("fill of process %d: its file pinned in %.1f ms", p->ns_pid, p->pin_ms);
 	if (!p->pin || p->pin->len < p->len) {
 		snprintf(p->why, sizeof(p->why), "cannot map %.100s whole", path);
 		gpu_turn_leave(&p->turn);
@@ -376,6 +379,8 @@ int prefill_fill_proc(struct gpu_prefill *pf, struct pf_proc *p)
 	t0 = now_ns();
 	ret = make_allocs(pf, p, &va);
 	p->make_ms = ms_since(t0);
+	pr_debug("fill of process %d: %zu allocation(s) made in %.1f ms", p->ns_pid, p->n,
+		 p->make_ms);
 	if (!ret) {
 		uint64_t made[GPU_MAX] = { 0 };
 
@@ -395,7 +400,9 @@ int prefill_fill_proc(struct gpu_prefill *pf, struct pf_proc *p)
 	 * done. */
 	if (!ret) {
 		gpu_turn_wait(&p->turn);
+		pr_debug("fill of process %d: its turn came", p->ns_pid);
 		ret = copy_file(pf, p, va);
+		pr_debug("fill of process %d: copied (%d)", p->ns_pid, ret);
 	}
 	gpu_turn_leave(&p->turn);
 	p->va = va;

@@ -5,7 +5,9 @@
  * batches of GPUMEM_PREFILL_BATCH (common/gpumem_protocol.h), an empty
  * batch last.  The library maps them where the saved memory was.
  */
+#define LOG_PREFIX "gpu: "
 #include "common/gpumem_protocol.h"
+#include "common/log.h"
 #include "restore/gpu_prefill_internal.h"
 
 #include <errno.h>
@@ -118,6 +120,7 @@ void prefill_serve(struct gpu_prefill *pf)
 			serve_one(&pf->p[i], c);
 			close(c);
 			pf->p[i].served = true;
+			pr_debug("fill of process %d: taken by its library", pf->p[i].ns_pid);
 		}
 	}
 	free(pfd);

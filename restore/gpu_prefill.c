@@ -463,7 +463,9 @@ static void let_go_later(struct pf_proc *procs, size_t np, int ordinal)
 			holds |= procs[i].a[k].h || procs[i].a[k].mapped || procs[i].a[k].fd >= 0;
 	g = holds ? malloc(sizeof(*g)) : NULL;
 	if (!g) {
-		let_go_now(procs, procs ? np : 0, ordinal);
+		/* Nothing held (or no memory for a thread): only a context
+		 * where there is something for the driver to let go of. */
+		let_go_now(procs, procs ? np : 0, holds ? ordinal : -1);
 		return;
 	}
 	*g = (struct let_go){ procs, np, ordinal };

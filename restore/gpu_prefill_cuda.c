@@ -51,6 +51,9 @@ int prefill_use_device(int ordinal)
 
 	if (ordinal < 0 || ordinal >= CUDA_MAX_DEVICES)
 		return -EINVAL;
+	/* Never loaded (a start that filled nothing): no entry points. */
+	if (!cu_ok)
+		return -EIO;
 	pthread_mutex_lock(&ctx_lock[ordinal]);
 	if (!ctxs[ordinal]) {
 		r = prefill_cu.device_get(&dev, ordinal);

@@ -785,7 +785,10 @@ static void prefill_shared_2gpu(const char *app_path)
 }
 
 /* Two processes, by default: not filled (THAW_GPU_PREFILL=all fills
- * them); the libraries copy. */
+ * them); the libraries copy.  Run before any fill of the process (a `thaw
+ * start` fills nothing else): ending a start that filled nothing must not
+ * call the driver's entry points the fill loads (it crashed `thaw start` of
+ * the tensor-parallel function on two H200s). */
 static void several_unfilled(const char *app_path)
 {
 	struct gpu_placement place = { .n = 1, .held = true, .claim = { 80 * MIB } };
@@ -1349,13 +1352,13 @@ int main(int argc, char **argv)
 	if (child_app) {
 		/* The fill's cases: thawd's side, on the fake driver. */
 		contexts_at_once(child_app);
+		several_unfilled(child_app);
 		prefill(child_app);
 		fill_order(child_app);
 		library_order(child_app);
 		context_take(child_app);
 		prefill_span(child_app);
 		prefill_order(child_app);
-		several_unfilled(child_app);
 		/* Functions of several processes are filled when asked. */
 		setenv("THAW_GPU_PREFILL", "all", 1);
 		prefill_shared(child_app);

@@ -26,8 +26,9 @@
 #   driver   (not by default) the driver's floor alone, as in example
 #   variants (not by default) bursts of 8 normal starts (2) under thawds
 #            started again with each of GPU_BURST_VARIANTS (default
-#            "nofill:THAW_GPU_PREFILL=0 unchecked:THAW_GPU_VERIFY=0
-#            noprefault:THAW_GPU_PREFAULT=0"; NAME:VAR=VALUE
+#            "noorder:THAW_GPU_ORDER=0 nofill:THAW_GPU_PREFILL=0
+#            unchecked:THAW_GPU_VERIFY=0 noprefault:THAW_GPU_PREFAULT=0";
+#            NAME:VAR=VALUE
 #            ...): what of thaw's own work beside the driver's restores
 #            slows them (thawd.log's "restored in" of each, by scenario)
 # A start counts once its first inference answers EXPECT.  OUTDIR gets each
@@ -176,7 +177,7 @@ case $PARTS in *" variants "*)
 	snapshot_example || exit 1
 	standbys "$ID" "$SPEC" 0 none && "$W/wait-pool.sh" "$ID" 0
 	stop_running "$ID"
-	for v in ${GPU_BURST_VARIANTS:-nofill:THAW_GPU_PREFILL=0 unchecked:THAW_GPU_VERIFY=0 noprefault:THAW_GPU_PREFAULT=0}; do
+	for v in ${GPU_BURST_VARIANTS:-noorder:THAW_GPU_ORDER=0 nofill:THAW_GPU_PREFILL=0 unchecked:THAW_GPU_VERIFY=0 noprefault:THAW_GPU_PREFAULT=0}; do
 		kv=${v#*:}
 		stop_thawd
 		export "${kv%%=*}=${kv#*=}"
@@ -241,7 +242,8 @@ case $PARTS in *" big "*)
 		standbys big "$W/gpu_big.json" 0 none
 	}
 esac
-grep -h "^==== scenario\|thaw filled\|restored and unlocked\|holds .* MiB on GPU" "$OUTDIR/thawd.log" >"$OUTDIR/fills.txt"
+grep -h "^==== scenario\|thaw filled\|restored and unlocked\|holds .* MiB on GPU\|for fills' allocations" \
+	"$OUTDIR/thawd.log" >"$OUTDIR/fills.txt"
 stop_thawd
 
 python3 - "$OUTDIR" <<'PY' | tee "$OUTDIR/summary.txt"
@@ -326,7 +328,7 @@ if one and nb and d.get("driver_burst.parallel_unlock_ms"):
     bound("8 normal starts: p99 <= 1.2x (floor of restores and unlocks + other phases)",
           nb["p99"], 1.2 * (d["driver_burst.parallel_unlock_ms"] + other))
 # thawd's own split of each start's driver calls, by scenario (fills.txt).
-split, scen = {}, None
+split, waits, scen = {}, {}, None
 try:
     for line in open(os.path.join(out, "fills.txt")):
         m = re.match(r"==== scenario (\S+)", line)
@@ -336,6 +338,15 @@ try:
         m = re.search(r"restored and unlocked in ([\d.]+) ms \(restored in ([\d.]+)\)", line)
         if m and scen:
             split.setdefault(scen, []).append((float(m.group(1)), float(m.group(2))))
+        # What a start waited for: its restore for fills' allocations
+        # (gpu_order.h), and the start for its own fill.
+        m = re.search(r"waited ([\d.]+) ms for fills' allocations", line)
+        if m and scen:
+            waits.setdefault(scen, {}).setdefault("restore for allocations", []).append(float(m.group(1)))
+        m = re.search(r"allocations made ([\d.]+) ms.*the start waited ([\d.]+) ms for it", line)
+        if m and scen:
+            waits.setdefault(scen, {}).setdefault("allocations made", []).append(float(m.group(1)))
+            waits.setdefault(scen, {}).setdefault("start for its fill", []).append(float(m.group(2)))
 except OSError:
     pass
 for name in sorted(split):
@@ -345,6 +356,10 @@ for name in sorted(split):
     print("%-24s driver calls per start (thawd's log, n %d): restore+unlock p50 %.1f max %.1f; "
           "restore p50 %.1f max %.1f" % (name, len(v), tot[(len(tot) - 1) // 2], tot[-1],
                                          res[(len(res) - 1) // 2], res[-1]))
+for name in sorted(waits):
+    for what, v in sorted(waits[name].items()):
+        v.sort()
+        print("%-24s %s (n %d): p50 %.1f max %.1f ms" % (name, what, len(v), v[(len(v) - 1) // 2], v[-1]))
 for name in sorted(f[:-5] for f in os.listdir(out) if f.startswith("normal-burst-") and f.endswith(".json")):
     l = lat(name)
     j = load(name)

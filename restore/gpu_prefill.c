@@ -209,6 +209,8 @@ static void *prefill_main(void *arg)
 		ret = load_sums(pf);
 	if (!ret)
 		ret = fill_procs(pf);
+	/* Made or not, no restore waits for them any longer. */
+	gpu_order_forget(&pf->making);
 	leave_turns(pf);
 	if (ret == -EUCLEAN) {
 		pr_err("the device memory in RAM tier entry %s is damaged: %s", pf->tier_dir,
@@ -340,8 +342,11 @@ struct gpu_prefill *gpu_prefill_start(const struct snapshot_meta *sm, const char
 	if (fill) {
 		pf->placement = placement;
 		join_turns(pf);
+		/* Its allocations made before the driver's restores begin. */
+		gpu_order_making(&pf->making, (int)pf->np);
 	}
 	if (pthread_create(&pf->thread, NULL, prefill_main, pf)) {
+		gpu_order_forget(&pf->making);
 		leave_turns(pf);
 		goto fail;
 	}
@@ -356,6 +361,11 @@ fail:
 bool gpu_prefill_fills(const struct gpu_prefill *p)
 {
 	return p && !p->check_only && !p->library_only;
+}
+
+const struct gpu_making *gpu_prefill_making(const struct gpu_prefill *p)
+{
+	return gpu_prefill_fills(p) ? &p->making : NULL;
 }
 
 void gpu_prefill_copy_span(const struct gpu_prefill *p, uint64_t *begin, uint64_t *end)
@@ -392,6 +402,7 @@ struct let_go {
 	struct pf_proc *p;
 	size_t np;
 	int ordinal; /* a GPU whose context the driver's calls run in, -1 none */
+	bool own_thread; /* not the start's: it may wait for the restores */
 };
 
 static void let_go_now(struct pf_proc *procs, size_t np, int ordinal)
@@ -435,6 +446,10 @@ static void *let_go_main(void *arg)
 {
 	struct let_go *g = arg;
 
+	/* Once no start restores: each call would wait behind them.  (On
+	 * the start's own thread it cannot wait: the start is restoring.) */
+	if (g->own_thread)
+		gpu_order_quiet();
 	let_go_now(g->p, g->np, g->ordinal);
 	free(g);
 	pthread_mutex_lock(&let_go_mu);
@@ -468,7 +483,7 @@ static void let_go_later(struct pf_proc *procs, size_t np, int ordinal)
 		let_go_now(procs, procs ? np : 0, holds ? ordinal : -1);
 		return;
 	}
-	*g = (struct let_go){ procs, np, ordinal };
+	*g = (struct let_go){ procs, np, ordinal, true };
 	pthread_once(&let_go_once, let_go_at_exit);
 	pthread_mutex_lock(&let_go_mu);
 	let_go_running++;
@@ -478,8 +493,10 @@ static void let_go_later(struct pf_proc *procs, size_t np, int ordinal)
 		started = pthread_create(&th, &at, let_go_main, g) == 0;
 		pthread_attr_destroy(&at);
 	}
-	if (!started)
+	if (!started) {
+		g->own_thread = false;
 		let_go_main(g);
+	}
 }
 
 void gpu_prefill_end(struct gpu_prefill *pf, char *summary, size_t len)
@@ -517,6 +534,7 @@ void gpu_prefill_end(struct gpu_prefill *pf, char *summary, size_t len)
 			 pf->state == -EUCLEAN ? ")" : pf->state < 0 ? "; the library copied)" : "");
 	}
 	leave_turns(pf);
+	gpu_order_forget(&pf->making);
 	for (size_t i = 0; pf->p && i < pf->np; i++) {
 		struct pf_proc *p = &pf->p[i];
 

@@ -46,6 +46,11 @@ struct gpu_prefill *gpu_prefill_start(const struct snapshot_meta *sm, const char
  * it?  NULL: false. */
 bool gpu_prefill_fills(const struct gpu_prefill *p);
 
+/* p's place among the fills making their allocations, for the start's
+ * driver restore to wait for (gpu_order.h); NULL where it fills nothing. */
+struct gpu_making;
+const struct gpu_making *gpu_prefill_making(const struct gpu_prefill *p);
+
 /* Wait until the memory is filled and offered (before RESTORE is asked).
  * 0, or -errno: nothing is offered then (-EUCLEAN: the files are damaged,
  * and the library must not copy them either).  NULL: 0. */

@@ -23,6 +23,7 @@
 
 #include "common/cuda_abi.h"
 #include "restore/gpu_prefill.h"
+#include "restore/gpu_order.h"
 #include "restore/gpu_restore.h"
 #include "restore/gpu_turn.h"
 
@@ -79,6 +80,7 @@ struct gpu_prefill {
 	pthread_cond_t cv;
 	int state; /* 0 filling, 1 offered, <0 -errno */
 	uint64_t joined_ns; /* its processes' turns joined (gpu_turn.h) */
+	struct gpu_making making; /* its allocations, before restores (gpu_order.h) */
 	uint64_t copy_begin_ns, copy_end_ns; /* now_ns(); 0: not yet */
 	/* Per snapshot GPU k (on gpus[k]): bytes filled, the first copy onto
 	 * it began and the last ended (now_ns(); 0: none). */

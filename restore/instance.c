@@ -25,6 +25,7 @@
 #include "function/snapshot_meta.h"
 #include "function/spec.h"
 #include "images/image.h"
+#include "restore/gpu_order.h"
 #include "restore/gpu_prefill.h"
 #include "restore/gpu_restore.h"
 #include "restore/instance_internal.h"
@@ -847,12 +848,19 @@ static int gpu_restore(struct start *st)
 	struct instance *in = &st->in;
 	struct prefault_job pj = { .pid = in->pid };
 	uint64_t tp = now_ns();
+	double waited;
 	int ret;
 
 	if (!st->spec->gpu)
 		return 0;
 	if (x->mapped && prefault_beside_gpu())
 		pj.started = pthread_create(&pj.thread, NULL, prefault_main, &pj) == 0;
+	/* The allocations of fills begun before it (its own too) made first:
+	 * beside the driver's restores each would wait (gpu_order.h). */
+	waited = gpu_order_restore_begin(gpu_prefill_making(x->prefill));
+	if (waited >= 1.0)
+		pr_info("%s: its driver restore waited %.1f ms for fills' allocations", in->id,
+			waited);
 	ret = gpu_restore_container(&x->r, in->id, in->pid, &st->meta, st->gp, &x->cuda_pids,
 				    &x->ncuda);
 	/* A function of several processes or GPUs: for thaw doctor. */
@@ -863,6 +871,7 @@ static int gpu_restore(struct start *st)
 					  x->gpumem_in ? x->gpumem_out : NULL, in->id, &in->t.gpu_copy);
 		x->prefill = NULL;
 	}
+	gpu_order_restored();
 	in->t.gpu_restore = ms_since(tp);
 	if (pj.started) {
 		pthread_join(pj.thread, NULL);

@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "function/snapshot_meta.h"
+#include "restore/gpu_order.h"
 #include "restore/gpu_prefill.h"
 #include "restore/gpu_restore.h"
 #include "restore/instance_internal.h"
@@ -149,6 +150,8 @@ static int wake(struct start_ctx *x, struct instance *in, const struct snapshot_
 		if (!ret)
 			pf = gpu_prefill_start(meta, tier, x->gpumem_out, gp);
 	}
+	/* Fills' allocations before the driver's restore (gpu_order.h). */
+	gpu_order_restore_begin(gpu_prefill_making(pf));
 	if (!ret)
 		ret = gpu_restore_container(&x->r, in->id, in->pid, meta, gp, &x->cuda_pids,
 					    &x->ncuda);
@@ -158,6 +161,7 @@ static int wake(struct start_ctx *x, struct instance *in, const struct snapshot_
 		pf = NULL;
 	}
 	gpu_prefill_end(pf, NULL, 0);
+	gpu_order_restored();
 	in->t.gpu_restore = ms_since(tp);
 	if (!ret)
 		instance_set_gpus(in, gp);

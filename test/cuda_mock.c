@@ -46,6 +46,9 @@
  * counts the meetings either knob waited for in vain.
  * Knob: MOCK_CUDA_HTOD_DELAY_MS sleeps in each cuMemcpyHtoDAsync (a slow
  * copy back, to see the function held while it runs).
+ * Knob: MOCK_CUDA_CREATE_DELAY_MS sleeps in each cuMemCreate (a driver
+ * slow to make memory); MOCK_CUDA_CREATE_LOG=FILE appends the
+ * CLOCK_MONOTONIC ns at which each cuMemCreate returned.
  * Knob: MOCK_NVML_BLOCK_FILE (nvml_block): a hung nvmlDeviceGetMemoryInfo.
  * Knob: MOCK_CUDA_FAIL_FILE (mock_fails): a call that fails from its Nth on.
  * A VMM handle counts its references as the driver does (created or
@@ -729,11 +732,30 @@ static int handle_ok_locked(cu_handle h)
 	return 0;
 }
 
+/* MOCK_CUDA_CREATE_DELAY_MS and MOCK_CUDA_CREATE_LOG (see the top). */
+static void create_knobs(void)
+{
+	const char *delay = getenv("MOCK_CUDA_CREATE_DELAY_MS");
+	const char *path = getenv("MOCK_CUDA_CREATE_LOG");
+	struct timespec ts;
+	FILE *f;
+
+	if (delay)
+		usleep((useconds_t)atoi(delay) * 1000);
+	f = path ? fopen(path, "a") : NULL;
+	if (f) {
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		fprintf(f, "%lld\n", (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
+		fclose(f);
+	}
+}
+
 cu_result cuMemCreate(cu_handle *h, size_t size, const cu_mem_prop *prop, unsigned long long flags)
 {
 	struct phys *ph;
 	char name[32];
 
+	create_knobs();
 	if (mock_fails(__func__))
 		return 2;
 	ph = calloc(1, sizeof(*ph));

@@ -18,6 +18,7 @@
  */
 #include "common/gpumem.h"
 #include "common/log.h"
+#include "restore/gpu_order.h"
 #include "restore/gpu_prefill.h"
 #include "restore/gpu_restore.h"
 #include "common/util.h"
@@ -822,6 +823,95 @@ static void several_unfilled(const char *app_path)
 	app_end(&a[0]);
 }
 
+/* The latest CLOCK_MONOTONIC ns in path, one a line (0: none). */
+static uint64_t last_stamp(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	unsigned long long v, last = 0;
+
+	while (f && fscanf(f, "%llu", &v) == 1)
+		last = v > last ? v : last;
+	if (f)
+		fclose(f);
+	return last;
+}
+
+/* The order of thaw's calls around the driver's restore (gpu_order.h): a
+ * start's restore begins once the fill begun before it made its
+ * allocations (the mock makes each slowly), not beside them; with
+ * THAW_GPU_ORDER=0 at once; and what a fill lets go of waits until no start
+ * restores. */
+static void order_around_restore(const char *app_path)
+{
+	struct gpu_placement place = { .n = 1, .held = true, .claim = { 40 * MIB } };
+	struct restore_call rc = { 0 };
+	struct mock_snapshot m;
+	struct gpumem_status st;
+	struct gpu_prefill *pf;
+	char why[512], creates[600], unmaps[600];
+	size_t moved = 0;
+	uint64_t begun;
+	double waited;
+	struct app a;
+
+	app_start(&a, app_path, NULL, true);
+	mock_snapshot_init(&m, MOCK_GPU0, a.pid);
+	CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why, sizeof(why)),
+		 0);
+	snprintf(creates, sizeof(creates), "%s/creates.log", dir);
+	snprintf(unmaps, sizeof(unmaps), "%s/order-unmaps.log", dir);
+	unlink(creates);
+	unlink(unmaps);
+	setenv("MOCK_CUDA_CREATE_LOG", creates, 1);
+	setenv("MOCK_CUDA_CREATE_DELAY_MS", "25", 1);
+	setenv("MOCK_CUDA_UNMAP_LOG", unmaps, 1);
+	pf = gpu_prefill_start(&m.meta, outdir, outdir, &place);
+	REQUIRE(pf != NULL);
+	waited = gpu_order_restore_begin(gpu_prefill_making(pf));
+	begun = now_ns();
+	/* Its 6 allocations, 25 ms each, all made before the restore began. */
+	CHECK_EQ(count_lines(creates), 6);
+	CHECK(last_stamp(creates) <= begun);
+	CHECK(waited >= 60.0);
+	CHECK_EQ(gpu_prefill_ready(pf), 0);
+	rc.pid = a.pid;
+	do_restore(&rc);
+	CHECK(rc.st.ok);
+	CHECK_EQ(rc.st.prefilled_allocs, 6);
+	gpu_prefill_end(pf, NULL, 0);
+	/* thawd's mappings let go of only once no start restores. */
+	usleep(200 * 1000);
+	CHECK_EQ(count_lines(unmaps), 0);
+	gpu_order_restored();
+	for (int i = 0; i < 3000 && count_lines(unmaps) < 6; i++)
+		usleep(10 * 1000);
+	CHECK_EQ(count_lines(unmaps), 6);
+	CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why, sizeof(why)),
+		 0);
+
+	/* Turned off: the restore begins at once, beside the allocations. */
+	unlink(creates);
+	setenv("THAW_GPU_ORDER", "0", 1);
+	pf = gpu_prefill_start(&m.meta, outdir, outdir, &place);
+	REQUIRE(pf != NULL);
+	waited = gpu_order_restore_begin(gpu_prefill_making(pf));
+	CHECK(waited < 25.0);
+	CHECK(count_lines(creates) < 6);
+	CHECK_EQ(gpu_prefill_ready(pf), 0);
+	do_restore(&rc);
+	CHECK(rc.st.ok);
+	gpu_prefill_end(pf, NULL, 0);
+	gpu_order_restored();
+	unsetenv("THAW_GPU_ORDER");
+	unsetenv("MOCK_CUDA_CREATE_LOG");
+	unsetenv("MOCK_CUDA_CREATE_DELAY_MS");
+	unsetenv("MOCK_CUDA_UNMAP_LOG");
+	ask(&a, "verify", why, sizeof(why));
+	CHECK_STR(why, "ok");
+	gpumem_release(&a.pid, 1);
+	app_end(&a);
+}
+
 /* The last case of the thawd child: a fill ended just before the process
  * exits, its let-go of thawd's mappings slowed by the mock.  The process
  * waits for it at its exit (a `thaw start` exits right after its start;
@@ -1359,6 +1449,7 @@ int main(int argc, char **argv)
 		context_take(child_app);
 		prefill_span(child_app);
 		prefill_order(child_app);
+		order_around_restore(child_app);
 		/* Functions of several processes are filled when asked. */
 		setenv("THAW_GPU_PREFILL", "all", 1);
 		prefill_shared(child_app);

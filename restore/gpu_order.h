@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* gpu_order.h — the order of thaw's own calls into the CUDA driver around
+ * the driver's restores (docs/DESIGN.md, "Bursts").
+ *
+ * The driver serialises its calls with its restores: beside a burst of 8
+ * restores every other call waits (bench/RESULTS.md, "Bursts"), save a
+ * copy, which runs at the link's speed through them.  A fill's
+ * allocations (~460 calls for the GPU example) made while the restores ran
+ * took 1.7 s on the H200 and its copy then came after them, one fill after
+ * another: the starts waited up to 0.8 s for their fills.  Made before the
+ * restores begin (~40 ms a fill alone), they are copied while the restores
+ * run.  So:
+ *
+ *   - a fill says when it begins making what it copies into (the pin and
+ *     the allocations) and when each process's are made;
+ *   - a start's driver restore first waits, at most GPU_ORDER_WAIT_MS,
+ *     for every fill begun before it (its own too) to have made them;
+ *   - what thawd lets go of after a start (unmapping, releasing) waits,
+ *     at most GPU_ORDER_QUIET_MS, until no start is in its GPU restore:
+ *     nothing needs it soon, and every call of it would wait behind them.
+ *
+ * THAW_GPU_ORDER=0 turns both waits off (for measuring them).
+ */
+#ifndef THAW_GPU_ORDER_H
+#define THAW_GPU_ORDER_H
+
+#include <stdint.h>
+
+/* The most a restore waits for fills' allocations, and a let-go for the
+ * restores in flight. */
+#define GPU_ORDER_WAIT_MS 500
+#define GPU_ORDER_QUIET_MS 10000
+
+/* A fill's place among the fills making their allocations.  The caller
+ * owns it (zeroed). */
+struct gpu_making {
+	uint64_t seq;	/* when it began (0: not registered) */
+	int left;	/* its processes still making theirs */
+	struct gpu_making *next;
+};
+
+/* m begins making the allocations of nprocs processes (nprocs > 0). */
+void gpu_order_making(struct gpu_making *m, int nprocs);
+
+/* One of m's processes has made its allocations (or given up). */
+void gpu_order_made(struct gpu_making *m);
+
+/* m is done, whatever is left of it (a fill ended early).  Twice is fine. */
+void gpu_order_forget(struct gpu_making *m);
+
+/* Before a start's driver restore: wait, at most GPU_ORDER_WAIT_MS, until
+ * every fill begun no later than own (NULL: every fill begun so far) has
+ * made its allocations; the start then counts as restoring until
+ * gpu_order_restored.  The ms waited. */
+double gpu_order_restore_begin(const struct gpu_making *own);
+
+/* The start's GPU restore is over (done or failed). */
+void gpu_order_restored(void);
+
+/* Wait, at most GPU_ORDER_QUIET_MS, until no start is restoring. */
+void gpu_order_quiet(void);
+
+#endif

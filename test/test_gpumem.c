@@ -151,15 +151,17 @@ static void save_and_restore(const char *app_path)
 	app_end(&a);
 }
 
-/* Two apps: c exports S, i imports it (over a socket of the test's). */
-static void share_pair_start(struct app *c, struct app *i, const char *app_path)
+/* Two apps: c exports S, i imports it (over a socket of the test's); i
+ * with importer_env (NULL: as c). */
+static void share_pair_start_with(struct app *c, struct app *i, const char *app_path,
+				  const char **importer_env)
 {
 	/* No slow copies here: the order of things is what is looked at. */
 	const char *fast[] = { "MOCK_CUDA_HTOD_DELAY_MS=0", NULL };
 	char s[64], cmd[700];
 
 	app_start_with(c, app_path, NULL, lib, fast);
-	app_start_with(i, app_path, NULL, lib, fast);
+	app_start_with(i, app_path, NULL, lib, importer_env ? importer_env : fast);
 	snprintf(cmd, sizeof(cmd), "export %s/s-%d.sock", dir, (int)c->pid);
 	ask(c, cmd, s, sizeof(s));
 	CHECK_STR(s, "ok");
@@ -170,6 +172,11 @@ static void share_pair_start(struct app *c, struct app *i, const char *app_path)
 	CHECK_STR(s, "ok");
 	ask(i, "sread 1", s, sizeof(s));
 	CHECK_STR(s, "ok");
+}
+
+static void share_pair_start(struct app *c, struct app *i, const char *app_path)
+{
+	share_pair_start_with(c, i, app_path, NULL);
 }
 
 /* Memory two processes share: its creator saves it (with its own), both
@@ -691,42 +698,55 @@ static void library_order(const char *app_path)
 	}
 }
 
-/* Shared memory where thawd fills: the creator's shared allocation is
- * filled like its own memory, mapped from the fill and handed over from
- * there; the importer maps it at its address, byte for byte. */
-static void prefill_shared(const char *app_path)
+/* The pair c (creator) and i (importer) saved, filled by thawd on place's
+ * GPUs (ngpus of gpus) and restored: the importer reads what the creator
+ * wrote before the save, and the creator's own memory is intact. */
+static void fill_shared_pair(struct app *c, struct app *i, struct snapshot_gpu *gpus,
+			     size_t ngpus, struct gpu_placement *place, const char *name)
 {
-	struct gpu_placement place = { .n = 1, .held = true, .claim = { 80 * MIB } };
-	struct snapshot_gpu gpu = { .uuid = MOCK_GPU0, .index = -1 };
 	struct gpumem_status st[2];
-	struct gpu_prefill *pf;
 	struct snapshot_meta meta;
+	struct gpu_prefill *pf;
+	pid_t pids[2] = { c->pid, i->pid };
 	char s[64], why[512];
 	size_t moved = 0;
-	struct app c, i;
-	pid_t pids[2];
 	double ms;
 
-	share_pair_start(&c, &i, app_path);
-	pids[0] = c.pid;
-	pids[1] = i.pid;
-	meta = (struct snapshot_meta){ .gpus = &gpu, .ngpus = 1,
+	meta = (struct snapshot_meta){ .gpus = gpus, .ngpus = ngpus,
 				       .gpu_memory = { .recorded = true, .thaw = true,
 						       .ns_pids = pids, .nns_pids = 2 } };
 	CHECK_EQ(gpumem_save_all(pids, pids, 2, outdir, 30000, st, &moved, why, sizeof(why)), 0);
 	CHECK(st[0].shared_allocs == 1 && st[1].shared_allocs == 1);
-	pf = gpu_prefill_start(&meta, outdir, outdir, &place);
+	pf = gpu_prefill_start(&meta, outdir, outdir, place);
 	REQUIRE(pf != NULL);
 	CHECK(gpu_prefill_fills(pf));
 	CHECK_EQ(gpu_prefill_ready(pf), 0);
-	CHECK_EQ(gpu_prefill_restore(pf, &meta, pids, 2, outdir, "share", &ms), 0);
-	ask(&i, "sread 1", s, sizeof(s));
+	CHECK_EQ(gpu_prefill_restore(pf, &meta, pids, 2, outdir, name, &ms), 0);
+	ask(i, "sread 1", s, sizeof(s));
 	CHECK_STR(s, "ok");
+	ask(c, "verify", s, sizeof(s));
+	CHECK_STR(s, "ok");
+}
+
+/* Shared memory where thawd fills: the creator's shared allocation is
+ * filled like its own memory, mapped from the fill and handed over from
+ * there; the importer maps it at its address, byte for byte, and both
+ * write and read the same bytes after. */
+static void prefill_shared(const char *app_path)
+{
+	struct gpu_placement place = { .n = 1, .held = true, .claim = { 80 * MIB } };
+	struct snapshot_gpu gpu = { .uuid = MOCK_GPU0, .index = -1 };
+	struct app c, i;
+	pid_t pids[2];
+	char s[64];
+
+	share_pair_start(&c, &i, app_path);
+	fill_shared_pair(&c, &i, &gpu, 1, &place, "share");
 	ask(&i, "swrite 4", s, sizeof(s));
 	ask(&c, "sread 4", s, sizeof(s));
 	CHECK_STR(s, "ok");
-	ask(&c, "verify", s, sizeof(s));
-	CHECK_STR(s, "ok");
+	pids[0] = c.pid;
+	pids[1] = i.pid;
 	gpumem_release(pids, 2);
 	app_end(&i);
 	app_end(&c);
@@ -740,46 +760,19 @@ static void prefill_shared_2gpu(const char *app_path)
 	struct snapshot_gpu gpus[2] = { { .uuid = MOCK_GPU0, .index = 0 },
 					{ .uuid = MOCK_GPU1, .index = 1 } };
 	struct gpu_placement place = { .n = 2, .held = true };
-	const char *fast1[] = { "MOCK_CUDA_HTOD_DELAY_MS=0", "MOCK_CUDA_CTX_DEVICE=1", NULL };
-	const char *fast[] = { "MOCK_CUDA_HTOD_DELAY_MS=0", NULL };
-	struct gpumem_status st[2];
-	struct gpu_prefill *pf;
-	struct snapshot_meta meta;
-	char s[64], why[512], cmd[700];
-	size_t moved = 0;
+	const char *on_gpu1[] = { "MOCK_CUDA_HTOD_DELAY_MS=0", "MOCK_CUDA_CTX_DEVICE=1", NULL };
 	struct app c, i;
 	pid_t pids[2];
-	double ms;
+	char s[64];
 
 	place.dev[0].ordinal = 0;
 	place.dev[1].ordinal = 1;
-	app_start_with(&c, app_path, NULL, lib, fast);
-	app_start_with(&i, app_path, NULL, lib, fast1);
-	snprintf(cmd, sizeof(cmd), "export %s/s2-%d.sock", dir, (int)c.pid);
-	ask(&c, cmd, s, sizeof(s));
-	CHECK_STR(s, "ok");
-	snprintf(cmd, sizeof(cmd), "import %s/s2-%d.sock", dir, (int)c.pid);
-	ask(&i, cmd, s, sizeof(s));
-	CHECK_STR(s, "ok");
-	ask(&c, "swrite 1", s, sizeof(s));
-	pids[0] = c.pid;
-	pids[1] = i.pid;
-	meta = (struct snapshot_meta){ .gpus = gpus, .ngpus = 2,
-				       .gpu_memory = { .recorded = true, .thaw = true,
-						       .ns_pids = pids, .nns_pids = 2 } };
-	CHECK_EQ(gpumem_save_all(pids, pids, 2, outdir, 30000, st, &moved, why, sizeof(why)), 0);
-	CHECK(st[0].shared_allocs == 1 && st[1].shared_allocs == 1);
-	pf = gpu_prefill_start(&meta, outdir, outdir, &place);
-	REQUIRE(pf != NULL);
-	CHECK(gpu_prefill_fills(pf));
-	CHECK_EQ(gpu_prefill_ready(pf), 0);
-	CHECK_EQ(gpu_prefill_restore(pf, &meta, pids, 2, outdir, "share2", &ms), 0);
-	ask(&i, "sread 1", s, sizeof(s));
-	CHECK_STR(s, "ok");
-	ask(&c, "verify", s, sizeof(s));
-	CHECK_STR(s, "ok");
+	share_pair_start_with(&c, &i, app_path, on_gpu1);
+	fill_shared_pair(&c, &i, gpus, 2, &place, "share2");
 	ask(&i, "verify", s, sizeof(s));
 	CHECK_STR(s, "ok");
+	pids[0] = c.pid;
+	pids[1] = i.pid;
 	gpumem_release(pids, 2);
 	app_end(&i);
 	app_end(&c);

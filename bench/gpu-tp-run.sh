@@ -14,6 +14,9 @@
 # the driver's restore ("restored and unlocked") go to OUTDIR/fills.txt
 # (OUTDIR: the second argument, else $THAW_FIGURES/<WORKDIR's name>, else
 # WORKDIR), and each GPU's fill speed is a "figure:" line.
+# TP_TRACE=1: the function is snapshotted with THAW_GPUMEM_TRACE=1 (each
+# library writes its steps to <pid>.trace in its out directory, kept in
+# OUTDIR when a start hangs).
 # TP_FILL_ALL=1: after the start (the library copies a function of several
 # processes by default), a second start of the same snapshot with
 # THAW_GPU_PREFILL=all (thaw fills each rank), logged at debug level.
@@ -45,6 +48,13 @@ PY
 	done
 	echo "environment added: $GPU_TP_ENV"
 fi
+if [ "${TP_TRACE:-0}" = 1 ]; then
+	python3 - "$W/spec.json" <<'PY' || exit 1
+import json, sys
+s = json.load(open(sys.argv[1])); s["env"]["THAW_GPUMEM_TRACE"] = "1"
+json.dump(s, open(sys.argv[1], "w"))
+PY
+fi
 if [ -n "${GPU_TP_SPEC:-}" ]; then
 	python3 - "$W/spec.json" "$GPU_TP_SPEC" <<'PY' || exit 1
 import json, sys
@@ -75,10 +85,13 @@ dump_stacks() {
 			cat "$t/stack" 2>/dev/null
 		done
 		command -v gdb >/dev/null && timeout 60 gdb -p "$pid" -batch -ex "thread apply all bt" 2>&1
-		for q in $(pgrep -f gpu_tp.py); do
-			echo "== rank $q"
+		# The function's processes: those with libthaw-cuda's control
+		# thread (the ranks; the launcher's name differs from theirs).
+		for q in $(grep -lx thaw-gpumem /proc/[0-9]*/task/*/comm 2>/dev/null | cut -d/ -f3 | sort -u); do
+			echo "== rank $q: $(tr '\0' ' ' </proc/"$q"/cmdline 2>/dev/null | cut -c1-120)"
 			for t in /proc/"$q"/task/*; do
-				echo "-- thread ${t##*/} $(cat "$t/comm" 2>/dev/null) wchan=$(cat "$t/wchan" 2>/dev/null)"
+				echo "-- thread ${t##*/} $(cat "$t/comm" 2>/dev/null) wchan=$(cat "$t/wchan" 2>/dev/null) syscall=$(cat "$t/syscall" 2>/dev/null | cut -d' ' -f1-3)"
+				[ "$(cat "$t/comm" 2>/dev/null)" = thaw-gpumem ] && cat "$t/stack" 2>/dev/null
 			done
 		done
 	} >"$file" 2>&1
@@ -96,6 +109,9 @@ watched() {
 			echo "$name: still running after ${TP_STEP_S:-120} s: stacks in $OUTDIR/$name.stacks"
 			dump_stacks "$pid" "$OUTDIR/$name.stacks"
 			cp "$err" "$OUTDIR/$name.err" 2>/dev/null
+			for t in "$W"/data/instances/*/gpu-out/*.trace; do
+				[ -f "$t" ] && cp "$t" "$OUTDIR/$name-$(basename "$(dirname "$(dirname "$t")")")-$(basename "$t")"
+			done
 			kill -9 "$pid" 2>/dev/null
 			wait "$pid" 2>/dev/null
 			return 124

@@ -286,6 +286,32 @@ static void after_fork_child(void)
 	pthread_mutex_init(&start_mu, NULL);
 }
 
+static bool tracing;
+
+void gm_trace(const char *fmt, ...)
+{
+	char line[512], path[4200];
+	va_list ap;
+	int n, fd;
+
+	if (!tracing || !gm_out_dir)
+		return;
+	n = snprintf(line, sizeof(line), "%.1f %d ", gm_now_ms(), (int)gettid());
+	va_start(ap, fmt);
+	n += vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+	va_end(ap);
+	if (n > (int)sizeof(line) - 2)
+		n = (int)sizeof(line) - 2;
+	line[n++] = '\n';
+	snprintf(path, sizeof(path), "%s/%d.trace", gm_out_dir, (int)getpid());
+	fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return;
+	if (write(fd, line, (size_t)n) < 0)
+		tracing = false;
+	close(fd);
+}
+
 __attribute__((constructor)) static void gm_init(void)
 {
 	struct sigaction sa = { 0 };
@@ -298,6 +324,8 @@ __attribute__((constructor)) static void gm_init(void)
 	s = getenv(GPUMEM_ENV_MIN_BYTES);
 	if (s && *s)
 		gm_min_bytes = strtoull(s, NULL, 0);
+	s = getenv("THAW_GPUMEM_TRACE");
+	tracing = s && !strcmp(s, "1");
 	if (!gm_out_dir)
 		return; /* not started by thaw: only a pass-through */
 	sem_init(&wake, 0, 0);

@@ -518,6 +518,7 @@ void gm_restore(const char *dir, const char *out_dir, struct gpumem_record *r)
 
 	memset(r, 0, sizeof(*r));
 	r->ok = true;
+	gm_trace("restore: asked");
 	gm_release_pinned();
 	snprintf(path, sizeof(path), "%s/" GPUMEM_FILE_FMT, dir, (int)getpid());
 	pthread_mutex_lock(&gm_lock);
@@ -525,12 +526,14 @@ void gm_restore(const char *dir, const char *out_dir, struct gpumem_record *r)
 		m->restoring = false;
 	/* What thawd filled while CRIU and the driver restored: mapped, not
 	 * copied.  What is still saved after it is copied here. */
+	gm_trace("restore: begins");
 	gm_prefill_take(out_dir, r);
 	t = gm_now_ms();
 	for (struct gm_map *m = gm_maps; m; m = m->next) {
 		/* An import is its creator's to hand over (gm_share_restore). */
 		if (!m->saved || m->h->imported)
 			continue;
+		gm_trace("restore: new memory at %#llx", (unsigned long long)m->va);
 		if (map_new(m, r))
 			goto out;
 		m->restoring = true;
@@ -603,7 +606,9 @@ out:
 		close(fd);
 	/* Its copy done (or failed: its importers are told), the memory it
 	 * shares is handed over, and what it imports taken. */
+	gm_trace("restore: copied (%s), sharing", r->ok ? "ok" : r->error);
 	gm_share_restore(out_dir, r);
+	gm_trace("restore: shared (%s)", r->ok ? "ok" : r->error);
 	count_left(r);
 	pthread_mutex_unlock(&gm_lock);
 	/* Only now may the function touch its memory again.  After a failure

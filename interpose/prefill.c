@@ -95,9 +95,11 @@ static void take_one(unsigned long long file_off, unsigned long long size, int f
 			break;
 	if (!m)
 		return;
+	gm_trace("prefill: importing %llu bytes at file offset %llu", size, file_off);
 	if (gm_real.cuMemImportFromShareableHandle(&rh, (void *)(uintptr_t)fd,
 				  CU_HANDLE_POSIX_FD) != CU_SUCCESS)
 		return;
+	gm_trace("prefill: mapping it at %#llx", (unsigned long long)m->va);
 	if (gm_map_handle(m, rh) != CU_SUCCESS) {
 		gm_real.cuMemRelease(rh);
 		return;
@@ -160,9 +162,11 @@ void gm_prefill_take(const char *dir, struct gpumem_record *r)
 		return;
 	/* thawd answers at once or not at all: never hang the restore. */
 	setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	gm_trace("prefill: connecting to %s", sa.sun_path);
 	if (connect(sock, (struct sockaddr *)&sa, sizeof(sa)) == 0)
 		while (take_message(sock, r) > 0)
 			;
 	close(sock);
+	gm_trace("prefill: %llu allocation(s) taken", (unsigned long long)r->prefilled_allocs);
 	r->prefill_ms = gm_now_ms() - t0;
 }

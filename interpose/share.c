@@ -485,6 +485,8 @@ static void serve_one(struct server *s, int c)
 	}
 	if (send_answer(c, e->fd < 0 ? -EIO : 0, e->size, e->fd) == 0)
 		e->served = true;
+	gm_trace("share: handle %#llx handed to %d (%s)", (unsigned long long)e->vh, (int)cred.pid,
+		 e->served ? "sent" : "not sent");
 }
 
 static void *serve(void *arg)
@@ -628,10 +630,13 @@ static int take_import(const char *dir, struct gm_map *m, struct gpumem_record *
 	cu_handle rh = 0;
 	char ebuf[32];
 	cu_result cr;
-	int fd = ask_creator(dir, h->creator, h->creator_vh, false, r);
+	int fd;
 
+	gm_trace("share: asking %d for %#llx", (int)h->creator, (unsigned long long)h->creator_vh);
+	fd = ask_creator(dir, h->creator, h->creator_vh, false, r);
 	if (fd < 0)
 		return -1;
+	gm_trace("share: importing and mapping it at %#llx", (unsigned long long)m->va);
 	cr = gm_real.cuMemImportFromShareableHandle(&rh, (void *)(uintptr_t)fd,
 						   CU_HANDLE_POSIX_FD);
 	if (cr == CU_SUCCESS) {
@@ -660,6 +665,7 @@ static int export_again(struct gm_handle *h, struct gm_map *m, struct gpumem_rec
 	int fd = -1;
 
 	/* A handle of the memory even where the function released its own. */
+	gm_trace("share: exporting %#llx again", (unsigned long long)m->va);
 	cr = gm_real.cuMemRetainAllocationHandle(&tmp, (void *)(uintptr_t)m->va);
 	if (cr == CU_SUCCESS) {
 		cr = gm_real.cuMemExportToShareableHandle(&fd, tmp, CU_HANDLE_POSIX_FD, 0);
@@ -711,6 +717,7 @@ void gm_share_restore(const char *dir, struct gpumem_record *r)
 		for (int k = 0; k < h->nimporters; k++)
 			s.e[s.n++] = (struct serve_entry){ h->vh, h->importers[k], fd, h->size, false };
 	}
+	gm_trace("share: %d import(s) of this process's memory to serve", s.n);
 	if (s.n && listen_at(dir, &s, r) == 0) {
 		if (pthread_create(&t, NULL, serve, &s) == 0)
 			serving = true;
@@ -730,6 +737,7 @@ void gm_share_restore(const char *dir, struct gpumem_record *r)
 		r->shared_bytes += m->size;
 	}
 	if (serving) {
+		gm_trace("share: waiting for the importers");
 		pthread_join(t, NULL);
 		if (s.error[0])
 			share_fail(r, "%s", s.error);

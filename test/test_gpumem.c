@@ -754,16 +754,20 @@ static void prefill_shared(const char *app_path)
 
 /* Shared memory across GPUs where thawd fills: the creator on GPU 0, its
  * importer on GPU 1, each process filled on its own GPU's link; the
- * importer maps the creator's shared allocation at its address. */
+ * importer maps the creator's shared allocation at its address.  The
+ * importer traces its steps (THAW_GPUMEM_TRACE=1): the trace names them. */
 static void prefill_shared_2gpu(const char *app_path)
 {
 	struct snapshot_gpu gpus[2] = { { .uuid = MOCK_GPU0, .index = 0 },
 					{ .uuid = MOCK_GPU1, .index = 1 } };
 	struct gpu_placement place = { .n = 2, .held = true };
-	const char *on_gpu1[] = { "MOCK_CUDA_HTOD_DELAY_MS=0", "MOCK_CUDA_CTX_DEVICE=1", NULL };
+	const char *on_gpu1[] = { "MOCK_CUDA_HTOD_DELAY_MS=0", "MOCK_CUDA_CTX_DEVICE=1",
+				  "THAW_GPUMEM_TRACE=1", NULL };
 	struct app c, i;
 	pid_t pids[2];
-	char s[64];
+	char s[64], trace[600], text[8192] = "";
+	size_t got;
+	FILE *f;
 
 	place.dev[0].ordinal = 0;
 	place.dev[1].ordinal = 1;
@@ -771,6 +775,16 @@ static void prefill_shared_2gpu(const char *app_path)
 	fill_shared_pair(&c, &i, gpus, 2, &place, "share2");
 	ask(&i, "verify", s, sizeof(s));
 	CHECK_STR(s, "ok");
+	snprintf(trace, sizeof(trace), "%s/%d.trace", outdir, (int)i.pid);
+	f = fopen(trace, "r");
+	got = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
+	text[got] = '\0';
+	if (f)
+		fclose(f);
+	CHECK(strstr(text, "restore: begins") && strstr(text, "share: asking") &&
+	      strstr(text, "share: importing and mapping it") && strstr(text, "restore: shared (ok)"));
+	snprintf(trace, sizeof(trace), "%s/%d.trace", outdir, (int)c.pid);
+	CHECK(access(trace, F_OK) != 0);
 	pids[0] = c.pid;
 	pids[1] = i.pid;
 	gpumem_release(pids, 2);

@@ -132,6 +132,7 @@ struct gm_handle {
 	bool exported, imported, share_full;
 	bool share_off; /* exported: an importer cannot let go of it (this save) */
 	bool carried;   /* unmapped by the last save as shared: the restore hands it over */
+	bool fill_fd;   /* fds[0] is the export thawd's fill sent (this restore) */
 	int fds[GM_MAX_SHARE_FDS], nfds;
 	/* What thawd's pairing said at the last save.  Imported: whose export
 	 * it is (creator 0: nobody's known).  Exported: who imports it, an
@@ -158,6 +159,7 @@ struct gm_map {
 	size_t reserved;          /* ours: the address range reserved for it */
 	bool saved;               /* unmapped, its bytes at file_off */
 	bool restoring;           /* being copied back now */
+	bool access_pending;      /* mapped, its access not yet set (gm_access_pending) */
 	uint64_t file_off;
 	struct gm_map *next;
 };
@@ -189,9 +191,13 @@ int gm_layout_write(const char *dir) GM_HIDDEN;
  * ready-filled memory for is mapped from it and no longer saved.  Nothing
  * (no socket, a refusal) leaves the mappings to the copy.  Under gm_lock. */
 void gm_prefill_take(const char *dir, struct gpumem_record *r) GM_HIDDEN;
-/* Map handle rh at m's address with m's access, as the memory m names now
- * (move.c). */
-cu_result gm_map_handle(struct gm_map *m, cu_handle rh) GM_HIDDEN;
+/* Map handle rh at m's address, as the memory m names now, with m's access
+ * (with_access), or with it left for gm_access_pending (move.c). */
+cu_result gm_map_handle(struct gm_map *m, cu_handle rh, bool with_access) GM_HIDDEN;
+/* Access given to every mapping gm_map_handle left without it, in as few
+ * calls as the driver takes (a run of adjacent mappings with the same
+ * access in one); a mapping that cannot have it fails r. */
+void gm_access_pending(struct gpumem_record *r) GM_HIDDEN;
 
 /* --- shared memory (share.c; all under gm_lock) --- */
 /* What the save does with a mapping: its bytes into the file (private, or

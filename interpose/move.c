@@ -339,11 +339,11 @@ out:
 	r->total_ms = gm_now_ms() - t0;
 }
 
-cu_result gm_map_handle(struct gm_map *m, cu_handle rh)
+cu_result gm_map_handle(struct gm_map *m, cu_handle rh, bool with_access)
 {
 	cu_result cr = gm_real.cuMemMap(m->va, m->size, 0, rh, 0);
 
-	if (cr == CU_SUCCESS && m->naccess)
+	if (cr == CU_SUCCESS && m->naccess && with_access)
 		cr = gm_real.cuMemSetAccess(m->va, m->size, m->access, (size_t)m->naccess);
 	if (cr != CU_SUCCESS) {
 		gm_real.cuMemUnmap(m->va, m->size);
@@ -368,7 +368,61 @@ cu_result gm_map_handle(struct gm_map *m, cu_handle rh)
 		gm_real.cuMemRelease(rh);
 	m->h->rh = rh;
 	m->saved = false;
+	m->access_pending = !with_access && m->naccess;
 	return CU_SUCCESS;
+}
+
+static int by_va(const void *a, const void *b)
+{
+	cu_ptr x = (*(struct gm_map *const *)a)->va, y = (*(struct gm_map *const *)b)->va;
+
+	return x < y ? -1 : x > y;
+}
+
+static bool same_access(const struct gm_map *a, const struct gm_map *b)
+{
+	return a->naccess == b->naccess &&
+	       !memcmp(a->access, b->access, sizeof(a->access[0]) * (size_t)a->naccess);
+}
+
+void gm_access_pending(struct gpumem_record *r)
+{
+	struct gm_map **v;
+	size_t n = 0, k = 0;
+
+	for (struct gm_map *m = gm_maps; m; m = m->next)
+		n += m->access_pending;
+	v = n ? calloc(n, sizeof(*v)) : NULL;
+	for (struct gm_map *m = gm_maps; v && m; m = m->next)
+		if (m->access_pending)
+			v[k++] = m;
+	if (v)
+		qsort(v, n, sizeof(*v), by_va);
+	/* Beside a burst of the driver's restores every call waits: the GPU
+	 * example's 115 mappings take a call or a few, not 115. */
+	for (size_t i = 0, j; v && i < n; i = j + 1) {
+		cu_result cr = CU_SUCCESS;
+
+		for (j = i; j + 1 < n && v[j]->va + v[j]->size == v[j + 1]->va &&
+			    same_access(v[i], v[j + 1]);
+		     j++)
+			;
+		if (j > i)
+			cr = gm_real.cuMemSetAccess(v[i]->va, v[j]->va + v[j]->size - v[i]->va,
+						    v[i]->access, (size_t)v[i]->naccess);
+		for (size_t q = i; q <= j && (j == i || cr != CU_SUCCESS); q++) {
+			cu_result one = gm_real.cuMemSetAccess(v[q]->va, v[q]->size, v[q]->access,
+							       (size_t)v[q]->naccess);
+
+			if (one != CU_SUCCESS && r->ok)
+				fail(r, "setting access to device memory thawd filled", one);
+		}
+	}
+	for (struct gm_map *m = gm_maps; m; m = m->next)
+		m->access_pending = false;
+	if (n && !v && r->ok)
+		fail(r, "setting access to device memory thawd filled", CU_ERR_OUT_OF_MEMORY);
+	free(v);
 }
 
 /* New physical memory at m's address, with its access. */
@@ -382,7 +436,7 @@ static int map_new(struct gm_map *m, struct gpumem_record *r)
 		fail(r, "cuMemCreate", cr);
 		return -1;
 	}
-	cr = gm_map_handle(m, rh);
+	cr = gm_map_handle(m, rh, true);
 	if (cr != CU_SUCCESS) {
 		gm_real.cuMemRelease(rh);
 		fail(r, "mapping new device memory at a saved address", cr);

@@ -100,9 +100,23 @@ static void take_one(unsigned long long file_off, unsigned long long size, int f
 				  CU_HANDLE_POSIX_FD) != CU_SUCCESS)
 		return;
 	gm_trace("prefill: mapping it at %#llx", (unsigned long long)m->va);
-	if (gm_map_handle(m, rh) != CU_SUCCESS) {
+	/* Its access set with the others' after (gm_access_pending). */
+	if (gm_map_handle(m, rh, false) != CU_SUCCESS) {
 		gm_real.cuMemRelease(rh);
 		return;
+	}
+	/* Memory this process shares goes on to its importers as the very
+	 * descriptor thawd sent (gm_share_restore): the driver does not
+	 * export again what a process imported (on two H200s the rank's
+	 * export of its filled buffer failed, and the start with it). */
+	if (m->h->exported && m->h->carried) {
+		int keep = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+
+		if (keep >= 0) {
+			gm_share_fds_close(m->h);
+			m->h->fds[m->h->nfds++] = keep;
+			m->h->fill_fd = true;
+		}
 	}
 	r->allocs++;
 	r->bytes += size;
@@ -167,6 +181,7 @@ void gm_prefill_take(const char *dir, struct gpumem_record *r)
 		while (take_message(sock, r) > 0)
 			;
 	close(sock);
+	gm_access_pending(r);
 	gm_trace("prefill: %llu allocation(s) taken", (unsigned long long)r->prefilled_allocs);
 	r->prefill_ms = gm_now_ms() - t0;
 }

@@ -408,7 +408,7 @@ cu_result gm_share_remap(struct gm_map *m)
 						   CU_HANDLE_POSIX_FD);
 	if (cr != CU_SUCCESS)
 		return cr;
-	cr = gm_map_handle(m, rh);
+	cr = gm_map_handle(m, rh, true);
 	if (cr != CU_SUCCESS)
 		gm_real.cuMemRelease(rh);
 	return cr;
@@ -496,18 +496,23 @@ static void *serve(void *arg)
 
 	for (;;) {
 		struct pollfd p = { s->sock, POLLIN, 0 };
-		int left = 0;
+		int left = 0, live = 0;
 
 		for (int i = 0; i < s->n; i++) {
 			if (s->e[i].served)
 				continue;
 			left++;
-			if (!alive(s->e[i].pid) && !s->error[0])
+			if (alive(s->e[i].pid))
+				live++;
+			else if (!s->error[0])
 				snprintf(s->error, sizeof(s->error),
 					 "process %d, which maps memory this one shares, ended "
 					 "before it took it", (int)s->e[i].pid);
 		}
-		if (!left || s->error[0])
+		/* After a failure every live importer is still answered (each
+		 * asks once an import, abandoning or not): one that found no
+		 * one answering would wait for each ask's timeout in turn. */
+		if (!left || (s->error[0] && !live))
 			break;
 		if (gm_now_ms() - t0 > SHARE_WAIT_MS) {
 			snprintf(s->error, sizeof(s->error),
@@ -640,7 +645,7 @@ static int take_import(const char *dir, struct gm_map *m, struct gpumem_record *
 	cr = gm_real.cuMemImportFromShareableHandle(&rh, (void *)(uintptr_t)fd,
 						   CU_HANDLE_POSIX_FD);
 	if (cr == CU_SUCCESS) {
-		cr = gm_map_handle(m, rh);
+		cr = gm_map_handle(m, rh, true);
 		if (cr != CU_SUCCESS)
 			gm_real.cuMemRelease(rh);
 	}
@@ -708,8 +713,10 @@ void gm_share_restore(const char *dir, struct gpumem_record *r)
 		if (!h->carried || !h->exported || !h->nimporters)
 			continue;
 		/* Only memory that came back is handed over; else each importer
-		 * is told, and fails rather than wait. */
-		if (r->ok && m && !m->saved && export_again(h, m, r) == 0) {
+		 * is told, and fails rather than wait.  What thawd filled is
+		 * handed over as thawd's own export (prefill.c). */
+		if (r->ok && m && !m->saved && ((h->fill_fd && h->nfds > 0) ||
+						 export_again(h, m, r) == 0)) {
 			fd = h->fds[0];
 			r->shared_allocs++;
 			r->shared_bytes += m->size;
@@ -717,6 +724,8 @@ void gm_share_restore(const char *dir, struct gpumem_record *r)
 		for (int k = 0; k < h->nimporters; k++)
 			s.e[s.n++] = (struct serve_entry){ h->vh, h->importers[k], fd, h->size, false };
 	}
+	for (size_t i = 0; i < gm_nhandles; i++)
+		gm_handles[i]->fill_fd = false;
 	gm_trace("share: %d import(s) of this process's memory to serve", s.n);
 	if (s.n && listen_at(dir, &s, r) == 0) {
 		if (pthread_create(&t, NULL, serve, &s) == 0)

@@ -46,6 +46,8 @@
  * counts the meetings either knob waited for in vain.
  * Knob: MOCK_CUDA_HTOD_DELAY_MS sleeps in each cuMemcpyHtoDAsync (a slow
  * copy back, to see the function held while it runs).
+ * Knob: MOCK_CUDA_ACCESS_LOG=FILE: a line a cuMemSetAccess (access_log),
+ * which answers INVALID_VALUE for a range not mapped whole, as the driver.
  * Knob: MOCK_CUDA_CREATE_DELAY_MS sleeps in each cuMemCreate (a driver
  * slow to make memory); MOCK_CUDA_CREATE_LOG=FILE appends the
  * CLOCK_MONOTONIC ns at which each cuMemCreate returned.
@@ -65,6 +67,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -499,6 +502,7 @@ struct phys {
 	int maps;
 	int refs;     /* handles: 1 at its creation or import, +1 a retain, -1 a release */
 	int released; /* refs went to 0: the memory dies with its last unmap */
+	bool imported; /* from another process's export: not exported again */
 };
 
 static pthread_mutex_t mem_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -781,17 +785,24 @@ cu_result cuMemCreate(cu_handle *h, size_t size, const cu_mem_prop *prop, unsign
 }
 
 /* POSIX file descriptor handles (type 1): the memfd itself, so that memory
- * exported by one process and imported by another is the same bytes. */
+ * exported by one process and imported by another is the same bytes.
+ * Memory this process imported is not exported again: on driver 580 a
+ * rank that had mapped thawd's fill of its shared buffer could not export
+ * it to its peer (the TP start's trace, bench/LOG.md, 2026-11-30). */
 cu_result cuMemExportToShareableHandle(void *out, cu_handle h, int type, unsigned long long flags)
 {
 	struct phys *ph = (struct phys *)(uintptr_t)h;
+	bool imported;
 	int fd;
 
 	if (type != 1)
 		return 1;
 	pthread_mutex_lock(&mem_mu);
-	fd = handle_ok_locked(h) ? fcntl(ph->fd, F_DUPFD_CLOEXEC, 0) : -1;
+	imported = handle_ok_locked(h) && ph->imported;
+	fd = handle_ok_locked(h) && !imported ? fcntl(ph->fd, F_DUPFD_CLOEXEC, 0) : -1;
 	pthread_mutex_unlock(&mem_mu);
+	if (imported)
+		return 800; /* CUDA_ERROR_NOT_PERMITTED */
 	if (fd < 0)
 		return 1;
 	*(int *)out = fd;
@@ -813,6 +824,7 @@ cu_result cuMemImportFromShareableHandle(cu_handle *h, void *os, int type)
 		return 2;
 	ph->refs = 1;
 	ph->dev = -1;
+	ph->imported = true;
 	/* The GPU its memfd is named for (cuMemCreate). */
 	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
 	n = readlink(link, target, sizeof(target) - 1);
@@ -874,11 +886,48 @@ cu_result cuMemMap(cu_ptr va, size_t size, size_t offset, cu_handle h,
 	return 0;
 }
 
+/* Is [va, va + size) mapped whole, mapping after mapping, none straddling
+ * its ends?  (mem_mu held.)  The driver's cuMemSetAccess wants that. */
+static bool fully_mapped(cu_ptr va, size_t size)
+{
+	cu_ptr at = va;
+
+	while (at < va + size) {
+		int i;
+
+		for (i = 0; i < 1024; i++)
+			if (maps[i].ph && maps[i].va == at)
+				break;
+		if (i == 1024 || maps[i].va + maps[i].size > va + size)
+			return false;
+		at += maps[i].size;
+	}
+	return size > 0;
+}
+
+/* MOCK_CUDA_ACCESS_LOG=FILE appends "<pid> <bytes>" for each
+ * cuMemSetAccess: how many calls a process made, over how much. */
+static void access_log(size_t size)
+{
+	const char *path = getenv("MOCK_CUDA_ACCESS_LOG");
+	FILE *f = path ? fopen(path, "a") : NULL;
+
+	if (f) {
+		fprintf(f, "%d %zu\n", (int)getpid(), size);
+		fclose(f);
+	}
+}
+
 cu_result cuMemSetAccess(cu_ptr va, size_t size, const cu_access_desc *desc, size_t count)
 {
 	if (!count)
 		return 1;
+	access_log(size);
 	pthread_mutex_lock(&mem_mu);
+	if (!fully_mapped(va, size)) {
+		pthread_mutex_unlock(&mem_mu);
+		return 1; /* CUDA_ERROR_INVALID_VALUE */
+	}
 	for (int i = 0; i < 1024; i++) {
 		if (!maps[i].ph || maps[i].va < va || maps[i].va >= va + size)
 			continue;

@@ -377,6 +377,20 @@ static int count_lines(const char *path)
 	return n;
 }
 
+/* Lines of path that begin with pid (MOCK_CUDA_ACCESS_LOG's). */
+static int count_pid_lines(const char *path, pid_t pid)
+{
+	FILE *f = fopen(path, "r");
+	char line[128];
+	int n = 0;
+
+	while (f && fgets(line, sizeof(line), f))
+		n += atoi(line) == (int)pid;
+	if (f)
+		fclose(f);
+	return n;
+}
+
 static void prefill(const char *app_path)
 {
 	struct mock_snapshot m;
@@ -391,10 +405,16 @@ static void prefill(const char *app_path)
 	size_t moved = 0;
 	FILE *f;
 	struct app a;
-	char unmaps[600];
+	char unmaps[600], access_log[600], app_log[640];
+	const char *app_env[] = { app_log, NULL };
 	int lines = 0;
 
-	app_start(&a, app_path, NULL, true);
+	/* The app's mock refuses access over a range not mapped whole, as
+	 * the driver: the library's access for what thawd filled is set in
+	 * runs of adjacent mappings (gm_access_pending). */
+	snprintf(access_log, sizeof(access_log), "%s/access.log", dir);
+	snprintf(app_log, sizeof(app_log), "MOCK_CUDA_ACCESS_LOG=%s", access_log);
+	app_start_with(&a, app_path, NULL, lib, app_env);
 	mock_snapshot_init(&m, MOCK_GPU0, a.pid);
 	CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why, sizeof(why)),
 		 0);
@@ -425,9 +445,16 @@ static void prefill(const char *app_path)
 	snprintf(unmaps, sizeof(unmaps), "%s/unmaps.log", dir);
 	unlink(unmaps);
 	setenv("MOCK_CUDA_UNMAP_LOG", unmaps, 1);
+	/* Access for the copy set in one call over the 6 allocations, which
+	 * lie next to each other (the mock refuses a range not mapped
+	 * whole, as the driver does). */
+	unlink(access_log);
+	setenv("MOCK_CUDA_ACCESS_LOG", access_log, 1);
 	pf = gpu_prefill_start(&m.meta, outdir, outdir, &place);
 	REQUIRE(pf != NULL);
 	CHECK_EQ(gpu_prefill_ready(pf), 0);
+	unsetenv("MOCK_CUDA_ACCESS_LOG");
+	CHECK_EQ(count_pid_lines(access_log, getpid()), 1);
 	CHECK_EQ(count_lines(unmaps), 0);
 	CHECK(lstat(sock, &sb) == 0 && S_ISSOCK(sb.st_mode));
 	/* What it made is on the GPU: no longer held back as well. */

@@ -786,9 +786,9 @@ cu_result cuMemCreate(cu_handle *h, size_t size, const cu_mem_prop *prop, unsign
 
 /* POSIX file descriptor handles (type 1): the memfd itself, so that memory
  * exported by one process and imported by another is the same bytes.
- * Memory this process imported is not exported again: on driver 580 a
- * rank that had mapped thawd's fill of its shared buffer could not export
- * it to its peer (the TP start's trace, bench/LOG.md, 2026-11-30). */
+ * Memory this process imported is not exported again: driver 580 answers
+ * INVALID_VALUE (bench/gpu-share-probe.py), and a rank that had mapped
+ * thawd's fill of its shared buffer could not hand it to its peer. */
 cu_result cuMemExportToShareableHandle(void *out, cu_handle h, int type, unsigned long long flags)
 {
 	struct phys *ph = (struct phys *)(uintptr_t)h;
@@ -802,7 +802,7 @@ cu_result cuMemExportToShareableHandle(void *out, cu_handle h, int type, unsigne
 	fd = handle_ok_locked(h) && !imported ? fcntl(ph->fd, F_DUPFD_CLOEXEC, 0) : -1;
 	pthread_mutex_unlock(&mem_mu);
 	if (imported)
-		return 800; /* CUDA_ERROR_NOT_PERMITTED */
+		return 1; /* CUDA_ERROR_INVALID_VALUE */
 	if (fd < 0)
 		return 1;
 	*(int *)out = fd;

@@ -17,9 +17,9 @@
 # TP_TRACE=1: the function is snapshotted with THAW_GPUMEM_TRACE=1 (each
 # library writes its steps to <pid>.trace in its out directory, kept in
 # OUTDIR when a start hangs).
-# TP_FILL_ALL=1: after the start (the library copies a function of several
-# processes by default), a second start of the same snapshot with
-# THAW_GPU_PREFILL=all (thaw fills each rank), logged at debug level.
+# TP_AGAIN=1: after the start, four more of the same snapshot from the RAM
+# tier, alternately filled by thawd (the default) and copied by each rank's
+# library (THAW_GPU_PREFILL=0), logged at debug level.
 # A step past its deadline (TP_STEP_S) has its threads' stacks written to
 # OUTDIR/<step>.stacks before it is killed.
 set -u
@@ -160,24 +160,37 @@ echo "restored: $warm"
 }
 [ "$restored" = True ] || { echo "the start booted the function cold instead of restoring it"; exit 1; }
 echo "the 2-GPU tensor-parallel function restored and answered like the cold process"
-[ "${TP_FILL_ALL:-0}" = 1 ] || exit 0
-# The same snapshot again, each rank filled by thaw.
-s0=$(date +%s%N)
-watched start-fill-all "$W/start2.json" "$W/start2.err" env THAW_LOG=debug THAW_GPU_PREFILL=all \
-	"$THAW" --data-dir "$W/data" start "$snap" || {
-	echo "the start with THAW_GPU_PREFILL=all failed or hung:"
-	cp "$W/start2.err" "$OUTDIR/start-fill-all.err" 2>/dev/null
-	grep -E "fill|restored and unlocked|copied back" "$W/start2.err" | tail -n 40
-	exit 1
+[ "${TP_AGAIN:-0}" = 1 ] || exit 0
+# again NAME [VAR=VALUE...]: the same snapshot started again (from the RAM
+# tier now), with thawd's environment added, its log at debug level; its
+# figures named gpu_tp_NAME, its answer the cold processes'.
+again() {
+	local name=$1 s0 ep iid warm
+	shift
+	s0=$(date +%s%N)
+	watched "start-$name" "$W/start-$name.json" "$W/start-$name.err" env THAW_LOG=debug "$@" \
+		"$THAW" --data-dir "$W/data" start "$snap" || {
+		echo "the start $name ($*) failed or hung:"
+		cp "$W/start-$name.err" "$OUTDIR/start-$name.err" 2>/dev/null
+		grep -E "fill|restored and unlocked|copied back" "$W/start-$name.err" | tail -n 40
+		return 1
+	}
+	cp "$W/start-$name.err" "$OUTDIR/start-$name.err"
+	bash "$ROOT/bench/fill-lines.sh" "gpu_tp_$name" "start $name" "$W/start-$name.err" "$OUTDIR/fills.txt"
+	python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print("figure: gpu_tp_%s start_ms %s" % (sys.argv[2], json.dumps(j.get("timings_ms"))))' "$W/start-$name.json" "$name"
+	ep=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["endpoint"])' "$W/start-$name.json")
+	iid=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["instance"])' "$W/start-$name.json")
+	warm=$(curl -sf "http://$ep/infer")
+	echo "figure: gpu_tp_$name start_to_first_answer_ms $((($(date +%s%N) - s0) / 1000000))"
+	"$THAW" --data-dir "$W/data" stop "$iid" >/dev/null 2>&1
+	[ "$cold" = "$warm" ] || { echo "the start $name answered otherwise: '$warm' (cold: '$cold')"; return 1; }
+	echo "the start $name ($*) restored and answered like the cold processes"
 }
-cp "$W/start2.err" "$OUTDIR/start-fill-all.err"
-bash "$ROOT/bench/fill-lines.sh" gpu_tp_fill_all start "$W/start2.err" "$OUTDIR/fills.txt"
-python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print("figure: gpu_tp_fill_all start_ms %s" % json.dumps(j.get("timings_ms")))' "$W/start2.json"
-ep=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["endpoint"])' "$W/start2.json")
-iid=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["instance"])' "$W/start2.json")
-warm=$(curl -sf "http://$ep/infer")
-echo "figure: gpu_tp_fill_all start_to_first_answer_ms $((($(date +%s%N) - s0) / 1000000))"
-echo "restored (filled by thaw): $warm"
-"$THAW" --data-dir "$W/data" stop "$iid" >/dev/null 2>&1
-[ "$cold" = "$warm" ] || { echo "the filled start answered otherwise: '$warm' (cold: '$cold')"; exit 1; }
-echo "the tensor-parallel function filled by thaw restored and answered like the cold process"
+# From the RAM tier: thawd filling each rank (the default), then each
+# rank's library copying its own (THAW_GPU_PREFILL=0), twice each.
+bad=0
+for round in 1 2; do
+	again "filled$round" THAW_GPU_PREFILL=1 || bad=1
+	again "copied$round" THAW_GPU_PREFILL=0 || bad=1
+done
+exit $bad

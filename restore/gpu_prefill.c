@@ -294,14 +294,6 @@ struct gpu_prefill *gpu_prefill_start(const struct snapshot_meta *sm, const char
 
 	if (!tier_dir || !gm->nns_pids)
 		return NULL;
-	/* Functions of several CUDA processes are not filled unless asked
-	 * (THAW_GPU_PREFILL=all): on two H200s the tensor-parallel function
-	 * (two ranks sharing 96 allocations each) filled by thawd hung after
-	 * the driver's restore, its libraries waiting on their sockets, while
-	 * the library's own copy restored it (bench/LOG.md).  Until that is
-	 * found, the library copies theirs. */
-	if (fill && gm->nns_pids > 1 && !(env && !strcmp(env, "all")))
-		fill = false;
 	if (fill)
 		fill = prefill_driver_load();
 	pf = calloc(1, sizeof(*pf));

@@ -3,10 +3,10 @@
  * (docs/DESIGN.md, "GPU memory").
  *
  * A start's device memory crosses the host-to-GPU link once: thawd's fill
- * copies it (gpu_prefill_fill.c) or, where no fill applies (a function of
- * several CUDA processes unless THAW_GPU_PREFILL=all, THAW_GPU_PREFILL=0,
- * an older snapshot or layout that cannot tell its GPUs, a failed fill),
- * the library in the restored process does.  One copy alone runs at the link's speed; a burst
+ * copies it (gpu_prefill_fill.c) or, where no fill applies
+ * (THAW_GPU_PREFILL=0, an older snapshot or layout that cannot tell its
+ * GPUs, a failed fill), the library in the restored process does.  One
+ * copy alone runs at the link's speed; a burst
  * of them side by side shares the link so that every start finishes last.
  * So each copy waits for its turn on the GPUs it copies to: the first start
  * gets its bytes after its own bytes' time, the k-th after k of them.

@@ -819,11 +819,11 @@ static void prefill_shared_2gpu(const char *app_path)
 	app_end(&c);
 }
 
-/* Two processes, by default: not filled (THAW_GPU_PREFILL=all fills
- * them); the libraries copy.  Run before any fill of the process (a `thaw
- * start` fills nothing else): ending a start that filled nothing must not
- * call the driver's entry points the fill loads (it crashed `thaw start` of
- * the tensor-parallel function on two H200s). */
+/* Two processes where thawd fills nothing (THAW_GPU_PREFILL=0): the
+ * libraries copy.  Run before any fill of the process (a `thaw start` that
+ * fills nothing loads no more): ending a start that filled nothing must
+ * not call the driver's entry points a fill loads (it crashed `thaw start`
+ * of the tensor-parallel function on two H200s). */
 static void several_unfilled(const char *app_path)
 {
 	struct gpu_placement place = { .n = 1, .held = true, .claim = { 80 * MIB } };
@@ -845,7 +845,9 @@ static void several_unfilled(const char *app_path)
 				       .gpu_memory = { .recorded = true, .thaw = true,
 						       .ns_pids = pids, .nns_pids = 2 } };
 	CHECK_EQ(gpumem_save_all(pids, pids, 2, outdir, 30000, st, &moved, why, sizeof(why)), 0);
+	setenv("THAW_GPU_PREFILL", "0", 1);
 	pf = gpu_prefill_start(&meta, outdir, outdir, &place);
+	unsetenv("THAW_GPU_PREFILL");
 	CHECK(pf != NULL && !gpu_prefill_fills(pf));
 	CHECK_EQ(gpu_prefill_restore(pf, &meta, pids, 2, outdir, "several", &ms), 0);
 	for (int k = 0; k < 2; k++) {
@@ -1484,12 +1486,9 @@ int main(int argc, char **argv)
 		prefill_span(child_app);
 		prefill_order(child_app);
 		order_around_restore(child_app);
-		/* Functions of several processes are filled when asked. */
-		setenv("THAW_GPU_PREFILL", "all", 1);
 		prefill_shared(child_app);
 		prefill_tp(child_app);
 		prefill_shared_2gpu(child_app);
-		unsetenv("THAW_GPU_PREFILL");
 		let_go_at_exit(child_app);
 		return check_failures ? 1 : 0;
 	}

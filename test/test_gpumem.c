@@ -248,63 +248,52 @@ static void shared(const char *app_path)
 	app_end(&c);
 }
 
-/* An importer that ends before it takes its memory back: its creator's
- * restore fails at once, with why, and its calls stay held. */
-static void shared_importer_ends(const char *app_path)
+/* One side of a shared pair killed after the save (the importer, or the
+ * creator): the other's restore fails at once, held, and says why. */
+static void shared_one_ends(const char *app_path, bool importer_ends, const char *why_want)
 {
 	struct gpumem_status st[2];
 	char why[512];
 	size_t moved = 0;
-	struct app c, i;
+	struct app c, i, *gone, *left;
 	pid_t pids[2];
+	int k;
 
 	share_pair_start(&c, &i, app_path);
 	pids[0] = c.pid;
 	pids[1] = i.pid;
 	CHECK_EQ(gpumem_save_all(pids, pids, 2, outdir, 30000, st, &moved, why, sizeof(why)), 0);
 	CHECK_EQ(moved, 2);
-	kill(i.pid, SIGKILL);
-	REQUIRE(waitpid(i.pid, NULL, 0) == i.pid);
-	fclose(i.in);
-	fclose(i.out);
+	gone = importer_ends ? &i : &c;
+	left = importer_ends ? &c : &i;
+	k = importer_ends ? 0 : 1;
+	kill(gone->pid, SIGKILL);
+	REQUIRE(waitpid(gone->pid, NULL, 0) == gone->pid);
+	fclose(gone->in);
+	fclose(gone->out);
 	CHECK_EQ(gpumem_request(pids, pids, 2, GPUMEM_OP_RESTORE, outdir, 30000, st), -ESRCH);
-	CHECK(st[0].answered && !st[0].ok && st[0].held);
-	CHECK(strstr(st[0].error, "ended before it took it") != NULL);
-	if (!strstr(st[0].error, "ended before it took it"))
-		fprintf(stderr, "creator's restore: %s\n", st[0].error);
-	kill(c.pid, SIGKILL);
-	waitpid(c.pid, NULL, 0);
-	fclose(c.in);
-	fclose(c.out);
+	CHECK(st[k].answered && !st[k].ok && st[k].held);
+	CHECK(strstr(st[k].error, why_want) != NULL);
+	if (!strstr(st[k].error, why_want))
+		fprintf(stderr, "the restore of the one left: %s\n", st[k].error);
+	kill(left->pid, SIGKILL);
+	waitpid(left->pid, NULL, 0);
+	fclose(left->in);
+	fclose(left->out);
+}
+
+/* An importer that ends before it takes the memory: its creator's restore
+ * fails at once rather than wait for it. */
+static void shared_importer_ends(const char *app_path)
+{
+	shared_one_ends(app_path, true, "ended before it took it");
 }
 
 /* A creator that ends before it hands its memory over: the importer's
  * restore fails at once, with why. */
 static void shared_creator_ends(const char *app_path)
 {
-	struct gpumem_status st[2];
-	char why[512];
-	size_t moved = 0;
-	struct app c, i;
-	pid_t pids[2];
-
-	share_pair_start(&c, &i, app_path);
-	pids[0] = c.pid;
-	pids[1] = i.pid;
-	CHECK_EQ(gpumem_save_all(pids, pids, 2, outdir, 30000, st, &moved, why, sizeof(why)), 0);
-	kill(c.pid, SIGKILL);
-	REQUIRE(waitpid(c.pid, NULL, 0) == c.pid);
-	fclose(c.in);
-	fclose(c.out);
-	CHECK_EQ(gpumem_request(pids, pids, 2, GPUMEM_OP_RESTORE, outdir, 30000, st), -ESRCH);
-	CHECK(st[1].answered && !st[1].ok && st[1].held);
-	CHECK(strstr(st[1].error, "ended before it handed it over") != NULL);
-	if (!strstr(st[1].error, "ended before it handed it over"))
-		fprintf(stderr, "importer's restore: %s\n", st[1].error);
-	kill(i.pid, SIGKILL);
-	waitpid(i.pid, NULL, 0);
-	fclose(i.in);
-	fclose(i.out);
+	shared_one_ends(app_path, false, "ended before it handed it over");
 }
 
 /* Shared memory that cannot be carried stays the driver's, and shared:

@@ -296,6 +296,66 @@ static void shared_creator_ends(const char *app_path)
 	shared_one_ends(app_path, false, "ended before it handed it over");
 }
 
+/* One of two importers fails its own restore (the mock fails its
+ * allocations) and abandons its import: the creator fails too, but still
+ * answers the other importer at once, which maps the memory.  (The
+ * creator's server used to stop at the first abandon: the other importer
+ * then waited out its timeouts, as the tensor-parallel ranks did on two
+ * H200s, 30 s an import.) */
+static void shared_importer_fails(const char *app_path)
+{
+	const char *fast[] = { "MOCK_CUDA_HTOD_DELAY_MS=0", NULL };
+	char fail_env[640], fail_file[600], s[64], cmd[700], why[512];
+	const char *failing[] = { "MOCK_CUDA_HTOD_DELAY_MS=0", fail_env, NULL };
+	struct gpumem_status st[3];
+	struct app c, i1, i2;
+	size_t moved = 0;
+	pid_t pids[3];
+	uint64_t t0;
+	FILE *f;
+
+	snprintf(fail_file, sizeof(fail_file), "%s/i1.fail", dir);
+	unlink(fail_file);
+	snprintf(fail_env, sizeof(fail_env), "MOCK_CUDA_FAIL_FILE=%s", fail_file);
+	app_start_with(&c, app_path, NULL, lib, fast);
+	app_start_with(&i1, app_path, NULL, lib, failing);
+	app_start_with(&i2, app_path, NULL, lib, fast);
+	snprintf(cmd, sizeof(cmd), "export %s/s3-%d.sock 2", dir, (int)c.pid);
+	ask(&c, cmd, s, sizeof(s));
+	CHECK_STR(s, "ok");
+	snprintf(cmd, sizeof(cmd), "import %s/s3-%d.sock", dir, (int)c.pid);
+	ask(&i1, cmd, s, sizeof(s));
+	CHECK_STR(s, "ok");
+	ask(&i2, cmd, s, sizeof(s));
+	CHECK_STR(s, "ok");
+	ask(&c, "swrite 5", s, sizeof(s));
+	pids[0] = c.pid;
+	pids[1] = i1.pid;
+	pids[2] = i2.pid;
+	CHECK_EQ(gpumem_save_all(pids, pids, 3, outdir, 30000, st, &moved, why, sizeof(why)), 0);
+	CHECK(st[1].shared_allocs == 1 && st[2].shared_allocs == 1);
+	/* i1's restore fails at its first allocation. */
+	f = fopen(fail_file, "w");
+	REQUIRE(f != NULL);
+	fputs("cuMemCreate 0\n", f);
+	fclose(f);
+	t0 = now_ns();
+	/* Every process answers (the request's 0), two of them failed. */
+	CHECK_EQ(gpumem_request(pids, pids, 3, GPUMEM_OP_RESTORE, outdir, 30000, st), 0);
+	CHECK(ms_since(t0) < 20000.0);
+	unlink(fail_file);
+	CHECK(st[1].answered && !st[1].ok);
+	CHECK(st[0].answered && !st[0].ok && strstr(st[0].error, "could not restore"));
+	CHECK(st[2].answered && st[2].ok);
+	if (!st[2].ok)
+		fprintf(stderr, "the other importer's restore: %s\n", st[2].error);
+	ask(&i2, "sread 5", s, sizeof(s));
+	CHECK_STR(s, "ok");
+	app_end(&i2);
+	app_end(&i1);
+	app_end(&c);
+}
+
 /* Shared memory that cannot be carried stays the driver's, and shared:
  * where one of the function's CUDA processes has no library (its imports
  * cannot be told), and where an importer cannot let go of the memory (it
@@ -1499,6 +1559,7 @@ int main(int argc, char **argv)
 	shared(app);
 	shared_importer_ends(app);
 	shared_creator_ends(app);
+	shared_importer_fails(app);
 	shared_kept(app);
 	gpumem_thawd_child(argv[0], "--prefill", app);
 	/* Its last fill's let-go done before it exited (let_go_at_exit). */

@@ -60,20 +60,21 @@ static void unlink_locked(struct gpu_making *m)
 	pthread_cond_broadcast(&order_cv);
 }
 
-void gpu_order_making(struct gpu_making *m, int nprocs)
+void gpu_order_making(struct gpu_making *m)
 {
 	struct gpu_making **pp;
 
 	pthread_once(&order_once, order_init);
-	if (nprocs <= 0 || m->seq)
-		return;
 	pthread_mutex_lock(&order_mu);
-	m->seq = ++last_seq;
-	m->left = nprocs;
-	m->next = NULL;
-	for (pp = &making; *pp; pp = &(*pp)->next)
-		;
-	*pp = m;
+	if (!m->seq)
+		m->seq = ++last_seq;
+	/* On the list, oldest first, while any of its processes makes. */
+	if (m->left++ == 0) {
+		for (pp = &making; *pp && (*pp)->seq < m->seq; pp = &(*pp)->next)
+			;
+		m->next = *pp;
+		*pp = m;
+	}
 	pthread_mutex_unlock(&order_mu);
 }
 

@@ -11,10 +11,13 @@
  * restores begin (~40 ms a fill alone), they are copied while the restores
  * run.  So:
  *
- *   - a fill says when it begins making what it copies into (the pin and
- *     the allocations) and when each process's are made;
+ *   - a fill says when each of its processes begins making its
+ *     allocations (once its file is pinned) and when they are made;
  *   - a start's driver restore first waits, at most GPU_ORDER_WAIT_MS,
- *     for every fill begun before it (its own too) to have made them;
+ *     until every fill making allocations then, begun no later than its
+ *     own, has made them.  Not for a pin: a file the pin cache does not
+ *     hold yet takes ~0.3-0.9 s to pin (a `thaw start`, or a snapshot's
+ *     first start), which the restore runs beside, as it always did;
  *   - what thawd lets go of after a start (unmapping, releasing) waits,
  *     at most GPU_ORDER_QUIET_MS, until no start is in its GPU restore:
  *     nothing needs it soon, and every call of it would wait behind them.
@@ -34,23 +37,23 @@
 /* A fill's place among the fills making their allocations.  The caller
  * owns it (zeroed). */
 struct gpu_making {
-	uint64_t seq;	/* when it began (0: not registered) */
-	int left;	/* its processes still making theirs */
+	uint64_t seq;	/* when it first began (0: not yet) */
+	int left;	/* its processes making theirs now */
 	struct gpu_making *next;
 };
 
-/* m begins making the allocations of nprocs processes (nprocs > 0). */
-void gpu_order_making(struct gpu_making *m, int nprocs);
+/* One of m's processes begins making its allocations. */
+void gpu_order_making(struct gpu_making *m);
 
-/* One of m's processes has made its allocations (or given up). */
+/* That process has made them (or given up). */
 void gpu_order_made(struct gpu_making *m);
 
 /* m is done, whatever is left of it (a fill ended early).  Twice is fine. */
 void gpu_order_forget(struct gpu_making *m);
 
 /* Before a start's driver restore: wait, at most GPU_ORDER_WAIT_MS, until
- * every fill begun no later than own (NULL: every fill begun so far) has
- * made its allocations; the start then counts as restoring until
+ * no fill begun no later than own (NULL, or own not begun yet: any fill) is
+ * making its allocations; the start then counts as restoring until
  * gpu_order_restored.  The ms waited. */
 double gpu_order_restore_begin(const struct gpu_making *own);
 

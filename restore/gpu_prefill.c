@@ -334,11 +334,8 @@ struct gpu_prefill *gpu_prefill_start(const struct snapshot_meta *sm, const char
 	if (fill) {
 		pf->placement = placement;
 		join_turns(pf);
-		/* Its allocations made before the driver's restores begin. */
-		gpu_order_making(&pf->making, (int)pf->np);
 	}
 	if (pthread_create(&pf->thread, NULL, prefill_main, pf)) {
-		gpu_order_forget(&pf->making);
 		leave_turns(pf);
 		goto fail;
 	}

@@ -399,16 +399,16 @@ int prefill_fill_proc(struct gpu_prefill *pf, struct pf_proc *p)
 	p->pin_ms = ms_since(t0);
 	pr_debug("fill of process %d: its file pinned in %.1f ms", p->ns_pid, p->pin_ms);
 	if (!p->pin || p->pin->len < p->len) {
-		gpu_order_made(&pf->making);
 		snprintf(p->why, sizeof(p->why), "cannot map %.100s whole", path);
 		gpu_turn_leave(&p->turn);
 		return -EIO;
 	}
 	p->base = p->pin->base;
 	t0 = now_ns();
+	/* Made before the driver's restores begin (gpu_order.h). */
+	gpu_order_making(&pf->making);
 	ret = make_allocs(pf, p, &va);
 	p->make_ms = ms_since(t0);
-	/* A restore waiting for them may begin (gpu_order.h). */
 	gpu_order_made(&pf->making);
 	pr_debug("fill of process %d: %zu allocation(s) made in %.1f ms", p->ns_pid, p->n,
 		 p->make_ms);

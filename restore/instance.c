@@ -855,8 +855,8 @@ static int gpu_restore(struct start *st)
 		return 0;
 	if (x->mapped && prefault_beside_gpu())
 		pj.started = pthread_create(&pj.thread, NULL, prefault_main, &pj) == 0;
-	/* The allocations of fills begun before it (its own too) made first:
-	 * beside the driver's restores each would wait (gpu_order.h). */
+	/* The allocations fills are making now (its own too) made first:
+	 * beside the driver's restores each call would wait (gpu_order.h). */
 	waited = gpu_order_restore_begin(gpu_prefill_making(x->prefill));
 	if (waited >= 1.0)
 		pr_info("%s: its driver restore waited %.1f ms for fills' allocations", in->id,

@@ -5,7 +5,7 @@
  * The driver serialises its calls with its restores: beside a burst of 8
  * restores every other call waits (bench/RESULTS.md, "Bursts"), save a
  * copy, which runs at the link's speed through them.  A fill's
- * allocations (~460 calls for the GPU example) made while the restores ran
+ * allocations (~350 calls for the GPU example) made while the restores ran
  * took 1.7 s on the H200 and its copy then came after them, one fill after
  * another: the starts waited up to 0.8 s for their fills.  Made before the
  * restores begin (~40 ms a fill alone), they are copied while the restores

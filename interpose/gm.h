@@ -236,8 +236,8 @@ void gm_control_start(void) GM_HIDDEN;
 
 double gm_now_ms(void) GM_HIDDEN;
 
-/* Where a save or restore is, one line appended to <out dir>/<pid>.trace
- * per step, where the function was snapshotted with THAW_GPUMEM_TRACE=1 in
+/* Where a restore is, one line appended to <out dir>/<pid>.trace per
+ * step, where the function was snapshotted with THAW_GPUMEM_TRACE=1 in
  * its environment (a restore that hangs then says in which step and which
  * driver call); nothing otherwise. */
 void gm_trace(const char *fmt, ...) GM_HIDDEN __attribute__((format(printf, 1, 2)));

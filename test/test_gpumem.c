@@ -426,6 +426,20 @@ static int count_lines(const char *path)
 	return n;
 }
 
+/* The app started with the library, its snapshot's meta on mock GPU 0
+ * (m), and saved: where the fill cases begin. */
+static void start_saved(struct app *a, const char *app_path, struct mock_snapshot *m)
+{
+	struct gpumem_status st;
+	char why[512];
+	size_t moved = 0;
+
+	app_start(a, app_path, NULL, true);
+	mock_snapshot_init(m, MOCK_GPU0, a->pid);
+	CHECK_EQ(gpumem_save_all(&a->pid, &a->pid, 1, outdir, 30000, &st, &moved, why,
+				 sizeof(why)), 0);
+}
+
 /* Lines of path that begin with pid (MOCK_CUDA_ACCESS_LOG's). */
 static int count_pid_lines(const char *path, pid_t pid)
 {
@@ -661,16 +675,11 @@ static void fill_order(const char *app_path)
 	struct mock_snapshot m;
 	struct gpu_placement pa = { .n = 1, .held = true }, pb = { .n = 1, .held = true };
 	uint64_t a0, a1, b0, b1;
-	char out2[600], why[512];
 	struct gpu_prefill *fa, *fb;
-	struct gpumem_status st;
-	size_t moved = 0;
+	char out2[600];
 	struct app a;
 
-	app_start(&a, app_path, NULL, true);
-	mock_snapshot_init(&m, MOCK_GPU0, a.pid);
-	CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why, sizeof(why)),
-		 0);
+	start_saved(&a, app_path, &m);
 	snprintf(out2, sizeof(out2), "%s/out2", dir);
 	REQUIRE(mkdir(out2, 0700) == 0 || errno == EEXIST);
 	setenv("MOCK_CUDA_HTOD_DELAY_MS", "50", 1);
@@ -939,10 +948,7 @@ static void order_around_restore(const char *app_path)
 	double waited;
 	struct app a;
 
-	app_start(&a, app_path, NULL, true);
-	mock_snapshot_init(&m, MOCK_GPU0, a.pid);
-	CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why, sizeof(why)),
-		 0);
+	start_saved(&a, app_path, &m);
 	snprintf(creates, sizeof(creates), "%s/creates.log", dir);
 	snprintf(unmaps, sizeof(unmaps), "%s/order-unmaps.log", dir);
 	unlink(creates);
@@ -1012,16 +1018,11 @@ static void let_go_at_exit(const char *app_path)
 	struct gpu_placement place = { .n = 1, .held = true, .claim = { 40 * MIB } };
 	struct restore_call rc = { 0 };
 	struct mock_snapshot m;
-	struct gpumem_status st;
 	struct gpu_prefill *pf;
-	char why[512], log[600];
-	size_t moved = 0;
+	char log[600];
 	struct app a;
 
-	app_start(&a, app_path, NULL, true);
-	mock_snapshot_init(&m, MOCK_GPU0, a.pid);
-	CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why, sizeof(why)),
-		 0);
+	start_saved(&a, app_path, &m);
 	snprintf(log, sizeof(log), "%s/exit-unmaps.log", dir);
 	unlink(log);
 	setenv("MOCK_CUDA_UNMAP_LOG", log, 1);

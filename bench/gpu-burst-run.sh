@@ -26,7 +26,7 @@
 #   driver   (not by default) the driver's floor alone, as in example
 #   variants (not by default) bursts of 8 normal starts (2) under thawds
 #            started again with each of GPU_BURST_VARIANTS (default
-#            "noorder:THAW_GPU_ORDER=0 nofill:THAW_GPU_PREFILL=0
+#            "seq:THAW_GPU_ORDER=seq noorder:THAW_GPU_ORDER=0 nofill:THAW_GPU_PREFILL=0
 #            unchecked:THAW_GPU_VERIFY=0 noprefault:THAW_GPU_PREFAULT=0";
 #            NAME:VAR=VALUE
 #            ...): what of thaw's own work beside the driver's restores
@@ -177,7 +177,7 @@ case $PARTS in *" variants "*)
 	snapshot_example || exit 1
 	standbys "$ID" "$SPEC" 0 none && "$W/wait-pool.sh" "$ID" 0
 	stop_running "$ID"
-	for v in ${GPU_BURST_VARIANTS:-noorder:THAW_GPU_ORDER=0 nofill:THAW_GPU_PREFILL=0 unchecked:THAW_GPU_VERIFY=0 noprefault:THAW_GPU_PREFAULT=0}; do
+	for v in ${GPU_BURST_VARIANTS:-seq:THAW_GPU_ORDER=seq noorder:THAW_GPU_ORDER=0 nofill:THAW_GPU_PREFILL=0 unchecked:THAW_GPU_VERIFY=0 noprefault:THAW_GPU_PREFAULT=0}; do
 		kv=${v#*:}
 		stop_thawd
 		export "${kv%%=*}=${kv#*=}"
@@ -398,6 +398,18 @@ if warm:
             print("8 context takes: answered p99 %.1f ms + the inference's burst p99 %.1f ms = %.1f ms "
                   "against their first answers' p99 %.1f ms" % (ans["p99"], warm["p99"],
                   ans["p99"] + warm["p99"], ctxb["p99"]))
+# The floor a burst of normal starts has on one GPU with its inferences
+# counted as they run: 8 restores and unlocks at once, 8 inferences at once,
+# and what else one start does alone (its p50 less its driver calls and its
+# inference alone).
+if one and nb and warm and warm1 and d.get("driver_burst.parallel_unlock_ms"):
+    other = one["p50"] - d.get("driver_burst.one_unlock_ms", 0) - warm1["p50"]
+    floor = d["driver_burst.parallel_unlock_ms"] + warm["p99"] + other
+    print("8 normal starts' floor, their inferences as they run: 8 restores+unlocks %.1f + 8 "
+          "inferences at once p99 %.1f + one start's other phases %.1f = %.1f ms; p99 %.1f "
+          "(%.2fx)" % (d["driver_burst.parallel_unlock_ms"], warm["p99"], other, floor,
+                       nb["p99"], nb["p99"] / floor))
+    print("figure: gpu_burst normal_floor_ms %.1f" % floor)
 try:
     rows = [l.split() for l in open(os.path.join(out, "routed.txt"))]
     def p50(name):

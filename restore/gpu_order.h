@@ -14,15 +14,21 @@
  *   - a fill says when each of its processes begins making its
  *     allocations (once its file is pinned) and when they are made;
  *   - a start's driver restore first waits, at most GPU_ORDER_WAIT_MS,
- *     until every fill making allocations then, begun no later than its
- *     own, has made them.  Not for a pin: a file the pin cache does not
- *     hold yet takes ~0.3-0.9 s to pin (a `thaw start`, or a snapshot's
- *     first start), which the restore runs beside, as it always did;
+ *     until every fill making allocations when it came has made them.  Not
+ *     only those begun before its own: on the H200 8 fills make the GPU
+ *     example's allocations side by side in ~110 ms (bench/vmm-slices),
+ *     but a restore let go once its own fill had made them slowed the
+ *     others' to 0.36-0.54 s, and every later restore waited for those.
+ *     Not for a pin: a file the pin cache does not hold yet takes ~0.3-0.9 s
+ *     to pin (a `thaw start`, or a snapshot's first start), which the
+ *     restore runs beside, as it always did;
  *   - what thawd lets go of after a start (unmapping, releasing) waits,
  *     at most GPU_ORDER_QUIET_MS, until no start is in its GPU restore:
  *     nothing needs it soon, and every call of it would wait behind them.
  *
- * THAW_GPU_ORDER=0 turns both waits off (for measuring them).
+ * THAW_GPU_ORDER=0 turns both waits off, THAW_GPU_ORDER=seq makes a
+ * restore wait only for the fills begun no later than its own (each for
+ * measuring against).
  */
 #ifndef THAW_GPU_ORDER_H
 #define THAW_GPU_ORDER_H
@@ -52,9 +58,9 @@ void gpu_order_made(struct gpu_making *m);
 void gpu_order_forget(struct gpu_making *m);
 
 /* Before a start's driver restore: wait, at most GPU_ORDER_WAIT_MS, until
- * no fill begun no later than own (NULL, or own not begun yet: any fill) is
- * making its allocations; the start then counts as restoring until
- * gpu_order_restored.  The ms waited. */
+ * no fill begun by then is making its allocations (THAW_GPU_ORDER=seq: none
+ * begun no later than own, where own has begun); the start then counts as
+ * restoring until gpu_order_restored.  The ms waited. */
 double gpu_order_restore_begin(const struct gpu_making *own);
 
 /* The start's GPU restore is over (done or failed). */

@@ -1,0 +1,183 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* test_gpu_order — the order of thaw's driver calls around the driver's
+ * restores (restore/gpu_order.h), without a driver: which fills a restore
+ * waits for under each THAW_GPU_ORDER, that its wait is bounded, and that a
+ * let-go waits for the restores.  Whether a wait happened is decided by
+ * what the other thread had done when it ended, never by a clock, but for
+ * the bound (a fill that never finishes: the restore goes after
+ * GPU_ORDER_WAIT_MS). */
+#include "restore/gpu_order.h"
+#include "test/check.h"
+
+#include "common/util.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* A thread that ends fill m's making (or, with restore set, a start's
+ * restore) once it is told to go, and says when it did. */
+struct later {
+	struct gpu_making *m;
+	bool restore;
+	atomic_int go, done;
+	pthread_t th;
+};
+
+static void *later_main(void *arg)
+{
+	struct later *l = arg;
+
+	while (!atomic_load(&l->go))
+		usleep(1000);
+	atomic_store(&l->done, 1);
+	if (l->restore)
+		gpu_order_restored();
+	else
+		gpu_order_made(l->m);
+	return NULL;
+}
+
+static void later_start(struct later *l, struct gpu_making *m, bool restore)
+{
+	*l = (struct later){ .m = m, .restore = restore };
+	REQUIRE(!pthread_create(&l->th, NULL, later_main, l));
+}
+
+/* Let it go once the caller has been waiting a while (the caller then
+ * checks whether it waited for it: done set before its wait ended). */
+static void *release_soon(void *arg)
+{
+	struct later *l = arg;
+
+	usleep(100 * 1000);
+	atomic_store(&l->go, 1);
+	return NULL;
+}
+
+/* Fill a began before fill b; a's allocations are made, b's are not yet
+ * when the restore of a's start comes.  mode: THAW_GPU_ORDER or NULL.
+ * Returns whether the restore waited for b. */
+static bool restore_waits_for_later_fill(const char *mode)
+{
+	struct gpu_making a = { 0 }, b = { 0 };
+	struct later lb;
+	pthread_t soon;
+	bool waited_for_b;
+
+	if (mode)
+		setenv("THAW_GPU_ORDER", mode, 1);
+	else
+		unsetenv("THAW_GPU_ORDER");
+	gpu_order_making(&a);
+	gpu_order_making(&b);
+	gpu_order_made(&a);
+	later_start(&lb, &b, false);
+	REQUIRE(!pthread_create(&soon, NULL, release_soon, &lb));
+	gpu_order_restore_begin(&a);
+	waited_for_b = atomic_load(&lb.done);
+	gpu_order_restored();
+	atomic_store(&lb.go, 1);
+	pthread_join(soon, NULL);
+	pthread_join(lb.th, NULL);
+	unsetenv("THAW_GPU_ORDER");
+	return waited_for_b;
+}
+
+/* By default a restore waits for every fill making its allocations when
+ * it came, begun before its own or after; with seq only for those begun
+ * no later than its own; with 0 for none. */
+static void which_fills(void)
+{
+	CASE("default");
+	CHECK(restore_waits_for_later_fill(NULL));
+	CASE("THAW_GPU_ORDER=seq");
+	CHECK(!restore_waits_for_later_fill("seq"));
+	CASE("THAW_GPU_ORDER=0");
+	CHECK(!restore_waits_for_later_fill("0"));
+	CASE_END();
+}
+
+/* Its own fill, still making: waited for under each mode but 0. */
+static void own_fill(void)
+{
+	const char *modes[] = { NULL, "seq" };
+
+	for (size_t i = 0; i < 2; i++) {
+		struct gpu_making a = { 0 };
+		struct later la;
+		pthread_t soon;
+
+		CASE("THAW_GPU_ORDER=%s", modes[i] ? modes[i] : "(unset)");
+		if (modes[i])
+			setenv("THAW_GPU_ORDER", modes[i], 1);
+		gpu_order_making(&a);
+		later_start(&la, &a, false);
+		REQUIRE(!pthread_create(&soon, NULL, release_soon, &la));
+		gpu_order_restore_begin(&a);
+		CHECK(atomic_load(&la.done));
+		gpu_order_restored();
+		pthread_join(soon, NULL);
+		pthread_join(la.th, NULL);
+		unsetenv("THAW_GPU_ORDER");
+	}
+	CASE_END();
+}
+
+/* A fill begun after the restore came is not waited for. */
+static void fill_begun_after(void)
+{
+	struct gpu_making a = { 0 }, late = { 0 };
+
+	gpu_order_making(&a);
+	gpu_order_made(&a);
+	gpu_order_restore_begin(&a);
+	gpu_order_restored();
+	/* Nothing making: at once, and a fill begun now holds only the
+	 * restores that come after it. */
+	gpu_order_making(&late);
+	gpu_order_forget(&late);
+	gpu_order_forget(&late);
+	CHECK_EQ(late.left, 0);
+}
+
+/* A fill that never says it made them holds a restore GPU_ORDER_WAIT_MS
+ * at most. */
+static void bounded(void)
+{
+	struct gpu_making stuck = { 0 };
+	double waited;
+
+	gpu_order_making(&stuck);
+	waited = gpu_order_restore_begin(NULL);
+	gpu_order_restored();
+	gpu_order_forget(&stuck);
+	CHECK(waited >= GPU_ORDER_WAIT_MS - 1);
+	CHECK(waited < 60 * 1000);
+}
+
+/* A let-go waits until no start restores. */
+static void quiet_waits_for_restores(void)
+{
+	struct later lr;
+	pthread_t soon;
+
+	gpu_order_restore_begin(NULL);
+	later_start(&lr, NULL, true);
+	REQUIRE(!pthread_create(&soon, NULL, release_soon, &lr));
+	gpu_order_quiet();
+	CHECK(atomic_load(&lr.done));
+	pthread_join(soon, NULL);
+	pthread_join(lr.th, NULL);
+}
+
+int main(void)
+{
+	which_fills();
+	own_fill();
+	fill_begun_after();
+	bounded();
+	quiet_waits_for_restores();
+	return check_failures ? 1 : 0;
+}

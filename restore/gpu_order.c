@@ -127,6 +127,24 @@ double gpu_order_restore_begin(const struct gpu_making *own)
 	return ms_since(t0);
 }
 
+double gpu_order_copy_begin(void)
+{
+	uint64_t t0 = now_ns(), seq;
+	struct timespec until;
+
+	if (order_mode() != ORDER_ON)
+		return 0;
+	pthread_once(&order_once, order_init);
+	deadline(&until, GPU_ORDER_WAIT_MS);
+	pthread_mutex_lock(&order_mu);
+	seq = last_seq;
+	while (earlier_making(seq))
+		if (pthread_cond_timedwait(&order_cv, &order_mu, &until))
+			break;
+	pthread_mutex_unlock(&order_mu);
+	return ms_since(t0);
+}
+
 void gpu_order_restored(void)
 {
 	pthread_mutex_lock(&order_mu);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* test_gpu_order — the order of thaw's driver calls around the driver's
  * restores (restore/gpu_order.h), without a driver: which fills a restore
- * waits for under each THAW_GPU_ORDER, that its wait is bounded, and that a
+ * and a fill's copy wait for under each THAW_GPU_ORDER, that its wait is bounded, and that a
  * let-go waits for the restores.  Whether a wait happened is decided by
  * what the other thread had done when it ended, never by a clock, but for
  * the bound (a fill that never finishes: the restore goes after
@@ -57,9 +57,10 @@ static void *release_soon(void *arg)
 }
 
 /* Fill a began before fill b; a's allocations are made, b's are not yet
- * when the restore of a's start comes.  mode: THAW_GPU_ORDER or NULL.
- * Returns whether the restore waited for b. */
-static bool restore_waits_for_later_fill(const char *mode)
+ * when the restore of a's start comes (copy: when a's copy comes).  mode:
+ * THAW_GPU_ORDER or NULL.  Returns whether the restore (the copy) waited
+ * for b. */
+static bool waits_for_later_fill(const char *mode, bool copy)
 {
 	struct gpu_making a = { 0 }, b = { 0 };
 	struct later lb;
@@ -75,9 +76,14 @@ static bool restore_waits_for_later_fill(const char *mode)
 	gpu_order_made(&a);
 	later_start(&lb, &b, false);
 	REQUIRE(!pthread_create(&soon, NULL, release_soon, &lb));
-	gpu_order_restore_begin(&a);
-	waited_for_b = atomic_load(&lb.done);
-	gpu_order_restored();
+	if (copy) {
+		gpu_order_copy_begin();
+		waited_for_b = atomic_load(&lb.done);
+	} else {
+		gpu_order_restore_begin(&a);
+		waited_for_b = atomic_load(&lb.done);
+		gpu_order_restored();
+	}
 	atomic_store(&lb.go, 1);
 	pthread_join(soon, NULL);
 	pthread_join(lb.th, NULL);
@@ -87,15 +93,22 @@ static bool restore_waits_for_later_fill(const char *mode)
 
 /* By default a restore waits for every fill making its allocations when
  * it came, begun before its own or after; with seq only for those begun
- * no later than its own; with 0 for none. */
+ * no later than its own; with 0 for none.  A copy waits for them by
+ * default only. */
 static void which_fills(void)
 {
-	CASE("default");
-	CHECK(restore_waits_for_later_fill(NULL));
-	CASE("THAW_GPU_ORDER=seq");
-	CHECK(!restore_waits_for_later_fill("seq"));
-	CASE("THAW_GPU_ORDER=0");
-	CHECK(!restore_waits_for_later_fill("0"));
+	CASE("restore, default");
+	CHECK(waits_for_later_fill(NULL, false));
+	CASE("restore, THAW_GPU_ORDER=seq");
+	CHECK(!waits_for_later_fill("seq", false));
+	CASE("restore, THAW_GPU_ORDER=0");
+	CHECK(!waits_for_later_fill("0", false));
+	CASE("copy, default");
+	CHECK(waits_for_later_fill(NULL, true));
+	CASE("copy, THAW_GPU_ORDER=seq");
+	CHECK(!waits_for_later_fill("seq", true));
+	CASE("copy, THAW_GPU_ORDER=0");
+	CHECK(!waits_for_later_fill("0", true));
 	CASE_END();
 }
 

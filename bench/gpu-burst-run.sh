@@ -24,9 +24,10 @@
 #            pinned buffers as the fill copies (build/bench/link-speed), one
 #            context-standby take at a time (3) and bursts of 4 (2)
 #   driver   (not by default) the driver's floor alone, as in example
-#   variants (not by default) bursts of 8 normal starts (2) under thawds
+#   variants (not by default) bursts of 8 normal starts (VARIANT_BURSTS,
+#            default 2) under thawds
 #            started again with each of GPU_BURST_VARIANTS (default
-#            "seq:THAW_GPU_ORDER=seq noorder:THAW_GPU_ORDER=0 nofill:THAW_GPU_PREFILL=0
+#            "default: noorder:THAW_GPU_ORDER=0 nofill:THAW_GPU_PREFILL=0
 #            unchecked:THAW_GPU_VERIFY=0 noprefault:THAW_GPU_PREFAULT=0";
 #            NAME:VAR=VALUE
 #            ...): what of thaw's own work beside the driver's restores
@@ -72,6 +73,28 @@ done
 echo "pool of \$1: not \$2 after 180 s" >&2; exit 1
 SH
 chmod +x "$W/wait-pool.sh"
+# wait-quiet.sh: until no instance of ID is left (running or stopping) and
+# the GPU's memory is back to what it was before the first burst (within
+# 1 GiB; 60 s at most): a burst measured while the last one's processes
+# still tear down their contexts finds the driver busy (their fills'
+# allocations took 0.46-1.45 s in a second burst against 0.25-0.85 s).
+QUIET_MIB=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -n1)
+cat >"$W/wait-quiet.sh" <<SH
+#!/bin/sh
+# thawd's port read each time: the variants start thawd again.
+for i in \$(seq 600); do
+	left=\$(curl -s "http://127.0.0.1:\$(cat "$W/port")/instances" | python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+print(sum(i.get("function") == "$ID" and i.get("state") in ("starting", "running", "stopping")
+          for i in (j.get("instances", j) if isinstance(j, dict) else j)))' 2>/dev/null)
+	used=\$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -n1)
+	[ "\$left" = 0 ] && { [ -z "$QUIET_MIB" ] || [ "\${used:-0}" -le $((${QUIET_MIB:-0} + 1024)) ]; } && exit 0
+	sleep 0.1
+done
+echo "not quiet after 60 s: \$left instance(s), \$used MiB used" >&2
+SH
+chmod +x "$W/wait-quiet.sh"
 standbys() { # FN SRC N MODE [KEY=JSON...]: the function's pool asked to hold N (mode none|context)
 	local fn=$1 src=$2 n=$3 mode=$4
 	shift 4
@@ -147,7 +170,7 @@ snapshot_example() { # the function SPEC registered and snapshotted, once
 case $PARTS in *" example "*)
 	snapshot_example || exit 1
 	run normal-one --burst 1 --repeat "$ROUNDS"
-	run normal-burst --burst 8 --repeat 2
+	run normal-burst --burst 8 --repeat 2 --round-cmd "$W/wait-quiet.sh"
 	driver_floor
 	standbys "$ID" "$SPEC" 1 none && run standby-none-one --burst 1 --repeat "$ROUNDS" \
 		--round-cmd "$W/wait-pool.sh $ID 1"
@@ -177,13 +200,20 @@ case $PARTS in *" variants "*)
 	snapshot_example || exit 1
 	standbys "$ID" "$SPEC" 0 none && "$W/wait-pool.sh" "$ID" 0
 	stop_running "$ID"
-	for v in ${GPU_BURST_VARIANTS:-seq:THAW_GPU_ORDER=seq noorder:THAW_GPU_ORDER=0 nofill:THAW_GPU_PREFILL=0 unchecked:THAW_GPU_VERIFY=0 noprefault:THAW_GPU_PREFAULT=0}; do
+	# Each variant, the default too, on a thawd of its own started for it
+	# and primed alike (one start: its contexts made, the tier's file
+	# pinned), each burst from a quiet GPU: a default measured on the
+	# warm thawd of the scenarios before against variants on fresh ones
+	# favoured the default (2026-11-30).
+	for v in ${GPU_BURST_VARIANTS:-default: noorder:THAW_GPU_ORDER=0 nofill:THAW_GPU_PREFILL=0 unchecked:THAW_GPU_VERIFY=0 noprefault:THAW_GPU_PREFAULT=0}; do
 		kv=${v#*:}
 		stop_thawd
-		export "${kv%%=*}=${kv#*=}"
-		start_thawd 0 --max-standby 16 || { bad=1; unset "${kv%%=*}"; continue; }
-		unset "${kv%%=*}"
-		run "normal-burst-${v%%:*}" --burst 8 --repeat 2
+		[ -n "$kv" ] && export "${kv%%=*}=${kv#*=}"
+		start_thawd 0 --max-standby 16 || { bad=1; [ -n "$kv" ] && unset "${kv%%=*}"; continue; }
+		[ -n "$kv" ] && unset "${kv%%=*}"
+		run "prime-${v%%:*}" --burst 1 && "$W/wait-quiet.sh"
+		run "normal-burst-${v%%:*}" --burst 8 --repeat "${VARIANT_BURSTS:-2}" \
+			--round-cmd "$W/wait-quiet.sh"
 	done
 	stop_thawd
 	start_thawd 0 --max-standby 16 || exit 1

@@ -29,17 +29,11 @@ static void order_init(void)
 	pthread_condattr_destroy(&a);
 }
 
-/* THAW_GPU_ORDER: "0" off, "seq" a restore waits only for the fills begun
- * no later than its own (the order as it was first measured), else on. */
-enum order_mode { ORDER_OFF, ORDER_ON, ORDER_SEQ };
-
-static enum order_mode order_mode(void)
+static bool order_on(void)
 {
 	const char *e = getenv("THAW_GPU_ORDER");
 
-	if (e && !strcmp(e, "0"))
-		return ORDER_OFF;
-	return e && !strcmp(e, "seq") ? ORDER_SEQ : ORDER_ON;
+	return !(e && !strcmp(e, "0"));
 }
 
 static void deadline(struct timespec *ts, int ms)
@@ -109,38 +103,17 @@ static bool earlier_making(uint64_t seq)
 
 double gpu_order_restore_begin(const struct gpu_making *own)
 {
-	enum order_mode mode = order_mode();
 	uint64_t t0 = now_ns(), seq;
 	struct timespec until;
 
 	pthread_once(&order_once, order_init);
 	deadline(&until, GPU_ORDER_WAIT_MS);
 	pthread_mutex_lock(&order_mu);
-	/* Every fill making its allocations when the restore came, or (seq)
-	 * those begun no later than its own. */
-	seq = mode == ORDER_SEQ && own && own->seq ? own->seq : last_seq;
-	while (mode != ORDER_OFF && earlier_making(seq))
+	seq = own && own->seq ? own->seq : last_seq;
+	while (order_on() && earlier_making(seq))
 		if (pthread_cond_timedwait(&order_cv, &order_mu, &until))
 			break;
 	restoring++;
-	pthread_mutex_unlock(&order_mu);
-	return ms_since(t0);
-}
-
-double gpu_order_copy_begin(void)
-{
-	uint64_t t0 = now_ns(), seq;
-	struct timespec until;
-
-	if (order_mode() != ORDER_ON)
-		return 0;
-	pthread_once(&order_once, order_init);
-	deadline(&until, GPU_ORDER_WAIT_MS);
-	pthread_mutex_lock(&order_mu);
-	seq = last_seq;
-	while (earlier_making(seq))
-		if (pthread_cond_timedwait(&order_cv, &order_mu, &until))
-			break;
 	pthread_mutex_unlock(&order_mu);
 	return ms_since(t0);
 }
@@ -160,7 +133,7 @@ void gpu_order_quiet(void)
 	pthread_once(&order_once, order_init);
 	deadline(&until, GPU_ORDER_QUIET_MS);
 	pthread_mutex_lock(&order_mu);
-	while (order_mode() != ORDER_OFF && restoring > 0)
+	while (order_on() && restoring > 0)
 		if (pthread_cond_timedwait(&order_cv, &order_mu, &until))
 			break;
 	pthread_mutex_unlock(&order_mu);

@@ -14,27 +14,15 @@
  *   - a fill says when each of its processes begins making its
  *     allocations (once its file is pinned) and when they are made;
  *   - a start's driver restore first waits, at most GPU_ORDER_WAIT_MS,
- *     until every fill making allocations when it came has made them.  Not
- *     only those begun before its own: on the H200 8 fills make the GPU
- *     example's allocations side by side in ~110 ms (bench/vmm-slices),
- *     but a restore let go once its own fill had made them slowed the
- *     others' to 0.36-0.54 s, and every later restore waited for those.
- *     Not for a pin: a file the pin cache does not hold yet takes ~0.3-0.9 s
- *     to pin (a `thaw start`, or a snapshot's first start), which the
- *     restore runs beside, as it always did;
- *   - a fill's copy waits the same way for the fills making allocations
- *     when its turn comes: in a burst the first copies (16 threads
- *     hashing what they copy) slowed the other fills' allocations from
- *     ~90 ms to 150-310 ms on the H200, and the restores waited for them;
- *     a copy is needed only once its start's restore is done, ~0.9-1.2 s
- *     later in a burst of 8;
+ *     until every fill making allocations then, begun no later than its
+ *     own, has made them.  Not for a pin: a file the pin cache does not
+ *     hold yet takes ~0.3-0.9 s to pin (a `thaw start`, or a snapshot's
+ *     first start), which the restore runs beside, as it always did;
  *   - what thawd lets go of after a start (unmapping, releasing) waits,
  *     at most GPU_ORDER_QUIET_MS, until no start is in its GPU restore:
  *     nothing needs it soon, and every call of it would wait behind them.
  *
- * THAW_GPU_ORDER=0 turns the waits off, THAW_GPU_ORDER=seq makes a
- * restore wait only for the fills begun no later than its own and a copy
- * for none (the order as first measured; each for measuring against).
+ * THAW_GPU_ORDER=0 turns both waits off (for measuring them).
  */
 #ifndef THAW_GPU_ORDER_H
 #define THAW_GPU_ORDER_H
@@ -64,15 +52,10 @@ void gpu_order_made(struct gpu_making *m);
 void gpu_order_forget(struct gpu_making *m);
 
 /* Before a start's driver restore: wait, at most GPU_ORDER_WAIT_MS, until
- * no fill begun by then is making its allocations (THAW_GPU_ORDER=seq: none
- * begun no later than own, where own has begun); the start then counts as
- * restoring until gpu_order_restored.  The ms waited. */
+ * no fill begun no later than own (NULL, or own not begun yet: any fill) is
+ * making its allocations; the start then counts as restoring until
+ * gpu_order_restored.  The ms waited. */
 double gpu_order_restore_begin(const struct gpu_making *own);
-
-/* Before a fill's copy: wait, at most GPU_ORDER_WAIT_MS, until no fill
- * begun by then is making its allocations (not under THAW_GPU_ORDER=0 or
- * seq).  The ms waited. */
-double gpu_order_copy_begin(void);
 
 /* The start's GPU restore is over (done or failed). */
 void gpu_order_restored(void);

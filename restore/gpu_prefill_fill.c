@@ -427,15 +427,9 @@ int prefill_fill_proc(struct gpu_prefill *pf, struct pf_proc *p)
 	/* The fills of one GPU copy one at a time, in the order their starts
 	 * (and a start's processes) asked (gpu_turn.h), a process of several
 	 * GPUs in its turn on all of them at once; pinning and making the
-	 * allocations ran before, and the first copy waits for the other
-	 * fills' allocations (gpu_order.h).  The link is free again once the
-	 * copy is done. */
+	 * allocations ran before.  The link is free again once the copy is
+	 * done. */
 	if (!ret) {
-		double waited = gpu_order_copy_begin();
-
-		if (waited >= 1.0)
-			pr_debug("fill of process %d: its copy waited %.1f ms for fills' allocations",
-				 p->ns_pid, waited);
 		gpu_turn_wait(&p->turn);
 		pr_debug("fill of process %d: its turn came", p->ns_pid);
 		ret = copy_file(pf, p, va);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* test_gpu_order — the order of thaw's driver calls around the driver's
  * restores (restore/gpu_order.h), without a driver: which fills a restore
- * and a fill's copy wait for under each THAW_GPU_ORDER, that its wait is bounded, and that a
+ * waits for, with and without THAW_GPU_ORDER=0, that its wait is bounded, and that a
  * let-go waits for the restores.  Whether a wait happened is decided by
  * what the other thread had done when it ended, never by a clock, but for
  * the bound (a fill that never finishes: the restore goes after
@@ -57,10 +57,9 @@ static void *release_soon(void *arg)
 }
 
 /* Fill a began before fill b; a's allocations are made, b's are not yet
- * when the restore of a's start comes (copy: when a's copy comes).  mode:
- * THAW_GPU_ORDER or NULL.  Returns whether the restore (the copy) waited
- * for b. */
-static bool waits_for_later_fill(const char *mode, bool copy)
+ * when the restore of a's start comes (b_start: of b's start).  mode:
+ * THAW_GPU_ORDER or NULL.  Returns whether the restore waited for b. */
+static bool waits_for_fill_b(const char *mode, bool b_start)
 {
 	struct gpu_making a = { 0 }, b = { 0 };
 	struct later lb;
@@ -76,14 +75,9 @@ static bool waits_for_later_fill(const char *mode, bool copy)
 	gpu_order_made(&a);
 	later_start(&lb, &b, false);
 	REQUIRE(!pthread_create(&soon, NULL, release_soon, &lb));
-	if (copy) {
-		gpu_order_copy_begin();
-		waited_for_b = atomic_load(&lb.done);
-	} else {
-		gpu_order_restore_begin(&a);
-		waited_for_b = atomic_load(&lb.done);
-		gpu_order_restored();
-	}
+	gpu_order_restore_begin(b_start ? &b : &a);
+	waited_for_b = atomic_load(&lb.done);
+	gpu_order_restored();
 	atomic_store(&lb.go, 1);
 	pthread_join(soon, NULL);
 	pthread_join(lb.th, NULL);
@@ -91,50 +85,17 @@ static bool waits_for_later_fill(const char *mode, bool copy)
 	return waited_for_b;
 }
 
-/* By default a restore waits for every fill making its allocations when
- * it came, begun before its own or after; with seq only for those begun
- * no later than its own; with 0 for none.  A copy waits for them by
- * default only. */
+/* A restore waits for the fills begun no later than its own that still
+ * make their allocations, not for one begun after its own; with
+ * THAW_GPU_ORDER=0 for none. */
 static void which_fills(void)
 {
-	CASE("restore, default");
-	CHECK(waits_for_later_fill(NULL, false));
-	CASE("restore, THAW_GPU_ORDER=seq");
-	CHECK(!waits_for_later_fill("seq", false));
-	CASE("restore, THAW_GPU_ORDER=0");
-	CHECK(!waits_for_later_fill("0", false));
-	CASE("copy, default");
-	CHECK(waits_for_later_fill(NULL, true));
-	CASE("copy, THAW_GPU_ORDER=seq");
-	CHECK(!waits_for_later_fill("seq", true));
-	CASE("copy, THAW_GPU_ORDER=0");
-	CHECK(!waits_for_later_fill("0", true));
-	CASE_END();
-}
-
-/* Its own fill, still making: waited for under each mode but 0. */
-static void own_fill(void)
-{
-	const char *modes[] = { NULL, "seq" };
-
-	for (size_t i = 0; i < 2; i++) {
-		struct gpu_making a = { 0 };
-		struct later la;
-		pthread_t soon;
-
-		CASE("THAW_GPU_ORDER=%s", modes[i] ? modes[i] : "(unset)");
-		if (modes[i])
-			setenv("THAW_GPU_ORDER", modes[i], 1);
-		gpu_order_making(&a);
-		later_start(&la, &a, false);
-		REQUIRE(!pthread_create(&soon, NULL, release_soon, &la));
-		gpu_order_restore_begin(&a);
-		CHECK(atomic_load(&la.done));
-		gpu_order_restored();
-		pthread_join(soon, NULL);
-		pthread_join(la.th, NULL);
-		unsetenv("THAW_GPU_ORDER");
-	}
+	CASE("a later fill");
+	CHECK(!waits_for_fill_b(NULL, false));
+	CASE("its own fill");
+	CHECK(waits_for_fill_b(NULL, true));
+	CASE("its own fill, THAW_GPU_ORDER=0");
+	CHECK(!waits_for_fill_b("0", true));
 	CASE_END();
 }
 
@@ -188,7 +149,6 @@ static void quiet_waits_for_restores(void)
 int main(void)
 {
 	which_fills();
-	own_fill();
 	fill_begun_after();
 	bounded();
 	quiet_waits_for_restores();

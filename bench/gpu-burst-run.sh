@@ -27,7 +27,7 @@
 #   variants (not by default) bursts of 8 normal starts (VARIANT_BURSTS,
 #            default 2) under thawds
 #            started again with each of GPU_BURST_VARIANTS (default
-#            "default: noorder:THAW_GPU_ORDER=0 nofill:THAW_GPU_PREFILL=0
+#            "default: order:THAW_GPU_ORDER=1 nofill:THAW_GPU_PREFILL=0
 #            unchecked:THAW_GPU_VERIFY=0 noprefault:THAW_GPU_PREFAULT=0";
 #            NAME:VAR=VALUE
 #            ...): what of thaw's own work beside the driver's restores
@@ -205,7 +205,7 @@ case $PARTS in *" variants "*)
 	# pinned), each burst from a quiet GPU: a default measured on the
 	# warm thawd of the scenarios before against variants on fresh ones
 	# favoured the default (2026-11-30).
-	for v in ${GPU_BURST_VARIANTS:-default: noorder:THAW_GPU_ORDER=0 nofill:THAW_GPU_PREFILL=0 unchecked:THAW_GPU_VERIFY=0 noprefault:THAW_GPU_PREFAULT=0}; do
+	for v in ${GPU_BURST_VARIANTS:-default: order:THAW_GPU_ORDER=1 nofill:THAW_GPU_PREFILL=0 unchecked:THAW_GPU_VERIFY=0 noprefault:THAW_GPU_PREFAULT=0}; do
 		kv=${v#*:}
 		stop_thawd
 		[ -n "$kv" ] && export "${kv%%=*}=${kv#*=}"

@@ -22,7 +22,13 @@
  *     at most GPU_ORDER_QUIET_MS, until no start is in its GPU restore:
  *     nothing needs it soon, and every call of it would wait behind them.
  *
- * THAW_GPU_ORDER=0 turns both waits off (for measuring them).
+ * Both waits are off unless THAW_GPU_ORDER=1.  Measured alike (each on a
+ * thawd of its own, primed alike, each burst from a quiet GPU), bursts of 8
+ * were quicker without them: 201 at p50 / p99 1546 / 1624 ms against
+ * 1629 / 1724 with them, no start waiting for its fill either way (H200,
+ * 32 starts each; bench/RESULTS.md).  The 0.8 s waits for fills that made
+ * the order were measured before a fill's access was set in runs, and the
+ * gain it showed then came of a comparison that favoured the default.
  */
 #ifndef THAW_GPU_ORDER_H
 #define THAW_GPU_ORDER_H

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* test_gpu_order — the order of thaw's driver calls around the driver's
  * restores (restore/gpu_order.h), without a driver: which fills a restore
- * waits for, with and without THAW_GPU_ORDER=0, that its wait is bounded, and that a
+ * waits for with THAW_GPU_ORDER=1 and none without, that its wait is bounded, and that a
  * let-go waits for the restores.  Whether a wait happened is decided by
  * what the other thread had done when it ended, never by a clock, but for
  * the bound (a fill that never finishes: the restore goes after
@@ -85,15 +85,17 @@ static bool waits_for_fill_b(const char *mode, bool b_start)
 	return waited_for_b;
 }
 
-/* A restore waits for the fills begun no later than its own that still
- * make their allocations, not for one begun after its own; with
- * THAW_GPU_ORDER=0 for none. */
+/* With THAW_GPU_ORDER=1 a restore waits for the fills begun no later than
+ * its own that still make their allocations, not for one begun after its
+ * own; by default for none. */
 static void which_fills(void)
 {
 	CASE("a later fill");
-	CHECK(!waits_for_fill_b(NULL, false));
+	CHECK(!waits_for_fill_b("1", false));
 	CASE("its own fill");
-	CHECK(waits_for_fill_b(NULL, true));
+	CHECK(waits_for_fill_b("1", true));
+	CASE("its own fill, by default");
+	CHECK(!waits_for_fill_b(NULL, true));
 	CASE("its own fill, THAW_GPU_ORDER=0");
 	CHECK(!waits_for_fill_b("0", true));
 	CASE_END();
@@ -149,6 +151,8 @@ static void quiet_waits_for_restores(void)
 int main(void)
 {
 	which_fills();
+	/* The rest with the order on. */
+	setenv("THAW_GPU_ORDER", "1", 1);
 	fill_begun_after();
 	bounded();
 	quiet_waits_for_restores();

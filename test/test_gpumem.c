@@ -932,9 +932,9 @@ static uint64_t last_stamp(const char *path)
 
 /* The order of thaw's calls around the driver's restore (gpu_order.h): a
  * start's restore that comes while a fill makes its allocations (the mock
- * makes each slowly) begins once they are made, not beside them; with
- * THAW_GPU_ORDER=0 at once; and what a fill lets go of waits until no start
- * restores. */
+ * makes each slowly) begins once they are made, not beside them, with
+ * THAW_GPU_ORDER=1; without it (the default) at once; and with it what a
+ * fill lets go of waits until no start restores. */
 static void order_around_restore(const char *app_path)
 {
 	struct gpu_placement place = { .n = 1, .held = true, .claim = { 40 * MIB } };
@@ -956,6 +956,7 @@ static void order_around_restore(const char *app_path)
 	setenv("MOCK_CUDA_CREATE_LOG", creates, 1);
 	setenv("MOCK_CUDA_CREATE_DELAY_MS", "25", 1);
 	setenv("MOCK_CUDA_UNMAP_LOG", unmaps, 1);
+	setenv("THAW_GPU_ORDER", "1", 1);
 	pf = gpu_prefill_start(&m.meta, outdir, outdir, &place);
 	REQUIRE(pf != NULL);
 	/* The restore comes once the fill is making them (its first made). */
@@ -983,9 +984,10 @@ static void order_around_restore(const char *app_path)
 	CHECK_EQ(gpumem_save_all(&a.pid, &a.pid, 1, outdir, 30000, &st, &moved, why, sizeof(why)),
 		 0);
 
-	/* Turned off: the restore begins at once, beside the allocations. */
+	/* Off (the default): the restore begins at once, beside the
+	 * allocations. */
 	unlink(creates);
-	setenv("THAW_GPU_ORDER", "0", 1);
+	unsetenv("THAW_GPU_ORDER");
 	pf = gpu_prefill_start(&m.meta, outdir, outdir, &place);
 	REQUIRE(pf != NULL);
 	for (int i = 0; i < 3000 && count_lines(creates) < 1; i++)
@@ -998,7 +1000,6 @@ static void order_around_restore(const char *app_path)
 	CHECK(rc.st.ok);
 	gpu_prefill_end(pf, NULL, 0);
 	gpu_order_restored();
-	unsetenv("THAW_GPU_ORDER");
 	unsetenv("MOCK_CUDA_CREATE_LOG");
 	unsetenv("MOCK_CUDA_CREATE_DELAY_MS");
 	unsetenv("MOCK_CUDA_UNMAP_LOG");

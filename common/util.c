@@ -31,6 +31,31 @@ double ms_since(uint64_t start_ns)
 	return (double)(now_ns() - start_ns) / 1e6;
 }
 
+int cond_init_monotonic(pthread_cond_t *cv)
+{
+	pthread_condattr_t ca;
+	int r = pthread_condattr_init(&ca);
+
+	if (r)
+		return r;
+	r = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	if (!r)
+		r = pthread_cond_init(cv, &ca);
+	pthread_condattr_destroy(&ca);
+	return r;
+}
+
+struct timespec mono_timespec(uint64_t ns)
+{
+	return (struct timespec){ .tv_sec = (time_t)(ns / 1000000000ull),
+				  .tv_nsec = (long)(ns % 1000000000ull) };
+}
+
+struct timespec mono_after_ms(uint64_t ms)
+{
+	return mono_timespec(now_ns() + ms * 1000000ull);
+}
+
 uint64_t realtime_ms(void)
 {
 	struct timespec ts;

@@ -5,11 +5,13 @@
 #ifndef THAW_UTIL_H
 #define THAW_UTIL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/mman.h>
 #include <sys/types.h>
+#include <time.h>
 
 /* Linux 5.14; glibc 2.36's headers may lack it.  Prefaulting a shared file
  * mapping with it makes a full tmpfs an error (ENOSPC) rather than a SIGBUS
@@ -44,6 +46,14 @@ uint64_t now_ns(void);
 double ms_since(uint64_t start_ns);
 /* The wall clock (CLOCK_REALTIME) in ms: for times other processes read. */
 uint64_t realtime_ms(void);
+/* cv made so that its timed waits run on now_ns()'s clock (CLOCK_MONOTONIC):
+ * a wall clock set back must not stretch a wait.  0, or the error number
+ * pthread_cond_init gave. */
+int cond_init_monotonic(pthread_cond_t *cv);
+/* now_ns() reading ns as the deadline pthread_cond_timedwait takes on such
+ * a cv; mono_after_ms(ms): the reading ms from now. */
+struct timespec mono_timespec(uint64_t ns);
+struct timespec mono_after_ms(uint64_t ms);
 
 /* mkdir -p; existing directories are fine (left as they are), those it makes
  * have exactly mode, whatever the umask.  0 or -errno (logged). */

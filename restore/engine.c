@@ -185,14 +185,8 @@ static void watch_workers(struct eng *e, const struct engine_opts *o, const stru
 
 	pthread_mutex_lock(&e->mu);
 	while (e->running) {
-		struct timespec ts;
+		struct timespec ts = mono_timespec(now_ns() + ENGINE_TICK_NS);
 
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		ts.tv_nsec += (long)ENGINE_TICK_NS;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
 		pthread_cond_timedwait(&e->done_cv, &e->mu, &ts);
 		pthread_mutex_unlock(&e->mu);
 		eng_cancelled(e);
@@ -289,7 +283,6 @@ int engine_materialize(struct store *s, const struct manifest *m, const char *ou
 	struct engine_opts o;
 	struct engine_stats st;
 	struct eng e;
-	pthread_condattr_t ca;
 	unsigned nthreads = 0;
 	uint64_t start = now_ns();
 	int ret;
@@ -324,10 +317,7 @@ int engine_materialize(struct store *s, const struct manifest *m, const char *ou
 	e.direct_mode = o.direct;
 	atomic_store(&e.direct, o.direct != ENGINE_DIRECT_OFF);
 	pthread_mutex_init(&e.mu, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&e.done_cv, &ca);
-	pthread_condattr_destroy(&ca);
+	cond_init_monotonic(&e.done_cv);
 
 	ret = eng_plan(&e, &st);
 	if (ret) {

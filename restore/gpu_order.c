@@ -21,12 +21,7 @@ static int restoring;
  * a restore wait for good. */
 static void order_init(void)
 {
-	pthread_condattr_t a;
-
-	pthread_condattr_init(&a);
-	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-	pthread_cond_init(&order_cv, &a);
-	pthread_condattr_destroy(&a);
+	cond_init_monotonic(&order_cv);
 }
 
 /* Off unless THAW_GPU_ORDER=1 (gpu_order.h says why). */
@@ -35,17 +30,6 @@ static bool order_on(void)
 	const char *e = getenv("THAW_GPU_ORDER");
 
 	return e && !strcmp(e, "1");
-}
-
-static void deadline(struct timespec *ts, int ms)
-{
-	clock_gettime(CLOCK_MONOTONIC, ts);
-	ts->tv_sec += ms / 1000;
-	ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (ts->tv_nsec >= 1000000000L) {
-		ts->tv_sec++;
-		ts->tv_nsec -= 1000000000L;
-	}
 }
 
 /* Take m off the list (order_mu held). */
@@ -105,10 +89,9 @@ static bool earlier_making(uint64_t seq)
 double gpu_order_restore_begin(const struct gpu_making *own)
 {
 	uint64_t t0 = now_ns(), seq;
-	struct timespec until;
+	struct timespec until = mono_after_ms(GPU_ORDER_WAIT_MS);
 
 	pthread_once(&order_once, order_init);
-	deadline(&until, GPU_ORDER_WAIT_MS);
 	pthread_mutex_lock(&order_mu);
 	seq = own && own->seq ? own->seq : last_seq;
 	while (order_on() && earlier_making(seq))
@@ -129,10 +112,9 @@ void gpu_order_restored(void)
 
 void gpu_order_quiet(void)
 {
-	struct timespec until;
+	struct timespec until = mono_after_ms(GPU_ORDER_QUIET_MS);
 
 	pthread_once(&order_once, order_init);
-	deadline(&until, GPU_ORDER_QUIET_MS);
 	pthread_mutex_lock(&order_mu);
 	while (order_on() && restoring > 0)
 		if (pthread_cond_timedwait(&order_cv, &order_mu, &until))

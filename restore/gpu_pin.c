@@ -173,10 +173,8 @@ static void *pin_reaper(void *arg)
 	pthread_mutex_lock(&pin_mu);
 	while (!reaper_stopping) {
 		struct pinned_file *gone = NULL;
-		struct timespec until;
+		struct timespec until = mono_after_ms(REAP_EVERY_S * 1000ull);
 
-		clock_gettime(CLOCK_MONOTONIC, &until);
-		until.tv_sec += REAP_EVERY_S;
 		while (!reaper_stopping &&
 		       pthread_cond_timedwait(&reap_cv, &pin_mu, &until) != ETIMEDOUT)
 			;
@@ -199,13 +197,7 @@ static void reaper_start_locked(void)
 	if (reaper_running || reaper_stopping)
 		return;
 	if (!reap_cv_made) {
-		pthread_condattr_t ca;
-
-		if (pthread_condattr_init(&ca))
-			return;
-		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-		reap_cv_made = pthread_cond_init(&reap_cv, &ca) == 0;
-		pthread_condattr_destroy(&ca);
+		reap_cv_made = cond_init_monotonic(&reap_cv) == 0;
 		if (!reap_cv_made)
 			return;
 	}

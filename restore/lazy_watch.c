@@ -70,11 +70,7 @@ static void lazy_watcher(void *arg)
 		if (errno != EINTR)
 			_exit(1);
 	if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
-		struct timespec ts;
-
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		snprintf(text, sizeof(text), "done %.3f\n",
-			 ((uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec - p->t0_ns) / 1e6);
+		snprintf(text, sizeof(text), "done %.3f\n", ms_since(p->t0_ns));
 		lazy_write_status(p, text);
 		_exit(0);
 	}

@@ -154,8 +154,7 @@ static void *reaper_main(void *arg)
 			/* A little late, so that the connections of a burst are
 			 * closed (and logged) together. */
 			next += REAPER_SLACK_NS;
-			struct timespec ts = { .tv_sec = (time_t)(next / 1000000000ull),
-					       .tv_nsec = (long)(next % 1000000000ull) };
+			struct timespec ts = mono_timespec(next);
 
 			pthread_cond_timedwait(&s->conn_cv, &s->conn_lock, &ts);
 		}
@@ -812,13 +811,8 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 
 void http_init(struct server *s)
 {
-	pthread_condattr_t ca;
-
 	pthread_mutex_init(&s->conn_lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* now_ns()'s clock */
-	pthread_cond_init(&s->conn_cv, &ca);
-	pthread_condattr_destroy(&ca);
+	cond_init_monotonic(&s->conn_cv);
 }
 
 void http_release(struct server *s)

@@ -111,7 +111,6 @@ struct pool {
 	struct server *srv;
 	void (*link_free)(void *link);
 	pthread_mutex_t lock;
-	pthread_condattr_t cattr; /* CLOCK_MONOTONIC, now_ns()'s */
 	pthread_cond_t cv;        /* a start thread ended, a request was released */
 	struct pool_fn *fns;
 	unsigned starters;        /* start threads running */
@@ -141,12 +140,6 @@ static int refuse(struct pool_refusal *why, unsigned status, const char *code, b
 	vsnprintf(why->msg, sizeof(why->msg), fmt, ap);
 	va_end(ap);
 	return -EAGAIN;
-}
-
-static void deadline_ts(uint64_t ns, struct timespec *ts)
-{
-	ts->tv_sec = (time_t)(ns / 1000000000ull);
-	ts->tv_nsec = (long)(ns % 1000000000ull);
 }
 
 /* ---- functions and instances (under the lock) ---- */
@@ -664,7 +657,7 @@ static int wait_slot(struct pool *p, struct pool_fn *f, uint64_t t0, pool_gone_f
 	struct waiter w = { 0 };
 	int ret = -EAGAIN;
 
-	pthread_cond_init(&w.cv, &p->cattr);
+	cond_init_monotonic(&w.cv);
 	enqueue(f, &w);
 	for (;;) {
 		uint64_t now = now_ns(), until = MIN(now + WAIT_POLL_NS, deadline);
@@ -692,7 +685,7 @@ static int wait_slot(struct pool *p, struct pool_fn *f, uint64_t t0, pool_gone_f
 			ret = -ECONNABORTED;
 			break;
 		}
-		deadline_ts(until, &ts);
+		ts = mono_timespec(until);
 		pthread_cond_timedwait(&w.cv, &p->lock, &ts);
 	}
 	if (w.got) {
@@ -1011,9 +1004,7 @@ struct pool *pool_new(struct server *s, void (*link_free)(void *link))
 	p->srv = s;
 	p->link_free = link_free;
 	pthread_mutex_init(&p->lock, NULL);
-	pthread_condattr_init(&p->cattr);
-	pthread_condattr_setclock(&p->cattr, CLOCK_MONOTONIC);
-	pthread_cond_init(&p->cv, &p->cattr);
+	cond_init_monotonic(&p->cv);
 	return p;
 }
 
@@ -1043,7 +1034,7 @@ void pool_shutdown(struct pool *p, unsigned grace_ms)
 				busy += i->inflight;
 		if (!busy || now_ns() >= deadline)
 			break;
-		deadline_ts(deadline, &ts);
+		ts = mono_timespec(deadline);
 		pthread_cond_timedwait(&p->cv, &p->lock, &ts);
 	}
 	pthread_mutex_unlock(&p->lock);
@@ -1076,7 +1067,6 @@ void pool_free(struct pool *p)
 	}
 	free(p->stops);
 	pthread_cond_destroy(&p->cv);
-	pthread_condattr_destroy(&p->cattr);
 	pthread_mutex_destroy(&p->lock);
 	free(p);
 }

@@ -21,6 +21,7 @@
  */
 #include "common/cuda.h"
 #include "common/util.h"
+#include "restore/gpu_prefill_cuda.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -30,25 +31,15 @@
 
 #define MIB ((size_t)1 << 20)
 #define GRAN (2 * MIB)
-#define MAX_THREADS 64
+#define MAX_FILLS 64
 
+/* The fill's own entry points are prefill_cu's (restore/gpu_prefill_cuda.h);
+ * these only an importer and this probe's checks call. */
 static struct {
-	cu_fn_cuDeviceGet *device_get;
-	cu_fn_cuDevicePrimaryCtxRetain *primary_retain;
-	cu_fn_cuCtxSetCurrent *ctx_set_current;
-	cu_fn_cuMemCreate *create;
-	cu_fn_cuMemRelease *release;
-	cu_fn_cuMemAddressReserve *reserve;
-	cu_fn_cuMemAddressFree *addr_free;
-	cu_fn_cuMemMap *map;
-	cu_fn_cuMemUnmap *unmap;
-	cu_fn_cuMemSetAccess *set_access;
-	cu_fn_cuMemExportToShareableHandle *export_fd;
 	cu_fn_cuMemImportFromShareableHandle *import_fd;
 	cu_fn_cuMemcpyHtoD_v2 *htod;
 	cu_fn_cuMemcpyDtoH_v2 *dtoh;
-} cu;
-static cu_ctx ctx;
+} more;
 static int ordinal;
 
 static cu_mem_prop prop(void)
@@ -61,7 +52,7 @@ static int access_rw(cu_ptr va, size_t len)
 {
 	cu_access_desc acc = { .location = { CU_LOC_DEVICE, ordinal }, .flags = CU_ACCESS_RW };
 
-	return cu.set_access(va, len, &acc, 1);
+	return prefill_cu.set_access(va, len, &acc, 1);
 }
 
 /* Does the driver map slices of an (imported) allocation at offsets?  32
@@ -82,24 +73,24 @@ static int check_offsets(void)
 		return 1;
 	for (size_t i = 0; i < len / 4; i++)
 		buf[i] = (uint32_t)(i * 4 / GRAN) + 0x1000;
-	if ((r = cu.create(&h, len, &p, 0)) || (r = cu.export_fd(&fd, h, CU_HANDLE_POSIX_FD, 0)) ||
-	    (r = cu.import_fd(&hi, (void *)(intptr_t)fd, CU_HANDLE_POSIX_FD)) ||
-	    (r = cu.reserve(&a, len, GRAN, 0, 0)) || (r = cu.map(a, len, 0, h, 0)) ||
-	    (r = access_rw(a, len)) || (r = cu.htod(a, buf, len)) ||
-	    (r = cu.reserve(&b, len, GRAN, 0, 0))) {
+	if ((r = prefill_cu.create(&h, len, &p, 0)) || (r = prefill_cu.export_fd(&fd, h, CU_HANDLE_POSIX_FD, 0)) ||
+	    (r = more.import_fd(&hi, (void *)(intptr_t)fd, CU_HANDLE_POSIX_FD)) ||
+	    (r = prefill_cu.reserve(&a, len, GRAN, 0, 0)) || (r = prefill_cu.map(a, len, 0, h, 0)) ||
+	    (r = access_rw(a, len)) || (r = more.htod(a, buf, len)) ||
+	    (r = prefill_cu.reserve(&b, len, GRAN, 0, 0))) {
 		printf("figure: offsets: setup failed (CUresult %d)\n", r);
 		return 1;
 	}
 	for (size_t i = 0; i < nslice; i++) {
 		size_t off = (i * 7 % nslice) * GRAN;
 
-		if ((r = cu.map(b + i * GRAN, GRAN, off, hi, 0))) {
+		if ((r = prefill_cu.map(b + i * GRAN, GRAN, off, hi, 0))) {
 			printf("figure: offsets: a slice at offset %zu MiB refused (CUresult %d)\n",
 			       off / MIB, r);
 			return 2;
 		}
 	}
-	if ((r = access_rw(b, len)) || (r = cu.dtoh(back, b, len))) {
+	if ((r = access_rw(b, len)) || (r = more.dtoh(back, b, len))) {
 		printf("figure: offsets: reading the slices failed (CUresult %d)\n", r);
 		return 1;
 	}
@@ -107,21 +98,21 @@ static int check_offsets(void)
 		bad += back[i * GRAN / 4] != (uint32_t)(i * 7 % nslice) + 0x1000 ||
 		       back[(i + 1) * GRAN / 4 - 1] != (uint32_t)(i * 7 % nslice) + 0x1000;
 	/* Released and partly unmapped: what is still mapped keeps its bytes. */
-	cu.release(hi);
-	cu.release(h);
-	cu.unmap(a, len);
+	prefill_cu.release(hi);
+	prefill_cu.release(h);
+	prefill_cu.unmap(a, len);
 	close(fd);
-	cu.unmap(b, GRAN);
+	prefill_cu.unmap(b, GRAN);
 	memset(back, 0, len);
-	if ((r = cu.dtoh(back + GRAN / 4, b + GRAN, len - GRAN))) {
+	if ((r = more.dtoh(back + GRAN / 4, b + GRAN, len - GRAN))) {
 		printf("figure: offsets: reading after release failed (CUresult %d)\n", r);
 		return 1;
 	}
 	for (size_t i = 1; i < nslice; i++)
 		bad += back[i * GRAN / 4] != (uint32_t)(i * 7 % nslice) + 0x1000;
-	cu.unmap(b + GRAN, len - GRAN);
-	cu.addr_free(a, len);
-	cu.addr_free(b, len);
+	prefill_cu.unmap(b + GRAN, len - GRAN);
+	prefill_cu.addr_free(a, len);
+	prefill_cu.addr_free(b, len);
 	printf("figure: offsets: %zu slices of an imported allocation mapped at offsets: %s\n",
 	       nslice, bad ? "WRONG BYTES" : "byte for byte, also after release");
 	free(buf);
@@ -158,14 +149,14 @@ static void make(struct fill *f)
 	uint64_t t0 = now_ns();
 
 	f->nh = 0;
-	f->err = cu.reserve(&f->va, len, GRAN, 0, 0);
+	f->err = prefill_cu.reserve(&f->va, len, GRAN, 0, 0);
 	for (size_t i = 0; i < f->n && !f->err; i += k, f->nh++) {
 		size_t m = f->n - i < k ? f->n - i : k, j = f->nh;
 
 		f->hlen[j] = m * f->size;
-		f->err = cu.create(&f->h[j], f->hlen[j], &p, 0) ||
-			 cu.export_fd(&f->fd[j], f->h[j], CU_HANDLE_POSIX_FD, 0) ||
-			 cu.map(f->va + i * f->size, f->hlen[j], 0, f->h[j], 0);
+		f->err = prefill_cu.create(&f->h[j], f->hlen[j], &p, 0) ||
+			 prefill_cu.export_fd(&f->fd[j], f->h[j], CU_HANDLE_POSIX_FD, 0) ||
+			 prefill_cu.map(f->va + i * f->size, f->hlen[j], 0, f->h[j], 0);
 	}
 	f->err = f->err || access_rw(f->va, len);
 	f->make_ms = ms_since(t0);
@@ -179,37 +170,37 @@ static void import(struct fill *f)
 	cu_handle hi[512];
 	cu_ptr va = 0;
 	uint64_t t0 = now_ns();
-	int err = cu.reserve(&va, len, GRAN, 0, 0);
+	int err = prefill_cu.reserve(&va, len, GRAN, 0, 0);
 
 	for (size_t j = 0; j < f->nh && !err; j++)
-		err = cu.import_fd(&hi[j], (void *)(intptr_t)f->fd[j], CU_HANDLE_POSIX_FD);
+		err = more.import_fd(&hi[j], (void *)(intptr_t)f->fd[j], CU_HANDLE_POSIX_FD);
 	for (size_t i = 0; i < f->n && !err; i++)
-		err = cu.map(va + i * f->size, f->size, (i % k) * f->size, hi[i / k], 0);
+		err = prefill_cu.map(va + i * f->size, f->size, (i % k) * f->size, hi[i / k], 0);
 	err = err || access_rw(va, len);
 	f->import_ms = ms_since(t0);
 	f->err = f->err || err;
 	for (size_t i = 0; i < f->n; i++)
-		cu.unmap(va + i * f->size, f->size);
+		prefill_cu.unmap(va + i * f->size, f->size);
 	for (size_t j = 0; j < f->nh; j++)
-		cu.release(hi[j]);
-	cu.addr_free(va, len);
+		prefill_cu.release(hi[j]);
+	prefill_cu.addr_free(va, len);
 }
 
 static void unmake(struct fill *f)
 {
 	for (size_t j = 0, i = 0; j < f->nh; i += f->hlen[j] / f->size, j++) {
-		cu.unmap(f->va + i * f->size, f->hlen[j]);
+		prefill_cu.unmap(f->va + i * f->size, f->hlen[j]);
 		close(f->fd[j]);
-		cu.release(f->h[j]);
+		prefill_cu.release(f->h[j]);
 	}
-	cu.addr_free(f->va, f->n * f->size);
+	prefill_cu.addr_free(f->va, f->n * f->size);
 }
 
 static void *fill_thread(void *arg)
 {
 	struct fill *f = arg;
 
-	cu.ctx_set_current(ctx);
+	prefill_use_device(ordinal);
 	pthread_barrier_wait(f->go);
 	make(f);
 	if (!f->err)
@@ -222,8 +213,8 @@ static void *fill_thread(void *arg)
 static int rounds(int threads, size_t n, size_t size, size_t cap, double *make_ms,
 		  double *import_ms)
 {
-	static struct fill f[MAX_THREADS];
-	pthread_t th[MAX_THREADS];
+	static struct fill f[MAX_FILLS];
+	pthread_t th[MAX_FILLS];
 	pthread_barrier_t go;
 
 	*make_ms = *import_ms = 1e12;
@@ -256,7 +247,7 @@ int main(int argc, char **argv)
 {
 	size_t n = argc > 2 ? strtoul(argv[2], NULL, 10) : 115;
 	size_t size = (argc > 3 ? strtoul(argv[3], NULL, 10) : 20) * MIB;
-	int threads = argc > 4 ? atoi(argv[4]) : 8, dev, bad = 0, slices;
+	int threads = argc > 4 ? atoi(argv[4]) : 8, bad = 0, slices;
 	const struct {
 		const char *name;
 		size_t cap;
@@ -264,7 +255,7 @@ int main(int argc, char **argv)
 		      { "one allocation for all", (size_t)-1 / 2 } };
 
 	ordinal = argc > 1 ? atoi(argv[1]) : 0;
-	if (!n || n > 512 || !size || size % GRAN || threads < 1 || threads > MAX_THREADS) {
+	if (!n || n > 512 || !size || size % GRAN || threads < 1 || threads > MAX_FILLS) {
 		fprintf(stderr, "usage: vmm-slices [GPU] [N<=512] [MIB, even] [THREADS<=64]\n");
 		return 2;
 	}
@@ -272,20 +263,14 @@ int main(int argc, char **argv)
 		fprintf(stderr, "vmm-slices: no CUDA driver: %s\n", cuda_unavailable_reason());
 		return 1;
 	}
-#define SYM(f, name) (cu.f = (__typeof__(cu.f))cuda_sym(name))
-	if (!(SYM(device_get, "cuDeviceGet") && SYM(primary_retain, "cuDevicePrimaryCtxRetain") &&
-	      SYM(ctx_set_current, "cuCtxSetCurrent") && SYM(create, "cuMemCreate") &&
-	      SYM(release, "cuMemRelease") && SYM(reserve, "cuMemAddressReserve") &&
-	      SYM(addr_free, "cuMemAddressFree") && SYM(map, "cuMemMap") &&
-	      SYM(unmap, "cuMemUnmap") && SYM(set_access, "cuMemSetAccess") &&
-	      SYM(export_fd, "cuMemExportToShareableHandle") &&
-	      SYM(import_fd, "cuMemImportFromShareableHandle") && SYM(htod, "cuMemcpyHtoD_v2") &&
-	      SYM(dtoh, "cuMemcpyDtoH_v2"))) {
+#define SYM(f, name) (more.f = (__typeof__(more.f))cuda_sym(name))
+	if (!prefill_driver_load() || !(SYM(import_fd, "cuMemImportFromShareableHandle") &&
+					SYM(htod, "cuMemcpyHtoD_v2") && SYM(dtoh, "cuMemcpyDtoH_v2"))) {
 		fprintf(stderr, "vmm-slices: the driver lacks a VMM entry point\n");
 		return 1;
 	}
 #undef SYM
-	if (cu.device_get(&dev, ordinal) || cu.primary_retain(&ctx, dev) || cu.ctx_set_current(ctx)) {
+	if (prefill_use_device(ordinal)) {
 		fprintf(stderr, "vmm-slices: no context on GPU %d\n", ordinal);
 		return 1;
 	}

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* test_util.c — common/util: ids, hex, atomic writes, rm_rf. */
+/* test_util.c — common/util: ids, hex, atomic writes, rm_rf, monotonic waits. */
 #include "common/util.h"
 #include "test/check.h"
 
@@ -89,11 +89,39 @@ static void test_array_grow(void)
 	free(v);
 }
 
+/* A timed wait on a monotonic cv ends at its deadline on now_ns()'s clock:
+ * not before it (the only bound a loaded machine cannot break), and the
+ * deadline's timespec is the reading's. */
+static void test_monotonic_wait(void)
+{
+	pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	pthread_cond_t cv;
+	struct timespec ts;
+	uint64_t t0, until;
+	int r = 0;
+
+	REQUIRE(cond_init_monotonic(&cv) == 0);
+	ts = mono_timespec(1234567890123ull);
+	CHECK_EQ((long long)ts.tv_sec, 1234LL);
+	CHECK_EQ((long long)ts.tv_nsec, 567890123LL);
+	t0 = now_ns();
+	ts = mono_after_ms(50);
+	until = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	CHECK(until >= t0 + 50 * 1000000ull);
+	pthread_mutex_lock(&mu);
+	while (r != ETIMEDOUT)
+		r = pthread_cond_timedwait(&cv, &mu, &ts);
+	pthread_mutex_unlock(&mu);
+	CHECK(now_ns() >= until);
+	pthread_cond_destroy(&cv);
+}
+
 int main(void)
 {
 	test_ids();
 	test_hex();
 	test_files();
 	test_array_grow();
+	test_monotonic_wait();
 	return check_failures ? 1 : 0;
 }

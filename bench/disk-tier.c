@@ -125,50 +125,15 @@ static int make_image(const char *src, uint64_t bytes)
 	return ret;
 }
 
-static void fadvise_tree(const char *path)
-{
-	DIR *d = opendir(path);
-	struct dirent *de;
-
-	while (d && (de = readdir(d))) {
-		char p[PATH_MAX];
-		struct stat st;
-
-		if (de->d_name[0] == '.')
-			continue;
-		snprintf(p, sizeof(p), "%.3000s/%.255s", path, de->d_name);
-		if (lstat(p, &st))
-			continue;
-		if (S_ISDIR(st.st_mode)) {
-			fadvise_tree(p);
-		} else if (S_ISREG(st.st_mode)) {
-			int fd = open(p, O_RDONLY | O_CLOEXEC);
-			if (fd >= 0) {
-				fdatasync(fd);
-				posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-				close(fd);
-			}
-		}
-	}
-	if (d)
-		closedir(d);
-}
-
 /* The store's pages out of the page cache. */
 static void drop_caches(const char *sdir)
 {
-	int fd = open("/proc/sys/vm/drop_caches", O_WRONLY | O_CLOEXEC);
+	bool all = page_cache_drop(1, &sdir, 1);
 
-	sync();
-	if (fd < 0 || write(fd, "1\n", 2) != 2) {
-		if (drop_ok)
-			printf("cannot write /proc/sys/vm/drop_caches: posix_fadvise(DONTNEED) on "
-			       "every file of the store instead\n");
-		drop_ok = false;
-		fadvise_tree(sdir);
-	}
-	if (fd >= 0)
-		close(fd);
+	if (!all && drop_ok)
+		printf("cannot write /proc/sys/vm/drop_caches: posix_fadvise(DONTNEED) on "
+		       "every file of the store instead\n");
+	drop_ok = drop_ok && all;
 }
 
 struct packs {

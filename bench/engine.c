@@ -173,52 +173,18 @@ static int make_image(const char *src)
 }
 
 /* Drop the page cache: all of it as root, else the files we read. */
-static void fadvise_tree(const char *path)
-{
-	DIR *d = opendir(path);
-	struct dirent *de;
-
-	if (!d)
-		return;
-	while ((de = readdir(d))) {
-		char p[PATH_MAX];
-		struct stat st;
-
-		if (de->d_name[0] == '.')
-			continue;
-		snprintf(p, sizeof(p), "%.2000s/%.255s", path, de->d_name);
-		if (lstat(p, &st))
-			continue;
-		if (S_ISDIR(st.st_mode)) {
-			fadvise_tree(p);
-		} else if (S_ISREG(st.st_mode)) {
-			int fd = open(p, O_RDONLY | O_CLOEXEC);
-			if (fd >= 0) {
-				fdatasync(fd);
-				posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-				close(fd);
-			}
-		}
-	}
-	closedir(d);
-}
-
 static void drop_caches(void)
 {
-	sync();
-	int fd = open("/proc/sys/vm/drop_caches", O_WRONLY | O_CLOEXEC);
-	if (fd < 0 || write(fd, "3\n", 2) != 2) {
-		if (drop_ok)
-			printf("cannot write /proc/sys/vm/drop_caches: using posix_fadvise(DONTNEED) on every file\n");
-		drop_ok = false;
-		char p[PATH_MAX];
-		snprintf(p, sizeof(p), "%s/store", dir);
-		fadvise_tree(p);
-		snprintf(p, sizeof(p), "%s/src", dir);
-		fadvise_tree(p);
-	}
-	if (fd >= 0)
-		close(fd);
+	char store[PATH_MAX], src[PATH_MAX];
+	const char *trees[] = { store, src };
+	bool all;
+
+	snprintf(store, sizeof(store), "%s/store", dir);
+	snprintf(src, sizeof(src), "%s/src", dir);
+	all = page_cache_drop(3, trees, 2);
+	if (!all && drop_ok)
+		printf("cannot write /proc/sys/vm/drop_caches: using posix_fadvise(DONTNEED) on every file\n");
+	drop_ok = drop_ok && all;
 }
 
 /* Read every file under path (warms the page cache); returns bytes. */

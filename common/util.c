@@ -64,6 +64,51 @@ uint64_t realtime_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/* Every regular file under path written back and advised out of the
+ * page cache (symbolic links not followed). */
+static void fadvise_tree(const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *de;
+
+	while (d && (de = readdir(d))) {
+		char p[PATH_MAX];
+		struct stat st;
+		int fd;
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(p, sizeof(p), "%.3000s/%.255s", path, de->d_name);
+		if (lstat(p, &st))
+			continue;
+		if (S_ISDIR(st.st_mode)) {
+			fadvise_tree(p);
+		} else if (S_ISREG(st.st_mode) && (fd = open(p, O_RDONLY | O_CLOEXEC)) >= 0) {
+			fdatasync(fd);
+			posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+			close(fd);
+		}
+	}
+	if (d)
+		closedir(d);
+}
+
+bool page_cache_drop(int level, const char *const *trees, size_t ntrees)
+{
+	char text[4];
+	int fd, n = snprintf(text, sizeof(text), "%d\n", level);
+	bool all;
+
+	sync();
+	fd = open("/proc/sys/vm/drop_caches", O_WRONLY | O_CLOEXEC);
+	all = fd >= 0 && write(fd, text, (size_t)n) == n;
+	if (fd >= 0)
+		close(fd);
+	for (size_t i = 0; !all && i < ntrees; i++)
+		fadvise_tree(trees[i]);
+	return all;
+}
+
 /* mkdir with exactly mode, whatever the process's umask: a container's
  * rootfs skeleton is its root directory, whose mode CRIU records at the dump
  * and checks at the restore ("File . has bad mode 040755 (expect 040700)"),

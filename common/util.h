@@ -55,6 +55,12 @@ int cond_init_monotonic(pthread_cond_t *cv);
 struct timespec mono_timespec(uint64_t ns);
 struct timespec mono_after_ms(uint64_t ms);
 
+/* For benchmarks that read cold: the page cache dropped, all of it
+ * (/proc/sys/vm/drop_caches at level, 1 or 3) where this process may, else
+ * each regular file under every one of trees written back and advised out
+ * (fdatasync, POSIX_FADV_DONTNEED).  true where the whole cache went. */
+bool page_cache_drop(int level, const char *const *trees, size_t ntrees);
+
 /* mkdir -p; existing directories are fine (left as they are), those it makes
  * have exactly mode, whatever the umask.  0 or -errno (logged). */
 int mkdir_p(const char *path, mode_t mode);

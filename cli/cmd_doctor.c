@@ -541,38 +541,85 @@ static void check_gpumem(struct doctor *d)
 }
 
 /* A directory thaw writes into: created if missing, a file created and removed. */
-static void check_dir(struct doctor *d, const char *name, const char *dir)
+/* Can this process write in dir: a file made there and removed (0), or
+ * -errno. */
+static int probe_writable(const char *dir)
 {
-	char probe[PATH_MAX], fb[32];
-	struct statvfs vfs;
-	int fd, ret;
+	char probe[PATH_MAX + 32];
+	int fd;
 
-	ret = mkdir_p(dir, 0700); /* as thawd makes it: private */
-	if (ret) {
-		report(d, name, ST_FAIL, "%s: cannot create: %s", dir, strerror(-ret));
-		return;
-	}
 	snprintf(probe, sizeof(probe), "%s/.doctor-%d", dir, (int)getpid());
 	fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0 || write(fd, "x", 1) != 1) {
-		report(d, name, ST_FAIL, "%s: not writable: %s", dir, strerror(errno));
+		int e = fd < 0 ? errno : EIO;
+
 		if (fd >= 0) {
 			close(fd);
 			unlink(probe);
 		}
-		return;
+		return -e;
 	}
 	close(fd);
-	if (unlink(probe)) {
-		report(d, name, ST_FAIL, "%s: cannot delete %s: %s", dir, probe, strerror(errno));
+	return unlink(probe) ? -errno : 0;
+}
+
+/* The nearest directory at or above path that exists, into out; -errno
+ * where a part of it is something else than a directory. */
+static int existing_ancestor(const char *path, char *out, size_t len)
+{
+	struct stat st;
+
+	snprintf(out, len, "%s", path);
+	for (;;) {
+		char *slash;
+
+		if (!stat(out, &st))
+			return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+		if (errno != ENOENT)
+			return -errno;
+		slash = strrchr(out, '/');
+		if (!slash)
+			return -ENOENT;
+		if (slash == out)
+			slash[1] = '\0';
+		else
+			*slash = '\0';
+	}
+}
+
+/* A directory thawd writes: writable, and how much room it has.  One that
+ * does not exist yet is not made (a doctor leaves the host as it found
+ * it): where thawd would make it, the nearest directory that exists must
+ * be writable. */
+static void check_dir(struct doctor *d, const char *name, const char *dir)
+{
+	char at[PATH_MAX], fb[32];
+	struct statvfs vfs;
+	bool exists;
+	int ret;
+
+	ret = existing_ancestor(dir, at, sizeof(at));
+	if (ret) {
+		report(d, name, ST_FAIL, "%s: cannot be made: %s", dir, strerror(-ret));
 		return;
 	}
-	if (statvfs(dir, &vfs)) {
-		report(d, name, ST_FAIL, "%s: statvfs: %s", dir, strerror(errno));
+	exists = !strcmp(at, dir);
+	ret = probe_writable(at);
+	if (ret) {
+		report(d, name, ST_FAIL, exists ? "%s: not writable: %s" : "%s: cannot be made in %s: %s",
+		       dir, exists ? strerror(-ret) : at, strerror(-ret));
 		return;
 	}
-	report(d, name, ST_OK, "%s writable, %s free", dir,
-	       fmt_bytes((uint64_t)vfs.f_bavail * vfs.f_frsize, fb));
+	if (statvfs(at, &vfs)) {
+		report(d, name, ST_FAIL, "%s: statvfs: %s", at, strerror(errno));
+		return;
+	}
+	if (exists)
+		report(d, name, ST_OK, "%s writable, %s free", dir,
+		       fmt_bytes((uint64_t)vfs.f_bavail * vfs.f_frsize, fb));
+	else
+		report(d, name, ST_OK, "%s not made yet (thawd makes it; %s writable, %s free)", dir, at,
+		       fmt_bytes((uint64_t)vfs.f_bavail * vfs.f_frsize, fb));
 }
 
 /* The RAM tier's huge-page tmpfs (tier_root_prepare): what thawd finds or
@@ -786,7 +833,8 @@ static void usage(FILE *f)
 		   "Check that this host can snapshot and restore: CRIU >= 4.2 and `criu check`\n"
 		   "(and whether CRIU can keep its kernel-probe cache, which saves ~40 ms of a\n"
 		   "start), runc, io_uring, the CUDA driver and its GPUs, the data directory and\n"
-		   "the RAM tier (writable, free space), the kernel and cgroups, the local\n"
+		   "the RAM tier (writable, free space; one not made yet is not made: where\n"
+		   "thawd would make it is checked), the kernel and cgroups, the local\n"
 		   "snapshots that cannot be restored on this host (a warning), and the store:\n"
 		   "its manifests, pack indexes and packs' lengths, and every function's snapshot\n"
 		   "there (no chunk is read; --full reads every one, as thaw store verify).\n"

@@ -30,6 +30,7 @@
 #include "common/cuda.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "restore/gpu_prefill_cuda.h"
 #include "restore/gpu_restore.h"
 
 #include <errno.h>
@@ -81,18 +82,9 @@ static void *restore_one(void *arg)
 #define COPY_THREADS 16
 #define COPY_ROUNDS 512
 
-typedef unsigned long long cu_ptr;
-static struct {
-	int (*device_get)(int *, int);
-	int (*primary_retain)(void **, int);
-	int (*ctx_set_current)(void *);
-	int (*alloc)(cu_ptr *, size_t);
-	int (*host_register)(void *, size_t, unsigned);
-	int (*copy)(cu_ptr, const void *, size_t, void *);
-	int (*stream_create)(void **, unsigned);
-	int (*stream_sync)(void *);
-	int (*stream_destroy)(void *);
-} cu;
+/* The fill's entry points (restore/gpu_prefill_cuda.h), and the one
+ * allocation this bench makes for itself. */
+static cu_fn_cuMemAlloc_v2 *mem_alloc;
 
 /* What a run of rounds measured. */
 struct copy_figures {
@@ -103,7 +95,7 @@ struct copy_figures {
 };
 
 struct copier {
-	void *ctx;
+	cu_ctx ctx;
 	char *host;
 	cu_ptr dev;
 	size_t len;
@@ -126,9 +118,9 @@ static void *copy_slice(void *arg)
 	size_t per = (c->len / COPY_THREADS + COPY_PIECE - 1) / COPY_PIECE * COPY_PIECE;
 	size_t begin = s->i * per, end = begin + per < c->len ? begin + per : c->len;
 	uint64_t t0 = now_ns();
-	void *st = NULL;
+	cu_stream st = NULL;
 
-	if (cu.ctx_set_current(c->ctx) || cu.stream_create(&st, 1)) {
+	if (prefill_cu.ctx_set_current(c->ctx) || prefill_cu.stream_create(&st, 1)) {
 		s->err = 1;
 		return NULL;
 	}
@@ -136,10 +128,10 @@ static void *copy_slice(void *arg)
 	for (size_t off = begin; off < end; off += COPY_PIECE) {
 		size_t n = end - off < COPY_PIECE ? end - off : COPY_PIECE;
 
-		s->err |= cu.copy(c->dev + off, c->host + off, n, st) != 0;
+		s->err |= prefill_cu.copy(c->dev + off, c->host + off, n, st) != 0;
 	}
-	s->err |= cu.stream_sync(st) != 0;
-	cu.stream_destroy(st);
+	s->err |= prefill_cu.stream_sync(st) != 0;
+	prefill_cu.stream_destroy(st);
 	return NULL;
 }
 
@@ -221,23 +213,18 @@ static int copier_setup(struct copier *c, size_t len)
 	struct copy_figures f;
 	int dev;
 
-#define SYM(f, name) (cu.f = (__typeof__(cu.f))cuda_sym(name))
-	if (!SYM(device_get, "cuDeviceGet") || !SYM(primary_retain, "cuDevicePrimaryCtxRetain") ||
-	    !SYM(ctx_set_current, "cuCtxSetCurrent") || !SYM(alloc, "cuMemAlloc_v2") ||
-	    !SYM(host_register, "cuMemHostRegister_v2") || !SYM(copy, "cuMemcpyHtoDAsync_v2") ||
-	    !SYM(stream_create, "cuStreamCreate") || !SYM(stream_sync, "cuStreamSynchronize") ||
-	    !SYM(stream_destroy, "cuStreamDestroy_v2"))
+	mem_alloc = (cu_fn_cuMemAlloc_v2 *)cuda_sym("cuMemAlloc_v2");
+	if (!prefill_driver_load() || !mem_alloc)
 		return -ENOSYS;
-#undef SYM
 	c->len = len;
 	c->host = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
 		       -1, 0);
-	if (c->host == MAP_FAILED || cu.device_get(&dev, 0) || cu.primary_retain(&c->ctx, dev) ||
-	    cu.ctx_set_current(c->ctx) || cu.alloc(&c->dev, len))
+	if (c->host == MAP_FAILED || prefill_cu.device_get(&dev, 0) || prefill_cu.primary_retain(&c->ctx, dev) ||
+	    prefill_cu.ctx_set_current(c->ctx) || mem_alloc(&c->dev, len))
 		return -ENOMEM;
 	memset(c->host, 0x5a, len);
 	for (size_t off = 0; off < len; off += COPY_PIECE)
-		if (cu.host_register(c->host + off, len - off < COPY_PIECE ? len - off : COPY_PIECE,
+		if (prefill_cu.host_register(c->host + off, len - off < COPY_PIECE ? len - off : COPY_PIECE,
 				     0))
 			return -EIO;
 	copy_rounds(c, stop_once, NULL, &f); /* warm: what the driver maps lazily */

@@ -11,6 +11,7 @@
  */
 #include "common/cuda.h"
 #include "common/util.h"
+#include "restore/gpu_prefill_cuda.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -18,21 +19,12 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#define PIECE (64ull << 20)
-#define MAX_THREADS 16
+/* PIECE and MAX_THREADS: the fill's (restore/gpu_prefill_cuda.h). */
 
-typedef unsigned long long cu_ptr;
-static struct {
-	int (*device_get)(int *, int);
-	int (*primary_retain)(void **, int);
-	int (*ctx_set_current)(void *);
-	int (*alloc)(cu_ptr *, size_t);
-	int (*host_register)(void *, size_t, unsigned);
-	int (*copy)(cu_ptr, const void *, size_t, void *);
-	int (*stream_create)(void **, unsigned);
-	int (*stream_sync)(void *);
-} cu;
-static void *ctx;
+/* The fill's entry points (restore/gpu_prefill_cuda.h), and the one
+ * allocation this bench makes for itself. */
+static cu_fn_cuMemAlloc_v2 *mem_alloc;
+static cu_ctx ctx;
 
 struct slice {
 	char *host;
@@ -44,18 +36,18 @@ struct slice {
 static void *copy_slice(void *arg)
 {
 	struct slice *s = arg;
-	void *st = NULL;
+	cu_stream st = NULL;
 
-	if (cu.ctx_set_current(ctx) || cu.stream_create(&st, 1)) {
+	if (prefill_cu.ctx_set_current(ctx) || prefill_cu.stream_create(&st, 1)) {
 		s->err = 1;
 		return NULL;
 	}
 	for (size_t off = 0; off < s->len; off += PIECE) {
 		size_t n = s->len - off < PIECE ? s->len - off : PIECE;
 
-		s->err |= cu.copy(s->dev + off, s->host + off, n, st) != 0;
+		s->err |= prefill_cu.copy(s->dev + off, s->host + off, n, st) != 0;
 	}
-	s->err |= cu.stream_sync(st) != 0;
+	s->err |= prefill_cu.stream_sync(st) != 0;
 	return NULL;
 }
 
@@ -96,26 +88,22 @@ int main(int argc, char **argv)
 		fprintf(stderr, "no CUDA driver: %s\n", cuda_unavailable_reason());
 		return 77;
 	}
-#define SYM(f, name) (cu.f = (__typeof__(cu.f))cuda_sym(name))
-	if (!SYM(device_get, "cuDeviceGet") || !SYM(primary_retain, "cuDevicePrimaryCtxRetain") ||
-	    !SYM(ctx_set_current, "cuCtxSetCurrent") || !SYM(alloc, "cuMemAlloc_v2") ||
-	    !SYM(host_register, "cuMemHostRegister_v2") || !SYM(copy, "cuMemcpyHtoDAsync_v2") ||
-	    !SYM(stream_create, "cuStreamCreate") || !SYM(stream_sync, "cuStreamSynchronize")) {
+	mem_alloc = (cu_fn_cuMemAlloc_v2 *)cuda_sym("cuMemAlloc_v2");
+	if (!prefill_driver_load() || !mem_alloc) {
 		fprintf(stderr, "the driver lacks an entry point\n");
 		return 1;
 	}
-#undef SYM
 	host = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
 		    -1, 0);
-	if (host == MAP_FAILED || cu.device_get(&dev, gpu) || cu.primary_retain(&ctx, dev) ||
-	    cu.ctx_set_current(ctx) || cu.alloc(&d, len)) {
+	if (host == MAP_FAILED || prefill_cu.device_get(&dev, gpu) || prefill_cu.primary_retain(&ctx, dev) ||
+	    prefill_cu.ctx_set_current(ctx) || mem_alloc(&d, len)) {
 		fprintf(stderr, "cannot set up %zu bytes on GPU %d\n", len, gpu);
 		return 1;
 	}
 	memset(host, 0x5a, len);
 	/* Pinned in pieces, as the fill pins the tier's file. */
 	for (size_t off = 0; off < len; off += PIECE)
-		if (cu.host_register(host + off, len - off < PIECE ? len - off : PIECE, 0)) {
+		if (prefill_cu.host_register(host + off, len - off < PIECE ? len - off : PIECE, 0)) {
 			fprintf(stderr, "cannot pin\n");
 			return 1;
 		}

@@ -8,8 +8,6 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "function/spec.h"
-#include "function/userns.h"
-#include "images/image.h"
 #include "server/api.h"
 #include "server/errors.h"
 #include "server/internal.h"
@@ -18,6 +16,7 @@
 #include "server/registry.h"
 #include "server/remote_sync.h"
 #include "server/snapshots.h"
+#include "server/userns_holds.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -160,12 +159,10 @@ int api_function_delete(struct server *s, const char *fn, bool fleet, struct api
 		return ret;
 	}
 	pr_info("function %s deleted, %zu instance(s) stopped", fn, stopped);
-	/* Its user namespace's range goes back to the pool: nothing of it runs. */
-	if (userns_release(&s->cfg, fn))
-		pr_warn("function %s: its user namespace range stays taken", fn);
-	/* And its image's rootfs idmapped to that range. */
-	else if (image_idmap_prune(&s->cfg))
-		pr_warn("function %s: an idmapped image rootfs of its range stays mounted", fn);
+	/* Its user namespace's range goes back to the pool, with its image's
+	 * rootfs idmapped to it, once nothing of it runs: now, or when its
+	 * last snapshot job ends (userns_holds.h). */
+	userns_release_unheld(s, fn);
 	if (fleet)
 		remote_sync_forget(s, fn);
 	return 0;

@@ -12,6 +12,7 @@
 #include "server/metrics.h"
 #include "server/registry.h"
 #include "server/remote_sync.h"
+#include "server/userns_holds.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -132,6 +133,8 @@ static void snapshot_task_free(void *p)
 {
 	struct snapshot_task *t = p;
 
+	/* Its container is gone: the function's range may go back. */
+	userns_unhold(t->srv, t->function);
 	json_decref(t->spec);
 	free(t);
 }
@@ -268,6 +271,8 @@ static int launch(struct server *s, const char *fn, const char *heal, char jid[3
 	snprintf(t->job, sizeof(t->job), "%s", jid);
 	t->spec = spec;
 	snprintf(t->heal, sizeof(t->heal), "%s", heal ? heal : "");
+	/* Held from before its thread runs: jobs_run frees t either way. */
+	userns_hold(fn);
 	ret = jobs_run(s->jobs, job, snapshot_run, t, snapshot_task_free);
 	if (ret)
 		registry_snapshot_end(s->reg, fn, jid, NULL, 0, 0, NULL, "cannot start a thread",

@@ -20,7 +20,12 @@
 #      function's range; and booted cold when its snapshot is damaged
 #      (restore or boot), in the same range;
 #   4. the range stays the function's across snapshots and goes back to
-#      the pool with the function.
+#      the pool with the function;
+#   5. but not while a snapshot job of the function still runs its
+#      container in it: a function deleted during its snapshot keeps its
+#      range until the job ends, and another function asking meanwhile
+#      gets another range (given back, the next would have been the same
+#      host uids as the job's container).
 set -u
 NAME=userns
 . "${THAW_ROOT:-$PWD}/test/lib/e2e.sh" uffd
@@ -162,4 +167,28 @@ ls "$DATA/userns" >"$T/ranges"
 st=$(api DELETE /functions/unsl)
 [ "$st" = 204 ] && [ "$(ls "$DATA/userns" | wc -l)" = 1 ] && ok "DELETE gave its range back" ||
 	fail "DELETE unsl: $st, ranges $(ls "$DATA/userns")"
+
+# ---- 5. a snapshot job holds its function's range until it ends ----
+range_of() { grep -lx "$1" "$DATA"/userns/* 2>/dev/null | xargs -rn1 basename; } # FN: its range's file
+no_job_runs() { ! curl -s "$URL/jobs" | grep -q '"state": *"running"'; }
+wait_for 120 no_job_runs || fail "a snapshot job still runs (uns's re-snapshot?)"
+st=$(api PUT /functions/unsj -d "$(fn_spec userns_fn.py "$FN" '"sandbox": {"userns": true},
+	"env": {"START_DELAY_S": "5"}')")
+[ "$st" = 201 ] && st=$(api POST /functions/unsj/snapshot)
+JOB=$(jget "$T/body" "j['job']['id']")
+[ "$st" = 202 ] && wait_for 30 sh -c "grep -lqx unsj '$DATA'/userns/*" || fail "unsj's snapshot: $st, no range"
+R=$(range_of unsj)
+st=$(api DELETE /functions/unsj)
+job_runs() { curl -s "$URL/jobs/$JOB" | grep -q '"state": *"running"'; }
+[ "$st" = 204 ] && job_runs && [ "$(range_of unsj)" = "$R" ] &&
+	ok "deleted while its snapshot job runs: its range $R stays taken" ||
+	fail "DELETE unsj during its snapshot: $st, job $(curl -s "$URL/jobs/$JOB" | head -c 300), ranges $(ls "$DATA/userns")"
+put_snapshot unsk "$(fn_spec userns_fn.py "$FN" '"sandbox": {"userns": true}')"
+RK=$(range_of unsk)
+[ -n "$RK" ] && [ "$RK" != "$R" ] && ok "another function asking meanwhile gets another range ($RK)" ||
+	fail "unsk's range $RK, unsj's job's $R"
+wait_for 120 sh -c "! curl -s '$URL/jobs/$JOB' | grep -q '\"state\": *\"running\"'" || fail "unsj's job never ended"
+[ ! -e "$DATA/userns/$R" ] && grep -q "unsj: its last snapshot job ended; its user namespace range is given back" \
+	"$T/thawd.log" && ok "its job ended: the range went back" ||
+	fail "after unsj's job: ranges $(ls "$DATA/userns")"
 exit $((fails > 0))

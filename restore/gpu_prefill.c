@@ -409,16 +409,14 @@ static void let_go_now(struct pf_proc *procs, size_t np, int ordinal)
  * (a `thaw start` exits right after its start), since one inside the
  * driver while exit tears the driver down crashes the process. */
 static pthread_mutex_t let_go_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t let_go_cv = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t let_go_cv; /* on now_ns()'s clock: made in let_go_setup */
 static int let_go_running;
 static pthread_once_t let_go_once = PTHREAD_ONCE_INIT;
 
 static void let_go_wait_all(void)
 {
-	struct timespec until;
+	struct timespec until = mono_after_ms(30 * 1000);
 
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += 30;
 	pthread_mutex_lock(&let_go_mu);
 	while (let_go_running > 0)
 		if (pthread_cond_timedwait(&let_go_cv, &let_go_mu, &until))
@@ -426,8 +424,10 @@ static void let_go_wait_all(void)
 	pthread_mutex_unlock(&let_go_mu);
 }
 
-static void let_go_at_exit(void)
+/* Once, before the first let-go thread: its cv, and the wait at exit. */
+static void let_go_setup(void)
 {
+	cond_init_monotonic(&let_go_cv);
 	atexit(let_go_wait_all);
 }
 
@@ -473,7 +473,7 @@ static void let_go_later(struct pf_proc *procs, size_t np, int ordinal)
 		return;
 	}
 	*g = (struct let_go){ procs, np, ordinal, true };
-	pthread_once(&let_go_once, let_go_at_exit);
+	pthread_once(&let_go_once, let_go_setup);
 	pthread_mutex_lock(&let_go_mu);
 	let_go_running++;
 	pthread_mutex_unlock(&let_go_mu);

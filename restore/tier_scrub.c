@@ -40,9 +40,21 @@ struct report {
 
 /* The reports, and what the scrubs wait on (a report, or their stop). */
 static pthread_mutex_t reports_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t reports_cv = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t reports_cv; /* on now_ns()'s clock: reports_cv_ready */
+static pthread_once_t reports_once = PTHREAD_ONCE_INIT;
 static struct report reports[REPORTS_MAX];
 static unsigned nreports, reports_seq;
+
+static void reports_cv_init(void)
+{
+	cond_init_monotonic(&reports_cv);
+}
+
+/* reports_cv made, before its first use. */
+static void reports_cv_ready(void)
+{
+	pthread_once(&reports_once, reports_cv_init);
+}
 
 const char *tier_found_by_name(enum tier_found_by by)
 {
@@ -64,6 +76,7 @@ void tier_damage_report(const char *dir, enum tier_found_by by, const char *why)
 	snprintf(reports[nreports].why, sizeof(reports[nreports].why), "%s", why);
 	nreports++;
 	reports_seq++;
+	reports_cv_ready();
 	pthread_cond_broadcast(&reports_cv);
 	pthread_mutex_unlock(&reports_mu);
 }
@@ -247,24 +260,13 @@ struct pace {
  * made since it was read.  true: stopped. */
 static bool scrub_wait(struct tier_scrub *sc, uint64_t until, const unsigned *report_seq)
 {
+	struct timespec ts = mono_timespec(until);
 	bool stop;
 
+	reports_cv_ready();
 	pthread_mutex_lock(&reports_mu);
-	while (!sc->stop && (!report_seq || *report_seq == reports_seq)) {
-		uint64_t now = now_ns();
-		struct timespec ts;
-
-		if (now >= until)
-			break;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += (time_t)((until - now) / 1000000000ull);
-		ts.tv_nsec += (long)((until - now) % 1000000000ull);
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
+	while (!sc->stop && (!report_seq || *report_seq == reports_seq) && now_ns() < until)
 		pthread_cond_timedwait(&reports_cv, &reports_mu, &ts);
-	}
 	stop = sc->stop;
 	pthread_mutex_unlock(&reports_mu);
 	return stop;
@@ -483,6 +485,7 @@ void tier_scrub_stop(struct tier_scrub *sc)
 {
 	if (!sc)
 		return;
+	reports_cv_ready();
 	pthread_mutex_lock(&reports_mu);
 	sc->stop = true;
 	pthread_cond_broadcast(&reports_cv);

@@ -141,8 +141,7 @@ static void *gauges_thread(void *arg)
 			}
 			continue;
 		}
-		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_sec += GAUGES_TICK_MS / 1000;
+		until = mono_after_ms(GAUGES_TICK_MS);
 		pthread_cond_timedwait(&s->stat_cv, &s->stat_lock, &until);
 	}
 	pthread_mutex_unlock(&s->stat_lock);

@@ -872,8 +872,7 @@ static void *poll_thread(void *arg)
 		struct timespec until;
 
 		poll_once(rs);
-		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_sec += (time_t)s->opts.remote_poll_s;
+		until = mono_after_ms((uint64_t)s->opts.remote_poll_s * 1000);
 		pthread_mutex_lock(&rs->lock);
 		while (!rs->poll_stop && pthread_cond_timedwait(&rs->poll_cv, &rs->lock, &until) == 0)
 			;
@@ -902,7 +901,7 @@ int remote_sync_start(struct server *s)
 	pthread_mutex_init(&rs->lock, NULL);
 	pthread_cond_init(&rs->fetch_cv, NULL);
 	pthread_cond_init(&rs->cv, NULL);
-	pthread_cond_init(&rs->poll_cv, NULL);
+	cond_init_monotonic(&rs->poll_cv);
 	rs->seen = json_object();
 	ret = remote_open(s->opts.remote_url, s->opts.s3_endpoint, &rs->remote);
 	if (!ret && !rs->seen)

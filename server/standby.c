@@ -347,15 +347,8 @@ made:
 
 static void wait_kick(struct standby *p, int ms)
 {
-	struct timespec ts;
+	struct timespec ts = mono_after_ms((uint64_t)ms);
 
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
 	pthread_mutex_lock(&p->lock);
 	while (!p->stop && !p->kicked)
 		if (pthread_cond_timedwait(&p->cv, &p->lock, &ts) == ETIMEDOUT)
@@ -419,7 +412,7 @@ struct standby *standby_new(struct server *s)
 	}
 	p->srv = s;
 	pthread_mutex_init(&p->lock, NULL);
-	pthread_cond_init(&p->cv, NULL);
+	cond_init_monotonic(&p->cv);
 	if (pthread_create(&p->thread, NULL, refill_thread, p)) {
 		pr_err("cannot start the standby thread: no standbys");
 		standby_free(p);

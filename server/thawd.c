@@ -142,7 +142,7 @@ struct server *server_new(const struct thaw_config *c, const struct server_opts 
 	s->opts = *o;
 	s->lock_fd = -1;
 	pthread_mutex_init(&s->stat_lock, NULL);
-	pthread_cond_init(&s->stat_cv, NULL);
+	cond_init_monotonic(&s->stat_cv);
 	http_init(s);
 	snprintf(s->listen, sizeof(s->listen), "%s", o->listen ? o->listen : SERVER_DEFAULT_LISTEN);
 	s->opts.listen = s->listen;

@@ -79,15 +79,27 @@ chmod +x "$W/wait-pool.sh"
 # still tear down their contexts finds the driver busy (their fills'
 # allocations took 0.46-1.45 s in a second burst against 0.25-0.85 s).
 QUIET_MIB=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -n1)
+# instances.py FN STATE...: the ids of FN's instances in those states, a
+# line each, from GET /instances on stdin.
+cat >"$W/instances.py" <<'PY'
+import json, sys
+fn, states = sys.argv[1], sys.argv[2:]
+j = json.load(sys.stdin)
+for i in (j.get("instances", j) if isinstance(j, dict) else j):
+    if i.get("function") == fn and i.get("state") in states:
+        print(i["instance"])
+PY
 cat >"$W/wait-quiet.sh" <<SH
 #!/bin/sh
 # thawd's port read each time: the variants start thawd again.
 for i in \$(seq 600); do
-	left=\$(curl -s "http://127.0.0.1:\$(cat "$W/port")/instances" | python3 -c '
-import json, sys
-j = json.load(sys.stdin)
-print(sum(i.get("function") == "$ID" and i.get("state") in ("starting", "running", "stopping")
-          for i in (j.get("instances", j) if isinstance(j, dict) else j)))' 2>/dev/null)
+	# Not quiet while thawd does not answer (python3 fails then).
+	if ids=\$(curl -s "http://127.0.0.1:\$(cat "$W/port")/instances" |
+		python3 "$W/instances.py" "$ID" starting running stopping 2>/dev/null); then
+		left=\$(printf '%s' "\$ids" | grep -c .)
+	else
+		left=unknown
+	fi
 	used=\$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -n1)
 	[ "\$left" = 0 ] && { [ -z "$QUIET_MIB" ] || [ "\${used:-0}" -le $((${QUIET_MIB:-0} + 1024)) ]; } && exit 0
 	sleep 0.1
@@ -101,13 +113,8 @@ standbys() { # FN SRC N MODE [KEY=JSON...]: the function's pool asked to hold N 
 	put_function "$fn" "$src" "$W/$fn.json" standby="$n" standby_gpu="\"$mode\"" lazy=null "$@"
 }
 stop_running() { # FN: every running instance of FN deleted
-	curl -s "$URL/instances" | python3 -c '
-import json, sys
-fn = sys.argv[1]
-j = json.load(sys.stdin)
-for i in (j.get("instances", j) if isinstance(j, dict) else j):
-    if i.get("function") == fn and i.get("state") == "running":
-        print(i["instance"])' "$1" | xargs -r -P 16 -I{} curl -s -o /dev/null -X DELETE "$URL/instances/{}"
+	curl -s "$URL/instances" | python3 "$W/instances.py" "$1" running |
+		xargs -r -P 16 -I{} curl -s -o /dev/null -X DELETE "$URL/instances/{}"
 }
 
 # warm_burst: what 8 requests at once cost with nothing to start: 8 running

@@ -56,6 +56,7 @@ struct store {
 	enum store_layout layout; /* how a put writes new chunks */
 	bool direct;		  /* packs written with O_DIRECT (where the filesystem takes it) */
 	bool map_input;		  /* a put maps its large input files instead of read() */
+	unsigned put_workers;	  /* a put's workers (each its own pack); 0: one a CPU */
 	pthread_rwlock_t idx_lock; /* the packs and the index below */
 	struct store_pack *packs;
 	size_t npacks, packs_cap;

@@ -84,6 +84,11 @@ void store_set_pack_direct(struct store *s, bool direct);
  * read(), which copies every byte once more.  A mapped file truncated under
  * the put fails that put (common/sigbus.h), never the process. */
 void store_set_input_map(struct store *s, bool map);
+/* How many workers a put runs, each writing a pack of its own (0, the
+ * default: one a CPU, at most the put's limit).  One puts every new chunk
+ * of a put into one pack, whatever the threads' timing (the tests that
+ * damage chunks of one pack). */
+void store_set_put_workers(struct store *s, unsigned n);
 
 /* Where a chunk object lies. */
 #define STORE_LOOSE UINT32_MAX

@@ -588,6 +588,11 @@ static int next_cut(const struct put_src *src, const uint8_t *data, size_t len, 
 	return read_input(src->map != NULL, chunker_call, &c, src->in->src);
 }
 
+void store_set_put_workers(struct store *s, unsigned n)
+{
+	s->put_workers = n;
+}
+
 void store_set_input_map(struct store *s, bool map)
 {
 	s->map_input = map;
@@ -914,7 +919,7 @@ int store_put(struct store *s, const char *name, const char *const *paths, size_
 			goto out;
 		}
 	}
-	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	long ncpu = s->put_workers ? (long)s->put_workers : sysconf(_SC_NPROCESSORS_ONLN);
 	size_t want = ncpu < 1 ? 1 : (size_t)MIN(ncpu, PUT_MAX_WORKERS);
 	for (; nworkers < want; nworkers++) {
 		ret = -pthread_create(&workers[nworkers], NULL, put_worker, &p);
